@@ -1,0 +1,135 @@
+// The event log contract: what every role may assume of a log, embedded or Kafka.
+// Semantics (proven by test/log/conformance.ts against both implementations):
+// - records are appended per partition with dense offsets starting at 0; order is kept per partition;
+// - a keyed record always goes to the same partition (murmur2 of the key, as Kafka's default partitioner);
+// - a consumer group's committed offset is the offset of the *next* record to read;
+// - a transaction's records and offsets become visible together or not at all (read_committed).
+
+export interface Headers {
+  [name: string]: Buffer;
+}
+
+export interface ProduceRecord {
+  key?: Buffer | string | null;
+  value: Buffer;
+  /** Explicit partition; otherwise chosen from the key (or round-robin without a key). */
+  partition?: number;
+  /** Milliseconds since the epoch; defaults to now. */
+  timestamp?: number;
+  headers?: Headers;
+}
+
+export interface RecordPosition {
+  topic: string;
+  partition: number;
+  offset: number;
+}
+
+export interface LogRecord extends RecordPosition {
+  key: Buffer | null;
+  value: Buffer;
+  timestamp: number;
+  headers: Headers;
+}
+
+export interface TopicPartitionOffset {
+  topic: string;
+  partition: number;
+  /** The next offset to read. */
+  offset: number;
+}
+
+export interface RetentionOptions {
+  /** Delete whole segments older than this. */
+  maxAgeMs?: number;
+  /** Keep at most about this many bytes per partition (whole segments are deleted). */
+  maxBytes?: number;
+}
+
+export interface TopicSpec {
+  name: string;
+  partitions: number;
+  retention?: RetentionOptions;
+}
+
+export interface PartitionOffsets {
+  partition: number;
+  /** First offset still held (after retention). */
+  low: number;
+  /** Offset the next appended record will get. */
+  high: number;
+}
+
+export interface GroupLag {
+  topic: string;
+  partition: number;
+  committed: number;
+  high: number;
+  lag: number;
+}
+
+export interface ProducerOptions {
+  /** Required for transactions; a second producer with the same id fences the first. */
+  transactionalId?: string;
+  idempotent?: boolean;
+  compression?: 'none' | 'gzip' | 'snappy' | 'lz4' | 'zstd';
+}
+
+export interface Producer {
+  send(topic: string, records: ProduceRecord[]): Promise<RecordPosition[]>;
+  /** Begin a transaction; only for producers created with a transactionalId. */
+  transaction(): Promise<Transaction>;
+  close(): Promise<void>;
+}
+
+export interface Transaction {
+  send(topic: string, records: ProduceRecord[]): Promise<void>;
+  /** Commit these consumer-group offsets atomically with the transaction's records. */
+  sendOffsets(groupId: string, offsets: TopicPartitionOffset[]): Promise<void>;
+  commit(): Promise<void>;
+  abort(): Promise<void>;
+}
+
+export interface ConsumerOptions {
+  groupId: string;
+  topics: string[];
+  /** Where to start when the group has no committed offset: earliest (default) or latest. */
+  fromBeginning?: boolean;
+  /** Records of aborted or open transactions are never returned when true (default true). */
+  readCommitted?: boolean;
+}
+
+export interface PollOptions {
+  maxRecords?: number;
+  /** How long to wait for at least one record before returning an empty batch. */
+  timeoutMs?: number;
+}
+
+export interface Consumer {
+  /** Next records of the assigned partitions, in offset order per partition. */
+  poll(options?: PollOptions): Promise<LogRecord[]>;
+  /** Commit offsets (next offset to read); without arguments, the positions after everything polled. */
+  commit(offsets?: TopicPartitionOffset[]): Promise<void>;
+  /** Move the read position; the next poll starts there. */
+  seek(topic: string, partition: number, offset: number): Promise<void>;
+  /** Move every assigned partition of a topic to the first record at or after this time. */
+  seekToTimestamp(topic: string, timestampMs: number): Promise<void>;
+  /** Partitions currently assigned to this member. */
+  assignment(): TopicPartitionOffset[];
+  close(): Promise<void>;
+}
+
+export interface EventLog {
+  readonly kind: 'embedded' | 'kafka';
+  /** Idempotent: creating an existing topic with the same partition count is a no-op. */
+  createTopic(spec: TopicSpec): Promise<void>;
+  listTopics(): Promise<TopicSpec[]>;
+  offsets(topic: string): Promise<PartitionOffsets[]>;
+  /** First offset whose timestamp is >= timestampMs per partition (high when none). */
+  offsetsForTimestamp(topic: string, timestampMs: number): Promise<TopicPartitionOffset[]>;
+  committed(groupId: string, topic: string): Promise<TopicPartitionOffset[]>;
+  lag(groupId: string, topic: string): Promise<GroupLag[]>;
+  producer(options?: ProducerOptions): Promise<Producer>;
+  consumer(options: ConsumerOptions): Promise<Consumer>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,120 @@
+// Event serde in Confluent's wire format: magic byte 0, 4-byte big-endian schema id, Avro binary.
+// Encoding is synchronous once init() has registered the current schemas (the hot path never awaits);
+// decoding resolves older writer schemas to the current reader schema (BACKWARD evolution).
+import avro from 'avsc';
+import { EVENT_NAMES, eventType, schemaText, type EventName } from '../../schemas/index.ts';
+import type { EventTypes } from '../../schemas/generated/types.ts';
+import { RlstreamError } from '../errors.ts';
+import type { SchemaRegistry } from './registry.ts';
+
+export type DecodedEvent = { [N in EventName]: { name: N; value: EventTypes[N]; schemaId: number } }[EventName];
+
+const MAGIC = 0;
+const HEADER = 5;
+
+interface Reader {
+  name: EventName;
+  /** Resolver from the writer schema to the current reader type, or null when they are identical. */
+  resolver: avro.Resolver | null;
+}
+
+export function subjectOf(name: EventName): string {
+  return `rlstream.events.${name}`;
+}
+
+export class EventSerde {
+  private readonly idOf = new Map<EventName, number>();
+  private readonly readers = new Map<number, Reader>();
+  private readonly pending = new Map<number, Promise<Reader>>();
+
+  constructor(readonly registry: SchemaRegistry) {}
+
+  /** Register the current version of every event schema. Call once before encode(). */
+  async init(): Promise<this> {
+    for (const name of EVENT_NAMES) {
+      const id = await this.registry.register(subjectOf(name), schemaText(name));
+      this.idOf.set(name, id);
+      this.readers.set(id, { name, resolver: null });
+    }
+    return this;
+  }
+
+  schemaId(name: EventName): number {
+    const id = this.idOf.get(name);
+    if (id === undefined) throw new RlstreamError('INTERNAL', 'EventSerde.init() was not called');
+    return id;
+  }
+
+  encode<N extends EventName>(name: N, value: EventTypes[N]): Buffer {
+    const type = eventType(name);
+    let body: Buffer;
+    try {
+      body = type.toBuffer(value);
+    } catch (cause) {
+      const paths: string[] = [];
+      type.isValid(value, { errorHook: (path) => paths.push(path.join('.') || '(root)') });
+      throw new RlstreamError('SERDE_SCHEMA_MISMATCH', `${name} does not match its schema at ${paths.slice(0, 5).join(', ') || '?'}`, { cause });
+    }
+    const out = Buffer.allocUnsafe(HEADER + body.length);
+    out.writeUInt8(MAGIC, 0);
+    out.writeUInt32BE(this.schemaId(name), 1);
+    body.copy(out, HEADER);
+    return out;
+  }
+
+  /** The schema id in a framed record, without decoding it. */
+  static peekSchemaId(buf: Buffer): number {
+    if (buf.length < HEADER) throw new RlstreamError('SERDE_TRUNCATED', `record of ${buf.length} bytes is shorter than the 5-byte header`);
+    if (buf[0] !== MAGIC) throw new RlstreamError('SERDE_MAGIC_BYTE', `magic byte is ${buf[0]}, expected 0`);
+    return buf.readUInt32BE(1);
+  }
+
+  async decode(buf: Buffer): Promise<DecodedEvent> {
+    const id = EventSerde.peekSchemaId(buf);
+    const reader = this.readers.get(id) ?? (await this.loadReader(id));
+    return this.decodeWith(reader, id, buf);
+  }
+
+  /** Synchronous decode for ids already seen (current schemas always are); undefined if the id is new. */
+  tryDecodeSync(buf: Buffer): DecodedEvent | undefined {
+    const id = EventSerde.peekSchemaId(buf);
+    const reader = this.readers.get(id);
+    return reader ? this.decodeWith(reader, id, buf) : undefined;
+  }
+
+  private decodeWith(reader: Reader, id: number, buf: Buffer): DecodedEvent {
+    const type = eventType(reader.name);
+    let value: unknown;
+    try {
+      const res = reader.resolver ? type.decode(buf, HEADER, reader.resolver) : type.decode(buf, HEADER);
+      if (res.offset < 0) throw new RlstreamError('SERDE_TRUNCATED', `${reader.name} record (schema ${id}) is truncated`);
+      if (res.offset !== buf.length) throw new RlstreamError('SERDE_DECODE', `${reader.name} record (schema ${id}) has ${buf.length - res.offset} trailing bytes`);
+      value = res.value;
+    } catch (err) {
+      if (err instanceof RlstreamError) throw err;
+      throw new RlstreamError('SERDE_DECODE', `${reader.name} record (schema ${id}) is corrupt: ${(err as Error).message}`, { cause: err });
+    }
+    return { name: reader.name, value, schemaId: id } as DecodedEvent;
+  }
+
+  private loadReader(id: number): Promise<Reader> {
+    let p = this.pending.get(id);
+    if (!p) {
+      p = (async () => {
+        const text = await this.registry.getById(id);
+        const writer = avro.Type.forSchema(JSON.parse(text) as avro.Schema, { wrapUnions: false });
+        const short = (writer as avro.types.RecordType).name?.split('.').pop() ?? '';
+        if (!(EVENT_NAMES as readonly string[]).includes(short)) {
+          throw new RlstreamError('SERDE_UNKNOWN_SCHEMA', `schema id ${id} is ${short || 'not a record'}, not an rlstream event`);
+        }
+        const name = short as EventName;
+        const reader: Reader = { name, resolver: eventType(name).createResolver(writer) };
+        this.readers.set(id, reader);
+        return reader;
+      })();
+      this.pending.set(id, p);
+      p.catch(() => this.pending.delete(id));
+    }
+    return p;
+  }
+}

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Stops what infra/up.sh started.
+set -euo pipefail
