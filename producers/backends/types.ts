@@ -1,0 +1,45 @@
+// The token-in, token-out contract every LLM backend implements: SGLang, vLLM and the built-in
+// onnxruntime policy. Agent loops see only this.
+import type { SamplingParams } from '../../schemas/generated/types.ts';
+
+export type FinishReason = 'stop' | 'length' | 'abort';
+
+export interface GenerateRequest {
+  /** Unique per call (for cancellation and logs). */
+  requestId: string;
+  /** The trajectory id: later turns of the same session go to the same server / keep their KV cache. */
+  sessionId?: string;
+  /** The whole token context of the trajectory so far (prompt and all earlier turns). */
+  promptIds: number[];
+  sampling: SamplingParams;
+}
+
+export interface GenerateResult {
+  tokenIds: number[];
+  /** Log-prob of each sampled token under the policy that sampled it. */
+  logprobs: number[];
+  finishReason: FinishReason;
+  /** Version of the weights that produced the tokens (one per token when a swap happened mid-turn). */
+  policyVersions: number[];
+  server: string;
+  latencyMs: number;
+}
+
+export interface PolicyUpdate {
+  version: number;
+  /** Local path of the verified safetensors weights. */
+  weightsPath: string;
+  configJson: string;
+}
+
+export interface LlmBackend {
+  readonly name: string;
+  generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult>;
+  /** The trajectory is finished: sticky routes and kept KV caches can go. */
+  releaseSession?(sessionId: string): void;
+  /** A new policy version is available (hot-swap). Backends that cannot load weights ignore it. */
+  updatePolicy?(update: PolicyUpdate): Promise<void>;
+  /** Version new requests are generated with. */
+  currentPolicyVersion(): number;
+  close(): Promise<void>;
+}
