@@ -110,7 +110,7 @@ export function logConformance(name: string, factory: () => Promise<LogFixture>,
     const perKey = 25;
     // Interleave keys across several sends so ordering has to hold across batches.
     for (let round = 0; round < perKey; round += 5) {
-      const batch = [];
+      const batch: { key: string; value: Buffer }[] = [];
       for (let s = round; s < round + 5; s++) for (const k of keys) batch.push({ key: k, value: Buffer.from(`${k}:${s}`) });
       const positions = await producer.send(topic, batch);
       positions.forEach((p, i) => assert.equal(p.partition, partitionForKey(batch[i]!.key, partitions)));
