@@ -1,0 +1,395 @@
+// The trainer role: consumes AdvantagedTrajectory, keeps only train-split samples within the staleness
+// bound, and runs asynchronous, off-policy-corrected PPO steps on the native core. Each step is made
+// durable before it is acknowledged: checkpoint on disk first, then one log transaction holding the
+// TrainStep, the PolicyVersion (every k steps) and the consumed offsets. After a crash the trainer resumes
+// from the checkpoint of the last committed TrainStep with the committed offsets: no sample used twice.
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { deriveId } from '../../core/ids.ts';
+import type { EventLog, Consumer, LogRecord, Producer, TopicPartitionOffset } from '../../core/log/types.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import type { Logger } from '../../core/telemetry.ts';
+import { silentLogger } from '../../core/telemetry.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { AdvantagedTrajectory, NamedValue, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
+import { Model, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
+import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
+import type { TrainerOptions } from './options.ts';
+import { storeWeights } from './weights-store.ts';
+
+export interface TrainerDeps {
+  log: EventLog;
+  serde: EventSerde;
+  runId: string;
+  /** Where checkpoints (trainer/) and content-addressed weights (weights/) live. */
+  dataDir: string;
+  /** Initial weights (version 0) when no checkpoint exists. */
+  initialWeightsPath: string;
+  modelConfig: ModelConfig;
+  options: TrainerOptions;
+  logger?: Logger;
+  /** Called after every durable step (progress bars, tests). */
+  onStep?: (step: TrainStep) => void;
+}
+
+interface Pending {
+  sample: TrainSample;
+  record: LogRecord;
+}
+
+export interface TrainerCounters {
+  consumed: number;
+  droppedStale: number;
+  skippedNonTrain: number;
+}
+
+const GROUP_ID = 'trainer';
+
+export class Trainer {
+  private model!: Model;
+  private ref: Model | null = null;
+  private consumer!: Consumer;
+  private producer!: Producer;
+  private step = 0;
+  private version = 0;
+  private stopped = false;
+  private readonly carry: LogRecord[] = [];
+  private droppedSinceStep = 0;
+  readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0 };
+  private readonly logger: Logger;
+
+  constructor(private readonly deps: TrainerDeps) {
+    this.logger = (deps.logger ?? silentLogger).child({ role: 'trainer' });
+  }
+
+  get currentVersion(): number {
+    return this.version;
+  }
+
+  get currentStep(): number {
+    return this.step;
+  }
+
+  private get ckptDir(): string {
+    return join(this.deps.dataDir, 'trainer');
+  }
+
+  private get weightsDir(): string {
+    return join(this.deps.dataDir, 'weights');
+  }
+
+  /** Restore state from the log and disk; publish version 0 when the run is new. */
+  async start(): Promise<void> {
+    const { log, options } = this.deps;
+    await log.createTopic({ name: TOPICS.advantaged, partitions: 1 }).catch(() => {});
+    await log.createTopic({ name: TOPICS.trainSteps, partitions: 1 });
+    await log.createTopic({ name: TOPICS.policyVersions, partitions: 1 });
+    this.producer = await log.producer({ transactionalId: `${this.deps.runId}.trainer` });
+    const last = await this.lastCommitted();
+    this.step = last.step;
+    this.version = last.version;
+    if (this.step > 0) {
+      const dir = join(this.ckptDir, `step-${this.step}`);
+      this.model = await Model.loadCheckpoint(dir, { threads: options.threads });
+      this.logger.info('resumed from checkpoint', { step: this.step, version: this.version });
+    } else {
+      this.model = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
+    }
+    if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
+    if (last.versions === 0) await this.publishVersion0();
+    this.consumer = await log.consumer({ groupId: `${this.deps.runId}.${GROUP_ID}`, topics: [TOPICS.advantaged], readCommitted: true });
+  }
+
+  /** The last committed TrainStep and PolicyVersion of this run, read back from the log. */
+  private async lastCommitted(): Promise<{ step: number; version: number; versions: number }> {
+    let step = 0;
+    let version = 0;
+    let versions = 0;
+    for (const [topic, onEvent] of [
+      [TOPICS.trainSteps, (e: TrainStep) => (step = Math.max(step, e.step))],
+      [TOPICS.policyVersions, (e: PolicyVersion) => ((version = Math.max(version, e.version)), versions++)],
+    ] as const) {
+      const c = await this.deps.log.consumer({ groupId: `${this.deps.runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
+      const ends = await this.deps.log.offsets(topic);
+      const target = new Map(ends.map((p) => [p.partition, p.high]));
+      const seen = new Map<number, number>();
+      const done = () => [...target].every(([p, h]) => (seen.get(p) ?? 0) >= h);
+      while (!done()) {
+        const recs = await c.poll({ maxRecords: 1000, timeoutMs: 200 });
+        if (recs.length === 0) break;
+        for (const r of recs) {
+          seen.set(r.partition, r.offset + 1);
+          const d = await this.deps.serde.decode(r.value);
+          if (d.name === 'TrainStep' && d.value.run_id === this.deps.runId) (onEvent as (e: TrainStep) => void)(d.value);
+          if (d.name === 'PolicyVersion' && d.value.run_id === this.deps.runId) (onEvent as (e: PolicyVersion) => void)(d.value);
+        }
+      }
+      await c.close();
+    }
+    return { step, version, versions };
+  }
+
+  private async publishVersion0(): Promise<void> {
+    const stored = await storeWeights(this.weightsDir, (p) => this.model.save(p));
+    const tx = await this.producer.transaction();
+    await tx.send(TOPICS.policyVersions, [{ key: this.deps.runId, value: this.deps.serde.encode('PolicyVersion', this.policyVersionEvent(0, null, 0, stored, [])) }]);
+    await tx.commit();
+    this.logger.info('published initial policy version', { version: 0, checksum: stored.checksum });
+  }
+
+  private policyVersionEvent(version: number, parent: number | null, step: number, stored: { path: string; checksum: string }, metrics: NamedValue[]): PolicyVersion {
+    return {
+      event_id: deriveId(this.deps.runId, 'policy-version', version),
+      time_ms: Date.now(),
+      run_id: this.deps.runId,
+      version,
+      parent,
+      step,
+      weights_uri: stored.path,
+      checksum: stored.checksum,
+      format: 'safetensors',
+      config_json: JSON.stringify(this.deps.modelConfig),
+      metrics,
+    };
+  }
+
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** Run steps until stopped or maxSteps reached. */
+  async run(): Promise<void> {
+    const max = this.deps.options.maxSteps;
+    while (!this.stopped && (max === 0 || this.step < max)) {
+      const batch = await this.collectBatch();
+      if (!batch) break;
+      await this.trainStep(batch.samples, batch.offsets, batch.waitMs);
+    }
+  }
+
+  /**
+   * Gather one step's samples: whole groups only (the advantage consumer emits a group's members together,
+   * each carrying the emitted group size), stopping at `groupsPerStep` groups with at least one kept sample.
+   * Returns null when stopped first.
+   */
+  private async collectBatch(): Promise<{ samples: TrainSample[]; offsets: TopicPartitionOffset[]; waitMs: number } | null> {
+    const { options } = this.deps;
+    const samples: TrainSample[] = [];
+    const seen = new Map<string, { expected: number; got: number; kept: number }>();
+    const next = new Map<number, number>();
+    const t0 = performance.now();
+    const complete = () => {
+      let kept = 0;
+      for (const g of seen.values()) {
+        if (g.got < g.expected) return false;
+        if (g.kept > 0) kept++;
+      }
+      return kept >= options.groupsPerStep;
+    };
+    while (!this.stopped) {
+      const records = this.carry.length > 0 ? this.carry.splice(0) : await this.consumer.poll({ maxRecords: 256, timeoutMs: 200 });
+      for (let i = 0; i < records.length; i++) {
+        if (complete()) {
+          // The rest waits for the next step; it stays uncommitted until that step is durable.
+          this.carry.push(...records.slice(i));
+          break;
+        }
+        const r = records[i]!;
+        next.set(r.partition, r.offset + 1);
+        this.counters.consumed++;
+        const d = await this.deps.serde.decode(r.value);
+        if (d.name !== 'AdvantagedTrajectory') continue;
+        const e: AdvantagedTrajectory = d.value;
+        if (e.trajectory.dataset.split !== 'train') {
+          this.counters.skippedNonTrain++;
+          continue;
+        }
+        const g = seen.get(e.trajectory.group_id) ?? { expected: Math.max(1, e.group.group_size), got: 0, kept: 0 };
+        seen.set(e.trajectory.group_id, g);
+        g.got++;
+        const s = sampleFromEvent(e, this.version);
+        if (s.staleness > options.stalenessBound) {
+          this.counters.droppedStale++;
+          this.droppedSinceStep++;
+          continue;
+        }
+        g.kept++;
+        samples.push(s);
+      }
+      if (complete()) {
+        const offsets = [...next].map(([partition, offset]) => ({ topic: TOPICS.advantaged, partition, offset }));
+        return { samples, offsets, waitMs: performance.now() - t0 };
+      }
+    }
+    return null;
+  }
+
+  private async trainStep(samples: TrainSample[], offsets: TopicPartitionOffset[], waitMs: number): Promise<void> {
+    const { options } = this.deps;
+    const t0 = performance.now();
+    const micro = packMicroBatches(samples, options.maxTokensPerMicroBatch);
+    // Proximal log-probs: the current weights before this step's updates (decoupled PPO, AReaL).
+    const prox = await Promise.all(micro.map(async (mb) => (await this.model.forward(mb, mb.targets)).logprobs));
+    const ref = this.ref ? await Promise.all(micro.map(async (mb) => (await this.ref!.forward(mb, mb.targets)).logprobs)) : null;
+    const mismatch = logprobMismatch(micro, prox);
+    const totalMasked = micro.reduce((n, mb) => n + mb.maskedTokens, 0);
+    const sums = { loss: 0, pgLoss: 0, clip: 0, approxKl: 0, entropy: 0, kl: 0, iwMean: 0, iwMax: 0, iwTrunc: 0, gradNorm: 0, updates: 0 };
+    const perMini = Math.ceil(micro.length / options.miniBatches);
+    for (let epoch = 0; epoch < options.ppoEpochs; epoch++) {
+      for (let m = 0; m < micro.length; m += perMini) {
+        const chunk = micro.slice(m, m + perMini).map((mb, j) => ({ mb, k: m + j }));
+        const chunkMasked = chunk.reduce((n, { mb }) => n + mb.maskedTokens, 0) || 1;
+        this.model.zeroGrad();
+        for (const { mb, k } of chunk) {
+          const metrics: PolicyLossMetrics = await this.model.backwardPolicyLoss(
+            mb,
+            { targets: mb.targets, mask: mb.mask, advantages: mb.advantages, behaviourLogprobs: mb.behaviourLogprobs, proximalLogprobs: prox[k]!, ...(ref ? { refLogprobs: ref[k]! } : {}) },
+            {
+              clipLow: options.clipLow,
+              clipHigh: options.clipHigh,
+              dualClipC: options.dualClipC,
+              iwCap: options.iwCap,
+              klCoef: options.klCoef,
+              klType: options.klType,
+              entropyCoef: options.entropyCoef,
+              aggregation: options.aggregation,
+              lossScale: mb.maskedTokens / chunkMasked,
+            },
+          );
+          const w = mb.maskedTokens / (totalMasked * options.ppoEpochs || 1);
+          sums.loss += metrics.loss * w;
+          sums.pgLoss += metrics.pgLoss * w;
+          sums.clip += metrics.clipFraction * w;
+          sums.approxKl += metrics.approxKl * w;
+          sums.entropy += metrics.entropy * w;
+          sums.kl += metrics.kl * w;
+          sums.iwMean += metrics.iwMean * w;
+          sums.iwTrunc += metrics.iwTruncatedFraction * w;
+          sums.iwMax = Math.max(sums.iwMax, metrics.iwMax);
+        }
+        sums.gradNorm += this.model.clipGradNorm(options.gradClip);
+        sums.updates++;
+        await this.model.adamwStep({ lr: options.learningRate, beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
+      }
+    }
+    const computeMs = performance.now() - t0;
+    await this.commitStep(samples, offsets, { ...sums, gradNorm: sums.gradNorm / Math.max(1, sums.updates) }, mismatch, waitMs, computeMs, totalMasked);
+  }
+
+  private async commitStep(
+    samples: TrainSample[],
+    offsets: TopicPartitionOffset[],
+    m: { loss: number; pgLoss: number; clip: number; approxKl: number; entropy: number; kl: number; iwMean: number; iwMax: number; iwTrunc: number; gradNorm: number },
+    mismatch: { mean: number; max: number },
+    waitMs: number,
+    computeMs: number,
+    maskedTokens: number,
+  ): Promise<void> {
+    const { options, serde, runId } = this.deps;
+    const step = this.step + 1;
+    // 1. The checkpoint is durable before the log says the step happened.
+    const dir = join(this.ckptDir, `step-${step}`);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(this.ckptDir, { recursive: true });
+    await this.model.saveCheckpoint(dir);
+    const publish = step % options.publishEvery === 0;
+    const produced = publish ? this.version + 1 : null;
+    const staleness = samples.map((s) => s.staleness);
+    const stepEvent: TrainStep = {
+      event_id: deriveId(runId, 'train-step', step),
+      time_ms: Date.now(),
+      run_id: runId,
+      step,
+      policy_version: this.version,
+      produced_version: produced,
+      trajectories: samples.length,
+      tokens: samples.reduce((n, s) => n + s.tokens.length, 0),
+      trajectory_ids: samples.map((s) => s.trajectoryId),
+      loss: m.loss,
+      pg_loss: m.pgLoss,
+      kl: m.kl,
+      entropy: m.entropy,
+      clip_fraction: m.clip,
+      approx_kl: m.approxKl,
+      grad_norm: m.gradNorm,
+      learning_rate: options.learningRate,
+      reward_mean: samples.reduce((a, s) => a + s.reward, 0) / Math.max(1, samples.length),
+      staleness_mean: staleness.reduce((a, b) => a + b, 0) / Math.max(1, staleness.length),
+      staleness_max: Math.max(0, ...staleness),
+      iw_mean: m.iwMean,
+      iw_max: m.iwMax,
+      iw_truncated_fraction: m.iwTrunc,
+      dropped_stale: this.droppedSinceStep,
+      wait_ms: waitMs,
+      compute_ms: computeMs,
+      metrics: [
+        { name: 'masked_tokens', value: maskedTokens },
+        { name: 'logprob_mismatch_mean', value: mismatch.mean },
+        { name: 'logprob_mismatch_max', value: mismatch.max },
+      ],
+    };
+    let stored: { path: string; checksum: string } | null = null;
+    if (publish) stored = await storeWeights(this.weightsDir, (p) => this.model.save(p));
+    // 2. One transaction: the step, the new version and the offsets of every sample it consumed.
+    const tx = await this.producer.transaction();
+    try {
+      await tx.send(TOPICS.trainSteps, [{ key: runId, value: serde.encode('TrainStep', stepEvent) }]);
+      if (stored && produced !== null) {
+        const pv = this.policyVersionEvent(produced, this.version, step, stored, [{ name: 'reward_mean', value: stepEvent.reward_mean }]);
+        await tx.send(TOPICS.policyVersions, [{ key: runId, value: serde.encode('PolicyVersion', pv) }]);
+      }
+      await tx.sendOffsets(`${runId}.${GROUP_ID}`, offsets);
+      await tx.commit();
+    } catch (err) {
+      await tx.abort().catch(() => {});
+      throw err;
+    }
+    this.step = step;
+    if (produced !== null) this.version = produced;
+    this.droppedSinceStep = 0;
+    await this.pruneCheckpoints();
+    this.logger.debug('step', { step, version: this.version, loss: m.loss, reward: stepEvent.reward_mean });
+    this.deps.onStep?.(stepEvent);
+  }
+
+  private async pruneCheckpoints(): Promise<void> {
+    const names = await readdir(this.ckptDir).catch(() => [] as string[]);
+    const steps = names.map((n) => /^step-(\d+)$/.exec(n)).filter((m): m is RegExpExecArray => m !== null).map((m) => Number(m[1])).sort((a, b) => b - a);
+    for (const s of steps.slice(this.deps.options.keepCheckpoints)) await rm(join(this.ckptDir, `step-${s}`), { recursive: true, force: true });
+  }
+
+  async close(): Promise<void> {
+    this.stopped = true;
+    await this.consumer?.close();
+    await this.producer?.close();
+    this.model?.dispose();
+    this.ref?.dispose();
+  }
+
+  /** For tests and the main job: the live model (do not train concurrently). */
+  get liveModel(): Model {
+    return this.model;
+  }
+
+  static async checkpointExists(dataDir: string, step: number): Promise<boolean> {
+    return stat(join(dataDir, 'trainer', `step-${step}`)).then(() => true, () => false);
+  }
+}
+
+/** Rollout–trainer log-prob mismatch: |behaviour − recomputed| over masked tokens, before any update. */
+function logprobMismatch(micro: { mask: Float32Array; behaviourLogprobs: Float32Array }[], recomputed: Float32Array[]): { mean: number; max: number } {
+  let sum = 0;
+  let n = 0;
+  let max = 0;
+  micro.forEach((mb, k) => {
+    const lp = recomputed[k]!;
+    for (let i = 0; i < mb.mask.length; i++) {
+      if (mb.mask[i] !== 1) continue;
+      const d = Math.abs(lp[i]! - mb.behaviourLogprobs[i]!);
+      sum += d;
+      n++;
+      if (d > max) max = d;
+    }
+  });
+  return { mean: n ? sum / n : 0, max };
+}
