@@ -2,6 +2,9 @@
 // exact answer is easiest to reach by calling the calculator tool. Seeded and unbounded; train and held-out
 // problems are disjoint by construction (a problem's split is a hash of its canonical expression).
 import { createHash } from 'node:crypto';
+import { rng } from '../../core/random.ts';
+
+export { rng };
 
 export type Split = 'train' | 'heldout';
 
@@ -29,18 +32,6 @@ export interface Problem {
 
 const NAMES = ['Tom', 'Ana', 'Ravi', 'Mia', 'Leo', 'Sara', 'Omar', 'Lena', 'Kai', 'Nora'];
 const ITEMS = ['apples', 'coins', 'stamps', 'books', 'marbles', 'cards', 'shells', 'pens'];
-
-/** mulberry32: a small seeded PRNG, so a seed reproduces the exact problem stream. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function int(r: () => number, lo: number, hi: number): number {
   return lo + Math.floor(r() * (hi - lo + 1));

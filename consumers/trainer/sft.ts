@@ -1,0 +1,86 @@
+// Supervised warm-up: cross-entropy on the tokens a demonstration's assistant wrote (mask 1), never on
+// prompt, tool or user tokens — the same masks the RL trainer uses. Sequences are packed like RL batches.
+import type { Model } from '../../native/index.ts';
+import { rng, shuffle } from '../../core/random.ts';
+import { packMicroBatches, type TrainSample } from './batch.ts';
+
+export interface SftExample {
+  /** The whole conversation's tokens. */
+  tokens: number[];
+  /** Per token: 1 where the token is trained on (assistant output), else 0. */
+  mask: number[];
+}
+
+export interface SftOptions {
+  steps: number;
+  /** Tokens per optimizer step (packed, split into micro-batches of `microBatchTokens`). */
+  batchTokens: number;
+  microBatchTokens: number;
+  learningRate: number;
+  /** Linear warm-up steps, then cosine decay to 10% of the learning rate. */
+  warmupSteps: number;
+  weightDecay: number;
+  gradClip: number;
+  seed: number;
+}
+
+export interface SftStepInfo {
+  step: number;
+  loss: number;
+  tokens: number;
+  lr: number;
+}
+
+function toSample(e: SftExample, i: number): TrainSample {
+  // A whole conversation is the "response" here: promptLength 0 would predict token 0 from nothing, so
+  // token 0 is the prompt and the rest is the response with the example's mask.
+  return {
+    trajectoryId: String(i),
+    tokens: e.tokens,
+    promptLength: 1,
+    responseMask: e.mask.slice(1),
+    advantages: [],
+    behaviourLogprobs: [],
+    staleness: 0,
+    reward: 0,
+  };
+}
+
+export function learningRateAt(step: number, o: SftOptions): number {
+  if (step < o.warmupSteps) return (o.learningRate * (step + 1)) / o.warmupSteps;
+  const progress = (step - o.warmupSteps) / Math.max(1, o.steps - o.warmupSteps);
+  return o.learningRate * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * Math.min(1, progress))));
+}
+
+/** Train `model` in place; examples are drawn in a seeded shuffled order, epoch after epoch. */
+export async function runSft(model: Model, examples: SftExample[], o: SftOptions, onStep?: (info: SftStepInfo) => void): Promise<SftStepInfo[]> {
+  if (examples.length === 0) throw new Error('sft: no examples');
+  const r = rng(o.seed);
+  let order: number[] = [];
+  const history: SftStepInfo[] = [];
+  for (let step = 0; step < o.steps; step++) {
+    const picked: TrainSample[] = [];
+    let tokens = 0;
+    while (tokens < o.batchTokens) {
+      if (order.length === 0) order = shuffle(examples.map((_, i) => i), r);
+      const i = order.pop()!;
+      picked.push(toSample(examples[i]!, i));
+      tokens += examples[i]!.tokens.length;
+    }
+    const micro = packMicroBatches(picked, o.microBatchTokens);
+    const masked = micro.reduce((n, mb) => n + mb.maskedTokens, 0) || 1;
+    model.zeroGrad();
+    let loss = 0;
+    for (const mb of micro) {
+      const res = await model.backwardCrossEntropy(mb, mb.targets, mb.mask, { lossScale: mb.maskedTokens / masked });
+      loss += res.loss * (mb.maskedTokens / masked);
+    }
+    model.clipGradNorm(o.gradClip);
+    const lr = learningRateAt(step, o);
+    await model.adamwStep({ lr, beta1: 0.9, beta2: 0.98, eps: 1e-8, weightDecay: o.weightDecay });
+    const info = { step: step + 1, loss, tokens, lr };
+    history.push(info);
+    onStep?.(info);
+  }
+  return history;
+}
