@@ -1,0 +1,155 @@
+// On-disk record format of the embedded log. Every record carries its own length and a CRC32 of its body,
+// so recovery can find the exact end of the last whole record after a crash, and a read detects bit rot.
+//
+//   u32 bodyLength | u32 crc32(body) | body:
+//     u32 offsetHigh, u32 offsetLow | f64 timestamp | i32 keyLength (-1 = null) | key
+//     | u32 valueLength | value | u16 headerCount | { u16 nameLength | name | u32 length | bytes }*
+import { crc32 } from 'node:zlib';
+import { RlstreamError } from '../../errors.ts';
+import type { Headers } from '../types.ts';
+
+export const FRAME = 8; // length + crc
+const FIXED_BODY = 8 + 8 + 4 + 4 + 2;
+const TWO32 = 0x1_0000_0000;
+
+export interface PlainRecord {
+  key: Buffer | null;
+  value: Buffer;
+  timestamp: number;
+  headers: Headers;
+}
+
+export interface DecodedRecord extends PlainRecord {
+  offset: number;
+  /** Bytes the record takes in the file, frame included. */
+  size: number;
+}
+
+/** Records encoded back to back, ready to append: one buffer plus where each record ends. */
+export interface EncodedBatch {
+  baseOffset: number;
+  buf: Buffer;
+  /** End position (exclusive) of each record in buf. */
+  ends: number[];
+  timestamps: number[];
+}
+
+export function encodedSize(r: PlainRecord): number {
+  let n = FRAME + FIXED_BODY + (r.key?.length ?? 0) + r.value.length;
+  for (const [name, v] of Object.entries(r.headers)) n += 2 + Buffer.byteLength(name) + 4 + v.length;
+  return n;
+}
+
+/** Encode records with consecutive offsets starting at baseOffset. */
+export function encodeBatch(records: PlainRecord[], baseOffset: number): EncodedBatch {
+  const sizes = records.map(encodedSize);
+  const buf = Buffer.allocUnsafe(sizes.reduce((a, b) => a + b, 0));
+  const ends: number[] = [];
+  const timestamps: number[] = [];
+  let pos = 0;
+  records.forEach((r, i) => {
+    const start = pos;
+    const offset = baseOffset + i;
+    pos += FRAME;
+    buf.writeUInt32BE(Math.floor(offset / TWO32), pos);
+    buf.writeUInt32BE(offset % TWO32, pos + 4);
+    buf.writeDoubleBE(r.timestamp, pos + 8);
+    pos += 16;
+    if (r.key === null) {
+      buf.writeInt32BE(-1, pos);
+      pos += 4;
+    } else {
+      buf.writeInt32BE(r.key.length, pos);
+      pos += 4 + r.key.copy(buf, pos + 4);
+    }
+    buf.writeUInt32BE(r.value.length, pos);
+    pos += 4 + r.value.copy(buf, pos + 4);
+    const headers = Object.entries(r.headers);
+    buf.writeUInt16BE(headers.length, pos);
+    pos += 2;
+    for (const [name, v] of headers) {
+      const n = buf.write(name, pos + 2, 'utf8');
+      buf.writeUInt16BE(n, pos);
+      pos += 2 + n;
+      buf.writeUInt32BE(v.length, pos);
+      pos += 4 + v.copy(buf, pos + 4);
+    }
+    const end = start + sizes[i]!;
+    buf.writeUInt32BE(end - start - FRAME, start);
+    buf.writeUInt32BE(crc32(buf.subarray(start + FRAME, end)), start + 4);
+    ends.push(end);
+    timestamps.push(r.timestamp);
+  });
+  return { baseOffset, buf, ends, timestamps };
+}
+
+/** Why a frame at some position is not a whole valid record (null when it is). */
+export function frameProblem(buf: Buffer, pos: number, limit: number, maxBody: number): string | null {
+  if (limit - pos < FRAME) return 'truncated frame';
+  const len = buf.readUInt32BE(pos);
+  if (len < FIXED_BODY || len > maxBody) return `implausible record length ${len}`;
+  if (limit - pos - FRAME < len) return 'truncated record';
+  if (crc32(buf.subarray(pos + FRAME, pos + FRAME + len)) !== buf.readUInt32BE(pos + 4)) return 'CRC mismatch';
+  return null;
+}
+
+export function peekOffset(buf: Buffer, pos: number): number {
+  return buf.readUInt32BE(pos + FRAME) * TWO32 + buf.readUInt32BE(pos + FRAME + 4);
+}
+
+export function peekTimestamp(buf: Buffer, pos: number): number {
+  return buf.readDoubleBE(pos + FRAME + 8);
+}
+
+export function recordSizeAt(buf: Buffer, pos: number): number {
+  return FRAME + buf.readUInt32BE(pos);
+}
+
+/** Decode a record whose frame was checked. Key, value and header buffers are views into buf. */
+export function decodeAt(buf: Buffer, pos: number): DecodedRecord {
+  const size = FRAME + buf.readUInt32BE(pos);
+  const end = pos + size;
+  let p = pos + FRAME;
+  const offset = buf.readUInt32BE(p) * TWO32 + buf.readUInt32BE(p + 4);
+  const timestamp = buf.readDoubleBE(p + 8);
+  p += 16;
+  const keyLen = buf.readInt32BE(p);
+  p += 4;
+  let key: Buffer | null = null;
+  if (keyLen >= 0) {
+    key = buf.subarray(p, p + keyLen);
+    p += keyLen;
+  }
+  const valueLen = buf.readUInt32BE(p);
+  p += 4;
+  const value = buf.subarray(p, p + valueLen);
+  p += valueLen;
+  const count = buf.readUInt16BE(p);
+  p += 2;
+  const headers: Headers = {};
+  for (let i = 0; i < count; i++) {
+    const nameLen = buf.readUInt16BE(p);
+    const name = buf.toString('utf8', p + 2, p + 2 + nameLen);
+    p += 2 + nameLen;
+    const len = buf.readUInt32BE(p);
+    headers[name] = buf.subarray(p + 4, p + 4 + len);
+    p += 4 + len;
+  }
+  if (p !== end) throw new RlstreamError('LOG_CORRUPT', `record at offset ${offset} has inconsistent field lengths`);
+  return { offset, timestamp, key, value, headers, size };
+}
+
+/** Split a blob of back-to-back records (as stored in the transaction journal) into an EncodedBatch. */
+export function batchFromBlob(buf: Buffer, maxBody: number): EncodedBatch {
+  const ends: number[] = [];
+  const timestamps: number[] = [];
+  let pos = 0;
+  while (pos < buf.length) {
+    const problem = frameProblem(buf, pos, buf.length, maxBody);
+    if (problem) throw new RlstreamError('LOG_CORRUPT', `journal record blob: ${problem} at byte ${pos}`);
+    timestamps.push(peekTimestamp(buf, pos));
+    pos += recordSizeAt(buf, pos);
+    ends.push(pos);
+  }
+  return { baseOffset: buf.length > 0 ? peekOffset(buf, 0) : 0, buf, ends, timestamps };
+}
