@@ -1,0 +1,192 @@
+// TraceStore on chDB: ClickHouse 26.x embedded in this process, persisted to one directory (the default,
+// zero-setup shape). libchdb binds one data directory per process, so a second store on another directory
+// is refused with a clear error while the first is open.
+//
+// Read-only queries run on separate connections to the same directory that were opened with readonly=1 and
+// the limits as engine arguments: every statement on such a connection, including the second statement of
+// a multi-statement text, is refused by the engine if it writes, and SETTINGS/SET cannot lift the limits.
+import { Session, drainPending } from 'chdb';
+import { resolve } from 'node:path';
+import { mkdirSync } from 'node:fs';
+import { RlstreamError } from '../errors.ts';
+import { applyMigrations } from './migrate.ts';
+import { quoteIdent } from './sql.ts';
+import {
+  compileLimits,
+  limitSettings,
+  parseJsonResult,
+  singleStatement,
+  toJsonEachRow,
+  traceError,
+  type CompiledLimits,
+  type MigrationReport,
+  type QueryLimits,
+  type QueryOptions,
+  type QueryResult,
+  type Row,
+  type TraceStore,
+  type TraceTable,
+} from './store.ts';
+
+let openDir: string | null = null;
+let openCount = 0;
+
+export interface ChdbStoreOptions {
+  /** Data directory (created when missing). */
+  dir: string;
+  /** Database inside it; default 'rlstream'. */
+  database?: string;
+}
+
+export class ChdbTraceStore implements TraceStore {
+  readonly kind = 'chdb' as const;
+  readonly dialect = 'current' as const;
+  readonly database: string;
+  readonly target: string;
+  private readonly dir: string;
+  private session: Session | null;
+  /** Read-only connections by limits (each connection's limits are fixed when it opens). */
+  private readonly readers = new Map<string, Session>();
+  /** chDB runs one query per connection at a time; a chain keeps ours in order. */
+  private chain: Promise<unknown> = Promise.resolve();
+  private databaseReady = false;
+
+  private constructor(dir: string, database: string) {
+    this.dir = dir;
+    this.database = database;
+    this.target = `chdb:${dir}#${database}`;
+    this.session = new Session(dir);
+  }
+
+  static async open(options: ChdbStoreOptions): Promise<ChdbTraceStore> {
+    const dir = resolve(options.dir);
+    const database = options.database ?? 'rlstream';
+    quoteIdent(database);
+    if (openDir !== null && openDir !== dir) {
+      throw new RlstreamError('TRACE_STORE', `chDB already holds ${openDir} in this process; one data directory per process (asked for ${dir})`);
+    }
+    mkdirSync(dir, { recursive: true });
+    if (openDir === null) await drainPending();
+    let store: ChdbTraceStore;
+    try {
+      store = new ChdbTraceStore(dir, database);
+    } catch (err) {
+      throw traceError(`cannot open chDB at ${dir}`, err);
+    }
+    openDir = dir;
+    openCount++;
+    await store.exec(`CREATE DATABASE IF NOT EXISTS ${quoteIdent(database)}`);
+    store.databaseReady = true;
+    return store;
+  }
+
+  private live(): Session {
+    if (!this.session) throw new RlstreamError('TRACE_STORE', `trace store ${this.target} is closed`);
+    return this.session;
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.chain.then(fn, fn);
+    this.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  async migrate(): Promise<MigrationReport> {
+    return applyMigrations({ dialect: this.dialect, exec: (s) => this.exec(s), query: (s) => this.query(s) });
+  }
+
+  async insert(table: TraceTable, rows: readonly Row[]): Promise<void> {
+    if (rows.length === 0) return;
+    await this.insertRaw(table, toJsonEachRow(rows), rows.length);
+  }
+
+  async insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void> {
+    if (rows === 0) return;
+    const session = this.live();
+    quoteIdent(table);
+    const name = `${this.database}.${table}`;
+    await this.serial(async () => {
+      try {
+        await session.insert({ table: name, values: jsonEachRow, format: 'JSONEachRow' });
+      } catch (err) {
+        throw traceError(`insert of ${rows} rows into ${table} failed`, err);
+      }
+    });
+  }
+
+  async exec(sql: string): Promise<void> {
+    const session = this.live();
+    await this.serial(async () => {
+      try {
+        await this.use(session);
+        await session.queryAsync(sql, { format: 'TabSeparated' });
+      } catch (err) {
+        throw traceError('statement failed', err);
+      }
+    });
+  }
+
+  async query(sql: string, options: QueryOptions = {}): Promise<QueryResult> {
+    // Our own SELECTs with limits take the read-only path: they never need to write.
+    if (options.limits) return this.queryReadonly(sql, options.limits);
+    const session = this.live();
+    return this.serial(async () => {
+      try {
+        await this.use(session);
+        return parseJsonResult((await session.queryAsync(singleStatement(sql), { format: 'JSON' })).text());
+      } catch (err) {
+        throw traceError('query failed', err);
+      }
+    });
+  }
+
+  async queryReadonly(sql: string, limits?: QueryLimits): Promise<QueryResult> {
+    const l = compileLimits(limits);
+    const text = singleStatement(sql);
+    const key = JSON.stringify(l);
+    return this.serial(async () => {
+      const reader = this.reader(key, l);
+      try {
+        // A user may have switched databases on this connection; USE is allowed in readonly mode.
+        await this.use(reader);
+        return parseJsonResult((await reader.queryAsync(text, { format: 'JSON' })).text());
+      } catch (err) {
+        // After a failed multi-statement text a connection can still hold an earlier statement's output;
+        // a fresh connection costs about a millisecond, so a failed one is never reused.
+        reader.close();
+        this.readers.delete(key);
+        throw traceError('read-only query refused or failed', err);
+      }
+    });
+  }
+
+  /** Sessions on one directory may share a connection, and with it the current database: name ours first. */
+  private async use(session: Session): Promise<void> {
+    if (this.databaseReady) await session.queryAsync(`USE ${quoteIdent(this.database)}`, { format: 'TabSeparated' });
+  }
+
+  private reader(key: string, l: CompiledLimits): Session {
+    this.live();
+    let s = this.readers.get(key);
+    if (!s) {
+      const args = ['--readonly=1', ...Object.entries(limitSettings(l)).map(([k, v]) => `--${k}=${v}`)];
+      s = new Session(this.dir, { connectionArgs: args });
+      this.readers.set(key, s);
+    }
+    return s;
+  }
+
+  async close(): Promise<void> {
+    if (!this.session) return;
+    await this.chain;
+    for (const s of this.readers.values()) s.close();
+    this.readers.clear();
+    this.session.close();
+    this.session = null;
+    openCount--;
+    if (openCount === 0) {
+      await drainPending();
+      openDir = null;
+    }
+  }
+}

@@ -1,0 +1,178 @@
+// TraceStore on a ClickHouse server over HTTP (@clickhouse/client): the distributed shape. The server's version
+// decides the dialect: before 20.x (Debian's 18.16) the compat-18 DDL and query variants apply, and event times
+// (epoch ms) are written as DateTime seconds. No query parameters are used anywhere (18.16 has none): values
+// reach SQL through core/traces/sql.ts.
+import { Readable } from 'node:stream';
+import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
+import { RlstreamError } from '../errors.ts';
+import { applyMigrations } from './migrate.ts';
+import { quoteIdent, quoteString } from './sql.ts';
+import {
+  compileLimits,
+  limitSettings,
+  parseJsonResult,
+  singleStatement,
+  toJsonEachRow,
+  traceError,
+  type Dialect,
+  type MigrationReport,
+  type QueryLimits,
+  type QueryOptions,
+  type QueryResult,
+  type Row,
+  type TraceStore,
+  type TraceTable,
+} from './store.ts';
+
+export interface ServerStoreOptions {
+  /** http(s)://host:port, optionally with user:password@ (never logged). */
+  url: string;
+  /** Default 'rlstream'; created when missing. */
+  database?: string;
+  /** Per-request timeout, ms; default 60,000. */
+  requestTimeoutMs?: number;
+}
+
+/** The dialect a server version string needs. */
+export function dialectOf(version: string): Dialect {
+  const major = Number(version.split('.')[0]);
+  if (!Number.isFinite(major)) throw new RlstreamError('TRACE_STORE', `unrecognised ClickHouse version ${JSON.stringify(version)}`);
+  return major < 20 ? 'compat-18' : 'current';
+}
+
+// 64-bit integers as JSON numbers (precision beyond 2^53 is not needed for analytics, and both dialects agree).
+const OUTPUT: ClickHouseSettings = { output_format_json_quote_64bit_integers: 0 };
+
+export class ServerTraceStore implements TraceStore {
+  readonly kind = 'server' as const;
+  readonly database: string;
+  readonly target: string;
+  dialect: Dialect = 'current';
+  /** compat-18 only: DateTime (seconds) columns per table, whose ms values are divided on insert. */
+  private secondsColumns = new Map<string, string[]>();
+  private client: ClickHouseClient | null;
+
+  private constructor(client: ClickHouseClient, database: string, target: string) {
+    this.client = client;
+    this.database = database;
+    this.target = target;
+  }
+
+  static async open(options: ServerStoreOptions): Promise<ServerTraceStore> {
+    const database = options.database ?? 'rlstream';
+    quoteIdent(database);
+    let url: URL;
+    try {
+      url = new URL(options.url);
+    } catch {
+      throw new RlstreamError('CONFIG_INVALID', `ClickHouse URL ${JSON.stringify(options.url)} is not a URL`);
+    }
+    const target = `${url.protocol}//${url.host}#${database}`;
+    // The client's own logger writes to the console; our errors carry the server's message instead.
+    const common = { url: options.url, request_timeout: options.requestTimeoutMs ?? 60_000, log: { level: ClickHouseLogLevel.OFF } };
+    const boot = createClient(common);
+    try {
+      const rs = await boot.query({ query: 'SELECT version() AS v', format: 'JSONEachRow' });
+      const version = ((await rs.json()) as { v: string }[])[0]?.v ?? '';
+      await boot.command({ query: `CREATE DATABASE IF NOT EXISTS ${quoteIdent(database)}` });
+      const store = new ServerTraceStore(createClient({ ...common, database }), database, target);
+      store.dialect = dialectOf(version);
+      await store.loadColumnTypes();
+      return store;
+    } catch (err) {
+      if (err instanceof RlstreamError) throw err;
+      throw new RlstreamError('TRACE_STORE', `cannot reach ClickHouse at ${target}: ${(err as Error).message}`, { cause: err, retriable: true });
+    } finally {
+      await boot.close();
+    }
+  }
+
+  private live(): ClickHouseClient {
+    if (!this.client) throw new RlstreamError('TRACE_STORE', `trace store ${this.target} is closed`);
+    return this.client;
+  }
+
+  private async loadColumnTypes(): Promise<void> {
+    if (this.dialect !== 'compat-18') return;
+    const res = await this.query(
+      `SELECT table, name FROM system.columns WHERE database = ${quoteString(this.database)} AND type IN ('DateTime', 'Nullable(DateTime)')`,
+    );
+    const map = new Map<string, string[]>();
+    for (const r of res.rows) map.set(String(r['table']), [...(map.get(String(r['table'])) ?? []), String(r['name'])]);
+    this.secondsColumns = map;
+  }
+
+  async migrate(): Promise<MigrationReport> {
+    const report = await applyMigrations({ dialect: this.dialect, exec: (s) => this.exec(s), query: (s) => this.query(s) });
+    await this.loadColumnTypes();
+    return report;
+  }
+
+  async insert(table: TraceTable, rows: readonly Row[]): Promise<void> {
+    if (rows.length === 0) return;
+    const seconds = this.secondsColumns.get(table);
+    let out = rows;
+    if (seconds && seconds.length > 0) {
+      out = rows.map((r) => {
+        const c = { ...r };
+        for (const col of seconds) if (typeof c[col] === 'number') c[col] = Math.floor((c[col] as number) / 1000);
+        return c;
+      });
+    }
+    await this.insertRaw(table, toJsonEachRow(out), rows.length);
+  }
+
+  async insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void> {
+    if (rows === 0) return;
+    try {
+      // exec with a raw body: the bytes go to the server as they are (insert() would re-encode objects).
+      const res = await this.live().exec({
+        query: `INSERT INTO ${quoteIdent(table)} FORMAT JSONEachRow`,
+        values: Readable.from([jsonEachRow], { objectMode: false }),
+      });
+      res.stream.resume();
+      await new Promise<void>((ok, fail) => res.stream.once('end', ok).once('error', fail));
+    } catch (err) {
+      throw traceError(`insert of ${rows} rows into ${table} failed`, err);
+    }
+  }
+
+  async exec(sql: string): Promise<void> {
+    try {
+      await this.live().command({ query: sql });
+    } catch (err) {
+      throw traceError('statement failed', err);
+    }
+  }
+
+  async query(sql: string, options: QueryOptions = {}): Promise<QueryResult> {
+    const settings: ClickHouseSettings = { ...OUTPUT, ...(options.limits ? (limitSettings(compileLimits(options.limits)) as ClickHouseSettings) : {}) };
+    return this.run(singleStatement(sql), settings, 'query failed');
+  }
+
+  async queryReadonly(sql: string, limits?: QueryLimits): Promise<QueryResult> {
+    // Settings travel in the request URL and apply together: readonly=1 then forbids the query itself from
+    // changing any of them (SETTINGS clause or SET), and the server accepts one statement per request.
+    const settings = { ...OUTPUT, ...limitSettings(compileLimits(limits)), readonly: '1' } as ClickHouseSettings;
+    return this.run(singleStatement(sql), settings, 'read-only query refused or failed');
+  }
+
+  private async run(query: string, settings: ClickHouseSettings, what: string): Promise<QueryResult> {
+    try {
+      // exec sends the text as written (query() would append FORMAT, turning SET or DDL into a syntax error
+      // instead of the server's own refusal); default_format picks JSON for statements that return rows.
+      const res = await this.live().exec({ query, clickhouse_settings: { ...settings, default_format: 'JSON' } as ClickHouseSettings });
+      const chunks: Buffer[] = [];
+      for await (const c of res.stream) chunks.push(c as Buffer);
+      return parseJsonResult(Buffer.concat(chunks).toString('utf8'));
+    } catch (err) {
+      throw traceError(what, err);
+    }
+  }
+
+  async close(): Promise<void> {
+    const c = this.client;
+    this.client = null;
+    await c?.close();
+  }
+}

@@ -1,0 +1,144 @@
+// The trace store contract: one SQL dialect over two targets, chDB embedded (default shape) and a ClickHouse
+// server (distributed shape). Implementations: core/traces/chdb.ts and core/traces/server.ts.
+import { RlstreamError } from '../errors.ts';
+
+/** Every table the trace sink writes (infra/clickhouse/migrations/). */
+export const TRACE_TABLES = [
+  'trajectory_starts',
+  'trajectories',
+  'turns',
+  'tool_calls',
+  'rewards',
+  'advantages',
+  'train_steps',
+  'policy_versions',
+  'control',
+  'dead_letters',
+] as const;
+export type TraceTable = (typeof TRACE_TABLES)[number];
+
+export type Row = Record<string, unknown>;
+
+/**
+ * 'current': ClickHouse with LowCardinality, DateTime64, codecs, TTL (chDB 26.x, servers of today).
+ * 'compat-18': ClickHouse 18.16 (Debian's package), which lacks them and query parameters.
+ */
+export type Dialect = 'current' | 'compat-18';
+
+/** Limits enforced by ClickHouse itself (settings), not by the caller. */
+export interface QueryLimits {
+  /** max_result_rows; default 10,000. */
+  maxRows?: number;
+  /** max_result_bytes; default 16 MiB. */
+  maxBytes?: number;
+  /** max_execution_time in seconds; default 10. */
+  maxSeconds?: number;
+  /** result_overflow_mode: 'throw' (default) fails the query, 'break' returns a truncated result. */
+  overflow?: 'throw' | 'break';
+}
+
+export interface CompiledLimits {
+  maxRows: number;
+  maxBytes: number;
+  maxSeconds: number;
+  overflow: 'throw' | 'break';
+}
+
+export const DEFAULT_LIMITS: CompiledLimits = Object.freeze({ maxRows: 10_000, maxBytes: 16 << 20, maxSeconds: 10, overflow: 'throw' });
+
+export function compileLimits(limits: QueryLimits = {}): CompiledLimits {
+  const out = { ...DEFAULT_LIMITS, ...Object.fromEntries(Object.entries(limits).filter(([, v]) => v !== undefined)) } as CompiledLimits;
+  for (const k of ['maxRows', 'maxBytes', 'maxSeconds'] as const) {
+    if (!Number.isInteger(out[k]) || out[k] <= 0) throw new RlstreamError('INPUT_INVALID', `limits.${k} must be a positive integer, got ${String(out[k])}`);
+  }
+  if (out.overflow !== 'throw' && out.overflow !== 'break') throw new RlstreamError('INPUT_INVALID', `limits.overflow must be 'throw' or 'break'`);
+  return Object.freeze(out);
+}
+
+/** The ClickHouse settings that enforce a set of limits (names are the same in 18.16 and 26.x). */
+export function limitSettings(l: CompiledLimits): Record<string, string> {
+  return {
+    max_result_rows: String(l.maxRows),
+    max_result_bytes: String(l.maxBytes),
+    max_execution_time: String(l.maxSeconds),
+    result_overflow_mode: l.overflow,
+  };
+}
+
+export interface Column {
+  name: string;
+  type: string;
+}
+
+export interface QueryResult {
+  columns: Column[];
+  rows: Row[];
+  /** Engine-reported elapsed time, milliseconds. */
+  elapsedMs: number;
+}
+
+export interface QueryOptions {
+  /** Limits for trusted queries too (named queries); none unless given. */
+  limits?: QueryLimits;
+}
+
+export interface MigrationReport {
+  dialect: Dialect;
+  applied: string[];
+  skipped: string[];
+}
+
+export interface TraceStore {
+  readonly kind: 'chdb' | 'server';
+  /** Known after migrate() or connect: which DDL and query variants this target needs. */
+  readonly dialect: Dialect;
+  readonly database: string;
+  /** A description for logs and the CLI (no credentials). */
+  readonly target: string;
+  /** Apply pending migrations of infra/clickhouse/migrations (idempotent). */
+  migrate(): Promise<MigrationReport>;
+  /** Insert rows into one table (JSONEachRow); times are epoch milliseconds, converted per dialect. */
+  insert(table: TraceTable, rows: readonly Row[]): Promise<void>;
+  /** Insert pre-serialized JSONEachRow lines (the bulk path of the benchmark and of replay). */
+  insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void>;
+  /** Trusted SQL (ours: named queries, migrations, tests). One statement. */
+  query(sql: string, options?: QueryOptions): Promise<QueryResult>;
+  /**
+   * Untrusted SQL (the admin SQL route, `rlstream query`): run with readonly=1 and the limits as engine
+   * settings, so writes, DDL, SET and table functions are refused by ClickHouse itself.
+   */
+  queryReadonly(sql: string, limits?: QueryLimits): Promise<QueryResult>;
+  /** Trusted statement without a result (DDL, OPTIMIZE). */
+  exec(sql: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function traceError(message: string, cause?: unknown): RlstreamError {
+  const detail = cause instanceof Error ? `: ${cause.message.split('\n')[0]?.slice(0, 500)}` : '';
+  return new RlstreamError('TRACE_STORE', message + detail, cause === undefined ? {} : { cause });
+}
+
+/** ClickHouse JSON output: {meta, data, statistics}; shared by both implementations. */
+export function parseJsonResult(text: string): QueryResult {
+  if (text.trim() === '') return { columns: [], rows: [], elapsedMs: 0 };
+  const parsed = JSON.parse(text) as { meta?: Column[]; data?: Row[]; statistics?: { elapsed?: number } };
+  return {
+    columns: (parsed.meta ?? []).map((c) => ({ name: c.name, type: c.type })),
+    rows: parsed.data ?? [],
+    elapsedMs: (parsed.statistics?.elapsed ?? 0) * 1000,
+  };
+}
+
+/** JSONEachRow lines for rows; numbers that are not finite become null (JSON cannot carry them). */
+export function toJsonEachRow(rows: readonly Row[]): Buffer {
+  let out = '';
+  for (const r of rows) out += JSON.stringify(r) + '\n';
+  return Buffer.from(out, 'utf8');
+}
+
+/** Reject anything that is not a single statement's text (a trailing semicolon is tolerated). */
+export function singleStatement(sql: string): string {
+  const text = sql.trim().replace(/;\s*$/, '');
+  if (text === '') throw new RlstreamError('INPUT_INVALID', 'empty SQL');
+  return text;
+}
