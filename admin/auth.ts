@@ -1,0 +1,91 @@
+// Bearer-token authentication and the two roles. Tokens are kept only as sha256 digests; a presented token
+// is hashed and compared against every stored digest with timingSafeEqual (no early exit), so neither the
+// comparison nor the loop leaks how much of a token matched or which entry it was.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { RlstreamError } from '../core/errors.ts';
+
+export type Role = 'read' | 'control';
+/** What a route demands: public routes (health, readiness, static pages) need no token. */
+export type Access = 'public' | Role;
+
+export interface TokenSpec {
+  token: string;
+  role: Role;
+  /** Shown in logs and in Control events' issued_by instead of the token. */
+  name?: string;
+}
+
+interface StoredToken {
+  digest: Buffer;
+  role: Role;
+  name: string;
+}
+
+export interface Principal {
+  role: Role;
+  name: string;
+}
+
+const MIN_TOKEN_LENGTH = 16;
+
+function digest(token: string): Buffer {
+  return createHash('sha256').update(token, 'utf8').digest();
+}
+
+export class TokenStore {
+  private readonly tokens: StoredToken[];
+
+  constructor(specs: TokenSpec[]) {
+    this.tokens = specs.map((s, i) => {
+      if (s.role !== 'read' && s.role !== 'control') throw new RlstreamError('CONFIG_INVALID', `admin token #${i + 1}: role must be read or control, got ${String(s.role)}`);
+      if (typeof s.token !== 'string' || s.token.length < MIN_TOKEN_LENGTH) {
+        throw new RlstreamError('CONFIG_INVALID', `admin token #${i + 1} (${s.role}) is shorter than ${MIN_TOKEN_LENGTH} characters`);
+      }
+      return { digest: digest(s.token), role: s.role, name: s.name ?? `${s.role}#${i + 1}` };
+    });
+  }
+
+  get size(): number {
+    return this.tokens.length;
+  }
+
+  /** The principal a token belongs to, or null. Always hashes once and compares against every entry. */
+  verify(token: string): Principal | null {
+    const d = digest(token);
+    let found: StoredToken | null = null;
+    for (const t of this.tokens) {
+      if (timingSafeEqual(d, t.digest) && found === null) found = t;
+    }
+    return found ? { role: found.role, name: found.name } : null;
+  }
+}
+
+/** Whether a principal's role satisfies what a route demands (control includes read). */
+export function allows(principal: Principal, access: Role): boolean {
+  return access === 'read' || principal.role === 'control';
+}
+
+/**
+ * Parses RLSTREAM_ADMIN_TOKENS: comma-separated entries `role:token` (role read or control); a bare token is a
+ * read token, so a token pasted without thought can never stop a run.
+ */
+export function parseTokenList(text: string): TokenSpec[] {
+  const specs: TokenSpec[] = [];
+  for (const [i, raw] of text.split(',').entries()) {
+    const entry = raw.trim();
+    if (entry === '') continue;
+    const colon = entry.indexOf(':');
+    const role = colon > 0 ? entry.slice(0, colon) : 'read';
+    const token = colon > 0 ? entry.slice(colon + 1) : entry;
+    if (role !== 'read' && role !== 'control') throw new RlstreamError('CONFIG_INVALID', `RLSTREAM_ADMIN_TOKENS entry ${i + 1}: role must be read or control, got ${role}`);
+    specs.push({ token, role, name: `${role}#${specs.length + 1}` });
+  }
+  return specs;
+}
+
+/** The token of an `Authorization: Bearer <token>` header, or null. */
+export function bearerToken(header: string | undefined): string | null {
+  if (!header) return null;
+  const m = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(header);
+  return m ? m[1]! : null;
+}

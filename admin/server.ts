@@ -1,0 +1,225 @@
+// The admin server: Fastify with one plugin per route group, bearer-token roles, rate and body limits,
+// CORS only when configured, the OpenAPI document at /openapi.json (UI at /docs) and the dashboard at /.
+// buildAdminServer() makes an instance for inject() tests; startAdminServer() also listens and tails the log.
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import cors from '@fastify/cors';
+import rateLimit from '@fastify/rate-limit';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import { isRlstreamError, describeError } from '../core/errors.ts';
+import { allows, bearerToken, parseTokenList, TokenStore, type Access, type Principal, type TokenSpec } from './auth.ts';
+import type { AdminContext, QueryLimits } from './context.ts';
+import { AdminError, isAdminError } from './errors.ts';
+import { LiveTail, type LiveTailOptions } from './live/tail.ts';
+import { ErrorBody, Run } from './schemas.ts';
+import { classifyQueryError } from './sql-errors.ts';
+import { httpMetrics } from './metrics.ts';
+import healthRoutes from './routes/health.ts';
+import runRoutes from './routes/runs.ts';
+import topicRoutes from './routes/topics.ts';
+import trainingRoutes from './routes/training.ts';
+import controlRoutes from './routes/control.ts';
+import traceRoutes from './routes/traces.ts';
+import trajectoryRoutes from './routes/trajectories.ts';
+import replayRoutes from './routes/replay.ts';
+import metricsRoutes from './routes/metrics.ts';
+import dashboardRoutes from './routes/dashboard.ts';
+
+export interface AdminServerOptions {
+  /** Tokens in addition to those of RLSTREAM_ADMIN_TOKENS (see admin/auth.ts parseTokenList). */
+  tokens?: TokenSpec[];
+  /** Environment to read RLSTREAM_ADMIN_TOKENS from (default process.env). */
+  env?: Record<string, string | undefined>;
+  /** Largest accepted request body in bytes (default 64 KiB). */
+  bodyLimitBytes?: number;
+  /** Requests per window per client address; false disables (default 600 per minute). */
+  rateLimit?: { max: number; timeWindowMs: number } | false;
+  /** Origins allowed by CORS; CORS is off (no headers at all) unless some are given. */
+  corsOrigins?: string[];
+  /** Upper bounds on what a SQL or named query may ask for (defaults 10 000 rows, 16 MiB, 10 s). */
+  queryLimits?: Partial<QueryLimits>;
+  /** Options of the log tail behind the live routes; false to not tail (routes then show nothing live). */
+  tail?: LiveTailOptions | false;
+}
+
+export interface AdminState {
+  ctx: AdminContext;
+  tail: LiveTail | null;
+  maxLimits: QueryLimits;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    admin: AdminState;
+  }
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+  interface FastifyContextConfig {
+    /** Who may call the route; routes without it need the read role. */
+    access?: Access;
+  }
+}
+
+export const DEFAULT_QUERY_LIMITS: QueryLimits = { maxRows: 10_000, maxBytes: 16 * 1024 * 1024, timeoutMs: 10_000 };
+
+function tokenStore(options: AdminServerOptions): TokenStore {
+  const env = options.env ?? process.env;
+  return new TokenStore([...(options.tokens ?? []), ...parseTokenList(env['RLSTREAM_ADMIN_TOKENS'] ?? '')]);
+}
+
+/** Maps anything thrown in a route to a catalogue error; client mistakes are always 4xx. */
+export function toAdminError(err: unknown, request: FastifyRequest): AdminError {
+  if (isAdminError(err)) return err;
+  const fe = err as Partial<FastifyError> & { validation?: unknown };
+  if (fe.validation) return new AdminError('ADM_ERR_VALIDATION', { detail: fe.message ?? 'schema validation failed' }, { cause: err });
+  switch (fe.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new AdminError('ADM_ERR_BODY_TOO_LARGE', { limit: request.routeOptions.bodyLimit ?? 0 }, { cause: err });
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new AdminError('ADM_ERR_UNSUPPORTED_MEDIA_TYPE', { type: String(request.headers['content-type'] ?? 'none') }, { cause: err });
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new AdminError('ADM_ERR_BAD_JSON', {}, { cause: err });
+    default:
+      break;
+  }
+  if (err instanceof SyntaxError && fe.statusCode === 400) return new AdminError('ADM_ERR_BAD_JSON', {}, { cause: err });
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    if (fe.statusCode === 429) return new AdminError('ADM_ERR_RATE_LIMITED', { after: 'a moment' }, { cause: err });
+    return new AdminError('ADM_ERR_VALIDATION', { detail: fe.message ?? 'bad request' }, { cause: err });
+  }
+  if (isRlstreamError(err)) {
+    if (err.code === 'INPUT_INVALID') return new AdminError('ADM_ERR_VALIDATION', { detail: err.message }, { cause: err });
+    if (err.code === 'LOG_UNKNOWN_TOPIC' || err.code === 'LOG_UNKNOWN_PARTITION') return new AdminError('ADM_ERR_NOT_FOUND', { what: err.message }, { cause: err });
+    if (err.code === 'TRACE_STORE') {
+      const classified = classifyQueryError(err);
+      if (classified) return classified;
+    }
+  }
+  return new AdminError('ADM_ERR_INTERNAL', { requestId: request.id }, { cause: err });
+}
+
+export async function buildAdminServer(ctx: AdminContext, options: AdminServerOptions = {}): Promise<FastifyInstance> {
+  const tokens = tokenStore(options);
+  const logger = ctx.logger.child({ component: 'admin' });
+  if (tokens.size === 0) logger.warn('admin server has no tokens: every route but health, readiness and static pages will answer 401');
+
+  const app = Fastify({
+    // Fastify's own logger is off: requests are logged below through core/telemetry, without headers, so a
+    // token can never reach a log line.
+    logger: false,
+    bodyLimit: options.bodyLimitBytes ?? 64 * 1024,
+    // Bad input must be a 4xx: ajv removes nothing silently and coerces query strings into their types.
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', allErrors: false } },
+    genReqId: (() => {
+      let n = 0;
+      return () => `req-${(++n).toString(36)}`;
+    })(),
+  });
+
+  const maxLimits: QueryLimits = { ...DEFAULT_QUERY_LIMITS, ...options.queryLimits };
+  const tail = options.tail === false ? null : new LiveTail(ctx.log, ctx.serde, logger, options.tail);
+  app.decorate('admin', { ctx, tail, maxLimits });
+  app.decorateRequest('principal', null);
+  app.addSchema(ErrorBody);
+  app.addSchema(Run);
+
+  const http = httpMetrics(ctx.metrics);
+
+  app.setErrorHandler((err: unknown, request: FastifyRequest, reply: FastifyReply) => {
+    const e = toAdminError(err, request);
+    if (e.statusCode >= 500) logger.error('admin request failed', { requestId: request.id, method: request.method, route: request.routeOptions.url, error: describeError(err) });
+    void reply.code(e.statusCode).send({ statusCode: e.statusCode, code: e.code, message: e.message });
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const e = new AdminError('ADM_ERR_ROUTE_NOT_FOUND', { method: request.method, url: request.url.split('?')[0] ?? '' });
+    void reply.code(e.statusCode).send({ statusCode: e.statusCode, code: e.code, message: e.message });
+  });
+
+  // Authentication first, before rate limiting and body parsing: an unauthenticated caller costs nothing.
+  app.addHook('onRequest', async (request) => {
+    const access: Access = request.routeOptions.config.access ?? 'read';
+    if (access === 'public') return;
+    const token = bearerToken(request.headers.authorization);
+    const principal = token === null ? null : tokens.verify(token);
+    if (!principal) throw new AdminError('ADM_ERR_UNAUTHENTICATED');
+    if (!allows(principal, access)) throw new AdminError('ADM_ERR_FORBIDDEN', { role: access });
+    request.principal = principal;
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    http.observe(request.method, route, reply.statusCode, reply.elapsedTime / 1000);
+    // Path only: query strings can carry user text; headers (the token) are never logged.
+    logger.debug('admin request', { requestId: request.id, method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime) });
+  });
+
+  if (options.rateLimit !== false) {
+    const rl = options.rateLimit ?? { max: 600, timeWindowMs: 60_000 };
+    await app.register(rateLimit, {
+      global: true,
+      max: rl.max,
+      timeWindow: rl.timeWindowMs,
+      errorResponseBuilder: (_req, c) => new AdminError('ADM_ERR_RATE_LIMITED', { after: c.after }),
+    });
+  }
+  if (options.corsOrigins && options.corsOrigins.length > 0) {
+    await app.register(cors, { origin: options.corsOrigins, methods: ['GET', 'POST', 'DELETE'], allowedHeaders: ['Authorization', 'Content-Type'] });
+  }
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'rlstream admin API', version: '1', description: 'Control room of an rlstream run: runs, log, training, control, traces, replay.' },
+      components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer' } } },
+    },
+    transform: ({ schema, url, route }) => {
+      const access = (route.config as { access?: Access } | undefined)?.access ?? 'read';
+      const s = { ...(schema ?? {}) } as Record<string, unknown>;
+      if (access !== 'public') {
+        s['security'] = [{ bearerAuth: [] }];
+        s['description'] = `${(s['description'] as string | undefined) ?? ''}${s['description'] ? ' ' : ''}Requires the ${access} role.`;
+      }
+      return { schema: s as typeof schema, url };
+    },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' }, staticCSP: true });
+
+  app.get('/openapi.json', { config: { access: 'public' }, schema: { hide: true } }, async () => app.swagger());
+
+  await app.register(healthRoutes);
+  await app.register(runRoutes, { prefix: '/api' });
+  await app.register(topicRoutes, { prefix: '/api' });
+  await app.register(trainingRoutes, { prefix: '/api' });
+  await app.register(controlRoutes, { prefix: '/api' });
+  await app.register(traceRoutes, { prefix: '/api' });
+  await app.register(trajectoryRoutes, { prefix: '/api' });
+  await app.register(replayRoutes, { prefix: '/api' });
+  await app.register(metricsRoutes);
+  await app.register(dashboardRoutes);
+
+  // The tail starts with the server (also under inject(), which readies it) and stops with it.
+  app.addHook('onReady', async () => {
+    await tail?.start();
+  });
+  app.addHook('onClose', async () => {
+    await tail?.close();
+  });
+  return app;
+}
+
+export interface StartedAdminServer {
+  app: FastifyInstance;
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Builds the server, starts the log tail and listens (default 127.0.0.1, port 0 = any free port). */
+export async function startAdminServer(
+  ctx: AdminContext,
+  options: AdminServerOptions & { host?: string; port?: number } = {},
+): Promise<StartedAdminServer> {
+  const app = await buildAdminServer(ctx, options);
+  const address = await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
+  ctx.logger.info('admin server listening', { url: address });
+  return { app, url: address, close: () => app.close() };
+}
