@@ -1,0 +1,485 @@
+// The generation engine of the built-in policy: continuous batching over onnxruntime sessions. Requests
+// from many concurrent agent loops join the running batch between decode steps (after a batched prefill) and
+// leave it when they finish; each policy version has its own running batch, so a hot-swap never mixes
+// weights inside one sequence. A session's KV cache is kept between its turns (bounded, LRU) so a later turn
+// encodes only its new tokens.
+import { randomInt } from 'node:crypto';
+import { RlstreamError, describeError } from '../../core/errors.ts';
+import { silentLogger, type Logger } from '../../core/telemetry.ts';
+import type { GenerateRequest, GenerateResult, FinishReason } from '../backends/types.ts';
+import type { ModelConfig } from './config.ts';
+import { MASKED } from './export.ts';
+import { gatherRows, kvBytes, SessionCache, type RowSource, type SessionKv } from './kv.ts';
+import { emptyKv, type KvTensors, type PolicyRunner } from './runner.ts';
+import { newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
+
+/**
+ * How a policy update reaches sessions (trajectories) that are under way:
+ * - 'finish': a session keeps the version it started with until it is released (every turn of a trajectory
+ *   comes from one policy); new sessions use the new version.
+ * - 'next_turn': a turn in flight finishes on its weights; the session's next turn uses the new version, and
+ *   its kept KV cache (computed by the old weights) is dropped.
+ */
+export type SwapMode = 'finish' | 'next_turn';
+
+export interface EngineOptions {
+  /** Most sequences decoded together per version (default 64). */
+  maxBatch?: number;
+  /** Budget for KV caches kept between turns, in bytes (default 256 MiB). */
+  kvCacheBytes?: number;
+  swapMode?: SwapMode;
+  /** Padded prefill tokens (rows × longest new suffix) admitted per step (default 16384); one request always fits. */
+  maxPrefillTokens?: number;
+  /** In 'finish' mode, how many versions may stay loaded for pinned sessions (default 3). */
+  maxLiveVersions?: number;
+  server?: string;
+  logger?: Logger;
+}
+
+export interface EngineStats {
+  steps: number;
+  prefillSteps: number;
+  decodeTokens: number;
+  prefillTokens: number;
+  reusedTokens: number;
+  cacheHits: number;
+  cacheMisses: number;
+  cacheEvictions: number;
+  cachedSessions: number;
+  cacheBytes: number;
+  rebuilds: number;
+}
+
+interface Seq {
+  req: GenerateRequest;
+  version: number;
+  context: number[]; // prompt + generated so far
+  kvLen: number; // leading tokens of `context` whose K/V are in the cache
+  feed: number[]; // tokens to run at the next step
+  past: SessionKv | null; // kept KV to start from (prefill only)
+  tokens: number[];
+  logprobs: number[];
+  maxNew: number;
+  stop: Set<number>;
+  rng: Rng;
+  t0: number;
+  aborted: boolean;
+  resolve: (r: GenerateResult) => void;
+  reject: (e: unknown) => void;
+}
+
+interface Group {
+  runner: PolicyRunner;
+  waiting: Seq[];
+  rows: Seq[];
+  kv: KvTensors; // [rows, kvHeads, kv.len, headDim]; row b's tokens are in columns [starts[b], kv.len)
+  starts: number[];
+}
+
+export class GenerationEngine {
+  private readonly groups = new Map<number, Group>();
+  private readonly pins = new Map<string, number>(); // session → version ('finish' mode)
+  private readonly cache: SessionCache;
+  private current: number;
+  private looping = false;
+  private stepping: Group | null = null;
+  private closed = false;
+  private readonly scratch: ReturnType<typeof newScratch>;
+  private readonly opts: Required<Omit<EngineOptions, 'logger'>> & { logger: Logger };
+  private readonly counters = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cacheMisses: 0, rebuilds: 0 };
+
+  constructor(
+    private readonly config: ModelConfig,
+    runner: PolicyRunner,
+    options: EngineOptions = {},
+  ) {
+    this.opts = {
+      maxBatch: options.maxBatch ?? 64,
+      kvCacheBytes: options.kvCacheBytes ?? 256 * 1024 * 1024,
+      swapMode: options.swapMode ?? 'next_turn',
+      maxPrefillTokens: options.maxPrefillTokens ?? 16384,
+      maxLiveVersions: options.maxLiveVersions ?? 3,
+      server: options.server ?? 'builtin',
+      logger: options.logger ?? silentLogger,
+    };
+    if (!Number.isInteger(this.opts.maxBatch) || this.opts.maxBatch < 1) throw new RlstreamError('CONFIG_INVALID', `maxBatch must be a positive integer, got ${this.opts.maxBatch}`);
+    if (this.opts.swapMode !== 'finish' && this.opts.swapMode !== 'next_turn') throw new RlstreamError('CONFIG_INVALID', `swapMode must be 'finish' or 'next_turn', got ${String(this.opts.swapMode)}`);
+    this.cache = new SessionCache(this.opts.kvCacheBytes);
+    this.scratch = newScratch(config.vocabSize);
+    this.current = runner.version;
+    this.groups.set(runner.version, this.newGroup(runner));
+  }
+
+  currentVersion(): number {
+    return this.current;
+  }
+
+  stats(): EngineStats {
+    return { ...this.counters, cacheEvictions: this.cache.evictions, cachedSessions: this.cache.size, cacheBytes: this.cache.bytes };
+  }
+
+  /** Validate, queue and run one request; resolves when it finishes (or is aborted). */
+  generate(req: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
+    if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine is closed', { retriable: false }));
+    try {
+      this.validate(req);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return new Promise<GenerateResult>((resolve, reject) => {
+      const p = req.sampling;
+      const version = this.versionFor(req.sessionId);
+      const seq: Seq = {
+        req,
+        version,
+        context: [...req.promptIds],
+        kvLen: 0,
+        feed: [],
+        past: null,
+        tokens: [],
+        logprobs: [],
+        maxNew: Math.min(p.max_new_tokens, this.config.maxPositions - req.promptIds.length),
+        stop: new Set(p.stop_token_ids),
+        rng: new Rng(p.seed ?? randomInt(0, 2 ** 48)),
+        t0: performance.now(),
+        aborted: false,
+        resolve,
+        reject,
+      };
+      this.attachPast(seq);
+      if (signal) {
+        if (signal.aborted) seq.aborted = true;
+        else signal.addEventListener('abort', () => (seq.aborted = true), { once: true });
+      }
+      this.groups.get(version)!.waiting.push(seq);
+      this.kick();
+    });
+  }
+
+  releaseSession(sessionId: string): void {
+    this.cache.take(sessionId);
+    this.pins.delete(sessionId);
+    this.releaseIdleRunners();
+  }
+
+  /** Make `runner` the version new requests use (see SwapMode for sessions under way). */
+  install(runner: PolicyRunner): void {
+    const old = this.current;
+    if (runner.version === old || this.groups.has(runner.version)) throw new RlstreamError('INPUT_INVALID', `policy version ${runner.version} is already loaded`);
+    this.groups.set(runner.version, this.newGroup(runner));
+    this.current = runner.version;
+    if (this.opts.swapMode === 'next_turn') {
+      this.pins.clear();
+      this.cache.dropOtherVersions(runner.version);
+    } else {
+      // Keep only the newest versions alive for pinned sessions; older pins move to the new version.
+      const live = [...this.groups.keys()].sort((a, b) => b - a).slice(0, this.opts.maxLiveVersions);
+      for (const [s, v] of this.pins) if (!live.includes(v)) this.pins.delete(s);
+    }
+    // Requests that have not started yet move to the version they would get now.
+    for (const [v, g] of this.groups) {
+      if (v === runner.version) continue;
+      const stay: Seq[] = [];
+      for (const seq of g.waiting) {
+        const target = this.versionFor(seq.req.sessionId);
+        if (target === v) stay.push(seq);
+        else {
+          seq.version = target;
+          seq.past = null;
+          seq.kvLen = 0;
+          this.attachPast(seq);
+          this.groups.get(target)!.waiting.push(seq);
+        }
+      }
+      g.waiting = stay;
+    }
+    this.opts.logger.info('policy installed', { version: runner.version, previous: old, swapMode: this.opts.swapMode });
+    this.releaseIdleRunners();
+    this.kick();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const g of this.groups.values()) {
+      for (const s of [...g.waiting, ...g.rows]) s.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine closed', { retriable: false }));
+      g.waiting = [];
+      g.rows = [];
+    }
+    for (const g of this.groups.values()) await g.runner.release();
+    this.groups.clear();
+  }
+
+  // ----- request set-up -----
+
+  private validate(req: GenerateRequest): void {
+    const bad = (m: string) => new RlstreamError('BACKEND_BAD_REQUEST', `request ${req?.requestId ?? '?'}: ${m}`);
+    if (!req || !Array.isArray(req.promptIds)) throw bad('promptIds must be an array of token ids');
+    const n = req.promptIds.length;
+    if (n === 0) throw bad('the prompt is empty');
+    if (n >= this.config.maxPositions) throw bad(`the prompt has ${n} tokens; the context holds ${this.config.maxPositions}, leaving no room to generate`);
+    const V = this.config.vocabSize;
+    for (let i = 0; i < n; i++) {
+      const t = req.promptIds[i]!;
+      if (!Number.isInteger(t) || t < 0 || t >= V) throw bad(`token id ${t} at position ${i} is outside the vocabulary [0, ${V})`);
+    }
+    validateSampling(req.sampling, V);
+  }
+
+  private versionFor(sessionId: string | undefined): number {
+    if (this.opts.swapMode === 'finish' && sessionId !== undefined) {
+      const pinned = this.pins.get(sessionId);
+      if (pinned !== undefined && this.groups.has(pinned)) return pinned;
+      this.pins.set(sessionId, this.current);
+    }
+    return this.current;
+  }
+
+  /** Start from the session's kept KV when it was computed by this version and is a prefix of the prompt. */
+  private attachPast(seq: Seq): void {
+    const sid = seq.req.sessionId;
+    const kept = sid === undefined ? undefined : this.cache.take(sid);
+    const prompt = seq.context;
+    let usable = kept !== undefined && kept.version === seq.version && kept.tokens.length <= prompt.length;
+    for (let i = 0; usable && i < kept!.tokens.length; i++) if (kept!.tokens[i] !== prompt[i]) usable = false;
+    if (kept && usable) {
+      let past = kept;
+      if (past.tokens.length === prompt.length) past = this.truncate(past, prompt.length - 1); // keep one token to run
+      seq.past = past;
+      seq.kvLen = past.tokens.length;
+      this.counters.cacheHits++;
+      this.counters.reusedTokens += past.tokens.length;
+    } else if (sid !== undefined) {
+      this.counters.cacheMisses++;
+    }
+    seq.feed = prompt.slice(seq.kvLen);
+  }
+
+  private truncate(s: SessionKv, n: number): SessionKv {
+    const { kv } = gatherRows(this.config, [{ kv: s.kv, batch: 1, row: 0, cols: range(0, n) }]);
+    return { version: s.version, tokens: s.tokens.slice(0, n), kv, bytes: kvBytes(this.config, kv, 1) };
+  }
+
+  private newGroup(runner: PolicyRunner): Group {
+    return { runner, waiting: [], rows: [], kv: emptyKv(this.config), starts: [] };
+  }
+
+  // ----- the scheduling loop -----
+
+  private kick(): void {
+    if (this.looping || this.closed) return;
+    this.looping = true;
+    void this.loop().finally(() => (this.looping = false));
+  }
+
+  private async loop(): Promise<void> {
+    // Yield once first so requests submitted together (e.g. a GRPO group) share the first prefill.
+    await new Promise((r) => setImmediate(r));
+    while (!this.closed) {
+      let worked = false;
+      for (const g of [...this.groups.values()]) {
+        if (g.waiting.length === 0 && g.rows.length === 0) continue;
+        worked = true;
+        this.stepping = g;
+        try {
+          await this.iterate(g);
+        } catch (err) {
+          // A failed step fails the sequences in it, not the engine.
+          this.opts.logger.error('policy step failed', { error: describeError(err), version: g.runner.version });
+          const e = err instanceof RlstreamError ? err : new RlstreamError('INTERNAL', `policy step failed: ${describeError(err)}`, { cause: err });
+          for (const s of g.rows) s.reject(e);
+          g.rows = [];
+          g.kv = emptyKv(this.config);
+          g.starts = [];
+        } finally {
+          this.stepping = null;
+        }
+      }
+      this.releaseIdleRunners();
+      if (!worked) return;
+      // Let new requests and abort signals in between steps.
+      await new Promise((r) => setImmediate(r));
+    }
+  }
+
+  /** One scheduling step of a version's batch: prefill joiners, decode the running rows, retire finished ones. */
+  private async iterate(g: Group): Promise<void> {
+    for (const s of g.waiting) if (s.aborted) this.finish(s, 'abort');
+    g.waiting = g.waiting.filter((s) => !s.aborted);
+    const joiners = this.admit(g);
+    const survivors: RowSource[] = [];
+    const kept: Seq[] = [];
+    const done: [Seq, FinishReason, RowSource][] = [];
+    const retire = (s: Seq, src: RowSource) => {
+      const reason = this.finishReason(s);
+      if (reason) done.push([s, reason, src]);
+      else {
+        kept.push(s);
+        survivors.push(src);
+      }
+    };
+    let changed = joiners.length > 0;
+
+    if (g.rows.length > 0) {
+      const B = g.rows.length;
+      const T = g.kv.len;
+      const ids = new BigInt64Array(B);
+      const pos = new BigInt64Array(B);
+      const bias = new Float32Array(B * (T + 1));
+      g.rows.forEach((s, b) => {
+        ids[b] = BigInt(s.feed[0]!);
+        pos[b] = BigInt(s.kvLen);
+        bias.fill(MASKED, b * (T + 1), b * (T + 1) + g.starts[b]!);
+      });
+      const out = await g.runner.step({ batch: B, seq: 1, inputIds: ids, positionIds: pos, bias, past: g.kv });
+      this.counters.steps++;
+      this.counters.decodeTokens += B;
+      const V = this.config.vocabSize;
+      g.rows.forEach((s, b) => {
+        s.kvLen++;
+        if (!s.aborted) this.emit(s, out.logprobs.subarray(b * V, (b + 1) * V));
+        retire(s, { kv: out.present, batch: B, row: b, cols: range(g.starts[b]!, T + 1) });
+      });
+      if (kept.length !== B) changed = true;
+      g.kv = out.present;
+    }
+
+    if (joiners.length > 0) {
+      const pre = await this.prefill(g, joiners);
+      joiners.forEach((s, i) => retire(s, pre[i]!));
+    }
+
+    for (const [s, reason, src] of done) {
+      this.keepSession(s, src);
+      this.finish(s, reason);
+    }
+    if (changed) {
+      const { kv, starts } = gatherRows(this.config, survivors);
+      this.counters.rebuilds++;
+      g.rows = kept;
+      g.kv = kv;
+      g.starts = starts;
+    }
+  }
+
+  /** Take waiting requests into the batch while rows and the prefill token budget allow. */
+  private admit(g: Group): Seq[] {
+    const room = this.opts.maxBatch - g.rows.length;
+    const out: Seq[] = [];
+    let longest = 0;
+    while (out.length < room && g.waiting.length > 0) {
+      const next = g.waiting[0]!;
+      const l = Math.max(longest, next.feed.length);
+      if (out.length > 0 && l * (out.length + 1) > this.opts.maxPrefillTokens) break;
+      longest = l;
+      out.push(g.waiting.shift()!);
+    }
+    return out;
+  }
+
+  /**
+   * Run the new requests' suffixes (left-padded to the longest) on top of their kept KV (right-aligned), sample
+   * each one's first token, and return where each row's tokens sit in the resulting cache.
+   */
+  private async prefill(g: Group, seqs: Seq[]): Promise<RowSource[]> {
+    const c = this.config;
+    const B = seqs.length;
+    const pasts = seqs.map((s) => s.past);
+    const { kv: past, starts } = gatherRows(
+      c,
+      pasts.map((p) => (p ? { kv: p.kv, batch: 1, row: 0, cols: range(0, p.tokens.length) } : { kv: emptyKv(c), batch: 1, row: 0, cols: [] })),
+    );
+    const Tp = past.len;
+    const S = seqs.reduce((m, s) => Math.max(m, s.feed.length), 0);
+    const T = Tp + S;
+    const ids = new BigInt64Array(B * S);
+    const pos = new BigInt64Array(B * S);
+    const bias = new Float32Array(B * S * T).fill(MASKED);
+    seqs.forEach((s, b) => {
+      const n = s.feed.length;
+      const pad = S - n;
+      for (let i = 0; i < S; i++) {
+        const rowBase = (b * S + i) * T;
+        if (i < pad) {
+          bias[rowBase + Tp + i] = 0; // padding attends to itself only, so its softmax stays finite
+          continue;
+        }
+        ids[b * S + i] = BigInt(s.feed[i - pad]!);
+        pos[b * S + i] = BigInt(s.kvLen + i - pad);
+        bias.fill(0, rowBase + starts[b]!, rowBase + Tp);
+        bias.fill(0, rowBase + Tp + pad, rowBase + Tp + i + 1);
+      }
+    });
+    const out = await g.runner.step({ batch: B, seq: S, inputIds: ids, positionIds: pos, bias, past });
+    this.counters.steps++;
+    this.counters.prefillSteps++;
+    const V = c.vocabSize;
+    return seqs.map((s, b) => {
+      const n = s.feed.length;
+      this.counters.prefillTokens += n;
+      s.kvLen += n;
+      s.past = null;
+      if (!s.aborted) this.emit(s, out.logprobs.subarray(b * V, (b + 1) * V));
+      return { kv: out.present, batch: B, row: b, cols: [...range(starts[b]!, Tp), ...range(T - n, T)] };
+    });
+  }
+
+  /** Sample the next token of `s` from its log-probs row. */
+  private emit(s: Seq, lp: Float32Array): void {
+    const { token, logprob } = sampleToken(lp, s.req.sampling, s.rng, this.scratch);
+    s.tokens.push(token);
+    s.logprobs.push(logprob);
+    s.context.push(token);
+    s.feed = [token];
+  }
+
+  private finishReason(s: Seq): FinishReason | null {
+    if (s.aborted) return 'abort';
+    const last = s.tokens[s.tokens.length - 1];
+    if (last !== undefined && s.stop.has(last)) return 'stop';
+    if (s.tokens.length >= s.maxNew) return 'length';
+    return null;
+  }
+
+  /** Keep the finished turn's KV (all context tokens but the last sampled one) for the session's next turn. */
+  private keepSession(s: Seq, src: RowSource): void {
+    const sid = s.req.sessionId;
+    if (sid === undefined || s.aborted || s.version !== this.keepableVersion(sid)) return;
+    const { kv } = gatherRows(this.config, [src]);
+    this.cache.put(sid, { version: s.version, tokens: s.context.slice(0, s.kvLen), kv, bytes: kvBytes(this.config, kv, 1) });
+  }
+
+  /** The version a session's next turn will run on: a cache of any other version would be useless. */
+  private keepableVersion(sessionId: string): number {
+    if (this.opts.swapMode === 'finish') return this.pins.get(sessionId) ?? this.current;
+    return this.current;
+  }
+
+  private finish(s: Seq, reason: FinishReason): void {
+    s.resolve({
+      tokenIds: s.tokens,
+      logprobs: s.logprobs,
+      finishReason: reason,
+      policyVersions: s.tokens.map(() => s.version),
+      server: this.opts.server,
+      latencyMs: performance.now() - s.t0,
+    });
+  }
+
+  /** Release runners of old versions that no request, running row or pinned session needs any more. */
+  private releaseIdleRunners(): void {
+    const pinned = new Set(this.pins.values());
+    for (const [v, g] of this.groups) {
+      if (v === this.current || g.rows.length > 0 || g.waiting.length > 0 || pinned.has(v)) continue;
+      if (this.stepping === g) continue; // its rows are in flight inside a step
+      this.groups.delete(v);
+      void g.runner.release().catch((err: unknown) => this.opts.logger.warn('releasing an old policy session failed', { version: v, error: describeError(err) }));
+      this.opts.logger.info('policy version unloaded', { version: v });
+    }
+  }
+}
+
+function range(from: number, to: number): number[] {
+  const out: number[] = [];
+  for (let i = from; i < to; i++) out.push(i);
+  return out;
+}
