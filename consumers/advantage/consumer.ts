@@ -1,0 +1,161 @@
+// The advantage consumer: RewardedTrajectory (rewarded) → AdvantagedTrajectory (advantaged, key group_id).
+// Groups are assembled by group_id and emitted when complete or timed out; the estimator (registry by name)
+// runs on the group; evaluation rollouts (dataset.split ≠ train) are skipped. Open groups are state the
+// processor runtime protects: commits stay below held records and a restart skips what was already emitted.
+import { RlstreamError } from '../../core/errors.ts';
+import { deriveId } from '../../core/ids.ts';
+import type { EventLog } from '../../core/log/types.ts';
+import { StreamProcessor, type InputRecord, type ProcessContext, type ProcessorHandler } from '../../core/processor.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import type { Logger } from '../../core/telemetry.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { RewardedTrajectory, Trajectory } from '../../schemas/generated/types.ts';
+import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, mean, stdUnbiased, type Estimator, type EstimatorOptions } from './estimators.ts';
+import { GroupTable, type CloseReason, type OpenGroup } from './groups.ts';
+
+export interface AdvantageOptions {
+  /** Estimator name (grpo, grpo_no_std, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae). Default grpo. */
+  estimator?: string;
+  estimatorOptions?: Partial<EstimatorOptions>;
+  /** A group still incomplete this long after its first member arrived is closed. Default 60 000 ms. */
+  groupTimeoutMs?: number;
+  /** What a closed incomplete group does: drop its members, or emit those present. Default emit. */
+  partialGroups?: 'drop' | 'emit';
+  /** Most groups held at once; past it the oldest is closed as if timed out. Default 10 000. */
+  maxOpenGroups?: number;
+  /** Drop groups whose rewards are all equal (DAPO's dynamic sampling). Default false. */
+  dynamicSampling?: boolean;
+  /** Critic values per response token (GAE); 0 when absent. */
+  critic?: (traj: Trajectory) => ArrayLike<number> | null;
+  outputTopic?: string;
+}
+
+export interface AdvantageConsumerOptions extends AdvantageOptions {
+  log: EventLog;
+  serde: EventSerde;
+  id?: string;
+  inputTopic?: string;
+  maxBatchRecords?: number;
+  logger?: Logger;
+}
+
+export class AdvantageHandler implements ProcessorHandler {
+  private readonly groups = new GroupTable();
+  private readonly estimator: Estimator;
+  private readonly estimatorName: string;
+  private readonly estimatorOptions: EstimatorOptions;
+
+  constructor(
+    private readonly id: string,
+    private readonly options: AdvantageOptions = {},
+  ) {
+    this.estimatorName = options.estimator ?? 'grpo';
+    this.estimator = getEstimator(this.estimatorName);
+    this.estimatorOptions = { ...DEFAULT_ESTIMATOR_OPTIONS, ...options.estimatorOptions };
+    if (options.partialGroups !== undefined && options.partialGroups !== 'drop' && options.partialGroups !== 'emit') {
+      throw new RlstreamError('CONFIG_INVALID', `advantage.partialGroups must be drop or emit, got "${String(options.partialGroups)}"`);
+    }
+  }
+
+  get openGroups(): number {
+    return this.groups.size;
+  }
+
+  handle(input: InputRecord, ctx: ProcessContext): void {
+    const ev = input.event.value as RewardedTrajectory;
+    const traj = ev.trajectory;
+    if (traj.dataset.split !== 'train') return ctx.count('skipped_not_train');
+    if (traj.response_mask.length !== traj.response_ids.length) {
+      throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: response_mask has ${traj.response_mask.length} entries for ${traj.response_ids.length} tokens`);
+    }
+    if (this.groups.isClosed(traj.group_id)) return ctx.count('late_members');
+    const { group, duplicate } = this.groups.add({ record: input.record, event: ev }, ctx.now);
+    if (duplicate) return ctx.count('duplicates');
+    if (group.members.length >= group.expected) this.close(group, 'complete', ctx);
+    const max = this.options.maxOpenGroups ?? 10_000;
+    while (this.groups.size > max) this.close(this.groups.oldest()!, 'evicted', ctx);
+  }
+
+  tick(ctx: ProcessContext): void {
+    for (const g of this.groups.expired(ctx.now, this.options.groupTimeoutMs ?? 60_000)) this.close(g, 'timeout', ctx);
+  }
+
+  pending(topic: string, partition: number): number[] {
+    return this.groups.heldOffsets(topic, partition);
+  }
+
+  release(topic: string, partition: number): void {
+    this.groups.dropPartition(topic, partition);
+  }
+
+  private close(g: OpenGroup, reason: CloseReason, ctx: ProcessContext): void {
+    this.groups.close(g.groupId);
+    const partial = g.members.length < g.expected;
+    if (partial) {
+      ctx.count(`partial_${reason}`);
+      if ((this.options.partialGroups ?? 'emit') === 'drop') {
+        ctx.count('partial_dropped_members', g.members.length);
+        return;
+      }
+    }
+    const scores = g.members.map((m) => m.event.reward.score);
+    if (this.options.dynamicSampling && scores.every((s) => s === scores[0])) {
+      ctx.count('filtered_groups');
+      ctx.count('filtered_members', g.members.length);
+      return;
+    }
+    let results;
+    try {
+      results = this.estimator(
+        g.members.map((m) => ({
+          groupId: g.groupId,
+          score: m.event.reward.score,
+          mask: m.event.trajectory.response_mask,
+          tokenRewards: m.event.reward.token_rewards,
+          values: this.options.critic?.(m.event.trajectory) ?? null,
+        })),
+        this.estimatorOptions,
+      );
+    } catch (err) {
+      for (const m of g.members) ctx.deadLetter(m.record, err);
+      return;
+    }
+    const group = { group_size: g.members.length, expected_size: g.expected, reward_mean: mean(scores), reward_std: stdUnbiased(scores), partial };
+    ctx.count('groups_emitted');
+    g.members.forEach((m, i) => {
+      const r = results[i]!;
+      ctx.emit(
+        {
+          topic: this.options.outputTopic ?? TOPICS.advantaged,
+          name: 'AdvantagedTrajectory',
+          key: g.groupId,
+          value: {
+            event_id: deriveId(m.event.event_id, this.id),
+            time_ms: ctx.now,
+            trajectory: m.event.trajectory,
+            reward: m.event.reward,
+            estimator: this.estimatorName,
+            advantages: Array.from(r.advantages),
+            returns: Array.from(r.returns),
+            group,
+          },
+        },
+        m.record,
+      );
+    });
+  }
+}
+
+export function createAdvantageProcessor(options: AdvantageConsumerOptions): StreamProcessor {
+  const id = options.id ?? 'advantage';
+  return new StreamProcessor({
+    id,
+    log: options.log,
+    serde: options.serde,
+    inputTopics: [options.inputTopic ?? TOPICS.rewarded],
+    accepts: ['RewardedTrajectory'],
+    handler: new AdvantageHandler(id, options),
+    maxBatchRecords: options.maxBatchRecords ?? 500,
+    logger: options.logger,
+  });
+}

@@ -1,0 +1,154 @@
+// The reward consumer: TrajectoryCompleted (rollout.events) → RewardedTrajectory (rewarded, key group_id).
+// Rule-based functions by data_source (or one user function for all), an optional batched reward model, tool
+// and interaction rewards and shaping as named components. A function that throws or returns NaN / Inf
+// dead-letters that record only; everything runs on the exactly-once processor runtime.
+import { RlstreamError, describeError } from '../../core/errors.ts';
+import { deriveId } from '../../core/ids.ts';
+import type { EventLog } from '../../core/log/types.ts';
+import { RecentIds, StreamProcessor, type InputRecord, type ProcessContext, type ProcessorHandler } from '../../core/processor.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import type { Logger } from '../../core/telemetry.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { NamedValue, Trajectory, TrajectoryCompleted } from '../../schemas/generated/types.ts';
+import type { BatchScorer } from './model.ts';
+import { defaultRewards, loadRewardModule, type RewardRegistry } from './registry.ts';
+import { composeReward, normalizeOutcome, type ShapingOptions } from './shaping.ts';
+import type { RewardFn } from './types.ts';
+
+export interface RewardConsumerOptions {
+  log: EventLog;
+  serde: EventSerde;
+  /** Processor id (consumer group, transactional id). Default "reward". */
+  id?: string;
+  registry?: RewardRegistry;
+  /** One function for every data_source (verl's custom_reward_function); overrides the registry. */
+  fn?: RewardFn;
+  /** Or load it: config `reward.module` and its export name. */
+  module?: { path: string; export?: string; baseDir?: string };
+  shaping?: ShapingOptions;
+  /** A batched reward model; its score × weight is the `reward_model` component. */
+  model?: { scorer: BatchScorer; weight?: number };
+  /** Up to B trajectories per batch, waiting at most T ms for it to fill. Defaults 256 / 0 (20 with a model). */
+  batch?: { maxRecords?: number; maxWaitMs?: number };
+  inputTopic?: string;
+  outputTopic?: string;
+  logger?: Logger;
+}
+
+export class RewardHandler implements ProcessorHandler {
+  private readonly seen = new RecentIds();
+  private readonly registry: RewardRegistry;
+
+  constructor(
+    private readonly id: string,
+    private readonly options: Pick<RewardConsumerOptions, 'registry' | 'fn' | 'shaping' | 'model' | 'outputTopic'>,
+  ) {
+    this.registry = options.registry ?? defaultRewards;
+  }
+
+  async handleBatch(inputs: InputRecord[], ctx: ProcessContext): Promise<void> {
+    const ready: { input: InputRecord; traj: Trajectory; outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }[] = [];
+    for (const input of inputs) {
+      const ev = input.event.value as TrajectoryCompleted;
+      if (this.seen.seen(ev.event_id)) {
+        ctx.count('duplicates');
+        continue;
+      }
+      try {
+        const traj = ev.trajectory;
+        const { outcome, fnName } = await this.outcome(traj);
+        ready.push({ input, traj, outcome, fnName });
+      } catch (err) {
+        ctx.deadLetter(input.record, err);
+      }
+    }
+    const modelScores = await this.modelScores(ready.map((r) => r.traj), ctx, ready.map((r) => r.input));
+    ready.forEach((r, i) => {
+      try {
+        const extra: NamedValue[] = [];
+        let outcome = r.outcome;
+        let fnName = r.fnName;
+        if (this.options.model) {
+          const s = modelScores?.[i];
+          if (s === undefined) return; // the model failed: the batch was dead-lettered
+          if (!Number.isFinite(s)) throw new RlstreamError('REWARD_NON_FINITE', `reward model ${this.options.model.scorer.name} returned ${s}`);
+          const v = s * (this.options.model.weight ?? 1);
+          if (outcome) extra.push({ name: 'reward_model', value: v });
+          else outcome = { score: v, components: [{ name: 'reward_model', value: v }], correct: null };
+          fnName = fnName ? `${fnName}+${this.options.model.scorer.name}` : this.options.model.scorer.name;
+        }
+        const reward = composeReward(r.traj, outcome!, fnName, this.options.shaping, extra);
+        const ev = r.input.event.value as TrajectoryCompleted;
+        ctx.emit(
+          {
+            topic: this.options.outputTopic ?? TOPICS.rewarded,
+            name: 'RewardedTrajectory',
+            key: r.traj.group_id,
+            value: { event_id: deriveId(ev.event_id, this.id), time_ms: ctx.now, trajectory: r.traj, reward },
+          },
+          r.input.record,
+        );
+      } catch (err) {
+        ctx.deadLetter(r.input.record, err);
+      }
+    });
+  }
+
+  private async outcome(traj: Trajectory): Promise<{ outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }> {
+    const fn = this.options.fn ?? this.registry.get(traj.data_source);
+    const fnName = this.options.fn ? 'custom' : traj.data_source;
+    if (!fn) {
+      if (this.options.model) return { outcome: null, fnName: '' };
+      this.registry.require(traj.data_source); // throws REWARD_FAILED naming what is registered
+    }
+    let extra: Record<string, unknown>;
+    try {
+      extra = JSON.parse(traj.extra_info_json || '{}') as Record<string, unknown>;
+    } catch {
+      throw new RlstreamError('INPUT_INVALID', `extra_info_json of ${traj.trajectory_id} is not JSON`);
+    }
+    let value;
+    try {
+      value = await fn!(traj.data_source, traj.response_text, traj.ground_truth, extra);
+    } catch (err) {
+      throw new RlstreamError('REWARD_FAILED', `reward function ${fnName} threw: ${describeError(err)}`, { cause: err });
+    }
+    return { outcome: normalizeOutcome(value, `reward function ${fnName}`), fnName };
+  }
+
+  private async modelScores(trajs: Trajectory[], ctx: ProcessContext, inputs: InputRecord[]): Promise<number[] | undefined> {
+    const model = this.options.model;
+    if (!model || trajs.length === 0) return undefined;
+    try {
+      const seqs = trajs.map((t) => {
+        const ids = new Int32Array(t.prompt_ids.length + t.response_ids.length);
+        ids.set(t.prompt_ids);
+        ids.set(t.response_ids, t.prompt_ids.length);
+        return ids;
+      });
+      ctx.count('model_batches');
+      return await model.scorer.score(seqs);
+    } catch (err) {
+      const e = new RlstreamError('REWARD_FAILED', `reward model ${model.scorer.name} failed: ${describeError(err)}`, { cause: err });
+      for (const input of inputs) ctx.deadLetter(input.record, e);
+      return undefined;
+    }
+  }
+}
+
+export async function createRewardProcessor(options: RewardConsumerOptions): Promise<StreamProcessor> {
+  const id = options.id ?? 'reward';
+  const fn = options.fn ?? (options.module ? await loadRewardModule(options.module.path, options.module.export, options.module.baseDir) : undefined);
+  const handler = new RewardHandler(id, { ...options, fn });
+  return new StreamProcessor({
+    id,
+    log: options.log,
+    serde: options.serde,
+    inputTopics: [options.inputTopic ?? TOPICS.rolloutEvents],
+    accepts: ['TrajectoryCompleted'],
+    handler,
+    maxBatchRecords: options.batch?.maxRecords ?? (options.model ? 64 : 256),
+    maxBatchWaitMs: options.batch?.maxWaitMs ?? (options.model ? 20 : 0),
+    logger: options.logger,
+  });
+}
