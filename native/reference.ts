@@ -1,0 +1,224 @@
+// Independent plain-TypeScript reference of the model and losses on Float64Array: the check for the native core
+// (tests compare log-probs, losses and finite-difference gradients) and a readable forward for anyone who needs
+// one. Written from the math, not from the C++; slow by design (tiny configs only).
+import type { ModelConfig, PackedBatch, PolicyLossInputs, PolicyLossOptions } from './index.ts';
+
+export type RefParams = Map<string, Float64Array>;
+
+/** Copies native parameter views (float32) into float64 reference parameters. */
+export function toReferenceParams(views: Map<string, { data: Float32Array }>): RefParams {
+  const p: RefParams = new Map();
+  for (const [n, v] of views) p.set(n, Float64Array.from(v.data));
+  return p;
+}
+
+function get(p: RefParams, name: string): Float64Array {
+  const t = p.get(name);
+  if (!t) throw new Error(`reference: missing parameter ${name}`);
+  return t;
+}
+
+// y[n, o] = sum_c x[n, c] W[o, c] + b[o]
+function linear(x: Float64Array, N: number, C: number, W: Float64Array, O: number, b?: Float64Array): Float64Array {
+  const y = new Float64Array(N * O);
+  for (let n = 0; n < N; n++)
+    for (let o = 0; o < O; o++) {
+      let s = b ? b[o]! : 0;
+      for (let c = 0; c < C; c++) s += x[n * C + c]! * W[o * C + c]!;
+      y[n * O + o] = s;
+    }
+  return y;
+}
+
+function rmsnorm(x: Float64Array, N: number, C: number, w: Float64Array, eps: number): Float64Array {
+  const y = new Float64Array(N * C);
+  for (let n = 0; n < N; n++) {
+    let ss = 0;
+    for (let c = 0; c < C; c++) ss += x[n * C + c]! ** 2;
+    const r = 1 / Math.sqrt(ss / C + eps);
+    for (let c = 0; c < C; c++) y[n * C + c] = w[c]! * x[n * C + c]! * r;
+  }
+  return y;
+}
+
+// HF rotary (rotate_half): x' = x cos + rotate_half(x) sin, angle = pos * theta^(-2i/d) rounded like float32 HF.
+function rope(x: Float64Array, T: number, heads: number, d: number, pos: Int32Array, theta: number): void {
+  const half = d / 2;
+  for (let t = 0; t < T; t++)
+    for (let i = 0; i < half; i++) {
+      const inv = Math.fround(1 / Math.fround(Math.pow(theta, (2 * i) / d)));
+      const ang = Math.fround(pos[t]! * inv);
+      const c = Math.cos(ang);
+      const s = Math.sin(ang);
+      for (let h = 0; h < heads; h++) {
+        const base = (t * heads + h) * d;
+        const a = x[base + i]!;
+        const b = x[base + i + half]!;
+        x[base + i] = a * c - b * s;
+        x[base + i + half] = b * c + a * s;
+      }
+    }
+}
+
+/** Logits [T, V] of the model for a packed batch. */
+export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBatch): Float64Array {
+  const T = batch.tokens.length;
+  const H = cfg.hidden_size;
+  const NH = cfg.num_attention_heads;
+  const NKV = cfg.num_key_value_heads;
+  const d = H / NH;
+  const I = cfg.intermediate_size;
+  const V = cfg.vocab_size;
+  const eps = cfg.rms_norm_eps;
+  const pos = new Int32Array(T);
+  const seqOf = new Int32Array(T);
+  for (let s = 0; s + 1 < batch.seqStarts.length; s++)
+    for (let t = batch.seqStarts[s]!; t < batch.seqStarts[s + 1]!; t++) {
+      pos[t] = t - batch.seqStarts[s]!;
+      seqOf[t] = batch.seqStarts[s]!;
+    }
+  const emb = get(p, 'model.embed_tokens.weight');
+  let x = new Float64Array(T * H);
+  for (let t = 0; t < T; t++) for (let c = 0; c < H; c++) x[t * H + c] = emb[batch.tokens[t]! * H + c]!;
+
+  for (let l = 0; l < cfg.num_hidden_layers; l++) {
+    const pre = `model.layers.${l}.`;
+    const bias = (n: string): Float64Array | undefined => (cfg.attention_bias ? get(p, pre + n) : undefined);
+    const h = rmsnorm(x, T, H, get(p, pre + 'input_layernorm.weight'), eps);
+    const q = linear(h, T, H, get(p, pre + 'self_attn.q_proj.weight'), NH * d, bias('self_attn.q_proj.bias'));
+    const k = linear(h, T, H, get(p, pre + 'self_attn.k_proj.weight'), NKV * d, bias('self_attn.k_proj.bias'));
+    const v = linear(h, T, H, get(p, pre + 'self_attn.v_proj.weight'), NKV * d, bias('self_attn.v_proj.bias'));
+    rope(q, T, NH, d, pos, cfg.rope_theta);
+    rope(k, T, NKV, d, pos, cfg.rope_theta);
+    const att = new Float64Array(T * NH * d);
+    for (let hh = 0; hh < NH; hh++) {
+      const kh = Math.floor(hh / (NH / NKV));
+      for (let t = 0; t < T; t++) {
+        const scores: number[] = [];
+        for (let j = seqOf[t]!; j <= t; j++) {
+          let s = 0;
+          for (let e = 0; e < d; e++) s += q[(t * NH + hh) * d + e]! * k[(j * NKV + kh) * d + e]!;
+          scores.push(s / Math.sqrt(d));
+        }
+        const mx = Math.max(...scores);
+        const ex = scores.map((s) => Math.exp(s - mx));
+        const z = ex.reduce((a, b) => a + b, 0);
+        for (let j = seqOf[t]!, n = 0; j <= t; j++, n++)
+          for (let e = 0; e < d; e++) att[(t * NH + hh) * d + e]! += (ex[n]! / z) * v[(j * NKV + kh) * d + e]!;
+      }
+    }
+    const o = linear(att, T, NH * d, get(p, pre + 'self_attn.o_proj.weight'), H);
+    const mid = x.map((val, i) => val + o[i]!);
+    const h2 = rmsnorm(mid, T, H, get(p, pre + 'post_attention_layernorm.weight'), eps);
+    const g = linear(h2, T, H, get(p, pre + 'mlp.gate_proj.weight'), I);
+    const u = linear(h2, T, H, get(p, pre + 'mlp.up_proj.weight'), I);
+    const a = g.map((gv, i) => (gv / (1 + Math.exp(-gv))) * u[i]!);
+    const down = linear(a, T, I, get(p, pre + 'mlp.down_proj.weight'), H);
+    x = mid.map((val, i) => val + down[i]!);
+  }
+  const xf = rmsnorm(x, T, H, get(p, 'model.norm.weight'), eps);
+  const head = cfg.tie_word_embeddings ? emb : get(p, 'lm_head.weight');
+  return linear(xf, T, H, head, V);
+}
+
+/** Per-token log-prob of targets (0 where target < 0) and entropy. */
+export function referenceForward(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array): { logprobs: Float64Array; entropy: Float64Array } {
+  const T = batch.tokens.length;
+  const V = cfg.vocab_size;
+  const logits = referenceLogits(cfg, p, batch);
+  const logprobs = new Float64Array(T);
+  const entropy = new Float64Array(T);
+  for (let t = 0; t < T; t++) {
+    const row = logits.subarray(t * V, (t + 1) * V);
+    const mx = Math.max(...row);
+    let z = 0;
+    for (const v of row) z += Math.exp(v - mx);
+    const lse = mx + Math.log(z);
+    let h = 0;
+    for (const v of row) h -= Math.exp(v - lse) * (v - lse);
+    entropy[t] = h;
+    logprobs[t] = targets[t]! >= 0 ? row[targets[t]!]! - lse : 0;
+  }
+  return { logprobs, entropy };
+}
+
+/** verl agg_loss over packed sequences; sequences without masked tokens are left out of the seq-mean modes. */
+export function aggregate(values: ArrayLike<number>, mask: ArrayLike<number>, seqStarts: Int32Array, mode: NonNullable<PolicyLossOptions['aggregation']>): number {
+  if (mode === 'token-mean') {
+    let s = 0;
+    let m = 0;
+    for (let t = 0; t < values.length; t++) {
+      s += values[t]! * mask[t]!;
+      m += mask[t]!;
+    }
+    return m === 0 ? 0 : s / m;
+  }
+  const per: number[] = [];
+  for (let i = 0; i + 1 < seqStarts.length; i++) {
+    let s = 0;
+    let m = 0;
+    for (let t = seqStarts[i]!; t < seqStarts[i + 1]!; t++) {
+      s += values[t]! * mask[t]!;
+      m += mask[t]!;
+    }
+    if (m === 0) continue;
+    per.push(mode === 'seq-mean-token-sum' ? s : s / m);
+  }
+  return per.length === 0 ? 0 : per.reduce((a, b) => a + b, 0) / per.length;
+}
+
+const clamp = (x: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, x));
+
+/** Scalar RL policy loss from per-token log-probs and entropies (verl compute_policy_loss + kl_penalty semantics). */
+export function referencePolicyLossFromLogprobs(
+  logp: ArrayLike<number>,
+  entropy: ArrayLike<number>,
+  inputs: PolicyLossInputs,
+  seqStarts: Int32Array,
+  o: PolicyLossOptions,
+): { loss: number; pgLoss: number; kl: number; entropy: number } {
+  const T = logp.length;
+  const pg = new Float64Array(T);
+  const kl = new Float64Array(T);
+  const cap = o.iwCap === undefined ? 2 : o.iwCap;
+  for (let t = 0; t < T; t++) {
+    if (inputs.mask[t] === 0) continue;
+    const behav = inputs.behaviourLogprobs[t]!;
+    const prox = inputs.proximalLogprobs ? inputs.proximalLogprobs[t]! : behav;
+    const ratio = Math.exp(clamp(logp[t]! - prox, -20, 20));
+    const A = inputs.advantages[t]!;
+    const l1 = -A * ratio;
+    const l2 = -A * clamp(ratio, 1 - o.clipLow, 1 + o.clipHigh);
+    let l = Math.max(l1, l2);
+    if (o.dualClipC != null && A < 0) l = Math.min(l, -A * o.dualClipC);
+    const w = cap === null ? 1 : Math.min(Math.exp(clamp(prox - behav, -20, 20)), cap);
+    pg[t] = w * l;
+    if (inputs.refLogprobs) {
+      const x = clamp(logp[t]! - inputs.refLogprobs[t]!, -20, 20);
+      const type = o.klType ?? 'k3';
+      kl[t] = type === 'k1' ? x : type === 'k2' ? (x * x) / 2 : clamp(Math.exp(-x) + x - 1, -10, 10);
+    }
+  }
+  const mode = o.aggregation ?? 'token-mean';
+  const pgLoss = aggregate(pg, inputs.mask, seqStarts, mode);
+  const klv = aggregate(kl, inputs.mask, seqStarts, mode);
+  const ent = aggregate(entropy, inputs.mask, seqStarts, mode);
+  const loss = (o.lossScale ?? 1) * (pgLoss + (o.klCoef ?? 0) * klv - (o.entropyCoef ?? 0) * ent);
+  return { loss, pgLoss, kl: klv, entropy: ent };
+}
+
+export function referencePolicyLoss(cfg: ModelConfig, p: RefParams, batch: PackedBatch, inputs: PolicyLossInputs, o: PolicyLossOptions): number {
+  const { logprobs, entropy } = referenceForward(cfg, p, batch, inputs.targets);
+  return referencePolicyLossFromLogprobs(logprobs, entropy, inputs, batch.seqStarts, o).loss;
+}
+
+export function referenceCrossEntropy(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array, mask: Float32Array, lossScale = 1): number {
+  const { logprobs } = referenceForward(cfg, p, batch, targets);
+  let s = 0;
+  let m = 0;
+  for (let t = 0; t < logprobs.length; t++) {
+    s -= logprobs[t]! * mask[t]!;
+    m += mask[t]!;
+  }
+  return m === 0 ? 0 : (lossScale * s) / m;
+}

@@ -1,0 +1,80 @@
+// The device abstraction: every kernel the model needs, on raw pointers, with shapes in the comments.
+// The CPU implementation (cpu_kernels.cpp) is the reference; a CUDA layer implements the same interface in its
+// own file and is validated against the CPU one kernel by kernel. No N-API here.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace rls {
+
+struct Kernels {
+  virtual ~Kernels() = default;
+  virtual const char* name() const = 0;
+  virtual void set_threads(int threads) = 0;
+
+  // Memory lives where the kernels run. The CPU returns host memory, 64-byte aligned, zero-filled.
+  virtual float* alloc(size_t n) = 0;
+  virtual void release(float* p) = 0;
+  virtual void zero(float* p, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  virtual void add_inplace(float* y, const float* x, size_t n) = 0;  // y += x
+  virtual void scale(float* x, size_t n, float s) = 0;
+  virtual double sum_squares(const float* x, size_t n) = 0;  // deterministic for a given thread count
+
+  // out[T,H] = wte[tokens[t], :]            wte [V,H]
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte, int T, int H) = 0;
+  // dwte[tokens[t], :] += dout[t, :]
+  virtual void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int T, int H) = 0;
+
+  // out[T,C] = inp * rstd * w, rstd[T] = 1/sqrt(mean(inp^2) + eps)   (HF LlamaRMSNorm)
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int T, int C, float eps) = 0;
+  // dinp += ..., dw += ...
+  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                const float* rstd, int T, int C) = 0;
+
+  // out[N,OC] (= or +=) inp[N,C] * w[OC,C]^T + bias[OC]   (bias may be null)
+  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC,
+                              bool accumulate) = 0;
+  // dinp[N,C] += dout * w (skipped when dinp is null); dw[OC,C] += dout^T * inp; dbias[OC] += colsum(dout) (if non-null)
+  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                               int N, int C, int OC) = 0;
+
+  // cos/sin tables [T, hd/2] for positions pos[T]: angle = pos * theta^(-2i/hd) (HF rotary, float32 like HF).
+  virtual void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, double theta) = 0;
+  // x[T, nh*hd] rotated in place (rotate_half convention); backward applies the inverse rotation to the gradient.
+  virtual void rope_forward(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) = 0;
+  virtual void rope_backward(float* dx, const float* cosb, const float* sinb, int T, int nh, int hd) = 0;
+
+  // Causal grouped-query attention inside each packed sequence [seq_starts[s], seq_starts[s+1]).
+  // q/out [T, NH*hd], k/v [T, NKV*hd], lse [NH, T] (log-sum-exp of each score row, kept for backward).
+  virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                 const int32_t* seq_starts, int S, int T, int NH, int NKV, int hd) = 0;
+  // dq, dk, dv are overwritten. Probabilities are recomputed from q, k and lse (no [T,T] storage).
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                  const float* v, const float* out, const float* lse, const int32_t* seq_starts, int S,
+                                  int T, int NH, int NKV, int hd) = 0;
+
+  // out = silu(gate) * up, elementwise over n
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
+  // dgate, dup are overwritten
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                               size_t n) = 0;
+
+  // logits[N,V] are replaced by log-probabilities; logp[n] = logprob of targets[n] (0 where targets[n] < 0),
+  // ent[n] = entropy of the row.
+  virtual void logsoftmax_forward(float* logits, float* logp, float* ent, const int32_t* targets, int N, int V) = 0;
+  // logprobs[N,V] (from logsoftmax_forward) are replaced by dlogits given dL/dlogp[n] and dL/dent[n].
+  virtual void logsoftmax_backward(float* logprobs, const float* dlogp, const float* dent, const float* ent,
+                                   const int32_t* targets, int N, int V) = 0;
+
+  // PyTorch AdamW: p *= 1 - lr*wd; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                     float eps, float wd, float bc1, float bc2) = 0;
+};
+
+std::unique_ptr<Kernels> make_cpu_kernels(int threads);  // one per model (thread count is per model)
+// Single-precision GEMM throughput of the BLAS on this machine: C[n,n] = A*B, iters times, with `threads`.
+double cpu_sgemm_gflops(int n, int iters, int threads);
+
+}  // namespace rls

@@ -1,0 +1,18 @@
+// N-API glue for process-level helpers: the BLAS peak measurement used by the benchmark.
+#include "glue_misc.h"
+
+#include "device.h"
+#include "glue.h"
+
+namespace rls {
+
+// sgemmGflops(n, iters, threads) -> GFLOP/s of C[n,n] = A*B through the BLAS with its own threading.
+Napi::Value SgemmGflops(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    const double n = num_arg(info[0], "n"), iters = num_arg(info[1], "iters"), threads = num_arg(info[2], "threads");
+    if (n < 16 || n > 16384 || iters < 1 || threads < 1) invalid("sgemmGflops: need 16 <= n <= 16384, iters >= 1, threads >= 1");
+    return Napi::Number::New(info.Env(), cpu_sgemm_gflops((int)n, (int)iters, (int)threads));
+  });
+}
+
+}  // namespace rls

@@ -1,0 +1,7 @@
+// N-API glue for process-level helpers (declarations).
+#pragma once
+#include <napi.h>
+
+namespace rls {
+Napi::Value SgemmGflops(const Napi::CallbackInfo& info);
+}

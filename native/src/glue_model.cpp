@@ -1,0 +1,414 @@
+// N-API glue for Model: argument checks on the main thread, then one JobWorker per long call (forward, backward,
+// optimizer step) so the event loop stays free. A model runs one call at a time; a second is rejected here (the
+// TS layer queues, so this is the last line of defence).
+#include "glue_model.h"
+
+#include <memory>
+#include <string>
+
+#include "glue.h"
+#include "losses.h"
+#include "model.h"
+
+namespace rls {
+
+namespace {
+
+ModelConfig config_from_js(const Napi::Value& v) {
+  if (!v.IsObject()) invalid("config must be an object");
+  Napi::Object o = v.As<Napi::Object>();
+  auto integer = [&](const char* key) {
+    Napi::Value x = o.Get(key);
+    if (!x.IsNumber()) invalid(std::string("config.") + key + " must be a number");
+    const double d = x.As<Napi::Number>().DoubleValue();
+    if (!std::isfinite(d) || d != std::floor(d) || d < -2147483648.0 || d > 2147483647.0)
+      invalid(std::string("config.") + key + " must be an integer, got " + std::to_string(d));
+    return (int)d;
+  };
+  auto real = [&](const char* key) { return num_arg(o.Get(key), std::string("config.") + key); };
+  auto flag = [&](const char* key, bool dflt) {
+    Napi::Value x = o.Get(key);
+    if (x.IsUndefined() || x.IsNull()) return dflt;
+    if (!x.IsBoolean()) invalid(std::string("config.") + key + " must be a boolean");
+    return x.As<Napi::Boolean>().Value();
+  };
+  ModelConfig c;
+  c.hidden_size = integer("hidden_size");
+  c.num_hidden_layers = integer("num_hidden_layers");
+  c.num_attention_heads = integer("num_attention_heads");
+  c.num_key_value_heads = integer("num_key_value_heads");
+  c.intermediate_size = integer("intermediate_size");
+  c.vocab_size = integer("vocab_size");
+  c.rope_theta = real("rope_theta");
+  c.rms_norm_eps = real("rms_norm_eps");
+  c.tie_word_embeddings = flag("tie_word_embeddings", false);
+  c.max_position_embeddings = integer("max_position_embeddings");
+  c.attention_bias = flag("attention_bias", false);
+  validate_config(c);
+  return c;
+}
+
+Agg agg_from(const std::string& s) {
+  if (s == "token-mean") return Agg::TokenMean;
+  if (s == "seq-mean-token-sum") return Agg::SeqMeanTokenSum;
+  if (s == "seq-mean-token-mean") return Agg::SeqMeanTokenMean;
+  invalid("options.aggregation must be 'token-mean', 'seq-mean-token-sum' or 'seq-mean-token-mean', got '" + s + "'");
+}
+
+KlType kl_from(const std::string& s) {
+  if (s == "k1") return KlType::K1;
+  if (s == "k2") return KlType::K2;
+  if (s == "k3") return KlType::K3;
+  invalid("options.klType must be 'k1', 'k2' or 'k3', got '" + s + "'");
+}
+
+}  // namespace
+
+Napi::Function ModelWrap::Init(Napi::Env env) {
+  return DefineClass(env, "NativeModel",
+                     {InstanceMethod("numParameters", &ModelWrap::NumParameters),
+                      InstanceMethod("tensors", &ModelWrap::Tensors),
+                      InstanceMethod("forward", &ModelWrap::Forward),
+                      InstanceMethod("backwardCrossEntropy", &ModelWrap::BackwardCrossEntropy),
+                      InstanceMethod("backwardPolicyLoss", &ModelWrap::BackwardPolicyLoss),
+                      InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
+                      InstanceMethod("gradNorm", &ModelWrap::GradNorm),
+                      InstanceMethod("clipGradNorm", &ModelWrap::ClipGradNorm),
+                      InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
+                      InstanceMethod("getStep", &ModelWrap::GetStep),
+                      InstanceMethod("setStep", &ModelWrap::SetStep),
+                      InstanceMethod("dispose", &ModelWrap::Dispose)});
+}
+
+// new NativeModel(config, { seed, threads, initStd, logitChunkTokens, random })
+ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
+  Napi::Env env = info.Env();
+  guard(env, [&] {
+    const ModelConfig c = config_from_js(info[0]);
+    if (!info[1].IsObject()) invalid("options must be an object");
+    Napi::Object o = info[1].As<Napi::Object>();
+    const int threads = (int)num_arg(o.Get("threads"), "options.threads");
+    const int chunk = o.Get("logitChunkTokens").IsUndefined() ? 0 : (int)num_arg(o.Get("logitChunkTokens"), "options.logitChunkTokens");
+    model_ = std::make_unique<Model>(c, threads, chunk);
+    if (o.Get("random").ToBoolean().Value()) {
+      const double seed = num_arg(o.Get("seed"), "options.seed");
+      const double std_ = num_arg(o.Get("initStd"), "options.initStd");
+      if (std_ < 0) invalid("options.initStd must be >= 0");
+      model_->init_random((uint64_t)(int64_t)seed, (float)std_);
+    }
+  });
+}
+
+Model& ModelWrap::live(const char* op) {
+  if (!model_) invalid(std::string("model.") + op + ": the model was disposed");
+  if (model_->busy.load())
+    invalid(std::string("model.") + op + ": another call on this model is still running; await it first");
+  return *model_;
+}
+
+Napi::Value ModelWrap::NumParameters(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    if (!model_) invalid("model.numParameters: the model was disposed");
+    size_t n = 0;
+    for (const auto& t : model_->tensors()) n += t.numel;
+    if (model_->config().tie_word_embeddings) {
+    }
+    return Napi::Number::New(info.Env(), (double)n);
+  });
+}
+
+// tensors(kind): [{ name, shape, data }] with data a zero-copy Float32Array over the block; the block stays alive
+// as long as any view does, even after dispose().
+Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!model_) invalid("model.tensors: the model was disposed");
+    const std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+    Block block;
+    if (kind == "params") block = model_->params();
+    else if (kind == "grads") block = model_->grads();
+    else if (kind == "exp_avg") block = model_->adam_m();
+    else if (kind == "exp_avg_sq") block = model_->adam_v();
+    else invalid("tensors(kind): kind must be 'params', 'grads', 'exp_avg' or 'exp_avg_sq'");
+    const auto& ts = model_->tensors();
+    Napi::Array out = Napi::Array::New(env, ts.size());
+    for (size_t i = 0; i < ts.size(); i++) {
+      const TensorInfo& t = ts[i];
+      auto* hold = new Block(block);
+      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(
+          env, block.get() + t.offset, t.numel * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
+      Napi::Object e = Napi::Object::New(env);
+      e.Set("name", t.name);
+      Napi::Array shape = Napi::Array::New(env, t.shape.size());
+      for (size_t d = 0; d < t.shape.size(); d++) shape.Set((uint32_t)d, Napi::Number::New(env, (double)t.shape[d]));
+      e.Set("shape", shape);
+      e.Set("data", Napi::Float32Array::New(env, t.numel, ab, 0));
+      out.Set((uint32_t)i, e);
+    }
+    return out;
+  });
+}
+
+struct BatchArgs {
+  View<int32_t> tokens, seq_starts, targets;
+  Batch batch;
+};
+
+// tokens, seqStarts, targets at info[0..2]; targets: -1 or a valid id at every position.
+static BatchArgs batch_args(const Napi::CallbackInfo& info, const Model& m) {
+  BatchArgs a;
+  a.tokens = i32_arg(info[0], "batch.tokens");
+  a.seq_starts = i32_arg(info[1], "batch.seqStarts");
+  a.targets = i32_arg(info[2], "targets");
+  if (a.tokens.length > (size_t)1 << 30) invalid("batch.tokens is too long");
+  a.batch.tokens = a.tokens.data;
+  a.batch.T = (int)a.tokens.length;
+  a.batch.seq_starts = a.seq_starts.data;
+  a.batch.S = (int)a.seq_starts.length - 1;
+  if (a.seq_starts.length < 2) invalid("batch.seqStarts must hold at least 2 entries (cu_seqlens [0, ..., T])");
+  m.validate_batch(a.batch);
+  check_length(a.targets.length, a.tokens.length, "targets");
+  const int V = m.config().vocab_size;
+  for (size_t t = 0; t < a.targets.length; t++)
+    if (a.targets.data[t] < -1 || a.targets.data[t] >= V)
+      invalid("targets[" + std::to_string(t) + "] = " + std::to_string(a.targets.data[t]) +
+              " is out of range [0, " + std::to_string(V) + ") (use -1 for positions without a target)");
+  return a;
+}
+
+static View<float> mask_arg(const Napi::Value& v, const BatchArgs& a) {
+  View<float> mask = f32_arg(v, "mask");
+  check_length(mask.length, a.tokens.length, "mask");
+  check_finite(mask, "mask");
+  for (size_t t = 0; t < mask.length; t++) {
+    if (mask.data[t] < 0) invalid("mask[" + std::to_string(t) + "] is negative");
+    if (mask.data[t] != 0 && a.targets.data[t] < 0)
+      invalid("targets[" + std::to_string(t) + "] is -1 where mask[" + std::to_string(t) + "] is not 0");
+  }
+  return mask;
+}
+
+Napi::Promise ModelWrap::launch(Napi::Env env, std::function<void()> job, std::function<Napi::Value(Napi::Env)> done,
+                                std::vector<Napi::Value> keep) {
+  Model* m = model_.get();
+  m->busy.store(true);
+  keep.push_back(Value());
+  auto* w = new JobWorker(env, std::move(job), std::move(done), [m] { m->busy.store(false); }, keep);
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
+// forward(tokens, seqStarts, targets, outLogprobs, outEntropy) -> Promise<void>
+Napi::Value ModelWrap::Forward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("forward");
+    BatchArgs a = batch_args(info, m);
+    View<float> lp = f32_arg(info[3], "out.logprobs"), ent = f32_arg(info[4], "out.entropy");
+    check_length(lp.length, a.tokens.length, "out.logprobs");
+    check_length(ent.length, a.tokens.length, "out.entropy");
+    Model* mp = &m;
+    Batch b = a.batch;
+    const int32_t* tg = a.targets.data;
+    float *lpp = lp.data, *entp = ent.data;
+    return launch(
+        env, [=] { mp->forward_logprobs(b, tg, lpp, entp); }, [](Napi::Env e) { return e.Undefined(); },
+        {a.tokens.holder, a.seq_starts.holder, a.targets.holder, lp.holder, ent.holder});
+  });
+}
+
+// backwardCrossEntropy(tokens, seqStarts, targets, mask, lossScale) -> Promise<{ loss, tokens }>
+Napi::Value ModelWrap::BackwardCrossEntropy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("backwardCrossEntropy");
+    BatchArgs a = batch_args(info, m);
+    View<float> mask = mask_arg(info[3], a);
+    const double scale = num_arg(info[4], "options.lossScale");
+    auto loss = std::make_shared<CrossEntropyLoss>(mask.data, a.seq_starts.data, a.batch.S, a.batch.T, (float)scale);
+    Model* mp = &m;
+    Batch b = a.batch;
+    const int32_t* tg = a.targets.data;
+    return launch(
+        env,
+        [=] {
+          mp->forward_backward(b, tg, *loss);
+          if (!std::isfinite(loss->loss()))
+            non_finite("cross-entropy loss is not finite (" + std::to_string(loss->loss()) +
+                       "); gradients of this call are unusable: zeroGrad() before the next step");
+        },
+        [loss](Napi::Env e) -> Napi::Value {
+          Napi::Object r = Napi::Object::New(e);
+          r.Set("loss", loss->loss());
+          r.Set("tokens", loss->tokens());
+          return r;
+        },
+        {a.tokens.holder, a.seq_starts.holder, a.targets.holder, mask.holder});
+  });
+}
+
+// backwardPolicyLoss(tokens, seqStarts, targets, mask, advantages, behaviour, proximal|null, ref|null, options)
+// options: { clipLow, clipHigh, dualClipC (0 = off), iwCap (0 = off), klCoef, klType, entropyCoef, aggregation,
+// lossScale } all given (the TS layer fills defaults).
+Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("backwardPolicyLoss");
+    BatchArgs a = batch_args(info, m);
+    View<float> mask = mask_arg(info[3], a);
+    const size_t T = a.tokens.length;
+    View<float> adv = f32_arg(info[4], "inputs.advantages"), behav = f32_arg(info[5], "inputs.behaviourLogprobs");
+    check_length(adv.length, T, "inputs.advantages");
+    check_length(behav.length, T, "inputs.behaviourLogprobs");
+    check_finite(adv, "inputs.advantages");
+    check_finite(behav, "inputs.behaviourLogprobs");
+    std::vector<Napi::Value> keep{a.tokens.holder, a.seq_starts.holder, a.targets.holder, mask.holder, adv.holder,
+                                  behav.holder};
+    PolicyLossInputs in;
+    in.mask = mask.data;
+    in.advantages = adv.data;
+    in.behaviour = behav.data;
+    if (!info[6].IsNull() && !info[6].IsUndefined()) {
+      View<float> prox = f32_arg(info[6], "inputs.proximalLogprobs");
+      check_length(prox.length, T, "inputs.proximalLogprobs");
+      check_finite(prox, "inputs.proximalLogprobs");
+      in.proximal = prox.data;
+      keep.push_back(prox.holder);
+    }
+    if (!info[7].IsNull() && !info[7].IsUndefined()) {
+      View<float> ref = f32_arg(info[7], "inputs.refLogprobs");
+      check_length(ref.length, T, "inputs.refLogprobs");
+      check_finite(ref, "inputs.refLogprobs");
+      in.ref = ref.data;
+      keep.push_back(ref.holder);
+    }
+    if (!info[8].IsObject()) invalid("options must be an object");
+    Napi::Object o = info[8].As<Napi::Object>();
+    PolicyLossOptions opt;
+    opt.clip_low = num_arg(o.Get("clipLow"), "options.clipLow");
+    opt.clip_high = num_arg(o.Get("clipHigh"), "options.clipHigh");
+    opt.dual_clip_c = num_arg(o.Get("dualClipC"), "options.dualClipC");
+    opt.iw_cap = num_arg(o.Get("iwCap"), "options.iwCap");
+    opt.kl_coef = num_arg(o.Get("klCoef"), "options.klCoef");
+    opt.entropy_coef = num_arg(o.Get("entropyCoef"), "options.entropyCoef");
+    opt.scale = num_arg(o.Get("lossScale"), "options.lossScale");
+    if (!o.Get("klType").IsString() || !o.Get("aggregation").IsString())
+      invalid("options.klType and options.aggregation must be strings");
+    opt.kl_type = kl_from(o.Get("klType").As<Napi::String>().Utf8Value());
+    opt.agg = agg_from(o.Get("aggregation").As<Napi::String>().Utf8Value());
+    if (opt.clip_low < 0 || opt.clip_low >= 1) invalid("options.clipLow must be in [0, 1)");
+    if (opt.clip_high < 0) invalid("options.clipHigh must be >= 0");
+    if (opt.dual_clip_c != 0 && opt.dual_clip_c <= 1) invalid("options.dualClipC must be > 1 (or null to disable)");
+    if (opt.iw_cap < 0) invalid("options.iwCap must be > 0 (or null to disable)");
+    if (opt.kl_coef != 0 && !in.ref) invalid("options.klCoef is not 0 but inputs.refLogprobs is missing");
+
+    auto loss = std::make_shared<PolicyLoss>(in, opt, a.seq_starts.data, a.batch.S, a.batch.T);
+    Model* mp = &m;
+    Batch b = a.batch;
+    const int32_t* tg = a.targets.data;
+    return launch(
+        env,
+        [=] {
+          mp->forward_backward(b, tg, *loss);
+          const double l = loss->metrics().loss;
+          if (!std::isfinite(l))
+            non_finite("policy loss is not finite (" + std::to_string(l) +
+                       "); gradients of this call are unusable: zeroGrad() before the next step");
+        },
+        [loss](Napi::Env e) -> Napi::Value {
+          const PolicyLossMetrics r = loss->metrics();
+          Napi::Object o2 = Napi::Object::New(e);
+          o2.Set("loss", r.loss);
+          o2.Set("pgLoss", r.pg_loss);
+          o2.Set("clipFraction", r.clip_fraction);
+          o2.Set("dualClipFraction", r.dual_clip_fraction);
+          o2.Set("approxKl", r.approx_kl);
+          o2.Set("entropy", r.entropy);
+          o2.Set("kl", r.kl);
+          o2.Set("iwMean", r.iw_mean);
+          o2.Set("iwMax", r.iw_max);
+          o2.Set("iwTruncatedFraction", r.iw_truncated_fraction);
+          o2.Set("tokens", r.tokens);
+          return o2;
+        },
+        keep);
+  });
+}
+
+Napi::Value ModelWrap::ZeroGrad(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    live("zeroGrad").zero_grad();
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value ModelWrap::GradNorm(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), live("gradNorm").grad_norm());
+  });
+}
+
+// clipGradNorm(maxNorm) -> norm before clipping; a non-finite norm throws and leaves the gradients as they are.
+Napi::Value ModelWrap::ClipGradNorm(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("clipGradNorm");
+    const double max_norm = num_arg(info[0], "maxNorm");
+    if (max_norm <= 0) invalid("maxNorm must be > 0");
+    const double n = m.grad_norm();
+    if (!std::isfinite(n)) non_finite("gradient norm is not finite (" + std::to_string(n) + ")");
+    if (n > max_norm) m.scale_grads((float)(max_norm / (n + 1e-6)));
+    return Napi::Number::New(info.Env(), n);
+  });
+}
+
+// adamwStep({ lr, beta1, beta2, eps, weightDecay }) -> Promise<void>
+Napi::Value ModelWrap::AdamwStep(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("adamwStep");
+    if (!info[0].IsObject()) invalid("options must be an object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    AdamWParams p;
+    p.lr = (float)num_arg(o.Get("lr"), "options.lr");
+    p.beta1 = (float)num_arg(o.Get("beta1"), "options.beta1");
+    p.beta2 = (float)num_arg(o.Get("beta2"), "options.beta2");
+    p.eps = (float)num_arg(o.Get("eps"), "options.eps");
+    p.weight_decay = (float)num_arg(o.Get("weightDecay"), "options.weightDecay");
+    if (p.lr < 0) invalid("options.lr must be >= 0");
+    if (p.beta1 < 0 || p.beta1 >= 1) invalid("options.beta1 must be in [0, 1)");
+    if (p.beta2 < 0 || p.beta2 >= 1) invalid("options.beta2 must be in [0, 1)");
+    if (p.eps <= 0) invalid("options.eps must be > 0");
+    if (p.weight_decay < 0) invalid("options.weightDecay must be >= 0");
+    Model* mp = &m;
+    return launch(env, [=] { mp->adamw_step(p); }, [](Napi::Env e) { return e.Undefined(); }, {});
+  });
+}
+
+Napi::Value ModelWrap::GetStep(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    if (!model_) invalid("model.step: the model was disposed");
+    return Napi::Number::New(info.Env(), (double)model_->step());
+  });
+}
+
+Napi::Value ModelWrap::SetStep(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    const double s = num_arg(info[0], "step");
+    if (s < 0 || s != std::floor(s)) invalid("step must be a non-negative integer");
+    live("setStep").set_step((int64_t)s);
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value ModelWrap::Dispose(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    if (model_) {
+      live("dispose");
+      model_.reset();
+    }
+    return info.Env().Undefined();
+  });
+}
+
+}  // namespace rls

@@ -1,0 +1,38 @@
+// N-API wrapper class of Model (declarations): one method per operation, each a thin layer over model.h.
+#pragma once
+#include <napi.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model.h"
+
+namespace rls {
+
+class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
+ public:
+  static Napi::Function Init(Napi::Env env);
+  explicit ModelWrap(const Napi::CallbackInfo& info);
+
+ private:
+  Model& live(const char* op);
+  Napi::Promise launch(Napi::Env env, std::function<void()> job, std::function<Napi::Value(Napi::Env)> done,
+                       std::vector<Napi::Value> keep);
+  Napi::Value NumParameters(const Napi::CallbackInfo& info);
+  Napi::Value Tensors(const Napi::CallbackInfo& info);
+  Napi::Value Forward(const Napi::CallbackInfo& info);
+  Napi::Value BackwardCrossEntropy(const Napi::CallbackInfo& info);
+  Napi::Value BackwardPolicyLoss(const Napi::CallbackInfo& info);
+  Napi::Value ZeroGrad(const Napi::CallbackInfo& info);
+  Napi::Value GradNorm(const Napi::CallbackInfo& info);
+  Napi::Value ClipGradNorm(const Napi::CallbackInfo& info);
+  Napi::Value AdamwStep(const Napi::CallbackInfo& info);
+  Napi::Value GetStep(const Napi::CallbackInfo& info);
+  Napi::Value SetStep(const Napi::CallbackInfo& info);
+  Napi::Value Dispose(const Napi::CallbackInfo& info);
+
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace rls

@@ -1,0 +1,72 @@
+// Token-level losses on log-probs: masked cross-entropy (SFT) and the RL policy loss (PPO clip, dual clip,
+// decoupled proximal/behaviour objective with truncated importance weights, KL to a reference, entropy bonus),
+// with verl's aggregation modes. Pure scalar code on [T] arrays; the vocabulary never appears here.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model.h"
+
+namespace rls {
+
+enum class Agg { TokenMean, SeqMeanTokenSum, SeqMeanTokenMean };
+enum class KlType { K1, K2, K3 };
+
+// Per-token weights a[t] such that agg(x) = sum_t a[t] * x[t] (verl agg_loss). Sequences without any masked token
+// are left out of the seq-mean modes (no 0/0). `tokens` = number of positions with mask != 0.
+std::vector<double> aggregation_weights(const float* mask, const int32_t* seq_starts, int S, int T, Agg agg,
+                                        double* tokens);
+
+// Mean over masked tokens of -log p(target), times scale.
+class CrossEntropyLoss final : public TokenLoss {
+ public:
+  CrossEntropyLoss(const float* mask, const int32_t* seq_starts, int S, int T, float scale);
+  void chunk(int t0, int n, const float* logp, const float* ent, float* dlogp, float* dent) override;
+  double loss() const { return loss_ * scale_; }
+  double tokens() const { return tokens_; }
+
+ private:
+  const float* mask_;
+  std::vector<double> w_;
+  double scale_, loss_ = 0, tokens_ = 0;
+};
+
+struct PolicyLossOptions {
+  double clip_low = 0.2, clip_high = 0.2;
+  double dual_clip_c = 0;  // <= 0: off; otherwise > 1
+  double iw_cap = 2;       // <= 0: decoupled importance weight off (w = 1)
+  double kl_coef = 0;
+  KlType kl_type = KlType::K3;
+  double entropy_coef = 0;
+  Agg agg = Agg::TokenMean;
+  double scale = 1;
+};
+
+struct PolicyLossInputs {
+  const float* mask = nullptr;        // [T]
+  const float* advantages = nullptr;  // [T]
+  const float* behaviour = nullptr;   // [T] log-probs of the policy that generated the tokens
+  const float* proximal = nullptr;    // [T] or null (= behaviour: plain PPO)
+  const float* ref = nullptr;         // [T] or null (no KL term)
+};
+
+struct PolicyLossMetrics {
+  double loss = 0, pg_loss = 0, clip_fraction = 0, dual_clip_fraction = 0, approx_kl = 0, entropy = 0, kl = 0,
+         iw_mean = 0, iw_max = 0, iw_truncated_fraction = 0, tokens = 0;
+};
+
+class PolicyLoss final : public TokenLoss {
+ public:
+  PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& opt, const int32_t* seq_starts, int S, int T);
+  void chunk(int t0, int n, const float* logp, const float* ent, float* dlogp, float* dent) override;
+  PolicyLossMetrics metrics() const;
+
+ private:
+  PolicyLossInputs in_;
+  PolicyLossOptions o_;
+  std::vector<double> w_;
+  double tokens_ = 0, msum_ = 0;
+  double pg_ = 0, ent_ = 0, kl_ = 0, clip_ = 0, dual_ = 0, akl_ = 0, iw_sum_ = 0, iw_max_ = 0, trunc_ = 0;
+};
+
+}  // namespace rls

@@ -1,0 +1,340 @@
+// Forward and backward of the Llama / Qwen2 decoder on a packed batch, llm.c style: one block per kind of state
+// (parameters, gradients, AdamW moments, activations), pointers into it, layers called in order and in reverse.
+#include "model.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "errors.h"
+
+namespace rls {
+
+struct Model::Acts {
+  int cap = 0;  // tokens this allocation holds
+  float* mem = nullptr;
+  Kernels* k = nullptr;
+  struct Layer {
+    float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
+  };
+  std::vector<float*> resid;  // L+1 residual streams [T,H]; resid[l] enters layer l
+  std::vector<Layer> layers;
+  float *lnf, *rstdf, *cosb, *sinb;
+  float *dres, *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dact;  // backward scratch
+  float *logits, *logp, *ent, *dlogp, *dent;                    // loss head: logits [chunk,V], the rest [T]
+  std::vector<int32_t> pos;
+  ~Acts() {
+    if (mem) k->release(mem);
+  }
+};
+
+Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens) : cfg_(cfg) {
+  validate_config(cfg_);
+  if (threads < 1 || threads > 256) invalid("threads must be in [1, 256], got " + std::to_string(threads));
+  threads_ = threads;
+  // Keep one chunk of logits around 32 MiB, but at least 16 tokens per GEMM.
+  chunk_ = logit_chunk_tokens > 0 ? logit_chunk_tokens : std::max(16, std::min(1024, (1 << 23) / cfg_.vocab_size));
+  k_ = make_cpu_kernels(threads_);
+
+  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, QD = cfg_.q_dim(),
+                KD = cfg_.kv_dim();
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    TensorInfo t;
+    t.name = name;
+    t.shape = shape;
+    t.numel = 1;
+    for (auto d : shape) t.numel *= (size_t)d;
+    t.offset = nparams_;
+    nparams_ += (t.numel + 15) / 16 * 16;  // 64-byte aligned tensors
+    tensors_.push_back(t);
+  };
+  add("model.embed_tokens.weight", {V, H});
+  for (int l = 0; l < cfg_.num_hidden_layers; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {H});
+    add(p + "self_attn.q_proj.weight", {QD, H});
+    if (cfg_.attention_bias) add(p + "self_attn.q_proj.bias", {QD});
+    add(p + "self_attn.k_proj.weight", {KD, H});
+    if (cfg_.attention_bias) add(p + "self_attn.k_proj.bias", {KD});
+    add(p + "self_attn.v_proj.weight", {KD, H});
+    if (cfg_.attention_bias) add(p + "self_attn.v_proj.bias", {KD});
+    add(p + "self_attn.o_proj.weight", {H, QD});
+    add(p + "post_attention_layernorm.weight", {H});
+    add(p + "mlp.gate_proj.weight", {I, H});
+    add(p + "mlp.up_proj.weight", {I, H});
+    add(p + "mlp.down_proj.weight", {H, I});
+  }
+  add("model.norm.weight", {H});
+  if (!cfg_.tie_word_embeddings) add("lm_head.weight", {V, H});
+
+  // CPU blocks are plain aligned host memory freed with free(), so JS views may outlive the model (a device
+  // layer would stage parameters through host copies instead).
+  auto host_block = [&]() { return Block(k_->alloc(nparams_), [](float* q) { std::free(q); }); };
+  params_ = host_block();
+  grads_ = host_block();
+  m_ = host_block();
+  v_ = host_block();
+  P_ = bind(params_.get());
+  G_ = bind(grads_.get());
+  a_ = std::make_unique<Acts>();
+  a_->k = k_.get();
+}
+
+Model::~Model() = default;
+
+ParamPtrs Model::bind(float* base) const {
+  ParamPtrs p;
+  size_t i = 0;
+  auto next = [&]() { return base + tensors_[i++].offset; };
+  p.embed = next();
+  for (int l = 0; l < cfg_.num_hidden_layers; l++) {
+    LayerPtrs L{};
+    L.ln1_w = next();
+    L.q_w = next();
+    L.q_b = cfg_.attention_bias ? next() : nullptr;
+    L.k_w = next();
+    L.k_b = cfg_.attention_bias ? next() : nullptr;
+    L.v_w = next();
+    L.v_b = cfg_.attention_bias ? next() : nullptr;
+    L.o_w = next();
+    L.ln2_w = next();
+    L.gate_w = next();
+    L.up_w = next();
+    L.down_w = next();
+    p.layers.push_back(L);
+  }
+  p.norm_w = next();
+  p.lm_head = cfg_.tie_word_embeddings ? p.embed : next();
+  return p;
+}
+
+void Model::init_random(uint64_t seed, float std) {
+  // splitmix64 + Box-Muller: the same weights for a seed on every platform and thread count.
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  auto next_u = [&]() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  };
+  float* base = params_.get();
+  for (const auto& t : tensors_) {
+    float* p = base + t.offset;
+    const bool norm = t.name.find("layernorm") != std::string::npos || t.name == "model.norm.weight";
+    const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+    for (size_t i = 0; i < t.numel; i++) {
+      if (norm) p[i] = 1.0f;
+      else if (bias) p[i] = 0.0f;
+      else {
+        const double u1 = next_u(), u2 = next_u();
+        p[i] = (float)(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      }
+    }
+  }
+}
+
+void Model::validate_batch(const Batch& b) const {
+  if (b.T < 1) invalid("batch.tokens is empty");
+  if (b.S < 1) invalid("batch.seqStarts must hold at least 2 entries (cu_seqlens [0, ..., T])");
+  if (b.seq_starts[0] != 0) invalid("batch.seqStarts[0] must be 0, got " + std::to_string(b.seq_starts[0]));
+  for (int s = 0; s < b.S; s++) {
+    const int a = b.seq_starts[s], e = b.seq_starts[s + 1];
+    if (e <= a)
+      invalid("batch.seqStarts must be strictly increasing: seqStarts[" + std::to_string(s + 1) + "] = " +
+              std::to_string(e) + " <= seqStarts[" + std::to_string(s) + "] = " + std::to_string(a));
+    if (e - a > cfg_.max_position_embeddings)
+      invalid("sequence " + std::to_string(s) + " has length " + std::to_string(e - a) +
+              " > max_position_embeddings " + std::to_string(cfg_.max_position_embeddings));
+  }
+  if (b.seq_starts[b.S] != b.T)
+    invalid("batch.seqStarts must end at the number of tokens " + std::to_string(b.T) + ", got " +
+            std::to_string(b.seq_starts[b.S]));
+  for (int t = 0; t < b.T; t++)
+    if (b.tokens[t] < 0 || b.tokens[t] >= cfg_.vocab_size)
+      invalid("batch.tokens[" + std::to_string(t) + "] = " + std::to_string(b.tokens[t]) + " is out of range [0, " +
+              std::to_string(cfg_.vocab_size) + ")");
+}
+
+void Model::ensure_acts(int T, int /*max_len*/) {
+  Acts& a = *a_;
+  if (a.cap >= T) return;
+  if (a.mem) {
+    k_->release(a.mem);
+    a.mem = nullptr;
+  }
+  const size_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, QD = cfg_.q_dim(),
+               KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, L = cfg_.num_hidden_layers, hd = cfg_.head_dim();
+  const size_t t = T, ch = std::min<size_t>(chunk_, t);
+  auto al = [](size_t n) { return (n + 15) / 16 * 16; };
+  const size_t per_layer = al(t * H) * 2 + al(t) * 2 + al(t * QD) * 2 + al(t * KD) * 2 + al(NH * t) + al(t * H) +
+                           al(t * I) * 3;
+  const size_t total = per_layer * L + al(t * H) * (L + 1) + al(t * H) + al(t) + al(t * hd / 2) * 2 +
+                       al(t * H) * 2 + al(t * QD) * 2 + al(t * KD) * 2 + al(t * I) * 3 + al(ch * V) + al(t) * 4;
+  a.mem = k_->alloc(total);
+  a.cap = T;
+  float* p = a.mem;
+  auto take = [&](size_t n) {
+    float* r = p;
+    p += al(n);
+    return r;
+  };
+  a.resid.assign(L + 1, nullptr);
+  for (auto& r : a.resid) r = take(t * H);
+  a.layers.assign(L, {});
+  for (auto& l : a.layers) {
+    l.ln1 = take(t * H);
+    l.rstd1 = take(t);
+    l.q = take(t * QD);
+    l.k = take(t * KD);
+    l.v = take(t * KD);
+    l.att = take(t * QD);
+    l.lse = take(NH * t);
+    l.mid = take(t * H);
+    l.ln2 = take(t * H);
+    l.rstd2 = take(t);
+    l.gate = take(t * I);
+    l.up = take(t * I);
+    l.act = take(t * I);
+  }
+  a.lnf = take(t * H);
+  a.rstdf = take(t);
+  a.cosb = take(t * hd / 2);
+  a.sinb = take(t * hd / 2);
+  a.dres = take(t * H);
+  a.dln = take(t * H);
+  a.dq = take(t * QD);
+  a.datt = take(t * QD);
+  a.dk = take(t * KD);
+  a.dv = take(t * KD);
+  a.dgate = take(t * I);
+  a.dup = take(t * I);
+  a.dact = take(t * I);
+  a.logits = take(ch * V);
+  a.logp = take(t);
+  a.ent = take(t);
+  a.dlogp = take(t);
+  a.dent = take(t);
+}
+
+void Model::forward_trunk(const Batch& b) {
+  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
+            NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
+  const float eps = (float)cfg_.rms_norm_eps;
+  ensure_acts(T, 0);
+  Acts& a = *a_;
+  Kernels& k = *k_;
+  k.set_threads(threads_);
+  // positions restart at 0 in every packed sequence
+  a.pos.resize(T);
+  for (int s = 0; s < b.S; s++)
+    for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
+  k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, cfg_.rope_theta);
+
+  k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H);
+  for (int l = 0; l < cfg_.num_hidden_layers; l++) {
+    const LayerPtrs& w = P_.layers[l];
+    auto& x = a.layers[l];
+    k.rmsnorm_forward(x.ln1, x.rstd1, a.resid[l], w.ln1_w, T, H, eps);
+    k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false);
+    k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false);
+    k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false);
+    k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd);
+    k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd);
+    k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd);
+    k.copy(x.mid, a.resid[l], (size_t)T * H);
+    k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true);
+    k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps);
+    k.matmul_forward(x.gate, x.ln2, w.gate_w, nullptr, T, H, I, false);
+    k.matmul_forward(x.up, x.ln2, w.up_w, nullptr, T, H, I, false);
+    k.swiglu_forward(x.act, x.gate, x.up, (size_t)T * I);
+    k.copy(a.resid[l + 1], x.mid, (size_t)T * H);
+    k.matmul_forward(a.resid[l + 1], x.act, w.down_w, nullptr, T, I, H, true);
+  }
+  k.rmsnorm_forward(a.lnf, a.rstdf, a.resid[cfg_.num_hidden_layers], P_.norm_w, T, H, eps);
+}
+
+void Model::forward_logprobs(const Batch& b, const int32_t* targets, float* logp, float* ent) {
+  forward_trunk(b);
+  Acts& a = *a_;
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  for (int t0 = 0; t0 < b.T; t0 += chunk_) {
+    const int n = std::min(chunk_, b.T - t0);
+    k_->matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false);
+    k_->logsoftmax_forward(a.logits, logp + t0, ent + t0, targets + t0, n, V);
+  }
+}
+
+void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& loss) {
+  forward_trunk(b);
+  Acts& a = *a_;
+  Kernels& k = *k_;
+  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, QD = cfg_.q_dim(),
+            KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim(),
+            L = cfg_.num_hidden_layers;
+
+  // Loss head, one chunk of tokens at a time: logits -> log-softmax -> loss -> dlogits -> d lnf, d lm_head.
+  k.zero(a.dln, (size_t)T * H);
+  for (int t0 = 0; t0 < T; t0 += chunk_) {
+    const int n = std::min(chunk_, T - t0);
+    const float* xf = a.lnf + (size_t)t0 * H;
+    k.matmul_forward(a.logits, xf, P_.lm_head, nullptr, n, H, V, false);
+    k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V);
+    loss.chunk(t0, n, a.logp + t0, a.ent + t0, a.dlogp, a.dent);
+    k.logsoftmax_backward(a.logits, a.dlogp, a.dent, a.ent + t0, targets + t0, n, V);
+    k.matmul_backward(a.dln + (size_t)t0 * H, G_.lm_head, nullptr, a.logits, xf, P_.lm_head, n, H, V);
+  }
+  k.zero(a.dres, (size_t)T * H);
+  k.rmsnorm_backward(a.dres, G_.norm_w, a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H);
+
+  for (int l = L - 1; l >= 0; l--) {
+    const LayerPtrs& w = P_.layers[l];
+    const LayerPtrs& g = G_.layers[l];
+    auto& x = a.layers[l];
+    // MLP: resid[l+1] = mid + down(silu(gate(ln2)) * up(ln2))
+    k.zero(a.dact, (size_t)T * I);
+    k.matmul_backward(a.dact, g.down_w, nullptr, a.dres, x.act, w.down_w, T, I, H);
+    k.swiglu_backward(a.dgate, a.dup, a.dact, x.gate, x.up, (size_t)T * I);
+    k.zero(a.dln, (size_t)T * H);
+    k.matmul_backward(a.dln, g.gate_w, nullptr, a.dgate, x.ln2, w.gate_w, T, H, I);
+    k.matmul_backward(a.dln, g.up_w, nullptr, a.dup, x.ln2, w.up_w, T, H, I);
+    k.rmsnorm_backward(a.dres, g.ln2_w, a.dln, x.mid, w.ln2_w, x.rstd2, T, H);  // dres is now d mid
+    // Attention: mid = resid[l] + o(attn(rope(q), rope(k), v))
+    k.zero(a.datt, (size_t)T * QD);
+    k.matmul_backward(a.datt, g.o_w, nullptr, a.dres, x.att, w.o_w, T, QD, H);
+    k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T, NH, NKV, hd);
+    k.rope_backward(a.dq, a.cosb, a.sinb, T, NH, hd);
+    k.rope_backward(a.dk, a.cosb, a.sinb, T, NKV, hd);
+    k.zero(a.dln, (size_t)T * H);
+    k.matmul_backward(a.dln, g.q_w, g.q_b, a.dq, x.ln1, w.q_w, T, H, QD);
+    k.matmul_backward(a.dln, g.k_w, g.k_b, a.dk, x.ln1, w.k_w, T, H, KD);
+    k.matmul_backward(a.dln, g.v_w, g.v_b, a.dv, x.ln1, w.v_w, T, H, KD);
+    k.rmsnorm_backward(a.dres, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H);  // dres is now d resid[l]
+  }
+  k.embedding_backward(G_.embed, a.dres, b.tokens, T, H);
+}
+
+void Model::zero_grad() { k_->zero(grads_.get(), nparams_); }
+
+double Model::grad_norm() {
+  k_->set_threads(threads_);
+  return std::sqrt(k_->sum_squares(grads_.get(), nparams_));
+}
+
+void Model::scale_grads(float s) {
+  k_->set_threads(threads_);
+  k_->scale(grads_.get(), nparams_, s);
+}
+
+void Model::adamw_step(const AdamWParams& p) {
+  k_->set_threads(threads_);
+  step_ += 1;
+  const float bc1 = (float)(1.0 - std::pow((double)p.beta1, (double)step_));
+  const float bc2 = (float)(1.0 - std::pow((double)p.beta2, (double)step_));
+  // Padding between tensors stays zero in params, grads and moments, so one pass over the block is exact.
+  k_->adamw(params_.get(), grads_.get(), m_.get(), v_.get(), nparams_, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
+            bc1, bc2);
+}
+
+}  // namespace rls

@@ -1,0 +1,110 @@
+// The transformer (Llama / Qwen2 family) on raw pointers: parameter layout with HF names, activations for a packed
+// batch, forward, chunked loss head, backward, gradient norm/clipping and AdamW. No N-API here.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "device.h"
+
+namespace rls {
+
+// One tensor of the model: its HF name, shape, and where it sits inside each of the parameter-sized blocks
+// (parameters, gradients, AdamW first and second moments share the same layout).
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;
+  size_t numel = 0;
+};
+
+struct LayerPtrs {
+  float *ln1_w, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *ln2_w, *gate_w, *up_w, *down_w;
+};
+// Pointers into one block. lm_head aliases embed when the embeddings are tied.
+struct ParamPtrs {
+  float* embed = nullptr;
+  std::vector<LayerPtrs> layers;
+  float* norm_w = nullptr;
+  float* lm_head = nullptr;
+};
+
+// A packed batch: S sequences of total length T, seq_starts[S+1] (cu_seqlens). Validated by validate_batch.
+struct Batch {
+  const int32_t* tokens = nullptr;
+  int T = 0;
+  const int32_t* seq_starts = nullptr;
+  int S = 0;
+};
+
+// Loss on top of the per-token log-probs and entropies, evaluated chunk by chunk so the vocabulary-sized gradient
+// only ever exists for one chunk of tokens. Called in token order.
+struct TokenLoss {
+  virtual ~TokenLoss() = default;
+  // For tokens [t0, t0+n): given logp and entropy, write dL/dlogp and dL/dentropy and accumulate the loss.
+  virtual void chunk(int t0, int n, const float* logp, const float* ent, float* dlogp, float* dent) = 0;
+};
+
+struct AdamWParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+// Host memory shared with JS views (parameters(), gradients(), optimizer state): views keep it alive.
+using Block = std::shared_ptr<float>;
+
+class Model {
+ public:
+  Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  size_t num_parameters() const { return nparams_; }
+  int threads() const { return threads_; }
+  Block params() const { return params_; }
+  Block grads() const { return grads_; }
+  Block adam_m() const { return m_; }
+  Block adam_v() const { return v_; }
+  int64_t step() const { return step_; }
+  void set_step(int64_t s) { step_ = s; }
+
+  void init_random(uint64_t seed, float std);
+  // Throws NativeError naming the problem: ids out of range, bad seq_starts, sequences too long.
+  void validate_batch(const Batch& b) const;
+
+  // logp[T] of targets[T] (0 where targets[t] < 0) and entropy[T] of the next-token distribution.
+  void forward_logprobs(const Batch& b, const int32_t* targets, float* logp, float* ent);
+  // Forward, loss head (chunked), and backward: gradients are accumulated (+=) into grads().
+  void forward_backward(const Batch& b, const int32_t* targets, TokenLoss& loss);
+
+  void zero_grad();
+  double grad_norm();
+  void scale_grads(float s);
+  void adamw_step(const AdamWParams& p);
+
+  std::atomic<bool> busy{false};  // one call at a time: set by the glue before scheduling, cleared after
+
+ private:
+  struct Acts;
+  void ensure_acts(int T, int max_len);
+  void forward_trunk(const Batch& b);
+  ParamPtrs bind(float* base) const;
+
+  ModelConfig cfg_;
+  int threads_;
+  int chunk_;
+  std::unique_ptr<Kernels> k_;
+  std::vector<TensorInfo> tensors_;
+  size_t nparams_ = 0;
+  Block params_, grads_, m_, v_;
+  ParamPtrs P_, G_;
+  int64_t step_ = 0;
+  std::unique_ptr<Acts> a_;
+};
+
+}  // namespace rls

@@ -1,0 +1,54 @@
+// Shared fixtures of the native tests: tiny configs, packed batches, and comparisons against the reference.
+import type { ModelConfig, PackedBatch } from '../../native/index.ts';
+
+export const TINY: ModelConfig = {
+  hidden_size: 8,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  intermediate_size: 12,
+  vocab_size: 11,
+  rope_theta: 10000,
+  rms_norm_eps: 1e-6,
+  tie_word_embeddings: false,
+  max_position_embeddings: 64,
+  attention_bias: true,
+};
+
+/** A deterministic pseudo-random stream (mulberry32) so fixtures are stable. */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Packs sequences; targets[t] = next token of the same sequence, -1 at each sequence's last position. */
+export function pack(seqs: number[][]): { batch: PackedBatch; targets: Int32Array; mask: Float32Array } {
+  const tokens = seqs.flat();
+  const seqStarts = [0];
+  const targets: number[] = [];
+  for (const s of seqs) {
+    seqStarts.push(seqStarts[seqStarts.length - 1]! + s.length);
+    for (let i = 0; i < s.length; i++) targets.push(i + 1 < s.length ? s[i + 1]! : -1);
+  }
+  return {
+    batch: { tokens: Int32Array.from(tokens), seqStarts: Int32Array.from(seqStarts) },
+    targets: Int32Array.from(targets),
+    mask: Float32Array.from(targets.map((t) => (t >= 0 ? 1 : 0))),
+  };
+}
+
+export function randomSeqs(r: () => number, lengths: number[], vocab: number): number[][] {
+  return lengths.map((n) => Array.from({ length: n }, () => Math.floor(r() * vocab)));
+}
+
+export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
+  return m;
+}
