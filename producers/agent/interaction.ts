@@ -1,0 +1,79 @@
+// Interactions: the user side of a multi-turn dialogue (verl's BaseInteraction). After an assistant
+// turn without a tool call, the interaction reads the conversation and either ends it or answers as the
+// user (the answer becomes a user turn with loss mask 0); each answer carries a turn reward.
+import type { ChatMessage } from '../tokenizer/chat-tokenizer.ts';
+
+export interface InteractionReply {
+  terminate: boolean;
+  /** The user's next message (ignored when terminate is true). */
+  content: string;
+  reward: number;
+  metrics?: Record<string, number>;
+}
+
+export interface Interaction {
+  readonly name: string;
+  start?(instanceId: string, kwargs: Record<string, unknown>): Promise<void> | void;
+  respond(instanceId: string, messages: readonly ChatMessage[], kwargs: Record<string, unknown>): Promise<InteractionReply> | InteractionReply;
+  finish?(instanceId: string): Promise<void> | void;
+}
+
+/** The last `#### <number>` in a text, commas removed; null when there is none. */
+export function extractHashAnswer(text: string): string | null {
+  const all = [...text.matchAll(/####\s*\$?\s*(-?[\d,]*\.?\d+)/g)];
+  const m = all[all.length - 1]?.[1];
+  return m === undefined ? null : m.replace(/,/g, '');
+}
+
+export function sameNumber(a: string, b: string): boolean {
+  const x = Number(a.replace(/,/g, ''));
+  const y = Number(b.replace(/,/g, ''));
+  return Number.isFinite(x) && Number.isFinite(y) && Math.abs(x - y) <= 1e-9 * Math.max(1, Math.abs(y));
+}
+
+/**
+ * GSM8K / arithmetic user simulator: a correct `#### N` ends the dialogue with reward 1; a wrong or
+ * missing answer is met with "try again" and reward 0, until the turn limits stop the loop.
+ */
+export class Gsm8kInteraction implements Interaction {
+  readonly name: string;
+
+  constructor(name = 'gsm8k') {
+    this.name = name;
+  }
+
+  respond(_instanceId: string, messages: readonly ChatMessage[], kwargs: Record<string, unknown>): InteractionReply {
+    const truth = String(kwargs['ground_truth'] ?? '');
+    let lastAssistant = '';
+    for (let i = messages.length - 1; i >= 0; i--) {
+      if (messages[i]?.role === 'assistant') {
+        lastAssistant = messages[i]!.content;
+        break;
+      }
+    }
+    const answer = extractHashAnswer(lastAssistant);
+    if (answer !== null && truth !== '' && sameNumber(answer, truth)) return { terminate: true, content: 'Your answer is correct.', reward: 1 };
+    const content =
+      answer === null
+        ? 'I could not find your final answer. Please end with a line of the form `#### <answer>`.'
+        : 'Your answer is wrong. Check each step (use the calculator) and try again, ending with `#### <answer>`.';
+    return { terminate: false, content, reward: 0 };
+  }
+}
+
+export class InteractionRegistry {
+  private readonly byName = new Map<string, Interaction>();
+
+  add(interaction: Interaction): this {
+    this.byName.set(interaction.name, interaction);
+    return this;
+  }
+
+  get(name: string): Interaction | undefined {
+    return this.byName.get(name);
+  }
+
+  names(): string[] {
+    return [...this.byName.keys()];
+  }
+}

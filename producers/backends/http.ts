@@ -1,0 +1,66 @@
+// JSON over HTTP for inference servers, with errors classified once: connection failures, timeouts and
+// 5xx are BACKEND_UNAVAILABLE (retriable: another try or another server may work), 4xx and unparseable
+// bodies are BACKEND_BAD_REQUEST (retrying the same request cannot help).
+import { RlstreamError } from '../../core/errors.ts';
+import type { FinishReason, GenerateRequest, PolicyUpdate } from './types.ts';
+
+/** One inference server: what the server manager routes between. */
+export interface InferenceServer {
+  /** Base URL, also the `server` field of results. */
+  readonly address: string;
+  generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput>;
+  /** True when the server answers its health endpoint. */
+  health(signal?: AbortSignal): Promise<boolean>;
+  /** Load new weights, where the server supports it. */
+  updateWeights?(update: PolicyUpdate): Promise<void>;
+}
+
+export interface ServerOutput {
+  tokenIds: number[];
+  logprobs: number[];
+  finishReason: FinishReason;
+}
+
+export async function postJson(url: string, body: unknown, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<unknown> {
+  const signals = [options.signal, options.timeoutMs ? AbortSignal.timeout(options.timeoutMs) : undefined].filter((s): s is AbortSignal => s !== undefined);
+  let res: Response;
+  try {
+    res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: signals.length > 0 ? AbortSignal.any(signals) : undefined,
+    });
+  } catch (cause) {
+    if (options.signal?.aborted) throw options.signal.reason instanceof Error ? options.signal.reason : new RlstreamError('BACKEND_UNAVAILABLE', `request to ${url} aborted`, { cause, retriable: false });
+    throw new RlstreamError('BACKEND_UNAVAILABLE', `${url}: ${(cause as Error).name === 'TimeoutError' ? 'timed out' : `connection failed (${describeCause(cause)})`}`, { cause });
+  }
+  const text = await res.text().catch(() => '');
+  if (res.status >= 500) throw new RlstreamError('BACKEND_UNAVAILABLE', `${url}: HTTP ${res.status} ${text.slice(0, 200)}`);
+  if (res.status >= 400) throw new RlstreamError('BACKEND_BAD_REQUEST', `${url}: HTTP ${res.status} ${text.slice(0, 500)}`);
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (cause) {
+    throw new RlstreamError('BACKEND_BAD_REQUEST', `${url}: response is not JSON: ${text.slice(0, 200)}`, { cause });
+  }
+}
+
+export async function getOk(url: string, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+  try {
+    const signals = [AbortSignal.timeout(timeoutMs), signal].filter((s): s is AbortSignal => s !== undefined);
+    const res = await fetch(url, { signal: AbortSignal.any(signals) });
+    await res.arrayBuffer().catch(() => undefined);
+    return res.ok;
+  } catch {
+    return false;
+  }
+}
+
+function describeCause(err: unknown): string {
+  const c = (err as { cause?: { code?: string; message?: string } }).cause;
+  return c?.code ?? c?.message ?? (err as Error).message;
+}
+
+export function badResponse(url: string, what: string): RlstreamError {
+  return new RlstreamError('BACKEND_BAD_REQUEST', `${url}: unexpected response: ${what}`);
+}

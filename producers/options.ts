@@ -1,0 +1,162 @@
+// Rollout options (the `rollout:` section of a config file, snake_case as written there), each with its
+// documented default, compiled once into a frozen, fully specified object. Errors name the field.
+import { RlstreamError } from '../core/errors.ts';
+import type { SamplingParams } from '../schemas/generated/types.ts';
+import type { TokenizationCheckMode } from './tokenizer/delta.ts';
+
+export interface RolloutOptions {
+  /** Samples per dataset row (the group size). Default 1. */
+  n?: number;
+  /** Agent loops running at once. Default 64. */
+  concurrency?: number;
+  /** In-flight budget: no new group starts while this many trajectories are unfinished. Default 2 × concurrency. */
+  max_inflight_trajectories?: number;
+  /** Groups the trainer takes per step (for the staleness gate). Default 1. */
+  groups_per_step?: number;
+  /** Policy versions a sample may lag (AReaL's max off-policyness); null turns the gate off. Default 1. */
+  staleness_bound?: number | null;
+  /** Generated turns per trajectory. Default 8. */
+  max_assistant_turns?: number;
+  /** Tool-response and user turns per trajectory. Default 8. */
+  max_user_turns?: number;
+  /** Response tokens per trajectory (all turns). Default 1024. */
+  response_length?: number;
+  /** Tool calls executed per assistant turn. Default 8. */
+  max_parallel_tool_calls?: number;
+  /** Failed tool calls before a trajectory stops with tool_error_limit. Default 4. */
+  max_tool_errors?: number;
+  /** Delta vs full re-tokenization check. Default 'ignore_strippable'. */
+  tokenization_check?: TokenizationCheckMode;
+  /** Tool-call parser by name. Default 'hermes'. */
+  tool_parser?: string;
+  /** Loop for rows without agent_name. Default 'single_turn'. */
+  default_agent?: string;
+  /** Sampling; max_new_tokens defaults to response_length. Defaults: temperature 1, top_p 1, top_k 0 (off), no seed. */
+  sampling?: Partial<SamplingParams>;
+  /** Passes over a finite dataset; null repeats forever. Default 1. */
+  epochs?: number | null;
+  /** Name recorded in DatasetRef. Default 'dataset'. */
+  dataset_name?: string;
+  /** Split recorded for training rows when a row has none. Default 'train'. */
+  split?: string;
+  /** Extra chat-template variables (e.g. enable_thinking: false). Default {}. */
+  template_kwargs?: Record<string, unknown>;
+  /** Wait per poll of policy.versions / control. Default 200 ms. */
+  poll_interval_ms?: number;
+}
+
+export interface CompiledRolloutOptions {
+  readonly n: number;
+  readonly concurrency: number;
+  readonly maxInflightTrajectories: number;
+  readonly groupsPerStep: number;
+  readonly stalenessBound: number | null;
+  readonly maxAssistantTurns: number;
+  readonly maxUserTurns: number;
+  readonly responseLength: number;
+  readonly maxParallelToolCalls: number;
+  readonly maxToolErrors: number;
+  readonly tokenizationCheck: TokenizationCheckMode;
+  readonly toolParser: string;
+  readonly defaultAgent: string;
+  readonly sampling: Readonly<SamplingParams>;
+  readonly epochs: number | null;
+  readonly datasetName: string;
+  readonly split: string;
+  readonly templateKwargs: Readonly<Record<string, unknown>>;
+  readonly pollIntervalMs: number;
+}
+
+function fail(field: string, what: string): never {
+  throw new RlstreamError('CONFIG_INVALID', `rollout.${field} ${what}`);
+}
+
+function posInt(o: Record<string, unknown>, field: string, dflt: number): number {
+  const v = o[field];
+  if (v === undefined) return dflt;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) fail(field, 'must be a positive integer');
+  return v;
+}
+
+function num(o: Record<string, unknown>, field: string, dflt: number, check: (x: number) => boolean, what: string): number {
+  const v = o[field];
+  if (v === undefined) return dflt;
+  if (typeof v !== 'number' || !Number.isFinite(v) || !check(v)) fail(field, what);
+  return v;
+}
+
+const KNOWN = new Set([
+  'n', 'concurrency', 'max_inflight_trajectories', 'groups_per_step', 'staleness_bound', 'max_assistant_turns', 'max_user_turns',
+  'response_length', 'max_parallel_tool_calls', 'max_tool_errors', 'tokenization_check', 'tool_parser', 'default_agent', 'sampling',
+  'epochs', 'dataset_name', 'split', 'template_kwargs', 'poll_interval_ms',
+]);
+
+export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRolloutOptions {
+  if (options === null || typeof options !== 'object') throw new RlstreamError('CONFIG_INVALID', 'rollout must be a mapping');
+  const o = options as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (!KNOWN.has(k)) fail(k, `is not a rollout option (known: ${[...KNOWN].join(', ')})`);
+  const concurrency = posInt(o, 'concurrency', 64);
+  const responseLength = posInt(o, 'response_length', 1024);
+  let stalenessBound: number | null = 1;
+  if (o['staleness_bound'] === null) stalenessBound = null;
+  else if (o['staleness_bound'] !== undefined) {
+    const v = o['staleness_bound'];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) fail('staleness_bound', 'must be a non-negative integer or null');
+    stalenessBound = v;
+  }
+  const check = o['tokenization_check'] ?? 'ignore_strippable';
+  if (check !== 'strict' && check !== 'ignore_strippable' && check !== 'off') fail('tokenization_check', 'must be strict, ignore_strippable or off');
+  let epochs: number | null = 1;
+  if (o['epochs'] === null) epochs = null;
+  else epochs = posInt(o, 'epochs', 1);
+  const str = (field: string, dflt: string): string => {
+    const v = o[field];
+    if (v === undefined) return dflt;
+    if (typeof v !== 'string' || v === '') fail(field, 'must be a non-empty string');
+    return v;
+  };
+  const s = (o['sampling'] ?? {}) as Record<string, unknown>;
+  if (typeof s !== 'object' || Array.isArray(s)) fail('sampling', 'must be a mapping');
+  const sf = (field: string, dflt: number, ok: (x: number) => boolean, what: string) => {
+    try {
+      return num(s, field, dflt, ok, what);
+    } catch {
+      fail(`sampling.${field}`, what);
+    }
+  };
+  const seed = s['seed'];
+  if (seed !== undefined && seed !== null && (typeof seed !== 'number' || !Number.isInteger(seed))) fail('sampling.seed', 'must be an integer or null');
+  const stops = s['stop_token_ids'] ?? [];
+  if (!Array.isArray(stops) || stops.some((x) => typeof x !== 'number' || !Number.isInteger(x) || x < 0)) fail('sampling.stop_token_ids', 'must be a list of token ids');
+  const sampling: SamplingParams = {
+    temperature: sf('temperature', 1, (x) => x >= 0, 'must be a number >= 0'),
+    top_p: sf('top_p', 1, (x) => x > 0 && x <= 1, 'must be in (0, 1]'),
+    top_k: sf('top_k', 0, (x) => Number.isInteger(x) && x >= 0, 'must be a non-negative integer (0 = off)'),
+    max_new_tokens: sf('max_new_tokens', responseLength, (x) => Number.isInteger(x) && x >= 1, 'must be a positive integer'),
+    seed: (seed as number | null | undefined) ?? null,
+    stop_token_ids: stops as number[],
+  };
+  const tk = o['template_kwargs'] ?? {};
+  if (typeof tk !== 'object' || tk === null || Array.isArray(tk)) fail('template_kwargs', 'must be a mapping');
+  return Object.freeze({
+    n: posInt(o, 'n', 1),
+    concurrency,
+    maxInflightTrajectories: posInt(o, 'max_inflight_trajectories', 2 * concurrency),
+    groupsPerStep: posInt(o, 'groups_per_step', 1),
+    stalenessBound,
+    maxAssistantTurns: posInt(o, 'max_assistant_turns', 8),
+    maxUserTurns: posInt(o, 'max_user_turns', 8),
+    responseLength,
+    maxParallelToolCalls: posInt(o, 'max_parallel_tool_calls', 8),
+    maxToolErrors: posInt(o, 'max_tool_errors', 4),
+    tokenizationCheck: check,
+    toolParser: str('tool_parser', 'hermes'),
+    defaultAgent: str('default_agent', 'single_turn'),
+    sampling: Object.freeze(sampling),
+    epochs,
+    datasetName: str('dataset_name', 'dataset'),
+    split: str('split', 'train'),
+    templateKwargs: Object.freeze({ ...(tk as Record<string, unknown>) }),
+    pollIntervalMs: posInt(o, 'poll_interval_ms', 200),
+  });
+}

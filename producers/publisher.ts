@@ -1,0 +1,81 @@
+// Publishes rollout events in the order they are given, batching those queued in the same tick into one
+// send (the log keeps order per partition, and one send in flight at a time keeps order across sends).
+import { describeError } from '../core/errors.ts';
+import type { Producer, ProduceRecord } from '../core/log/types.ts';
+import type { EventSerde } from '../core/serde/events.ts';
+import type { Logger } from '../core/telemetry.ts';
+import type { EventName } from '../schemas/index.ts';
+import type { EventTypes } from '../schemas/generated/types.ts';
+
+interface Pending {
+  record: ProduceRecord;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+export class EventPublisher {
+  private queue: Pending[] = [];
+  private flushing: Promise<void> | null = null;
+  private scheduled = false;
+  published = 0;
+  failed = 0;
+  bytes = 0;
+
+  constructor(
+    private readonly producer: Producer,
+    private readonly serde: EventSerde,
+    private readonly topic: string,
+    private readonly logger: Logger,
+    /** Records per send at most. */
+    private readonly maxBatch = 2048,
+  ) {}
+
+  /** Encode now (schema errors throw here, synchronously) and send soon; resolves once the log has it. */
+  publish<N extends EventName>(name: N, key: string, value: EventTypes[N]): Promise<void> {
+    const buf = this.serde.encode(name, value);
+    this.bytes += buf.length;
+    return new Promise<void>((resolve, reject) => {
+      this.queue.push({ record: { key, value: buf }, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  /** Publish without awaiting; a failure is logged and counted (the trajectory goes on). */
+  fire<N extends EventName>(name: N, key: string, value: EventTypes[N]): void {
+    this.publish(name, key, value).catch((err: unknown) => this.logger.error('event publish failed', { event: name, error: describeError(err) }));
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.flushing) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.flushing = this.drain().finally(() => {
+        this.flushing = null;
+        if (this.queue.length > 0) this.schedule();
+      });
+    });
+  }
+
+  private async drain(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.maxBatch);
+      try {
+        await this.producer.send(this.topic, batch.map((p) => p.record));
+        this.published += batch.length;
+        for (const p of batch) p.resolve();
+      } catch (err) {
+        this.failed += batch.length;
+        for (const p of batch) p.reject(err);
+      }
+    }
+  }
+
+  /** Wait until everything queued so far is sent (or failed). */
+  async flush(): Promise<void> {
+    while (this.queue.length > 0 || this.flushing || this.scheduled) {
+      if (this.flushing) await this.flushing;
+      else await new Promise<void>((r) => setImmediate(r));
+    }
+  }
+}

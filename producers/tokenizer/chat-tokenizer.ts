@@ -1,0 +1,146 @@
+// A Hugging Face tokenizer (tokenizer.json) plus its Jinja chat template (tokenizer_config.json), loaded
+// from a directory: the one object agent loops use to turn messages into token ids and back.
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Template } from '@huggingface/jinja';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { RlstreamError } from '../../core/errors.ts';
+
+/** A message as chat templates read it (OpenAI / Hugging Face shape). */
+export interface ChatMessage {
+  role: string;
+  content: string;
+  tool_calls?: { id?: string; type?: 'function'; function: { name: string; arguments: string | Record<string, unknown> } }[];
+  tool_call_id?: string;
+  name?: string;
+  [extra: string]: unknown;
+}
+
+/** A tool in the OpenAI function shape, as templates expect it in `tools`. */
+export interface ChatTool {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown> };
+}
+
+export interface RenderOptions {
+  tools?: ChatTool[] | null;
+  addGenerationPrompt?: boolean;
+  /** Extra template variables (e.g. enable_thinking). */
+  templateKwargs?: Record<string, unknown>;
+}
+
+interface TokenizerConfig {
+  chat_template?: string | { name: string; template: string }[];
+  eos_token?: string | { content: string } | null;
+  bos_token?: string | { content: string } | null;
+  pad_token?: string | { content: string } | null;
+  [key: string]: unknown;
+}
+
+function tokenText(t: string | { content: string } | null | undefined): string | null {
+  if (t === null || t === undefined) return null;
+  return typeof t === 'string' ? t : t.content;
+}
+
+function readJson(path: string, what: string): unknown {
+  if (!existsSync(path)) throw new RlstreamError('TOKENIZER', `${what} not found: ${path}`);
+  try {
+    return JSON.parse(readFileSync(path, 'utf8'));
+  } catch (cause) {
+    throw new RlstreamError('TOKENIZER', `${what} is not valid JSON: ${path}`, { cause });
+  }
+}
+
+export class ChatTokenizer {
+  readonly eosToken: string | null;
+  readonly eosTokenId: number | null;
+  readonly bosToken: string | null;
+  readonly padTokenId: number | null;
+  /** Special tokens by text (added tokens flagged special in tokenizer.json). */
+  readonly specialTokens: ReadonlyMap<string, number>;
+  private readonly template: Template;
+
+  private constructor(
+    private readonly tokenizer: Tokenizer,
+    config: TokenizerConfig,
+    templateText: string,
+    readonly dir: string,
+  ) {
+    try {
+      this.template = new Template(templateText);
+    } catch (cause) {
+      throw new RlstreamError('TOKENIZER', `chat template of ${dir} does not parse: ${(cause as Error).message}`, { cause });
+    }
+    const special = new Map<string, number>();
+    for (const [id, tok] of tokenizer.get_added_tokens_decoder()) if (tok.special) special.set(tok.content, id);
+    this.specialTokens = special;
+    this.eosToken = tokenText(config.eos_token);
+    this.bosToken = tokenText(config.bos_token);
+    this.eosTokenId = this.eosToken === null ? null : (tokenizer.token_to_id(this.eosToken) ?? null);
+    const pad = tokenText(config.pad_token);
+    this.padTokenId = pad === null ? null : (tokenizer.token_to_id(pad) ?? null);
+  }
+
+  /**
+   * Load tokenizer.json and tokenizer_config.json from a directory. The chat template comes from
+   * tokenizer_config.json's `chat_template` (string, or the entry named "default"), else chat_template.jinja.
+   */
+  static load(dir: string): ChatTokenizer {
+    const tokJson = readJson(join(dir, 'tokenizer.json'), 'tokenizer.json') as object;
+    const config = readJson(join(dir, 'tokenizer_config.json'), 'tokenizer_config.json') as TokenizerConfig;
+    let templateText: string | undefined;
+    if (typeof config.chat_template === 'string') templateText = config.chat_template;
+    else if (Array.isArray(config.chat_template)) {
+      templateText = (config.chat_template.find((t) => t.name === 'default') ?? config.chat_template[0])?.template;
+    }
+    if (templateText === undefined && existsSync(join(dir, 'chat_template.jinja'))) templateText = readFileSync(join(dir, 'chat_template.jinja'), 'utf8');
+    if (templateText === undefined) throw new RlstreamError('TOKENIZER', `no chat_template in ${join(dir, 'tokenizer_config.json')} nor chat_template.jinja`);
+    let tokenizer: Tokenizer;
+    try {
+      tokenizer = new Tokenizer(tokJson, config);
+    } catch (cause) {
+      throw new RlstreamError('TOKENIZER', `tokenizer.json of ${dir} cannot be loaded: ${(cause as Error).message}`, { cause });
+    }
+    return new ChatTokenizer(tokenizer, config, templateText, dir);
+  }
+
+  /** Token ids of a text. Special tokens written in the text (e.g. <|im_start|>) map to their ids. */
+  encode(text: string): number[] {
+    // add_special_tokens=false: chat templates already spell BOS and friends.
+    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
+    return this.tokenizer.decode(ids as number[], { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
+  }
+
+  tokenId(token: string): number | undefined {
+    return this.tokenizer.token_to_id(token);
+  }
+
+  isSpecial(id: number): boolean {
+    const t = this.tokenizer.id_to_token(id);
+    return t !== undefined && this.specialTokens.has(t);
+  }
+
+  /** The chat template applied to messages (text, not tokens). */
+  render(messages: readonly ChatMessage[] | readonly Record<string, unknown>[], options: RenderOptions = {}): string {
+    try {
+      return this.template.render({
+        messages,
+        tools: options.tools && options.tools.length > 0 ? options.tools : undefined,
+        add_generation_prompt: options.addGenerationPrompt ?? false,
+        bos_token: this.bosToken ?? '',
+        eos_token: this.eosToken ?? '',
+        ...options.templateKwargs,
+      });
+    } catch (cause) {
+      throw new RlstreamError('TOKENIZER', `chat template failed to render ${messages.length} message(s): ${(cause as Error).message}`, { cause });
+    }
+  }
+
+  /** render() then encode(). */
+  apply(messages: readonly ChatMessage[], options: RenderOptions = {}): number[] {
+    return this.encode(this.render(messages, options));
+  }
+}

@@ -1,0 +1,121 @@
+// Tool configuration in YAML (verl's tool_config shape), compiled into a ToolSet:
+//
+//   tools:
+//     - class_name: calculator             # built-in name, or a module path: ./my-tool.ts[:ExportName]
+//       config: { timeout_ms: 5000 }       # handed to the tool's constructor; timeout_ms is the call timeout
+//       tool_schema:                       # optional: overrides the tool's own schema (OpenAI function shape)
+//         type: function
+//         function: { name: calculator, description: ..., parameters: { type: object, ... } }
+//     - class_name: mcp                    # every tool an MCP server lists (or `include` of them)
+//       config: { transport: stdio, command: node, args: [server.js], include: [add], timeout_ms: 10000 }
+//
+// A module tool exports a class (default export, or the named export) constructed as new C(config).
+import { readFileSync } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import YAML from 'yaml';
+import { RlstreamError } from '../../core/errors.ts';
+import type { ChatTool } from '../tokenizer/chat-tokenizer.ts';
+import { CalculatorTool } from './calculator.ts';
+import { McpConnection, type McpServerConfig } from './mcp.ts';
+import { ToolSet } from './tool-set.ts';
+import type { Tool } from './types.ts';
+
+type ToolFactory = (config: Record<string, unknown>) => Tool;
+
+/** Built-in tools by class_name. */
+export const BUILTIN_TOOLS: Record<string, ToolFactory> = {
+  calculator: (config) => new CalculatorTool(typeof config['name'] === 'string' ? config['name'] : 'calculator'),
+};
+
+function invalid(message: string): never {
+  throw new RlstreamError('CONFIG_INVALID', message);
+}
+
+function asObject(v: unknown, field: string): Record<string, unknown> {
+  if (v === undefined || v === null) return {};
+  if (typeof v !== 'object' || Array.isArray(v)) invalid(`${field} must be a mapping`);
+  return v as Record<string, unknown>;
+}
+
+function withSchema(tool: Tool, schema: ChatTool): Tool {
+  // Keep the instance's methods and state; only the schema the model sees and arguments are checked against changes.
+  return Object.create(tool, { schema: { value: schema, enumerable: true } }) as Tool;
+}
+
+async function loadModuleTool(spec: string, baseDir: string, config: Record<string, unknown>, field: string): Promise<Tool> {
+  const [path, exportName] = spec.split(':') as [string, string | undefined];
+  const abs = isAbsolute(path) ? path : resolve(baseDir, path);
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
+  } catch (cause) {
+    throw new RlstreamError('CONFIG_INVALID', `${field}: cannot import ${abs}: ${(cause as Error).message}`, { cause });
+  }
+  const C = mod[exportName ?? 'default'];
+  if (typeof C !== 'function') invalid(`${field}: ${abs} has no export ${exportName ?? 'default'} that is a class`);
+  return new (C as new (c: Record<string, unknown>) => Tool)(config);
+}
+
+/** Build a ToolSet from YAML text; `baseDir` resolves relative module paths and MCP commands' cwd. */
+export async function toolSetFromYaml(text: string, options: { baseDir?: string; defaultTimeoutMs?: number } = {}): Promise<ToolSet> {
+  let doc: unknown;
+  try {
+    doc = YAML.parse(text);
+  } catch (cause) {
+    throw new RlstreamError('CONFIG_INVALID', `tool config is not valid YAML: ${(cause as Error).message}`, { cause });
+  }
+  const root = asObject(doc, 'tool config');
+  const list = root['tools'] ?? [];
+  if (!Array.isArray(list)) invalid('tools must be a list');
+  const baseDir = options.baseDir ?? process.cwd();
+  const set = new ToolSet({ defaultTimeoutMs: options.defaultTimeoutMs });
+  try {
+    for (let i = 0; i < list.length; i++) {
+      const field = `tools[${i}]`;
+      const entry = asObject(list[i], field);
+      const className = entry['class_name'];
+      if (typeof className !== 'string' || className === '') invalid(`${field}.class_name must be a non-empty string`);
+      const config = asObject(entry['config'], `${field}.config`);
+      const timeout = config['timeout_ms'];
+      if (timeout !== undefined && (typeof timeout !== 'number' || !(timeout > 0))) invalid(`${field}.config.timeout_ms must be a positive number`);
+      const timeoutMs = timeout as number | undefined;
+      if (className === 'mcp') {
+        const transport = config['transport'];
+        let server: McpServerConfig;
+        if (transport === 'stdio') {
+          if (typeof config['command'] !== 'string') invalid(`${field}.config.command must be a string for the stdio transport`);
+          server = { transport, command: config['command'] as string, args: (config['args'] as string[] | undefined) ?? [], cwd: (config['cwd'] as string | undefined) ?? baseDir };
+        } else if (transport === 'http') {
+          if (typeof config['url'] !== 'string') invalid(`${field}.config.url must be a string for the http transport`);
+          server = { transport, url: config['url'] as string };
+        } else invalid(`${field}.config.transport must be stdio or http`);
+        const conn = await McpConnection.connect(server!, { include: config['include'] as string[] | undefined });
+        for (const t of conn.tools) set.add(t, { timeoutMs });
+        continue;
+      }
+      const builtin = Object.hasOwn(BUILTIN_TOOLS, className) ? BUILTIN_TOOLS[className] : undefined;
+      let tool = builtin ? builtin(config) : await loadModuleTool(className, baseDir, config, `${field}.class_name`);
+      if (entry['tool_schema'] !== undefined) {
+        const schema = asObject(entry['tool_schema'], `${field}.tool_schema`) as unknown as ChatTool;
+        if (typeof schema.function?.name !== 'string') invalid(`${field}.tool_schema.function.name must be a string`);
+        tool = withSchema(tool, schema);
+      }
+      set.add(tool, { timeoutMs });
+    }
+  } catch (err) {
+    await set.close();
+    throw err;
+  }
+  return set;
+}
+
+export async function loadToolConfig(path: string, options: { defaultTimeoutMs?: number } = {}): Promise<ToolSet> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (cause) {
+    throw new RlstreamError('CONFIG_INVALID', `tool config not readable: ${path}`, { cause });
+  }
+  return toolSetFromYaml(text, { baseDir: dirname(resolve(path)), ...options });
+}
