@@ -1,0 +1,98 @@
+// Forward of the native core: log-probs and entropies against the float64 reference, packing (a sequence gives the
+// same log-probs alone or packed with others), and bit-identical results for a seed and a thread count.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Model, nativeAvailable, type ModelConfig } from '../../native/index.ts';
+import { referenceForward, toReferenceParams } from '../../native/reference.ts';
+import { TINY, maxAbsDiff, pack, randomSeqs, rng } from './helpers.ts';
+
+const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
+
+const CONFIGS: [string, ModelConfig][] = [
+  ['GQA + bias + untied', TINY],
+  ['MHA + tied, no bias', { ...TINY, num_key_value_heads: 4, tie_word_embeddings: true, attention_bias: false }],
+  ['MQA, 3 layers, theta 1e6', { ...TINY, num_key_value_heads: 1, num_hidden_layers: 3, rope_theta: 1e6, hidden_size: 16, intermediate_size: 20 }],
+];
+
+for (const [label, cfg] of CONFIGS) {
+  test(`log-probs and entropy match the float64 reference (${label})`, { skip }, async () => {
+    const model = Model.init(cfg, { seed: 2, threads: 2, initStd: 0.5, logitChunkTokens: 5 });
+    const { batch, targets } = pack(randomSeqs(rng(9), [11, 1, 6], cfg.vocab_size));
+    const out = await model.forward(batch, targets);
+    const ref = referenceForward(cfg, toReferenceParams(model.parameters()), batch, targets);
+    // fp32 accumulation over a few hundred terms: ~1e-6; 1e-4 leaves margin and still catches any wrong term.
+    assert.ok(maxAbsDiff(out.logprobs, ref.logprobs) < 1e-4, `logprobs differ by ${maxAbsDiff(out.logprobs, ref.logprobs)}`);
+    assert.ok(maxAbsDiff(out.entropy, ref.entropy) < 1e-4, `entropy differs by ${maxAbsDiff(out.entropy, ref.entropy)}`);
+    for (let t = 0; t < targets.length; t++) if (targets[t] === -1) assert.equal(out.logprobs[t], 0);
+    model.dispose();
+  });
+}
+
+test('packed sequences give the same log-probs as each sequence alone', { skip }, async () => {
+  const cfg: ModelConfig = { ...TINY, hidden_size: 32, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 50 };
+  const model = Model.init(cfg, { seed: 4, threads: 2, initStd: 0.2 });
+  const seqs = randomSeqs(rng(1), [37, 20, 64], cfg.vocab_size);
+  const all = pack(seqs);
+  const packed = await model.forward(all.batch, all.targets);
+  let off = 0;
+  for (const s of seqs) {
+    const one = pack([s]);
+    const alone = await model.forward(one.batch, one.targets);
+    const diff = maxAbsDiff(alone.logprobs, packed.logprobs.subarray(off, off + s.length));
+    // Different batch shapes take different BLAS blockings, so equality is up to fp32 rounding.
+    assert.ok(diff < 1e-5, `sequence at ${off}: packed and alone differ by ${diff}`);
+    off += s.length;
+  }
+  model.dispose();
+});
+
+test('positions restart at 0 in each sequence: the same sequence twice gives the same log-probs twice', { skip }, async () => {
+  const model = Model.init(TINY, { seed: 5, threads: 2, initStd: 0.5 });
+  const s = randomSeqs(rng(2), [9], TINY.vocab_size)[0]!;
+  const { batch, targets } = pack([s, s]);
+  const out = await model.forward(batch, targets);
+  for (let t = 0; t < 9; t++) assert.equal(out.logprobs[t], out.logprobs[t + 9]);
+  model.dispose();
+});
+
+test('same seed and thread count give bit-identical weights, log-probs, gradients and updates', { skip }, async () => {
+  const cfg: ModelConfig = { ...TINY, hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 300, max_position_embeddings: 256 };
+  const { batch, targets, mask } = pack(randomSeqs(rng(7), [90, 40, 128], cfg.vocab_size));
+  const run = async (): Promise<{ lp: Float32Array; g: Float32Array; p: Float32Array; loss: number }> => {
+    const m = Model.init(cfg, { seed: 42, threads: 2 });
+    const { logprobs } = await m.forward(batch, targets);
+    const { loss } = await m.backwardCrossEntropy(batch, targets, mask);
+    const g = Float32Array.from(m.gradients().get('model.layers.0.self_attn.k_proj.weight')!.data);
+    await m.adamwStep({ lr: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+    const p = Float32Array.from(m.parameters().get('model.embed_tokens.weight')!.data);
+    m.dispose();
+    return { lp: logprobs, g, p, loss };
+  };
+  const a = await run();
+  const b = await run();
+  assert.deepEqual(Buffer.from(a.lp.buffer), Buffer.from(b.lp.buffer));
+  assert.deepEqual(Buffer.from(a.g.buffer), Buffer.from(b.g.buffer));
+  assert.deepEqual(Buffer.from(a.p.buffer), Buffer.from(b.p.buffer));
+  assert.equal(a.loss, b.loss);
+  const other = Model.init(cfg, { seed: 43, threads: 2 });
+  assert.notDeepEqual(other.parameters().get('model.embed_tokens.weight')!.data.slice(0, 8), a.p.slice(0, 8));
+  other.dispose();
+});
+
+test('parameters() are zero-copy views with HF names and shapes', { skip }, async () => {
+  const model = Model.init(TINY, { seed: 1, threads: 1 });
+  const p = model.parameters();
+  assert.deepEqual(p.get('model.layers.1.self_attn.k_proj.weight')!.shape, [4, 8]);
+  assert.deepEqual(p.get('model.layers.0.self_attn.q_proj.bias')!.shape, [8]);
+  assert.deepEqual(p.get('model.layers.0.mlp.down_proj.weight')!.shape, [8, 12]);
+  assert.deepEqual(p.get('lm_head.weight')!.shape, [11, 8]);
+  assert.equal([...p.values()].reduce((a, t) => a + t.data.length, 0), model.numParameters);
+  const { batch, targets } = pack([[1, 2, 3]]);
+  const before = (await model.forward(batch, targets)).logprobs[0];
+  p.get('lm_head.weight')!.data.fill(0); // writing through the view changes the model
+  const after = (await model.forward(batch, targets)).logprobs[0]!;
+  assert.notEqual(before, after);
+  assert.ok(Math.abs(after - Math.log(1 / 11)) < 1e-6);
+  model.dispose();
+  assert.equal(p.get('lm_head.weight')!.data[0], 0); // views stay valid after dispose
+});

@@ -1,0 +1,115 @@
+// Gradient checks: native fp32 analytic gradients of every parameter tensor against central finite differences
+// of the independent float64 reference (native/reference.ts), for cross-entropy and the policy loss variants.
+//
+// Tolerance: float64 central differences with h = 1e-5 are accurate to ~1e-9 relative, so the gap measures
+// the native gradient's fp32 rounding (~1e-6 relative) plus any bug. A tensor passes when
+// ||g_native - g_fd|| / ||g_fd|| < 1e-3 and every element is within 1e-3 * max|g_fd| + 1e-3 * |g_fd|: a wrong
+// term, index or sign moves whole tensors by O(1) relative, far beyond that.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Model, nativeAvailable, type ModelConfig, type PolicyLossInputs, type PolicyLossOptions } from '../../native/index.ts';
+import { referenceCrossEntropy, referenceForward, referencePolicyLoss, toReferenceParams, type RefParams } from '../../native/reference.ts';
+import { TINY, pack, randomSeqs, rng } from './helpers.ts';
+
+const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
+
+function check(native: Map<string, { data: Float32Array }>, params: RefParams, loss: (p: RefParams) => number): void {
+  const h = 1e-5;
+  for (const [name, ref] of params) {
+    const g = native.get(name)!.data;
+    const fd = new Float64Array(ref.length);
+    for (let i = 0; i < ref.length; i++) {
+      const x = ref[i]!;
+      ref[i] = x + h;
+      const up = loss(params);
+      ref[i] = x - h;
+      const down = loss(params);
+      ref[i] = x;
+      fd[i] = (up - down) / (2 * h);
+    }
+    let num = 0;
+    let den = 0;
+    let maxFd = 0;
+    for (let i = 0; i < fd.length; i++) {
+      num += (g[i]! - fd[i]!) ** 2;
+      den += fd[i]! ** 2;
+      maxFd = Math.max(maxFd, Math.abs(fd[i]!));
+    }
+    assert.ok(den > 0, `${name}: finite-difference gradient is zero everywhere, the check would be vacuous`);
+    const rel = Math.sqrt(num / den);
+    assert.ok(rel < 1e-3, `${name}: relative error ${rel.toExponential(2)} (|fd| = ${Math.sqrt(den).toExponential(2)})`);
+    for (let i = 0; i < fd.length; i++)
+      assert.ok(Math.abs(g[i]! - fd[i]!) <= 1e-3 * maxFd + 1e-3 * Math.abs(fd[i]!), `${name}[${i}]: native ${g[i]} vs finite difference ${fd[i]}`);
+  }
+}
+
+function setup(cfg: ModelConfig, lengths: number[], seed: number) {
+  const model = Model.init(cfg, { seed, threads: 2, initStd: 0.4, logitChunkTokens: 4 });
+  const data = pack(randomSeqs(rng(seed + 100), lengths, cfg.vocab_size));
+  return { model, ...data };
+}
+
+test('cross-entropy gradients match finite differences (GQA, q/k/v bias, untied head, chunked logits)', { skip }, async () => {
+  const { model, batch, targets, mask } = setup(TINY, [6, 4, 5], 7);
+  mask[2] = 0; // a masked-out position inside a sequence
+  await model.backwardCrossEntropy(batch, targets, mask, { lossScale: 0.7 });
+  const params = toReferenceParams(model.parameters());
+  check(model.gradients(), params, (p) => referenceCrossEntropy(TINY, p, batch, targets, mask, 0.7));
+  model.dispose();
+});
+
+test('cross-entropy gradients match finite differences (tied embeddings, multi-head, no bias)', { skip }, async () => {
+  const cfg: ModelConfig = { ...TINY, tie_word_embeddings: true, num_key_value_heads: 4, attention_bias: false, num_hidden_layers: 1 };
+  const { model, batch, targets, mask } = setup(cfg, [9, 3], 8);
+  await model.backwardCrossEntropy(batch, targets, mask);
+  check(model.gradients(), toReferenceParams(model.parameters()), (p) => referenceCrossEntropy(cfg, p, batch, targets, mask));
+  model.dispose();
+});
+
+/** Inputs around the current policy so that some tokens clip, some are dual-clipped, some truncated. */
+async function policyInputs(model: Model, d: ReturnType<typeof setup>, seed: number): Promise<PolicyLossInputs> {
+  const r = rng(seed);
+  const { logprobs } = await model.forward(d.batch, d.targets);
+  const T = logprobs.length;
+  const prox = new Float32Array(T);
+  const behav = new Float32Array(T);
+  const ref = new Float32Array(T);
+  const adv = new Float32Array(T);
+  for (let t = 0; t < T; t++) {
+    if (d.mask[t] === 0) continue;
+    prox[t] = logprobs[t]! + (r() - 0.5) * 0.8;
+    behav[t] = prox[t]! + (r() - 0.5) * 2;
+    ref[t] = logprobs[t]! + (r() - 0.5) * 1.5;
+    adv[t] = (r() - 0.5) * 4;
+  }
+  return { targets: d.targets, mask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox, refLogprobs: ref };
+}
+
+const VARIANTS: [string, PolicyLossOptions][] = [
+  ['token-mean, dual clip, decoupled IW, k3 KL, entropy bonus', { clipLow: 0.2, clipHigh: 0.28, dualClipC: 3, iwCap: 2, klCoef: 0.1, klType: 'k3', entropyCoef: 0.01, aggregation: 'token-mean' }],
+  ['seq-mean-token-sum, k1 KL, loss scale', { clipLow: 0.1, clipHigh: 0.1, iwCap: 1.5, klCoef: 0.05, klType: 'k1', aggregation: 'seq-mean-token-sum', lossScale: 0.5 }],
+  ['seq-mean-token-mean, k2 KL, IW disabled', { clipLow: 0.2, clipHigh: 0.2, iwCap: null, klCoef: 0.2, klType: 'k2', entropyCoef: -0.02, aggregation: 'seq-mean-token-mean' }],
+];
+
+for (const [label, options] of VARIANTS) {
+  test(`policy loss gradients match finite differences (${label})`, { skip }, async () => {
+    const d = setup(TINY, [7, 5], 11);
+    const inputs = await policyInputs(d.model, d, 5);
+    const metrics = await d.model.backwardPolicyLoss(d.batch, inputs, options);
+    const params = toReferenceParams(d.model.parameters());
+    const refLoss = referencePolicyLoss(TINY, params, d.batch, inputs, options);
+    assert.ok(Math.abs(metrics.loss - refLoss) < 1e-5 * Math.max(1, Math.abs(refLoss)), `loss ${metrics.loss} vs reference ${refLoss}`);
+    check(d.model.gradients(), params, (p) => referencePolicyLoss(TINY, p, d.batch, inputs, options));
+    d.model.dispose();
+  });
+}
+
+test('reference forward is consistent with itself under packing (sanity of the checker)', { skip }, () => {
+  const d = setup(TINY, [4, 4], 3);
+  const p = toReferenceParams(d.model.parameters());
+  const both = referenceForward(TINY, p, d.batch, d.targets).logprobs;
+  const first = pack([Array.from(d.batch.tokens.subarray(0, 4))]);
+  const alone = referenceForward(TINY, p, first.batch, first.targets).logprobs;
+  for (let t = 0; t < 4; t++) assert.ok(Math.abs(both[t]! - alone[t]!) < 1e-12);
+  d.model.dispose();
+});
