@@ -5,6 +5,7 @@
 //   groupsStarted >= (latestPolicyVersion + stalenessBound + 1) * groupsPerStep
 // or while the in-flight budget is used up; new PolicyVersion events (checksum verified, then handed to
 // the backend) and Control events (pause, resume, set_staleness, stop) open or close it.
+import { setMaxListeners } from 'node:events';
 import { describeError, RlstreamError } from '../core/errors.ts';
 import { deriveId, newId } from '../core/ids.ts';
 import type { Consumer, EventLog, Producer } from '../core/log/types.ts';
@@ -135,6 +136,8 @@ export class RolloutWorker {
     this.stalenessBound = this.options.stalenessBound;
     this.latestVersion = deps.backend.currentPolicyVersion();
     this.slotsFree = this.options.concurrency;
+    // Every in-flight call listens on the one stop signal; thousands of listeners are expected.
+    setMaxListeners(0, this.abort.signal);
   }
 
   // ---- lifecycle -------------------------------------------------------------------------------

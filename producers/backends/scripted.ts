@@ -58,19 +58,22 @@ export class ScriptedBackend implements LlmBackend {
     const latency = typeof this.o.latencyMs === 'function' ? this.o.latencyMs() : (this.o.latencyMs ?? 0);
     if (latency > 0) {
       await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(resolve, latency);
-        signal?.addEventListener('abort', () => {
+        const onAbort = () => {
           clearTimeout(t);
-          reject(signal.reason as Error);
-        }, { once: true });
+          reject(signal!.reason as Error);
+        };
+        const t = setTimeout(() => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        }, latency);
+        signal?.addEventListener('abort', onAbort, { once: true });
       });
     }
     if (signal?.aborted) throw signal.reason as Error;
     const tok = this.o.tokenizer;
-    let text: string | undefined;
     const answer = await this.o.script({ request, turn, promptText: () => (tok ? tok.decode(request.promptIds) : '') });
     const a = typeof answer === 'string' ? { text: answer } : answer;
-    text = a.text;
+    const text = a.text;
     let ids = a.tokenIds ?? (text !== undefined && tok ? tok.encode(text) : []);
     let finish: FinishReason = a.finishReason ?? 'stop';
     if (finish === 'stop' && (a.appendEos ?? true) && tok?.eosTokenId != null) ids = [...ids, tok.eosTokenId];

