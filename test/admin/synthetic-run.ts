@@ -107,6 +107,12 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
         run_id: runId, trajectory_id: id, group_id: groupId, turn_index: 0, call_id: callId, tool_name: 'calculator', arguments_json: args, status: call.status,
         result_text: call.result_text, latency_ms: call.latency_ms, reward: 0, metric_names: [], metric_values: [], event_id: call.event_id, time: call.time_ms, _version: call.time_ms,
       }]);
+      // Only the columns the admin reads; ClickHouse fills the others with defaults.
+      await o.traces.insert('trajectories', [{
+        run_id: runId, trajectory_id: id, group_id: groupId, sample_index: sample, group_size: groupSize, agent_name: 'tool_agent', data_source: 'calculator',
+        num_turns: 3, num_tool_calls: 1, termination: 'stop', min_policy_version: version, max_policy_version: version, started: t, completed: t + 3,
+        event_id: deriveId(id, 'done'), time: t + 3, _version: t + 3,
+      }]);
       await o.traces.insert('rewards', [{
         run_id: runId, trajectory_id: id, group_id: groupId, reward_fn: 'calculator', score: sample % 2 ? 1 : 0, correct: sample % 2 ? 1 : 0, component_names: ['outcome'],
         component_values: [sample % 2 ? 1 : 0], token_rewards: [], agent_name: 'tool_agent', data_source: 'calculator', split: 'train', num_turns: 3,
