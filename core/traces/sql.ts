@@ -44,15 +44,15 @@ export function literal(type: ParamType, value: unknown, name = 'value'): string
   if (type === 'Float64') {
     const n = Number(text);
     if (text === '' || !Number.isFinite(n)) throw new RlstreamError('INPUT_INVALID', `parameter ${name} must be a finite number, got ${JSON.stringify(value)}`);
-    return `toFloat64(${String(n)})`;
+    return String(n);
   }
   if (!INT.test(text)) throw new RlstreamError('INPUT_INVALID', `parameter ${name} must be an integer, got ${JSON.stringify(value)}`);
   if (type === 'UInt64' && text.startsWith('-')) throw new RlstreamError('INPUT_INVALID', `parameter ${name} must not be negative, got ${text}`);
-  // BigInt keeps 64-bit values exact; the cast gives the literal the declared type in both dialects.
+  // BigInt keeps 64-bit values exact. A bare literal (no cast): 18.16 accepts only numbers in LIMIT.
   const big = BigInt(text);
   const limit = type === 'UInt64' ? (1n << 64n) - 1n : (1n << 63n) - 1n;
   if (big > limit || big < -(1n << 63n)) throw new RlstreamError('INPUT_INVALID', `parameter ${name} is out of range for ${type}`);
-  return `to${type}(${big.toString()})`;
+  return big.toString();
 }
 
 const PLACEHOLDER = /\{([A-Za-z_][A-Za-z0-9_]*):(String|Int64|UInt64|Float64)\}/g;

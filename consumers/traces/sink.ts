@@ -1,0 +1,144 @@
+// The trace sink: every event of the log into the trace store (ClickHouse server or chDB), with its own
+// consumer group. Offsets are committed only after the rows they produced are inserted; inserts are
+// idempotent (ReplacingMergeTree keyed by each fact's identity), so a retry or a replay never double-counts.
+// The sink consumes directly rather than through core/processor.ts: it produces nothing, so it needs no
+// transaction, and records it cannot decode become dead_letters rows rather than dead-letter events (the
+// sink reads the dead-letter topic too, and must not feed itself).
+import { deriveId } from '../../core/ids.ts';
+import { errorCodeOf } from '../../core/deadletter.ts';
+import { describeError } from '../../core/errors.ts';
+import type { Consumer, EventLog, LogRecord } from '../../core/log/types.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import { silentLogger, type Logger } from '../../core/telemetry.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { TraceStore } from '../../core/traces/store.ts';
+import { deadLetterRow, rowsOf, type TraceRow } from './rows.ts';
+import { TraceWriter, type WriterOptions } from './writer.ts';
+
+export const SINK_CONSUMER = 'trace-sink';
+
+/** Every topic the sink reads. */
+export const TRACE_TOPICS: readonly string[] = [
+  TOPICS.rolloutEvents,
+  TOPICS.rewarded,
+  TOPICS.advantaged,
+  TOPICS.trainSteps,
+  TOPICS.policyVersions,
+  TOPICS.control,
+  TOPICS.deadLetter,
+];
+
+/** The rows of one log record; an undecodable record becomes a dead_letters row naming the sink. */
+export async function recordRows(serde: EventSerde, record: LogRecord): Promise<TraceRow[]> {
+  try {
+    const ev = serde.tryDecodeSync(record.value) ?? (await serde.decode(record.value));
+    return rowsOf(ev);
+  } catch (err) {
+    const id = deriveId('dead-letter', SINK_CONSUMER, record.topic, record.partition, record.offset);
+    return [
+      {
+        table: 'dead_letters',
+        row: deadLetterRow(SINK_CONSUMER, record.topic, record.partition, record.offset, errorCodeOf(err), describeError(err), record.key, record.value, id, record.timestamp),
+      },
+    ];
+  }
+}
+
+export interface TraceSinkOptions extends WriterOptions {
+  log: EventLog;
+  store: TraceStore;
+  serde: EventSerde;
+  /** Consumer group (default 'traces'). */
+  groupId?: string;
+  topics?: readonly string[];
+  /** Records per poll (default 5,000). */
+  pollRecords?: number;
+  /** Poll wait when idle, ms (default 200). */
+  pollTimeoutMs?: number;
+  logger?: Logger;
+}
+
+export interface SinkStats {
+  records: number;
+  rows: number;
+  flushes: number;
+  deadLetters: number;
+  commits: number;
+}
+
+export class TraceSink {
+  private consumer: Consumer | null = null;
+  private readonly writer: TraceWriter;
+  private stopping = false;
+  private loop: Promise<void> | null = null;
+  readonly stats: SinkStats = { records: 0, rows: 0, flushes: 0, deadLetters: 0, commits: 0 };
+  private readonly logger: Logger;
+
+  constructor(private readonly options: TraceSinkOptions) {
+    this.writer = new TraceWriter(options.store, options);
+    this.logger = (options.logger ?? silentLogger).child({ component: 'trace-sink' });
+  }
+
+  async start(): Promise<void> {
+    if (this.consumer) return;
+    this.consumer = await this.options.log.consumer({ groupId: this.options.groupId ?? 'traces', topics: [...(this.options.topics ?? TRACE_TOPICS)], fromBeginning: true });
+  }
+
+  /** One poll: buffer its rows; flush and commit when a batch is due. Returns the records read. */
+  async step(): Promise<number> {
+    await this.start();
+    const records = await this.consumer!.poll({ maxRecords: this.options.pollRecords ?? 5_000, timeoutMs: this.options.pollTimeoutMs ?? 200 });
+    for (const r of records) {
+      for (const { table, row } of await recordRows(this.options.serde, r)) {
+        if (table === 'dead_letters' && row['consumer'] === SINK_CONSUMER) this.stats.deadLetters++;
+        this.writer.add(table, row);
+      }
+    }
+    this.stats.records += records.length;
+    if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.flushAndCommit();
+    return records.length;
+  }
+
+  /** Insert what is buffered, then commit the positions after everything polled. */
+  async flushAndCommit(): Promise<void> {
+    const n = await this.writer.flush();
+    this.stats.rows += n;
+    if (n > 0) this.stats.flushes++;
+    await this.consumer?.commit();
+    this.stats.commits++;
+  }
+
+  /** Read until a poll comes back empty, then flush and commit (tests, catch-up). */
+  async drain(): Promise<void> {
+    while ((await this.step()) > 0);
+    await this.flushAndCommit();
+  }
+
+  /** Run until stop(); transient store failures are retried with backoff (rows stay buffered). */
+  run(): Promise<void> {
+    this.loop ??= (async () => {
+      let backoff = 100;
+      while (!this.stopping) {
+        try {
+          await this.step();
+          backoff = 100;
+        } catch (err) {
+          this.logger.warn('trace sink step failed; retrying', { error: describeError(err), backoffMs: backoff });
+          await new Promise((r) => setTimeout(r, backoff));
+          backoff = Math.min(backoff * 2, 10_000);
+        }
+      }
+    })();
+    return this.loop;
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.loop;
+    if (this.consumer) {
+      await this.flushAndCommit();
+      await this.consumer.close();
+      this.consumer = null;
+    }
+  }
+}
