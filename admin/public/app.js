@@ -1,6 +1,7 @@
 // The dashboard's behaviour: token handling (URL fragment or prompt → sessionStorage), polling the admin API
 // every 1.5 s for the selected run, drawing the charts, the tool-call table and the trajectory viewer.
 // Everything user- or model-written is inserted with textContent, never as HTML.
+/* global window, document, location, history, sessionStorage, fetch, URL, URLSearchParams, setInterval, clearInterval, setTimeout */
 'use strict';
 
 const POLL_MS = 1500;

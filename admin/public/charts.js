@@ -1,5 +1,6 @@
 // Plain-SVG charts for the dashboard: a line chart (one <path> per series, a dot on each series' last point)
 // and a bar chart. No library: the charts are small and this keeps the page self-contained.
+/* global document, window */
 'use strict';
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
