@@ -29,7 +29,9 @@ export async function openLog(config: LogConfig, logger: Logger = silentLogger):
     }
     case 'kafka': {
       // ---- Kafka branch: implemented by core/log/kafka/index.ts (owned by the Kafka side). ----
-      const kafka = (await import('./kafka/index.ts')) as unknown as { openKafkaLog(config: KafkaLogConfig, logger: Logger): Promise<EventLog> };
+      // A computed specifier, so this file type-checks before (and without) the Kafka module.
+      const kafkaModule = './kafka/index.ts';
+      const kafka = (await import(kafkaModule)) as { openKafkaLog(config: KafkaLogConfig, logger: Logger): Promise<EventLog> };
       return kafka.openKafkaLog(config, logger);
     }
     default:
