@@ -32,7 +32,7 @@ export function quoteIdent(name: string): string {
 
 export type ParamType = 'String' | 'Int64' | 'UInt64' | 'Float64';
 
-const INT = /^-?\d{1,19}$/;
+const INT = /^-?\d{1,20}$/;
 
 /** One value as a literal of the given type; throws INPUT_INVALID on anything that is not of that type. */
 export function literal(type: ParamType, value: unknown, name = 'value'): string {
