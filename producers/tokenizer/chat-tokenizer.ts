@@ -111,6 +111,7 @@ export class ChatTokenizer {
   }
 
   decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
+    if (ids.length === 0) return ''; // the library refuses an empty list
     return this.tokenizer.decode(ids as number[], { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
   }
 
