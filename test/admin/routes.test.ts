@@ -1,0 +1,297 @@
+// Every admin route with valid and invalid input, through inject() (no network), against a real embedded log
+// and a real chDB trace store filled by the synthetic run. Bad input must be a 4xx with an ADM_ERR_ code.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { buildAdminServer } from '../../admin/server.ts';
+import { TOPICS } from '../../core/topics.ts';
+import { auth, CONTROL_TOKEN, fixture, READ_TOKEN, TOKENS, type Fixture } from './helpers.ts';
+import { syntheticRun, type RunningRun } from './synthetic-run.ts';
+
+let f: Fixture;
+let app: FastifyInstance;
+let run: RunningRun;
+const R = auth(READ_TOKEN);
+const C = auth(CONTROL_TOKEN);
+
+function json(res: LightMyRequestResponse): Record<string, unknown> {
+  return JSON.parse(res.body) as Record<string, unknown>;
+}
+function assertError(res: LightMyRequestResponse, status: number, code: string) {
+  assert.equal(res.statusCode, status, res.body);
+  const body = json(res);
+  assert.equal(body['code'], code, res.body);
+  assert.equal(body['statusCode'], status);
+  assert.equal(typeof body['message'], 'string');
+}
+
+before(async () => {
+  f = await fixture({ traces: true });
+  run = await syntheticRun({ log: f.log, serde: f.serde, traces: f.store! });
+  f.runs.add({
+    id: run.runId,
+    config: { trainer: { lr: 1e-5 }, backend: { apiKey: 'sk-secret-value', url: 'http://x' } },
+    consumerGroups: { reward: { groupId: 'reward-consumer', topics: [TOPICS.rolloutEvents] } },
+  });
+  for (let i = 0; i < 4; i++) await run.step();
+  app = await buildAdminServer(f.ctx, { tokens: TOKENS, env: {}, tail: { pollTimeoutMs: 50 } });
+  await app.ready();
+  // The tail reads everything written so far before the tests look at it.
+  for (let i = 0; i < 50 && (app.admin.tail?.get(run.runId)?.steps.length ?? 0) < 4; i++) await app.admin.tail!.waitForRecords(200);
+});
+
+after(async () => {
+  await app.close();
+  await run.stop();
+  await f.close();
+});
+
+describe('health', () => {
+  test('liveness and readiness need no token', async () => {
+    assert.deepEqual(json(await app.inject({ url: '/healthz' })), { status: 'ok' });
+    assert.deepEqual(json(await app.inject({ url: '/readyz' })), { status: 'ready', log: 'embedded', traces: 'chdb' });
+  });
+  test('readiness fails with 503 when the trace store does not answer', async () => {
+    const broken = await buildAdminServer({ ...f.ctx, traces: { ...f.ctx.traces!, ping: async () => Promise.reject(new Error('down')) } }, { tokens: TOKENS, env: {}, tail: false });
+    assertError(await broken.inject({ url: '/readyz' }), 503, 'ADM_ERR_NOT_READY');
+    await broken.close();
+  });
+});
+
+describe('runs', () => {
+  test('list, one run, config with secrets redacted', async () => {
+    const runs = json(await app.inject({ url: '/api/runs', headers: R }))['runs'] as { id: string; lastStep: number }[];
+    assert.equal(runs.length, 1);
+    assert.equal(runs[0]!.id, run.runId);
+    assert.equal(runs[0]!.lastStep, 3);
+    const one = json(await app.inject({ url: `/api/runs/${run.runId}`, headers: R }));
+    assert.equal(one['status'], 'running');
+    const cfg = json(await app.inject({ url: `/api/runs/${run.runId}/config`, headers: R }));
+    assert.deepEqual(cfg['config'], { trainer: { lr: 1e-5 }, backend: { apiKey: '[redacted]', url: 'http://x' } });
+  });
+  test('unknown run is 404, malformed id is 400', async () => {
+    assertError(await app.inject({ url: '/api/runs/nope', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
+    assertError(await app.inject({ url: '/api/runs/bad%20id', headers: R }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ url: '/api/runs/nope/config', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
+  });
+});
+
+describe('log', () => {
+  test('topics with partition offsets', async () => {
+    const topics = json(await app.inject({ url: '/api/topics', headers: R }))['topics'] as { name: string; partitions: number; records: number }[];
+    const rollout = topics.find((t) => t.name === TOPICS.rolloutEvents)!;
+    assert.equal(rollout.partitions, 4);
+    assert.equal(rollout.records, 4 * 2 * 5); // 4 steps × 2 trajectories × 5 events
+    const one = json(await app.inject({ url: `/api/topics/${TOPICS.trainSteps}`, headers: R }));
+    assert.deepEqual(one['offsets'], [{ partition: 0, low: 0, high: 4, records: 4 }]);
+  });
+  test('unknown topic 404, invalid name 400', async () => {
+    assertError(await app.inject({ url: '/api/topics/no.such.topic', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
+    assertError(await app.inject({ url: '/api/topics/bad$name', headers: R }), 400, 'ADM_ERR_VALIDATION');
+  });
+  test('consumer groups and lag per partition', async () => {
+    const groups = json(await app.inject({ url: '/api/consumer-groups', headers: R }))['groups'] as { groupId: string; role: string }[];
+    assert.deepEqual(groups.map((g) => [g.groupId, g.role]), [['reward-consumer', 'reward']]);
+    // The group has committed nothing: its lag is everything in each partition.
+    const lag = json(await app.inject({ url: '/api/consumer-groups/reward-consumer/lag', headers: R }));
+    assert.equal(lag['total'], 40);
+    assert.equal((lag['partitions'] as unknown[]).length, 4);
+    // Commit part of it; the lag goes down by exactly that much.
+    const c = await f.log.consumer({ groupId: 'reward-consumer', topics: [TOPICS.rolloutEvents] });
+    const got = await c.poll({ maxRecords: 7, timeoutMs: 500 });
+    await c.commit();
+    await c.close();
+    const lag2 = json(await app.inject({ url: `/api/consumer-groups/reward-consumer/lag?topic=${TOPICS.rolloutEvents}`, headers: R }));
+    assert.equal(lag2['total'], 40 - got.length);
+  });
+  test('lag of an undeclared group needs ?topic=; bad topic 404', async () => {
+    assertError(await app.inject({ url: '/api/consumer-groups/other/lag', headers: R }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ url: '/api/consumer-groups/other/lag?topic=nope', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
+    const ok = json(await app.inject({ url: `/api/consumer-groups/other/lag?topic=${TOPICS.trainSteps}`, headers: R }));
+    assert.equal(ok['total'], 4);
+  });
+});
+
+describe('training', () => {
+  test('train steps with derived throughput and held-out accuracy; paging', async () => {
+    const steps = json(await app.inject({ url: `/api/runs/${run.runId}/train-steps`, headers: R }))['steps'] as Record<string, unknown>[];
+    assert.deepEqual(steps.map((s) => s['step']), [0, 1, 2, 3]);
+    assert.equal(typeof steps[1]!['tokens_per_s'], 'number');
+    assert.ok(Math.abs((steps[2]!['heldout_accuracy'] as number) - 0.17) < 1e-9);
+    assert.equal('trajectory_ids' in steps[0]!, false, 'the id lists stay out of the API');
+    const after1 = json(await app.inject({ url: `/api/runs/${run.runId}/train-steps?after=1&limit=1`, headers: R }))['steps'] as { step: number }[];
+    assert.deepEqual(after1.map((s) => s.step), [3]);
+  });
+  test('policy versions', async () => {
+    const versions = json(await app.inject({ url: `/api/runs/${run.runId}/policy-versions`, headers: R }))['versions'] as { version: number; parent: number }[];
+    assert.deepEqual(versions.map((v) => v.version), [1, 2]);
+    assert.equal(versions[1]!.parent, 1);
+  });
+  test('live: run, steps after N, rollout lag per partition of the declared group', async () => {
+    const live = json(await app.inject({ url: `/api/runs/${run.runId}/live?after=2`, headers: R }));
+    assert.deepEqual((live['steps'] as { step: number }[]).map((s) => s.step), [3]);
+    const lag = live['rolloutLag'] as { groupId: string; partition: number }[];
+    assert.deepEqual(lag.map((l) => l.partition).sort(), [0, 1, 2, 3]);
+    assert.ok(lag.every((l) => l.groupId === 'reward-consumer'));
+  });
+  test('bad paging is 400, unknown run 404', async () => {
+    assertError(await app.inject({ url: `/api/runs/${run.runId}/train-steps?limit=0`, headers: R }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ url: `/api/runs/${run.runId}/train-steps?after=abc`, headers: R }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ url: `/api/runs/${run.runId}/policy-versions?limit=99999`, headers: R }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ url: '/api/runs/ghost/live', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
+  });
+});
+
+describe('control', () => {
+  test('pause, staleness, resume, stop are published as Control events and change the run view', async () => {
+    const pause = await app.inject({ method: 'POST', url: `/api/runs/${run.runId}/control/pause`, headers: C, payload: { reason: 'maintenance' } });
+    assert.equal(pause.statusCode, 202, pause.body);
+    assert.equal(json(pause)['command'], 'pause');
+    const st = await app.inject({ method: 'POST', url: `/api/runs/${run.runId}/control/staleness`, headers: C, payload: { bound: 3 } });
+    assert.equal(st.statusCode, 202, st.body);
+    // The events are on the control topic, decodable, with the operator's name (never the token).
+    const c = await f.log.consumer({ groupId: 'test-control-reader', topics: [TOPICS.control] });
+    const recs = await c.poll({ timeoutMs: 1000 });
+    await c.close();
+    const events = await Promise.all(recs.map((r) => f.serde.decode(r.value)));
+    assert.deepEqual(events.map((e) => e.name === 'Control' && [e.value.command, e.value.staleness_bound, e.value.issued_by]), [
+      ['pause', null, 'admin:operator'],
+      ['set_staleness', 3, 'admin:operator'],
+    ]);
+    assert.ok(recs.every((r) => r.key?.toString() === run.runId));
+    // The tail sees them: the run shows paused with bound 3.
+    for (let i = 0; i < 20; i++) {
+      const r = json(await app.inject({ url: `/api/runs/${run.runId}`, headers: R }));
+      if (r['status'] === 'paused' && r['stalenessBound'] === 3) break;
+      await app.admin.tail!.waitForRecords(200);
+    }
+    const r = json(await app.inject({ url: `/api/runs/${run.runId}`, headers: R }));
+    assert.equal(r['status'], 'paused');
+    assert.equal(r['stalenessBound'], 3);
+    assert.equal((await app.inject({ method: 'POST', url: `/api/runs/${run.runId}/control/resume`, headers: C, payload: {} })).statusCode, 202);
+  });
+  test('invalid control input is 400; unknown run 404; finished run 409', async () => {
+    const url = `/api/runs/${run.runId}/control/staleness`;
+    assertError(await app.inject({ method: 'POST', url, headers: C, payload: { bound: -1 } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url, headers: C, payload: { bound: 'x' } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url, headers: C, payload: {} }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url: `/api/runs/${run.runId}/control/pause`, headers: C, payload: { extra: 1 } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url: `/api/runs/${run.runId}/control/pause`, headers: { ...C, 'content-type': 'application/json' }, payload: '{"reason":' }), 400, 'ADM_ERR_BAD_JSON');
+    assertError(await app.inject({ method: 'POST', url: `/api/runs/${run.runId}/control/pause`, headers: { ...C, 'content-type': 'text/xml' }, payload: '<x/>' }), 415, 'ADM_ERR_UNSUPPORTED_MEDIA_TYPE');
+    assertError(await app.inject({ method: 'POST', url: '/api/runs/ghost/control/stop', headers: C, payload: {} }), 404, 'ADM_ERR_NOT_FOUND');
+    f.runs.add({ id: 'done-run', status: 'completed' });
+    assertError(await app.inject({ method: 'POST', url: '/api/runs/done-run/control/resume', headers: C, payload: {} }), 409, 'ADM_ERR_CONFLICT');
+  });
+  test('a body over the limit is 413', async () => {
+    assertError(
+      await app.inject({ method: 'POST', url: `/api/runs/${run.runId}/control/pause`, headers: C, payload: { reason: 'x'.repeat(70_000) } }),
+      413,
+      'ADM_ERR_BODY_TOO_LARGE',
+    );
+  });
+});
+
+describe('traces', () => {
+  test('read-only SQL returns rows and the limits applied', async () => {
+    const res = await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELECT count() AS n FROM tool_calls FINAL', maxRows: 10 } });
+    assert.equal(res.statusCode, 200, res.body);
+    const body = json(res);
+    assert.equal(Number((body['rows'] as { n: unknown }[])[0]!.n), 8);
+    assert.deepEqual(body['limits'], { maxRows: 10, maxBytes: 16 * 1024 * 1024, timeoutMs: 10_000 });
+  });
+  test('SQL input errors are 4xx: empty, too long a limit, unknown table, syntax, row limit', async () => {
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: '' } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELECT 1', maxRows: 10_000_000 } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELECT * FROM no_such_table' } }), 400, 'ADM_ERR_SQL_INVALID');
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELEC 1' } }), 400, 'ADM_ERR_SQL_INVALID');
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELECT number FROM system.numbers LIMIT 100', maxRows: 5 } }), 422, 'ADM_ERR_SQL_LIMIT');
+  });
+  test('named queries: list, unknown name 404', async () => {
+    const list = json(await app.inject({ url: '/api/traces/queries', headers: R }));
+    assert.ok(Array.isArray(list['queries']));
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/queries/no_such_query', headers: R, payload: {} }), 404, 'ADM_ERR_QUERY_UNKNOWN');
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/queries/bad-name!', headers: R, payload: {} }), 400, 'ADM_ERR_VALIDATION');
+  });
+  test('tool calls, newest first, filtered by run and status', async () => {
+    const calls = json(await app.inject({ url: `/api/tool-calls?runId=${run.runId}&limit=3`, headers: R }))['toolCalls'] as { toolName: string; time: number }[];
+    assert.equal(calls.length, 3);
+    assert.ok(calls.every((c) => c.toolName === 'calculator'));
+    assert.ok(calls[0]!.time >= calls[2]!.time);
+    assertError(await app.inject({ url: '/api/tool-calls?status=exploded', headers: R }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ url: '/api/tool-calls?limit=0', headers: R }), 400, 'ADM_ERR_VALIDATION');
+  });
+  test('trace routes answer 503 where the process has no trace store', async () => {
+    const bare = await buildAdminServer({ ...f.ctx, traces: null }, { tokens: TOKENS, env: {}, tail: false });
+    assertError(await bare.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELECT 1' } }), 503, 'ADM_ERR_UNAVAILABLE');
+    assertError(await bare.inject({ url: '/api/trajectories/abc', headers: R }), 503, 'ADM_ERR_UNAVAILABLE');
+    await bare.close();
+  });
+});
+
+describe('trajectories', () => {
+  test('a trajectory with turns, tokens, masks and its tool call', async () => {
+    const id = run.trajectoryIds[1]!;
+    const res = await app.inject({ url: `/api/trajectories/${id}`, headers: R });
+    assert.equal(res.statusCode, 200, res.body);
+    const t = json(res) as { turns: { role: string; tokenIds: number[]; lossMask: number[]; logprobs: number[] }[]; toolCalls: { toolName: string; resultText: string }[]; reward: number; termination: string };
+    assert.deepEqual(t.turns.map((u) => u.role), ['assistant', 'tool', 'assistant']);
+    for (const u of t.turns) {
+      assert.equal(u.lossMask.length, u.tokenIds.length);
+      assert.ok(u.lossMask.every((m) => m === (u.role === 'assistant' ? 1 : 0)));
+    }
+    assert.equal(t.toolCalls[0]!.toolName, 'calculator');
+    assert.equal(t.toolCalls[0]!.resultText, '15'); // sample 1 of step 0: 3 * 5
+    assert.equal(t.reward, 1);
+    assert.equal(t.termination, 'stop');
+  });
+  test('unknown id 404, malformed id 400', async () => {
+    assertError(await app.inject({ url: '/api/trajectories/0000', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
+    assertError(await app.inject({ url: "/api/trajectories/x'%20OR%201=1", headers: R }), 400, 'ADM_ERR_VALIDATION');
+  });
+});
+
+describe('replay jobs', () => {
+  test('start, progress, list, cancel', async () => {
+    const start = await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'reward', runId: run.runId, options: { reward_fn: 'v2' } } });
+    assert.equal(start.statusCode, 202, start.body);
+    const job = json(start) as { id: string; state: string; spec: { options: Record<string, string> } };
+    assert.equal(job.state, 'running');
+    assert.deepEqual(job.spec.options, { reward_fn: 'v2' });
+    assert.equal(json(await app.inject({ url: `/api/replay-jobs/${job.id}`, headers: R }))['id'], job.id);
+    assert.equal((json(await app.inject({ url: '/api/replay-jobs', headers: R }))['jobs'] as unknown[]).length, 1);
+    const cancel = await app.inject({ method: 'POST', url: `/api/replay-jobs/${job.id}/cancel`, headers: C });
+    assert.equal(json(cancel)['state'], 'cancelled');
+  });
+  test('invalid specs 400, unknown job 404, no replay manager 503', async () => {
+    assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: {} }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'Reward!' } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'reward', fromMs: 10, toMs: 5 } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ url: '/api/replay-jobs/nope', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
+    assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs/nope/cancel', headers: C }), 404, 'ADM_ERR_NOT_FOUND');
+    const bare = await buildAdminServer({ ...f.ctx, replay: null }, { tokens: TOKENS, env: {}, tail: false });
+    assertError(await bare.inject({ url: '/api/replay-jobs', headers: R }), 503, 'ADM_ERR_UNAVAILABLE');
+    await bare.close();
+  });
+});
+
+describe('metrics, static pages, unknown routes', () => {
+  test('/metrics is Prometheus text with the admin request counters', async () => {
+    const res = await app.inject({ url: '/metrics', headers: R });
+    assert.equal(res.statusCode, 200);
+    assert.match(String(res.headers['content-type']), /^text\/plain/);
+    assert.match(res.body, /rlstream_admin_requests_total\{method="GET",route="\/api\/runs",status="200"\} \d+/);
+  });
+  test('dashboard files are served with a strict CSP; unknown files 404', async () => {
+    const page = await app.inject({ url: '/dashboard/' });
+    assert.equal(page.statusCode, 200);
+    assert.match(String(page.headers['content-security-policy']), /default-src 'self'/);
+    assert.equal((await app.inject({ url: '/dashboard/app.js' })).statusCode, 200);
+    assertError(await app.inject({ url: '/dashboard/secret.js' }), 404, 'ADM_ERR_NOT_FOUND');
+    assertError(await app.inject({ url: '/dashboard/..%2fserver.ts' }), 400, 'ADM_ERR_VALIDATION');
+    assert.equal((await app.inject({ url: '/' })).statusCode, 302);
+  });
+  test('unknown routes are 404 with a code (after authentication)', async () => {
+    assertError(await app.inject({ url: '/api/nothing', headers: R }), 404, 'ADM_ERR_ROUTE_NOT_FOUND');
+    assertError(await app.inject({ url: '/api/nothing' }), 401, 'ADM_ERR_UNAUTHENTICATED');
+  });
+});
