@@ -58,6 +58,6 @@ export function snapshot(): string[] {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const written = snapshot();
-  for (const w of written) console.log(`wrote ${w}`);
-  if (written.length === 0) console.log('history and fixtures are current');
+  for (const w of written) process.stdout.write(`wrote ${w}\n`);
+  if (written.length === 0) process.stdout.write('history and fixtures are current\n');
 }
