@@ -1,5 +1,11 @@
-# Addresses of the services that infra/up.sh starts (sourced by test/run.sh and by developers).
+#!/usr/bin/env bash
+# Addresses of the services that infra/up.sh starts (sourced by test/run.sh and by developers), and the
+# versions infra/setup.sh installs.
 export RLSTREAM_INFRA_DIR="${RLSTREAM_INFRA_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.infra}"
 export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:19092}"
 export CLICKHOUSE_URL="${CLICKHOUSE_URL:-http://127.0.0.1:18123}"
 export SCHEMA_REGISTRY_URL="${SCHEMA_REGISTRY_URL:-http://127.0.0.1:18081/apis/ccompat/v7}"
+# Kafka 3.9 is the default: kafkajs 2.2.4 predates Kafka 4, which removed the old protocol versions kafkajs
+# speaks for transactions (KIP-896); see infra/README.md for what breaks on 4.x.
+export KAFKA_VERSION="${KAFKA_VERSION:-3.9.2}"
+export APICURIO_VERSION="${APICURIO_VERSION:-3.0.9}"

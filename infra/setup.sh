@@ -1,12 +1,89 @@
 #!/usr/bin/env bash
 # One-time, idempotent installation of everything rlstream needs on this machine. Safe to run repeatedly:
-# each step checks whether its result is already there.
+# each step checks whether its result is already there and prints nothing when it is. Installs:
+#   npm packages (npm ci when the lockfile changed), Debian packages (Java, Maven, ClickHouse, chromium, kcat,
+#   OpenBLAS), the native core build, Kafka's jars and the schema registry (Apicurio) through Maven.
+# Everything downloaded lives under .infra/ (gitignored) or ~/.m2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source infra/env.sh
+D="$RLSTREAM_INFRA_DIR"
+mkdir -p "$D"
 
-# npm packages: reinstall only when the lockfile changed since the last install.
+say() { echo "setup: $*" >&2; }
+started=$(date +%s)
+# Maven's output goes to a log, shown only when it fails (even -q prints colour codes).
+mvn_quiet() {
+  mvn -q -B "$@" >"$D/maven.log" 2>&1 || { cat "$D/maven.log" >&2; return 1; }
+}
+
+# --- Debian packages: only those missing, one apt-get update for all of them.
+sudo_cmd=()
+if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
+# package:command — a package counts as present when its command is on PATH (Java or Maven may come from
+# elsewhere than Debian), or, without a command, when dpkg knows it.
+packages=(default-jre-headless:java maven:mvn libopenblas-dev: clickhouse-server:clickhouse-server
+  clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl)
+missing=()
+for entry in "${packages[@]}"; do
+  p=${entry%%:*} c=${entry#*:}
+  if [ -n "$c" ]; then command -v "$c" >/dev/null 2>&1 && continue; fi
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  # clickhouse-server's postinst may try to start a service; without systemd that fails harmlessly.
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- npm packages: reinstall only when the lockfile changed since the last install. When node_modules already
+# satisfies package.json (`npm ls` is clean), the stamp is just refreshed: `npm ci` deletes node_modules, which
+# would break other processes using this tree for no gain.
 stamp=node_modules/.rlstream-lock-stamp
 if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
-  npm ci --no-audit --no-fund
-  cp package-lock.json "$stamp"
+  if [ -d node_modules ] && npm ls --depth=0 >/dev/null 2>&1; then
+    cp package-lock.json "$stamp"
+  else
+    say "npm ci"
+    npm ci --no-audit --no-fund
+    cp package-lock.json "$stamp"
+  fi
 fi
+
+# --- native core: rebuild when a source is newer than the built addon.
+if [ -f native/binding.gyp ]; then
+  addon=$(ls native/build/Release/*.node 2>/dev/null | head -n1 || true)
+  if [ -z "$addon" ] || [ -n "$(find native -path native/build -prune -o -type f \( -name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name '*.cu' -o -name 'binding.gyp' \) -newer "$addon" -print -quit)" ]; then
+    say "building the native core"
+    npm run --silent build:native >"$D/native-build.log" 2>&1 || { cat "$D/native-build.log" >&2; exit 1; }
+  fi
+fi
+
+# --- Kafka: the official jars from Maven Central, one directory per version (so 3.9 and 4.x can coexist).
+kafka_libs="$D/kafka/$KAFKA_VERSION/libs"
+if [ ! -f "$kafka_libs/.complete" ]; then
+  say "resolving Kafka $KAFKA_VERSION from Maven Central"
+  rm -rf "$kafka_libs"
+  mvn_quiet -f infra/kafka/pom.xml -Dkafka.version="$KAFKA_VERSION" dependency:copy-dependencies \
+    -DincludeScope=runtime -DexcludeArtifactIds=slf4j-reload4j,reload4j -DoutputDirectory="$kafka_libs"
+  # Keep the log4j binding that matches the slf4j API this Kafka line brings (both define the same classes).
+  if ls "$kafka_libs"/slf4j-api-2.* >/dev/null 2>&1; then rm -f "$kafka_libs"/log4j-slf4j-impl-*.jar; else rm -f "$kafka_libs"/log4j-slf4j2-impl-*.jar; fi
+  touch "$kafka_libs/.complete"
+fi
+
+# --- Schema registry: Apicurio's runnable distribution, unpacked.
+reg="$D/registry/$APICURIO_VERSION"
+if [ ! -f "$reg/.complete" ]; then
+  say "resolving Apicurio Registry $APICURIO_VERSION from Maven Central"
+  rm -rf "$reg" "$D/registry/download"
+  mvn_quiet -f infra/registry/pom.xml -Dapicurio.version="$APICURIO_VERSION" -DoutputDirectory="$D/registry/download" \
+    dependency:copy
+  mkdir -p "$reg"
+  tar -xzf "$D/registry/download/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz" -C "$reg"
+  rm -rf "$D/registry/download"
+  touch "$reg/.complete"
+fi
+
+elapsed=$(($(date +%s) - started))
+if [ "$elapsed" -gt 5 ]; then say "done in ${elapsed}s"; fi
