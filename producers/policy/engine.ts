@@ -306,10 +306,11 @@ export class GenerationEngine {
     for (const s of g.waiting) if (s.aborted) this.finish(s, 'abort');
     g.waiting = g.waiting.filter((s) => !s.aborted);
     const joiners = this.admit(g);
-    const survivors: RowSource[] = [];
+    // Row sources are thunks: building column lists costs B×T per step and is needed only when the batch changes.
+    const survivors: (() => RowSource)[] = [];
     const kept: Seq[] = [];
-    const done: [Seq, FinishReason, RowSource][] = [];
-    const retire = (s: Seq, src: RowSource) => {
+    const done: [Seq, FinishReason, () => RowSource][] = [];
+    const retire = (s: Seq, src: () => RowSource) => {
       const reason = this.finishReason(s);
       if (reason) done.push([s, reason, src]);
       else {
@@ -337,7 +338,8 @@ export class GenerationEngine {
       g.rows.forEach((s, b) => {
         s.kvLen++;
         if (!s.aborted) this.emit(s, out.logprobs.subarray(b * V, (b + 1) * V));
-        retire(s, { kv: out.present, batch: B, row: b, cols: range(g.starts[b]!, T + 1) });
+        const start = g.starts[b]!;
+        retire(s, () => ({ kv: out.present, batch: B, row: b, cols: range(start, T + 1) }));
       });
       if (kept.length !== B) changed = true;
       g.kv = out.present;
@@ -345,7 +347,7 @@ export class GenerationEngine {
 
     if (joiners.length > 0) {
       const pre = await this.prefill(g, joiners);
-      joiners.forEach((s, i) => retire(s, pre[i]!));
+      joiners.forEach((s, i) => retire(s, () => pre[i]!));
     }
 
     for (const [s, reason, src] of done) {
@@ -353,7 +355,7 @@ export class GenerationEngine {
       this.finish(s, reason);
     }
     if (changed) {
-      const { kv, starts } = gatherRows(this.config, survivors);
+      const { kv, starts } = gatherRows(this.config, survivors.map((f) => f()));
       this.counters.rebuilds++;
       g.rows = kept;
       g.kv = kv;
@@ -441,10 +443,10 @@ export class GenerationEngine {
   }
 
   /** Keep the finished turn's KV (all context tokens but the last sampled one) for the session's next turn. */
-  private keepSession(s: Seq, src: RowSource): void {
+  private keepSession(s: Seq, src: () => RowSource): void {
     const sid = s.req.sessionId;
     if (sid === undefined || s.aborted || s.version !== this.keepableVersion(sid)) return;
-    const { kv } = gatherRows(this.config, [src]);
+    const { kv } = gatherRows(this.config, [src()]);
     this.cache.put(sid, { version: s.version, tokens: s.context.slice(0, s.kvLen), kv, bytes: kvBytes(this.config, kv, 1) });
   }
 

@@ -219,8 +219,14 @@ export function formatNumber(n: Num): string {
     let den = n.den;
     let twos = 0;
     let fives = 0;
-    while (den % 2n === 0n) (den /= 2n), twos++;
-    while (den % 5n === 0n) (den /= 5n), fives++;
+    while (den % 2n === 0n) {
+      den /= 2n;
+      twos++;
+    }
+    while (den % 5n === 0n) {
+      den /= 5n;
+      fives++;
+    }
     const digits = Math.max(twos, fives);
     if (den === 1n && digits <= 20) {
       const scaled = (n.num * 10n ** BigInt(digits)) / n.den;
