@@ -1,0 +1,235 @@
+// Embedded-log behaviour beyond the shared contract: persistence across reopen, crash recovery (torn
+// segment and journal tails, half-applied transactions), the directory lock, segment roll and retention,
+// record size limits, and consumers woken by appends rather than by polling.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { appendFileSync, mkdtempSync, readdirSync, rmSync, statSync, truncateSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import { isRlstreamError } from '../../core/errors.ts';
+import { pollUntil } from './conformance.ts';
+
+function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'rlstream-embedded-'));
+}
+
+function segmentFiles(dir: string, topic: string, partition: number): string[] {
+  return readdirSync(join(dir, 'topics', topic, String(partition))).filter((f) => f.endsWith('.log')).sort();
+}
+
+test('records, topics and committed offsets survive close and reopen', async () => {
+  const dir = tempDir();
+  try {
+    let log = openEmbeddedLog({ dir, segmentBytes: 4096 });
+    await log.createTopic({ name: 't', partitions: 2 });
+    const p = await log.producer();
+    await p.send('t', Array.from({ length: 100 }, (_, i) => ({ key: `k${i}`, value: Buffer.alloc(100, i) })));
+    const c = await log.consumer({ groupId: 'g', topics: ['t'] });
+    await pollUntil(c, 100, 5000);
+    await c.commit();
+    await log.close();
+    log = openEmbeddedLog({ dir, segmentBytes: 4096 });
+    assert.deepEqual((await log.listTopics()).map((t) => [t.name, t.partitions]), [['t', 2]]);
+    assert.equal((await log.offsets('t')).reduce((n, o) => n + o.high, 0), 100);
+    assert.deepEqual((await log.lag('g', 't')).map((l) => l.lag), [0, 0]);
+    const all = await pollUntil(await log.consumer({ groupId: 'other', topics: ['t'] }), 100, 5000);
+    assert.equal(all.length, 100);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a torn tail of the active segment and of the journal is cut on open', async () => {
+  const dir = tempDir();
+  try {
+    let log = openEmbeddedLog({ dir });
+    await log.createTopic({ name: 't', partitions: 1 });
+    const p = await log.producer();
+    await p.send('t', Array.from({ length: 10 }, (_, i) => ({ value: Buffer.from(`r${i}`) })));
+    const c = await log.consumer({ groupId: 'g', topics: ['t'] });
+    await c.commit([{ topic: 't', partition: 0, offset: 4 }]);
+    await log.close();
+    const seg = join(dir, 'topics', 't', '0', segmentFiles(dir, 't', 0)[0]!);
+    const size = statSync(seg).size;
+    // A partially written record: its length field promises more bytes than the file holds.
+    appendFileSync(seg, Buffer.from([0, 0, 0, 60, 1, 2, 3, 4, 5, 6]));
+    // A last record whose bytes were damaged: the CRC catches it.
+    const journal = readdirSync(dir).find((f) => f.startsWith('journal-'))!;
+    appendFileSync(join(dir, journal), Buffer.from([0, 0, 0, 30, 9, 9]));
+    log = openEmbeddedLog({ dir });
+    assert.equal(statSync(seg).size, size);
+    assert.equal((await log.offsets('t'))[0]?.high, 10);
+    assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 4 }]);
+    await (await log.producer()).send('t', [{ value: Buffer.from('after') }]);
+    const all = await pollUntil(await log.consumer({ groupId: 'x', topics: ['t'] }), 11, 5000);
+    assert.deepEqual(all.map((r) => r.value.toString()).slice(-2), ['r9', 'after']);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a corrupt record is detected by its CRC on open of the active segment', async () => {
+  const dir = tempDir();
+  try {
+    let log = openEmbeddedLog({ dir });
+    await log.createTopic({ name: 't', partitions: 1 });
+    await (await log.producer()).send('t', Array.from({ length: 5 }, (_, i) => ({ value: Buffer.alloc(50, i) })));
+    await log.close();
+    const seg = join(dir, 'topics', 't', '0', segmentFiles(dir, 't', 0)[0]!);
+    const size = statSync(seg).size;
+    // Flip the last record's last byte: recovery keeps the 4 records before it.
+    const { openSync, readSync, writeSync, closeSync } = await import('node:fs');
+    const fd = openSync(seg, 'r+');
+    const b = Buffer.alloc(1);
+    readSync(fd, b, 0, 1, size - 1);
+    b[0] = b[0]! ^ 0xff;
+    writeSync(fd, b, 0, 1, size - 1);
+    closeSync(fd);
+    log = openEmbeddedLog({ dir });
+    assert.equal((await log.offsets('t'))[0]?.high, 4);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a transaction journaled but only partly applied is completed on open (all-or-nothing)', async () => {
+  const dir = tempDir();
+  try {
+    let log = openEmbeddedLog({ dir });
+    await log.createTopic({ name: 'a', partitions: 1 });
+    await log.createTopic({ name: 'b', partitions: 1 });
+    const tp = await log.producer({ transactionalId: 'tx' });
+    const txn = await tp.transaction();
+    await txn.send('a', [{ value: Buffer.from('a0') }, { value: Buffer.from('a1') }]);
+    await txn.send('b', [{ value: Buffer.from('b0') }]);
+    await txn.sendOffsets('g', [{ topic: 'a', partition: 0, offset: 1 }]);
+    await txn.commit();
+    await log.close();
+    // Simulate a crash after the journal entry but before partition b got its record, and with a's second
+    // record torn in half.
+    const segA = join(dir, 'topics', 'a', '0', segmentFiles(dir, 'a', 0)[0]!);
+    truncateSync(segA, statSync(segA).size - 3);
+    truncateSync(join(dir, 'topics', 'b', '0', segmentFiles(dir, 'b', 0)[0]!), 0);
+    log = openEmbeddedLog({ dir });
+    assert.equal((await log.offsets('a'))[0]?.high, 2);
+    assert.equal((await log.offsets('b'))[0]?.high, 1);
+    const got = await pollUntil(await log.consumer({ groupId: 'r', topics: ['a', 'b'] }), 3, 5000);
+    assert.deepEqual(got.map((r) => r.value.toString()).sort(), ['a0', 'a1', 'b0']);
+    assert.deepEqual(await log.committed('g', 'a'), [{ topic: 'a', partition: 0, offset: 1 }]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the directory lock refuses a second opener and names the holder pid', async () => {
+  const dir = tempDir();
+  try {
+    const log = openEmbeddedLog({ dir });
+    assert.throws(() => openEmbeddedLog({ dir }), (e) => isRlstreamError(e, 'LOG_LOCKED'));
+    const script = `import { openEmbeddedLog } from ${JSON.stringify(join(import.meta.dirname, '../../core/log/embedded/index.ts'))};
+      try { openEmbeddedLog({ dir: ${JSON.stringify(dir)} }); process.stdout.write('opened'); } catch (e) { process.stdout.write(e.code + ' ' + e.message); }`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    await new Promise((r) => child.on('exit', r));
+    assert.match(out, new RegExp(`^LOG_LOCKED .*process ${process.pid}`));
+    await log.close();
+    // A lock left by a dead process (here: a pid that cannot exist) is taken over.
+    const { writeFileSync } = await import('node:fs');
+    writeFileSync(join(dir, 'LOCK'), '2147483646\n');
+    const again = openEmbeddedLog({ dir });
+    await again.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('segments roll by size; retention deletes whole old segments by size and by age', async () => {
+  const dir = tempDir();
+  try {
+    const log = openEmbeddedLog({ dir, segmentBytes: 2048, retentionCheckMs: 0 });
+    await log.createTopic({ name: 'sz', partitions: 1, retention: { maxBytes: 8192 } });
+    await log.createTopic({ name: 'age', partitions: 1, retention: { maxAgeMs: 60_000 } });
+    const p = await log.producer();
+    for (let i = 0; i < 100; i++) await p.send('sz', [{ value: Buffer.alloc(200, i) }]);
+    const files = segmentFiles(dir, 'sz', 0);
+    assert.ok(files.length >= 4 && files.length <= 6, `segments: ${files.length}`);
+    const [o] = await log.offsets('sz');
+    assert.ok(o && o.low > 0 && o.high === 100, JSON.stringify(o));
+    // Reading from 0 starts at the first retained record.
+    const c = await log.consumer({ groupId: 'g', topics: ['sz'] });
+    const got = await pollUntil(c, 100 - o.low, 5000);
+    assert.equal(got[0]?.offset, o.low);
+
+    const old = Date.now() - 3_600_000;
+    for (let i = 0; i < 30; i++) await p.send('age', [{ value: Buffer.alloc(200), timestamp: old + i }]);
+    for (let i = 0; i < 3; i++) await p.send('age', [{ value: Buffer.alloc(200) }]);
+    log.applyRetention();
+    const [a] = await log.offsets('age');
+    assert.ok(a && a.low > 0 && a.high === 33, JSON.stringify(a));
+    assert.ok((await log.offsetsForTimestamp('age', Date.now() - 60_000))[0]!.offset >= 30);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('seek by timestamp across many segments uses the time index', async () => {
+  const dir = tempDir();
+  try {
+    const log = openEmbeddedLog({ dir, segmentBytes: 4096, indexIntervalBytes: 256 });
+    await log.createTopic({ name: 't', partitions: 1 });
+    const p = await log.producer();
+    const base = 1_700_000_000_000;
+    await p.send('t', Array.from({ length: 500 }, (_, i) => ({ value: Buffer.alloc(100), timestamp: base + i * 10 })));
+    await log.close();
+    const again = openEmbeddedLog({ dir, segmentBytes: 4096, indexIntervalBytes: 256 });
+    for (const i of [0, 1, 37, 250, 499]) assert.equal((await again.offsetsForTimestamp('t', base + i * 10 - 5))[0]?.offset, i);
+    assert.equal((await again.offsetsForTimestamp('t', base + 10_000))[0]?.offset, 500);
+    await again.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('oversized records and unknown partitions are refused with typed errors', async () => {
+  const dir = tempDir();
+  try {
+    const log = openEmbeddedLog({ dir, maxRecordBytes: 10_000 });
+    await log.createTopic({ name: 't', partitions: 2 });
+    const p = await log.producer();
+    await assert.rejects(p.send('t', [{ value: Buffer.alloc(20_000) }]), (e) => isRlstreamError(e, 'LOG_RECORD_TOO_LARGE'));
+    await assert.rejects(p.send('t', [{ value: Buffer.alloc(1), partition: 5 }]), (e) => isRlstreamError(e, 'LOG_UNKNOWN_PARTITION'));
+    await assert.rejects(p.send('nope', [{ value: Buffer.alloc(1) }]), (e) => isRlstreamError(e, 'LOG_UNKNOWN_TOPIC'));
+    assert.equal((await log.offsets('t')).reduce((n, o) => n + o.high, 0), 0, 'a refused batch writes nothing');
+    await log.close();
+    await assert.rejects(p.send('t', [{ value: Buffer.alloc(1) }]), (e) => isRlstreamError(e, 'LOG_CLOSED'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a waiting consumer is woken by an append within milliseconds', async () => {
+  const dir = tempDir();
+  try {
+    const log = openEmbeddedLog({ dir });
+    await log.createTopic({ name: 't', partitions: 1 });
+    const c = await log.consumer({ groupId: 'g', topics: ['t'] });
+    const p = await log.producer();
+    const pending = c.poll({ timeoutMs: 10_000 });
+    const t0 = Date.now();
+    setTimeout(() => void p.send('t', [{ value: Buffer.from('x') }]), 20);
+    const got = await pending;
+    assert.equal(got.length, 1);
+    assert.ok(Date.now() - t0 < 2000, `woken after ${Date.now() - t0} ms`);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
