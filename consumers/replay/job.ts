@@ -1,0 +1,107 @@
+// A replay as a job: start it, watch its progress, cancel it. The CLI draws a progress bar from progress();
+// the admin API starts jobs and polls them. A job reads a resolved range of the source log (see range.ts),
+// decodes each record once, and hands batches to one target (targets.ts).
+import { newId } from '../../core/ids.ts';
+import { describeError } from '../../core/errors.ts';
+import type { EventLog, LogRecord } from '../../core/log/types.ts';
+import type { DecodedEvent, EventSerde } from '../../core/serde/events.ts';
+import { TOPICS } from '../../core/topics.ts';
+import { resolveRanges, type PartitionRange, type Position } from './range.ts';
+import { readRange } from './reader.ts';
+import type { ReplayTarget } from './targets.ts';
+
+export interface ReplayOptions {
+  log: EventLog;
+  /** Decodes the source log's records (its registry). */
+  serde: EventSerde;
+  target: ReplayTarget;
+  /** Topics to read; default every topic of the log except `_schemas`. */
+  topics?: readonly string[];
+  from?: Position;
+  to?: Position;
+  /** Whether the target needs decoded events (log copies do not). Default true. */
+  decode?: boolean;
+}
+
+export interface ReplayProgress {
+  id: string;
+  state: 'resolving' | 'running' | 'done' | 'cancelled' | 'failed';
+  target: string;
+  /** Records in the range (known once resolved). */
+  total: number;
+  read: number;
+  /** Rows, events or lines the target wrote. */
+  written: number;
+  undecodable: number;
+  startedAt: number;
+  elapsedMs: number;
+  error: string | null;
+}
+
+export class ReplayJob {
+  readonly id = newId();
+  private cancelRequested = false;
+  private readonly p: ReplayProgress;
+  ranges: PartitionRange[] = [];
+  /** Resolves when the job ends (done, cancelled or failed); never rejects. */
+  readonly done: Promise<ReplayProgress>;
+
+  private constructor(private readonly options: ReplayOptions) {
+    this.p = { id: this.id, state: 'resolving', target: options.target.describe, total: 0, read: 0, written: 0, undecodable: 0, startedAt: Date.now(), elapsedMs: 0, error: null };
+    this.done = this.run();
+  }
+
+  /** Start a replay; it runs in the background of this process. */
+  static start(options: ReplayOptions): ReplayJob {
+    return new ReplayJob(options);
+  }
+
+  progress(): ReplayProgress {
+    return { ...this.p, written: this.options.target.written, elapsedMs: Date.now() - this.p.startedAt };
+  }
+
+  /** Stop after the batch in hand; what was written stays written (targets are idempotent). */
+  cancel(): void {
+    this.cancelRequested = true;
+  }
+
+  private async run(): Promise<ReplayProgress> {
+    const o = this.options;
+    try {
+      const topics = o.topics ?? (await o.log.listTopics()).map((t) => t.name).filter((n) => n !== TOPICS.schemas).sort();
+      this.ranges = await resolveRanges(o.log, topics, o.from, o.to);
+      this.p.total = this.ranges.reduce((a, r) => a + (r.end - r.start), 0);
+      this.p.state = 'running';
+      await readRange(
+        o.log,
+        this.ranges,
+        `replay-${this.id}`,
+        async (records: LogRecord[]) => {
+          const batch: { record: LogRecord; event: DecodedEvent | null }[] = [];
+          for (const record of records) {
+            let event: DecodedEvent | null = null;
+            if (o.decode ?? true) {
+              try {
+                event = o.serde.tryDecodeSync(record.value) ?? (await o.serde.decode(record.value));
+              } catch {
+                this.p.undecodable++;
+              }
+            }
+            batch.push({ record, event });
+          }
+          await o.target.accept(batch);
+          this.p.read += records.length;
+        },
+        { cancelled: () => this.cancelRequested },
+      );
+      await o.target.finish();
+      this.p.state = this.cancelRequested ? 'cancelled' : 'done';
+    } catch (err) {
+      this.p.state = 'failed';
+      this.p.error = describeError(err);
+      await o.target.finish().catch(() => undefined);
+    }
+    this.p.elapsedMs = Date.now() - this.p.startedAt;
+    return this.progress();
+  }
+}

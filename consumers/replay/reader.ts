@@ -1,0 +1,57 @@
+// Reads a fixed range of a log, partition by partition positions, with a private consumer group that never
+// commits (a replay must not move anyone's offsets). Records past a partition's end are dropped, so the
+// replay reads exactly the resolved range even while producers keep appending.
+import { RlstreamError } from '../../core/errors.ts';
+import type { EventLog, LogRecord } from '../../core/log/types.ts';
+import type { PartitionRange } from './range.ts';
+
+export interface ReadOptions {
+  batchRecords?: number;
+  /** Checked between polls. */
+  cancelled?: () => boolean;
+  /** Give up when no record arrives for this long while records are still due (default 30 s). */
+  stallMs?: number;
+}
+
+export async function readRange(log: EventLog, ranges: readonly PartitionRange[], groupId: string, onBatch: (records: LogRecord[]) => Promise<void>, options: ReadOptions = {}): Promise<void> {
+  const todo = ranges.filter((r) => r.end > r.start);
+  if (todo.length === 0) return;
+  const topics = [...new Set(todo.map((r) => r.topic))];
+  const consumer = await log.consumer({ groupId, topics, fromBeginning: true });
+  try {
+    const endOf = new Map<string, number>();
+    const position = new Map<string, number>();
+    for (const r of ranges) endOf.set(`${r.topic}/${r.partition}`, r.end);
+    for (const r of todo) {
+      await consumer.seek(r.topic, r.partition, r.start);
+      position.set(`${r.topic}/${r.partition}`, r.start);
+    }
+    const remaining = () => [...position].some(([k, p]) => p < (endOf.get(k) ?? 0));
+    let lastProgress = Date.now();
+    while (remaining()) {
+      if (options.cancelled?.()) return;
+      const polled = await consumer.poll({ maxRecords: options.batchRecords ?? 2_000, timeoutMs: 200 });
+      const keep: LogRecord[] = [];
+      for (const rec of polled) {
+        const k = `${rec.topic}/${rec.partition}`;
+        const end = endOf.get(k);
+        if (end === undefined || !position.has(k) || rec.offset >= end) continue;
+        keep.push(rec);
+        position.set(k, rec.offset + 1);
+      }
+      // Read positions can pass offsets that hold no readable record (transaction markers, aborted records).
+      for (const a of consumer.assignment()) {
+        const k = `${a.topic}/${a.partition}`;
+        if (position.has(k) && a.offset > position.get(k)!) position.set(k, a.offset);
+      }
+      if (keep.length > 0) {
+        lastProgress = Date.now();
+        await onBatch(keep);
+      } else if (Date.now() - lastProgress > (options.stallMs ?? 30_000)) {
+        throw new RlstreamError('LOG_UNAVAILABLE', `replay stalled: no records for ${options.stallMs ?? 30_000} ms before the end of its range`);
+      }
+    }
+  } finally {
+    await consumer.close();
+  }
+}

@@ -1,0 +1,325 @@
+// Where a replay writes: the trace store (rebuild), a topic (re-derived rewards / advantages, or a plain copy),
+// a chat-format SFT dataset (jsonl), or another log (copy with schemas re-registered and records re-framed).
+// Every derived event gets a derived id and the source record's timestamp as its time, so replaying the same
+// range twice produces the same events and idempotent consumers drop the second copy.
+import { createWriteStream } from 'node:fs';
+import { once } from 'node:events';
+import { deriveId } from '../../core/ids.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import type { EventLog, LogRecord, ProduceRecord, Producer } from '../../core/log/types.ts';
+import { EventSerde, subjectOf, type DecodedEvent } from '../../core/serde/events.ts';
+import type { SchemaRegistry } from '../../core/serde/registry.ts';
+import type { TraceStore } from '../../core/traces/store.ts';
+import { EVENT_NAMES, isEventName } from '../../schemas/index.ts';
+import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
+import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type Estimator } from '../advantage/estimators.ts';
+import { composeReward, normalizeOutcome } from '../reward/shaping.ts';
+import type { RewardFn } from '../reward/types.ts';
+import { recordRows } from '../traces/sink.ts';
+import { TraceWriter } from '../traces/writer.ts';
+
+export interface ReplayTarget {
+  readonly describe: string;
+  /** One batch of source records, with their decoded events (null where undecodable). */
+  accept(batch: { record: LogRecord; event: DecodedEvent | null }[]): Promise<void>;
+  /** Everything accepted is written. */
+  finish(): Promise<void>;
+  readonly written: number;
+}
+
+/** Rebuild traces: the sink's own mapping and batched writer. */
+export class TracesTarget implements ReplayTarget {
+  readonly describe: string;
+  private readonly writer: TraceWriter;
+  written = 0;
+
+  constructor(
+    store: TraceStore,
+    private readonly serde: EventSerde,
+  ) {
+    this.describe = `traces ${store.target}`;
+    this.writer = new TraceWriter(store, { maxRows: 50_000, maxDelayMs: 5_000 });
+  }
+
+  async accept(batch: { record: LogRecord }[]): Promise<void> {
+    for (const { record } of batch) for (const { table, row } of await recordRows(this.serde, record)) this.writer.add(table, row);
+    if (this.writer.due()) this.written += await this.writer.flush();
+  }
+
+  async finish(): Promise<void> {
+    this.written += await this.writer.flush();
+  }
+}
+
+export interface DeriveOptions {
+  /** Recompute rewards of TrajectoryCompleted events with this function (named `rewardName`). */
+  reward?: { fn: RewardFn; name: string };
+  /** Recompute advantages per complete group with this estimator. */
+  estimator?: string;
+}
+
+/**
+ * Into a topic. With a reward function: RewardedTrajectory for every TrajectoryCompleted; with an estimator:
+ * AdvantagedTrajectory for every complete group of rewarded trajectories (recomputed ones when a reward is
+ * given, else the log's RewardedTrajectory events). With neither: the records are copied as they are.
+ */
+export class TopicTarget implements ReplayTarget {
+  readonly describe: string;
+  written = 0;
+  private readonly groups = new Map<string, RewardedTrajectory[]>();
+  private readonly estimator: Estimator | null;
+  private out: ProduceRecord[] = [];
+  droppedPartialGroups = 0;
+
+  private constructor(
+    private readonly producer: Producer,
+    private readonly topic: string,
+    private readonly serde: EventSerde,
+    private readonly options: DeriveOptions,
+  ) {
+    this.describe = `topic ${topic}`;
+    this.estimator = options.estimator ? getEstimator(options.estimator) : null;
+  }
+
+  static async open(log: EventLog, topic: string, serde: EventSerde, options: DeriveOptions, partitions = 1): Promise<TopicTarget> {
+    await log.createTopic({ name: topic, partitions }).catch((err: unknown) => {
+      // An existing topic with another partition count is fine for a replay target.
+      if (!(err instanceof RlstreamError && err.code === 'LOG_TOPIC_EXISTS')) throw err;
+    });
+    return new TopicTarget(await log.producer({ idempotent: true }), topic, serde, options);
+  }
+
+  async accept(batch: { record: LogRecord; event: DecodedEvent | null }[]): Promise<void> {
+    const derive = this.options.reward || this.estimator;
+    for (const { record, event } of batch) {
+      if (!derive) {
+        this.out.push({ key: record.key, value: record.value, timestamp: record.timestamp, headers: record.headers });
+        continue;
+      }
+      if (!event) continue;
+      if (this.options.reward && event.name === 'TrajectoryCompleted') {
+        const t = event.value.trajectory;
+        const rewarded: RewardedTrajectory = {
+          event_id: deriveId(event.value.event_id, 'replay-reward', this.options.reward.name),
+          time_ms: record.timestamp,
+          trajectory: t,
+          reward: await this.score(t),
+        };
+        if (this.estimator) this.addToGroup(rewarded, record.timestamp);
+        else this.emit('RewardedTrajectory', rewarded, t.group_id, record.timestamp);
+      } else if (!this.options.reward && this.estimator && event.name === 'RewardedTrajectory') {
+        this.addToGroup(event.value, record.timestamp);
+      }
+    }
+    await this.send();
+  }
+
+  private async score(t: Trajectory): Promise<RewardInfo> {
+    const { fn, name } = this.options.reward!;
+    let extra: Record<string, unknown> = {};
+    try {
+      extra = JSON.parse(t.extra_info_json || '{}') as Record<string, unknown>;
+    } catch {
+      // Malformed extra info is the data's problem, not the reward function's: score without it.
+    }
+    const value = await fn(t.data_source, t.response_text, t.ground_truth, extra);
+    return composeReward(t, normalizeOutcome(value, `reward function ${name}`), name);
+  }
+
+  private addToGroup(r: RewardedTrajectory, time: number): void {
+    const g = r.trajectory.group_id;
+    const members = this.groups.get(g) ?? [];
+    // The same trajectory twice (a duplicate in the log) counts once.
+    if (!members.some((m) => m.trajectory.trajectory_id === r.trajectory.trajectory_id)) members.push(r);
+    this.groups.set(g, members);
+    if (members.length < r.trajectory.group_size) return;
+    this.groups.delete(g);
+    members.sort((a, b) => a.trajectory.sample_index - b.trajectory.sample_index);
+    const results = this.estimator!(
+      members.map((m) => ({ groupId: g, score: m.reward.score, mask: m.trajectory.response_mask, tokenRewards: m.reward.token_rewards })),
+      DEFAULT_ESTIMATOR_OPTIONS,
+    );
+    const scores = members.map((m) => m.reward.score);
+    const mean = scores.reduce((a, b) => a + b, 0) / scores.length;
+    const std = scores.length > 1 ? Math.sqrt(scores.reduce((a, b) => a + (b - mean) ** 2, 0) / (scores.length - 1)) : 0;
+    members.forEach((m, i) => {
+      const res = results[i]!;
+      const adv: AdvantagedTrajectory = {
+        event_id: deriveId(m.event_id, 'replay-advantage', this.options.estimator!),
+        time_ms: time,
+        trajectory: m.trajectory,
+        reward: m.reward,
+        estimator: this.options.estimator!,
+        advantages: Array.from(res.advantages),
+        returns: Array.from(res.returns),
+        group: { group_size: members.length, expected_size: m.trajectory.group_size, reward_mean: mean, reward_std: std, partial: false },
+      };
+      this.emit('AdvantagedTrajectory', adv, g, time);
+    });
+  }
+
+  private emit(name: 'RewardedTrajectory' | 'AdvantagedTrajectory', value: RewardedTrajectory | AdvantagedTrajectory, key: string, time: number): void {
+    this.out.push({ key, value: name === 'RewardedTrajectory' ? this.serde.encode(name, value as RewardedTrajectory) : this.serde.encode(name, value as AdvantagedTrajectory), timestamp: time });
+  }
+
+  private async send(): Promise<void> {
+    if (this.out.length === 0) return;
+    const batch = this.out;
+    this.out = [];
+    await this.producer.send(this.topic, batch);
+    this.written += batch.length;
+  }
+
+  async finish(): Promise<void> {
+    await this.send();
+    this.droppedPartialGroups = this.groups.size;
+    await this.producer.close();
+  }
+}
+
+/** An OpenAI-shaped chat message for SFT. */
+interface ChatMessage {
+  role: string;
+  content: string;
+  tool_calls?: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
+  tool_call_id?: string;
+}
+
+function chatOf(m: Message): ChatMessage {
+  const out: ChatMessage = { role: m.role, content: m.content };
+  if (m.tool_calls.length > 0) out.tool_calls = m.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments_json } }));
+  if (m.tool_call_id) out.tool_call_id = m.tool_call_id;
+  return out;
+}
+
+/**
+ * Successful trajectories as a chat-format SFT dataset: one `{messages}` line per trajectory whose reward says
+ * correct (or, without `correct`, scored above 0), built from its TrajectoryStarted prompt and its turns.
+ * Lines are written at the end in (run, trajectory) order, so the file is the same whatever the read order.
+ */
+export class JsonlTarget implements ReplayTarget {
+  readonly describe: string;
+  written = 0;
+  private readonly prompts = new Map<string, Message[]>();
+  private readonly turns = new Map<string, TurnCompleted[]>();
+  private readonly success = new Map<string, boolean>();
+
+  constructor(private readonly file: string) {
+    this.describe = `jsonl ${file}`;
+  }
+
+  async accept(batch: { event: DecodedEvent | null }[]): Promise<void> {
+    for (const { event } of batch) {
+      if (!event) continue;
+      if (event.name === 'TrajectoryStarted') this.prompts.set(`${event.value.run_id}/${event.value.trajectory_id}`, event.value.prompt_messages);
+      else if (event.name === 'TurnCompleted') {
+        const k = `${event.value.run_id}/${event.value.trajectory_id}`;
+        const list = this.turns.get(k) ?? [];
+        if (!list.some((t) => t.turn_index === event.value.turn_index)) list.push(event.value);
+        this.turns.set(k, list);
+      } else if (event.name === 'RewardedTrajectory') {
+        const r = event.value.reward;
+        this.success.set(`${event.value.trajectory.run_id}/${event.value.trajectory.trajectory_id}`, r.correct ?? r.score > 0);
+      }
+    }
+  }
+
+  async finish(): Promise<void> {
+    const out = createWriteStream(this.file);
+    const keys = [...this.success].filter(([k, ok]) => ok && this.prompts.has(k) && this.turns.has(k)).map(([k]) => k).sort();
+    for (const k of keys) {
+      const messages: ChatMessage[] = this.prompts.get(k)!.map(chatOf);
+      let lastCalls: string[] = [];
+      for (const t of this.turns.get(k)!.sort((a, b) => a.turn_index - b.turn_index)) {
+        if (t.role === 'assistant') {
+          const m: ChatMessage = { role: 'assistant', content: t.text };
+          if (t.tool_calls.length > 0) m.tool_calls = t.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments_json } }));
+          lastCalls = t.tool_calls.map((c) => c.id);
+          messages.push(m);
+        } else if (t.role === 'tool') {
+          const id = lastCalls.shift();
+          messages.push(id ? { role: 'tool', content: t.text, tool_call_id: id } : { role: 'tool', content: t.text });
+        } else messages.push({ role: t.role, content: t.text });
+      }
+      if (!out.write(JSON.stringify({ messages }) + '\n')) await once(out, 'drain');
+      this.written++;
+    }
+    out.end();
+    await once(out, 'finish');
+  }
+}
+
+/**
+ * Into another log (embedded ↔ Kafka): same topics, partitions, keys, headers and timestamps; each value's
+ * schema is registered in the target registry and the 4-byte id in its Confluent frame rewritten to the
+ * target's id. Everything after the frame header is copied byte for byte.
+ */
+export class LogCopyTarget implements ReplayTarget {
+  readonly describe: string;
+  written = 0;
+  private readonly idMap = new Map<number, number>();
+  private readonly created = new Set<string>();
+  private producer: Producer | null = null;
+
+  constructor(
+    private readonly source: { log: EventLog; registry: SchemaRegistry },
+    private readonly target: { log: EventLog; registry: SchemaRegistry; describe: string },
+  ) {
+    this.describe = `log ${target.describe}`;
+  }
+
+  private async targetId(sourceId: number): Promise<number> {
+    let id = this.idMap.get(sourceId);
+    if (id === undefined) {
+      const text = await this.source.registry.getById(sourceId);
+      const full = (JSON.parse(text) as { name?: string; namespace?: string }).name ?? 'unknown';
+      const short = full.split('.').pop() ?? full;
+      id = await this.target.registry.register(isEventName(short) ? subjectOf(short) : full, text);
+      this.idMap.set(sourceId, id);
+    }
+    return id;
+  }
+
+  async reframe(value: Buffer): Promise<Buffer> {
+    if (value.length < 5 || value[0] !== 0) return value;
+    const id = await this.targetId(value.readUInt32BE(1));
+    const out = Buffer.from(value);
+    out.writeUInt32BE(id, 1);
+    return out;
+  }
+
+  /**
+   * Register every event schema version of the source in the target, in source-id order: a fresh target
+   * then hands out ids in the same order, so a copy there and back again restores the original bytes.
+   */
+  private async copySchemas(): Promise<void> {
+    const ids = new Set<number>();
+    for (const name of EVENT_NAMES) for (const id of await this.source.registry.versions(subjectOf(name))) ids.add(id);
+    for (const id of [...ids].sort((a, b) => a - b)) await this.targetId(id);
+  }
+
+  async accept(batch: { record: LogRecord }[]): Promise<void> {
+    if (!this.producer) {
+      await this.copySchemas();
+      this.producer = await this.target.log.producer({ idempotent: true });
+    }
+    const byTopic = new Map<string, ProduceRecord[]>();
+    for (const { record } of batch) {
+      if (!this.created.has(record.topic)) {
+        const spec = (await this.source.log.listTopics()).find((t) => t.name === record.topic);
+        await this.target.log.createTopic({ name: record.topic, partitions: spec?.partitions ?? 1 });
+        this.created.add(record.topic);
+      }
+      const list = byTopic.get(record.topic) ?? [];
+      list.push({ key: record.key, value: await this.reframe(record.value), partition: record.partition, timestamp: record.timestamp, headers: record.headers });
+      byTopic.set(record.topic, list);
+    }
+    for (const [topic, records] of byTopic) await this.producer.send(topic, records);
+    this.written += batch.length;
+  }
+
+  async finish(): Promise<void> {
+    await this.producer?.close();
+    this.producer = null;
+  }
+}

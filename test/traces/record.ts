@@ -1,0 +1,37 @@
+// Records a synthetic run into an event log, as the live roles would: topics created, events encoded in
+// Confluent framing with the log's registry, keyed by group. `duplicateEvery` sends every n-th event twice
+// (a producer retry), which every idempotent reader must absorb.
+import type { EventLog } from '../../core/log/types.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { EventName } from '../../schemas/index.ts';
+import type { EventTypes } from '../../schemas/generated/types.ts';
+import { syntheticRun, type SyntheticEvent, type SyntheticRunOptions } from './synthetic.ts';
+
+export interface Recorded {
+  events: SyntheticEvent[];
+  sent: number;
+}
+
+export async function recordRun(log: EventLog, serde: EventSerde, run: SyntheticRunOptions, duplicateEvery = 0): Promise<Recorded> {
+  for (const name of Object.values(TOPICS)) if (name !== TOPICS.schemas) await log.createTopic({ name, partitions: name === TOPICS.rolloutEvents ? 3 : 1 });
+  const producer = await log.producer();
+  const events = [...syntheticRun(run)];
+  let sent = 0;
+  let i = 0;
+  const batches = new Map<string, { key: string | null; value: Buffer; timestamp: number }[]>();
+  for (const e of events) {
+    const value = serde.encode(e.name as EventName, e.value as EventTypes[EventName]);
+    const rec = { key: e.key, value, timestamp: (e.value as { time_ms?: number }).time_ms ?? Date.now() };
+    const list = batches.get(e.topic) ?? [];
+    list.push(rec);
+    if (duplicateEvery > 0 && ++i % duplicateEvery === 0) list.push(rec);
+    batches.set(e.topic, list);
+  }
+  for (const [topic, records] of batches) {
+    for (let k = 0; k < records.length; k += 500) await producer.send(topic, records.slice(k, k + 500));
+    sent += records.length;
+  }
+  await producer.close();
+  return { events, sent };
+}
