@@ -136,10 +136,13 @@ export async function buildAdminServer(ctx: AdminContext, options: AdminServerOp
     void reply.code(e.statusCode).send({ statusCode: e.statusCode, code: e.code, message: e.message });
   });
 
+  const corsOn = (options.corsOrigins?.length ?? 0) > 0;
   // Authentication first, before rate limiting and body parsing: an unauthenticated caller costs nothing.
   app.addHook('onRequest', async (request) => {
     const access: Access = request.routeOptions.config.access ?? 'read';
     if (access === 'public') return;
+    // CORS preflights carry no credentials by design; @fastify/cors answers them without running a handler.
+    if (corsOn && request.method === 'OPTIONS') return;
     const token = bearerToken(request.headers.authorization);
     const principal = token === null ? null : tokens.verify(token);
     if (!principal) throw new AdminError('ADM_ERR_UNAUTHENTICATED');

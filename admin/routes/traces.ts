@@ -6,6 +6,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AdminTraceStore, QueryLimits } from '../context.ts';
 import { AdminError } from '../errors.ts';
 import { classifyQueryError } from '../sql-errors.ts';
+import { guardReadonlySql } from '../sql-guard.ts';
 import { AnyObject, responses } from '../schemas.ts';
 
 const QueryResultSchema = Type.Object(
@@ -110,6 +111,7 @@ const traces: FastifyPluginAsync = async (app) => {
     },
     async (req) => {
       const lim = limits(req.body);
+      guardReadonlySql(req.body.sql);
       const result = await userQuery(() => store().queryReadonly(req.body.sql, lim));
       return { ...result, limits: lim };
     },
