@@ -56,6 +56,7 @@ export class PolicyRunner {
         intraOpNumThreads: options.threads ?? 1,
         interOpNumThreads: 1,
         executionMode: 'sequential',
+        logSeverityLevel: 3, // errors reach the caller as exceptions; keep onnxruntime's own log quiet
       });
     } catch (err) {
       throw new RlstreamError('INTERNAL', `onnxruntime could not load the exported policy v${version}`, { cause: err });
