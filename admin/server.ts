@@ -46,6 +46,8 @@ export interface AdminState {
   ctx: AdminContext;
   tail: LiveTail | null;
   maxLimits: QueryLimits;
+  /** Every route registered, with who may call it (tests check each is documented and guarded). */
+  routes: { method: string; url: string; access: Access }[];
 }
 
 declare module 'fastify' {
@@ -119,7 +121,14 @@ export async function buildAdminServer(ctx: AdminContext, options: AdminServerOp
 
   const maxLimits: QueryLimits = { ...DEFAULT_QUERY_LIMITS, ...options.queryLimits };
   const tail = options.tail === false ? null : new LiveTail(ctx.log, ctx.serde, logger, options.tail);
-  app.decorate('admin', { ctx, tail, maxLimits });
+  const routes: AdminState['routes'] = [];
+  app.decorate('admin', { ctx, tail, maxLimits, routes });
+  app.addHook('onRoute', (r) => {
+    // The docs UI's own pages (static Swagger UI files) describe the API and hold no run data.
+    if (r.url === '/docs' || r.url.startsWith('/docs/')) r.config = { ...(r.config ?? {}), access: 'public' } as typeof r.config;
+    const access = (r.config as { access?: Access } | undefined)?.access ?? 'read';
+    for (const method of [r.method].flat()) if (method !== 'HEAD') routes.push({ method, url: r.url, access });
+  });
   app.decorateRequest('principal', null);
   app.addSchema(ErrorBody);
   app.addSchema(Run);

@@ -98,6 +98,12 @@ describe('routes', () => {
     }
   });
 
+  test('the only public routes are health, readiness, the dashboard files and the API description', () => {
+    const open = app.admin.routes.filter((r) => r.access === 'public').map((r) => r.url);
+    assert.ok(open.every((u) => ['/healthz', '/readyz', '/', '/openapi.json'].includes(u) || u.startsWith('/dashboard/') || u.startsWith('/docs')), open.join(' '));
+    assert.ok(app.admin.routes.filter((r) => r.method !== 'GET').every((r) => r.access === 'control' || r.url.startsWith('/api/traces/')));
+  });
+
   test('every mutating route: no token 401, wrong token 401, read token 403, control token passes', async () => {
     const mutating = (await documentedRoutes()).filter((r) => r.method !== 'GET' && !r.url.startsWith('/api/traces/'));
     assert.deepEqual(mutating.map((r) => r.url).sort(), [
