@@ -1,0 +1,122 @@
+// `rlstream replay`: re-derive from the log. --log is an embedded log directory or Kafka brokers
+// (kafka://host:port[,host:port]); --into traces | topic:<name> | jsonl:<file> | log:<dir> | kafka://brokers.
+import type { Command } from 'commander';
+import { SingleBar, Presets } from 'cli-progress';
+import { RlstreamError } from '../../core/errors.ts';
+import { openLog } from '../../core/log/open.ts';
+import type { EventLog } from '../../core/log/types.ts';
+import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { EventSerde } from '../../core/serde/events.ts';
+import type { SchemaRegistry } from '../../core/serde/registry.ts';
+import { openTraceStore } from '../../core/traces/open.ts';
+import { ReplayJob } from '../../consumers/replay/job.ts';
+import { parsePosition } from '../../consumers/replay/range.ts';
+import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type ReplayTarget } from '../../consumers/replay/targets.ts';
+import { defaultRewards, loadRewardModule } from '../../consumers/reward/registry.ts';
+import type { RewardFn } from '../../consumers/reward/types.ts';
+
+interface Opened {
+  log: EventLog;
+  registry: SchemaRegistry;
+  close(): Promise<void>;
+}
+
+/** A log and its schema registry: embedded (registry in `_schemas`) or Kafka (registry at SCHEMA_REGISTRY_URL). */
+async function openSource(spec: string): Promise<Opened> {
+  if (spec.startsWith('kafka://')) {
+    const brokers = spec.slice('kafka://'.length).split(',').filter(Boolean);
+    const log = await openLog({ kind: 'kafka', brokers });
+    // The HTTP registry client belongs to the Kafka side; it is loaded by a computed name so this command
+    // type-checks without it.
+    const modulePath = '../../core/serde/http-registry.ts';
+    const mod = (await import(modulePath).catch(() => null)) as { openHttpRegistry?: (url: string) => Promise<SchemaRegistry> } | null;
+    const url = process.env['SCHEMA_REGISTRY_URL'];
+    if (!mod?.openHttpRegistry || !url) {
+      await log.close();
+      throw new RlstreamError('CONFIG_INVALID', 'a Kafka log needs SCHEMA_REGISTRY_URL and the HTTP registry client (core/serde/http-registry.ts)');
+    }
+    const registry = await mod.openHttpRegistry(url);
+    return { log, registry, close: async () => (await registry.close(), await log.close()) };
+  }
+  const log = await openLog({ kind: 'embedded', dir: spec });
+  const registry = await EmbeddedRegistry.open(log);
+  return { log, registry, close: async () => (await registry.close(), await log.close()) };
+}
+
+async function rewardFn(spec: string): Promise<{ fn: RewardFn; name: string }> {
+  // `path/to/module.ts#export` loads a user's function; otherwise a registered data source's function.
+  if (spec.includes('#') || /\.(ts|js|mjs)$/.test(spec)) {
+    const [path, name] = spec.split('#');
+    return { fn: await loadRewardModule(path!, name ?? 'default'), name: spec };
+  }
+  return { fn: defaultRewards.require(spec), name: spec };
+}
+
+export function register(program: Command): void {
+  program
+    .command('replay')
+    .description('re-derive traces, rewards, advantages, SFT data or a copy of the log by replaying it')
+    .requiredOption('--log <dir|kafka://brokers>', 'source log')
+    .option('--from <offset|ISO time>', 'start (default: the beginning)')
+    .option('--to <offset|ISO time>', 'end, exclusive (default: the end when the replay starts)')
+    .requiredOption('--into <target>', 'traces | topic:<name> | jsonl:<file> | log:<dir> | kafka://brokers')
+    .option('--topics <list>', 'comma-separated topics (default: all but _schemas)')
+    .option('--store <target>', 'trace store for --into traces', process.env['RLSTREAM_TRACES'] ?? process.env['CLICKHOUSE_URL'] ?? 'chdb:.rlstream/traces')
+    .option('--fresh', 'with --into traces: empty the trace tables first (rebuild from scratch)')
+    .option('--reward <fn>', 'recompute rewards with a registered function (by data source name) or module.ts#export')
+    .option('--estimator <name>', 'recompute advantages with this estimator (grpo, rloo, …)')
+    .action(async (o: { log: string; from?: string; to?: string; into: string; topics?: string; store: string; fresh?: boolean; reward?: string; estimator?: string }) => {
+      const source = await openSource(o.log);
+      const closers: (() => Promise<void>)[] = [];
+      try {
+        const serde = new EventSerde(source.registry);
+        await serde.init();
+        let target: ReplayTarget;
+        let decode = true;
+        if (o.into === 'traces') {
+          const store = await openTraceStore(o.store);
+          closers.push(() => store.close());
+          if (o.fresh) for (const t of (await import('../../core/traces/store.ts')).TRACE_TABLES) await store.exec(`TRUNCATE TABLE IF EXISTS ${t}`);
+          target = new TracesTarget(store, serde);
+        } else if (o.into.startsWith('topic:')) {
+          const derive = { ...(o.reward ? { reward: await rewardFn(o.reward) } : {}), ...(o.estimator ? { estimator: o.estimator } : {}) };
+          target = await TopicTarget.open(source.log, o.into.slice(6), serde, derive);
+        } else if (o.into.startsWith('jsonl:')) {
+          target = new JsonlTarget(o.into.slice(6));
+        } else if (o.into.startsWith('log:') || o.into.startsWith('kafka://')) {
+          const dest = await openSource(o.into.startsWith('log:') ? o.into.slice(4) : o.into);
+          closers.push(() => dest.close());
+          target = new LogCopyTarget(source, { ...dest, describe: o.into });
+          decode = false;
+        } else {
+          throw new RlstreamError('INPUT_INVALID', `--into must be traces, topic:<name>, jsonl:<file>, log:<dir> or kafka://brokers, got ${o.into}`);
+        }
+        const job = ReplayJob.start({
+          log: source.log,
+          serde,
+          target,
+          decode,
+          ...(o.topics ? { topics: o.topics.split(',') } : {}),
+          ...(o.from ? { from: parsePosition(o.from, '--from')! } : {}),
+          ...(o.to ? { to: parsePosition(o.to, '--to')! } : {}),
+        });
+        process.once('SIGINT', () => job.cancel());
+        const bar = process.stderr.isTTY ? new SingleBar({ format: 'replay [{bar}] {percentage}% {value}/{total} records | {written} written | {eta}s left' }, Presets.shades_classic) : null;
+        bar?.start(1, 0, { written: 0 });
+        const timer = setInterval(() => {
+          const p = job.progress();
+          bar?.setTotal(Math.max(1, p.total));
+          bar?.update(p.read, { written: p.written });
+        }, 200);
+        const end = await job.done;
+        clearInterval(timer);
+        bar?.update(end.read, { written: end.written });
+        bar?.stop();
+        process.stdout.write(JSON.stringify(end) + '\n');
+        if (end.state === 'failed') process.exitCode = 1;
+      } finally {
+        for (const c of closers.reverse()) await c();
+        await source.close();
+      }
+    });
+}
