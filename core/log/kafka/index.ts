@@ -1,0 +1,267 @@
+// The EventLog on Apache Kafka through kafkajs: topics and offsets through the admin client, producers
+// (idempotent, transactional) in ./producer.ts, pull consumers in ./consumer.ts. Opened by core/log/open.ts
+// when the configuration says `kind: kafka`.
+import { CompressionTypes, Kafka, Partitioners, type Admin, type KafkaConfig, type SASLOptions } from 'kafkajs';
+import { RlstreamError } from '../../errors.ts';
+import type { Logger } from '../../telemetry.ts';
+import { silentLogger } from '../../telemetry.ts';
+import type { Consumer, ConsumerOptions, EventLog, GroupLag, PartitionOffsets, Producer, ProducerOptions, TopicPartitionOffset, TopicSpec } from '../types.ts';
+import { KafkaConsumer, type ConsumerHost } from './consumer.ts';
+import { fromKafka } from './errors.ts';
+import { KAFKAJS_LEVEL, kafkajsLogCreator } from './logging.ts';
+import { compileKafkaLogOptions, type CompiledKafkaLogOptions, type KafkaLogOptions } from './options.ts';
+import { KafkaProducer, type ProducerHost } from './producer.ts';
+
+export type { KafkaLogOptions, CompiledKafkaLogOptions } from './options.ts';
+export { compileKafkaLogOptions } from './options.ts';
+
+const TOPIC_NAME = /^[A-Za-z0-9._-]{1,249}$/;
+
+function kafkaConfig(o: CompiledKafkaLogOptions, logger: Logger): KafkaConfig {
+  const config: KafkaConfig = {
+    clientId: o.clientId,
+    brokers: [...o.brokers],
+    connectionTimeout: o.connectionTimeoutMs,
+    requestTimeout: o.requestTimeoutMs,
+    logLevel: KAFKAJS_LEVEL[o.clientLogLevel],
+    logCreator: kafkajsLogCreator(logger.child({ component: 'kafkajs' })),
+    // Bounded retries for admin and consumer calls: an unreachable cluster becomes LOG_UNAVAILABLE in
+    // seconds rather than minutes (the idempotent producer retries on its own, without a bound).
+    retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2000 },
+  };
+  if (o.ssl !== false) config.ssl = o.ssl === true ? true : { ...o.ssl };
+  if (o.sasl) config.sasl = { mechanism: o.sasl.mechanism, username: o.sasl.username, password: o.sasl.password } as SASLOptions;
+  return config;
+}
+
+const CODECS: Record<string, CompressionTypes> = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP };
+
+export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
+  readonly kind = 'kafka' as const;
+  private readonly kafka: Kafka;
+  private admin: Admin | null = null;
+  private adminReady: Promise<Admin> | null = null;
+  private readonly partitionCounts = new Map<string, number>();
+  private readonly open = new Set<{ close(): Promise<void> }>();
+  private closed = false;
+
+  constructor(
+    readonly options: CompiledKafkaLogOptions,
+    readonly logger: Logger,
+  ) {
+    this.kafka = new Kafka(kafkaConfig(options, logger));
+  }
+
+  get maxRequestBytes(): number {
+    return this.options.maxRequestBytes;
+  }
+
+  private checkOpen(): void {
+    if (this.closed) throw new RlstreamError('LOG_CLOSED', `Kafka log ${this.options.brokers.join(',')} is closed`);
+  }
+
+  /** The admin client, connected once and shared. */
+  private async adm(): Promise<Admin> {
+    this.checkOpen();
+    if (this.admin) return this.admin;
+    this.adminReady ??= (async () => {
+      const a = this.kafka.admin();
+      try {
+        await a.connect();
+      } catch (err) {
+        this.adminReady = null;
+        throw fromKafka(err, `connect to Kafka at ${this.options.brokers.join(',')}`);
+      }
+      this.admin = a;
+      return a;
+    })();
+    return this.adminReady;
+  }
+
+  /** Checks the connection now, so a wrong address fails at open rather than at first use. */
+  async connect(): Promise<this> {
+    await this.adm();
+    return this;
+  }
+
+  async partitionCount(topic: string): Promise<number> {
+    const cached = this.partitionCounts.get(topic);
+    if (cached !== undefined) return cached;
+    const spec = (await this.listTopics()).find((t) => t.name === topic);
+    if (!spec) throw new RlstreamError('LOG_UNKNOWN_TOPIC', `topic ${topic} does not exist`);
+    return spec.partitions;
+  }
+
+  async createTopic(spec: TopicSpec): Promise<void> {
+    if (typeof spec.name !== 'string' || !TOPIC_NAME.test(spec.name)) throw new RlstreamError('INPUT_INVALID', `topic name ${JSON.stringify(spec.name)} must match ${TOPIC_NAME}`);
+    if (!Number.isInteger(spec.partitions) || spec.partitions < 1) throw new RlstreamError('INPUT_INVALID', `topic ${spec.name}: partitions must be a positive integer, got ${spec.partitions}`);
+    const admin = await this.adm();
+    const configEntries: { name: string; value: string }[] = [];
+    if (spec.retention?.maxAgeMs !== undefined) configEntries.push({ name: 'retention.ms', value: String(spec.retention.maxAgeMs) });
+    if (spec.retention?.maxBytes !== undefined) configEntries.push({ name: 'retention.bytes', value: String(spec.retention.maxBytes) });
+    let created: boolean;
+    try {
+      created = await admin.createTopics({ topics: [{ topic: spec.name, numPartitions: spec.partitions, replicationFactor: -1, configEntries }], waitForLeaders: true });
+    } catch (err) {
+      throw fromKafka(err, `create topic ${spec.name}`);
+    }
+    if (!created) {
+      this.partitionCounts.delete(spec.name);
+      const existing = await this.partitionCount(spec.name);
+      if (existing !== spec.partitions) throw new RlstreamError('LOG_TOPIC_EXISTS', `topic ${spec.name} exists with ${existing} partitions, not ${spec.partitions}`);
+    } else {
+      this.partitionCounts.set(spec.name, spec.partitions);
+    }
+  }
+
+  async listTopics(): Promise<TopicSpec[]> {
+    const admin = await this.adm();
+    try {
+      const { topics } = await admin.fetchTopicMetadata();
+      const out: TopicSpec[] = [];
+      for (const t of topics) {
+        if (t.name.startsWith('__')) continue; // Kafka's internal topics (offsets, transactions)
+        this.partitionCounts.set(t.name, t.partitions.length);
+        out.push({ name: t.name, partitions: t.partitions.length });
+      }
+      return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    } catch (err) {
+      throw fromKafka(err, 'list topics');
+    }
+  }
+
+  async offsets(topic: string): Promise<PartitionOffsets[]> {
+    await this.partitionCount(topic); // unknown topic → LOG_UNKNOWN_TOPIC instead of kafkajs's retries
+    const admin = await this.adm();
+    try {
+      const rows = await admin.fetchTopicOffsets(topic);
+      return rows.map((r) => ({ partition: r.partition, low: Number(r.low), high: Number(r.high) })).sort((a, b) => a.partition - b.partition);
+    } catch (err) {
+      throw fromKafka(err, `offsets of ${topic}`);
+    }
+  }
+
+  async offsetsForTimestamp(topic: string, timestampMs: number): Promise<TopicPartitionOffset[]> {
+    if (!Number.isFinite(timestampMs)) throw new RlstreamError('INPUT_INVALID', `timestamp must be a finite number of ms, got ${timestampMs}`);
+    await this.partitionCount(topic);
+    const admin = await this.adm();
+    try {
+      const rows = await admin.fetchTopicOffsetsByTimestamp(topic, timestampMs);
+      return rows.map((r) => ({ topic, partition: r.partition, offset: Number(r.offset) })).sort((a, b) => a.partition - b.partition);
+    } catch (err) {
+      throw fromKafka(err, `offsets of ${topic} at ${timestampMs}`);
+    }
+  }
+
+  /** Committed offsets by partition (partitions without one are absent). */
+  private async committedMap(groupId: string, topic: string): Promise<Map<number, number>> {
+    await this.partitionCount(topic);
+    const admin = await this.adm();
+    try {
+      const [res] = await admin.fetchOffsets({ groupId, topics: [topic] });
+      const out = new Map<number, number>();
+      for (const p of res?.partitions ?? []) if (Number(p.offset) >= 0) out.set(p.partition, Number(p.offset));
+      return out;
+    } catch (err) {
+      throw fromKafka(err, `committed offsets of group ${groupId} on ${topic}`);
+    }
+  }
+
+  async committed(groupId: string, topic: string): Promise<TopicPartitionOffset[]> {
+    const m = await this.committedMap(groupId, topic);
+    return [...m].sort((a, b) => a[0] - b[0]).map(([partition, offset]) => ({ topic, partition, offset }));
+  }
+
+  /** Lag per partition; a partition without a committed offset reports committed -1 and all it holds as lag. */
+  async lag(groupId: string, topic: string): Promise<GroupLag[]> {
+    const [committed, offsets] = await Promise.all([this.committedMap(groupId, topic), this.offsets(topic)]);
+    return offsets.map((p) => {
+      const c = committed.get(p.partition);
+      return { topic, partition: p.partition, committed: c ?? -1, high: p.high, lag: c === undefined ? p.high - p.low : Math.max(0, p.high - c) };
+    });
+  }
+
+  async startOffsets(groupId: string, topic: string, partitions: number[], fromBeginning: boolean): Promise<Map<number, number>> {
+    const committed = await this.committedMap(groupId, topic);
+    if (partitions.every((p) => committed.has(p))) return committed;
+    const offsets = await this.offsets(topic);
+    const out = new Map<number, number>();
+    for (const p of partitions) {
+      const o = offsets.find((x) => x.partition === p);
+      out.set(p, committed.get(p) ?? (fromBeginning ? (o?.low ?? 0) : (o?.high ?? 0)));
+    }
+    return out;
+  }
+
+  async producer(options: ProducerOptions = {}): Promise<Producer> {
+    this.checkOpen();
+    const compressionName = options.compression ?? this.options.compression;
+    const compression = CODECS[compressionName];
+    if (compression === undefined) {
+      throw new RlstreamError('CONFIG_INVALID', `producer compression ${compressionName} needs a codec kafkajs does not bundle; use none or gzip`);
+    }
+    const transactional = options.transactionalId !== undefined;
+    if (transactional && (typeof options.transactionalId !== 'string' || options.transactionalId === '')) {
+      throw new RlstreamError('INPUT_INVALID', 'producer transactionalId must be a non-empty string');
+    }
+    if (options.idempotent === false && transactional) throw new RlstreamError('INPUT_INVALID', 'a transactional producer is always idempotent: drop idempotent: false');
+    const client = this.kafka.producer({
+      idempotent: options.idempotent !== false,
+      transactionalId: options.transactionalId,
+      transactionTimeout: this.options.transactionTimeoutMs,
+      maxInFlightRequests: options.idempotent === false ? undefined : 1,
+      allowAutoTopicCreation: false,
+      createPartitioner: Partitioners.DefaultPartitioner, // unused (partitions are explicit); silences kafkajs's v2 notice
+    });
+    try {
+      await client.connect();
+    } catch (err) {
+      throw fromKafka(err, `connect a producer to ${this.options.brokers.join(',')}`);
+    }
+    const producer = new KafkaProducer(this, client, options, compression);
+    if (transactional) {
+      try {
+        await producer.initTransactions();
+      } catch (err) {
+        await producer.close();
+        throw err;
+      }
+    }
+    return this.track(producer);
+  }
+
+  async consumer(options: ConsumerOptions): Promise<Consumer> {
+    this.checkOpen();
+    return this.track(await KafkaConsumer.open(this, this.kafka, options));
+  }
+
+  /** Remembers a client so close() can end it; the client's own close forgets it. */
+  private track<T extends { close(): Promise<void> }>(client: T): T {
+    const close = client.close.bind(client);
+    this.open.add(client);
+    client.close = async () => {
+      this.open.delete(client);
+      await close();
+    };
+    return client;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.open].map((c) => c.close().catch(() => {})));
+    await this.admin?.disconnect().catch(() => {});
+    this.admin = null;
+  }
+}
+
+/** Opens the Kafka log (core/log/open.ts calls this for `kind: kafka`) and checks that a broker answers. */
+export async function openKafkaLog(config: KafkaLogOptions | (KafkaLogOptions & { kind: 'kafka' }), logger: Logger = silentLogger): Promise<EventLog> {
+  const log = new KafkaEventLog(compileKafkaLogOptions(config), logger);
+  try {
+    return await log.connect();
+  } catch (err) {
+    await log.close();
+    throw err;
+  }
+}

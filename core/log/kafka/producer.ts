@@ -1,0 +1,240 @@
+// A Producer on kafkajs: idempotent by default, transactional with a transactionalId. Partitions are picked
+// here (Kafka's murmur2 for keys, round-robin otherwise) so send() can return every record's offset: within one
+// produce request a partition's records form one batch, so record i of a partition sits at baseOffset + i.
+// Sends are serialised per producer: kafkajs assigns idempotence sequence numbers per request and two
+// concurrent requests to one partition would be rejected as out of order.
+import type { Message, Producer as KafkaJsProducer, Transaction as KafkaJsTransaction, CompressionTypes as CT } from 'kafkajs';
+import { RlstreamError } from '../../errors.ts';
+import type { Logger } from '../../telemetry.ts';
+import { Partitioner } from '../partitioner.ts';
+import type { ProduceRecord, Producer, ProducerOptions, RecordPosition, TopicPartitionOffset, Transaction } from '../types.ts';
+import { fromKafka } from './errors.ts';
+
+/** What a producer needs from the log that owns it. */
+export interface ProducerHost {
+  partitionCount(topic: string): Promise<number>;
+  readonly maxRequestBytes: number;
+  readonly logger: Logger;
+}
+
+interface Prepared {
+  messages: Message[];
+  partitions: number[];
+  bytes: number[];
+}
+
+const RECORD_OVERHEAD = 70; // bytes of record framing, a rough upper bound used only to split requests
+
+export class KafkaProducer implements Producer {
+  private readonly partitioner = new Partitioner();
+  private queue: Promise<unknown> = Promise.resolve();
+  private openTxn: KafkaTransaction | null = null;
+  private fenced: RlstreamError | null = null;
+  private closed = false;
+
+  constructor(
+    private readonly host: ProducerHost,
+    private readonly client: KafkaJsProducer,
+    private readonly options: ProducerOptions,
+    private readonly compression: CT,
+  ) {}
+
+  get transactionalId(): string | undefined {
+    return this.options.transactionalId;
+  }
+
+  /** Runs `fn` after every earlier send of this producer finished (see the header). */
+  serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  check(): void {
+    if (this.closed) throw new RlstreamError('LOG_CLOSED', 'producer is closed');
+    if (this.fenced) throw this.fenced;
+  }
+
+  /** Wraps a kafkajs failure; a fenced producer stays fenced. */
+  fail(err: unknown, what: string): RlstreamError {
+    const e = fromKafka(err, what);
+    if (e.code === 'LOG_FENCED') this.fenced = e;
+    return e;
+  }
+
+  async prepare(topic: string, records: ProduceRecord[]): Promise<Prepared> {
+    if (!Array.isArray(records)) throw new RlstreamError('INPUT_INVALID', `send to ${topic}: records must be an array`);
+    const n = await this.host.partitionCount(topic);
+    const out: Prepared = { messages: [], partitions: [], bytes: [] };
+    records.forEach((r, i) => {
+      if (!Buffer.isBuffer(r.value)) throw new RlstreamError('INPUT_INVALID', `record ${i} for ${topic}: value must be a Buffer`);
+      const partition = this.partitioner.partition(r, n);
+      if (!Number.isInteger(partition) || partition < 0 || partition >= n) throw new RlstreamError('LOG_UNKNOWN_PARTITION', `topic ${topic} has no partition ${partition} (it has ${n})`);
+      let bytes = r.value.length + RECORD_OVERHEAD;
+      const m: Message = { value: r.value, partition };
+      if (r.key !== undefined && r.key !== null) {
+        m.key = r.key;
+        bytes += Buffer.byteLength(r.key);
+      }
+      if (r.timestamp !== undefined) m.timestamp = String(r.timestamp);
+      if (r.headers) {
+        m.headers = r.headers;
+        for (const [k, v] of Object.entries(r.headers)) bytes += k.length + v.length;
+      }
+      out.messages.push(m);
+      out.partitions.push(partition);
+      out.bytes.push(bytes);
+    });
+    return out;
+  }
+
+  /** Consecutive index ranges of about maxRequestBytes each (at least one record per range). */
+  chunks(p: Prepared): [number, number][] {
+    const out: [number, number][] = [];
+    let start = 0;
+    let size = 0;
+    p.bytes.forEach((b, i) => {
+      if (i > start && size + b > this.host.maxRequestBytes) {
+        out.push([start, i]);
+        start = i;
+        size = 0;
+      }
+      size += b;
+    });
+    if (start < p.bytes.length) out.push([start, p.bytes.length]);
+    return out;
+  }
+
+  async send(topic: string, records: ProduceRecord[]): Promise<RecordPosition[]> {
+    this.check();
+    if (this.options.transactionalId !== undefined) {
+      throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${this.options.transactionalId} is transactional: send inside a transaction`);
+    }
+    const p = await this.prepare(topic, records);
+    return this.serial(async () => {
+      this.check();
+      const positions: RecordPosition[] = [];
+      for (const [from, to] of this.chunks(p)) {
+        let meta;
+        try {
+          meta = await this.client.send({ topic, messages: p.messages.slice(from, to), acks: -1, compression: this.compression });
+        } catch (err) {
+          throw this.fail(err, `send to ${topic}`);
+        }
+        const base = new Map<number, number>();
+        for (const m of meta) base.set(m.partition, Number(m.baseOffset));
+        const next = new Map<number, number>();
+        for (let i = from; i < to; i++) {
+          const partition = p.partitions[i]!;
+          const offset = next.get(partition) ?? base.get(partition);
+          if (offset === undefined) throw new RlstreamError('INTERNAL', `send to ${topic}: no offset returned for partition ${partition}`);
+          positions.push({ topic, partition, offset });
+          next.set(partition, offset + 1);
+        }
+      }
+      return positions;
+    });
+  }
+
+  async transaction(): Promise<Transaction> {
+    this.check();
+    const id = this.options.transactionalId;
+    if (id === undefined) throw new RlstreamError('LOG_TRANSACTION_STATE', 'transactions need a producer created with a transactionalId');
+    if (this.openTxn?.open) throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${id} already has an open transaction`);
+    const txn = await this.serial(async () => {
+      try {
+        return await this.client.transaction();
+      } catch (err) {
+        throw this.fail(err, `begin a transaction of ${id}`);
+      }
+    });
+    this.openTxn = new KafkaTransaction(this, txn, this.compression);
+    return this.openTxn;
+  }
+
+  /** Claims the transactional id now (fencing any older producer with it) rather than at the first transaction. */
+  async initTransactions(): Promise<void> {
+    const txn = await this.transaction();
+    await txn.abort();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.queue;
+    await this.client.disconnect().catch((err: unknown) => this.host.logger.debug('producer disconnect failed', { error: String(err) }));
+  }
+}
+
+type TxnState = 'open' | 'committing' | 'aborting' | 'committed' | 'aborted' | 'failed';
+const ALLOWED: Record<TxnState, ReadonlySet<'send' | 'sendOffsets' | 'commit' | 'abort'>> = {
+  open: new Set(['send', 'sendOffsets', 'commit', 'abort']),
+  committing: new Set(),
+  aborting: new Set(),
+  committed: new Set(),
+  aborted: new Set(),
+  // After a failed send or commit the only way forward is abort (as in Kafka's Java client).
+  failed: new Set(['abort']),
+};
+
+export class KafkaTransaction implements Transaction {
+  private state: TxnState = 'open';
+
+  constructor(
+    private readonly producer: KafkaProducer,
+    private readonly txn: KafkaJsTransaction,
+    private readonly compression: CT,
+  ) {}
+
+  get open(): boolean {
+    return this.state === 'open' || this.state === 'failed' || this.state === 'committing' || this.state === 'aborting';
+  }
+
+  private guard(op: 'send' | 'sendOffsets' | 'commit' | 'abort'): void {
+    this.producer.check();
+    if (!ALLOWED[this.state].has(op)) throw new RlstreamError('LOG_TRANSACTION_STATE', `cannot ${op} a transaction that is ${this.state}`);
+  }
+
+  private async run(op: 'send' | 'sendOffsets' | 'commit' | 'abort', what: string, fn: () => Promise<unknown>): Promise<void> {
+    this.guard(op);
+    await this.producer.serial(async () => {
+      this.guard(op);
+      if (op === 'commit') this.state = 'committing';
+      if (op === 'abort') this.state = 'aborting';
+      try {
+        await fn();
+      } catch (err) {
+        this.state = 'failed';
+        throw this.producer.fail(err, what);
+      }
+      if (op === 'commit') this.state = 'committed';
+      if (op === 'abort') this.state = 'aborted';
+    });
+  }
+
+  async send(topic: string, records: ProduceRecord[]): Promise<void> {
+    this.guard('send');
+    const p = await this.producer.prepare(topic, records);
+    for (const [from, to] of this.producer.chunks(p)) {
+      await this.run('send', `transactional send to ${topic}`, () => this.txn.send({ topic, messages: p.messages.slice(from, to), acks: -1, compression: this.compression }));
+    }
+  }
+
+  async sendOffsets(groupId: string, offsets: TopicPartitionOffset[]): Promise<void> {
+    const byTopic = new Map<string, { partition: number; offset: string }[]>();
+    for (const o of offsets) {
+      if (!Number.isInteger(o.offset) || o.offset < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${o.topic}/${o.partition} must be a non-negative integer, got ${o.offset}`);
+      byTopic.set(o.topic, [...(byTopic.get(o.topic) ?? []), { partition: o.partition, offset: String(o.offset) }]);
+    }
+    const topics = [...byTopic].map(([topic, partitions]) => ({ topic, partitions }));
+    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () => this.txn.sendOffsets({ consumerGroupId: groupId, topics }));
+  }
+
+  async commit(): Promise<void> {
+    await this.run('commit', `commit transaction of ${this.producer.transactionalId}`, () => this.txn.commit());
+  }
+
+  async abort(): Promise<void> {
+    await this.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => this.txn.abort());
+  }
+}
