@@ -15,6 +15,8 @@ export interface TrainSample {
   /** Lag of the oldest generating version behind the trainer's version at intake. */
   staleness: number;
   reward: number;
+  toolCalls: number;
+  toolErrors: number;
 }
 
 export interface PackedMicroBatch {
@@ -40,6 +42,9 @@ export function sampleFromEvent(e: AdvantagedTrajectory, trainerVersion: number)
     behaviourLogprobs: t.response_logprobs,
     staleness: trainerVersion - t.min_policy_version,
     reward: e.reward.score,
+    toolCalls: t.num_tool_calls,
+    // Errors include calls that failed to parse, which never became calls: count attempts as the larger.
+    toolErrors: t.num_tool_errors,
   };
 }
 

@@ -43,6 +43,8 @@ function toSample(e: SftExample, i: number): TrainSample {
     behaviourLogprobs: [],
     staleness: 0,
     reward: 0,
+    toolCalls: 0,
+    toolErrors: 0,
   };
 }
 

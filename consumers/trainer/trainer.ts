@@ -295,6 +295,8 @@ export class Trainer {
     const publish = step % options.publishEvery === 0;
     const produced = publish ? this.version + 1 : null;
     const staleness = samples.map((s) => s.staleness);
+    const toolCalls = samples.reduce((n, s) => n + s.toolCalls, 0);
+    const toolErrors = samples.reduce((n, s) => n + s.toolErrors, 0);
     const stepEvent: TrainStep = {
       event_id: deriveId(runId, 'train-step', step),
       time_ms: Date.now(),
@@ -326,6 +328,8 @@ export class Trainer {
         { name: 'masked_tokens', value: maskedTokens },
         { name: 'logprob_mismatch_mean', value: mismatch.mean },
         { name: 'logprob_mismatch_max', value: mismatch.max },
+        { name: 'tool_calls', value: toolCalls },
+        { name: 'tool_success_rate', value: toolCalls + toolErrors > 0 ? Math.max(0, 1 - toolErrors / Math.max(toolCalls, toolErrors)) : 0 },
       ],
     };
     let stored: { path: string; checksum: string } | null = null;

@@ -1,28 +1,15 @@
 // The messages of the calculator task: the prompt a rollout starts from, and the ideal demonstration
 // (tool call, tool response, final answer) that SFT warm-up learns the format from.
+import { CALCULATOR_SCHEMA } from '../../producers/tools/calculator.ts';
+import type { ChatMessage, ChatTool } from '../../producers/tokenizer/chat-tokenizer.ts';
+
+export type { ChatMessage };
 import type { Problem } from './task.ts';
 
 export const SYSTEM_PROMPT = 'Solve the problem. Use the calculator, then give the answer.';
 
-export const CALCULATOR_TOOL = {
-  type: 'function',
-  function: {
-    name: 'calculator',
-    description: 'Evaluate an arithmetic expression.',
-    parameters: {
-      type: 'object',
-      properties: { expression: { type: 'string', description: 'e.g. (12+30)*4' } },
-      required: ['expression'],
-    },
-  },
-} as const;
-
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool';
-  content: string;
-  tool_calls?: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
-  tool_call_id?: string;
-}
+/** The tool offered in prompts: the calculator's own schema, exactly as the rollout worker renders it. */
+export const CALCULATOR_TOOL: ChatTool = CALCULATOR_SCHEMA;
 
 export function promptMessages(p: Problem): ChatMessage[] {
   return [

@@ -23,14 +23,14 @@ export function assistantGenerationText(tok: ChatTokenizer, message: ChatMessage
 
 export function demonstrationExample(tok: ChatTokenizer, problem: Problem): SftExample {
   const delta = new DeltaTokenizer(tok);
-  const messages = demonstration(problem) as ChatMessage[];
+  const messages = demonstration(problem);
   const tokens: number[] = [];
   const mask: number[] = [];
   const push = (ids: number[], m: number) => {
     tokens.push(...ids);
     for (let i = 0; i < ids.length; i++) mask.push(m);
   };
-  push(delta.promptIds(messages.slice(0, 2), [CALCULATOR_TOOL as never]), 0);
+  push(delta.promptIds(messages.slice(0, 2), [CALCULATOR_TOOL]), 0);
   for (const msg of messages.slice(2)) {
     if (msg.role === 'assistant') push(tok.encode(assistantGenerationText(tok, msg)), 1);
     else push(delta.deltaIds([msg], true).ids, 0);

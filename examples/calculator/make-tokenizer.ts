@@ -87,7 +87,7 @@ export function makeTokenizer(): void {
   const merges = trainBpe(words, alphabet, VOCAB_SIZE - ADDED.length - 256);
   const vocab: Record<string, number> = {};
   for (const ch of [...alphabet].sort()) vocab[ch] = Object.keys(vocab).length;
-  for (const [a, b] of merges) if (vocab[a + b] === undefined) vocab[a + b] = Object.keys(vocab).length;
+  for (const [a, b] of merges) if (vocab[`${a}${b}`] === undefined) vocab[`${a}${b}`] = Object.keys(vocab).length;
   const base = Object.keys(vocab).length;
   const tokenizer = {
     version: '1.0',

@@ -1,0 +1,204 @@
+// The main job on the embedded default: every role in one process — rollout worker (built-in policy through
+// onnxruntime-node), reward, advantage, trainer (native core), trace sink (chDB) and the admin server. It
+// warm-starts from the SFT checkpoint (training one when missing), measures held-out accuracy before and
+// after asynchronous GRPO, draws the learning curves and returns the figures; nothing is written by hand.
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadRunConfig } from '../../core/config.ts';
+import { describeError } from '../../core/errors.ts';
+import { jsonLogger, type Logger } from '../../core/telemetry.ts';
+import type { TrainStep, Trajectory } from '../../schemas/generated/types.ts';
+import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+import { calculatorReward } from '../../examples/calculator/reward.ts';
+import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
+import { take } from '../../examples/calculator/task.ts';
+import { lineChartsSvg } from '../plot.ts';
+import { openRunContext, openRunTraces } from './context.ts';
+import { Progress } from './progress.ts';
+import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section, trainerOptions } from './roles.ts';
+import { warmStart } from './sft.ts';
+
+export interface MainJobOptions {
+  configPath: string;
+  overrides?: Record<string, unknown>;
+  /** Start the admin server beside the run (default true). */
+  admin?: boolean;
+  /** Progress bars on stderr (default: when stderr is a TTY). */
+  progress?: boolean;
+  logger?: Logger;
+}
+
+export interface MainJobSummary {
+  run_id: string;
+  seed: number;
+  heldout_accuracy_before: number;
+  heldout_accuracy_after: number;
+  heldout_problems: number;
+  steps: number;
+  trajectories: number;
+  policy_versions: number;
+  dropped_stale: number;
+  tool_success_rate_first: number;
+  tool_success_rate_last: number;
+  sft_seconds: number | null;
+  wall_seconds: number;
+  plot: string;
+  data_dir: string;
+}
+
+export function accuracy(trajectories: readonly Trajectory[]): number {
+  if (trajectories.length === 0) return 0;
+  let correct = 0;
+  for (const t of trajectories) if (calculatorReward(t.data_source, t.response_text, t.ground_truth).correct) correct++;
+  return correct / trajectories.length;
+}
+
+export async function runMainJob(options: MainJobOptions): Promise<MainJobSummary> {
+  const t0 = performance.now();
+  const config = loadRunConfig(options.configPath, options.overrides ?? {});
+  const runId = `${config.run.id}-${config.run.seed}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
+  const runDir = join(config.run.dataDir, runId);
+  mkdirSync(runDir, { recursive: true });
+  const logger = options.logger ?? jsonLogger({ level: 'warn' });
+  const run = { ...config, run: { ...config.run, id: runId, dataDir: runDir } };
+  const embedded = run.log.kind === 'embedded' ? { ...run, log: { kind: 'embedded' as const, dir: join(runDir, 'log') } } : run;
+  const traced = embedded.traces.kind === 'chdb' ? { ...embedded, traces: { kind: 'chdb' as const, dir: join(runDir, 'chdb') } } : embedded;
+  const ctx = await openRunContext(traced, logger);
+  const progress = new Progress(options.progress ?? process.stderr.isTTY === true);
+  const closers: (() => Promise<unknown>)[] = [];
+  try {
+    // 1. Warm start: the shipped SFT checkpoint, or SFT now.
+    const files = modelFiles(ctx);
+    let sftSeconds: number | null = null;
+    if (!existsSync(files.initWeights)) {
+      const bar = progress.bar('sft', 1);
+      const res = await warmStart(ctx, files.initWeights, (info, total) => bar.update(info.step, total, `loss ${info.loss.toFixed(3)}`));
+      sftSeconds = res.seconds;
+      bar.done();
+    }
+
+    // 2. Roles.
+    const tokenizer = ChatTokenizer.load(files.tokenizerDir);
+    const traces = await openRunTraces(ctx.config);
+    if (traces) closers.push(() => traces.close());
+    const reward = await createReward(ctx);
+    const advantage = createAdvantage(ctx);
+    const sink = traces ? createTraceSink(ctx, traces) : null;
+    const backend = await createBackend(ctx);
+    closers.push(() => backend.close());
+    const worker = createWorker(ctx, runId, backend, tokenizer);
+    // Evaluation gets its own worker that does not follow policy versions: the training worker hot-swaps the
+    // shared backend, and evaluation must never wait at the staleness gate.
+    const evaluator = createWorker(ctx, runId, backend, tokenizer, { followPolicy: false });
+    const topt = trainerOptions(ctx);
+    const steps: TrainStep[] = [];
+    const evals: { step: number; version: number; accuracy: number }[] = [];
+    const stepBar = progress.bar('train', topt.maxSteps);
+    const trainer = createTrainer(ctx, runId, runDir, (s) => {
+      steps.push(s);
+      stepBar.update(s.step, topt.maxSteps, `v${s.produced_version ?? s.policy_version} reward ${s.reward_mean.toFixed(2)} stale ${s.staleness_mean.toFixed(1)}`);
+    });
+    await trainer.start();
+    const admin = options.admin === false ? null : await startAdmin(ctx, traces, runId, runDir, progress);
+    if (admin) closers.unshift(() => admin.close());
+
+    // 3. Held-out accuracy of the warm start.
+    const e = section(ctx, 'eval');
+    const task = section(ctx, 'task');
+    const heldoutN = typeof task['heldout_problems'] === 'number' ? task['heldout_problems'] : 200;
+    const duringN = typeof e['problems'] === 'number' ? e['problems'] : Math.min(100, heldoutN);
+    const everySteps = typeof e['every_steps'] === 'number' ? e['every_steps'] : 10;
+    const heldout = take(problemRows(config.run.seed + 7, 'heldout', difficultyByName(task['heldout'] ?? 'hard', 'task.heldout')), heldoutN);
+    const evalBar = progress.bar('eval', heldoutN);
+    const before = accuracy(await evaluator.evaluate(heldout));
+    evals.push({ step: 0, version: 0, accuracy: before });
+    evalBar.update(heldoutN, heldoutN, `before ${(before * 100).toFixed(1)}%`);
+
+    // 4. Asynchronous RL: rollouts, reward, advantage, trainer and sink run concurrently.
+    const running = [reward.run(), advantage.run(), ...(sink ? [sink.run()] : [])];
+    const trainRows = problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train'));
+    const rollouts = worker.run(trainRows);
+    let evalChain: Promise<void> = Promise.resolve();
+    const trainerDone = (async () => {
+      let lastEval = 0;
+      const check = setInterval(() => {
+        const s = trainer.currentStep;
+        if (s - lastEval >= everySteps && s < topt.maxSteps) {
+          lastEval = s;
+          const version = trainer.currentVersion;
+          evalChain = evalChain.then(async () => {
+            const acc = accuracy(await evaluator.evaluate(heldout.slice(0, duringN)));
+            evals.push({ step: s, version, accuracy: acc });
+            evalBar.update(heldoutN, heldoutN, `step ${s}: ${(acc * 100).toFixed(1)}%`);
+          });
+        }
+      }, 250);
+      try {
+        await trainer.run();
+      } finally {
+        clearInterval(check);
+      }
+    })();
+    await Promise.race([trainerDone, ...running.map((p) => p.then(() => Promise.reject(new Error('a stream processor stopped early'))))]);
+    await worker.stop({ abort: true });
+    await rollouts.catch((err) => logger.warn('rollouts ended with an error', { error: describeError(err) }));
+    await evalChain;
+
+    // 5. Held-out accuracy of the final policy (the backend has hot-swapped to it).
+    await waitFor(() => worker.snapshot().policyVersion >= trainer.currentVersion, 30_000);
+    const after = accuracy(await evaluator.evaluate(heldout));
+    evals.push({ step: trainer.currentStep, version: trainer.currentVersion, accuracy: after });
+    evalBar.update(heldoutN, heldoutN, `after ${(after * 100).toFixed(1)}%`);
+
+    // 6. Let the sink catch up so the traces hold the whole run, then stop everything.
+    await Promise.all([reward.stop(), advantage.stop()]);
+    if (sink) await sink.stop();
+    await Promise.allSettled(running);
+    await trainer.close();
+    progress.stop();
+
+    const plot = join(runDir, 'learning-curves.svg');
+    writeFileSync(plot, curves(runId, steps, evals));
+    const toolRate = (s: TrainStep | undefined) => s?.metrics.find((m) => m.name === 'tool_success_rate')?.value ?? 0;
+    return {
+      run_id: runId,
+      seed: config.run.seed,
+      heldout_accuracy_before: before,
+      heldout_accuracy_after: after,
+      heldout_problems: heldout.length,
+      steps: trainer.currentStep,
+      trajectories: steps.reduce((n, s) => n + s.trajectories, 0),
+      policy_versions: trainer.currentVersion + 1,
+      dropped_stale: trainer.counters.droppedStale,
+      tool_success_rate_first: toolRate(steps[0]),
+      tool_success_rate_last: toolRate(steps[steps.length - 1]),
+      sft_seconds: sftSeconds,
+      wall_seconds: (performance.now() - t0) / 1000,
+      plot,
+      data_dir: runDir,
+    };
+  } finally {
+    progress.stop();
+    for (const close of closers) await close().catch(() => {});
+    await ctx.close();
+  }
+}
+
+async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond() && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+}
+
+function curves(runId: string, steps: TrainStep[], evals: { step: number; accuracy: number }[]): string {
+  const metric = (s: TrainStep, name: string) => s.metrics.find((m) => m.name === name)?.value ?? 0;
+  return lineChartsSvg(`rlstream main job ${runId}`, 'training step', [
+    { name: 'reward (mean of the step’s samples)', points: steps.map((s) => ({ x: s.step, y: s.reward_mean })), yMin: 0, yMax: 1 },
+    { name: 'held-out accuracy', points: evals.map((e) => ({ x: e.step, y: e.accuracy })), yMin: 0, yMax: 1 },
+    { name: 'tool-call success rate', points: steps.map((s) => ({ x: s.step, y: metric(s, 'tool_success_rate') })), yMin: 0, yMax: 1 },
+    { name: 'staleness (mean policy-version lag)', points: steps.map((s) => ({ x: s.step, y: s.staleness_mean })) },
+  ]);
+}
+
+async function startAdmin(..._args: unknown[]): Promise<{ close(): Promise<void> } | null> {
+  return null; // wired once the admin command lands (admin/ builds the context)
+}
