@@ -1,16 +1,36 @@
 // Adapts core/traces' TraceStore (chDB or ClickHouse server) to the admin server's AdminTraceStore: limits in
 // the admin's units, the trajectory viewer's shape assembled from the turns / tool_calls / trajectory_starts /
 // rewards tables, and the recent tool calls. All values reach SQL through core/traces/sql.ts bind().
-import { RlstreamError } from '../core/errors.ts';
+import { listNamedQueries, runNamed as runCoreNamed } from '../core/traces/queries.ts';
 import { bind } from '../core/traces/sql.ts';
 import type { QueryLimits as StoreLimits, TraceStore } from '../core/traces/store.ts';
 import type { AdminTraceStore, NamedQueryInfo, QueryLimits, QueryResult, ToolCallRow, TrajectoryDetail, TrajectoryTurn } from './context.ts';
 
-/** Named queries as the traces helper exposes them (list + run); optional until a registry is given. */
+/** Named queries (list + run); core/traces/queries.ts's catalogue unless another is given. */
 export interface NamedQuerySource {
   list(): NamedQueryInfo[];
   run(store: TraceStore, name: string, params: Record<string, unknown>, limits: StoreLimits): Promise<QueryResult>;
 }
+
+const PARAM_TYPES: Record<string, 'string' | 'int' | 'float'> = { String: 'string', Int64: 'int', UInt64: 'int', Float64: 'float' };
+
+export const CORE_NAMED_QUERIES: NamedQuerySource = {
+  list: () =>
+    listNamedQueries().map((q) => ({
+      name: q.name,
+      description: q.description,
+      params: q.params.map((p) => ({
+        name: p.name,
+        type: PARAM_TYPES[p.type] ?? 'string',
+        required: p.default === undefined,
+        description: p.default === undefined ? `${p.type}, required` : `${p.type}, default ${JSON.stringify(p.default)}`,
+      })),
+    })),
+  run: async (store, name, params, limits) => {
+    const r = await runCoreNamed(store, name, params, limits);
+    return { columns: r.columns, rows: r.rows, stats: { elapsedMs: r.elapsedMs } };
+  },
+};
 
 function storeLimits(l: QueryLimits): StoreLimits {
   // ClickHouse's max_execution_time is in whole seconds; round up so a 1.5 s budget is not cut to 1 s.
@@ -28,7 +48,7 @@ function timeMs(v: unknown): number {
   return Number.isFinite(t) ? t : 0;
 }
 
-export function adminTraceStore(store: TraceStore, named?: NamedQuerySource): AdminTraceStore {
+export function adminTraceStore(store: TraceStore, named: NamedQuerySource = CORE_NAMED_QUERIES): AdminTraceStore {
   const q = async (template: string, params: Record<string, unknown>) => (await store.query(bind(template, params))).rows;
   return {
     kind: store.kind,
@@ -36,10 +56,9 @@ export function adminTraceStore(store: TraceStore, named?: NamedQuerySource): Ad
       await store.query('SELECT 1 AS ok');
     },
     namedQueries() {
-      return named?.list() ?? [];
+      return named.list();
     },
     async runNamed(name, params, limits) {
-      if (!named) throw new RlstreamError('INPUT_INVALID', `no named query ${name}`);
       return named.run(store, name, params, storeLimits(limits));
     },
     async queryReadonly(sql, limits) {

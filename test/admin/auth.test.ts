@@ -115,7 +115,7 @@ describe('routes', () => {
       `/api/runs/${runId}/control/stop`,
     ]);
     for (const r of mutating) {
-      const call = (headers: Record<string, string>) => app.inject({ method: 'POST', url: r.url, headers, payload: r.url.endsWith('staleness') ? { bound: 2 } : r.url === '/api/replay-jobs' ? { target: 'reward' } : {} });
+      const call = (headers: Record<string, string>) => app.inject({ method: 'POST', url: r.url, headers, payload: r.url.endsWith('staleness') ? { bound: 2 } : r.url === '/api/replay-jobs' ? { target: 'traces' } : {} });
       assert.equal((await call({})).statusCode, 401, r.url);
       assert.equal((await call(auth(WRONG))).statusCode, 401, r.url);
       const ro = await call(auth(READ_TOKEN));

@@ -3,7 +3,7 @@
 // The structural rules are checked here with ajv against a compact schema of the parts of OpenAPI 3.0 used.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import Ajv from 'ajv';
+import { Ajv } from 'ajv';
 import { buildAdminServer } from '../../admin/server.ts';
 import { fixture, TOKENS } from './helpers.ts';
 

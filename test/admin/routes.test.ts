@@ -206,9 +206,17 @@ describe('traces', () => {
     assertError(await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELEC 1' } }), 400, 'ADM_ERR_SQL_INVALID');
     assertError(await app.inject({ method: 'POST', url: '/api/traces/sql', headers: R, payload: { sql: 'SELECT number FROM system.numbers LIMIT 100', maxRows: 5 } }), 422, 'ADM_ERR_SQL_LIMIT');
   });
-  test('named queries: list, unknown name 404', async () => {
-    const list = json(await app.inject({ url: '/api/traces/queries', headers: R }));
-    assert.ok(Array.isArray(list['queries']));
+  test('named queries: list, run with parameters, bad parameters 400, unknown name 404', async () => {
+    const list = json(await app.inject({ url: '/api/traces/queries', headers: R }))['queries'] as { name: string; params: { name: string }[] }[];
+    const stats = list.find((q) => q.name === 'tool_stats');
+    assert.ok(stats, list.map((q) => q.name).join(' '));
+    const res = await app.inject({ method: 'POST', url: '/api/traces/queries/tool_stats', headers: R, payload: { params: { run: run.runId } } });
+    assert.equal(res.statusCode, 200, res.body);
+    const rows = json(res)['rows'] as { tool_name: string; calls: unknown }[];
+    assert.equal(rows[0]!.tool_name, 'calculator');
+    assert.equal(Number(rows[0]!.calls), 8);
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/queries/tool_stats', headers: R, payload: { params: { nope: 1 } } }), 400, 'ADM_ERR_QUERY_PARAMS');
+    assertError(await app.inject({ method: 'POST', url: '/api/traces/queries/tool_stats', headers: R, payload: { params: { run: { x: 1 } } } }), 400, 'ADM_ERR_VALIDATION');
     assertError(await app.inject({ method: 'POST', url: '/api/traces/queries/no_such_query', headers: R, payload: {} }), 404, 'ADM_ERR_QUERY_UNKNOWN');
     assertError(await app.inject({ method: 'POST', url: '/api/traces/queries/bad-name!', headers: R, payload: {} }), 400, 'ADM_ERR_VALIDATION');
   });
@@ -251,20 +259,27 @@ describe('trajectories', () => {
 });
 
 describe('replay jobs', () => {
-  test('start, progress, list, cancel', async () => {
-    const start = await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'reward', runId: run.runId, options: { reward_fn: 'v2' } } });
+  test('start a traces rebuild, watch its progress to completion, list, cancel', async () => {
+    const start = await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'traces', runId: run.runId } });
     assert.equal(start.statusCode, 202, start.body);
-    const job = json(start) as { id: string; state: string; spec: { options: Record<string, string> } };
-    assert.equal(job.state, 'running');
-    assert.deepEqual(job.spec.options, { reward_fn: 'v2' });
-    assert.equal(json(await app.inject({ url: `/api/replay-jobs/${job.id}`, headers: R }))['id'], job.id);
+    const job = json(start) as { id: string; state: string };
+    assert.ok(['pending', 'running'].includes(job.state));
+    let p: { state: string; processed: number; total: number | null } = { state: job.state, processed: 0, total: null };
+    for (let i = 0; i < 100 && !['completed', 'failed'].includes(p.state); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      p = json(await app.inject({ url: `/api/replay-jobs/${job.id}`, headers: R })) as typeof p;
+    }
+    assert.equal(p.state, 'completed', JSON.stringify(p));
+    assert.ok(p.total !== null && p.total > 0 && p.processed === p.total, JSON.stringify(p));
     assert.equal((json(await app.inject({ url: '/api/replay-jobs', headers: R }))['jobs'] as unknown[]).length, 1);
+    // Cancelling a finished job returns it unchanged.
     const cancel = await app.inject({ method: 'POST', url: `/api/replay-jobs/${job.id}/cancel`, headers: C });
-    assert.equal(json(cancel)['state'], 'cancelled');
+    assert.equal(json(cancel)['state'], 'completed');
   });
   test('invalid specs 400, unknown job 404, no replay manager 503', async () => {
     assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: {} }), 400, 'ADM_ERR_VALIDATION');
     assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'Reward!' } }), 400, 'ADM_ERR_VALIDATION');
+    assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'nowhere' } }), 400, 'ADM_ERR_VALIDATION');
     assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs', headers: C, payload: { target: 'reward', fromMs: 10, toMs: 5 } }), 400, 'ADM_ERR_VALIDATION');
     assertError(await app.inject({ url: '/api/replay-jobs/nope', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
     assertError(await app.inject({ method: 'POST', url: '/api/replay-jobs/nope/cancel', headers: C }), 404, 'ADM_ERR_NOT_FOUND');
