@@ -251,11 +251,15 @@ export class StreamProcessor {
       },
     };
 
-    if (this.stateful && records.length > 0) this.releaseRevoked();
+    if (this.stateful && records.length > 0) {
+      this.releaseRevoked();
+      const fresh = new Map<string, { topic: string; partition: number }>();
+      for (const r of [...this.consumer!.assignment(), ...records]) if (!this.known.has(tpKey(r.topic, r.partition))) fresh.set(tpKey(r.topic, r.partition), r);
+      if (fresh.size > 0) await this.restore([...fresh.values()]);
+    }
     const inputs: InputRecord[] = [];
     for (const record of records) {
       const key = tpKey(record.topic, record.partition);
-      if (this.stateful && !this.known.has(key)) await this.restore(record.topic, record.partition);
       this.known.add(key);
       dirty.set(key, record);
       this.next.set(key, { topic: record.topic, partition: record.partition, offset: record.offset + 1 });
@@ -354,10 +358,11 @@ export class StreamProcessor {
     for (const list of outputs.values()) this.m.recordsOut += list.length;
     this.m.deadLettered += failures.length;
     for (const f of failures) this.logger.warn('dead-lettered', { topic: f.record.topic, partition: f.record.partition, offset: f.record.offset, error: describeError(f.error) });
-    // A restored checkpoint stays authoritative only for offsets the new one does not cover yet.
-    for (const [key, cp] of written) {
+    // A restored checkpoint is needed until everything it covers has been read again.
+    for (const key of written.keys()) {
       const old = this.restored.get(key);
-      if (old && old.n <= cp.n) this.restored.delete(key);
+      const next = this.next.get(key)?.offset ?? 0;
+      if (old && old.n <= next) this.restored.delete(key);
     }
   }
 
@@ -375,20 +380,26 @@ export class StreamProcessor {
     }
   }
 
-  /** Load the latest checkpoint of a partition written by this processor (stateful handlers only). */
-  private async restore(topic: string, partition: number): Promise<void> {
-    const key = tpKey(topic, partition);
-    const cp = (await readCheckpoints(this.opts.log, this.stateTopic, new Set([key]))).get(key);
-    if (!cp) return;
-    const committed = (await this.opts.log.committed(this.opts.id, topic)).find((o) => o.partition === partition)?.offset;
-    if (committed !== cp.c) {
-      // Offsets moved outside this processor (reset by an operator, or the checkpoint expired): nothing is
-      // known about what was finished, so everything from the committed offset is processed again.
-      this.logger.warn('checkpoint does not match the committed offset; ignoring it', { topic, partition, committed, checkpoint: cp.c });
-      return;
+  /** Load the latest checkpoints of newly assigned partitions, in one read of the state topic. */
+  private async restore(parts: { topic: string; partition: number }[]): Promise<void> {
+    const keys = new Set(parts.map((p) => tpKey(p.topic, p.partition)));
+    const found = await readCheckpoints(this.opts.log, this.stateTopic, keys);
+    const committed = new Map<string, number>();
+    for (const topic of new Set(parts.map((p) => p.topic))) for (const o of await this.opts.log.committed(this.opts.id, topic)) committed.set(tpKey(topic, o.partition), o.offset);
+    for (const { topic, partition } of parts) {
+      const key = tpKey(topic, partition);
+      this.known.add(key);
+      const cp = found.get(key);
+      if (!cp) continue;
+      if (committed.get(key) !== cp.c) {
+        // Offsets moved outside this processor (reset by an operator, or the checkpoint expired): nothing is
+        // known about what was finished, so everything from the committed offset is processed again.
+        this.logger.warn('checkpoint does not match the committed offset; ignoring it', { topic, partition, committed: committed.get(key), checkpoint: cp.c });
+        continue;
+      }
+      this.restored.set(key, cp);
+      this.logger.info('restored checkpoint', { topic, partition, committed: cp.c, next: cp.n, held: cp.p.length });
     }
-    this.restored.set(key, cp);
-    this.logger.info('restored checkpoint', { topic, partition, committed: cp.c, next: cp.n, held: cp.p.length });
   }
 }
 
@@ -407,7 +418,7 @@ export async function readCheckpoints(log: EventLog, stateTopic: string, keys: S
       const latest = new Map<string, { offset: number; cp: Checkpoint }>();
       let empty = 0;
       while (empty < 2) {
-        const batch = await consumer.poll({ maxRecords: 1000, timeoutMs: 200 });
+        const batch = await consumer.poll({ maxRecords: 1000, timeoutMs: 150 });
         if (batch.length === 0) {
           empty++;
           continue;
