@@ -91,6 +91,11 @@ export interface WorkerSnapshot {
 
 type SourceFactory = RowSource | ((epoch: number) => RowSource);
 
+interface PromptCache {
+  ids?: number[];
+  error?: unknown;
+}
+
 export class RolloutWorker {
   readonly options: CompiledRolloutOptions;
   readonly workerId: string;
@@ -218,10 +223,16 @@ export class RolloutWorker {
     await this.publisher?.flush();
     if (this.ownsProducer) await this.producer?.close();
     this.producer = undefined;
+    if (this.publisher) {
+      this.publishedBefore += this.publisher.published;
+      this.failedBefore += this.publisher.failed;
+    }
     this.publisher = undefined;
   }
 
   private closed = false;
+  private publishedBefore = 0;
+  private failedBefore = 0;
 
   pause(): void {
     this.paused = true;
@@ -282,9 +293,11 @@ export class RolloutWorker {
     if (counted) this.groupsStarted++;
     this.counters.add('groups_started');
     const tasks: Promise<Trajectory>[] = [];
+    // The n samples of a group share one prompt: render and tokenize it once.
+    const prompt: PromptCache = {};
     for (let k = 0; k < n; k++) {
       this.inflight++;
-      const task = this.runTrajectory(row, agentName, position, groupId, k, n, split, sampling).finally(() => {
+      const task = this.runTrajectory(row, agentName, position, groupId, k, n, split, sampling, prompt).finally(() => {
         this.inflight--;
         this.inflightTasks.delete(task);
         this.notify();
@@ -309,16 +322,16 @@ export class RolloutWorker {
     else this.slotsFree++;
   }
 
-  private async runTrajectory(row: DatasetRow, agentName: string, position: number, groupId: string, sampleIndex: number, groupSize: number, split: string, sampling: SamplingParams): Promise<Trajectory> {
+  private async runTrajectory(row: DatasetRow, agentName: string, position: number, groupId: string, sampleIndex: number, groupSize: number, split: string, sampling: SamplingParams, prompt: PromptCache): Promise<Trajectory> {
     await this.acquireSlot();
     try {
-      return await this.trajectory(row, agentName, position, groupId, sampleIndex, groupSize, split, sampling);
+      return await this.trajectory(row, agentName, position, groupId, sampleIndex, groupSize, split, sampling, prompt);
     } finally {
       this.releaseSlot();
     }
   }
 
-  private async trajectory(row: DatasetRow, agentName: string, position: number, groupId: string, sampleIndex: number, groupSize: number, split: string, sampling: SamplingParams): Promise<Trajectory> {
+  private async trajectory(row: DatasetRow, agentName: string, position: number, groupId: string, sampleIndex: number, groupSize: number, split: string, sampling: SamplingParams, prompt: PromptCache): Promise<Trajectory> {
     const publisher = this.publisher!;
     const { runId, backend, tokenizer } = this.deps;
     const loop = this.agents.get(agentName);
@@ -341,13 +354,15 @@ export class RolloutWorker {
       extraInfoJson: JSON.stringify(extra),
     };
     this.counters.add('trajectories_started');
-    let promptIds: number[] = [];
-    let promptError: unknown;
-    try {
-      promptIds = this.delta.promptIds(messages, tools.length > 0 ? tools : null);
-    } catch (err) {
-      promptError = err;
+    if (prompt.ids === undefined && prompt.error === undefined) {
+      try {
+        prompt.ids = this.delta.promptIds(messages, tools.length > 0 ? tools : null);
+      } catch (err) {
+        prompt.error = err;
+      }
     }
+    const promptIds = prompt.ids ?? [];
+    const promptError = prompt.error;
     const recorder = new TrajectoryRecorder(meta, promptIds, tokenizer, {
       turn: (ev) => {
         this.counters.add('turns');
@@ -547,9 +562,9 @@ export class RolloutWorker {
       generatedTokens: c.get('generated_tokens'),
       tokensPerSecond: c.get('generated_tokens') / secs,
       trajectoriesPerSecond: c.get('trajectories_completed') / secs,
-      eventsPublished: this.publisher?.published ?? 0,
-      eventsFailed: this.publisher?.failed ?? 0,
-      eventsPerSecond: (this.publisher?.published ?? 0) / secs,
+      eventsPublished: this.publishedBefore + (this.publisher?.published ?? 0),
+      eventsFailed: this.failedBefore + (this.publisher?.failed ?? 0),
+      eventsPerSecond: (this.publishedBefore + (this.publisher?.published ?? 0)) / secs,
       trajectoryLatencyMs: this.trajLatency.summary(),
       generationLatencyMs: this.genLatency.summary(),
       toolLatencyMs: this.toolLatency.summary(),

@@ -1,16 +1,18 @@
 // The generation engine of the built-in policy: continuous batching over onnxruntime sessions. Requests
 // from many concurrent agent loops join the running batch between decode steps (after a batched prefill) and
 // leave it when they finish; each policy version has its own running batch, so a hot-swap never mixes
-// weights inside one sequence. A session's KV cache is kept between its turns (bounded, LRU) so a later turn
-// encodes only its new tokens.
+// weights inside one sequence. The running batch's KV cache lives in fixed-capacity buffers (slots.ts) that
+// decode steps read in place and extend by one column, so a step's cost does not include copying the cache.
+// A session's KV cache is kept between its turns (bounded, LRU) so a later turn encodes only its new tokens.
 import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import type { GenerateRequest, GenerateResult, FinishReason } from '../backends/types.ts';
 import type { ModelConfig } from './config.ts';
 import { MASKED } from './export.ts';
-import { gatherRows, kvBytes, SessionCache, type RowSource, type SessionKv } from './kv.ts';
+import { gatherRows, kvBytes, SessionCache, type SessionKv } from './kv.ts';
 import { emptyKv, type KvTensors, type PolicyRunner } from './runner.ts';
+import { compactRow, SlotCache, type Segment } from './slots.ts';
 import { newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
 
 /**
@@ -71,9 +73,8 @@ interface Seq {
 interface Group {
   runner: PolicyRunner;
   waiting: Seq[];
-  rows: Seq[];
-  kv: KvTensors; // [rows, kvHeads, kv.len, headDim]; row b's tokens are in columns [starts[b], kv.len)
-  starts: number[];
+  rows: Seq[]; // rows[b] is row b of `slots`
+  slots: SlotCache;
 }
 
 export class GenerationEngine {
@@ -260,7 +261,7 @@ export class GenerationEngine {
   }
 
   private newGroup(runner: PolicyRunner): Group {
-    return { runner, waiting: [], rows: [], kv: emptyKv(this.config), starts: [] };
+    return { runner, waiting: [], rows: [], slots: new SlotCache(this.config) };
   }
 
   // ----- the scheduling loop -----
@@ -288,8 +289,7 @@ export class GenerationEngine {
           const e = err instanceof RlstreamError ? err : new RlstreamError('INTERNAL', `policy step failed: ${describeError(err)}`, { cause: err });
           for (const s of g.rows) s.reject(e);
           g.rows = [];
-          g.kv = emptyKv(this.config);
-          g.starts = [];
+          g.slots.clear();
         } finally {
           this.stepping = null;
         }
@@ -306,60 +306,62 @@ export class GenerationEngine {
     for (const s of g.waiting) if (s.aborted) this.finish(s, 'abort');
     g.waiting = g.waiting.filter((s) => !s.aborted);
     const joiners = this.admit(g);
-    // Row sources are thunks: building column lists costs B×T per step and is needed only when the batch changes.
-    const survivors: (() => RowSource)[] = [];
-    const kept: Seq[] = [];
-    const done: [Seq, FinishReason, () => RowSource][] = [];
-    const retire = (s: Seq, src: () => RowSource) => {
-      const reason = this.finishReason(s);
-      if (reason) done.push([s, reason, src]);
-      else {
-        kept.push(s);
-        survivors.push(src);
-      }
-    };
-    let changed = joiners.length > 0;
+    const done: [Seq, FinishReason][] = [];
+    let changed = false;
 
     if (g.rows.length > 0) {
-      const B = g.rows.length;
-      const T = g.kv.len;
+      const rows = g.rows;
+      const B = rows.length;
+      g.slots.reserveColumn();
       const ids = new BigInt64Array(B);
       const pos = new BigInt64Array(B);
-      const bias = new Float32Array(B * (T + 1));
-      g.rows.forEach((s, b) => {
+      rows.forEach((s, b) => {
         ids[b] = BigInt(s.feed[0]!);
         pos[b] = BigInt(s.kvLen);
-        bias.fill(MASKED, b * (T + 1), b * (T + 1) + g.starts[b]!);
       });
-      const out = await g.runner.step({ batch: B, seq: 1, inputIds: ids, positionIds: pos, bias, past: g.kv });
+      const out = await g.runner.run({ batch: B, seq: 1, inputIds: ids, positionIds: pos, pastBias: g.slots.bias, newBias: new Float32Array(B), past: g.slots.view() });
+      if (g.rows !== rows) return; // the engine closed (or the step failed) while the step ran
+      g.slots.appendColumn(out.fresh);
       this.counters.steps++;
       this.counters.decodeTokens += B;
       const V = this.config.vocabSize;
-      g.rows.forEach((s, b) => {
+      rows.forEach((s, b) => {
         s.kvLen++;
         if (!s.aborted) this.emit(s, out.logprobs.subarray(b * V, (b + 1) * V));
-        const start = g.starts[b]!;
-        retire(s, () => ({ kv: out.present, batch: B, row: b, cols: range(start, T + 1) }));
       });
-      if (kept.length !== B) changed = true;
-      g.kv = out.present;
+      // Descending, so the row swap-remove moves into a freed slot is always one that stays.
+      for (let b = B - 1; b >= 0; b--) {
+        const s = rows[b]!;
+        const reason = this.finishReason(s);
+        if (!reason) continue;
+        this.keepSession(s, () => g.slots.extract(b));
+        g.slots.remove(b);
+        rows[b] = rows[rows.length - 1]!;
+        rows.pop();
+        done.push([s, reason]);
+        changed = true;
+      }
     }
 
     if (joiners.length > 0) {
       const pre = await this.prefill(g, joiners);
-      joiners.forEach((s, i) => retire(s, () => pre[i]!));
+      joiners.forEach((s, i) => {
+        const reason = this.finishReason(s);
+        if (reason) {
+          this.keepSession(s, () => compactRow(this.config, pre[i]!));
+          done.push([s, reason]);
+        } else {
+          g.slots.append(pre[i]!);
+          g.rows.push(s);
+        }
+      });
+      changed = true;
     }
 
-    for (const [s, reason, src] of done) {
-      this.keepSession(s, src);
-      this.finish(s, reason);
-    }
+    for (const [s, reason] of done) this.finish(s, reason);
     if (changed) {
-      const { kv, starts } = gatherRows(this.config, survivors.map((f) => f()));
+      g.slots.shrink();
       this.counters.rebuilds++;
-      g.rows = kept;
-      g.kv = kv;
-      g.starts = starts;
     }
   }
 
@@ -380,9 +382,9 @@ export class GenerationEngine {
 
   /**
    * Run the new requests' suffixes (left-padded to the longest) on top of their kept KV (right-aligned), sample
-   * each one's first token, and return where each row's tokens sit in the resulting cache.
+   * each one's first token, and return each row's whole cache (kept part, then the suffix) as segments.
    */
-  private async prefill(g: Group, seqs: Seq[]): Promise<RowSource[]> {
+  private async prefill(g: Group, seqs: Seq[]): Promise<Segment[][]> {
     const c = this.config;
     const B = seqs.length;
     const pasts = seqs.map((s) => s.past);
@@ -392,26 +394,26 @@ export class GenerationEngine {
     );
     const Tp = past.len;
     const S = seqs.reduce((m, s) => Math.max(m, s.feed.length), 0);
-    const T = Tp + S;
     const ids = new BigInt64Array(B * S);
     const pos = new BigInt64Array(B * S);
-    const bias = new Float32Array(B * S * T).fill(MASKED);
+    const pastBias = new Float32Array(B * S * Tp).fill(MASKED);
+    const newBias = new Float32Array(B * S * S).fill(MASKED);
     seqs.forEach((s, b) => {
       const n = s.feed.length;
       const pad = S - n;
       for (let i = 0; i < S; i++) {
-        const rowBase = (b * S + i) * T;
+        const r = b * S + i;
         if (i < pad) {
-          bias[rowBase + Tp + i] = 0; // padding attends to itself only, so its softmax stays finite
+          newBias[r * S + i] = 0; // padding attends to itself only, so its softmax stays finite
           continue;
         }
-        ids[b * S + i] = BigInt(s.feed[i - pad]!);
-        pos[b * S + i] = BigInt(s.kvLen + i - pad);
-        bias.fill(0, rowBase + starts[b]!, rowBase + Tp);
-        bias.fill(0, rowBase + Tp + pad, rowBase + Tp + i + 1);
+        ids[r] = BigInt(s.feed[i - pad]!);
+        pos[r] = BigInt(s.kvLen + i - pad);
+        pastBias.fill(0, r * Tp + starts[b]!, (r + 1) * Tp);
+        newBias.fill(0, r * S + pad, r * S + i + 1);
       }
     });
-    const out = await g.runner.step({ batch: B, seq: S, inputIds: ids, positionIds: pos, bias, past });
+    const out = await g.runner.run({ batch: B, seq: S, inputIds: ids, positionIds: pos, pastBias, newBias, past });
     this.counters.steps++;
     this.counters.prefillSteps++;
     const V = c.vocabSize;
@@ -421,7 +423,10 @@ export class GenerationEngine {
       s.kvLen += n;
       s.past = null;
       if (!s.aborted) this.emit(s, out.logprobs.subarray(b * V, (b + 1) * V));
-      return { kv: out.present, batch: B, row: b, cols: [...range(starts[b]!, Tp), ...range(T - n, T)] };
+      return [
+        { kv: past, row: b, from: starts[b]!, count: Tp - starts[b]! },
+        { kv: out.fresh, row: b, from: S - n, count: n },
+      ];
     });
   }
 
@@ -443,10 +448,10 @@ export class GenerationEngine {
   }
 
   /** Keep the finished turn's KV (all context tokens but the last sampled one) for the session's next turn. */
-  private keepSession(s: Seq, src: () => RowSource): void {
+  private keepSession(s: Seq, row: () => KvTensors): void {
     const sid = s.req.sessionId;
     if (sid === undefined || s.aborted || s.version !== this.keepableVersion(sid)) return;
-    const { kv } = gatherRows(this.config, [src()]);
+    const kv = row();
     this.cache.put(sid, { version: s.version, tokens: s.context.slice(0, s.kvLen), kv, bytes: kvBytes(this.config, kv, 1) });
   }
 

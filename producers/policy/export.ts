@@ -2,14 +2,20 @@
 // onnxruntime. Standard opset-17 operators only, so the CPU and CUDA providers both run it.
 //
 // Inputs:   input_ids       int64 [batch, seq]
-//           position_ids    int64 [batch, seq]           (real positions; rotary embeddings use them)
-//           attention_bias  float [batch, 1, seq, total] (additive: 0 = attend, -1e9 = masked; total = past + seq)
+//           position_ids    int64 [batch, seq]            (real positions; rotary embeddings use them)
+//           past_bias       float [batch, 1, seq, past]   (additive over the cached columns: 0 = attend, -1e9 = masked)
+//           new_bias        float [batch, 1, seq, seq]    (additive over the new tokens, e.g. causal)
 //           past_key_values.N.key / .value  float [batch, kv_heads, past, head_dim]   (keys already rotated)
 // Outputs:  logprobs        float [batch, vocab] (mode 'last': the last position of each row)
 //                           or [batch, seq, vocab] (mode 'all', for parity tests)
-//           present.N.key / .value  float [batch, kv_heads, total, head_dim]
-// The additive bias instead of HF's 0/1 mask lets the engine describe any layout (left padding, holes left by
-// merged batches, causal prefill) with one input and no mask logic in the graph.
+//           new_key_values.N.key / .value  float [batch, kv_heads, seq, head_dim]  (only the new tokens' K/V)
+// Attention is split into a part over the cache and a part over the new tokens, joined only at the scores
+// (one softmax over both). The graph never concatenates past and new K/V: the cache stays in buffers the
+// engine owns and reuses (fixed capacity, extra columns masked by past_bias), and each step writes back only
+// the new tokens' K/V. A present = concat(past, new) output would copy the whole cache on every decode step,
+// which was the largest cost at batch 64 (see bench/policy.ts).
+// The additive biases instead of HF's 0/1 mask let the engine describe any layout (left padding, unused
+// capacity, holes left by merged batches, causal prefill) with no mask logic in the graph.
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import { checkWeights, lmHead, type ModelConfig } from './config.ts';
 import { GraphBuilder } from './onnx-graph.ts';
@@ -27,11 +33,11 @@ export function pastKeyName(layer: number): string {
 export function pastValueName(layer: number): string {
   return `past_key_values.${layer}.value`;
 }
-export function presentKeyName(layer: number): string {
-  return `present.${layer}.key`;
+export function newKeyName(layer: number): string {
+  return `new_key_values.${layer}.key`;
 }
-export function presentValueName(layer: number): string {
-  return `present.${layer}.value`;
+export function newValueName(layer: number): string {
+  return `new_key_values.${layer}.value`;
 }
 
 function transpose(w: Float32Array, rows: number, cols: number): Float32Array {
@@ -92,7 +98,8 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
 
   const ids = g.input('input_ids', 'int64', ['batch', 'seq']);
   const pos = g.input('position_ids', 'int64', ['batch', 'seq']);
-  const bias = g.input('attention_bias', 'float', ['batch', 1, 'seq', 'total']);
+  const pastBias = g.input('past_bias', 'float', ['batch', 1, 'seq', 'past']);
+  const newBias = g.input('new_bias', 'float', ['batch', 1, 'seq', 'seq']);
 
   const { cos, sinSigned } = ropeTables(c);
   const unsq1 = g.ints([1]);
@@ -101,32 +108,41 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   const lastAxis = g.ints([-1]);
   const firstHalf = [g.ints([0]), g.ints([D / 2]), lastAxis];
   const secondHalf = [g.ints([D / 2]), g.ints([D]), lastAxis];
-  const rope = (x: string): string => {
+  const rope = (x: string, out?: string): string => {
     const swapped = g.op('Concat', [g.op('Slice', [x, ...secondHalf]), g.op('Slice', [x, ...firstHalf])], { axis: -1 });
-    return g.op('Add', [g.op('Mul', [x, cosB]), g.op('Mul', [swapped, sinB])]);
+    return g.op('Add', [g.op('Mul', [x, cosB]), g.op('Mul', [swapped, sinB])], {}, out);
   };
   // Grouped-query attention without repeating K/V: the G query heads that share a KV head are stacked along
-  // the sequence axis ([B, KVH, G*S, D]), so the additive bias is tiled G times along that axis once.
-  const biasG = G === 1 ? bias : g.op('Concat', Array.from({ length: G }, () => bias), { axis: 2 });
+  // the sequence axis ([B, KVH, G*S, D]), so the additive biases are tiled G times along that axis once.
+  const tileG = (b: string) => (G === 1 ? b : g.op('Concat', Array.from({ length: G }, () => b), { axis: 2 }));
+  const pastBiasG = tileG(pastBias);
+  const newBiasG = tileG(newBias);
+  const keysT = (k: string) => g.op('Transpose', [k], { perm: [0, 1, 3, 2] });
+  const zero = g.ints([0]);
+  const end = g.ints([INT64_MAX]);
+  let pastLen = '';
   const scale = g.scalar(1 / Math.sqrt(D));
-  const toHeads = (x: string, heads: number) => g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, heads, D])])], { perm: [0, 2, 1, 3] });
+  const toHeads = (x: string, heads: number, out?: string) => g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, heads, D])])], { perm: [0, 2, 1, 3] }, out);
 
   let x = g.op('Gather', [g.weight('model.embed_tokens.weight', [V, E], w('model.embed_tokens.weight')), ids], { axis: 0 });
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
     g.input(pastKeyName(l), 'float', ['batch', KVH, 'past', D]);
     g.input(pastValueName(l), 'float', ['batch', KVH, 'past', D]);
+    if (l === 0) pastLen = g.op('Shape', [pastKeyName(0)], { start: 2, end: 3 });
     const h = rmsNorm(x, p + 'input_layernorm.weight');
     const q = rope(toHeads(linear(h, p + 'self_attn.q_proj.weight', H * D, E, p + 'self_attn.q_proj.bias'), H));
-    const k = rope(toHeads(linear(h, p + 'self_attn.k_proj.weight', KVH * D, E, p + 'self_attn.k_proj.bias'), KVH));
-    const v = toHeads(linear(h, p + 'self_attn.v_proj.weight', KVH * D, E, p + 'self_attn.v_proj.bias'), KVH);
-    const kAll = g.op('Concat', [pastKeyName(l), k], { axis: 2 }, presentKeyName(l));
-    const vAll = g.op('Concat', [pastValueName(l), v], { axis: 2 }, presentValueName(l));
-    g.output(presentKeyName(l), ['batch', KVH, 'total', D]);
-    g.output(presentValueName(l), ['batch', KVH, 'total', D]);
+    const k = rope(toHeads(linear(h, p + 'self_attn.k_proj.weight', KVH * D, E, p + 'self_attn.k_proj.bias'), KVH), newKeyName(l));
+    const v = toHeads(linear(h, p + 'self_attn.v_proj.weight', KVH * D, E, p + 'self_attn.v_proj.bias'), KVH, newValueName(l));
+    g.output(newKeyName(l), ['batch', KVH, 'seq', D]);
+    g.output(newValueName(l), ['batch', KVH, 'seq', D]);
     const qg = g.op('Reshape', [g.op('Mul', [q, scale]), g.ints([0, KVH, -1, D])]);
-    const scores = g.op('Add', [g.op('MatMul', [qg, g.op('Transpose', [kAll], { perm: [0, 1, 3, 2] })]), biasG]);
-    const ctx = g.op('MatMul', [g.op('Softmax', [scores], { axis: -1 }), vAll]);
+    const scoresPast = g.op('Add', [g.op('MatMul', [qg, keysT(pastKeyName(l))]), pastBiasG]);
+    const scoresNew = g.op('Add', [g.op('MatMul', [qg, keysT(k)]), newBiasG]);
+    const probs = g.op('Softmax', [g.op('Concat', [scoresPast, scoresNew], { axis: -1 })], { axis: -1 });
+    const probsPast = g.op('Slice', [probs, zero, pastLen, lastAxis]);
+    const probsNew = g.op('Slice', [probs, pastLen, end, lastAxis]);
+    const ctx = g.op('Add', [g.op('MatMul', [probsPast, pastValueName(l)]), g.op('MatMul', [probsNew, v])]);
     const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [ctx, g.ints([0, H, -1, D])])], { perm: [0, 2, 1, 3] }), g.ints([0, 0, H * D])]);
     x = g.op('Add', [x, linear(merged, p + 'self_attn.o_proj.weight', E, H * D)]);
     const h2 = rmsNorm(x, p + 'post_attention_layernorm.weight');

@@ -1,11 +1,12 @@
-// One loaded policy version: the exported ONNX graph in an onnxruntime-node session, and a typed `step` that
-// feeds token ids, positions, the additive attention bias and the KV cache, and returns log-probs and the
-// new cache.
+// One loaded policy version: the exported ONNX graph in an onnxruntime-node session. `run` feeds token ids,
+// positions, the two additive attention biases and the cached K/V (views of buffers the caller owns) and
+// returns log-probs and the new tokens' K/V only; `step` is the simpler concat-style call (past in, present
+// out) for scoring, prefill from scratch and tests.
 import * as ort from 'onnxruntime-node';
 import { RlstreamError } from '../../core/errors.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { ModelConfig } from './config.ts';
-import { exportOnnx, pastKeyName, pastValueName, presentKeyName, presentValueName, type OutputMode } from './export.ts';
+import { exportOnnx, newKeyName, newValueName, pastKeyName, pastValueName, type OutputMode } from './export.ts';
 
 export interface RunnerOptions {
   /** onnxruntime intra-op threads (default 1: on small models a second thread mostly adds sync cost). */
@@ -27,6 +28,25 @@ export interface StepInput {
   positionIds: BigInt64Array; // [batch, seq]
   bias: Float32Array; // [batch, 1, seq, past + seq]
   past: KvTensors; // len = past
+}
+
+/** Like StepInput, with the bias split into the part over the cache and the part over the new tokens. */
+export interface RunInput {
+  batch: number;
+  seq: number;
+  inputIds: BigInt64Array; // [batch, seq]
+  positionIds: BigInt64Array; // [batch, seq]
+  pastBias: Float32Array; // [batch, 1, seq, past.len]
+  newBias: Float32Array; // [batch, 1, seq, seq]
+  /** [batch, kvHeads, past.len, headDim] per layer; the arrays may be longer (only the prefix is read). */
+  past: KvTensors;
+}
+
+export interface RunOutput {
+  /** [batch, vocab] ('last') or [batch, seq, vocab] ('all'). */
+  logprobs: Float32Array;
+  /** The new tokens' K/V: len = seq, [batch, kvHeads, seq, headDim] per layer. */
+  fresh: KvTensors;
 }
 
 export interface StepOutput {
@@ -64,28 +84,58 @@ export class PolicyRunner {
     return new PolicyRunner(config, version, session, t1 - t0, performance.now() - t1);
   }
 
-  async step(input: StepInput): Promise<StepOutput> {
+  async run(input: RunInput): Promise<RunOutput> {
     const c = this.config;
     const { batch, seq } = input;
-    const total = input.past.len + seq;
+    const P = input.past.len;
+    const kvSize = batch * c.numKvHeads * P * c.headDim;
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', input.inputIds, [batch, seq]),
       position_ids: new ort.Tensor('int64', input.positionIds, [batch, seq]),
-      attention_bias: new ort.Tensor('float32', input.bias, [batch, 1, seq, total]),
+      past_bias: new ort.Tensor('float32', prefix(input.pastBias, batch * seq * P), [batch, 1, seq, P]),
+      new_bias: new ort.Tensor('float32', input.newBias, [batch, 1, seq, seq]),
     };
-    const kvDims = [batch, c.numKvHeads, input.past.len, c.headDim];
+    const kvDims = [batch, c.numKvHeads, P, c.headDim];
     for (let l = 0; l < c.numLayers; l++) {
-      feeds[pastKeyName(l)] = new ort.Tensor('float32', input.past.keys[l]!, kvDims);
-      feeds[pastValueName(l)] = new ort.Tensor('float32', input.past.values[l]!, kvDims);
+      feeds[pastKeyName(l)] = new ort.Tensor('float32', prefix(input.past.keys[l]!, kvSize), kvDims);
+      feeds[pastValueName(l)] = new ort.Tensor('float32', prefix(input.past.values[l]!, kvSize), kvDims);
     }
     const out = await this.session.run(feeds);
     const keys: Float32Array[] = [];
     const values: Float32Array[] = [];
     for (let l = 0; l < c.numLayers; l++) {
-      keys.push(out[presentKeyName(l)]!.data as Float32Array);
-      values.push(out[presentValueName(l)]!.data as Float32Array);
+      keys.push(out[newKeyName(l)]!.data as Float32Array);
+      values.push(out[newValueName(l)]!.data as Float32Array);
     }
-    return { logprobs: out['logprobs']!.data as Float32Array, present: { len: total, keys, values } };
+    return { logprobs: out['logprobs']!.data as Float32Array, fresh: { len: seq, keys, values } };
+  }
+
+  /** One forward with a [batch, 1, seq, past + seq] bias, returning the whole cache (past then new) as `present`. */
+  async step(input: StepInput): Promise<StepOutput> {
+    const c = this.config;
+    const { batch, seq } = input;
+    const P = input.past.len;
+    const T = P + seq;
+    const pastBias = new Float32Array(batch * seq * P);
+    const newBias = new Float32Array(batch * seq * seq);
+    for (let r = 0; r < batch * seq; r++) {
+      pastBias.set(input.bias.subarray(r * T, r * T + P), r * P);
+      newBias.set(input.bias.subarray(r * T + P, (r + 1) * T), r * seq);
+    }
+    const out = await this.run({ batch, seq, inputIds: input.inputIds, positionIds: input.positionIds, pastBias, newBias, past: input.past });
+    const rows = batch * c.numKvHeads;
+    const D = c.headDim;
+    const cat = (past: Float32Array, fresh: Float32Array): Float32Array => {
+      const all = new Float32Array(rows * T * D);
+      for (let r = 0; r < rows; r++) {
+        all.set(past.subarray(r * P * D, (r + 1) * P * D), r * T * D);
+        all.set(fresh.subarray(r * seq * D, (r + 1) * seq * D), (r * T + P) * D);
+      }
+      return all;
+    };
+    const keys = out.fresh.keys.map((k, l) => cat(input.past.keys[l]!, k));
+    const values = out.fresh.values.map((v, l) => cat(input.past.values[l]!, v));
+    return { logprobs: out.logprobs, present: { len: T, keys, values } };
   }
 
   async release(): Promise<void> {
@@ -96,4 +146,8 @@ export class PolicyRunner {
 /** An empty cache for `batch` rows. */
 export function emptyKv(c: ModelConfig): KvTensors {
   return { len: 0, keys: Array.from({ length: c.numLayers }, () => new Float32Array(0)), values: Array.from({ length: c.numLayers }, () => new Float32Array(0)) };
+}
+
+function prefix(a: Float32Array, n: number): Float32Array {
+  return a.length === n ? a : a.subarray(0, n);
 }

@@ -15,10 +15,12 @@ const DUMMY_PREFIX: Record<string, unknown>[] = [{}];
 
 export class DeltaTokenizer {
   private prefixText: string | undefined;
+  private readonly cache = new Map<string, { ids: number[]; text: string }>();
 
   constructor(
     readonly tokenizer: ChatTokenizer,
     private readonly templateKwargs: Record<string, unknown> = {},
+    private readonly cacheSize = 4096,
   ) {}
 
   /** Rendered text of new messages as the continuation of a conversation (with the generation prompt). */
@@ -36,8 +38,20 @@ export class DeltaTokenizer {
 
   /** Token ids to append for new (tool, user) messages. */
   deltaIds(messages: readonly ChatMessage[], addGenerationPrompt = true): { ids: number[]; text: string } {
+    // Rendering and BPE-encoding cost milliseconds; the same messages (a group's n samples getting the
+    // same tool result, error messages, user-simulator replies) recur often, so results are cached.
+    const key = addGenerationPrompt + JSON.stringify(messages);
+    const hit = this.cache.get(key);
+    if (hit) {
+      this.cache.delete(key);
+      this.cache.set(key, hit);
+      return { ids: [...hit.ids], text: hit.text };
+    }
     const text = this.deltaText(messages, addGenerationPrompt);
-    return { ids: this.tokenizer.encode(text), text };
+    const out = { ids: this.tokenizer.encode(text), text };
+    this.cache.set(key, { ids: [...out.ids], text });
+    if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+    return out;
   }
 
   /** Token ids of the prompt (with the generation prompt): what the first turn is generated from. */

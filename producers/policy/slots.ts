@@ -1,0 +1,198 @@
+// The running batch's KV cache as fixed-capacity buffers the engine owns: row b's tokens sit left-aligned in
+// columns [0, len_b) of [rows, kvHeads, capacity, headDim] per layer, and an additive bias row masks the
+// unused columns. A decode step reads the buffers in place (the graph takes them as past K/V) and the engine
+// writes back only the new column, so the per-step cost no longer grows with the cache. Rows leave by
+// swap-remove (one row copied) and join by copying their own tokens in; the capacity grows geometrically and
+// shrinks when long rows have left, so masked columns stay a small share of the attention work.
+import type { ModelConfig } from './config.ts';
+import { MASKED } from './export.ts';
+import type { KvTensors } from './runner.ts';
+
+/** `count` columns of one row of a cache, starting at column `from` (`kv.len` is the source's column stride). */
+export interface Segment {
+  kv: KvTensors;
+  row: number;
+  from: number;
+  count: number;
+}
+
+/** Copy `segs` one after another into row `row` of `dst` (column stride dst.len), starting at column 0. */
+export function copySegments(c: ModelConfig, segs: Segment[], dst: KvTensors, row: number): number {
+  const KVH = c.numKvHeads;
+  const D = c.headDim;
+  let col = 0;
+  for (const s of segs) {
+    if (s.count === 0) continue;
+    for (let l = 0; l < c.numLayers; l++) {
+      for (const [from, to] of [
+        [s.kv.keys[l]!, dst.keys[l]!],
+        [s.kv.values[l]!, dst.values[l]!],
+      ] as const) {
+        for (let h = 0; h < KVH; h++) {
+          const src = ((s.row * KVH + h) * s.kv.len + s.from) * D;
+          to.set(from.subarray(src, src + s.count * D), ((row * KVH + h) * dst.len + col) * D);
+        }
+      }
+    }
+    col += s.count;
+  }
+  return col;
+}
+
+/** A compact batch-1 cache holding `segs` in order. */
+export function compactRow(c: ModelConfig, segs: Segment[]): KvTensors {
+  const n = segs.reduce((t, s) => t + s.count, 0);
+  const size = c.numKvHeads * n * c.headDim;
+  const kv: KvTensors = { len: n, keys: [], values: [] };
+  for (let l = 0; l < c.numLayers; l++) {
+    kv.keys.push(new Float32Array(size));
+    kv.values.push(new Float32Array(size));
+  }
+  copySegments(c, segs, kv, 0);
+  return kv;
+}
+
+// Columns are allocated in multiples of this, with ~1/8 headroom, so growth copies are rare.
+const COL_STEP = 16;
+
+export class SlotCache {
+  private rowsCap = 0;
+  private cap = 0;
+  private keys: Float32Array[] = [];
+  private values: Float32Array[] = [];
+  private biasBuf = new Float32Array(0);
+  private readonly lens: number[] = [];
+
+  constructor(private readonly c: ModelConfig) {}
+
+  get rows(): number {
+    return this.lens.length;
+  }
+
+  /** Columns per row in the buffers (the past length the graph sees). */
+  get capacity(): number {
+    return this.cap;
+  }
+
+  lengthOf(row: number): number {
+    return this.lens[row]!;
+  }
+
+  /** The buffers as a cache of `capacity` columns; the arrays hold room for more rows than `rows`. */
+  view(): KvTensors {
+    return { len: this.cap, keys: this.keys, values: this.values };
+  }
+
+  /** [rows, 1, 1, capacity] (a prefix of the array): 0 on each row's tokens, MASKED on the unused columns. */
+  get bias(): Float32Array {
+    return this.biasBuf;
+  }
+
+  /** Make sure every row has room for one more column (call before a decode step). */
+  reserveColumn(): void {
+    let longest = 0;
+    for (const n of this.lens) longest = Math.max(longest, n);
+    if (longest + 1 > this.cap) this.resize(this.rowsCap, target(longest + 1));
+  }
+
+  /** Write the step's new K/V (one column per row, [rows, kvHeads, 1, headDim]) after each row's tokens. */
+  appendColumn(fresh: KvTensors): void {
+    const { numKvHeads: KVH, headDim: D, numLayers } = this.c;
+    const cap = this.cap;
+    for (let l = 0; l < numLayers; l++) {
+      const fk = fresh.keys[l]!;
+      const fv = fresh.values[l]!;
+      const k = this.keys[l]!;
+      const v = this.values[l]!;
+      for (let b = 0; b < this.lens.length; b++) {
+        const col = this.lens[b]!;
+        for (let h = 0; h < KVH; h++) {
+          const src = (b * KVH + h) * D;
+          const dst = ((b * KVH + h) * cap + col) * D;
+          k.set(fk.subarray(src, src + D), dst);
+          v.set(fv.subarray(src, src + D), dst);
+        }
+      }
+    }
+    for (let b = 0; b < this.lens.length; b++) this.biasBuf[b * cap + this.lens[b]!] = 0;
+    for (let b = 0; b < this.lens.length; b++) this.lens[b]!++;
+  }
+
+  /** Add a row holding `segs`; returns its index (the last). */
+  append(segs: Segment[]): number {
+    const n = segs.reduce((t, s) => t + s.count, 0);
+    const b = this.lens.length;
+    const rowsCap = b + 1 > this.rowsCap ? Math.max(4, this.rowsCap * 2, b + 1) : this.rowsCap;
+    const cap = n + 1 > this.cap ? target(n + 1) : this.cap;
+    if (rowsCap !== this.rowsCap || cap !== this.cap) this.resize(rowsCap, cap);
+    copySegments(this.c, segs, this.view(), b);
+    this.lens.push(n);
+    this.maskRow(b);
+    return b;
+  }
+
+  /** A compact batch-1 copy of row `b`'s tokens. */
+  extract(b: number): KvTensors {
+    return compactRow(this.c, [{ kv: this.view(), row: b, from: 0, count: this.lens[b]! }]);
+  }
+
+  /** Remove row `b`: the last row moves into its place (callers keep their row lists in the same order). */
+  remove(b: number): void {
+    const last = this.lens.length - 1;
+    if (b !== last) {
+      copySegments(this.c, [{ kv: this.view(), row: last, from: 0, count: this.lens[last]! }], this.view(), b);
+      this.lens[b] = this.lens[last]!;
+      this.maskRow(b);
+    }
+    this.lens.pop();
+  }
+
+  /** After rows left: give back memory and masked attention work when the longest row is far below capacity. */
+  shrink(): void {
+    if (this.lens.length === 0) {
+      this.rowsCap = 0;
+      this.cap = 0;
+      this.keys = [];
+      this.values = [];
+      this.biasBuf = new Float32Array(0);
+      return;
+    }
+    let longest = 0;
+    for (const n of this.lens) longest = Math.max(longest, n);
+    const want = target(longest + 1);
+    if (want * 2 <= this.cap) this.resize(this.rowsCap, want);
+  }
+
+  clear(): void {
+    this.lens.length = 0;
+    this.shrink();
+  }
+
+  private maskRow(b: number): void {
+    const cap = this.cap;
+    this.biasBuf.fill(0, b * cap, b * cap + this.lens[b]!);
+    this.biasBuf.fill(MASKED, b * cap + this.lens[b]!, (b + 1) * cap);
+  }
+
+  private resize(rowsCap: number, cap: number): void {
+    const { numKvHeads: KVH, headDim: D, numLayers } = this.c;
+    const old = this.view();
+    this.rowsCap = rowsCap;
+    this.cap = cap;
+    this.keys = [];
+    this.values = [];
+    for (let l = 0; l < numLayers; l++) {
+      this.keys.push(new Float32Array(rowsCap * KVH * cap * D));
+      this.values.push(new Float32Array(rowsCap * KVH * cap * D));
+    }
+    this.biasBuf = new Float32Array(rowsCap * cap);
+    for (let b = 0; b < this.lens.length; b++) {
+      copySegments(this.c, [{ kv: old, row: b, from: 0, count: this.lens[b]! }], this.view(), b);
+      this.maskRow(b);
+    }
+  }
+}
+
+function target(cols: number): number {
+  return Math.ceil((cols + (cols >> 3)) / COL_STEP) * COL_STEP;
+}
