@@ -136,9 +136,14 @@ export class TraceSink {
     this.stopping = true;
     await this.loop;
     if (this.consumer) {
-      await this.flushAndCommit();
-      await this.consumer.close();
-      this.consumer = null;
+      // The consumer leaves the group even when the last flush fails (nothing is committed then), so another
+      // member can take over the partitions and re-read what was not written.
+      try {
+        await this.flushAndCommit();
+      } finally {
+        await this.consumer.close();
+        this.consumer = null;
+      }
     }
   }
 }

@@ -1,0 +1,66 @@
+// The trace sink on the embedded log: offsets are committed after inserts (a restarted sink resumes without
+// re-reading), undecodable records become dead_letters rows naming the sink, and a failing store keeps the
+// offsets where they were so nothing is lost.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { EventSerde } from '../../core/serde/events.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { TraceStore } from '../../core/traces/store.ts';
+import { TraceSink } from '../../consumers/traces/sink.ts';
+import { recordRun } from './record.ts';
+import { targets } from './targets.ts';
+
+test('sink: commits after insert, resumes, dead-letters poison, keeps offsets when the store fails', { timeout: 60_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-sink-'));
+  const log = openEmbeddedLog({ dir, fsync: 'none' });
+  const registry = await EmbeddedRegistry.open(log);
+  const serde = await new EventSerde(registry).init();
+  const store = await targets()[0]!.open('sink');
+  try {
+    const { sent } = await recordRun(log, serde, { groups: 5, runId: 'r1' });
+    const producer = await log.producer();
+    await producer.send(TOPICS.rolloutEvents, [{ key: 'g', value: Buffer.from([0, 0, 0, 0, 99, 1, 2]) }, { key: 'g', value: Buffer.from('not framed') }]);
+    await producer.close();
+
+    const first = new TraceSink({ log, store, serde, groupId: 'traces' });
+    await first.drain();
+    await first.stop();
+    assert.equal(first.stats.records, sent + 2);
+    assert.equal(first.stats.deadLetters, 2);
+    const lag = await log.lag('traces', TOPICS.rolloutEvents);
+    assert.ok(lag.every((l) => l.lag === 0), 'everything committed');
+    const dl = (await store.query("SELECT error_code, count() AS n FROM dead_letters FINAL WHERE consumer = 'trace-sink' GROUP BY error_code ORDER BY error_code")).rows;
+    assert.deepEqual(dl, [
+      { error_code: 'SERDE_MAGIC_BYTE', n: 1 },
+      { error_code: 'SERDE_UNKNOWN_SCHEMA', n: 1 },
+    ]);
+
+    const again = new TraceSink({ log, store, serde, groupId: 'traces' });
+    await again.drain();
+    await again.stop();
+    assert.equal(again.stats.records, 0, 'a restarted sink resumes after the committed offsets');
+
+    // A store that fails: the sink must not commit what it could not write.
+    await recordRun(log, serde, { groups: 1, runId: 'r2' });
+    const broken = new Proxy(store, { get: (t, p) => (p === 'insert' ? async () => Promise.reject(new Error('store down')) : Reflect.get(t, p)) }) as TraceStore;
+    const failing = new TraceSink({ log, store: broken, serde, groupId: 'traces' });
+    await assert.rejects(failing.drain(), /store down/);
+    await assert.rejects(failing.stop(), /store down/);
+    assert.ok((await log.lag('traces', TOPICS.rolloutEvents)).some((l) => l.lag > 0), 'offsets not committed past unwritten rows');
+    const recovered = new TraceSink({ log, store, serde, groupId: 'traces' });
+    await recovered.drain();
+    await recovered.stop();
+    const n = (await store.query("SELECT count() AS n FROM trajectories FINAL WHERE run_id = 'r2'")).rows[0]?.['n'];
+    assert.equal(n, 4);
+  } finally {
+    await store.close();
+    await registry.close();
+    await log.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
