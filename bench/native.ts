@@ -14,6 +14,7 @@ interface Row {
   gflops: number;
   pctOfPeak: number;
   rssMiB: number;
+  kernelShare: Record<string, number>;
 }
 
 const base = { rope_theta: 10000, rms_norm_eps: 1e-6, max_position_embeddings: 2048 };
@@ -71,10 +72,16 @@ export async function main(args: string[]): Promise<unknown> {
       await model.adamwStep({ lr: 1e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 });
     };
     await step(); // warm-up: allocates activations
+    model.profile(true);
     const iters = quick ? 2 : name === '20M' ? 4 : 8;
     let t0 = performance.now();
     for (let i = 0; i < iters; i++) await step();
     const stepMs = (performance.now() - t0) / iters;
+    const prof = model.profile(true);
+    const split = Object.entries(prof)
+      .map(([k, v]) => `${k} ${((100 * v) / ((stepMs * iters) / 1000)).toFixed(0)}%`)
+      .join(', ');
+    console.log(`${name}: share of step time by kernel kind: ${split}`);
     t0 = performance.now();
     for (let i = 0; i < iters; i++) await model.forward(batch, targets);
     const forwardMs = (performance.now() - t0) / iters;
@@ -89,6 +96,7 @@ export async function main(args: string[]): Promise<unknown> {
       gflops: Number(gflops.toFixed(1)),
       pctOfPeak: Number(((100 * gflops) / peak).toFixed(1)),
       rssMiB: Math.round(process.memoryUsage().rss / 2 ** 20),
+      kernelShare: Object.fromEntries(Object.entries(prof).map(([k, v]) => [k, Number((v / ((stepMs * iters) / 1000)).toFixed(3))])),
     };
     rows.push(row);
     model.dispose();

@@ -99,6 +99,15 @@ export interface TensorView {
   data: Float32Array;
 }
 
+/** Seconds of kernel wall time per kind since the model was made (or the profile reset). */
+export interface KernelProfile {
+  matmul: number;
+  attention: number;
+  elementwise: number;
+  logits: number;
+  optimizer: number;
+}
+
 export interface InitOptions {
   seed: number;
   threads?: number; // default: available parallelism
@@ -141,6 +150,7 @@ interface NativeModelHandle {
   adamwStep(options: AdamWOptions): Promise<void>;
   getStep(): number;
   setStep(step: number): void;
+  profile(reset: boolean): KernelProfile;
   dispose(): void;
 }
 interface NativeAddon {
@@ -431,6 +441,11 @@ export class Model {
   /** Global L2 norm of the accumulated gradients. */
   gradNorm(): number {
     return this.sync('gradNorm', (h) => h.gradNorm());
+  }
+
+  /** Kernel time per kind so far (see KernelProfile); `reset` starts a new measurement. */
+  profile(reset = false): KernelProfile {
+    return this.sync('profile', (h) => h.profile(reset));
   }
 
   /** Scales gradients to a global norm of at most maxNorm; returns the norm before clipping. */

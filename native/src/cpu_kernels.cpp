@@ -247,47 +247,60 @@ class CpuKernels final : public Kernels {
     }
   }
 
-  // seq_start_of[t] = first position of t's sequence; seq_end_of[t] = one past its last.
-  static void seq_bounds(const int32_t* seq_starts, int S, int T, std::vector<int>& st, std::vector<int>& en) {
-    st.resize(T);
-    en.resize(T);
-    for (int s = 0; s < S; s++)
-      for (int t = seq_starts[s]; t < seq_starts[s + 1]; t++) {
-        st[t] = seq_starts[s];
-        en[t] = seq_starts[s + 1];
-      }
+  // Attention works on blocks of ATT_B rows of one sequence and one head, each block through sgemm: the scores of
+  // a block against every key up to its last row, a causal mask inside the diagonal block, softmax in place.
+  static constexpr int ATT_B = 64;
+
+  struct AttItem {
+    int s0, n, h, b;  // sequence start and length, head (query or kv), block index
+  };
+  static std::vector<AttItem> att_items(const int32_t* seq_starts, int S, int heads) {
+    std::vector<AttItem> items;
+    for (int s = 0; s < S; s++) {
+      const int s0 = seq_starts[s], n = seq_starts[s + 1] - s0;
+      for (int h = 0; h < heads; h++)
+        for (int b = 0; b * ATT_B < n; b++) items.push_back({s0, n, h, b});
+    }
+    // longest blocks first so dynamic scheduling balances the causal triangle
+    std::stable_sort(items.begin(), items.end(), [](const AttItem& x, const AttItem& y) { return x.b > y.b; });
+    return items;
   }
 
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const int32_t* seq_starts, int S, int T, int NH, int NKV, int hd) override {
-    std::vector<int> st, en;
-    seq_bounds(seq_starts, S, T, st, en);
     const int QD = NH * hd, KD = NKV * hd, group = NH / NKV;
     const float sc = 1.0f / std::sqrt((float)hd);
-    const long rows = (long)NH * T;
+    const std::vector<AttItem> items = att_items(seq_starts, S, NH);
+    const long ni = (long)items.size();
 #pragma omp parallel num_threads(nt_)
     {
-      std::vector<float> p;
-#pragma omp for schedule(dynamic, 8)
-      for (long r = 0; r < rows; r++) {
-        const int h = (int)(r / T), t = (int)(r % T), kh = h / group, s0 = st[t], n = t - s0 + 1;
-        if ((int)p.size() < n) p.resize(n);
-        const float* qt = q + (size_t)t * QD + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-          p[j] = dot(qt, k + (size_t)(s0 + j) * KD + (size_t)kh * hd, hd) * sc;
-          mx = std::max(mx, p[j]);
+      std::vector<float> P;
+#pragma omp for schedule(dynamic, 1)
+      for (long it = 0; it < ni; it++) {
+        const AttItem& w = items[it];
+        const int i0 = w.b * ATT_B, i1 = std::min(w.n, i0 + ATT_B), rows = i1 - i0, cols = i1, kh = w.h / group;
+        P.resize((size_t)rows * cols);
+        const float* Qb = q + (size_t)(w.s0 + i0) * QD + (size_t)w.h * hd;
+        const float* Kb = k + (size_t)w.s0 * KD + (size_t)kh * hd;
+        const float* Vb = v + (size_t)w.s0 * KD + (size_t)kh * hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, sc, Qb, QD, Kb, KD, 0.f, P.data(), cols);
+        for (int r = 0; r < rows; r++) {
+          float* row = P.data() + (size_t)r * cols;
+          const int cnt = i0 + r + 1;  // keys 0..i are visible to query i
+          float mx = -INFINITY;
+          for (int j = 0; j < cnt; j++) mx = std::max(mx, row[j]);
+          float sum = 0.f;
+          for (int j = 0; j < cnt; j++) {
+            row[j] = std::exp(row[j] - mx);
+            sum += row[j];
+          }
+          const float inv = 1.f / sum;
+          for (int j = 0; j < cnt; j++) row[j] *= inv;
+          for (int j = cnt; j < cols; j++) row[j] = 0.f;
+          lse[(size_t)w.h * T + w.s0 + i0 + r] = mx + std::log(sum);
         }
-        float sum = 0.f;
-        for (int j = 0; j < n; j++) {
-          p[j] = std::exp(p[j] - mx);
-          sum += p[j];
-        }
-        float* o = out + (size_t)t * QD + (size_t)h * hd;
-        std::fill(o, o + hd, 0.f);
-        const float inv = 1.f / sum;
-        for (int j = 0; j < n; j++) axpy(o, p[j] * inv, v + (size_t)(s0 + j) * KD + (size_t)kh * hd, hd);
-        lse[(size_t)h * T + t] = mx + std::log(sum);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.f, P.data(), cols, Vb, KD, 0.f,
+                    out + (size_t)(w.s0 + i0) * QD + (size_t)w.h * hd, QD);
       }
     }
   }
@@ -295,51 +308,69 @@ class CpuKernels final : public Kernels {
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, const int32_t* seq_starts, int S, int T,
                           int NH, int NKV, int hd) override {
-    std::vector<int> st, en;
-    seq_bounds(seq_starts, S, T, st, en);
     const int QD = NH * hd, KD = NKV * hd, group = NH / NKV;
     const float sc = 1.0f / std::sqrt((float)hd);
     std::vector<float> D((size_t)NH * T);
-    const long rows = (long)NH * T, cols = (long)NKV * T;
+    const std::vector<AttItem> qitems = att_items(seq_starts, S, NH), kitems = att_items(seq_starts, S, NKV);
+    const long nq = (long)qitems.size(), nk = (long)kitems.size();
 #pragma omp parallel num_threads(nt_)
     {
-      // Pass 1, one query row at a time: D = dout.out, dq = sc * sum_j p_j (dout.v_j - D) k_j.
-#pragma omp for schedule(dynamic, 8)
-      for (long r = 0; r < rows; r++) {
-        const int h = (int)(r / T), t = (int)(r % T), kh = h / group, s0 = st[t];
-        const float* qt = q + (size_t)t * QD + (size_t)h * hd;
-        const float* dot_ = dout + (size_t)t * QD + (size_t)h * hd;
-        const float Dt = dot(dot_, out + (size_t)t * QD + (size_t)h * hd, hd);
-        D[(size_t)h * T + t] = Dt;
-        const float l = lse[(size_t)h * T + t];
-        float* dqt = dq + (size_t)t * QD + (size_t)h * hd;
-        std::fill(dqt, dqt + hd, 0.f);
-        for (int j = s0; j <= t; j++) {
-          const float* kj = k + (size_t)j * KD + (size_t)kh * hd;
-          const float pj = std::exp(dot(qt, kj, hd) * sc - l);
-          const float ds = pj * (dot(dot_, v + (size_t)j * KD + (size_t)kh * hd, hd) - Dt);
-          axpy(dqt, ds * sc, kj, hd);
+      std::vector<float> P, dP;
+      // Pass 1, query blocks: P from q, k and lse; dP = dO V^T; dS = P (dP - D); dQ = sc dS K.
+#pragma omp for schedule(dynamic, 1)
+      for (long it = 0; it < nq; it++) {
+        const AttItem& w = qitems[it];
+        const int i0 = w.b * ATT_B, i1 = std::min(w.n, i0 + ATT_B), rows = i1 - i0, cols = i1, kh = w.h / group;
+        P.resize((size_t)rows * cols);
+        dP.resize((size_t)rows * cols);
+        const size_t qoff = (size_t)(w.s0 + i0) * QD + (size_t)w.h * hd;
+        const float* Kb = k + (size_t)w.s0 * KD + (size_t)kh * hd;
+        const float* Vb = v + (size_t)w.s0 * KD + (size_t)kh * hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, sc, q + qoff, QD, Kb, KD, 0.f, P.data(), cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, 1.f, dout + qoff, QD, Vb, KD, 0.f, dP.data(), cols);
+        for (int r = 0; r < rows; r++) {
+          const int i = w.s0 + i0 + r, cnt = i0 + r + 1;
+          const float Di = dot(dout + qoff + (size_t)r * QD, out + qoff + (size_t)r * QD, hd);
+          D[(size_t)w.h * T + i] = Di;
+          const float l = lse[(size_t)w.h * T + i];
+          float* pr = P.data() + (size_t)r * cols;
+          float* dr = dP.data() + (size_t)r * cols;
+          for (int j = 0; j < cnt; j++) dr[j] = std::exp(pr[j] - l) * (dr[j] - Di);
+          for (int j = cnt; j < cols; j++) dr[j] = 0.f;
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, sc, dP.data(), cols, Kb, KD, 0.f, dq + qoff, QD);
       }
-      // Pass 2, one key row at a time (all query heads of its group): dk_j, dv_j without write conflicts.
-#pragma omp for schedule(dynamic, 8)
-      for (long r = 0; r < cols; r++) {
-        const int kh = (int)(r / T), j = (int)(r % T), e = en[j];
-        const float* kj = k + (size_t)j * KD + (size_t)kh * hd;
-        const float* vj = v + (size_t)j * KD + (size_t)kh * hd;
-        float* dkj = dk + (size_t)j * KD + (size_t)kh * hd;
-        float* dvj = dv + (size_t)j * KD + (size_t)kh * hd;
-        std::fill(dkj, dkj + hd, 0.f);
-        std::fill(dvj, dvj + hd, 0.f);
-        for (int h = kh * group; h < (kh + 1) * group; h++)
-          for (int i = j; i < e; i++) {
-            const float* qi = q + (size_t)i * QD + (size_t)h * hd;
-            const float* doi = dout + (size_t)i * QD + (size_t)h * hd;
-            const float pij = std::exp(dot(qi, kj, hd) * sc - lse[(size_t)h * T + i]);
-            axpy(dvj, pij, doi, hd);
-            const float ds = pij * (dot(doi, vj, hd) - D[(size_t)h * T + i]);
-            axpy(dkj, ds * sc, qi, hd);
+      // Pass 2, key blocks (all query heads of the group, every later query): dV = P^T dO, dK = sc dS^T Q.
+#pragma omp for schedule(dynamic, 1)
+      for (long it = 0; it < nk; it++) {
+        const AttItem& w = kitems[it];
+        const int j0 = w.b * ATT_B, j1 = std::min(w.n, j0 + ATT_B), bk = j1 - j0, nqr = w.n - j0;
+        const size_t koff = (size_t)(w.s0 + j0) * KD + (size_t)w.h * hd;
+        for (int r = 0; r < bk; r++) {
+          std::fill(dk + koff + (size_t)r * KD, dk + koff + (size_t)r * KD + hd, 0.f);
+          std::fill(dv + koff + (size_t)r * KD, dv + koff + (size_t)r * KD + hd, 0.f);
+        }
+        P.resize((size_t)nqr * bk);
+        dP.resize((size_t)nqr * bk);
+        for (int h = w.h * group; h < (w.h + 1) * group; h++) {
+          const size_t qoff = (size_t)(w.s0 + j0) * QD + (size_t)h * hd;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nqr, bk, hd, sc, q + qoff, QD, k + koff, KD, 0.f, P.data(), bk);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nqr, bk, hd, 1.f, dout + qoff, QD, v + koff, KD, 0.f, dP.data(), bk);
+          for (int r = 0; r < nqr; r++) {
+            const int i = w.s0 + j0 + r;
+            const float l = lse[(size_t)h * T + i], Di = D[(size_t)h * T + i];
+            float* pr = P.data() + (size_t)r * bk;
+            float* dr = dP.data() + (size_t)r * bk;
+            const int cnt = std::min(bk, r + 1);  // key j0+c is visible to query j0+r when c <= r
+            for (int c = 0; c < cnt; c++) {
+              pr[c] = std::exp(pr[c] - l);
+              dr[c] = pr[c] * (dr[c] - Di);
+            }
+            for (int c = cnt; c < bk; c++) pr[c] = dr[c] = 0.f;
           }
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hd, nqr, 1.f, P.data(), bk, dout + qoff, QD, 1.f, dv + koff, KD);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hd, nqr, sc, dP.data(), bk, q + qoff, QD, 1.f, dk + koff, KD);
+        }
       }
     }
   }

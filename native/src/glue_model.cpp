@@ -77,6 +77,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
                       InstanceMethod("getStep", &ModelWrap::GetStep),
                       InstanceMethod("setStep", &ModelWrap::SetStep),
+                      InstanceMethod("profile", &ModelWrap::Profile),
                       InstanceMethod("dispose", &ModelWrap::Dispose)});
 }
 
@@ -111,8 +112,6 @@ Napi::Value ModelWrap::NumParameters(const Napi::CallbackInfo& info) {
     if (!model_) invalid("model.numParameters: the model was disposed");
     size_t n = 0;
     for (const auto& t : model_->tensors()) n += t.numel;
-    if (model_->config().tie_word_embeddings) {
-    }
     return Napi::Number::New(info.Env(), (double)n);
   });
 }
@@ -398,6 +397,19 @@ Napi::Value ModelWrap::SetStep(const Napi::CallbackInfo& info) {
     if (s < 0 || s != std::floor(s)) invalid("step must be a non-negative integer");
     live("setStep").set_step((int64_t)s);
     return info.Env().Undefined();
+  });
+}
+
+// profile(reset) -> { matmul, attention, elementwise, logits, optimizer } seconds of kernel time
+Napi::Value ModelWrap::Profile(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("profile");
+    const double* p = m.profile();
+    Napi::Object o = Napi::Object::New(info.Env());
+    const char* names[] = {"matmul", "attention", "elementwise", "logits", "optimizer"};
+    for (int i = 0; i < (int)Model::Phase::count; i++) o.Set(names[i], p[i]);
+    if (info[0].ToBoolean().Value()) m.reset_profile();
+    return o;
   });
 }
 

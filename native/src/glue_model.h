@@ -30,6 +30,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value AdamwStep(const Napi::CallbackInfo& info);
   Napi::Value GetStep(const Napi::CallbackInfo& info);
   Napi::Value SetStep(const Napi::CallbackInfo& info);
+  Napi::Value Profile(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
 
   std::unique_ptr<Model> model_;

@@ -2,6 +2,7 @@
 // (parameters, gradients, AdamW moments, activations), pointers into it, layers called in order and in reverse.
 #include "model.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,14 @@
 #include "errors.h"
 
 namespace rls {
+
+// Times one kernel call into prof_[category] (wall clock; one steady_clock read per side, ~20 ns).
+#define PROF(cat, ...)                                                                         \
+  do {                                                                                         \
+    const auto prof_t0_ = std::chrono::steady_clock::now();                                    \
+    __VA_ARGS__;                                                                               \
+    prof_[(int)Phase::cat] += std::chrono::duration<double>(std::chrono::steady_clock::now() - prof_t0_).count(); \
+  } while (0)
 
 struct Model::Acts {
   int cap = 0;  // tokens this allocation holds
@@ -230,29 +239,29 @@ void Model::forward_trunk(const Batch& b) {
   a.pos.resize(T);
   for (int s = 0; s < b.S; s++)
     for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
-  k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, cfg_.rope_theta);
+  PROF(elementwise, k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, cfg_.rope_theta));
 
-  k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H);
+  PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
   for (int l = 0; l < cfg_.num_hidden_layers; l++) {
     const LayerPtrs& w = P_.layers[l];
     auto& x = a.layers[l];
-    k.rmsnorm_forward(x.ln1, x.rstd1, a.resid[l], w.ln1_w, T, H, eps);
-    k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false);
-    k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false);
-    k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false);
-    k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd);
-    k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd);
-    k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd);
-    k.copy(x.mid, a.resid[l], (size_t)T * H);
-    k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true);
-    k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps);
-    k.matmul_forward(x.gate, x.ln2, w.gate_w, nullptr, T, H, I, false);
-    k.matmul_forward(x.up, x.ln2, w.up_w, nullptr, T, H, I, false);
-    k.swiglu_forward(x.act, x.gate, x.up, (size_t)T * I);
-    k.copy(a.resid[l + 1], x.mid, (size_t)T * H);
-    k.matmul_forward(a.resid[l + 1], x.act, w.down_w, nullptr, T, I, H, true);
+    PROF(elementwise, k.rmsnorm_forward(x.ln1, x.rstd1, a.resid[l], w.ln1_w, T, H, eps));
+    PROF(matmul, k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false));
+    PROF(matmul, k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false));
+    PROF(matmul, k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false));
+    PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
+    PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
+    PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
+    PROF(elementwise, k.copy(x.mid, a.resid[l], (size_t)T * H));
+    PROF(matmul, k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true));
+    PROF(elementwise, k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps));
+    PROF(matmul, k.matmul_forward(x.gate, x.ln2, w.gate_w, nullptr, T, H, I, false));
+    PROF(matmul, k.matmul_forward(x.up, x.ln2, w.up_w, nullptr, T, H, I, false));
+    PROF(elementwise, k.swiglu_forward(x.act, x.gate, x.up, (size_t)T * I));
+    PROF(elementwise, k.copy(a.resid[l + 1], x.mid, (size_t)T * H));
+    PROF(matmul, k.matmul_forward(a.resid[l + 1], x.act, w.down_w, nullptr, T, I, H, true));
   }
-  k.rmsnorm_forward(a.lnf, a.rstdf, a.resid[cfg_.num_hidden_layers], P_.norm_w, T, H, eps);
+  PROF(elementwise, k.rmsnorm_forward(a.lnf, a.rstdf, a.resid[cfg_.num_hidden_layers], P_.norm_w, T, H, eps));
 }
 
 void Model::forward_logprobs(const Batch& b, const int32_t* targets, float* logp, float* ent) {
@@ -261,8 +270,8 @@ void Model::forward_logprobs(const Batch& b, const int32_t* targets, float* logp
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
   for (int t0 = 0; t0 < b.T; t0 += chunk_) {
     const int n = std::min(chunk_, b.T - t0);
-    k_->matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false);
-    k_->logsoftmax_forward(a.logits, logp + t0, ent + t0, targets + t0, n, V);
+    PROF(matmul, k_->matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false));
+    PROF(logits, k_->logsoftmax_forward(a.logits, logp + t0, ent + t0, targets + t0, n, V));
   }
 }
 
@@ -275,56 +284,58 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
             L = cfg_.num_hidden_layers;
 
   // Loss head, one chunk of tokens at a time: logits -> log-softmax -> loss -> dlogits -> d lnf, d lm_head.
-  k.zero(a.dln, (size_t)T * H);
+  PROF(elementwise, k.zero(a.dln, (size_t)T * H));
   for (int t0 = 0; t0 < T; t0 += chunk_) {
     const int n = std::min(chunk_, T - t0);
     const float* xf = a.lnf + (size_t)t0 * H;
-    k.matmul_forward(a.logits, xf, P_.lm_head, nullptr, n, H, V, false);
-    k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V);
+    PROF(matmul, k.matmul_forward(a.logits, xf, P_.lm_head, nullptr, n, H, V, false));
+    PROF(logits, k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V));
     loss.chunk(t0, n, a.logp + t0, a.ent + t0, a.dlogp, a.dent);
-    k.logsoftmax_backward(a.logits, a.dlogp, a.dent, a.ent + t0, targets + t0, n, V);
-    k.matmul_backward(a.dln + (size_t)t0 * H, G_.lm_head, nullptr, a.logits, xf, P_.lm_head, n, H, V);
+    PROF(logits, k.logsoftmax_backward(a.logits, a.dlogp, a.dent, a.ent + t0, targets + t0, n, V));
+    PROF(matmul, k.matmul_backward(a.dln + (size_t)t0 * H, G_.lm_head, nullptr, a.logits, xf, P_.lm_head, n, H, V));
   }
-  k.zero(a.dres, (size_t)T * H);
-  k.rmsnorm_backward(a.dres, G_.norm_w, a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H);
+  PROF(elementwise, k.zero(a.dres, (size_t)T * H));
+  PROF(elementwise, k.rmsnorm_backward(a.dres, G_.norm_w, a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H));
 
   for (int l = L - 1; l >= 0; l--) {
     const LayerPtrs& w = P_.layers[l];
     const LayerPtrs& g = G_.layers[l];
     auto& x = a.layers[l];
     // MLP: resid[l+1] = mid + down(silu(gate(ln2)) * up(ln2))
-    k.zero(a.dact, (size_t)T * I);
-    k.matmul_backward(a.dact, g.down_w, nullptr, a.dres, x.act, w.down_w, T, I, H);
-    k.swiglu_backward(a.dgate, a.dup, a.dact, x.gate, x.up, (size_t)T * I);
-    k.zero(a.dln, (size_t)T * H);
-    k.matmul_backward(a.dln, g.gate_w, nullptr, a.dgate, x.ln2, w.gate_w, T, H, I);
-    k.matmul_backward(a.dln, g.up_w, nullptr, a.dup, x.ln2, w.up_w, T, H, I);
-    k.rmsnorm_backward(a.dres, g.ln2_w, a.dln, x.mid, w.ln2_w, x.rstd2, T, H);  // dres is now d mid
+    PROF(elementwise, k.zero(a.dact, (size_t)T * I));
+    PROF(matmul, k.matmul_backward(a.dact, g.down_w, nullptr, a.dres, x.act, w.down_w, T, I, H));
+    PROF(elementwise, k.swiglu_backward(a.dgate, a.dup, a.dact, x.gate, x.up, (size_t)T * I));
+    PROF(elementwise, k.zero(a.dln, (size_t)T * H));
+    PROF(matmul, k.matmul_backward(a.dln, g.gate_w, nullptr, a.dgate, x.ln2, w.gate_w, T, H, I));
+    PROF(matmul, k.matmul_backward(a.dln, g.up_w, nullptr, a.dup, x.ln2, w.up_w, T, H, I));
+    PROF(elementwise, k.rmsnorm_backward(a.dres, g.ln2_w, a.dln, x.mid, w.ln2_w, x.rstd2, T, H));  // dres: d mid
     // Attention: mid = resid[l] + o(attn(rope(q), rope(k), v))
-    k.zero(a.datt, (size_t)T * QD);
-    k.matmul_backward(a.datt, g.o_w, nullptr, a.dres, x.att, w.o_w, T, QD, H);
-    k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T, NH, NKV, hd);
-    k.rope_backward(a.dq, a.cosb, a.sinb, T, NH, hd);
-    k.rope_backward(a.dk, a.cosb, a.sinb, T, NKV, hd);
-    k.zero(a.dln, (size_t)T * H);
-    k.matmul_backward(a.dln, g.q_w, g.q_b, a.dq, x.ln1, w.q_w, T, H, QD);
-    k.matmul_backward(a.dln, g.k_w, g.k_b, a.dk, x.ln1, w.k_w, T, H, KD);
-    k.matmul_backward(a.dln, g.v_w, g.v_b, a.dv, x.ln1, w.v_w, T, H, KD);
-    k.rmsnorm_backward(a.dres, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H);  // dres is now d resid[l]
+    PROF(elementwise, k.zero(a.datt, (size_t)T * QD));
+    PROF(matmul, k.matmul_backward(a.datt, g.o_w, nullptr, a.dres, x.att, w.o_w, T, QD, H));
+    PROF(attention, k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T, NH, NKV, hd));
+    PROF(elementwise, k.rope_backward(a.dq, a.cosb, a.sinb, T, NH, hd));
+    PROF(elementwise, k.rope_backward(a.dk, a.cosb, a.sinb, T, NKV, hd));
+    PROF(elementwise, k.zero(a.dln, (size_t)T * H));
+    PROF(matmul, k.matmul_backward(a.dln, g.q_w, g.q_b, a.dq, x.ln1, w.q_w, T, H, QD));
+    PROF(matmul, k.matmul_backward(a.dln, g.k_w, g.k_b, a.dk, x.ln1, w.k_w, T, H, KD));
+    PROF(matmul, k.matmul_backward(a.dln, g.v_w, g.v_b, a.dv, x.ln1, w.v_w, T, H, KD));
+    PROF(elementwise, k.rmsnorm_backward(a.dres, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H));  // d resid[l]
   }
-  k.embedding_backward(G_.embed, a.dres, b.tokens, T, H);
+  PROF(elementwise, k.embedding_backward(G_.embed, a.dres, b.tokens, T, H));
 }
 
 void Model::zero_grad() { k_->zero(grads_.get(), nparams_); }
 
 double Model::grad_norm() {
   k_->set_threads(threads_);
-  return std::sqrt(k_->sum_squares(grads_.get(), nparams_));
+  double ss = 0;
+  PROF(optimizer, ss = k_->sum_squares(grads_.get(), nparams_));
+  return std::sqrt(ss);
 }
 
 void Model::scale_grads(float s) {
   k_->set_threads(threads_);
-  k_->scale(grads_.get(), nparams_, s);
+  PROF(optimizer, k_->scale(grads_.get(), nparams_, s));
 }
 
 void Model::adamw_step(const AdamWParams& p) {
@@ -333,8 +344,8 @@ void Model::adamw_step(const AdamWParams& p) {
   const float bc1 = (float)(1.0 - std::pow((double)p.beta1, (double)step_));
   const float bc2 = (float)(1.0 - std::pow((double)p.beta2, (double)step_));
   // Padding between tensors stays zero in params, grads and moments, so one pass over the block is exact.
-  k_->adamw(params_.get(), grads_.get(), m_.get(), v_.get(), nparams_, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
-            bc1, bc2);
+  PROF(optimizer, k_->adamw(params_.get(), grads_.get(), m_.get(), v_.get(), nparams_, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
+            bc1, bc2));
 }
 
 }  // namespace rls

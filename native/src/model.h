@@ -87,6 +87,13 @@ class Model {
   void scale_grads(float s);
   void adamw_step(const AdamWParams& p);
 
+  // Wall seconds spent per kind of kernel since construction (or reset): where a step's time goes.
+  enum class Phase { matmul, attention, elementwise, logits, optimizer, count };
+  const double* profile() const { return prof_; }
+  void reset_profile() {
+    for (double& p : prof_) p = 0;
+  }
+
   std::atomic<bool> busy{false};  // one call at a time: set by the glue before scheduling, cleared after
 
  private:
@@ -105,6 +112,7 @@ class Model {
   ParamPtrs P_, G_;
   int64_t step_ = 0;
   std::unique_ptr<Acts> a_;
+  double prof_[(int)Phase::count] = {0, 0, 0, 0, 0};
 };
 
 }  // namespace rls

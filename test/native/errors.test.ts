@@ -80,8 +80,8 @@ test('bad batches, shapes, ids and NaN inputs reject with precise messages', { s
   await assert.rejects(model.forward({ tokens: batch.tokens, seqStarts: Int32Array.from([7]) }, targets), rejects(INV, /at least 2 entries/));
   await assert.rejects(model.forward({ tokens: new Int32Array(0), seqStarts: Int32Array.from([0]) }, new Int32Array(0)), rejects(INV, /at least 2 entries|empty/));
   await assert.rejects(model.forward({ tokens: Array.from(batch.tokens) as unknown as Int32Array, seqStarts: batch.seqStarts }, targets), rejects(INV, /batch.tokens must be a Int32Array/));
-  const long = new Int32Array(65);
-  await assert.rejects(model.forward({ tokens: long, seqStarts: Int32Array.from([0, 65]) }, new Int32Array(65)), rejects(INV, /sequence 0 has length 65 > max_position_embeddings 64/));
+  const long = new Int32Array(161);
+  await assert.rejects(model.forward({ tokens: long, seqStarts: Int32Array.from([0, 161]) }, new Int32Array(161)), rejects(INV, /sequence 0 has length 161 > max_position_embeddings 160/));
 
   await assert.rejects(model.backwardCrossEntropy(batch, targets, new Float32Array(7).fill(1)), rejects(INV, /targets\[3\] is -1 where mask\[3\] is not 0/));
   const nanMask = Float32Array.from(mask);

@@ -11,7 +11,7 @@ export const TINY: ModelConfig = {
   rope_theta: 10000,
   rms_norm_eps: 1e-6,
   tie_word_embeddings: false,
-  max_position_embeddings: 64,
+  max_position_embeddings: 160,
   attention_bias: true,
 };
 
