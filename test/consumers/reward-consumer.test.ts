@@ -104,7 +104,7 @@ function buildTinyModel(path: string, vocab: number, dim: number): { E: number[]
   const b = 0.1;
   const f32 = (name: string, dims: number[], data: number[]) => onnx.TensorProto.create({ name, dims, dataType: onnx.TensorProto.DataType.FLOAT, floatData: data });
   const i64 = (name: string, data: number[]) => onnx.TensorProto.create({ name, dims: [data.length], dataType: onnx.TensorProto.DataType.INT64, int64Data: data });
-  const node = (op: string, inputs: string[], outputs: string[], attrs: onnx.IAttributeProto[] = []) => onnx.NodeProto.create({ opType: op, input: inputs, output: outputs, attribute: attrs });
+  const node = (op: string, inputs: string[], outputs: string[], attrs: ReturnType<typeof onnx.AttributeProto.create>[] = []) => onnx.NodeProto.create({ opType: op, input: inputs, output: outputs, attribute: attrs });
   const vi = (name: string, elem: number, shape: (number | string)[]) =>
     onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: elem, shape: { dim: shape.map((d) => (typeof d === 'number' ? { dimValue: d } : { dimParam: d })) } } } });
   const graph = onnx.GraphProto.create({
