@@ -319,7 +319,7 @@ export class GenerationEngine {
         ids[b] = BigInt(s.feed[0]!);
         pos[b] = BigInt(s.kvLen);
       });
-      const out = await g.runner.run({ batch: B, seq: 1, inputIds: ids, positionIds: pos, pastBias: g.slots.bias, newBias: new Float32Array(B), past: g.slots.view() });
+      const out = await g.runner.decode({ batch: B, inputIds: ids, positionIds: pos, pastBias: g.slots.bias, past: g.slots.view() });
       if (g.rows !== rows) return; // the engine closed (or the step failed) while the step ran
       g.slots.appendColumn(out.fresh);
       this.counters.steps++;

@@ -14,13 +14,16 @@
 // engine owns and reuses (fixed capacity, extra columns masked by past_bias), and each step writes back only
 // the new tokens' K/V. A present = concat(past, new) output would copy the whole cache on every decode step,
 // which was the largest cost at batch 64 (see bench/policy.ts).
+// Mode 'decode' is the same model for exactly one new token per row (seq = 1, no new_bias: the token attends
+// to itself): its new-token attention is elementwise instead of B×kv_heads tiny matrix products, and heads
+// are split by Reshape instead of Transpose. The engine runs it for every decode step.
 // The additive biases instead of HF's 0/1 mask let the engine describe any layout (left padding, unused
 // capacity, holes left by merged batches, causal prefill) with no mask logic in the graph.
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import { checkWeights, lmHead, type ModelConfig } from './config.ts';
-import { GraphBuilder } from './onnx-graph.ts';
+import { GraphBuilder, type Dim } from './onnx-graph.ts';
 
-export type OutputMode = 'last' | 'all';
+export type OutputMode = 'last' | 'all' | 'decode';
 
 export const OPSET = 17;
 export const MASKED = -1e9;
@@ -96,10 +99,12 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
     return g.op('Mul', [normed, g.weight(weightName, [E], w(weightName))]);
   };
 
-  const ids = g.input('input_ids', 'int64', ['batch', 'seq']);
-  const pos = g.input('position_ids', 'int64', ['batch', 'seq']);
-  const pastBias = g.input('past_bias', 'float', ['batch', 1, 'seq', 'past']);
-  const newBias = g.input('new_bias', 'float', ['batch', 1, 'seq', 'seq']);
+  const decode = mode === 'decode';
+  const S: Dim = decode ? 1 : 'seq';
+  const ids = g.input('input_ids', 'int64', ['batch', S]);
+  const pos = g.input('position_ids', 'int64', ['batch', S]);
+  const pastBias = g.input('past_bias', 'float', ['batch', 1, S, 'past']);
+  const newBias = decode ? '' : g.input('new_bias', 'float', ['batch', 1, 'seq', 'seq']);
 
   const { cos, sinSigned } = ropeTables(c);
   const unsq1 = g.ints([1]);
@@ -116,13 +121,15 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   // the sequence axis ([B, KVH, G*S, D]), so the additive biases are tiled G times along that axis once.
   const tileG = (b: string) => (G === 1 ? b : g.op('Concat', Array.from({ length: G }, () => b), { axis: 2 }));
   const pastBiasG = tileG(pastBias);
-  const newBiasG = tileG(newBias);
+  const newBiasG = decode ? '' : tileG(newBias);
   const keysT = (k: string) => g.op('Transpose', [k], { perm: [0, 1, 3, 2] });
   const zero = g.ints([0]);
   const end = g.ints([INT64_MAX]);
   let pastLen = '';
   const scale = g.scalar(1 / Math.sqrt(D));
-  const toHeads = (x: string, heads: number, out?: string) => g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, heads, D])])], { perm: [0, 2, 1, 3] }, out);
+  // [B, S, heads*D] → [B, heads, S, D]; with S = 1 both layouts are the same bytes, so a Reshape does it.
+  const toHeads = (x: string, heads: number, out?: string) =>
+    decode ? g.op('Reshape', [x, g.ints([0, heads, 1, D])], {}, out) : g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, heads, D])])], { perm: [0, 2, 1, 3] }, out);
 
   let x = g.op('Gather', [g.weight('model.embed_tokens.weight', [V, E], w('model.embed_tokens.weight')), ids], { axis: 0 });
   for (let l = 0; l < c.numLayers; l++) {
@@ -134,16 +141,20 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
     const q = rope(toHeads(linear(h, p + 'self_attn.q_proj.weight', H * D, E, p + 'self_attn.q_proj.bias'), H));
     const k = rope(toHeads(linear(h, p + 'self_attn.k_proj.weight', KVH * D, E, p + 'self_attn.k_proj.bias'), KVH), newKeyName(l));
     const v = toHeads(linear(h, p + 'self_attn.v_proj.weight', KVH * D, E, p + 'self_attn.v_proj.bias'), KVH, newValueName(l));
-    g.output(newKeyName(l), ['batch', KVH, 'seq', D]);
-    g.output(newValueName(l), ['batch', KVH, 'seq', D]);
+    g.output(newKeyName(l), ['batch', KVH, S, D]);
+    g.output(newValueName(l), ['batch', KVH, S, D]);
     const qg = g.op('Reshape', [g.op('Mul', [q, scale]), g.ints([0, KVH, -1, D])]);
     const scoresPast = g.op('Add', [g.op('MatMul', [qg, keysT(pastKeyName(l))]), pastBiasG]);
-    const scoresNew = g.op('Add', [g.op('MatMul', [qg, keysT(k)]), newBiasG]);
+    // One new token (decode): its score and its share of the context are elementwise products, not B×KVH
+    // tiny matrix products (whose per-call overhead dominated batch-64 steps).
+    const scoresNew = decode ? g.op('ReduceSum', [g.op('Mul', [qg, k]), lastAxis], { keepdims: 1 }) : g.op('Add', [g.op('MatMul', [qg, keysT(k)]), newBiasG]);
     const probs = g.op('Softmax', [g.op('Concat', [scoresPast, scoresNew], { axis: -1 })], { axis: -1 });
     const probsPast = g.op('Slice', [probs, zero, pastLen, lastAxis]);
     const probsNew = g.op('Slice', [probs, pastLen, end, lastAxis]);
-    const ctx = g.op('Add', [g.op('MatMul', [probsPast, pastValueName(l)]), g.op('MatMul', [probsNew, v])]);
-    const merged = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [ctx, g.ints([0, H, -1, D])])], { perm: [0, 2, 1, 3] }), g.ints([0, 0, H * D])]);
+    const ctx = g.op('Add', [g.op('MatMul', [probsPast, pastValueName(l)]), decode ? g.op('Mul', [probsNew, v]) : g.op('MatMul', [probsNew, v])]);
+    const merged = decode
+      ? g.op('Reshape', [ctx, g.ints([0, 1, H * D])])
+      : g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [ctx, g.ints([0, H, -1, D])])], { perm: [0, 2, 1, 3] }), g.ints([0, 0, H * D])]);
     x = g.op('Add', [x, linear(merged, p + 'self_attn.o_proj.weight', E, H * D)]);
     const h2 = rmsNorm(x, p + 'post_attention_layernorm.weight');
     const gate = linear(h2, p + 'mlp.gate_proj.weight', I, E);
@@ -153,7 +164,7 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   if (mode === 'last') x = g.op('Slice', [x, g.ints([-1]), g.ints([INT64_MAX]), g.ints([1])]);
   const normed = rmsNorm(x, 'model.norm.weight');
   const logits = g.op('MatMul', [normed, g.weight('lm_head.T', [E, V], transpose(lmHead(c, weights), V, E))]);
-  if (mode === 'last') {
+  if (mode !== 'all') {
     g.op('LogSoftmax', [g.op('Reshape', [logits, g.ints([-1, V])])], { axis: -1 }, 'logprobs');
     g.output('logprobs', ['batch', V]);
   } else {

@@ -11,7 +11,12 @@ import { exportOnnx, newKeyName, newValueName, pastKeyName, pastValueName, type 
 export interface RunnerOptions {
   /** onnxruntime intra-op threads (default 1: on small models a second thread mostly adds sync cost). */
   threads?: number;
-  mode?: OutputMode;
+  mode?: Exclude<OutputMode, 'decode'>;
+  /**
+   * Also load the one-token decode graph that `decode` runs (default: true in mode 'last'). It is a second
+   * onnxruntime session, so the weights are held twice in memory.
+   */
+  decodeGraph?: boolean;
 }
 
 /** The batched KV cache as [layers] of K and V, each [batch, kvHeads, len, headDim] row-major. */
@@ -60,31 +65,50 @@ export class PolicyRunner {
     readonly config: ModelConfig,
     readonly version: number,
     private readonly session: ort.InferenceSession,
+    private readonly decodeSession: ort.InferenceSession | null,
     readonly exportMs: number,
     readonly loadMs: number,
   ) {}
 
   static async create(config: ModelConfig, weights: TensorMap, version: number, options: RunnerOptions = {}): Promise<PolicyRunner> {
+    const mode = options.mode ?? 'last';
     const t0 = performance.now();
-    const bytes = exportOnnx(config, weights, options.mode ?? 'last');
+    const bytes = exportOnnx(config, weights, mode);
+    const decodeBytes = (options.decodeGraph ?? mode === 'last') ? exportOnnx(config, weights, 'decode') : null;
     const t1 = performance.now();
+    const sessionOptions: ort.InferenceSession.SessionOptions = {
+      executionProviders: ['cpu'],
+      graphOptimizationLevel: 'all',
+      intraOpNumThreads: options.threads ?? 1,
+      interOpNumThreads: 1,
+      executionMode: 'sequential',
+      logSeverityLevel: 3, // errors reach the caller as exceptions; keep onnxruntime's own log quiet
+    };
     let session: ort.InferenceSession;
+    let decodeSession: ort.InferenceSession | null = null;
     try {
-      session = await ort.InferenceSession.create(bytes, {
-        executionProviders: ['cpu'],
-        graphOptimizationLevel: 'all',
-        intraOpNumThreads: options.threads ?? 1,
-        interOpNumThreads: 1,
-        executionMode: 'sequential',
-        logSeverityLevel: 3, // errors reach the caller as exceptions; keep onnxruntime's own log quiet
-      });
+      session = await ort.InferenceSession.create(bytes, sessionOptions);
+      if (decodeBytes) decodeSession = await ort.InferenceSession.create(decodeBytes, sessionOptions);
     } catch (err) {
       throw new RlstreamError('INTERNAL', `onnxruntime could not load the exported policy v${version}`, { cause: err });
     }
-    return new PolicyRunner(config, version, session, t1 - t0, performance.now() - t1);
+    return new PolicyRunner(config, version, session, decodeSession, t1 - t0, performance.now() - t1);
+  }
+
+  /**
+   * One new token per row on top of the cache (each token also attends to itself): the decode step. Runs the
+   * dedicated one-token graph when loaded, else the general one.
+   */
+  async decode(input: Omit<RunInput, 'seq' | 'newBias'>): Promise<RunOutput> {
+    if (!this.decodeSession) return this.run({ ...input, seq: 1, newBias: new Float32Array(input.batch) });
+    return this.exec(this.decodeSession, { ...input, seq: 1 });
   }
 
   async run(input: RunInput): Promise<RunOutput> {
+    return this.exec(this.session, input);
+  }
+
+  private async exec(session: ort.InferenceSession, input: Omit<RunInput, 'newBias'> & { newBias?: Float32Array }): Promise<RunOutput> {
     const c = this.config;
     const { batch, seq } = input;
     const P = input.past.len;
@@ -93,14 +117,14 @@ export class PolicyRunner {
       input_ids: new ort.Tensor('int64', input.inputIds, [batch, seq]),
       position_ids: new ort.Tensor('int64', input.positionIds, [batch, seq]),
       past_bias: new ort.Tensor('float32', prefix(input.pastBias, batch * seq * P), [batch, 1, seq, P]),
-      new_bias: new ort.Tensor('float32', input.newBias, [batch, 1, seq, seq]),
     };
+    if (input.newBias) feeds['new_bias'] = new ort.Tensor('float32', input.newBias, [batch, 1, seq, seq]);
     const kvDims = [batch, c.numKvHeads, P, c.headDim];
     for (let l = 0; l < c.numLayers; l++) {
       feeds[pastKeyName(l)] = new ort.Tensor('float32', prefix(input.past.keys[l]!, kvSize), kvDims);
       feeds[pastValueName(l)] = new ort.Tensor('float32', prefix(input.past.values[l]!, kvSize), kvDims);
     }
-    const out = await this.session.run(feeds);
+    const out = await session.run(feeds);
     const keys: Float32Array[] = [];
     const values: Float32Array[] = [];
     for (let l = 0; l < c.numLayers; l++) {
@@ -140,6 +164,7 @@ export class PolicyRunner {
 
   async release(): Promise<void> {
     await this.session.release();
+    await this.decodeSession?.release();
   }
 }
 
