@@ -22,6 +22,14 @@ export async function readRange(log: EventLog, ranges: readonly PartitionRange[]
     const endOf = new Map<string, number>();
     const position = new Map<string, number>();
     for (const r of ranges) endOf.set(`${r.topic}/${r.partition}`, r.end);
+    // Kafka assigns partitions once the group is joined, which happens inside poll: poll (and discard) until
+    // every partition of the range is ours, then seek. The embedded log assigns at once.
+    const wanted = new Set(todo.map((r) => `${r.topic}/${r.partition}`));
+    const deadline = Date.now() + (options.stallMs ?? 30_000);
+    while ([...wanted].some((k) => !consumer.assignment().some((a) => `${a.topic}/${a.partition}` === k))) {
+      if (Date.now() > deadline) throw new RlstreamError('LOG_UNAVAILABLE', `replay: partitions ${[...wanted].join(', ')} were not assigned in time`);
+      await consumer.poll({ maxRecords: 1, timeoutMs: 200 });
+    }
     for (const r of todo) {
       await consumer.seek(r.topic, r.partition, r.start);
       position.set(`${r.topic}/${r.partition}`, r.start);

@@ -264,6 +264,8 @@ export class LogCopyTarget implements ReplayTarget {
   constructor(
     private readonly source: { log: EventLog; registry: SchemaRegistry },
     private readonly target: { log: EventLog; registry: SchemaRegistry; describe: string },
+    /** Target topic name for a source topic (default: the same name). */
+    private readonly rename: (topic: string) => string = (t) => t,
   ) {
     this.describe = `log ${target.describe}`;
   }
@@ -307,12 +309,13 @@ export class LogCopyTarget implements ReplayTarget {
     for (const { record } of batch) {
       if (!this.created.has(record.topic)) {
         const spec = (await this.source.log.listTopics()).find((t) => t.name === record.topic);
-        await this.target.log.createTopic({ name: record.topic, partitions: spec?.partitions ?? 1 });
+        await this.target.log.createTopic({ name: this.rename(record.topic), partitions: spec?.partitions ?? 1 });
         this.created.add(record.topic);
       }
-      const list = byTopic.get(record.topic) ?? [];
+      const name = this.rename(record.topic);
+      const list = byTopic.get(name) ?? [];
       list.push({ key: record.key, value: await this.reframe(record.value), partition: record.partition, timestamp: record.timestamp, headers: record.headers });
-      byTopic.set(record.topic, list);
+      byTopic.set(name, list);
     }
     for (const [topic, records] of byTopic) await this.producer.send(topic, records);
     this.written += batch.length;
