@@ -101,6 +101,10 @@ export async function main(args: string[]): Promise<unknown> {
     rows.push(row);
     model.dispose();
   }
+  // The machine is shared: take the peak again after the models and compare against the better of the two.
+  const peakAfter = sgemmGflops(2048, quick ? 2 : 4, threads);
+  const peakMax = Math.max(peak, peakAfter);
+  for (const r of rows) r.pctOfPeak = Number(((100 * r.gflops) / peakMax).toFixed(1));
   const peakRssMiB = Math.round(process.resourceUsage().maxRSS / 1024);
   console.log('');
   console.log('model  params      tokens/step  step ms  fwd ms  tokens/s  GFLOP/s  % of sgemm peak  RSS MiB');
@@ -108,6 +112,6 @@ export async function main(args: string[]): Promise<unknown> {
     console.log(
       `${r.model.padEnd(6)} ${String(r.params).padEnd(11)} ${String(r.tokensPerStep).padEnd(12)} ${String(r.stepMs).padEnd(8)} ${String(r.forwardMs).padEnd(7)} ${String(r.tokensPerS).padEnd(9)} ${String(r.gflops).padEnd(8)} ${String(r.pctOfPeak).padEnd(16)} ${r.rssMiB}`,
     );
-  console.log(`\npeak RSS of the process: ${peakRssMiB} MiB; threads: ${threads}; sgemm peak: ${peak.toFixed(1)} GFLOP/s`);
-  return { threads, sgemmPeakGflops: Number(peak.toFixed(1)), peakRssMiB, rows };
+  console.log(`\npeak RSS of the process: ${peakRssMiB} MiB; threads: ${threads}; sgemm peak before/after: ${peak.toFixed(1)} / ${peakAfter.toFixed(1)} GFLOP/s (% uses the larger)`);
+  return { threads, sgemmPeakGflopsBefore: Number(peak.toFixed(1)), sgemmPeakGflopsAfter: Number(peakAfter.toFixed(1)), peakRssMiB, rows };
 }
