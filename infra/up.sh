@@ -42,8 +42,10 @@ start_kafka() {
     -Dlog4j2.configurationFile="$here/infra/kafka/log4j2.properties" -Dkafka.logs.dir="$D/logs" -cp "$libs/*")
   if [ ! -f "$data/log/meta.properties" ]; then
     : >"$D/logs/kafka-format.out"
+    # A cluster id is 16 random bytes in URL-safe base64 without padding (what `StorageTool random-uuid` prints,
+    # without starting a JVM for it).
     local cluster
-    cluster=$("${java[@]}" kafka.tools.StorageTool random-uuid 2>>"$D/logs/kafka-format.out")
+    cluster=$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
     "${java[@]}" kafka.tools.StorageTool format -t "$cluster" -c "$data/server.properties" >>"$D/logs/kafka-format.out" 2>&1 ||
       { say "Kafka storage format failed: see $D/logs/kafka-format.out"; return 1; }
   fi

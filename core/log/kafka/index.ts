@@ -111,6 +111,24 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
       if (existing !== spec.partitions) throw new RlstreamError('LOG_TOPIC_EXISTS', `topic ${spec.name} exists with ${existing} partitions, not ${spec.partitions}`);
     } else {
       this.partitionCounts.set(spec.name, spec.partitions);
+      await this.untilLeadersServe(admin, spec.name);
+    }
+  }
+
+  /**
+   * createTopics' waitForLeaders only sees the controller's view; a young broker may still answer
+   * NOT_LEADER_FOR_PARTITION for a moment. Waiting here keeps that out of the first offsets() or send().
+   */
+  private async untilLeadersServe(admin: Admin, topic: string): Promise<void> {
+    const end = Date.now() + 10_000;
+    for (;;) {
+      try {
+        await admin.fetchTopicOffsets(topic);
+        return;
+      } catch (err) {
+        if (Date.now() > end) throw fromKafka(err, `topic ${topic} has no serving leaders`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
     }
   }
 
