@@ -259,7 +259,8 @@ export function parseModelConfig(json: unknown): ModelConfig {
     rms_norm_eps: num('rms_norm_eps', 1e-6),
     tie_word_embeddings: bool('tie_word_embeddings', false),
     max_position_embeddings: int('max_position_embeddings'),
-    attention_bias: bool('attention_bias', false),
+    // Qwen2 checkpoints always carry q/k/v biases and their config.json has no attention_bias key.
+    attention_bias: bool('attention_bias', o.model_type === 'qwen2' || (Array.isArray(o.architectures) && o.architectures.includes('Qwen2ForCausalLM'))),
   };
   if (hidden % heads !== 0) invalid(`model config: hidden_size (${hidden}) is not divisible by num_attention_heads (${heads})`);
   if (heads % cfg.num_key_value_heads !== 0)

@@ -40,6 +40,9 @@ test('configs that do not add up are rejected naming the field', () => {
   // HF configs carry many other keys: ignored; num_key_value_heads defaults to the number of heads
   const cfg = parseModelConfig({ ...TINY, num_key_value_heads: undefined, model_type: 'qwen2', hidden_act: 'silu', torch_dtype: 'bfloat16' });
   assert.equal(cfg.num_key_value_heads, TINY.num_attention_heads);
+  // Qwen2 configs have no attention_bias key but the model has q/k/v biases
+  assert.equal(parseModelConfig({ ...TINY, attention_bias: undefined, model_type: 'qwen2' }).attention_bias, true);
+  assert.equal(parseModelConfig({ ...TINY, attention_bias: undefined, model_type: 'llama' }).attention_bias, false);
 });
 
 test('the native config check catches what bypasses parseModelConfig', { skip }, () => {
