@@ -94,7 +94,8 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   };
   const eps = g.scalar(c.rmsNormEps);
   const rmsNorm = (x: string, weightName: string): string => {
-    const ms = g.op('ReduceMean', [g.op('Mul', [x, x])], { axes: [-1], keepdims: 1 });
+    // Pow(x, 2) rather than x * x: onnxruntime fuses this exact pattern into one SimplifiedLayerNormalization.
+    const ms = g.op('ReduceMean', [g.op('Pow', [x, g.scalar(2)])], { axes: [-1], keepdims: 1 });
     const normed = g.op('Div', [x, g.op('Sqrt', [g.op('Add', [ms, eps])])]);
     return g.op('Mul', [normed, g.weight(weightName, [E], w(weightName))]);
   };

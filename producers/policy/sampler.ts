@@ -84,6 +84,20 @@ export function sampleToken(lp: Float32Array, p: SamplingParams, rng: Rng, scrat
     for (let i = 1; i < V; i++) if (lp[i]! > lp[best]!) best = i;
     return { token: best, logprob: lp[best]! };
   }
+  const topK0 = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+  if (p.temperature === 1 && topK0 === V && p.top_p >= 1) {
+    // Plain multinomial at T = 1: `lp` is already normalised, so walk the CDF of exp(lp) directly and stop at
+    // the sampled token (about half the exponentials of a full pass, no max or sum pass); the log-prob is lp.
+    let u = rng.next();
+    for (let i = 0; i < V; i++) {
+      u -= Math.exp(lp[i]!);
+      if (u < 0) return { token: i, logprob: lp[i]! };
+    }
+    // Float rounding left the total just under u: take the last token with any mass.
+    let last = V - 1;
+    while (last > 0 && lp[last]! === -Infinity) last--;
+    return { token: last, logprob: lp[last]! };
+  }
   const invT = 1 / p.temperature;
   let max = -Infinity;
   for (let i = 0; i < V; i++) if (lp[i]! > max) max = lp[i]!;

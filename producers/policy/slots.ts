@@ -99,23 +99,27 @@ export class SlotCache {
   appendColumn(fresh: KvTensors): void {
     const { numKvHeads: KVH, headDim: D, numLayers } = this.c;
     const cap = this.cap;
+    const rows = this.lens.length;
+    // Plain loops: a column is only headDim floats, too short for subarray() + set() to pay off.
     for (let l = 0; l < numLayers; l++) {
       const fk = fresh.keys[l]!;
       const fv = fresh.values[l]!;
       const k = this.keys[l]!;
       const v = this.values[l]!;
-      for (let b = 0; b < this.lens.length; b++) {
+      for (let b = 0; b < rows; b++) {
         const col = this.lens[b]!;
         for (let h = 0; h < KVH; h++) {
           const src = (b * KVH + h) * D;
           const dst = ((b * KVH + h) * cap + col) * D;
-          k.set(fk.subarray(src, src + D), dst);
-          v.set(fv.subarray(src, src + D), dst);
+          for (let d = 0; d < D; d++) {
+            k[dst + d] = fk[src + d]!;
+            v[dst + d] = fv[src + d]!;
+          }
         }
       }
     }
-    for (let b = 0; b < this.lens.length; b++) this.biasBuf[b * cap + this.lens[b]!] = 0;
-    for (let b = 0; b < this.lens.length; b++) this.lens[b]!++;
+    for (let b = 0; b < rows; b++) this.biasBuf[b * cap + this.lens[b]!] = 0;
+    for (let b = 0; b < rows; b++) this.lens[b]!++;
   }
 
   /** Add a row holding `segs`; returns its index (the last). */
