@@ -460,7 +460,7 @@ export class Model {
 
   save(weightsPath: string): Promise<void> {
     return this.queue('save', async () => {
-      writeSafetensors(weightsPath, this.parameters(), { format: 'pt' });
+      await writeSafetensors(weightsPath, this.parameters(), { format: 'pt' });
     });
   }
 
@@ -471,12 +471,12 @@ export class Model {
   saveCheckpoint(dir: string): Promise<void> {
     return this.queue('saveCheckpoint', async (h) => {
       mkdirSync(dir, { recursive: true });
-      writeSafetensors(join(dir, 'model.safetensors'), this.parameters(), { format: 'pt' });
+      await writeSafetensors(join(dir, 'model.safetensors'), this.parameters(), { format: 'pt' });
       const { expAvg, expAvgSq } = this.optimizerState();
       const opt: [string, TensorView][] = [];
       for (const [n, t] of expAvg) opt.push([`exp_avg.${n}`, t]);
       for (const [n, t] of expAvgSq) opt.push([`exp_avg_sq.${n}`, t]);
-      writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) });
+      await writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) });
       const tmp = join(dir, `config.json.tmp-${process.pid}`);
       writeFileSync(tmp, JSON.stringify({ architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_act: 'silu', torch_dtype: 'float32', ...this.config }, null, 2));
       renameSync(tmp, join(dir, 'config.json'));

@@ -1,6 +1,7 @@
 // safetensors reading and writing (8-byte little-endian header length, JSON header, raw little-endian tensors),
 // streaming tensor by tensor so a model is never held twice in memory. F32 on write; F32, BF16, F16 on read.
-import { closeSync, fstatSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
+import { fstatSync, openSync, readSync } from 'node:fs';
+import { open, rename } from 'node:fs/promises';
 import { RlstreamError } from '../core/errors.ts';
 
 export interface TensorEntry {
@@ -97,8 +98,13 @@ function halfToFloat(x: number): number {
   return s * (1 + f / 1024) * 2 ** (e - 15);
 }
 
-/** Writes float32 tensors (in the given order) atomically: a temporary file renamed into place. */
-export function writeSafetensors(path: string, tensors: Iterable<[string, { shape: number[]; data: Float32Array }]>, metadata: Record<string, string> = {}): void {
+/** Writes float32 tensors (in the given order) atomically: a temporary file renamed into place. Asynchronous, so
+ * a large model does not block the event loop; the caller keeps the tensors unchanged until it settles. */
+export async function writeSafetensors(
+  path: string,
+  tensors: Iterable<[string, { shape: number[]; data: Float32Array }]>,
+  metadata: Record<string, string> = {},
+): Promise<void> {
   const list = [...tensors];
   const header: Record<string, unknown> = {};
   if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
@@ -113,19 +119,19 @@ export function writeSafetensors(path: string, tensors: Iterable<[string, { shap
   const lenBuf = Buffer.alloc(8);
   lenBuf.writeBigUInt64LE(BigInt(hb.length));
   const tmp = `${path}.tmp-${process.pid}`;
-  const fd = openSync(tmp, 'w');
+  const fh = await open(tmp, 'w');
   try {
-    writeSync(fd, lenBuf);
-    writeSync(fd, hb);
+    await fh.write(lenBuf);
+    await fh.write(hb);
     for (const [, t] of list) {
       const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
       let w = 0;
-      while (w < bytes.length) w += writeSync(fd, bytes, w, Math.min(bytes.length - w, 1 << 30));
+      while (w < bytes.length) w += (await fh.write(bytes, w, Math.min(bytes.length - w, 1 << 30))).bytesWritten;
     }
   } finally {
-    closeSync(fd);
+    await fh.close();
   }
-  renameSync(tmp, path);
+  await rename(tmp, path);
 }
 
 export function openForRead(path: string): number {
