@@ -1,0 +1,136 @@
+// The SchemaRegistry contract over HTTP, against any Confluent-compatible Schema Registry (Confluent's own,
+// Apicurio's /apis/ccompat/v7, Redpanda's) through @confluentinc/schemaregistry. Subjects and ids mean what
+// they mean in Confluent's API, so records framed here decode with any Confluent deserializer and back.
+import { SchemaRegistryClient, type SchemaInfo } from '@confluentinc/schemaregistry';
+import { RlstreamError } from '../errors.ts';
+import type { SchemaRegistry } from './registry.ts';
+
+export interface HttpRegistryOptions {
+  /** Base URL(s) of the registry, e.g. http://127.0.0.1:18081/apis/ccompat/v7 (tried in order). */
+  url: string | string[];
+  /** HTTP basic auth ("user:password" as Confluent's USER_INFO), if the registry needs it. */
+  basicAuth?: { username: string; password: string };
+  /** Per-request timeout, ms (default 10000). */
+  timeoutMs?: number;
+  /** Retries of a failed request (5xx, 429) by the client (default 2). */
+  maxRetries?: number;
+}
+
+// Confluent's error codes (error_code in the response body).
+const SUBJECT_NOT_FOUND = 40401;
+const VERSION_NOT_FOUND = 40402;
+const SCHEMA_NOT_FOUND = 40403;
+const INVALID_SCHEMA = 42201;
+
+interface RestErrorLike {
+  status?: number;
+  errorCode?: number;
+  message?: string;
+  code?: string;
+}
+
+function validate(o: HttpRegistryOptions): string[] {
+  const urls = Array.isArray(o.url) ? o.url : [o.url];
+  if (urls.length === 0) throw new RlstreamError('CONFIG_INVALID', 'registry.url must name at least one URL');
+  urls.forEach((u, i) => {
+    const field = Array.isArray(o.url) ? `registry.url[${i}]` : 'registry.url';
+    let parsed: URL;
+    try {
+      parsed = new URL(String(u));
+    } catch {
+      throw new RlstreamError('CONFIG_INVALID', `${field} is not a URL: ${JSON.stringify(u)}`);
+    }
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new RlstreamError('CONFIG_INVALID', `${field} must be http or https, got ${parsed.protocol}`);
+  });
+  if (o.timeoutMs !== undefined && (!Number.isInteger(o.timeoutMs) || o.timeoutMs < 1)) throw new RlstreamError('CONFIG_INVALID', `registry.timeoutMs must be a positive integer, got ${o.timeoutMs}`);
+  if (o.maxRetries !== undefined && (!Number.isInteger(o.maxRetries) || o.maxRetries < 0)) throw new RlstreamError('CONFIG_INVALID', `registry.maxRetries must be an integer >= 0, got ${o.maxRetries}`);
+  if (o.basicAuth && (!o.basicAuth.username || typeof o.basicAuth.password !== 'string')) throw new RlstreamError('CONFIG_INVALID', 'registry.basicAuth needs a username and a password');
+  return urls.map((u) => String(u).replace(/\/+$/, ''));
+}
+
+/** Maps a client failure to our catalogue: unknown schemas, incompatibility, and an unreachable registry. */
+function fromRest(err: unknown, what: string): RlstreamError {
+  if (err instanceof RlstreamError) return err;
+  const e = (typeof err === 'object' && err !== null ? err : {}) as RestErrorLike;
+  const detail = e.message ?? String(err);
+  if (e.errorCode === SCHEMA_NOT_FOUND || e.errorCode === SUBJECT_NOT_FOUND || e.errorCode === VERSION_NOT_FOUND) {
+    return new RlstreamError('SERDE_UNKNOWN_SCHEMA', `${what}: ${detail}`, { cause: err });
+  }
+  if (e.status === 409) return new RlstreamError('REGISTRY_INCOMPATIBLE', `${what}: ${detail}`, { cause: err });
+  if (e.status === 422 || e.errorCode === INVALID_SCHEMA) return new RlstreamError('INPUT_INVALID', `${what}: the registry rejected the schema: ${detail}`, { cause: err });
+  if (e.status === undefined || e.status >= 500 || e.status === 429 || e.status === 408) {
+    return new RlstreamError('REGISTRY_UNAVAILABLE', `${what}: registry unreachable or failing (${e.code ?? e.status ?? detail})`, { cause: err, retriable: true });
+  }
+  return new RlstreamError('INTERNAL', `${what}: registry answered ${e.status}: ${detail}`, { cause: err });
+}
+
+export class HttpSchemaRegistry implements SchemaRegistry {
+  private readonly client: SchemaRegistryClient;
+  private readonly textById = new Map<number, string>();
+
+  constructor(options: HttpRegistryOptions) {
+    const baseURLs = validate(options);
+    this.client = new SchemaRegistryClient({
+      baseURLs,
+      createAxiosDefaults: { timeout: options.timeoutMs ?? 10_000 },
+      maxRetries: options.maxRetries ?? 2,
+      retriesWaitMs: 200,
+      retriesMaxWaitMs: 2000,
+      ...(options.basicAuth
+        ? { basicAuthCredentials: { credentialsSource: 'USER_INFO' as const, userInfo: `${options.basicAuth.username}:${options.basicAuth.password}` } }
+        : {}),
+    });
+  }
+
+  async register(subject: string, schema: string): Promise<number> {
+    if (typeof subject !== 'string' || subject === '') throw new RlstreamError('INPUT_INVALID', 'registry subject must be a non-empty string');
+    try {
+      const id = await this.client.register(subject, { schemaType: 'AVRO', schema });
+      this.textById.set(id, schema);
+      return id;
+    } catch (err) {
+      throw fromRest(err, `register ${subject}`);
+    }
+  }
+
+  async getById(id: number): Promise<string> {
+    if (!Number.isInteger(id) || id < 0) throw new RlstreamError('SERDE_UNKNOWN_SCHEMA', `schema id ${id} is not a valid id`);
+    const known = this.textById.get(id);
+    if (known !== undefined) return known;
+    let info: SchemaInfo;
+    try {
+      // The subject is optional in the API; an empty one asks for the id alone.
+      info = await this.client.getBySubjectAndId('', id);
+    } catch (err) {
+      throw fromRest(err, `schema id ${id}`);
+    }
+    if (info.schemaType !== undefined && info.schemaType !== 'AVRO') throw new RlstreamError('SERDE_UNKNOWN_SCHEMA', `schema id ${id} is ${info.schemaType}, not AVRO`);
+    this.textById.set(id, info.schema);
+    return info.schema;
+  }
+
+  async versions(subject: string): Promise<number[]> {
+    let versions: number[];
+    try {
+      versions = await this.client.getAllVersions(subject);
+    } catch (err) {
+      const e = fromRest(err, `versions of ${subject}`);
+      if (e.code === 'SERDE_UNKNOWN_SCHEMA') return []; // an unknown subject has no versions
+      throw e;
+    }
+    const ids: number[] = [];
+    for (const v of [...versions].sort((a, b) => a - b)) {
+      try {
+        const meta = await this.client.getSchemaMetadata(subject, v, false);
+        if (meta.id !== undefined && !ids.includes(meta.id)) ids.push(meta.id);
+      } catch (err) {
+        throw fromRest(err, `version ${v} of ${subject}`);
+      }
+    }
+    return ids;
+  }
+
+  async close(): Promise<void> {
+    await this.client.close();
+  }
+}
