@@ -8,4 +8,6 @@ export SCHEMA_REGISTRY_URL="${SCHEMA_REGISTRY_URL:-http://127.0.0.1:18081/apis/c
 # Kafka 3.9 is the default: kafkajs 2.2.4 predates Kafka 4, which removed the old protocol versions kafkajs
 # speaks for transactions (KIP-896); see infra/README.md for what breaks on 4.x.
 export KAFKA_VERSION="${KAFKA_VERSION:-3.9.2}"
-export APICURIO_VERSION="${APICURIO_VERSION:-3.0.9}"
+# Apicurio 2.6: 3.0.x (the newest on Java 17) rejects an Avro string field whose default is "{}" with
+# "Failed to discover artifact type from content" (42201), and our event schemas have one.
+export APICURIO_VERSION="${APICURIO_VERSION:-2.6.13.Final}"
