@@ -45,7 +45,7 @@ test('configs that do not add up are rejected naming the field', () => {
   assert.equal(parseModelConfig({ ...TINY, attention_bias: undefined, model_type: 'llama' }).attention_bias, false);
 });
 
-test('the native config check catches what bypasses parseModelConfig', { skip }, () => {
+test('the native config check catches what bypasses parseModelConfig', { skip }, async () => {
   const addon = createRequire(import.meta.url)('../../native/build/Release/rlstream_native.node') as {
     NativeModel: new (c: unknown, o: unknown) => { forward(...a: unknown[]): Promise<void> };
   };
@@ -65,6 +65,11 @@ test('the native config check catches what bypasses parseModelConfig', { skip },
   assert.match(String((attempt(TINY, { threads: 0 }) as Error).message), /threads must be in \[1, 256\]/);
   // a raw call with wrong argument types rejects instead of crashing
   const m = new addon.NativeModel(TINY, { threads: 1, random: false });
+  // without the TS queue, a second call while one runs is rejected by the addon itself
+  const toks = new Int32Array(150);
+  const first = m.forward(toks, Int32Array.from([0, 150]), new Int32Array(150), new Float32Array(150), new Float32Array(150));
+  assert.throws(() => m.forward(toks, Int32Array.from([0, 150]), new Int32Array(150), new Float32Array(150), new Float32Array(150)), /another call on this model is still running/);
+  await first;
   assert.throws(() => m.forward(new Float32Array(3), new Int32Array([0, 3]), new Int32Array(3), new Float32Array(3), new Float32Array(3)), /batch.tokens must be a Int32Array/);
   assert.throws(() => m.forward(), /batch.tokens must be a Int32Array/);
 });
