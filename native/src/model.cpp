@@ -10,7 +10,18 @@
 
 #include "errors.h"
 
+#include <unistd.h>
+
 namespace rls {
+
+// Refuses allocations larger than the machine's memory up front: zero-filling them would get the process
+// OOM-killed instead of raising an error.
+static void check_fits(double bytes, const char* what) {
+  const double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (phys > 0 && bytes > phys)
+    invalid(std::string(what) + " need " + std::to_string(bytes / (1 << 30)) + " GiB, more than this machine's " +
+            std::to_string(phys / (1 << 30)) + " GiB of memory");
+}
 
 // Times one kernel call into prof_[category] (wall clock; one steady_clock read per side, ~20 ns).
 #define PROF(cat, ...)                                                                         \
@@ -77,6 +88,7 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens) : cfg_
   add("model.norm.weight", {H});
   if (!cfg_.tie_word_embeddings) add("lm_head.weight", {V, H});
 
+  check_fits(4.0 * sizeof(float) * (double)nparams_, "parameters, gradients and AdamW state");
   // CPU blocks are plain aligned host memory freed with free(), so JS views may outlive the model (a device
   // layer would stage parameters through host copies instead).
   auto host_block = [&]() { return Block(k_->alloc(nparams_), [](float* q) { std::free(q); }); };
@@ -169,10 +181,6 @@ void Model::validate_batch(const Batch& b) const {
 void Model::ensure_acts(int T, int /*max_len*/) {
   Acts& a = *a_;
   if (a.cap >= T) return;
-  if (a.mem) {
-    k_->release(a.mem);
-    a.mem = nullptr;
-  }
   const size_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, QD = cfg_.q_dim(),
                KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, L = cfg_.num_hidden_layers, hd = cfg_.head_dim();
   const size_t t = T, ch = std::min<size_t>(chunk_, t);
@@ -181,7 +189,11 @@ void Model::ensure_acts(int T, int /*max_len*/) {
                            al(t * I) * 3;
   const size_t total = per_layer * L + al(t * H) * (L + 1) + al(t * H) + al(t) + al(t * hd / 2) * 2 +
                        al(t * H) * 2 + al(t * QD) * 2 + al(t * KD) * 2 + al(t * I) * 3 + al(ch * V) + al(t) * 4;
-  a.mem = k_->alloc(total);
+  check_fits((double)total * sizeof(float), "activations for this batch");
+  // allocate before releasing: if this throws, the previous (smaller) activations stay valid
+  float* fresh = k_->alloc(total);
+  if (a.mem) k_->release(a.mem);
+  a.mem = fresh;
   a.cap = T;
   float* p = a.mem;
   auto take = [&](size_t n) {

@@ -125,6 +125,11 @@ test('bad batches, shapes, ids and NaN inputs reject with precise messages', { s
   await assert.rejects(model.forward(batch, targets), rejects(INV, /disposed/));
 });
 
+test('a model larger than the machine is refused with an error, not an OOM kill', { skip }, () => {
+  const huge = { ...TINY, hidden_size: 16384, num_attention_heads: 128, num_key_value_heads: 8, vocab_size: 4_000_000 };
+  assert.throws(() => Model.init(huge, { seed: 1, threads: 1 }), rejects('NATIVE_INVALID_ARGUMENT', /parameters, gradients and AdamW state need [0-9.]+ GiB, more than this machine/));
+});
+
 test('a model with non-finite weights gives NATIVE_NON_FINITE for the loss and the gradient norm', { skip }, async () => {
   const model = Model.init(TINY, { seed: 1, threads: 2 });
   const { batch, targets, mask } = pack([[1, 2, 3, 4]]);
