@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import type { EventLog } from '../core/log/types.ts';
+import { kafkaTargets } from './log-kafka.ts';
 
 export interface BenchOptions {
   records: number;
@@ -100,7 +101,7 @@ function embeddedTarget(fsync: 'always' | 'transaction' | 'none'): LogTarget {
 }
 
 /** The rows of the table, in order. Kafka targets are appended here by the Kafka side. */
-export const targets: LogTarget[] = [embeddedTarget('transaction'), embeddedTarget('always'), embeddedTarget('none')];
+export const targets: LogTarget[] = [embeddedTarget('transaction'), embeddedTarget('always'), embeddedTarget('none'), ...kafkaTargets()];
 
 export function printTable(rows: BenchRow[]): void {
   const head = ['target', 'records', 'batch', 'produce rec/s', 'produce MB/s', 'p50 ms', 'p99 ms', 'consume rec/s', 'consume MB/s'];

@@ -1,0 +1,137 @@
+// Kafka rows of the event-log benchmark (bench/log.ts adds them to its table): our EventLog on kafkajs, Kafka's
+// own perf tools (org.apache.kafka.tools.ProducerPerformance / ConsumerPerformance, from the broker's jars in
+// .infra/) on the same broker, record size and count, and the ratio of the two.
+// `npm run bench -- log-kafka [records] [batch]` runs only these rows.
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { openKafkaLog } from '../core/log/kafka/index.ts';
+// Types only at load: bench/log.ts imports this module to build its targets, so its functions are loaded
+// lazily (a static import both ways breaks module initialisation order).
+import type { BenchOptions, BenchRow, LogTarget } from './log.ts';
+
+const run = promisify(execFile);
+const ROOT = join(import.meta.dirname, '..');
+
+function brokers(): string[] {
+  return (process.env['KAFKA_BROKERS'] ?? '').split(',').filter((b) => b);
+}
+
+function kafkaLibs(): string {
+  const dir = process.env['RLSTREAM_INFRA_DIR'] ?? join(ROOT, '.infra');
+  return join(dir, 'kafka', process.env['KAFKA_VERSION'] ?? '3.9.2', 'libs');
+}
+
+function noBroker(): string | null {
+  return brokers().length === 0 ? 'KAFKA_BROKERS is not set (source infra/env.sh; infra/up.sh)' : null;
+}
+
+async function java(cls: string, args: string[]): Promise<string> {
+  const { stdout } = await run('java', ['-Xmx512m', '-cp', `${kafkaLibs()}/*`, cls, ...args], { maxBuffer: 64 * 1024 * 1024, timeout: 300_000 });
+  return stdout;
+}
+
+/** Kafka's own tools; their latency is per record (send to ack), ours per send() call of `batch` records. */
+async function perfTools(o: BenchOptions): Promise<BenchRow> {
+  const bootstrap = brokers().join(',');
+  const topic = `bench-tools-${randomBytes(4).toString('hex')}`;
+  const log = await openKafkaLog({ brokers: brokers() });
+  await log.createTopic({ name: topic, partitions: o.partitions });
+  await log.close();
+  // Defaults of the Java producer (acks=all, idempotence on), as our producer runs.
+  const prod = await java('org.apache.kafka.tools.ProducerPerformance', [
+    '--topic', topic, '--num-records', String(o.records), '--record-size', String(o.recordBytes), '--throughput', '-1',
+    '--producer-props', `bootstrap.servers=${bootstrap}`, 'acks=all',
+  ]);
+  // "N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency, P50 ms 50th, P95 ms 95th, P99 ms 99th, ..."
+  const last = prod.trim().split('\n').filter((l) => l.includes('records sent')).pop() ?? '';
+  const m = /([\d.]+) records\/sec \(([\d.]+) MB\/sec\).*?(\d+) ms 50th.*?(\d+) ms 99th/.exec(last);
+  if (!m) throw new Error(`could not read ProducerPerformance output: ${prod.slice(-500)}`);
+  const cons = await java('org.apache.kafka.tools.ConsumerPerformance', [
+    '--bootstrap-server', bootstrap, '--topic', topic, '--messages', String(o.records), '--group', `bench-tools-${randomBytes(4).toString('hex')}`, '--timeout', '60000',
+  ]);
+  // header: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
+  const row = cons.trim().split('\n').pop()!.split(',').map((s) => s.trim());
+  const consumed = Number(row[4]);
+  if (!(consumed >= o.records)) throw new Error(`ConsumerPerformance read ${row[4]} of ${o.records}: ${cons.slice(-500)}`);
+  // Its MB are MiB; our table's MB are 10^6 bytes: convert through records/s.
+  const consumeRecordsPerSec = Number(row[5]);
+  const produceRecordsPerSec = Number(m[1]);
+  return {
+    target: 'Kafka perf tools (Java client)',
+    records: o.records,
+    recordBytes: o.recordBytes,
+    batch: 1,
+    produceRecordsPerSec: Math.round(produceRecordsPerSec),
+    produceMBPerSec: +((produceRecordsPerSec * o.recordBytes) / 1e6).toFixed(1),
+    produceP50Ms: Number(m[3]),
+    produceP99Ms: Number(m[4]),
+    consumeRecordsPerSec: Math.round(consumeRecordsPerSec),
+    consumeMBPerSec: +((consumeRecordsPerSec * o.recordBytes) / 1e6).toFixed(1),
+  };
+}
+
+/** The three Kafka rows: ours, the tools', and ours divided by the tools' (throughput ratios ≥ 0.5 is the target). */
+export function kafkaTargets(): LogTarget[] {
+  let ours: BenchRow | null = null;
+  let tools: BenchRow | null = null;
+  const version = process.env['KAFKA_VERSION'] ?? '3.9.2';
+  return [
+    {
+      label: `kafka ${version} (our EventLog, kafkajs)`,
+      unavailable: noBroker,
+      run: async (o) => {
+        const log = await openKafkaLog({ brokers: brokers(), clientId: 'rlstream-bench' });
+        try {
+          const { benchLog } = await import('./log.ts');
+          return (ours = await benchLog(log, `kafka ${version} (our EventLog)`, o));
+        } finally {
+          await log.close();
+        }
+      },
+    },
+    {
+      label: `kafka ${version} (perf tools)`,
+      unavailable: () => noBroker() ?? (existsSync(kafkaLibs()) ? null : `no Kafka jars in ${kafkaLibs()} (run infra/setup.sh)`),
+      run: async (o) => (tools = await perfTools(o)),
+    },
+    {
+      label: 'ratio ours / perf tools',
+      unavailable: () => noBroker(),
+      run: async (o) => {
+        if (!ours || !tools) throw new Error('the ratio row needs both Kafka rows before it');
+        const r = (a: number, b: number) => +(a / b).toFixed(2);
+        return {
+          target: 'ratio ours / perf tools',
+          records: o.records,
+          recordBytes: o.recordBytes,
+          batch: ours.batch,
+          produceRecordsPerSec: r(ours.produceRecordsPerSec, tools.produceRecordsPerSec),
+          produceMBPerSec: r(ours.produceMBPerSec, tools.produceMBPerSec),
+          produceP50Ms: r(ours.produceP50Ms, tools.produceP50Ms),
+          produceP99Ms: r(ours.produceP99Ms, tools.produceP99Ms),
+          consumeRecordsPerSec: r(ours.consumeRecordsPerSec, tools.consumeRecordsPerSec),
+          consumeMBPerSec: r(ours.consumeMBPerSec, tools.consumeMBPerSec),
+        };
+      },
+    },
+  ];
+}
+
+/** `npm run bench -- log-kafka [records] [batch]`: the Kafka rows only. */
+export async function main(args: string[] = []): Promise<{ options: BenchOptions; rows: BenchRow[] }> {
+  const options: BenchOptions = { records: Number(args[0] ?? 20_000), recordBytes: 8192, batch: Number(args[1] ?? 100), partitions: 4 };
+  const rows: BenchRow[] = [];
+  for (const t of kafkaTargets()) {
+    const why = t.unavailable?.() ?? null;
+    if (why) {
+      console.log(`skipped ${t.label}: ${why}`);
+      continue;
+    }
+    if (t.run) rows.push(await t.run(options));
+  }
+  (await import('./log.ts')).printTable(rows);
+  return { options, rows };
+}
