@@ -27,6 +27,29 @@ struct BlasInit {
 };
 static BlasInit blas_init;
 
+// exp for float without branches, so loops with it vectorize (std::exp does not without -ffast-math): Cody-Waite
+// range reduction x = n ln2 + r, a degree-6 polynomial for e^r on |r| <= ln2/2 (Cephes coefficients, ~1 ulp),
+// and 2^n built in the exponent bits. Inputs below -87.3 give 0; above 88 they are clamped to e^88 (finite).
+inline float vexp(float x) {
+  const float hi = 88.0f, lo = -87.3365448f;  // 2^n must stay a normal float: n <= 127
+  const bool under = x < lo;
+  x = std::min(std::max(x, lo), hi);  // this argument order lets NaN through (NaN in, NaN out)
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return under ? 0.0f : y * scale;
+}
+
 inline float dot(const float* a, const float* b, int n) {
   float acc = 0.f;
 #pragma omp simd reduction(+ : acc)
@@ -290,8 +313,9 @@ class CpuKernels final : public Kernels {
           float mx = -INFINITY;
           for (int j = 0; j < cnt; j++) mx = std::max(mx, row[j]);
           float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
           for (int j = 0; j < cnt; j++) {
-            row[j] = std::exp(row[j] - mx);
+            row[j] = vexp(row[j] - mx);
             sum += row[j];
           }
           const float inv = 1.f / sum;
@@ -335,7 +359,8 @@ class CpuKernels final : public Kernels {
           const float l = lse[(size_t)w.h * T + i];
           float* pr = P.data() + (size_t)r * cols;
           float* dr = dP.data() + (size_t)r * cols;
-          for (int j = 0; j < cnt; j++) dr[j] = std::exp(pr[j] - l) * (dr[j] - Di);
+#pragma omp simd
+          for (int j = 0; j < cnt; j++) dr[j] = vexp(pr[j] - l) * (dr[j] - Di);
           for (int j = cnt; j < cols; j++) dr[j] = 0.f;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, sc, dP.data(), cols, Kb, KD, 0.f, dq + qoff, QD);
@@ -362,8 +387,9 @@ class CpuKernels final : public Kernels {
             float* pr = P.data() + (size_t)r * bk;
             float* dr = dP.data() + (size_t)r * bk;
             const int cnt = std::min(bk, r + 1);  // key j0+c is visible to query j0+r when c <= r
+#pragma omp simd
             for (int c = 0; c < cnt; c++) {
-              pr[c] = std::exp(pr[c] - l);
+              pr[c] = vexp(pr[c] - l);
               dr[c] = pr[c] * (dr[c] - Di);
             }
             for (int c = cnt; c < bk; c++) pr[c] = dr[c] = 0.f;
@@ -380,7 +406,7 @@ class CpuKernels final : public Kernels {
 #pragma omp parallel for simd num_threads(nt_) schedule(static) if (nn > 16384)
     for (long i = 0; i < nn; i++) {
       const float g = gate[i];
-      out[i] = g / (1.f + std::exp(-g)) * up[i];
+      out[i] = g / (1.f + vexp(-g)) * up[i];
     }
   }
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
@@ -388,7 +414,7 @@ class CpuKernels final : public Kernels {
     const long nn = (long)n;
 #pragma omp parallel for simd num_threads(nt_) schedule(static) if (nn > 16384)
     for (long i = 0; i < nn; i++) {
-      const float g = gate[i], sg = 1.f / (1.f + std::exp(-g));
+      const float g = gate[i], sg = 1.f / (1.f + vexp(-g));
       dup[i] = dout[i] * g * sg;
       dgate[i] = dout[i] * up[i] * sg * (1.f + g * (1.f - sg));
     }
@@ -400,18 +426,18 @@ class CpuKernels final : public Kernels {
       float* z = logits + (size_t)n * V;
       float mx = -INFINITY;
       for (int i = 0; i < V; i++) mx = std::max(mx, z[i]);
-      float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-      for (int i = 0; i < V; i++) sum += std::exp(z[i] - mx);
-      const float l = mx + std::log(sum);
-      float h = 0.f;
-#pragma omp simd reduction(+ : h)
+      // one exp per element: with s_i = z_i - max, H = log(sum e^s) - sum(e^s s) / sum(e^s)
+      float sum = 0.f, es = 0.f;
+#pragma omp simd reduction(+ : sum, es)
       for (int i = 0; i < V; i++) {
-        const float lp = z[i] - l;
-        z[i] = lp;
-        h -= std::exp(lp) * lp;
+        const float s = z[i] - mx, e = vexp(s);
+        sum += e;
+        es += e * s;
       }
-      ent[n] = h;
+      const float lsum = std::log(sum), l = mx + lsum;
+      ent[n] = lsum - es / sum;
+#pragma omp simd
+      for (int i = 0; i < V; i++) z[i] -= l;
       logp[n] = targets[n] >= 0 ? z[targets[n]] : 0.f;
     }
   }
@@ -428,7 +454,7 @@ class CpuKernels final : public Kernels {
       }
 #pragma omp simd
       for (int i = 0; i < V; i++) {
-        const float p = std::exp(z[i]);
+        const float p = vexp(z[i]);
         z[i] = -a * p - b * p * (z[i] + H);
       }
       if (targets[n] >= 0) z[targets[n]] += a;
