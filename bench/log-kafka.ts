@@ -21,7 +21,7 @@ function brokers(): string[] {
 
 function kafkaLibs(): string {
   const dir = process.env['RLSTREAM_INFRA_DIR'] ?? join(ROOT, '.infra');
-  return join(dir, 'kafka', process.env['KAFKA_VERSION'] ?? '3.9.2', 'libs');
+  return join(dir, 'kafka', process.env['KAFKA_VERSION'] ?? '4.3.1', 'libs');
 }
 
 function noBroker(): string | null {
@@ -34,7 +34,7 @@ async function java(cls: string, args: string[]): Promise<string> {
 }
 
 /** Kafka's own tools; their latency is per record (send to ack), ours per send() call of `batch` records. */
-async function perfTools(o: BenchOptions): Promise<BenchRow> {
+async function perfTools(o: BenchOptions, label: string, producerProps: string[]): Promise<BenchRow> {
   const bootstrap = brokers().join(',');
   const topic = `bench-tools-${randomBytes(4).toString('hex')}`;
   const log = await openKafkaLog({ brokers: brokers() });
@@ -43,7 +43,7 @@ async function perfTools(o: BenchOptions): Promise<BenchRow> {
   // Defaults of the Java producer (acks=all, idempotence on), as our producer runs.
   const prod = await java('org.apache.kafka.tools.ProducerPerformance', [
     '--topic', topic, '--num-records', String(o.records), '--record-size', String(o.recordBytes), '--throughput', '-1',
-    '--producer-props', `bootstrap.servers=${bootstrap}`, 'acks=all',
+    '--producer-props', `bootstrap.servers=${bootstrap}`, 'acks=all', ...producerProps,
   ]);
   // "N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency, P50 ms 50th, P95 ms 95th, P99 ms 99th, ..."
   const last = prod.trim().split('\n').filter((l) => l.includes('records sent')).pop() ?? '';
@@ -52,15 +52,17 @@ async function perfTools(o: BenchOptions): Promise<BenchRow> {
   const cons = await java('org.apache.kafka.tools.ConsumerPerformance', [
     '--bootstrap-server', bootstrap, '--topic', topic, '--messages', String(o.records), '--group', `bench-tools-${randomBytes(4).toString('hex')}`, '--timeout', '60000',
   ]);
-  // header: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
+  // header: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms,
+  // fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec. The fetch rate leaves out the group join, which our row
+  // includes: the comparison is tilted toward the tool, on purpose.
   const row = cons.trim().split('\n').pop()!.split(',').map((s) => s.trim());
   const consumed = Number(row[4]);
   if (!(consumed >= o.records)) throw new Error(`ConsumerPerformance read ${row[4]} of ${o.records}: ${cons.slice(-500)}`);
   // Its MB are MiB; our table's MB are 10^6 bytes: convert through records/s.
-  const consumeRecordsPerSec = Number(row[5]);
+  const consumeRecordsPerSec = Number(row[9]);
   const produceRecordsPerSec = Number(m[1]);
   return {
-    target: 'Kafka perf tools (Java client)',
+    target: label,
     records: o.records,
     recordBytes: o.recordBytes,
     batch: 1,
@@ -73,11 +75,11 @@ async function perfTools(o: BenchOptions): Promise<BenchRow> {
   };
 }
 
-/** The three Kafka rows: ours, the tools', and ours divided by the tools' (throughput ratios ≥ 0.5 is the target). */
+/** The Kafka rows: ours, the perf tools' (two settings), and ours divided by the better tools' figure (target ≥ 0.5). */
 export function kafkaTargets(): LogTarget[] {
   let ours: BenchRow | null = null;
-  let tools: BenchRow | null = null;
-  const version = process.env['KAFKA_VERSION'] ?? '3.9.2';
+  const tools: BenchRow[] = [];
+  const version = process.env['KAFKA_VERSION'] ?? '4.3.1';
   return [
     {
       label: `kafka ${version} (our EventLog, kafkajs)`,
@@ -92,28 +94,41 @@ export function kafkaTargets(): LogTarget[] {
         }
       },
     },
-    {
-      label: `kafka ${version} (perf tools)`,
+    ...(
+      [
+        // The Java producer's defaults (16 KiB batches: two 8 KiB records per batch), and batches as large as
+        // the requests our producer sends (about 1 MiB), which is the fairer and harder comparison.
+        ['defaults', []],
+        ['batch.size=1MiB linger.ms=5', ['batch.size=1048576', 'linger.ms=5']],
+      ] as const
+    ).map(([what, props]) => ({
+      label: `kafka ${version} (perf tools, ${what})`,
       unavailable: () => noBroker() ?? (existsSync(kafkaLibs()) ? null : `no Kafka jars in ${kafkaLibs()} (run infra/setup.sh)`),
-      run: async (o) => (tools = await perfTools(o)),
-    },
+      run: async (o: BenchOptions) => {
+        const row = await perfTools(o, `kafka ${version} perf tools (${what})`, [...props]);
+        tools.push(row);
+        return row;
+      },
+    })),
     {
-      label: 'ratio ours / perf tools',
+      label: 'ratio ours / best perf tools',
       unavailable: () => noBroker(),
       run: async (o) => {
-        if (!ours || !tools) throw new Error('the ratio row needs both Kafka rows before it');
+        if (!ours || tools.length === 0) throw new Error('the ratio row needs our row and a perf-tools row before it');
+        // Against the faster of the perf-tool runs, per column.
+        const best = (f: (r: BenchRow) => number, low = false) => (low ? Math.min : Math.max)(...tools.map(f));
         const r = (a: number, b: number) => +(a / b).toFixed(2);
         return {
-          target: 'ratio ours / perf tools',
+          target: 'ratio ours / best perf tools',
           records: o.records,
           recordBytes: o.recordBytes,
           batch: ours.batch,
-          produceRecordsPerSec: r(ours.produceRecordsPerSec, tools.produceRecordsPerSec),
-          produceMBPerSec: r(ours.produceMBPerSec, tools.produceMBPerSec),
-          produceP50Ms: r(ours.produceP50Ms, tools.produceP50Ms),
-          produceP99Ms: r(ours.produceP99Ms, tools.produceP99Ms),
-          consumeRecordsPerSec: r(ours.consumeRecordsPerSec, tools.consumeRecordsPerSec),
-          consumeMBPerSec: r(ours.consumeMBPerSec, tools.consumeMBPerSec),
+          produceRecordsPerSec: r(ours.produceRecordsPerSec, best((t) => t.produceRecordsPerSec)),
+          produceMBPerSec: r(ours.produceMBPerSec, best((t) => t.produceMBPerSec)),
+          produceP50Ms: r(ours.produceP50Ms, best((t) => t.produceP50Ms, true)),
+          produceP99Ms: r(ours.produceP99Ms, best((t) => t.produceP99Ms, true)),
+          consumeRecordsPerSec: r(ours.consumeRecordsPerSec, best((t) => t.consumeRecordsPerSec)),
+          consumeMBPerSec: r(ours.consumeMBPerSec, best((t) => t.consumeMBPerSec)),
         };
       },
     },

@@ -15,9 +15,10 @@ interface KafkaJsLike {
   errors?: unknown[];
 }
 
-// Kafka's PRODUCER_FENCED (code 90) postdates kafkajs, which reports it as an unknown error code.
+// Kafka's PRODUCER_FENCED (code 90) postdates kafkajs, which reports it as "Unknown error code 90".
 const FENCED_TYPES = new Set(['INVALID_PRODUCER_EPOCH', 'PRODUCER_FENCED', 'INVALID_PRODUCER_ID_MAPPING']);
 const FENCED_CODES = new Set([47, 49, 90]);
+const UNKNOWN_FENCED = /^Unknown error code (47|49|90)$/;
 const UNAVAILABLE_NAMES = new Set([
   'KafkaJSConnectionError',
   'KafkaJSConnectionClosedError',
@@ -57,7 +58,9 @@ function chain(err: unknown): KafkaJsLike[] {
 
 export function isFenced(err: unknown): boolean {
   return chain(err).some(
-    (e) => (e.type !== undefined && FENCED_TYPES.has(e.type)) || (e.name === 'KafkaJSProtocolError' && e.code !== undefined && FENCED_CODES.has(e.code)) || /fenced/i.test(e.message ?? ''),
+    (e) => (e.type !== undefined && FENCED_TYPES.has(e.type)) || (e.name === 'KafkaJSProtocolError' && e.code !== undefined && FENCED_CODES.has(e.code)) ||
+      UNKNOWN_FENCED.test(e.message ?? '') ||
+      /fenced/i.test(e.message ?? ''),
   );
 }
 

@@ -103,9 +103,9 @@ function int(o: Record<string, unknown>, field: string, fallback: number, min: n
   return v;
 }
 
-function oneOf<T extends string>(o: Record<string, unknown>, field: string, allowed: readonly T[], fallback: T): T {
+function oneOf<T extends string>(o: Record<string, unknown>, field: string, allowed: readonly T[], fallback: T, prefix = ''): T {
   const v = o[field] ?? fallback;
-  if (typeof v !== 'string' || !allowed.includes(v as T)) throw invalid(field, `must be one of ${allowed.join(', ')}, got ${describe(o[field])}`);
+  if (typeof v !== 'string' || !allowed.includes(v as T)) throw invalid(prefix + field, `must be one of ${allowed.join(', ')}, got ${describe(o[field])}`);
   return v as T;
 }
 
@@ -137,7 +137,7 @@ function compileSasl(v: unknown): Readonly<KafkaSaslOptions> | null {
   if (v === undefined || v === null) return null;
   if (typeof v !== 'object' || Array.isArray(v)) throw invalid('sasl', `must be an object, got ${describe(v)}`);
   const s = v as Record<string, unknown>;
-  const mechanism = oneOf(s, 'mechanism', ['plain', 'scram-sha-256', 'scram-sha-512'] as const, undefined as never);
+  const mechanism = oneOf(s, 'mechanism', ['plain', 'scram-sha-256', 'scram-sha-512'] as const, undefined as never, 'sasl.');
   for (const f of ['username', 'password'] as const) {
     if (typeof s[f] !== 'string' || s[f] === '') throw invalid(`sasl.${f}`, 'must be a non-empty string');
   }

@@ -1,0 +1,85 @@
+// Kafka log options and error mapping, without a broker: config errors name the exact field; kafkajs errors
+// map to our codes (fencing, an unreachable cluster). The unreachable case uses a real connection attempt.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import kafkajs from 'kafkajs';
+import { isRlstreamError } from '../../core/errors.ts';
+import { compileKafkaLogOptions, openKafkaLog } from '../../core/log/kafka/index.ts';
+import { fromKafka } from '../../core/log/kafka/errors.ts';
+import { openLog } from '../../core/log/open.ts';
+
+const require = createRequire(import.meta.url);
+const { createErrorFromCode } = require('kafkajs/src/protocol/error') as { createErrorFromCode(code: number): Error };
+
+function configError(input: unknown, message: RegExp): void {
+  assert.throws(
+    () => compileKafkaLogOptions(input),
+    (e) => isRlstreamError(e, 'CONFIG_INVALID') && message.test(e.message),
+  );
+}
+
+test('defaults are filled in and the result is frozen', () => {
+  const o = compileKafkaLogOptions({ brokers: ['127.0.0.1:19092'] });
+  assert.equal(o.clientId, 'rlstream');
+  assert.equal(o.compression, 'none');
+  assert.equal(o.ssl, false);
+  assert.equal(o.sasl, null);
+  assert.equal(o.maxBufferedRecords, 5000);
+  assert.ok(Object.isFrozen(o) && Object.isFrozen(o.brokers));
+  // The `kind` that core/log/open.ts passes along is accepted.
+  assert.equal(compileKafkaLogOptions({ kind: 'kafka', brokers: ['[::1]:9092', 'kafka-0.example:9093'] }).brokers.length, 2);
+});
+
+test('each invalid field is named in the error', () => {
+  configError({}, /^log\.brokers must be a non-empty list/);
+  configError({ brokers: [] }, /^log\.brokers must be a non-empty list/);
+  configError({ brokers: ['localhost'] }, /^log\.brokers\[0\] must be host:port, got "localhost"/);
+  configError({ brokers: ['a:1', 7] }, /^log\.brokers\[1\] must be host:port, got 7/);
+  configError({ brokers: ['a:1'], bootstrap: 'x' }, /^log\.bootstrap is not a known Kafka log option/);
+  configError({ brokers: ['a:1'], compression: 'lz4' }, /^log\.compression must be one of none, gzip, got "lz4"/);
+  configError({ brokers: ['a:1'], sessionTimeoutMs: 10.5 }, /^log\.sessionTimeoutMs must be an integer >= 1000, got 10\.5/);
+  configError({ brokers: ['a:1'], heartbeatIntervalMs: 5000 }, /^log\.heartbeatIntervalMs \(5000\) must be at most a third of sessionTimeoutMs \(10000\)/);
+  configError({ brokers: ['a:1'], ssl: 'yes' }, /^log\.ssl must be true, false or an object/);
+  configError({ brokers: ['a:1'], ssl: { ca: 'not pem' } }, /^log\.ssl\.ca must be PEM text/);
+  configError({ brokers: ['a:1'], ssl: { ca: ['-----BEGIN CERTIFICATE-----', 'x'] } }, /^log\.ssl\.ca\[1\] must be PEM text/);
+  configError({ brokers: ['a:1'], ssl: { cert: '-----BEGIN CERTIFICATE-----' } }, /^log\.ssl\.key is required/);
+  configError({ brokers: ['a:1'], ssl: { verify: false } }, /^log\.ssl\.verify is not a known option/);
+  configError({ brokers: ['a:1'], sasl: { mechanism: 'gssapi', username: 'u', password: 'p' } }, /^log\.sasl\.mechanism must be one of plain, scram-sha-256, scram-sha-512/);
+  configError({ brokers: ['a:1'], sasl: { mechanism: 'plain', username: '', password: 'p' } }, /^log\.sasl\.username must be a non-empty string/);
+});
+
+test('SASL and SSL options pass through compiled', () => {
+  const o = compileKafkaLogOptions({
+    brokers: ['a:1'],
+    ssl: { rejectUnauthorized: false, servername: 'kafka.internal' },
+    sasl: { mechanism: 'scram-sha-512', username: 'u', password: 'secret' },
+  });
+  assert.deepEqual(o.ssl, { rejectUnauthorized: false, servername: 'kafka.internal' });
+  assert.deepEqual(o.sasl, { mechanism: 'scram-sha-512', username: 'u', password: 'secret' });
+});
+
+test('kafkajs errors map to our codes', () => {
+  const fenced = fromKafka(createErrorFromCode(47), 'commit'); // INVALID_PRODUCER_EPOCH
+  assert.equal(fenced.code, 'LOG_FENCED');
+  assert.equal(fromKafka(createErrorFromCode(90), 'commit').code, 'LOG_FENCED'); // PRODUCER_FENCED, unknown to kafkajs
+  assert.equal(fromKafka(createErrorFromCode(3), 'send').code, 'LOG_UNKNOWN_TOPIC');
+  assert.equal(fromKafka(createErrorFromCode(10), 'send').code, 'LOG_RECORD_TOO_LARGE');
+  const wrapped = new kafkajs.KafkaJSNumberOfRetriesExceeded(new kafkajs.KafkaJSConnectionError('Connection error: ECONNREFUSED'), { retryCount: 5, retryTime: 100 });
+  const unavailable = fromKafka(wrapped, 'send');
+  assert.equal(unavailable.code, 'LOG_UNAVAILABLE');
+  assert.equal(unavailable.retriable, true);
+});
+
+test('an unreachable cluster fails at open with LOG_UNAVAILABLE (retriable), through core/log/open.ts too', async () => {
+  const t0 = Date.now();
+  await assert.rejects(
+    openKafkaLog({ brokers: ['127.0.0.1:1'], connectionTimeoutMs: 500 }),
+    (e) => isRlstreamError(e, 'LOG_UNAVAILABLE') && e.retriable && /127\.0\.0\.1:1/.test(e.message),
+  );
+  await assert.rejects(
+    openLog({ kind: 'kafka', brokers: ['127.0.0.1:1'], connectionTimeoutMs: 500 }),
+    (e) => isRlstreamError(e, 'LOG_UNAVAILABLE'),
+  );
+  assert.ok(Date.now() - t0 < 30_000, 'giving up took too long');
+});
