@@ -197,6 +197,18 @@ export class KafkaConsumer implements Consumer {
     if (this.failure) throw this.failure;
   }
 
+  /** Records fetched and not yet polled (for tests and metrics). */
+  bufferedRecords(): number {
+    let n = 0;
+    for (const q of this.queues.values()) n += q.length;
+    return n;
+  }
+
+  /** Partitions paused because their queue is full (for tests and metrics). */
+  pausedPartitions(): number {
+    return this.paused.size;
+  }
+
   private buffered(): boolean {
     for (const q of this.queues.values()) if (q.length > 0) return true;
     return false;

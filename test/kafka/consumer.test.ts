@@ -1,0 +1,74 @@
+// Kafka consumer behaviour beyond the shared conformance suite: bounded buffering (a partition is paused when
+// its unpolled records reach maxBufferedRecords, and resumed as poll drains it) and compression.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { silentLogger } from '../../core/telemetry.ts';
+import { openKafkaLog } from '../../core/log/kafka/index.ts';
+import type { KafkaConsumer } from '../../core/log/kafka/consumer.ts';
+import { pollUntil, uniqueName } from '../log/conformance.ts';
+import { brokerList, service } from './services.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const brokers = service('KAFKA_BROKERS', 'Kafka consumer backpressure and compression');
+if (brokers) {
+  test('a consumer that is not polled stops fetching: its buffer stays bounded, then drains in order', async () => {
+    const log = await openKafkaLog({ brokers: brokerList(brokers), maxBufferedRecords: 50 }, silentLogger);
+    try {
+      const topic = uniqueName('bp');
+      await log.createTopic({ name: topic, partitions: 1 });
+      const producer = await log.producer();
+      const total = 3000;
+      const pad = randomBytes(4096).toString('hex').slice(0, 4096);
+      for (let i = 0; i < total; i += 500) {
+        await producer.send(topic, Array.from({ length: 500 }, (_, j) => ({ value: Buffer.from(`${i + j}:${pad}`) })));
+      }
+      await producer.close();
+      const consumer = (await log.consumer({ groupId: uniqueName('g'), topics: [topic] })) as KafkaConsumer;
+      const first = await pollUntil(consumer, 1, 20_000);
+      const got = first.slice(0, 1);
+      // Records beyond the first are buffered; stop polling and watch the buffer.
+      const end = Date.now() + 10_000;
+      while (consumer.pausedPartitions() === 0 && Date.now() < end) await sleep(50);
+      assert.equal(consumer.pausedPartitions(), 1, 'the full partition was not paused');
+      await sleep(300); // a fetch already in flight may still land
+      const held = consumer.bufferedRecords();
+      await sleep(1500);
+      assert.equal(consumer.bufferedRecords(), held, 'a paused partition kept fetching');
+      assert.ok(held + got.length < total, `the whole topic (${held}) was buffered despite maxBufferedRecords 50`);
+      // Draining resumes the partition; everything arrives once, in order.
+      got.push(...first.slice(1));
+      while (got.length < total) {
+        const batch = await consumer.poll({ maxRecords: 200, timeoutMs: 5000 });
+        if (batch.length === 0) break;
+        got.push(...batch);
+      }
+      assert.equal(got.length, total);
+      got.forEach((r, i) => assert.equal(r.value.toString().split(':')[0], String(i)));
+      await consumer.close();
+    } finally {
+      await log.close();
+    }
+  });
+
+  test('gzip-compressed sends read back unchanged', async () => {
+    const log = await openKafkaLog({ brokers: brokerList(brokers), compression: 'gzip' }, silentLogger);
+    try {
+      const topic = uniqueName('gzip');
+      await log.createTopic({ name: topic, partitions: 2 });
+      const producer = await log.producer();
+      const values = Array.from({ length: 200 }, (_, i) => Buffer.from(`record ${i} `.repeat(50)));
+      const positions = await producer.send(topic, values.map((value, i) => ({ key: `k${i % 7}`, value })));
+      assert.equal(positions.length, values.length);
+      const consumer = await log.consumer({ groupId: uniqueName('g'), topics: [topic] });
+      const got = await pollUntil(consumer, values.length, 20_000);
+      assert.deepEqual(got.map((r) => r.value.toString()).sort(), values.map((v) => v.toString()).sort());
+      await consumer.close();
+      await producer.close();
+      await assert.rejects(log.producer({ compression: 'zstd' }), (e: Error) => /zstd needs a codec/.test(e.message));
+    } finally {
+      await log.close();
+    }
+  });
+}
