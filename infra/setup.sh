@@ -46,7 +46,12 @@ if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
     cp package-lock.json "$stamp"
   else
     say "npm ci"
-    npm ci --no-audit --no-fund
+    # A lockfile out of step with package.json makes `npm ci` refuse; a fresh clone must still install, so fall
+    # back to `npm install` (which rewrites the lockfile: commit it) with a visible warning.
+    if ! npm ci --no-audit --no-fund --loglevel=error; then
+      say "WARNING: npm ci refused (package-lock.json out of sync with package.json); running npm install"
+      npm install --no-audit --no-fund --loglevel=error
+    fi
     cp package-lock.json "$stamp"
   fi
 fi
