@@ -1,16 +1,31 @@
 // Event serde in Confluent's wire format: magic byte 0, 4-byte big-endian schema id, Avro binary.
 // Encoding is synchronous once init() has registered the current schemas (the hot path never awaits);
 // decoding resolves older writer schemas to the current reader schema (BACKWARD evolution).
+// Speed: records are encoded into one reusable buffer (grown on demand, header written in place) and copied
+// once into the returned Buffer; the big numeric arrays go through core/serde/fast-arrays.ts. The bytes are
+// avsc's, unchanged.
 import avro from 'avsc';
-import { EVENT_NAMES, eventType, schemaText, type EventName } from '../../schemas/index.ts';
+import { EVENT_NAMES, resolvedSchema, schemaText, type EventName } from '../../schemas/index.ts';
 import type { EventTypes } from '../../schemas/generated/types.ts';
 import { RlstreamError } from '../errors.ts';
+import { fastType } from './fast-arrays.ts';
 import type { SchemaRegistry } from './registry.ts';
 
 export type DecodedEvent = { [N in EventName]: { name: N; value: EventTypes[N]; schemaId: number } }[EventName];
 
 const MAGIC = 0;
 const HEADER = 5;
+/** The scratch buffer starts here and is given back after a record larger than MAX_KEPT. */
+const INITIAL_SCRATCH = 64 * 1024;
+const MAX_KEPT = 4 * 1024 * 1024;
+
+let fastTypes: Map<EventName, avro.Type> | undefined;
+
+/** The current type of every event with the fast array codecs (same schemas as schemas/index.ts). */
+function eventType(name: EventName): avro.Type {
+  fastTypes ??= new Map(EVENT_NAMES.map((n) => [n, fastType(resolvedSchema(n) as avro.Schema)]));
+  return fastTypes.get(name)!;
+}
 
 interface Reader {
   name: EventName;
@@ -26,6 +41,7 @@ export class EventSerde {
   private readonly idOf = new Map<EventName, number>();
   private readonly readers = new Map<number, Reader>();
   private readonly pending = new Map<number, Promise<Reader>>();
+  private scratch = Buffer.allocUnsafe(INITIAL_SCRATCH);
 
   constructor(readonly registry: SchemaRegistry) {}
 
@@ -47,18 +63,23 @@ export class EventSerde {
 
   encode<N extends EventName>(name: N, value: EventTypes[N]): Buffer {
     const type = eventType(name);
-    let body: Buffer;
+    const id = this.schemaId(name);
+    let end: number;
     try {
-      body = type.toBuffer(value);
+      // avsc's encode returns the end position, or minus the bytes missing when the buffer was too small.
+      while ((end = type.encode(value, this.scratch, HEADER)) < 0) {
+        this.scratch = Buffer.allocUnsafe(Math.max(this.scratch.length * 2, this.scratch.length - end + 1024));
+      }
     } catch (cause) {
       const paths: string[] = [];
       type.isValid(value, { errorHook: (path) => paths.push(path.join('.') || '(root)') });
       throw new RlstreamError('SERDE_SCHEMA_MISMATCH', `${name} does not match its schema at ${paths.slice(0, 5).join(', ') || '?'}`, { cause });
     }
-    const out = Buffer.allocUnsafe(HEADER + body.length);
-    out.writeUInt8(MAGIC, 0);
-    out.writeUInt32BE(this.schemaId(name), 1);
-    body.copy(out, HEADER);
+    const out = Buffer.allocUnsafe(end);
+    this.scratch.copy(out, HEADER, HEADER, end);
+    out[0] = MAGIC;
+    out.writeUInt32BE(id, 1);
+    if (this.scratch.length > MAX_KEPT) this.scratch = Buffer.allocUnsafe(INITIAL_SCRATCH);
     return out;
   }
 
@@ -102,7 +123,7 @@ export class EventSerde {
     if (!p) {
       p = (async () => {
         const text = await this.registry.getById(id);
-        const writer = avro.Type.forSchema(JSON.parse(text) as avro.Schema, { wrapUnions: false });
+        const writer = fastType(JSON.parse(text) as avro.Schema);
         const short = (writer as avro.types.RecordType).name?.split('.').pop() ?? '';
         if (!(EVENT_NAMES as readonly string[]).includes(short)) {
           throw new RlstreamError('SERDE_UNKNOWN_SCHEMA', `schema id ${id} is ${short || 'not a record'}, not an rlstream event`);

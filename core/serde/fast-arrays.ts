@@ -1,0 +1,247 @@
+// Fast Avro codecs for the big numeric arrays of the hot events (token ids, masks, log-probs, advantages,
+// per-token policy versions): array<int>, array<long> and array<float>. avsc walks such arrays item by item
+// through a Tap (a method call and a bounds-checked Buffer write per item); these write and read the whole
+// array in one loop. The bytes are exactly avsc's (one block of n items, then a 0 terminator; zig-zag
+// varints; IEEE-754 little-endian floats), which test/serde/fast-arrays.test.ts checks on the fixtures and on
+// random values. Plugged in through avsc's documented typeHook, so records, unions, defaults, validation
+// (isValid) and schema resolution stay avsc's own.
+import avro from 'avsc';
+import { endianness } from 'node:os';
+
+/** The parts of avsc's Tap these codecs use (avsc's own buffer cursor; pos past the end means "too small"). */
+interface Tap {
+  buf: Buffer;
+  pos: number;
+  readLong(): number;
+  writeLong(n: number): void;
+  skipLong(): void;
+}
+
+type ArrayTypeCtor = new (schema: avro.Schema, opts: avro.ForSchemaOptions) => avro.types.ArrayType;
+const ArrayType = avro.types.ArrayType as unknown as ArrayTypeCtor;
+const base = avro.types.ArrayType.prototype as unknown as {
+  _read(this: unknown, tap: Tap): unknown[];
+  _write(this: unknown, tap: Tap, v: unknown): void;
+  _update(this: unknown, resolver: unknown, writer: avro.Type, opts: unknown): void;
+};
+const baseUpdate = base._update;
+
+// Float arrays go through an aligned scratch Float32Array so the double→float conversion and the byte copy
+// are done natively; that gives the wire's little-endian layout only on little-endian hosts.
+const LITTLE_ENDIAN = endianness() === 'LE';
+let scratch = new Float32Array(1024);
+let scratchBytes = new Uint8Array(scratch.buffer);
+
+function scratchFor(n: number): void {
+  if (scratch.length >= n) return;
+  let size = scratch.length;
+  while (size < n) size *= 2;
+  scratch = new Float32Array(size);
+  scratchBytes = new Uint8Array(scratch.buffer);
+}
+
+function invalid(val: unknown, type: unknown): never {
+  // avsc's message shape, so errors read the same with or without the fast path.
+  throw new Error(`invalid ${JSON.stringify((type as avro.Type).schema())}: ${JSON.stringify(val)}`);
+}
+
+// avsc's own bound for JS-number longs (one below 2^53 − 1, so zig-zag doubling stays exact).
+const SAFE_LONG = 9007199254740990;
+
+/** Zig-zag varints of int32 values (|n| < 2^30 uses 32-bit integer arithmetic, like avsc). */
+function writeVarints(tap: Tap, val: readonly number[], long: boolean, type: unknown): void {
+  const n = val.length;
+  for (let i = 0; i < n; i++) {
+    const v = val[i]!;
+    if (long ? typeof v !== 'number' || v % 1 !== 0 || v < -SAFE_LONG || v > SAFE_LONG : v !== (v | 0)) invalid(v, type);
+  }
+  if (n > 0) tap.writeLong(n);
+  const buf = tap.buf;
+  let pos = tap.pos;
+  // Up to 10 bytes per value (a safe long needs at most 8); when that may not fit, avsc's own writer keeps its
+  // overflow contract (pos runs past the end, nothing is written out of bounds).
+  if (pos + n * 10 + 1 > buf.length) {
+    tap.pos = pos;
+    for (let i = 0; i < n; i++) tap.writeLong(val[i]!);
+    tap.writeLong(0);
+    return;
+  }
+  for (let i = 0; i < n; i++) {
+    const v = val[i]!;
+    if (v >= -1073741824 && v < 1073741824) {
+      let m = v >= 0 ? v << 1 : (~v << 1) | 1;
+      while (m > 0x7f) {
+        buf[pos++] = (m & 0x7f) | 0x80;
+        m >>>= 7;
+      }
+      buf[pos++] = m;
+    } else {
+      let f = v >= 0 ? v * 2 : -v * 2 - 1;
+      while (f >= 128) {
+        buf[pos++] = (f % 128) | 0x80;
+        f = Math.floor(f / 128);
+      }
+      buf[pos++] = f;
+    }
+  }
+  buf[pos++] = 0;
+  tap.pos = pos;
+}
+
+/** Reads blocks of zig-zag varints; negative block counts (with a byte size) are accepted as Avro allows. */
+function readVarints(tap: Tap): number[] {
+  const buf = tap.buf;
+  let out: number[] | undefined;
+  let i = 0;
+  for (;;) {
+    let n = tap.readLong();
+    if (n === 0) break;
+    if (n < 0) {
+      n = -n;
+      tap.skipLong();
+    }
+    let pos = tap.pos;
+    const end = buf.length;
+    if (n > end - pos) {
+      // Every item takes at least one byte: a count beyond the bytes left is a truncated (or corrupt) record.
+      tap.pos = end + 1;
+      break;
+    }
+    if (!out) out = new Array<number>(n);
+    for (let k = 0; k < n; k++) {
+      let b = buf[pos++]!;
+      if (b < 0x80) {
+        out[i++] = (b >>> 1) ^ -(b & 1);
+        continue;
+      }
+      let m = b & 0x7f;
+      let shift = 7;
+      do {
+        b = buf[pos++]!;
+        m |= (b & 0x7f) << shift;
+        shift += 7;
+      } while (b & 0x80 && shift < 28);
+      if (b & 0x80) {
+        // Beyond 28 bits: float arithmetic, as avsc does, so longs up to 2^53 decode exactly.
+        let f = m >>> 0;
+        let scale = 268435456;
+        do {
+          b = buf[pos++]!;
+          f += (b & 0x7f) * scale;
+          scale *= 128;
+        } while (b & 0x80 && pos <= end);
+        out[i++] = (f % 2 ? -(f + 1) : f) / 2;
+      } else {
+        out[i++] = (m >>> 1) ^ -(m & 1);
+      }
+      if (pos > end) break;
+    }
+    tap.pos = pos;
+    if (pos > end) break;
+  }
+  return out ?? [];
+}
+
+function writeFloats(tap: Tap, val: readonly number[], type: unknown): void {
+  const n = val.length;
+  for (let i = 0; i < n; i++) if (typeof val[i] !== 'number') invalid(val[i], type);
+  if (n > 0) tap.writeLong(n);
+  const buf = tap.buf;
+  const pos = tap.pos;
+  if (pos + n * 4 + 1 > buf.length) {
+    // Overflow contract: advance as if written; the caller grows the buffer and encodes again.
+    tap.pos = pos + n * 4 + 1;
+    return;
+  }
+  scratchFor(n);
+  for (let i = 0; i < n; i++) scratch[i] = val[i]!;
+  buf.set(scratchBytes.subarray(0, n * 4), pos);
+  buf[pos + n * 4] = 0;
+  tap.pos = pos + n * 4 + 1;
+}
+
+function readFloats(tap: Tap): number[] {
+  const buf = tap.buf;
+  let out: number[] | undefined;
+  let i = 0;
+  for (;;) {
+    let n = tap.readLong();
+    if (n === 0) break;
+    if (n < 0) {
+      n = -n;
+      tap.skipLong();
+    }
+    const pos = tap.pos;
+    if (pos + n * 4 > buf.length) {
+      tap.pos = pos + n * 4; // truncated: the caller sees pos past the end
+      break;
+    }
+    if (!out) out = new Array<number>(n);
+    scratchFor(n);
+    scratchBytes.set(buf.subarray(pos, pos + n * 4));
+    for (let k = 0; k < n; k++) out[i++] = scratch[k]!;
+    tap.pos = pos + n * 4;
+  }
+  return out ?? [];
+}
+
+// When avsc resolves an older writer schema it calls the reader type's _read with `this` set to a resolver
+// (whose items may be promoted, e.g. int → float); only a direct call on our own type takes the fast path.
+class FastIntArrayType extends ArrayType {
+  /** Resolving an older writer: int and long share the varint encoding, so long ← int stays fast too. */
+  _update(resolver: { _read?: unknown }, writer: avro.Type, opts: unknown): void {
+    baseUpdate.call(this, resolver, writer, opts);
+    const w = writer instanceof FastIntArrayType ? (writer.itemsType as avro.Type).typeName : '';
+    const r = (this.itemsType as avro.Type).typeName;
+    if (w === r || (w === 'int' && r === 'long')) resolver._read = readVarints;
+  }
+  _write(tap: Tap, val: unknown): void {
+    if (!Array.isArray(val)) return base._write.call(this, tap, val);
+    writeVarints(tap, val as number[], (this.itemsType as avro.Type).typeName === 'long', this);
+  }
+  _read(tap: Tap): unknown[] {
+    if (!(this instanceof FastIntArrayType)) return base._read.call(this, tap);
+    return readVarints(tap);
+  }
+}
+
+class FastFloatArrayType extends ArrayType {
+  _update(resolver: { _read?: unknown }, writer: avro.Type, opts: unknown): void {
+    baseUpdate.call(this, resolver, writer, opts);
+    if (writer instanceof FastFloatArrayType) resolver._read = readFloats;
+  }
+  _write(tap: Tap, val: unknown): void {
+    if (!Array.isArray(val)) return base._write.call(this, tap, val);
+    writeFloats(tap, val as number[], this);
+  }
+  _read(tap: Tap): unknown[] {
+    if (!(this instanceof FastFloatArrayType)) return base._read.call(this, tap);
+    return readFloats(tap);
+  }
+}
+
+function itemsName(schema: unknown): string | undefined {
+  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) return undefined;
+  const s = schema as { type?: unknown; items?: unknown; logicalType?: unknown };
+  if (s.type !== 'array' || s.logicalType !== undefined) return undefined;
+  const items = s.items;
+  if (typeof items === 'string') return items;
+  if (typeof items === 'object' && items !== null && !Array.isArray(items)) {
+    const i = items as { type?: unknown; logicalType?: unknown };
+    if (typeof i.type === 'string' && i.logicalType === undefined && Object.keys(i).every((k) => k === 'type')) return i.type;
+  }
+  return undefined;
+}
+
+/** avsc typeHook: fast codecs for array<int>, array<long> and array<float>; avsc's own types otherwise. */
+export function fastArrayTypeHook(schema: avro.Schema, opts: avro.ForSchemaOptions): avro.Type | undefined {
+  const items = itemsName(schema);
+  if (items === 'int' || items === 'long') return new FastIntArrayType(schema, opts) as unknown as avro.Type;
+  if (items === 'float' && LITTLE_ENDIAN) return new FastFloatArrayType(schema, opts) as unknown as avro.Type;
+  return undefined;
+}
+
+/** An avsc Type for a schema, with the fast array codecs. */
+export function fastType(schema: avro.Schema): avro.Type {
+  return avro.Type.forSchema(schema, { wrapUnions: false, typeHook: fastArrayTypeHook });
+}
