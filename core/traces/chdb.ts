@@ -11,6 +11,7 @@ import { mkdirSync } from 'node:fs';
 import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
 import { quoteIdent } from './sql.ts';
+import { guardReadonlySql } from './sql-guard.ts';
 import {
   compileLimits,
   limitSettings,
@@ -143,6 +144,7 @@ export class ChdbTraceStore implements TraceStore {
   async queryReadonly(sql: string, limits?: QueryLimits): Promise<QueryResult> {
     const l = compileLimits(limits);
     const text = singleStatement(sql);
+    guardReadonlySql(text);
     const key = JSON.stringify(l);
     return this.serial(async () => {
       const reader = this.reader(key, l);

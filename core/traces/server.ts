@@ -7,6 +7,7 @@ import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHous
 import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
+import { guardReadonlySql } from './sql-guard.ts';
 import {
   compileLimits,
   limitSettings,
@@ -154,7 +155,9 @@ export class ServerTraceStore implements TraceStore {
     // Settings travel in the request URL and apply together: readonly=1 then forbids the query itself from
     // changing any of them (SETTINGS clause or SET), and the server accepts one statement per request.
     const settings = { ...OUTPUT, ...limitSettings(compileLimits(limits)), readonly: '1' } as ClickHouseSettings;
-    return this.run(singleStatement(sql), settings, 'read-only query refused or failed');
+    const text = singleStatement(sql);
+    guardReadonlySql(text);
+    return this.run(text, settings, 'read-only query refused or failed');
   }
 
   private async run(query: string, settings: ClickHouseSettings, what: string): Promise<QueryResult> {
