@@ -1,6 +1,7 @@
 // The EventLog on Apache Kafka through kafkajs: topics and offsets through the admin client, producers
 // (idempotent, transactional) in ./producer.ts, pull consumers in ./consumer.ts. Opened by core/log/open.ts
 // when the configuration says `kind: kafka`.
+import './crc32c.ts'; // first: swaps kafkajs's byte-at-a-time CRC-32C for a faster one before kafkajs loads
 import { CompressionTypes, Kafka, Partitioners, type Admin, type KafkaConfig, type SASLOptions } from 'kafkajs';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
