@@ -17,7 +17,9 @@ line() {
   if "${name}_ready"; then state=up; else all=1; fi
   printf '%s\t%s\t%s\t%s\n' "$name" "$state" "$address" "$(pid_of "$name" || true)"
 }
-line kafka "$KAFKA_BROKERS (Kafka $KAFKA_VERSION)"
+# The version actually running (from the started process's class path) can differ from KAFKA_VERSION.
+running=$(pid=$(pid_of kafka) && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -o 'kafka/[^/]*/libs' | head -n1 | cut -d/ -f2)
+line kafka "$KAFKA_BROKERS (Kafka ${running:-$KAFKA_VERSION})"
 line clickhouse "$CLICKHOUSE_URL"
 line registry "$SCHEMA_REGISTRY_URL (Apicurio $APICURIO_VERSION)"
 exit $all
