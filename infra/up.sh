@@ -95,6 +95,12 @@ wait_for() {
 t0=$SECONDS
 todo=()
 status=0
+if kafka_ready && [ -f "$D/run/kafka.pid" ]; then
+  running=$(tr '\0' ' ' <"/proc/$(cat "$D/run/kafka.pid")/cmdline" 2>/dev/null | grep -o 'kafka/[^/]*/libs' | head -n1 | cut -d/ -f2 || true)
+  if [ -n "$running" ] && [ "$running" != "$KAFKA_VERSION" ]; then
+    say "Kafka $running is running, not KAFKA_VERSION=$KAFKA_VERSION: run infra/down.sh first to switch"
+  fi
+fi
 if ! kafka_ready; then if start_kafka; then todo+=(kafka); else status=1; fi; fi
 if ! clickhouse_ready; then if start_clickhouse; then todo+=(clickhouse); else status=1; fi; fi
 if ! registry_ready; then if start_registry; then todo+=(registry); else status=1; fi; fi
