@@ -1,4 +1,4 @@
-// Trace store benchmark: sink throughput (rows/s, MB/s of JSONEachRow sent) through the sink's insert path
+// Trace store benchmark: sink throughput (rows/s, MB/s of insert payload sent: RowBinary since the fast path) through the sink's insert path
 // (rowsOf → TraceWriter → TraceStore.insert) over a synthetic run of ≥ 1M turns, then the latency of every
 // named query over that run; on chDB and, when CLICKHOUSE_URL is set, on the server.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server]
@@ -7,7 +7,6 @@ import os, { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openTraceStore } from '../core/traces/open.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
-import { toJsonEachRow, type Row, type TraceStore, type TraceTable } from '../core/traces/store.ts';
 import type { DecodedEvent } from '../core/serde/events.ts';
 import { rowsOf } from '../consumers/traces/rows.ts';
 import { TraceWriter } from '../consumers/traces/writer.ts';
@@ -16,31 +15,6 @@ import { syntheticRun, syntheticTurnCount } from '../test/traces/synthetic.ts';
 function arg(args: string[], name: string, fallback: string): string {
   const i = args.indexOf(`--${name}`);
   return i >= 0 && args[i + 1] ? args[i + 1]! : fallback;
-}
-
-/** Counts the bytes the store is sent (the same serialization the store does), then delegates. */
-function counting(store: TraceStore, counter: { bytes: number }): TraceStore {
-  return new Proxy(store, {
-    get(target, prop, receiver) {
-      if (prop === 'insert') {
-        return async (table: TraceTable, rows: readonly Row[]) => {
-          if (rows.length > 0) counter.bytes += estimateBytes(rows);
-          return target.insert(table, rows);
-        };
-      }
-      const v = Reflect.get(target, prop, receiver) as unknown;
-      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-    },
-  });
-}
-
-// Serializing a sample of each batch keeps the count honest without doubling the benchmark's JSON work.
-function estimateBytes(rows: readonly Row[]): number {
-  const step = Math.max(1, Math.floor(rows.length / 50));
-  let sampled = 0;
-  let n = 0;
-  for (let i = 0; i < rows.length; i += step, n++) sampled += toJsonEachRow([rows[i]!]).length;
-  return (sampled / n) * rows.length;
 }
 
 interface TargetReport {
@@ -64,8 +38,7 @@ async function benchTarget(spec: string, turnsWanted: number, tokens: number): P
     const groupSize = 4;
     const groups = Math.ceil(turnsWanted / (groupSize * (2 * assistantTurns - 1)));
     const run = { runId: 'bench', groups, groupSize, assistantTurns, tokensPerTurn: tokens, trajectoriesPerStep: 256, seed: 3 };
-    const counter = { bytes: 0 };
-    const writer = new TraceWriter(counting(store, counter), { maxRows: 50_000, maxDelayMs: 60_000 });
+    const writer = new TraceWriter(store, { maxRows: 50_000, maxDelayMs: 60_000 });
     let someTrajectory = '';
     // Only the sink's insert path is timed (serialization + engine); generating the synthetic events is not.
     let insertMs = 0;
@@ -105,7 +78,7 @@ async function benchTarget(spec: string, turnsWanted: number, tokens: number): P
       seconds: Math.round(seconds * 10) / 10,
       totalSeconds: Math.round(totalSeconds * 10) / 10,
       rowsPerSecond: Math.round(rows / seconds),
-      mbPerSecond: Math.round((counter.bytes / 1e6 / seconds) * 10) / 10,
+      mbPerSecond: Math.round((((store as { bytesSent?: number }).bytesSent ?? 0) / 1e6 / seconds) * 10) / 10,
       queries,
     };
   } finally {

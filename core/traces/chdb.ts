@@ -6,11 +6,13 @@
 // the limits as engine arguments: every statement on such a connection, including the second statement of
 // a multi-statement text, is refused by the engine if it writes, and SETTINGS/SET cannot lift the limits.
 import { Session, drainPending } from 'chdb';
-import { resolve } from 'node:path';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync, accessSync, constants } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
-import { quoteIdent } from './sql.ts';
+import { quoteIdent, quoteString } from './sql.ts';
+import { RowBinaryCodecs } from './rowbinary.ts';
 import { guardReadonlySql } from './sql-guard.ts';
 import {
   compileLimits,
@@ -51,6 +53,12 @@ export class ChdbTraceStore implements TraceStore {
   /** chDB runs one query per connection at a time; a chain keeps ours in order. */
   private chain: Promise<unknown> = Promise.resolve();
   private databaseReady = false;
+  private readonly codecs = new RowBinaryCodecs(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
+  /** Private directory for RowBinary insert payloads (tmpfs when there is one), made on first insert. */
+  private spoolDir: string | null = null;
+  private spoolSeq = 0;
+  /** Payload bytes handed to the engine by insert()/insertRaw() (benchmarks report MB/s from it). */
+  bytesSent = 0;
 
   private constructor(dir: string, database: string) {
     this.dir = dir;
@@ -93,12 +101,49 @@ export class ChdbTraceStore implements TraceStore {
   }
 
   async migrate(): Promise<MigrationReport> {
-    return applyMigrations({ dialect: this.dialect, exec: (s) => this.exec(s), query: (s) => this.query(s) });
+    const report = await applyMigrations({ dialect: this.dialect, exec: (s) => this.exec(s), query: (s) => this.query(s) });
+    this.codecs.reset();
+    return report;
   }
 
   async insert(table: TraceTable, rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
-    await this.insertRaw(table, toJsonEachRow(rows), rows.length);
+    const session = this.live();
+    const codec = await this.codecs.get(table).catch(() => null);
+    if (!codec) return this.insertRaw(table, toJsonEachRow(rows), rows.length);
+    // RowBinary: chDB's insert API takes text formats only, so the payload goes through a file of our own that
+    // the engine reads with file(): no text parsing on either side, several times faster than JSONEachRow.
+    const payload = codec.encode(rows);
+    const structure = codec.columns.map((c) => `${quoteIdent(c.name)} ${c.type}`).join(', ');
+    const path = join(this.spool(), `${table}-${++this.spoolSeq}.bin`);
+    await this.serial(async () => {
+      try {
+        writeFileSync(path, payload);
+        await this.use(session);
+        await session.queryAsync(
+          `INSERT INTO ${quoteIdent(this.database)}.${quoteIdent(table)} SELECT * FROM file(${quoteString(path)}, 'RowBinary', ${quoteString(structure)})`,
+          { format: 'TabSeparated' },
+        );
+        this.bytesSent += payload.length;
+      } catch (err) {
+        throw traceError(`insert of ${rows.length} rows into ${table} failed`, err);
+      } finally {
+        rmSync(path, { force: true });
+      }
+    });
+  }
+
+  private spool(): string {
+    if (this.spoolDir && existsSync(this.spoolDir)) return this.spoolDir;
+    let base = tmpdir();
+    try {
+      accessSync('/dev/shm', constants.W_OK);
+      base = '/dev/shm';
+    } catch {
+      // no tmpfs: the system temp directory
+    }
+    this.spoolDir = mkdtempSync(join(base, 'rlstream-chdb-insert-'));
+    return this.spoolDir;
   }
 
   async insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void> {
@@ -109,6 +154,7 @@ export class ChdbTraceStore implements TraceStore {
     await this.serial(async () => {
       try {
         await session.insert({ table: name, values: jsonEachRow, format: 'JSONEachRow' });
+        this.bytesSent += jsonEachRow.length;
       } catch (err) {
         throw traceError(`insert of ${rows} rows into ${table} failed`, err);
       }
@@ -185,6 +231,7 @@ export class ChdbTraceStore implements TraceStore {
     this.readers.clear();
     this.session.close();
     this.session = null;
+    if (this.spoolDir) rmSync(this.spoolDir, { recursive: true, force: true });
     openCount--;
     if (openCount === 0) {
       await drainPending();
