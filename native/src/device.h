@@ -22,6 +22,14 @@ struct Kernels {
   virtual void scale(float* x, size_t n, float s) = 0;
   virtual double sum_squares(const float* x, size_t n) = 0;  // deterministic for a given thread count
 
+  // Host staging. The CPU's memory is the host's, so these are plain copies. A device whose memory the host cannot
+  // read (CUDA) returns false from host_visible() and moves bytes; the model then keeps host mirrors of its
+  // parameter blocks and stages the per-token loss through them. Integer inputs (tokens, targets, positions,
+  // seq_starts) are always host pointers: a device copies them itself.
+  virtual bool host_visible() const { return true; }
+  virtual void to_host(float* host_dst, const float* src, size_t n) { copy(host_dst, src, n); }
+  virtual void from_host(float* dst, const float* host_src, size_t n) { copy(dst, host_src, n); }
+
   // out[T,H] = wte[tokens[t], :]            wte [V,H]
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte, int T, int H) = 0;
   // dwte[tokens[t], :] += dout[t, :]
@@ -74,6 +82,11 @@ struct Kernels {
 };
 
 std::unique_ptr<Kernels> make_cpu_kernels(int threads);  // one per model (thread count is per model)
+// The CUDA layer (native/cuda), linked only into builds made with RLSTREAM_CUDA=1. bf16 matrix work with fp32
+// accumulation, fp32 everywhere else; a device copy of matmul weights in bf16 is cached until adamw, copy, zero,
+// scale, add_inplace or from_host writes over them. Throws NativeError when no GPU is usable.
+std::unique_ptr<Kernels> make_cuda_kernels();
+int cuda_device_count();  // 0 when the driver or a GPU is missing
 // Single-precision GEMM throughput of the BLAS on this machine: C[n,n] = A*B, iters times, with `threads`.
 double cpu_sgemm_gflops(int n, int iters, int threads);
 

@@ -49,13 +49,26 @@ struct Model::Acts {
   }
 };
 
-Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens) : cfg_(cfg) {
+Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device)
+    : cfg_(cfg), device_(device) {
   validate_config(cfg_);
   if (threads < 1 || threads > 256) invalid("threads must be in [1, 256], got " + std::to_string(threads));
   threads_ = threads;
-  // Keep one chunk of logits around 32 MiB, but at least 16 tokens per GEMM.
-  chunk_ = logit_chunk_tokens > 0 ? logit_chunk_tokens : std::max(16, std::min(1024, (1 << 23) / cfg_.vocab_size));
-  k_ = make_cpu_kernels(threads_);
+  // Keep one chunk of logits around 32 MiB, but at least 16 tokens per GEMM. A GPU wants large GEMMs and has the
+  // memory: about 512 MiB of logits per chunk there.
+  if (device_ == Device::Cuda)
+    chunk_ = logit_chunk_tokens > 0 ? logit_chunk_tokens : std::max(64, std::min(16384, (1 << 27) / cfg_.vocab_size));
+  else
+    chunk_ = logit_chunk_tokens > 0 ? logit_chunk_tokens : std::max(16, std::min(1024, (1 << 23) / cfg_.vocab_size));
+  if (device_ == Device::Cuda) {
+#ifdef RLSTREAM_CUDA
+    k_ = make_cuda_kernels();
+#else
+    invalid("device 'cuda': this build of the native core has no CUDA support (rebuild with RLSTREAM_CUDA=1 where nvcc is installed)");
+#endif
+  } else {
+    k_ = make_cpu_kernels(threads_);
+  }
 
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, QD = cfg_.q_dim(),
                 KD = cfg_.kv_dim();
@@ -91,18 +104,60 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens) : cfg_
   check_fits(4.0 * sizeof(float) * (double)nparams_, "parameters, gradients and AdamW state");
   // CPU blocks are plain aligned host memory freed with free(), so JS views may outlive the model (a device
   // layer would stage parameters through host copies instead).
-  auto host_block = [&]() { return Block(k_->alloc(nparams_), [](float* q) { std::free(q); }); };
-  params_ = host_block();
-  grads_ = host_block();
-  m_ = host_block();
-  v_ = host_block();
-  P_ = bind(params_.get());
-  G_ = bind(grads_.get());
+  if (k_->host_visible()) {
+    auto host_block = [&]() { return Block(k_->alloc(nparams_), [](float* q) { std::free(q); }); };
+    params_ = host_block();
+    grads_ = host_block();
+    m_ = host_block();
+    v_ = host_block();
+    dev_[0] = params_.get();
+    dev_[1] = grads_.get();
+    dev_[2] = m_.get();
+    dev_[3] = v_.get();
+  } else {
+    // Host mirrors for JS views and files; the device holds the four blocks in one allocation.
+    auto host_block = [&]() {
+      void* p = std::aligned_alloc(64, std::max<size_t>(64, (nparams_ * sizeof(float) + 63) / 64 * 64));
+      if (!p) throw std::bad_alloc();
+      std::memset(p, 0, nparams_ * sizeof(float));
+      return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
+    };
+    params_ = host_block();
+    grads_ = host_block();
+    m_ = host_block();
+    v_ = host_block();
+    dmem_ = k_->alloc(4 * nparams_);
+    for (int i = 0; i < 4; i++) dev_[i] = dmem_ + (size_t)i * nparams_;
+  }
+  P_ = bind(dev_[0]);
+  G_ = bind(dev_[1]);
   a_ = std::make_unique<Acts>();
   a_->k = k_.get();
 }
 
-Model::~Model() = default;
+Model::~Model() {
+  a_.reset();  // activations are released through k_, which must still exist
+  if (dmem_) k_->release(dmem_);
+}
+
+static Block& block_of(BlockKind kind, Block& p, Block& g, Block& m, Block& v) {
+  switch (kind) {
+    case BlockKind::Params: return p;
+    case BlockKind::Grads: return g;
+    case BlockKind::ExpAvg: return m;
+    default: return v;
+  }
+}
+
+void Model::download(BlockKind kind) {
+  if (k_->host_visible()) return;
+  k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], nparams_);
+}
+
+void Model::upload(BlockKind kind) {
+  if (k_->host_visible()) return;
+  k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), nparams_);
+}
 
 ParamPtrs Model::bind(float* base) const {
   ParamPtrs p;
@@ -154,6 +209,7 @@ void Model::init_random(uint64_t seed, float std) {
       }
     }
   }
+  upload(BlockKind::Params);
 }
 
 void Model::validate_batch(const Batch& b) const {
@@ -280,10 +336,29 @@ void Model::forward_logprobs(const Batch& b, const int32_t* targets, float* logp
   forward_trunk(b);
   Acts& a = *a_;
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  // On a device the per-token outputs are written there and copied out once.
+  const bool host = k_->host_visible();
+  float* lp = host ? logp : a.logp;
+  float* en = host ? ent : a.ent;
   for (int t0 = 0; t0 < b.T; t0 += chunk_) {
     const int n = std::min(chunk_, b.T - t0);
     PROF(matmul, k_->matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false));
-    PROF(logits, k_->logsoftmax_forward(a.logits, logp + t0, ent + t0, targets + t0, n, V));
+    PROF(logits, k_->logsoftmax_forward(a.logits, lp + t0, en + t0, targets + t0, n, V));
+  }
+  if (!host) {
+    k_->to_host(logp, a.logp, (size_t)b.T);
+    k_->to_host(ent, a.ent, (size_t)b.T);
+  }
+}
+
+void Model::forward_logits(const Batch& b, float* logits) {
+  forward_trunk(b);
+  Acts& a = *a_;
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  for (int t0 = 0; t0 < b.T; t0 += chunk_) {
+    const int n = std::min(chunk_, b.T - t0);
+    k_->matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false);
+    k_->to_host(logits + (size_t)t0 * V, a.logits, (size_t)n * V);
   }
 }
 
@@ -302,7 +377,18 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
     const float* xf = a.lnf + (size_t)t0 * H;
     PROF(matmul, k.matmul_forward(a.logits, xf, P_.lm_head, nullptr, n, H, V, false));
     PROF(logits, k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V));
-    loss.chunk(t0, n, a.logp + t0, a.ent + t0, a.dlogp, a.dent);
+    if (k_->host_visible()) {
+      loss.chunk(t0, n, a.logp + t0, a.ent + t0, a.dlogp, a.dent);
+    } else {
+      // The per-token loss is O(T) host code: stage n floats each way.
+      stage_.resize((size_t)4 * n);
+      float *hl = stage_.data(), *he = hl + n, *hdl = he + n, *hde = hdl + n;
+      k_->to_host(hl, a.logp + t0, (size_t)n);
+      k_->to_host(he, a.ent + t0, (size_t)n);
+      loss.chunk(t0, n, hl, he, hdl, hde);
+      k_->from_host(a.dlogp, hdl, (size_t)n);
+      k_->from_host(a.dent, hde, (size_t)n);
+    }
     PROF(logits, k.logsoftmax_backward(a.logits, a.dlogp, a.dent, a.ent + t0, targets + t0, n, V));
     PROF(matmul, k.matmul_backward(a.dln + (size_t)t0 * H, G_.lm_head, nullptr, a.logits, xf, P_.lm_head, n, H, V));
   }
@@ -336,18 +422,18 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
   PROF(elementwise, k.embedding_backward(G_.embed, a.dres, b.tokens, T, H));
 }
 
-void Model::zero_grad() { k_->zero(grads_.get(), nparams_); }
+void Model::zero_grad() { k_->zero(dev_[1], nparams_); }
 
 double Model::grad_norm() {
   k_->set_threads(threads_);
   double ss = 0;
-  PROF(optimizer, ss = k_->sum_squares(grads_.get(), nparams_));
+  PROF(optimizer, ss = k_->sum_squares(dev_[1], nparams_));
   return std::sqrt(ss);
 }
 
 void Model::scale_grads(float s) {
   k_->set_threads(threads_);
-  PROF(optimizer, k_->scale(grads_.get(), nparams_, s));
+  PROF(optimizer, k_->scale(dev_[1], nparams_, s));
 }
 
 void Model::adamw_step(const AdamWParams& p) {
@@ -356,7 +442,7 @@ void Model::adamw_step(const AdamWParams& p) {
   const float bc1 = (float)(1.0 - std::pow((double)p.beta1, (double)step_));
   const float bc2 = (float)(1.0 - std::pow((double)p.beta2, (double)step_));
   // Padding between tensors stays zero in params, grads and moments, so one pass over the block is exact.
-  PROF(optimizer, k_->adamw(params_.get(), grads_.get(), m_.get(), v_.get(), nparams_, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
+  PROF(optimizer, k_->adamw(dev_[0], dev_[1], dev_[2], dev_[3], nparams_, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
             bc1, bc2));
 }
 

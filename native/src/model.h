@@ -55,9 +55,14 @@ struct AdamWParams {
 // Host memory shared with JS views (parameters(), gradients(), optimizer state): views keep it alive.
 using Block = std::shared_ptr<float>;
 
+// Where the kernels run. On Cuda the four blocks live on the GPU and the host blocks above are mirrors, synced
+// explicitly with download()/upload().
+enum class Device { Cpu, Cuda };
+enum class BlockKind { Params = 0, Grads = 1, ExpAvg = 2, ExpAvgSq = 3 };
+
 class Model {
  public:
-  Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens);
+  Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device = Device::Cpu);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -72,6 +77,10 @@ class Model {
   Block adam_v() const { return v_; }
   int64_t step() const { return step_; }
   void set_step(int64_t s) { step_ = s; }
+  Device device() const { return device_; }
+  // Host mirror <-> device block (no-ops on the CPU, where they are the same memory).
+  void download(BlockKind kind);
+  void upload(BlockKind kind);
 
   void init_random(uint64_t seed, float std);
   // Throws NativeError naming the problem: ids out of range, bad seq_starts, sequences too long.
@@ -79,6 +88,8 @@ class Model {
 
   // logp[T] of targets[T] (0 where targets[t] < 0) and entropy[T] of the next-token distribution.
   void forward_logprobs(const Batch& b, const int32_t* targets, float* logp, float* ent);
+  // Full logits [T, V] into host memory (checks against other implementations; not chunked, so T*V floats).
+  void forward_logits(const Batch& b, float* logits);
   // Forward, loss head (chunked), and backward: gradients are accumulated (+=) into grads().
   void forward_backward(const Batch& b, const int32_t* targets, TokenLoss& loss);
 
@@ -109,9 +120,13 @@ class Model {
   std::vector<TensorInfo> tensors_;
   size_t nparams_ = 0;
   Block params_, grads_, m_, v_;
+  Device device_ = Device::Cpu;
+  float* dev_[4] = {nullptr, nullptr, nullptr, nullptr};  // where kernels read/write each block
+  float* dmem_ = nullptr;                                  // the device allocation holding all four (Cuda)
   ParamPtrs P_, G_;
   int64_t step_ = 0;
   std::unique_ptr<Acts> a_;
+  std::vector<float> stage_;  // host staging of per-token loss values (device models)
   double prof_[(int)Phase::count] = {0, 0, 0, 0, 0};
 };
 

@@ -1,0 +1,18 @@
+// Causal grouped-query attention over packed variable-length sequences on the GPU (declarations). Layouts follow
+// device.h: q/out [T, NH*hd], k/v [T, NKV*hd], lse [NH, T]; seq_starts is a device copy of cu_seqlens [S+1].
+#pragma once
+#include <cuda_runtime.h>
+
+namespace rls::cuda {
+
+// Scratch the backward needs: [NH*T] floats for rowsum(dO*O), and 2*T*NH*hd floats for per-query-head dK/dV
+// partials when NH > NKV (summed over each group afterwards: deterministic, no atomics).
+size_t attention_backward_scratch(int T, int NH, int NKV, int hd);
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* seq_starts,
+                       int S, int max_len, int T, int NH, int NKV, int hd, cudaStream_t st);
+void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse, const int* seq_starts, int S,
+                        int max_len, int T, int NH, int NKV, int hd, cudaStream_t st);
+
+}  // namespace rls::cuda

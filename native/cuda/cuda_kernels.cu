@@ -1,0 +1,636 @@
+// The CUDA implementation of the kernel interface (src/device.h): fp32 activations, master weights, gradients and
+// AdamW state in device memory; matrix products through cuBLAS on bf16 copies of their operands with fp32
+// accumulation (the recipe of autocast training); softmax, norms, rotary, SwiGLU and the optimizer in fp32. Every
+// runtime call and every launch is checked (check.cuh). Validated kernel by kernel against cpu_kernels.cpp
+// (test/gpu/driver.cpp).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "../src/device.h"
+#include "attention.cuh"
+#include "check.cuh"
+
+namespace rls {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+unsigned blocks_for(size_t n, int per) { return (unsigned)std::min<size_t>((n + per - 1) / per, 1u << 30); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// elementwise
+
+__global__ void k_add(float* y, const float* x, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] += x[i];
+}
+__global__ void k_scale(float* x, size_t n, float s) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
+}
+__global__ void k_to_bf16(bf16* y, const float* x, size_t n) {
+  const size_t n2 = n / 2;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n2; i += (size_t)gridDim.x * blockDim.x) {
+    const float2 v = reinterpret_cast<const float2*>(x)[i];
+    reinterpret_cast<__nv_bfloat162*>(y)[i] = __floats2bfloat162_rn(v.x, v.y);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0 && (n & 1)) y[n - 1] = __float2bfloat16(x[n - 1]);
+}
+
+// Fixed grid, double partials per block, summed in block order on the host: deterministic.
+constexpr int SS_BLOCKS = 1024, SS_THREADS = 256;
+__global__ void k_sum_squares(double* part, const float* x, size_t n) {
+  __shared__ double red[SS_THREADS];
+  double s = 0.0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    s += (double)x[i] * x[i];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = SS_THREADS / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part[blockIdx.x] = red[0];
+}
+
+__global__ void k_embedding_forward(float* out, const int* tokens, const float* wte, int T, int H) {
+  const int t = blockIdx.x;
+  const float* src = wte + (size_t)tokens[t] * H;
+  for (int c = threadIdx.x; c < H; c += blockDim.x) out[(size_t)t * H + c] = src[c];
+}
+// Repeated ids add into one row: atomics (the only non-deterministic sum of the GPU path).
+__global__ void k_embedding_backward(float* dwte, const float* dout, const int* tokens, int T, int H) {
+  const int t = blockIdx.x;
+  float* dst = dwte + (size_t)tokens[t] * H;
+  for (int c = threadIdx.x; c < H; c += blockDim.x) atomicAdd(dst + c, dout[(size_t)t * H + c]);
+}
+
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float s = 0.f;
+  for (int i = 0; i < nw; i++) s += red[i];
+  return s;
+}
+
+// one block per row
+__global__ void k_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int C, float eps) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  const float* x = inp + t * C;
+  float ss = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
+  ss = block_sum(ss, red);
+  const float r = rsqrtf(ss / C + eps);
+  if (threadIdx.x == 0) rstd[t] = r;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) out[t * C + c] = w[c] * (x[c] * r);
+}
+__global__ void k_rmsnorm_backward_dx(float* dinp, const float* dout, const float* inp, const float* w,
+                                      const float* rstd, int C) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  const float* x = inp + t * C;
+  const float* dy = dout + t * C;
+  const float r = rstd[t];
+  float m = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) m += dy[c] * w[c] * x[c] * r;
+  m = block_sum(m, red) / C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dinp[t * C + c] += r * (dy[c] * w[c] - x[c] * r * m);
+}
+// Column sums in two deterministic stages: part[chunk][c] over a range of rows, then dst[c] += sum over chunks.
+constexpr int COL_CHUNKS = 64;
+__global__ void k_colsum_partial(float* part, const float* a, const float* b, const float* rowscale, int T, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, ch = blockIdx.y;
+  if (c >= C) return;
+  const int t0 = (int)((long)T * ch / COL_CHUNKS), t1 = (int)((long)T * (ch + 1) / COL_CHUNKS);
+  float s = 0.f;
+  for (int t = t0; t < t1; t++) {
+    float v = a[(size_t)t * C + c];
+    if (b) v *= b[(size_t)t * C + c];
+    if (rowscale) v *= rowscale[t];
+    s += v;
+  }
+  part[(size_t)ch * C + c] = s;
+}
+__global__ void k_colsum_finish(float* dst, const float* part, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.f;
+  for (int ch = 0; ch < COL_CHUNKS; ch++) s += part[(size_t)ch * C + c];
+  dst[c] += s;
+}
+
+__global__ void k_add_bias(float* out, const float* bias, int N, int OC) {
+  const size_t n = (size_t)N * OC;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] += bias[i % OC];
+}
+
+__global__ void k_rope_table(float* cosb, float* sinb, const int* pos, const float* inv, int T, int half) {
+  const size_t n = (size_t)T * half;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int t = (int)(i / half), j = (int)(i % half);
+    const float ang = (float)pos[t] * inv[j];  // rounded to float like HF, then cos/sin in double like the CPU
+    cosb[i] = (float)cos((double)ang);
+    sinb[i] = (float)sin((double)ang);
+  }
+}
+template <bool INVERSE>
+__global__ void k_rope(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) {
+  const int half = hd / 2;
+  const size_t n = (size_t)T * nh * half;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int j = (int)(i % half);
+    const size_t th = i / half;
+    const int t = (int)(th / nh);
+    float* v = x + th * hd;
+    const float c = cosb[(size_t)t * half + j], s = sinb[(size_t)t * half + j], a = v[j], b = v[j + half];
+    if (INVERSE) {
+      v[j] = a * c + b * s;
+      v[j + half] = b * c - a * s;
+    } else {
+      v[j] = a * c - b * s;
+      v[j + half] = b * c + a * s;
+    }
+  }
+}
+
+__global__ void k_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.f + expf(-g)) * up[i];
+  }
+}
+__global__ void k_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                  size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float g = gate[i], sg = 1.f / (1.f + expf(-g)), d = dout[i];
+    dup[i] = d * g * sg;
+    dgate[i] = d * up[i] * sg * (1.f + g * (1.f - sg));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// log-softmax over the vocabulary, one block per row. The forward reads the row once for max, sum e^s and
+// sum e^s s together (online rescaling), then writes z - logsumexp.
+
+struct MSE {
+  float m, s, e;  // running max, sum e^(z-m), sum e^(z-m) (z-m)
+};
+__device__ __forceinline__ MSE mse_merge(MSE a, MSE b) {
+  if (a.m == -INFINITY) return b;
+  if (b.m == -INFINITY) return a;
+  const float m = fmaxf(a.m, b.m), fa = __expf(a.m - m), fb = __expf(b.m - m);
+  return {m, a.s * fa + b.s * fb, fa * (a.e + (a.m - m) * a.s) + fb * (b.e + (b.m - m) * b.s)};
+}
+__device__ __forceinline__ MSE mse_add(MSE a, float z) {
+  if (z > a.m) {
+    const float f = __expf(a.m - z);  // a.m = -inf: f = 0
+    const float e = a.m == -INFINITY ? 0.f : f * (a.e + (a.m - z) * a.s);
+    return {z, a.s * f + 1.f, e};
+  }
+  const float d = z - a.m, x = __expf(d);
+  return {a.m, a.s + x, a.e + x * d};
+}
+
+constexpr int LS_THREADS = 512;
+__global__ void __launch_bounds__(LS_THREADS) k_logsoftmax_forward(float* logits, float* logp, float* ent,
+                                                                   const int* targets, int V) {
+  __shared__ MSE red[LS_THREADS / 32];
+  __shared__ float zt;
+  const size_t n = blockIdx.x;
+  float* z = logits + n * V;
+  const int tgt = targets[n];
+  if (threadIdx.x == 0) zt = tgt >= 0 ? z[tgt] : 0.f;
+  MSE a{-INFINITY, 0.f, 0.f};
+  if ((V & 3) == 0) {
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+      const float4 v = z4[i];
+      a = mse_add(a, v.x);
+      a = mse_add(a, v.y);
+      a = mse_add(a, v.z);
+      a = mse_add(a, v.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) a = mse_add(a, z[i]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    MSE b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o), __shfl_xor_sync(0xffffffffu, a.e, o)};
+    a = mse_merge(a, b);
+  }
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+  __syncthreads();
+  MSE r = red[0];
+  for (int i = 1; i < LS_THREADS / 32; i++) r = mse_merge(r, red[i]);
+  const float lsum = logf(r.s), l = r.m + lsum;
+  if (threadIdx.x == 0) {
+    ent[n] = lsum - r.e / r.s;
+    logp[n] = tgt >= 0 ? zt - l : 0.f;
+  }
+  if ((V & 3) == 0) {
+    float4* z4 = reinterpret_cast<float4*>(z);
+    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+      float4 v = z4[i];
+      v.x -= l, v.y -= l, v.z -= l, v.w -= l;
+      z4[i] = v;
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) z[i] -= l;
+  }
+}
+
+// dz_i = dlogp (1[i = target] - p_i) - dent p_i (log p_i + H)
+__global__ void __launch_bounds__(LS_THREADS) k_logsoftmax_backward(float* lp, const float* dlogp, const float* dent,
+                                                                    const float* ent, const int* targets, int V) {
+  const size_t n = blockIdx.x;
+  float* z = lp + n * V;
+  const float a = dlogp[n], b = dent[n], H = ent[n];
+  const int tgt = targets[n];
+  if ((V & 3) == 0) {
+    float4* z4 = reinterpret_cast<float4*>(z);
+    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+      float4 v = z4[i];
+      float* e = &v.x;
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const float p = __expf(e[u]);
+        e[u] = -a * p - b * p * (e[u] + H) + (4 * i + u == tgt ? a : 0.f);
+      }
+      z4[i] = v;
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+      const float p = __expf(z[i]);
+      z[i] = -a * p - b * p * (z[i] + H) + (i == tgt ? a : 0.f);
+    }
+  }
+}
+
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                        float eps, float decay, float step, float sbc2) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step * mi / (sqrtf(vi) / sbc2 + eps);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+// A growable device buffer (grows only; freed with the kernels object).
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+  void* get(size_t want) {
+    if (want > bytes) {
+      if (p) CUDA_CHECK(cudaFree(p));
+      p = nullptr;
+      bytes = 0;
+      CUDA_CHECK(cudaMalloc(&p, want));
+      bytes = want;
+    }
+    return p;
+  }
+  ~Scratch() {
+    if (p) cudaFree(p);
+  }
+};
+
+// Host int arrays staged to the device, re-sent only when their contents change (tokens and seq_starts are used by
+// several kernels of one step).
+struct IntStage {
+  Scratch dev;
+  std::vector<int32_t> last;
+  const int* put(const int32_t* host, size_t n) {
+    if (last.size() == n && std::memcmp(last.data(), host, n * sizeof(int32_t)) == 0) return (const int*)dev.p;
+    int* d = (int*)dev.get(std::max<size_t>(n, 1) * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    last.assign(host, host + n);
+    return d;
+  }
+};
+
+class CudaKernels final : public Kernels {
+ public:
+  CudaKernels() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      cudaGetLastError();
+      invalid("device 'cuda': no CUDA GPU is usable on this machine");
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+    CUBLAS_CHECK(cublasCreate(&blas_));
+    // cuBLAS on Hopper wants a workspace of 32 MiB for its fastest kernels.
+    CUBLAS_CHECK(cublasSetWorkspace(blas_, ws_.get(32u << 20), 32u << 20));
+    CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+  }
+  ~CudaKernels() override {
+    for (auto& e : wcache_) cudaFree(e.second.p);
+    if (blas_) cublasDestroy(blas_);
+  }
+  const char* name() const override { return "cuda"; }
+  void set_threads(int) override {}
+  bool host_visible() const override { return false; }
+
+  float* alloc(size_t n) override {
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 255) / 256 * 256);
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t freeb = 0, total = 0;
+      cudaMemGetInfo(&freeb, &total);
+      invalid("CUDA: cannot allocate " + std::to_string(bytes >> 20) + " MiB of GPU memory (" +
+              std::to_string(freeb >> 20) + " MiB free of " + std::to_string(total >> 20) + "): " + cudaGetErrorString(e));
+    }
+    CUDA_CHECK(cudaMemset(p, 0, bytes));
+    sizes_[static_cast<float*>(p)] = n;
+    return static_cast<float*>(p);
+  }
+  void release(float* p) override {
+    auto it = sizes_.find(p);
+    if (it != sizes_.end()) {
+      evict(p, it->second, true);
+      sizes_.erase(it);
+    }
+    cudaFree(p);
+  }
+  void zero(float* p, size_t n) override {
+    evict(p, n);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float)));
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    evict(dst, n);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  void to_host(float* host_dst, const float* src, size_t n) override {
+    CUDA_CHECK(cudaMemcpy(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  void from_host(float* dst, const float* host_src, size_t n) override {
+    evict(dst, n);
+    CUDA_CHECK(cudaMemcpy(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  void add_inplace(float* y, const float* x, size_t n) override {
+    evict(y, n);
+    k_add<<<blocks_for(n, 256), 256>>>(y, x, n);
+    LAUNCH_CHECK("add_inplace");
+  }
+  void scale(float* x, size_t n, float s) override {
+    evict(x, n);
+    k_scale<<<blocks_for(n, 256), 256>>>(x, n, s);
+    LAUNCH_CHECK("scale");
+  }
+  double sum_squares(const float* x, size_t n) override {
+    double* part = (double*)ss_.get(SS_BLOCKS * sizeof(double));
+    k_sum_squares<<<SS_BLOCKS, SS_THREADS>>>(part, x, n);
+    LAUNCH_CHECK("sum_squares");
+    double h[SS_BLOCKS];
+    CUDA_CHECK(cudaMemcpy(h, part, sizeof h, cudaMemcpyDeviceToHost));
+    double total = 0.0;
+    for (double v : h) total += v;
+    return total;
+  }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int T, int H) override {
+    const int* d = tokens_.put(tokens, (size_t)T);
+    k_embedding_forward<<<T, 256>>>(out, d, wte, T, H);
+    LAUNCH_CHECK("embedding_forward");
+    settle();
+  }
+  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int T, int H) override {
+    const int* d = tokens_.put(tokens, (size_t)T);
+    k_embedding_backward<<<T, 256>>>(dwte, dout, d, T, H);
+    LAUNCH_CHECK("embedding_backward");
+    settle();
+  }
+
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int T, int C, float eps) override {
+    k_rmsnorm_forward<<<T, row_threads(C)>>>(out, rstd, inp, w, C, eps);
+    LAUNCH_CHECK("rmsnorm_forward");
+    settle();
+  }
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                        int T, int C) override {
+    k_rmsnorm_backward_dx<<<T, row_threads(C)>>>(dinp, dout, inp, w, rstd, C);
+    LAUNCH_CHECK("rmsnorm_backward dx");
+    colsum(dw, dout, inp, rstd, T, C);
+    settle();
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC,
+                      bool accumulate) override {
+    const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
+    const bf16* W = weight_bf16(w, (size_t)OC * C);
+    evict(out, (size_t)N * OC);
+    // row-major out[N,OC] = inp[N,C] w[OC,C]^T  <=>  column-major out^T = w^T-view(T) * inp-view
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, W, C, A, C, accumulate ? 1.f : 0.f, out, OC);
+    if (bias) {
+      k_add_bias<<<blocks_for((size_t)N * OC, 256), 256>>>(out, bias, N, OC);
+      LAUNCH_CHECK("matmul bias");
+    }
+    settle();
+  }
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w, int N,
+                       int C, int OC) override {
+    const bf16* dO = to_bf16(act_b_, dout, (size_t)N * OC);
+    if (dinp) {
+      const bf16* W = weight_bf16(w, (size_t)OC * C);
+      // dinp[N,C] += dout[N,OC] w[OC,C]
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, W, C, dO, OC, 1.f, dinp, C);
+    }
+    const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
+    // dw[OC,C] += dout^T[OC,N] inp[N,C]
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, A, C, dO, OC, 1.f, dw, C);
+    if (dbias) colsum(dbias, dout, nullptr, nullptr, N, OC);
+    settle();
+  }
+
+  void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, double theta) override {
+    const int half = hd / 2;
+    std::vector<float> inv(half);
+    for (int i = 0; i < half; i++) inv[i] = 1.0f / (float)std::pow(theta, (double)(2 * i) / (double)hd);
+    float* dinv = (float*)inv_.get(half * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(dinv, inv.data(), half * sizeof(float), cudaMemcpyHostToDevice));
+    const int* dpos = pos_.put(pos, (size_t)T);
+    k_rope_table<<<blocks_for((size_t)T * half, 256), 256>>>(cosb, sinb, dpos, dinv, T, half);
+    LAUNCH_CHECK("rope_table");
+  }
+  void rope_forward(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) override {
+    k_rope<false><<<blocks_for((size_t)T * nh * hd / 2, 256), 256>>>(x, cosb, sinb, T, nh, hd);
+    LAUNCH_CHECK("rope_forward");
+    settle();
+  }
+  void rope_backward(float* dx, const float* cosb, const float* sinb, int T, int nh, int hd) override {
+    k_rope<true><<<blocks_for((size_t)T * nh * hd / 2, 256), 256>>>(dx, cosb, sinb, T, nh, hd);
+    LAUNCH_CHECK("rope_backward");
+    settle();
+  }
+
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                         const int32_t* seq_starts, int S, int T, int NH, int NKV, int hd) override {
+    int max_len = 0;
+    for (int s = 0; s < S; s++) max_len = std::max(max_len, seq_starts[s + 1] - seq_starts[s]);
+    const int* d = seqs_.put(seq_starts, (size_t)S + 1);
+    cuda::attention_forward(out, lse, q, k, v, d, S, max_len, T, NH, NKV, hd, 0);
+    settle();
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, const int32_t* seq_starts, int S, int T,
+                          int NH, int NKV, int hd) override {
+    int max_len = 0;
+    for (int s = 0; s < S; s++) max_len = std::max(max_len, seq_starts[s + 1] - seq_starts[s]);
+    const int* d = seqs_.put(seq_starts, (size_t)S + 1);
+    float* scratch = (float*)att_.get(cuda::attention_backward_scratch(T, NH, NKV, hd) * sizeof(float));
+    cuda::attention_backward(dq, dk, dv, scratch, dout, q, k, v, out, lse, d, S, max_len, T, NH, NKV, hd, 0);
+    settle();
+  }
+
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    k_swiglu_forward<<<blocks_for(n, 256), 256>>>(out, gate, up, n);
+    LAUNCH_CHECK("swiglu_forward");
+    settle();
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override {
+    k_swiglu_backward<<<blocks_for(n, 256), 256>>>(dgate, dup, dout, gate, up, n);
+    LAUNCH_CHECK("swiglu_backward");
+    settle();
+  }
+
+  void logsoftmax_forward(float* logits, float* logp, float* ent, const int32_t* targets, int N, int V) override {
+    const int* d = targets_.put(targets, (size_t)N);
+    k_logsoftmax_forward<<<N, LS_THREADS>>>(logits, logp, ent, d, V);
+    LAUNCH_CHECK("logsoftmax_forward");
+    settle();
+  }
+  void logsoftmax_backward(float* logprobs, const float* dlogp, const float* dent, const float* ent,
+                           const int32_t* targets, int N, int V) override {
+    const int* d = targets_.put(targets, (size_t)N);
+    k_logsoftmax_backward<<<N, LS_THREADS>>>(logprobs, dlogp, dent, ent, d, V);
+    LAUNCH_CHECK("logsoftmax_backward");
+    settle();
+  }
+
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
+             float wd, float bc1, float bc2) override {
+    evict(p, n);
+    k_adamw<<<blocks_for(n, 256), 256>>>(p, g, m, v, n, lr, beta1, beta2, eps, 1.f - lr * wd, lr / bc1, std::sqrt(bc2));
+    LAUNCH_CHECK("adamw");
+    settle();
+  }
+
+ private:
+  // RLSTREAM_CUDA_SYNC=1 waits for every kernel to finish, so that the model's wall-clock profile (profile())
+  // measures GPU time per kind of kernel; off by default (launches stay asynchronous).
+  void settle() {
+    if (sync_) CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  const bool sync_ = std::getenv("RLSTREAM_CUDA_SYNC") != nullptr && std::getenv("RLSTREAM_CUDA_SYNC")[0] == '1';
+
+  static int row_threads(int C) { return C >= 1024 ? 512 : C >= 256 ? 256 : 128; }
+
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* A, int lda, const bf16* B,
+            int ldb, float beta, float* C, int ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+      if (beta == 0.f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), n));
+      return;
+    }
+    const float alpha = 1.f;
+    CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
+                              CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  const bf16* to_bf16(Scratch& s, const float* x, size_t n) {
+    bf16* y = (bf16*)s.get(std::max<size_t>(n, 1) * sizeof(bf16));
+    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256>>>(y, x, n);
+    LAUNCH_CHECK("fp32 -> bf16");
+    return y;
+  }
+
+  // bf16 copies of weights, made on first use and dropped when anything writes over the fp32 original.
+  struct Cached {
+    bf16* p;
+    size_t n;
+    bool valid;
+  };
+  const bf16* weight_bf16(const float* w, size_t n) {
+    auto it = wcache_.find(w);
+    if (it != wcache_.end() && it->second.n == n && it->second.valid) return it->second.p;
+    if (it != wcache_.end() && it->second.n != n) {
+      cudaFree(it->second.p);
+      wcache_.erase(it);
+      it = wcache_.end();
+    }
+    if (it == wcache_.end()) {
+      void* p = nullptr;
+      CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(bf16)));
+      it = wcache_.emplace(w, Cached{(bf16*)p, n, false}).first;
+    }
+    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256>>>(it->second.p, w, n);
+    LAUNCH_CHECK("weight fp32 -> bf16");
+    it->second.valid = true;
+    return it->second.p;
+  }
+  // Cached copies overlapping [p, p+n) become stale; with drop, they are freed (their source memory is going away).
+  void evict(const float* p, size_t n, bool drop = false) {
+    const float* e = p + n;
+    for (auto it = wcache_.begin(); it != wcache_.end();) {
+      const float* a = it->first;
+      if (a < e && p < a + it->second.n) {
+        if (drop) {
+          cudaFree(it->second.p);
+          it = wcache_.erase(it);
+          continue;
+        }
+        it->second.valid = false;
+      }
+      ++it;
+    }
+  }
+
+  cublasHandle_t blas_ = nullptr;
+  Scratch ws_, ss_, act_a_, act_b_, inv_, att_, colp_;
+  IntStage tokens_, pos_, seqs_, targets_;
+  std::map<const float*, Cached> wcache_;
+  std::map<const float*, size_t> sizes_;  // allocations made by alloc(), in floats
+
+  void colsum(float* dst, const float* a, const float* b, const float* rowscale, int T, int C) {
+    float* part = (float*)colp_.get((size_t)COL_CHUNKS * C * sizeof(float));
+    const dim3 grid((C + 255) / 256, COL_CHUNKS);
+    k_colsum_partial<<<grid, 256>>>(part, a, b, rowscale, T, C);
+    LAUNCH_CHECK("column sums (partial)");
+    k_colsum_finish<<<(C + 255) / 256, 256>>>(dst, part, C);
+    LAUNCH_CHECK("column sums (finish)");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernels> make_cuda_kernels() { return std::make_unique<CudaKernels>(); }
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace rls

@@ -1,0 +1,730 @@
+// Standalone driver of the GPU checks and benchmark, built with nvcc on the GPU machine (which has no Node): links
+// the pure compute files (model, losses, config, cpu_kernels) and the CUDA layer, and runs
+//   driver kernels            every CUDA kernel against the CPU one on random inputs (forward, gradients, updates)
+//   driver model              a whole step of a model on CPU and CUDA: log-probs, loss, every gradient, AdamW update
+//   driver step <file>        one policy-loss step dumped (weights, batch, logits, loss, gradients, update) for torch_ref.py
+//   driver train <file> <n>   an n-step cross-entropy run dumped (weights, batches, losses) for torch_ref.py
+//   driver bench [names]      training throughput, MFU and peak GPU memory for the 20M / 120M / 500M models
+// Exit status 1 when a check fails. Build and run: test/gpu/run.sh.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../native/src/device.h"
+#include "../../native/src/errors.h"
+#include "../../native/src/losses.h"
+#include "../../native/src/model.h"
+
+using namespace rls;
+
+namespace {
+
+// ---- random numbers (splitmix64 + Box-Muller) ----
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uni() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  float normal() { return (float)(std::sqrt(-2.0 * std::log(uni())) * std::cos(6.283185307179586 * uni())); }
+  int below(int n) { return (int)(next() % (uint64_t)n); }
+};
+
+std::vector<float> randn(Rng& r, size_t n, float std = 1.f) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = r.normal() * std;
+  return v;
+}
+
+// ---- device buffers ----
+struct Dev {
+  Kernels* k;
+  float* p;
+  size_t n;
+  Dev(Kernels* k_, const std::vector<float>& h) : k(k_), p(k_->alloc(h.size())), n(h.size()) { k->from_host(p, h.data(), n); }
+  Dev(Kernels* k_, size_t n_) : k(k_), p(k_->alloc(n_)), n(n_) {}
+  ~Dev() { k->release(p); }
+  std::vector<float> host() const {
+    std::vector<float> h(n);
+    k->to_host(h.data(), p, n);
+    return h;
+  }
+};
+
+// ---- comparisons ----
+struct Cmp {
+  double max_abs = 0, rel = 0;  // rel = ||a - b|| / ||b||
+  bool finite = true;
+};
+Cmp compare(const float* a, const float* b, size_t n) {
+  double d2 = 0, r2 = 0;
+  Cmp c;
+  for (size_t i = 0; i < n; i++) {
+    if (!std::isfinite(a[i])) c.finite = false;
+    const double d = (double)a[i] - b[i];
+    d2 += d * d;
+    r2 += (double)b[i] * b[i];
+    c.max_abs = std::max(c.max_abs, std::fabs(d));
+  }
+  c.rel = r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+  return c;
+}
+Cmp compare(const std::vector<float>& a, const std::vector<float>& b) { return compare(a.data(), b.data(), a.size()); }
+
+int failures = 0;
+void report(const std::string& what, const Cmp& c, double tol) {
+  const bool ok = c.finite && c.rel <= tol;
+  if (!ok) failures++;
+  std::printf("%-58s rel %.2e  max|d| %.2e  tol %.0e  %s\n", what.c_str(), c.rel, c.max_abs, tol, ok ? "ok" : "FAIL");
+}
+
+// Tolerances (norm-relative): fp32 kernels agree with the CPU to rounding; products with bf16 operands carry about
+// 2^-9 relative error per operand, ~3e-3 in norm after accumulation; attention adds bf16 P and dS on top.
+constexpr double TOL_FP32 = 2e-5, TOL_BF16 = 1e-2, TOL_ATT = 2e-2;
+
+// ---- kernel checks ----
+void check_kernels() {
+  auto cpu = make_cpu_kernels(8);
+  auto gpu = make_cuda_kernels();
+  Kernels* K = gpu.get();
+  Rng r(42);
+  std::printf("== kernels: CUDA vs CPU on random inputs ==\n");
+
+  {  // elementwise helpers
+    const size_t n = 1000003;
+    auto x = randn(r, n), y = randn(r, n);
+    Dev dx(K, x), dy(K, y);
+    K->add_inplace(dy.p, dx.p, n);
+    cpu->add_inplace(y.data(), x.data(), n);
+    report("add_inplace", compare(dy.host(), y), TOL_FP32);
+    K->scale(dy.p, n, 0.37f);
+    cpu->scale(y.data(), n, 0.37f);
+    report("scale", compare(dy.host(), y), TOL_FP32);
+    const double a = K->sum_squares(dx.p, n), b = cpu->sum_squares(x.data(), n);
+    report("sum_squares", Cmp{std::fabs(a - b), std::fabs(a - b) / b, true}, 1e-9);
+  }
+  {  // embedding (repeated ids in the backward)
+    const int T = 517, H = 384, V = 97;
+    std::vector<int32_t> tok(T);
+    for (auto& t : tok) t = r.below(V);
+    auto wte = randn(r, (size_t)V * H), dout = randn(r, (size_t)T * H), dw0 = randn(r, (size_t)V * H);
+    Dev dwte(K, wte), dout_d(K, dout), out(K, (size_t)T * H), dw(K, dw0);
+    std::vector<float> o((size_t)T * H), dwc = dw0;
+    K->embedding_forward(out.p, tok.data(), dwte.p, T, H);
+    cpu->embedding_forward(o.data(), tok.data(), wte.data(), T, H);
+    report("embedding_forward", compare(out.host(), o), TOL_FP32);
+    K->embedding_backward(dw.p, dout_d.p, tok.data(), T, H);
+    cpu->embedding_backward(dwc.data(), dout.data(), tok.data(), T, H);
+    report("embedding_backward (repeated ids, +=)", compare(dw.host(), dwc), TOL_FP32);
+  }
+  for (int C : {384, 1000}) {  // rmsnorm
+    const int T = 333;
+    auto x = randn(r, (size_t)T * C), w = randn(r, C), dy = randn(r, (size_t)T * C), dx0 = randn(r, (size_t)T * C),
+         dw0 = randn(r, C);
+    Dev xd(K, x), wd(K, w), dyd(K, dy), out(K, (size_t)T * C), rs(K, T), dxd(K, dx0), dwd(K, dw0);
+    std::vector<float> o((size_t)T * C), rsc(T), dx = dx0, dw = dw0;
+    K->rmsnorm_forward(out.p, rs.p, xd.p, wd.p, T, C, 1e-6f);
+    cpu->rmsnorm_forward(o.data(), rsc.data(), x.data(), w.data(), T, C, 1e-6f);
+    report("rmsnorm_forward C=" + std::to_string(C), compare(out.host(), o), TOL_FP32);
+    K->rmsnorm_backward(dxd.p, dwd.p, dyd.p, xd.p, wd.p, rs.p, T, C);
+    cpu->rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rsc.data(), T, C);
+    report("rmsnorm_backward dinp C=" + std::to_string(C), compare(dxd.host(), dx), TOL_FP32);
+    report("rmsnorm_backward dw C=" + std::to_string(C), compare(dwd.host(), dw), TOL_FP32);
+  }
+  {  // matmul forward/backward with bias and accumulation
+    const int N = 300, C = 256, OC = 384;
+    auto x = randn(r, (size_t)N * C), w = randn(r, (size_t)OC * C, 0.05f), b = randn(r, OC), o0 = randn(r, (size_t)N * OC);
+    auto dout = randn(r, (size_t)N * OC), dx0 = randn(r, (size_t)N * C), dw0 = randn(r, (size_t)OC * C), db0 = randn(r, OC);
+    Dev xd(K, x), wd(K, w), bd(K, b), od(K, o0), dod(K, dout), dxd(K, dx0), dwd(K, dw0), dbd(K, db0);
+    std::vector<float> o = o0, dx = dx0, dw = dw0, db = db0;
+    K->matmul_forward(od.p, xd.p, wd.p, bd.p, N, C, OC, true);
+    cpu->matmul_forward(o.data(), x.data(), w.data(), b.data(), N, C, OC, true);
+    report("matmul_forward (bias, +=) bf16", compare(od.host(), o), TOL_BF16);
+    K->matmul_forward(od.p, xd.p, wd.p, nullptr, N, C, OC, false);
+    cpu->matmul_forward(o.data(), x.data(), w.data(), nullptr, N, C, OC, false);
+    report("matmul_forward (=) bf16", compare(od.host(), o), TOL_BF16);
+    K->matmul_backward(dxd.p, dwd.p, dbd.p, dod.p, xd.p, wd.p, N, C, OC);
+    cpu->matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+    report("matmul_backward dinp (+=) bf16", compare(dxd.host(), dx), TOL_BF16);
+    report("matmul_backward dw (+=) bf16", compare(dwd.host(), dw), TOL_BF16);
+    report("matmul_backward dbias (+=)", compare(dbd.host(), db), TOL_FP32);
+    // the cached bf16 weight must follow a write to the fp32 weight
+    auto w2 = randn(r, (size_t)OC * C, 0.05f);
+    K->from_host(wd.p, w2.data(), w2.size());
+    K->matmul_forward(od.p, xd.p, wd.p, nullptr, N, C, OC, false);
+    cpu->matmul_forward(o.data(), x.data(), w2.data(), nullptr, N, C, OC, false);
+    report("matmul_forward after the weight changed (cache)", compare(od.host(), o), TOL_BF16);
+  }
+  // packed sequences: lengths 1, 64, 70, 128, 129 and a long one
+  const std::vector<int> lens = {1, 64, 70, 128, 129, 400};
+  std::vector<int32_t> starts = {0}, pos;
+  for (int L : lens) {
+    starts.push_back(starts.back() + L);
+    for (int i = 0; i < L; i++) pos.push_back(i);
+  }
+  const int T = starts.back(), S = (int)lens.size();
+  for (double theta : {1e4, 1e6}) {  // rotary
+    const int hd = 64, nh = 6;
+    std::vector<float> cb((size_t)T * hd / 2), sb((size_t)T * hd / 2);
+    Dev cd(K, cb.size()), sd(K, sb.size());
+    K->rope_table(cd.p, sd.p, pos.data(), T, hd, theta);
+    cpu->rope_table(cb.data(), sb.data(), pos.data(), T, hd, theta);
+    report("rope_table theta=" + std::to_string((int)theta), compare(cd.host(), cb), TOL_FP32);
+    auto x = randn(r, (size_t)T * nh * hd);
+    Dev xd(K, x);
+    K->rope_forward(xd.p, cd.p, sd.p, T, nh, hd);
+    cpu->rope_forward(x.data(), cb.data(), sb.data(), T, nh, hd);
+    report("rope_forward", compare(xd.host(), x), TOL_FP32);
+    K->rope_backward(xd.p, cd.p, sd.p, T, nh, hd);
+    cpu->rope_backward(x.data(), cb.data(), sb.data(), T, nh, hd);
+    report("rope_backward", compare(xd.host(), x), TOL_FP32);
+  }
+  // attention: tensor-core path (hd 64, 128) with GQA, MHA and MQA; fp32 path (hd 8, 40)
+  struct AttCase {
+    int NH, NKV, hd;
+  };
+  for (AttCase c : {AttCase{8, 2, 64}, AttCase{4, 4, 64}, AttCase{6, 1, 128}, AttCase{4, 2, 8}, AttCase{6, 3, 40}}) {
+    const int QD = c.NH * c.hd, KD = c.NKV * c.hd;
+    auto q = randn(r, (size_t)T * QD), k = randn(r, (size_t)T * KD), v = randn(r, (size_t)T * KD),
+         dout = randn(r, (size_t)T * QD);
+    Dev qd(K, q), kd(K, k), vd(K, v), dod(K, dout), od(K, (size_t)T * QD), ld(K, (size_t)c.NH * T),
+        dqd(K, (size_t)T * QD), dkd(K, (size_t)T * KD), dvd(K, (size_t)T * KD);
+    std::vector<float> o((size_t)T * QD), l((size_t)c.NH * T), dq((size_t)T * QD), dk((size_t)T * KD), dv((size_t)T * KD);
+    const std::vector<float> poison((size_t)T * QD, NAN);  // every output element must be written
+    K->from_host(od.p, poison.data(), od.n);
+    K->from_host(dqd.p, poison.data(), dqd.n);
+    K->from_host(dkd.p, poison.data(), dkd.n);
+    K->from_host(dvd.p, poison.data(), dvd.n);
+    K->attention_forward(od.p, ld.p, qd.p, kd.p, vd.p, starts.data(), S, T, c.NH, c.NKV, c.hd);
+    cpu->attention_forward(o.data(), l.data(), q.data(), k.data(), v.data(), starts.data(), S, T, c.NH, c.NKV, c.hd);
+    const std::string tag = " NH=" + std::to_string(c.NH) + " NKV=" + std::to_string(c.NKV) + " hd=" + std::to_string(c.hd);
+    const double tol = (c.hd == 64 || c.hd == 128) ? TOL_ATT : TOL_FP32 * 10;
+    report("attention_forward out" + tag, compare(od.host(), o), tol);
+    report("attention_forward lse" + tag, compare(ld.host(), l), tol);
+    K->attention_backward(dqd.p, dkd.p, dvd.p, dod.p, qd.p, kd.p, vd.p, od.p, ld.p, starts.data(), S, T, c.NH, c.NKV, c.hd);
+    cpu->attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
+                            l.data(), starts.data(), S, T, c.NH, c.NKV, c.hd);
+    report("attention_backward dq" + tag, compare(dqd.host(), dq), tol);
+    report("attention_backward dk" + tag, compare(dkd.host(), dk), tol);
+    report("attention_backward dv" + tag, compare(dvd.host(), dv), tol);
+  }
+  {  // swiglu
+    const size_t n = 123457;
+    auto g = randn(r, n, 3.f), u = randn(r, n), dout = randn(r, n);
+    Dev gd(K, g), ud(K, u), dod(K, dout), od(K, n), dgd(K, n), dud(K, n);
+    std::vector<float> o(n), dg(n), du(n);
+    K->swiglu_forward(od.p, gd.p, ud.p, n);
+    cpu->swiglu_forward(o.data(), g.data(), u.data(), n);
+    report("swiglu_forward", compare(od.host(), o), TOL_FP32);
+    K->swiglu_backward(dgd.p, dud.p, dod.p, gd.p, ud.p, n);
+    cpu->swiglu_backward(dg.data(), du.data(), dout.data(), g.data(), u.data(), n);
+    report("swiglu_backward dgate", compare(dgd.host(), dg), TOL_FP32);
+    report("swiglu_backward dup", compare(dud.host(), du), TOL_FP32);
+  }
+  for (int V : {1000, 1001, 151936}) {  // fused log-softmax / entropy and its backward
+    const int N = V > 100000 ? 9 : 37;
+    auto z = randn(r, (size_t)N * V, 4.f), dlp = randn(r, N), dent = randn(r, N);
+    std::vector<int32_t> tg(N);
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 0 ? -1 : r.below(V);
+    Dev zd(K, z), lpd(K, N), ed(K, N), dlpd(K, dlp), dentd(K, dent);
+    std::vector<float> lp(N), e(N);
+    K->logsoftmax_forward(zd.p, lpd.p, ed.p, tg.data(), N, V);
+    cpu->logsoftmax_forward(z.data(), lp.data(), e.data(), tg.data(), N, V);
+    const std::string tag = " V=" + std::to_string(V);
+    report("logsoftmax_forward log-probs (all)" + tag, compare(zd.host(), z), TOL_FP32);
+    report("logsoftmax_forward logp[target]" + tag, compare(lpd.host(), lp), TOL_FP32);
+    report("logsoftmax_forward entropy" + tag, compare(ed.host(), e), TOL_FP32 * 5);
+    K->logsoftmax_backward(zd.p, dlpd.p, dentd.p, ed.p, tg.data(), N, V);
+    cpu->logsoftmax_backward(z.data(), dlp.data(), dent.data(), e.data(), tg.data(), N, V);
+    report("logsoftmax_backward dlogits" + tag, compare(zd.host(), z), TOL_FP32 * 5);
+  }
+  {  // AdamW
+    const size_t n = 300001;
+    auto p = randn(r, n), g = randn(r, n), m = randn(r, n, 0.1f), v = randn(r, n);
+    for (auto& x : v) x = x * x * 0.01f;
+    Dev pd(K, p), gd(K, g), md(K, m), vd(K, v);
+    for (int step = 1; step <= 3; step++) {
+      const float b1 = 0.9f, b2 = 0.95f, bc1 = 1.f - std::pow(b1, step), bc2 = 1.f - std::pow(b2, step);
+      K->adamw(pd.p, gd.p, md.p, vd.p, n, 1e-3f, b1, b2, 1e-8f, 0.1f, bc1, bc2);
+      cpu->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, b1, b2, 1e-8f, 0.1f, bc1, bc2);
+    }
+    report("adamw params (3 steps)", compare(pd.host(), p), TOL_FP32);
+    report("adamw exp_avg", compare(md.host(), m), TOL_FP32);
+    report("adamw exp_avg_sq", compare(vd.host(), v), TOL_FP32);
+  }
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    std::printf("CUDA error at the end of the kernel checks: %s\n", cudaGetErrorString(e));
+    failures++;
+  }
+}
+
+// ---- model-level helpers ----
+ModelConfig make_config(int H, int L, int NH, int NKV, int I, int V, bool tied, bool bias, int maxpos = 4096) {
+  ModelConfig c;
+  c.hidden_size = H;
+  c.num_hidden_layers = L;
+  c.num_attention_heads = NH;
+  c.num_key_value_heads = NKV;
+  c.intermediate_size = I;
+  c.vocab_size = V;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = tied;
+  c.max_position_embeddings = maxpos;
+  c.attention_bias = bias;
+  return c;
+}
+std::string config_json(const ModelConfig& c) {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "{\"hidden_size\":%d,\"num_hidden_layers\":%d,\"num_attention_heads\":%d,\"num_key_value_heads\":%d,"
+                "\"intermediate_size\":%d,\"vocab_size\":%d,\"rope_theta\":%g,\"rms_norm_eps\":%g,"
+                "\"tie_word_embeddings\":%s,\"max_position_embeddings\":%d,\"attention_bias\":%s}",
+                c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size,
+                c.vocab_size, c.rope_theta, c.rms_norm_eps, c.tie_word_embeddings ? "true" : "false",
+                c.max_position_embeddings, c.attention_bias ? "true" : "false");
+  return b;
+}
+
+// A tiny safetensors writer (F32 / I32, little-endian): the format torch_ref.py reads with the safetensors package.
+struct StWriter {
+  struct E {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    std::vector<char> bytes;
+  };
+  std::vector<E> es;
+  std::map<std::string, std::string> meta;
+  void f32(const std::string& n, std::vector<int64_t> shape, const float* p, size_t cnt) {
+    es.push_back({n, "F32", shape, std::vector<char>((const char*)p, (const char*)(p + cnt))});
+  }
+  void i32(const std::string& n, std::vector<int64_t> shape, const int32_t* p, size_t cnt) {
+    es.push_back({n, "I32", shape, std::vector<char>((const char*)p, (const char*)(p + cnt))});
+  }
+  static std::string esc(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '"' || c == '\\') o += '\\';
+      o += c;
+    }
+    return o;
+  }
+  void write(const std::string& path) {
+    std::string h = "{\"__metadata__\":{";
+    bool first = true;
+    for (auto& [k, v] : meta) {
+      h += (first ? "" : ",") + std::string("\"") + esc(k) + "\":\"" + esc(v) + "\"";
+      first = false;
+    }
+    h += "}";
+    size_t off = 0;
+    for (auto& e : es) {
+      h += ",\"" + e.name + "\":{\"dtype\":\"" + e.dtype + "\",\"shape\":[";
+      for (size_t i = 0; i < e.shape.size(); i++) h += (i ? "," : "") + std::to_string(e.shape[i]);
+      h += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + e.bytes.size()) + "]}";
+      off += e.bytes.size();
+    }
+    h += "}";
+    while (h.size() % 8) h += ' ';
+    std::ofstream f(path, std::ios::binary);
+    const uint64_t n = h.size();
+    f.write((const char*)&n, 8);
+    f.write(h.data(), (std::streamsize)h.size());
+    for (auto& e : es) f.write(e.bytes.data(), (std::streamsize)e.bytes.size());
+    if (!f) throw std::runtime_error("cannot write " + path);
+  }
+};
+
+void dump_block(StWriter& w, const std::string& prefix, Model& m, BlockKind kind) {
+  m.download(kind);
+  const float* base = kind == BlockKind::Params ? m.params().get()
+                      : kind == BlockKind::Grads ? m.grads().get()
+                      : kind == BlockKind::ExpAvg ? m.adam_m().get()
+                                                  : m.adam_v().get();
+  for (const auto& t : m.tensors()) w.f32(prefix + t.name, t.shape, base + t.offset, t.numel);
+}
+
+struct Packed {
+  std::vector<int32_t> tokens, starts, targets;
+  std::vector<float> mask;
+};
+Packed pack(const std::vector<std::vector<int32_t>>& seqs) {
+  Packed p;
+  p.starts = {0};
+  for (const auto& s : seqs) {
+    for (size_t i = 0; i < s.size(); i++) {
+      p.tokens.push_back(s[i]);
+      p.targets.push_back(i + 1 < s.size() ? s[i + 1] : -1);
+      p.mask.push_back(i + 1 < s.size() ? 1.f : 0.f);
+    }
+    p.starts.push_back((int32_t)p.tokens.size());
+  }
+  return p;
+}
+Batch batch_of(const Packed& p) {
+  Batch b;
+  b.tokens = p.tokens.data();
+  b.T = (int)p.tokens.size();
+  b.seq_starts = p.starts.data();
+  b.S = (int)p.starts.size() - 1;
+  return b;
+}
+
+// The policy loss of the step check: PPO clip (0.2 / 0.28), KL k3 to a reference (0.05), entropy bonus 0.01, token mean.
+PolicyLossOptions step_loss_options() {
+  PolicyLossOptions o;
+  o.clip_low = 0.2;
+  o.clip_high = 0.28;
+  o.iw_cap = 0;
+  o.kl_coef = 0.05;
+  o.kl_type = KlType::K3;
+  o.entropy_coef = 0.01;
+  o.agg = Agg::TokenMean;
+  return o;
+}
+
+struct StepInputs {
+  std::vector<float> adv, behav, ref;
+};
+StepInputs step_inputs(Rng& r, const Packed& p, int V) {
+  StepInputs s;
+  const size_t T = p.tokens.size();
+  for (size_t t = 0; t < T; t++) {
+    s.adv.push_back(r.normal());
+    s.behav.push_back((float)(-std::log((double)V) + 0.5 * r.normal()));
+    s.ref.push_back((float)(-std::log((double)V) + 0.5 * r.normal()));
+  }
+  return s;
+}
+
+// Same model, same step on CPU and CUDA: log-probs, loss, every gradient tensor, the AdamW update.
+void check_model() {
+  std::printf("\n== model: one policy-loss step on CUDA vs CPU ==\n");
+  const ModelConfig cfg = make_config(256, 2, 4, 2, 512, 1000, false, true);
+  Rng r(7);
+  std::vector<std::vector<int32_t>> seqs;
+  for (int L : {1, 70, 128, 300, 13}) {
+    std::vector<int32_t> s(L);
+    for (auto& x : s) x = r.below(cfg.vocab_size);
+    seqs.push_back(s);
+  }
+  const Packed p = pack(seqs);
+  const Batch b = batch_of(p);
+  const StepInputs in = step_inputs(r, p, cfg.vocab_size);
+  PolicyLossInputs pin;
+  pin.mask = p.mask.data();
+  pin.advantages = in.adv.data();
+  pin.behaviour = in.behav.data();
+  pin.ref = in.ref.data();
+  Model cpu(cfg, 8, 0, Device::Cpu), gpu(cfg, 8, 0, Device::Cuda);
+  cpu.init_random(11, 0.05f);
+  gpu.init_random(11, 0.05f);
+  const int T = b.T;
+  std::vector<float> lc(T), ec(T), lg(T), eg(T);
+  cpu.forward_logprobs(b, p.targets.data(), lc.data(), ec.data());
+  gpu.forward_logprobs(b, p.targets.data(), lg.data(), eg.data());
+  report("forward log-probs", compare(lg, lc), TOL_BF16);
+  report("forward entropy", compare(eg, ec), TOL_BF16);
+  PolicyLoss lcpu(pin, step_loss_options(), p.starts.data(), b.S, T), lgpu(pin, step_loss_options(), p.starts.data(), b.S, T);
+  cpu.forward_backward(b, p.targets.data(), lcpu);
+  gpu.forward_backward(b, p.targets.data(), lgpu);
+  const double a = lgpu.metrics().loss, c = lcpu.metrics().loss;
+  std::printf("loss: cuda %.6f cpu %.6f\n", a, c);
+  report("policy loss", Cmp{std::fabs(a - c), std::fabs(a - c) / std::fabs(c), std::isfinite(a)}, TOL_BF16);
+  gpu.download(BlockKind::Grads);
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& t : cpu.tensors()) {
+    const Cmp g = compare(gpu.grads().get() + t.offset, cpu.grads().get() + t.offset, t.numel);
+    if (g.rel > worst || !g.finite) worst = g.finite ? g.rel : INFINITY, worst_name = t.name;
+    report("grad " + t.name, g, 5e-2);
+  }
+  std::printf("worst gradient: %s rel %.2e\n", worst_name.c_str(), worst);
+  // AdamW on the same gradients (bf16 gradients differ by ~2%, and Adam's first step is close to lr * sign(g), so
+  // comparing updates from different gradients would measure the gradients again).
+  std::memcpy(cpu.grads().get(), gpu.grads().get(), cpu.num_parameters() * sizeof(float));
+  AdamWParams ap;
+  ap.lr = 1e-3f;
+  ap.weight_decay = 0.1f;
+  for (int s = 0; s < 2; s++) {
+    cpu.adamw_step(ap);
+    gpu.adamw_step(ap);
+  }
+  gpu.download(BlockKind::Params);
+  gpu.download(BlockKind::ExpAvgSq);
+  report("AdamW params after 2 steps on the same gradients",
+         compare(gpu.params().get(), cpu.params().get(), cpu.num_parameters()), TOL_FP32);
+  report("AdamW exp_avg_sq", compare(gpu.adam_v().get(), cpu.adam_v().get(), cpu.num_parameters()), TOL_FP32);
+}
+
+// One policy-loss step dumped for torch_ref.py.
+void dump_step(const std::string& path) {
+  const ModelConfig cfg = make_config(256, 2, 4, 2, 512, 1000, false, true);
+  Rng r(7);
+  std::vector<std::vector<int32_t>> seqs;
+  for (int L : {1, 70, 128, 300, 13}) {
+    std::vector<int32_t> s(L);
+    for (auto& x : s) x = r.below(cfg.vocab_size);
+    seqs.push_back(s);
+  }
+  const Packed p = pack(seqs);
+  const Batch b = batch_of(p);
+  const StepInputs in = step_inputs(r, p, cfg.vocab_size);
+  PolicyLossInputs pin;
+  pin.mask = p.mask.data();
+  pin.advantages = in.adv.data();
+  pin.behaviour = in.behav.data();
+  pin.ref = in.ref.data();
+  const int T = b.T, V = cfg.vocab_size;
+  StWriter w;
+  w.meta["config"] = config_json(cfg);
+  w.meta["loss"] = "{\"clip_low\":0.2,\"clip_high\":0.28,\"kl_coef\":0.05,\"kl_type\":\"k3\",\"entropy_coef\":0.01}";
+  w.meta["adamw"] = "{\"lr\":0.001,\"beta1\":0.9,\"beta2\":0.999,\"eps\":1e-8,\"weight_decay\":0.1}";
+  w.i32("tokens", {T}, p.tokens.data(), T);
+  w.i32("seq_starts", {(int64_t)p.starts.size()}, p.starts.data(), p.starts.size());
+  w.i32("targets", {T}, p.targets.data(), T);
+  w.f32("mask", {T}, p.mask.data(), T);
+  w.f32("advantages", {T}, in.adv.data(), T);
+  w.f32("behaviour", {T}, in.behav.data(), T);
+  w.f32("ref", {T}, in.ref.data(), T);
+  for (Device dev : {Device::Cuda, Device::Cpu}) {
+    const std::string pre = dev == Device::Cuda ? "cuda." : "cpu.";
+    Model m(cfg, 8, 0, dev);
+    m.init_random(11, 0.05f);
+    if (dev == Device::Cuda) dump_block(w, "param.", m, BlockKind::Params);
+    std::vector<float> logits((size_t)T * V);
+    m.forward_logits(b, logits.data());
+    w.f32(pre + "logits", {T, V}, logits.data(), logits.size());
+    PolicyLoss loss(pin, step_loss_options(), p.starts.data(), b.S, T);
+    m.forward_backward(b, p.targets.data(), loss);
+    const float lv = (float)loss.metrics().loss;
+    w.f32(pre + "loss", {1}, &lv, 1);
+    dump_block(w, pre + "grad.", m, BlockKind::Grads);
+    AdamWParams ap;
+    ap.lr = 1e-3f;
+    ap.weight_decay = 0.1f;
+    m.adamw_step(ap);
+    dump_block(w, pre + "updated.", m, BlockKind::Params);
+  }
+  w.write(path);
+  std::printf("step dump written to %s\n", path.c_str());
+}
+
+// A learnable synthetic language: each sequence follows x' = (a x + c) mod V with a per-sequence (a, c) from a small
+// set, and one token in eight replaced by noise. Loss falls from ln V towards the noise floor.
+std::vector<std::vector<int32_t>> synthetic_batch(Rng& r, int V, int tokens, int min_len, int max_len) {
+  std::vector<std::vector<int32_t>> seqs;
+  int total = 0;
+  while (total < tokens) {
+    int L = min_len + r.below(max_len - min_len + 1);
+    L = std::min(L, tokens - total);
+    if (L < 2) L = tokens - total;
+    const int a = 1 + 2 * r.below(4), c = 1 + r.below(7);
+    std::vector<int32_t> s(L);
+    s[0] = r.below(V);
+    for (int i = 1; i < L; i++) s[i] = r.below(8) == 0 ? r.below(V) : (a * s[i - 1] + c) % V;
+    seqs.push_back(s);
+    total += L;
+  }
+  return seqs;
+}
+
+void dump_train(const std::string& path, int steps) {
+  const ModelConfig cfg = make_config(256, 4, 4, 2, 688, 512, true, false);
+  const int tokens = 4096;
+  StWriter w;
+  w.meta["config"] = config_json(cfg);
+  w.meta["train"] = "{\"lr\":0.002,\"beta1\":0.9,\"beta2\":0.95,\"eps\":1e-8,\"weight_decay\":0.01,\"clip\":1.0,\"steps\":" +
+                    std::to_string(steps) + "}";
+  Model m(cfg, 8, 0, Device::Cuda);
+  m.init_random(5, 0.02f);
+  dump_block(w, "param.", m, BlockKind::Params);
+  Rng r(99);
+  std::vector<float> losses, norms;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; s++) {
+    const Packed p = pack(synthetic_batch(r, cfg.vocab_size, tokens, 16, 512));
+    const Batch b = batch_of(p);
+    w.i32("tokens." + std::to_string(s), {b.T}, p.tokens.data(), b.T);
+    w.i32("seq_starts." + std::to_string(s), {(int64_t)p.starts.size()}, p.starts.data(), p.starts.size());
+    m.zero_grad();
+    CrossEntropyLoss loss(p.mask.data(), p.starts.data(), b.S, b.T, 1.f);
+    m.forward_backward(b, p.targets.data(), loss);
+    const double n = m.grad_norm();
+    if (n > 1.0) m.scale_grads((float)(1.0 / (n + 1e-6)));
+    AdamWParams ap;
+    ap.lr = 2e-3f;
+    ap.beta1 = 0.9f;
+    ap.beta2 = 0.95f;
+    ap.eps = 1e-8f;
+    ap.weight_decay = 0.01f;
+    m.adamw_step(ap);
+    losses.push_back((float)loss.loss());
+    norms.push_back((float)n);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  w.f32("losses", {steps}, losses.data(), steps);
+  w.f32("grad_norms", {steps}, norms.data(), steps);
+  w.write(path);
+  std::printf("train: %d steps of %d tokens in %.2f s; loss %.4f -> %.4f; dump %s\n", steps, tokens, secs, losses.front(),
+              losses.back(), path.c_str());
+}
+
+// ---- benchmark ----
+struct BenchModel {
+  const char* name;
+  ModelConfig cfg;
+  int seqs, len;
+};
+std::vector<BenchModel> bench_models() {
+  return {
+      {"20M", make_config(384, 8, 6, 2, 1024, 16384, true, false), 16, 1024},
+      {"120M", make_config(768, 12, 12, 4, 2560, 32000, true, false), 16, 1024},
+      // Qwen2.5-0.5B's shape: GQA 14/2, q/k/v bias, 152k vocabulary, tied
+      {"500M", make_config(896, 24, 14, 2, 4864, 151936, true, true), 8, 1024},
+  };
+}
+
+// Model FLOPs of a training step: 6 per matmul weight per token + causal attention (QK^T and PV, forward x3).
+double step_flops(const ModelConfig& c, int seqs, int len) {
+  const double H = c.hidden_size, hd = H / c.num_attention_heads, kv = c.num_key_value_heads * hd;
+  const double per_layer = H * H * 2 + H * kv * 2 + 3 * H * c.intermediate_size;
+  const double matmul_params = per_layer * c.num_hidden_layers + (double)c.vocab_size * H;
+  const double T = (double)seqs * len, pairs = (double)seqs * len * (len + 1) / 2;
+  return 6 * matmul_params * T + 3 * 4 * H * pairs * c.num_hidden_layers;
+}
+
+size_t used_bytes() {
+  size_t f = 0, t = 0;
+  cudaMemGetInfo(&f, &t);
+  return t - f;
+}
+
+void bench(const std::vector<std::string>& names, int iters) {
+  std::printf("\n== benchmark: policy-loss training step (forward, backward, clip, AdamW) on CUDA ==\n");
+  cudaFree(nullptr);
+  std::printf("%-6s %-11s %-8s %-9s %-10s %-7s %-11s\n", "model", "params", "tokens", "step ms", "tokens/s", "MFU %",
+              "peak MiB");
+  for (const auto& bm : bench_models()) {
+    if (!names.empty() && std::find(names.begin(), names.end(), bm.name) == names.end()) continue;
+    const size_t base = used_bytes();
+    size_t peak = 0;
+    const ModelConfig& cfg = bm.cfg;
+    const int T = bm.seqs * bm.len, V = cfg.vocab_size;
+    std::vector<int32_t> tokens(T), targets(T), starts(bm.seqs + 1);
+    std::vector<float> mask(T, 1.f), adv(T), behav(T);
+    for (int t = 0; t < T; t++) {
+      tokens[t] = (int32_t)(((int64_t)t * 7919) % V);
+      targets[t] = (int32_t)(((int64_t)t * 104729 + 3) % V);
+      adv[t] = (float)((t % 13) - 6) / 6.f;
+      behav[t] = (float)(-std::log((double)V) + ((t % 5) - 2) * 0.05);
+    }
+    for (int s = 0; s <= bm.seqs; s++) starts[s] = s * bm.len;
+    Batch b;
+    b.tokens = tokens.data();
+    b.T = T;
+    b.seq_starts = starts.data();
+    b.S = bm.seqs;
+    PolicyLossInputs pin;
+    pin.mask = mask.data();
+    pin.advantages = adv.data();
+    pin.behaviour = behav.data();
+    PolicyLossOptions opt;
+    opt.clip_low = 0.2;
+    opt.clip_high = 0.28;
+    opt.iw_cap = 0;
+    opt.entropy_coef = 1e-3;
+    Model m(cfg, 8, 0, Device::Cuda);
+    m.init_random(1, 0.02f);
+    AdamWParams ap;
+    ap.lr = 1e-4f;
+    ap.weight_decay = 0.01f;
+    double last_loss = 0;
+    auto step = [&]() {
+      m.zero_grad();
+      PolicyLoss loss(pin, opt, starts.data(), b.S, T);
+      m.forward_backward(b, targets.data(), loss);
+      const double n = m.grad_norm();
+      if (n > 1.0) m.scale_grads((float)(1.0 / (n + 1e-6)));
+      m.adamw_step(ap);
+      last_loss = loss.metrics().loss;
+    };
+    step();
+    step();
+    cudaDeviceSynchronize();
+    peak = std::max(peak, used_bytes() - base);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; i++) step();
+    cudaDeviceSynchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    peak = std::max(peak, used_bytes() - base);
+    const double flops = step_flops(cfg, bm.seqs, bm.len), mfu = flops / s / 989e12 * 100;
+    std::printf("%-6s %-11zu %-8d %-9.1f %-10.0f %-7.1f %-11.0f loss %.4f\n", bm.name, m.num_parameters(), T, s * 1e3,
+                T / s, mfu, peak / 1048576.0, last_loss);
+    std::printf("BENCH {\"impl\":\"rlstream-cuda\",\"model\":\"%s\",\"params\":%zu,\"tokens\":%d,\"step_ms\":%.2f,"
+                "\"tokens_per_s\":%.0f,\"mfu\":%.2f,\"peak_mib\":%.0f}\n",
+                bm.name, m.num_parameters(), T, s * 1e3, T / s, mfu, peak / 1048576.0);
+    if (std::getenv("RLSTREAM_CUDA_SYNC")) {
+      m.reset_profile();
+      step();
+      const double* pr = m.profile();
+      const char* names[] = {"matmul", "attention", "elementwise", "logits", "optimizer"};
+      double tot = 0;
+      for (int i = 0; i < 5; i++) tot += pr[i];
+      std::printf("  synced profile of one step (%.1f ms in kernels):", tot * 1e3);
+      for (int i = 0; i < 5; i++) std::printf(" %s %.1f ms", names[i], pr[i] * 1e3);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "kernels";
+  try {
+    if (cuda_device_count() == 0) {
+      std::printf("no CUDA GPU: nothing to check\n");
+      return 2;
+    }
+    if (mode == "kernels") check_kernels();
+    else if (mode == "model") check_model();
+    else if (mode == "step") dump_step(argc > 2 ? argv[2] : "step.safetensors");
+    else if (mode == "train") dump_train(argc > 2 ? argv[2] : "train.safetensors", argc > 3 ? std::atoi(argv[3]) : 200);
+    else if (mode == "bench") {
+      std::vector<std::string> names;
+      int iters = 10;
+      for (int i = 2; i < argc; i++) {
+        if (std::strncmp(argv[i], "--iters=", 8) == 0) iters = std::atoi(argv[i] + 8);
+        else names.push_back(argv[i]);
+      }
+      bench(names, iters);
+    } else {
+      std::printf("usage: driver kernels|model|step <file>|train <file> <steps>|bench [20M 120M 500M] [--iters=N]\n");
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+  if (failures) std::printf("\n%d check(s) FAILED\n", failures);
+  else if (mode == "kernels" || mode == "model") std::printf("\nall checks passed\n");
+  return failures ? 1 : 0;
+}

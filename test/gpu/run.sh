@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# GPU checks and benchmark on a machine with nvcc, a GPU and PyTorch (no Node needed): builds the CUDA layer and
+# the standalone driver (test/gpu/driver.cpp) with nvcc, then runs the steps named on the command line:
+#   build | kernels | model | torch (step + training curve vs PyTorch) | bench (ours vs PyTorch eager / compile) | all
+# Outputs (logs, dumps, JSON) go to $OUT (default /tmp/rlstream-gpu). Without nvcc or a GPU it says so and exits 0.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/rlstream-gpu}
+B=${RLSTREAM_GPU_BUILD:-/tmp/rlstream-gpu-build}
+mkdir -p "$OUT" "$B"
+if ! command -v nvcc >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "test/gpu/run.sh: skipped (needs nvcc and an NVIDIA GPU)"
+  exit 0
+fi
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+ARCH=${RLSTREAM_CUDA_ARCH:--gencode=arch=compute_90,code=sm_90}
+status=0
+
+build() {
+  local blas_inc="" blas_lib="-lopenblas"
+  local hdr
+  hdr=$(ls /usr/include/x86_64-linux-gnu/cblas.h /usr/include/x86_64-linux-gnu/openblas*/cblas.h /usr/include/cblas.h 2>/dev/null | head -1)
+  if [ -z "$hdr" ] || ! ldconfig -p | grep -q libopenblas; then
+    # No OpenBLAS here: the CPU reference gets a plain sgemm (test/gpu/blas_shim).
+    blas_inc="-Itest/gpu/blas_shim"
+    blas_lib=""
+    g++ -O3 -std=c++17 -c test/gpu/blas_shim/blas_shim.cpp -o "$B/blas_shim.o" || return 1
+    echo "build: no OpenBLAS on this machine, CPU reference uses test/gpu/blas_shim"
+  else
+    blas_inc="-I$(dirname "$hdr")"
+    rm -f "$B/blas_shim.o"
+  fi
+  for f in native/cuda/cuda_kernels.cu native/cuda/attention.cu; do
+    nvcc -O3 -std=c++17 $ARCH -Xcompiler -fPIC -Xptxas -warn-spills -c "$f" -o "$B/$(basename "$f" .cu).o" || return 1
+  done
+  for f in native/src/model.cpp native/src/losses.cpp native/src/config.cpp native/src/cpu_kernels.cpp test/gpu/driver.cpp; do
+    g++ -O3 -march=native -fopenmp -std=c++17 -fno-math-errno -DRLSTREAM_CUDA -I"$CUDA_HOME/include" $blas_inc \
+      -c "$f" -o "$B/$(basename "$f" .cpp).o" || return 1
+  done
+  g++ -fopenmp "$B"/*.o -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -L"$CUDA_HOME/targets/x86_64-linux/lib" \
+    -lcublas -lcudart $blas_lib -o "$B/driver" -Wl,-rpath,"$CUDA_HOME/lib64" || return 1
+  echo "build: $B/driver"
+}
+
+run_step() {
+  case "$1" in
+    build) build 2>&1 | tee "$OUT/build.log" || status=1 ;;
+    kernels) "$B/driver" kernels 2>&1 | tee "$OUT/kernels.log" || status=1 ;;
+    model) "$B/driver" model 2>&1 | tee "$OUT/model.log" || status=1 ;;
+    torch)
+      { "$B/driver" step "$B/step.safetensors" && "$B/driver" train "$B/train.safetensors" 300 &&
+        python3 test/gpu/torch_ref.py step "$B/step.safetensors" &&
+        python3 test/gpu/torch_ref.py train "$B/train.safetensors"; } 2>&1 | tee "$OUT/torch.log" || status=1 ;;
+    bench) python3 bench/gpu_torch.py --driver "$B/driver" --out "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    all) for s in build kernels model torch bench; do run_step $s; done ;;
+    *) echo "unknown step $1"; status=2 ;;
+  esac
+}
+
+export PYTHONUNBUFFERED=1
+for s in "${@:-all}"; do run_step "$s"; done
+exit $status
