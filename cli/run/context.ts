@@ -9,6 +9,7 @@ import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
+import { TOPICS } from '../../core/topics.ts';
 
 export interface RunContext {
   config: RunConfig;
@@ -29,10 +30,11 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
   );
   let registry: SchemaRegistry;
   if (config.registry.kind === 'http') {
-    const { HttpRegistry } = await import('../../core/serde/http-registry.ts');
-    registry = new HttpRegistry({ url: config.registry.url });
+    const { HttpSchemaRegistry } = await import('../../core/serde/http-registry.ts');
+    registry = new HttpSchemaRegistry({ url: config.registry.url });
   } else registry = await EmbeddedRegistry.open(log, logger.child({ component: 'registry' }));
   const serde = await new EventSerde(registry).init();
+  await ensureTopics(log);
   return {
     config,
     log,
@@ -44,6 +46,22 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
       await log.close();
     },
   };
+}
+
+/** Rollout-side topics are keyed by group_id and partitioned for parallel consumers; the rest are small. */
+export const TOPIC_PARTITIONS: Record<string, number> = {
+  [TOPICS.rolloutEvents]: 4,
+  [TOPICS.rewarded]: 4,
+  [TOPICS.advantaged]: 4,
+  [TOPICS.policyVersions]: 1,
+  [TOPICS.trainSteps]: 1,
+  [TOPICS.control]: 1,
+  [TOPICS.deadLetter]: 1,
+};
+
+/** Create every topic of the contract (idempotent), so no role depends on another having started first. */
+export async function ensureTopics(log: EventLog): Promise<void> {
+  for (const [name, partitions] of Object.entries(TOPIC_PARTITIONS)) await log.createTopic({ name, partitions });
 }
 
 /** The run's trace store, or null when traces are off. One chDB directory per process. */

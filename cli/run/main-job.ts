@@ -140,13 +140,15 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       }
     })();
     await Promise.race([trainerDone, ...running.map((p) => p.then(() => Promise.reject(new Error('a stream processor stopped early'))))]);
+    // The training worker applies the last version to the shared backend before it stops.
+    await waitFor(() => backend.currentPolicyVersion() >= trainer.currentVersion, 30_000);
     await worker.stop({ abort: true });
     await rollouts.catch((err) => logger.warn('rollouts ended with an error', { error: describeError(err) }));
     await evalChain;
 
-    // 5. Held-out accuracy of the final policy (the backend has hot-swapped to it).
-    await waitFor(() => worker.snapshot().policyVersion >= trainer.currentVersion, 30_000);
+    // 5. Held-out accuracy of the final policy.
     const after = accuracy(await evaluator.evaluate(heldout));
+    await evaluator.stop();
     evals.push({ step: trainer.currentStep, version: trainer.currentVersion, accuracy: after });
     evalBar.update(heldoutN, heldoutN, `after ${(after * 100).toFixed(1)}%`);
 

@@ -81,9 +81,6 @@ export class Trainer {
   /** Restore state from the log and disk; publish version 0 when the run is new. */
   async start(): Promise<void> {
     const { log, options } = this.deps;
-    await log.createTopic({ name: TOPICS.advantaged, partitions: 1 }).catch(() => {});
-    await log.createTopic({ name: TOPICS.trainSteps, partitions: 1 });
-    await log.createTopic({ name: TOPICS.policyVersions, partitions: 1 });
     this.producer = await log.producer({ transactionalId: `${this.deps.runId}.trainer` });
     const last = await this.lastCommitted();
     this.step = last.step;

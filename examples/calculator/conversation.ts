@@ -1,15 +1,21 @@
 // The messages of the calculator task: the prompt a rollout starts from, and the ideal demonstration
 // (tool call, tool response, final answer) that SFT warm-up learns the format from.
-import { CALCULATOR_SCHEMA } from '../../producers/tools/calculator.ts';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
 import type { ChatMessage, ChatTool } from '../../producers/tokenizer/chat-tokenizer.ts';
 
 export type { ChatMessage };
 import type { Problem } from './task.ts';
 
-export const SYSTEM_PROMPT = 'Solve the problem. Use the calculator, then give the answer.';
+export const SYSTEM_PROMPT = 'Use the calculator, then answer.';
 
-/** The tool offered in prompts: the calculator's own schema, exactly as the rollout worker renders it. */
-export const CALCULATOR_TOOL: ChatTool = CALCULATOR_SCHEMA;
+/** The tool offered in prompts, as examples/calculator/tools.yaml declares it (one source of truth). */
+export const CALCULATOR_TOOL: ChatTool = (() => {
+  const doc = parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), 'tools.yaml'), 'utf8')) as { tools: { tool_schema: ChatTool }[] };
+  return doc.tools[0]!.tool_schema;
+})();
 
 export function promptMessages(p: Problem): ChatMessage[] {
   return [

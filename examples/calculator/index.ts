@@ -2,8 +2,10 @@
 // the reward registered under its data_source, and the tool set offered to the agent loop.
 import { registerReward } from '../../consumers/reward/registry.ts';
 import type { DatasetRow } from '../../producers/dataset/types.ts';
-import { CalculatorTool } from '../../producers/tools/calculator.ts';
-import { ToolSet } from '../../producers/tools/tool-set.ts';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadToolConfig } from '../../producers/tools/config.ts';
+import type { ToolSet } from '../../producers/tools/tool-set.ts';
 import { promptMessages } from './conversation.ts';
 import { calculatorReward } from './reward.ts';
 import { EASY, HARD, problems, type Difficulty, type Problem, type Split } from './task.ts';
@@ -32,8 +34,10 @@ export function* problemRows(seed: number, split: Split, difficulty: Difficulty)
   for (const p of problems(seed, split, difficulty)) yield problemRow(p, i++);
 }
 
-export function calculatorTools(): ToolSet {
-  return new ToolSet({ defaultTimeoutMs: 5_000 }).add(new CalculatorTool());
+export const TOOLS_YAML = join(dirname(fileURLToPath(import.meta.url)), 'tools.yaml');
+
+export function calculatorTools(): Promise<ToolSet> {
+  return loadToolConfig(TOOLS_YAML, { defaultTimeoutMs: 5_000 });
 }
 
 let registered = false;

@@ -1,0 +1,45 @@
+// `rlstream eval <config> --weights <file>`: held-out accuracy of a checkpoint on the task, greedy, with the
+// same tool agent, tokenizer and backend as the main job (events go to a throw-away embedded log).
+import type { Command } from 'commander';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadRunConfig } from '../../core/config.ts';
+import { jsonLogger } from '../../core/telemetry.ts';
+import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
+import { take } from '../../examples/calculator/task.ts';
+import { openRunContext } from '../run/context.ts';
+import { accuracy } from '../run/main-job.ts';
+import { createBackend, createWorker, modelFiles } from '../run/roles.ts';
+import { collectSet } from './run.ts';
+
+export function register(program: Command): void {
+  program
+    .command('eval')
+    .description('held-out accuracy of a checkpoint on the calculator task (greedy, tool agent)')
+    .argument('<config>', 'run configuration (YAML)')
+    .option('--weights <file>', 'safetensors weights (default: model.init of the config)')
+    .option('--difficulty <name>', 'easy | hard', 'hard')
+    .option('--problems <n>', 'held-out problems', (v) => Number(v), 200)
+    .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
+    .action(async (configPath: string, opts: { weights?: string; difficulty: string; problems: number; set: Record<string, unknown> }) => {
+      const dir = mkdtempSync(join(tmpdir(), 'rlstream-eval-'));
+      const config = loadRunConfig(configPath, { ...opts.set, 'log.kind': 'embedded', 'log.dir': join(dir, 'log'), ...(opts.weights ? { 'model.init': opts.weights } : {}) });
+      const ctx = await openRunContext(config, jsonLogger({ level: 'warn' }));
+      const backend = await createBackend(ctx);
+      try {
+        const worker = createWorker(ctx, 'eval', backend, ChatTokenizer.load(modelFiles(ctx).tokenizerDir), { followPolicy: false });
+        const rows = take(problemRows(config.run.seed + 7, 'heldout', difficultyByName(opts.difficulty, '--difficulty')), opts.problems);
+        const t0 = performance.now();
+        const trajectories = await worker.evaluate(rows);
+        await worker.stop();
+        const toolCalls = trajectories.reduce((n, t) => n + t.num_tool_calls, 0);
+        console.log(JSON.stringify({ accuracy: accuracy(trajectories), problems: rows.length, difficulty: opts.difficulty, tool_calls_per_problem: toolCalls / rows.length, seconds: (performance.now() - t0) / 1000, example: trajectories[0]?.response_text }));
+      } finally {
+        await backend.close();
+        await ctx.close();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+}

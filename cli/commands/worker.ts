@@ -1,0 +1,95 @@
+// `rlstream worker <role> <config>`: one role of the distributed shape in its own process (Kafka, the HTTP
+// registry, ClickHouse server), built exactly as the main job builds it. Runs until SIGTERM / SIGINT, or until
+// the trainer reaches trainer.max_steps; a killed process resumes from the log on restart.
+import type { Command } from 'commander';
+import { loadRunConfig } from '../../core/config.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import { jsonLogger } from '../../core/telemetry.ts';
+import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
+import { openRunContext, openRunTraces } from '../run/context.ts';
+import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section } from '../run/roles.ts';
+import { collectSet } from './run.ts';
+
+export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
+type Role = (typeof ROLES)[number];
+
+function onSignal(stop: () => Promise<void> | void): void {
+  let stopping = false;
+  const handler = () => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    void Promise.resolve(stop()).catch(() => process.exit(1));
+  };
+  process.on('SIGTERM', handler);
+  process.on('SIGINT', handler);
+}
+
+export async function runRole(role: Role, configPath: string, overrides: Record<string, unknown>): Promise<void> {
+  const config = loadRunConfig(configPath, overrides);
+  const logger = jsonLogger({ fields: { role, pid: process.pid } });
+  const ctx = await openRunContext(config, logger);
+  const runId = config.run.id;
+  try {
+    switch (role) {
+      case 'reward':
+      case 'advantage': {
+        const p = role === 'reward' ? await createReward(ctx) : createAdvantage(ctx);
+        onSignal(() => p.stop());
+        await p.run();
+        break;
+      }
+      case 'traces': {
+        const store = await openRunTraces(config);
+        if (!store) throw new RlstreamError('CONFIG_INVALID', 'traces.kind is "none": the traces role has nothing to write to');
+        const sink = createTraceSink(ctx, store);
+        onSignal(() => sink.stop());
+        try {
+          await sink.run();
+        } finally {
+          await store.close();
+        }
+        break;
+      }
+      case 'trainer': {
+        const trainer = createTrainer(ctx, runId, config.run.dataDir, (s) => logger.info('train step', { step: s.step, version: s.produced_version, reward: s.reward_mean }));
+        onSignal(() => trainer.stop());
+        await trainer.start();
+        try {
+          await trainer.run();
+        } finally {
+          await trainer.close();
+        }
+        break;
+      }
+      case 'rollout': {
+        const tokenizer = ChatTokenizer.load(modelFiles(ctx).tokenizerDir);
+        const backend = await createBackend(ctx);
+        const worker = createWorker(ctx, runId, backend, tokenizer);
+        onSignal(() => worker.stop({ abort: true }));
+        const task = section(ctx, 'task');
+        try {
+          await worker.run(problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train')));
+        } finally {
+          await backend.close();
+        }
+        break;
+      }
+    }
+  } finally {
+    await ctx.close();
+  }
+}
+
+export function register(program: Command): void {
+  program
+    .command('worker')
+    .description(`run one role of the distributed shape in this process (${ROLES.join(', ')})`)
+    .argument('<role>', ROLES.join(' | '))
+    .argument('<config>', 'run configuration (YAML) with log.kind: kafka')
+    .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
+    .action(async (role: string, configPath: string, opts: { set: Record<string, unknown> }) => {
+      if (!(ROLES as readonly string[]).includes(role)) throw new RlstreamError('CONFIG_INVALID', `unknown role "${role}" (roles: ${ROLES.join(', ')})`);
+      await runRole(role as Role, configPath, opts.set);
+    });
+}
