@@ -1,6 +1,13 @@
 # node-gyp build of the rlstream compute core: pure compute files (model, kernels, losses) plus thin N-API glue.
-# CPU only by default; a CUDA layer would add its own target/sources implementing device.h.
+# CPU only by default. RLSTREAM_CUDA=1 in the environment adds the CUDA layer (cuda/*.cu through nvcc, cuBLAS,
+# the cudart runtime; CUDA_HOME default /usr/local/cuda, RLSTREAM_CUDA_ARCH default sm_90); without it the build is
+# the CPU build, unchanged.
 {
+  "variables": {
+    "rlstream_cuda%": "<!(echo ${RLSTREAM_CUDA:-0})",
+    "cuda_home%": "<!(echo ${CUDA_HOME:-/usr/local/cuda})",
+    "cuda_arch%": "<!(echo ${RLSTREAM_CUDA_ARCH:-90})"
+  },
   "targets": [
     {
       "target_name": "rlstream_native",
@@ -22,7 +29,27 @@
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti"],
       "cflags_cc": ["-std=c++17", "-O3", "-march=native", "-fopenmp", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-math-errno"],
       "ldflags": ["-fopenmp"],
-      "libraries": ["-lopenblas", "-fopenmp"]
+      "libraries": ["-lopenblas", "-fopenmp"],
+      "conditions": [
+        ["rlstream_cuda==1", {
+          "sources": ["cuda/cuda_kernels.cu", "cuda/attention.cu"],
+          "defines": ["RLSTREAM_CUDA"],
+          "rules": [
+            {
+              "rule_name": "nvcc",
+              "extension": "cu",
+              "inputs": ["<(RULE_INPUT_PATH)"],
+              "outputs": ["<(INTERMEDIATE_DIR)/<(RULE_INPUT_ROOT).cu.o"],
+              "action": ["<(cuda_home)/bin/nvcc", "-O3", "-std=c++17", "-Xcompiler", "-fPIC",
+                         "-gencode=arch=compute_<(cuda_arch),code=sm_<(cuda_arch)",
+                         "-c", "<(RULE_INPUT_PATH)", "-o", "<(INTERMEDIATE_DIR)/<(RULE_INPUT_ROOT).cu.o"],
+              "process_outputs_as_sources": 1,
+              "message": "nvcc <(RULE_INPUT_PATH)"
+            }
+          ],
+          "libraries": ["-L<(cuda_home)/lib64", "-lcublas", "-lcudart", "-Wl,-rpath,<(cuda_home)/lib64"]
+        }]
+      ]
     }
   ]
 }

@@ -108,14 +108,19 @@ export interface KernelProfile {
   optimizer: number;
 }
 
+/** Where a model's kernels run. 'cuda' needs an addon built with RLSTREAM_CUDA=1 and a GPU (see cudaAvailable()). */
+export type DeviceKind = 'cpu' | 'cuda';
+
 export interface InitOptions {
   seed: number;
+  device?: DeviceKind; // default 'cpu'
   threads?: number; // default: available parallelism
   initStd?: number; // default 0.02 (norms 1, biases 0)
   logitChunkTokens?: number; // tokens per logits chunk; default ~32 MiB of logits
 }
 
 export interface LoadOptions {
+  device?: DeviceKind; // default 'cpu'
   threads?: number;
   logitChunkTokens?: number;
 }
@@ -131,6 +136,7 @@ interface NativeTensor {
 interface NativeModelHandle {
   numParameters(): number;
   tensors(kind: 'params' | 'grads' | 'exp_avg' | 'exp_avg_sq'): NativeTensor[];
+  upload(kind: 'params' | 'grads' | 'exp_avg' | 'exp_avg_sq'): void;
   forward(tokens: Int32Array, seqStarts: Int32Array, targets: Int32Array, outLogprobs: Float32Array, outEntropy: Float32Array): Promise<void>;
   backwardCrossEntropy(tokens: Int32Array, seqStarts: Int32Array, targets: Int32Array, mask: Float32Array, lossScale: number): Promise<{ loss: number; tokens: number }>;
   backwardPolicyLoss(
@@ -156,9 +162,10 @@ interface NativeModelHandle {
 interface NativeAddon {
   NativeModel: new (
     config: ModelConfig,
-    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number },
+    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind },
   ) => NativeModelHandle;
   sgemmGflops(n: number, iters: number, threads: number): number;
+  cudaAvailable(): boolean;
   backend: string;
 }
 
@@ -212,6 +219,21 @@ export function nativeAvailable(): boolean {
   } catch {
     return false;
   }
+}
+
+/** Whether models can run with device 'cuda': the addon was built with RLSTREAM_CUDA=1 and a GPU is usable. */
+export function cudaAvailable(): boolean {
+  try {
+    return native().cudaAvailable();
+  } catch {
+    return false;
+  }
+}
+
+function deviceOf(d: unknown, where: string): DeviceKind {
+  if (d === undefined) return 'cpu';
+  if (d !== 'cpu' && d !== 'cuda') invalid(`${where}: options.device must be 'cpu' or 'cuda', got ${JSON.stringify(d)}`);
+  return d;
 }
 
 /** GFLOP/s of one n x n x n cblas_sgemm with the BLAS's own threads: this machine's practical fp32 peak. */
@@ -321,35 +343,44 @@ const IGNORED_TENSOR = /(^|\.)rotary_emb\.inv_freq$/;
  * A policy model with gradients and AdamW state in native memory. Long calls return promises and run off the
  * main thread; calls on one model run one at a time in call order (queued). Synchronous calls made while a long
  * call is pending throw NATIVE_INVALID_ARGUMENT instead of racing it.
+ *
+ * On device 'cuda' the weights, gradients and optimizer state live on the GPU; parameters(), gradients() and
+ * optimizerState() return host snapshots taken at the call (writing into them does not change the model), and
+ * weights and checkpoints are the same files as on the CPU.
  */
 export class Model {
   readonly config: ModelConfig;
   readonly numParameters: number;
+  readonly device: DeviceKind;
   private handle: NativeModelHandle | null;
   private tail: Promise<unknown> = Promise.resolve();
   private pending = 0;
   private pendingOp = '';
 
-  private constructor(config: ModelConfig, handle: NativeModelHandle) {
+  private constructor(config: ModelConfig, handle: NativeModelHandle, device: DeviceKind) {
     this.config = config;
+    this.device = device;
     this.handle = handle;
     this.numParameters = call(() => handle.numParameters());
   }
 
   static init(config: ModelConfig, options: InitOptions): Model {
     const cfg = parseModelConfig(config);
-    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens };
+    const device = deviceOf(options.device, 'Model.init');
+    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device };
     if (!Number.isInteger(opts.seed)) invalid(`Model.init: options.seed must be an integer, got ${String(opts.seed)}`);
-    return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)));
+    return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device);
   }
 
   /** Loads weights (F32, BF16 or F16) from a safetensors file with Hugging Face tensor names. */
   static load(weightsPath: string, config: ModelConfig, options: LoadOptions = {}): Model {
     const cfg = parseModelConfig(config);
-    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens }));
-    const model = new Model(cfg, handle);
+    const device = deviceOf(options.device, 'Model.load');
+    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device }));
+    const model = new Model(cfg, handle, device);
     try {
       readInto(weightsPath, model.parameters(), 'weights', cfg.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());
+      call(() => handle.upload('params')); // the views are host mirrors on a device (a no-op on the CPU)
     } catch (err) {
       model.dispose();
       throw err;
@@ -387,7 +418,10 @@ export class Model {
     return call(() => this.h.getStep());
   }
 
-  /** Zero-copy views of the parameters, HF names. Writing into them changes the model. Valid after dispose. */
+  /**
+   * Zero-copy views of the parameters, HF names. Writing into them changes the model (on 'cpu'; on 'cuda' they are
+   * a snapshot of the GPU copy). Valid after dispose.
+   */
   parameters(): Map<string, TensorView> {
     return views(call(() => this.h.tensors('params')));
   }
@@ -497,6 +531,10 @@ export class Model {
       for (const [n, t] of expAvg) target.set(`exp_avg.${n}`, t);
       for (const [n, t] of expAvgSq) target.set(`exp_avg_sq.${n}`, t);
       const meta = readInto(join(dir, 'optimizer.safetensors'), target, 'optimizer state', new Set());
+      call(() => {
+        model.h.upload('exp_avg');
+        model.h.upload('exp_avg_sq');
+      });
       const step = Number(meta.step ?? '0');
       if (!Number.isInteger(step) || step < 0) throw new RlstreamError('WEIGHTS_FORMAT', `${dir}/optimizer.safetensors: bad step ${String(meta.step)}`);
       call(() => model.h.setStep(step));

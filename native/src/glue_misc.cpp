@@ -1,4 +1,4 @@
-// N-API glue for process-level helpers: the BLAS peak measurement used by the benchmark.
+// N-API glue for process-level helpers: the BLAS peak measurement used by the benchmark, CUDA availability.
 #include "glue_misc.h"
 
 #include "device.h"
@@ -13,6 +13,15 @@ Napi::Value SgemmGflops(const Napi::CallbackInfo& info) {
     if (n < 16 || n > 16384 || iters < 1 || threads < 1) invalid("sgemmGflops: need 16 <= n <= 16384, iters >= 1, threads >= 1");
     return Napi::Number::New(info.Env(), cpu_sgemm_gflops((int)n, (int)iters, (int)threads));
   });
+}
+
+// cudaAvailable() -> true when this build has the CUDA layer and a GPU is usable.
+Napi::Value CudaAvailable(const Napi::CallbackInfo& info) {
+#ifdef RLSTREAM_CUDA
+  return Napi::Boolean::New(info.Env(), cuda_device_count() > 0);
+#else
+  return Napi::Boolean::New(info.Env(), false);
+#endif
 }
 
 }  // namespace rls

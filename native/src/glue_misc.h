@@ -4,4 +4,5 @@
 
 namespace rls {
 Napi::Value SgemmGflops(const Napi::CallbackInfo& info);
+Napi::Value CudaAvailable(const Napi::CallbackInfo& info);
 }

@@ -68,6 +68,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeModel",
                      {InstanceMethod("numParameters", &ModelWrap::NumParameters),
                       InstanceMethod("tensors", &ModelWrap::Tensors),
+                      InstanceMethod("upload", &ModelWrap::Upload),
                       InstanceMethod("forward", &ModelWrap::Forward),
                       InstanceMethod("backwardCrossEntropy", &ModelWrap::BackwardCrossEntropy),
                       InstanceMethod("backwardPolicyLoss", &ModelWrap::BackwardPolicyLoss),
@@ -81,7 +82,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("dispose", &ModelWrap::Dispose)});
 }
 
-// new NativeModel(config, { seed, threads, initStd, logitChunkTokens, random })
+// new NativeModel(config, { seed, threads, initStd, logitChunkTokens, random, device: 'cpu' | 'cuda' })
 ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
   Napi::Env env = info.Env();
   guard(env, [&] {
@@ -90,7 +91,14 @@ ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWra
     Napi::Object o = info[1].As<Napi::Object>();
     const int threads = (int)num_arg(o.Get("threads"), "options.threads");
     const int chunk = o.Get("logitChunkTokens").IsUndefined() ? 0 : (int)num_arg(o.Get("logitChunkTokens"), "options.logitChunkTokens");
-    model_ = std::make_unique<Model>(c, threads, chunk);
+    Device device = Device::Cpu;
+    const Napi::Value dv = o.Get("device");
+    if (!dv.IsUndefined() && !dv.IsNull()) {
+      const std::string d = dv.IsString() ? dv.As<Napi::String>().Utf8Value() : "";
+      if (d == "cuda") device = Device::Cuda;
+      else if (d != "cpu") invalid("options.device must be 'cpu' or 'cuda'");
+    }
+    model_ = std::make_unique<Model>(c, threads, chunk, device);
     if (o.Get("random").ToBoolean().Value()) {
       const double seed = num_arg(o.Get("seed"), "options.seed");
       const double std_ = num_arg(o.Get("initStd"), "options.initStd");
@@ -124,11 +132,14 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
     if (!model_) invalid("model.tensors: the model was disposed");
     const std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
     Block block;
-    if (kind == "params") block = model_->params();
-    else if (kind == "grads") block = model_->grads();
-    else if (kind == "exp_avg") block = model_->adam_m();
-    else if (kind == "exp_avg_sq") block = model_->adam_v();
+    BlockKind bk;
+    if (kind == "params") block = model_->params(), bk = BlockKind::Params;
+    else if (kind == "grads") block = model_->grads(), bk = BlockKind::Grads;
+    else if (kind == "exp_avg") block = model_->adam_m(), bk = BlockKind::ExpAvg;
+    else if (kind == "exp_avg_sq") block = model_->adam_v(), bk = BlockKind::ExpAvgSq;
     else invalid("tensors(kind): kind must be 'params', 'grads', 'exp_avg' or 'exp_avg_sq'");
+    // A device model refreshes the host mirror first: the views are a snapshot of the device block.
+    if (model_->device() != Device::Cpu) live("tensors").download(bk);
     const auto& ts = model_->tensors();
     Napi::Array out = Napi::Array::New(env, ts.size());
     for (size_t i = 0; i < ts.size(); i++) {
@@ -145,6 +156,21 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
       out.Set((uint32_t)i, e);
     }
     return out;
+  });
+}
+
+// upload(kind): host mirror -> device block after JS wrote into the views (loading weights or optimizer state).
+// A no-op on the CPU, where the views are the model's memory.
+Napi::Value ModelWrap::Upload(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("upload");
+    const std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+    if (kind == "params") m.upload(BlockKind::Params);
+    else if (kind == "grads") m.upload(BlockKind::Grads);
+    else if (kind == "exp_avg") m.upload(BlockKind::ExpAvg);
+    else if (kind == "exp_avg_sq") m.upload(BlockKind::ExpAvgSq);
+    else invalid("upload(kind): kind must be 'params', 'grads', 'exp_avg' or 'exp_avg_sq'");
+    return info.Env().Undefined();
   });
 }
 

@@ -21,6 +21,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                        std::vector<Napi::Value> keep);
   Napi::Value NumParameters(const Napi::CallbackInfo& info);
   Napi::Value Tensors(const Napi::CallbackInfo& info);
+  Napi::Value Upload(const Napi::CallbackInfo& info);
   Napi::Value Forward(const Napi::CallbackInfo& info);
   Napi::Value BackwardCrossEntropy(const Napi::CallbackInfo& info);
   Napi::Value BackwardPolicyLoss(const Napi::CallbackInfo& info);
