@@ -3,23 +3,17 @@
 // run the main job serves the admin itself). Tokens come from RLSTREAM_ADMIN_TOKENS; without any, a control token
 // is generated for this process and printed once, inside the dashboard link.
 import type { Command } from 'commander';
-import { randomBytes } from 'node:crypto';
-import { collectDefaultMetrics, Registry } from 'prom-client';
 import { RlstreamError } from '../../core/errors.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
+import { openRegistryFor } from '../../core/serde/open.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
-import { controlPublisher } from '../../admin/control.ts';
-import { LogReplayManager } from '../../admin/replay-manager.ts';
-import { MemoryRunRegistry } from '../../admin/run-registry.ts';
-import { startAdminServer } from '../../admin/server.ts';
-import { adminTraceStore } from '../../admin/traces-adapter.ts';
-import type { TokenSpec } from '../../admin/auth.ts';
+import { serveAdmin } from '../../admin/serve.ts';
 
 const BROKERS = /^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$/;
 
@@ -41,13 +35,8 @@ export function parseTracesTarget(spec: string): string {
 }
 
 async function openRegistry(log: EventLog): Promise<SchemaRegistry> {
-  if (log.kind === 'embedded') return EmbeddedRegistry.open(log);
-  // The HTTP registry client belongs to the Kafka side; loaded by a computed name (as `rlstream replay` does).
-  const modulePath = '../../core/serde/http-registry.ts';
-  const mod = (await import(modulePath).catch(() => null)) as { openHttpRegistry?: (url: string) => Promise<SchemaRegistry> } | null;
-  const url = process.env['SCHEMA_REGISTRY_URL'];
-  if (!mod?.openHttpRegistry || !url) throw new RlstreamError('CONFIG_INVALID', 'a Kafka log needs SCHEMA_REGISTRY_URL and the HTTP registry client (core/serde/http-registry.ts)');
-  return mod.openHttpRegistry(url);
+  // An embedded log carries its own schemas even when SCHEMA_REGISTRY_URL is set for other work.
+  return log.kind === 'embedded' ? EmbeddedRegistry.open(log) : openRegistryFor(log);
 }
 
 export function register(program: Command): void {
@@ -70,37 +59,15 @@ export function register(program: Command): void {
         registry = await openRegistry(log);
         const serde = await new EventSerde(registry).init();
         store = opts.traces ? await openTraceStore(parseTracesTarget(opts.traces)) : null;
-        const metrics = new Registry();
-        collectDefaultMetrics({ register: metrics });
-        const publisher = controlPublisher(log, serde);
-        let tokens: TokenSpec[] = [];
-        let generated: string | null = null;
-        if (!process.env['RLSTREAM_ADMIN_TOKENS']) {
-          generated = randomBytes(24).toString('base64url');
-          tokens = [{ token: generated, role: 'control', name: 'generated' }];
-        }
-        const server = await startAdminServer(
-          {
-            log,
-            serde,
-            traces: store ? adminTraceStore(store) : null,
-            runs: new MemoryRunRegistry(),
-            publishControl: (r) => publisher.publish(r),
-            replay: new LogReplayManager({ log, serde, traces: store }),
-            metrics,
-            logger,
-          },
-          { host: opts.host, port, tokens, ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) },
-        );
+        const server = await serveAdmin({ log, serde, store, logger, host: opts.host, port, ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) });
         console.log(`rlstream admin: API ${server.url}/api  docs ${server.url}/docs  dashboard ${server.url}/dashboard/`);
-        if (generated) console.log(`no RLSTREAM_ADMIN_TOKENS: a control token was generated for this process; open ${server.url}/dashboard/#token=${generated}`);
+        if (server.generatedToken) console.log(`no RLSTREAM_ADMIN_TOKENS: a control token was generated for this process; open ${server.url}/dashboard/#token=${server.generatedToken}`);
         await new Promise<void>((resolve) => {
           const stop = () => resolve();
           process.once('SIGINT', stop);
           process.once('SIGTERM', stop);
         });
         await server.close();
-        await publisher.close();
       } finally {
         await store?.close();
         await registry?.close();

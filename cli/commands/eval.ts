@@ -29,7 +29,7 @@ export function register(program: Command): void {
       const ctx = await openRunContext(config, jsonLogger({ level: 'warn' }));
       const backend = await createBackend(ctx);
       try {
-        const worker = createWorker(ctx, 'eval', backend, ChatTokenizer.load(modelFiles(ctx).tokenizerDir), { followPolicy: false });
+        const worker = await createWorker(ctx, 'eval', backend, ChatTokenizer.load(modelFiles(ctx).tokenizerDir), { followPolicy: false });
         const rows = take(problemRows(config.run.seed + 7, 'heldout', difficultyByName(opts.difficulty, '--difficulty')), opts.problems);
         const t0 = performance.now();
         const trajectories = await worker.evaluate(rows);

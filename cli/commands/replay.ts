@@ -6,6 +6,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { openRegistryFor } from '../../core/serde/open.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
@@ -26,16 +27,10 @@ async function openSource(spec: string): Promise<Opened> {
   if (spec.startsWith('kafka://')) {
     const brokers = spec.slice('kafka://'.length).split(',').filter(Boolean);
     const log = await openLog({ kind: 'kafka', brokers });
-    // The HTTP registry client belongs to the Kafka side; it is loaded by a computed name so this command
-    // type-checks without it.
-    const modulePath = '../../core/serde/http-registry.ts';
-    const mod = (await import(modulePath).catch(() => null)) as { openHttpRegistry?: (url: string) => Promise<SchemaRegistry> } | null;
-    const url = process.env['SCHEMA_REGISTRY_URL'];
-    if (!mod?.openHttpRegistry || !url) {
+    const registry = await openRegistryFor(log).catch(async (err: unknown) => {
       await log.close();
-      throw new RlstreamError('CONFIG_INVALID', 'a Kafka log needs SCHEMA_REGISTRY_URL and the HTTP registry client (core/serde/http-registry.ts)');
-    }
-    const registry = await mod.openHttpRegistry(url);
+      throw err;
+    });
     return { log, registry, close: async () => (await registry.close(), await log.close()) };
   }
   const log = await openLog({ kind: 'embedded', dir: spec });

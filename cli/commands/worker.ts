@@ -65,7 +65,7 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
       case 'rollout': {
         const tokenizer = ChatTokenizer.load(modelFiles(ctx).tokenizerDir);
         const backend = await createBackend(ctx);
-        const worker = createWorker(ctx, runId, backend, tokenizer);
+        const worker = await createWorker(ctx, runId, backend, tokenizer);
         onSignal(() => worker.stop({ abort: true }));
         const task = section(ctx, 'task');
         try {

@@ -4,6 +4,7 @@ import type { RunConfig } from '../../core/config.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { openRegistryFor } from '../../core/serde/open.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { Logger } from '../../core/telemetry.ts';
@@ -28,11 +29,10 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
       : { kind: 'kafka', brokers: lc.brokers, clientId: lc.clientId, ssl: lc.ssl, ...(lc.sasl ? { sasl: lc.sasl } : {}) },
     logger.child({ component: 'log' }),
   );
-  let registry: SchemaRegistry;
-  if (config.registry.kind === 'http') {
-    const { HttpSchemaRegistry } = await import('../../core/serde/http-registry.ts');
-    registry = new HttpSchemaRegistry({ url: config.registry.url });
-  } else registry = await EmbeddedRegistry.open(log, logger.child({ component: 'registry' }));
+  const registry: SchemaRegistry =
+    config.registry.kind === 'http'
+      ? await openRegistryFor(log, { url: config.registry.url })
+      : await EmbeddedRegistry.open(log, logger.child({ component: 'registry' }));
   const serde = await new EventSerde(registry).init();
   await ensureTopics(log);
   return {

@@ -5,7 +5,10 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadRunConfig } from '../../core/config.ts';
-import { describeError } from '../../core/errors.ts';
+import { describeError, RlstreamError } from '../../core/errors.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { TraceStore } from '../../core/traces/store.ts';
+import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
 import type { TrainStep, Trajectory } from '../../schemas/generated/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
@@ -13,7 +16,7 @@ import { calculatorReward } from '../../examples/calculator/reward.ts';
 import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
 import { take } from '../../examples/calculator/task.ts';
 import { lineChartsSvg } from '../plot.ts';
-import { openRunContext, openRunTraces } from './context.ts';
+import { openRunContext, openRunTraces, type RunContext } from './context.ts';
 import { Progress } from './progress.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section, trainerOptions } from './roles.ts';
 import { warmStart } from './sft.ts';
@@ -86,10 +89,10 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const sink = traces ? createTraceSink(ctx, traces) : null;
     const backend = await createBackend(ctx);
     closers.push(() => backend.close());
-    const worker = createWorker(ctx, runId, backend, tokenizer);
+    const worker = await createWorker(ctx, runId, backend, tokenizer);
     // Evaluation gets its own worker that does not follow policy versions: the training worker hot-swaps the
     // shared backend, and evaluation must never wait at the staleness gate.
-    const evaluator = createWorker(ctx, runId, backend, tokenizer, { followPolicy: false });
+    const evaluator = await createWorker(ctx, runId, backend, tokenizer, { followPolicy: false });
     const topt = trainerOptions(ctx);
     const steps: TrainStep[] = [];
     const evals: { step: number; version: number; accuracy: number }[] = [];
@@ -97,9 +100,13 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const trainer = createTrainer(ctx, runId, runDir, (s) => {
       steps.push(s);
       stepBar.update(s.step, topt.maxSteps, `v${s.produced_version ?? s.policy_version} reward ${s.reward_mean.toFixed(2)} stale ${s.staleness_mean.toFixed(1)}`);
+    }, () => {
+      // The dashboard charts held-out accuracy from the TrainStep stream: carry the latest evaluation.
+      const last = evals[evals.length - 1];
+      return last ? [{ name: 'heldout_accuracy', value: last.accuracy }, { name: 'heldout_accuracy_version', value: last.version }] : [];
     });
     await trainer.start();
-    const admin = options.admin === false ? null : await startAdmin(ctx, traces, runId, runDir, progress);
+    const admin = options.admin === false ? null : await startAdmin(ctx, traces, runId, runDir, topt.stalenessBound);
     if (admin) closers.unshift(() => admin.close());
 
     // 3. Held-out accuracy of the warm start.
@@ -201,6 +208,33 @@ function curves(runId: string, steps: TrainStep[], evals: { step: number; accura
   ]);
 }
 
-async function startAdmin(..._args: unknown[]): Promise<{ close(): Promise<void> } | null> {
-  return null; // wired once the admin command lands (admin/ builds the context)
+/** The admin server beside the run; its URL goes to the terminal, the token only into a 0600 file. */
+async function startAdmin(ctx: RunContext, store: TraceStore | null, runId: string, runDir: string, stalenessBound: number): Promise<ServedAdmin> {
+  const a = section(ctx, 'admin');
+  const port = a['port'] ?? 0;
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) throw new RlstreamError('CONFIG_INVALID', 'admin.port must be an integer 0..65535');
+  let admin: ServedAdmin;
+  try {
+    admin = await serveAdmin({ log: ctx.log, serde: ctx.serde, store, logger: ctx.logger.child({ role: 'admin' }), port });
+  } catch (err) {
+    // A busy fixed port must not stop the run: fall back to any free port.
+    if (port === 0) throw err;
+    admin = await serveAdmin({ log: ctx.log, serde: ctx.serde, store, logger: ctx.logger.child({ role: 'admin' }), port: 0 });
+  }
+  const group = (role: string, topics: string[]) => ({ groupId: `${runId}.${role}`, topics });
+  admin.runs.add({
+    id: runId,
+    config: ctx.config.sections as Record<string, unknown>,
+    stalenessBound,
+    consumerGroups: {
+      reward: group('reward', [TOPICS.rolloutEvents]),
+      advantage: group('advantage', [TOPICS.rewarded]),
+      trainer: group('trainer', [TOPICS.advantaged]),
+      traces: group('traces', [TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.advantaged]),
+    },
+  });
+  const link = join(runDir, 'admin-url');
+  writeFileSync(link, `${admin.url}/dashboard/${admin.generatedToken ? `#token=${admin.generatedToken}` : ''}\n`, { mode: 0o600 });
+  process.stderr.write(`admin: ${admin.url}/dashboard/ (API ${admin.url}/api, docs ${admin.url}/docs; link with token in ${link})\n`);
+  return admin;
 }

@@ -98,7 +98,7 @@ export function createTraceSink(ctx: RunContext, store: TraceStore): TraceSink {
   return new TraceSink({ log: ctx.log, serde: ctx.serde, store, groupId: `${ctx.config.run.id}.traces`, logger: ctx.logger.child({ role: 'traces' }) });
 }
 
-export function createTrainer(ctx: RunContext, runId: string, dataDir: string, onStep?: TrainerDeps['onStep']): Trainer {
+export function createTrainer(ctx: RunContext, runId: string, dataDir: string, onStep?: TrainerDeps['onStep'], extraMetrics?: TrainerDeps['extraMetrics']): Trainer {
   const files = modelFiles(ctx);
   return new Trainer({
     log: ctx.log,
@@ -110,6 +110,7 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
     options: trainerOptions(ctx),
     logger: ctx.logger,
     ...(onStep ? { onStep } : {}),
+    ...(extraMetrics ? { extraMetrics } : {}),
   });
 }
 
@@ -142,9 +143,9 @@ export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): Rollo
   };
 }
 
-export function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean } = {}): RolloutWorker {
+export async function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean } = {}): Promise<RolloutWorker> {
   return new RolloutWorker(
-    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: calculatorTools(), logger: ctx.logger, followPolicy: options.followPolicy ?? true },
+    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await calculatorTools(), logger: ctx.logger, followPolicy: options.followPolicy ?? true },
     rolloutOptions(ctx, tokenizer),
   );
 }

@@ -30,6 +30,8 @@ export interface TrainerDeps {
   logger?: Logger;
   /** Called after every durable step (progress bars, tests). */
   onStep?: (step: TrainStep) => void;
+  /** Metrics measured elsewhere (e.g. the latest held-out accuracy) recorded with each TrainStep. */
+  extraMetrics?: () => NamedValue[];
 }
 
 interface Pending {
@@ -327,6 +329,7 @@ export class Trainer {
         { name: 'logprob_mismatch_max', value: mismatch.max },
         { name: 'tool_calls', value: toolCalls },
         { name: 'tool_success_rate', value: toolCalls + toolErrors > 0 ? Math.max(0, 1 - toolErrors / Math.max(toolCalls, toolErrors)) : 0 },
+        ...(this.deps.extraMetrics?.() ?? []),
       ],
     };
     let stored: { path: string; checksum: string } | null = null;
