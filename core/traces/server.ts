@@ -137,7 +137,7 @@ export class ServerTraceStore implements TraceStore {
     await this.send(table, 'JSONEachRow', jsonEachRow, rows);
   }
 
-  private async send(table: TraceTable, format: 'JSONEachRow' | 'RowBinary', body: Buffer, rows: number): Promise<void> {
+  private async send(table: TraceTable, format: 'JSONEachRow' | 'RowBinary', body: Buffer, rows: number, attempt = 1): Promise<void> {
     try {
       // exec with a raw body: the bytes go to the server as they are (insert() would re-encode objects).
       const res = await this.live().exec({
@@ -148,6 +148,11 @@ export class ServerTraceStore implements TraceStore {
       await new Promise<void>((ok, fail) => res.stream.once('end', ok).once('error', fail));
       this.bytesSent += body.length;
     } catch (err) {
+      // A keep-alive socket the server closed while idle (18.16 closes after 3 s; on a loaded host the client's
+      // idle timer can fire late) fails the write before the server saw the request: resend once on a new one.
+      // Resending is safe anyway: the tables collapse duplicate rows.
+      const code = (err as { code?: string }).code;
+      if (attempt === 1 && (code === 'EPIPE' || code === 'ECONNRESET')) return this.send(table, format, body, rows, 2);
       throw traceError(`insert of ${rows} rows into ${table} failed`, err);
     }
   }
