@@ -48,6 +48,11 @@ export interface RolloutWorkerDeps {
   /** Consume policy.versions and control (default true). */
   followPolicy?: boolean;
   workerId?: string;
+  /**
+   * Trajectory ids already completed in the log by an earlier life of this worker (producers/resume.ts):
+   * on a restart they are not run again, so a crash neither duplicates nor loses a trajectory.
+   */
+  completed?: ReadonlySet<string>;
   logger?: Logger;
 }
 
@@ -296,6 +301,10 @@ export class RolloutWorker {
     // The n samples of a group share one prompt: render and tokenize it once.
     const prompt: PromptCache = {};
     for (let k = 0; k < n; k++) {
+      if (counted && this.deps.completed?.has(deriveId(groupId, 'trajectory', k))) {
+        this.counters.add('trajectories_resumed_skipped');
+        continue;
+      }
       this.inflight++;
       const task = this.runTrajectory(row, agentName, position, groupId, k, n, split, sampling, prompt).finally(() => {
         this.inflight--;

@@ -10,6 +10,8 @@ import { difficultyByName, problemRows } from '../../examples/calculator/index.t
 import { openRunContext, openRunTraces } from '../run/context.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section } from '../run/roles.ts';
 import { collectSet } from './run.ts';
+import { completedTrajectories } from '../../producers/resume.ts';
+import { take } from '../../examples/calculator/task.ts';
 
 export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
 type Role = (typeof ROLES)[number];
@@ -65,11 +67,19 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
       case 'rollout': {
         const tokenizer = ChatTokenizer.load(modelFiles(ctx).tokenizerDir);
         const backend = await createBackend(ctx);
-        const worker = await createWorker(ctx, runId, backend, tokenizer);
+        // A restarted worker walks the same rows: what already completed in the log is not run again.
+        const completed = await completedTrajectories(ctx.log, ctx.serde, runId);
+        if (completed.size > 0) logger.info('resuming: trajectories already completed', { completed: completed.size });
+        const worker = await createWorker(ctx, runId, backend, tokenizer, { completed });
         onSignal(() => worker.stop({ abort: true }));
         const task = section(ctx, 'task');
+        const rows = problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train'));
+        // task.train_rows: a finite dataset (the first N rows of the stream), so a run has a defined end.
+        const cap = task['train_rows'];
+        if (cap !== undefined && (typeof cap !== 'number' || !Number.isInteger(cap) || cap < 1)) throw new RlstreamError('CONFIG_INVALID', 'task.train_rows must be a positive integer');
         try {
-          await worker.run(problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train')));
+          await worker.run(typeof cap === 'number' ? take(rows, cap) : rows);
+          await worker.stop();
         } finally {
           await backend.close();
         }

@@ -143,9 +143,9 @@ export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): Rollo
   };
 }
 
-export async function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean } = {}): Promise<RolloutWorker> {
+export async function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean; completed?: ReadonlySet<string> } = {}): Promise<RolloutWorker> {
   return new RolloutWorker(
-    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await calculatorTools(), logger: ctx.logger, followPolicy: options.followPolicy ?? true },
+    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await calculatorTools(), logger: ctx.logger, followPolicy: options.followPolicy ?? true, ...(options.completed ? { completed: options.completed } : {}) },
     rolloutOptions(ctx, tokenizer),
   );
 }

@@ -57,6 +57,8 @@ export class Trainer {
   private stopped = false;
   private readonly carry: LogRecord[] = [];
   private droppedSinceStep = 0;
+  /** Ids of the samples dropped as stale since the last step: recorded in the next TrainStep. */
+  private droppedIds: string[] = [];
   readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0 };
   private readonly logger: Logger;
 
@@ -210,6 +212,7 @@ export class Trainer {
         if (s.staleness > options.stalenessBound) {
           this.counters.droppedStale++;
           this.droppedSinceStep++;
+          this.droppedIds.push(s.trajectoryId);
           continue;
         }
         g.kept++;
@@ -321,6 +324,7 @@ export class Trainer {
       iw_max: m.iwMax,
       iw_truncated_fraction: m.iwTrunc,
       dropped_stale: this.droppedSinceStep,
+      dropped_trajectory_ids: [...this.droppedIds],
       wait_ms: waitMs,
       compute_ms: computeMs,
       metrics: [
@@ -351,6 +355,7 @@ export class Trainer {
     this.step = step;
     if (produced !== null) this.version = produced;
     this.droppedSinceStep = 0;
+    this.droppedIds = [];
     await this.pruneCheckpoints();
     this.logger.debug('step', { step, version: this.version, loss: m.loss, reward: stepEvent.reward_mean });
     this.deps.onStep?.(stepEvent);

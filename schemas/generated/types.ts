@@ -250,6 +250,8 @@ export interface TrainStep {
   wait_ms: number;
   compute_ms: number;
   metrics: NamedValue[];
+  /** Ids of the samples counted in dropped_stale: consumed, not trained on (exactly-once audits). */
+  dropped_trajectory_ids: string[];
 }
 
 export interface Control {

@@ -133,7 +133,7 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
       trajectories: groupSize, tokens: 96 * groupSize, trajectory_ids: trajectoryIds.slice(-groupSize), loss: 0.9 / (1 + x / 5) + wobble,
       pg_loss: 0.5 / (1 + x / 5), kl: 0.002 * x + Math.abs(wobble) / 10, entropy: 2.1 - 0.03 * x + wobble, clip_fraction: 0.05, approx_kl: 0.001 * x,
       grad_norm: 1.2 + wobble, learning_rate: 1e-5, reward_mean: Math.min(1, 0.2 + 0.04 * x + wobble), staleness_mean: (x % 3) / 2, staleness_max: x % 3,
-      iw_mean: 1, iw_max: 1.4, iw_truncated_fraction: 0.01, dropped_stale: 0, wait_ms: 5, compute_ms: 40,
+      iw_mean: 1, iw_max: 1.4, iw_truncated_fraction: 0.01, dropped_stale: 0, dropped_trajectory_ids: [], wait_ms: 5, compute_ms: 40,
       metrics: [{ name: 'heldout_accuracy', value: Math.min(1, 0.1 + 0.035 * x) }],
     };
     await producer.send(TOPICS.trainSteps, [{ key: runId, value: o.serde.encode('TrainStep', ts) }]);

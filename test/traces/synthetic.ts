@@ -274,6 +274,7 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
             iw_max: 1.5,
             iw_truncated_fraction: 0.01,
             dropped_stale: 0,
+            dropped_trajectory_ids: [],
             wait_ms: 5,
             compute_ms: 100,
             metrics: [{ name: 'tokens_per_s', value: 1000 }],
