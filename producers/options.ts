@@ -27,6 +27,12 @@ export interface RolloutOptions {
   max_tool_errors?: number;
   /** Delta vs full re-tokenization check. Default 'ignore_strippable'. */
   tokenization_check?: TokenizationCheckMode;
+  /**
+   * Run the tokenization check on every N-th trajectory the worker starts (all of its tool / user turns;
+   * the others skip it: a full re-render and re-encode of the conversation per turn is the worker's
+   * largest cost). 1 checks every trajectory. Default 8.
+   */
+  tokenization_check_every?: number;
   /** Tool-call parser by name. Default 'hermes'. */
   tool_parser?: string;
   /** Loop for rows without agent_name. Default 'single_turn'. */
@@ -57,6 +63,7 @@ export interface CompiledRolloutOptions {
   readonly maxParallelToolCalls: number;
   readonly maxToolErrors: number;
   readonly tokenizationCheck: TokenizationCheckMode;
+  readonly tokenizationCheckEvery: number;
   readonly toolParser: string;
   readonly defaultAgent: string;
   readonly sampling: Readonly<SamplingParams>;
@@ -87,7 +94,7 @@ function num(o: Record<string, unknown>, field: string, dflt: number, check: (x:
 
 const KNOWN = new Set([
   'n', 'concurrency', 'max_inflight_trajectories', 'groups_per_step', 'staleness_bound', 'max_assistant_turns', 'max_user_turns',
-  'response_length', 'max_parallel_tool_calls', 'max_tool_errors', 'tokenization_check', 'tool_parser', 'default_agent', 'sampling',
+  'response_length', 'max_parallel_tool_calls', 'max_tool_errors', 'tokenization_check', 'tokenization_check_every', 'tool_parser', 'default_agent', 'sampling',
   'epochs', 'dataset_name', 'split', 'template_kwargs', 'poll_interval_ms',
 ]);
 
@@ -150,6 +157,7 @@ export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRol
     maxParallelToolCalls: posInt(o, 'max_parallel_tool_calls', 8),
     maxToolErrors: posInt(o, 'max_tool_errors', 4),
     tokenizationCheck: check,
+    tokenizationCheckEvery: posInt(o, 'tokenization_check_every', 8),
     toolParser: str('tool_parser', 'hermes'),
     defaultAgent: str('default_agent', 'single_turn'),
     sampling: Object.freeze(sampling),

@@ -125,6 +125,7 @@ export class RolloutWorker {
   private stopping = false;
   private running = false;
   private groupsStarted = 0;
+  private checkCounter = 0;
   private inflight = 0;
   private slotsFree: number;
   private readonly slotWaiters: (() => void)[] = [];
@@ -413,7 +414,8 @@ export class RolloutWorker {
       responseLength: this.options.responseLength,
       maxParallelToolCalls: this.options.maxParallelToolCalls,
       maxToolErrors: this.options.maxToolErrors,
-      tokenizationCheck: this.options.tokenizationCheck,
+      // Sampled by trajectory, so a checked trajectory has every observation checked.
+      tokenizationCheck: this.checkCounter++ % this.options.tokenizationCheckEvery === 0 ? this.options.tokenizationCheck : 'off',
     };
     const ctx: AgentContext = {
       trajectoryId,

@@ -33,10 +33,11 @@ export async function generateTurn(ctx: AgentContext, parseTools: boolean): Prom
     ctx.signal,
   );
   // A stop token at the end is the turn's terminator, not content: the template writes it itself.
-  const last = gen.tokenIds[gen.tokenIds.length - 1];
-  const body = gen.finishReason === 'stop' && last !== undefined && ctx.tokenizer.isSpecial(last) ? gen.tokenIds.slice(0, -1) : gen.tokenIds;
+  const ids = gen.tokenIds;
+  const last = ids[ids.length - 1];
+  const body = gen.finishReason === 'stop' && last !== undefined && ctx.tokenizer.isSpecial(last) ? ids.slice(0, -1) : ids;
   const content = ctx.tokenizer.decode(body);
-  const text = ctx.tokenizer.decode(gen.tokenIds, { skipSpecialTokens: true });
+  const text = ctx.tokenizer.decodeSkippingSpecial(ids, body, content);
   const parsed: ToolParseResult = parseTools ? ctx.toolParser.parse(content) : { content, calls: [], errors: [] };
   const calls: ToolCall[] = parsed.calls.slice(0, ctx.limits.maxParallelToolCalls).map((c, i) => ({
     id: `call_${turnIndex}_${i}`,

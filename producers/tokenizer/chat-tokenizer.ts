@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { RlstreamError } from '../../core/errors.ts';
+import { SegmentEncoder } from './segments.ts';
 
 /** A message as chat templates read it (OpenAI / Hugging Face shape). */
 export interface ChatMessage {
@@ -58,13 +59,20 @@ export class ChatTokenizer {
   readonly padTokenId: number | null;
   /** Special tokens by text (added tokens flagged special in tokenizer.json). */
   readonly specialTokens: ReadonlyMap<string, number>;
+  private readonly specialIds: ReadonlySet<number>;
+  /** Ids decode() drops with skipSpecialTokens: special added tokens plus additional_special_tokens. */
+  private readonly skippedIds: ReadonlySet<number>;
+  private readonly skipIsFilterOnly: boolean;
   private readonly template: Template;
+  /** Cached encoding by added-token segment; null when the tokenizer's shape does not allow it. */
+  private readonly segments: SegmentEncoder | null;
 
   private constructor(
     private readonly tokenizer: Tokenizer,
     config: TokenizerConfig,
     templateText: string,
     readonly dir: string,
+    tokenizerJson: { normalizer?: unknown; model?: unknown },
   ) {
     try {
       this.template = new Template(templateText);
@@ -74,11 +82,24 @@ export class ChatTokenizer {
     const special = new Map<string, number>();
     for (const [id, tok] of tokenizer.get_added_tokens_decoder()) if (tok.special) special.set(tok.content, id);
     this.specialTokens = special;
+    this.specialIds = new Set(special.values());
+    const skipped = new Set(special.values());
+    const extra = config['additional_special_tokens'];
+    if (Array.isArray(extra)) {
+      for (const t of extra) {
+        const id = typeof t === 'string' ? tokenizer.token_to_id(t) : undefined;
+        if (id !== undefined) skipped.add(id);
+      }
+    }
+    this.skippedIds = skipped;
+    // Decoders with an end-of-word suffix also trim the text when skipping; others only filter ids.
+    this.skipIsFilterOnly = !(tokenizerJson.model as { end_of_word_suffix?: unknown } | undefined)?.end_of_word_suffix;
     this.eosToken = tokenText(config.eos_token);
     this.bosToken = tokenText(config.bos_token);
     this.eosTokenId = this.eosToken === null ? null : (tokenizer.token_to_id(this.eosToken) ?? null);
     const pad = tokenText(config.pad_token);
     this.padTokenId = pad === null ? null : (tokenizer.token_to_id(pad) ?? null);
+    this.segments = SegmentEncoder.create(tokenizer, tokenizerJson.normalizer != null, (text) => this.encodeUncached(text));
   }
 
   /**
@@ -101,13 +122,23 @@ export class ChatTokenizer {
     } catch (cause) {
       throw new RlstreamError('TOKENIZER', `tokenizer.json of ${dir} cannot be loaded: ${(cause as Error).message}`, { cause });
     }
-    return new ChatTokenizer(tokenizer, config, templateText, dir);
+    return new ChatTokenizer(tokenizer, config, templateText, dir, tokJson as { normalizer?: unknown; model?: unknown });
   }
 
   /** Token ids of a text. Special tokens written in the text (e.g. <|im_start|>) map to their ids. */
   encode(text: string): number[] {
+    return this.segments ? this.segments.encode(text) : this.encodeUncached(text);
+  }
+
+  /** The library's encoding, without the segment cache (the reference the cache is checked against). */
+  encodeUncached(text: string): number[] {
     // add_special_tokens=false: chat templates already spell BOS and friends.
     return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  /** Segment-cache statistics (hits, misses, entries), or null when encoding is not segmented. */
+  encodeCacheStats(): { hits: number; misses: number; entries: number } | null {
+    return this.segments ? this.segments.stats() : null;
   }
 
   decode(ids: readonly number[], options: { skipSpecialTokens?: boolean } = {}): string {
@@ -120,8 +151,18 @@ export class ChatTokenizer {
   }
 
   isSpecial(id: number): boolean {
-    const t = this.tokenizer.id_to_token(id);
-    return t !== undefined && this.specialTokens.has(t);
+    return this.specialIds.has(id);
+  }
+
+  /**
+   * decode(ids, {skipSpecialTokens: true}) when `bodyText` = decode(body) is already known for a `body`
+   * that is `ids` less its last token: if that last token is the only one skipping drops, the decoder
+   * sees exactly `body` and the result is `bodyText` (saves a decode per generated turn).
+   */
+  decodeSkippingSpecial(ids: readonly number[], body: readonly number[], bodyText: string): string {
+    if (!this.skipIsFilterOnly || body.length !== ids.length - 1 || !this.skippedIds.has(ids[ids.length - 1]!)) return this.decode(ids, { skipSpecialTokens: true });
+    for (let i = 0; i < body.length; i++) if (body[i] !== ids[i] || this.skippedIds.has(body[i]!)) return this.decode(ids, { skipSpecialTokens: true });
+    return bodyText;
   }
 
   /** The chat template applied to messages (text, not tokens). */

@@ -13,18 +13,89 @@ export type TokenizationCheckMode = 'strict' | 'ignore_strippable' | 'off';
  */
 const DUMMY_PREFIX: Record<string, unknown>[] = [{}];
 
+/**
+ * Contents a rendering is checked against before it is reused as fixed text around the content: empty,
+ * blank, padded, and texts that the field's templates branch on (tool-response wrappers, think blocks,
+ * tool-call blocks, JSON, quotes and escapes, Python-ish literals).
+ */
+const PROBES = [
+  '',
+  ' ',
+  '\n',
+  'x',
+  '  padded text \n\n',
+  'The answer is 24.\n#### 24',
+  '<tool_response>\nr\n</tool_response>',
+  '<think>\nreasoning\n</think>\n\nanswer',
+  '</think>',
+  '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>',
+  'a"b\'c\\d\te\u2028f\u00e9',
+  '{"a": [1, 2]}',
+  'None',
+  'true',
+  '0',
+  '[]',
+];
+
+/** Marks message i's content in a probe rendering (private-use characters no template writes). */
+const sentinel = (i: number): string => `\uE000${i}\uE001`;
+
+/**
+ * A rendering as fixed parts around each message's content: parts[0] + c0 + parts[1] + ... + c(n-1) +
+ * parts[n]; null when the rendering depends on the contents otherwise (then it is always rendered).
+ */
+type Skeleton = readonly string[] | null;
+
+function fill(parts: readonly string[], messages: readonly ChatMessage[]): string {
+  let out = parts[0]!;
+  for (let i = 0; i < messages.length; i++) out += messages[i]!.content + parts[i + 1]!;
+  return out;
+}
+
+function withContents(messages: readonly ChatMessage[], content: (i: number) => string): ChatMessage[] {
+  return messages.map((m, i) => ({ ...m, content: content(i) }));
+}
+
+export interface DeltaTokenizerOptions {
+  /** Delta results cached by exact messages (LRU). Default 4096. */
+  cacheSize?: number;
+  /**
+   * Reuse renderings of a message shape (everything but the contents) as fixed text around the
+   * contents, once the shape's rendering is found to be content-opaque on PROBES. Default true.
+   */
+  shapes?: boolean;
+  /** Message shapes remembered. Default 1024. */
+  maxShapes?: number;
+}
+
 export class DeltaTokenizer {
   private prefixText: string | undefined;
   private readonly cache = new Map<string, { ids: number[]; text: string }>();
+  private readonly cacheSize: number;
+  private readonly useShapes: boolean;
+  private readonly maxShapes: number;
+  /** Learned skeletons; a shape seen once maps to undefined-as-"seen" (learned on the second sight). */
+  private readonly skeletons = new Map<string, Skeleton | 'seen'>();
+  private shapeHits = 0;
 
   constructor(
     readonly tokenizer: ChatTokenizer,
     private readonly templateKwargs: Record<string, unknown> = {},
-    private readonly cacheSize = 4096,
-  ) {}
+    options: DeltaTokenizerOptions | number = {},
+  ) {
+    const o = typeof options === 'number' ? { cacheSize: options } : options;
+    this.cacheSize = o.cacheSize ?? 4096;
+    this.useShapes = o.shapes ?? true;
+    this.maxShapes = o.maxShapes ?? 1024;
+  }
 
   /** Rendered text of new messages as the continuation of a conversation (with the generation prompt). */
   deltaText(messages: readonly ChatMessage[], addGenerationPrompt = true): string {
+    return this.viaShape(`d${addGenerationPrompt ? 1 : 0}`, messages, (m) => this.renderDelta(m, addGenerationPrompt));
+  }
+
+  /** deltaText by the template itself, never through a learned shape. */
+  private renderDelta(messages: readonly ChatMessage[], addGenerationPrompt: boolean): string {
     this.prefixText ??= this.tokenizer.render(DUMMY_PREFIX, { templateKwargs: this.templateKwargs });
     const full = this.tokenizer.render([...DUMMY_PREFIX, ...messages] as Record<string, unknown>[], {
       addGenerationPrompt,
@@ -36,10 +107,66 @@ export class DeltaTokenizer {
     return full.slice(this.prefixText.length);
   }
 
+  /**
+   * Render through the shape's skeleton when there is one. The template interpreter costs a fraction of
+   * a millisecond per call, and tool results, user replies and prompts mostly differ only in content:
+   * a shape (roles, names, tool-call ids, everything but the contents) seen twice is rendered with
+   * sentinels in place of the contents, split into fixed parts, and kept only if the parts reproduce
+   * the template's output for every probe content and for the real messages.
+   */
+  private viaShape(kind: string, messages: readonly ChatMessage[], render: (m: readonly ChatMessage[]) => string): string {
+    if (!this.useShapes || messages.length === 0) return render(messages);
+    let key = kind;
+    for (const m of messages) {
+      if (typeof m.content !== 'string') return render(messages);
+      const { content: _content, ...rest } = m;
+      key += '\u0000' + JSON.stringify(rest);
+    }
+    const known = this.skeletons.get(key);
+    if (known !== undefined && known !== 'seen') {
+      if (known === null) return render(messages);
+      this.shapeHits++;
+      return fill(known, messages);
+    }
+    const text = render(messages);
+    if (known === undefined) {
+      if (this.skeletons.size >= this.maxShapes) this.skeletons.delete(this.skeletons.keys().next().value!);
+      this.skeletons.set(key, 'seen');
+    } else this.skeletons.set(key, this.learn(messages, render, text));
+    return text;
+  }
+
+  private learn(messages: readonly ChatMessage[], render: (m: readonly ChatMessage[]) => string, actual: string): Skeleton {
+    try {
+      const probe = render(withContents(messages, sentinel));
+      const parts: string[] = [];
+      let pos = 0;
+      for (let i = 0; i < messages.length; i++) {
+        const s = sentinel(i);
+        const at = probe.indexOf(s, pos);
+        if (at < 0 || probe.indexOf(s, at + s.length) >= 0) return null;
+        parts.push(probe.slice(pos, at));
+        pos = at + s.length;
+      }
+      parts.push(probe.slice(pos));
+      if (fill(parts, messages) !== actual) return null;
+      const distinct = withContents(messages, (i) => `probe ${i}`);
+      if (fill(parts, distinct) !== render(distinct)) return null;
+      for (const p of [...PROBES, this.tokenizer.eosToken ?? '', this.tokenizer.bosToken ?? '']) {
+        const m = withContents(messages, () => p);
+        if (fill(parts, m) !== render(m)) return null;
+      }
+      return parts;
+    } catch {
+      // A probe the template refuses (raise_exception on empty content, say): not content-opaque.
+      return null;
+    }
+  }
+
   /** Token ids to append for new (tool, user) messages. */
   deltaIds(messages: readonly ChatMessage[], addGenerationPrompt = true): { ids: number[]; text: string } {
-    // Rendering and BPE-encoding cost milliseconds; the same messages (a group's n samples getting the
-    // same tool result, error messages, user-simulator replies) recur often, so results are cached.
+    // The same messages (a group's n samples getting the same tool result, error messages, user-simulator
+    // replies) recur often, so results are cached by their exact messages.
     const key = addGenerationPrompt + JSON.stringify(messages);
     const hit = this.cache.get(key);
     if (hit) {
@@ -49,21 +176,33 @@ export class DeltaTokenizer {
     }
     const text = this.deltaText(messages, addGenerationPrompt);
     const out = { ids: this.tokenizer.encode(text), text };
-    this.cache.set(key, { ids: [...out.ids], text });
-    if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+    if (this.cacheSize > 0) {
+      this.cache.set(key, { ids: [...out.ids], text });
+      if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+    }
     return out;
   }
 
   /** Token ids of the prompt (with the generation prompt): what the first turn is generated from. */
   promptIds(messages: readonly ChatMessage[], tools: ChatTool[] | null): number[] {
-    return this.tokenizer.apply(messages, { tools, addGenerationPrompt: true, templateKwargs: this.templateKwargs });
+    const opts = { tools, addGenerationPrompt: true, templateKwargs: this.templateKwargs };
+    const kind = `p${tools && tools.length > 0 ? JSON.stringify(tools) : ''}`;
+    return this.tokenizer.encode(this.viaShape(kind, messages, (m) => this.tokenizer.render(m, opts)));
   }
 
-  /** Compare the running token list with a full re-tokenization of the whole conversation. */
+  /**
+   * Compare the running token list with a full re-tokenization of the whole conversation. The full
+   * rendering is always the template's own (never a learned shape), so the check stays independent.
+   */
   check(mode: TokenizationCheckMode, running: readonly number[], messages: readonly ChatMessage[], tools: ChatTool[] | null): TokenizationCheck {
     if (mode === 'off') return { checked: false, mismatch: false, detail: null };
     const full = this.tokenizer.apply(messages, { tools, addGenerationPrompt: true, templateKwargs: this.templateKwargs });
     return compareTokens(this.tokenizer, mode, running, full);
+  }
+
+  /** Cache statistics (for benchmarks and metrics). */
+  stats(): { shapes: number; shapeHits: number; deltaCacheEntries: number } {
+    return { shapes: this.skeletons.size, shapeHits: this.shapeHits, deltaCacheEntries: this.cache.size };
   }
 }
 

@@ -58,7 +58,7 @@ function byTrajectory(events: ReadEvent[]): Map<string, ReadEvent[]> {
 
 async function checkGsm8kRun(t: TestLog, runId: string): Promise<void> {
   const tok = qwen3();
-  const { backend, snap } = await runGsm8k(t, { tokenization_check: 'ignore_strippable' }, runId);
+  const { backend, snap } = await runGsm8k(t, { tokenization_check: 'ignore_strippable', tokenization_check_every: 1 }, runId);
   assert.equal(snap.trajectoriesCompleted, records.length * 2);
   assert.equal(snap.eventsFailed, 0);
   const all = (await readTopic(t, TOPICS.rolloutEvents, snap.eventsPublished)).filter((e) => (e.event.value as { run_id?: string; trajectory?: { run_id: string } }).run_id === runId || (e.event.value as { trajectory?: { run_id: string } }).trajectory?.run_id === runId);
@@ -189,7 +189,7 @@ describe('tool agent on GSM8K with Qwen3', () => {
   test('strict tokenization check flags the newline Qwen3 writes after <|im_end|>', async () => {
     const t = await embeddedLog();
     try {
-      const { snap } = await runGsm8k(t, { tokenization_check: 'strict' }, 'run-strict');
+      const { snap } = await runGsm8k(t, { tokenization_check: 'strict', tokenization_check_every: 1 }, 'run-strict');
       // Every tool turn follows a generated <|im_end|> without the template's "\n": strict counts each.
       assert.ok((snap.counters['tokenization_mismatches'] ?? 0) >= records.length * 2);
       const evs = await readTopic(t, TOPICS.rolloutEvents, snap.eventsPublished);
