@@ -22,8 +22,9 @@ export function register(program: Command): void {
     .option('--weights <file>', 'safetensors weights (default: model.init of the config)')
     .option('--difficulty <name>', 'easy | hard', 'hard')
     .option('--problems <n>', 'held-out problems', (v) => Number(v), 200)
+    .option('--failures <n>', 'also print up to n failed problems with the response', (v) => Number(v), 0)
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
-    .action(async (configPath: string, opts: { weights?: string; difficulty: string; problems: number; set: Record<string, unknown> }) => {
+    .action(async (configPath: string, opts: { weights?: string; difficulty: string; problems: number; failures: number; set: Record<string, unknown> }) => {
       const dir = mkdtempSync(join(tmpdir(), 'rlstream-eval-'));
       const config = loadRunConfig(configPath, { ...opts.set, 'log.kind': 'embedded', 'log.dir': join(dir, 'log'), ...(opts.weights ? { 'model.init': opts.weights } : {}) });
       const ctx = await openRunContext(config, jsonLogger({ level: 'warn' }));
@@ -35,6 +36,11 @@ export function register(program: Command): void {
         const trajectories = await worker.evaluate(rows);
         await worker.stop();
         const toolCalls = trajectories.reduce((n, t) => n + t.num_tool_calls, 0);
+        const failed = trajectories.filter((t) => accuracy([t]) === 0).slice(0, opts.failures);
+        for (const t of failed) {
+          const extra = JSON.parse(t.extra_info_json) as { expression?: string };
+          console.log(JSON.stringify({ expected_expression: extra.expression, ground_truth: t.ground_truth, response: t.response_text }));
+        }
         console.log(JSON.stringify({ accuracy: accuracy(trajectories), problems: rows.length, difficulty: opts.difficulty, tool_calls_per_problem: toolCalls / rows.length, seconds: (performance.now() - t0) / 1000, example: trajectories[0]?.response_text }));
       } finally {
         await backend.close();

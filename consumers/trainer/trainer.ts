@@ -34,11 +34,6 @@ export interface TrainerDeps {
   extraMetrics?: () => NamedValue[];
 }
 
-interface Pending {
-  sample: TrainSample;
-  record: LogRecord;
-}
-
 export interface TrainerCounters {
   consumed: number;
   droppedStale: number;

@@ -8,14 +8,15 @@ import { loadToolConfig } from '../../producers/tools/config.ts';
 import type { ToolSet } from '../../producers/tools/tool-set.ts';
 import { promptMessages } from './conversation.ts';
 import { calculatorReward } from './reward.ts';
-import { EASY, HARD, problems, type Difficulty, type Problem, type Split } from './task.ts';
+import { EASY, HARD, MEDIUM, problems, type Difficulty, type Problem, type Split } from './task.ts';
 
 export const CALCULATOR_DATA_SOURCE = 'rlstream/calculator';
 
 export function difficultyByName(name: unknown, field: string): Difficulty {
   if (name === 'easy') return EASY;
+  if (name === 'medium') return MEDIUM;
   if (name === 'hard') return HARD;
-  throw new Error(`${field} must be "easy" or "hard" (got ${JSON.stringify(name)})`);
+  throw new Error(`${field} must be "easy", "medium" or "hard" (got ${JSON.stringify(name)})`);
 }
 
 export function problemRow(p: Problem, index: number): DatasetRow {
