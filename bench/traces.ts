@@ -105,7 +105,7 @@ export async function main(args: string[]): Promise<TargetReport[]> {
       reports.push(r);
       console.log(`${t} (${r.dialect}): ${r.rows} rows (${r.turns} turns) in ${r.seconds} s of inserts (${r.totalSeconds} s with generation) = ${r.rowsPerSecond} rows/s, ${r.mbPerSecond} MB/s  [target ≥ 200000 rows/s]`);
       console.log('  named query                 rows   median ms   max ms   (target < 1000 ms)');
-      for (const q of r.queries) console.log(`  ${q.name.padEnd(26)} ${String(q.rows).padStart(6)} ${String(q.medianMs).padStart(11)} ${String(q.maxMs).padStart(8)}${q.maxMs >= 1000 ? '   OVER' : ''}`);
+      for (const q of r.queries) console.log(`  ${q.name.padEnd(34)} ${String(q.rows).padStart(6)} ${String(q.medianMs).padStart(11)} ${String(q.maxMs).padStart(8)}${q.maxMs >= 1000 ? '   OVER' : ''}`);
     }
     console.log(`note: ${os.cpus().length} cores, load average ${os.loadavg()[0]!.toFixed(1)}: timings on a shared machine are noisy.`);
   } finally {

@@ -98,20 +98,9 @@ ORDER BY lag`,
     name: 'tool_parse_failures',
     description: 'Assistant turns whose tool call failed to parse, newest first, with the error and the start of the text.',
     defaults: { run: '', limit: 100 },
-    // Not FINAL over the whole table: the keys that ever had a parse error are picked first (a narrow scan of
-    // two columns), and only their rows are collapsed, to the latest version of each through argMax on a tuple
-    // (a tuple, so a newer NULL error is not skipped the way argMax skips NULL arguments).
-    sql: `SELECT run_id, trajectory_id, turn_index, tupleElement(latest, 1) AS error, tupleElement(latest, 2) AS text,
-  tupleElement(latest, 3) AS policy_version, tupleElement(latest, 4) AS time
-FROM (
-  SELECT run_id, trajectory_id, turn_index, argMax(tuple(tool_call_parse_error, substring(text, 1, 200), policy_version, time), _version) AS latest
-  FROM turns
-  WHERE ${RUN} AND (run_id, trajectory_id, turn_index) IN (
-    SELECT run_id, trajectory_id, turn_index FROM turns WHERE ${RUN} AND isNotNull(tool_call_parse_error)
-  )
-  GROUP BY run_id, trajectory_id, turn_index
-)
-WHERE isNotNull(tupleElement(latest, 1))
+    sql: `SELECT run_id, trajectory_id, turn_index, tool_call_parse_error AS error, substring(text, 1, 200) AS text, policy_version, time
+FROM turns FINAL
+WHERE ${RUN} AND isNotNull(tool_call_parse_error)
 ORDER BY time DESC, trajectory_id, turn_index
 LIMIT {limit:UInt64}`,
   },

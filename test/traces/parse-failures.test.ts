@@ -1,4 +1,4 @@
-// tool_parse_failures without FINAL over the table: it must still answer from each turn's latest version
+// tool_parse_failures must answer from each turn's latest version
 // (a newer NULL error hides an older one, a newer error replaces an older one), exactly as FINAL would.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
