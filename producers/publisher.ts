@@ -7,10 +7,11 @@ import type { Logger } from '../core/telemetry.ts';
 import type { EventName } from '../schemas/index.ts';
 import type { EventTypes } from '../schemas/generated/types.ts';
 
+/** A queued record; `done` is set for publish() (awaited), absent for fire() (no promise allocated). */
 interface Pending {
   record: ProduceRecord;
-  resolve: () => void;
-  reject: (err: unknown) => void;
+  name: EventName;
+  done?: { resolve: () => void; reject: (err: unknown) => void };
 }
 
 export class EventPublisher {
@@ -35,14 +36,17 @@ export class EventPublisher {
     const buf = this.serde.encode(name, value);
     this.bytes += buf.length;
     return new Promise<void>((resolve, reject) => {
-      this.queue.push({ record: { key, value: buf }, resolve, reject });
+      this.queue.push({ record: { key, value: buf }, name, done: { resolve, reject } });
       this.schedule();
     });
   }
 
   /** Publish without awaiting; a failure is logged and counted (the trajectory goes on). */
   fire<N extends EventName>(name: N, key: string, value: EventTypes[N]): void {
-    this.publish(name, key, value).catch((err: unknown) => this.logger.error('event publish failed', { event: name, error: describeError(err) }));
+    const buf = this.serde.encode(name, value);
+    this.bytes += buf.length;
+    this.queue.push({ record: { key, value: buf }, name });
+    this.schedule();
   }
 
   private schedule(): void {
@@ -59,14 +63,23 @@ export class EventPublisher {
 
   private async drain(): Promise<void> {
     while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.maxBatch);
+      let batch: Pending[];
+      if (this.queue.length <= this.maxBatch) {
+        batch = this.queue;
+        this.queue = [];
+      } else batch = this.queue.splice(0, this.maxBatch);
       try {
-        await this.producer.send(this.topic, batch.map((p) => p.record));
+        const records = new Array<ProduceRecord>(batch.length);
+        for (let i = 0; i < batch.length; i++) records[i] = batch[i]!.record;
+        await this.producer.send(this.topic, records);
         this.published += batch.length;
-        for (const p of batch) p.resolve();
+        for (const p of batch) p.done?.resolve();
       } catch (err) {
         this.failed += batch.length;
-        for (const p of batch) p.reject(err);
+        for (const p of batch) {
+          if (p.done) p.done.reject(err);
+          else this.logger.error('event publish failed', { event: p.name, error: describeError(err) });
+        }
       }
     }
   }
