@@ -4,8 +4,12 @@
 #   npm packages (npm ci when the lockfile changed), Debian packages (Java, Maven, ClickHouse, chromium, kcat,
 #   OpenBLAS), the native core build, Kafka's jars and the schema registry (Apicurio) through Maven.
 # Everything downloaded lives under .infra/ (gitignored) or ~/.m2.
+# `--embedded` installs only what the embedded default needs (npm packages, OpenBLAS, the native core):
+# that is what `npm start` runs; the test suite runs the full setup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+embedded_only=false
+if [ "${1:-}" = "--embedded" ]; then embedded_only=true; fi
 source infra/env.sh
 D="$RLSTREAM_INFRA_DIR"
 mkdir -p "$D"
@@ -24,6 +28,7 @@ if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
 # elsewhere than Debian), or, without a command, when dpkg knows it.
 packages=(default-jre-headless:java maven:mvn libopenblas-dev: clickhouse-server:clickhouse-server
   clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl)
+if $embedded_only; then packages=(libopenblas-dev:); fi
 missing=()
 for entry in "${packages[@]}"; do
   p=${entry%%:*} c=${entry#*:}
@@ -64,6 +69,8 @@ if [ -f native/binding.gyp ]; then
     npm run --silent build:native >"$D/native-build.log" 2>&1 || { cat "$D/native-build.log" >&2; exit 1; }
   fi
 fi
+
+if $embedded_only; then exit 0; fi
 
 # --- Kafka: the official jars from Maven Central, one directory per version (so 3.9 and 4.x can coexist).
 kafka_libs="$D/kafka/$KAFKA_VERSION/libs"
