@@ -3,7 +3,7 @@
 // the trainer reaches trainer.max_steps; a killed process resumes from the log on restart.
 import type { Command } from 'commander';
 import { loadRunConfig } from '../../core/config.ts';
-import { RlstreamError } from '../../core/errors.ts';
+import { RlstreamError, describeError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
@@ -100,6 +100,14 @@ export function register(program: Command): void {
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
     .action(async (role: string, configPath: string, opts: { set: Record<string, unknown> }) => {
       if (!(ROLES as readonly string[]).includes(role)) throw new RlstreamError('CONFIG_INVALID', `unknown role "${role}" (roles: ${ROLES.join(', ')})`);
-      await runRole(role as Role, configPath, opts.set);
+      try {
+        await runRole(role as Role, configPath, opts.set);
+      } catch (err) {
+        // A role process ends with its role: client connections or timers left behind by a failed start must
+        // not keep a dead role alive, where a supervisor would not restart it.
+        process.stderr.write(`rlstream: ${describeError(err)}\n`);
+        process.exit(1);
+      }
+      process.exit(0);
     });
 }

@@ -75,7 +75,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     let sftSeconds: number | null = null;
     if (!existsSync(files.initWeights)) {
       const bar = progress.bar('sft', 1);
-      const res = await warmStart(ctx, files.initWeights, (info, total) => bar.update(info.step, total, `loss ${info.loss.toFixed(3)}`));
+      const res = await warmStart(ctx, files.initCheckpoint ?? files.initWeights, (info, total) => bar.update(info.step, total, `loss ${info.loss.toFixed(3)}`));
       sftSeconds = res.seconds;
       bar.done();
     }

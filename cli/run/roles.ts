@@ -1,7 +1,7 @@
 // Each role of rlstream built from the run config and a RunContext, so the main job (all roles in one
 // process) and `rlstream worker <role>` (one role per process) assemble roles exactly the same way.
 import { readFileSync } from 'node:fs';
-import { isAbsolute, resolve } from 'node:path';
+import { isAbsolute, join, resolve } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
 import type { StreamProcessor } from '../../core/processor.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
@@ -38,6 +38,14 @@ export interface ModelFiles {
   tokenizerDir: string;
   /** Weights of version 0 (the warm start). */
   initWeights: string;
+  /** The warm start as a checkpoint directory (weights + AdamW state, as `rlstream sft` writes), or null. */
+  initCheckpoint: string | null;
+}
+
+/** `model.init` names a checkpoint directory (model.safetensors + optimizer state) or a safetensors file. */
+export function initFiles(init: string): { initWeights: string; initCheckpoint: string | null } {
+  const isFile = init.endsWith('.safetensors');
+  return isFile ? { initWeights: init, initCheckpoint: null } : { initWeights: join(init, 'model.safetensors'), initCheckpoint: init };
 }
 
 export function modelFiles(ctx: RunContext): ModelFiles {
@@ -51,7 +59,7 @@ export function modelFiles(ctx: RunContext): ModelFiles {
     throw new RlstreamError('CONFIG_INVALID', `model.config ${configPath} cannot be read: ${(err as Error).message}`);
   }
   const config = parseModelConfig(raw);
-  return { config, configJson: JSON.stringify(raw), tokenizerDir: path(ctx, m['tokenizer'] as string), initWeights: path(ctx, m['init'] as string) };
+  return { config, configJson: JSON.stringify(raw), tokenizerDir: path(ctx, m['tokenizer'] as string), ...initFiles(path(ctx, m['init'] as string)) };
 }
 
 /** The task's hooks: today the built-in calculator task is the one registered by name. */
@@ -106,6 +114,7 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
     runId,
     dataDir,
     initialWeightsPath: files.initWeights,
+    initialCheckpoint: files.initCheckpoint,
     modelConfig: files.config,
     options: trainerOptions(ctx),
     logger: ctx.logger,

@@ -1,6 +1,6 @@
 // SFT warm-up of the main job: demonstrations of the calculator task on easy problems, cross-entropy on the
 // assistant tokens only, saved as the version-0 weights the RL run starts from.
-import { mkdirSync, renameSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
 import { runSft, type SftOptions, type SftStepInfo } from '../../consumers/trainer/sft.ts';
@@ -41,19 +41,24 @@ export function sftSection(ctx: RunContext): SftSection {
   };
 }
 
-/** Train from random weights on demonstrations and write the weights to `out` (atomically). */
-export async function warmStart(ctx: RunContext, out: string, onStep?: (info: SftStepInfo, total: number) => void): Promise<{ history: SftStepInfo[]; seconds: number }> {
+/**
+ * Train on demonstrations (from random weights, or from `from`) and write a checkpoint directory `out`
+ * (model.safetensors, optimizer state, config.json), atomically.
+ */
+export async function warmStart(ctx: RunContext, out: string, onStep?: (info: SftStepInfo, total: number) => void, from?: string): Promise<{ history: SftStepInfo[]; seconds: number }> {
   const t0 = performance.now();
   const files = modelFiles(ctx);
   const o = sftSection(ctx);
   const tok = ChatTokenizer.load(files.tokenizerDir);
   const examples = take(problems(o.seed + 1000, 'train', difficultyByName(o.difficulty, 'sft.difficulty')), o.problems).map((p) => demonstrationExample(tok, p));
-  const model = Model.init(files.config, { seed: o.seed });
+  const model = from ? Model.load(from, files.config) : Model.init(files.config, { seed: o.seed });
   try {
     const history = await runSft(model, examples, o, (info) => onStep?.(info, o.steps));
     mkdirSync(dirname(out), { recursive: true });
     const tmp = `${out}.tmp-${process.pid}`;
-    await model.save(tmp);
+    rmSync(tmp, { recursive: true, force: true });
+    await model.saveCheckpoint(tmp);
+    rmSync(out, { recursive: true, force: true });
     renameSync(tmp, out);
     return { history, seconds: (performance.now() - t0) / 1000 };
   } finally {

@@ -25,6 +25,11 @@ export interface TrainerDeps {
   dataDir: string;
   /** Initial weights (version 0) when no checkpoint exists. */
   initialWeightsPath: string;
+  /**
+   * The warm start as a checkpoint directory (weights and AdamW moments): RL then continues the optimizer of
+   * SFT instead of starting Adam afresh, whose first steps move every parameter by the full learning rate.
+   */
+  initialCheckpoint?: string | null;
   modelConfig: ModelConfig;
   options: TrainerOptions;
   logger?: Logger;
@@ -89,7 +94,9 @@ export class Trainer {
       this.model = await Model.loadCheckpoint(dir, { threads: options.threads });
       this.logger.info('resumed from checkpoint', { step: this.step, version: this.version });
     } else {
-      this.model = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
+      this.model = this.deps.initialCheckpoint
+        ? await Model.loadCheckpoint(this.deps.initialCheckpoint, { threads: options.threads })
+        : Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
     }
     if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
     if (last.versions === 0) await this.publishVersion0();
