@@ -207,9 +207,7 @@ export function rowsOf(ev: DecodedEvent): TraceRow[] {
       ];
     }
     case 'TrainStep': {
-      // dropped_trajectory_ids (TrainStep v2) has no train_steps column yet: JSONEachRow refuses unknown fields,
-      // so it is left out until a migration adds the column.
-      const { metrics, event_id: _id, time_ms: _t, dropped_trajectory_ids: _dropped, ...rest } = ev.value;
+      const { metrics, event_id: _id, time_ms: _t, ...rest } = ev.value;
       return [{ table: 'train_steps', row: { ...rest, metric_names: names(metrics), metric_values: values(metrics), ...meta(ev.value) } }];
     }
     case 'PolicyVersion': {
