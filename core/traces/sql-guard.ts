@@ -46,6 +46,8 @@ const FORBIDDEN: [RegExp, string][] = [
 export function readonlySqlRefusal(sql: string): string | null {
   const text = blankLiteralsAndComments(sql);
   for (const [re, why] of FORBIDDEN) if (re.test(text)) return why;
+  // One statement per request: chDB would run each of several (the server refuses them as a syntax error).
+  if (/;\s*\S/.test(text)) return 'several statements in one query';
   return null;
 }
 
