@@ -3,6 +3,7 @@
 import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
+import { rng } from '../../core/random.ts';
 import { runSft, type SftOptions, type SftStepInfo } from '../../consumers/trainer/sft.ts';
 import { Model } from '../../native/index.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
@@ -15,6 +16,8 @@ import { modelFiles, section } from './roles.ts';
 export interface SftSection extends SftOptions {
   problems: number;
   difficulty: string;
+  /** Fraction of demonstrations that answer without the tool (see examples/calculator/conversation.ts). */
+  directFraction: number;
 }
 
 function num(s: Record<string, unknown>, k: string, dflt: number, integer = false): number {
@@ -30,6 +33,7 @@ export function sftSection(ctx: RunContext): SftSection {
   return {
     problems: num(s, 'problems', 3000, true),
     difficulty,
+    directFraction: num(s, 'direct_fraction', 0),
     steps: num(s, 'steps', 300, true),
     batchTokens: num(s, 'batch_tokens', 6144, true),
     microBatchTokens: num(s, 'micro_batch_tokens', 3072, true),
@@ -50,7 +54,9 @@ export async function warmStart(ctx: RunContext, out: string, onStep?: (info: Sf
   const files = modelFiles(ctx);
   const o = sftSection(ctx);
   const tok = ChatTokenizer.load(files.tokenizerDir);
-  const examples = take(problems(o.seed + 1000, 'train', difficultyByName(o.difficulty, 'sft.difficulty')), o.problems).map((p) => demonstrationExample(tok, p));
+  if (o.directFraction > 1) throw new RlstreamError('CONFIG_INVALID', 'sft.direct_fraction must be between 0 and 1');
+  const pick = rng(o.seed + 2000);
+  const examples = take(problems(o.seed + 1000, 'train', difficultyByName(o.difficulty, 'sft.difficulty')), o.problems).map((p) => demonstrationExample(tok, p, pick() < o.directFraction));
   const model = from ? Model.load(from, files.config) : Model.init(files.config, { seed: o.seed });
   try {
     const history = await runSft(model, examples, o, (info) => onStep?.(info, o.steps));

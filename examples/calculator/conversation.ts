@@ -29,7 +29,13 @@ export function answerText(answer: number | string): string {
   return `The answer is ${answer}.`;
 }
 
-export function demonstration(p: Problem): ChatMessage[] {
+/**
+ * The ideal episode: a calculator call, its result, the answer. With `direct`, the answer is written at once
+ * without the tool — demonstrations of a habit the policy cannot really sustain (a ~1M-parameter model cannot
+ * do multi-digit arithmetic in its head), which RL has to unlearn by discovering that the tool pays off.
+ */
+export function demonstration(p: Problem, direct = false): ChatMessage[] {
+  if (direct) return [...promptMessages(p), { role: 'assistant', content: answerText(p.answer) }];
   return [
     ...promptMessages(p),
     {

@@ -21,9 +21,9 @@ export function assistantGenerationText(tok: ChatTokenizer, message: ChatMessage
   return end < 0 ? body : body.slice(0, end + eos.length);
 }
 
-export function demonstrationExample(tok: ChatTokenizer, problem: Problem): SftExample {
+export function demonstrationExample(tok: ChatTokenizer, problem: Problem, direct = false): SftExample {
   const delta = new DeltaTokenizer(tok);
-  const messages = demonstration(problem);
+  const messages = demonstration(problem, direct);
   const tokens: number[] = [];
   const mask: number[] = [];
   const push = (ids: number[], m: number) => {

@@ -19,7 +19,7 @@ export interface Difficulty {
 }
 
 export const EASY: Difficulty = { minSteps: 1, maxSteps: 2, maxAddend: 99, maxFactor: 9 };
-export const MEDIUM: Difficulty = { minSteps: 2, maxSteps: 3, maxAddend: 99, maxFactor: 9 };
+export const MEDIUM: Difficulty = { minSteps: 2, maxSteps: 2, maxAddend: 99, maxFactor: 9 };
 export const HARD: Difficulty = { minSteps: 2, maxSteps: 3, maxAddend: 999, maxFactor: 19 };
 
 export interface Problem {
