@@ -10,7 +10,7 @@ import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
 import { take } from '../../examples/calculator/task.ts';
 import { openRunContext } from '../run/context.ts';
-import { accuracy } from '../run/main-job.ts';
+import { accuracy } from '../run/evaluation.ts';
 import { createBackend, createWorker, modelFiles } from '../run/roles.ts';
 import { collectSet } from './run.ts';
 

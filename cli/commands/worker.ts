@@ -8,6 +8,7 @@ import { jsonLogger } from '../../core/telemetry.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
 import { openRunContext, openRunTraces } from '../run/context.ts';
+import { evaluatePeriodically } from '../run/evaluation.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section } from '../run/roles.ts';
 import { collectSet } from './run.ts';
 import { completedTrajectories } from '../../producers/resume.ts';
@@ -71,7 +72,14 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
         const completed = await completedTrajectories(ctx.log, ctx.serde, runId);
         if (completed.size > 0) logger.info('resuming: trajectories already completed', { completed: completed.size });
         const worker = await createWorker(ctx, runId, backend, tokenizer, { completed });
-        onSignal(() => worker.stop({ abort: true }));
+        // eval.every_versions: held-out evaluation of every k-th policy version this worker serves.
+        const every = section(ctx, 'eval')['every_versions'];
+        if (every !== undefined && (typeof every !== 'number' || !Number.isInteger(every) || every < 1)) throw new RlstreamError('CONFIG_INVALID', 'eval.every_versions must be a positive integer');
+        const stopEval = typeof every === 'number' ? await evaluatePeriodically(ctx, runId, backend, tokenizer, every, (version, correct, total) => logger.info('held-out evaluation', { version, correct, total })) : null;
+        onSignal(async () => {
+          await stopEval?.();
+          await worker.stop({ abort: true });
+        });
         const task = section(ctx, 'task');
         const rows = problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train'));
         // task.train_rows: a finite dataset (the first N rows of the stream), so a run has a defined end.
@@ -79,6 +87,7 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
         if (cap !== undefined && (typeof cap !== 'number' || !Number.isInteger(cap) || cap < 1)) throw new RlstreamError('CONFIG_INVALID', 'task.train_rows must be a positive integer');
         try {
           await worker.run(typeof cap === 'number' ? take(rows, cap) : rows);
+          await stopEval?.();
           await worker.stop();
         } finally {
           await backend.close();

@@ -10,13 +10,12 @@ import { TOPICS } from '../../core/topics.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
-import type { TrainStep, Trajectory } from '../../schemas/generated/types.ts';
+import type { TrainStep } from '../../schemas/generated/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
-import { calculatorReward } from '../../examples/calculator/reward.ts';
 import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
-import { take } from '../../examples/calculator/task.ts';
 import { lineChartsSvg } from '../plot.ts';
 import { openRunContext, openRunTraces, type RunContext } from './context.ts';
+import { accuracy, heldoutRows } from './evaluation.ts';
 import { Progress } from './progress.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section, trainerOptions } from './roles.ts';
 import { warmStart } from './sft.ts';
@@ -47,13 +46,6 @@ export interface MainJobSummary {
   wall_seconds: number;
   plot: string;
   data_dir: string;
-}
-
-export function accuracy(trajectories: readonly Trajectory[]): number {
-  if (trajectories.length === 0) return 0;
-  let correct = 0;
-  for (const t of trajectories) if (calculatorReward(t.data_source, t.response_text, t.ground_truth).correct) correct++;
-  return correct / trajectories.length;
 }
 
 export async function runMainJob(options: MainJobOptions): Promise<MainJobSummary> {
@@ -115,7 +107,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const heldoutN = typeof task['heldout_problems'] === 'number' ? task['heldout_problems'] : 200;
     const duringN = typeof e['problems'] === 'number' ? e['problems'] : Math.min(100, heldoutN);
     const everySteps = typeof e['every_steps'] === 'number' ? e['every_steps'] : 10;
-    const heldout = take(problemRows(config.run.seed + 7, 'heldout', difficultyByName(task['heldout'] ?? 'hard', 'task.heldout')), heldoutN);
+    const heldout = heldoutRows(ctx, heldoutN);
     const evalBar = progress.bar('eval', heldoutN);
     const before = accuracy(await evaluator.evaluate(heldout));
     evals.push({ step: 0, version: 0, accuracy: before });
