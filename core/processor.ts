@@ -411,6 +411,13 @@ export async function readCheckpoints(log: EventLog, stateTopic: string, keys: S
   if (!p0 || p0.high <= p0.low) return found;
   const consumer = await log.consumer({ groupId: `${stateTopic}.restore.${newId()}`, topics: [stateTopic], readCommitted: true });
   try {
+    // On Kafka a new consumer joins its group in the background: seeking before the partition is assigned
+    // fails (LOG_UNKNOWN_PARTITION), which made every restart with a checkpoint crash. Poll until it is.
+    const assignedBy = Date.now() + 60_000;
+    while (!consumer.assignment().some((a) => a.topic === stateTopic && a.partition === 0)) {
+      if (Date.now() > assignedBy) throw new RlstreamError('LOG_UNAVAILABLE', `state topic ${stateTopic} was not assigned to its restore consumer within 60 s`, { retriable: true });
+      await consumer.poll({ maxRecords: 1, timeoutMs: 100 });
+    }
     let window = 256;
     for (;;) {
       const from = Math.max(p0.low, p0.high - window);

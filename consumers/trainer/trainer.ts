@@ -5,6 +5,7 @@
 // from the checkpoint of the last committed TrainStep with the committed offsets: no sample used twice.
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { RlstreamError } from '../../core/errors.ts';
 import { deriveId } from '../../core/ids.ts';
 import type { EventLog, Consumer, LogRecord, Producer, TopicPartitionOffset } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
@@ -114,12 +115,24 @@ export class Trainer {
     ] as const) {
       const c = await this.deps.log.consumer({ groupId: `${this.deps.runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
       const ends = await this.deps.log.offsets(topic);
-      const target = new Map(ends.map((p) => [p.partition, p.high]));
+      const target = new Map(ends.filter((p) => p.high > p.low).map((p) => [p.partition, p.high]));
       const seen = new Map<number, number>();
-      const done = () => [...target].every(([p, h]) => (seen.get(p) ?? 0) >= h);
-      while (!done()) {
+      // The last record of a partition written by transactions is a commit marker, which is never returned:
+      // having read up to high - 1 is the end. An empty poll is the end only once the consumer holds its
+      // partitions (on Kafka it joins its group in the background: stopping at the first empty poll read
+      // nothing after a restart, so the trainer started again from step 0 and republished version 0).
+      const done = () => [...target].every(([p, h]) => (seen.get(p) ?? 0) >= h - 1);
+      const assignedBy = Date.now() + 60_000;
+      let idle = 0;
+      while (!done() && target.size > 0) {
         const recs = await c.poll({ maxRecords: 1000, timeoutMs: 200 });
-        if (recs.length === 0) break;
+        if (recs.length === 0) {
+          const assigned = c.assignment().filter((a) => a.topic === topic).length >= target.size;
+          if (!assigned && Date.now() > assignedBy) throw new RlstreamError('LOG_UNAVAILABLE', `trainer restore: ${topic} was not assigned within 60 s`, { retriable: true });
+          if (assigned && ++idle >= 10) break; // an aborted transaction at the tail: its records are never returned
+          continue;
+        }
+        idle = 0;
         for (const r of recs) {
           seen.set(r.partition, r.offset + 1);
           const d = await this.deps.serde.decode(r.value);

@@ -53,7 +53,9 @@ export class PrivateBroker {
     const b = new PrivateBroker(dir, await freePort(), await freePort());
     mkdirSync(join(dir, 'log'), { recursive: true });
     writeFileSync(join(dir, 'server.properties'), b.properties());
-    await b.java(['kafka.tools.StorageTool', 'format', '-t', Buffer.from(crypto.getRandomValues(new Uint8Array(16))).toString('base64url'), '-c', join(dir, 'server.properties')], true);
+    // A cluster id is 16 random bytes in URL-safe base64; one starting with '-' would read as an option.
+    const cluster = Buffer.from(crypto.getRandomValues(new Uint8Array(16))).toString('base64url').replace(/^-/, 'A');
+    await b.java(['kafka.tools.StorageTool', 'format', '-t', cluster, '-c', join(dir, 'server.properties')], true);
     await b.resume();
     return b;
   }

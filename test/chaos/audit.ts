@@ -1,0 +1,213 @@
+// The end-of-run audit of the fault tests: every started trajectory is in the trainer's consumed set
+// (TrainStep.trajectory_ids plus dropped_trajectory_ids) exactly once, or accounted for as aborted or
+// dead-lettered; steps and policy versions are contiguous and unique; ClickHouse holds no duplicate.
+import { newId } from '../../core/ids.ts';
+import type { EventLog } from '../../core/log/types.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import { TOPICS } from '../../core/topics.ts';
+import type { DecodedEvent } from '../../core/serde/events.ts';
+
+export interface DeadLetterInfo {
+  consumer: string;
+  sourceTopic: string;
+  errorCode: string;
+  error: string;
+  /** The trajectory id of the dead-lettered record, when its bytes decode to one. */
+  trajectoryId: string | null;
+}
+
+export interface RunRecords {
+  started: Map<string, number>;
+  completed: Map<string, number>;
+  aborted: Set<string>;
+  /** Times each trajectory id appears in a committed TrainStep (trained or dropped as stale). */
+  consumed: Map<string, number>;
+  steps: number[];
+  versions: number[];
+  deadLetters: DeadLetterInfo[];
+  undecodable: number;
+  /** Trajectory ids on the rewarded and advantaged topics (how far each got, for diagnosis). */
+  rewarded: Map<string, number>;
+  advantaged: Map<string, number>;
+}
+
+/** Every committed record of a topic (read_committed), to its end at the time of the call. */
+export async function readTopic(log: EventLog, topic: string, each: (value: Buffer) => Promise<void>): Promise<void> {
+  const ends = await log.offsets(topic);
+  const target = new Map(ends.filter((p) => p.high > p.low).map((p) => [p.partition, p.high]));
+  if (target.size === 0) return;
+  const consumer = await log.consumer({ groupId: `audit-${newId()}`, topics: [topic], readCommitted: true, fromBeginning: true });
+  try {
+    const seen = new Map<number, number>();
+    let idle = 0;
+    // Transaction markers take offsets too, so the last data offset can be below high - 1: stop when idle.
+    while ([...target].some(([p, h]) => (seen.get(p) ?? 0) < h - 1) && idle < 15) {
+      const batch = await consumer.poll({ maxRecords: 2000, timeoutMs: 300 });
+      idle = batch.length === 0 ? idle + 1 : 0;
+      for (const r of batch) {
+        seen.set(r.partition, r.offset + 1);
+        await each(r.value);
+      }
+    }
+  } finally {
+    await consumer.close();
+  }
+}
+
+async function tryDecode(serde: EventSerde, value: Buffer): Promise<DecodedEvent | null> {
+  try {
+    return serde.tryDecodeSync(value) ?? (await serde.decode(value));
+  } catch {
+    return null;
+  }
+}
+
+const bump = (m: Map<string, number>, k: string) => m.set(k, (m.get(k) ?? 0) + 1);
+
+/** Distinct ids of the run's started training trajectories. */
+export async function collectStarted(log: EventLog, serde: EventSerde, runId: string): Promise<Set<string>> {
+  const ids = new Set<string>();
+  await readTopic(log, TOPICS.rolloutEvents, async (v) => {
+    if (v.length >= 5 && v[0] === 0 && v.readUInt32BE(1) !== serde.schemaId('TrajectoryStarted')) return;
+    const ev = await tryDecode(serde, v);
+    if (ev?.name === 'TrajectoryStarted' && ev.value.run_id === runId && ev.value.dataset.split === 'train') ids.add(ev.value.trajectory_id);
+  });
+  return ids;
+}
+
+export async function collectRun(log: EventLog, serde: EventSerde, runId: string): Promise<RunRecords> {
+  const out: RunRecords = { started: new Map(), completed: new Map(), aborted: new Set(), consumed: new Map(), steps: [], versions: [], deadLetters: [], undecodable: 0, rewarded: new Map(), advantaged: new Map() };
+  await readTopic(log, TOPICS.rolloutEvents, async (v) => {
+    const ev = await tryDecode(serde, v);
+    if (!ev) return void out.undecodable++;
+    if (ev.name === 'TrajectoryStarted' && ev.value.run_id === runId && ev.value.dataset.split === 'train') bump(out.started, ev.value.trajectory_id);
+    if (ev.name === 'TrajectoryCompleted' && ev.value.trajectory.run_id === runId && ev.value.trajectory.dataset.split === 'train') {
+      bump(out.completed, ev.value.trajectory.trajectory_id);
+      if (ev.value.trajectory.termination === 'aborted') out.aborted.add(ev.value.trajectory.trajectory_id);
+    }
+  });
+  for (const [topic, into] of [[TOPICS.rewarded, out.rewarded], [TOPICS.advantaged, out.advantaged]] as const) {
+    await readTopic(log, topic, async (v) => {
+      const ev = await tryDecode(serde, v);
+      const t = (ev?.value as { trajectory?: { run_id: string; trajectory_id: string } } | undefined)?.trajectory;
+      if (t && t.run_id === runId) bump(into, t.trajectory_id);
+    });
+  }
+  await readTopic(log, TOPICS.trainSteps, async (v) => {
+    const ev = await tryDecode(serde, v);
+    if (ev?.name !== 'TrainStep' || ev.value.run_id !== runId) return;
+    out.steps.push(ev.value.step);
+    for (const id of [...ev.value.trajectory_ids, ...ev.value.dropped_trajectory_ids]) bump(out.consumed, id);
+  });
+  await readTopic(log, TOPICS.policyVersions, async (v) => {
+    const ev = await tryDecode(serde, v);
+    if (ev?.name === 'PolicyVersion' && ev.value.run_id === runId) out.versions.push(ev.value.version);
+  });
+  await readTopic(log, TOPICS.deadLetter, async (v) => {
+    const ev = await tryDecode(serde, v);
+    if (ev?.name !== 'DeadLetter') return;
+    const inner = await tryDecode(serde, ev.value.value);
+    const iv = inner?.value as { trajectory?: { trajectory_id: string }; trajectory_id?: string } | undefined;
+    out.deadLetters.push({
+      consumer: ev.value.consumer,
+      sourceTopic: ev.value.source_topic,
+      errorCode: ev.value.error_code,
+      error: ev.value.error,
+      trajectoryId: iv?.trajectory?.trajectory_id ?? iv?.trajectory_id ?? null,
+    });
+  });
+  return out;
+}
+
+/** Where the trajectories that did not reach the trainer stopped. */
+export function stuck(r: RunRecords): Record<string, string[]> {
+  const out: Record<string, string[]> = { notCompleted: [], notRewarded: [], notAdvantaged: [], notConsumed: [] };
+  for (const id of r.started.keys()) {
+    if (!r.completed.has(id)) out['notCompleted']!.push(id);
+    else if (!r.rewarded.has(id)) out['notRewarded']!.push(id);
+    else if (!r.advantaged.has(id)) out['notAdvantaged']!.push(id);
+    else if (!r.consumed.has(id)) out['notConsumed']!.push(id);
+  }
+  return out;
+}
+
+export interface AuditResult {
+  started: number;
+  consumedOnce: number;
+  aborted: number;
+  deadLettered: number;
+  /** Violations, empty when the run is exact. */
+  problems: string[];
+}
+
+/** Trajectory ids in committed TrainSteps of the run (trained or dropped as stale), with repeats. */
+export async function consumedIds(log: EventLog, serde: EventSerde, runId: string): Promise<string[]> {
+  const ids: string[] = [];
+  await readTopic(log, TOPICS.trainSteps, async (v) => {
+    const ev = await tryDecode(serde, v);
+    if (ev?.name === 'TrainStep' && ev.value.run_id === runId) ids.push(...ev.value.trajectory_ids, ...ev.value.dropped_trajectory_ids);
+  });
+  return ids;
+}
+
+/** Check the exactly-once accounting: steps must be 1..N once each, versions 0..N once each (publish_every 1). */
+export function auditRun(r: RunRecords): AuditResult {
+  const maxSteps = r.steps.length;
+  const problems: string[] = [];
+  const dead = new Set(r.deadLetters.map((d) => d.trajectoryId).filter((x): x is string => x !== null));
+  let once = 0;
+  let aborted = 0;
+  let deadLettered = 0;
+  const missing: string[] = [];
+  for (const id of r.started.keys()) {
+    const n = r.consumed.get(id) ?? 0;
+    if (n === 1) once++;
+    else if (n > 1) problems.push(`trajectory ${id} consumed ${n} times`);
+    else if (r.aborted.has(id)) aborted++;
+    else if (dead.has(id)) deadLettered++;
+    else missing.push(id);
+  }
+  if (missing.length > 0) problems.push(`${missing.length} started trajectories neither consumed, aborted nor dead-lettered (e.g. ${missing.slice(0, 3).join(', ')})`);
+  for (const id of r.consumed.keys()) if (!r.started.has(id)) problems.push(`trajectory ${id} consumed but never started`);
+  const steps = [...r.steps].sort((a, b) => a - b);
+  const wantSteps = Array.from({ length: maxSteps }, (_, i) => i + 1);
+  if (JSON.stringify(steps) !== JSON.stringify(wantSteps)) problems.push(`train steps are not 1..${maxSteps} once each: ${JSON.stringify(steps)}`);
+  const versions = [...r.versions].sort((a, b) => a - b);
+  const wantVersions = Array.from({ length: maxSteps + 1 }, (_, i) => i);
+  if (versions.length === 0 || JSON.stringify(versions) !== JSON.stringify(wantVersions)) problems.push(`policy versions are not contiguous from 0, once each: ${JSON.stringify(versions)}`);
+  return { started: r.started.size, consumedOnce: once, aborted, deadLettered, problems };
+}
+
+/** A query on the ClickHouse server over HTTP; rows as objects. */
+export async function clickhouse(url: string, database: string, sql: string): Promise<Record<string, unknown>[]> {
+  const res = await fetch(`${url}/?database=${encodeURIComponent(database)}`, { method: 'POST', body: `${sql} FORMAT JSON` });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`ClickHouse: ${text.slice(0, 500)}`);
+  return (JSON.parse(text) as { data: Record<string, unknown>[] }).data;
+}
+
+/**
+ * Duplicates in the trace tables of a run: rows per identity after FINAL must equal distinct identities and
+ * distinct event ids. Returns the per-table counts and problems (raw rows above distinct are replays the
+ * ReplacingMergeTree collapses; they are reported, not errors).
+ */
+export async function traceDuplicates(url: string, database: string, runId: string): Promise<{ tables: Record<string, { raw: number; final: number; keys: number; eventIds: number }>; problems: string[] }> {
+  const tables: Record<string, string> = {
+    trajectory_starts: 'trajectory_id',
+    trajectories: 'trajectory_id',
+    train_steps: 'toString(step)',
+    policy_versions: 'toString(version)',
+  };
+  const out: Record<string, { raw: number; final: number; keys: number; eventIds: number }> = {};
+  const problems: string[] = [];
+  const run = runId.replace(/'/g, '');
+  for (const [table, key] of Object.entries(tables)) {
+    const [a] = await clickhouse(url, database, `SELECT count() AS raw, uniqExact(${key}) AS keys, uniqExact(event_id) AS ids FROM ${table} WHERE run_id = '${run}'`);
+    const [b] = await clickhouse(url, database, `SELECT count() AS final FROM ${table} FINAL WHERE run_id = '${run}'`);
+    const t = { raw: Number(a!['raw']), final: Number(b!['final']), keys: Number(a!['keys']), eventIds: Number(a!['ids']) };
+    out[table] = t;
+    if (t.final !== t.keys) problems.push(`${table}: ${t.final} rows after FINAL for ${t.keys} distinct keys`);
+    if (t.eventIds !== t.keys) problems.push(`${table}: ${t.eventIds} distinct event ids for ${t.keys} distinct keys`);
+  }
+  return { tables: out, problems };
+}

@@ -1,0 +1,117 @@
+// Chaos on the distributed shape: every role (rollout, reward, advantage, trainer, traces) its own process on
+// Kafka (a private broker), the HTTP registry and ClickHouse; a random role is SIGKILLed every few seconds (30
+// kills, every role at least twice) and restarted. At the end every started trajectory is in the trainer's
+// consumed set exactly once or accounted for as aborted / dead-lettered, train steps and policy versions are
+// contiguous and unique, and ClickHouse holds no duplicate.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EventSerde } from '../../core/serde/events.ts';
+import { openRegistryFor } from '../../core/serde/open.ts';
+import { service } from '../kafka/services.ts';
+import { auditRun, collectRun, collectStarted, consumedIds, stuck, traceDuplicates } from './audit.ts';
+import { PrivateBroker } from './broker.ts';
+import { newRun, openRunLog, progress, ROLES, Supervisor, type Role } from './harness.ts';
+
+const KILLS = 30;
+
+function killPlan(seed: number): Role[] {
+  let s = seed;
+  const rand = () => ((s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const plan: Role[] = [...ROLES, ...ROLES];
+  while (plan.length < KILLS) plan.push(ROLES[Math.floor(rand() * ROLES.length)]!);
+  for (let i = plan.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [plan[i], plan[j]] = [plan[j]!, plan[i]!];
+  }
+  return plan;
+}
+
+const registry = service('SCHEMA_REGISTRY_URL', 'chaos: SIGKILLed roles on Kafka');
+const clickhouseUrl = registry ? service('CLICKHOUSE_URL', 'chaos: SIGKILLed roles on Kafka') : null;
+if (registry && clickhouseUrl) {
+  test('30 SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace', { timeout: 330_000 }, async (t) => {
+    if (!PrivateBroker.libs()) {
+      if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail('Kafka jars are not installed (infra/setup.sh)');
+      return t.skip('Kafka jars are not installed: run infra/setup.sh');
+    }
+    const t0 = Date.now();
+    const dir = mkdtempSync(join(tmpdir(), 'rlstream-chaos-broker-'));
+    const broker = await PrivateBroker.start(dir);
+    const log = await openRunLog(broker.brokers);
+    const run = await newRun('chaos', broker.brokers);
+    const sup = new Supervisor(run);
+    try {
+      sup.start();
+      // Kills start once the pipeline is alive (rollout events are flowing).
+      const aliveBy = Date.now() + 60_000;
+      while (Date.now() < aliveBy && ((await progress(log, run.runId).catch(() => null))?.rolloutEvents ?? 0) === 0) await sleep(500);
+      const plan = killPlan(Date.now() % 1000);
+      const tKills = Date.now();
+      const killed: Record<Role, number> = { rollout: 0, reward: 0, advantage: 0, trainer: 0, traces: 0 };
+      for (const role of plan) {
+        await sleep(2000 + Math.random() * 1500);
+        await sup.kill(role);
+        killed[role]++;
+      }
+      const killSecs = (Date.now() - tKills) / 1000;
+      const mid = await progress(log, run.runId).catch(() => null);
+      sup.finishing = true;
+      // Drain: the last rollout life finishes the dataset; the trainer consumes until every started trajectory
+      // is in a committed step (or the time is up: the audit then says what is missing).
+      const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
+      const rolloutDone = await sup.waitDone('rollout', 90_000);
+      const drainBy = Date.now() + 90_000;
+      let consumed = 0;
+      let started = 0;
+      while (Date.now() < drainBy) {
+        started = (await collectStarted(log, serde, run.runId)).size;
+        consumed = new Set(await consumedIds(log, serde, run.runId)).size;
+        if (rolloutDone && consumed >= started) break;
+        await sleep(2000);
+      }
+      const p = await progress(log, run.runId).catch(() => null);
+      // The trace sink catches up on every topic it reads.
+      const sinkBy = Date.now() + 40_000;
+      for (;;) {
+        let lag = 0;
+        for (const topic of ['rollout.events', 'rewarded', 'advantaged', 'train.steps', 'policy.versions']) lag += (await log.lag(`${run.runId}.traces`, topic).catch(() => [{ lag: 1 }])).reduce((n, l) => n + l.lag, 0);
+        if (lag === 0 || Date.now() > sinkBy) break;
+        await sleep(500);
+      }
+      await sup.stopAll();
+
+      const records = await collectRun(log, serde, run.runId);
+      const audit = auditRun(records);
+      const diag =
+        `(${killSecs.toFixed(0)}s of kills, ${((Date.now() - t0) / 1000).toFixed(0)}s in all; progress when the kills ended ${JSON.stringify(mid)}, at the end ${JSON.stringify(p)}; ` +
+        `crashes: ${sup.crashes.join(' | ')}; audit ${JSON.stringify(audit)}; stuck ${JSON.stringify(stuck(records))})`;
+      assert.ok(rolloutDone, `the rollout worker did not finish its dataset ${diag}`);
+      assert.ok(consumed >= started, `the trainer did not consume every trajectory: ${consumed} of ${started} ${diag}`);
+      const traces = await traceDuplicates(clickhouseUrl, run.database, run.runId);
+      process.stderr.write(
+        `# chaos: ${KILLS} kills in ${killSecs.toFixed(0)}s (${ROLES.map((r) => `${r} ${killed[r]}`).join(', ')}); starts ${JSON.stringify(sup.starts)}; ` +
+          `progress when the kills ended ${JSON.stringify(mid)}; crashes (restarted) ${sup.crashes.length}; ` +
+          `${audit.started} started: ${audit.consumedOnce} consumed once, ${audit.aborted} aborted, ${audit.deadLettered} dead-lettered; ` +
+          `rollout duplicates of TrajectoryCompleted ${[...records.completed.values()].filter((n) => n > 1).length}; traces ${JSON.stringify(traces.tables)}; ${((Date.now() - t0) / 1000).toFixed(0)}s\n`,
+      );
+      for (const r of ROLES) assert.ok(killed[r] >= 2, `${r} killed ${killed[r]} times`);
+      assert.deepEqual(audit.problems, [], diag);
+      assert.equal(audit.started, 24 * 4, 'every row of the dataset started its group');
+      assert.deepEqual(traces.problems, []);
+      assert.equal(traces.tables['train_steps']!.final, records.steps.length);
+      assert.equal(traces.tables['policy_versions']!.final, records.versions.length);
+      assert.equal(traces.tables['trajectories']!.final, records.completed.size);
+      assert.equal(traces.tables['trajectory_starts']!.final, records.started.size);
+    } finally {
+      await sup.stopAll(2000);
+      await log.close().catch(() => {});
+      await broker.halt('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(run.dir, { recursive: true, force: true });
+    }
+  });
+}

@@ -1,0 +1,174 @@
+// The fault tests' harness: a run of the distributed shape where every role is its own `rlstream worker`
+// process (on a private Kafka broker, the shared registry and ClickHouse), started, SIGKILLed and restarted by
+// the test; and the audit that reads the log and ClickHouse back at the end.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { newId } from '../../core/ids.ts';
+import { Model, parseModelConfig } from '../../native/index.ts';
+import { openKafkaLog } from '../../core/log/kafka/index.ts';
+import type { EventLog } from '../../core/log/types.ts';
+import { silentLogger } from '../../core/telemetry.ts';
+import { TOPICS } from '../../core/topics.ts';
+import { ensureTopics } from '../../cli/run/context.ts';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+export const CONFIG = join(import.meta.dirname, 'fixtures', 'config.yaml');
+export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
+export type Role = (typeof ROLES)[number];
+
+export interface RunSetup {
+  runId: string;
+  dir: string;
+  database: string;
+  brokers: string;
+  /** --set overrides every role of this run gets. */
+  sets: string[];
+}
+
+/** A fresh run: its own id, data directory, ClickHouse database and random init weights. */
+export async function newRun(name: string, brokers: string, extra: Record<string, string | number> = {}): Promise<RunSetup> {
+  const dir = mkdtempSync(join(tmpdir(), `rlstream-${name}-`));
+  const id = newId().replace(/[^A-Za-z0-9]/g, '').slice(0, 10);
+  const runId = `${name}-${id}`;
+  const database = `${name}_${id}`.replace(/[^A-Za-z0-9_]/g, '_');
+  const config = parseModelConfig(JSON.parse(readFileSync(join(import.meta.dirname, 'fixtures', 'model.json'), 'utf8')));
+  const model = Model.init(config, { seed: 11, threads: 1 });
+  await model.save(join(dir, 'init.safetensors'));
+  model.dispose();
+  const sets = { 'run.id': runId, 'run.data_dir': join(dir, 'data'), 'model.init': join(dir, 'init.safetensors'), 'traces.database': database, ...extra };
+  return { runId, dir, database, brokers, sets: Object.entries(sets).flatMap(([k, v]) => ['--set', `${k}=${v}`]) };
+}
+
+/** One life of a role process. */
+export class RoleProcess {
+  readonly child: ChildProcess;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  private tail = '';
+  readonly startedAt = Date.now();
+
+  constructor(
+    readonly role: Role,
+    run: RunSetup,
+    extraArgs: string[] = [],
+  ) {
+    this.child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'cli/main.ts'), 'worker', role, CONFIG, ...run.sets, ...extraArgs], {
+      cwd: ROOT,
+      env: { ...process.env, CHAOS_KAFKA: run.brokers, RLSTREAM_LOG_LEVEL: process.env['RLSTREAM_LOG_LEVEL'] ?? 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const keep = (d: Buffer) => (this.tail = (this.tail + d.toString()).slice(-6000));
+    this.child.stdout!.on('data', keep);
+    this.child.stderr!.on('data', keep);
+    this.exited = new Promise((res) => this.child.once('exit', (code, signal) => res({ code, signal })));
+  }
+
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  get output(): string {
+    return this.tail;
+  }
+
+  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    if (this.running) this.child.kill(signal);
+    await this.exited;
+  }
+}
+
+/** Resident set size of a process in MiB, from /proc (null when it is gone). */
+export function rssMiB(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The run's log on the test's broker, with every topic of the contract created up front (no creation races). */
+export async function openRunLog(brokers: string): Promise<EventLog> {
+  const log = await openKafkaLog({ brokers: [brokers], clientId: 'rlstream-chaos-test' }, silentLogger);
+  await ensureTopics(log);
+  return log;
+}
+
+export interface Progress {
+  rolloutEvents: number;
+  lag: Record<'reward' | 'advantage' | 'trainer', number>;
+}
+
+export async function progress(log: EventLog, runId: string): Promise<Progress> {
+  const sum = async (group: string, topic: string) => (await log.lag(group, topic)).reduce((n, l) => n + l.lag, 0);
+  const ends = await log.offsets(TOPICS.rolloutEvents);
+  return {
+    rolloutEvents: ends.reduce((n, p) => n + p.high, 0),
+    lag: { reward: await sum(`${runId}.reward`, TOPICS.rolloutEvents), advantage: await sum(`${runId}.advantage`, TOPICS.rewarded), trainer: await sum(`${runId}.trainer`, TOPICS.advantaged) },
+  };
+}
+
+/**
+ * Keeps one process per role alive, as a process supervisor would: a role that exits is started again, except
+ * the rollout worker's clean exit (code 0: its dataset is done) once `finishing` is set.
+ */
+export class Supervisor {
+  readonly procs = new Map<Role, RoleProcess>();
+  readonly starts: Record<Role, number> = { rollout: 0, reward: 0, advantage: 0, trainer: 0, traces: 0 };
+  readonly done = new Set<Role>();
+  readonly crashes: string[] = [];
+  finishing = false;
+  private closed = false;
+
+  constructor(
+    private readonly run: RunSetup,
+    private readonly roles: readonly Role[] = ROLES,
+  ) {}
+
+  start(): void {
+    for (const r of this.roles) this.spawn(r);
+  }
+
+  private spawn(role: Role): void {
+    const p = new RoleProcess(role, this.run);
+    this.starts[role]++;
+    this.procs.set(role, p);
+    void p.exited.then(({ code, signal }) => {
+      if (this.closed || this.procs.get(role) !== p) return;
+      if (code === 0 && role === 'rollout' && this.finishing) return void this.done.add(role);
+      if (signal !== 'SIGKILL' && code !== 0) this.crashes.push(`${role} exited ${code}: ${p.output.split('\n').filter((l) => l.startsWith('rlstream:')).join(' ').slice(0, 300)}`);
+      setTimeout(() => !this.closed && this.spawn(role), 100);
+    });
+  }
+
+  /** SIGKILL the role's current process (the supervisor restarts it). */
+  async kill(role: Role): Promise<void> {
+    await this.procs.get(role)?.kill('SIGKILL');
+  }
+
+  /** Wait until a role has ended by itself (exit 0 while finishing). */
+  async waitDone(role: Role, timeoutMs: number): Promise<boolean> {
+    const end = Date.now() + timeoutMs;
+    while (!this.done.has(role)) {
+      if (Date.now() > end) return false;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    return true;
+  }
+
+  /** Stop every process: SIGTERM (a clean stop), SIGKILL after a grace period. */
+  async stopAll(graceMs = 15_000): Promise<void> {
+    this.closed = true;
+    await Promise.all(
+      [...this.procs.values()].map(async (p) => {
+        if (!p.running) return;
+        p.child.kill('SIGTERM');
+        const t = setTimeout(() => p.child.kill('SIGKILL'), graceMs);
+        await p.exited;
+        clearTimeout(t);
+      }),
+    );
+  }
+}
