@@ -502,7 +502,9 @@ export class Model {
    * dir/model.safetensors (HF names), dir/config.json, dir/optimizer.safetensors: tensors `exp_avg.<name>` and
    * `exp_avg_sq.<name>`, metadata { format: 'rlstream-adamw', step }.
    */
-  saveCheckpoint(dir: string): Promise<void> {
+  saveCheckpoint(dir: string, options: { optimizerDtype?: 'F32' | 'BF16' } = {}): Promise<void> {
+    // BF16 optimizer moments halve a shippable checkpoint (bf16 keeps float32's range, so exp_avg_sq never
+    // underflows); resumable training checkpoints keep F32 so a resume is bit-identical.
     return this.queue('saveCheckpoint', async (h) => {
       mkdirSync(dir, { recursive: true });
       await writeSafetensors(join(dir, 'model.safetensors'), this.parameters(), { format: 'pt' });
@@ -510,7 +512,7 @@ export class Model {
       const opt: [string, TensorView][] = [];
       for (const [n, t] of expAvg) opt.push([`exp_avg.${n}`, t]);
       for (const [n, t] of expAvgSq) opt.push([`exp_avg_sq.${n}`, t]);
-      await writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) });
+      await writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) }, options.optimizerDtype ?? 'F32');
       const tmp = join(dir, `config.json.tmp-${process.pid}`);
       writeFileSync(tmp, JSON.stringify({ architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_act: 'silu', torch_dtype: 'float32', ...this.config }, null, 2));
       renameSync(tmp, join(dir, 'config.json'));

@@ -104,14 +104,16 @@ export async function writeSafetensors(
   path: string,
   tensors: Iterable<[string, { shape: number[]; data: Float32Array }]>,
   metadata: Record<string, string> = {},
+  dtype: 'F32' | 'BF16' = 'F32',
 ): Promise<void> {
   const list = [...tensors];
   const header: Record<string, unknown> = {};
   if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
+  const width = dtype === 'BF16' ? 2 : 4;
   let off = 0;
   for (const [name, t] of list) {
-    header[name] = { dtype: 'F32', shape: t.shape, data_offsets: [off, off + t.data.byteLength] };
-    off += t.data.byteLength;
+    header[name] = { dtype, shape: t.shape, data_offsets: [off, off + t.data.length * width] };
+    off += t.data.length * width;
   }
   let json = JSON.stringify(header);
   json += ' '.repeat((8 - ((8 + Buffer.byteLength(json)) % 8)) % 8); // data starts 8-byte aligned
@@ -124,7 +126,7 @@ export async function writeSafetensors(
     await fh.write(lenBuf);
     await fh.write(hb);
     for (const [, t] of list) {
-      const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+      const bytes = dtype === 'BF16' ? toBf16(t.data) : new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
       let w = 0;
       while (w < bytes.length) w += (await fh.write(bytes, w, Math.min(bytes.length - w, 1 << 30))).bytesWritten;
     }
@@ -132,6 +134,17 @@ export async function writeSafetensors(
     await fh.close();
   }
   await rename(tmp, path);
+}
+
+/** bf16 by round-to-nearest-even of the upper half of each float32 (NaN kept NaN). */
+function toBf16(data: Float32Array): Uint8Array {
+  const bits = new Uint32Array(data.buffer, data.byteOffset, data.length);
+  const out = new Uint16Array(data.length);
+  for (let i = 0; i < bits.length; i++) {
+    const b = bits[i]!;
+    out[i] = (b & 0x7fffffff) > 0x7f800000 ? (b >>> 16) | 0x40 : (b + 0x7fff + ((b >>> 16) & 1)) >>> 16;
+  }
+  return new Uint8Array(out.buffer);
 }
 
 export function openForRead(path: string): number {

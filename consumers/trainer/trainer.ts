@@ -44,6 +44,8 @@ export interface TrainerCounters {
   consumed: number;
   droppedStale: number;
   skippedNonTrain: number;
+  /** Samples of other runs sharing the topic (a shared Kafka cluster): never trained on. */
+  skippedOtherRun: number;
 }
 
 const GROUP_ID = 'trainer';
@@ -60,7 +62,7 @@ export class Trainer {
   private droppedSinceStep = 0;
   /** Ids of the samples dropped as stale since the last step: recorded in the next TrainStep. */
   private droppedIds: string[] = [];
-  readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0 };
+  readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0, skippedOtherRun: 0 };
   private readonly logger: Logger;
 
   constructor(private readonly deps: TrainerDeps) {
@@ -216,6 +218,10 @@ export class Trainer {
         const d = await this.deps.serde.decode(r.value);
         if (d.name !== 'AdvantagedTrajectory') continue;
         const e: AdvantagedTrajectory = d.value;
+        if (e.trajectory.run_id !== this.deps.runId) {
+          this.counters.skippedOtherRun++;
+          continue;
+        }
         if (e.trajectory.dataset.split !== 'train') {
           this.counters.skippedNonTrain++;
           continue;
