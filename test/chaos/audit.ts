@@ -119,6 +119,29 @@ export async function collectRun(log: EventLog, serde: EventSerde, runId: string
   return out;
 }
 
+/** Diagnosis of trajectories stuck before the advantage consumer: their records on `rewarded`, its committed offsets and checkpoints. */
+export async function stuckDetail(log: EventLog, serde: EventSerde, runId: string, ids: string[]): Promise<string> {
+  if (ids.length === 0) return '';
+  const want = new Set(ids);
+  const at: string[] = [];
+  const consumer = await log.consumer({ groupId: `audit-${newId()}`, topics: [TOPICS.rewarded], readCommitted: true, fromBeginning: true });
+  let idle = 0;
+  while (idle < 8) {
+    const batch = await consumer.poll({ maxRecords: 2000, timeoutMs: 300 });
+    idle = batch.length === 0 ? idle + 1 : 0;
+    for (const r of batch) {
+      const ev = await tryDecode(serde, r.value);
+      const t = (ev?.value as { trajectory?: { trajectory_id: string; group_id: string } } | undefined)?.trajectory;
+      if (t && want.has(t.trajectory_id)) at.push(`${t.trajectory_id.slice(0, 6)}/${t.group_id.slice(0, 6)}@${r.partition}:${r.offset}`);
+    }
+  }
+  await consumer.close();
+  const committed = await log.committed(`${runId}.advantage`, TOPICS.rewarded);
+  const state: string[] = [];
+  await readTopic(log, `_state.${runId}.advantage`, async (v) => void state.push(v.toString()));
+  return `rewarded ${at.join(' ')}; committed ${JSON.stringify(committed)}; last checkpoints ${state.slice(-6).join(' ')}`;
+}
+
 /** Where the trajectories that did not reach the trainer stopped. */
 export function stuck(r: RunRecords): Record<string, string[]> {
   const out: Record<string, string[]> = { notCompleted: [], notRewarded: [], notAdvantaged: [], notConsumed: [] };

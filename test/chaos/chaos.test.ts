@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, collectRun, collectStarted, consumedIds, stuck, traceDuplicates } from './audit.ts';
+import { auditRun, collectRun, collectStarted, consumedIds, stuck, stuckDetail, traceDuplicates } from './audit.ts';
 import { PrivateBroker } from './broker.ts';
 import { newRun, openRunLog, progress, ROLES, Supervisor, type Role } from './harness.ts';
 
@@ -33,7 +33,7 @@ function killPlan(seed: number): Role[] {
 const registry = service('SCHEMA_REGISTRY_URL', 'chaos: SIGKILLed roles on Kafka');
 const clickhouseUrl = registry ? service('CLICKHOUSE_URL', 'chaos: SIGKILLed roles on Kafka') : null;
 if (registry && clickhouseUrl) {
-  test('30 SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace', { timeout: 330_000 }, async (t) => {
+  test('30 SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace', { timeout: 360_000 }, async (t) => {
     if (!PrivateBroker.libs()) {
       if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail('Kafka jars are not installed (infra/setup.sh)');
       return t.skip('Kafka jars are not installed: run infra/setup.sh');
@@ -63,14 +63,18 @@ if (registry && clickhouseUrl) {
       // Drain: the last rollout life finishes the dataset; the trainer consumes until every started trajectory
       // is in a committed step (or the time is up: the audit then says what is missing).
       const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
-      const rolloutDone = await sup.waitDone('rollout', 90_000);
-      const drainBy = Date.now() + 90_000;
+      const note = (what: string) => process.stderr.write(`# chaos ${((Date.now() - t0) / 1000).toFixed(0)}s: ${what}\n`);
+      note(`kills done ${JSON.stringify(mid)}`);
+      const rolloutDone = await sup.waitDone('rollout', 60_000);
+      note(`rollout done: ${rolloutDone}`);
+      const drainBy = Date.now() + 60_000;
       let consumed = 0;
       let started = 0;
       while (Date.now() < drainBy) {
         started = (await collectStarted(log, serde, run.runId)).size;
         consumed = new Set(await consumedIds(log, serde, run.runId)).size;
         if (rolloutDone && consumed >= started) break;
+        note(`consumed ${consumed} of ${started} started; ${JSON.stringify(await progress(log, run.runId).catch(() => null))}`);
         await sleep(2000);
       }
       const p = await progress(log, run.runId).catch(() => null);
@@ -89,6 +93,8 @@ if (registry && clickhouseUrl) {
       const diag =
         `(${killSecs.toFixed(0)}s of kills, ${((Date.now() - t0) / 1000).toFixed(0)}s in all; progress when the kills ended ${JSON.stringify(mid)}, at the end ${JSON.stringify(p)}; ` +
         `crashes: ${sup.crashes.join(' | ')}; audit ${JSON.stringify(audit)}; stuck ${JSON.stringify(stuck(records))})`;
+      const st = stuck(records);
+      if (st['notAdvantaged']!.length > 0) process.stderr.write(`# chaos stuck: ${await stuckDetail(log, serde, run.runId, st['notAdvantaged']!)}\n`);
       assert.ok(rolloutDone, `the rollout worker did not finish its dataset ${diag}`);
       assert.ok(consumed >= started, `the trainer did not consume every trajectory: ${consumed} of ${started} ${diag}`);
       const traces = await traceDuplicates(clickhouseUrl, run.database, run.runId);
