@@ -15,17 +15,8 @@ export const TINY: ModelConfig = {
   attention_bias: true,
 };
 
-/** A deterministic pseudo-random stream (mulberry32) so fixtures are stable. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// A deterministic pseudo-random stream (mulberry32, core/random.ts) so fixtures are stable.
+export { rng } from '../../core/random.ts';
 
 /** Packs sequences; targets[t] = next token of the same sequence, -1 at each sequence's last position. */
 export function pack(seqs: number[][]): { batch: PackedBatch; targets: Int32Array; mask: Float32Array } {
