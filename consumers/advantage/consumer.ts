@@ -65,6 +65,9 @@ export class AdvantageHandler implements ProcessorHandler {
     const ev = input.event.value as RewardedTrajectory;
     const traj = ev.trajectory;
     if (traj.dataset.split !== 'train') return ctx.count('skipped_not_train');
+    // A non-finite reward (written by something other than our reward consumer, which refuses them) would
+    // turn the whole group's advantages into NaN: dead-letter the record instead.
+    if (!Number.isFinite(ev.reward.score)) throw new RlstreamError('REWARD_NON_FINITE', `trajectory ${traj.trajectory_id}: reward score ${ev.reward.score} is not finite`);
     if (traj.response_mask.length !== traj.response_ids.length) {
       throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: response_mask has ${traj.response_mask.length} entries for ${traj.response_ids.length} tokens`);
     }

@@ -98,6 +98,15 @@ export class KafkaConsumer implements Consumer {
   private async start(topics: string[]): Promise<void> {
     const { events } = this.client;
     this.client.on(events.GROUP_JOIN, (e) => this.onJoin(e.payload.memberAssignment));
+    // A fetch from a seek target that holds only transaction markers (a committed offset usually points at
+    // one) never reaches eachBatch: kafkajs skips it and fetches on from after it. The seek is then done,
+    // or every later batch would look fetched before the seek and be dropped, stalling the partition.
+    this.client.on(events.START_BATCH_PROCESS, (e) => {
+      const { topic, partition, batchSize, firstOffset, lastOffset } = e.payload as { topic: string; partition: number; batchSize: number; firstOffset: string | null; lastOffset: string };
+      if (batchSize !== 0 || firstOffset === null) return;
+      const k = key(topic, partition);
+      if (this.pendingSeek.get(k) === Number(firstOffset)) this.pendingSeek.set(k, Number(lastOffset) + 1);
+    });
     this.client.on(events.CRASH, (e) => {
       const error = e.payload.error;
       // kafkajs restarts itself after a retriable crash; only a final one ends this consumer.
