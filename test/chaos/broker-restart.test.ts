@@ -1,0 +1,82 @@
+// Broker restart mid-run: the distributed shape (every role its own process) on a private Kafka broker that is
+// stopped while trajectories are flowing and started again some seconds later. Roles that give up during the
+// outage are restarted, as a supervisor would; the pipeline resumes and nothing is lost: every started
+// trajectory is consumed by the trainer exactly once and steps / versions stay contiguous.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EventSerde } from '../../core/serde/events.ts';
+import { openRegistryFor } from '../../core/serde/open.ts';
+import { service } from '../kafka/services.ts';
+import { auditRun, collectRun, collectStarted, consumedIds, stuck } from './audit.ts';
+import { PrivateBroker } from './broker.ts';
+import { newRun, openRunLog, progress, Supervisor } from './harness.ts';
+
+const registry = service('SCHEMA_REGISTRY_URL', 'Kafka broker restart mid-run');
+if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
+  test('Kafka stopped and restarted mid-run: the pipeline resumes and nothing is lost', { timeout: 240_000 }, async (t) => {
+    if (!PrivateBroker.libs()) {
+      if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail('Kafka jars are not installed (infra/setup.sh)');
+      return t.skip('Kafka jars are not installed: run infra/setup.sh');
+    }
+    const t0 = Date.now();
+    const dir = mkdtempSync(join(tmpdir(), 'rlstream-restart-broker-'));
+    const broker = await PrivateBroker.start(dir);
+    let log = await openRunLog(broker.brokers);
+    const run = await newRun('restart', broker.brokers, { 'task.train_rows': 6 });
+    const sup = new Supervisor(run);
+    try {
+      sup.start();
+      // Stop the broker once training is under way (some trajectories consumed, more still to come).
+      const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
+      const by = Date.now() + 75_000;
+      let before = 0;
+      while (Date.now() < by && (before = new Set(await consumedIds(log, serde, run.runId).catch(() => [])).size) < 4) await sleep(1000);
+      const mid = await progress(log, run.runId).catch(() => null);
+      await log.close();
+      await broker.halt('SIGTERM');
+      const tDown = Date.now();
+      await sleep(5000);
+      await broker.resume();
+      const outage = (Date.now() - tDown) / 1000;
+      log = await openRunLog(broker.brokers);
+
+      sup.finishing = true;
+      const done = await sup.waitDone('rollout', 60_000);
+      let consumed = 0;
+      let started = 0;
+      const drainBy = Date.now() + 45_000;
+      while (Date.now() < drainBy) {
+        started = (await collectStarted(log, serde, run.runId).catch(() => new Set())).size;
+        consumed = new Set(await consumedIds(log, serde, run.runId).catch(() => [])).size;
+        if (done && consumed >= started) break;
+        await sleep(1500);
+      }
+      const end = await progress(log, run.runId).catch(() => null);
+      const trainerTail = sup.procs.get('trainer')?.output.slice(-1500) ?? '';
+      await sup.stopAll();
+      const records = await collectRun(log, serde, run.runId);
+      const audit = auditRun(records);
+      process.stderr.write(
+        `# broker restart: ${before} trajectories consumed when the broker stopped (${JSON.stringify(mid)}); outage ${outage.toFixed(1)}s; ` +
+          `starts ${JSON.stringify(sup.starts)}; ${audit.started} started, ${audit.consumedOnce} consumed once; ${records.steps.length} steps; ${((Date.now() - t0) / 1000).toFixed(0)}s\n`,
+      );
+      const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(stuck(records))}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}`;
+      assert.ok(before >= 4 && before < started, `the broker did not stop mid-run (${before} consumed of ${started})`);
+      assert.ok(done, `the rollout worker did not finish after the restart; ${diag}`);
+      assert.equal(started, 24, 'every row started its group');
+      assert.ok(consumed >= started, `${consumed} of ${started} consumed; ${diag}`);
+      assert.deepEqual(audit.problems, [], diag);
+      assert.equal(audit.consumedOnce, audit.started, 'nothing lost, nothing aborted');
+    } finally {
+      await sup.stopAll(2000);
+      await log.close().catch(() => {});
+      await broker.halt('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(run.dir, { recursive: true, force: true });
+    }
+  });
+}
