@@ -1,11 +1,12 @@
-// Benchmark dispatcher: `npm run bench -- <name>` imports bench/<name>.ts, runs its exported main(), prints
+// Benchmark dispatcher: `npm run bench -- <name>` (default: pipeline) imports bench/<name>.ts, runs its exported main(), prints
 // what it prints, and writes the report main() returns to bench/out/<name>.json.
 import { mkdirSync, writeFileSync, existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const name = process.argv[2];
+// No name: the whole-pipeline report (issue #7).
+const name = process.argv[2] ?? 'pipeline';
 if (!name || !/^[a-z0-9_-]+$/i.test(name) || name === 'main' || !existsSync(join(here, `${name}.ts`))) {
   console.error(`usage: npm run bench -- <name>   (a file bench/<name>.ts exporting main())`);
   process.exit(2);
