@@ -59,8 +59,10 @@ test('transactional consume-transform-produce survives 20+ SIGKILLs with exactly
       const life = startWorker(dir);
       await life.ready;
       if (kills < KILLS) {
-        // Kill while it works: after opening the log, a random moment in its first ~150 ms of transactions.
-        await new Promise((r) => setTimeout(r, Math.random() * 150));
+        // Kill while it works: after opening the log, a random moment in its first ~150 ms of transactions,
+        // a shorter window as the input runs out, so a fast life cannot finish the input before 20 kills landed.
+        const left = (remaining[remaining.length - 1] ?? INPUT) / INPUT;
+        await new Promise((r) => setTimeout(r, Math.random() * Math.max(5, 150 * left)));
         life.kill();
         const code = await life.exit;
         if (code === 0 && life.output().includes('done')) done = true;
