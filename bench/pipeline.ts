@@ -140,7 +140,9 @@ export async function main(args: string[]): Promise<unknown> {
   const groups = Number(args.find((a) => /^\d+$/.test(a)) ?? 100);
   const serde = await newSerde();
   const rows: PipelineRow[] = [];
-  rows.push(await pipeline('embedded', { kind: 'embedded', dir: mkdtempSync(join(tmpdir(), 'rlstream-bench-pipe-')) } as LogConfig, groups, serde));
+  const embeddedDir = mkdtempSync(join(tmpdir(), 'rlstream-bench-pipe-'));
+  rows.push(await pipeline('embedded', { kind: 'embedded', dir: embeddedDir } as LogConfig, groups, serde));
+  rmSync(embeddedDir, { recursive: true, force: true });
   const brokers = process.env['KAFKA_BROKERS'];
   let tools: Awaited<ReturnType<typeof kafkaTools>> | null = null;
   const sample = serde.encode('TrajectoryCompleted', completed(trajectory({ groupId: 'g', index: 0, tokens: TOKENS, groupSize: GROUP })));
