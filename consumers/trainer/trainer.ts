@@ -119,11 +119,12 @@ export class Trainer {
       const ends = await this.deps.log.offsets(topic);
       const target = new Map(ends.filter((p) => p.high > p.low).map((p) => [p.partition, p.high]));
       const seen = new Map<number, number>();
-      // The last record of a partition written by transactions is a commit marker, which is never returned:
-      // having read up to high - 1 is the end. An empty poll is the end only once the consumer holds its
-      // partitions (on Kafka it joins its group in the background: stopping at the first empty poll read
-      // nothing after a restart, so the trainer started again from step 0 and republished version 0).
-      const done = () => [...target].every(([p, h]) => (seen.get(p) ?? 0) >= h - 1);
+      // Having read every offset below high is the end. On Kafka the last offset of a transactional partition is
+      // a commit marker, never returned: there the end is a run of empty polls once the consumer holds its
+      // partitions (it joins its group in the background: stopping at the first empty poll read nothing after
+      // a restart, so the trainer started again from step 0 and republished version 0). Stopping at high - 1
+      // instead would miss the last record on the embedded log, whose offsets are dense.
+      const done = () => [...target].every(([p, h]) => (seen.get(p) ?? 0) >= h);
       const assignedBy = Date.now() + 60_000;
       let idle = 0;
       while (!done() && target.size > 0) {

@@ -56,7 +56,7 @@ async function readAll<T>(log: EventLog, serde: EventSerde, topic: string, name:
 }
 
 test('trainer killed with SIGKILL at random moments resumes with no sample reused or lost', { timeout: 240_000 }, async () => {
-  const GROUPS = 24;
+  const GROUPS = 48;
   const SIZE = 4;
   const STEPS = GROUPS / 2;
   const { dir, logDir, weights } = await setUp(Array.from({ length: GROUPS }, (_, g) => ({ g })), SIZE);
@@ -68,12 +68,18 @@ test('trainer killed with SIGKILL at random moments resumes with no sample reuse
       assert.ok(Date.now() - started < 200_000, `trainer did not finish after ${kills} kills`);
       const child = spawn(process.execPath, ['--import', 'tsx', PROCESS, logDir, join(dir, 'data'), weights, String(STEPS)], { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
-      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      let onReady: () => void = () => {};
+      const ready = new Promise<void>((r) => (onReady = r));
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('ready')) onReady();
+      });
       child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-      const exit = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+      const exit = new Promise<number | null>((r) => child.on('exit', (code) => (onReady(), r(code))));
       if (kills < 6) {
-        // Kill somewhere in the middle of a run: during start-up, a step, a checkpoint or a commit.
-        await new Promise((r) => setTimeout(r, 1200 + Math.random() * 2500));
+        // Kill somewhere in the middle of a run: a step, a checkpoint or a commit (a step takes tens of ms).
+        await ready;
+        await new Promise((r) => setTimeout(r, Math.random() * 60));
         if (child.exitCode === null) {
           child.kill('SIGKILL');
           kills++;
