@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import avro from 'avsc';
-import { EVENT_NAMES, SCHEMA_DIR, eventType, resolvedSchema, type EventName } from '../../schemas/index.ts';
+import { EVENT_NAMES, SCHEMA_DIR, eventType, historyVersions, resolvedSchema, type EventName } from '../../schemas/index.ts';
 import { fixtureValue } from '../../schemas/snapshot.ts';
 import { fastType } from '../../core/serde/fast-arrays.ts';
 import { EventSerde } from '../../core/serde/events.ts';
@@ -38,7 +38,10 @@ function sameBothWays(name: EventName, value: unknown): Buffer {
 test('fixtures: fast codecs write the stored bytes and read them back as avsc does', () => {
   for (const name of EVENT_NAMES) {
     const { value, bytes } = fixture(name);
-    assert.ok(sameBothWays(name, value).equals(bytes), `${name} fixture bytes`);
+    const got = sameBothWays(name, value);
+    // Fixture bytes are written under v1; an event whose schema has evolved since encodes differently now
+    // (test/schemas checks that those v1 bytes still decode under the current schema).
+    if (historyVersions(name).length === 1) assert.ok(got.equals(bytes), `${name} fixture bytes`);
   }
 });
 
