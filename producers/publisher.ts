@@ -1,6 +1,6 @@
 // Publishes rollout events in the order they are given, batching those queued in the same tick into one
 // send (the log keeps order per partition, and one send in flight at a time keeps order across sends).
-import { describeError } from '../core/errors.ts';
+import { describeError, isRlstreamError } from '../core/errors.ts';
 import type { Producer, ProduceRecord } from '../core/log/types.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import type { Logger } from '../core/telemetry.ts';
@@ -29,6 +29,8 @@ export class EventPublisher {
     private readonly logger: Logger,
     /** Records per send at most. */
     private readonly maxBatch = 2048,
+    /** How long a batch is retried while the log is unavailable (broker restart) before it counts as failed. */
+    private readonly retryForMs = 180_000,
   ) {}
 
   /** Encode now (schema errors throw here, synchronously) and send soon; resolves once the log has it. */
@@ -71,7 +73,7 @@ export class EventPublisher {
       try {
         const records = new Array<ProduceRecord>(batch.length);
         for (let i = 0; i < batch.length; i++) records[i] = batch[i]!.record;
-        await this.producer.send(this.topic, records);
+        await this.sendWithRetry(records);
         this.published += batch.length;
         for (const p of batch) p.done?.resolve();
       } catch (err) {
@@ -80,6 +82,25 @@ export class EventPublisher {
           if (p.done) p.done.reject(err);
           else this.logger.error('event publish failed', { event: p.name, error: describeError(err) });
         }
+      }
+    }
+  }
+
+  /**
+   * Send, retrying a retriable failure (the log unavailable: a broker restarting) with backoff, so a short outage
+   * loses no event; the batch stays at the head of the queue, so order is kept.
+   */
+  private async sendWithRetry(records: ProduceRecord[]): Promise<void> {
+    const giveUpAt = Date.now() + this.retryForMs;
+    for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
+      try {
+        await this.producer.send(this.topic, records);
+        return;
+      } catch (err) {
+        const retriable = isRlstreamError(err) && err.retriable;
+        if (!retriable || Date.now() + delay > giveUpAt) throw err;
+        this.logger.warn('event publish failed; retrying', { error: describeError(err), retryInMs: delay });
+        await new Promise((r) => setTimeout(r, delay));
       }
     }
   }

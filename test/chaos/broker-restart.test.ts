@@ -26,7 +26,8 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
     const dir = mkdtempSync(join(tmpdir(), 'rlstream-restart-broker-'));
     const broker = await PrivateBroker.start(dir);
     let log = await openRunLog(broker.brokers);
-    const run = await newRun('restart', broker.brokers, { 'task.train_rows': 6 });
+    // Twelve groups (48 trajectories, six steps): long enough that the broker stops mid-run on a quiet machine too.
+    const run = await newRun('restart', broker.brokers, { 'task.train_rows': 12 });
     const sup = new Supervisor(run);
     try {
       sup.start();
@@ -34,7 +35,7 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
       const by = Date.now() + 75_000;
       let before = 0;
-      while (Date.now() < by && (before = new Set(await consumedIds(log, serde, run.runId).catch(() => [])).size) < 4) await sleep(1000);
+      while (Date.now() < by && (before = new Set(await consumedIds(log, serde, run.runId).catch(() => [])).size) < 4) await sleep(200);
       const mid = await progress(log, run.runId).catch(() => null);
       await log.close();
       await broker.halt('SIGTERM');
@@ -67,7 +68,7 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(stuck(records))}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}`;
       assert.ok(before >= 4 && before < started, `the broker did not stop mid-run (${before} consumed of ${started})`);
       assert.ok(done, `the rollout worker did not finish after the restart; ${diag}`);
-      assert.equal(started, 24, 'every row started its group');
+      assert.equal(started, 48, 'every row started its group');
       assert.ok(consumed >= started, `${consumed} of ${started} consumed; ${diag}`);
       assert.deepEqual(audit.problems, [], diag);
       assert.equal(audit.consumedOnce, audit.started, 'nothing lost, nothing aborted');
