@@ -58,7 +58,7 @@ test('distributed roles on Kafka: held-out reward rises over a few steps', { ski
   try {
     const serde = await new EventSerde(new HttpSchemaRegistry({ url: registryUrl! })).init();
     const trainer = roles[0]!;
-    const code = await Promise.race([trainer.exit, sleep(420_000).then(() => 'timeout' as const)]);
+    const code = await Promise.race([trainer.exit, sleep(420_000, 'timeout' as const, { ref: false })]);
     assert.equal(code, 0, `trainer did not finish its steps: ${trainer.out()}\nrestarted roles: ${failures.join('\n')}`);
     for (const f of failures) process.stdout.write(`# restarted: ${f.replace(/\n/g, ' ').slice(0, 400)}\n`);
     // Held-out accuracy by the policy version that generated it, from the rewarded stream.
