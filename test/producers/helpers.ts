@@ -44,7 +44,10 @@ export async function embeddedLog(partitions = 4): Promise<TestLog> {
 
 export async function openTestLog(config: LogConfig, partitions: number, after: () => void = () => {}, topicSuffix = ''): Promise<TestLog> {
   const log = await openLog(config);
-  for (const t of [TOPICS.rolloutEvents, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name: t + topicSuffix, partitions });
+  // On a shared Kafka broker the run's topics may exist already (created by other roles' tests with their own
+  // partition counts): use them as they are.
+  const existing = new Set((await log.listTopics()).map((t) => t.name));
+  for (const t of [TOPICS.rolloutEvents, TOPICS.policyVersions, TOPICS.control]) if (!existing.has(t + topicSuffix)) await log.createTopic({ name: t + topicSuffix, partitions });
   const serde = await new EventSerde(new MemoryRegistry()).init();
   return {
     log,
