@@ -4,32 +4,21 @@
 // trajectory is consumed by the trainer exactly once and steps / versions stay contiguous.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
 import { auditRun, collectRun, collectStarted, consumedIds, stuck } from './audit.ts';
-import { PrivateBroker } from './broker.ts';
-import { newRun, openRunLog, progress, Supervisor } from './harness.ts';
+import { withPrivateRun } from './scenario.ts';
+import { openRunLog, progress } from './harness.ts';
 
 const registry = service('SCHEMA_REGISTRY_URL', 'Kafka broker restart mid-run');
 if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
   test('Kafka stopped and restarted mid-run: the pipeline resumes and nothing is lost', { timeout: 240_000 }, async (t) => {
-    if (!PrivateBroker.libs()) {
-      if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail('Kafka jars are not installed (infra/setup.sh)');
-      return t.skip('Kafka jars are not installed: run infra/setup.sh');
-    }
     const t0 = Date.now();
-    const dir = mkdtempSync(join(tmpdir(), 'rlstream-restart-broker-'));
-    const broker = await PrivateBroker.start(dir);
-    let log = await openRunLog(broker.brokers);
-    // Twelve groups (48 trajectories, six steps): long enough that the broker stops mid-run on a quiet machine too.
-    const run = await newRun('restart', broker.brokers, { 'task.train_rows': 12 });
-    const sup = new Supervisor(run);
-    try {
+    await withPrivateRun(t, 'restart', { 'task.train_rows': 12 }, async (s) => {
+      const { broker, run, sup } = s;
+      let log = s.log;
       sup.start();
       // Stop the broker once training is under way (some trajectories consumed, more still to come).
       const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
@@ -43,7 +32,7 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       await sleep(5000);
       await broker.resume();
       const outage = (Date.now() - tDown) / 1000;
-      log = await openRunLog(broker.brokers);
+      log = s.log = await openRunLog(broker.brokers);
 
       sup.finishing = true;
       const done = await sup.waitDone('rollout', 60_000);
@@ -72,12 +61,6 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       assert.ok(consumed >= started, `${consumed} of ${started} consumed; ${diag}`);
       assert.deepEqual(audit.problems, [], diag);
       assert.equal(audit.consumedOnce, audit.started, 'nothing lost, nothing aborted');
-    } finally {
-      await sup.stopAll(2000);
-      await log.close().catch(() => {});
-      await broker.halt('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    });
   });
 }

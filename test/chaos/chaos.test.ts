@@ -5,16 +5,13 @@
 // contiguous and unique, and ClickHouse holds no duplicate.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
 import { auditRun, collectRun, collectStarted, consumedIds, stuck, stuckDetail, traceDuplicates } from './audit.ts';
-import { PrivateBroker } from './broker.ts';
-import { newRun, openRunLog, progress, ROLES, Supervisor, type Role } from './harness.ts';
+import { withPrivateRun } from './scenario.ts';
+import { progress, ROLES, type Role } from './harness.ts';
 
 const KILLS = 30;
 
@@ -34,17 +31,9 @@ const registry = service('SCHEMA_REGISTRY_URL', 'chaos: SIGKILLed roles on Kafka
 const clickhouseUrl = registry ? service('CLICKHOUSE_URL', 'chaos: SIGKILLed roles on Kafka') : null;
 if (registry && clickhouseUrl) {
   test('30 SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace', { timeout: 360_000 }, async (t) => {
-    if (!PrivateBroker.libs()) {
-      if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail('Kafka jars are not installed (infra/setup.sh)');
-      return t.skip('Kafka jars are not installed: run infra/setup.sh');
-    }
     const t0 = Date.now();
-    const dir = mkdtempSync(join(tmpdir(), 'rlstream-chaos-broker-'));
-    const broker = await PrivateBroker.start(dir);
-    const log = await openRunLog(broker.brokers);
-    const run = await newRun('chaos', broker.brokers);
-    const sup = new Supervisor(run);
-    try {
+    await withPrivateRun(t, 'chaos', {}, async (s) => {
+      const { log, run, sup } = s;
       sup.start();
       // Kills start once the pipeline is alive (rollout events are flowing).
       const aliveBy = Date.now() + 60_000;
@@ -112,12 +101,6 @@ if (registry && clickhouseUrl) {
       assert.equal(traces.tables['policy_versions']!.final, records.versions.length);
       assert.equal(traces.tables['trajectories']!.final, records.completed.size);
       assert.equal(traces.tables['trajectory_starts']!.final, records.started.size);
-    } finally {
-      await sup.stopAll(2000);
-      await log.close().catch(() => {});
-      await broker.halt('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    });
   });
 }

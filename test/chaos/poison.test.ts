@@ -4,8 +4,6 @@
 // run completes: every started trajectory is consumed by the trainer exactly once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
@@ -14,24 +12,15 @@ import { TOPICS } from '../../core/topics.ts';
 import type { RewardedTrajectory, TrajectoryCompleted } from '../../schemas/generated/types.ts';
 import { service } from '../kafka/services.ts';
 import { auditRun, clickhouse, collectRun, collectStarted, consumedIds, readTopic } from './audit.ts';
-import { PrivateBroker } from './broker.ts';
-import { newRun, openRunLog, Supervisor } from './harness.ts';
+import { withPrivateRun } from './scenario.ts';
 
 const registry = service('SCHEMA_REGISTRY_URL', 'poison records mid-run');
 const clickhouseUrl = registry ? service('CLICKHOUSE_URL', 'poison records mid-run') : null;
 if (registry && clickhouseUrl) {
   test('corrupt bytes, unknown schema id, NaN rewards and an oversized record are dead-lettered; the run completes', { timeout: 150_000 }, async (t) => {
-    if (!PrivateBroker.libs()) {
-      if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail('Kafka jars are not installed (infra/setup.sh)');
-      return t.skip('Kafka jars are not installed: run infra/setup.sh');
-    }
     const t0 = Date.now();
-    const dir = mkdtempSync(join(tmpdir(), 'rlstream-poison-broker-'));
-    const broker = await PrivateBroker.start(dir);
-    const log = await openRunLog(broker.brokers);
-    const run = await newRun('poison', broker.brokers, { 'task.train_rows': 8, 'reward.module': join(import.meta.dirname, 'fixtures', 'nan-reward.ts'), 'reward.export': 'score' });
-    const sup = new Supervisor(run);
-    try {
+    await withPrivateRun(t, 'poison', { 'task.train_rows': 8, 'reward.module': join(import.meta.dirname, 'fixtures', 'nan-reward.ts'), 'reward.export': 'score' }, async (s) => {
+      const { log, run, sup } = s;
       const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
       sup.start();
       // Templates: the run's first completed and rewarded trajectories, once they exist (mid-run).
@@ -108,12 +97,6 @@ if (registry && clickhouseUrl) {
         rows.map((r) => [r['error_code'], Number(r['n'])]),
         [['LOG_RECORD_TOO_LARGE', 1], ['REWARD_NON_FINITE', 2], ['SERDE_MAGIC_BYTE', 1], ['SERDE_UNKNOWN_SCHEMA', 1]],
       );
-    } finally {
-      await sup.stopAll(2000);
-      await log.close().catch(() => {});
-      await broker.halt('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    });
   });
 }
