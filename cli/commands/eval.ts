@@ -13,6 +13,7 @@ import { openRunContext } from '../run/context.ts';
 import { accuracy } from '../run/evaluation.ts';
 import { createBackend, createWorker, modelFiles } from '../run/roles.ts';
 import { collectSet } from './run.ts';
+import { numberOption } from '../options.ts';
 
 export function register(program: Command): void {
   program
@@ -21,8 +22,8 @@ export function register(program: Command): void {
     .argument('<config>', 'run configuration (YAML)')
     .option('--weights <file>', 'safetensors weights (default: model.init of the config)')
     .option('--difficulty <name>', 'easy | hard', 'hard')
-    .option('--problems <n>', 'held-out problems', (v) => Number(v), 200)
-    .option('--failures <n>', 'also print up to n failed problems with the response', (v) => Number(v), 0)
+    .option('--problems <n>', 'held-out problems', numberOption('--problems', { integer: true, min: 1 }), 200)
+    .option('--failures <n>', 'also print up to n failed problems with the response', numberOption('--failures', { integer: true, min: 0 }), 0)
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
     .action(async (configPath: string, opts: { weights?: string; difficulty: string; problems: number; failures: number; set: Record<string, unknown> }) => {
       const dir = mkdtempSync(join(tmpdir(), 'rlstream-eval-'));

@@ -2,6 +2,7 @@
 // common questions, and one trajectory rendered turn by turn.
 import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
+import { numberOption } from '../options.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import { listNamedQueries, runNamed } from '../../core/traces/queries.ts';
 import { renderTable, renderTrajectory } from '../../core/traces/render.ts';
@@ -41,9 +42,9 @@ export function register(program: Command): void {
     .option('--param <k=v>', 'named query parameter (repeatable)', collect, [])
     .option('--list', 'list the named queries and their parameters')
     .option('--trajectory <id>', 'render one trajectory turn by turn')
-    .option('--max-rows <n>', 'result row limit (enforced by ClickHouse)', '10000')
-    .option('--max-seconds <n>', 'execution time limit (enforced by ClickHouse)', '30')
-    .action(async (sql: string | undefined, o: { format: string; store: string; named?: string; param: string[]; list?: boolean; trajectory?: string; maxRows: string; maxSeconds: string }) => {
+    .option('--max-rows <n>', 'result row limit (enforced by ClickHouse)', numberOption('--max-rows', { integer: true, min: 1 }), 10000)
+    .option('--max-seconds <n>', 'execution time limit (enforced by ClickHouse)', numberOption('--max-seconds', { min: 0.001 }), 30)
+    .action(async (sql: string | undefined, o: { format: string; store: string; named?: string; param: string[]; list?: boolean; trajectory?: string; maxRows: number; maxSeconds: number }) => {
       if (o.format !== 'table' && o.format !== 'json') throw new RlstreamError('INPUT_INVALID', `--format must be table or json, got ${o.format}`);
       if (o.list) {
         for (const q of listNamedQueries()) {
@@ -52,7 +53,7 @@ export function register(program: Command): void {
         }
         return;
       }
-      const limits = { maxRows: Number(o.maxRows), maxSeconds: Number(o.maxSeconds), overflow: 'throw' as const };
+      const limits = { maxRows: o.maxRows, maxSeconds: o.maxSeconds, overflow: 'throw' as const };
       const store = await openTraceStore(o.store);
       try {
         if (o.trajectory) {
