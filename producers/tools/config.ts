@@ -9,6 +9,9 @@
 //     - class_name: mcp                    # every tool an MCP server lists (or `include` of them)
 //       config: { transport: stdio, command: node, args: [server.js], include: [add], timeout_ms: 10000 }
 //
+// Any entry's config may add `simulated_latency` (simulated-latency.ts): a seeded, heavy-tailed delay before
+// each call, to study how a slow service's tail affects the pipeline.
+//
 // A module tool exports a class (default export, or the named export) constructed as new C(config).
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
@@ -18,6 +21,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { CalculatorTool } from './calculator.ts';
 import { McpConnection, type McpServerConfig } from './mcp.ts';
+import { compileSimulatedLatency, withSimulatedLatency } from './simulated-latency.ts';
 import { ToolSet } from './tool-set.ts';
 import type { Tool } from './types.ts';
 
@@ -80,6 +84,8 @@ export async function toolSetFromYaml(text: string, options: { baseDir?: string;
       const timeout = config['timeout_ms'];
       if (timeout !== undefined && (typeof timeout !== 'number' || !(timeout > 0))) invalid(`${field}.config.timeout_ms must be a positive number`);
       const timeoutMs = timeout as number | undefined;
+      const latency = config['simulated_latency'] === undefined ? null : compileSimulatedLatency(config['simulated_latency'], `${field}.config.simulated_latency`);
+      const delayed = (t: Tool) => (latency ? withSimulatedLatency(t, latency) : t);
       if (className === 'mcp') {
         const transport = config['transport'];
         let server: McpServerConfig;
@@ -91,7 +97,7 @@ export async function toolSetFromYaml(text: string, options: { baseDir?: string;
           server = { transport, url: config['url'] as string };
         } else invalid(`${field}.config.transport must be stdio or http`);
         const conn = await McpConnection.connect(server!, { include: config['include'] as string[] | undefined });
-        for (const t of conn.tools) set.add(t, { timeoutMs });
+        for (const t of conn.tools) set.add(delayed(t), { timeoutMs });
         continue;
       }
       const builtin = Object.hasOwn(BUILTIN_TOOLS, className) ? BUILTIN_TOOLS[className] : undefined;
@@ -101,7 +107,7 @@ export async function toolSetFromYaml(text: string, options: { baseDir?: string;
         if (typeof schema.function?.name !== 'string') invalid(`${field}.tool_schema.function.name must be a string`);
         tool = withSchema(tool, schema);
       }
-      set.add(tool, { timeoutMs });
+      set.add(delayed(tool), { timeoutMs });
     }
   } catch (err) {
     await set.close();
