@@ -28,12 +28,32 @@ export interface MainJobOptions {
   /** Progress bars on stderr (default: when stderr is a TTY). */
   progress?: boolean;
   logger?: Logger;
+  /** Measure held-out accuracy of the warm start before RL (default true; benchmarks comparing runs skip it). */
+  initialEval?: boolean;
+  /** Every durable TrainStep, as the trainer commits it (benchmarks). */
+  onTrainStep?: (step: TrainStep) => void;
+}
+
+/** The RL phase alone (first rollout to the last training step), for throughput figures. */
+export interface RlPhaseFigures {
+  seconds: number;
+  /** Tokens the training rollout worker generated (trained or not), and the trajectories it completed. */
+  generated_tokens: number;
+  trajectories_completed: number;
+  /** Trajectories and tokens (prompt + response) the trainer trained on. */
+  trained_trajectories: number;
+  trained_tokens: number;
+  /** Sum over steps of the trainer's compute time (forward, backward, optimizer) and of its wait for data. */
+  trainer_compute_seconds: number;
+  trainer_wait_seconds: number;
+  tool_latency_ms: { p50: number; p99: number; max: number; count: number };
 }
 
 export interface MainJobSummary {
   run_id: string;
   seed: number;
-  heldout_accuracy_before: number;
+  /** null when the run skipped the initial evaluation. */
+  heldout_accuracy_before: number | null;
   heldout_accuracy_after: number;
   heldout_problems: number;
   steps: number;
@@ -44,6 +64,7 @@ export interface MainJobSummary {
   tool_success_rate_last: number;
   sft_seconds: number | null;
   wall_seconds: number;
+  rl: RlPhaseFigures;
   plot: string;
   data_dir: string;
 }
@@ -91,6 +112,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const stepBar = progress.bar('train', topt.maxSteps);
     const trainer = createTrainer(ctx, runId, runDir, (s) => {
       steps.push(s);
+      options.onTrainStep?.(s);
       stepBar.update(s.step, topt.maxSteps, `v${s.produced_version ?? s.policy_version} reward ${s.reward_mean.toFixed(2)} stale ${s.staleness_mean.toFixed(1)}`);
     }, () => {
       // The dashboard charts held-out accuracy from the TrainStep stream: carry the latest evaluation.
@@ -109,11 +131,15 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const everySteps = typeof e['every_steps'] === 'number' ? e['every_steps'] : 10;
     const heldout = heldoutRows(ctx, heldoutN);
     const evalBar = progress.bar('eval', heldoutN);
-    const before = accuracy(await evaluator.evaluate(heldout));
-    evals.push({ step: 0, version: 0, accuracy: before });
-    evalBar.update(heldoutN, heldoutN, `before ${(before * 100).toFixed(1)}%`);
+    let before: number | null = null;
+    if (options.initialEval !== false) {
+      before = accuracy(await evaluator.evaluate(heldout));
+      evals.push({ step: 0, version: 0, accuracy: before });
+      evalBar.update(heldoutN, heldoutN, `before ${(before * 100).toFixed(1)}%`);
+    }
 
     // 4. Asynchronous RL: rollouts, reward, advantage, trainer and sink run concurrently.
+    const rlStart = performance.now();
     const running = [reward.run(), advantage.run(), ...(sink ? [sink.run()] : [])];
     const trainRows = problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train'));
     const rollouts = worker.run(trainRows);
@@ -139,6 +165,8 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       }
     })();
     await Promise.race([trainerDone, ...running.map((p) => p.then(() => Promise.reject(new Error('a stream processor stopped early'))))]);
+    const rlSeconds = (performance.now() - rlStart) / 1000;
+    const rollout = worker.snapshot();
     // The training worker applies the last version to the shared backend before it stops.
     await waitFor(() => backend.currentPolicyVersion() >= trainer.currentVersion, 30_000);
     await worker.stop({ abort: true });
@@ -175,6 +203,16 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       tool_success_rate_last: toolRate(steps[steps.length - 1]),
       sft_seconds: sftSeconds,
       wall_seconds: (performance.now() - t0) / 1000,
+      rl: {
+        seconds: rlSeconds,
+        generated_tokens: rollout.generatedTokens,
+        trajectories_completed: rollout.trajectoriesCompleted,
+        trained_trajectories: steps.reduce((n, s) => n + s.trajectories, 0),
+        trained_tokens: steps.reduce((n, s) => n + s.tokens, 0),
+        trainer_compute_seconds: steps.reduce((n, s) => n + s.compute_ms, 0) / 1000,
+        trainer_wait_seconds: steps.reduce((n, s) => n + s.wait_ms, 0) / 1000,
+        tool_latency_ms: { p50: rollout.toolLatencyMs.p50, p99: rollout.toolLatencyMs.p99, max: rollout.toolLatencyMs.max, count: rollout.toolLatencyMs.count },
+      },
       plot,
       data_dir: runDir,
     };

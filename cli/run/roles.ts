@@ -16,6 +16,8 @@ import type { LlmBackend } from '../../producers/backends/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
 import type { RolloutOptions } from '../../producers/options.ts';
+import { loadToolConfig } from '../../producers/tools/config.ts';
+import type { ToolSet } from '../../producers/tools/tool-set.ts';
 import { calculatorTools, registerCalculatorReward } from '../../examples/calculator/index.ts';
 import type { RunContext } from './context.ts';
 
@@ -152,9 +154,18 @@ export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): Rollo
   };
 }
 
+/** The run's tools: `tools.config` names a tool-config YAML (relative to the run config); default the task's own. */
+export async function createTools(ctx: RunContext): Promise<ToolSet> {
+  const t = section(ctx, 'tools');
+  for (const k of Object.keys(t)) if (k !== 'config') throw new RlstreamError('CONFIG_INVALID', `tools.${k} is not a known field (known: config)`);
+  if (t['config'] === undefined) return calculatorTools();
+  if (typeof t['config'] !== 'string' || t['config'] === '') throw new RlstreamError('CONFIG_INVALID', 'tools.config must be the path of a tool-config YAML file');
+  return loadToolConfig(path(ctx, t['config']), { defaultTimeoutMs: 5_000 });
+}
+
 export async function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean; completed?: ReadonlySet<string> } = {}): Promise<RolloutWorker> {
   return new RolloutWorker(
-    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await calculatorTools(), logger: ctx.logger, followPolicy: options.followPolicy ?? true, ...(options.completed ? { completed: options.completed } : {}) },
+    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await createTools(ctx), logger: ctx.logger, followPolicy: options.followPolicy ?? true, ...(options.completed ? { completed: options.completed } : {}) },
     rolloutOptions(ctx, tokenizer),
   );
 }
