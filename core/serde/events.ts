@@ -1,9 +1,9 @@
 // Event serde in Confluent's wire format: magic byte 0, 4-byte big-endian schema id, Avro binary.
 // Encoding is synchronous once init() has registered the current schemas (the hot path never awaits);
 // decoding resolves older writer schemas to the current reader schema (BACKWARD evolution).
-// Speed: records are encoded into one reusable buffer (grown on demand, header written in place) and copied
-// once into the returned Buffer; the big numeric arrays go through core/serde/fast-arrays.ts. The bytes are
-// avsc's, unchanged.
+// Speed: records are encoded straight into a slab (a shared 256 KiB buffer, like Node's own Buffer pool) and
+// returned as views of it, so an 8 KB trajectory costs neither a copy nor an ArrayBuffer of its own; the big
+// numeric arrays go through core/serde/fast-arrays.ts. The bytes are avsc's, unchanged.
 import avro from 'avsc';
 import { EVENT_NAMES, resolvedSchema, schemaText, type EventName } from '../../schemas/index.ts';
 import type { EventTypes } from '../../schemas/generated/types.ts';
@@ -15,9 +15,11 @@ export type DecodedEvent = { [N in EventName]: { name: N; value: EventTypes[N]; 
 
 const MAGIC = 0;
 const HEADER = 5;
-/** The scratch buffer starts here and is given back after a record larger than MAX_KEPT. */
-const INITIAL_SCRATCH = 64 * 1024;
-const MAX_KEPT = 4 * 1024 * 1024;
+/**
+ * Size of the slabs encoded records are cut from. A record bigger than a slab gets a slab of its own. A record
+ * kept alive keeps its slab alive, which bounds the waste at one slab per long-lived record.
+ */
+const SLAB_BYTES = 256 * 1024;
 
 let fastTypes: Map<EventName, avro.Type> | undefined;
 
@@ -41,7 +43,9 @@ export class EventSerde {
   private readonly idOf = new Map<EventName, number>();
   private readonly readers = new Map<number, Reader>();
   private readonly pending = new Map<number, Promise<Reader>>();
-  private scratch = Buffer.allocUnsafe(INITIAL_SCRATCH);
+  private slab = Buffer.allocUnsafe(SLAB_BYTES);
+  /** Bytes of the slab handed out already; later records go after them, never over them. */
+  private used = 0;
 
   constructor(readonly registry: SchemaRegistry) {}
 
@@ -64,22 +68,24 @@ export class EventSerde {
   encode<N extends EventName>(name: N, value: EventTypes[N]): Buffer {
     const type = eventType(name);
     const id = this.schemaId(name);
+    let start = this.used;
     let end: number;
     try {
-      // avsc's encode returns the end position, or minus the bytes missing when the buffer was too small.
-      while ((end = type.encode(value, this.scratch, HEADER)) < 0) {
-        this.scratch = Buffer.allocUnsafe(Math.max(this.scratch.length * 2, this.scratch.length - end + 1024));
+      // avsc's encode returns the end position, or minus the bytes missing when the slab was too small: then
+      // the record goes at the start of a fresh slab big enough for it.
+      while ((end = type.encode(value, this.slab, start + HEADER)) < 0) {
+        this.slab = Buffer.allocUnsafe(Math.max(SLAB_BYTES, this.slab.length - end - start));
+        start = 0;
       }
     } catch (cause) {
       const paths: string[] = [];
       type.isValid(value, { errorHook: (path) => paths.push(path.join('.') || '(root)') });
       throw new RlstreamError('SERDE_SCHEMA_MISMATCH', `${name} does not match its schema at ${paths.slice(0, 5).join(', ') || '?'}`, { cause });
     }
-    const out = Buffer.allocUnsafe(end);
-    this.scratch.copy(out, HEADER, HEADER, end);
+    this.used = end;
+    const out = this.slab.subarray(start, end);
     out[0] = MAGIC;
     out.writeUInt32BE(id, 1);
-    if (this.scratch.length > MAX_KEPT) this.scratch = Buffer.allocUnsafe(INITIAL_SCRATCH);
     return out;
   }
 

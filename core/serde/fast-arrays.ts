@@ -48,41 +48,69 @@ function invalid(val: unknown, type: unknown): never {
 // avsc's own bound for JS-number longs (one below 2^53 − 1, so zig-zag doubling stays exact).
 const SAFE_LONG = 9007199254740990;
 
-/** Zig-zag varints of int32 values (|n| < 2^30 uses 32-bit integer arithmetic, like avsc). */
+/** Whether an item is valid for the array's item type (avsc's own checks for int and long). */
+function validItem(v: number, long: boolean): boolean {
+  return long ? typeof v === 'number' && v % 1 === 0 && v >= -SAFE_LONG && v <= SAFE_LONG : v === (v | 0);
+}
+
+/** Bytes of the zig-zag varint of a valid item. */
+function varintSize(v: number): number {
+  if (v >= -1073741824 && v < 1073741824) {
+    const m = v >= 0 ? v << 1 : (~v << 1) | 1;
+    return m < 0x80 ? 1 : m < 0x4000 ? 2 : m < 0x200000 ? 3 : m < 0x10000000 ? 4 : 5;
+  }
+  let f = v >= 0 ? v * 2 : -v * 2 - 1;
+  let n = 1;
+  while (f >= 128) {
+    f = Math.floor(f / 128);
+    n++;
+  }
+  return n;
+}
+
+/**
+ * Zig-zag varints, validated and written in one pass (an invalid item throws; what was written before it
+ * does not matter since the encode fails). When the worst case (5 bytes an int, 10 a long) may not fit, the
+ * exact size is computed first: if it does not fit either, the tap's position is advanced past the end by
+ * exactly the bytes missing, which is avsc's overflow contract (its toBuffer allocates that size and writes
+ * again).
+ */
 function writeVarints(tap: Tap, val: readonly number[], long: boolean, type: unknown): void {
   const n = val.length;
-  for (let i = 0; i < n; i++) {
-    const v = val[i]!;
-    if (long ? typeof v !== 'number' || v % 1 !== 0 || v < -SAFE_LONG || v > SAFE_LONG : v !== (v | 0)) invalid(v, type);
-  }
   if (n > 0) tap.writeLong(n);
   const buf = tap.buf;
   let pos = tap.pos;
-  // Up to 10 bytes per value (a safe long needs at most 8); when that may not fit, avsc's own writer keeps its
-  // overflow contract (pos runs past the end, nothing is written out of bounds).
-  if (pos + n * 10 + 1 > buf.length) {
-    tap.pos = pos;
-    for (let i = 0; i < n; i++) tap.writeLong(val[i]!);
-    tap.writeLong(0);
-    return;
+  if (pos + n * (long ? 10 : 5) + 1 > buf.length) {
+    let size = 1;
+    for (let i = 0; i < n; i++) {
+      const v = val[i]!;
+      if (!validItem(v, long)) invalid(v, type);
+      size += varintSize(v);
+    }
+    if (pos + size > buf.length) {
+      tap.pos = pos + size;
+      return;
+    }
   }
   for (let i = 0; i < n; i++) {
     const v = val[i]!;
-    if (v >= -1073741824 && v < 1073741824) {
+    if (v === (v | 0) && v >= -1073741824 && v < 1073741824) {
+      // |v| < 2^30: the zig-zag value fits 31 bits, integer arithmetic is exact (most token ids take 1–2 bytes).
       let m = v >= 0 ? v << 1 : (~v << 1) | 1;
       while (m > 0x7f) {
         buf[pos++] = (m & 0x7f) | 0x80;
         m >>>= 7;
       }
       buf[pos++] = m;
-    } else {
-      let f = v >= 0 ? v * 2 : -v * 2 - 1;
-      while (f >= 128) {
-        buf[pos++] = (f % 128) | 0x80;
-        f = Math.floor(f / 128);
-      }
-      buf[pos++] = f;
+      continue;
     }
+    if (!validItem(v, long)) invalid(v, type);
+    let f = v >= 0 ? v * 2 : -v * 2 - 1;
+    while (f >= 128) {
+      buf[pos++] = (f % 128) | 0x80;
+      f = Math.floor(f / 128);
+    }
+    buf[pos++] = f;
   }
   buf[pos++] = 0;
   tap.pos = pos;
@@ -144,7 +172,13 @@ function readVarints(tap: Tap): number[] {
 
 function writeFloats(tap: Tap, val: readonly number[], type: unknown): void {
   const n = val.length;
-  for (let i = 0; i < n; i++) if (typeof val[i] !== 'number') invalid(val[i], type);
+  scratchFor(n);
+  const f32 = scratch;
+  for (let i = 0; i < n; i++) {
+    const v = val[i]!;
+    if (typeof v !== 'number') invalid(v, type);
+    f32[i] = v;
+  }
   if (n > 0) tap.writeLong(n);
   const buf = tap.buf;
   const pos = tap.pos;
@@ -153,8 +187,6 @@ function writeFloats(tap: Tap, val: readonly number[], type: unknown): void {
     tap.pos = pos + n * 4 + 1;
     return;
   }
-  scratchFor(n);
-  for (let i = 0; i < n; i++) scratch[i] = val[i]!;
   buf.set(scratchBytes.subarray(0, n * 4), pos);
   buf[pos + n * 4] = 0;
   tap.pos = pos + n * 4 + 1;
@@ -197,11 +229,19 @@ class FastIntArrayType extends ArrayType {
   }
   _write(tap: Tap, val: unknown): void {
     if (!Array.isArray(val)) return base._write.call(this, tap, val);
-    writeVarints(tap, val as number[], (this.itemsType as avro.Type).typeName === 'long', this);
+    writeVarints(tap, val as number[], false, this);
   }
   _read(tap: Tap): unknown[] {
     if (!(this instanceof FastIntArrayType)) return base._read.call(this, tap);
     return readVarints(tap);
+  }
+}
+
+/** array<long>: the same varints, checked as safe longs (a subclass, since avsc freezes its type objects). */
+class FastLongArrayType extends FastIntArrayType {
+  override _write(tap: Tap, val: unknown): void {
+    if (!Array.isArray(val)) return base._write.call(this, tap, val);
+    writeVarints(tap, val as number[], true, this);
   }
 }
 
@@ -236,7 +276,8 @@ function itemsName(schema: unknown): string | undefined {
 /** avsc typeHook: fast codecs for array<int>, array<long> and array<float>; avsc's own types otherwise. */
 export function fastArrayTypeHook(schema: avro.Schema, opts: avro.ForSchemaOptions): avro.Type | undefined {
   const items = itemsName(schema);
-  if (items === 'int' || items === 'long') return new FastIntArrayType(schema, opts) as unknown as avro.Type;
+  if (items === 'int') return new FastIntArrayType(schema, opts) as unknown as avro.Type;
+  if (items === 'long') return new FastLongArrayType(schema, opts) as unknown as avro.Type;
   if (items === 'float' && LITTLE_ENDIAN) return new FastFloatArrayType(schema, opts) as unknown as avro.Type;
   return undefined;
 }

@@ -129,3 +129,34 @@ test('EventSerde: buffer growth, independent results, truncation and multi-block
   assert.deepEqual(fastFloats.fromBuffer(fblocks), [0.5, -2]);
   assert.deepEqual(floats.fromBuffer(fblocks), [0.5, -2]);
 });
+
+test('encode into a buffer of exact size, and one byte short: the bytes and the overflow count avsc gives', () => {
+  const random = rng(11);
+  for (const items of ['int', 'long', 'float'] as const) {
+    const plain = avro.Type.forSchema({ type: 'array', items });
+    const f = fastType({ type: 'array', items });
+    for (const n of [1, 7, 130, 2000]) {
+      // Mostly one-byte varints, so the worst-case bound (5 or 10 bytes an item) does not fit but the exact size does.
+      const val = Array.from({ length: n }, (_, i) => (items === 'float' ? -random() : i % 17 === 0 ? Math.floor(random() * 2 ** 30) : i % 3));
+      const expected = plain.toBuffer(val);
+      const exact = Buffer.alloc(expected.length);
+      assert.equal(f.encode(val, exact, 0), expected.length, `${items}[${n}] fits exactly`);
+      assert.ok(exact.equals(expected), `${items}[${n}] bytes`);
+      const short = Buffer.alloc(expected.length - 1);
+      assert.equal(f.encode(val, short, 0), plain.encode(val, Buffer.alloc(expected.length - 1), 0), `${items}[${n}] overflow count`);
+    }
+  }
+});
+
+test('EventSerde: records spread over several slabs stay intact and equal to avsc bytes', async () => {
+  const serde = await new EventSerde(new MemoryRegistry()).init();
+  const plain = eventType('TrajectoryCompleted');
+  const values = Array.from({ length: 120 }, () => plain.random());
+  // ~8 KB each on average: more than one 256 KiB slab.
+  for (const v of values) (v as unknown as { trajectory: { response_ids: number[] } }).trajectory.response_ids = Array.from({ length: 4000 }, (_, i) => i);
+  const encoded = values.map((v) => serde.encode('TrajectoryCompleted', v as never));
+  encoded.forEach((buf, i) => {
+    assert.ok(buf.subarray(5).equals(plain.toBuffer(values[i])), `record ${i}`);
+    assert.equal(EventSerde.peekSchemaId(buf), serde.schemaId('TrajectoryCompleted'));
+  });
+});
