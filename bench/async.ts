@@ -1,0 +1,337 @@
+// Asynchronous speed-up (issue #7, 1b): the main job (built-in policy, tool agent, reward, advantage, trainer,
+// traces) with a calculator behind a heavy-tailed simulated service delay (examples/calculator/
+// tools-heavy-tail.yaml), synchronous (staleness bound 0: the trainer waits for a full batch of one policy
+// version, rollouts wait for the update) against asynchronous with staleness bounds 1, 2 and 4 — the same
+// steps × groups × n trajectories trained in each. Per mode: wall time of the RL phase, trainer busy fraction
+// (its compute time / RL wall time), generated tokens/s, trained trajectories/s, mean staleness, held-out
+// accuracy at the end, speed-up against sync. The traces of each run are then checked: in sync every step v
+// trained only on trajectories generated wholly by version v, and each version started exactly one batch.
+//
+// Each mode runs as its own child process (this file with --child) in a fresh data dir, so no JIT, native or
+// chDB state carries over from one mode to the next.
+//   npm run bench -- async [--steps 20] [--bounds 0,1,2,4] [--groups 8] [--n 8] [--heldout 200]
+//                          [--tools <tool-config.yaml>] [--keep]
+// Shared 2-core machine: wall-clock figures are noisy; the load average before each mode is recorded.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { openTraceStore } from '../core/traces/open.ts';
+import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
+import type { TrainStep } from '../schemas/generated/types.ts';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const REPO = resolve(here, '..');
+const CONFIG = join(REPO, 'examples', 'calculator', 'config.yaml');
+const HEAVY_TAIL_TOOLS = join(REPO, 'examples', 'calculator', 'tools-heavy-tail.yaml');
+const RESULT = 'ASYNC_BENCH_RESULT ';
+
+interface BenchOptions {
+  steps: number;
+  bounds: number[];
+  groups: number;
+  n: number;
+  heldout: number;
+  tools: string;
+  keep: boolean;
+  /** A mode that has not finished after this long is killed and reported as failed. */
+  modeTimeoutS: number;
+}
+
+interface ChildSpec {
+  bound: number;
+  dataDir: string;
+  overrides: Record<string, unknown>;
+}
+
+/** Per policy version, from the traces: what each step trained on and what each version started. */
+interface VersionCheck {
+  steps: number;
+  trainedChecked: number;
+  /** Trained trajectories not generated wholly by the version of the step that trained them. */
+  offVersion: number;
+  /** Train-split trajectories started under each policy version. */
+  startedPerVersion: Record<string, number>;
+}
+
+interface ToolFigures {
+  calls: number;
+  timeouts: number;
+  /** Call latency as the rollout measured it (the simulated delay plus the event loop's own lag). */
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  /** The simulated delays drawn, for comparison with the configured distribution. */
+  simulatedP50Ms: number;
+  simulatedP99Ms: number;
+}
+
+interface ModeResult {
+  mode: string;
+  bound: number;
+  loadBefore: number[];
+  rlSeconds: number;
+  jobSeconds: number;
+  trainerBusy: number;
+  trainerWaitFraction: number;
+  generatedTokens: number;
+  tokensPerSec: number;
+  trainedTrajectories: number;
+  trajPerSec: number;
+  trajectoriesCompleted: number;
+  stalenessMean: number;
+  stalenessMax: number;
+  droppedStale: number;
+  heldoutAccuracy: number;
+  heldoutProblems: number;
+  speedup: number | null;
+  check: VersionCheck;
+  tools: ToolFigures;
+  steps: StepFigures[];
+}
+
+function parseOptions(args: string[]): BenchOptions {
+  const o: BenchOptions = { steps: 20, bounds: [0, 1, 2, 4], groups: 8, n: 8, heldout: 200, tools: HEAVY_TAIL_TOOLS, keep: false, modeTimeoutS: 0 };
+  const int = (flag: string, v: string | undefined, min: number) => {
+    const x = Number(v);
+    if (!Number.isInteger(x) || x < min) throw new Error(`${flag} must be an integer >= ${min} (got ${JSON.stringify(v)})`);
+    return x;
+  };
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    const value = () => args[++i];
+    switch (a) {
+      case '--steps':
+        o.steps = int(a, value(), 1);
+        break;
+      case '--groups':
+        o.groups = int(a, value(), 1);
+        break;
+      case '--n':
+        o.n = int(a, value(), 2);
+        break;
+      case '--heldout':
+        o.heldout = int(a, value(), 1);
+        break;
+      case '--bounds':
+        o.bounds = (value() ?? '').split(',').map((b) => int(a, b, 0));
+        break;
+      case '--tools':
+        o.tools = resolve(value() ?? '');
+        break;
+      case '--keep':
+        o.keep = true;
+        break;
+      case '--mode-timeout':
+        o.modeTimeoutS = int(a, value(), 1);
+        break;
+      default:
+        throw new Error(`unknown argument ${a} (flags: --steps N --bounds 0,1,2,4 --groups G --n N --heldout N --tools FILE --keep --mode-timeout S)`);
+    }
+  }
+  // Generous against a loaded machine (~11 s a step at load 6), short of waiting forever on a hung run.
+  if (o.modeTimeoutS === 0) o.modeTimeoutS = Math.max(900, o.steps * 60);
+  return o;
+}
+
+/** Config overrides of one mode: everything but the staleness bound is the same in every mode. */
+function overridesFor(o: BenchOptions, bound: number, dataDir: string): Record<string, unknown> {
+  const maxBound = Math.max(...o.bounds);
+  return {
+    'run.data_dir': dataDir,
+    'tools.config': o.tools,
+    'trainer.staleness_bound': bound,
+    'trainer.max_steps': o.steps,
+    'trainer.groups_per_step': o.groups,
+    'rollout.n': o.n,
+    // Room for the largest bound's window in every mode (the default 2 × concurrency would cap bounds > 1);
+    // sync never has more than one batch in flight anyway.
+    'rollout.max_inflight_trajectories': (maxBound + 1) * o.groups * o.n,
+    // Held-out accuracy once, at the end, on the same problems in every mode.
+    'eval.every_steps': o.steps + 1,
+    'task.heldout_problems': o.heldout,
+  };
+}
+
+async function runChild(spec: ChildSpec, timeoutS: number): Promise<{ summary: MainJobSummary; steps: StepFigures[]; check: VersionCheck; tools: ToolFigures }> {
+  const log = join(spec.dataDir, 'bench-child.log');
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    child.kill('SIGKILL');
+  }, timeoutS * 1000);
+  const code = await new Promise<number | null>((res) => child.on('close', res));
+  clearTimeout(timer);
+  writeFileSync(log, err);
+  const line = out.split('\n').find((l) => l.startsWith(RESULT));
+  if (code !== 0 || !line) throw new Error(`bound ${spec.bound}: the main job ${timedOut ? `did not finish within ${timeoutS} s (killed)` : `exited with ${code}`}; its stderr (${log}) ends:\n${err.slice(-2000)}`);
+  return JSON.parse(line.slice(RESULT.length)) as Awaited<ReturnType<typeof runChild>>;
+}
+
+interface StepFigures {
+  step: number;
+  version: number;
+  trajectories: number;
+  stalenessMean: number;
+  stalenessMax: number;
+  droppedStale: number;
+  computeMs: number;
+  waitMs: number;
+}
+
+const compact = (s: TrainStep): StepFigures => ({
+  step: s.step,
+  version: s.policy_version,
+  trajectories: s.trajectories,
+  stalenessMean: s.staleness_mean,
+  stalenessMax: s.staleness_max,
+  droppedStale: s.dropped_stale,
+  computeMs: s.compute_ms,
+  waitMs: s.wait_ms,
+});
+
+/** Read the run's traces back: per step, the versions that generated what it trained; per version, what started. */
+async function checkTraces(summary: MainJobSummary): Promise<{ check: VersionCheck; tools: ToolFigures }> {
+  const run = summary.run_id;
+  if (!/^[A-Za-z0-9._-]+$/.test(run)) throw new Error(`unexpected run id ${run}`);
+  const store = await openTraceStore(`chdb:${join(summary.data_dir, 'chdb')}`);
+  try {
+    const num = (v: unknown) => Number(v);
+    const perStep = await store.query(`
+      SELECT s.step AS step, s.policy_version AS version, count() AS n,
+             countIf(t.min_policy_version != s.policy_version OR t.max_policy_version != s.policy_version) AS off
+      FROM (SELECT step, policy_version, arrayJoin(trajectory_ids) AS trajectory_id FROM train_steps FINAL WHERE run_id = '${run}') AS s
+      INNER JOIN (SELECT trajectory_id, min_policy_version, max_policy_version FROM trajectories FINAL WHERE run_id = '${run}') AS t
+        ON s.trajectory_id = t.trajectory_id
+      GROUP BY step, version ORDER BY step`);
+    const started = await store.query(`SELECT policy_version AS v, count() AS n FROM trajectory_starts FINAL WHERE run_id = '${run}' AND split = 'train' GROUP BY v ORDER BY v`);
+    const tools = await store.query(`
+      SELECT count() AS calls, countIf(status = 'timeout') AS timeouts, quantileExact(0.5)(latency_ms) AS p50,
+             quantileExact(0.99)(latency_ms) AS p99, max(latency_ms) AS max,
+             quantileExactIf(0.5)(metric_values[indexOf(metric_names, 'simulated_latency_ms')], has(metric_names, 'simulated_latency_ms')) AS sim_p50,
+             quantileExactIf(0.99)(metric_values[indexOf(metric_names, 'simulated_latency_ms')], has(metric_names, 'simulated_latency_ms')) AS sim_p99
+      FROM tool_calls FINAL
+      WHERE run_id = '${run}' AND trajectory_id IN (SELECT trajectory_id FROM trajectories FINAL WHERE run_id = '${run}' AND split = 'train')`);
+    const t = tools.rows[0] ?? {};
+    return {
+      check: {
+        steps: perStep.rows.length,
+        trainedChecked: perStep.rows.reduce((a, r) => a + num(r['n']), 0),
+        offVersion: perStep.rows.reduce((a, r) => a + num(r['off']), 0),
+        startedPerVersion: Object.fromEntries(started.rows.map((r) => [String(r['v']), num(r['n'])])),
+      },
+      tools: { calls: num(t['calls'] ?? 0), timeouts: num(t['timeouts'] ?? 0), p50Ms: num(t['p50'] ?? 0), p99Ms: num(t['p99'] ?? 0), maxMs: num(t['max'] ?? 0), simulatedP50Ms: num(t['sim_p50'] ?? 0), simulatedP99Ms: num(t['sim_p99'] ?? 0) },
+    };
+  } finally {
+    await store.close();
+  }
+}
+
+/** The child: one mode's main job in this process, then its traces read back. */
+async function child(spec: ChildSpec): Promise<void> {
+  const steps: StepFigures[] = [];
+  const summary = await runMainJob({ configPath: CONFIG, overrides: spec.overrides, admin: false, progress: false, initialEval: false, onTrainStep: (s) => steps.push(compact(s)) });
+  const { check, tools } = await checkTraces(summary);
+  // Exit once the line is out: nothing of the finished run should keep the child alive.
+  process.stdout.write(`${RESULT}${JSON.stringify({ summary, steps, check, tools })}\n`, () => process.exit(0));
+}
+
+function modeName(bound: number): string {
+  return bound === 0 ? 'sync (bound 0)' : `async bound ${bound}`;
+}
+
+function toResult(bound: number, loadBefore: number[], r: Awaited<ReturnType<typeof runChild>>): ModeResult {
+  const { summary, steps } = r;
+  const rl = summary.rl;
+  const trained = steps.reduce((n, s) => n + s.trajectories, 0);
+  return {
+    mode: modeName(bound),
+    bound,
+    loadBefore,
+    rlSeconds: rl.seconds,
+    jobSeconds: summary.wall_seconds,
+    trainerBusy: rl.trainer_compute_seconds / rl.seconds,
+    trainerWaitFraction: rl.trainer_wait_seconds / rl.seconds,
+    generatedTokens: rl.generated_tokens,
+    tokensPerSec: rl.generated_tokens / rl.seconds,
+    trainedTrajectories: trained,
+    trajPerSec: trained / rl.seconds,
+    trajectoriesCompleted: rl.trajectories_completed,
+    stalenessMean: steps.reduce((a, s) => a + s.stalenessMean * s.trajectories, 0) / Math.max(1, trained),
+    stalenessMax: Math.max(0, ...steps.map((s) => s.stalenessMax)),
+    droppedStale: summary.dropped_stale,
+    heldoutAccuracy: summary.heldout_accuracy_after,
+    heldoutProblems: summary.heldout_problems,
+    speedup: null,
+    check: r.check,
+    tools: r.tools,
+    steps,
+  };
+}
+
+/** Sync must be what it claims: each step trained on one version's batch, each version started one batch. */
+function syncVerdict(r: ModeResult, o: BenchOptions): { ok: boolean; text: string } {
+  const batch = o.groups * o.n;
+  // Versions 0 … steps-1 each start exactly one batch; the last version may start (part of) one before the
+  // worker is stopped, never trained on.
+  const wrong = Object.entries(r.check.startedPerVersion).filter(([v, n]) => (Number(v) < o.steps ? n !== batch : n > batch));
+  const ok = r.check.offVersion === 0 && r.stalenessMax === 0 && r.droppedStale === 0 && wrong.length === 0 && r.check.steps === o.steps && r.check.trainedChecked === r.trainedTrajectories;
+  const text = ok
+    ? `sync verified from its traces: each of the ${r.check.steps} steps trained only on trajectories generated wholly by the step's own policy version (${r.check.trainedChecked} trajectories checked, staleness 0, none dropped), and every version started exactly one batch of ${batch} trajectories, none before the previous step was committed (rollouts waited for each update)`
+    : `sync NOT verified: off-version trained trajectories ${r.check.offVersion}, staleness max ${r.stalenessMax}, dropped ${r.droppedStale}, versions not starting exactly one batch of ${batch}: ${JSON.stringify(wrong)}, steps in traces ${r.check.steps}/${o.steps}, trajectories in traces ${r.check.trainedChecked}/${r.trainedTrajectories}`;
+  return { ok, text };
+}
+
+export async function main(args: string[]): Promise<unknown> {
+  const o = parseOptions(args);
+  const perMode = o.steps * o.groups * o.n;
+  console.log(`async speed-up: main job, ${o.steps} steps × ${o.groups} groups × ${o.n} samples = ${perMode} trained trajectories per mode; tools ${o.tools}; held-out accuracy at the end on ${o.heldout} problems`);
+  const results: ModeResult[] = [];
+  const failures: { mode: string; error: string }[] = [];
+  for (const bound of o.bounds) {
+    const dataDir = mkdtempSync(join(tmpdir(), `rlstream-bench-async-b${bound}-`));
+    const loadBefore = loadavg().map((x) => Math.round(x * 100) / 100);
+    process.stdout.write(`${modeName(bound).padEnd(15)} load ${loadBefore.join(' ')} … `);
+    let failed = false;
+    try {
+      const r = toResult(bound, loadBefore, await runChild({ bound, dataDir, overrides: overridesFor(o, bound, dataDir) }, o.modeTimeoutS));
+      results.push(r);
+      console.log(`RL ${r.rlSeconds.toFixed(1)} s, accuracy ${(r.heldoutAccuracy * 100).toFixed(1)}%`);
+    } catch (err) {
+      // One failed mode must not cost the others: report it and go on.
+      failed = true;
+      failures.push({ mode: modeName(bound), error: (err as Error).message });
+      console.log(`FAILED\n${(err as Error).message}`);
+    } finally {
+      if (!o.keep && !failed) rmSync(dataDir, { recursive: true, force: true });
+      else console.log(`  data dir kept: ${dataDir}`);
+    }
+  }
+  const sync = results.find((r) => r.bound === 0);
+  for (const r of results) r.speedup = sync ? sync.rlSeconds / r.rlSeconds : null;
+
+  console.log('\nmode             RL wall s  speed-up  trainer busy  gen tok/s  traj/s  staleness mean/max  dropped  tool p50/p99 ms  timeouts  held-out acc');
+  for (const r of results) {
+    console.log(
+      `${r.mode.padEnd(15)} ${r.rlSeconds.toFixed(1).padStart(10)} ${(r.speedup === null ? '-' : `${r.speedup.toFixed(2)}×`).padStart(9)} ${`${(r.trainerBusy * 100).toFixed(1)}%`.padStart(13)} ${r.tokensPerSec.toFixed(0).padStart(10)} ${r.trajPerSec.toFixed(2).padStart(7)} ${`${r.stalenessMean.toFixed(2)}/${r.stalenessMax}`.padStart(19)} ${String(r.droppedStale).padStart(8)} ${`${r.tools.p50Ms.toFixed(0)}/${r.tools.p99Ms.toFixed(0)}`.padStart(16)} ${`${r.tools.timeouts}/${r.tools.calls}`.padStart(9)} ${`${(r.heldoutAccuracy * 100).toFixed(1)}%`.padStart(13)}`,
+    );
+  }
+  console.log(`(RL wall: first rollout to the last training step; trainer busy: Σ step compute (forward, backward, optimizer) / RL wall, the rest of its time it waits for data (Σ wait in the JSON) or checkpoints and publishes; gen tok/s: tokens the training rollouts generated / RL wall, trained or not; traj/s: trained trajectories / RL wall; held-out accuracy of the final policy, greedy, ${o.heldout} problems)`);
+  for (const r of results) console.log(`${r.mode}: ${r.tools.calls} tool calls in training rollouts, simulated delay drawn p50 ${r.tools.simulatedP50Ms.toFixed(0)} ms, p99 ${r.tools.simulatedP99Ms.toFixed(0)} ms; ${r.trajectoriesCompleted} trajectories completed for ${r.trainedTrajectories} trained`);
+  const verdict = sync ? syncVerdict(sync, o) : null;
+  if (verdict) console.log(verdict.text);
+  console.log('shared 2-core machine: absolute figures are noisy; the load average before each mode is in the report');
+  for (const f of failures) console.log(`${f.mode}: FAILED (see above)`);
+  if ((verdict && !verdict.ok) || failures.length > 0) process.exitCode = 1;
+  return { options: o, trajectoriesPerMode: perMode, modes: results, failures, syncVerified: verdict?.ok ?? null, syncVerification: verdict?.text ?? null, note: 'shared 2-core machine: timings are noisy' };
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url) && process.argv[2] === '--child') {
+  await child(JSON.parse(process.argv[3] ?? '{}') as ChildSpec);
+}
