@@ -13,7 +13,7 @@ import { MASKED } from './export.ts';
 import { gatherRows, kvBytes, SessionCache, type SessionKv } from './kv.ts';
 import { emptyKv, type KvTensors, type PolicyRunner } from './runner.ts';
 import { compactRow, SlotCache, type Segment } from './slots.ts';
-import { newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
+import { inverseTemperature, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
 
 /**
  * How a policy update reaches sessions (trajectories) that are under way:
@@ -319,7 +319,7 @@ export class GenerationEngine {
         ids[b] = BigInt(s.feed[0]!);
         pos[b] = BigInt(s.kvLen);
       });
-      const out = await g.runner.decode({ batch: B, inputIds: ids, positionIds: pos, pastBias: g.slots.bias, past: g.slots.view() });
+      const out = await g.runner.decode({ batch: B, inputIds: ids, positionIds: pos, pastBias: g.slots.bias, past: g.slots.view(), invTemperature: this.invTemperatures(rows) });
       if (g.rows !== rows) return; // the engine closed (or the step failed) while the step ran
       g.slots.appendColumn(out.fresh);
       this.counters.steps++;
@@ -327,7 +327,7 @@ export class GenerationEngine {
       const V = this.config.vocabSize;
       rows.forEach((s, b) => {
         s.kvLen++;
-        if (!s.aborted) this.emit(s, out.logprobs.subarray(b * V, (b + 1) * V));
+        if (!s.aborted) this.emit(s, out.probs!.subarray(b * V, (b + 1) * V));
       });
       // Descending, so the row swap-remove moves into a freed slot is always one that stays.
       for (let b = B - 1; b >= 0; b--) {
@@ -413,7 +413,7 @@ export class GenerationEngine {
         newBias.fill(0, r * S + pad, r * S + i + 1);
       }
     });
-    const out = await g.runner.run({ batch: B, seq: S, inputIds: ids, positionIds: pos, pastBias, newBias, past });
+    const out = await g.runner.run({ batch: B, seq: S, inputIds: ids, positionIds: pos, pastBias, newBias, past, invTemperature: this.invTemperatures(seqs) });
     this.counters.steps++;
     this.counters.prefillSteps++;
     const V = c.vocabSize;
@@ -422,7 +422,7 @@ export class GenerationEngine {
       this.counters.prefillTokens += n;
       s.kvLen += n;
       s.past = null;
-      if (!s.aborted) this.emit(s, out.logprobs.subarray(b * V, (b + 1) * V));
+      if (!s.aborted) this.emit(s, out.probs!.subarray(b * V, (b + 1) * V));
       return [
         { kv: past, row: b, from: starts[b]!, count: Tp - starts[b]! },
         { kv: out.fresh, row: b, from: S - n, count: n },
@@ -430,9 +430,16 @@ export class GenerationEngine {
     });
   }
 
-  /** Sample the next token of `s` from its log-probs row. */
-  private emit(s: Seq, lp: Float32Array): void {
-    const { token, logprob } = sampleToken(lp, s.req.sampling, s.rng, this.scratch);
+  /** 1 / temperature per row: the graph returns each row's distribution at its own temperature. */
+  private invTemperatures(rows: Seq[]): Float32Array {
+    const out = new Float32Array(rows.length);
+    rows.forEach((s, b) => (out[b] = inverseTemperature(s.req.sampling)));
+    return out;
+  }
+
+  /** Sample the next token of `s` from its row of probabilities. */
+  private emit(s: Seq, probs: Float32Array): void {
+    const { token, logprob } = sampleToken(probs, s.req.sampling, s.rng, this.scratch);
     s.tokens.push(token);
     s.logprobs.push(logprob);
     s.context.push(token);

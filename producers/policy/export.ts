@@ -6,9 +6,12 @@
 //           past_bias       float [batch, 1, seq, past]   (additive over the cached columns: 0 = attend, -1e9 = masked)
 //           new_bias        float [batch, 1, seq, seq]    (additive over the new tokens, e.g. causal)
 //           past_key_values.N.key / .value  float [batch, kv_heads, past, head_dim]   (keys already rotated)
-// Outputs:  logprobs        float [batch, vocab] (mode 'last': the last position of each row)
-//                           or [batch, seq, vocab] (mode 'all', for parity tests)
-//           new_key_values.N.key / .value  float [batch, kv_heads, seq, head_dim]  (only the new tokens' K/V)
+//           inv_temperature float [batch, 1]              (modes 'last' and 'decode': 1 / T per row)
+// Outputs:  probs           float [batch, vocab]  (modes 'last' and 'decode': softmax(logits / T) at the last position)
+//           logprobs        float [batch, vocab]  (mode 'last': log_softmax(logits), T = 1)
+//                           or [batch, seq, vocab] (mode 'all': every position, for scoring and parity tests)
+//           new_key_values.N.key / .value  float [batch, kv_heads, seq, head_dim]  (only the new tokens' K/V;
+//                           [batch, kv_heads, head_dim] in mode 'decode', the same bytes)
 // Attention is split into a part over the cache and a part over the new tokens, joined only at the scores
 // (one softmax over both). The graph never concatenates past and new K/V: the cache stays in buffers the
 // engine owns and reuses (fixed capacity, extra columns masked by past_bias), and each step writes back only
@@ -17,6 +20,8 @@
 // Mode 'decode' is the same model for exactly one new token per row (seq = 1, no new_bias: the token attends
 // to itself): its new-token attention is elementwise instead of B×kv_heads tiny matrix products, and heads
 // are split by Reshape instead of Transpose. The engine runs it for every decode step.
+// Per layer, q, k and v come from one MatMul, rotary embeddings need no Slice/Concat (see qkvWeights), and
+// gate/up are one MatMul: fewer nodes, as per-node overhead is most of a one-sequence step.
 // The additive biases instead of HF's 0/1 mask let the engine describe any layout (left padding, unused
 // capacity, holes left by merged batches, causal prefill) with no mask logic in the graph.
 import type { TensorMap } from '../../core/weights/safetensors.ts';
@@ -43,15 +48,6 @@ export function newValueName(layer: number): string {
   return `new_key_values.${layer}.value`;
 }
 
-function transpose(w: Float32Array, rows: number, cols: number): Float32Array {
-  const out = new Float32Array(rows * cols);
-  for (let r = 0; r < rows; r++) {
-    const base = r * cols;
-    for (let c = 0; c < cols; c++) out[c * rows + r] = w[base + c]!;
-  }
-  return out;
-}
-
 /**
  * Rotary tables in HF-Llama layout (cos/sin of [freqs, freqs]), computed in float64 for accuracy; the sin table
  * has its first half negated so rotate_half(x) * sin becomes swap_halves(x) * sinSigned (no Neg node).
@@ -75,6 +71,14 @@ export function ropeTables(c: ModelConfig): { cos: Float32Array; sinSigned: Floa
   return { cos, sinSigned };
 }
 
+/** Columns [in, out] of a [out, in] HF Linear weight, written into `dst` (row stride `stride`) from column `col`. */
+function putTransposed(dst: Float32Array, stride: number, col: number, w: Float32Array, outDim: number, inDim: number): void {
+  for (let o = 0; o < outDim; o++) {
+    const src = o * inDim;
+    for (let i = 0; i < inDim; i++) dst[i * stride + col + o] = w[src + i]!;
+  }
+}
+
 /** Build and encode the ONNX model. Throws WEIGHTS_FORMAT when a tensor is missing or mis-shaped. */
 export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode = 'last'): Uint8Array {
   checkWeights(c, weights);
@@ -87,17 +91,54 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   const I = c.intermediateSize;
   const V = c.vocabSize;
   const w = (name: string) => weights.get(name)!.data;
-  // HF stores Linear weights as [out, in]; MatMul wants [in, out].
-  const linear = (x: string, name: string, outDim: number, inDim: number, bias?: string): string => {
-    const y = g.op('MatMul', [x, g.weight(name + '.T', [inDim, outDim], transpose(w(name), outDim, inDim))]);
-    return bias && weights.has(bias) ? g.op('Add', [y, g.weight(bias, [outDim], w(bias))]) : y;
-  };
   const eps = g.scalar(c.rmsNormEps);
   const rmsNorm = (x: string, weightName: string): string => {
     // Pow(x, 2) rather than x * x: onnxruntime fuses this exact pattern into one SimplifiedLayerNormalization.
     const ms = g.op('ReduceMean', [g.op('Pow', [x, g.scalar(2)])], { axes: [-1], keepdims: 1 });
     const normed = g.op('Div', [x, g.op('Sqrt', [g.op('Add', [ms, eps])])]);
     return g.op('Mul', [normed, g.weight(weightName, [E], w(weightName))]);
+  };
+
+  // One MatMul per layer computes q, k and v (in this order, `heads` heads of D), with the 1/sqrt(D) attention
+  // scale folded into the q columns. rope(x) = x * cos + swap_halves(x) * sinSigned; swap_halves is one small
+  // MatMul by a 0/1 permutation matrix (exact), so rotating q and k together takes no Slice/Concat.
+  const ropeHeads = H + KVH;
+  const heads = ropeHeads + KVH;
+  const scale = 1 / Math.sqrt(D);
+  const qkvWeights = (p: string): { wt: Float32Array; bias: Float32Array | null } => {
+    const cols = heads * D;
+    const wt = new Float32Array(E * cols);
+    const bq = weights.get(p + 'self_attn.q_proj.bias')?.data;
+    const bk = weights.get(p + 'self_attn.k_proj.bias')?.data;
+    const bv = weights.get(p + 'self_attn.v_proj.bias')?.data;
+    const bias = c.attentionBias && bq && bk && bv ? new Float32Array(cols) : null;
+    const blocks: [Float32Array, Float32Array | undefined, number, number][] = [
+      [w(p + 'self_attn.q_proj.weight'), bq, H * D, scale],
+      [w(p + 'self_attn.k_proj.weight'), bk, KVH * D, 1],
+      [w(p + 'self_attn.v_proj.weight'), bv, KVH * D, 1],
+    ];
+    let col = 0;
+    for (const [mat, b, outDim, s] of blocks) {
+      putTransposed(wt, cols, col, mat, outDim, E);
+      if (s !== 1) for (let i = 0; i < E; i++) for (let o = 0; o < outDim; o++) wt[i * cols + col + o]! *= s;
+      if (bias && b) for (let o = 0; o < outDim; o++) bias[col + o] = b[o]! * s;
+      col += outDim;
+    }
+    return { wt, bias };
+  };
+  const swapMatrix = new Float32Array(D * D);
+  for (let i = 0; i < D; i++) swapMatrix[i * D + ((i + D / 2) % D)] = 1; // row i → column i ± D/2
+  // gate and up in one MatMul, split after.
+  const gateUpWeights = (p: string): Float32Array => {
+    const wt = new Float32Array(E * 2 * I);
+    putTransposed(wt, 2 * I, 0, w(p + 'mlp.gate_proj.weight'), I, E);
+    putTransposed(wt, 2 * I, I, w(p + 'mlp.up_proj.weight'), I, E);
+    return wt;
+  };
+  const linear = (x: string, name: string, outDim: number, inDim: number): string => {
+    const wt = new Float32Array(inDim * outDim);
+    putTransposed(wt, outDim, 0, w(name), outDim, inDim);
+    return g.op('MatMul', [x, g.weight(name + '.T', [inDim, outDim], wt)]);
   };
 
   const decode = mode === 'decode';
@@ -107,70 +148,89 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   const pastBias = g.input('past_bias', 'float', ['batch', 1, S, 'past']);
   const newBias = decode ? '' : g.input('new_bias', 'float', ['batch', 1, 'seq', 'seq']);
 
+  // Rotary tables gathered by position: [batch, 1, D] per token in decode (broadcast over heads), else
+  // [batch, 1, seq, D] (heads-first layout).
   const { cos, sinSigned } = ropeTables(c);
-  const unsq1 = g.ints([1]);
-  const cosB = g.op('Unsqueeze', [g.op('Gather', [g.weight('rope.cos', [c.maxPositions, D], cos), pos], { axis: 0 }), unsq1]);
-  const sinB = g.op('Unsqueeze', [g.op('Gather', [g.weight('rope.sin_signed', [c.maxPositions, D], sinSigned), pos], { axis: 0 }), unsq1]);
-  const lastAxis = g.ints([-1]);
-  const firstHalf = [g.ints([0]), g.ints([D / 2]), lastAxis];
-  const secondHalf = [g.ints([D / 2]), g.ints([D]), lastAxis];
-  const rope = (x: string, out?: string): string => {
-    const swapped = g.op('Concat', [g.op('Slice', [x, ...secondHalf]), g.op('Slice', [x, ...firstHalf])], { axis: -1 });
-    return g.op('Add', [g.op('Mul', [x, cosB]), g.op('Mul', [swapped, sinB])], {}, out);
+  const gatherRope = (name: string, table: Float32Array) => {
+    const rows = g.op('Gather', [g.weight(name, [c.maxPositions, D], table), pos], { axis: 0 }); // [batch, S, D]
+    return decode ? rows : g.op('Unsqueeze', [rows, g.ints([1])]);
   };
+  const cosB = gatherRope('rope.cos', cos);
+  const sinB = gatherRope('rope.sin_signed', sinSigned);
+  const lastAxis = g.ints([-1]);
   // Grouped-query attention without repeating K/V: the G query heads that share a KV head are stacked along
   // the sequence axis ([B, KVH, G*S, D]), so the additive biases are tiled G times along that axis once.
   const tileG = (b: string) => (G === 1 ? b : g.op('Concat', Array.from({ length: G }, () => b), { axis: 2 }));
   const pastBiasG = tileG(pastBias);
   const newBiasG = decode ? '' : tileG(newBias);
   const keysT = (k: string) => g.op('Transpose', [k], { perm: [0, 1, 3, 2] });
-  const zero = g.ints([0]);
-  const end = g.ints([INT64_MAX]);
-  let pastLen = '';
-  const scale = g.scalar(1 / Math.sqrt(D));
-  // [B, S, heads*D] → [B, heads, S, D]; with S = 1 both layouts are the same bytes, so a Reshape does it.
-  const toHeads = (x: string, heads: number, out?: string) =>
-    decode ? g.op('Reshape', [x, g.ints([0, heads, 1, D])], {}, out) : g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, heads, D])])], { perm: [0, 2, 1, 3] }, out);
+  let splitPastNew = '';
+  const headSplit = g.ints([ropeHeads, KVH]);
+  const swapHalvesW = g.weight('rope.swap_halves', [D, D], swapMatrix);
+  const qkSplit = g.ints([H, KVH]);
 
   let x = g.op('Gather', [g.weight('model.embed_tokens.weight', [V, E], w('model.embed_tokens.weight')), ids], { axis: 0 });
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
     g.input(pastKeyName(l), 'float', ['batch', KVH, 'past', D]);
     g.input(pastValueName(l), 'float', ['batch', KVH, 'past', D]);
-    if (l === 0) pastLen = g.op('Shape', [pastKeyName(0)], { start: 2, end: 3 });
+    if (l === 0) {
+      // Softmax runs over [past columns, new columns]; these sizes split the probabilities back.
+      const pastLen = g.op('Shape', [pastKeyName(0)], { start: 2, end: 3 });
+      splitPastNew = g.op('Concat', [pastLen, decode ? g.ints([1]) : g.op('Shape', [ids], { start: 1, end: 2 })], { axis: 0 });
+    }
     const h = rmsNorm(x, p + 'input_layernorm.weight');
-    const q = rope(toHeads(linear(h, p + 'self_attn.q_proj.weight', H * D, E, p + 'self_attn.q_proj.bias'), H));
-    const k = rope(toHeads(linear(h, p + 'self_attn.k_proj.weight', KVH * D, E, p + 'self_attn.k_proj.bias'), KVH), newKeyName(l));
-    const v = toHeads(linear(h, p + 'self_attn.v_proj.weight', KVH * D, E, p + 'self_attn.v_proj.bias'), KVH, newValueName(l));
-    g.output(newKeyName(l), ['batch', KVH, S, D]);
-    g.output(newValueName(l), ['batch', KVH, S, D]);
-    const qg = g.op('Reshape', [g.op('Mul', [q, scale]), g.ints([0, KVH, -1, D])]);
+    const { wt, bias } = qkvWeights(p);
+    let proj = g.op('MatMul', [h, g.weight(p + 'qkv.T', [E, heads * D], wt)]);
+    if (bias) proj = g.op('Add', [proj, g.weight(p + 'qkv.bias', [heads * D], bias)]);
+    // Heads-first: [B, heads, D] in decode (S = 1), [B, heads, S, D] otherwise.
+    const byHead = decode ? g.op('Reshape', [proj, g.ints([0, heads, D])]) : g.op('Transpose', [g.op('Reshape', [proj, g.ints([0, 0, heads, D])])], { perm: [0, 2, 1, 3] });
+    const [qk, v] = g.ops('Split', [byHead, headSplit], { axis: 1 }, [`qk_${l}`, newValueName(l)]) as [string, string];
+    const rotated = g.op('Add', [g.op('Mul', [qk, cosB]), g.op('Mul', [g.op('MatMul', [qk, swapHalvesW]), sinB])]);
+    const [q, k] = g.ops('Split', [rotated, qkSplit], { axis: 1 }, [`q_${l}`, newKeyName(l)]) as [string, string];
+    // Decode outputs K/V as [B, KVH, D] (one token per row: the same bytes as [B, KVH, 1, D]).
+    const k4 = decode ? g.op('Reshape', [k, g.ints([0, KVH, 1, D])]) : k;
+    const v4 = decode ? g.op('Reshape', [v, g.ints([0, KVH, 1, D])]) : v;
+    g.output(newKeyName(l), decode ? ['batch', KVH, D] : ['batch', KVH, S, D]);
+    g.output(newValueName(l), decode ? ['batch', KVH, D] : ['batch', KVH, S, D]);
+    const qg = g.op('Reshape', [q, g.ints([0, KVH, -1, D])]);
     const scoresPast = g.op('Add', [g.op('MatMul', [qg, keysT(pastKeyName(l))]), pastBiasG]);
     // One new token (decode): its score and its share of the context are elementwise products, not B×KVH
     // tiny matrix products (whose per-call overhead dominated batch-64 steps).
-    const scoresNew = decode ? g.op('ReduceSum', [g.op('Mul', [qg, k]), lastAxis], { keepdims: 1 }) : g.op('Add', [g.op('MatMul', [qg, keysT(k)]), newBiasG]);
+    const scoresNew = decode ? g.op('ReduceSum', [g.op('Mul', [qg, k4]), lastAxis], { keepdims: 1 }) : g.op('Add', [g.op('MatMul', [qg, keysT(k4)]), newBiasG]);
     const probs = g.op('Softmax', [g.op('Concat', [scoresPast, scoresNew], { axis: -1 })], { axis: -1 });
-    const probsPast = g.op('Slice', [probs, zero, pastLen, lastAxis]);
-    const probsNew = g.op('Slice', [probs, pastLen, end, lastAxis]);
-    const ctx = g.op('Add', [g.op('MatMul', [probsPast, pastValueName(l)]), decode ? g.op('Mul', [probsNew, v]) : g.op('MatMul', [probsNew, v])]);
+    const [probsPast, probsNew] = g.ops('Split', [probs, splitPastNew], { axis: -1 }, [`probs_past_${l}`, `probs_new_${l}`]) as [string, string];
+    const ctx = g.op('Add', [g.op('MatMul', [probsPast, pastValueName(l)]), decode ? g.op('Mul', [probsNew, v4]) : g.op('MatMul', [probsNew, v4])]);
     const merged = decode
       ? g.op('Reshape', [ctx, g.ints([0, 1, H * D])])
       : g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [ctx, g.ints([0, H, -1, D])])], { perm: [0, 2, 1, 3] }), g.ints([0, 0, H * D])]);
     x = g.op('Add', [x, linear(merged, p + 'self_attn.o_proj.weight', E, H * D)]);
     const h2 = rmsNorm(x, p + 'post_attention_layernorm.weight');
-    const gate = linear(h2, p + 'mlp.gate_proj.weight', I, E);
-    const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), linear(h2, p + 'mlp.up_proj.weight', I, E)]);
+    const gateUp = g.op('MatMul', [h2, g.weight(p + 'mlp.gate_up.T', [E, 2 * I], gateUpWeights(p))]);
+    const [gate, up] = g.ops('Split', [gateUp, g.ints([I, I])], { axis: -1 }, [`gate_${l}`, `up_${l}`]) as [string, string];
+    const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up]);
     x = g.op('Add', [x, linear(act, p + 'mlp.down_proj.weight', E, I)]);
   }
   if (mode === 'last') x = g.op('Slice', [x, g.ints([-1]), g.ints([INT64_MAX]), g.ints([1])]);
   const normed = rmsNorm(x, 'model.norm.weight');
-  const logits = g.op('MatMul', [normed, g.weight('lm_head.T', [E, V], transpose(lmHead(c, weights), V, E))]);
-  if (mode !== 'all') {
-    g.op('LogSoftmax', [g.op('Reshape', [logits, g.ints([-1, V])])], { axis: -1 }, 'logprobs');
-    g.output('logprobs', ['batch', V]);
-  } else {
+  const head = new Float32Array(E * V);
+  putTransposed(head, V, 0, lmHead(c, weights), V, E);
+  const logits = g.op('MatMul', [normed, g.weight('lm_head.T', [E, V], head)]);
+  if (mode === 'all') {
     g.op('LogSoftmax', [logits], { axis: -1 }, 'logprobs');
     g.output('logprobs', ['batch', 'seq', V]);
+  } else {
+    // The next-token distribution at each row's temperature, softmax(logits / T): the engine samples from it
+    // with subtractions only (no exp per vocabulary entry in JavaScript) and reports log(p[token]).
+    const rows = g.op('Reshape', [logits, g.ints([-1, V])]);
+    const invT = g.input('inv_temperature', 'float', ['batch', 1]);
+    g.op('Softmax', [g.op('Mul', [rows, invT])], { axis: -1 }, 'probs');
+    g.output('probs', ['batch', V]);
+    // Mode 'last' also offers log_softmax(logits) (T = 1) for tests and tools that need exact tails.
+    if (mode === 'last') {
+      g.op('LogSoftmax', [rows], { axis: -1 }, 'logprobs');
+      g.output('logprobs', ['batch', V]);
+    }
   }
   return g.encode('rlstream_policy', OPSET);
 }

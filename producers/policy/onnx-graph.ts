@@ -71,14 +71,18 @@ export class GraphBuilder {
    * Attributes: numbers that are integers become INT, other numbers FLOAT, arrays of integers INTS.
    */
   op(opType: string, inputs: string[], attrs: Record<string, number | number[]> = {}, out?: string): string {
-    const output = out ?? this.fresh(opType.toLowerCase());
+    return this.ops(opType, inputs, attrs, [out ?? this.fresh(opType.toLowerCase())])[0]!;
+  }
+
+  /** A node with several outputs (e.g. Split), named `outputs`; returns them. */
+  ops(opType: string, inputs: string[], attrs: Record<string, number | number[]>, outputs: string[]): string[] {
     const attribute: onnxProto.onnx.IAttributeProto[] = Object.entries(attrs).map(([name, v]) => {
       if (Array.isArray(v)) return { name, type: onnx.AttributeProto.AttributeType.INTS, ints: v };
       if (Number.isInteger(v)) return { name, type: onnx.AttributeProto.AttributeType.INT, i: v };
       return { name, type: onnx.AttributeProto.AttributeType.FLOAT, f: v };
     });
-    this.nodes.push({ opType, input: inputs, output: [output], name: this.fresh(`n_${opType}`), attribute });
-    return output;
+    this.nodes.push({ opType, input: inputs, output: outputs, name: this.fresh(`n_${opType}`), attribute });
+    return outputs;
   }
 
   encode(graphName: string, opset: number): Uint8Array {

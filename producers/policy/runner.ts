@@ -9,7 +9,10 @@ import type { ModelConfig } from './config.ts';
 import { exportOnnx, newKeyName, newValueName, pastKeyName, pastValueName, type OutputMode } from './export.ts';
 
 export interface RunnerOptions {
-  /** onnxruntime intra-op threads (default 1: on small models a second thread mostly adds sync cost). */
+  /**
+   * onnxruntime intra-op threads (default 1). A second thread speeds up large batches (their matrix products
+   * split well) and leaves one-sequence steps about as they were.
+   */
   threads?: number;
   mode?: Exclude<OutputMode, 'decode'>;
   /**
@@ -45,11 +48,20 @@ export interface RunInput {
   newBias: Float32Array; // [batch, 1, seq, seq]
   /** [batch, kvHeads, past.len, headDim] per layer; the arrays may be longer (only the prefix is read). */
   past: KvTensors;
+  /** [batch] 1 / temperature per row for `probs` (modes 'last' and decode; default 1). */
+  invTemperature?: Float32Array;
+  /** Mode 'last': fetch log_softmax(logits) instead of probs. */
+  logprobs?: boolean;
 }
 
 export interface RunOutput {
-  /** [batch, vocab] ('last') or [batch, seq, vocab] ('all'). */
-  logprobs: Float32Array;
+  /**
+   * Modes 'last' and decode: [batch, vocab], softmax(logits / T) per row (T from `invTemperature`). Null in
+   * mode 'all'.
+   */
+  probs: Float32Array | null;
+  /** Mode 'all': [batch, seq, vocab] log_softmax(logits); mode 'last' when asked for (`logprobs: true`). */
+  logprobs: Float32Array | null;
   /** The new tokens' K/V: len = seq, [batch, kvHeads, seq, headDim] per layer. */
   fresh: KvTensors;
 }
@@ -83,6 +95,10 @@ export class PolicyRunner {
       interOpNumThreads: 1,
       executionMode: 'sequential',
       logSeverityLevel: 3, // errors reach the caller as exceptions; keep onnxruntime's own log quiet
+      // Idle intra-op workers sleep instead of spinning: between steps the engine's own JavaScript runs, and on
+      // a shared machine a spinning worker takes a core another process (or the next step) needs. With
+      // spinning, 2 threads ran slower than 1 on the 2-core test machine under load; without, they help.
+      extra: { session: { intra_op: { allow_spinning: '0' } } },
     };
     let session: ort.InferenceSession;
     let decodeSession: ort.InferenceSession | null = null;
@@ -120,18 +136,26 @@ export class PolicyRunner {
     };
     if (input.newBias) feeds['new_bias'] = new ort.Tensor('float32', input.newBias, [batch, 1, seq, seq]);
     const kvDims = [batch, c.numKvHeads, P, c.headDim];
+    const fetches: string[] = [];
     for (let l = 0; l < c.numLayers; l++) {
       feeds[pastKeyName(l)] = new ort.Tensor('float32', prefix(input.past.keys[l]!, kvSize), kvDims);
       feeds[pastValueName(l)] = new ort.Tensor('float32', prefix(input.past.values[l]!, kvSize), kvDims);
+      fetches.push(newKeyName(l), newValueName(l));
     }
-    const out = await session.run(feeds);
+    if (session.inputNames.includes('inv_temperature')) {
+      feeds['inv_temperature'] = new ort.Tensor('float32', input.invTemperature ? prefix(input.invTemperature, batch) : new Float32Array(batch).fill(1), [batch, 1]);
+    }
+    const rows = session.outputNames.includes('probs') && !input.logprobs ? 'probs' : 'logprobs';
+    fetches.push(rows);
+    const out = await session.run(feeds, fetches);
     const keys: Float32Array[] = [];
     const values: Float32Array[] = [];
     for (let l = 0; l < c.numLayers; l++) {
       keys.push(out[newKeyName(l)]!.data as Float32Array);
       values.push(out[newValueName(l)]!.data as Float32Array);
     }
-    return { logprobs: out['logprobs']!.data as Float32Array, fresh: { len: seq, keys, values } };
+    const data = out[rows]!.data as Float32Array;
+    return { probs: rows === 'probs' ? data : null, logprobs: rows === 'logprobs' ? data : null, fresh: { len: seq, keys, values } };
   }
 
   /** One forward with a [batch, 1, seq, past + seq] bias, returning the whole cache (past then new) as `present`. */
@@ -146,7 +170,7 @@ export class PolicyRunner {
       pastBias.set(input.bias.subarray(r * T, r * T + P), r * P);
       newBias.set(input.bias.subarray(r * T + P, (r + 1) * T), r * seq);
     }
-    const out = await this.run({ batch, seq, inputIds: input.inputIds, positionIds: input.positionIds, pastBias, newBias, past: input.past });
+    const out = await this.run({ batch, seq, inputIds: input.inputIds, positionIds: input.positionIds, pastBias, newBias, past: input.past, logprobs: true });
     const rows = batch * c.numKvHeads;
     const D = c.headDim;
     const cat = (past: Float32Array, fresh: Float32Array): Float32Array => {
@@ -159,7 +183,7 @@ export class PolicyRunner {
     };
     const keys = out.fresh.keys.map((k, l) => cat(input.past.keys[l]!, k));
     const values = out.fresh.values.map((v, l) => cat(input.past.values[l]!, v));
-    return { logprobs: out.logprobs, present: { len: T, keys, values } };
+    return { logprobs: out.logprobs!, present: { len: T, keys, values } };
   }
 
   async release(): Promise<void> {
@@ -173,6 +197,6 @@ export function emptyKv(c: ModelConfig): KvTensors {
   return { len: 0, keys: Array.from({ length: c.numLayers }, () => new Float32Array(0)), values: Array.from({ length: c.numLayers }, () => new Float32Array(0)) };
 }
 
-function prefix(a: Float32Array, n: number): Float32Array {
-  return a.length === n ? a : a.subarray(0, n);
+function prefix<T extends Float32Array | BigInt64Array>(a: T, n: number): T {
+  return (a.length === n ? a : a.subarray(0, n)) as T;
 }

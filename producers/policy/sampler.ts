@@ -6,6 +6,8 @@
 // without renormalisation. At T = 1 it equals what the trainer recomputes (log_softmax(logits)), so the
 // rollout–trainer mismatch is pure numerics; at T != 1 the trainer must divide its logits by the same T to
 // compare. Greedy decoding (T = 0) reports log_softmax(logits) at T = 1.
+// The graph hands over softmax(logits / T) per row (export.ts), so sampling here needs no exp per vocabulary
+// entry; the reported log-prob is log(p[token]).
 import { RlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
@@ -73,68 +75,48 @@ export function validateSampling(p: SamplingParams, vocabSize: number): void {
 // Temperatures below this are greedy: dividing by ~0 would overflow and the distribution is a point mass anyway.
 const GREEDY_T = 1e-5;
 
+/** The inverse temperature the graph scales a row's logits by (greedy rows report log-probs at T = 1). */
+export function inverseTemperature(p: SamplingParams): number {
+  return p.temperature < GREEDY_T ? 1 : 1 / p.temperature;
+}
+
 /**
- * Sample one token from `lp` (log_softmax of the logits at T = 1, length V) and return it with its log-prob
- * under the convention in the header. `scratch` is reused between calls to avoid allocation.
+ * Sample one token from `probs` = softmax(logits / T) (the graph's row for this request, computed at
+ * inverseTemperature(p)) and return it with log(probs[token]), the log-prob under the convention in the
+ * header. Greedy rows take the arg-max and draw nothing; every other row takes exactly one draw from `rng`.
+ * `scratch` is reused between calls to avoid allocation.
  */
-export function sampleToken(lp: Float32Array, p: SamplingParams, rng: Rng, scratch: { probs: Float64Array; order: Int32Array }): { token: number; logprob: number } {
-  const V = lp.length;
+export function sampleToken(probs: Float32Array, p: SamplingParams, rng: Rng, scratch: { order: Int32Array }): { token: number; logprob: number } {
+  const V = probs.length;
   if (p.temperature < GREEDY_T) {
     let best = 0;
-    for (let i = 1; i < V; i++) if (lp[i]! > lp[best]!) best = i;
-    return { token: best, logprob: lp[best]! };
+    for (let i = 1; i < V; i++) if (probs[i]! > probs[best]!) best = i;
+    return pick(probs, best);
   }
-  const topK0 = p.top_k > 0 && p.top_k < V ? p.top_k : V;
-  if (p.temperature === 1 && topK0 === V && p.top_p >= 1) {
-    // Plain multinomial at T = 1: `lp` is already normalised, so walk the CDF of exp(lp) directly and stop at
-    // the sampled token (about half the exponentials of a full pass, no max or sum pass); the log-prob is lp.
-    let u = rng.next();
+  const topK = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+  const u = rng.next();
+  if (topK === V && p.top_p >= 1) {
+    // Plain multinomial: walk the CDF and stop at the sampled token (about half the row on average).
+    let left = u;
     for (let i = 0; i < V; i++) {
-      u -= Math.exp(lp[i]!);
-      if (u < 0) return { token: i, logprob: lp[i]! };
+      left -= probs[i]!;
+      if (left < 0) return pick(probs, i);
     }
     // Float rounding left the total just under u: take the last token with any mass.
     let last = V - 1;
-    while (last > 0 && lp[last]! === -Infinity) last--;
-    return { token: last, logprob: lp[last]! };
-  }
-  const invT = 1 / p.temperature;
-  let max = -Infinity;
-  for (let i = 0; i < V; i++) if (lp[i]! > max) max = lp[i]!;
-  const probs = scratch.probs;
-  let sum = 0;
-  for (let i = 0; i < V; i++) {
-    const e = Math.exp((lp[i]! - max) * invT);
-    probs[i] = e;
-    sum += e;
-  }
-  const logZ = max * invT + Math.log(sum);
-  const logprobOf = (t: number) => lp[t]! * invT - logZ;
-
-  const topK = p.top_k > 0 && p.top_k < V ? p.top_k : V;
-  if (topK === V && p.top_p >= 1) {
-    // Plain multinomial: walk the CDF.
-    let u = rng.next() * sum;
-    for (let i = 0; i < V; i++) {
-      u -= probs[i]!;
-      if (u < 0) return { token: i, logprob: logprobOf(i) };
-    }
-    let last = V - 1;
     while (last > 0 && probs[last] === 0) last--;
-    return { token: last, logprob: logprobOf(last) };
+    return pick(probs, last);
   }
   // Truncated: order candidates by probability (ties by token id, so the order is deterministic).
-  const order = scratch.order;
-  for (let i = 0; i < V; i++) order[i] = i;
-  const idx = order.subarray(0, V);
+  const idx = scratch.order.subarray(0, V);
+  for (let i = 0; i < V; i++) idx[i] = i;
   idx.sort((a, b) => probs[b]! - probs[a]! || a - b);
   let keep = topK;
   if (p.top_p < 1) {
     let cum = 0;
-    const target = p.top_p * sum;
     for (let j = 0; j < topK; j++) {
       cum += probs[idx[j]!]!;
-      if (cum >= target) {
+      if (cum >= p.top_p) {
         keep = j + 1;
         break;
       }
@@ -142,16 +124,21 @@ export function sampleToken(lp: Float32Array, p: SamplingParams, rng: Rng, scrat
   }
   let mass = 0;
   for (let j = 0; j < keep; j++) mass += probs[idx[j]!]!;
-  let u = rng.next() * mass;
+  let left = u * mass;
   for (let j = 0; j < keep; j++) {
     const t = idx[j]!;
-    u -= probs[t]!;
-    if (u < 0) return { token: t, logprob: logprobOf(t) };
+    left -= probs[t]!;
+    if (left < 0) return pick(probs, t);
   }
-  const t = idx[keep - 1]!;
-  return { token: t, logprob: logprobOf(t) };
+  return pick(probs, idx[keep - 1]!);
 }
 
-export function newScratch(vocabSize: number): { probs: Float64Array; order: Int32Array } {
-  return { probs: new Float64Array(vocabSize), order: new Int32Array(vocabSize) };
+function pick(probs: Float32Array, token: number): { token: number; logprob: number } {
+  // log of the float32 probability: within ~1e-7 of log_softmax for any token that can be sampled (a
+  // probability below float32's normal range, 1e-38, is never drawn).
+  return { token, logprob: Math.log(probs[token]!) };
+}
+
+export function newScratch(vocabSize: number): { order: Int32Array } {
+  return { order: new Int32Array(vocabSize) };
 }
