@@ -345,6 +345,9 @@ export class GenerationEngine {
 
     if (joiners.length > 0) {
       const pre = await this.prefill(g, joiners);
+      // Size the buffers for every joiner at once: appending 64 rows one by one would regrow (and copy) them
+      // five times.
+      g.slots.reserve(g.rows.length + joiners.length, Math.max(...pre.map((segs) => segs.reduce((t, x) => t + x.count, 0))));
       joiners.forEach((s, i) => {
         const reason = this.finishReason(s);
         if (reason) {

@@ -122,13 +122,18 @@ export class SlotCache {
     for (let b = 0; b < rows; b++) this.lens[b]!++;
   }
 
+  /** Make room for `rows` rows of up to `cols` tokens (plus the next decode column) in one resize. */
+  reserve(rows: number, cols: number): void {
+    const rowsCap = rows > this.rowsCap ? Math.max(4, this.rowsCap * 2, rows) : this.rowsCap;
+    const cap = cols + 1 > this.cap ? target(cols + 1) : this.cap;
+    if (rowsCap !== this.rowsCap || cap !== this.cap) this.resize(rowsCap, cap);
+  }
+
   /** Add a row holding `segs`; returns its index (the last). */
   append(segs: Segment[]): number {
     const n = segs.reduce((t, s) => t + s.count, 0);
     const b = this.lens.length;
-    const rowsCap = b + 1 > this.rowsCap ? Math.max(4, this.rowsCap * 2, b + 1) : this.rowsCap;
-    const cap = n + 1 > this.cap ? target(n + 1) : this.cap;
-    if (rowsCap !== this.rowsCap || cap !== this.cap) this.resize(rowsCap, cap);
+    this.reserve(b + 1, n);
     copySegments(this.c, segs, this.view(), b);
     this.lens.push(n);
     this.maskRow(b);
