@@ -151,6 +151,17 @@ test('continuous batching: requests join and leave a running batch and each gets
   }
 });
 
+test('two intra-op threads give the same greedy tokens and the same log-probs (to float noise) as one', async () => {
+  const one = await backend({ threads: 1 });
+  const two = await backend({ threads: 2 });
+  const prompts = Array.from({ length: 6 }, (_, i) => Array.from({ length: 3 + i }, (_, j) => (i * 13 + j * 5) % 100));
+  const [a, b] = await Promise.all([one, two].map((x) => Promise.all(prompts.map((p) => x.generate(req(p, { temperature: 0, seed: null, max_new_tokens: 10 }))))));
+  a!.forEach((r, i) => {
+    assert.deepEqual(b![i]!.tokenIds, r.tokenIds);
+    assert.ok(logprobMismatch(b![i]!.logprobs, r.logprobs).maxAbs < 1e-4);
+  });
+});
+
 test('a session keeps its KV cache between turns: only new tokens are encoded, results unchanged', async () => {
   const b = await backend();
   const fresh = await backend();
