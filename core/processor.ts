@@ -257,6 +257,10 @@ export class StreamProcessor {
       for (const r of [...this.consumer!.assignment(), ...records]) if (!this.known.has(tpKey(r.topic, r.partition))) fresh.set(tpKey(r.topic, r.partition), r);
       if (fresh.size > 0) await this.restore([...fresh.values()]);
     }
+    // A per-record handler gets each record as soon as it is decoded, while its arrays are still in the CPU's
+    // cache and before the next one is decoded: decoding a whole batch first, then handling it, was ~2x slower
+    // per trajectory (the decoded batch, ~30 KB a trajectory, outgrows the cache and survives minor GCs).
+    const h = this.opts.handler;
     const inputs: InputRecord[] = [];
     for (const record of records) {
       const key = tpKey(record.topic, record.partition);
@@ -270,48 +274,65 @@ export class StreamProcessor {
         ctx.count('replayed_finished');
         continue;
       }
-      const event = await this.decode(record, ctx);
-      if (event) inputs.push({ record, event });
-    }
-    this.m.batches++;
-
-    const h = this.opts.handler;
-    if (h.handleBatch) {
-      if (inputs.length > 0) await h.handleBatch(inputs, ctx);
-    } else if (h.handle) {
-      for (const input of inputs) {
-        try {
-          await h.handle(input, ctx);
-        } catch (err) {
-          ctx.deadLetter(input.record, err);
-        }
+      let event = this.decodeSync(record, ctx);
+      if (event === undefined) event = await this.decodeAsync(record, ctx);
+      if (!event) continue;
+      if (h.handleBatch) {
+        inputs.push({ record, event });
+        continue;
+      }
+      try {
+        // Only a handler that returns a promise is awaited: a microtask per record adds up.
+        const done = h.handle?.({ record, event }, ctx);
+        if (done) await done;
+      } catch (err) {
+        ctx.deadLetter(record, err);
       }
     }
+    this.m.batches++;
+    if (h.handleBatch && inputs.length > 0) await h.handleBatch(inputs, ctx);
     if (h.tick) await h.tick(ctx);
 
     if (dirty.size === 0 && outputs.size === 0 && failures.length === 0) return;
     await this.commit(outputs, failures, [...dirty.values()]);
   }
 
-  private async decode(record: LogRecord, ctx: ProcessContext): Promise<DecodedEvent | undefined> {
+  /**
+   * Decode a record with the schemas already known (all current ones): the event, null when it is skipped or
+   * was dead-lettered, undefined when its schema id must first be fetched from the registry (decodeAsync).
+   */
+  private decodeSync(record: LogRecord, ctx: ProcessContext): DecodedEvent | null | undefined {
     try {
       if (this.skipIds.size > 0) {
         const id = (record.value.length >= 5 && record.value[0] === 0) ? record.value.readUInt32BE(1) : -1;
         if (this.skipIds.has(id)) {
           this.m.skipped++;
-          return undefined;
+          return null;
         }
       }
-      const event = this.opts.serde.tryDecodeSync(record.value) ?? (await this.opts.serde.decode(record.value));
-      if (this.opts.accepts && !this.opts.accepts.includes(event.name)) {
-        this.m.skipped++;
-        return undefined;
-      }
-      return event;
+      const event = this.opts.serde.tryDecodeSync(record.value);
+      return event === undefined ? undefined : this.accepted(event);
     } catch (err) {
       ctx.deadLetter(record, err);
-      return undefined;
+      return null;
     }
+  }
+
+  private async decodeAsync(record: LogRecord, ctx: ProcessContext): Promise<DecodedEvent | null> {
+    try {
+      return this.accepted(await this.opts.serde.decode(record.value));
+    } catch (err) {
+      ctx.deadLetter(record, err);
+      return null;
+    }
+  }
+
+  private accepted(event: DecodedEvent): DecodedEvent | null {
+    if (this.opts.accepts && !this.opts.accepts.includes(event.name)) {
+      this.m.skipped++;
+      return null;
+    }
+    return event;
   }
 
   private async commit(outputs: Map<string, ProduceRecord[]>, failures: { record: LogRecord; error: unknown }[], touched: { topic: string; partition: number }[]): Promise<void> {

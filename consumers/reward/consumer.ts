@@ -38,15 +38,30 @@ export interface RewardConsumerOptions {
 export class RewardHandler implements ProcessorHandler {
   private readonly seen = new RecentIds();
   private readonly registry: RewardRegistry;
+  /** Without a reward model: each record is scored and emitted as soon as the processor has decoded it. */
+  readonly handle?: (input: InputRecord, ctx: ProcessContext) => Promise<void>;
+  /** With a reward model: the batch's trajectories go to the model together. */
+  readonly handleBatch?: (inputs: InputRecord[], ctx: ProcessContext) => Promise<void>;
 
   constructor(
     private readonly id: string,
     private readonly options: Pick<RewardConsumerOptions, 'registry' | 'fn' | 'shaping' | 'model' | 'outputTopic'>,
   ) {
     this.registry = options.registry ?? defaultRewards;
+    if (options.model) this.handleBatch = (inputs, ctx) => this.scoreBatch(inputs, ctx);
+    else this.handle = (input, ctx) => this.scoreOne(input, ctx);
   }
 
-  async handleBatch(inputs: InputRecord[], ctx: ProcessContext): Promise<void> {
+  /** One record without a model; a throw dead-letters it (the processor does). */
+  private async scoreOne(input: InputRecord, ctx: ProcessContext): Promise<void> {
+    const ev = input.event.value as TrajectoryCompleted;
+    if (this.seen.seen(ev.event_id)) return ctx.count('duplicates');
+    const { outcome, fnName } = await this.outcome(ev.trajectory);
+    this.emitReward(input, ev.trajectory, outcome!, fnName, [], ctx);
+  }
+
+  private async scoreBatch(inputs: InputRecord[], ctx: ProcessContext): Promise<void> {
+    const model = this.options.model!;
     const ready: { input: InputRecord; traj: Trajectory; outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }[] = [];
     for (const input of inputs) {
       const ev = input.event.value as TrajectoryCompleted;
@@ -68,30 +83,32 @@ export class RewardHandler implements ProcessorHandler {
         const extra: NamedValue[] = [];
         let outcome = r.outcome;
         let fnName = r.fnName;
-        if (this.options.model) {
-          const s = modelScores?.[i];
-          if (s === undefined) return; // the model failed: the batch was dead-lettered
-          if (!Number.isFinite(s)) throw new RlstreamError('REWARD_NON_FINITE', `reward model ${this.options.model.scorer.name} returned ${s}`);
-          const v = s * (this.options.model.weight ?? 1);
-          if (outcome) extra.push({ name: 'reward_model', value: v });
-          else outcome = { score: v, components: [{ name: 'reward_model', value: v }], correct: null };
-          fnName = fnName ? `${fnName}+${this.options.model.scorer.name}` : this.options.model.scorer.name;
-        }
-        const reward = composeReward(r.traj, outcome!, fnName, this.options.shaping, extra);
-        const ev = r.input.event.value as TrajectoryCompleted;
-        ctx.emit(
-          {
-            topic: this.options.outputTopic ?? TOPICS.rewarded,
-            name: 'RewardedTrajectory',
-            key: r.traj.group_id,
-            value: { event_id: deriveId(ev.event_id, this.id), time_ms: ctx.now, trajectory: r.traj, reward },
-          },
-          r.input.record,
-        );
+        const s = modelScores?.[i];
+        if (s === undefined) return; // the model failed: the batch was dead-lettered
+        if (!Number.isFinite(s)) throw new RlstreamError('REWARD_NON_FINITE', `reward model ${model.scorer.name} returned ${s}`);
+        const v = s * (model.weight ?? 1);
+        if (outcome) extra.push({ name: 'reward_model', value: v });
+        else outcome = { score: v, components: [{ name: 'reward_model', value: v }], correct: null };
+        fnName = fnName ? `${fnName}+${model.scorer.name}` : model.scorer.name;
+        this.emitReward(r.input, r.traj, outcome, fnName, extra, ctx);
       } catch (err) {
         ctx.deadLetter(r.input.record, err);
       }
     });
+  }
+
+  private emitReward(input: InputRecord, traj: Trajectory, outcome: ReturnType<typeof normalizeOutcome>, fnName: string, extra: NamedValue[], ctx: ProcessContext): void {
+    const reward = composeReward(traj, outcome, fnName, this.options.shaping, extra);
+    const ev = input.event.value as TrajectoryCompleted;
+    ctx.emit(
+      {
+        topic: this.options.outputTopic ?? TOPICS.rewarded,
+        name: 'RewardedTrajectory',
+        key: traj.group_id,
+        value: { event_id: deriveId(ev.event_id, this.id), time_ms: ctx.now, trajectory: traj, reward },
+      },
+      input.record,
+    );
   }
 
   private async outcome(traj: Trajectory): Promise<{ outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }> {
