@@ -28,11 +28,13 @@ import { DirectoryLock } from './lock.ts';
 import { type CompiledEmbeddedLogOptions, type EmbeddedLogOptions, compileEmbeddedLogOptions } from './options.ts';
 import { Partition } from './partition.ts';
 import { EmbeddedProducer, type PendingPart } from './producer.ts';
-import { type PlainRecord, batchFromBlob, decodeAt, encodeBatch, encodedSize } from './record-format.ts';
+import { type PlainRecord, batchFromBlob, batchSize, decodeAt, encodeBatch, encodedSize } from './record-format.ts';
 
 export type { EmbeddedLogOptions, FsyncPolicy } from './options.ts';
 
 const TOPIC_NAME = /^[A-Za-z0-9._-]{1,249}$/;
+/** The reusable batch buffer is given back after a batch larger than this. */
+const ARENA_KEPT_BYTES = 32 * 1024 * 1024;
 
 interface Topic {
   spec: TopicSpec;
@@ -48,6 +50,11 @@ export class EmbeddedLog implements EventLog {
   private readonly consumers = new Set<EmbeddedConsumer>();
   private closed = false;
   private timer: NodeJS.Timeout | null = null;
+  /**
+   * Where sends and transactions encode their records: the encoded batch is only written (journal, segment),
+   * never kept, so one buffer serves every commit instead of a fresh multi-megabyte allocation each time.
+   */
+  private arena = Buffer.allocUnsafe(0);
 
   private constructor(
     readonly options: CompiledEmbeddedLogOptions,
@@ -238,7 +245,8 @@ export class EmbeddedLog implements EventLog {
     for (const [index, which] of byPartition) {
       const partition = this.partition(topic, index);
       const base = partition.high;
-      partition.append(encodeBatch(which.map((i) => prepared[i]!.record), base));
+      const records = which.map((i) => prepared[i]!.record);
+      partition.append(encodeBatch(records, base, this.arenaRegions([batchSize(records)])[0]));
       which.forEach((i, k) => (out[i] = { topic, partition: index, offset: base + k }));
       if (this.options.fsync === 'always') partition.flush();
     }
@@ -275,12 +283,23 @@ export class EmbeddedLog implements EventLog {
     this.checkOpen();
     if (parts.length === 0 && offsets.size === 0) return;
     for (const triples of offsets.values()) for (const [t, p] of triples) this.partition(t, p);
-    const batches = parts.map((p) => ({ part: p, partition: this.partition(p.topic, p.partition), batch: encodeBatch(p.records, this.partition(p.topic, p.partition).high) }));
-    const journalParts: TxnPart[] = batches.map(({ part, batch }) => ({ topic: part.topic, partition: part.partition, base: batch.baseOffset, blob: batch.buf }));
+    const regions = this.arenaRegions(parts.map((p) => batchSize(p.records)));
+    const batches = parts.map((p, i) => ({ part: p, partition: this.partition(p.topic, p.partition), batch: encodeBatch(p.records, this.partition(p.topic, p.partition).high, regions[i]) }));
+    const journalParts: TxnPart[] = batches.map(({ part, batch }) => ({ topic: part.topic, partition: part.partition, base: batch.baseOffset, blob: batch.buf, blobCrc: batch.crc }));
     this.journal.append({ kind: 'txn', transactionalId, offsets, parts: journalParts }, this.options.fsync !== 'none');
     for (const { partition, batch } of batches) partition.append(batch);
     for (const [g, triples] of offsets) this.groups.setOffsets(g, triples);
     this.maybeCheckpoint();
+  }
+
+  /** Consecutive regions of the reusable batch buffer of these sizes, valid until the next call. */
+  private arenaRegions(sizes: number[]): Buffer[] {
+    const total = sizes.reduce((a, b) => a + b, 0);
+    if (this.arena.length < total || this.arena.length > Math.max(total, ARENA_KEPT_BYTES)) {
+      this.arena = Buffer.allocUnsafe(total <= ARENA_KEPT_BYTES ? Math.max(total, Math.min(2 * this.arena.length, ARENA_KEPT_BYTES)) : total);
+    }
+    let pos = 0;
+    return sizes.map((n) => this.arena.subarray(pos, (pos += n)));
   }
 
   join(groupId: string, member: GroupMember): void {

@@ -6,10 +6,11 @@
 //   entry: u32 length | u32 crc32(payload) | payload = u8 kind | ...
 //     kind 1 (offsets):     JSON { g: group, o: [[topic, partition, offset], ...] }
 //     kind 2 (transaction): u32 headerLength | JSON header { id, o: {group: [[t, p, o]]}, parts: [{ t, p, base, len }] } | blobs
-import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, openSync, readFileSync, readdirSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, openSync, readFileSync, readdirSync, renameSync, unlink, unlinkSync, writeSync, writevSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import type { Logger } from '../../telemetry.ts';
+import { crc32Combine } from './crc32-combine.ts';
 
 export type OffsetTriple = [topic: string, partition: number, offset: number];
 
@@ -20,6 +21,8 @@ export interface TxnPart {
   base: number;
   /** Encoded records, exactly as they go into the segment. */
   blob: Buffer;
+  /** CRC-32 of blob when the caller has it (EncodedBatch.crc): the entry's checksum is then not a second pass over it. */
+  blobCrc?: number;
 }
 
 export interface TxnEntry {
@@ -37,11 +40,17 @@ interface Checkpoint {
 
 const KIND_OFFSETS = 1;
 const KIND_TXN = 2;
+/** Most buffers one writev takes (Linux's IOV_MAX). */
+const IOV_MAX = 1024;
 
-export function encodeEntry(entry: JournalEntry): Buffer {
-  let payload: Buffer;
+/**
+ * An entry as the buffers to write back to back: frame, then the payload in pieces. A transaction's record
+ * blobs (most of its bytes) are neither copied nor concatenated; the CRC runs over the pieces in order.
+ */
+function entryChunks(entry: JournalEntry): Buffer[] {
+  let payload: Buffer[];
   if (entry.kind === 'offsets') {
-    payload = Buffer.concat([Buffer.from([KIND_OFFSETS]), Buffer.from(JSON.stringify({ g: entry.group, o: entry.offsets }))]);
+    payload = [Buffer.from([KIND_OFFSETS]), Buffer.from(JSON.stringify({ g: entry.group, o: entry.offsets }))];
   } else {
     const header = Buffer.from(
       JSON.stringify({
@@ -53,12 +62,25 @@ export function encodeEntry(entry: JournalEntry): Buffer {
     const head = Buffer.allocUnsafe(5);
     head.writeUInt8(KIND_TXN, 0);
     head.writeUInt32BE(header.length, 1);
-    payload = Buffer.concat([head, header, ...entry.parts.map((p) => p.blob)]);
+    payload = [head, header, ...entry.parts.map((p) => p.blob)];
+  }
+  let length = 0;
+  let crc = 0;
+  for (const b of payload) length += b.length;
+  if (entry.kind === 'txn') {
+    crc = crc32(payload[1]!, crc32(payload[0]!));
+    for (const p of entry.parts) crc = p.blobCrc === undefined ? crc32(p.blob, crc) : crc32Combine(crc, p.blobCrc, p.blob.length);
+  } else {
+    for (const b of payload) crc = crc32(b, crc);
   }
   const frame = Buffer.allocUnsafe(8);
-  frame.writeUInt32BE(payload.length, 0);
-  frame.writeUInt32BE(crc32(payload), 4);
-  return Buffer.concat([frame, payload]);
+  frame.writeUInt32BE(length, 0);
+  frame.writeUInt32BE(crc, 4);
+  return [frame, ...payload];
+}
+
+export function encodeEntry(entry: JournalEntry): Buffer {
+  return Buffer.concat(entryChunks(entry));
 }
 
 function decodePayload(payload: Buffer): JournalEntry {
@@ -138,9 +160,24 @@ export class Journal {
   }
 
   append(entry: JournalEntry, sync: boolean): void {
-    const buf = encodeEntry(entry);
-    writeSync(this.fd, buf, 0, buf.length, this.size);
-    this.size += buf.length;
+    const chunks = entryChunks(entry);
+    let length = 0;
+    for (const c of chunks) length += c.length;
+    let written = 0;
+    // writev may write less than asked (like write): continue from where it stopped.
+    while (written < length) {
+      let skip = written;
+      const rest: Buffer[] = [];
+      for (const c of chunks) {
+        if (skip >= c.length) skip -= c.length;
+        else {
+          rest.push(skip > 0 ? c.subarray(skip) : c);
+          skip = 0;
+        }
+      }
+      written += writevSync(this.fd, rest.slice(0, IOV_MAX), this.size + written);
+    }
+    this.size += length;
     if (sync) fsyncSync(this.fd);
   }
 
@@ -161,7 +198,10 @@ export class Journal {
     fsyncSync(dirFd);
     closeSync(dirFd);
     closeSync(this.fd);
-    unlinkSync(this.path(this.generation));
+    // The old journal is obsolete once the checkpoint is renamed in; deleting a journal of tens of megabytes
+    // takes the file system tens of milliseconds, so it happens off the event loop. One left behind by a crash
+    // is deleted by recover(), like any journal of another generation.
+    unlink(this.path(this.generation), () => {});
     this.fd = newFd;
     this.generation = next;
     this.size = fstatSync(newFd).size;

@@ -144,7 +144,7 @@ export class Partition {
         cursor.pos = 0;
         continue;
       }
-      const chunk = seg.read(cursor.pos, maxBytes - bytes);
+      const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - out.length);
       let p = 0;
       while (p < chunk.length && out.length < maxRecords) {
         const r = decodeAt(chunk, p);

@@ -7,6 +7,7 @@
 import { crc32 } from 'node:zlib';
 import { RlstreamError } from '../../errors.ts';
 import type { Headers } from '../types.ts';
+import { crc32Combine } from './crc32-combine.ts';
 
 export const FRAME = 8; // length + crc
 const FIXED_BODY = 8 + 8 + 4 + 4 + 2;
@@ -32,6 +33,8 @@ export interface EncodedBatch {
   /** End position (exclusive) of each record in buf. */
   ends: number[];
   timestamps: number[];
+  /** CRC-32 of the whole of buf (the journal's checksum reuses it). */
+  crc: number;
 }
 
 export function encodedSize(r: PlainRecord): number {
@@ -40,12 +43,18 @@ export function encodedSize(r: PlainRecord): number {
   return n;
 }
 
-/** Encode records with consecutive offsets starting at baseOffset. */
-export function encodeBatch(records: PlainRecord[], baseOffset: number): EncodedBatch {
+/**
+ * Encode records with consecutive offsets starting at baseOffset, into `into` when given (a buffer of exactly
+ * batchSize(records) bytes that the caller may reuse once the batch is written) or a new buffer.
+ */
+export function encodeBatch(records: PlainRecord[], baseOffset: number, into?: Buffer): EncodedBatch {
   const sizes = records.map(encodedSize);
-  const buf = Buffer.allocUnsafe(sizes.reduce((a, b) => a + b, 0));
+  const total = sizes.reduce((a, b) => a + b, 0);
+  if (into && into.length !== total) throw new RlstreamError('INTERNAL', `batch buffer of ${into.length} bytes for ${total} bytes of records`);
+  const buf = into ?? Buffer.allocUnsafe(total);
   const ends: number[] = [];
   const timestamps: number[] = [];
+  let batchCrc = 0;
   let pos = 0;
   records.forEach((r, i) => {
     const start = pos;
@@ -75,12 +84,22 @@ export function encodeBatch(records: PlainRecord[], baseOffset: number): Encoded
       pos += 4 + v.copy(buf, pos + 4);
     }
     const end = start + sizes[i]!;
+    const bodyCrc = crc32(buf.subarray(start + FRAME, end));
     buf.writeUInt32BE(end - start - FRAME, start);
-    buf.writeUInt32BE(crc32(buf.subarray(start + FRAME, end)), start + 4);
+    buf.writeUInt32BE(bodyCrc, start + 4);
+    // The batch's CRC continues over the 8 frame bytes, then takes the body's without reading it again.
+    batchCrc = crc32Combine(crc32(buf.subarray(start, start + FRAME), batchCrc), bodyCrc, end - start - FRAME);
     ends.push(end);
     timestamps.push(r.timestamp);
   });
-  return { baseOffset, buf, ends, timestamps };
+  return { baseOffset, buf, ends, timestamps, crc: batchCrc };
+}
+
+/** Bytes encodeBatch needs for these records. */
+export function batchSize(records: PlainRecord[]): number {
+  let n = 0;
+  for (const r of records) n += encodedSize(r);
+  return n;
 }
 
 /** Why a frame at some position is not a whole valid record (null when it is). */
@@ -151,5 +170,5 @@ export function batchFromBlob(buf: Buffer, maxBody: number): EncodedBatch {
     pos += recordSizeAt(buf, pos);
     ends.push(pos);
   }
-  return { baseOffset: buf.length > 0 ? peekOffset(buf, 0) : 0, buf, ends, timestamps };
+  return { baseOffset: buf.length > 0 ? peekOffset(buf, 0) : 0, buf, ends, timestamps, crc: crc32(buf) };
 }

@@ -14,6 +14,8 @@ export interface SegmentConfig {
 }
 
 const SCAN_CHUNK = 4 * 1024 * 1024;
+/** Largest read of one Segment.read call; a poll wanting more reads again (see Partition.read). */
+const READ_CHUNK = 1024 * 1024;
 
 export function segmentFileName(base: number, ext: string): string {
   return `${String(base).padStart(20, '0')}${ext}`;
@@ -316,17 +318,23 @@ export class Segment {
     return found;
   }
 
-  /** Read whole records from a file position: about maxBytes, but always at least one record. */
-  read(pos: number, maxBytes: number): Buffer {
+  /**
+   * Read whole, CRC-checked records from a file position: at most maxRecords, about maxBytes (never more than
+   * READ_CHUNK in one call, so a poll does not read and check far more than it returns), but always at least
+   * one record.
+   */
+  read(pos: number, maxBytes: number, maxRecords = Infinity): Buffer {
     if (pos >= this.size) return Buffer.alloc(0);
-    let len = Math.min(Math.max(maxBytes, 64 * 1024), this.size - pos);
+    let len = Math.min(Math.max(Math.min(maxBytes, READ_CHUNK), 64 * 1024), this.size - pos);
     let buf = Buffer.allocUnsafe(len);
     readSync(this.fd, buf, 0, len, pos);
     let p = 0;
-    while (p < len) {
+    let records = 0;
+    while (p < len && records < maxRecords) {
       const problem = frameProblem(buf, p, len, this.config.maxBodyBytes);
       if (problem === null) {
         p += recordSizeAt(buf, p);
+        records++;
         continue;
       }
       if (!problem.startsWith('truncated') || pos + len >= this.size) throw new RlstreamError('LOG_CORRUPT', `${this.path('.log')}: ${problem} at byte ${pos + p}`);
