@@ -75,6 +75,8 @@ interface ModeResult {
   jobSeconds: number;
   trainerBusy: number;
   trainerWaitFraction: number;
+  /** Mean compute time of one step: on a 2-core machine it grows when rollouts generate beside it. */
+  stepComputeSeconds: number;
   generatedTokens: number;
   tokensPerSec: number;
   trainedTrajectories: number;
@@ -258,6 +260,7 @@ function toResult(bound: number, loadBefore: number[], r: Awaited<ReturnType<typ
     jobSeconds: summary.wall_seconds,
     trainerBusy: rl.trainer_compute_seconds / rl.seconds,
     trainerWaitFraction: rl.trainer_wait_seconds / rl.seconds,
+    stepComputeSeconds: rl.trainer_compute_seconds / Math.max(1, steps.length),
     generatedTokens: rl.generated_tokens,
     tokensPerSec: rl.generated_tokens / rl.seconds,
     trainedTrajectories: trained,
@@ -316,13 +319,13 @@ export async function main(args: string[]): Promise<unknown> {
   const sync = results.find((r) => r.bound === 0);
   for (const r of results) r.speedup = sync ? sync.rlSeconds / r.rlSeconds : null;
 
-  console.log('\nmode             RL wall s  speed-up  trainer busy  gen tok/s  traj/s  staleness mean/max  dropped  tool p50/p99 ms  timeouts  held-out acc');
+  console.log('\nmode             RL wall s  speed-up  trainer busy  step compute s  gen tok/s  traj/s  staleness mean/max  dropped  tool p50/p99 ms  timeouts  held-out acc');
   for (const r of results) {
     console.log(
-      `${r.mode.padEnd(15)} ${r.rlSeconds.toFixed(1).padStart(10)} ${(r.speedup === null ? '-' : `${r.speedup.toFixed(2)}×`).padStart(9)} ${`${(r.trainerBusy * 100).toFixed(1)}%`.padStart(13)} ${r.tokensPerSec.toFixed(0).padStart(10)} ${r.trajPerSec.toFixed(2).padStart(7)} ${`${r.stalenessMean.toFixed(2)}/${r.stalenessMax}`.padStart(19)} ${String(r.droppedStale).padStart(8)} ${`${r.tools.p50Ms.toFixed(0)}/${r.tools.p99Ms.toFixed(0)}`.padStart(16)} ${`${r.tools.timeouts}/${r.tools.calls}`.padStart(9)} ${`${(r.heldoutAccuracy * 100).toFixed(1)}%`.padStart(13)}`,
+      `${r.mode.padEnd(15)} ${r.rlSeconds.toFixed(1).padStart(10)} ${(r.speedup === null ? '-' : `${r.speedup.toFixed(2)}×`).padStart(9)} ${`${(r.trainerBusy * 100).toFixed(1)}%`.padStart(13)} ${r.stepComputeSeconds.toFixed(2).padStart(15)} ${r.tokensPerSec.toFixed(0).padStart(10)} ${r.trajPerSec.toFixed(2).padStart(7)} ${`${r.stalenessMean.toFixed(2)}/${r.stalenessMax}`.padStart(19)} ${String(r.droppedStale).padStart(8)} ${`${r.tools.p50Ms.toFixed(0)}/${r.tools.p99Ms.toFixed(0)}`.padStart(16)} ${`${r.tools.timeouts}/${r.tools.calls}`.padStart(9)} ${`${(r.heldoutAccuracy * 100).toFixed(1)}%`.padStart(13)}`,
     );
   }
-  console.log(`(RL wall: first rollout to the last training step; trainer busy: Σ step compute (forward, backward, optimizer) / RL wall, the rest of its time it waits for data (Σ wait in the JSON) or checkpoints and publishes; gen tok/s: tokens the training rollouts generated / RL wall, trained or not; traj/s: trained trajectories / RL wall; held-out accuracy of the final policy, greedy, ${o.heldout} problems)`);
+  console.log(`(RL wall: first rollout to the last training step; trainer busy: Σ step compute (forward, backward, optimizer) / RL wall, the rest of its time it waits for data (Σ wait in the JSON) or checkpoints and publishes; step compute: mean per step, longer where rollouts generate beside the trainer on the same cores; gen tok/s: tokens the training rollouts generated / RL wall, trained or not; traj/s: trained trajectories / RL wall; held-out accuracy of the final policy, greedy, ${o.heldout} problems)`);
   for (const r of results) console.log(`${r.mode}: ${r.tools.calls} tool calls in training rollouts, simulated delay drawn p50 ${r.tools.simulatedP50Ms.toFixed(0)} ms, p99 ${r.tools.simulatedP99Ms.toFixed(0)} ms; ${r.trajectoriesCompleted} trajectories completed for ${r.trainedTrajectories} trained`);
   const verdict = sync ? syncVerdict(sync, o) : null;
   if (verdict) console.log(verdict.text);
