@@ -1,7 +1,8 @@
 // One loaded policy version: the exported ONNX graph in an onnxruntime-node session. `run` feeds token ids,
 // positions, the two additive attention biases and the cached K/V (views of buffers the caller owns) and
-// returns log-probs and the new tokens' K/V only; `step` is the simpler concat-style call (past in, present
-// out) for scoring, prefill from scratch and tests.
+// returns the next-token probabilities at each row's temperature (log-probs in mode 'all') and the new tokens'
+// K/V only, fetching nothing else; `step` is the simpler concat-style call (past in, present out, log-probs)
+// for scoring, prefill from scratch and tests.
 import * as ort from 'onnxruntime-node';
 import { RlstreamError } from '../../core/errors.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
@@ -197,6 +198,6 @@ export function emptyKv(c: ModelConfig): KvTensors {
   return { len: 0, keys: Array.from({ length: c.numLayers }, () => new Float32Array(0)), values: Array.from({ length: c.numLayers }, () => new Float32Array(0)) };
 }
 
-function prefix<T extends Float32Array | BigInt64Array>(a: T, n: number): T {
-  return (a.length === n ? a : a.subarray(0, n)) as T;
+function prefix(a: Float32Array, n: number): Float32Array {
+  return a.length === n ? a : a.subarray(0, n);
 }
