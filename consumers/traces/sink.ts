@@ -11,7 +11,7 @@ import type { Consumer, EventLog, LogRecord } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { TraceStore } from '../../core/traces/store.ts';
+import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
 import { deadLetterRow, rowsOf, type TraceRow } from './rows.ts';
 import { TraceWriter, type WriterOptions } from './writer.ts';
 
@@ -82,6 +82,8 @@ export class TraceSink {
   async start(): Promise<void> {
     if (this.consumer) return;
     this.consumer = await this.options.log.consumer({ groupId: this.options.groupId ?? 'traces', topics: [...(this.options.topics ?? TRACE_TOPICS)], fromBeginning: true });
+    // Codecs ahead of the first rows, so those are encoded as they arrive too (a failure is asked again later).
+    this.writer.prepare(TRACE_TABLES).catch(() => undefined);
   }
 
   /** One poll: buffer its rows; flush and commit when a batch is due. Returns the records read. */

@@ -8,7 +8,7 @@ import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
 import { guardReadonlySql } from './sql-guard.ts';
-import { RowBinaryCodecs } from './rowbinary.ts';
+import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
 import {
   compileLimits,
   limitSettings,
@@ -116,10 +116,8 @@ export class ServerTraceStore implements TraceStore {
 
   async insert(table: TraceTable, rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
-    const codec = await this.codecs.get(table).catch(() => null);
-    // RowBinary (18.16 reads it too): packed numbers instead of JSON text on both ends of the HTTP request.
-    // The codec itself turns epoch ms into DateTime seconds.
-    if (codec) return this.send(table, 'RowBinary', codec.encode(rows), rows.length);
+    const codec = await this.rowCodec(table).catch(() => null);
+    if (codec) return this.insertEncoded(codec, codec.encode(rows), rows.length);
     const seconds = this.secondsColumns.get(table);
     let out = rows;
     if (seconds && seconds.length > 0) {
@@ -132,16 +130,28 @@ export class ServerTraceStore implements TraceStore {
     await this.insertRaw(table, toJsonEachRow(out), rows.length);
   }
 
-  async insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void> {
-    if (rows === 0) return;
-    await this.send(table, 'JSONEachRow', jsonEachRow, rows);
+  rowCodec(table: TraceTable): Promise<TableCodec | null> {
+    return this.codecs.get(table);
   }
 
-  private async send(table: TraceTable, format: 'JSONEachRow' | 'RowBinary', body: Buffer, rows: number, attempt = 1): Promise<void> {
+  async insertEncoded(codec: TableCodec, payload: Buffer, rows: number): Promise<void> {
+    if (rows === 0) return;
+    // RowBinary (18.16 reads it too): packed numbers instead of JSON text on both ends of the HTTP request.
+    // The codec itself turns epoch ms into DateTime seconds. Columns are named: the payload's, in its order.
+    const names = codec.columns.map((c) => quoteIdent(c.name)).join(', ');
+    await this.send(codec.table as TraceTable, `(${names}) FORMAT RowBinary`, payload, rows);
+  }
+
+  async insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void> {
+    if (rows === 0) return;
+    await this.send(table, 'FORMAT JSONEachRow', jsonEachRow, rows);
+  }
+
+  private async send(table: TraceTable, tail: string, body: Buffer, rows: number, attempt = 1): Promise<void> {
     try {
       // exec with a raw body: the bytes go to the server as they are (insert() would re-encode objects).
       const res = await this.live().exec({
-        query: `INSERT INTO ${quoteIdent(table)} FORMAT ${format}`,
+        query: `INSERT INTO ${quoteIdent(table)} ${tail}`,
         values: Readable.from([body], { objectMode: false }),
       });
       res.stream.resume();
@@ -152,7 +162,7 @@ export class ServerTraceStore implements TraceStore {
       // idle timer can fire late) fails the write before the server saw the request: resend once on a new one.
       // Resending is safe anyway: the tables collapse duplicate rows.
       const code = (err as { code?: string }).code;
-      if (attempt === 1 && (code === 'EPIPE' || code === 'ECONNRESET')) return this.send(table, format, body, rows, 2);
+      if (attempt === 1 && (code === 'EPIPE' || code === 'ECONNRESET')) return this.send(table, tail, body, rows, 2);
       throw traceError(`insert of ${rows} rows into ${table} failed`, err);
     }
   }

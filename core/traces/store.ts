@@ -1,6 +1,7 @@
 // The trace store contract: one SQL dialect over two targets, chDB embedded (default shape) and a ClickHouse
 // server (distributed shape). Implementations: core/traces/chdb.ts and core/traces/server.ts.
 import { RlstreamError } from '../errors.ts';
+import type { TableCodec } from './rowbinary.ts';
 
 /** Every table the trace sink writes (infra/clickhouse/migrations/). */
 export const TRACE_TABLES = [
@@ -97,8 +98,15 @@ export interface TraceStore {
   readonly target: string;
   /** Apply pending migrations of infra/clickhouse/migrations (idempotent). */
   migrate(): Promise<MigrationReport>;
-  /** Insert rows into one table (JSONEachRow); times are epoch milliseconds, converted per dialect. */
+  /** Insert rows into one table (RowBinary, or JSONEachRow for a table without a codec); times are epoch ms. */
   insert(table: TraceTable, rows: readonly Row[]): Promise<void>;
+  /**
+   * The table's RowBinary codec (compiled from DESCRIBE TABLE; it turns epoch ms into the dialect's times), or
+   * null when the table has a column type without one. The trace writer encodes rows with it as they arrive.
+   */
+  rowCodec(table: TraceTable): Promise<TableCodec | null>;
+  /** Insert `rows` rows that `codec` encoded into `payload` (unchanged until the promise settles). */
+  insertEncoded(codec: TableCodec, payload: Buffer, rows: number): Promise<void>;
   /** Insert pre-serialized JSONEachRow lines (the bulk path of the benchmark and of replay). */
   insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void>;
   /** Trusted SQL (ours: named queries, migrations, tests). One statement. */

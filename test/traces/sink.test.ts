@@ -47,7 +47,9 @@ test('sink: commits after insert, resumes, dead-letters poison, keeps offsets wh
 
     // A store that fails: the sink must not commit what it could not write.
     await recordRun(log, serde, { groups: 1, runId: 'r2' });
-    const broken = new Proxy(store, { get: (t, p) => (p === 'insert' ? async () => Promise.reject(new Error('store down')) : Reflect.get(t, p)) }) as TraceStore;
+    // Both write paths fail: rows as objects (insert) and rows the writer encoded as they arrived (insertEncoded).
+    const down = async () => Promise.reject(new Error('store down'));
+    const broken = new Proxy(store, { get: (t, p) => (p === 'insert' || p === 'insertEncoded' ? down : Reflect.get(t, p)) }) as TraceStore;
     const failing = new TraceSink({ log, store: broken, serde, groupId: 'traces' });
     await assert.rejects(failing.drain(), /store down/);
     await assert.rejects(failing.stop(), /store down/);
