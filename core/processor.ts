@@ -11,9 +11,9 @@ import type { EventName } from '../schemas/index.ts';
 import { EVENT_NAMES } from '../schemas/index.ts';
 import type { EventTypes } from '../schemas/generated/types.ts';
 import { sendDeadLetters } from './deadletter.ts';
-import { RlstreamError, describeError } from './errors.ts';
+import { RlstreamError, describeError, isRlstreamError } from './errors.ts';
 import { newId } from './ids.ts';
-import type { Consumer, EventLog, LogRecord, ProduceRecord, Producer, TopicPartitionOffset } from './log/types.ts';
+import type { Consumer, EventLog, LogRecord, ProduceRecord, Producer, TopicPartitionOffset, Transaction } from './log/types.ts';
 import type { DecodedEvent, EventSerde } from './serde/events.ts';
 import { silentLogger, type Logger } from './telemetry.ts';
 import { TOPICS } from './topics.ts';
@@ -76,6 +76,11 @@ export interface ProcessorOptions {
   deadLetterTopic?: string;
   /** Where stateful handlers' checkpoints go. Default `_state.${id}` (one partition). */
   stateTopic?: string;
+  /**
+   * How long a batch's transaction is retried after retriable failures (a busy Kafka coordinator, a broker
+   * restarting) before the processor gives up and stops with the error. Default 180 000 ms.
+   */
+  retryForMs?: number;
   logger?: Logger;
 }
 
@@ -87,6 +92,8 @@ export interface ProcessorMetrics {
   batches: number;
   transactions: number;
   aborted: number;
+  /** Transactions run again after a retriable failure. */
+  retried: number;
   counters: Record<string, number>;
 }
 
@@ -145,10 +152,10 @@ export class StreamProcessor {
   /** Restored checkpoints: records in [c, n) outside the held ranges were finished before a restart. */
   private readonly restored = new Map<string, Checkpoint>();
   private readonly known = new Set<string>();
-  private readonly m: ProcessorMetrics = { recordsIn: 0, recordsOut: 0, deadLettered: 0, skipped: 0, batches: 0, transactions: 0, aborted: 0, counters: {} };
+  private readonly m: ProcessorMetrics = { recordsIn: 0, recordsOut: 0, deadLettered: 0, skipped: 0, batches: 0, transactions: 0, aborted: 0, retried: 0, counters: {} };
 
   constructor(options: ProcessorOptions) {
-    this.opts = { maxBatchRecords: 500, maxBatchWaitMs: 0, pollTimeoutMs: 100, maxOutputBytes: 1 << 20, ...options };
+    this.opts = { maxBatchRecords: 500, maxBatchWaitMs: 0, pollTimeoutMs: 100, maxOutputBytes: 1 << 20, retryForMs: 180_000, ...options };
     this.logger = (options.logger ?? silentLogger).child({ processor: options.id });
     this.stateful = typeof options.handler.pending === 'function';
     this.stateTopic = options.stateTopic ?? `_state.${options.id}`;
@@ -184,7 +191,7 @@ export class StreamProcessor {
   private async loop(): Promise<void> {
     const { log, id } = this.opts;
     if (this.stateful) await log.createTopic({ name: this.stateTopic, partitions: 1, retention: { maxBytes: 256 << 20 } });
-    this.producer = await log.producer({ transactionalId: this.opts.transactionalId ?? id });
+    this.producer = await this.newProducer();
     this.consumer = await log.consumer({ groupId: id, topics: this.opts.inputTopics, readCommitted: true });
     this.logger.info('processor started', { inputs: this.opts.inputTopics, stateful: this.stateful });
     try {
@@ -362,19 +369,12 @@ export class StreamProcessor {
       checkpoints.push({ key, value: Buffer.from(JSON.stringify(cp)), partition: 0 });
     }
 
-    const tx = await this.producer!.transaction();
-    try {
+    await this.transact(async (tx) => {
       for (const [topic, records] of outputs) await tx.send(topic, records);
       await sendDeadLetters(tx, this.opts.serde, this.opts.id, failures, this.opts.deadLetterTopic ?? TOPICS.deadLetter);
       if (checkpoints.length > 0) await tx.send(this.stateTopic, checkpoints);
       if (offsets.length > 0) await tx.sendOffsets(this.opts.id, offsets);
-      await tx.commit();
-    } catch (err) {
-      this.m.aborted++;
-      await tx.abort().catch(() => {});
-      this.logger.error('transaction failed', { error: describeError(err) });
-      throw err;
-    }
+    });
     this.m.transactions++;
     for (const list of outputs.values()) this.m.recordsOut += list.length;
     this.m.deadLettered += failures.length;
@@ -384,6 +384,53 @@ export class StreamProcessor {
       const old = this.restored.get(key);
       const next = this.next.get(key)?.offset ?? 0;
       if (old && old.n <= next) this.restored.delete(key);
+    }
+  }
+
+  private newProducer(): Promise<Producer> {
+    return this.opts.log.producer({ transactionalId: this.opts.transactionalId ?? this.opts.id });
+  }
+
+  /**
+   * Run one transaction (fill it, commit it). A retriable failure (before the commit, or a commit the log says
+   * was certainly not applied: see Transaction.commit) aborts it and runs the same contents again after a
+   * backoff, with a new producer: a failed Kafka transaction can leave kafkajs's producer unusable, and the new
+   * one fences the old and has its open transaction aborted. Records of an aborted transaction are never seen
+   * (consumers read committed), the consumer position and the handler state already reflect the batch, so the
+   * retried transaction commits exactly what the first would have. Other failures stop the processor: a
+   * restart resumes from the committed offsets.
+   */
+  private async transact(fill: (tx: Transaction) => Promise<void>): Promise<void> {
+    const giveUpAt = Date.now() + this.opts.retryForMs;
+    let fresh = false;
+    for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
+      try {
+        if (fresh) {
+          await this.producer?.close().catch(() => {});
+          this.producer = await this.newProducer();
+          fresh = false;
+        }
+        const tx = await this.producer!.transaction();
+        try {
+          await fill(tx);
+          await tx.commit();
+          return;
+        } catch (err) {
+          this.m.aborted++;
+          await tx.abort().catch(() => {});
+          throw err;
+        }
+      } catch (err) {
+        const retriable = isRlstreamError(err) && err.retriable;
+        if (!retriable || this.stopping || Date.now() + delay > giveUpAt) {
+          this.logger.error('transaction failed', { error: describeError(err) });
+          throw err;
+        }
+        this.m.retried++;
+        this.logger.warn('transaction failed; retrying it with a new producer', { error: describeError(err), retryInMs: delay });
+        await new Promise((r) => setTimeout(r, delay));
+        fresh = true;
+      }
     }
   }
 

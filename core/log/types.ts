@@ -86,6 +86,11 @@ export interface Transaction {
   send(topic: string, records: ProduceRecord[]): Promise<void>;
   /** Commit these consumer-group offsets atomically with the transaction's records. */
   sendOffsets(groupId: string, offsets: TopicPartitionOffset[]): Promise<void>;
+  /**
+   * A retriable error (RlstreamError.retriable) means the transaction was certainly not committed: abort it and
+   * run it again, with a new producer of the same transactionalId (the old one may be unusable). Any other
+   * error leaves the outcome unknown.
+   */
   commit(): Promise<void>;
   abort(): Promise<void>;
 }

@@ -56,6 +56,27 @@ function chain(err: unknown): KafkaJsLike[] {
   return out;
 }
 
+/**
+ * Transaction-coordinator answers that turn a request away without acting on it, and that Kafka's own clients
+ * retry after a pause: CONCURRENT_TRANSACTIONS (the previous transaction of this id is still being completed,
+ * e.g. back-to-back transactions, or right after a restart fenced an open one), a coordinator loading its log
+ * or moved to another broker (kafkajs still uses the old GROUP_* names for codes 14 to 16).
+ */
+const COORDINATOR_BUSY = new Set([
+  'CONCURRENT_TRANSACTIONS',
+  'COORDINATOR_LOAD_IN_PROGRESS',
+  'COORDINATOR_NOT_AVAILABLE',
+  'NOT_COORDINATOR',
+  'GROUP_LOAD_IN_PROGRESS',
+  'GROUP_COORDINATOR_NOT_AVAILABLE',
+  'NOT_COORDINATOR_FOR_GROUP',
+]);
+
+/** Whether a coordinator turned the request away unprocessed (see COORDINATOR_BUSY): retrying it is safe. */
+export function isCoordinatorBusy(err: unknown): boolean {
+  return chain(err).some((e) => e.type !== undefined && COORDINATOR_BUSY.has(e.type));
+}
+
 export function isFenced(err: unknown): boolean {
   return chain(err).some(
     (e) => (e.type !== undefined && FENCED_TYPES.has(e.type)) || (e.name === 'KafkaJSProtocolError' && e.code !== undefined && FENCED_CODES.has(e.code)) ||
@@ -77,6 +98,8 @@ export function fromKafka(err: unknown, what: string): RlstreamError {
   if (links.some((e) => e.name !== undefined && UNAVAILABLE_NAMES.has(e.name))) {
     return new RlstreamError('LOG_UNAVAILABLE', `${what}: Kafka is unreachable (${detail})`, { cause: err, retriable: true });
   }
-  const retriable = links[0]?.retriable === true;
+  // kafkajs wraps the last error of its own retries (KafkaJSNumberOfRetriesExceeded, not retriable itself); the
+  // condition underneath, e.g. CONCURRENT_TRANSACTIONS, is still a transient one.
+  const retriable = links.some((e) => e.retriable === true);
   return new RlstreamError(retriable ? 'LOG_UNAVAILABLE' : 'INTERNAL', `${what}: ${detail}`, { cause: err, retriable });
 }

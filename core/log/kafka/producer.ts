@@ -8,7 +8,7 @@ import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import { Partitioner } from '../partitioner.ts';
 import type { ProduceRecord, Producer, ProducerOptions, RecordPosition, TopicPartitionOffset, Transaction } from '../types.ts';
-import { fromKafka } from './errors.ts';
+import { fromKafka, isCoordinatorBusy } from './errors.ts';
 
 /** What a producer needs from the log that owns it. */
 export interface ProducerHost {
@@ -24,6 +24,8 @@ interface Prepared {
 }
 
 const RECORD_OVERHEAD = 70; // bytes of record framing, a rough upper bound used only to split requests
+/** How long a transactional call turned away by a busy coordinator is retried (kafkajs retries sends itself). */
+const COORDINATOR_RETRY_MS = 30_000;
 
 export class KafkaProducer implements Producer {
   private readonly partitioner = new Partitioner();
@@ -227,11 +229,37 @@ export class KafkaTransaction implements Transaction {
       byTopic.set(o.topic, [...(byTopic.get(o.topic) ?? []), { partition: o.partition, offset: String(o.offset) }]);
     }
     const topics = [...byTopic].map(([topic, partitions]) => ({ topic, partitions }));
-    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () => this.txn.sendOffsets({ consumerGroupId: groupId, topics }));
+    // kafkajs does not retry AddOffsetsToTxn: a transaction that only commits offsets, right after the previous
+    // one, meets CONCURRENT_TRANSACTIONS (its markers are still being written). Adding the same offsets again is
+    // harmless, so a busy coordinator is retried here, as Kafka's Java client does.
+    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, async () => {
+      const giveUpAt = Date.now() + COORDINATOR_RETRY_MS;
+      for (let delay = 20; ; delay = Math.min(delay * 2, 1000)) {
+        try {
+          return await this.txn.sendOffsets({ consumerGroupId: groupId, topics });
+        } catch (err) {
+          if (!isCoordinatorBusy(err) || Date.now() + delay > giveUpAt) throw err;
+          await new Promise((r) => setTimeout(r, delay));
+        }
+      }
+    });
   }
 
+  /**
+   * A retriable failure means the transaction was certainly not committed: the coordinator turned EndTxn away
+   * unprocessed. Anything else (a timeout, a lost connection) leaves the outcome unknown and is not retriable:
+   * committing the same records again could duplicate them. Either way this producer can only be aborted or
+   * closed (kafkajs stays in its committing state).
+   */
   async commit(): Promise<void> {
-    await this.run('commit', `commit transaction of ${this.producer.transactionalId}`, () => this.txn.commit());
+    const what = `commit transaction of ${this.producer.transactionalId}`;
+    try {
+      await this.run('commit', what, () => this.txn.commit());
+    } catch (err) {
+      if (!(err instanceof RlstreamError) || err.code === 'LOG_FENCED' || !err.retriable) throw err;
+      if (isCoordinatorBusy(err.cause)) throw new RlstreamError('LOG_UNAVAILABLE', `${what}: not committed, the coordinator was busy (${err.message})`, { cause: err, retriable: true });
+      throw new RlstreamError('LOG_UNAVAILABLE', `${what}: outcome unknown (${err.message})`, { cause: err, retriable: false });
+    }
   }
 
   async abort(): Promise<void> {
