@@ -74,7 +74,10 @@ interface Group {
   runner: PolicyRunner;
   waiting: Seq[];
   rows: Seq[]; // rows[b] is row b of `slots`
+  joining: Seq[]; // admitted, in the prefill under way
   slots: SlotCache;
+  /** Set when a step failed and the runner no longer runs at all: its requests fail at once with this. */
+  broken: RlstreamError | null;
 }
 
 export class GenerationEngine {
@@ -130,6 +133,11 @@ export class GenerationEngine {
     return new Promise<GenerateResult>((resolve, reject) => {
       const p = req.sampling;
       const version = this.versionFor(req.sessionId);
+      const group = this.groups.get(version)!;
+      if (group.broken) {
+        reject(group.broken);
+        return;
+      }
       const seq: Seq = {
         req,
         version,
@@ -152,7 +160,7 @@ export class GenerationEngine {
         if (signal.aborted) seq.aborted = true;
         else signal.addEventListener('abort', () => (seq.aborted = true), { once: true });
       }
-      this.groups.get(version)!.waiting.push(seq);
+      group.waiting.push(seq);
       this.kick();
     });
   }
@@ -202,11 +210,19 @@ export class GenerationEngine {
   async close(): Promise<void> {
     this.closed = true;
     for (const g of this.groups.values()) {
-      for (const s of [...g.waiting, ...g.rows]) s.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine closed', { retriable: false }));
+      for (const s of [...g.waiting, ...g.joining, ...g.rows]) s.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine closed', { retriable: false }));
       g.waiting = [];
+      g.joining = [];
       g.rows = [];
     }
-    for (const g of this.groups.values()) await g.runner.release();
+    for (const g of this.groups.values()) {
+      try {
+        await g.runner.release();
+      } catch (err) {
+        // A session that broke may not release cleanly; closing must still finish.
+        this.opts.logger.warn('releasing a policy session failed', { version: g.runner.version, error: describeError(err) });
+      }
+    }
     this.groups.clear();
   }
 
@@ -229,7 +245,7 @@ export class GenerationEngine {
   private versionFor(sessionId: string | undefined): number {
     if (this.opts.swapMode === 'finish' && sessionId !== undefined) {
       const pinned = this.pins.get(sessionId);
-      if (pinned !== undefined && this.groups.has(pinned)) return pinned;
+      if (pinned !== undefined && this.groups.has(pinned) && !this.groups.get(pinned)!.broken) return pinned;
       this.pins.set(sessionId, this.current);
     }
     return this.current;
@@ -261,7 +277,7 @@ export class GenerationEngine {
   }
 
   private newGroup(runner: PolicyRunner): Group {
-    return { runner, waiting: [], rows: [], slots: new SlotCache(this.config) };
+    return { runner, waiting: [], rows: [], joining: [], slots: new SlotCache(this.config), broken: null };
   }
 
   // ----- the scheduling loop -----
@@ -284,12 +300,7 @@ export class GenerationEngine {
         try {
           await this.iterate(g);
         } catch (err) {
-          // A failed step fails the sequences in it, not the engine.
-          this.opts.logger.error('policy step failed', { error: describeError(err), version: g.runner.version });
-          const e = err instanceof RlstreamError ? err : new RlstreamError('INTERNAL', `policy step failed: ${describeError(err)}`, { cause: err });
-          for (const s of g.rows) s.reject(e);
-          g.rows = [];
-          g.slots.clear();
+          await this.failStep(g, err);
         } finally {
           this.stepping = null;
         }
@@ -301,15 +312,64 @@ export class GenerationEngine {
     }
   }
 
+  /**
+   * A failed step fails the sequences in it (running rows and joiners), not the engine: they are rejected, their
+   * cache rows dropped, and the loop goes on with the waiting requests. If the runner no longer runs at all (e.g.
+   * its onnxruntime session is gone), every waiting and later request of that version fails at once instead.
+   */
+  private async failStep(g: Group, err: unknown): Promise<void> {
+    const v = g.runner.version;
+    const e = err instanceof PolicyStepError ? err : stepError(v, 'scheduling step', err);
+    const failed = [...g.rows, ...g.joining];
+    this.opts.logger.error('policy step failed', { version: v, requests: failed.length, error: describeError(e) });
+    for (const s of failed) s.reject(e);
+    g.rows = [];
+    g.joining = [];
+    g.slots.clear();
+    if (this.closed || (await g.runner.healthy())) return;
+    g.broken = new RlstreamError('BACKEND_UNAVAILABLE', `policy v${v} can no longer run (its onnxruntime session fails even on one token) after: ${e.message}`, { cause: err, retriable: false });
+    this.opts.logger.error('policy version unusable: its requests fail until another version is installed', { version: v });
+    for (const s of g.waiting) s.reject(g.broken);
+    g.waiting = [];
+  }
+
   /** One scheduling step of a version's batch: prefill joiners, decode the running rows, retire finished ones. */
   private async iterate(g: Group): Promise<void> {
     for (const s of g.waiting) if (s.aborted) this.finish(s, 'abort');
     g.waiting = g.waiting.filter((s) => !s.aborted);
     const joiners = this.admit(g);
-    const done: [Seq, FinishReason][] = [];
+    g.joining = joiners;
     let changed = false;
 
     if (g.rows.length > 0) {
+      const B = g.rows.length;
+      changed = await this.decodeStep(g).catch((err: unknown) => {
+        throw stepError(g.runner.version, `decode step (batch ${B})`, err);
+      });
+      if (this.closed) return;
+    }
+
+    if (joiners.length > 0) {
+      const longest = joiners.reduce((m, s) => Math.max(m, s.feed.length), 0);
+      await this.prefillStep(g, joiners).catch((err: unknown) => {
+        throw stepError(g.runner.version, `prefill step (batch ${joiners.length}, ${longest} tokens)`, err);
+      });
+      g.joining = [];
+      changed = true;
+    }
+
+    if (changed) {
+      g.slots.shrink();
+      this.counters.rebuilds++;
+    }
+  }
+
+  /** Decode one token for every running row and retire the rows that finished; true when some did. */
+  private async decodeStep(g: Group): Promise<boolean> {
+    const done: [Seq, FinishReason][] = [];
+    let changed = false;
+    // Finished requests settle even if a later part of the step throws: they have left `rows` already.
+    try {
       const rows = g.rows;
       const B = rows.length;
       g.slots.reserveColumn();
@@ -320,7 +380,7 @@ export class GenerationEngine {
         pos[b] = BigInt(s.kvLen);
       });
       const out = await g.runner.decode({ batch: B, inputIds: ids, positionIds: pos, pastBias: g.slots.bias, past: g.slots.view(), invTemperature: this.invTemperatures(rows) });
-      if (g.rows !== rows) return; // the engine closed (or the step failed) while the step ran
+      if (g.rows !== rows) return false; // the engine closed while the step ran
       g.slots.appendColumn(out.fresh);
       this.counters.steps++;
       this.counters.decodeTokens += B;
@@ -341,9 +401,17 @@ export class GenerationEngine {
         done.push([s, reason]);
         changed = true;
       }
+    } finally {
+      // Settled now, so a later prefill failing does not take them down with it.
+      for (const [s, reason] of done) this.finish(s, reason);
     }
+    return changed;
+  }
 
-    if (joiners.length > 0) {
+  /** Prefill the joiners and add them to the running batch (or finish those already done). */
+  private async prefillStep(g: Group, joiners: Seq[]): Promise<void> {
+    const done: [Seq, FinishReason][] = [];
+    try {
       const pre = await this.prefill(g, joiners);
       // Size the buffers for every joiner at once: appending 64 rows one by one would regrow (and copy) them
       // five times.
@@ -358,13 +426,8 @@ export class GenerationEngine {
           g.rows.push(s);
         }
       });
-      changed = true;
-    }
-
-    for (const [s, reason] of done) this.finish(s, reason);
-    if (changed) {
-      g.slots.shrink();
-      this.counters.rebuilds++;
+    } finally {
+      for (const [s, reason] of done) this.finish(s, reason);
     }
   }
 
@@ -493,6 +556,13 @@ export class GenerationEngine {
       this.opts.logger.info('policy version unloaded', { version: v });
     }
   }
+}
+
+/** What the requests of a failed step are rejected with: which version and step, and what went wrong. */
+export class PolicyStepError extends RlstreamError {}
+
+function stepError(version: number, step: string, cause: unknown): PolicyStepError {
+  return new PolicyStepError('INTERNAL', `policy v${version} ${step} failed: ${describeError(cause)}`, { cause });
 }
 
 function range(from: number, to: number): number[] {

@@ -74,6 +74,8 @@ export interface StepOutput {
 }
 
 export class PolicyRunner {
+  private released = false;
+
   private constructor(
     readonly config: ModelConfig,
     readonly version: number,
@@ -187,7 +189,26 @@ export class PolicyRunner {
     return { logprobs: out.logprobs!, present: { len: T, keys, values } };
   }
 
+  /**
+   * Whether the sessions still run: one token on an empty cache through each graph. The engine asks after a
+   * failed step, to tell a bad batch (later requests can still be served) from a dead session (fail them all).
+   */
+  async healthy(): Promise<boolean> {
+    const c = this.config;
+    const input = { batch: 1, inputIds: BigInt64Array.of(0n), positionIds: BigInt64Array.of(0n), pastBias: new Float32Array(0), past: emptyKv(c) };
+    try {
+      await this.run({ ...input, seq: 1, newBias: new Float32Array(1) });
+      if (this.decodeSession) await this.decode(input);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Free the onnxruntime sessions; a second call does nothing. */
   async release(): Promise<void> {
+    if (this.released) return;
+    this.released = true;
     await this.session.release();
     await this.decodeSession?.release();
   }
