@@ -285,7 +285,22 @@ export class GenerationEngine {
   private kick(): void {
     if (this.looping || this.closed) return;
     this.looping = true;
-    void this.loop().finally(() => (this.looping = false));
+    void this.loop()
+      .catch((err: unknown) => this.failAll(err))
+      .finally(() => (this.looping = false));
+  }
+
+  /** The scheduling loop itself threw (a bug, not a step): settle every request rather than leave them waiting. */
+  private failAll(err: unknown): void {
+    const e = new RlstreamError('INTERNAL', `the policy engine's scheduling loop failed: ${describeError(err)}`, { cause: err });
+    this.opts.logger.error('policy scheduling loop failed', { error: describeError(err) });
+    for (const g of this.groups.values()) {
+      for (const s of [...g.waiting, ...g.joining, ...g.rows]) s.reject(e);
+      g.waiting = [];
+      g.joining = [];
+      g.rows = [];
+      g.slots.clear();
+    }
   }
 
   private async loop(): Promise<void> {
