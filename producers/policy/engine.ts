@@ -396,13 +396,13 @@ export class GenerationEngine {
       });
       const out = await g.runner.decode({ batch: B, inputIds: ids, positionIds: pos, pastBias: g.slots.bias, past: g.slots.view(), invTemperature: this.invTemperatures(rows) });
       if (g.rows !== rows) return false; // the engine closed while the step ran
-      g.slots.appendColumn(out.fresh);
+      g.slots.appendColumn(out.column);
       this.counters.steps++;
       this.counters.decodeTokens += B;
       const V = this.config.vocabSize;
       rows.forEach((s, b) => {
         s.kvLen++;
-        if (!s.aborted) this.emit(s, out.probs!.subarray(b * V, (b + 1) * V));
+        if (!s.aborted) this.emit(s, out.probs.subarray(b * V, (b + 1) * V));
       });
       // Descending, so the row swap-remove moves into a freed slot is always one that stays.
       for (let b = B - 1; b >= 0; b--) {

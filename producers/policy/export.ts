@@ -47,6 +47,8 @@ export function newKeyName(layer: number): string {
 export function newValueName(layer: number): string {
   return `new_key_values.${layer}.value`;
 }
+/** Mode 'decode': every layer's new K and V in one output, [batch, layers * 2 * kv_heads, head_dim]. */
+export const NEW_KV_COLUMN = 'new_key_values';
 
 /**
  * Rotary tables in HF-Llama layout (cos/sin of [freqs, freqs]), computed in float64 for accuracy; the sin table
@@ -169,6 +171,9 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   const swapHalvesW = g.weight('rope.swap_halves', [D, D], swapMatrix);
   const qkSplit = g.ints([H, KVH]);
 
+  // Decode: every layer's new K/V, concatenated into one output after the loop.
+  const freshColumn: string[] = [];
+
   let x = g.op('Gather', [g.weight('model.embed_tokens.weight', [V, E], w('model.embed_tokens.weight')), ids], { axis: 0 });
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
@@ -191,8 +196,11 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
     // Decode outputs K/V as [B, KVH, D] (one token per row: the same bytes as [B, KVH, 1, D]).
     const k4 = decode ? g.op('Reshape', [k, g.ints([0, KVH, 1, D])]) : k;
     const v4 = decode ? g.op('Reshape', [v, g.ints([0, KVH, 1, D])]) : v;
-    g.output(newKeyName(l), decode ? ['batch', KVH, D] : ['batch', KVH, S, D]);
-    g.output(newValueName(l), decode ? ['batch', KVH, D] : ['batch', KVH, S, D]);
+    if (decode) freshColumn.push(k, v);
+    else {
+      g.output(newKeyName(l), ['batch', KVH, S, D]);
+      g.output(newValueName(l), ['batch', KVH, S, D]);
+    }
     const qg = g.op('Reshape', [q, g.ints([0, KVH, -1, D])]);
     const scoresPast = g.op('Add', [g.op('MatMul', [qg, keysT(pastKeyName(l))]), pastBiasG]);
     // One new token (decode): its score and its share of the context are elementwise products, not B×KVH
@@ -210,6 +218,10 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
     const [gate, up] = g.ops('Split', [gateUp, g.ints([I, I])], { axis: -1 }, [`gate_${l}`, `up_${l}`]) as [string, string];
     const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up]);
     x = g.op('Add', [x, linear(act, p + 'mlp.down_proj.weight', E, I)]);
+  }
+  if (decode) {
+    g.op('Concat', freshColumn, { axis: 1 }, NEW_KV_COLUMN);
+    g.output(NEW_KV_COLUMN, ['batch', c.numLayers * 2 * KVH, D]);
   }
   if (mode === 'last') x = g.op('Slice', [x, g.ints([-1]), g.ints([INT64_MAX]), g.ints([1])]);
   const normed = rmsNorm(x, 'model.norm.weight');

@@ -7,7 +7,7 @@ import * as ort from 'onnxruntime-node';
 import { RlstreamError } from '../../core/errors.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { ModelConfig } from './config.ts';
-import { exportOnnx, newKeyName, newValueName, pastKeyName, pastValueName, type OutputMode } from './export.ts';
+import { exportOnnx, NEW_KV_COLUMN, newKeyName, newValueName, pastKeyName, pastValueName, type OutputMode } from './export.ts';
 
 export interface RunnerOptions {
   /**
@@ -67,6 +67,13 @@ export interface RunOutput {
   fresh: KvTensors;
 }
 
+export interface DecodeOutput {
+  /** [batch, vocab] softmax(logits / T) per row. */
+  probs: Float32Array;
+  /** The new token's K/V of every row and layer: [batch, layers, 2 (K, V), kvHeads, headDim]. */
+  column: Float32Array;
+}
+
 export interface StepOutput {
   /** [batch, vocab] ('last') or [batch, seq, vocab] ('all'). */
   logprobs: Float32Array;
@@ -118,16 +125,25 @@ export class PolicyRunner {
    * One new token per row on top of the cache (each token also attends to itself): the decode step. Runs the
    * dedicated one-token graph when loaded, else the general one.
    */
-  async decode(input: Omit<RunInput, 'seq' | 'newBias'>): Promise<RunOutput> {
-    if (!this.decodeSession) return this.run({ ...input, seq: 1, newBias: new Float32Array(input.batch) });
-    return this.exec(this.decodeSession, { ...input, seq: 1 });
+  async decode(input: Omit<RunInput, 'seq' | 'newBias' | 'logprobs'>): Promise<DecodeOutput> {
+    if (!this.decodeSession) {
+      const out = await this.run({ ...input, seq: 1, newBias: new Float32Array(input.batch) });
+      return { probs: out.probs!, column: packColumn(this.config, input.batch, out.fresh) };
+    }
+    const { rows, out } = await this.exec(this.decodeSession, { ...input, seq: 1 });
+    return { probs: rows, column: out[NEW_KV_COLUMN]!.data as Float32Array };
   }
 
   async run(input: RunInput): Promise<RunOutput> {
-    return this.exec(this.session, input);
+    const c = this.config;
+    const { rows, out, kind } = await this.exec(this.session, input);
+    const layers = Array.from({ length: c.numLayers }, (_, l) => l);
+    const fresh = { len: input.seq, keys: layers.map((l) => out[newKeyName(l)]!.data as Float32Array), values: layers.map((l) => out[newValueName(l)]!.data as Float32Array) };
+    return { probs: kind === 'probs' ? rows : null, logprobs: kind === 'logprobs' ? rows : null, fresh };
   }
 
-  private async exec(session: ort.InferenceSession, input: Omit<RunInput, 'newBias'> & { newBias?: Float32Array }): Promise<RunOutput> {
+  /** Feed the inputs and fetch the per-row distribution and the new K/V (in whichever form the graph has). */
+  private async exec(session: ort.InferenceSession, input: Omit<RunInput, 'newBias'> & { newBias?: Float32Array }): Promise<{ rows: Float32Array; kind: 'probs' | 'logprobs'; out: ort.InferenceSession.ReturnType }> {
     const c = this.config;
     const { batch, seq } = input;
     const P = input.past.len;
@@ -139,11 +155,14 @@ export class PolicyRunner {
     };
     if (input.newBias) feeds['new_bias'] = new ort.Tensor('float32', input.newBias, [batch, 1, seq, seq]);
     const kvDims = [batch, c.numKvHeads, P, c.headDim];
-    const fetches: string[] = [];
+    // The decode graph returns every layer's new K/V as one output: each fetched output costs onnxruntime-node
+    // a tensor wrap (two per layer took ~13% of a one-sequence decode step).
+    const packed = session.outputNames.includes(NEW_KV_COLUMN);
+    const fetches: string[] = packed ? [NEW_KV_COLUMN] : [];
     for (let l = 0; l < c.numLayers; l++) {
       feeds[pastKeyName(l)] = new ort.Tensor('float32', prefix(input.past.keys[l]!, kvSize), kvDims);
       feeds[pastValueName(l)] = new ort.Tensor('float32', prefix(input.past.values[l]!, kvSize), kvDims);
-      fetches.push(newKeyName(l), newValueName(l));
+      if (!packed) fetches.push(newKeyName(l), newValueName(l));
     }
     if (session.inputNames.includes('inv_temperature')) {
       feeds['inv_temperature'] = new ort.Tensor('float32', input.invTemperature ? prefix(input.invTemperature, batch) : new Float32Array(batch).fill(1), [batch, 1]);
@@ -151,14 +170,7 @@ export class PolicyRunner {
     const rows = session.outputNames.includes('probs') && !input.logprobs ? 'probs' : 'logprobs';
     fetches.push(rows);
     const out = await session.run(feeds, fetches);
-    const keys: Float32Array[] = [];
-    const values: Float32Array[] = [];
-    for (let l = 0; l < c.numLayers; l++) {
-      keys.push(out[newKeyName(l)]!.data as Float32Array);
-      values.push(out[newValueName(l)]!.data as Float32Array);
-    }
-    const data = out[rows]!.data as Float32Array;
-    return { probs: rows === 'probs' ? data : null, logprobs: rows === 'logprobs' ? data : null, fresh: { len: seq, keys, values } };
+    return { rows: out[rows]!.data as Float32Array, kind: rows, out };
   }
 
   /** One forward with a [batch, 1, seq, past + seq] bias, returning the whole cache (past then new) as `present`. */
@@ -217,6 +229,20 @@ export class PolicyRunner {
 /** An empty cache for `batch` rows. */
 export function emptyKv(c: ModelConfig): KvTensors {
   return { len: 0, keys: Array.from({ length: c.numLayers }, () => new Float32Array(0)), values: Array.from({ length: c.numLayers }, () => new Float32Array(0)) };
+}
+
+/** One new token's K/V per row ([batch, kvHeads, 1, headDim] per layer) in the decode graph's packed layout. */
+function packColumn(c: ModelConfig, batch: number, fresh: KvTensors): Float32Array {
+  const row = c.numKvHeads * c.headDim;
+  const column = new Float32Array(batch * c.numLayers * 2 * row);
+  for (let b = 0; b < batch; b++) {
+    for (let l = 0; l < c.numLayers; l++) {
+      const dst = (b * c.numLayers + l) * 2 * row;
+      column.set(fresh.keys[l]!.subarray(b * row, (b + 1) * row), dst);
+      column.set(fresh.values[l]!.subarray(b * row, (b + 1) * row), dst + row);
+    }
+  }
+  return column;
 }
 
 function prefix(a: Float32Array, n: number): Float32Array {

@@ -95,25 +95,27 @@ export class SlotCache {
     if (longest + 1 > this.cap) this.resize(this.rowsCap, target(longest + 1));
   }
 
-  /** Write the step's new K/V (one column per row, [rows, kvHeads, 1, headDim]) after each row's tokens. */
-  appendColumn(fresh: KvTensors): void {
+  /**
+   * Write a decode step's new K/V after each row's tokens; `column` is [rows, layers, 2 (K, V), kvHeads, headDim]
+   * (DecodeOutput.column).
+   */
+  appendColumn(column: Float32Array): void {
     const { numKvHeads: KVH, headDim: D, numLayers } = this.c;
     const cap = this.cap;
     const rows = this.lens.length;
     // Plain loops: a column is only headDim floats, too short for subarray() + set() to pay off.
     for (let l = 0; l < numLayers; l++) {
-      const fk = fresh.keys[l]!;
-      const fv = fresh.values[l]!;
       const k = this.keys[l]!;
       const v = this.values[l]!;
       for (let b = 0; b < rows; b++) {
         const col = this.lens[b]!;
+        const srcK = (b * numLayers + l) * 2 * KVH * D;
+        const srcV = srcK + KVH * D;
         for (let h = 0; h < KVH; h++) {
-          const src = (b * KVH + h) * D;
           const dst = ((b * KVH + h) * cap + col) * D;
           for (let d = 0; d < D; d++) {
-            k[dst + d] = fk[src + d]!;
-            v[dst + d] = fv[src + d]!;
+            k[dst + d] = column[srcK + h * D + d]!;
+            v[dst + d] = column[srcV + h * D + d]!;
           }
         }
       }

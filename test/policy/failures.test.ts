@@ -27,8 +27,9 @@ async function faultyRunner(which: 'decode' | 'run', failingCall: number): Promi
   const real = await PolicyRunner.create(config, weights, 1);
   const runner = Object.create(real) as PolicyRunner;
   let calls = 0;
-  const original = real[which].bind(real) as (input: RunInput) => ReturnType<PolicyRunner['run']>;
-  runner[which] = ((input: RunInput) => (++calls === failingCall ? original({ ...input, positionIds: input.positionIds.map(() => 100_000n) }) : original(input))) as PolicyRunner['run'];
+  const corrupt = <I extends Pick<RunInput, 'positionIds'>>(input: I): I => (++calls === failingCall ? { ...input, positionIds: input.positionIds.map(() => 100_000n) } : input);
+  if (which === 'decode') runner.decode = (input) => real.decode(corrupt(input));
+  else runner.run = (input) => real.run(corrupt(input));
   return { runner, real };
 }
 
