@@ -10,8 +10,9 @@
 // Outputs:  probs           float [batch, vocab]  (modes 'last' and 'decode': softmax(logits / T) at the last position)
 //           logprobs        float [batch, vocab]  (mode 'last': log_softmax(logits), T = 1)
 //                           or [batch, seq, vocab] (mode 'all': every position, for scoring and parity tests)
-//           new_key_values.N.key / .value  float [batch, kv_heads, seq, head_dim]  (only the new tokens' K/V;
-//                           [batch, kv_heads, head_dim] in mode 'decode', the same bytes)
+//           new_key_values.N.key / .value  float [batch, kv_heads, seq, head_dim]  (only the new tokens' K/V)
+//           new_key_values  float [batch, layers * 2 * kv_heads, head_dim]  (mode 'decode' instead of the above:
+//                           the one new token's K and V of every layer in one output, fewer tensors to fetch)
 // Attention is split into a part over the cache and a part over the new tokens, joined only at the scores
 // (one softmax over both). The graph never concatenates past and new K/V: the cache stays in buffers the
 // engine owns and reuses (fixed capacity, extra columns masked by past_bias), and each step writes back only
@@ -193,7 +194,7 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
     const [qk, v] = g.ops('Split', [byHead, headSplit], { axis: 1 }, [`qk_${l}`, newValueName(l)]) as [string, string];
     const rotated = g.op('Add', [g.op('Mul', [qk, cosB]), g.op('Mul', [g.op('MatMul', [qk, swapHalvesW]), sinB])]);
     const [q, k] = g.ops('Split', [rotated, qkSplit], { axis: 1 }, [`q_${l}`, newKeyName(l)]) as [string, string];
-    // Decode outputs K/V as [B, KVH, D] (one token per row: the same bytes as [B, KVH, 1, D]).
+    // Decode: K/V are [B, KVH, D] here (one token per row), reshaped for attention and concatenated for output.
     const k4 = decode ? g.op('Reshape', [k, g.ints([0, KVH, 1, D])]) : k;
     const v4 = decode ? g.op('Reshape', [v, g.ints([0, KVH, 1, D])]) : v;
     if (decode) freshColumn.push(k, v);
