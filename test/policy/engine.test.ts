@@ -11,6 +11,7 @@ import { writeSafetensors } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest } from '../../producers/backends/types.ts';
 import { BuiltinPolicyBackend, type BuiltinPolicyOptions } from '../../producers/policy/backend.ts';
 import { configToJson, parseModelConfig } from '../../producers/policy/config.ts';
+import { GenerationEngine } from '../../producers/policy/engine.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../../producers/policy/runner.ts';
@@ -301,4 +302,18 @@ test('a malformed weights file fails updatePolicy with WEIGHTS_FORMAT and keeps 
   assert.equal((await b.generate(req([1, 2]))).tokenIds.length, 12);
   await b.updatePolicy({ version: 3, weightsPath: v2Path, configJson });
   assert.equal(b.currentPolicyVersion(), 3);
+});
+
+test('without the one-token decode graph, decode steps run on the general graph and give the same tokens', async () => {
+  const tokens = async (decodeGraph: boolean) => {
+    const engine = new GenerationEngine(config, await PolicyRunner.create(config, w1, 1, { decodeGraph }));
+    try {
+      return await Promise.all([req([1, 2, 3], { seed: 3 }), req([4, 5], { seed: 4, max_new_tokens: 7 })].map((r) => engine.generate(r)));
+    } finally {
+      await engine.close();
+    }
+  };
+  const [general, dedicated] = [await tokens(false), await tokens(true)];
+  assert.deepEqual(general.map((r) => r.tokenIds), dedicated.map((r) => r.tokenIds));
+  general.forEach((r, i) => assert.ok(logprobMismatch(r.logprobs, dedicated[i]!.logprobs).maxAbs < 1e-4));
 });
