@@ -14,7 +14,7 @@ import { sendDeadLetters } from './deadletter.ts';
 import { RlstreamError, describeError, isRlstreamError } from './errors.ts';
 import { newId } from './ids.ts';
 import type { Consumer, EventLog, LogRecord, ProduceRecord, Producer, TopicPartitionOffset, Transaction } from './log/types.ts';
-import type { DecodedEvent, EventSerde } from './serde/events.ts';
+import type { DecodedEvent, Encodable, EventSerde } from './serde/events.ts';
 import { silentLogger, type Logger } from './telemetry.ts';
 import { TOPICS } from './topics.ts';
 
@@ -26,7 +26,8 @@ export interface InputRecord {
 export interface OutputEvent<N extends EventName = EventName> {
   topic: string;
   name: N;
-  value: EventTypes[N];
+  /** Float arrays may be typed arrays (see Encodable): the value is only encoded, never kept. */
+  value: EventTypes[N] | Encodable<EventTypes[N]>;
   key: string | null;
 }
 

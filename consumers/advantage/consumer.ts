@@ -127,9 +127,6 @@ export class AdvantageHandler implements ProcessorHandler {
     ctx.count('groups_emitted');
     g.members.forEach((m, i) => {
       const r = results[i]!;
-      const advantages = toNumbers(r.advantages);
-      // Scalar estimators return one array as both (returns = advantages): convert it once.
-      const returns = r.returns === r.advantages ? advantages : toNumbers(r.returns);
       ctx.emit(
         {
           topic: this.options.outputTopic ?? TOPICS.advantaged,
@@ -141,8 +138,9 @@ export class AdvantageHandler implements ProcessorHandler {
             trajectory: m.event.trajectory,
             reward: m.event.reward,
             estimator: this.estimatorName,
-            advantages,
-            returns,
+            // Float64Arrays as they are: the serde writes them like plain arrays (no copy into number[] first).
+            advantages: r.advantages,
+            returns: r.returns,
             group,
           },
         },
@@ -150,13 +148,6 @@ export class AdvantageHandler implements ProcessorHandler {
       );
     });
   }
-}
-
-/** A typed array as a plain array (the event's type); a loop, since Array.from on typed arrays is ~10× slower. */
-function toNumbers(xs: Float64Array): number[] {
-  const out = new Array<number>(xs.length);
-  for (let i = 0; i < xs.length; i++) out[i] = xs[i]!;
-  return out;
 }
 
 export function createAdvantageProcessor(options: AdvantageConsumerOptions): StreamProcessor {

@@ -8,10 +8,25 @@ import avro from 'avsc';
 import { EVENT_NAMES, resolvedSchema, schemaText, type EventName } from '../../schemas/index.ts';
 import type { EventTypes } from '../../schemas/generated/types.ts';
 import { RlstreamError } from '../errors.ts';
-import { fastType } from './fast-arrays.ts';
+import { fastType, type FloatTypedArray } from './fast-arrays.ts';
 import type { SchemaRegistry } from './registry.ts';
 
 export type DecodedEvent = { [N in EventName]: { name: N; value: EventTypes[N]; schemaId: number } }[EventName];
+
+/**
+ * A value as encode() takes it: its event type, except that array<float> fields (number[]) may also be given
+ * as a Float32Array or Float64Array, written exactly as the same numbers in a plain array would be. A number[]
+ * field of another item type (int, long) takes no typed array: encode() refuses it (SERDE_SCHEMA_MISMATCH).
+ */
+export type Encodable<T> = T extends number[]
+  ? number[] | FloatTypedArray
+  : T extends Buffer
+    ? T
+    : T extends (infer U)[]
+      ? Encodable<U>[]
+      : T extends object
+        ? { [K in keyof T]: Encodable<T[K]> }
+        : T;
 
 const MAGIC = 0;
 const HEADER = 5;
@@ -65,7 +80,7 @@ export class EventSerde {
     return id;
   }
 
-  encode<N extends EventName>(name: N, value: EventTypes[N]): Buffer {
+  encode<N extends EventName>(name: N, value: EventTypes[N] | Encodable<EventTypes[N]>): Buffer {
     const type = eventType(name);
     const id = this.schemaId(name);
     let start = this.used;

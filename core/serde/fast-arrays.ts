@@ -23,8 +23,10 @@ const base = avro.types.ArrayType.prototype as unknown as {
   _read(this: unknown, tap: Tap): unknown[];
   _write(this: unknown, tap: Tap, v: unknown): void;
   _update(this: unknown, resolver: unknown, writer: avro.Type, opts: unknown): void;
+  _check(this: unknown, val: unknown, flags: unknown, hook: unknown, path: unknown): boolean;
 };
 const baseUpdate = base._update;
+const baseCheck = base._check;
 
 // Float arrays go through an aligned scratch Float32Array so the double→float conversion and the byte copy
 // are done natively; that gives the wire's little-endian layout only on little-endian hosts.
@@ -170,14 +172,26 @@ function readVarints(tap: Tap): number[] {
   return out ?? [];
 }
 
-function writeFloats(tap: Tap, val: readonly number[], type: unknown): void {
+/** Typed arrays an array<float> field may be given as (written like the same numbers in a plain array). */
+export type FloatTypedArray = Float32Array | Float64Array;
+
+function isFloatTypedArray(val: unknown): val is FloatTypedArray {
+  return val instanceof Float32Array || val instanceof Float64Array;
+}
+
+function writeFloats(tap: Tap, val: readonly number[] | FloatTypedArray, type: unknown): void {
   const n = val.length;
   scratchFor(n);
   const f32 = scratch;
-  for (let i = 0; i < n; i++) {
-    const v = val[i]!;
-    if (typeof v !== 'number') invalid(v, type);
-    f32[i] = v;
+  if (isFloatTypedArray(val)) {
+    // Every item is a number: the rounding to float32 is done natively, as the element-wise stores below do it.
+    f32.set(val);
+  } else {
+    for (let i = 0; i < n; i++) {
+      const v = val[i]!;
+      if (typeof v !== 'number') invalid(v, type);
+      f32[i] = v;
+    }
   }
   if (n > 0) tap.writeLong(n);
   const buf = tap.buf;
@@ -245,14 +259,21 @@ class FastLongArrayType extends FastIntArrayType {
   }
 }
 
+/**
+ * array<float>; besides plain arrays it takes a Float32Array or Float64Array (see Encodable in ./events.ts):
+ * values computed in a typed array, such as advantages, are written without a copy into a plain array first.
+ */
 class FastFloatArrayType extends ArrayType {
   _update(resolver: { _read?: unknown }, writer: avro.Type, opts: unknown): void {
     baseUpdate.call(this, resolver, writer, opts);
     if (writer instanceof FastFloatArrayType) resolver._read = readFloats;
   }
+  _check(val: unknown, flags: unknown, hook: unknown, path: unknown): boolean {
+    return isFloatTypedArray(val) || baseCheck.call(this, val, flags, hook, path);
+  }
   _write(tap: Tap, val: unknown): void {
-    if (!Array.isArray(val)) return base._write.call(this, tap, val);
-    writeFloats(tap, val as number[], this);
+    if (Array.isArray(val) || isFloatTypedArray(val)) return writeFloats(tap, val as number[] | FloatTypedArray, this);
+    base._write.call(this, tap, val);
   }
   _read(tap: Tap): unknown[] {
     if (!(this instanceof FastFloatArrayType)) return base._read.call(this, tap);

@@ -160,3 +160,23 @@ test('EventSerde: records spread over several slabs stay intact and equal to avs
     assert.equal(EventSerde.peekSchemaId(buf), serde.schemaId('TrajectoryCompleted'));
   });
 });
+
+test('EventSerde: Float32Array and Float64Array stand for array<float> fields, byte for byte; int arrays refuse them', async () => {
+  const serde = await new EventSerde(new MemoryRegistry()).init();
+  const { value } = fixture('AdvantagedTrajectory');
+  const v = value as Record<string, unknown>;
+  const random = rng(13);
+  const n = 1500;
+  const advantages = Float64Array.from({ length: n }, (_, i) => (i % 97 === 0 ? EDGE_FLOATS[i % EDGE_FLOATS.length]! : (random() - 0.5) * 4));
+  const returns = Float32Array.from(advantages);
+  const typed = serde.encode('AdvantagedTrajectory', { ...v, advantages, returns } as never);
+  const plain = serde.encode('AdvantagedTrajectory', { ...v, advantages: Array.from(advantages), returns: Array.from(returns) } as never);
+  assert.ok(typed.equals(plain));
+  assert.ok(eventType('AdvantagedTrajectory').toBuffer({ ...v, advantages: Array.from(advantages), returns: Array.from(returns) }).equals(typed.subarray(5)), 'avsc bytes');
+  assert.ok(fast.get('AdvantagedTrajectory')!.isValid({ ...v, advantages, returns }));
+  const tc = fixture('TrajectoryCompleted').value as { trajectory: Record<string, unknown> };
+  assert.throws(
+    () => serde.encode('TrajectoryCompleted', { ...tc, trajectory: { ...tc.trajectory, response_ids: Int32Array.of(1, 2) } } as never),
+    (e: unknown) => e instanceof RlstreamError && e.code === 'SERDE_SCHEMA_MISMATCH' && e.message.includes('response_ids'),
+  );
+});
