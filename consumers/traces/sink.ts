@@ -7,7 +7,7 @@
 import { deriveId } from '../../core/ids.ts';
 import { errorCodeOf } from '../../core/deadletter.ts';
 import { describeError } from '../../core/errors.ts';
-import type { Consumer, EventLog, LogRecord } from '../../core/log/types.ts';
+import type { Consumer, EventLog, LogRecord, TopicPartitionOffset } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -73,6 +73,10 @@ export class TraceSink {
   private loop: Promise<void> | null = null;
   readonly stats: SinkStats = { records: 0, rows: 0, flushes: 0, deadLetters: 0, commits: 0 };
   private readonly logger: Logger;
+  /** The write in flight (with its commit), started by step(); its failure surfaces at the next settle(). */
+  private flushing: Promise<void> | null = null;
+  /** Next offset of every partition, after the records whose rows were added to the writer. */
+  private readonly positions = new Map<string, TopicPartitionOffset>();
 
   constructor(private readonly options: TraceSinkOptions) {
     this.writer = new TraceWriter(options.store, options);
@@ -81,12 +85,16 @@ export class TraceSink {
 
   async start(): Promise<void> {
     if (this.consumer) return;
+    this.positions.clear();
     this.consumer = await this.options.log.consumer({ groupId: this.options.groupId ?? 'traces', topics: [...(this.options.topics ?? TRACE_TOPICS)], fromBeginning: true });
     // Codecs ahead of the first rows, so those are encoded as they arrive too (a failure is asked again later).
     this.writer.prepare(TRACE_TABLES).catch(() => undefined);
   }
 
-  /** One poll: buffer its rows; flush and commit when a batch is due. Returns the records read. */
+  /**
+   * One poll: buffer its rows; when a batch is due, start writing it and go on (the next polls are decoded
+   * and encoded while the engine writes). Returns the records read.
+   */
   async step(): Promise<number> {
     await this.start();
     const records = await this.consumer!.poll({ maxRecords: this.options.pollRecords ?? 5_000, timeoutMs: this.options.pollTimeoutMs ?? 200 });
@@ -95,14 +103,41 @@ export class TraceSink {
         if (table === 'dead_letters' && row['consumer'] === SINK_CONSUMER) this.stats.deadLetters++;
         this.writer.add(table, row);
       }
+      this.positions.set(`${r.topic}\0${r.partition}`, { topic: r.topic, partition: r.partition, offset: r.offset + 1 });
     }
     this.stats.records += records.length;
-    if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.flushAndCommit();
+    if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.startFlush();
     return records.length;
   }
 
-  /** Insert what is buffered, then commit the positions after everything polled. */
+  /**
+   * Start writing the queued rows; the offsets after them are committed once they are written. One write is
+   * in flight at a time: the previous one is awaited first, and its failure is thrown here (its rows are
+   * queued again, and nothing after them was committed).
+   */
+  private async startFlush(): Promise<void> {
+    await this.settle();
+    const offsets = [...this.positions.values()];
+    const flushing = this.writer.flush().then(async (n) => {
+      this.stats.rows += n;
+      if (n > 0) this.stats.flushes++;
+      await this.consumer?.commit(offsets);
+      this.stats.commits++;
+    });
+    flushing.catch(() => undefined); // handled: settle() rethrows it
+    this.flushing = flushing;
+  }
+
+  /** Wait for the write in flight, if any; throws its failure once. */
+  private async settle(): Promise<void> {
+    const f = this.flushing;
+    this.flushing = null;
+    await f;
+  }
+
+  /** Insert everything buffered, then commit the positions after everything polled. */
   async flushAndCommit(): Promise<void> {
+    await this.settle();
     const n = await this.writer.flush();
     this.stats.rows += n;
     if (n > 0) this.stats.flushes++;

@@ -1,21 +1,25 @@
 // Batched inserts into a trace store: rows are buffered per table and written when the batch is large enough
-// (rows or encoded bytes) or old enough. The sink commits log offsets only after flush() resolves, so a crash
-// between the two re-delivers rows that the ReplacingMergeTree tables then collapse.
+// (rows or encoded bytes) or old enough. The sink commits log offsets only after the flush holding their rows
+// resolves, so a crash between the two re-delivers rows that the ReplacingMergeTree tables then collapse.
 //
 // Rows are encoded (RowBinary, the store's codec for the table) as they are added rather than at flush: the
 // row's values are still in cache, the row objects die young instead of piling up for the garbage collector,
 // and a batch costs its encoded bytes in memory. Rows that arrive before the table's codec is known, tables
 // without a codec, and rows whose values fail to encode are kept as objects and go through insert(), which
 // reports a bad value with the column named (the rows then stay buffered, as with any failed flush).
+//
+// A flush takes what is queued at its start; rows added while it is in flight queue for the next one (into a
+// second buffer per table), so a caller may keep adding while the engine writes: flush() need not be awaited
+// at once. One flush runs at a time; a failed flush puts its rows back in front of the queue.
 import type { Row, TraceStore, TraceTable } from '../../core/traces/store.ts';
 import { RowBinaryBuffer, type TableCodec } from '../../core/traces/rowbinary.ts';
 
 export interface WriterOptions {
-  /** Flush when this many rows are buffered across tables (default 20,000). */
+  /** Flush when this many rows are queued across tables (default 20,000). */
   maxRows?: number;
-  /** Flush when the encoded rows buffered across tables reach this many bytes (default 64 MiB). */
+  /** Flush when the encoded rows queued across tables reach this many bytes (default 64 MiB). */
   maxBytes?: number;
-  /** Flush when the first buffered row is this old, ms (default 1,000). */
+  /** Flush when the first queued row is this old, ms (default 1,000). */
   maxDelayMs?: number;
 }
 
@@ -26,9 +30,20 @@ export interface WriterStats {
 }
 
 interface TableBatch {
-  /** Rows kept as objects (see the header), inserted before the encoded ones. */
+  /** Queued rows kept as objects (see the header), inserted before the encoded ones. */
   rows: Row[];
-  /** Rows encoded with `codec`. */
+  /** Queued rows encoded with `codec`. */
+  encoded: RowBinaryBuffer | null;
+  /** A written buffer kept for the next batch (buffers grow to a batch's size; reusing one skips that). */
+  spare: RowBinaryBuffer | null;
+  codec: TableCodec | null;
+}
+
+/** What one flush writes of one table. */
+interface Part {
+  table: TraceTable;
+  batch: TableBatch;
+  rows: Row[];
   encoded: RowBinaryBuffer | null;
   codec: TableCodec | null;
 }
@@ -38,7 +53,12 @@ export class TraceWriter {
   /** Each table's codec once the store answered (null: the table has none); absent while not asked or asked. */
   private readonly codecs = new Map<TraceTable, TableCodec | null>();
   private readonly asked = new Set<TraceTable>();
-  private buffered = 0;
+  /** Rows queued for the next flush. */
+  private queued = 0;
+  /** Encoded bytes queued for the next flush. */
+  private queuedBytes = 0;
+  /** Rows taken by the flush in flight. */
+  private writing = 0;
   private firstAt = 0;
   private inFlight: Promise<unknown> = Promise.resolve();
   readonly maxRows: number;
@@ -55,27 +75,31 @@ export class TraceWriter {
     this.maxDelayMs = options.maxDelayMs ?? 1_000;
   }
 
-  /** Rows buffered and not yet written. */
+  /** Rows added and not yet written (queued or in a flush). */
   get pending(): number {
-    return this.buffered;
+    return this.queued + this.writing;
   }
 
-  /** Encoded bytes buffered across tables. */
+  /** Encoded bytes queued across tables. */
   get pendingBytes(): number {
-    let n = 0;
-    for (const b of this.batches.values()) n += b.encoded?.bytes ?? 0;
-    return n;
+    return this.queuedBytes;
   }
 
   add(table: TraceTable, row: Row): void {
     let b = this.batches.get(table);
-    if (!b) this.batches.set(table, (b = { rows: [], encoded: null, codec: null }));
-    if (this.buffered === 0) this.firstAt = Date.now();
-    this.buffered++;
+    if (!b) this.batches.set(table, (b = { rows: [], encoded: null, spare: null, codec: null }));
+    if (this.queued === 0) this.firstAt = Date.now();
+    this.queued++;
     const codec = this.codecs.get(table);
     if (codec) {
       try {
-        codec.append((b.encoded ??= new RowBinaryBuffer()), row);
+        if (!b.encoded) {
+          b.encoded = b.spare ?? new RowBinaryBuffer();
+          b.spare = null;
+        }
+        const before = b.encoded.pos;
+        codec.append(b.encoded, row);
+        this.queuedBytes += b.encoded.pos - before;
         b.codec = codec;
         return;
       } catch {
@@ -112,14 +136,16 @@ export class TraceWriter {
     );
   }
 
-  /** Whether a flush is due now (size or age). */
+  /** Whether a flush of the queued rows is due now (size or age). */
   due(now = Date.now()): boolean {
-    return this.buffered >= this.maxRows || this.pendingBytes >= this.maxBytes || (this.buffered > 0 && now - this.firstAt >= this.maxDelayMs);
+    return this.queued >= this.maxRows || this.queuedBytes >= this.maxBytes || (this.queued > 0 && now - this.firstAt >= this.maxDelayMs);
   }
 
-  /** Write everything buffered; on failure the rows stay buffered for the next attempt. */
+  /**
+   * Write the rows queued now; resolves with their count once written. On failure they go back in front of
+   * the queue for the next attempt. Flushes run one at a time (a second starts when the first has settled).
+   */
   flush(): Promise<number> {
-    // One flush at a time: a second waits for the first, then writes what is left.
     const next = this.inFlight.then(
       () => this.flushNow(),
       () => this.flushNow(),
@@ -129,47 +155,76 @@ export class TraceWriter {
   }
 
   private async flushNow(): Promise<number> {
-    if (this.buffered === 0) return 0;
-    const startedAt = Date.now();
+    const parts = this.take();
+    if (parts.length === 0) return 0;
+    const rows = parts.reduce((n, p) => n + p.rows.length + (p.encoded?.rows ?? 0), 0);
     // Tables are independent: written concurrently (the server takes them in parallel; chDB queues them).
-    // What is written is fixed now; rows added meanwhile stay for the next flush.
-    const parts = [...this.batches].map(([table, b]) => ({ table, b, rows: b.rows.length, encodedRows: b.encoded?.rows ?? 0, bytes: b.encoded?.bytes ?? 0 }));
-    const results = await Promise.allSettled(
-      parts.map(async (p) => {
-        if (p.rows > 0) {
-          await this.store.insert(p.table, p.b.rows.slice(0, p.rows));
-          p.b.rows.splice(0, p.rows);
-          this.written(p.table, p.rows);
-        }
-        if (p.encodedRows > 0) {
-          await this.store.insertEncoded(p.b.codec!, p.b.encoded!.buf.subarray(0, p.bytes), p.encodedRows);
-          this.dropEncoded(p.b, p.bytes, p.encodedRows);
-          this.written(p.table, p.encodedRows);
-        }
-      }),
-    );
+    const results = await Promise.allSettled(parts.map((p) => this.write(p)));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
-    if (this.buffered > 0) this.firstAt = startedAt; // rows added during the flush are at most this old
     this.stats.flushes++;
-    return parts.reduce((n, p) => n + p.rows + p.encodedRows, 0);
+    return rows;
+  }
+
+  /** Everything queued becomes this flush's parts; the queue starts empty. */
+  private take(): Part[] {
+    const parts: Part[] = [];
+    for (const [table, b] of this.batches) {
+      if (b.rows.length === 0 && !b.encoded?.rows) continue;
+      parts.push({ table, batch: b, rows: b.rows, encoded: b.encoded?.rows ? b.encoded : null, codec: b.codec });
+      b.rows = [];
+      if (b.encoded?.rows) b.encoded = null;
+    }
+    this.writing += this.queued;
+    this.queued = 0;
+    this.queuedBytes = 0;
+    return parts;
+  }
+
+  private async write(p: Part): Promise<void> {
+    if (p.rows.length > 0) {
+      await this.failed(p, () => this.store.insert(p.table, p.rows));
+      this.written(p.table, p.rows.length);
+      p.rows = [];
+    }
+    if (p.encoded) {
+      const e = p.encoded;
+      await this.failed(p, () => this.store.insertEncoded(p.codec!, e.payload(), e.rows));
+      this.written(p.table, e.rows);
+      e.reset();
+      p.batch.spare ??= e;
+      p.encoded = null;
+    }
+  }
+
+  /** Runs a write; if it fails, what this part has not written yet goes back in front of the table's queue. */
+  private async failed(p: Part, run: () => Promise<void>): Promise<void> {
+    try {
+      await run();
+    } catch (err) {
+      const b = p.batch;
+      const back = p.rows.length + (p.encoded?.rows ?? 0);
+      b.rows = p.rows.concat(b.rows);
+      if (p.encoded) {
+        const later = b.encoded;
+        if (later?.rows) p.encoded.appendFrom(later);
+        this.queuedBytes += p.encoded.pos - (later?.pos ?? 0);
+        if (later) {
+          later.reset();
+          b.spare ??= later;
+        }
+        b.encoded = p.encoded;
+      }
+      if (this.queued === 0) this.firstAt = Date.now();
+      this.writing -= back;
+      this.queued += back;
+      throw err;
+    }
   }
 
   private written(table: TraceTable, n: number): void {
-    this.buffered -= n;
+    this.writing -= n;
     this.stats.rows += n;
     this.stats.byTable[table] = (this.stats.byTable[table] ?? 0) + n;
-  }
-
-  /** Forget the first `bytes` (`rows` rows) of a table's encoded rows, keeping any appended after them. */
-  private dropEncoded(b: TableBatch, bytes: number, rows: number): void {
-    const e = b.encoded!;
-    if (e.pos === bytes) {
-      e.reset();
-      return;
-    }
-    e.buf.copyWithin(0, bytes, e.pos);
-    e.pos -= bytes;
-    e.rows -= rows;
   }
 }

@@ -126,8 +126,10 @@ export class ChdbTraceStore implements TraceStore {
     // the engine reads with file(): no text parsing on either side, several times faster than JSONEachRow.
     // optimize_on_insert = 0: the engine would otherwise collapse duplicate keys within each inserted block
     // (ReplacingMergeTree) at about a third of the insert's CPU; reads use FINAL, and merges collapse them anyway.
+    // The file is read as plain String where the table has LowCardinality(String) (same bytes in RowBinary):
+    // building dictionaries while parsing and again for the table cost another third; the INSERT converts once.
     const names = codec.columns.map((c) => quoteIdent(c.name)).join(', ');
-    const structure = codec.columns.map((c) => `${quoteIdent(c.name)} ${c.type}`).join(', ');
+    const structure = codec.columns.map((c) => `${quoteIdent(c.name)} ${c.type.replace(/LowCardinality\((.*?)\)/g, '$1')}`).join(', ');
     const path = join(this.spool(), `${table}-${++this.spoolSeq}.bin`);
     await this.serial(async () => {
       try {

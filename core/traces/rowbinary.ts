@@ -52,6 +52,14 @@ export class RowBinaryBuffer {
     this.rows = 0;
   }
 
+  /** Appends another buffer's rows (encoded with the same codec). */
+  appendFrom(other: RowBinaryBuffer): void {
+    this.ensure(other.pos);
+    other.buf.copy(this.buf, this.pos, 0, other.pos);
+    this.pos += other.pos;
+    this.rows += other.rows;
+  }
+
   ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
     let size = this.buf.length * 2;
@@ -86,8 +94,8 @@ export class RowBinaryBuffer {
 
   string(s: string): void {
     const len = s.length;
-    if (len < 128) {
-      // Short ASCII (ids, names, roles): copied by hand, cheaper than a call into the UTF-8 encoder.
+    if (len <= 16) {
+      // Short ASCII (roles, names, splits): copied by hand, cheaper than a call into the UTF-8 encoder.
       this.ensure(1 + len);
       const buf = this.buf;
       const start = this.pos + 1;
@@ -102,6 +110,14 @@ export class RowBinaryBuffer {
         this.pos = start + len;
         return;
       }
+    }
+    if (len < 43) {
+      // At most 3 bytes per UTF-16 unit: under 128 bytes, so a 1-byte length goes in front, written after.
+      this.ensure(1 + 3 * len);
+      const n = this.buf.write(s, this.pos + 1, 3 * len, 'utf8');
+      this.buf[this.pos] = n;
+      this.pos += 1 + n;
+      return;
     }
     const n = Buffer.byteLength(s, 'utf8');
     this.ensure(10 + n);

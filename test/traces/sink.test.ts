@@ -66,3 +66,55 @@ test('sink: commits after insert, resumes, dead-letters poison, keeps offsets wh
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('sink: while a batch is being written the next is read, and offsets are committed only after their rows', { timeout: 60_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-sink-pipe-'));
+  const log = openEmbeddedLog({ dir, fsync: 'none' });
+  const registry = await EmbeddedRegistry.open(log);
+  const serde = await new EventSerde(registry).init();
+  const store = await targets()[0]!.open('sinkpipe');
+  try {
+    const { sent } = await recordRun(log, serde, { groups: 6, runId: 'p1' });
+    // Writes wait at a gate the test opens, so a write is in flight while the sink reads on.
+    let release: () => void = () => {};
+    let gate: Promise<void> | null = null;
+    let started = 0;
+    const slow = new Proxy(store, {
+      get: (t, p) =>
+        p === 'insert' || p === 'insertEncoded'
+          ? async (...args: unknown[]) => {
+              started++;
+              if (gate) await gate;
+              return (Reflect.get(t, p) as (...a: unknown[]) => Promise<void>).apply(t, args);
+            }
+          : Reflect.get(t, p),
+    }) as TraceStore;
+    const committed = async () => (await log.committed('pipe', TOPICS.rolloutEvents)).reduce((n, c) => n + Math.max(0, c.offset), 0);
+    const sink = new TraceSink({ log, store: slow, serde, groupId: 'pipe', maxRows: 25, pollRecords: 10 });
+    gate = new Promise((r) => (release = r));
+    while (started === 0) {
+      await sink.step();
+      await new Promise((r) => setImmediate(r));
+    }
+    const held = await committed();
+    // The first batch is held: reading goes on, but nothing past the rows being written is committed.
+    const read = sink.stats.records;
+    await sink.step();
+    assert.ok(sink.stats.records > read, 'the sink reads on while a batch is written');
+    assert.equal(await committed(), held, 'no commit before the batch in flight is written');
+    gate = null;
+    release();
+    await sink.drain();
+    await sink.stop();
+    assert.equal(sink.stats.records, sent);
+    assert.ok(sink.stats.flushes > 3, `several batches (${sink.stats.flushes})`);
+    assert.ok((await log.lag('pipe', TOPICS.rolloutEvents)).every((l) => l.lag === 0), 'everything committed in the end');
+    const n = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 'p1'")).rows[0]?.['n'];
+    assert.equal(n, 6 * 4 * 5, 'every turn written once');
+  } finally {
+    await store.close();
+    await registry.close();
+    await log.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
