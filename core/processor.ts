@@ -370,7 +370,7 @@ export class StreamProcessor {
       checkpoints.push({ key, value: Buffer.from(JSON.stringify(cp)), partition: 0 });
     }
 
-    await this.transact(async (tx) => {
+    await this.transact(touched, async (tx) => {
       for (const [topic, records] of outputs) await tx.send(topic, records);
       await sendDeadLetters(tx, this.opts.serde, this.opts.id, failures, this.opts.deadLetterTopic ?? TOPICS.deadLetter);
       if (checkpoints.length > 0) await tx.send(this.stateTopic, checkpoints);
@@ -398,10 +398,12 @@ export class StreamProcessor {
    * backoff, with a new producer: a failed Kafka transaction can leave kafkajs's producer unusable, and the new
    * one fences the old and has its open transaction aborted. Records of an aborted transaction are never seen
    * (consumers read committed), the consumer position and the handler state already reflect the batch, so the
-   * retried transaction commits exactly what the first would have. Other failures stop the processor: a
-   * restart resumes from the committed offsets.
+   * retried transaction commits exactly what the first would have. That holds only while this member still
+   * reads the batch's partitions from where the batch ended: after a rebalance (the session expired during an
+   * outage, the partitions moved or were rewound to the committed offsets) the batch would be read again, so
+   * the processor stops instead. Other failures stop it too: a restart resumes from the committed offsets.
    */
-  private async transact(fill: (tx: Transaction) => Promise<void>): Promise<void> {
+  private async transact(touched: { topic: string; partition: number }[], fill: (tx: Transaction) => Promise<void>): Promise<void> {
     const giveUpAt = Date.now() + this.opts.retryForMs;
     let fresh = false;
     for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
@@ -423,8 +425,9 @@ export class StreamProcessor {
         }
       } catch (err) {
         const retriable = isRlstreamError(err) && err.retriable;
-        if (!retriable || this.stopping || Date.now() + delay > giveUpAt) {
-          this.logger.error('transaction failed', { error: describeError(err) });
+        const moved = retriable ? this.movedSinceBatch(touched) : [];
+        if (!retriable || moved.length > 0 || this.stopping || Date.now() + delay > giveUpAt) {
+          this.logger.error('transaction failed', { error: describeError(err), ...(moved.length > 0 ? { reassignedOrRewound: moved } : {}) });
           throw err;
         }
         this.m.retried++;
@@ -433,6 +436,12 @@ export class StreamProcessor {
         fresh = true;
       }
     }
+  }
+
+  /** Partitions of the batch this consumer no longer reads from right after the batch (see transact). */
+  private movedSinceBatch(touched: { topic: string; partition: number }[]): string[] {
+    const positions = new Map(this.consumer!.assignment().map((a) => [tpKey(a.topic, a.partition), a.offset]));
+    return touched.map((t) => tpKey(t.topic, t.partition)).filter((key) => this.next.has(key) && positions.get(key) !== this.next.get(key)!.offset);
   }
 
   /** Partitions another member now owns: drop their state (that member restores it from the checkpoint). */

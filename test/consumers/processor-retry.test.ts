@@ -16,7 +16,7 @@ import type { RewardedTrajectory, TurnCompleted } from '../../schemas/generated/
 import { openTestKafkaLog, service } from '../kafka/services.ts';
 import { completed, newSerde, tempDir, trajectory } from './processor-fixtures.ts';
 
-type Fault = (op: 'sendOffsets' | 'commit') => RlstreamError | null;
+type Fault = (op: 'sendOffsets' | 'commit') => RlstreamError | null | Promise<RlstreamError | null>;
 
 /** The log itself, except that its producers' transactions first ask `fault` whether to fail an operation. */
 function withFault(log: EventLog, fault: Fault): { log: EventLog; producersOpened: () => number } {
@@ -24,12 +24,12 @@ function withFault(log: EventLog, fault: Fault): { log: EventLog; producersOpene
   const tx = (t: Transaction): Transaction => ({
     send: (topic, records) => t.send(topic, records),
     sendOffsets: async (group, offsets) => {
-      const e = fault('sendOffsets');
+      const e = await fault('sendOffsets');
       if (e) throw e;
       return t.sendOffsets(group, offsets);
     },
     commit: async () => {
-      const e = fault('commit');
+      const e = await fault('commit');
       if (e) throw e;
       return t.commit();
     },
@@ -124,6 +124,27 @@ test('a commit whose outcome is unknown (not retriable) stops the processor with
   assert.equal(p.metrics().retried, 0);
   assert.equal(await p.lag(), 8);
   assert.equal((await readAll<RewardedTrajectory>(base, serde, topics.output)).length, 0);
+  await base.close();
+});
+
+test('no retry once the batch\u2019s partitions moved to another member: the processor stops, committing nothing', { timeout: 30_000 }, async () => {
+  const serde = await newSerde();
+  const base = await openLog({ kind: 'embedded', dir: tempDir('retry') });
+  const topics = await setup(base, serde, 20);
+  const id = `retry-${topics.input}`;
+  let joined: Awaited<ReturnType<EventLog['consumer']>> | null = null;
+  const { log } = withFault(base, async (op) => {
+    if (op !== 'sendOffsets' || joined) return null;
+    // While the transaction fails (once), a second member joins the group and takes one of the two partitions.
+    joined = await base.consumer({ groupId: id, topics: [topics.input] });
+    return new RlstreamError('LOG_UNAVAILABLE', 'injected: coordinator busy', { retriable: true });
+  });
+  const p = new StreamProcessor({ id, log, serde, inputTopics: [topics.input], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.output }), maxBatchRecords: 20 });
+  await assert.rejects(p.run(), /injected: coordinator busy/);
+  assert.equal(p.metrics().retried, 0);
+  assert.equal((await readAll<RewardedTrajectory>(base, serde, topics.output)).length, 0);
+  assert.equal(await p.lag(), 20);
+  await joined!.close();
   await base.close();
 });
 
