@@ -19,6 +19,19 @@ export interface ColumnSpec {
   type: string;
 }
 
+/**
+ * Buffer's own UTF-8 writer, without Buffer.prototype.write's argument handling (which cost as much as the
+ * copy for the ids and texts here). Not part of Node's documented API, so write() stands in if it is gone.
+ */
+type Utf8Write = (this: Buffer, s: string, offset: number, maxLength: number) => number;
+const nodeUtf8Write = (Buffer.prototype as unknown as { utf8Write?: Utf8Write }).utf8Write;
+const utf8Write: Utf8Write =
+  typeof nodeUtf8Write === 'function'
+    ? nodeUtf8Write
+    : function (this: Buffer, s: string, offset: number, maxLength: number) {
+        return this.write(s, offset, maxLength, 'utf8');
+      };
+
 const TWO_32 = 4294967296;
 const TWO_63 = 9223372036854775808;
 
@@ -114,7 +127,7 @@ export class RowBinaryBuffer {
     if (len < 43) {
       // At most 3 bytes per UTF-16 unit: under 128 bytes, so a 1-byte length goes in front, written after.
       this.ensure(1 + 3 * len);
-      const n = this.buf.write(s, this.pos + 1, 3 * len, 'utf8');
+      const n = utf8Write.call(this.buf, s, this.pos + 1, 3 * len);
       this.buf[this.pos] = n;
       this.pos += 1 + n;
       return;
@@ -122,7 +135,7 @@ export class RowBinaryBuffer {
     const n = Buffer.byteLength(s, 'utf8');
     this.ensure(10 + n);
     this.varuint(n);
-    this.pos += this.buf.write(s, this.pos, n, 'utf8');
+    this.pos += utf8Write.call(this.buf, s, this.pos, n);
   }
 }
 

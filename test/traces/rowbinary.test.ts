@@ -21,6 +21,9 @@ function rowsByTable(): Map<TraceTable, Row[]> {
   const turn = { ...by.get('turns')![0]! };
   add('turns', { ...turn, turn_index: 900, text: 'é ✓ 𝄞 \t\n\\ "quoted" ' + 'x'.repeat(5000), logprobs: [-0.5, -0, 2.5, 1e-40], token_ids: [0, 4294967295, 7, 1], loss_mask: [0, 1, 1, 0], tool_call_parse_error: null, latency_ms: 0.125 });
   add('turns', { ...turn, turn_index: 901, token_ids: [], logprobs: [], loss_mask: [], tool_call_ids: [], tool_call_names: [], tool_call_arguments: [], tool_call_parse_error: '' });
+  // Strings at the encoder's length boundaries (hand copy up to 16 UTF-16 units, 1-byte length below 43), multibyte.
+  const sizes = ['a'.repeat(16), 'a'.repeat(15) + 'é', 'é'.repeat(17), 'é'.repeat(42), '🙂'.repeat(21), 'x'.repeat(42) + '✓', 'ü'.repeat(64), 'y'.repeat(127) + 'ß'];
+  add('turns', { ...turn, turn_index: 902, tool_call_ids: sizes, tool_call_names: sizes.map((x) => x.slice(0, 20)), tool_call_arguments: [], text: sizes.join('|') });
   add('dead_letters', deadLetterRow('c', 'topic', 1, 2 ** 40, 'SERDE_DECODE', 'bad', null, Buffer.from([0, 1, 2]), 'dl-1', Math.floor(Date.now() / 1000) * 1000 - 789));
   return by;
 }
