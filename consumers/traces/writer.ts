@@ -15,7 +15,10 @@ import type { Row, TraceStore, TraceTable } from '../../core/traces/store.ts';
 import { RowBinaryBuffer, type TableCodec } from '../../core/traces/rowbinary.ts';
 
 export interface WriterOptions {
-  /** Flush when this many rows are queued across tables (default 20,000). */
+  /**
+   * Flush when this many rows are queued across tables (default 100,000: each flush makes one part per table,
+   * and the engine merges parts again later, so during catch-up larger batches cost less; maxBytes bounds them).
+   */
   maxRows?: number;
   /** Flush when the encoded rows queued across tables reach this many bytes (default 64 MiB). */
   maxBytes?: number;
@@ -70,7 +73,7 @@ export class TraceWriter {
     private readonly store: TraceStore,
     options: WriterOptions = {},
   ) {
-    this.maxRows = options.maxRows ?? 20_000;
+    this.maxRows = options.maxRows ?? 100_000;
     this.maxBytes = options.maxBytes ?? 64 << 20;
     this.maxDelayMs = options.maxDelayMs ?? 1_000;
   }
