@@ -7,6 +7,7 @@
 // compilation; the timed pass then covers every record from the first poll to the last commit. Besides
 // wall-clock throughput, the CPU time of the process per trajectory is reported: on a shared machine wall
 // time also counts other processes' load, CPU time much less so.
+import { rmSync } from 'node:fs';
 import { newId } from '../core/ids.ts';
 import { openLog, type LogConfig } from '../core/log/open.ts';
 import type { EventLog } from '../core/log/types.ts';
@@ -147,7 +148,9 @@ export async function main(args: string[]): Promise<unknown> {
   const serde = await serdeCost();
   console.log(`serde per trajectory (${TOKENS} tokens, ${serde.bytesPerTrajectory} bytes; best of 10 rounds after warm-up): decode ${serde.decodeTrajectoryCompletedUs!.toFixed(1)} µs, encode Rewarded ${serde.encodeRewardedUs!.toFixed(1)} µs, encode Advantaged ${serde.encodeAdvantagedUs!.toFixed(1)} µs`);
   console.log(`→ serde alone caps the reward consumer near ${Math.round(1e6 / (serde.decodeTrajectoryCompletedUs! + serde.encodeRewardedUs!))} traj/s on one core`);
-  const rows = await benchLog('embedded', { kind: 'embedded', dir: tempDir('bench'), fsync: 'transaction' }, groups);
+  const dir = tempDir('bench');
+  // Two passes write ~350 MB: the directory goes once measured.
+  const rows = await benchLog('embedded', { kind: 'embedded', dir, fsync: 'transaction' }, groups).finally(() => rmSync(dir, { recursive: true, force: true }));
   const brokers = process.env['KAFKA_BROKERS'];
   if (brokers) rows.push(...(await benchLog('kafka', { kind: 'kafka', brokers: brokers.split(',') }, Math.min(groups, 125))));
   else console.log('KAFKA_BROKERS is not set: Kafka rows skipped');
