@@ -65,13 +65,17 @@ export interface ReadEvent {
 }
 
 /** Every record of a topic, decoded, in offset order per partition. */
-export async function readTopic(t: TestLog, topic: string, expected: number, timeoutMs = 10_000): Promise<ReadEvent[]> {
+/** Reads until `expected` events that `keep` accepts have arrived (a shared broker's topic holds other tests' events too). */
+export async function readTopic(t: TestLog, topic: string, expected: number, timeoutMs = 10_000, keep: (e: ReadEvent) => boolean = () => true): Promise<ReadEvent[]> {
   const consumer = await t.log.consumer({ groupId: `reader-${Math.random()}`, topics: [topic], fromBeginning: true });
   const out: ReadEvent[] = [];
   const deadline = Date.now() + timeoutMs;
   try {
     while (out.length < expected && Date.now() < deadline) {
-      for (const record of await consumer.poll({ timeoutMs: 200, maxRecords: 10_000 })) out.push({ record, event: await t.serde.decode(record.value) });
+      for (const record of await consumer.poll({ timeoutMs: 200, maxRecords: 10_000 })) {
+        const e = { record, event: await t.serde.decode(record.value) };
+        if (keep(e)) out.push(e);
+      }
     }
   } finally {
     await consumer.close();

@@ -61,7 +61,8 @@ async function checkGsm8kRun(t: TestLog, runId: string): Promise<void> {
   const { backend, snap } = await runGsm8k(t, { tokenization_check: 'ignore_strippable', tokenization_check_every: 1 }, runId);
   assert.equal(snap.trajectoriesCompleted, records.length * 2);
   assert.equal(snap.eventsFailed, 0);
-  const all = (await readTopic(t, TOPICS.rolloutEvents, snap.eventsPublished)).filter((e) => (e.event.value as { run_id?: string; trajectory?: { run_id: string } }).run_id === runId || (e.event.value as { trajectory?: { run_id: string } }).trajectory?.run_id === runId);
+  const ofRun = (e: ReadEvent) => (e.event.value as { run_id?: string; trajectory?: { run_id: string } }).run_id === runId || (e.event.value as { trajectory?: { run_id: string } }).trajectory?.run_id === runId;
+  const all = await readTopic(t, TOPICS.rolloutEvents, snap.eventsPublished, 20_000, ofRun);
   assert.equal(all.length, snap.eventsPublished);
 
   const groups = new Map<string, Set<number>>();
