@@ -8,8 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, collectRun, collectStarted, consumedIds, stuck } from './audit.ts';
-import { withPrivateRun } from './scenario.ts';
+import { auditRun, collectRun, consumedIds, stuck } from './audit.ts';
+import { drainRun, withPrivateRun } from './scenario.ts';
 import { openRunLog, progress } from './harness.ts';
 
 const registry = service('SCHEMA_REGISTRY_URL', 'Kafka broker restart mid-run');
@@ -34,17 +34,7 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       const outage = (Date.now() - tDown) / 1000;
       log = s.log = await openRunLog(broker.brokers);
 
-      sup.finishing = true;
-      const done = await sup.waitDone('rollout', 60_000);
-      let consumed = 0;
-      let started = 0;
-      const drainBy = Date.now() + 45_000;
-      while (Date.now() < drainBy) {
-        started = (await collectStarted(log, serde, run.runId).catch(() => new Set())).size;
-        consumed = new Set(await consumedIds(log, serde, run.runId).catch(() => [])).size;
-        if (done && consumed >= started) break;
-        await sleep(1500);
-      }
+      const { rolloutDone: done, started, consumed } = await drainRun(s, serde, 45_000);
       const end = await progress(log, run.runId).catch(() => null);
       const trainerTail = sup.procs.get('trainer')?.output.slice(-1500) ?? '';
       await sup.stopAll();

@@ -9,8 +9,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, collectRun, collectStarted, consumedIds, stuck, stuckDetail, traceDuplicates } from './audit.ts';
-import { withPrivateRun } from './scenario.ts';
+import { auditRun, collectRun, stuck, stuckDetail, traceDuplicates } from './audit.ts';
+import { drainRun, withPrivateRun } from './scenario.ts';
 import { progress, ROLES, type Role } from './harness.ts';
 
 const KILLS = 30;
@@ -48,24 +48,11 @@ if (registry && clickhouseUrl) {
       }
       const killSecs = (Date.now() - tKills) / 1000;
       const mid = await progress(log, run.runId).catch(() => null);
-      sup.finishing = true;
-      // Drain: the last rollout life finishes the dataset; the trainer consumes until every started trajectory
-      // is in a committed step (or the time is up: the audit then says what is missing).
+      // Drain: the last rollout life finishes the dataset; the trainer consumes every started trajectory.
       const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
       const note = (what: string) => process.stderr.write(`# chaos ${((Date.now() - t0) / 1000).toFixed(0)}s: ${what}\n`);
       note(`kills done ${JSON.stringify(mid)}`);
-      const rolloutDone = await sup.waitDone('rollout', 60_000);
-      note(`rollout done: ${rolloutDone}`);
-      const drainBy = Date.now() + 60_000;
-      let consumed = 0;
-      let started = 0;
-      while (Date.now() < drainBy) {
-        started = (await collectStarted(log, serde, run.runId)).size;
-        consumed = new Set(await consumedIds(log, serde, run.runId)).size;
-        if (rolloutDone && consumed >= started) break;
-        note(`consumed ${consumed} of ${started} started; ${JSON.stringify(await progress(log, run.runId).catch(() => null))}`);
-        await sleep(2000);
-      }
+      const { rolloutDone, started, consumed } = await drainRun(s, serde, 60_000, async (d) => void note(`rollout done: ${d.rolloutDone}; consumed ${d.consumed} of ${d.started} started; ${JSON.stringify(await progress(log, run.runId).catch(() => null))}`));
       const p = await progress(log, run.runId).catch(() => null);
       // The trace sink catches up on every topic it reads.
       const sinkBy = Date.now() + 40_000;

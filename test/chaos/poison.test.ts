@@ -11,8 +11,8 @@ import { openRegistryFor } from '../../core/serde/open.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { RewardedTrajectory, TrajectoryCompleted } from '../../schemas/generated/types.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, clickhouse, collectRun, collectStarted, consumedIds, readTopic } from './audit.ts';
-import { withPrivateRun } from './scenario.ts';
+import { auditRun, clickhouse, collectRun, readTopic } from './audit.ts';
+import { drainRun, withPrivateRun } from './scenario.ts';
 
 const registry = service('SCHEMA_REGISTRY_URL', 'poison records mid-run');
 const clickhouseUrl = registry ? service('CLICKHOUSE_URL', 'poison records mid-run') : null;
@@ -57,17 +57,7 @@ if (registry && clickhouseUrl) {
       await producer.close();
 
       // The run completes: the dataset is done and every started trajectory is in a committed step.
-      sup.finishing = true;
-      const done = await sup.waitDone('rollout', 60_000);
-      let consumed = 0;
-      let started = 0;
-      const drainBy = Date.now() + 45_000;
-      while (Date.now() < drainBy) {
-        started = (await collectStarted(log, serde, run.runId)).size;
-        consumed = new Set(await consumedIds(log, serde, run.runId)).size;
-        if (done && consumed >= started) break;
-        await sleep(1500);
-      }
+      const { rolloutDone: done, started, consumed } = await drainRun(s, serde, 45_000);
       // The trace sink catches up on the dead letters.
       const sinkBy = Date.now() + 20_000;
       while (Date.now() < sinkBy && (await log.lag(`${run.runId}.traces`, TOPICS.deadLetter).catch(() => [{ lag: 1 }])).reduce((n, l) => n + l.lag, 0) > 0) await sleep(500);

@@ -6,7 +6,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventLog } from '../../core/log/types.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import { collectStarted, consumedIds } from './audit.ts';
 import { PrivateBroker } from './broker.ts';
 import { newRun, openRunLog, Supervisor, type RunSetup } from './harness.ts';
 
@@ -36,4 +39,27 @@ export async function withPrivateRun(t: TestContext, name: string, overrides: Re
     rmSync(dir, { recursive: true, force: true });
     rmSync(s.run.dir, { recursive: true, force: true });
   }
+}
+
+export interface Drained {
+  rolloutDone: boolean;
+  started: number;
+  consumed: number;
+}
+
+/** The run's end: the rollout worker finishes its dataset, then the trainer consumes until every started
+ * trajectory is in a committed step or `drainMs` passes (the audit then says what is missing). */
+export async function drainRun(s: Scenario, serde: EventSerde, drainMs: number, onWait: (d: Drained) => Promise<void> | void = () => {}): Promise<Drained> {
+  s.sup.finishing = true;
+  const d: Drained = { rolloutDone: await s.sup.waitDone('rollout', 60_000), started: 0, consumed: 0 };
+  const by = Date.now() + drainMs;
+  while (Date.now() < by) {
+    // Reads can fail while the broker is settling (after a restart); the next round tries again.
+    d.started = (await collectStarted(s.log, serde, s.run.runId).catch(() => new Set())).size;
+    d.consumed = new Set(await consumedIds(s.log, serde, s.run.runId).catch(() => [])).size;
+    if (d.rolloutDone && d.consumed >= d.started) break;
+    await onWait(d);
+    await sleep(1500);
+  }
+  return d;
 }
