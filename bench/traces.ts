@@ -79,6 +79,9 @@ async function benchTarget(spec: string, turnsWanted: number, tokens: number, ba
           flushing.catch(() => undefined); // thrown by the await above
         }
       }
+      // The sink awaits its next poll here: the event loop turns, so a flush in flight moves on to its next
+      // table's INSERT (a loop that never yields would leave the engine idle until it awaits that flush).
+      await new Promise<void>((resolve) => setImmediate(resolve));
       if (done) {
         await flushing;
         await writer.flush();
