@@ -11,7 +11,7 @@
 //           logprobs        float [batch, vocab]  (mode 'last': log_softmax(logits), T = 1)
 //                           or [batch, seq, vocab] (mode 'all': every position, for scoring and parity tests)
 //           new_key_values.N.key / .value  float [batch, kv_heads, seq, head_dim]  (only the new tokens' K/V)
-//           new_key_values  float [batch, layers * 2 * kv_heads, head_dim]  (mode 'decode' instead of the above:
+//           new_key_values  float [batch, layers * 2 * kv_heads, 1, head_dim]  (mode 'decode' instead of the above:
 //                           the one new token's K and V of every layer in one output, fewer tensors to fetch)
 // Attention is split into a part over the cache and a part over the new tokens, joined only at the scores
 // (one softmax over both). The graph never concatenates past and new K/V: the cache stays in buffers the
@@ -21,8 +21,10 @@
 // Mode 'decode' is the same model for exactly one new token per row (seq = 1, no new_bias: the token attends
 // to itself): its new-token attention is elementwise instead of B×kv_heads tiny matrix products, and heads
 // are split by Reshape instead of Transpose. The engine runs it for every decode step.
-// Per layer, q, k and v come from one MatMul, rotary embeddings need no Slice/Concat (see qkvWeights), and
-// gate/up are one MatMul: fewer nodes, as per-node overhead is most of a one-sequence step.
+// Per layer, q and k come from one MatMul and v from another, rotary embeddings need no Slice/Concat (see
+// qkWeights), and gate and up are two MatMuls: one product per output that is used apart, because a Split
+// after a joint product copies its whole output (at batch 64 the Splits took ~11% of a prefill), while a
+// node more or less costs the same as the Split it replaces in a one-sequence step.
 // The additive biases instead of HF's 0/1 mask let the engine describe any layout (left padding, unused
 // capacity, holes left by merged batches, causal prefill) with no mask logic in the graph.
 import type { TensorMap } from '../../core/weights/safetensors.ts';
@@ -48,7 +50,7 @@ export function newKeyName(layer: number): string {
 export function newValueName(layer: number): string {
   return `new_key_values.${layer}.value`;
 }
-/** Mode 'decode': every layer's new K and V in one output, [batch, layers * 2 * kv_heads, head_dim]. */
+/** Mode 'decode': every layer's new K and V in one output, [batch, layers * 2 * kv_heads, 1, head_dim]. */
 export const NEW_KV_COLUMN = 'new_key_values';
 
 /**
@@ -102,42 +104,32 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
     return g.op('Mul', [normed, g.weight(weightName, [E], w(weightName))]);
   };
 
-  // One MatMul per layer computes q, k and v (in this order, `heads` heads of D), with the 1/sqrt(D) attention
+  // One MatMul per layer computes q and k (in this order, `ropeHeads` heads of D), with the 1/sqrt(D) attention
   // scale folded into the q columns. rope(x) = x * cos + swap_halves(x) * sinSigned; swap_halves is one small
   // MatMul by a 0/1 permutation matrix (exact), so rotating q and k together takes no Slice/Concat.
   const ropeHeads = H + KVH;
-  const heads = ropeHeads + KVH;
   const scale = 1 / Math.sqrt(D);
-  const qkvWeights = (p: string): { wt: Float32Array; bias: Float32Array | null } => {
-    const cols = heads * D;
+  // Projections stacked column-wise into one [E, sum of outDims] weight (and bias, when the model has them).
+  const stacked = (p: string, blocks: [string, number, number][]): { wt: Float32Array; bias: Float32Array | null } => {
+    const cols = blocks.reduce((n, [, outDim]) => n + outDim, 0);
     const wt = new Float32Array(E * cols);
-    const bq = weights.get(p + 'self_attn.q_proj.bias')?.data;
-    const bk = weights.get(p + 'self_attn.k_proj.bias')?.data;
-    const bv = weights.get(p + 'self_attn.v_proj.bias')?.data;
-    const bias = c.attentionBias && bq && bk && bv ? new Float32Array(cols) : null;
-    const blocks: [Float32Array, Float32Array | undefined, number, number][] = [
-      [w(p + 'self_attn.q_proj.weight'), bq, H * D, scale],
-      [w(p + 'self_attn.k_proj.weight'), bk, KVH * D, 1],
-      [w(p + 'self_attn.v_proj.weight'), bv, KVH * D, 1],
-    ];
+    const biases = blocks.map(([name]) => weights.get(p + name + '.bias')?.data);
+    const bias = c.attentionBias && biases.every((b) => b) ? new Float32Array(cols) : null;
     let col = 0;
-    for (const [mat, b, outDim, s] of blocks) {
-      putTransposed(wt, cols, col, mat, outDim, E);
-      if (s !== 1) for (let i = 0; i < E; i++) for (let o = 0; o < outDim; o++) wt[i * cols + col + o]! *= s;
-      if (bias && b) for (let o = 0; o < outDim; o++) bias[col + o] = b[o]! * s;
+    blocks.forEach(([name, outDim, s], i) => {
+      putTransposed(wt, cols, col, w(p + name + '.weight'), outDim, E);
+      if (s !== 1) for (let r = 0; r < E; r++) for (let o = 0; o < outDim; o++) wt[r * cols + col + o]! *= s;
+      if (bias) for (let o = 0; o < outDim; o++) bias[col + o] = biases[i]![o]! * s;
       col += outDim;
-    }
+    });
     return { wt, bias };
+  };
+  const projection = (x: string, name: string, outDim: number, parts: { wt: Float32Array; bias: Float32Array | null }): string => {
+    const y = g.op('MatMul', [x, g.weight(name + '.T', [E, outDim], parts.wt)]);
+    return parts.bias ? g.op('Add', [y, g.weight(name + '.bias', [outDim], parts.bias)]) : y;
   };
   const swapMatrix = new Float32Array(D * D);
   for (let i = 0; i < D; i++) swapMatrix[i * D + ((i + D / 2) % D)] = 1; // row i → column i ± D/2
-  // gate and up in one MatMul, split after.
-  const gateUpWeights = (p: string): Float32Array => {
-    const wt = new Float32Array(E * 2 * I);
-    putTransposed(wt, 2 * I, 0, w(p + 'mlp.gate_proj.weight'), I, E);
-    putTransposed(wt, 2 * I, I, w(p + 'mlp.up_proj.weight'), I, E);
-    return wt;
-  };
   const linear = (x: string, name: string, outDim: number, inDim: number): string => {
     const wt = new Float32Array(inDim * outDim);
     putTransposed(wt, outDim, 0, w(name), outDim, inDim);
@@ -168,7 +160,6 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
   const newBiasG = decode ? '' : tileG(newBias);
   const keysT = (k: string) => g.op('Transpose', [k], { perm: [0, 1, 3, 2] });
   let splitPastNew = '';
-  const headSplit = g.ints([ropeHeads, KVH]);
   const swapHalvesW = g.weight('rope.swap_halves', [D, D], swapMatrix);
   const qkSplit = g.ints([H, KVH]);
 
@@ -186,18 +177,17 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
       splitPastNew = g.op('Concat', [pastLen, decode ? g.ints([1]) : g.op('Shape', [ids], { start: 1, end: 2 })], { axis: 0 });
     }
     const h = rmsNorm(x, p + 'input_layernorm.weight');
-    const { wt, bias } = qkvWeights(p);
-    let proj = g.op('MatMul', [h, g.weight(p + 'qkv.T', [E, heads * D], wt)]);
-    if (bias) proj = g.op('Add', [proj, g.weight(p + 'qkv.bias', [heads * D], bias)]);
+    const projQk = projection(h, p + 'qk', ropeHeads * D, stacked(p, [['self_attn.q_proj', H * D, scale], ['self_attn.k_proj', KVH * D, 1]]));
+    const projV = projection(h, p + 'v', KVH * D, stacked(p, [['self_attn.v_proj', KVH * D, 1]]));
     // Heads-first: [B, heads, D] in decode (S = 1), [B, heads, S, D] otherwise.
-    const byHead = decode ? g.op('Reshape', [proj, g.ints([0, heads, D])]) : g.op('Transpose', [g.op('Reshape', [proj, g.ints([0, 0, heads, D])])], { perm: [0, 2, 1, 3] });
-    const [qk, v] = g.ops('Split', [byHead, headSplit], { axis: 1 }, [`qk_${l}`, newValueName(l)]) as [string, string];
+    const byHead = (x: string, n: number, out?: string) => (decode ? g.op('Reshape', [x, g.ints([0, n, D])], {}, out) : g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, n, D])])], { perm: [0, 2, 1, 3] }, out));
+    const qk = byHead(projQk, ropeHeads);
     const rotated = g.op('Add', [g.op('Mul', [qk, cosB]), g.op('Mul', [g.op('MatMul', [qk, swapHalvesW]), sinB])]);
     const [q, k] = g.ops('Split', [rotated, qkSplit], { axis: 1 }, [`q_${l}`, newKeyName(l)]) as [string, string];
     // Decode: K/V are [B, KVH, D] here (one token per row), reshaped for attention and concatenated for output.
     const k4 = decode ? g.op('Reshape', [k, g.ints([0, KVH, 1, D])]) : k;
-    const v4 = decode ? g.op('Reshape', [v, g.ints([0, KVH, 1, D])]) : v;
-    if (decode) freshColumn.push(k, v);
+    const v4 = decode ? g.op('Reshape', [projV, g.ints([0, KVH, 1, D])]) : byHead(projV, KVH, newValueName(l));
+    if (decode) freshColumn.push(k4, v4);
     else {
       g.output(newKeyName(l), ['batch', KVH, S, D]);
       g.output(newValueName(l), ['batch', KVH, S, D]);
@@ -215,14 +205,14 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
       : g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [ctx, g.ints([0, H, -1, D])])], { perm: [0, 2, 1, 3] }), g.ints([0, 0, H * D])]);
     x = g.op('Add', [x, linear(merged, p + 'self_attn.o_proj.weight', E, H * D)]);
     const h2 = rmsNorm(x, p + 'post_attention_layernorm.weight');
-    const gateUp = g.op('MatMul', [h2, g.weight(p + 'mlp.gate_up.T', [E, 2 * I], gateUpWeights(p))]);
-    const [gate, up] = g.ops('Split', [gateUp, g.ints([I, I])], { axis: -1 }, [`gate_${l}`, `up_${l}`]) as [string, string];
+    const gate = linear(h2, p + 'mlp.gate_proj.weight', I, E);
+    const up = linear(h2, p + 'mlp.up_proj.weight', I, E);
     const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up]);
     x = g.op('Add', [x, linear(act, p + 'mlp.down_proj.weight', E, I)]);
   }
   if (decode) {
     g.op('Concat', freshColumn, { axis: 1 }, NEW_KV_COLUMN);
-    g.output(NEW_KV_COLUMN, ['batch', c.numLayers * 2 * KVH, D]);
+    g.output(NEW_KV_COLUMN, ['batch', c.numLayers * 2 * KVH, 1, D]);
   }
   if (mode === 'last') x = g.op('Slice', [x, g.ints([-1]), g.ints([INT64_MAX]), g.ints([1])]);
   const normed = rmsNorm(x, 'model.norm.weight');
