@@ -74,6 +74,16 @@ for (const target of targets()) {
       assert.deepEqual(rows, all.map((m) => ({ version: m.version, dialect: store.dialect })));
       const cols = (await store.query(`SELECT name FROM system.columns WHERE database = ${quoteString(store.database)} AND table = 'train_steps'`)).rows.map((r) => r['name']);
       assert.ok(cols.includes('dropped_trajectory_ids'), 'migration 0002 added dropped_trajectory_ids');
+      if (store.dialect === 'current') {
+        const codecs = await store.query(
+          `SELECT table, name, compression_codec AS codec FROM system.columns WHERE database = ${quoteString(store.database)} AND ((table = 'turns' AND name = 'token_ids') OR (table = 'trajectories' AND name = 'response_ids') OR (table = 'advantages' AND name = 'advantages')) ORDER BY table`,
+        );
+        // 0003 moved the busiest tables' big columns to LZ4 and left the others on ZSTD.
+        assert.deepEqual(
+          codecs.rows.map((r) => `${r['table']}.${r['name']} ${r['codec']}`),
+          ['advantages.advantages CODEC(ZSTD(1))', 'trajectories.response_ids CODEC(LZ4)', 'turns.token_ids CODEC(LZ4)'],
+        );
+      }
       const tables = (await store.query(`SELECT name FROM system.tables WHERE database = ${quoteString(store.database)} ORDER BY name`)).rows.map((r) => r['name']);
       for (const t of TRACE_TABLES) assert.ok(tables.includes(t), `table ${t} exists`);
       if (target.name === 'server') assert.equal(store.dialect, /^18\./.test(String((await store.query('SELECT version() AS v')).rows[0]?.['v'])) ? 'compat-18' : 'current');

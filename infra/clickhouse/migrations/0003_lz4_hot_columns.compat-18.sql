@@ -1,0 +1,2 @@
+-- ClickHouse 18.16 has no column codecs: its parts use the server's default compression (LZ4) already.
+-- Nothing to change; the version is recorded so both dialects stay numbered alike.
