@@ -301,6 +301,12 @@ export class StreamProcessor {
     if (h.handleBatch && inputs.length > 0) await h.handleBatch(inputs, ctx);
     if (h.tick) await h.tick(ctx);
 
+    // After its last record a Kafka partition may hold transaction markers the consumer has already passed:
+    // committing that position (not last record + 1) is what lets the group's lag reach 0.
+    for (const a of this.consumer!.assignment()) {
+      const next = this.next.get(tpKey(a.topic, a.partition));
+      if (next && dirty.has(tpKey(a.topic, a.partition)) && a.offset > next.offset) next.offset = a.offset;
+    }
     if (dirty.size === 0 && outputs.size === 0 && failures.length === 0) return;
     await this.commit(outputs, failures, [...dirty.values()]);
   }
@@ -501,21 +507,20 @@ export async function readCheckpoints(log: EventLog, stateTopic: string, keys: S
       const from = Math.max(p0.low, p0.high - window);
       await consumer.seek(stateTopic, 0, from);
       const latest = new Map<string, { offset: number; cp: Checkpoint }>();
-      let empty = 0;
-      while (empty < 2) {
-        const batch = await consumer.poll({ maxRecords: 1000, timeoutMs: 150 });
-        if (batch.length === 0) {
-          empty++;
-          continue;
-        }
-        empty = 0;
-        for (const r of batch) {
+      // Read to the end listed before the restore (positions pass the transaction markers that end it on Kafka),
+      // never "until polls come back empty": right after a broker restart fetches stall for seconds, and a
+      // restore that stopped early took an older checkpoint, whose ranges marked records finished that the
+      // newer one still held (a GRPO group was then never completed).
+      const position = () => consumer.assignment().find((a) => a.topic === stateTopic && a.partition === 0)?.offset ?? from;
+      const deadline = Date.now() + 60_000;
+      while (position() < p0.high) {
+        if (Date.now() > deadline) throw new RlstreamError('LOG_UNAVAILABLE', `state topic ${stateTopic} was not read to its end (${position()} of ${p0.high}) within 60 s`, { retriable: true });
+        for (const r of await consumer.poll({ maxRecords: 1000, timeoutMs: 150 })) {
           const k = r.key?.toString('utf8');
           if (k === undefined || !keys.has(k)) continue;
           const prev = latest.get(k);
           if (!prev || prev.offset < r.offset) latest.set(k, { offset: r.offset, cp: JSON.parse(r.value.toString('utf8')) as Checkpoint });
         }
-        if (batch[batch.length - 1]!.offset >= p0.high - 1) break;
       }
       for (const [k, v] of latest) found.set(k, v.cp);
       if (found.size === keys.size || from === p0.low) return found;

@@ -49,6 +49,8 @@ export interface TrainerCounters {
 }
 
 const GROUP_ID = 'trainer';
+/** How long a restart may take to read the run's steps and versions back before it gives up (retriable). */
+const RESTORE_TIMEOUT_MS = 120_000;
 
 export class Trainer {
   private model!: Model;
@@ -118,32 +120,27 @@ export class Trainer {
       const c = await this.deps.log.consumer({ groupId: `${this.deps.runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
       const ends = await this.deps.log.offsets(topic);
       const target = new Map(ends.filter((p) => p.high > p.low).map((p) => [p.partition, p.high]));
-      const seen = new Map<number, number>();
-      // Having read every offset below high is the end. On Kafka the last offset of a transactional partition is
-      // a commit marker, never returned: there the end is a run of empty polls once the consumer holds its
-      // partitions (it joins its group in the background: stopping at the first empty poll read nothing after
-      // a restart, so the trainer started again from step 0 and republished version 0). Stopping at high - 1
-      // instead would miss the last record on the embedded log, whose offsets are dense.
-      const done = () => [...target].every(([p, h]) => (seen.get(p) ?? 0) >= h);
-      const assignedBy = Date.now() + 60_000;
-      let idle = 0;
-      while (!done() && target.size > 0) {
-        const recs = await c.poll({ maxRecords: 1000, timeoutMs: 200 });
-        if (recs.length === 0) {
-          const assigned = c.assignment().filter((a) => a.topic === topic).length >= target.size;
-          if (!assigned && Date.now() > assignedBy) throw new RlstreamError('LOG_UNAVAILABLE', `trainer restore: ${topic} was not assigned within 60 s`, { retriable: true });
-          if (assigned && ++idle >= 10) break; // an aborted transaction at the tail: its records are never returned
-          continue;
+      // The end is every partition's position at its high offset (as listed for committed reads). Positions
+      // pass the commit markers a transactional partition ends with, so this holds on Kafka as on the embedded
+      // log. Not "a run of empty polls": right after a broker restart fetches stall for seconds, and a restore
+      // that stopped early resumed from an older step while the offsets of the newer one were committed (or
+      // about to be), training on the same samples twice.
+      const position = (p: number) => c.assignment().find((a) => a.topic === topic && a.partition === p)?.offset ?? 0;
+      const done = () => [...target].every(([p, h]) => position(p) >= h);
+      const deadline = Date.now() + RESTORE_TIMEOUT_MS;
+      while (!done()) {
+        if (Date.now() > deadline) {
+          await c.close();
+          throw new RlstreamError('LOG_UNAVAILABLE', `trainer restore: ${topic} was not read to its end (${JSON.stringify([...target].map(([p, h]) => [p, position(p), h]))} as [partition, position, end]) within ${RESTORE_TIMEOUT_MS / 1000} s`, { retriable: true });
         }
-        idle = 0;
-        for (const r of recs) {
-          seen.set(r.partition, r.offset + 1);
+        for (const r of await c.poll({ maxRecords: 1000, timeoutMs: 200 })) {
           const d = await this.deps.serde.decode(r.value);
           if (d.name === 'TrainStep' && d.value.run_id === this.deps.runId) (onEvent as (e: TrainStep) => void)(d.value);
           if (d.name === 'PolicyVersion' && d.value.run_id === this.deps.runId) (onEvent as (e: PolicyVersion) => void)(d.value);
         }
       }
       await c.close();
+      this.logger.info('restored from the log', { topic, end: [...target], step, version });
     }
     return { step, version, versions };
   }

@@ -176,4 +176,34 @@ if (brokers) {
       await log.close();
     }
   });
+
+  test('on Kafka, the lag of an input written in transactions drains to 0 (commits pass the commit markers)', async () => {
+    const serde = await newSerde();
+    const log = await openTestKafkaLog(brokers);
+    try {
+      const topics = await setup(log, serde, 0);
+      // Upstream roles write in transactions: every partition then ends with a commit marker, one offset past
+      // its last record. Committing "last record + 1" left a lag of 1 per partition forever.
+      const producer = await log.producer({ transactionalId: `retry-tx-${topics.input}` });
+      for (let g = 0; g < 4; g++) {
+        const tx = await producer.transaction();
+        await tx.send(topics.input, Array.from({ length: 4 }, (_, i) => {
+          const t = trajectory({ groupId: `tx${g}`, index: i, groupSize: 4 });
+          return { key: t.group_id, value: serde.encode('TrajectoryCompleted', completed(t)) };
+        }));
+        await tx.commit();
+      }
+      await producer.close();
+      const p = rewardProcessor(log, serde, topics);
+      const running = p.run();
+      await waitDrained(p, running, 60_000);
+      await p.stop();
+      await running;
+      const out = await readAll<RewardedTrajectory>(log, serde, topics.output);
+      assert.equal(out.length, 16);
+      assert.equal(new Set(out.map((o) => o.trajectory.trajectory_id)).size, 16);
+    } finally {
+      await log.close();
+    }
+  });
 }

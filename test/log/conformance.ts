@@ -439,6 +439,32 @@ export function logConformance(name: string, factory: () => Promise<LogFixture>,
     await producer.close();
   });
 
+  it('a reader of a transactional partition reaches its end: its position passes the trailing markers', async (log) => {
+    // Kafka spends offsets on commit/abort markers and hides aborted records: a reader that stopped at "last
+    // record + 1" would never see itself at the end (restores and replays waited on that, or guessed).
+    const topic = uniqueName('conf-txn-end');
+    await log.createTopic({ name: topic, partitions: 1 });
+    const producer = await log.producer({ transactionalId: uniqueName('tx') });
+    for (const v of ['one', 'two']) {
+      const txn = await producer.transaction();
+      await txn.send(topic, [{ value: Buffer.from(v) }]);
+      await txn.commit();
+    }
+    const aborted = await producer.transaction();
+    await aborted.send(topic, [{ value: Buffer.from('aborted') }]);
+    await aborted.abort();
+    const high = (await log.offsets(topic))[0]!.high;
+    const reader = await log.consumer({ groupId: uniqueName('reader'), topics: [topic], readCommitted: true });
+    const got = await pollUntil(reader, 2, deadline);
+    const end = Date.now() + deadline;
+    const position = () => reader.assignment().find((a) => a.topic === topic)?.offset ?? -1;
+    while (position() < high && Date.now() < end) got.push(...(await reader.poll({ timeoutMs: 200 })));
+    assert.deepEqual(values(got), ['one', 'two']);
+    assert.equal(position(), high, `position after reading everything (end ${high})`);
+    await reader.close();
+    await producer.close();
+  });
+
   it('a second producer with the same transactionalId fences the first', async (log) => {
     const output = uniqueName('conf-fence');
     await log.createTopic({ name: output, partitions: 1 });

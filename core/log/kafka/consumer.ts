@@ -53,6 +53,12 @@ export class KafkaConsumer implements Consumer {
   private readonly queues = new Map<string, LogRecord[]>();
   /** Next offset to read per assigned partition: the join's start, then after each polled record or seek. */
   private readonly positions = new Map<string, TopicPartitionOffset>();
+  /**
+   * Per partition, the offset after the last batch kafkajs handed over, transaction markers and aborted records
+   * included. Once everything polled, a position moves up to it: as in the Java client, a reader that has seen
+   * the commit marker at the end of a transactional partition is at the end, not one offset short of it.
+   */
+  private readonly fetched = new Map<string, number>();
   /** Partitions waiting for the first batch fetched at a seek target; other batches are stale. */
   private readonly pendingSeek = new Map<string, number>();
   private readonly paused = new Set<string>();
@@ -105,7 +111,11 @@ export class KafkaConsumer implements Consumer {
       const { topic, partition, batchSize, firstOffset, lastOffset } = e.payload as { topic: string; partition: number; batchSize: number; firstOffset: string | null; lastOffset: string };
       if (batchSize !== 0 || firstOffset === null) return;
       const k = key(topic, partition);
-      if (this.pendingSeek.get(k) === Number(firstOffset)) this.pendingSeek.set(k, Number(lastOffset) + 1);
+      const target = this.pendingSeek.get(k);
+      if (target === Number(firstOffset)) this.pendingSeek.set(k, Number(lastOffset) + 1);
+      else if (target !== undefined || !this.positions.has(k)) return; // fetched before the seek: stale
+      this.fetched.set(k, Math.max(this.fetched.get(k) ?? 0, Number(lastOffset) + 1));
+      this.notify();
     });
     this.client.on(events.CRASH, (e) => {
       const error = e.payload.error;
@@ -144,6 +154,7 @@ export class KafkaConsumer implements Consumer {
     const generation = ++this.generation;
     this.queues.clear();
     this.positions.clear();
+    this.fetched.clear();
     this.pendingSeek.clear();
     this.assigned = [];
     const wasPaused = [...this.paused];
@@ -180,6 +191,7 @@ export class KafkaConsumer implements Consumer {
       if (Number((batch as unknown as { fetchedOffset: string }).fetchedOffset) !== target) return; // fetched before the seek took effect
       this.pendingSeek.delete(k);
     }
+    this.fetched.set(k, Math.max(this.fetched.get(k) ?? 0, Number(batch.lastOffset()) + 1));
     if (batch.messages.length === 0) return;
     const q = this.queues.get(k) ?? [];
     for (const m of batch.messages) {
@@ -262,7 +274,16 @@ export class KafkaConsumer implements Consumer {
       }
     }
     this.rotate++;
+    for (const k of this.positions.keys()) this.passMarkers(k);
     return out;
+  }
+
+  /** Move a partition's position past the markers fetched after its last record, once nothing is queued. */
+  private passMarkers(k: string): void {
+    const pos = this.positions.get(k);
+    const fetched = this.fetched.get(k);
+    if (!pos || fetched === undefined || fetched <= pos.offset || (this.queues.get(k)?.length ?? 0) > 0) return;
+    pos.offset = fetched;
   }
 
   async commit(offsets?: TopicPartitionOffset[]): Promise<void> {
@@ -293,6 +314,7 @@ export class KafkaConsumer implements Consumer {
     const k = key(topic, partition);
     if (!this.positions.has(k)) throw new RlstreamError('LOG_UNKNOWN_PARTITION', `${topic}/${partition} is not assigned to this consumer of group ${this.options.groupId}`);
     this.queues.delete(k);
+    this.fetched.delete(k);
     this.positions.set(k, { topic, partition, offset });
     this.pendingSeek.set(k, offset);
     this.client.seek({ topic, partition, offset: String(offset) });
