@@ -365,19 +365,31 @@ type RowEncode = (w: Writer, row: Row) => void;
 
 /**
  * The common case of a fixed-width number, inline: a test that the value needs no conversion, and the write
- * (which advances the position).
+ * of value `x` at `p` through DataView `v` / bytes `b`, which advances `p` (an assignable expression: `w.pos`
+ * for a scalar column, a local in array loops, so a token array is written without a property store a token).
  * Anything else (null, a numeric string, a value out of range, a non-finite float) goes to the general
  * encoder of the type, which applies the rules above or throws.
  */
-const FAST: Record<string, { width: number; test: (x: string) => string; write: (x: string) => string }> = {
-  UInt8: { width: 1, test: (x) => `(${x} & 0xff) === ${x}`, write: (x) => `w.buf[w.pos++] = ${x};` },
-  UInt32: { width: 4, test: (x) => `${x} >>> 0 === ${x}`, write: (x) => `w.view.setUint32(w.pos, ${x}, true); w.pos += 4;` },
-  Int32: { width: 4, test: (x) => `(${x} | 0) === ${x}`, write: (x) => `w.view.setInt32(w.pos, ${x}, true); w.pos += 4;` },
-  Int64: { width: 8, test: (x) => `Number.isSafeInteger(${x})`, write: (x) => `w.int64(${x} + 0);` },
-  'DateTime64(3)': { width: 8, test: (x) => `Number.isSafeInteger(${x})`, write: (x) => `w.int64(${x} + 0);` },
-  UInt64: { width: 8, test: (x) => `Number.isSafeInteger(${x}) && ${x} >= 0`, write: (x) => `w.int64(${x} + 0);` },
-  Float32: { width: 4, test: (x) => `${x} - ${x} === 0`, write: (x) => `w.view.setFloat32(w.pos, ${x} + 0, true); w.pos += 4;` },
-  Float64: { width: 8, test: (x) => `${x} - ${x} === 0`, write: (x) => `w.view.setFloat64(w.pos, ${x} + 0, true); w.pos += 8;` },
+interface FastNumber {
+  width: number;
+  test: (x: string) => string;
+  write: (x: string, v: string, b: string, p: string) => string;
+}
+
+/** A safe integer as two 32-bit halves (as w.int64 writes it). */
+const int64Source = (x: string, v: string, p: string): string =>
+  `if ((${x} | 0) === ${x}) { ${v}.setInt32(${p}, ${x}, true); ${v}.setInt32(${p} + 4, ${x} >> 31, true); } ` +
+  `else { const hi = Math.floor(${x} / ${TWO_32}); ${v}.setUint32(${p}, ${x} - hi * ${TWO_32}, true); ${v}.setInt32(${p} + 4, hi, true); } ${p} += 8;`;
+
+const FAST: Record<string, FastNumber> = {
+  UInt8: { width: 1, test: (x) => `(${x} & 0xff) === ${x}`, write: (x, _v, b, p) => `${b}[${p}++] = ${x};` },
+  UInt32: { width: 4, test: (x) => `${x} >>> 0 === ${x}`, write: (x, v, _b, p) => `${v}.setUint32(${p}, ${x}, true); ${p} += 4;` },
+  Int32: { width: 4, test: (x) => `(${x} | 0) === ${x}`, write: (x, v, _b, p) => `${v}.setInt32(${p}, ${x}, true); ${p} += 4;` },
+  Int64: { width: 8, test: (x) => `Number.isSafeInteger(${x})`, write: (x, v, _b, p) => int64Source(x, v, p) },
+  'DateTime64(3)': { width: 8, test: (x) => `Number.isSafeInteger(${x})`, write: (x, v, _b, p) => int64Source(x, v, p) },
+  UInt64: { width: 8, test: (x) => `Number.isSafeInteger(${x}) && ${x} >= 0`, write: (x, v, _b, p) => int64Source(x, v, p) },
+  Float32: { width: 4, test: (x) => `${x} - ${x} === 0`, write: (x, v, _b, p) => `${v}.setFloat32(${p}, ${x} + 0, true); ${p} += 4;` },
+  Float64: { width: 8, test: (x) => `${x} - ${x} === 0`, write: (x, v, _b, p) => `${v}.setFloat64(${p}, ${x} + 0, true); ${p} += 8;` },
 };
 
 /**
@@ -386,7 +398,7 @@ const FAST: Record<string, { width: number; test: (x: string) => string; write: 
  */
 function columnSource(type: string, general: string, element: string): string {
   const fast = FAST[type];
-  if (fast) return `if (typeof x === 'number' && ${fast.test('x')}) { w.ensure(${fast.width}); ${fast.write('x')} } else ${general}(w, x);`;
+  if (fast) return `if (typeof x === 'number' && ${fast.test('x')}) { w.ensure(${fast.width}); ${fast.write('x', 'w.view', 'w.buf', 'w.pos')} } else ${general}(w, x);`;
   if (type === 'String') return `if (typeof x === 'string') w.string(x); else ${general}(w, x);`;
   const nullable = inner(type, 'Nullable');
   if (nullable !== null) {
@@ -398,8 +410,13 @@ function columnSource(type: string, general: string, element: string): string {
     const el = bare(arr);
     const f = FAST[el];
     if (f) {
+      // Plain numbers through locals until the first value that needs the general rules; the rest, if any,
+      // element by element.
       return `if (Array.isArray(x)) { const n = x.length; w.ensure(10 + n * ${f.width}); w.varuint(n);
-  for (let j = 0; j < n; j++) { const y = x[j]; if (typeof y === 'number' && ${f.test('y')}) { ${f.write('y')} } else ${element}(w, y); }
+  const v = w.view, b = w.buf; let p = w.pos, j = 0;
+  for (; j < n; j++) { const y = x[j]; if (typeof y === 'number' && ${f.test('y')}) { ${f.write('y', 'v', 'b', 'p')} } else break; }
+  w.pos = p;
+  for (; j < n; j++) ${element}(w, x[j]);
 } else ${general}(w, x);`;
     }
     if (el === 'String') {

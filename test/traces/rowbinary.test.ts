@@ -65,6 +65,11 @@ for (const target of targets()) {
       // Non-finite numbers are stored as JSON carried them: null, so the column default (0) or NULL.
       await binary.insert('turns', [{ ...by.get('turns')![0]!, turn_index: 4000, latency_ms: NaN, logprobs: [Infinity, -1, NaN] }]);
       assert.deepEqual((await binary.query('SELECT latency_ms, logprobs FROM turns WHERE turn_index = 4000')).rows, [{ latency_ms: 0, logprobs: [0, -1, 0] }]);
+      // A value that needs the general rules in the middle of an array (the packed loop hands the rest over).
+      await binary.insert('turns', [{ ...by.get('turns')![0]!, turn_index: 4001, token_ids: [7, '8', 9], logprobs: [-1, NaN, -0, 2], loss_mask: [1, true, 0] }]);
+      assert.deepEqual((await binary.query('SELECT token_ids, logprobs, loss_mask FROM turns WHERE turn_index = 4001')).rows, [
+        { token_ids: [7, 8, 9], logprobs: [-1, 0, 0, 2], loss_mask: [1, 1, 0] },
+      ]);
       // Bad values: the column is named; nothing half-written.
       const turn = by.get('turns')![0]!;
       await assert.rejects(binary.insert('turns', [{ ...turn, turn_index: 5000, token_ids: [1, -2] }]), (e) => isRlstreamError(e, 'TRACE_STORE') && /token_ids/.test(e.message));
