@@ -38,16 +38,12 @@ export async function readTopic(log: EventLog, topic: string, each: (value: Buff
   if (target.size === 0) return;
   const consumer = await log.consumer({ groupId: `audit-${newId()}`, topics: [topic], readCommitted: true, fromBeginning: true });
   try {
-    const seen = new Map<number, number>();
-    let idle = 0;
-    // Transaction markers take offsets too, so the last data offset can be below high - 1: stop when idle.
-    while ([...target].some(([p, h]) => (seen.get(p) ?? 0) < h - 1) && idle < 15) {
-      const batch = await consumer.poll({ maxRecords: 2000, timeoutMs: 300 });
-      idle = batch.length === 0 ? idle + 1 : 0;
-      for (const r of batch) {
-        seen.set(r.partition, r.offset + 1);
-        await each(r.value);
-      }
+    // Positions pass the transaction markers that end a partition, so "at the end" is exact, not a guess.
+    const position = (p: number) => consumer.assignment().find((a) => a.topic === topic && a.partition === p)?.offset ?? 0;
+    const deadline = Date.now() + 60_000;
+    while ([...target].some(([p, h]) => position(p) < h)) {
+      if (Date.now() > deadline) throw new Error(`audit: ${topic} not read to its end within 60 s: ${JSON.stringify([...target].map(([p, h]) => [p, position(p), h]))}`);
+      for (const r of await consumer.poll({ maxRecords: 2000, timeoutMs: 300 })) await each(r.value);
     }
   } finally {
     await consumer.close();
