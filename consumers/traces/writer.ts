@@ -64,6 +64,8 @@ export class TraceWriter {
   private writing = 0;
   private firstAt = 0;
   private inFlight: Promise<unknown> = Promise.resolve();
+  /** Flushes called and not yet settled. */
+  private started = 0;
   readonly maxRows: number;
   readonly maxBytes: number;
   readonly maxDelayMs: number;
@@ -151,16 +153,18 @@ export class TraceWriter {
    * the queue for the next attempt. Flushes run one at a time (a second starts when the first has settled).
    */
   flush(): Promise<number> {
-    const next = this.inFlight.then(
-      () => this.flushNow(),
-      () => this.flushNow(),
-    );
-    this.inFlight = next.catch(() => undefined);
+    // With no flush in flight this one takes the queued rows now, not a turn of the event loop later: due()
+    // turns false at once, and rows added after the call wait for the next flush (a caller that went on
+    // adding and asked due() again before yielding saw it still due and awaited this flush to the end).
+    const parts = this.started === 0 ? this.take() : null;
+    this.started++;
+    const run = () => this.flushNow(parts ?? this.take());
+    const next = this.inFlight.then(run, run);
+    this.inFlight = next.catch(() => undefined).finally(() => this.started--);
     return next;
   }
 
-  private async flushNow(): Promise<number> {
-    const parts = this.take();
+  private async flushNow(parts: Part[]): Promise<number> {
     if (parts.length === 0) return 0;
     const rows = parts.reduce((n, p) => n + p.rows.length + (p.encoded?.rows ?? 0), 0);
     // Tables are independent: written concurrently (the server takes them in parallel; chDB queues them).

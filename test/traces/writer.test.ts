@@ -1,7 +1,7 @@
 // TraceWriter encodes rows as they arrive (RowBinary, the store's codec) and keeps them as objects only before
 // a table's codec is known or when a value does not encode: both kinds reach the store, a failed flush keeps
-// every row for the next attempt, rows added during a flush are written by the next one, and a bad value is
-// reported with its column.
+// every row for the next attempt, rows added during a flush (or after an idle writer's flush() call) are written
+// by the next one, and a bad value is reported with its column.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isRlstreamError } from '../../core/errors.ts';
@@ -113,6 +113,15 @@ test('due() counts rows and encoded bytes', async () => {
     let i = 0;
     while (!writer.due()) writer.add('turns', rows[i++ % rows.length]!);
     assert.ok(writer.pendingBytes >= 2_000 && i < 100, `due after ${i} rows, ${writer.pendingBytes} bytes`);
+    // An idle writer's flush takes the queued rows when called: no longer due, and later rows are the next batch.
+    const queued = writer.pending;
+    const first = writer.flush();
+    assert.equal(writer.due(), false);
+    assert.equal(writer.pendingBytes, 0);
+    writer.add('turns', rows[0]!);
+    assert.equal(await first, queued);
+    assert.equal(await writer.flush(), 1);
+    assert.equal((await store.query('SELECT count() AS n FROM turns')).rows[0]?.['n'], queued + 1);
   } finally {
     await store.close();
   }
