@@ -39,6 +39,11 @@ interface TableBatch {
   encoded: RowBinaryBuffer | null;
   /** A written buffer kept for the next batch (buffers grow to a batch's size; reusing one skips that). */
   spare: RowBinaryBuffer | null;
+  /**
+   * Size of the largest batch of this table written so far: a new buffer (the first batch's is still in flight
+   * when the second starts) starts that big instead of doubling its way there, copying itself at each step.
+   */
+  largest: number;
   codec: TableCodec | null;
 }
 
@@ -92,14 +97,14 @@ export class TraceWriter {
 
   add(table: TraceTable, row: Row): void {
     let b = this.batches.get(table);
-    if (!b) this.batches.set(table, (b = { rows: [], encoded: null, spare: null, codec: null }));
+    if (!b) this.batches.set(table, (b = { rows: [], encoded: null, spare: null, codec: null, largest: 0 }));
     if (this.queued === 0) this.firstAt = Date.now();
     this.queued++;
     const codec = this.codecs.get(table);
     if (codec) {
       try {
         if (!b.encoded) {
-          b.encoded = b.spare ?? new RowBinaryBuffer();
+          b.encoded = b.spare ?? new RowBinaryBuffer(b.largest > 0 ? b.largest + (b.largest >> 3) : undefined);
           b.spare = null;
         }
         const before = b.encoded.pos;
@@ -181,6 +186,7 @@ export class TraceWriter {
     for (const [table, b] of this.batches) {
       if (b.rows.length === 0 && !b.encoded?.rows) continue;
       parts.push({ table, batch: b, rows: b.rows, encoded: b.encoded?.rows ? b.encoded : null, codec: b.codec });
+      if (b.encoded) b.largest = Math.max(b.largest, b.encoded.pos);
       b.rows = [];
       if (b.encoded?.rows) b.encoded = null;
     }
