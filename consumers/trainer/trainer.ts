@@ -49,6 +49,12 @@ export interface TrainerCounters {
 }
 
 const GROUP_ID = 'trainer';
+/**
+ * How long the trainer waits, with nothing new arriving, before it records groups whose every sample was too
+ * stale to train on as a step of their own. Normally the next group's step carries them; at the end of a finite
+ * run there is no next group, and they would stay unconsumed forever.
+ */
+const STALE_TAIL_FLUSH_MS = 3000;
 /** How long a restart may take to read the run's steps and versions back before it gives up (retriable). */
 const RESTORE_TIMEOUT_MS = 120_000;
 
@@ -194,6 +200,7 @@ export class Trainer {
     const seen = new Map<string, { expected: number; got: number; kept: number }>();
     const next = new Map<number, number>();
     const t0 = performance.now();
+    let lastArrival = t0;
     const complete = () => {
       let kept = 0;
       for (const g of seen.values()) {
@@ -204,6 +211,7 @@ export class Trainer {
     };
     while (!this.stopped) {
       const records = this.carry.length > 0 ? this.carry.splice(0) : await this.consumer.poll({ maxRecords: 256, timeoutMs: 200 });
+      if (records.length > 0) lastArrival = performance.now();
       for (let i = 0; i < records.length; i++) {
         if (complete()) {
           // The rest waits for the next step; it stays uncommitted until that step is durable.
@@ -237,7 +245,8 @@ export class Trainer {
         g.kept++;
         samples.push(s);
       }
-      if (complete()) {
+      const staleTail = samples.length === 0 && seen.size > 0 && [...seen.values()].every((g) => g.got >= g.expected) && performance.now() - lastArrival > STALE_TAIL_FLUSH_MS;
+      if (complete() || staleTail) {
         const offsets = [...next].map(([partition, offset]) => ({ topic: TOPICS.advantaged, partition, offset }));
         return { samples, offsets, waitMs: performance.now() - t0 };
       }
@@ -248,6 +257,12 @@ export class Trainer {
   private async trainStep(samples: TrainSample[], offsets: TopicPartitionOffset[], waitMs: number): Promise<void> {
     const { options } = this.deps;
     const t0 = performance.now();
+    if (samples.length === 0) {
+      // Only stale samples: a step that records them as consumed (dropped_trajectory_ids) and updates nothing.
+      const none = { loss: 0, pgLoss: 0, clip: 0, approxKl: 0, entropy: 0, kl: 0, iwMean: 0, iwMax: 0, iwTrunc: 0, gradNorm: 0 };
+      await this.commitStep(samples, offsets, none, { mean: 0, max: 0 }, waitMs, 0, 0);
+      return;
+    }
     const micro = packMicroBatches(samples, options.maxTokensPerMicroBatch);
     // Proximal log-probs: the current weights before this step's updates (decoupled PPO, AReaL).
     const prox = await Promise.all(micro.map(async (mb) => (await this.model.forward(mb, mb.targets)).logprobs));
@@ -313,7 +328,8 @@ export class Trainer {
     await rm(dir, { recursive: true, force: true });
     await mkdir(this.ckptDir, { recursive: true });
     await this.model.saveCheckpoint(dir);
-    const publish = step % options.publishEvery === 0;
+    // A step that trained on nothing (only stale samples) publishes nothing: the weights did not change.
+    const publish = samples.length > 0 && step % options.publishEvery === 0;
     const produced = publish ? this.version + 1 : null;
     const staleness = samples.map((s) => s.staleness);
     const toolCalls = samples.reduce((n, s) => n + s.toolCalls, 0);

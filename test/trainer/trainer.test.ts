@@ -143,3 +143,39 @@ test('trainer drops samples beyond the staleness bound and skips held-out sample
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a run that ends with groups too stale to train on still consumes them: a step that records the drops and updates nothing', { timeout: 60_000 }, async () => {
+  // Without a later group to carry them, these samples used to wait for a step that never came.
+  const { dir, logDir, weights } = await setUp([{ g: 0, version: -5 }, { g: 1, version: -4 }], 2);
+  try {
+    const log = openEmbeddedLog({ dir: logDir });
+    const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
+    const seen: TrainStep[] = [];
+    const trainer = new Trainer({
+      log,
+      serde,
+      runId: 'restart-test',
+      dataDir: join(dir, 'data'),
+      initialWeightsPath: weights,
+      modelConfig: TINY_CONFIG,
+      options: compileTrainerOptions({ groups_per_step: 1, staleness_bound: 2, max_steps: 1, threads: 1 }),
+      onStep: (s) => seen.push(s),
+    });
+    await trainer.start();
+    await trainer.run();
+    await trainer.close();
+    const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
+    const committed = await log.committed('restart-test.trainer', TOPICS.advantaged);
+    await log.close();
+    assert.equal(seen.length, 1);
+    const step = seen[0]!;
+    assert.equal(step.trajectories, 0);
+    assert.equal(step.dropped_stale, 4);
+    assert.equal(step.dropped_trajectory_ids.length, 4);
+    assert.equal(step.produced_version, null, 'no update, so no new policy version');
+    assert.deepEqual(versions.map((v) => v.version), [0]);
+    assert.equal(committed.reduce((n, c) => n + c.offset, 0), 4, 'every sample offset committed');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
