@@ -109,27 +109,33 @@ test('trainer killed with SIGKILL at random moments resumes with no sample reuse
   }
 });
 
+/** Run an in-process trainer over the set-up log until it stops (max_steps); the log stays open for reading back. */
+async function trainInProcess(dir: string, logDir: string, weights: string, options: Record<string, number>): Promise<{ log: EventLog; serde: EventSerde; trainer: Trainer; seen: TrainStep[] }> {
+  const log = openEmbeddedLog({ dir: logDir });
+  const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
+  const seen: TrainStep[] = [];
+  const trainer = new Trainer({
+    log,
+    serde,
+    runId: 'restart-test',
+    dataDir: join(dir, 'data'),
+    initialWeightsPath: weights,
+    modelConfig: TINY_CONFIG,
+    options: compileTrainerOptions({ max_steps: 1, threads: 1, ...options }),
+    onStep: (s) => seen.push(s),
+  });
+  await trainer.start();
+  await trainer.run();
+  await trainer.close();
+  return { log, serde, trainer, seen };
+}
+
 test('trainer drops samples beyond the staleness bound and skips held-out samples, counting both', { timeout: 60_000 }, async () => {
   // The trainer starts at version 0; groups generated "at version -3" lag by 3 > bound 2.
   const groups = [{ g: 0 }, { g: 1, version: -3 }, { g: 2, split: 'heldout' }, { g: 3 }, { g: 4, version: -2 }];
   const { dir, logDir, weights } = await setUp(groups, 2);
   try {
-    const log = openEmbeddedLog({ dir: logDir });
-    const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-    const seen: TrainStep[] = [];
-    const trainer = new Trainer({
-      log,
-      serde,
-      runId: 'restart-test',
-      dataDir: join(dir, 'data'),
-      initialWeightsPath: weights,
-      modelConfig: TINY_CONFIG,
-      options: compileTrainerOptions({ groups_per_step: 3, staleness_bound: 2, max_steps: 1, threads: 1 }),
-      onStep: (s) => seen.push(s),
-    });
-    await trainer.start();
-    await trainer.run();
-    await trainer.close();
+    const { log, trainer, seen } = await trainInProcess(dir, logDir, weights, { groups_per_step: 3, staleness_bound: 2 });
     await log.close();
     assert.equal(seen.length, 1);
     const step = seen[0]!;
@@ -148,22 +154,7 @@ test('a run that ends with groups too stale to train on still consumes them: a s
   // Without a later group to carry them, these samples used to wait for a step that never came.
   const { dir, logDir, weights } = await setUp([{ g: 0, version: -5 }, { g: 1, version: -4 }], 2);
   try {
-    const log = openEmbeddedLog({ dir: logDir });
-    const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-    const seen: TrainStep[] = [];
-    const trainer = new Trainer({
-      log,
-      serde,
-      runId: 'restart-test',
-      dataDir: join(dir, 'data'),
-      initialWeightsPath: weights,
-      modelConfig: TINY_CONFIG,
-      options: compileTrainerOptions({ groups_per_step: 1, staleness_bound: 2, max_steps: 1, threads: 1 }),
-      onStep: (s) => seen.push(s),
-    });
-    await trainer.start();
-    await trainer.run();
-    await trainer.close();
+    const { log, serde, seen } = await trainInProcess(dir, logDir, weights, { groups_per_step: 1, staleness_bound: 2 });
     const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
     const committed = await log.committed('restart-test.trainer', TOPICS.advantaged);
     await log.close();
