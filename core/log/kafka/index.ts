@@ -107,12 +107,26 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
       throw fromKafka(err, `create topic ${spec.name}`);
     }
     if (!created) {
-      this.partitionCounts.delete(spec.name);
-      const existing = await this.partitionCount(spec.name);
+      // Another client created it a moment ago (roles start together): the controller says it exists, but the
+      // metadata this client reads may not list it yet. Wait for it rather than fail LOG_UNKNOWN_TOPIC.
+      const existing = await this.visiblePartitionCount(spec.name);
       if (existing !== spec.partitions) throw new RlstreamError('LOG_TOPIC_EXISTS', `topic ${spec.name} exists with ${existing} partitions, not ${spec.partitions}`);
     } else {
       this.partitionCounts.set(spec.name, spec.partitions);
       await this.untilLeadersServe(admin, spec.name);
+    }
+  }
+
+  private async visiblePartitionCount(topic: string): Promise<number> {
+    const end = Date.now() + 10_000;
+    for (;;) {
+      this.partitionCounts.delete(topic);
+      try {
+        return await this.partitionCount(topic);
+      } catch (err) {
+        if (!(err instanceof RlstreamError && err.code === 'LOG_UNKNOWN_TOPIC') || Date.now() > end) throw err;
+        await new Promise((r) => setTimeout(r, 100));
+      }
     }
   }
 
