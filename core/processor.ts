@@ -14,6 +14,7 @@ import { sendDeadLetters } from './deadletter.ts';
 import { RlstreamError, describeError, isRlstreamError } from './errors.ts';
 import { newId } from './ids.ts';
 import type { Consumer, EventLog, LogRecord, ProduceRecord, Producer, TopicPartitionOffset, Transaction } from './log/types.ts';
+import { readToEnd } from './log/read-to-end.ts';
 import type { DecodedEvent, Encodable, EventSerde } from './serde/events.ts';
 import { silentLogger, type Logger } from './telemetry.ts';
 import { TOPICS } from './topics.ts';
@@ -507,21 +508,17 @@ export async function readCheckpoints(log: EventLog, stateTopic: string, keys: S
       const from = Math.max(p0.low, p0.high - window);
       await consumer.seek(stateTopic, 0, from);
       const latest = new Map<string, { offset: number; cp: Checkpoint }>();
-      // Read to the end listed before the restore (positions pass the transaction markers that end it on Kafka),
-      // never "until polls come back empty": right after a broker restart fetches stall for seconds, and a
-      // restore that stopped early took an older checkpoint, whose ranges marked records finished that the
-      // newer one still held (a GRPO group was then never completed).
-      const position = () => consumer.assignment().find((a) => a.topic === stateTopic && a.partition === 0)?.offset ?? from;
-      const deadline = Date.now() + 60_000;
-      while (position() < p0.high) {
-        if (Date.now() > deadline) throw new RlstreamError('LOG_UNAVAILABLE', `state topic ${stateTopic} was not read to its end (${position()} of ${p0.high}) within 60 s`, { retriable: true });
-        for (const r of await consumer.poll({ maxRecords: 1000, timeoutMs: 150 })) {
+      // To the end listed before the restore, by position (see readToEnd): stopping at the first empty polls
+      // after a broker restart took an older checkpoint, whose ranges marked records finished that the newer
+      // one still held (a GRPO group was then never completed).
+      await readToEnd(consumer, stateTopic, new Map([[0, p0.high]]), (records) => {
+        for (const r of records) {
           const k = r.key?.toString('utf8');
           if (k === undefined || !keys.has(k)) continue;
           const prev = latest.get(k);
           if (!prev || prev.offset < r.offset) latest.set(k, { offset: r.offset, cp: JSON.parse(r.value.toString('utf8')) as Checkpoint });
         }
-      }
+      }, { what: 'checkpoint restore', timeoutMs: 60_000 });
       for (const [k, v] of latest) found.set(k, v.cp);
       if (found.size === keys.size || from === p0.low) return found;
       window *= 8;

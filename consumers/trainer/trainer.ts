@@ -5,8 +5,8 @@
 // from the checkpoint of the last committed TrainStep with the committed offsets: no sample used twice.
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { RlstreamError } from '../../core/errors.ts';
 import { deriveId } from '../../core/ids.ts';
+import { readToEnd } from '../../core/log/read-to-end.ts';
 import type { EventLog, Consumer, LogRecord, Producer, TopicPartitionOffset } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import type { Logger } from '../../core/telemetry.ts';
@@ -126,26 +126,16 @@ export class Trainer {
       const c = await this.deps.log.consumer({ groupId: `${this.deps.runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
       const ends = await this.deps.log.offsets(topic);
       const target = new Map(ends.filter((p) => p.high > p.low).map((p) => [p.partition, p.high]));
-      // The end is every partition's position at its high offset (as listed for committed reads). Positions
-      // pass the commit markers a transactional partition ends with, so this holds on Kafka as on the embedded
-      // log. Not "a run of empty polls": right after a broker restart fetches stall for seconds, and a restore
-      // that stopped early resumed from an older step while the offsets of the newer one were committed (or
-      // about to be), training on the same samples twice.
-      const position = (p: number) => c.assignment().find((a) => a.topic === topic && a.partition === p)?.offset ?? 0;
-      const done = () => [...target].every(([p, h]) => position(p) >= h);
-      const deadline = Date.now() + RESTORE_TIMEOUT_MS;
-      while (!done()) {
-        if (Date.now() > deadline) {
-          await c.close();
-          throw new RlstreamError('LOG_UNAVAILABLE', `trainer restore: ${topic} was not read to its end (${JSON.stringify([...target].map(([p, h]) => [p, position(p), h]))} as [partition, position, end]) within ${RESTORE_TIMEOUT_MS / 1000} s`, { retriable: true });
-        }
-        for (const r of await c.poll({ maxRecords: 1000, timeoutMs: 200 })) {
+      // To the end listed before the read, by position (see readToEnd): stopping at the first empty polls
+      // after a broker restart resumed from an older step and trained on the same samples twice.
+      const read = await readToEnd(c, topic, target, async (records) => {
+        for (const r of records) {
           const d = await this.deps.serde.decode(r.value);
           if (d.name === 'TrainStep' && d.value.run_id === this.deps.runId) (onEvent as (e: TrainStep) => void)(d.value);
           if (d.name === 'PolicyVersion' && d.value.run_id === this.deps.runId) (onEvent as (e: PolicyVersion) => void)(d.value);
         }
-      }
-      await c.close();
+      }, { what: 'trainer restore', timeoutMs: RESTORE_TIMEOUT_MS }).finally(() => c.close());
+      if (read.ended === 'idle') this.logger.warn('restore: no progress short of the listed end; taking what was read', { topic, positions: read.positions });
       this.logger.info('restored from the log', { topic, end: [...target], step, version });
     }
     return { step, version, versions };
@@ -258,7 +248,7 @@ export class Trainer {
     const { options } = this.deps;
     const t0 = performance.now();
     if (samples.length === 0) {
-      // Only stale samples: a step that records them as consumed (dropped_trajectory_ids) and updates nothing.
+      // Only stale samples: a step that records them as consumed (dropped_trajectory_ids) and changes no weight.
       const none = { loss: 0, pgLoss: 0, clip: 0, approxKl: 0, entropy: 0, kl: 0, iwMean: 0, iwMax: 0, iwTrunc: 0, gradNorm: 0 };
       await this.commitStep(samples, offsets, none, { mean: 0, max: 0 }, waitMs, 0, 0);
       return;
@@ -328,8 +318,10 @@ export class Trainer {
     await rm(dir, { recursive: true, force: true });
     await mkdir(this.ckptDir, { recursive: true });
     await this.model.saveCheckpoint(dir);
-    // A step that trained on nothing (only stale samples) publishes nothing: the weights did not change.
-    const publish = samples.length > 0 && step % options.publishEvery === 0;
+    // A step that trained on nothing (only stale samples) still publishes on schedule, unchanged weights under
+    // a new version: the rollouts' staleness gate counts versions as steps, and withholding one would hold
+    // back the groups that could still train.
+    const publish = step % options.publishEvery === 0;
     const produced = publish ? this.version + 1 : null;
     const staleness = samples.map((s) => s.staleness);
     const toolCalls = samples.reduce((n, s) => n + s.toolCalls, 0);

@@ -3,6 +3,7 @@
 // dead-lettered; steps and policy versions are contiguous and unique; ClickHouse holds no duplicate.
 import { newId } from '../../core/ids.ts';
 import type { EventLog } from '../../core/log/types.ts';
+import { readToEnd } from '../../core/log/read-to-end.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { DecodedEvent } from '../../core/serde/events.ts';
@@ -38,13 +39,10 @@ export async function readTopic(log: EventLog, topic: string, each: (value: Buff
   if (target.size === 0) return;
   const consumer = await log.consumer({ groupId: `audit-${newId()}`, topics: [topic], readCommitted: true, fromBeginning: true });
   try {
-    // Positions pass the transaction markers that end a partition, so "at the end" is exact, not a guess.
-    const position = (p: number) => consumer.assignment().find((a) => a.topic === topic && a.partition === p)?.offset ?? 0;
-    const deadline = Date.now() + 60_000;
-    while ([...target].some(([p, h]) => position(p) < h)) {
-      if (Date.now() > deadline) throw new Error(`audit: ${topic} not read to its end within 60 s: ${JSON.stringify([...target].map(([p, h]) => [p, position(p), h]))}`);
-      for (const r of await consumer.poll({ maxRecords: 2000, timeoutMs: 300 })) await each(r.value);
-    }
+    // By position, so "at the end" is exact, not a guess (see readToEnd).
+    await readToEnd(consumer, topic, target, async (records) => {
+      for (const r of records) await each(r.value);
+    }, { what: 'audit', timeoutMs: 60_000 });
   } finally {
     await consumer.close();
   }

@@ -150,7 +150,7 @@ test('trainer drops samples beyond the staleness bound and skips held-out sample
   }
 });
 
-test('a run that ends with groups too stale to train on still consumes them: a step that records the drops and updates nothing', { timeout: 60_000 }, async () => {
+test('a run that ends with groups too stale to train on still consumes them: a step that records the drops and changes no weight', { timeout: 60_000 }, async () => {
   // Without a later group to carry them, these samples used to wait for a step that never came.
   const { dir, logDir, weights } = await setUp([{ g: 0, version: -5 }, { g: 1, version: -4 }], 2);
   try {
@@ -163,8 +163,10 @@ test('a run that ends with groups too stale to train on still consumes them: a s
     assert.equal(step.trajectories, 0);
     assert.equal(step.dropped_stale, 4);
     assert.equal(step.dropped_trajectory_ids.length, 4);
-    assert.equal(step.produced_version, null, 'no update, so no new policy version');
-    assert.deepEqual(versions.map((v) => v.version), [0]);
+    // Published on schedule (the rollouts' staleness gate counts versions as steps), with unchanged weights.
+    assert.equal(step.produced_version, 1);
+    assert.deepEqual(versions.map((v) => v.version), [0, 1]);
+    assert.equal(versions[1]!.checksum, versions[0]!.checksum, 'same weights');
     assert.equal(committed.reduce((n, c) => n + c.offset, 0), 4, 'every sample offset committed');
   } finally {
     rmSync(dir, { recursive: true, force: true });

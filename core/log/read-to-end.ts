@@ -1,0 +1,51 @@
+// Reading a topic "to its end" for restores and audits: until the consumer's position on every partition
+// reaches the end offsets listed before the read. Positions pass the transaction markers a Kafka partition
+// ends with, so the end is exact on both logs. A run of empty polls is not the end: right after a broker
+// restart fetches stall for seconds, and restores that stopped there resumed from stale state (a step trained
+// twice, a GRPO group never completed). Only a long stall with every partition assigned and no movement at
+// all is taken as the end, reported as such, so a position that cannot pass something never hangs a restart.
+import { RlstreamError } from '../errors.ts';
+import type { Consumer, LogRecord } from './types.ts';
+
+export interface ReadToEndOptions {
+  /** What is being read, for the error message. */
+  what: string;
+  /** Give up with a retriable LOG_UNAVAILABLE after this long (default 120 s). */
+  timeoutMs?: number;
+  /** Take the read as ended after this long with everything assigned and nothing moving (default 15 s). */
+  idleEndMs?: number;
+}
+
+export interface ReadToEndResult {
+  /** 'end': every position reached its end; 'idle': stopped after idleEndMs without movement. */
+  ended: 'end' | 'idle';
+  /** [partition, position, end] at the finish. */
+  positions: [number, number, number][];
+}
+
+export async function readToEnd(consumer: Consumer, topic: string, ends: ReadonlyMap<number, number>, each: (records: LogRecord[]) => Promise<void> | void, options: ReadToEndOptions): Promise<ReadToEndResult> {
+  const timeoutMs = options.timeoutMs ?? 120_000;
+  const idleEndMs = options.idleEndMs ?? 15_000;
+  const position = (p: number): number | undefined => consumer.assignment().find((a) => a.topic === topic && a.partition === p)?.offset;
+  const snapshot = (): [number, number, number][] => [...ends].map(([p, end]) => [p, position(p) ?? -1, end]);
+  const deadline = Date.now() + timeoutMs;
+  let lastMove = Date.now();
+  let last = '';
+  for (;;) {
+    const now = snapshot();
+    if (now.every(([, at, end]) => at >= end)) return { ended: 'end', positions: now };
+    const key = JSON.stringify(now);
+    if (key !== last) {
+      last = key;
+      lastMove = Date.now();
+    } else if (now.every(([, at]) => at >= 0) && Date.now() - lastMove > idleEndMs) {
+      return { ended: 'idle', positions: now };
+    }
+    if (Date.now() > deadline) throw new RlstreamError('LOG_UNAVAILABLE', `${options.what}: ${topic} was not read to its end within ${timeoutMs / 1000} s ([partition, position, end]: ${key})`, { retriable: true });
+    const records = await consumer.poll({ maxRecords: 1000, timeoutMs: 200 });
+    if (records.length > 0) {
+      lastMove = Date.now();
+      await each(records);
+    }
+  }
+}
