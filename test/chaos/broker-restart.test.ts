@@ -37,6 +37,7 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       const { rolloutDone: done, started, consumed } = await drainRun(s, serde, 45_000);
       const end = await progress(log, run.runId).catch(() => null);
       const trainerTail = sup.procs.get('trainer')?.output.slice(-1500) ?? '';
+      const rolloutTail = sup.procs.get('rollout')?.output.slice(-1500) ?? '';
       await sup.stopAll();
       const records = await collectRun(log, serde, run.runId);
       const audit = auditRun(records);
@@ -44,7 +45,7 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
         `# broker restart: ${before} trajectories consumed when the broker stopped (${JSON.stringify(mid)}); outage ${outage.toFixed(1)}s; ` +
           `starts ${JSON.stringify(sup.starts)}; ${audit.started} started, ${audit.consumedOnce} consumed once; ${records.steps.length} steps; ${((Date.now() - t0) / 1000).toFixed(0)}s\n`,
       );
-      const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(stuck(records))}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}`;
+      const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(stuck(records))}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}; rollout: ${rolloutTail}`;
       assert.ok(before >= 4 && before < started, `the broker did not stop mid-run (${before} consumed of ${started})`);
       assert.ok(done, `the rollout worker did not finish after the restart; ${diag}`);
       assert.equal(started, 48, 'every row started its group');
