@@ -304,9 +304,11 @@ export class StreamProcessor {
 
     // After its last record a Kafka partition may hold transaction markers the consumer has already passed:
     // committing that position (not last record + 1) is what lets the group's lag reach 0.
-    for (const a of this.consumer!.assignment()) {
-      const next = this.next.get(tpKey(a.topic, a.partition));
-      if (next && dirty.has(tpKey(a.topic, a.partition)) && a.offset > next.offset) next.offset = a.offset;
+    const positions = this.positions();
+    for (const key of dirty.keys()) {
+      const next = this.next.get(key);
+      const at = positions.get(key);
+      if (next && at !== undefined && at > next.offset) next.offset = at;
     }
     if (dirty.size === 0 && outputs.size === 0 && failures.length === 0) return;
     await this.commit(outputs, failures, [...dirty.values()]);
@@ -445,9 +447,14 @@ export class StreamProcessor {
     }
   }
 
+  /** The consumer's read position per assigned partition (past the records polled and the markers after them). */
+  private positions(): Map<string, number> {
+    return new Map(this.consumer!.assignment().map((a) => [tpKey(a.topic, a.partition), a.offset]));
+  }
+
   /** Partitions of the batch this consumer no longer reads from right after the batch (see transact). */
   private movedSinceBatch(touched: { topic: string; partition: number }[]): string[] {
-    const positions = new Map(this.consumer!.assignment().map((a) => [tpKey(a.topic, a.partition), a.offset]));
+    const positions = this.positions();
     return touched.map((t) => tpKey(t.topic, t.partition)).filter((key) => this.next.has(key) && positions.get(key) !== this.next.get(key)!.offset);
   }
 
