@@ -25,6 +25,12 @@ test('several clients creating the same topics at once on a fresh broker all suc
       const results = await Promise.allSettled(logs.map((l) => l.createTopic({ name, partitions: 3 })));
       for (const r of results) if (r.status === 'rejected') failures.push(`${name}: ${String(r.reason)}`);
     }
+    // Then every client creates every topic of a second set at once, as roles starting together do: each
+    // creation must wait until the broker serves the topic, whichever client won it.
+    const more = Array.from({ length: 6 }, (_, i) => `race.burst-${i}`);
+    const burst = await Promise.allSettled(logs.flatMap((l) => more.map((name) => l.createTopic({ name, partitions: 3 }).then(() => l.offsets(name)))));
+    for (const r of burst) if (r.status === 'rejected') failures.push(`burst: ${String(r.reason)}`);
+    names.push(...more);
     assert.deepEqual(failures, []);
     for (const l of logs) {
       const listed = new Map((await l.listTopics()).map((t) => [t.name, t.partitions]));

@@ -102,7 +102,7 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
     if (spec.retention?.maxBytes !== undefined) configEntries.push({ name: 'retention.bytes', value: String(spec.retention.maxBytes) });
     let created: boolean;
     try {
-      created = await admin.createTopics({ topics: [{ topic: spec.name, numPartitions: spec.partitions, replicationFactor: -1, configEntries }], waitForLeaders: true });
+      created = await admin.createTopics({ topics: [{ topic: spec.name, numPartitions: spec.partitions, replicationFactor: -1, configEntries }], waitForLeaders: false });
     } catch (err) {
       throw fromKafka(err, `create topic ${spec.name}`);
     }
@@ -131,8 +131,10 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
   }
 
   /**
-   * createTopics' waitForLeaders only sees the controller's view; a young broker may still answer
-   * NOT_LEADER_FOR_PARTITION for a moment. Waiting here keeps that out of the first offsets() or send().
+   * Waits until the new topic's leaders answer. kafkajs's own waitForLeaders is not used: it retries only
+   * LEADER_NOT_AVAILABLE, yet a broker whose metadata has not caught up with the controller answers
+   * UNKNOWN_TOPIC_OR_PARTITION for a moment (seen failing CI), and NOT_LEADER_FOR_PARTITION after that.
+   * Waiting here keeps all of these out of the first offsets() or send().
    */
   private async untilLeadersServe(admin: Admin, topic: string): Promise<void> {
     const end = Date.now() + 10_000;
