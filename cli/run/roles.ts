@@ -128,12 +128,20 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
 export async function createBackend(ctx: RunContext): Promise<LlmBackend> {
   const files = modelFiles(ctx);
   const p = section(ctx, 'policy');
+  const count = (key: string, fallback: number): number => {
+    const v = p[key] ?? fallback;
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw new RlstreamError('CONFIG_INVALID', `policy.${key} must be a positive integer, got ${JSON.stringify(v)}`);
+    return v;
+  };
+  const swap = p['swap_mode'] ?? 'next_turn';
+  if (swap !== 'finish' && swap !== 'next_turn') throw new RlstreamError('CONFIG_INVALID', `policy.swap_mode must be 'finish' or 'next_turn', got ${JSON.stringify(swap)}`);
   return BuiltinPolicyBackend.create(
     { configJson: files.configJson, weightsPath: files.initWeights, version: 0 },
     {
-      maxBatch: typeof p['max_batch'] === 'number' ? p['max_batch'] : 64,
-      swapMode: p['swap_mode'] === 'finish' ? 'finish' : 'next_turn',
-      threads: typeof p['threads'] === 'number' ? p['threads'] : 1,
+      maxBatch: count('max_batch', 64),
+      swapMode: swap,
+      threads: count('threads', 1),
+      workers: count('workers', 1),
       logger: ctx.logger.child({ role: 'policy' }),
     },
   );

@@ -5,8 +5,9 @@ import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { readSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
 import { parseModelConfig, type ModelConfig } from './config.ts';
-import { GenerationEngine, type EngineStats, type SwapMode } from './engine.ts';
-import { PolicyRunner } from './runner.ts';
+import type { EngineStats, SwapMode } from './engine.ts';
+import { InProcessEngine, type EngineSetup, type PolicyEngine } from './engine-host.ts';
+import { WorkerEngines } from './engine-workers.ts';
 
 export interface BuiltinPolicyOptions {
   /** Most sequences decoded together (default 64). */
@@ -15,8 +16,14 @@ export interface BuiltinPolicyOptions {
   kvCacheBytes?: number;
   /** How a policy update reaches trajectories under way (default 'next_turn'; see engine.ts). */
   swapMode?: SwapMode;
-  /** onnxruntime intra-op threads (default 1). */
+  /** onnxruntime intra-op threads per engine (default 1). */
   threads?: number;
+  /**
+   * Engines in worker threads that share the running batch, each with maxBatch / workers rows (default 1: one
+   * engine in this thread). On a machine with spare cores, workers × threads up to the core count serves
+   * large batches faster than threads alone (see engine-workers.ts).
+   */
+  workers?: number;
   /** Name reported in GenerateResult.server (default 'builtin'). */
   server?: string;
   logger?: Logger;
@@ -37,8 +44,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
 
   private constructor(
     private config: ModelConfig,
-    private readonly engine: GenerationEngine,
-    private readonly threads: number,
+    private readonly engine: PolicyEngine,
     private readonly logger: Logger,
   ) {}
 
@@ -46,17 +52,20 @@ export class BuiltinPolicyBackend implements LlmBackend {
     const config = parseModelConfig(source.configJson);
     const threads = options.threads ?? 1;
     if (!Number.isInteger(threads) || threads < 1) throw new RlstreamError('CONFIG_INVALID', `threads must be a positive integer, got ${threads}`);
+    const workers = options.workers ?? 1;
+    if (!Number.isInteger(workers) || workers < 1) throw new RlstreamError('CONFIG_INVALID', `workers must be a positive integer, got ${workers}`);
     const logger = options.logger ?? silentLogger;
-    const runner = await PolicyRunner.create(config, await loadWeights(source), source.version, { threads });
-    logger.info('built-in policy loaded', { version: source.version, exportMs: runner.exportMs, loadMs: runner.loadMs });
-    const engine = new GenerationEngine(config, runner, {
+    const setup: EngineSetup = {
       ...(options.maxBatch !== undefined && { maxBatch: options.maxBatch }),
       ...(options.kvCacheBytes !== undefined && { kvCacheBytes: options.kvCacheBytes }),
       ...(options.swapMode !== undefined && { swapMode: options.swapMode }),
+      threads,
       server: options.server ?? 'builtin',
-      logger,
-    });
-    return new BuiltinPolicyBackend(config, engine, threads, logger);
+    };
+    const weights = await loadWeights(source);
+    const engine = workers === 1 ? await InProcessEngine.create(config, weights, source.version, setup, logger) : await WorkerEngines.create(config, weights, source.version, setup, workers, logger);
+    logger.info('built-in policy loaded', { version: source.version, workers, ...engine.first });
+    return new BuiltinPolicyBackend(config, engine, logger);
   }
 
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
@@ -75,15 +84,11 @@ export class BuiltinPolicyBackend implements LlmBackend {
         return;
       }
       const config = parseModelConfig(update.configJson);
+      if (!sameShape(config, this.config)) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
       const weights = await readSafetensors(update.weightsPath);
-      const runner = await PolicyRunner.create(config, weights, update.version, { threads: this.threads });
-      if (!sameShape(config, this.config)) {
-        await runner.release();
-        throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
-      }
-      this.engine.install(runner);
+      const times = await this.engine.load(config, weights, update.version);
       this.config = config;
-      this.logger.info('policy hot-swapped', { version: update.version, exportMs: runner.exportMs, loadMs: runner.loadMs });
+      this.logger.info('policy hot-swapped', { version: update.version, ...times });
     });
     // A failed update must not block later ones.
     this.updating = next.catch(() => {});

@@ -1,0 +1,106 @@
+// The built-in policy with its running batch spread over worker threads (workers: 2): the same tokens and
+// log-probs as one engine, sessions that stay on the worker holding their KV cache, bad requests and aborts
+// across the thread boundary, hot-swaps that reach every worker, and a clean close.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { isRlstreamError } from '../../core/errors.ts';
+import { writeSafetensors } from '../../core/weights/safetensors.ts';
+import type { GenerateRequest } from '../../producers/backends/types.ts';
+import { BuiltinPolicyBackend, type BuiltinPolicyOptions } from '../../producers/policy/backend.ts';
+import { configToJson, parseModelConfig } from '../../producers/policy/config.ts';
+import { logprobMismatch } from '../../producers/policy/mismatch.ts';
+import { randomWeights } from '../../producers/policy/random-weights.ts';
+import type { SamplingParams } from '../../schemas/generated/types.ts';
+
+const config = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 256 });
+const configJson = configToJson(config);
+const w1 = randomWeights(config, 1);
+const dir = await mkdtemp(join(tmpdir(), 'rlstream-policy-workers-'));
+const v2Path = join(dir, 'v2.safetensors');
+await writeSafetensors(v2Path, randomWeights(config, 2));
+const backends: BuiltinPolicyBackend[] = [];
+after(async () => {
+  for (const b of backends) await b.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function backend(options: BuiltinPolicyOptions = {}): Promise<BuiltinPolicyBackend> {
+  const b = await BuiltinPolicyBackend.create({ configJson, weights: w1, version: 1 }, options);
+  backends.push(b);
+  return b;
+}
+
+let n = 0;
+function req(promptIds: number[], over: Partial<SamplingParams> = {}, sessionId?: string): GenerateRequest {
+  return { requestId: `w${n++}`, promptIds, sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 10, seed: 3, stop_token_ids: [], ...over }, ...(sessionId !== undefined && { sessionId }) };
+}
+
+const prompts = Array.from({ length: 12 }, (_, i) => Array.from({ length: 2 + (i % 5) }, (_, j) => (i * 17 + j * 3) % 100));
+
+test('two workers give the tokens and log-probs of one engine, for greedy and seeded sampling', async () => {
+  const one = await backend({ maxBatch: 8 });
+  const two = await backend({ maxBatch: 8, workers: 2 });
+  for (const over of [{ temperature: 0, seed: null }, { temperature: 0.8, top_p: 0.9 }]) {
+    const requests = prompts.map((p, i) => req(p, { ...over, ...(over.seed === null ? {} : { seed: i }) }));
+    const [a, b] = await Promise.all([one, two].map((x) => Promise.all(requests.map((r) => x.generate(r)))));
+    a!.forEach((r, i) => {
+      assert.deepEqual(b![i]!.tokenIds, r.tokenIds, `request ${i}`);
+      assert.ok(logprobMismatch(b![i]!.logprobs, r.logprobs).maxAbs < 1e-4);
+    });
+  }
+});
+
+test('a session stays on one worker, so its later turns reuse the kept KV cache', async () => {
+  const b = await backend({ workers: 2 });
+  const sessions = Array.from({ length: 6 }, (_, i) => `traj-${i}`);
+  const first = await Promise.all(sessions.map((s, i) => b.generate(req(prompts[i]!, { seed: i }, s))));
+  const before = b.stats();
+  const contexts = sessions.map((_, i) => [...prompts[i]!, ...first[i]!.tokenIds, 42, 43]);
+  await Promise.all(sessions.map((s, i) => b.generate(req(contexts[i]!, { seed: 100 + i }, s))));
+  const after2 = b.stats();
+  assert.equal(after2.cacheHits - before.cacheHits, sessions.length);
+  const expectReused = sessions.reduce((t, _, i) => t + prompts[i]!.length + first[i]!.tokenIds.length - 1, 0);
+  assert.equal(after2.reusedTokens - before.reusedTokens, expectReused);
+});
+
+test('bad requests are rejected with BACKEND_BAD_REQUEST from a worker; good ones complete; aborts cross the thread boundary', async () => {
+  const b = await backend({ workers: 2 });
+  const outcomes = await Promise.allSettled([b.generate(req([1, 2, 100])), b.generate(req([1], { top_p: 0 })), b.generate(req([1, 2, 3])), b.generate(req([4, 5]))]);
+  for (const [i, msg] of [[0, /token id 100/], [1, /top_p/]] as const) {
+    const o = outcomes[i]!;
+    assert.equal(o.status, 'rejected');
+    const reason = (o as PromiseRejectedResult).reason;
+    assert.ok(isRlstreamError(reason, 'BACKEND_BAD_REQUEST') && msg.test(reason.message), String(reason));
+  }
+  for (const o of outcomes.slice(2)) assert.equal(o.status === 'fulfilled' && o.value.tokenIds.length, 10);
+
+  const ac = new AbortController();
+  const long = b.generate(req([1, 2, 3], { max_new_tokens: 240 }), ac.signal);
+  setTimeout(() => ac.abort(), 20);
+  const r = await long;
+  assert.equal(r.finishReason, 'abort');
+  assert.ok(r.tokenIds.length < 240);
+});
+
+test('a hot-swap reaches every worker; after close, requests are refused', async () => {
+  const b = await backend({ workers: 2, swapMode: 'next_turn' });
+  await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson });
+  assert.equal(b.currentPolicyVersion(), 2);
+  const results = await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 3 }))));
+  for (const r of results) assert.deepEqual(r.policyVersions, [2, 2, 2]);
+  // The same weights in one engine give the same tokens: the workers really run v2.
+  const ref = await backend();
+  await ref.updatePolicy({ version: 2, weightsPath: v2Path, configJson });
+  const again = await Promise.all(prompts.map((p) => ref.generate(req(p, { max_new_tokens: 3 }))));
+  results.forEach((r, i) => assert.deepEqual(r.tokenIds, again[i]!.tokenIds));
+
+  await b.close();
+  await assert.rejects(b.generate(req([1])), (e: unknown) => isRlstreamError(e, 'BACKEND_UNAVAILABLE'));
+});
+
+test('a bad worker count fails at creation naming the field', async () => {
+  await assert.rejects(BuiltinPolicyBackend.create({ configJson, weights: w1, version: 1 }, { workers: 0 }), /workers must be a positive integer/);
+});
