@@ -87,8 +87,10 @@ export class TraceSink {
     if (this.consumer) return;
     this.positions.clear();
     this.consumer = await this.options.log.consumer({ groupId: this.options.groupId ?? 'traces', topics: [...(this.options.topics ?? TRACE_TOPICS)], fromBeginning: true });
-    // Codecs ahead of the first rows, so those are encoded as they arrive too (a failure is asked again later).
-    this.writer.prepare(TRACE_TABLES).catch(() => undefined);
+    // Codecs before the first rows, so those are encoded as they arrive too (a failure is asked again later).
+    // Awaited: a catch-up polls the embedded log without waiting on I/O, so an answer left for later arrived
+    // only at the first flush, and that whole batch was kept as row objects (encoded late, aged by the GC).
+    await this.writer.prepare(TRACE_TABLES).catch(() => undefined);
   }
 
   /**
@@ -107,6 +109,9 @@ export class TraceSink {
     }
     this.stats.records += records.length;
     if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.startFlush();
+    // One turn of the event loop per poll: a poll of data already read resolves without one, and the write in
+    // flight only moves on to its next INSERT when the engine's answer to the last one is handled.
+    if (this.flushing) await new Promise<void>((resolve) => setImmediate(resolve));
     return records.length;
   }
 

@@ -118,3 +118,38 @@ test('sink: while a batch is being written the next is read, and offsets are com
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('sink: a catch-up from the first poll on encodes rows as they arrive (no batch of row objects)', { timeout: 60_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-sink-enc-'));
+  const log = openEmbeddedLog({ dir, fsync: 'none' });
+  const registry = await EmbeddedRegistry.open(log);
+  const serde = await new EventSerde(registry).init();
+  const store = await targets()[0]!.open('sinkenc');
+  try {
+    const { sent } = await recordRun(log, serde, { groups: 4, runId: 'e1' });
+    const calls = { insert: 0, insertEncoded: 0 };
+    const counting = new Proxy(store, {
+      get: (t, p) =>
+        p === 'insert' || p === 'insertEncoded'
+          ? (...args: unknown[]) => {
+              calls[p]++;
+              return (Reflect.get(t, p) as (...a: unknown[]) => Promise<void>).apply(t, args);
+            }
+          : Reflect.get(t, p),
+    }) as TraceStore;
+    // One batch for the whole run: before the codecs were awaited at start, all of it was kept as objects.
+    const sink = new TraceSink({ log, store: counting, serde, groupId: 'enc', maxRows: 1_000_000 });
+    await sink.drain();
+    await sink.stop();
+    assert.equal(sink.stats.records, sent);
+    assert.equal(calls.insert, 0, 'no rows inserted as objects');
+    assert.ok(calls.insertEncoded > 0);
+    const n = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 'e1'")).rows[0]?.['n'];
+    assert.equal(n, 4 * 4 * 5);
+  } finally {
+    await store.close();
+    await registry.close();
+    await log.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
