@@ -237,11 +237,25 @@ export class Trainer {
       }
       const staleTail = samples.length === 0 && seen.size > 0 && [...seen.values()].every((g) => g.got >= g.expected) && performance.now() - lastArrival > STALE_TAIL_FLUSH_MS;
       if (complete() || staleTail) {
-        const offsets = [...next].map(([partition, offset]) => ({ topic: TOPICS.advantaged, partition, offset }));
-        return { samples, offsets, waitMs: performance.now() - t0 };
+        return { samples, offsets: this.stepOffsets(next), waitMs: performance.now() - t0 };
       }
     }
     return null;
+  }
+
+  /**
+   * The offsets a step commits: after its last record per partition, or the consumer's position where that
+   * is further and nothing of the partition is carried to the next step. On Kafka a partition may hold
+   * transaction markers after its last record, which the consumer has already passed; committing past them
+   * is what lets the trainer's lag reach 0.
+   */
+  private stepOffsets(next: Map<number, number>): TopicPartitionOffset[] {
+    const carried = new Set(this.carry.map((r) => r.partition));
+    const at = new Map(this.consumer.assignment().filter((a) => a.topic === TOPICS.advantaged).map((a) => [a.partition, a.offset]));
+    return [...next].map(([partition, offset]) => {
+      const position = at.get(partition);
+      return { topic: TOPICS.advantaged, partition, offset: !carried.has(partition) && position !== undefined && position > offset ? position : offset };
+    });
   }
 
   private async trainStep(samples: TrainSample[], offsets: TopicPartitionOffset[], waitMs: number): Promise<void> {
