@@ -46,6 +46,8 @@ export class BuiltinPolicyBackend implements LlmBackend {
     private config: ModelConfig,
     private readonly engine: PolicyEngine,
     private readonly logger: Logger,
+    /** Engine worker threads serving generations (1: the engine runs in the caller's thread). */
+    readonly workers: number,
   ) {}
 
   static async create(source: BuiltinPolicySource, options: BuiltinPolicyOptions = {}): Promise<BuiltinPolicyBackend> {
@@ -65,7 +67,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
     const weights = await loadWeights(source);
     const engine = workers === 1 ? await InProcessEngine.create(config, weights, source.version, setup, logger) : await WorkerEngines.create(config, weights, source.version, setup, workers, logger);
     logger.info('built-in policy loaded', { version: source.version, workers, ...engine.first });
-    return new BuiltinPolicyBackend(config, engine, logger);
+    return new BuiltinPolicyBackend(config, engine, logger, workers);
   }
 
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {

@@ -104,3 +104,29 @@ test('a hot-swap reaches every worker; after close, requests are refused', async
 test('a bad worker count fails at creation naming the field', async () => {
   await assert.rejects(BuiltinPolicyBackend.create({ configJson, weights: w1, version: 1 }, { workers: 0 }), /workers must be a positive integer/);
 });
+
+test("the run config's policy section: the calculator example serves from 2 workers; bad counts fail naming the field", async () => {
+  const { loadRunConfig } = await import('../../core/config.ts');
+  const { createBackend } = await import('../../cli/run/roles.ts');
+  const { silentLogger } = await import('../../core/telemetry.ts');
+  const configPath = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.yaml');
+  const ctx = (overrides: Record<string, unknown>) => ({ config: loadRunConfig(configPath, overrides), logger: silentLogger }) as unknown as Parameters<typeof createBackend>[0];
+  const b = (await createBackend(ctx({}))) as BuiltinPolicyBackend;
+  try {
+    assert.equal(b.workers, 2);
+    // Sessions spread over both workers each keep their cache: the workers' stats are summed.
+    const sessions = ['a', 'b', 'c', 'd'];
+    await Promise.all(sessions.map((s) => b.generate(req([1, 2, 3], { max_new_tokens: 2 }, s))));
+    assert.equal(b.stats().cachedSessions, sessions.length);
+  } finally {
+    await b.close();
+  }
+  for (const [key, value, msg] of [
+    ['policy.workers', 0, /policy\.workers must be a positive integer, got 0/],
+    ['policy.threads', '2', /policy\.threads must be a positive integer, got "2"/],
+    ['policy.max_batch', 1.5, /policy\.max_batch must be a positive integer/],
+    ['policy.swap_mode', 'later', /policy\.swap_mode must be 'finish' or 'next_turn'/],
+  ] as const) {
+    await assert.rejects(createBackend(ctx({ [key]: value })), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && msg.test((e as Error).message));
+  }
+});
