@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -15,13 +16,25 @@ import { TraceSink } from '../../consumers/traces/sink.ts';
 import { recordRun } from './record.ts';
 import { targets } from './targets.ts';
 
-test('sink: commits after insert, resumes, dead-letters poison, keeps offsets when the store fails', { timeout: 60_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-sink-'));
+/** An embedded log with its registry and a store of the first target, closed and removed after `body`. */
+async function withSinkFixture(name: string, body: (f: { log: EventLog; serde: EventSerde; store: TraceStore }) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), `rlstream-${name}-`));
   const log = openEmbeddedLog({ dir, fsync: 'none' });
   const registry = await EmbeddedRegistry.open(log);
   const serde = await new EventSerde(registry).init();
-  const store = await targets()[0]!.open('sink');
+  const store = await targets()[0]!.open(name);
   try {
+    await body({ log, serde, store });
+  } finally {
+    await store.close();
+    await registry.close();
+    await log.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('sink: commits after insert, resumes, dead-letters poison, keeps offsets when the store fails', { timeout: 60_000 }, async () => {
+  await withSinkFixture('sink', async ({ log, serde, store }) => {
     const { sent } = await recordRun(log, serde, { groups: 5, runId: 'r1' });
     const producer = await log.producer();
     await producer.send(TOPICS.rolloutEvents, [{ key: 'g', value: Buffer.from([0, 0, 0, 0, 99, 1, 2]) }, { key: 'g', value: Buffer.from('not framed') }]);
@@ -59,21 +72,11 @@ test('sink: commits after insert, resumes, dead-letters poison, keeps offsets wh
     await recovered.stop();
     const n = (await store.query("SELECT count() AS n FROM trajectories FINAL WHERE run_id = 'r2'")).rows[0]?.['n'];
     assert.equal(n, 4);
-  } finally {
-    await store.close();
-    await registry.close();
-    await log.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('sink: while a batch is being written the next is read, and offsets are committed only after their rows', { timeout: 60_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-sink-pipe-'));
-  const log = openEmbeddedLog({ dir, fsync: 'none' });
-  const registry = await EmbeddedRegistry.open(log);
-  const serde = await new EventSerde(registry).init();
-  const store = await targets()[0]!.open('sinkpipe');
-  try {
+  await withSinkFixture('sinkpipe', async ({ log, serde, store }) => {
     const { sent } = await recordRun(log, serde, { groups: 6, runId: 'p1' });
     // Writes wait at a gate the test opens, so a write is in flight while the sink reads on.
     let release: () => void = () => {};
@@ -111,21 +114,11 @@ test('sink: while a batch is being written the next is read, and offsets are com
     assert.ok((await log.lag('pipe', TOPICS.rolloutEvents)).every((l) => l.lag === 0), 'everything committed in the end');
     const n = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 'p1'")).rows[0]?.['n'];
     assert.equal(n, 6 * 4 * 5, 'every turn written once');
-  } finally {
-    await store.close();
-    await registry.close();
-    await log.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('sink: a catch-up from the first poll on encodes rows as they arrive (no batch of row objects)', { timeout: 60_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-sink-enc-'));
-  const log = openEmbeddedLog({ dir, fsync: 'none' });
-  const registry = await EmbeddedRegistry.open(log);
-  const serde = await new EventSerde(registry).init();
-  const store = await targets()[0]!.open('sinkenc');
-  try {
+  await withSinkFixture('sinkenc', async ({ log, serde, store }) => {
     const { sent } = await recordRun(log, serde, { groups: 4, runId: 'e1' });
     const calls = { insert: 0, insertEncoded: 0 };
     const counting = new Proxy(store, {
@@ -146,10 +139,5 @@ test('sink: a catch-up from the first poll on encodes rows as they arrive (no ba
     assert.ok(calls.insertEncoded > 0);
     const n = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 'e1'")).rows[0]?.['n'];
     assert.equal(n, 4 * 4 * 5);
-  } finally {
-    await store.close();
-    await registry.close();
-    await log.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
