@@ -106,7 +106,12 @@ export class WorkerEngines implements PolicyEngine {
   private async loadAll(config: ModelConfig, weights: TensorMap, version: number, setup?: EngineSetup): Promise<LoadTimes> {
     const configJson = configToJson(config);
     const wire = toWire(weights);
-    const times = await Promise.all(this.workers.map((w) => w.call<LoadTimes>((id) => ({ t: 'load', id, configJson, weights: wire, version, ...(setup && { setup }) }))));
+    // Settled, not all: a worker is only terminated (after a failure) once it no longer runs onnxruntime, as
+    // ending a thread inside a native call aborts the process.
+    const settled = await Promise.allSettled(this.workers.map((w) => w.call<LoadTimes>((id) => ({ t: 'load', id, configJson, weights: wire, version, ...(setup && { setup }) }))));
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    const times = settled.map((r) => (r as PromiseFulfilledResult<LoadTimes>).value);
     return { exportMs: Math.max(...times.map((t) => t.exportMs)), loadMs: Math.max(...times.map((t) => t.loadMs)) };
   }
 
