@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, collectRun, consumedIds, stuck } from './audit.ts';
+import { auditRun, collectRun, consumedIds, stuck, stuckDetail } from './audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { openRunLog, progress } from './harness.ts';
 
@@ -38,6 +38,10 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       const end = await progress(log, run.runId).catch(() => null);
       const trainerTail = sup.procs.get('trainer')?.output.slice(-1500) ?? '';
       const rolloutTail = sup.procs.get('rollout')?.output.slice(-1500) ?? '';
+      // The stream processors' warnings and errors (transactions retried or failed, rebalances), for a failure.
+      const processorNotes = (['reward', 'advantage'] as const)
+        .map((role) => `${role}: ${(sup.procs.get(role)?.output ?? '').split('\n').filter((l) => /"level":"(warn|error)"/.test(l) && !/kafkajs/.test(l)).slice(-12).join('\n')}`)
+        .join('\n');
       await sup.stopAll();
       const records = await collectRun(log, serde, run.runId);
       const audit = auditRun(records);
@@ -45,7 +49,13 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
         `# broker restart: ${before} trajectories consumed when the broker stopped (${JSON.stringify(mid)}); outage ${outage.toFixed(1)}s; ` +
           `starts ${JSON.stringify(sup.starts)}; ${audit.started} started, ${audit.consumedOnce} consumed once; ${records.steps.length} steps; ${((Date.now() - t0) / 1000).toFixed(0)}s\n`,
       );
-      const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(stuck(records))}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}; rollout: ${rolloutTail}`;
+      const where = stuck(records);
+      // Where trajectories stopped before the trainer: their records on rewarded with the advantage consumer's
+      // offsets and checkpoints, and any dead letters of theirs.
+      const detail = audit.consumedOnce === audit.started ? '' : await stuckDetail(log, serde, run.runId, where['notAdvantaged']!).catch((e: unknown) => String(e));
+      const lost = new Set(Object.values(where).flat());
+      const deadOfLost = records.deadLetters.filter((d) => d.trajectoryId !== null && lost.has(d.trajectoryId)).map((d) => `${d.consumer} ${d.errorCode}`);
+      const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(where)}; ${detail}; dead letters of those ${JSON.stringify(deadOfLost)}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}; rollout: ${rolloutTail}; ${processorNotes}`;
       assert.ok(before >= 4 && before < started, `the broker did not stop mid-run (${before} consumed of ${started})`);
       assert.ok(done, `the rollout worker did not finish after the restart; ${diag}`);
       assert.equal(started, 48, 'every row started its group');

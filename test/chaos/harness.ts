@@ -58,7 +58,7 @@ export class RoleProcess {
       env: { ...process.env, CHAOS_KAFKA: run.brokers, RLSTREAM_LOG_LEVEL: process.env['RLSTREAM_LOG_LEVEL'] ?? 'warn' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const keep = (d: Buffer) => (this.tail = (this.tail + d.toString()).slice(-6000));
+    const keep = (d: Buffer) => (this.tail = (this.tail + d.toString()).slice(-64_000));
     this.child.stdout!.on('data', keep);
     this.child.stderr!.on('data', keep);
     this.exited = new Promise((res) => this.child.once('exit', (code, signal) => res({ code, signal })));
