@@ -13,9 +13,8 @@ import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
-import { Model } from '../../native/index.ts';
 import { PrivateBroker } from '../chaos/broker.ts';
-import { syntheticGroup, TINY_CONFIG } from '../trainer/fixtures/synthetic.ts';
+import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from '../trainer/fixtures/synthetic.ts';
 
 test('trainer on Kafka: after training on every transactional group, its committed offsets pass the markers (lag 0)', { timeout: 180_000 }, async (t) => {
   if (!PrivateBroker.libs()) {
@@ -37,9 +36,7 @@ test('trainer on Kafka: after training on every transactional group, its committ
     }
     await producer.close();
     const weights = join(dir, 'init.safetensors');
-    const model = Model.init(TINY_CONFIG, { seed: 3, threads: 1 });
-    await model.save(weights);
-    model.dispose();
+    await writeInitialWeights(weights);
 
     const trainer = new Trainer({ log, serde, runId: 'lag-test', dataDir: join(dir, 'data'), initialWeightsPath: weights, modelConfig: TINY_CONFIG, options: compileTrainerOptions({ max_steps: 2, threads: 1, groups_per_step: 2 }) });
     await trainer.start();

@@ -14,9 +14,8 @@ import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
-import { Model } from '../../native/index.ts';
 import type { PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { syntheticGroup, TINY_CONFIG } from './fixtures/synthetic.ts';
+import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from './fixtures/synthetic.ts';
 
 const PROCESS = join(import.meta.dirname, 'fixtures', 'trainer-process.ts');
 
@@ -34,9 +33,7 @@ async function setUp(groups: { g: number; version?: number; split?: string }[], 
   await producer.close();
   await log.close();
   const weights = join(dir, 'init.safetensors');
-  const model = Model.init(TINY_CONFIG, { seed: 3, threads: 1 });
-  await model.save(weights);
-  model.dispose();
+  await writeInitialWeights(weights);
   return { dir, logDir, weights };
 }
 
