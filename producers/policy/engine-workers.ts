@@ -45,15 +45,19 @@ class EngineWorker {
   call<T>(make: (id: number) => ToWorker, signal?: AbortSignal): Promise<T> {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
+    const abort = () => this.post({ t: 'abort', id });
+    const result = new Promise<T>((resolve, reject) => {
       this.pending.set(id, { resolve: resolve as (v: never) => void, reject });
       this.worker.postMessage(make(id));
-      if (signal) {
-        const abort = () => this.post({ t: 'abort', id });
-        if (signal.aborted) abort();
-        else signal.addEventListener('abort', abort, { once: true });
-      }
+      if (signal?.aborted) abort();
+      else signal?.addEventListener('abort', abort, { once: true });
     });
+    // One stop signal is shared by every call of a rollout worker: detach this call's listener once it settles.
+    if (signal) {
+      const detach = () => signal.removeEventListener('abort', abort);
+      result.then(detach, detach);
+    }
+    return result;
   }
 
   post(m: ToWorker): void {

@@ -130,7 +130,8 @@ export class GenerationEngine {
     } catch (err) {
       return Promise.reject(err);
     }
-    return new Promise<GenerateResult>((resolve, reject) => {
+    let onAbort: (() => void) | null = null;
+    const result = new Promise<GenerateResult>((resolve, reject) => {
       const p = req.sampling;
       const version = this.versionFor(req.sessionId);
       const group = this.groups.get(version)!;
@@ -158,11 +159,19 @@ export class GenerationEngine {
       this.attachPast(seq);
       if (signal) {
         if (signal.aborted) seq.aborted = true;
-        else signal.addEventListener('abort', () => (seq.aborted = true), { once: true });
+        else signal.addEventListener('abort', (onAbort = () => (seq.aborted = true)), { once: true });
       }
       group.waiting.push(seq);
       this.kick();
     });
+    // The rollout worker passes one stop signal to every call: a listener left behind per request would pile
+    // up for the whole run.
+    if (!signal) return result;
+    const detach = () => {
+      if (onAbort) signal.removeEventListener('abort', onAbort);
+    };
+    result.then(detach, detach);
+    return result;
   }
 
   releaseSession(sessionId: string): void {

@@ -130,3 +130,14 @@ test("the run config's policy section: the calculator example serves from 2 work
     await assert.rejects(createBackend(ctx({ [key]: value })), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && msg.test((e as Error).message));
   }
 });
+
+test('one stop signal shared by many requests (as a rollout worker passes it) keeps no listener per finished request', async () => {
+  const { getEventListeners } = await import('node:events');
+  const stop = new AbortController();
+  for (const options of [{}, { workers: 2 }]) {
+    const b = await backend(options);
+    await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 2 }), stop.signal)));
+    await Promise.allSettled([b.generate(req([1, 2, 100]), stop.signal)]); // a rejected request detaches too
+    assert.equal(getEventListeners(stop.signal, 'abort').length, 0, `workers ${'workers' in options ? 2 : 1}`);
+  }
+});
