@@ -1,6 +1,7 @@
 // Messages between the built-in backend and its engine worker threads (engine-workers.ts, engine-worker.ts).
 // Weights travel as (name, shape, data) triples; errors as their code and message, rebuilt on arrival.
 import { RlstreamError, type ErrorCode } from '../../core/errors.ts';
+import type { LogFields, LogLevel } from '../../core/telemetry.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
 import type { EngineStats } from './engine.ts';
@@ -25,7 +26,8 @@ export type FromWorker =
   | { t: 'loaded'; id: number; times: LoadTimes; stats: EngineStats }
   | { t: 'result'; id: number; result: GenerateResult; stats: EngineStats }
   | { t: 'failed'; id: number; error: WireError; stats?: EngineStats }
-  | { t: 'closed'; id: number };
+  | { t: 'closed'; id: number }
+  | { t: 'log'; level: LogLevel; msg: string; fields: LogFields };
 
 export function toWire(weights: TensorMap): WireTensors {
   return [...weights].map(([name, t]) => [name, t.shape, t.data]);

@@ -1,7 +1,7 @@
 // One engine worker thread: an InProcessEngine serving the requests the backend routes here. Started through
 // engine-worker.mjs, which registers the TypeScript loader first.
 import { parentPort } from 'node:worker_threads';
-import { silentLogger } from '../../core/telemetry.ts';
+import type { LogFields, Logger, LogLevel } from '../../core/telemetry.ts';
 import { parseModelConfig } from './config.ts';
 import { InProcessEngine } from './engine-host.ts';
 import { errorToWire, fromWire, type FromWorker, type ToWorker } from './engine-worker-protocol.ts';
@@ -11,6 +11,12 @@ if (!port) throw new Error('engine-worker.ts runs in a worker thread');
 let engine: InProcessEngine | null = null;
 const aborts = new Map<number, AbortController>();
 const send = (m: FromWorker) => port.postMessage(m);
+
+/** The engine's log lines go to the backend's logger in the main thread (fields must be cloneable). */
+function portLogger(bound: LogFields = {}): Logger {
+  const line = (level: LogLevel) => (msg: string, fields: LogFields = {}) => send({ t: 'log', level, msg, fields: { ...bound, ...fields } });
+  return { debug: line('debug'), info: line('info'), warn: line('warn'), error: line('error'), child: (fields) => portLogger({ ...bound, ...fields }) };
+}
 
 port.on('message', (m: ToWorker) => {
   void handle(m);
@@ -24,7 +30,7 @@ async function handle(m: ToWorker): Promise<void> {
         const weights = fromWire(m.weights);
         if (!engine) {
           if (!m.setup) throw new Error('the first load carries the engine set-up');
-          engine = await InProcessEngine.create(config, weights, m.version, m.setup, silentLogger);
+          engine = await InProcessEngine.create(config, weights, m.version, m.setup, portLogger());
           send({ t: 'loaded', id: m.id, times: engine.first, stats: engine.stats() });
         } else {
           const times = await engine.load(config, weights, m.version);

@@ -27,7 +27,10 @@ class EngineWorker {
   stats: EngineStats | null = null;
   dead: Error | null = null;
 
+  private readonly logger: Logger;
+
   constructor(readonly index: number, logger: Logger) {
+    this.logger = logger.child({ worker: index });
     this.worker = new Worker(new URL('./engine-worker.mjs', import.meta.url));
     this.worker.on('message', (m: FromWorker) => this.onMessage(m));
     const fail = (err: Error) => {
@@ -36,7 +39,7 @@ class EngineWorker {
       this.pending.clear();
     };
     this.worker.on('error', (err) => {
-      logger.error('a policy engine worker failed', { worker: index, error: err.message });
+      this.logger.error('a policy engine worker failed', { error: err.message });
       fail(new RlstreamError('BACKEND_UNAVAILABLE', `policy engine worker ${index} failed: ${err.message}`, { retriable: false }));
     });
     this.worker.on('exit', (code) => fail(new RlstreamError('BACKEND_UNAVAILABLE', `policy engine worker ${index} exited (code ${code})`, { retriable: false })));
@@ -65,6 +68,7 @@ class EngineWorker {
   }
 
   private onMessage(m: FromWorker): void {
+    if (m.t === 'log') return this.logger[m.level](m.msg, m.fields);
     const p = this.pending.get(m.id);
     if (!p) return;
     this.pending.delete(m.id);

@@ -85,10 +85,14 @@ test('bad requests are rejected with BACKEND_BAD_REQUEST from a worker; good one
   assert.ok(r.tokenIds.length < 240);
 });
 
-test('a hot-swap reaches every worker; after close, requests are refused', async () => {
-  const b = await backend({ workers: 2, swapMode: 'next_turn' });
+test("a hot-swap reaches every worker (each logs it to the backend's logger); after close, requests are refused", async () => {
+  const { jsonLogger } = await import('../../core/telemetry.ts');
+  const lines: Record<string, unknown>[] = [];
+  const b = await backend({ workers: 2, swapMode: 'next_turn', logger: jsonLogger({ level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) }) });
   await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson });
   assert.equal(b.currentPolicyVersion(), 2);
+  const installed = lines.filter((l) => l['msg'] === 'policy installed' && l['version'] === 2).map((l) => l['worker']);
+  assert.deepEqual(installed.sort(), [0, 1]);
   const results = await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 3 }))));
   for (const r of results) assert.deepEqual(r.policyVersions, [2, 2, 2]);
   // The same weights in one engine give the same tokens: the workers really run v2.
@@ -132,12 +136,12 @@ test("the run config's policy section: the calculator example serves from 2 work
 });
 
 test('one stop signal shared by many requests (as a rollout worker passes it) keeps no listener per finished request', async () => {
-  const { getEventListeners } = await import('node:events');
+  const { EventEmitter } = await import('node:events');
   const stop = new AbortController();
   for (const options of [{}, { workers: 2 }]) {
     const b = await backend(options);
     await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 2 }), stop.signal)));
     await Promise.allSettled([b.generate(req([1, 2, 100]), stop.signal)]); // a rejected request detaches too
-    assert.equal(getEventListeners(stop.signal, 'abort').length, 0, `workers ${'workers' in options ? 2 : 1}`);
+    assert.equal(EventEmitter.getEventListeners(stop.signal, 'abort').length, 0, `workers ${'workers' in options ? 2 : 1}`);
   }
 });
