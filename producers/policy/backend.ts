@@ -56,14 +56,8 @@ export class BuiltinPolicyBackend implements LlmBackend {
     if (!Number.isInteger(threads) || threads < 1) throw new RlstreamError('CONFIG_INVALID', `threads must be a positive integer, got ${threads}`);
     const workers = options.workers ?? 1;
     if (!Number.isInteger(workers) || workers < 1) throw new RlstreamError('CONFIG_INVALID', `workers must be a positive integer, got ${workers}`);
-    const logger = options.logger ?? silentLogger;
-    const setup: EngineSetup = {
-      ...(options.maxBatch !== undefined && { maxBatch: options.maxBatch }),
-      ...(options.kvCacheBytes !== undefined && { kvCacheBytes: options.kvCacheBytes }),
-      ...(options.swapMode !== undefined && { swapMode: options.swapMode }),
-      threads,
-      server: options.server ?? 'builtin',
-    };
+    const { logger = silentLogger, server = 'builtin', workers: _workers, threads: _threads, ...engineOptions } = options;
+    const setup: EngineSetup = { ...engineOptions, threads, server };
     const weights = await loadWeights(source);
     const engine = workers === 1 ? await InProcessEngine.create(config, weights, source.version, setup, logger) : await WorkerEngines.create(config, weights, source.version, setup, workers, logger);
     logger.info('built-in policy loaded', { version: source.version, workers, ...engine.first });

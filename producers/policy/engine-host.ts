@@ -5,17 +5,15 @@ import type { Logger } from '../../core/telemetry.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
 import type { ModelConfig } from './config.ts';
-import { GenerationEngine, type EngineStats, type SwapMode } from './engine.ts';
+import { GenerationEngine, type EngineOptions, type EngineStats } from './engine.ts';
 import { PolicyRunner } from './runner.ts';
 
-export interface EngineSetup {
-  maxBatch?: number;
-  kvCacheBytes?: number;
-  swapMode?: SwapMode;
+/** The engine's options that cross into a worker thread, and the onnxruntime threads of its sessions. */
+export type EngineSetup = Pick<EngineOptions, 'maxBatch' | 'kvCacheBytes' | 'swapMode'> & {
   /** onnxruntime intra-op threads per engine. */
   threads: number;
   server: string;
-}
+};
 
 export interface LoadTimes {
   exportMs: number;
@@ -43,15 +41,10 @@ export class InProcessEngine implements PolicyEngine {
   ) {}
 
   static async create(config: ModelConfig, weights: TensorMap, version: number, setup: EngineSetup, logger: Logger): Promise<InProcessEngine> {
-    const runner = await PolicyRunner.create(config, weights, version, { threads: setup.threads });
-    const engine = new GenerationEngine(config, runner, {
-      ...(setup.maxBatch !== undefined && { maxBatch: setup.maxBatch }),
-      ...(setup.kvCacheBytes !== undefined && { kvCacheBytes: setup.kvCacheBytes }),
-      ...(setup.swapMode !== undefined && { swapMode: setup.swapMode }),
-      server: setup.server,
-      logger,
-    });
-    return new InProcessEngine(engine, setup.threads, { exportMs: runner.exportMs, loadMs: runner.loadMs });
+    const { threads, ...engineOptions } = setup;
+    const runner = await PolicyRunner.create(config, weights, version, { threads });
+    const engine = new GenerationEngine(config, runner, { ...engineOptions, logger });
+    return new InProcessEngine(engine, threads, { exportMs: runner.exportMs, loadMs: runner.loadMs });
   }
 
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
