@@ -117,17 +117,16 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
     }
   }
 
-  private async visiblePartitionCount(topic: string): Promise<number> {
-    const end = Date.now() + 10_000;
-    for (;;) {
-      this.partitionCounts.delete(topic);
-      try {
-        return await this.partitionCount(topic);
-      } catch (err) {
-        if (!(err instanceof RlstreamError && err.code === 'LOG_UNKNOWN_TOPIC') || Date.now() > end) throw err;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+  /** The count of a topic another client just created, once this client's metadata lists it. */
+  private visiblePartitionCount(topic: string): Promise<number> {
+    return retryForAWhile(
+      () => {
+        this.partitionCounts.delete(topic);
+        return this.partitionCount(topic);
+      },
+      (err) => err instanceof RlstreamError && err.code === 'LOG_UNKNOWN_TOPIC',
+      (err) => err,
+    );
   }
 
   /**
@@ -137,16 +136,11 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
    * Waiting here keeps all of these out of the first offsets() or send().
    */
   private async untilLeadersServe(admin: Admin, topic: string): Promise<void> {
-    const end = Date.now() + 10_000;
-    for (;;) {
-      try {
-        await admin.fetchTopicOffsets(topic);
-        return;
-      } catch (err) {
-        if (Date.now() > end) throw fromKafka(err, `topic ${topic} has no serving leaders`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    await retryForAWhile(
+      () => admin.fetchTopicOffsets(topic),
+      () => true,
+      (err) => fromKafka(err, `topic ${topic} has no serving leaders`),
+    );
   }
 
   async listTopics(): Promise<TopicSpec[]> {
@@ -298,5 +292,21 @@ export async function openKafkaLog(config: KafkaLogOptions | (KafkaLogOptions & 
   } catch (err) {
     await log.close();
     throw err;
+  }
+}
+
+/**
+ * Run `attempt` until it succeeds, retrying the errors `retriable` accepts every 100 ms for up to 10 s (what a
+ * just-created topic takes to show up everywhere on one broker); then the last error, through `fail`.
+ */
+async function retryForAWhile<T>(attempt: () => Promise<T>, retriable: (err: unknown) => boolean, fail: (err: unknown) => unknown): Promise<T> {
+  const end = Date.now() + 10_000;
+  for (;;) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (!retriable(err) || Date.now() > end) throw fail(err);
+      await new Promise((r) => setTimeout(r, 100));
+    }
   }
 }
