@@ -75,6 +75,8 @@ export class TraceSink {
   private readonly logger: Logger;
   /** The write in flight (with its commit), started by step(); its failure surfaces at the next settle(). */
   private flushing: Promise<void> | null = null;
+  /** Whether that write is still running (flushing stays set, settled, until the next settle()). */
+  private writing = false;
   /** Next offset of every partition, after the records whose rows were added to the writer. */
   private readonly positions = new Map<string, TopicPartitionOffset>();
 
@@ -111,7 +113,7 @@ export class TraceSink {
     if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.startFlush();
     // One turn of the event loop per poll: a poll of data already read resolves without one, and the write in
     // flight only moves on to its next INSERT when the engine's answer to the last one is handled.
-    if (this.flushing) await new Promise<void>((resolve) => setImmediate(resolve));
+    if (this.writing) await new Promise<void>((resolve) => setImmediate(resolve));
     return records.length;
   }
 
@@ -123,12 +125,16 @@ export class TraceSink {
   private async startFlush(): Promise<void> {
     await this.settle();
     const offsets = [...this.positions.values()];
-    const flushing = this.writer.flush().then(async (n) => {
-      this.stats.rows += n;
-      if (n > 0) this.stats.flushes++;
-      await this.consumer?.commit(offsets);
-      this.stats.commits++;
-    });
+    this.writing = true;
+    const flushing = this.writer
+      .flush()
+      .then(async (n) => {
+        this.stats.rows += n;
+        if (n > 0) this.stats.flushes++;
+        await this.consumer?.commit(offsets);
+        this.stats.commits++;
+      })
+      .finally(() => (this.writing = false));
     flushing.catch(() => undefined); // handled: settle() rethrows it
     this.flushing = flushing;
   }
