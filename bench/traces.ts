@@ -20,16 +20,14 @@ import { join } from 'node:path';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
 import { EventSerde } from '../core/serde/events.ts';
-import { TOPICS } from '../core/topics.ts';
 import { openTraceStore } from '../core/traces/open.ts';
-import type { EventName } from '../schemas/index.ts';
-import type { EventTypes } from '../schemas/generated/types.ts';
 import { TraceSink } from '../consumers/traces/sink.ts';
 import { TRACE_TABLES } from '../core/traces/store.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
 import type { DecodedEvent } from '../core/serde/events.ts';
 import { rowsOf } from '../consumers/traces/rows.ts';
 import { TraceWriter } from '../consumers/traces/writer.ts';
+import { recordRun } from '../test/traces/record.ts';
 import { syntheticRun, syntheticTurnCount } from '../test/traces/synthetic.ts';
 
 function arg(args: string[], name: string, fallback: string): string {
@@ -164,29 +162,10 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
   const store = await openTraceStore(spec, { database: `bench_sink_${Date.now().toString(36)}` });
   try {
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-    for (const name of Object.values(TOPICS)) if (name !== TOPICS.schemas) await log.createTopic({ name, partitions: name === TOPICS.rolloutEvents ? 3 : 1 });
     const assistantTurns = 4;
     const groupSize = 4;
     const run = { runId: 'sink', groups: Math.ceil(turnsWanted / (groupSize * (2 * assistantTurns - 1))), groupSize, assistantTurns, tokensPerTurn: tokens, trajectoriesPerStep: 256, seed: 5 };
-    const producer = await log.producer();
-    let pending = new Map<string, { key: string | null; value: Buffer; timestamp: number }[]>();
-    let buffered = 0;
-    let logBytes = 0;
-    const sendAll = async () => {
-      for (const [topic, records] of pending) await producer.send(topic, records);
-      pending = new Map();
-      buffered = 0;
-    };
-    for (const e of syntheticRun(run)) {
-      const value = serde.encode(e.name as EventName, e.value as EventTypes[EventName]);
-      logBytes += value.length;
-      const list = pending.get(e.topic) ?? [];
-      list.push({ key: e.key, value, timestamp: (e.value as { time_ms?: number }).time_ms ?? Date.now() });
-      pending.set(e.topic, list);
-      if (++buffered >= 2_000) await sendAll();
-    }
-    await sendAll();
-    await producer.close();
+    const { bytes: logBytes } = await recordRun(log, serde, run, 0, false);
 
     // The sink as deployed: its default batch sizes and poll size.
     const sink = new TraceSink({ log, store, serde, groupId: 'bench-sink' });

@@ -9,29 +9,47 @@ import type { EventTypes } from '../../schemas/generated/types.ts';
 import { syntheticRun, type SyntheticEvent, type SyntheticRunOptions } from './synthetic.ts';
 
 export interface Recorded {
+  /** The synthetic events, in order (empty when not kept). */
   events: SyntheticEvent[];
+  /** Records sent, duplicates included. */
   sent: number;
+  /** Bytes of encoded event values sent. */
+  bytes: number;
 }
 
-export async function recordRun(log: EventLog, serde: EventSerde, run: SyntheticRunOptions, duplicateEvery = 0): Promise<Recorded> {
+/**
+ * `keepEvents: false` keeps only the counts, so a run of millions of events (the traces benchmark) is encoded
+ * and sent in chunks without being held in memory.
+ */
+export async function recordRun(log: EventLog, serde: EventSerde, run: SyntheticRunOptions, duplicateEvery = 0, keepEvents = true): Promise<Recorded> {
   for (const name of Object.values(TOPICS)) if (name !== TOPICS.schemas) await log.createTopic({ name, partitions: name === TOPICS.rolloutEvents ? 3 : 1 });
   const producer = await log.producer();
-  const events = [...syntheticRun(run)];
-  let sent = 0;
+  const out: Recorded = { events: [], sent: 0, bytes: 0 };
   let i = 0;
-  const batches = new Map<string, { key: string | null; value: Buffer; timestamp: number }[]>();
-  for (const e of events) {
+  let batches = new Map<string, { key: string | null; value: Buffer; timestamp: number }[]>();
+  let buffered = 0;
+  const sendBuffered = async () => {
+    for (const [topic, records] of batches) for (let k = 0; k < records.length; k += 500) await producer.send(topic, records.slice(k, k + 500));
+    batches = new Map();
+    buffered = 0;
+  };
+  for (const e of syntheticRun(run)) {
+    if (keepEvents) out.events.push(e);
     const value = serde.encode(e.name as EventName, e.value as EventTypes[EventName]);
     const rec = { key: e.key, value, timestamp: (e.value as { time_ms?: number }).time_ms ?? Date.now() };
     const list = batches.get(e.topic) ?? [];
     list.push(rec);
-    if (duplicateEvery > 0 && ++i % duplicateEvery === 0) list.push(rec);
+    out.sent++;
+    out.bytes += value.length;
+    if (duplicateEvery > 0 && ++i % duplicateEvery === 0) {
+      list.push(rec);
+      out.sent++;
+      out.bytes += value.length;
+    }
     batches.set(e.topic, list);
+    if (++buffered >= 2_000) await sendBuffered();
   }
-  for (const [topic, records] of batches) {
-    for (let k = 0; k < records.length; k += 500) await producer.send(topic, records.slice(k, k + 500));
-    sent += records.length;
-  }
+  await sendBuffered();
   await producer.close();
-  return { events, sent };
+  return out;
 }
