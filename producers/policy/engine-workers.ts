@@ -3,6 +3,9 @@
 // splits poorly across intra-op threads; separate engines on separate cores each run their share of the rows
 // at full speed. A session (trajectory) always goes to the same worker, which keeps its KV cache between
 // turns; other requests go to the worker with the fewest in flight.
+// A worker that dies (its thread exits or throws) fails the requests it held and is replaced by a fresh one,
+// loaded with the current version, while the others serve. A worker on which a new version failed to load
+// serves no new requests until a retry loads it, so new requests never mix versions.
 import { Worker } from 'node:worker_threads';
 import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
@@ -12,7 +15,7 @@ import type { ModelConfig } from './config.ts';
 import { configToJson } from './config.ts';
 import type { EngineStats } from './engine.ts';
 import type { EngineSetup, LoadTimes, PolicyEngine } from './engine-host.ts';
-import { errorFromWire, toWire, type FromWorker, type ToWorker } from './engine-worker-protocol.ts';
+import { errorFromWire, toWire, type FromWorker, type ToWorker, type WireTensors } from './engine-worker-protocol.ts';
 
 interface Pending {
   resolve: (value: never) => void;
@@ -26,23 +29,33 @@ class EngineWorker {
   inFlight = 0;
   stats: EngineStats | null = null;
   dead: Error | null = null;
+  /** The version this worker's engine serves; null until its first load. */
+  version: number | null = null;
+  /** The last load, settled or not: the thread must not be ended while onnxruntime builds a session. */
+  loading: Promise<void> = Promise.resolve();
 
   private readonly logger: Logger;
 
-  constructor(readonly index: number, logger: Logger) {
+  constructor(
+    readonly index: number,
+    logger: Logger,
+    onDeath: (w: EngineWorker) => void,
+  ) {
     this.logger = logger.child({ worker: index });
     this.worker = new Worker(new URL('./engine-worker.mjs', import.meta.url));
     this.worker.on('message', (m: FromWorker) => this.onMessage(m));
     const fail = (err: Error) => {
+      const first = this.dead === null;
       this.dead ??= err;
       for (const p of this.pending.values()) p.reject(err);
       this.pending.clear();
+      if (first) onDeath(this);
     };
     this.worker.on('error', (err) => {
       this.logger.error('a policy engine worker failed', { error: err.message });
-      fail(new RlstreamError('BACKEND_UNAVAILABLE', `policy engine worker ${index} failed: ${err.message}`, { retriable: false }));
+      fail(new RlstreamError('BACKEND_UNAVAILABLE', `policy engine worker ${index} failed: ${err.message}`, { retriable: true }));
     });
-    this.worker.on('exit', (code) => fail(new RlstreamError('BACKEND_UNAVAILABLE', `policy engine worker ${index} exited (code ${code})`, { retriable: false })));
+    this.worker.on('exit', (code) => fail(new RlstreamError('BACKEND_UNAVAILABLE', `policy engine worker ${index} exited (code ${code})`, { retriable: true })));
   }
 
   call<T>(make: (id: number) => ToWorker, signal?: AbortSignal): Promise<T> {
@@ -61,6 +74,25 @@ class EngineWorker {
       result.then(detach, detach);
     }
     return result;
+  }
+
+  /**
+   * Load a version (the first load also carries the engine set-up); the worker serves it once this resolves.
+   * Loads run one at a time, and one older than what the worker already serves is skipped: two loads racing
+   * (a hot-swap while a retry runs) must not leave the worker on the older version.
+   */
+  async load(v: Loadable, setup?: EngineSetup): Promise<LoadTimes> {
+    const loading = this.loading.then(() => {
+      if (this.version !== null && v.version <= this.version) return { exportMs: 0, loadMs: 0 };
+      return this.call<LoadTimes>((id) => ({ t: 'load', id, configJson: v.configJson, weights: v.weights, version: v.version, ...(setup && { setup }) }));
+    });
+    this.loading = loading.then(
+      () => {},
+      () => {},
+    );
+    const times = await loading;
+    this.version = Math.max(this.version ?? v.version, v.version);
+    return times;
   }
 
   post(m: ToWorker): void {
@@ -84,85 +116,172 @@ class EngineWorker {
   }
 }
 
+/** A version as it crosses to a worker, kept so that a replacement worker can load it too. */
+interface Loadable {
+  configJson: string;
+  weights: WireTensors;
+  version: number;
+}
+
+// A replacement (or a worker whose load failed) is tried again after these delays, the last one repeating.
+const RETRY_DELAYS_MS = [0, 1_000, 5_000, 30_000];
+const GAUGES = new Set<keyof EngineStats>(['cachedSessions', 'cacheBytes']);
+
 export class WorkerEngines implements PolicyEngine {
-  private version: number;
   private closed = false;
+  /** Workers that are being brought to the current version (replaced or retried); one loop each. */
+  private readonly recovering = new Set<number>();
+  /** Failed attempts in a row per worker, for the retry delay. */
+  private readonly failures: number[] = [];
+  /** Stats of workers that died, so the sums never go backwards. */
+  private readonly retired = {} as Record<keyof EngineStats, number>;
+  private readonly workers: EngineWorker[];
+  private readonly logger: Logger;
+  private current: Loadable;
+  /** Workers started to replace dead ones (for metrics and tests). */
+  restarts = 0;
 
   private constructor(
-    private readonly workers: EngineWorker[],
-    version: number,
+    count: number,
+    current: Loadable,
+    private readonly setup: EngineSetup,
+    logger: Logger,
     readonly first: LoadTimes,
   ) {
-    this.version = version;
+    this.logger = logger;
+    this.current = current;
+    this.workers = Array.from({ length: count }, (_, i) => this.spawn(i));
   }
 
   /** Start `count` workers, each with `setup.maxBatch / count` rows (rounded up) and `setup.threads` threads. */
   static async create(config: ModelConfig, weights: TensorMap, version: number, setup: EngineSetup, count: number, logger: Logger): Promise<WorkerEngines> {
-    const workers = Array.from({ length: count }, (_, i) => new EngineWorker(i, logger));
     const perWorker: EngineSetup = { ...setup, maxBatch: Math.ceil((setup.maxBatch ?? 64) / count), ...(setup.kvCacheBytes !== undefined && { kvCacheBytes: Math.floor(setup.kvCacheBytes / count) }) };
-    const engines = new WorkerEngines(workers, version, { exportMs: 0, loadMs: 0 });
-    try {
-      const times = await engines.loadAll(config, weights, version, perWorker);
-      Object.assign(engines.first, times);
-    } catch (err) {
-      await Promise.all(workers.map((w) => w.terminate()));
-      throw err;
+    const engines = new WorkerEngines(count, { configJson: configToJson(config), weights: toWire(weights), version }, perWorker, logger, { exportMs: 0, loadMs: 0 });
+    // Settled, not all: a worker is only terminated (after a failure) once it no longer runs onnxruntime, as
+    // ending a thread inside a native call aborts the process.
+    const settled = await Promise.allSettled(engines.workers.map((w) => w.load(engines.current, perWorker)));
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      await engines.close();
+      throw failed.reason;
     }
+    Object.assign(engines.first, maxTimes(settled.map((r) => (r as PromiseFulfilledResult<LoadTimes>).value)));
     return engines;
   }
 
-  private async loadAll(config: ModelConfig, weights: TensorMap, version: number, setup?: EngineSetup): Promise<LoadTimes> {
-    const configJson = configToJson(config);
-    const wire = toWire(weights);
-    // Settled, not all: a worker is only terminated (after a failure) once it no longer runs onnxruntime, as
-    // ending a thread inside a native call aborts the process.
-    const settled = await Promise.allSettled(this.workers.map((w) => w.call<LoadTimes>((id) => ({ t: 'load', id, configJson, weights: wire, version, ...(setup && { setup }) }))));
-    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) throw failed.reason;
-    const times = settled.map((r) => (r as PromiseFulfilledResult<LoadTimes>).value);
-    return { exportMs: Math.max(...times.map((t) => t.exportMs)), loadMs: Math.max(...times.map((t) => t.loadMs)) };
+  private spawn(index: number): EngineWorker {
+    return new EngineWorker(index, this.logger, (w) => this.onDeath(w));
+  }
+
+  private onDeath(w: EngineWorker): void {
+    if (this.closed || this.workers[w.index] !== w) return;
+    // Counters carry over; the gauges (what its cache held) died with it.
+    for (const [k, v] of Object.entries(w.stats ?? {}) as [keyof EngineStats, number][]) this.retired[k] = (this.retired[k] ?? 0) + (GAUGES.has(k) ? 0 : v);
+    this.logger.error('a policy engine worker died; starting a replacement', { worker: w.index, error: w.dead?.message });
+    this.recover(w.index);
+  }
+
+  /**
+   * Bring worker `i` to the current version, in the background: a dead one is replaced by a new worker (first
+   * load, with the set-up), a live one loads the current version. Failures (a load refused, a replacement that
+   * dies too) are retried after growing delays, so a worker that cannot start does not spin; this ends when
+   * the worker serves the current version or the engines close.
+   */
+  private recover(i: number): void {
+    if (this.recovering.has(i)) return;
+    this.recovering.add(i);
+    void (async () => {
+      while (!this.closed) {
+        let w = this.workers[i]!;
+        if (!w.dead && w.version === this.current.version) break;
+        const failures = this.failures[i] ?? 0;
+        await new Promise((r) => setTimeout(r, RETRY_DELAYS_MS[Math.min(failures, RETRY_DELAYS_MS.length - 1)]).unref());
+        if (this.closed) break;
+        if (w.dead) {
+          w = this.workers[i] = this.spawn(i);
+          this.restarts++;
+        }
+        const target = this.current;
+        try {
+          await w.load(target, w.version === null ? this.setup : undefined);
+          this.failures[i] = 0;
+          this.logger.info('policy engine worker serves the current version', { worker: i, version: target.version });
+        } catch (err) {
+          this.failures[i] = failures + 1;
+          this.logger.warn('policy engine worker could not load the current version; retrying', { worker: i, version: target.version, failures: failures + 1, error: err instanceof Error ? err.message : String(err) });
+        }
+      }
+      this.recovering.delete(i);
+    })();
+  }
+
+  /** Workers that take new requests: alive and on the current version. */
+  private usable(): EngineWorker[] {
+    return this.workers.filter((w) => !w.dead && w.version === this.current.version);
   }
 
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine closed', { retriable: false }));
     const w = this.route(request.sessionId);
+    if (!w) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'no policy engine worker serves the current version yet (workers are being restarted)', { retriable: true }));
     w.inFlight++;
     return w.call<GenerateResult>((id) => ({ t: 'generate', id, request }), signal).finally(() => w.inFlight--);
   }
 
-  private route(sessionId: string | undefined): EngineWorker {
-    if (sessionId !== undefined) return this.workers[hash(sessionId) % this.workers.length]!;
-    return this.workers.reduce((a, w) => (w.inFlight < a.inFlight ? w : a));
+  private route(sessionId: string | undefined): EngineWorker | undefined {
+    if (sessionId !== undefined) {
+      // The session's own worker holds its KV cache; while that one recovers, any other serves (a cache miss).
+      const own = this.workers[hash(sessionId) % this.workers.length]!;
+      if (!own.dead && own.version === this.current.version) return own;
+    }
+    return this.usable().reduce<EngineWorker | undefined>((a, w) => (!a || w.inFlight < a.inFlight ? w : a), undefined);
   }
 
   releaseSession(sessionId: string): void {
     this.workers[hash(sessionId) % this.workers.length]!.post({ t: 'release', sessionId });
   }
 
+  /**
+   * Load a version on every worker. It fails (and nothing changes) only when no worker could load it; workers
+   * where it failed take no new requests and are retried in the background.
+   */
   async load(config: ModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
-    const times = await this.loadAll(config, weights, version);
-    this.version = version;
-    return times;
+    const next: Loadable = { configJson: configToJson(config), weights: toWire(weights), version };
+    const live = this.workers.filter((w) => !w.dead && w.version !== null);
+    const settled = await Promise.allSettled(live.map((w) => w.load(next)));
+    const ok = settled.filter((r): r is PromiseFulfilledResult<LoadTimes> => r.status === 'fulfilled');
+    if (ok.length === 0) throw (settled.find((r): r is PromiseRejectedResult => r.status === 'rejected')?.reason as Error | undefined) ?? new RlstreamError('BACKEND_UNAVAILABLE', 'no policy engine worker is running', { retriable: true });
+    this.current = next;
+    settled.forEach((r, k) => {
+      if (r.status === 'rejected') this.logger.warn('policy engine worker could not load a new version; it serves no new requests until a retry does', { worker: live[k]!.index, version, error: r.reason instanceof Error ? r.reason.message : String(r.reason) });
+    });
+    // Every worker not on this version now (failed here, or still starting) catches up in the background.
+    for (const w of this.workers) if (w.version !== version) this.recover(w.index);
+    return maxTimes(ok.map((r) => r.value));
   }
 
   currentVersion(): number {
-    return this.version;
+    return this.current.version;
   }
 
-  /** The sum over workers, as of each worker's last finished request. */
+  /** The sum over workers, as of each worker's last finished request (dead workers' last stats included). */
   stats(): EngineStats {
-    const sum = {} as Record<keyof EngineStats, number>;
-    // Every worker has stats from its first load on.
-    for (const w of this.workers) for (const [k, v] of Object.entries(w.stats!) as [keyof EngineStats, number][]) sum[k] = (sum[k] ?? 0) + v;
+    const sum = { ...this.retired };
+    for (const w of this.workers) for (const [k, v] of Object.entries(w.stats ?? {}) as [keyof EngineStats, number][]) sum[k] = (sum[k] ?? 0) + v;
     return sum;
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await Promise.all(this.workers.map((w) => w.loading));
     await Promise.allSettled(this.workers.map((w) => w.call((id) => ({ t: 'close', id }))));
     await Promise.all(this.workers.map((w) => w.terminate()));
   }
+}
+
+function maxTimes(times: LoadTimes[]): LoadTimes {
+  return { exportMs: Math.max(...times.map((t) => t.exportMs)), loadMs: Math.max(...times.map((t) => t.loadMs)) };
 }
 
 /** FNV-1a of a session id: the same session always lands on the same worker. */

@@ -1,6 +1,8 @@
 // The built-in policy with its running batch spread over worker threads (workers: 2): the same tokens and
 // log-probs as one engine, sessions that stay on the worker holding their KV cache, bad requests and aborts
-// across the thread boundary, hot-swaps that reach every worker, and a clean close.
+// across the thread boundary, hot-swaps that reach every worker, a clean close, and recovery: a worker thread
+// that ends is replaced by one on the current version, and a worker a new version failed to load on serves no
+// new requests until a retry loads it.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,6 +12,7 @@ import { isRlstreamError } from '../../core/errors.ts';
 import { writeSafetensors } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest } from '../../producers/backends/types.ts';
 import { BuiltinPolicyBackend, type BuiltinPolicyOptions } from '../../producers/policy/backend.ts';
+import type { WorkerEngines } from '../../producers/policy/engine-workers.ts';
 import { configToJson, parseModelConfig } from '../../producers/policy/config.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
@@ -144,4 +147,93 @@ test('one stop signal shared by many requests (as a rollout worker passes it) ke
     await Promise.allSettled([b.generate(req([1, 2, 100]), stop.signal)]); // a rejected request detaches too
     assert.equal(EventEmitter.getEventListeners(stop.signal, 'abort').length, 0, `workers ${'workers' in options ? 2 : 1}`);
   }
+});
+
+/** The engines of a backend with workers, and their worker objects (internals a fault test reaches into). */
+function enginesOf(b: BuiltinPolicyBackend): { engines: WorkerEngines; workers: { version: number | null; dead: Error | null; stats: { decodeTokens: number } | null; terminate(): Promise<void>; load: (...a: unknown[]) => Promise<unknown> }[] } {
+  const engines = (b as unknown as { engine: WorkerEngines }).engine;
+  return { engines, workers: (engines as unknown as { workers: ReturnType<typeof enginesOf>['workers'] }).workers };
+}
+
+async function until(what: string, ok: () => boolean, ms = 20_000): Promise<void> {
+  const by = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > by) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Tokens of the prompts under v2 in one engine, the reference the workers must match. */
+async function v2Reference(): Promise<number[][]> {
+  const ref = await backend();
+  await ref.updatePolicy({ version: 2, weightsPath: v2Path, configJson });
+  return (await Promise.all(prompts.map((p) => ref.generate(req(p, { max_new_tokens: 3 }))))).map((r) => r.tokenIds);
+}
+
+test('a worker thread that ends is replaced; the other serves meanwhile, and the replacement catches up with a hot-swap made while it started', async () => {
+  const { jsonLogger } = await import('../../core/telemetry.ts');
+  const lines: Record<string, unknown>[] = [];
+  const b = await backend({ workers: 2, maxBatch: 8, logger: jsonLogger({ level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) }) });
+  await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 4 }))));
+  const before = b.stats();
+  const { engines, workers } = enginesOf(b);
+  const dying = workers[0]!;
+  // Ending an idle thread is what a crash of the worker's JavaScript comes to (ending one inside onnxruntime
+  // would abort the whole process, which no recovery can help).
+  await dying.terminate();
+  await until('the worker is replaced', () => workers[0] !== dying);
+  assert.equal(engines.restarts, 1);
+  assert.match(String(lines.find((l) => l['msg'] === 'a policy engine worker died; starting a replacement')?.['error']), /exited/);
+  // Served while the replacement starts, and a new version published meanwhile.
+  const during = await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 2 }))));
+  assert.equal(during.length, prompts.length);
+  await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson });
+  await until('the replacement serves v2', () => workers[0]!.version === 2 && workers[1]!.version === 2);
+  const after = await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 3 }))));
+  for (const r of after) assert.deepEqual(r.policyVersions, [2, 2, 2]);
+  assert.ok((workers[0]!.stats?.decodeTokens ?? 0) > 0, 'the replacement served some of them');
+  const expected = await v2Reference();
+  after.forEach((r, i) => assert.deepEqual(r.tokenIds, expected[i], `request ${i}`));
+  // The dead worker's counters are kept: totals never go backwards.
+  assert.ok(b.stats().decodeTokens >= before.decodeTokens + 12 * (1 + 2), `${b.stats().decodeTokens} decode tokens after ${before.decodeTokens}`);
+});
+
+test('a version that fails to load on one worker: that worker takes no new requests until a retry loads it', async () => {
+  const { jsonLogger } = await import('../../core/telemetry.ts');
+  const lines: Record<string, unknown>[] = [];
+  const b = await backend({ workers: 2, maxBatch: 8, logger: jsonLogger({ level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) }) });
+  await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 2 }))));
+  const { workers } = enginesOf(b);
+  const flaky = workers[1]!;
+  const decodedBefore = flaky.stats!.decodeTokens;
+  // The failure is injected: this worker's loads fail until the test lets them through (a real one would be,
+  // for example, memory running out in that thread only).
+  const realLoad = flaky.load.bind(flaky);
+  let failing = true;
+  flaky.load = (...a: unknown[]) => (failing ? Promise.reject(new Error('injected load failure')) : realLoad(...a));
+  await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson });
+  assert.equal(b.currentPolicyVersion(), 2);
+  assert.equal(flaky.version, 1);
+  const mixed = await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 3 }))));
+  for (const r of mixed) assert.deepEqual(r.policyVersions, [2, 2, 2], 'no new request ran on the worker left on v1');
+  assert.equal(flaky.stats!.decodeTokens, decodedBefore);
+  assert.ok(lines.some((l) => l['msg'] === 'policy engine worker could not load a new version; it serves no new requests until a retry does' && l['worker'] === 1));
+  failing = false;
+  await until('the retry loads v2', () => flaky.version === 2);
+  const after = await Promise.all(prompts.map((p) => b.generate(req(p, { max_new_tokens: 3 }))));
+  assert.ok(flaky.stats!.decodeTokens > decodedBefore, 'the worker serves again');
+  const expected = await v2Reference();
+  after.forEach((r, i) => assert.deepEqual(r.tokenIds, expected[i], `request ${i}`));
+});
+
+test('a version no worker can load fails the update and changes nothing', async () => {
+  const b = await backend({ workers: 2 });
+  const badPath = join(dir, 'bad.safetensors');
+  const bad = randomWeights(config, 3);
+  bad.delete('model.norm.weight');
+  await writeSafetensors(badPath, bad);
+  await assert.rejects(b.updatePolicy({ version: 3, weightsPath: badPath, configJson }), (e: unknown) => isRlstreamError(e, 'WEIGHTS_FORMAT'));
+  assert.equal(b.currentPolicyVersion(), 1);
+  const r = await b.generate(req(prompts[0]!, { max_new_tokens: 2 }));
+  assert.deepEqual(r.policyVersions, [1, 1]);
 });
