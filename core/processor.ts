@@ -475,7 +475,7 @@ export class StreamProcessor {
   /** Load the latest checkpoints of newly assigned partitions, in one read of the state topic. */
   private async restore(parts: { topic: string; partition: number }[]): Promise<void> {
     const keys = new Set(parts.map((p) => tpKey(p.topic, p.partition)));
-    const found = await readCheckpoints(this.opts.log, this.stateTopic, keys);
+    const found = await readCheckpoints(this.opts.log, this.stateTopic, keys, this.logger);
     const committed = new Map<string, number>();
     for (const topic of new Set(parts.map((p) => p.topic))) for (const o of await this.opts.log.committed(this.opts.id, topic)) committed.set(tpKey(topic, o.partition), o.offset);
     for (const { topic, partition } of parts) {
@@ -496,7 +496,7 @@ export class StreamProcessor {
 }
 
 /** The last checkpoint per key on a state topic, read from its tail (widening the window until all are found). */
-export async function readCheckpoints(log: EventLog, stateTopic: string, keys: Set<string>): Promise<Map<string, Checkpoint>> {
+export async function readCheckpoints(log: EventLog, stateTopic: string, keys: Set<string>, logger: Logger = silentLogger): Promise<Map<string, Checkpoint>> {
   const found = new Map<string, Checkpoint>();
   const parts = await log.offsets(stateTopic).catch(() => []);
   const p0 = parts.find((p) => p.partition === 0);
@@ -518,7 +518,7 @@ export async function readCheckpoints(log: EventLog, stateTopic: string, keys: S
       // To the end listed before the restore, by position (see readToEnd): stopping at the first empty polls
       // after a broker restart took an older checkpoint, whose ranges marked records finished that the newer
       // one still held (a GRPO group was then never completed).
-      await readToEnd(consumer, stateTopic, new Map([[0, p0.high]]), (records) => {
+      const read = await readToEnd(consumer, stateTopic, new Map([[0, p0.high]]), (records) => {
         for (const r of records) {
           const k = r.key?.toString('utf8');
           if (k === undefined || !keys.has(k)) continue;
@@ -526,6 +526,10 @@ export async function readCheckpoints(log: EventLog, stateTopic: string, keys: S
           if (!prev || prev.offset < r.offset) latest.set(k, { offset: r.offset, cp: JSON.parse(r.value.toString('utf8')) as Checkpoint });
         }
       }, { what: 'checkpoint restore', timeoutMs: 60_000 });
+      // A read that stalled short of the end may have missed the newest checkpoints. An older one of the same
+      // committed offset knows fewer finished records, so more are processed again (outputs with the same
+      // derived ids, which readers drop), never fewer; one of another offset is discarded by restore().
+      if (read.ended === 'idle') logger.warn('checkpoint restore stopped short of the state topic end; older checkpoints may be used', { stateTopic, positions: read.positions });
       for (const [k, v] of latest) found.set(k, v.cp);
       if (found.size === keys.size || from === p0.low) return found;
       window *= 8;
