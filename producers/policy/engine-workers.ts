@@ -3,8 +3,8 @@
 // splits poorly across intra-op threads; separate engines on separate cores each run their share of the rows
 // at full speed. A session (trajectory) always goes to the same worker, which keeps its KV cache between
 // turns; other requests go to the worker with the fewest in flight.
-// A worker that dies (its thread exits or throws) fails the requests it held and is replaced by a fresh one,
-// loaded with the current version, while the others serve. A worker on which a new version failed to load
+// A worker that dies (its thread exits or throws) is replaced by a fresh one, loaded with the current version,
+// while the others serve; the requests it held run again on another. A worker on which a new version failed to load
 // serves no new requests until a retry loads it, so new requests never mix versions.
 import { Worker } from 'node:worker_threads';
 import { RlstreamError } from '../../core/errors.ts';
@@ -126,6 +126,8 @@ interface Loadable {
 // A replacement (or a worker whose load failed) is tried again after these delays, the last one repeating.
 const RETRY_DELAYS_MS = [0, 1_000, 5_000, 30_000];
 const GAUGES = new Set<keyof EngineStats>(['cachedSessions', 'cacheBytes']);
+// How long a request waits for a worker when none serves the current version (all being replaced).
+const WAIT_FOR_WORKER_MS = 30_000;
 
 export class WorkerEngines implements PolicyEngine {
   private closed = false;
@@ -220,12 +222,39 @@ export class WorkerEngines implements PolicyEngine {
     return this.workers.filter((w) => !w.dead && w.version === this.current.version);
   }
 
-  generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
-    if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine closed', { retriable: false }));
-    const w = this.route(request.sessionId);
-    if (!w) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'no policy engine worker serves the current version yet (workers are being restarted)', { retriable: true }));
-    w.inFlight++;
-    return w.call<GenerateResult>((id) => ({ t: 'generate', id, request }), signal).finally(() => w.inFlight--);
+  /**
+   * Serve a request on a worker. If that worker dies before answering, or none serves the current version
+   * yet (all are being replaced), the request waits for one and runs again there from its prompt: it has
+   * produced nothing yet, and the same seed samples the same tokens.
+   */
+  async generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
+    for (let attempt = 0; ; attempt++) {
+      if (this.closed) throw new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine closed', { retriable: false });
+      const w = this.route(request.sessionId) ?? (await this.waitForWorker(request.sessionId, signal));
+      w.inFlight++;
+      try {
+        return await w.call<GenerateResult>((id) => ({ t: 'generate', id, request }), signal);
+      } catch (err) {
+        if (!w.dead || err !== w.dead || attempt >= this.workers.length || signal?.aborted) throw err;
+        this.logger.warn('a request lost its engine worker; running it on another', { requestId: request.requestId, worker: w.index });
+      } finally {
+        w.inFlight--;
+      }
+    }
+  }
+
+  /** A worker that serves the current version, once one does (while workers are replaced). */
+  private async waitForWorker(sessionId: string | undefined, signal?: AbortSignal): Promise<EngineWorker> {
+    const by = Date.now() + WAIT_FOR_WORKER_MS;
+    for (;;) {
+      const w = this.route(sessionId);
+      if (w) return w;
+      if (this.closed) throw new RlstreamError('BACKEND_UNAVAILABLE', 'the built-in policy engine closed', { retriable: false });
+      if (signal?.aborted || Date.now() > by) {
+        throw new RlstreamError('BACKEND_UNAVAILABLE', `no policy engine worker served the current version within ${WAIT_FOR_WORKER_MS / 1000} s (they are being restarted)`, { retriable: true });
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
   }
 
   private route(sessionId: string | undefined): EngineWorker | undefined {

@@ -198,6 +198,17 @@ test('a worker thread that ends is replaced; the other serves meanwhile, and the
   assert.ok(b.stats().decodeTokens >= before.decodeTokens + 12 * (1 + 2), `${b.stats().decodeTokens} decode tokens after ${before.decodeTokens}`);
 });
 
+test('with every worker ended at once, requests wait for the replacements and are served by them', async () => {
+  const b = await backend({ workers: 2, maxBatch: 8 });
+  const { engines, workers } = enginesOf(b);
+  const first = await b.generate(req(prompts[0]!, { max_new_tokens: 5 }));
+  await Promise.all([...workers].map((w) => w.terminate()));
+  await until('both are marked dead', () => workers.every((w) => w.dead !== null) || engines.restarts === 2);
+  const again = await b.generate(req(prompts[0]!, { max_new_tokens: 5 }));
+  assert.equal(engines.restarts, 2);
+  assert.deepEqual(again.tokenIds, first.tokenIds, 'the same request (same seed) samples the same tokens on a replacement');
+});
+
 test('a version that fails to load on one worker: that worker takes no new requests until a retry loads it', async () => {
   const { jsonLogger } = await import('../../core/telemetry.ts');
   const lines: Record<string, unknown>[] = [];
