@@ -4,8 +4,8 @@
 // at full speed. A session (trajectory) always goes to the same worker, which keeps its KV cache between
 // turns; other requests go to the worker with the fewest in flight.
 // A worker that dies (its thread exits or throws) is replaced by a fresh one, loaded with the current version,
-// while the others serve; the requests it held run again on another. A worker on which a new version failed to load
-// serves no new requests until a retry loads it, so new requests never mix versions.
+// while the others serve; the requests it held run again on another. A worker on which a new version failed
+// to load serves no new requests until a retry loads it, so new requests never mix versions.
 import { Worker } from 'node:worker_threads';
 import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
