@@ -2,7 +2,8 @@
 // Llama-shaped model on onnxruntime-node (CPU) at batch 1, 8 and 64, continuous batching against
 // one-sequence-at-a-time (the same engine with maxBatch 1: same model, same requests, same tokens), intra-op
 // threads 1 vs 2 (both sides at the same setting), batch 64 split over 2 engine workers of 1 thread each (data
-// parallel; one sequence cannot be split that way), and multi-turn sessions with and without the kept KV cache.
+// parallel; one sequence cannot be split that way), multi-turn sessions with and without the kept KV cache, and
+// the engine's decode step against a bare onnxruntime run of the same graph (what the engine adds per step).
 // Run: npm run bench -- policy [--quick]. Timings on a shared 2-core machine are noisy: scenarios run in
 // interleaved rounds, each keeps its best round, and the load average is printed with the results.
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
@@ -10,7 +11,9 @@ import { configToJson, expectedTensors, parseModelConfig } from '../producers/po
 import { exportOnnx } from '../producers/policy/export.ts';
 import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
+import { capacityFor } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
+import * as ort from 'onnxruntime-node';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
 const config = parseModelConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
@@ -128,6 +131,54 @@ async function multiTurn(threads: number, keep: boolean, sessions: number, turns
   return { scenario: `multi-turn ${sessions}×${turns}, ${keep ? 'kept KV cache' : 'no KV cache'}`, threads, workers: 1, sequences: sessions, tokens, wallMs, tokensPerS: (tokens / wallMs) * 1000, tokensPerCpuS: (tokens / ((cu.user + cu.system) / 1000)) * 1000, msPerToken: wallMs / (tokens / sessions), prefillTokens: s.prefillTokens, reusedTokens: s.reusedTokens };
 }
 
+/**
+ * The engine's decode step against a bare `session.run` of the decode graph at the same batch, in interleaved
+ * rounds of the same process (the machine's speed drifts too much to compare across runs). The engine's step is
+ * (a round of `batch` requests × `maxNew` tokens − a round of 1 token, which is only the prefill) / (maxNew − 1):
+ * the decode run plus everything the engine does between steps. The bare run feeds a cache as wide as the
+ * engine's mean width over the round (its buffers grow in steps, see capacityFor).
+ */
+async function engineVsBare(batch: number, maxNew: number, repeats: number): Promise<{ batch: number; engineMs: number; bareMs: number }> {
+  const b = await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads: 1 });
+  await b.generate(request(999, 16, 4));
+  const session = await ort.InferenceSession.create(exportOnnx(config, weights, 'decode'), { executionProviders: ['cpu'], graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1, executionMode: 'sequential', extra: { session: { intra_op: { allow_spinning: '0' } } } });
+  // The width at each decode step: grown to capacityFor(tokens + 1) whenever the next token would not fit.
+  let width = 0;
+  let widths = 0;
+  for (let tokens = 16; tokens < 16 + maxNew - 1; tokens++) {
+    if (tokens + 1 > width) width = capacityFor(tokens + 1);
+    widths += width;
+  }
+  const cap = Math.round(widths / (maxNew - 1));
+  const kvDims = [batch, config.numKvHeads, cap, config.headDim];
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor('int64', new BigInt64Array(batch).fill(5n), [batch, 1]),
+    position_ids: new ort.Tensor('int64', new BigInt64Array(batch).fill(BigInt(cap)), [batch, 1]),
+    past_bias: new ort.Tensor('float32', new Float32Array(batch * cap), [batch, 1, 1, cap]),
+    inv_temperature: new ort.Tensor('float32', new Float32Array(batch).fill(1), [batch, 1]),
+  };
+  for (let l = 0; l < config.numLayers; l++) {
+    for (const part of ['key', 'value']) feeds[`past_key_values.${l}.${part}`] = new ort.Tensor('float32', Float32Array.from({ length: kvDims.reduce((a, x) => a * x, 1) }, (_, i) => Math.sin(i)), kvDims);
+  }
+  const fetches = ['probs', 'new_key_values'];
+  for (let i = 0; i < 10; i++) await session.run(feeds, fetches);
+  let engineMs = Infinity;
+  let bareMs = Infinity;
+  for (let rep = 0; rep < repeats; rep++) {
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, 1))));
+    const t1 = performance.now();
+    await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, maxNew))));
+    engineMs = Math.min(engineMs, (performance.now() - t1 - (t1 - t0)) / (maxNew - 1));
+    const t2 = performance.now();
+    for (let i = 0; i < maxNew; i++) await session.run(feeds, fetches);
+    bareMs = Math.min(bareMs, (performance.now() - t2) / maxNew);
+  }
+  await b.close();
+  await session.release();
+  return { batch, engineMs, bareMs };
+}
+
 export async function main(args: string[]): Promise<unknown> {
   const quick = args.includes('--quick');
   const maxNew = quick ? 32 : 64;
@@ -172,6 +223,8 @@ export async function main(args: string[]): Promise<unknown> {
   rows.push(...(await generationRuns(1, long, quick ? 1 : 3)).rows);
   const turnRows = [];
   for (const keep of [false, true]) turnRows.push(await multiTurn(1, keep, quick ? 16 : 32, 3));
+  const overhead = [];
+  for (const batch of [1, 32, 64]) overhead.push(await engineVsBare(batch, maxNew, quick ? 2 : 5));
   const loadAfter = loadavg();
 
   console.log('\n| scenario | threads | workers | sequences | tokens | wall ms | tokens/s | tokens per CPU-s | ms/token (per sequence) |');
@@ -208,6 +261,11 @@ export async function main(args: string[]): Promise<unknown> {
   console.log(`best of each: batch 64 at ${bestB64.threads} thread(s) × ${bestB64.workers} worker(s) vs one at a time at ${bestSeq.threads} thread(s): ${figures['speedupBatch64VsSequentialBestOfEach']!.toFixed(1)}x (target >= 10x)`);
   figures['multiTurnSpeedupKeptKv'] = turnRows[0]!.wallMs / turnRows[1]!.wallMs;
   console.log(`multi-turn: the kept KV cache makes the run ${figures['multiTurnSpeedupKeptKv']!.toFixed(2)}x faster`);
+  for (const o of overhead) {
+    figures[`engineStepMs_b${o.batch}`] = o.engineMs;
+    figures[`bareDecodeRunMs_b${o.batch}`] = o.bareMs;
+    console.log(`batch ${o.batch}, 1 thread: an engine decode step takes ${o.engineMs.toFixed(2)} ms (the work between steps included), a bare onnxruntime run of the decode graph ${o.bareMs.toFixed(2)} ms: the engine adds ${((o.engineMs / o.bareMs - 1) * 100).toFixed(0)}% (best round of each, interleaved)`);
+  }
   console.log(`load average at end: ${loadAfter.map((x) => x.toFixed(2)).join(', ')}`);
-  return { figures, rows, turnRows };
+  return { figures, rows, turnRows, overhead };
 }

@@ -92,7 +92,7 @@ export class SlotCache {
   reserveColumn(): void {
     let longest = 0;
     for (const n of this.lens) longest = Math.max(longest, n);
-    if (longest + 1 > this.cap) this.resize(this.rowsCap, target(longest + 1));
+    if (longest + 1 > this.cap) this.resize(this.rowsCap, capacityFor(longest + 1));
   }
 
   /**
@@ -127,7 +127,7 @@ export class SlotCache {
   /** Make room for `rows` rows of up to `cols` tokens (plus the next decode column) in one resize. */
   reserve(rows: number, cols: number): void {
     const rowsCap = rows > this.rowsCap ? Math.max(4, this.rowsCap * 2, rows) : this.rowsCap;
-    const cap = cols + 1 > this.cap ? target(cols + 1) : this.cap;
+    const cap = cols + 1 > this.cap ? capacityFor(cols + 1) : this.cap;
     if (rowsCap !== this.rowsCap || cap !== this.cap) this.resize(rowsCap, cap);
   }
 
@@ -170,7 +170,7 @@ export class SlotCache {
     }
     let longest = 0;
     for (const n of this.lens) longest = Math.max(longest, n);
-    const want = target(longest + 1);
+    const want = capacityFor(longest + 1);
     if (want * 2 <= this.cap) this.resize(this.rowsCap, want);
   }
 
@@ -204,6 +204,7 @@ export class SlotCache {
   }
 }
 
-function target(cols: number): number {
+/** The columns allocated for `cols` columns of tokens (the past width a decode step's graph sees). */
+export function capacityFor(cols: number): number {
   return Math.ceil((cols + (cols >> 3)) / COL_STEP) * COL_STEP;
 }
