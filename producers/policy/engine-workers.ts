@@ -15,6 +15,7 @@ import type { ModelConfig } from './config.ts';
 import { configToJson } from './config.ts';
 import type { EngineStats } from './engine.ts';
 import type { EngineSetup, LoadTimes, PolicyEngine } from './engine-host.ts';
+import { onAbortUntilSettled } from './on-abort.ts';
 import { errorFromWire, toWire, type FromWorker, type ToWorker, type WireTensors } from './engine-worker-protocol.ts';
 
 interface Pending {
@@ -61,18 +62,11 @@ class EngineWorker {
   call<T>(make: (id: number) => ToWorker, signal?: AbortSignal): Promise<T> {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
-    const abort = () => this.post({ t: 'abort', id });
     const result = new Promise<T>((resolve, reject) => {
       this.pending.set(id, { resolve: resolve as (v: never) => void, reject });
       this.worker.postMessage(make(id));
-      if (signal?.aborted) abort();
-      else signal?.addEventListener('abort', abort, { once: true });
     });
-    // One stop signal is shared by every call of a rollout worker: detach this call's listener once it settles.
-    if (signal) {
-      const detach = () => signal.removeEventListener('abort', abort);
-      result.then(detach, detach);
-    }
+    onAbortUntilSettled(signal, () => this.post({ t: 'abort', id }), result);
     return result;
   }
 

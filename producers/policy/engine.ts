@@ -11,6 +11,7 @@ import type { GenerateRequest, GenerateResult, FinishReason } from '../backends/
 import type { ModelConfig } from './config.ts';
 import { MASKED } from './export.ts';
 import { gatherRows, kvBytes, SessionCache, type SessionKv } from './kv.ts';
+import { onAbortUntilSettled } from './on-abort.ts';
 import { emptyKv, type KvTensors, type PolicyRunner } from './runner.ts';
 import { compactRow, SlotCache, type Segment } from './slots.ts';
 import { inverseTemperature, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
@@ -130,7 +131,7 @@ export class GenerationEngine {
     } catch (err) {
       return Promise.reject(err);
     }
-    let onAbort: (() => void) | null = null;
+    let seq: Seq | undefined;
     const result = new Promise<GenerateResult>((resolve, reject) => {
       const p = req.sampling;
       const version = this.versionFor(req.sessionId);
@@ -139,7 +140,7 @@ export class GenerationEngine {
         reject(group.broken);
         return;
       }
-      const seq: Seq = {
+      seq = {
         req,
         version,
         context: [...req.promptIds],
@@ -157,20 +158,17 @@ export class GenerationEngine {
         reject,
       };
       this.attachPast(seq);
-      if (signal) {
-        if (signal.aborted) seq.aborted = true;
-        else signal.addEventListener('abort', (onAbort = () => (seq.aborted = true)), { once: true });
-      }
       group.waiting.push(seq);
       this.kick();
     });
-    // The rollout worker passes one stop signal to every call: a listener left behind per request would pile
-    // up for the whole run.
-    if (!signal) return result;
-    const detach = () => {
-      if (onAbort) signal.removeEventListener('abort', onAbort);
-    };
-    result.then(detach, detach);
+    // The executor ran already: `seq` is set unless the request was refused at once.
+    onAbortUntilSettled(
+      signal,
+      () => {
+        if (seq) seq.aborted = true;
+      },
+      result,
+    );
     return result;
   }
 
