@@ -3,7 +3,7 @@
 // one-sequence-at-a-time (the same engine with maxBatch 1: same model, same requests, same tokens), intra-op
 // threads 1 vs 2 (both sides at the same setting), batch 64 split over 2 engine workers of 1 thread each (data
 // parallel; one sequence cannot be split that way), multi-turn sessions with and without the kept KV cache, and
-// the engine's decode step against a bare onnxruntime run of the same graph (what the engine adds per step).
+// the engine's decode step against the runner's decode call alone (what the engine adds per step).
 // Run: npm run bench -- policy [--quick]. Timings on a shared 2-core machine are noisy: scenarios run in
 // interleaved rounds, each keeps its best round, and the load average is printed with the results.
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
@@ -13,7 +13,6 @@ import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
 import { capacityFor } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
-import * as ort from 'onnxruntime-node';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
 const config = parseModelConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
@@ -132,16 +131,17 @@ async function multiTurn(threads: number, keep: boolean, sessions: number, turns
 }
 
 /**
- * The engine's decode step against a bare `session.run` of the decode graph at the same batch, in interleaved
- * rounds of the same process (the machine's speed drifts too much to compare across runs). The engine's step is
- * (a round of `batch` requests × `maxNew` tokens − a round of 1 token, which is only the prefill) / (maxNew − 1):
- * the decode run plus everything the engine does between steps. The bare run feeds a cache as wide as the
- * engine's mean width over the round (its buffers grow in steps, see capacityFor).
+ * The engine's decode step against the runner's decode call alone (the same onnxruntime session options and
+ * graph, with nothing of the engine around it), at the same batch, in interleaved rounds of the same process
+ * (the machine's speed drifts too much to compare across runs). The engine's step is (a round of `batch`
+ * requests × `maxNew` tokens − a round of 1 token, which is only the prefill) / (maxNew − 1): the decode call
+ * plus everything the engine does between steps. The bare call feeds a cache as wide as the engine's mean
+ * width over the round (its buffers grow in steps, see capacityFor).
  */
 async function engineVsBare(batch: number, maxNew: number, repeats: number): Promise<{ batch: number; engineMs: number; bareMs: number }> {
   const b = await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads: 1 });
   await b.generate(request(999, 16, 4));
-  const session = await ort.InferenceSession.create(exportOnnx(config, weights, 'decode'), { executionProviders: ['cpu'], graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1, executionMode: 'sequential', extra: { session: { intra_op: { allow_spinning: '0' } } } });
+  const runner = await PolicyRunner.create(config, weights, 1, { threads: 1 });
   // The width at each decode step: grown to capacityFor(tokens + 1) whenever the next token would not fit.
   let width = 0;
   let widths = 0;
@@ -150,18 +150,16 @@ async function engineVsBare(batch: number, maxNew: number, repeats: number): Pro
     widths += width;
   }
   const cap = Math.round(widths / (maxNew - 1));
-  const kvDims = [batch, config.numKvHeads, cap, config.headDim];
-  const feeds: Record<string, ort.Tensor> = {
-    input_ids: new ort.Tensor('int64', new BigInt64Array(batch).fill(5n), [batch, 1]),
-    position_ids: new ort.Tensor('int64', new BigInt64Array(batch).fill(BigInt(cap)), [batch, 1]),
-    past_bias: new ort.Tensor('float32', new Float32Array(batch * cap), [batch, 1, 1, cap]),
-    inv_temperature: new ort.Tensor('float32', new Float32Array(batch).fill(1), [batch, 1]),
+  const layer = () => Float32Array.from({ length: batch * config.numKvHeads * cap * config.headDim }, (_, i) => Math.sin(i));
+  const input = {
+    batch,
+    inputIds: new BigInt64Array(batch).fill(5n),
+    positionIds: new BigInt64Array(batch).fill(BigInt(cap)),
+    pastBias: new Float32Array(batch * cap),
+    past: { len: cap, keys: Array.from({ length: config.numLayers }, layer), values: Array.from({ length: config.numLayers }, layer) },
+    invTemperature: new Float32Array(batch).fill(1),
   };
-  for (let l = 0; l < config.numLayers; l++) {
-    for (const part of ['key', 'value']) feeds[`past_key_values.${l}.${part}`] = new ort.Tensor('float32', Float32Array.from({ length: kvDims.reduce((a, x) => a * x, 1) }, (_, i) => Math.sin(i)), kvDims);
-  }
-  const fetches = ['probs', 'new_key_values'];
-  for (let i = 0; i < 10; i++) await session.run(feeds, fetches);
+  for (let i = 0; i < 10; i++) await runner.decode(input);
   let engineMs = Infinity;
   let bareMs = Infinity;
   for (let rep = 0; rep < repeats; rep++) {
@@ -171,11 +169,11 @@ async function engineVsBare(batch: number, maxNew: number, repeats: number): Pro
     await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, maxNew))));
     engineMs = Math.min(engineMs, (performance.now() - t1 - (t1 - t0)) / (maxNew - 1));
     const t2 = performance.now();
-    for (let i = 0; i < maxNew; i++) await session.run(feeds, fetches);
+    for (let i = 0; i < maxNew; i++) await runner.decode(input);
     bareMs = Math.min(bareMs, (performance.now() - t2) / maxNew);
   }
   await b.close();
-  await session.release();
+  await runner.release();
   return { batch, engineMs, bareMs };
 }
 
@@ -264,7 +262,7 @@ export async function main(args: string[]): Promise<unknown> {
   for (const o of overhead) {
     figures[`engineStepMs_b${o.batch}`] = o.engineMs;
     figures[`bareDecodeRunMs_b${o.batch}`] = o.bareMs;
-    console.log(`batch ${o.batch}, 1 thread: an engine decode step takes ${o.engineMs.toFixed(2)} ms (the work between steps included), a bare onnxruntime run of the decode graph ${o.bareMs.toFixed(2)} ms: the engine adds ${((o.engineMs / o.bareMs - 1) * 100).toFixed(0)}% (best round of each, interleaved)`);
+    console.log(`batch ${o.batch}, 1 thread: an engine decode step takes ${o.engineMs.toFixed(2)} ms (the work between steps included), the runner's decode call alone ${o.bareMs.toFixed(2)} ms: the engine adds ${((o.engineMs / o.bareMs - 1) * 100).toFixed(0)}% (best round of each, interleaved)`);
   }
   console.log(`load average at end: ${loadAfter.map((x) => x.toFixed(2)).join(', ')}`);
   return { figures, rows, turnRows, overhead };
