@@ -12,8 +12,12 @@
 // The sink itself is measured after that, end to end: a synthetic run is recorded into an embedded log
 // (Avro, untimed), then the real TraceSink drains it (read, decode, rows, RowBinary, INSERTs, offset commits)
 // into a fresh database; rows/s is over the drain's wall time.
+// Last, the engine alone: the RowBinary of a synthetic run is built untimed, then only its INSERTs are timed,
+// flush by flush as the trace writer issues them (every table of a flush at once). It is the ceiling of any
+// sink on that target and machine, whatever the client's decoding costs.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
 //                                [--sink-turns 300000] (0 skips the end-to-end sink)
+//                                [--engine-turns 300000] (0 skips the engine alone)
 import { mkdtempSync, rmSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,7 +26,8 @@ import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { openTraceStore } from '../core/traces/open.ts';
 import { TraceSink } from '../consumers/traces/sink.ts';
-import { TRACE_TABLES } from '../core/traces/store.ts';
+import { TRACE_TABLES, type Row, type TraceTable } from '../core/traces/store.ts';
+import type { TableCodec } from '../core/traces/rowbinary.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
 import type { DecodedEvent } from '../core/serde/events.ts';
 import { rowsOf } from '../consumers/traces/rows.ts';
@@ -193,14 +198,79 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
   }
 }
 
-export async function main(args: string[]): Promise<{ stores: TargetReport[]; sinks: SinkReport[] }> {
+interface EngineReport {
+  target: string;
+  rows: number;
+  mb: number;
+  seconds: number;
+  cpuSeconds: number;
+  rowsPerSecond: number;
+  mbPerSecond: number;
+}
+
+/** The engine's INSERTs alone, of RowBinary built beforehand (untimed), in flushes of `batchRows` rows. */
+async function benchEngine(spec: string, turnsWanted: number, tokens: number, batchRows: number): Promise<EngineReport> {
+  const store = await openTraceStore(spec, { database: `bench_engine_${Date.now().toString(36)}` });
+  try {
+    const codecs = new Map<TraceTable, TableCodec>();
+    for (const t of TRACE_TABLES) {
+      const codec = await store.rowCodec(t);
+      if (codec) codecs.set(t, codec);
+    }
+    const assistantTurns = 4;
+    const groupSize = 4;
+    const run = { runId: 'engine', groups: Math.ceil(turnsWanted / (groupSize * (2 * assistantTurns - 1))), groupSize, assistantTurns, tokensPerTurn: tokens, trajectoriesPerStep: 256, seed: 7 };
+    const flushes: { codec: TableCodec; payload: Buffer; rows: number }[][] = [];
+    let pending = new Map<TraceTable, Row[]>();
+    let pendingRows = 0;
+    const cut = () => {
+      flushes.push([...pending].map(([table, rows]) => ({ codec: codecs.get(table)!, payload: codecs.get(table)!.encode(rows), rows: rows.length })));
+      pending = new Map();
+      pendingRows = 0;
+    };
+    let rows = 0;
+    for (const e of syntheticRun(run)) {
+      for (const { table, row } of rowsOf({ name: e.name, value: e.value, schemaId: 0 } as DecodedEvent)) {
+        if (!codecs.has(table)) continue;
+        const list = pending.get(table) ?? [];
+        list.push(row);
+        pending.set(table, list);
+        rows++;
+        if (++pendingRows >= batchRows) cut();
+      }
+    }
+    if (pendingRows > 0) cut();
+    const bytes = flushes.flat().reduce((n, p) => n + p.payload.length, 0);
+    const c0 = process.cpuUsage();
+    const t0 = performance.now();
+    for (const parts of flushes) await Promise.all(parts.map((p) => store.insertEncoded(p.codec, p.payload, p.rows)));
+    const seconds = (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(c0);
+    return {
+      target: store.kind,
+      rows,
+      mb: Math.round(bytes / 1e6),
+      seconds: Math.round(seconds * 100) / 100,
+      cpuSeconds: Math.round((cpu.user + cpu.system) / 1e4) / 100,
+      rowsPerSecond: Math.round(rows / seconds),
+      mbPerSecond: Math.round((bytes / 1e6 / seconds) * 10) / 10,
+    };
+  } finally {
+    await store.exec(`DROP DATABASE IF EXISTS ${store.database}`).catch(() => undefined);
+    await store.close();
+  }
+}
+
+export async function main(args: string[]): Promise<{ stores: TargetReport[]; sinks: SinkReport[]; engines: EngineReport[] }> {
   const turns = Number(arg(args, 'turns', '1000000'));
   const tokens = Number(arg(args, 'tokens', '24'));
   const batchRows = Number(arg(args, 'batch-rows', '250000'));
   const wanted = arg(args, 'targets', process.env['CLICKHOUSE_URL'] ? 'chdb,server' : 'chdb').split(',');
   const sinkTurns = Number(arg(args, 'sink-turns', '300000'));
+  const engineTurns = Number(arg(args, 'engine-turns', '300000'));
   const reports: TargetReport[] = [];
   const sinks: SinkReport[] = [];
+  const engines: EngineReport[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-traces-'));
   try {
     for (const t of wanted) {
@@ -228,10 +298,18 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
             `process CPU ${k.cpuSeconds} s (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
         );
       }
+      if (engineTurns > 0) {
+        const g = await benchEngine(spec, engineTurns, tokens, batchRows);
+        engines.push(g);
+        console.log(
+          `${t} engine alone (RowBinary built beforehand, only the INSERTs timed): ${g.rows} rows, ${g.mb} MB in ${g.seconds} s = ${g.rowsPerSecond} rows/s, ${g.mbPerSecond} MB/s; ` +
+            `process CPU ${g.cpuSeconds} s (${t === 'chdb' ? 'the engine' : "the server's own CPU not counted"}); the ceiling of any sink here; load average ${os.loadavg()[0]!.toFixed(1)}`,
+        );
+      }
     }
     console.log(`note: ${os.cpus().length} cores, load average ${os.loadavg()[0]!.toFixed(1)}: timings on a shared machine are noisy.`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-  return { stores: reports, sinks };
+  return { stores: reports, sinks, engines };
 }
