@@ -202,8 +202,11 @@ test('with every worker ended at once, requests wait for the replacements and ar
   const b = await backend({ workers: 2, maxBatch: 8 });
   const { engines, workers } = enginesOf(b);
   const first = await b.generate(req(prompts[0]!, { max_new_tokens: 5 }));
-  await Promise.all([...workers].map((w) => w.terminate()));
-  await until('both are marked dead', () => workers.every((w) => w.dead !== null) || engines.restarts === 2);
+  const ended = [...workers];
+  await Promise.all(ended.map((w) => w.terminate()));
+  await until('both are marked dead', () => ended.every((w) => w.dead !== null));
+  // No worker serves now (a replacement takes far longer to start than this check): the request must wait.
+  assert.ok(workers.every((w) => w.dead !== null || w.version === null), 'no worker is ready yet');
   const again = await b.generate(req(prompts[0]!, { max_new_tokens: 5 }));
   assert.equal(engines.restarts, 2);
   assert.deepEqual(again.tokenIds, first.tokenIds, 'the same request (same seed) samples the same tokens on a replacement');
