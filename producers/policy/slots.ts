@@ -3,7 +3,8 @@
 // unused columns. A decode step reads the buffers in place (the graph takes them as past K/V) and the engine
 // writes back only the new column, so the per-step cost no longer grows with the cache. Rows leave by
 // swap-remove (one row copied) and join by copying their own tokens in; the capacity grows geometrically and
-// shrinks when long rows have left, so masked columns stay a small share of the attention work.
+// shrinks when long rows have left, so masked columns stay a small share of the attention work. The memory
+// behind the buffers follows the largest batch seen (re-strided in place on resizes), not every resize.
 import type { ModelConfig } from './config.ts';
 import { MASKED } from './export.ts';
 import type { KvTensors } from './runner.ts';
@@ -54,6 +55,10 @@ export function compactRow(c: ModelConfig, segs: Segment[]): KvTensors {
 
 // Columns are allocated in multiples of this, with ~1/8 headroom, so growth copies are rare.
 const COL_STEP = 16;
+// New buffers get this much more room than asked for, so the next growths re-stride in place.
+const GROW_HEADROOM = 1.5;
+// An emptied batch keeps buffers up to this size for the next one.
+const KEEP_EMPTY_BYTES = 64 * 1024 * 1024;
 
 export class SlotCache {
   private rowsCap = 0;
@@ -158,14 +163,17 @@ export class SlotCache {
     this.lens.pop();
   }
 
-  /** After rows left: give back memory and masked attention work when the longest row is far below capacity. */
+  /** After rows left: give back masked attention work when the longest row is far below capacity. */
   shrink(): void {
     if (this.lens.length === 0) {
+      // Keep the buffers for the next batch (no page faults, no GC of their memory) unless they are large.
+      if (this.keys.length > 0 && this.keys[0]!.length * 4 * 2 * this.c.numLayers > KEEP_EMPTY_BYTES) {
+        this.keys = [];
+        this.values = [];
+        this.biasBuf = new Float32Array(0);
+      }
       this.rowsCap = 0;
       this.cap = 0;
-      this.keys = [];
-      this.values = [];
-      this.biasBuf = new Float32Array(0);
       return;
     }
     let longest = 0;
@@ -185,22 +193,44 @@ export class SlotCache {
     this.biasBuf.fill(MASKED, b * cap + this.lens[b]!, (b + 1) * cap);
   }
 
+  /**
+   * Lay the buffers out for `rowsCap` rows of `cap` columns. Only the column stride moves data: when the buffers
+   * are long enough the rows are re-strided in place (copyWithin, last block first when growing), otherwise they
+   * are copied into new buffers allocated with headroom. A fresh buffer costs a page fault per 4 KiB on first
+   * touch and a GC of its memory when dropped: allocating at every growth took ~8% of a batch-64 decode step.
+   */
   private resize(rowsCap: number, cap: number): void {
     const { numKvHeads: KVH, headDim: D, numLayers } = this.c;
-    const old = this.view();
+    const need = rowsCap * KVH * cap * D;
+    const oldCap = this.cap;
+    if (this.keys.length > 0 && this.keys[0]!.length >= need && this.biasBuf.length >= rowsCap * cap) {
+      const blocks = this.lens.length * KVH;
+      const move = (buf: Float32Array, i: number) => {
+        const n = this.lens[Math.floor(i / KVH)]! * D;
+        buf.copyWithin(i * cap * D, i * oldCap * D, i * oldCap * D + n);
+      };
+      for (const buf of [...this.keys, ...this.values]) {
+        if (cap > oldCap) for (let i = blocks - 1; i >= 0; i--) move(buf, i);
+        else if (cap < oldCap) for (let i = 0; i < blocks; i++) move(buf, i);
+      }
+    } else {
+      const old = this.view();
+      const size = Math.ceil(need * GROW_HEADROOM);
+      this.keys = [];
+      this.values = [];
+      for (let l = 0; l < numLayers; l++) {
+        this.keys.push(new Float32Array(size));
+        this.values.push(new Float32Array(size));
+      }
+      this.biasBuf = new Float32Array(Math.ceil(rowsCap * cap * GROW_HEADROOM));
+      this.cap = cap;
+      for (let b = 0; b < this.lens.length; b++) copySegments(this.c, [{ kv: old, row: b, from: 0, count: this.lens[b]! }], this.view(), b);
+    }
     this.rowsCap = rowsCap;
     this.cap = cap;
-    this.keys = [];
-    this.values = [];
-    for (let l = 0; l < numLayers; l++) {
-      this.keys.push(new Float32Array(rowsCap * KVH * cap * D));
-      this.values.push(new Float32Array(rowsCap * KVH * cap * D));
-    }
-    this.biasBuf = new Float32Array(rowsCap * cap);
-    for (let b = 0; b < this.lens.length; b++) {
-      copySegments(this.c, [{ kv: old, row: b, from: 0, count: this.lens[b]! }], this.view(), b);
-      this.maskRow(b);
-    }
+    // Columns past a row's tokens may hold stale K/V of another row: the bias masks them (-1e9 before the softmax
+    // gives them weight 0, and K/V are finite), as it masks the zeros of a fresh buffer.
+    for (let b = 0; b < this.lens.length; b++) this.maskRow(b);
   }
 }
 
