@@ -11,7 +11,7 @@ import { configToJson, expectedTensors, parseModelConfig } from '../producers/po
 import { exportOnnx } from '../producers/policy/export.ts';
 import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
-import { capacityFor } from '../producers/policy/slots.ts';
+import { SlotCache } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
@@ -136,18 +136,25 @@ async function multiTurn(threads: number, keep: boolean, sessions: number, turns
  * (the machine's speed drifts too much to compare across runs). The engine's step is (a round of `batch`
  * requests × `maxNew` tokens − a round of 1 token, which is only the prefill) / (maxNew − 1): the decode call
  * plus everything the engine does between steps. The bare call feeds a cache as wide as the engine's mean
- * width over the round (its buffers grow in steps, see capacityFor).
+ * width over the round (its buffers grow in steps: a SlotCache taken through the same joins and steps gives it).
  */
 async function engineVsBare(batch: number, maxNew: number, repeats: number): Promise<{ batch: number; engineMs: number; bareMs: number }> {
   const b = await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads: 1 });
   await b.generate(request(999, 16, 4));
   const runner = await PolicyRunner.create(config, weights, 1, { threads: 1 });
-  // The width at each decode step: grown to capacityFor(tokens + 1) whenever the next token would not fit.
-  let width = 0;
+  // The width at each decode step, from a slot cache taken through the engine's steps: `batch` rows of a
+  // 16-token prompt join, then every step reserves a column and appends one.
+  const slots = new SlotCache(config);
+  const kvLayer = (n: number) => new Float32Array(n * config.numKvHeads * config.headDim);
+  const prompt = { len: 16, keys: Array.from({ length: config.numLayers }, () => kvLayer(16)), values: Array.from({ length: config.numLayers }, () => kvLayer(16)) };
+  slots.reserve(batch, 16);
+  for (let r = 0; r < batch; r++) slots.append([{ kv: prompt, row: 0, from: 0, count: 16 }]);
+  const column = kvLayer(batch * config.numLayers * 2);
   let widths = 0;
-  for (let tokens = 16; tokens < 16 + maxNew - 1; tokens++) {
-    if (tokens + 1 > width) width = capacityFor(tokens + 1);
-    widths += width;
+  for (let step = 0; step < maxNew - 1; step++) {
+    slots.reserveColumn();
+    widths += slots.capacity;
+    slots.appendColumn(column);
   }
   const cap = Math.round(widths / (maxNew - 1));
   const layer = () => Float32Array.from({ length: batch * config.numKvHeads * cap * config.headDim }, (_, i) => Math.sin(i));

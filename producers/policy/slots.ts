@@ -235,6 +235,6 @@ export class SlotCache {
 }
 
 /** The columns allocated for `cols` columns of tokens (the past width a decode step's graph sees). */
-export function capacityFor(cols: number): number {
+function capacityFor(cols: number): number {
   return Math.ceil((cols + (cols >> 3)) / COL_STEP) * COL_STEP;
 }
