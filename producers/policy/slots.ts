@@ -203,7 +203,10 @@ export class SlotCache {
     const { numKvHeads: KVH, headDim: D, numLayers } = this.c;
     const need = rowsCap * KVH * cap * D;
     const oldCap = this.cap;
-    if (this.keys.length > 0 && this.keys[0]!.length >= need && this.biasBuf.length >= rowsCap * cap) {
+    const have = this.keys.length > 0 ? this.keys[0]!.length : 0;
+    // In place when the buffers fit; new ones when they do not, or are far larger than needed (after long rows
+    // or a large batch left, so that memory follows the batch down).
+    if (have >= need && have <= 4 * need && this.biasBuf.length >= rowsCap * cap) {
       const blocks = this.lens.length * KVH;
       const move = (buf: Float32Array, i: number) => {
         const n = this.lens[Math.floor(i / KVH)]! * D;
