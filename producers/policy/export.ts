@@ -1,5 +1,6 @@
 // Export a Llama/Qwen2 decoder (config + HF-named weights) to an ONNX graph with an explicit KV cache, for
-// onnxruntime. Standard opset-17 operators only, so the CPU and CUDA providers both run it.
+// onnxruntime. Standard opset-17 operators only, so the CPU and CUDA providers both run it (a test checks them
+// against the CUDA provider's kernel table).
 //
 // Inputs:   input_ids       int64 [batch, seq]
 //           position_ids    int64 [batch, seq]            (real positions; rotary embeddings use them)

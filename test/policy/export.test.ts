@@ -128,3 +128,24 @@ test('export rejects weights that do not fit the config, and is fast at the 2M b
   console.log(`export of the benchmark model: ${(performance.now() - t0).toFixed(1)} ms, ${(bytes.length / 1e6).toFixed(2)} MB`);
   assert.ok(bytes.length > 4 * 700_000);
 });
+
+// Operators of the default ONNX domain with a tensor(float) kernel in onnxruntime's CUDA execution provider
+// for opset 17, from onnxruntime's docs/OperatorKernels.md (the table generated from the registered kernels).
+// No CUDA build of onnxruntime can run here or on the borrowed GPU machine, so this is the check that the
+// graphs stay within what the CUDA provider runs: an operator added to the export must be looked up there
+// (a contrib operator of another domain, or one with CPU kernels only, would put the graph on the CPU).
+const CUDA_FLOAT_OPS_OPSET_17 = new Set(['Add', 'Concat', 'Div', 'Gather', 'LogSoftmax', 'MatMul', 'Mul', 'Pow', 'ReduceMean', 'ReduceSum', 'Reshape', 'Shape', 'Sigmoid', 'Slice', 'Softmax', 'Split', 'Sqrt', 'Transpose', 'Unsqueeze']);
+
+test('every exported graph uses default-domain opset-17 operators that the CUDA provider implements for float', async () => {
+  const { default: onnxProto } = await import('onnx-proto');
+  for (const c of [qwen, llama]) {
+    for (const mode of ['last', 'all', 'decode'] as const) {
+      const model = onnxProto.onnx.ModelProto.decode(exportOnnx(c, randomWeights(c, 1), mode));
+      assert.deepEqual(model.opsetImport.map((o) => [o.domain ?? '', Number(o.version)]), [['', 17]], `${mode}: one opset import, ai.onnx 17`);
+      const used = new Set(model.graph!.node!.map((n) => `${n.domain ? `${n.domain}.` : ''}${n.opType}`));
+      const outside = [...used].filter((op) => !CUDA_FLOAT_OPS_OPSET_17.has(op));
+      assert.deepEqual(outside, [], `${mode}: operators outside the CUDA provider's float kernels`);
+      assert.ok(used.has('MatMul') && used.has('Softmax'), `${mode}: the graph was read (${[...used].join(' ')})`);
+    }
+  }
+});
