@@ -171,8 +171,11 @@ export class WorkerEngines implements PolicyEngine {
 
   private onDeath(w: EngineWorker): void {
     if (this.closed || this.workers[w.index] !== w) return;
-    // Counters carry over; the gauges (what its cache held) died with it.
+    // Counters carry over to the retired sum (and leave the worker, which stays in its slot until the replacement
+    // starts, up to a retry delay later: counted in both they were reported twice); the gauges (what its cache
+    // held) died with it.
     for (const [k, v] of Object.entries(w.stats ?? {}) as [keyof EngineStats, number][]) this.retired[k] = (this.retired[k] ?? 0) + (GAUGES.has(k) ? 0 : v);
+    w.stats = null;
     this.logger.error('a policy engine worker died; starting a replacement', { worker: w.index, error: w.dead?.message });
     this.recover(w.index);
   }
