@@ -263,8 +263,13 @@ export class WorkerEngines implements PolicyEngine {
     return this.usable().reduce<EngineWorker | undefined>((a, w) => (!a || w.inFlight < a.inFlight ? w : a), undefined);
   }
 
+  /**
+   * To every worker: while its own worker recovered, a session's turns ran on others (see route), which then
+   * hold its KV cache and, in swap mode 'finish', its pin on an older version (keeping that runner loaded).
+   * A worker that never saw the session does nothing with the message.
+   */
   releaseSession(sessionId: string): void {
-    this.workers[hash(sessionId) % this.workers.length]!.post({ t: 'release', sessionId });
+    for (const w of this.workers) w.post({ t: 'release', sessionId });
   }
 
   /**

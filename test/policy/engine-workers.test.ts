@@ -254,3 +254,25 @@ test('a version no worker can load fails the update and changes nothing', async 
   const r = await b.generate(req(prompts[0]!, { max_new_tokens: 2 }));
   assert.deepEqual(r.policyVersions, [1, 1]);
 });
+
+test('a session served by another worker while its own one was replaced is released there too', async () => {
+  const b = await backend({ workers: 2, maxBatch: 8 });
+  const { workers } = enginesOf(b);
+  const cached = () => workers.map((w) => (w.stats as unknown as { cachedSessions: number } | null)?.cachedSessions ?? 0);
+  await b.generate(req(prompts[0]!, { max_new_tokens: 3 }, 's1'));
+  const own = cached().findIndex((n) => n === 1);
+  assert.ok(own >= 0, `one worker keeps the session's cache (${cached()})`);
+  const dying = workers[own]!;
+  await dying.terminate();
+  await until('its worker is marked dead', () => dying.dead !== null);
+  // The next turn runs on the other worker (its own is being replaced), which now keeps the session's cache.
+  await b.generate(req([...prompts[0]!, 5, 6], { max_new_tokens: 3 }, 's1'));
+  assert.equal(cached()[1 - own], 1, 'the other worker keeps it now');
+  await until('the replacement serves', () => workers[own] !== dying && workers[own]!.version === 1);
+  b.releaseSession('s1');
+  // Stats come with results: one request on each worker (least in flight: the first goes to one, the second to
+  // the other) reports their caches after the release.
+  await Promise.all([b.generate(req(prompts[1]!, { max_new_tokens: 2 })), b.generate(req(prompts[2]!, { max_new_tokens: 2 }))]);
+  assert.ok(workers.every((w) => w.stats !== null), 'both workers reported');
+  assert.deepEqual(cached(), [0, 0]);
+});
