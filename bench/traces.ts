@@ -12,9 +12,9 @@
 // The sink itself is measured after that, end to end: a synthetic run is recorded into an embedded log
 // (Avro, untimed), then the real TraceSink drains it (read, decode, rows, RowBinary, INSERTs, offset commits)
 // into a fresh database; rows/s is over the drain's wall time.
-// Last, the engine alone: the RowBinary of a synthetic run is built untimed, then only its INSERTs are timed,
-// flush by flush as the trace writer issues them (every table of a flush at once). It is the ceiling of any
-// sink on that target and machine, whatever the client's decoding costs.
+// Last, the engine alone: a TraceWriter encodes and batches a synthetic run into a recorder (untimed), then
+// only its INSERTs are timed, flush by flush as the writer issued them (every table of a flush at once). It is
+// the ceiling of any sink on that target and machine, whatever the client's decoding costs.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
 //                                [--sink-turns 300000] (0 skips the end-to-end sink)
 //                                [--engine-turns 300000] (0 skips the engine alone)
@@ -26,14 +26,14 @@ import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { openTraceStore } from '../core/traces/open.ts';
 import { TraceSink } from '../consumers/traces/sink.ts';
-import { TRACE_TABLES, type Row, type TraceTable } from '../core/traces/store.ts';
+import { TRACE_TABLES, type TraceStore } from '../core/traces/store.ts';
 import type { TableCodec } from '../core/traces/rowbinary.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
 import type { DecodedEvent } from '../core/serde/events.ts';
 import { rowsOf } from '../consumers/traces/rows.ts';
-import { TraceWriter } from '../consumers/traces/writer.ts';
+import { TraceWriter, type WriterOptions } from '../consumers/traces/writer.ts';
 import { recordRun } from '../test/traces/record.ts';
-import { syntheticRun, syntheticTurnCount } from '../test/traces/synthetic.ts';
+import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../test/traces/synthetic.ts';
 
 function arg(args: string[], name: string, fallback: string): string {
   const i = args.indexOf(`--${name}`);
@@ -56,15 +56,19 @@ interface TargetReport {
   queries: { name: string; rows: number; medianMs: number; maxMs: number }[];
 }
 
+/** A synthetic run of about `turnsWanted` turns, in the shape every stage of this bench uses. */
+function benchRun(runId: string, turnsWanted: number, tokens: number, seed: number): SyntheticRunOptions {
+  const assistantTurns = 4;
+  const groupSize = 4;
+  const groups = Math.ceil(turnsWanted / (groupSize * (2 * assistantTurns - 1)));
+  return { runId, groups, groupSize, assistantTurns, tokensPerTurn: tokens, trajectoriesPerStep: 256, seed };
+}
+
 async function benchTarget(spec: string, turnsWanted: number, tokens: number, batchRows: number): Promise<TargetReport> {
   const store = await openTraceStore(spec, { database: `bench_traces_${Date.now().toString(36)}` });
   try {
-    const assistantTurns = 4;
-    const groupSize = 4;
-    const groups = Math.ceil(turnsWanted / (groupSize * (2 * assistantTurns - 1)));
-    const run = { runId: 'bench', groups, groupSize, assistantTurns, tokensPerTurn: tokens, trajectoriesPerStep: 256, seed: 3 };
-    // Batches as the sink would take them during catch-up or replay: by rows, or 256 MiB of encoded rows.
-    const writer = new TraceWriter(store, { maxRows: batchRows, maxBytes: 256 << 20, maxDelayMs: 600_000 });
+    const run = benchRun('bench', turnsWanted, tokens, 3);
+    const writer = new TraceWriter(store, catchUpBatches(batchRows));
     await writer.prepare(TRACE_TABLES);
     let someTrajectory = '';
     let sinkMs = 0;
@@ -167,9 +171,7 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
   const store = await openTraceStore(spec, { database: `bench_sink_${Date.now().toString(36)}` });
   try {
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-    const assistantTurns = 4;
-    const groupSize = 4;
-    const run = { runId: 'sink', groups: Math.ceil(turnsWanted / (groupSize * (2 * assistantTurns - 1))), groupSize, assistantTurns, tokensPerTurn: tokens, trajectoriesPerStep: 256, seed: 5 };
+    const run = benchRun('sink', turnsWanted, tokens, 5);
     const { bytes: logBytes } = await recordRun(log, serde, run, 0, false);
 
     // The sink as deployed: its default batch sizes and poll size.
@@ -208,38 +210,43 @@ interface EngineReport {
   mbPerSecond: number;
 }
 
-/** The engine's INSERTs alone, of RowBinary built beforehand (untimed), in flushes of `batchRows` rows. */
+/** Batches as the sink would take them during catch-up or replay: by rows, or 256 MiB of encoded rows. */
+function catchUpBatches(batchRows: number): WriterOptions {
+  return { maxRows: batchRows, maxBytes: 256 << 20, maxDelayMs: 600_000 };
+}
+
+/**
+ * The engine's INSERTs alone. A TraceWriter encodes and batches the run into a recorder (untimed), which keeps
+ * each flush's payloads instead of sending them; then those flushes are sent to the store as the writer sent
+ * them (every table of a flush at once), and only that is timed.
+ */
 async function benchEngine(spec: string, turnsWanted: number, tokens: number, batchRows: number): Promise<EngineReport> {
   const store = await openTraceStore(spec, { database: `bench_engine_${Date.now().toString(36)}` });
   try {
-    const codecs = new Map<TraceTable, TableCodec>();
-    for (const t of TRACE_TABLES) {
-      const codec = await store.rowCodec(t);
-      if (codec) codecs.set(t, codec);
-    }
-    const assistantTurns = 4;
-    const groupSize = 4;
-    const run = { runId: 'engine', groups: Math.ceil(turnsWanted / (groupSize * (2 * assistantTurns - 1))), groupSize, assistantTurns, tokensPerTurn: tokens, trajectoriesPerStep: 256, seed: 7 };
-    const flushes: { codec: TableCodec; payload: Buffer; rows: number }[][] = [];
-    let pending = new Map<TraceTable, Row[]>();
-    let pendingRows = 0;
-    const cut = () => {
-      flushes.push([...pending].map(([table, rows]) => ({ codec: codecs.get(table)!, payload: codecs.get(table)!.encode(rows), rows: rows.length })));
-      pending = new Map();
-      pendingRows = 0;
+    type Payload = { codec: TableCodec; payload: Buffer; rows: number };
+    let parts: Payload[] = [];
+    // Only what the writer calls; a copy of each payload, since the writer reuses its buffers once a flush ends.
+    const recorder: Pick<TraceStore, 'rowCodec' | 'insert' | 'insertEncoded'> = {
+      rowCodec: (table) => store.rowCodec(table),
+      insertEncoded: async (codec, payload, rows) => void parts.push({ codec, payload: Buffer.from(payload), rows }),
+      insert: async (table) => {
+        throw new Error(`the engine bench needs a RowBinary codec for every table; ${table} has none on ${store.kind}`);
+      },
     };
-    let rows = 0;
-    for (const e of syntheticRun(run)) {
-      for (const { table, row } of rowsOf({ name: e.name, value: e.value, schemaId: 0 } as DecodedEvent)) {
-        if (!codecs.has(table)) continue;
-        const list = pending.get(table) ?? [];
-        list.push(row);
-        pending.set(table, list);
-        rows++;
-        if (++pendingRows >= batchRows) cut();
-      }
+    const writer = new TraceWriter(recorder as TraceStore, catchUpBatches(batchRows));
+    await writer.prepare(TRACE_TABLES);
+    const flushes: Payload[][] = [];
+    const flush = async () => {
+      await writer.flush();
+      if (parts.length > 0) flushes.push(parts);
+      parts = [];
+    };
+    for (const e of syntheticRun(benchRun('engine', turnsWanted, tokens, 7))) {
+      for (const { table, row } of rowsOf({ name: e.name, value: e.value, schemaId: 0 } as DecodedEvent)) writer.add(table, row);
+      if (writer.due()) await flush();
     }
-    if (pendingRows > 0) cut();
+    await flush();
+    const rows = writer.stats.rows;
     const bytes = flushes.flat().reduce((n, p) => n + p.payload.length, 0);
     const c0 = process.cpuUsage();
     const t0 = performance.now();
