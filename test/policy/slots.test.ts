@@ -69,9 +69,12 @@ test('the slot cache keeps every row intact through joins, decode columns, leave
   const model: Column[][] = [];
   let grew = 0;
   let shrank = 0;
+  let inPlace = 0;
+  let reallocated = 0;
   for (let step = 0; step < 400; step++) {
     const r = rng.next();
     const before = slots.capacity;
+    const buffer = slots.view().keys[0];
     if (r < 0.15 && model.length < 24) {
       // Joins of very different lengths, so one long row sets the capacity for short ones.
       const n = 1 + Math.floor(rng.next() * (rng.next() < 0.2 ? 150 : 20));
@@ -98,8 +101,13 @@ test('the slot cache keeps every row intact through joins, decode columns, leave
     }
     if (slots.capacity > before && before > 0) grew++;
     if (slots.capacity < before && slots.rows > 0) shrank++;
+    if (slots.capacity !== before && before > 0 && slots.rows > 0) {
+      if (slots.view().keys[0] === buffer) inPlace++;
+      else reallocated++;
+    }
     if (model.length > 0) checkAgainst(slots, model);
   }
   assert.ok(grew >= 3, `the capacity grew ${grew} times`);
   assert.ok(shrank >= 2, `the capacity shrank ${shrank} times`);
+  assert.ok(inPlace >= 2 && reallocated >= 2, `resizes in place ${inPlace}, into new buffers ${reallocated}: both paths ran`);
 });
