@@ -10,7 +10,8 @@
 // arrive decoded), and the engine's inserts overlap the untimed generation of the next chunk. Rows over the
 // whole wall time (generation included) is printed beside it as the pessimistic bound.
 // The sink itself is measured after that, end to end: a synthetic run is recorded into an embedded log
-// (Avro, untimed), then the real TraceSink drains it (read, decode, rows, RowBinary, INSERTs, offset commits)
+// (Avro, untimed), then the real TraceSink drains it (read, native transcoding of the high-volume events, or
+// decode, rows and RowBinary for the rest, INSERTs, offset commits)
 // into a fresh database; rows/s is over the drain's wall time.
 // Last, the engine alone: a TraceWriter encodes and batches a synthetic run into a recorder (untimed), then
 // only its INSERTs are timed, flush by flush as the writer issued them (every table of a flush at once). It is
@@ -154,8 +155,12 @@ async function benchTarget(spec: string, turnsWanted: number, tokens: number, ba
 
 interface SinkReport {
   target: string;
+  /** 'native transcoders' (the default) or 'general path' (decode, rowsOf, codec for every record). */
+  path: string;
   turns: number;
   records: number;
+  /** Records written through a transcoder. */
+  transcoded: number;
   rows: number;
   logMB: number;
   seconds: number;
@@ -164,38 +169,49 @@ interface SinkReport {
   mbPerSecond: number;
 }
 
-/** The real TraceSink draining a recorded run from an embedded log into a fresh database of `spec`. */
-async function benchSink(spec: string, dir: string, turnsWanted: number, tokens: number): Promise<SinkReport> {
+/**
+ * The real TraceSink draining a recorded run from an embedded log into a fresh database of `spec`: once with its
+ * native transcoders (the default) and once through the general path only, each from the start of the same log.
+ */
+async function benchSink(spec: string, dir: string, turnsWanted: number, tokens: number): Promise<SinkReport[]> {
   const logDir = mkdtempSync(join(dir, 'log-'));
   const log = openEmbeddedLog({ dir: logDir, fsync: 'none' });
-  const store = await openTraceStore(spec, { database: `bench_sink_${Date.now().toString(36)}` });
   try {
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
     const run = benchRun('sink', turnsWanted, tokens, 5);
     const { bytes: logBytes } = await recordRun(log, serde, run, 0, false);
-
-    // The sink as deployed: its default batch sizes and poll size.
-    const sink = new TraceSink({ log, store, serde, groupId: 'bench-sink' });
-    const c0 = process.cpuUsage();
-    const t0 = performance.now();
-    await sink.drain();
-    const seconds = (performance.now() - t0) / 1000;
-    const cpu = process.cpuUsage(c0);
-    await sink.stop();
-    return {
-      target: store.kind,
-      turns: syntheticTurnCount(run),
-      records: sink.stats.records,
-      rows: sink.stats.rows,
-      logMB: Math.round(logBytes / 1e5) / 10,
-      seconds: Math.round(seconds * 10) / 10,
-      cpuSeconds: Math.round((cpu.user + cpu.system) / 1e5) / 10,
-      rowsPerSecond: Math.round(sink.stats.rows / seconds),
-      mbPerSecond: Math.round((logBytes / 1e6 / seconds) * 10) / 10,
-    };
+    const reports: SinkReport[] = [];
+    for (const transcode of [true, false]) {
+      const store = await openTraceStore(spec, { database: `bench_sink_${Date.now().toString(36)}` });
+      try {
+        // The sink as deployed: its default batch sizes and poll size.
+        const sink = new TraceSink({ log, store, serde, groupId: `bench-sink-${transcode}`, transcode });
+        const c0 = process.cpuUsage();
+        const t0 = performance.now();
+        await sink.drain();
+        const seconds = (performance.now() - t0) / 1000;
+        const cpu = process.cpuUsage(c0);
+        await sink.stop();
+        reports.push({
+          target: store.kind,
+          path: transcode ? 'native transcoders' : 'general path',
+          turns: syntheticTurnCount(run),
+          records: sink.stats.records,
+          transcoded: sink.stats.transcoded,
+          rows: sink.stats.rows,
+          logMB: Math.round(logBytes / 1e5) / 10,
+          seconds: Math.round(seconds * 10) / 10,
+          cpuSeconds: Math.round((cpu.user + cpu.system) / 1e5) / 10,
+          rowsPerSecond: Math.round(sink.stats.rows / seconds),
+          mbPerSecond: Math.round((logBytes / 1e6 / seconds) * 10) / 10,
+        });
+      } finally {
+        await store.exec(`DROP DATABASE IF EXISTS ${store.database}`).catch(() => undefined);
+        await store.close();
+      }
+    }
+    return reports;
   } finally {
-    await store.exec(`DROP DATABASE IF EXISTS ${store.database}`).catch(() => undefined);
-    await store.close();
     await log.close();
   }
 }
@@ -298,12 +314,13 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
       for (const q of r.queries) console.log(`  ${q.name.padEnd(34)} ${String(q.rows).padStart(6)} ${String(q.medianMs).padStart(11)} ${String(q.maxMs).padStart(8)}${q.maxMs >= 1000 ? '   OVER' : ''}`);
       if (sinkTurns > 0) {
         console.log(`${t}: the trace sink end to end: recording ${sinkTurns} turns into an embedded log (untimed), then draining it…`);
-        const k = await benchSink(spec, dir, sinkTurns, tokens);
-        sinks.push(k);
-        console.log(
-          `${t} sink end to end: ${k.records} records (${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
-            `process CPU ${k.cpuSeconds} s (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
-        );
+        for (const k of await benchSink(spec, dir, sinkTurns, tokens)) {
+          sinks.push(k);
+          console.log(
+            `${t} sink end to end, ${k.path}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
+              `process CPU ${k.cpuSeconds} s (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
+          );
+        }
       }
       if (engineTurns > 0) {
         const g = await benchEngine(spec, engineTurns, tokens, batchRows);

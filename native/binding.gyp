@@ -18,6 +18,9 @@
         "src/losses.cpp",
         "src/glue_model.cpp",
         "src/glue_misc.cpp",
+        "src/glue_traces.cpp",
+        "src/transcode.cpp",
+        "src/frames.cpp",
         "src/addon.cpp"
       ],
       "include_dirs": [
@@ -29,7 +32,7 @@
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti"],
       "cflags_cc": ["-std=c++17", "-O3", "-march=native", "-fopenmp", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-math-errno"],
       "ldflags": ["-fopenmp"],
-      "libraries": ["-lopenblas", "-fopenmp"],
+      "libraries": ["-lopenblas", "-fopenmp", "-lz"],
       "conditions": [
         ["rlstream_cuda==1", {
           "sources": ["cuda/cuda_kernels.cu", "cuda/attention.cu"],

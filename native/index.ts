@@ -165,6 +165,10 @@ interface NativeAddon {
     options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind },
   ) => NativeModelHandle;
   sgemmGflops(n: number, iters: number, threads: number): number;
+  crc32(buf: Uint8Array, crc: number): number;
+  sealFrames(buf: Uint8Array, from: number, limit: number): number;
+  checkFrames(buf: Uint8Array, from: number, limit: number, maxRecords: number, minBody: number, maxBody: number, state: Float64Array): number;
+  transcode(program: Int32Array, symbols: Uint8Array, base: Uint8Array, starts: Float64Array, lengths: Int32Array, from: number, to: number, headerBytes: number, out: Uint8Array, state: Float64Array, status: Uint8Array): number;
   cudaAvailable(): boolean;
   backend: string;
 }
@@ -211,6 +215,15 @@ async function callAsync<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
+/** The addon, or null when it is not built. */
+function loadedAddon(): NativeAddon | null {
+  try {
+    return native();
+  } catch {
+    return null;
+  }
+}
+
 /** Whether the addon is built and loadable (tests and benches use it to skip with a message). */
 export function nativeAvailable(): boolean {
   try {
@@ -239,6 +252,59 @@ function deviceOf(d: unknown, where: string): DeviceKind {
 /** GFLOP/s of one n x n x n cblas_sgemm with the BLAS's own threads: this machine's practical fp32 peak. */
 export function sgemmGflops(n = 2048, iters = 3, threads = availableParallelism()): number {
   return call(() => native().sgemmGflops(n, iters, threads));
+}
+
+const frameState = new Float64Array(1);
+
+/** CRC-32 of buf continued from crc (0 to start), as node:zlib's crc32 computes it, several times faster. */
+export function nativeCrc32(buf: Uint8Array, crc = 0): number {
+  return call(() => native().crc32(buf, crc));
+}
+
+/**
+ * The embedded log's frames of buf[from, limit), lengths written, get their body CRCs written; returns the CRC of
+ * the whole range after that. Null when the addon is not built (or predates this call): the caller does it.
+ */
+export function sealFrames(buf: Uint8Array, from: number, limit: number): number | null {
+  const a = loadedAddon();
+  if (!a || typeof a.sealFrames !== 'function') return null;
+  return call(() => a.sealFrames(buf, from, limit));
+}
+
+/**
+ * The embedded log's frame check over buf[from, limit): the position after the last whole, CRC-valid record frame
+ * (at most maxRecords of them), and how many there were. Null when the addon is not built (or predates this
+ * call): the caller checks frames itself.
+ */
+export function checkFrames(buf: Uint8Array, from: number, limit: number, maxRecords: number, minBody: number, maxBody: number): { end: number; records: number } | null {
+  const a = loadedAddon();
+  if (!a || typeof a.checkFrames !== 'function') return null;
+  const end = call(() => a.checkFrames(buf, from, limit, Math.min(maxRecords, 1e15), minBody, maxBody, frameState));
+  return { end, records: frameState[0]! };
+}
+
+/**
+ * Avro records → RowBinary rows through a program from consumers/traces/transcode.ts (which documents it).
+ * Records from..to-1 lie in `base` (a view of their whole ArrayBuffer), record i at byte starts[i] with
+ * lengths[i] bytes; the body after `headerBytes` is appended to `out` at state[0] (advanced; state[1] counts the
+ * rows); status[i] is 1 when record i was written, 0 when it declined (nothing written: the caller takes the
+ * general path). Returns the index of the first record not handled: short of `to` when `out` lacks room for
+ * that record's bound (the caller grows it and calls again from there).
+ */
+export function transcodeRecords(
+  program: Int32Array,
+  symbols: Uint8Array,
+  base: Uint8Array,
+  starts: Float64Array,
+  lengths: Int32Array,
+  from: number,
+  to: number,
+  headerBytes: number,
+  out: Uint8Array,
+  state: Float64Array,
+  status: Uint8Array,
+): number {
+  return call(() => native().transcode(program, symbols, base, starts, lengths, from, to, headerBytes, out, state, status));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -96,20 +96,15 @@ export class TraceWriter {
   }
 
   add(table: TraceTable, row: Row): void {
-    let b = this.batches.get(table);
-    if (!b) this.batches.set(table, (b = { rows: [], encoded: null, spare: null, codec: null, largest: 0 }));
-    if (this.queued === 0) this.firstAt = Date.now();
-    this.queued++;
+    const b = this.queue(table);
+    this.counted(1);
     const codec = this.codecs.get(table);
     if (codec) {
       try {
-        if (!b.encoded) {
-          b.encoded = b.spare ?? new RowBinaryBuffer(b.largest > 0 ? b.largest + (b.largest >> 3) : undefined);
-          b.spare = null;
-        }
-        const before = b.encoded.pos;
-        codec.append(b.encoded, row);
-        this.queuedBytes += b.encoded.pos - before;
+        const out = this.encodedOf(b);
+        const before = out.pos;
+        codec.append(out, row);
+        this.queuedBytes += out.pos - before;
         b.codec = codec;
         return;
       } catch {
@@ -117,6 +112,53 @@ export class TraceWriter {
       }
     } else if (codec === undefined) this.askCodec(table);
     b.rows.push(row);
+  }
+
+  /**
+   * Add rows already in the table's RowBinary: `write` appends them to the table's buffer (the codec's columns,
+   * in order) and returns how many it wrote. Returns false, calling nothing, while the table's codec is not
+   * known (or it has none): the caller then adds its rows through add().
+   */
+  addEncoded(table: TraceTable, write: (out: RowBinaryBuffer) => number): boolean {
+    const codec = this.codecs.get(table);
+    if (!codec) {
+      if (codec === undefined) this.askCodec(table);
+      return false;
+    }
+    const b = this.queue(table);
+    const out = this.encodedOf(b);
+    const before = out.pos;
+    const rows = write(out);
+    this.queuedBytes += out.pos - before;
+    b.codec = codec;
+    this.counted(rows);
+    return true;
+  }
+
+  /** The table's codec once the store answered: null when it has none, undefined while not known yet. */
+  codecOf(table: TraceTable): TableCodec | null | undefined {
+    return this.codecs.get(table);
+  }
+
+  private queue(table: TraceTable): TableBatch {
+    let b = this.batches.get(table);
+    if (!b) this.batches.set(table, (b = { rows: [], encoded: null, spare: null, codec: null, largest: 0 }));
+    return b;
+  }
+
+  private counted(rows: number): void {
+    if (rows === 0) return;
+    if (this.queued === 0) this.firstAt = Date.now();
+    this.queued += rows;
+  }
+
+  /** The table's buffer of encoded rows for the next flush. */
+  private encodedOf(b: TableBatch): RowBinaryBuffer {
+    if (!b.encoded) {
+      b.encoded = b.spare ?? new RowBinaryBuffer(b.largest > 0 ? b.largest + (b.largest >> 3) : undefined);
+      b.spare = null;
+    }
+    return b.encoded;
   }
 
   /**

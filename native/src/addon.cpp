@@ -3,10 +3,15 @@
 
 #include "glue_misc.h"
 #include "glue_model.h"
+#include "glue_traces.h"
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("NativeModel", rls::ModelWrap::Init(env));
   exports.Set("sgemmGflops", Napi::Function::New(env, rls::SgemmGflops));
+  exports.Set("crc32", Napi::Function::New(env, rls::Crc32));
+  exports.Set("sealFrames", Napi::Function::New(env, rls::SealFrames));
+  exports.Set("checkFrames", Napi::Function::New(env, rls::CheckFrames));
+  exports.Set("transcode", Napi::Function::New(env, rls::Transcode));
   exports.Set("cudaAvailable", Napi::Function::New(env, rls::CudaAvailable));
 #ifdef RLSTREAM_CUDA
   exports.Set("backend", Napi::String::New(env, "cpu+cuda"));

@@ -8,6 +8,7 @@ import { crc32 } from 'node:zlib';
 import { RlstreamError } from '../../errors.ts';
 import type { Headers } from '../types.ts';
 import { crc32Combine } from './crc32-combine.ts';
+import { checkFrames, sealFrames } from '../../../native/index.ts';
 
 export const FRAME = 8; // length + crc
 const FIXED_BODY = 8 + 8 + 4 + 4 + 2;
@@ -54,7 +55,6 @@ export function encodeBatch(records: PlainRecord[], baseOffset: number, into?: B
   const buf = into ?? Buffer.allocUnsafe(total);
   const ends: number[] = [];
   const timestamps: number[] = [];
-  let batchCrc = 0;
   let pos = 0;
   records.forEach((r, i) => {
     const start = pos;
@@ -84,14 +84,22 @@ export function encodeBatch(records: PlainRecord[], baseOffset: number, into?: B
       pos += 4 + v.copy(buf, pos + 4);
     }
     const end = start + sizes[i]!;
-    const bodyCrc = crc32(buf.subarray(start + FRAME, end));
     buf.writeUInt32BE(end - start - FRAME, start);
-    buf.writeUInt32BE(bodyCrc, start + 4);
-    // The batch's CRC continues over the 8 frame bytes, then takes the body's without reading it again.
-    batchCrc = crc32Combine(crc32(buf.subarray(start, start + FRAME), batchCrc), bodyCrc, end - start - FRAME);
     ends.push(end);
     timestamps.push(r.timestamp);
   });
+  // The frames' CRCs, and the batch's CRC (the journal reuses it) over the result.
+  const sealed = sealFrames(buf, 0, pos);
+  if (sealed !== null) return { baseOffset, buf, ends, timestamps, crc: sealed };
+  let batchCrc = 0;
+  let start = 0;
+  for (const end of ends) {
+    const bodyCrc = crc32(buf.subarray(start + FRAME, end));
+    buf.writeUInt32BE(bodyCrc, start + 4);
+    // The batch's CRC continues over the 8 frame bytes, then takes the body's without reading it again.
+    batchCrc = crc32Combine(crc32(buf.subarray(start, start + FRAME), batchCrc), bodyCrc, end - start - FRAME);
+    start = end;
+  }
   return { baseOffset, buf, ends, timestamps, crc: batchCrc };
 }
 
@@ -110,6 +118,22 @@ export function frameProblem(buf: Buffer, pos: number, limit: number, maxBody: n
   if (limit - pos - FRAME < len) return 'truncated record';
   if (crc32(buf.subarray(pos + FRAME, pos + FRAME + len)) !== buf.readUInt32BE(pos + 4)) return 'CRC mismatch';
   return null;
+}
+
+/**
+ * The end of the whole, valid frames from `pos` (at most maxRecords), and how many: where frameProblem first
+ * finds a problem, or after maxRecords. In one native call when the addon is built (a CRC call per record from
+ * JS cost several times the CRC itself), else frame by frame here.
+ */
+export function validFrames(buf: Buffer, pos: number, limit: number, maxRecords: number, maxBody: number): { end: number; records: number } {
+  const fast = checkFrames(buf, pos, limit, maxRecords, FIXED_BODY, maxBody);
+  if (fast) return fast;
+  let records = 0;
+  while (pos < limit && records < maxRecords && frameProblem(buf, pos, limit, maxBody) === null) {
+    pos += recordSizeAt(buf, pos);
+    records++;
+  }
+  return { end: pos, records };
 }
 
 export function peekOffset(buf: Buffer, pos: number): number {

@@ -6,7 +6,7 @@ import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, openSync, r
 import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
-import { type EncodedBatch, FRAME, frameProblem, peekOffset, peekTimestamp, recordSizeAt } from './record-format.ts';
+import { type EncodedBatch, FRAME, frameProblem, peekOffset, peekTimestamp, recordSizeAt, validFrames } from './record-format.ts';
 
 export interface SegmentConfig {
   indexIntervalBytes: number;
@@ -331,8 +331,13 @@ export class Segment {
     let p = 0;
     let records = 0;
     while (p < len && records < maxRecords) {
+      const valid = validFrames(buf, p, len, maxRecords - records, this.config.maxBodyBytes);
+      p = valid.end;
+      records += valid.records;
+      if (p >= len || records >= maxRecords) break;
       const problem = frameProblem(buf, p, len, this.config.maxBodyBytes);
       if (problem === null) {
+        // Not expected (validFrames stopped here), but this check is the reference: the frame is good.
         p += recordSizeAt(buf, p);
         records++;
         continue;
