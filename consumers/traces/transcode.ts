@@ -15,8 +15,11 @@ import type { EventName } from '../../schemas/index.ts';
 import type { ColumnSpec, RowBinaryBuffer } from '../../core/traces/rowbinary.ts';
 import type { TraceTable } from '../../core/traces/store.ts';
 
-/** Where a column's value comes from: a field (by path), an array's length, or one field of each record of an array. */
-export type Source = { path: string[] } | { lengthOf: string[] } | { each: string[]; field: string };
+/**
+ * Where a column's value comes from: a field (by path), an array's length, one field of each record of an
+ * array, or a field as JSON (JSON.stringify of the decoded value, as rowsOf writes tools_json).
+ */
+export type Source = { path: string[] } | { lengthOf: string[] } | { each: string[]; field: string } | { json: string[] };
 
 export interface Plan {
   table: TraceTable;
@@ -26,6 +29,7 @@ export interface Plan {
 const f = (...path: string[]): Source => ({ path });
 const len = (...path: string[]): Source => ({ lengthOf: path });
 const each = (field: string, ...path: string[]): Source => ({ each: path, field });
+const json = (...path: string[]): Source => ({ json: path });
 const meta = { event_id: f('event_id'), time: f('time_ms'), _version: f('time_ms') };
 
 /**
@@ -34,6 +38,23 @@ const meta = { event_id: f('event_id'), time: f('time_ms'), _version: f('time_ms
  * into 1/0, '' and [] exactly as rowsOf's `? 1 : 0`, `?? ''` and `?? []` do.
  */
 export const PLANS: Partial<Record<EventName, Plan>> = {
+  TrajectoryStarted: {
+    table: 'trajectory_starts',
+    columns: {
+      ...Object.fromEntries(
+        ['run_id', 'trajectory_id', 'group_id', 'sample_index', 'group_size', 'agent_name', 'data_source', 'prompt_token_ids', 'policy_version', 'ground_truth', 'extra_info_json'].map((c) => [c, f(c)]),
+      ),
+      dataset_name: f('dataset', 'name'),
+      split: f('dataset', 'split'),
+      dataset_index: f('dataset', 'index'),
+      prompt_roles: each('role', 'prompt_messages'),
+      prompt_contents: each('content', 'prompt_messages'),
+      tool_names: each('name', 'tools'),
+      tools_json: json('tools'),
+      sampling_json: json('sampling'),
+      ...meta,
+    },
+  },
   TurnCompleted: {
     table: 'turns',
     columns: {
@@ -146,10 +167,10 @@ export const PLANS: Partial<Record<EventName, Plan>> = {
 // ---- The program (word layout: native/src/transcode.h) ----------------------------------------------------------
 
 const MAGIC = 0x52425431;
-const HEADER_WORDS = 13;
+const HEADER_WORDS = 11;
 const KIND = { null: 0, boolean: 1, int: 2, long: 3, float: 4, double: 5, string: 6, bytes: 7, enum: 8, fixed: 9, array: 10, map: 11, union: 12, record: 13 } as const;
 type Kind = keyof typeof KIND;
-const MODE = { value: 0, length: 1, each: 2 } as const;
+const MODE = { value: 0, length: 1, each: 2, json: 3 } as const;
 const TARGET: Record<string, number> = { UInt8: 1, Int8: 2, UInt16: 3, Int16: 4, UInt32: 5, Int32: 6, Int64: 7, 'DateTime64(3)': 7, UInt64: 8, Float32: 9, Float64: 10, DateTime: 11, String: 12 };
 const STRING_TARGET = 12;
 const DATETIME_TARGET = 11;
@@ -163,6 +184,8 @@ interface Node {
   kind: Kind;
   a: number;
   b: number;
+  /** Records: the symbol index of the first field name (names are symbols, in field order); else 0. */
+  c?: number;
   /** Record fields by name (records only). */
   fields?: { name: string; node: number }[];
   /** Union branches / array items (for the compile-time checks). */
@@ -217,8 +240,10 @@ class SchemaNodes {
     const rec = this.nodes[n]!;
     rec.a = this.refs.length;
     rec.b = fields.length;
+    rec.c = this.symbols.length;
     rec.fields = fields;
     this.refs.push(...fields.map((x) => x.node));
+    this.symbols.push(...fields.map((x) => Buffer.from(x.name, 'utf8')));
     return n;
   }
 
@@ -240,6 +265,16 @@ function valueNode(s: SchemaNodes, n: number): number | null {
   if (node.kind !== 'union') return n;
   const branches = node.children!.filter((b) => s.nodes[b]!.kind !== 'null');
   return branches.length === 1 && s.nodes[branches[0]!]!.kind !== 'union' ? branches[0]! : null;
+}
+
+/** Whether JSON.stringify of a value of node n is written by the native JSON writer (no bytes, fixed or maps). */
+function jsonable(s: SchemaNodes, n: number, seen = new Set<number>()): boolean {
+  if (seen.has(n)) return true;
+  seen.add(n);
+  const node = s.nodes[n]!;
+  if (node.kind === 'bytes' || node.kind === 'fixed' || node.kind === 'map') return false;
+  if (node.kind === 'record') return node.fields!.every((x) => jsonable(s, x.node, seen));
+  return (node.children ?? []).every((x) => jsonable(s, x, seen));
 }
 
 /** Whether a value of node kind `k` goes into a column of `target` without the general path's conversions. */
@@ -295,13 +330,15 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
     throw err;
   }
   if (s.nodes[root]!.kind !== 'record') return null;
-  // Leaves: the record's fields in encoding order, nested records flattened (Avro writes their fields inline).
+  // Leaves: the record's fields in encoding order, nested records flattened (Avro writes their fields inline),
+  // except records that a column takes whole (as JSON).
+  const whole = new Set(Object.values(plan.columns).flatMap((src) => ('json' in src ? [src.json.join('.')] : [])));
   const leaves: number[] = [];
   const leafOf = new Map<string, number>();
   const flatten = (rec: number, prefix: string, depth: number): void => {
     for (const fld of s.nodes[rec]!.fields!) {
       const path = prefix + fld.name;
-      if (s.nodes[fld.node]!.kind === 'record' && depth < 8) flatten(fld.node, path + '.', depth + 1);
+      if (s.nodes[fld.node]!.kind === 'record' && depth < 8 && !whole.has(path)) flatten(fld.node, path + '.', depth + 1);
       else {
         leafOf.set(path, leaves.length);
         leaves.push(fld.node);
@@ -311,20 +348,22 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
   flatten(root, '', 0);
 
   const ops: number[] = [];
-  const reads = new Map<number, number>();
   for (const col of columns) {
     const src = plan.columns[col.name];
     const ct = columnTarget(col.type);
     if (!src || !ct) return null;
-    const path = ('path' in src ? src.path : 'lengthOf' in src ? src.lengthOf : src.each).join('.');
+    const path = ('path' in src ? src.path : 'lengthOf' in src ? src.lengthOf : 'each' in src ? src.each : src.json).join('.');
     const leaf = leafOf.get(path);
     if (leaf === undefined) return null;
-    const v = valueNode(s, leaves[leaf]!);
+    const v = 'json' in src ? leaves[leaf]! : valueNode(s, leaves[leaf]!);
     if (v === null) return null;
     const node = s.nodes[v]!;
     let mode: number = MODE.value;
     let field = 0;
-    if ('lengthOf' in src) {
+    if ('json' in src) {
+      if (ct.target !== STRING_TARGET || ct.flags !== 0 || !jsonable(s, leaves[leaf]!)) return null;
+      mode = MODE.json;
+    } else if ('lengthOf' in src) {
       if (node.kind !== 'array' || ct.flags !== 0 || ct.target === STRING_TARGET) return null;
       mode = MODE.length;
     } else if ('each' in src) {
@@ -337,15 +376,8 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
     } else if (ct.flags & ARRAY) {
       if (node.kind !== 'array' || !compatible(s.nodes[node.a]!.kind, ct.target)) return null;
     } else if (!compatible(node.kind, ct.target)) return null;
-    reads.set(leaf, (reads.get(leaf) ?? 0) + 1);
     ops.push(mode, leaf, ct.target, ct.flags, field);
   }
-
-  // The most output one input byte can become (a 1-byte varint as an Int64 or Float64, an enum index as its
-  // symbol), times the most columns reading one leaf; plus a fixed part per column (flags, counts, lengths).
-  const longestSymbol = s.symbols.reduce((m, b) => Math.max(m, b.length), 0);
-  const expansion = Math.max(8, longestSymbol + 5) * Math.max(1, ...reads.values());
-  const fixed = 16 * columns.length + 64;
 
   const symbolBytes = Buffer.concat(s.symbols);
   const symbolWords: number[] = [];
@@ -354,7 +386,7 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
     symbolWords.push(at, b.length);
     at += b.length;
   }
-  const sections = [s.nodes.flatMap((n) => [KIND[n.kind], n.a, n.b, 0]), s.refs, leaves, ops, symbolWords];
+  const sections = [s.nodes.flatMap((n) => [KIND[n.kind], n.a, n.b, n.c ?? 0]), s.refs, leaves, ops, symbolWords];
   const program = new Int32Array(HEADER_WORDS + sections.reduce((n, x) => n + x.length, 0));
   program[0] = MAGIC;
   let offset = HEADER_WORDS;
@@ -364,8 +396,6 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
     program.set(words, offset);
     offset += words.length;
   });
-  program[11] = expansion;
-  program[12] = fixed;
 
   const state = new Float64Array(2);
   let starts = new Float64Array(256);
@@ -394,8 +424,8 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
         while (i < to) {
           i = transcodeRecords(program, symbolBytes, base, starts, lengths, i, to, FRAME_BYTES, out.buf, state, status);
           out.pos = state[0];
-          // out lacks room for record i's bound: grow it and go on from there.
-          if (i < to) out.ensure(expansion * lengths[i]! + fixed);
+          // out lacks room for record i: grow it and go on from there.
+          if (i < to) out.ensure(out.buf.length - out.pos + 1);
         }
       }
       out.rows += state[1];

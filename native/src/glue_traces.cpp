@@ -25,7 +25,7 @@ Bytes bytes_arg(const Napi::Value& v, const char* what) {
 // first record not handled. Records from..to-1 lie in `base` (a view of their whole ArrayBuffer): record i at
 // byte starts[i], lengths[i] bytes; its Avro body after `headerBytes` is transcoded into out at state[0]
 // (advanced); status[i] = 1 when written (state[1] counts them), 0 when it declined. Stops early, returning that
-// index, when out lacks room for the next record's bound: the caller grows out and calls again from there.
+// index, when out lacks room for the next record: the caller grows out and calls again from there.
 // Records are passed as positions, not Buffer objects: reading each object through N-API cost more than
 // transcoding it.
 Napi::Value Transcode(const Napi::CallbackInfo& info) {
@@ -62,9 +62,9 @@ Napi::Value Transcode(const Napi::CallbackInfo& info) {
       const int32_t len = lengths.data[i];
       if (!(start >= 0 && len >= 0 && start + len <= double(base.length))) invalid("transcode: a record lies outside base");
       if (size_t(len) < size_t(header)) continue;
-      const size_t body = size_t(len) - size_t(header);
-      if (pos + tc_bound(program, body) > out.length) break;
-      if (tc_transcode(program, base.data + size_t(start) + size_t(header), body, dst, &pos)) {
+      const int r = tc_transcode(program, base.data + size_t(start) + size_t(header), size_t(len) - size_t(header), dst, out.length, &pos);
+      if (r < 0) break;  // out is full: the caller grows it and calls again from this record
+      if (r > 0) {
         status[i] = 1;
         rows++;
       }

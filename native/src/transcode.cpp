@@ -7,6 +7,8 @@
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -47,6 +49,7 @@ struct Prog {
   int32_t kind(int32_t n) const { return nodes[4 * n]; }
   int32_t a(int32_t n) const { return nodes[4 * n + 1]; }
   int32_t b(int32_t n) const { return nodes[4 * n + 2]; }
+  int32_t c(int32_t n) const { return nodes[4 * n + 3]; }
 };
 
 // ---- Reading ----------------------------------------------------------------------------------------------
@@ -234,10 +237,18 @@ bool valid_utf8(const uint8_t* s, size_t n) {
 
 // ---- Writing ----------------------------------------------------------------------------------------------
 
+// Thrown when the output buffer lacks room for the record: the caller grows it and transcodes the record again.
+struct NoRoom {};
+
 struct Out {
   uint8_t* p;
+  uint8_t* end;
 
+  void need(size_t n) {
+    if (size_t(end - p) < n) throw NoRoom{};
+  }
   void varuint(uint64_t n) {
+    need(10);
     while (n >= 0x80) {
       *p++ = uint8_t(n | 0x80);
       n >>= 7;
@@ -246,11 +257,13 @@ struct Out {
   }
   template <typename T>
   void put(T v) {
+    need(sizeof v);
     std::memcpy(p, &v, sizeof v);
     p += sizeof v;
   }
-  void bytes(const uint8_t* s, size_t n) {
+  void bytes(const void* s, size_t n) {
     varuint(n);
+    need(n);
     std::memcpy(p, s, n);
     p += n;
   }
@@ -337,6 +350,7 @@ void write_value(const Prog& g, int32_t n, int32_t target, Cursor& c, Out& o) {
 // Float items into a Float32 column: the bytes as they are, but −0 → 0 and NaN/±Infinity decline.
 void write_floats(Cursor& c, int64_t count, Out& o) {
   if (count > (c.end - c.p) / 4) decline();
+  o.need(size_t(count) * 4);
   int64_t i = 0;
 #ifdef __AVX2__
   // 8 at a time: any NaN/±Infinity declines, −0 (0x80000000) becomes 0.
@@ -353,13 +367,16 @@ void write_floats(Cursor& c, int64_t count, Out& o) {
     std::memcpy(&bits, c.p, 4);
     if ((bits & 0x7f800000u) == 0x7f800000u) decline();
     if (bits == 0x80000000u) bits = 0;
-    o.put(bits);
+    std::memcpy(o.p, &bits, 4);
+    o.p += 4;
   }
 }
 
 // Int or long items into an integer column of type T: decoded, checked and written in one loop.
 template <typename T, int64_t LO, int64_t HI>
 void write_varints(Cursor& c, int64_t count, Out& o) {
+  if (count > c.end - c.p) decline();  // every item takes at least a byte
+  o.need(size_t(count) * sizeof(T));
   const uint8_t* p = c.p;
   const uint8_t* const end = c.end;
   uint8_t* q = o.p;
@@ -443,11 +460,173 @@ int32_t resolve(const Prog& g, int32_t n, Cursor& c) {
   return n;
 }
 
+// ---- JSON (a column holding JSON.stringify of a field, as rowsOf writes tools_json) ----------------------------
+
+const char HEX[] = "0123456789abcdef";
+
+// A JSON string of UTF-8 bytes, escaped as JSON.stringify escapes it (the bytes were checked to be UTF-8).
+void json_string(std::string& s, const uint8_t* p, size_t n) {
+  s.push_back('"');
+  size_t run = 0;  // start of the current run of bytes copied as they are
+  for (size_t i = 0; i < n; i++) {
+    const uint8_t ch = p[i];
+    if (ch >= 0x20 && ch != '"' && ch != '\\') continue;
+    s.append(reinterpret_cast<const char*>(p + run), i - run);
+    run = i + 1;
+    switch (ch) {
+      case '"': s += "\\\""; break;
+      case '\\': s += "\\\\"; break;
+      case '\b': s += "\\b"; break;
+      case '\f': s += "\\f"; break;
+      case '\n': s += "\\n"; break;
+      case '\r': s += "\\r"; break;
+      case '\t': s += "\\t"; break;
+      default:
+        s += "\\u00";
+        s.push_back(HEX[ch >> 4]);
+        s.push_back(HEX[ch & 15]);
+    }
+  }
+  s.append(reinterpret_cast<const char*>(p + run), n - run);
+  s.push_back('"');
+}
+
+// A finite double as JavaScript's Number.prototype.toString writes it: the shortest digits that read back to
+// the same double (std::to_chars gives those), placed by the ECMAScript rules (plain up to 21 digits before
+// the point and 6 zeros after it, exponent form beyond).
+void json_number(std::string& s, double x) {
+  if (!std::isfinite(x)) decline();  // JSON.stringify writes null: the general path's business
+  if (x == 0) {
+    s.push_back('0');  // −0 too
+    return;
+  }
+  if (x < 0) {
+    s.push_back('-');
+    x = -x;
+  }
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf - 1, x, std::chars_format::scientific);
+  if (r.ec != std::errc()) decline();
+  // buf holds d[.ddd]e±XX
+  std::string digits;
+  const char* q = buf;
+  for (; q < r.ptr && *q != 'e'; q++)
+    if (*q != '.') digits.push_back(*q);
+  if (q >= r.ptr) decline();
+  *r.ptr = '\0';
+  const int e10 = std::atoi(q + 1);
+  const int k = int(digits.size()), n = e10 + 1;
+  if (k <= n && n <= 21) {
+    s += digits;
+    s.append(size_t(n - k), '0');
+  } else if (0 < n && n <= 21) {
+    s.append(digits, 0, size_t(n));
+    s.push_back('.');
+    s.append(digits, size_t(n), std::string::npos);
+  } else if (-6 < n && n <= 0) {
+    s += "0.";
+    s.append(size_t(-n), '0');
+    s += digits;
+  } else {
+    s.push_back(digits[0]);
+    if (k > 1) {
+      s.push_back('.');
+      s.append(digits, 1, std::string::npos);
+    }
+    s.push_back('e');
+    s.push_back(n - 1 < 0 ? '-' : '+');
+    s += std::to_string(n - 1 < 0 ? 1 - n : n - 1);
+  }
+}
+
+void json_value(const Prog& g, int32_t n, Cursor& c, std::string& s, int depth) {
+  if (depth > MAX_DEPTH) decline();
+  switch (g.kind(n)) {
+    case K_NULL:
+      s += "null";
+      return;
+    case K_BOOLEAN:
+      if (c.p >= c.end || *c.p > 1) decline();
+      s += *c.p++ ? "true" : "false";
+      return;
+    case K_INT:
+    case K_LONG:
+      s += std::to_string(c.safe_long());
+      return;
+    case K_FLOAT: {
+      if (c.end - c.p < 4) decline();
+      float f;
+      std::memcpy(&f, c.p, 4);
+      c.p += 4;
+      return json_number(s, f);
+    }
+    case K_DOUBLE: {
+      if (c.end - c.p < 8) decline();
+      double d;
+      std::memcpy(&d, c.p, 8);
+      c.p += 8;
+      return json_number(s, d);
+    }
+    case K_STRING: {
+      const int64_t len = c.length();
+      if (!valid_utf8(c.p, size_t(len))) decline();
+      json_string(s, c.p, size_t(len));
+      c.p += len;
+      return;
+    }
+    case K_ENUM: {
+      const int64_t i = c.safe_long();
+      if (i < 0 || i >= g.b(n)) decline();
+      const int32_t* sym = g.syms + 2 * (g.a(n) + i);
+      return json_string(s, g.sym_bytes + sym[0], size_t(sym[1]));
+    }
+    case K_UNION:
+      return json_value(g, resolve(g, n, c), c, s, depth + 1);
+    case K_RECORD: {
+      // Field names are symbols c.. of the program, in field order (the order avsc builds the object in).
+      const int32_t names = g.c(n);
+      if (names < 0) decline();
+      s.push_back('{');
+      for (int32_t f = 0; f < g.b(n); f++) {
+        if (f > 0) s.push_back(',');
+        const int32_t* sym = g.syms + 2 * (names + f);
+        json_string(s, g.sym_bytes + sym[0], size_t(sym[1]));
+        s.push_back(':');
+        json_value(g, g.refs[g.a(n) + f], c, s, depth + 1);
+      }
+      s.push_back('}');
+      return;
+    }
+    case K_ARRAY: {
+      s.push_back('[');
+      bool first = true;
+      for (int64_t count = c.block(); count != 0; count = c.block()) {
+        if (count > c.end - c.p && g.kind(g.a(n)) != K_NULL) decline();
+        for (int64_t i = 0; i < count; i++) {
+          if (!first) s.push_back(',');
+          first = false;
+          json_value(g, g.a(n), c, s, depth + 1);
+        }
+      }
+      s.push_back(']');
+      return;
+    }
+    default:
+      decline();  // bytes, fixed, maps: JSON.stringify writes them in ways not worth copying here
+  }
+}
+
 void write_column(const Prog& g, const int32_t* col, const uint8_t* const* at, const int64_t* counts, const uint8_t* end, Out& o) {
   const int32_t mode = col[0], leaf = col[1], target = col[2], flags = col[3], field = col[4];
   Cursor c{at[leaf], end};
   const int32_t n = resolve(g, g.leaves[leaf], c);
   const bool is_null = g.kind(n) == K_NULL;
+  if (mode == M_JSON) {
+    static thread_local std::string json;
+    json.clear();
+    json_value(g, n, c, json, 1);
+    return o.bytes(json.data(), json.size());
+  }
   if (mode == M_LENGTH) {
     if (is_null || g.kind(n) != K_ARRAY) decline();
     return write_integer(target, counts[leaf], o);  // the general path writes `array.length`
@@ -482,14 +661,15 @@ void tc_validate(const TcProgram& p) {
   section(TC_LEAVES, TC_LEAF_COUNT, 1, "leaves");
   section(TC_COLUMNS, TC_COLUMN_COUNT, 5, "columns");
   section(TC_SYMBOLS, TC_SYMBOL_COUNT, 2, "symbols");
-  if (w[TC_EXPANSION] < 1 || w[TC_FIXED] < 0) invalid("transcode: program's bound is invalid");
   const Prog g(p);
   if (g.leaf_count > MAX_LEAVES) invalid("transcode: too many leaves");
   for (int32_t n = 0; n < g.node_count; n++) {
     const int32_t k = g.kind(n), a = g.a(n), b = g.b(n);
     if (k < 0 || k >= K_KIND_COUNT) invalid("transcode: node " + std::to_string(n) + " has an unknown kind");
     const bool ok = (k == K_ARRAY || k == K_MAP)          ? a >= 0 && a < g.node_count
-                    : (k == K_UNION || k == K_RECORD)   ? a >= 0 && b >= 0 && int64_t(a) + b <= g.ref_count
+                    : k == K_RECORD                     ? a >= 0 && b >= 0 && int64_t(a) + b <= g.ref_count &&
+                                                              (g.c(n) < 0 || int64_t(g.c(n)) + b <= g.sym_count)
+                    : k == K_UNION                      ? a >= 0 && b >= 0 && int64_t(a) + b <= g.ref_count
                     : k == K_ENUM                       ? a >= 0 && b >= 0 && int64_t(a) + b <= g.sym_count
                     : k == K_FIXED                      ? a >= 0
                                                         : true;
@@ -504,22 +684,19 @@ void tc_validate(const TcProgram& p) {
       invalid("transcode: a symbol is out of range");
   for (int32_t i = 0; i < g.col_count; i++) {
     const int32_t* c = g.cols + 5 * i;
-    const bool ok = c[0] >= M_VALUE && c[0] <= M_EACH && c[1] >= 0 && c[1] < g.leaf_count && c[2] >= T_U8 &&
+    const bool ok = c[0] >= M_VALUE && c[0] <= M_JSON && c[1] >= 0 && c[1] < g.leaf_count && c[2] >= T_U8 &&
                     c[2] < T_TARGET_END && c[3] >= 0 && c[3] <= (F_NULLABLE | F_ARRAY) && c[4] >= 0 &&
-                    !((c[3] & F_NULLABLE) && (c[3] & F_ARRAY)) && (c[0] != M_EACH || (c[3] & F_ARRAY));
+                    !((c[3] & F_NULLABLE) && (c[3] & F_ARRAY)) && (c[0] != M_EACH || (c[3] & F_ARRAY)) &&
+                    (c[0] != M_JSON || (c[2] == T_STRING && c[3] == 0));
     if (!ok) invalid("transcode: column op " + std::to_string(i) + " is invalid");
   }
 }
 
-size_t tc_bound(const TcProgram& p, size_t record_length) {
-  return size_t(p.words[TC_EXPANSION]) * record_length + size_t(p.words[TC_FIXED]);
-}
-
-bool tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint8_t* out, size_t* pos) {
+int tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint8_t* out, size_t capacity, size_t* pos) {
   const Prog g(p);
   const uint8_t* at[MAX_LEAVES];
   int64_t counts[MAX_LEAVES];
-  Out o{out + *pos};
+  Out o{out + *pos, out + capacity};
   try {
     Cursor c{record, record + length};
     for (int32_t i = 0; i < g.leaf_count; i++) {
@@ -541,10 +718,12 @@ bool tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint
     if (c.p != c.end) decline();  // trailing bytes: not a record of this schema
     for (int32_t i = 0; i < g.col_count; i++) write_column(g, g.cols + 5 * i, at, counts, c.end, o);
   } catch (const Decline&) {
-    return false;
+    return 0;
+  } catch (const NoRoom&) {
+    return -1;
   }
   *pos = size_t(o.p - out);
-  return true;
+  return 1;
 }
 
 }  // namespace rls

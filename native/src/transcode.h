@@ -17,7 +17,7 @@ namespace rls {
 // Layout of the program header (word indices), shared with consumers/traces/transcode.ts.
 enum TcHeader : int {
   TC_MAGIC = 0,       // TC_MAGIC_VALUE
-  TC_NODES = 1,       // offset of the nodes (4 words each: kind, a, b, 0)
+  TC_NODES = 1,       // offset of the nodes (4 words each: kind, a, b, c)
   TC_NODE_COUNT = 2,
   TC_REFS = 3,        // offset of node references (union branches, record fields)
   TC_REF_COUNT = 4,
@@ -25,11 +25,9 @@ enum TcHeader : int {
   TC_LEAF_COUNT = 6,
   TC_COLUMNS = 7,     // offset of the column ops (5 words each: mode, leaf, target, flags, field)
   TC_COLUMN_COUNT = 8,
-  TC_SYMBOLS = 9,     // offset of enum symbols (2 words each: byte offset, length in the symbols buffer)
+  TC_SYMBOLS = 9,     // offset of symbols: enum symbols and record field names (2 words each: byte offset, length)
   TC_SYMBOL_COUNT = 10,
-  TC_EXPANSION = 11,  // most output bytes per input byte of a record
-  TC_FIXED = 12,      // plus at most this many output bytes per record
-  TC_HEADER_WORDS = 13,
+  TC_HEADER_WORDS = 11,
 };
 constexpr int32_t TC_MAGIC_VALUE = 0x52425431;  // "RBT1"
 
@@ -38,11 +36,11 @@ enum TcKind : int32_t {
   K_ARRAY,   // a = item node
   K_MAP,     // a = value node
   K_UNION,   // a = first ref, b = branch count
-  K_RECORD,  // a = first ref, b = field count
+  K_RECORD,  // a = first ref, b = field count, c = first field-name symbol (-1: none)
   K_KIND_COUNT,
 };
 
-enum TcMode : int32_t { M_VALUE = 0, M_LENGTH = 1, M_EACH = 2 };
+enum TcMode : int32_t { M_VALUE = 0, M_LENGTH = 1, M_EACH = 2, M_JSON = 3 };
 
 enum TcTarget : int32_t {
   T_U8 = 1, T_I8, T_U16, T_I16, T_U32, T_I32, T_I64, T_U64, T_F32, T_F64, T_DATETIME, T_STRING, T_TARGET_END,
@@ -61,11 +59,8 @@ struct TcProgram {
 // op of a supported shape. Run once per call, so a transcode never reads outside the program.
 void tc_validate(const TcProgram& p);
 
-// Output bytes a record of `record_length` bytes may need at most.
-size_t tc_bound(const TcProgram& p, size_t record_length);
-
-// Appends the row of one Avro record (body bytes) at out[*pos]; the caller guarantees tc_bound() bytes of
-// room. True and *pos advanced when written; false (nothing written, *pos unchanged) when the record declines.
-bool tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint8_t* out, size_t* pos);
+// Appends the row of one Avro record (body bytes) at out[*pos], out having `capacity` bytes. 1 and *pos
+// advanced when written; 0 when the record declines, -1 when out lacks room (nothing written either way).
+int tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint8_t* out, size_t capacity, size_t* pos);
 
 }  // namespace rls

@@ -45,6 +45,21 @@ function events(): { name: EventName; value: unknown }[] {
   for (const correct of [null, true, false]) out.push({ name: 'RewardedTrajectory', value: { ...rewarded, reward: { ...rewarded.reward, correct, token_rewards: correct === null ? null : [0.5, -0, 1e-3], components: correct ? [] : [{ name: 'format', value: 0.25 }] } } });
   const adv = first.get('AdvantagedTrajectory') as EventTypes['AdvantagedTrajectory'];
   out.push({ name: 'AdvantagedTrajectory', value: { ...adv, advantages: adv.advantages.map((x, i) => (i === 0 ? -0 : x)), group: { ...adv.group, partial: !adv.group.partial } } });
+  // JSON columns (tools_json, sampling_json): escapes, unicode, and numbers in every form JSON.stringify takes.
+  const started = first.get('TrajectoryStarted') as EventTypes['TrajectoryStarted'];
+  const tools = [
+    { name: 'calc', description: 'quotes " and \\ backslash, \n newline \t tab \r \b \f and \u0001 \u001f \u007f', parameters_json: '{"type":"object","properties":{"x":{"type":"number"}}}' },
+    { name: 'ünïcode ✓ 𝄞 \u2028', description: '', parameters_json: '{}' },
+  ];
+  for (const sampling of [
+    { temperature: 0.7, top_p: 1e-7, top_k: 40, max_new_tokens: 2 ** 31 - 1, seed: 2 ** 40, stop_token_ids: [] },
+    { temperature: 3.4e38, top_p: 1e-30, top_k: 0, max_new_tokens: 0, seed: -5, stop_token_ids: [1, 2, 150000] },
+    { temperature: 123456789, top_p: 0.000001, top_k: -1, max_new_tokens: 1, seed: null, stop_token_ids: [0] },
+    { temperature: -0, top_p: 1.5e21, top_k: 0, max_new_tokens: 1, seed: 0, stop_token_ids: [] },
+  ]) {
+    out.push({ name: 'TrajectoryStarted', value: { ...started, tools, sampling } });
+  }
+  out.push({ name: 'TrajectoryStarted', value: { ...started, tools: [], prompt_messages: [], prompt_token_ids: [] } });
   const done = first.get('TrajectoryCompleted') as EventTypes['TrajectoryCompleted'];
   out.push({ name: 'TrajectoryCompleted', value: { ...done, trajectory: { ...done.trajectory, response_text: long, dataset: { ...done.trajectory.dataset, index: 2 ** 40 } } } });
   return out;
