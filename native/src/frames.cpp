@@ -56,6 +56,25 @@ uint32_t crc32_fold(uint32_t crc, const uint8_t* buf, size_t len) {
 }
 #endif
 
+// Byte-at-a-time CRC-32 for the short head/tail the folding leaves (zlib's crc32 call cost more than these bytes).
+struct CrcTable {
+  uint32_t t[256];
+  CrcTable() {
+    for (uint32_t i = 0; i < 256; i++) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+  }
+};
+const CrcTable CRC_TABLE;
+
+inline uint32_t crc32_bytes(uint32_t crc, const uint8_t* buf, size_t len) {
+  crc = ~crc;
+  for (size_t i = 0; i < len; i++) crc = CRC_TABLE.t[(crc ^ buf[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
 inline uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
 }  // namespace
 
@@ -67,8 +86,10 @@ uint32_t crc32_of(const uint8_t* buf, size_t len, uint32_t crc) {
     buf += bulk;
     len -= bulk;
   }
-#endif
+  return crc32_bytes(crc, buf, len);
+#else
   return uint32_t(crc32(crc, buf, uInt(len)));
+#endif
 }
 
 size_t check_frames(const uint8_t* buf, size_t from, size_t limit, size_t max_records, uint32_t min_body,
