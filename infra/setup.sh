@@ -26,9 +26,9 @@ sudo_cmd=()
 if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
 # package:command — a package counts as present when its command is on PATH (Java or Maven may come from
 # elsewhere than Debian), or, without a command, when dpkg knows it.
-packages=(default-jre-headless:java maven:mvn libopenblas-dev: clickhouse-server:clickhouse-server
+packages=(default-jre-headless:java maven:mvn libopenblas-dev: zlib1g-dev: clickhouse-server:clickhouse-server
   clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl)
-if $embedded_only; then packages=(libopenblas-dev:); fi
+if $embedded_only; then packages=(libopenblas-dev: zlib1g-dev:); fi
 missing=()
 for entry in "${packages[@]}"; do
   p=${entry%%:*} c=${entry#*:}
