@@ -11,7 +11,7 @@ import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { TraceStore } from '../../core/traces/store.ts';
+import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
 import { TraceSink } from '../../consumers/traces/sink.ts';
 import { recordRun } from './record.ts';
 import { targets } from './targets.ts';
@@ -139,5 +139,39 @@ test('sink: a catch-up from the first poll on encodes rows as they arrive (no ba
     assert.ok(calls.insertEncoded > 0);
     const n = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 'e1'")).rows[0]?.['n'];
     assert.equal(n, 4 * 4 * 5);
+  });
+});
+
+test('sink: through its native transcoders it stores exactly what the general path stores, table by table', { timeout: 120_000 }, async () => {
+  await withSinkFixture('sinktc', async ({ log, serde, store }) => {
+    // Duplicates (a producer's retries) and a record no schema reads: both paths must treat them alike.
+    const { sent } = await recordRun(log, serde, { groups: 6, runId: 't1' }, 7);
+    const producer = await log.producer();
+    await producer.send(TOPICS.rolloutEvents, [{ key: 'x', value: Buffer.from([0, 0, 0, 0, 99, 1, 2]), timestamp: Date.now() }]);
+    await producer.close();
+    const general = await targets()[0]!.open('sinktc_general');
+    try {
+      const fast = new TraceSink({ log, store, serde, groupId: 'tc-fast' });
+      const slow = new TraceSink({ log, store: general, serde, groupId: 'tc-slow', transcode: false });
+      for (const s of [fast, slow]) {
+        await s.drain();
+        await s.stop();
+        assert.equal(s.stats.records, sent + 1);
+      }
+      assert.equal(slow.stats.transcoded, 0);
+      // Every event of the run has a plan except TrainStep and PolicyVersion; the poison record has none.
+      assert.ok(fast.stats.transcoded > 0.9 * sent, `${fast.stats.transcoded} of ${sent} transcoded`);
+      for (const table of TRACE_TABLES) {
+        // Every column of every row (tuple(*) as text: a NULL anywhere would make a plain hash NULL).
+        const digest = async (s: TraceStore) => (await s.query(`SELECT count() AS n, toString(sum(cityHash64(toString(tuple(*))))) AS h FROM ${table} FINAL`)).rows[0];
+        const [a, b] = [await digest(store), await digest(general)];
+        assert.ok(Number(a?.['n']) === 0 || a?.['h'] !== null, `${table}: a digest, not NULL`);
+        assert.deepEqual(a, b, `${table}: same rows on both paths`);
+      }
+      const turns = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 't1'")).rows[0]?.['n'];
+      assert.equal(Number(turns), 6 * 4 * 5);
+    } finally {
+      await general.close();
+    }
   });
 });
