@@ -6,13 +6,15 @@
 // generated before each timed stretch). MB/s is RowBinary payload handed to the engine. The process CPU
 // time over the same stretches is reported too: on a shared machine it moves less with load than wall time.
 // The engine's background merges count where they overlap the inserts; queries run right after the last one.
-// Read rows/s as the main thread's sink path, not the sink's throughput: Avro decoding is not in it (events
-// arrive decoded), and the engine's inserts overlap the untimed generation of the next chunk. Rows over the
-// whole wall time (generation included) is printed beside it as the pessimistic bound.
-// The sink itself is measured after that, end to end: a synthetic run is recorded into an embedded log
-// (Avro, untimed), then the real TraceSink drains it (read, native transcoding of the high-volume events, or
-// decode, rows and RowBinary for the rest, INSERTs, offset commits)
-// into a fresh database; rows/s is over the drain's wall time.
+// Read rows/s as the general path's main-thread cost, not the sink's throughput: Avro decoding is not in it
+// (events arrive decoded), the deployed sink transcodes most events natively instead of rowsOf + codec, and
+// the engine's inserts overlap the untimed generation of the next chunk. Rows over the whole wall time
+// (generation included) is printed beside it as the pessimistic bound.
+// The sink itself is measured after that, end to end, which is the figure to read: a synthetic run is
+// recorded into an embedded log (Avro, untimed), then the real TraceSink drains it into a fresh database (read,
+// CRC checks, native transcoding of the planned events, INSERTs, offset commits); rows/s is over the drain's
+// wall time. The same log is drained again with transcoding off (decode, rowsOf, codec for every record), as
+// the comparison.
 // Last, the engine alone: a TraceWriter encodes and batches a synthetic run into a recorder (untimed), then
 // only its INSERTs are timed, flush by flush as the writer issued them (every table of a flush at once). It is
 // the ceiling of any sink on that target and machine, whatever the client's decoding costs.
