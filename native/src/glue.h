@@ -52,6 +52,12 @@ View<T> typed_arg(const Napi::Value& v, napi_typedarray_type type, const char* t
   r.holder = v;
   return r;
 }
+inline View<uint8_t> u8_arg(const Napi::Value& v, const std::string& what) {
+  return typed_arg<uint8_t>(v, napi_uint8_array, "Buffer or Uint8Array", what);
+}
+inline View<double> f64_arg(const Napi::Value& v, const std::string& what) {
+  return typed_arg<double>(v, napi_float64_array, "Float64Array", what);
+}
 inline View<int32_t> i32_arg(const Napi::Value& v, const std::string& what) {
   return typed_arg<int32_t>(v, napi_int32_array, "Int32Array", what);
 }

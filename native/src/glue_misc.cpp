@@ -31,12 +31,10 @@ Napi::Value CudaAvailable(const Napi::CallbackInfo& info) {
 // crc32(buf, crc) -> CRC-32 of buf continued from crc, as node:zlib's crc32 (the log's checksum).
 Napi::Value Crc32(const Napi::CallbackInfo& info) {
   return guard(info.Env(), [&]() -> Napi::Value {
-    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
-      invalid("buf must be a Buffer");
-    auto buf = info[0].As<Napi::Uint8Array>();
+    const View<uint8_t> buf = u8_arg(info[0], "buf");
     const double crc = num_arg(info[1], "crc");
     if (!(crc >= 0 && crc <= 4294967295.0)) invalid("crc must be a uint32");
-    return Napi::Number::New(info.Env(), double(crc32_of(buf.Data(), buf.ElementLength(), uint32_t(crc))));
+    return Napi::Number::New(info.Env(), double(crc32_of(buf.data, buf.length, uint32_t(crc))));
   });
 }
 
@@ -44,13 +42,11 @@ Napi::Value Crc32(const Napi::CallbackInfo& info) {
 // returns the CRC-32 of the range afterwards.
 Napi::Value SealFrames(const Napi::CallbackInfo& info) {
   return guard(info.Env(), [&]() -> Napi::Value {
-    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
-      invalid("buf must be a Buffer");
-    auto buf = info[0].As<Napi::Uint8Array>();
+    const View<uint8_t> buf = u8_arg(info[0], "buf");
     const double from = num_arg(info[1], "from"), limit = num_arg(info[2], "limit");
-    if (!(from >= 0 && from <= limit && limit <= double(buf.ElementLength()))) invalid("sealFrames: range out of bounds");
+    if (!(from >= 0 && from <= limit && limit <= double(buf.length))) invalid("sealFrames: range out of bounds");
     // The frames must tile the range: walk their lengths first, so a bad layout is an error, not a wrong CRC.
-    const uint8_t* d = buf.Data();
+    const uint8_t* d = buf.data;
     size_t p = size_t(from);
     while (p < size_t(limit)) {
       if (size_t(limit) - p < 8) invalid("sealFrames: frames do not tile the range");
@@ -58,7 +54,7 @@ Napi::Value SealFrames(const Napi::CallbackInfo& info) {
       if (size_t(limit) - p - 8 < len) invalid("sealFrames: frames do not tile the range");
       p += 8 + len;
     }
-    return Napi::Number::New(info.Env(), double(seal_frames(buf.Data(), size_t(from), size_t(limit))));
+    return Napi::Number::New(info.Env(), double(seal_frames(buf.data, size_t(from), size_t(limit))));
   });
 }
 
@@ -66,21 +62,18 @@ Napi::Value SealFrames(const Napi::CallbackInfo& info) {
 // CRC-valid frame of buf[from, limit) (at most maxRecords); state[0] = the frames checked.
 Napi::Value CheckFrames(const Napi::CallbackInfo& info) {
   return guard(info.Env(), [&]() -> Napi::Value {
-    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
-      invalid("buf must be a Buffer");
-    auto buf = info[0].As<Napi::Uint8Array>();
+    const View<uint8_t> buf = u8_arg(info[0], "buf");
     const double from = num_arg(info[1], "from"), limit = num_arg(info[2], "limit");
     const double max_records = num_arg(info[3], "maxRecords"), min_body = num_arg(info[4], "minBody"), max_body = num_arg(info[5], "maxBody");
-    if (!(from >= 0 && from <= limit && limit <= double(buf.ElementLength()) && max_records >= 0 && min_body >= 0 &&
+    if (!(from >= 0 && from <= limit && limit <= double(buf.length) && max_records >= 0 && min_body >= 0 &&
           max_body >= min_body && max_body <= 4294967295.0))
       invalid("checkFrames: arguments out of range");
-    if (!info[6].IsTypedArray() || info[6].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-        info[6].As<Napi::TypedArray>().ElementLength() < 1)
-      invalid("state must be a Float64Array");
+    const View<double> state = f64_arg(info[6], "state");
+    if (state.length < 1) invalid("state must be a Float64Array of 1");
     size_t records = 0;
-    const size_t end = check_frames(buf.Data(), size_t(from), size_t(limit), size_t(std::min(max_records, 1e15)),
+    const size_t end = check_frames(buf.data, size_t(from), size_t(limit), size_t(std::min(max_records, 1e15)),
                                     uint32_t(min_body), uint32_t(max_body), &records);
-    info[6].As<Napi::Float64Array>()[0] = double(records);
+    state.data[0] = double(records);
     return Napi::Number::New(info.Env(), double(end));
   });
 }

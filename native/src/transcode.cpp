@@ -84,6 +84,20 @@ struct Cursor {
     if (n < 0 || n > end - p) decline();
     p += n;
   }
+  float f32() {
+    if (end - p < 4) decline();
+    float f;
+    std::memcpy(&f, p, 4);
+    p += 4;
+    return f;
+  }
+  double f64() {
+    if (end - p < 8) decline();
+    double d;
+    std::memcpy(&d, p, 8);
+    p += 8;
+    return d;
+  }
   // Next array/map block's item count (a negative count carries the block's byte size after it); 0 ends.
   int64_t block() {
     int64_t n = safe_long();
@@ -322,18 +336,7 @@ void write_value(const Prog& g, int32_t n, int32_t target, Cursor& c, Out& o) {
   }
   if (k == K_FLOAT || k == K_DOUBLE) {
     if (target != T_F32 && target != T_F64) decline();  // a float into an integer column: the general path's rules
-    double x;
-    if (k == K_FLOAT) {
-      if (c.end - c.p < 4) decline();
-      float f;
-      std::memcpy(&f, c.p, 4);
-      x = f;
-      c.p += 4;
-    } else {
-      if (c.end - c.p < 8) decline();
-      std::memcpy(&x, c.p, 8);
-      c.p += 8;
-    }
+    double x = k == K_FLOAT ? double(c.f32()) : c.f64();
     if (!std::isfinite(x)) decline();  // the general path writes 0 (or NULL) for these
     x += 0.0;                          // −0 becomes 0, as the general path (JSON's rule) writes it
     if (target == T_F32) return o.put(float(x));
@@ -553,20 +556,10 @@ void json_value(const Prog& g, int32_t n, Cursor& c, std::string& s, int depth) 
     case K_LONG:
       s += std::to_string(c.safe_long());
       return;
-    case K_FLOAT: {
-      if (c.end - c.p < 4) decline();
-      float f;
-      std::memcpy(&f, c.p, 4);
-      c.p += 4;
-      return json_number(s, f);
-    }
-    case K_DOUBLE: {
-      if (c.end - c.p < 8) decline();
-      double d;
-      std::memcpy(&d, c.p, 8);
-      c.p += 8;
-      return json_number(s, d);
-    }
+    case K_FLOAT:
+      return json_number(s, c.f32());
+    case K_DOUBLE:
+      return json_number(s, c.f64());
     case K_STRING: {
       const int64_t len = c.length();
       if (!valid_utf8(c.p, size_t(len))) decline();

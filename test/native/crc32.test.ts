@@ -6,7 +6,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { crc32 } from 'node:zlib';
-import { checkFrames, nativeAvailable, nativeCrc32 } from '../../native/index.ts';
+import { isRlstreamError } from '../../core/errors.ts';
+import { checkFrames, nativeAvailable, nativeCrc32, sealFrames, transcodeRecords } from '../../native/index.ts';
 import { encodeBatch, frameProblem } from '../../core/log/embedded/record-format.ts';
 
 const skip = nativeAvailable() ? false : 'native addon not built';
@@ -54,4 +55,29 @@ test('native frame check stops where the JS frame check finds the first problem'
   }
   const cut = ends[30]! - 5;
   assert.deepEqual(checkFrames(buf, 0, cut, Infinity, 26, 1 << 20), { end: ends[29], records: 30 }, 'a truncated frame');
+});
+
+test('the frame and transcode calls reject bad arguments with a clear error instead of reading out of bounds', { skip }, () => {
+  const buf = Buffer.alloc(64);
+  const rejects = (fn: () => unknown, pattern: RegExp) => assert.throws(fn, (e: unknown) => isRlstreamError(e, 'NATIVE_INVALID_ARGUMENT') && pattern.test(e.message));
+  rejects(() => checkFrames(buf, 10, 100, 5, 26, 1 << 20), /out of range/);
+  const cut = Buffer.alloc(64);
+  cut.writeUInt32BE(100, 0); // a frame claiming 100 body bytes in a 64-byte range
+  rejects(() => sealFrames(cut, 0, 64), /do not tile/);
+  const state = new Float64Array(2);
+  const status = new Uint8Array(1);
+  const args = (program: Int32Array, starts: number[], lengths: number[]) =>
+    transcodeRecords(program, Buffer.alloc(0), buf, new Float64Array(starts), new Int32Array(lengths), 0, 1, 5, Buffer.alloc(16), state, status);
+  rejects(() => args(new Int32Array([1, 2, 3]), [0], [8]), /not a transcoder program/);
+  // A program whose sections point past its end.
+  const bogus = new Int32Array(11);
+  bogus[0] = 0x52425431;
+  bogus[1] = 11;
+  bogus[2] = 1000;
+  rejects(() => args(bogus, [0], [8]), /nodes section is out of range/);
+  // A record said to lie past the end of its buffer.
+  const empty = new Int32Array(11);
+  empty[0] = 0x52425431;
+  for (let i = 1; i < 11; i += 2) empty[i] = 11;
+  rejects(() => args(empty, [60], [8]), /outside base/);
 });
