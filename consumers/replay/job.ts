@@ -57,7 +57,8 @@ export class ReplayJob {
   }
 
   progress(): ReplayProgress {
-    return { ...this.p, written: this.options.target.written, elapsedMs: Date.now() - this.p.startedAt };
+    const t = this.options.target;
+    return { ...this.p, written: t.written, undecodable: this.p.undecodable + (t.undecodable ?? 0), elapsedMs: Date.now() - this.p.startedAt };
   }
 
   /** Stop after the batch in hand; what was written stays written (targets are idempotent). */
@@ -80,7 +81,7 @@ export class ReplayJob {
           const batch: { record: LogRecord; event: DecodedEvent | null }[] = [];
           for (const record of records) {
             let event: DecodedEvent | null = null;
-            if (o.decode ?? true) {
+            if ((o.decode ?? true) && o.target.needsEvents !== false) {
               try {
                 event = o.serde.tryDecodeSync(record.value) ?? (await o.serde.decode(record.value));
               } catch {

@@ -9,45 +9,83 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { EventLog, LogRecord, ProduceRecord, Producer } from '../../core/log/types.ts';
 import { EventSerde, subjectOf, type DecodedEvent } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
-import type { TraceStore } from '../../core/traces/store.ts';
+import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
 import { EVENT_NAMES, isEventName } from '../../schemas/index.ts';
 import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
 import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type Estimator } from '../advantage/estimators.ts';
 import { composeReward, normalizeOutcome } from '../reward/shaping.ts';
 import type { RewardFn } from '../reward/types.ts';
-import { recordRows } from '../traces/sink.ts';
+import { TraceIngest } from '../traces/ingest.ts';
 import { TraceWriter } from '../traces/writer.ts';
 
 export interface ReplayTarget {
   readonly describe: string;
-  /** One batch of source records, with their decoded events (null where undecodable). */
+  /** One batch of source records, with their decoded events (null where undecodable, or not decoded). */
   accept(batch: { record: LogRecord; event: DecodedEvent | null }[]): Promise<void>;
+  /** Whether accept() needs the decoded events (default true): targets that read the bytes themselves do not. */
+  readonly needsEvents?: boolean;
+  /** Records this target found undecodable itself (when it takes them undecoded). */
+  readonly undecodable?: number;
   /** Everything accepted is written. */
   finish(): Promise<void>;
   readonly written: number;
 }
 
-/** Rebuild traces: the sink's own mapping and batched writer. */
+/**
+ * Rebuild traces: the sink's own ingest (native transcoders, the general path for the rest) and batched writer.
+ * It reads the records' bytes itself, so the job need not decode them first.
+ */
 export class TracesTarget implements ReplayTarget {
   readonly describe: string;
+  readonly needsEvents = false;
   private readonly writer: TraceWriter;
+  private readonly ingest: TraceIngest;
+  private prepared = false;
+  /** The write in flight: the next batches are read and encoded meanwhile, as the sink does. */
+  private inFlight: Promise<void> | null = null;
   written = 0;
 
   constructor(
-    store: TraceStore,
-    private readonly serde: EventSerde,
+    private readonly store: TraceStore,
+    serde: EventSerde,
   ) {
     this.describe = `traces ${store.target}`;
-    this.writer = new TraceWriter(store, { maxRows: 50_000, maxDelayMs: 5_000 });
+    this.writer = new TraceWriter(store, { maxDelayMs: 5_000 });
+    this.ingest = new TraceIngest(serde, this.writer);
+  }
+
+  get undecodable(): number {
+    return this.ingest.stats.deadLetters;
+  }
+
+  /** Records written through a native transcoder. */
+  get transcoded(): number {
+    return this.ingest.stats.transcoded;
   }
 
   async accept(batch: { record: LogRecord }[]): Promise<void> {
-    for (const { record } of batch) for (const { table, row } of await recordRows(this.serde, record)) this.writer.add(table, row);
-    if (this.writer.due()) this.written += await this.writer.flush();
+    if (!this.prepared) {
+      // Codecs first, so the first records are transcoded too (a failure is asked again on the way).
+      await this.writer.prepare(TRACE_TABLES).catch(() => undefined);
+      this.prepared = true;
+    }
+    await this.ingest.add(batch.map((b) => b.record));
+    if (this.writer.due()) {
+      await this.settle(); // one write in flight at a time; its failure surfaces here
+      this.inFlight = this.writer.flush().then((n) => void (this.written += n));
+      this.inFlight.catch(() => undefined); // handled: settle() rethrows it
+    }
   }
 
   async finish(): Promise<void> {
+    await this.settle();
     this.written += await this.writer.flush();
+  }
+
+  private async settle(): Promise<void> {
+    const f = this.inFlight;
+    this.inFlight = null;
+    await f;
   }
 }
 

@@ -4,21 +4,14 @@
 // The sink consumes directly rather than through core/processor.ts: it produces nothing, so it needs no
 // transaction, and records it cannot decode become dead_letters rows rather than dead-letter events (the
 // sink reads the dead-letter topic too, and must not feed itself).
-import { deriveId } from '../../core/ids.ts';
-import { errorCodeOf } from '../../core/deadletter.ts';
 import { describeError } from '../../core/errors.ts';
 import type { Consumer, EventLog, LogRecord, TopicPartitionOffset } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
-import type { TableCodec } from '../../core/traces/rowbinary.ts';
-import { EVENT_NAMES, resolvedSchema } from '../../schemas/index.ts';
-import { deadLetterRow, rowsOf, type TraceRow } from './rows.ts';
-import { compileTranscoder, FRAME_BYTES, PLANS, type Transcoder } from './transcode.ts';
+import { TraceIngest } from './ingest.ts';
 import { TraceWriter, type WriterOptions } from './writer.ts';
-
-export const SINK_CONSUMER = 'trace-sink';
 
 /** Every topic the sink reads. */
 export const TRACE_TOPICS: readonly string[] = [
@@ -31,21 +24,7 @@ export const TRACE_TOPICS: readonly string[] = [
   TOPICS.deadLetter,
 ];
 
-/** The rows of one log record; an undecodable record becomes a dead_letters row naming the sink. */
-export async function recordRows(serde: EventSerde, record: LogRecord): Promise<TraceRow[]> {
-  try {
-    const ev = serde.tryDecodeSync(record.value) ?? (await serde.decode(record.value));
-    return rowsOf(ev);
-  } catch (err) {
-    const id = deriveId('dead-letter', SINK_CONSUMER, record.topic, record.partition, record.offset);
-    return [
-      {
-        table: 'dead_letters',
-        row: deadLetterRow(SINK_CONSUMER, record.topic, record.partition, record.offset, errorCodeOf(err), describeError(err), record.key, record.value, id, record.timestamp),
-      },
-    ];
-  }
-}
+export { recordRows, SINK_CONSUMER } from './ingest.ts';
 
 export interface TraceSinkOptions extends WriterOptions {
   log: EventLog;
@@ -81,9 +60,8 @@ export class TraceSink {
   private readonly writer: TraceWriter;
   private stopping = false;
   private loop: Promise<void> | null = null;
-  readonly stats: SinkStats = { records: 0, transcoded: 0, rows: 0, flushes: 0, deadLetters: 0, commits: 0 };
-  /** By schema id: the transcoder of its records and the codec it was compiled for, or null (general path). */
-  private readonly transcoders = new Map<number, { codec: TableCodec; t: Transcoder } | null>();
+  private readonly counts = { records: 0, rows: 0, flushes: 0, commits: 0 };
+  private readonly ingest: TraceIngest;
   private readonly logger: Logger;
   /** The write in flight (with its commit), started by step(); its failure surfaces at the next settle(). */
   private flushing: Promise<void> | null = null;
@@ -95,6 +73,12 @@ export class TraceSink {
   constructor(private readonly options: TraceSinkOptions) {
     this.writer = new TraceWriter(options.store, options);
     this.logger = (options.logger ?? silentLogger).child({ component: 'trace-sink' });
+    this.ingest = new TraceIngest(options.serde, this.writer, { ...(options.transcode !== undefined ? { transcode: options.transcode } : {}), logger: this.logger });
+  }
+
+  /** A snapshot of the counters. */
+  get stats(): SinkStats {
+    return { ...this.counts, ...this.ingest.stats };
   }
 
   async start(): Promise<void> {
@@ -114,45 +98,16 @@ export class TraceSink {
   async step(): Promise<number> {
     await this.start();
     const records = await this.consumer!.poll({ maxRecords: this.options.pollRecords ?? 5_000, timeoutMs: this.options.pollTimeoutMs ?? 200 });
-    // Records with a transcoder go through it a batch per event type; the rest (and those it declines) take the
-    // general path. Rows of one table may land in another order than the log's: the tables are keyed by the
-    // facts' identities, so order within a batch does not matter.
-    const general: LogRecord[] = [];
-    const batches = new Map<Transcoder, LogRecord[]>();
+    await this.ingest.add(records);
+    // A partition's position is set when the poll moves on from it (a poll holds runs of each partition's
+    // records, and setting it per record cost a key string and a map write each).
     let last: LogRecord | null = null;
     for (const r of records) {
-      const t = this.options.transcode === false ? null : this.transcoderOf(r.value);
-      if (!t) general.push(r);
-      else {
-        const b = batches.get(t);
-        if (b) b.push(r);
-        else batches.set(t, [r]);
-      }
-      // A partition's position is set when the poll moves on from it (a poll holds runs of each partition's
-      // records, and setting it per record cost a key string and a map write each).
       if (last && (last.partition !== r.partition || last.topic !== r.topic)) this.setPosition(last);
       last = r;
     }
     if (last) this.setPosition(last);
-    for (const [t, batch] of batches) {
-      const status = new Uint8Array(batch.length);
-      const values = batch.map((r) => r.value);
-      if (!this.writer.addEncoded(t.table, (out) => t.append(values, out, status))) {
-        general.push(...batch);
-        continue;
-      }
-      for (let i = 0; i < batch.length; i++) {
-        if (status[i] === 1) this.stats.transcoded++;
-        else general.push(batch[i]!);
-      }
-    }
-    for (const r of general) {
-      for (const { table, row } of await recordRows(this.options.serde, r)) {
-        if (table === 'dead_letters' && row['consumer'] === SINK_CONSUMER) this.stats.deadLetters++;
-        this.writer.add(table, row);
-      }
-    }
-    this.stats.records += records.length;
+    this.counts.records += records.length;
     if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.startFlush();
     // One turn of the event loop per poll: a poll of data already read resolves without one, and the write in
     // flight only moves on to its next INSERT when the engine's answer to the last one is handled.
@@ -163,37 +118,6 @@ export class TraceSink {
   /** The next offset of the record's partition is the one after it. */
   private setPosition(r: LogRecord): void {
     this.positions.set(`${r.topic}\0${r.partition}`, { topic: r.topic, partition: r.partition, offset: r.offset + 1 });
-  }
-
-  /**
-   * The transcoder of this record's event: only for the current writer schemas of planned events (records of
-   * older schemas take the general path, which resolves them), compiled against the table's codec.
-   */
-  private transcoderOf(value: Buffer): Transcoder | null {
-    if (value.length < FRAME_BYTES || value[0] !== 0) return null;
-    const id = value.readUInt32BE(1);
-    const known = this.transcoders.get(id);
-    if (known === null) return null;
-    if (known && this.writer.codecOf(known.t.table) === known.codec) return known.t;
-    const serde = this.options.serde;
-    const name = EVENT_NAMES.find((n) => {
-      try {
-        return serde.schemaId(n) === id;
-      } catch {
-        return false; // the serde has no current id for it
-      }
-    });
-    const plan = name ? PLANS[name] : undefined;
-    if (!name || !plan) {
-      this.transcoders.set(id, null);
-      return null;
-    }
-    const codec = this.writer.codecOf(plan.table);
-    if (codec === undefined) return null; // not known yet: asked again with the next record
-    const t = codec ? compileTranscoder(resolvedSchema(name), plan, codec.columns) : null;
-    this.transcoders.set(id, t && codec ? { codec, t } : null);
-    if (!t) this.logger.info('no transcoder for this event: its records take the general path', { event: name, table: plan.table });
-    return t;
   }
 
   /**
@@ -208,10 +132,10 @@ export class TraceSink {
     const flushing = this.writer
       .flush()
       .then(async (n) => {
-        this.stats.rows += n;
-        if (n > 0) this.stats.flushes++;
+        this.counts.rows += n;
+        if (n > 0) this.counts.flushes++;
         await this.consumer?.commit(offsets);
-        this.stats.commits++;
+        this.counts.commits++;
       })
       .finally(() => (this.writing = false));
     flushing.catch(() => undefined); // handled: settle() rethrows it
@@ -229,10 +153,10 @@ export class TraceSink {
   async flushAndCommit(): Promise<void> {
     await this.settle();
     const n = await this.writer.flush();
-    this.stats.rows += n;
-    if (n > 0) this.stats.flushes++;
+    this.counts.rows += n;
+    if (n > 0) this.counts.flushes++;
     await this.consumer?.commit();
-    this.stats.commits++;
+    this.counts.commits++;
   }
 
   /** Read until a poll comes back empty, then flush and commit (tests, catch-up). */

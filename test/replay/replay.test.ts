@@ -69,10 +69,14 @@ for (const target of targets()) {
       assert.equal(sink.stats.records, recorded.sent);
       assert.ok(recorded.sent > recorded.events.length, 'the recording holds duplicates');
 
-      const job = ReplayJob.start({ log, serde, target: new TracesTarget(replayed, serde) });
+      const rebuild = new TracesTarget(replayed, serde);
+      const job = ReplayJob.start({ log, serde, target: rebuild });
       const end = await job.done;
       assert.equal(end.state, 'done', end.error ?? '');
       assert.equal(end.read, recorded.sent);
+      // The rebuild takes the sink's path: the planned events through the native transcoders.
+      assert.ok(rebuild.transcoded > 0.9 * recorded.sent, `${rebuild.transcoded} of ${recorded.sent} records transcoded`);
+      assert.equal(end.undecodable, 0);
 
       const someId = recorded.events.find((e) => e.name === 'TrajectoryStarted')!.value as { trajectory_id: string };
       const a = await answers(live, someId.trajectory_id);

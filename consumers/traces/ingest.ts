@@ -1,0 +1,129 @@
+// Log records → rows in a TraceWriter: the one step shared by the live sink and `replay --into traces`.
+// Records of planned events go through their native transcoder (Avro bytes straight to RowBinary, see
+// transcode.ts) a batch per event type; the rest, and records a transcoder declines, take the general path:
+// decode, rowsOf, the table codec. A record no schema decodes becomes a dead_letters row naming the sink.
+// Rows of one table may land in another order than the log's: the tables are keyed by the facts' identities
+// (ReplacingMergeTree), so order within a batch does not matter.
+import { deriveId } from '../../core/ids.ts';
+import { errorCodeOf } from '../../core/deadletter.ts';
+import { describeError } from '../../core/errors.ts';
+import type { LogRecord } from '../../core/log/types.ts';
+import type { EventSerde } from '../../core/serde/events.ts';
+import { silentLogger, type Logger } from '../../core/telemetry.ts';
+import type { TableCodec } from '../../core/traces/rowbinary.ts';
+import { EVENT_NAMES, resolvedSchema } from '../../schemas/index.ts';
+import { deadLetterRow, rowsOf, type TraceRow } from './rows.ts';
+import { compileTranscoder, FRAME_BYTES, PLANS, type Transcoder } from './transcode.ts';
+import type { TraceWriter } from './writer.ts';
+
+export const SINK_CONSUMER = 'trace-sink';
+
+/** The rows of one log record; an undecodable record becomes a dead_letters row naming the sink. */
+export async function recordRows(serde: EventSerde, record: LogRecord): Promise<TraceRow[]> {
+  try {
+    const ev = serde.tryDecodeSync(record.value) ?? (await serde.decode(record.value));
+    return rowsOf(ev);
+  } catch (err) {
+    const id = deriveId('dead-letter', SINK_CONSUMER, record.topic, record.partition, record.offset);
+    return [
+      {
+        table: 'dead_letters',
+        row: deadLetterRow(SINK_CONSUMER, record.topic, record.partition, record.offset, errorCodeOf(err), describeError(err), record.key, record.value, id, record.timestamp),
+      },
+    ];
+  }
+}
+
+export interface IngestOptions {
+  /**
+   * Write the planned events through native transcoders (default true; false: every record is decoded, mapped
+   * by rowsOf and encoded by the table codec, the general path).
+   */
+  transcode?: boolean;
+  logger?: Logger;
+}
+
+export interface IngestStats {
+  /** Records written through a transcoder (the others took the general path). */
+  transcoded: number;
+  /** Records no schema decodes (each became a dead_letters row). */
+  deadLetters: number;
+}
+
+export class TraceIngest {
+  readonly stats: IngestStats = { transcoded: 0, deadLetters: 0 };
+  /** By schema id: the transcoder of its records and the codec it was compiled for, or null (general path). */
+  private readonly transcoders = new Map<number, { codec: TableCodec; t: Transcoder } | null>();
+  private readonly logger: Logger;
+
+  constructor(
+    private readonly serde: EventSerde,
+    private readonly writer: TraceWriter,
+    private readonly options: IngestOptions = {},
+  ) {
+    this.logger = options.logger ?? silentLogger;
+  }
+
+  /** Add the rows of these records to the writer. */
+  async add(records: readonly LogRecord[]): Promise<void> {
+    const general: LogRecord[] = [];
+    const batches = new Map<Transcoder, LogRecord[]>();
+    for (const r of records) {
+      const t = this.options.transcode === false ? null : this.transcoderOf(r.value);
+      if (!t) general.push(r);
+      else {
+        const b = batches.get(t);
+        if (b) b.push(r);
+        else batches.set(t, [r]);
+      }
+    }
+    for (const [t, batch] of batches) {
+      const status = new Uint8Array(batch.length);
+      const values = batch.map((r) => r.value);
+      if (!this.writer.addEncoded(t.table, (out) => t.append(values, out, status))) {
+        general.push(...batch);
+        continue;
+      }
+      for (let i = 0; i < batch.length; i++) {
+        if (status[i] === 1) this.stats.transcoded++;
+        else general.push(batch[i]!);
+      }
+    }
+    for (const r of general) {
+      for (const { table, row } of await recordRows(this.serde, r)) {
+        if (table === 'dead_letters' && row['consumer'] === SINK_CONSUMER) this.stats.deadLetters++;
+        this.writer.add(table, row);
+      }
+    }
+  }
+
+  /**
+   * The transcoder of this record's event: only for the current writer schemas of planned events (records of
+   * older schemas take the general path, which resolves them), compiled against the table's codec.
+   */
+  private transcoderOf(value: Buffer): Transcoder | null {
+    if (value.length < FRAME_BYTES || value[0] !== 0) return null;
+    const id = value.readUInt32BE(1);
+    const known = this.transcoders.get(id);
+    if (known === null) return null;
+    if (known && this.writer.codecOf(known.t.table) === known.codec) return known.t;
+    const name = EVENT_NAMES.find((n) => {
+      try {
+        return this.serde.schemaId(n) === id;
+      } catch {
+        return false; // the serde has no current id for it
+      }
+    });
+    const plan = name ? PLANS[name] : undefined;
+    if (!name || !plan) {
+      this.transcoders.set(id, null);
+      return null;
+    }
+    const codec = this.writer.codecOf(plan.table);
+    if (codec === undefined) return null; // not known yet: asked again with the next record
+    const t = codec ? compileTranscoder(resolvedSchema(name), plan, codec.columns) : null;
+    this.transcoders.set(id, t && codec ? { codec, t } : null);
+    if (!t) this.logger.info('no transcoder for this event: its records take the general path', { event: name, table: plan.table });
+    return t;
+  }
+}
