@@ -9,7 +9,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { EventLog, LogRecord, ProduceRecord, Producer } from '../../core/log/types.ts';
 import { EventSerde, subjectOf, type DecodedEvent } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
-import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
+import type { TraceStore } from '../../core/traces/store.ts';
 import { EVENT_NAMES, isEventName } from '../../schemas/index.ts';
 import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
 import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type Estimator } from '../advantage/estimators.ts';
@@ -40,15 +40,9 @@ export class TracesTarget implements ReplayTarget {
   readonly needsEvents = false;
   private readonly writer: TraceWriter;
   private readonly ingest: TraceIngest;
-  private prepared = false;
-  /** The write in flight: the next batches are read and encoded meanwhile, as the sink does. */
-  private inFlight: Promise<void> | null = null;
   written = 0;
 
-  constructor(
-    private readonly store: TraceStore,
-    serde: EventSerde,
-  ) {
+  constructor(store: TraceStore, serde: EventSerde) {
     this.describe = `traces ${store.target}`;
     this.writer = new TraceWriter(store, { maxDelayMs: 5_000 });
     this.ingest = new TraceIngest(serde, this.writer);
@@ -64,28 +58,14 @@ export class TracesTarget implements ReplayTarget {
   }
 
   async accept(batch: { record: LogRecord }[]): Promise<void> {
-    if (!this.prepared) {
-      // Codecs first, so the first records are transcoded too (a failure is asked again on the way).
-      await this.writer.prepare(TRACE_TABLES).catch(() => undefined);
-      this.prepared = true;
-    }
     await this.ingest.add(batch.map((b) => b.record));
-    if (this.writer.due()) {
-      await this.settle(); // one write in flight at a time; its failure surfaces here
-      this.inFlight = this.writer.flush().then((n) => void (this.written += n));
-      this.inFlight.catch(() => undefined); // handled: settle() rethrows it
-    }
+    // One write in flight while the next batches are read, as the sink does.
+    if (this.writer.due()) await this.writer.flushBehind((n) => void (this.written += n));
   }
 
   async finish(): Promise<void> {
-    await this.settle();
+    await this.writer.settle();
     this.written += await this.writer.flush();
-  }
-
-  private async settle(): Promise<void> {
-    const f = this.inFlight;
-    this.inFlight = null;
-    await f;
   }
 }
 

@@ -11,6 +11,7 @@ import type { LogRecord } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import type { TableCodec } from '../../core/traces/rowbinary.ts';
+import { TRACE_TABLES } from '../../core/traces/store.ts';
 import { EVENT_NAMES, resolvedSchema } from '../../schemas/index.ts';
 import { deadLetterRow, rowsOf, type TraceRow } from './rows.ts';
 import { compileTranscoder, FRAME_BYTES, PLANS, type Transcoder } from './transcode.ts';
@@ -55,6 +56,7 @@ export class TraceIngest {
   /** By schema id: the transcoder of its records and the codec it was compiled for, or null (general path). */
   private readonly transcoders = new Map<number, { codec: TableCodec; t: Transcoder } | null>();
   private readonly logger: Logger;
+  private prepared = false;
 
   constructor(
     private readonly serde: EventSerde,
@@ -66,6 +68,13 @@ export class TraceIngest {
 
   /** Add the rows of these records to the writer. */
   async add(records: readonly LogRecord[]): Promise<void> {
+    if (!this.prepared) {
+      // The codecs before the first rows, so those are transcoded and encoded as they arrive too (a failure is
+      // asked again later). Awaited: a catch-up polls the embedded log without waiting on I/O, so an answer left
+      // for later arrived only at the first flush, and that whole batch was kept as row objects.
+      await this.writer.prepare(TRACE_TABLES).catch(() => undefined);
+      this.prepared = true;
+    }
     const general: LogRecord[] = [];
     const batches = new Map<Transcoder, LogRecord[]>();
     for (const r of records) {

@@ -9,7 +9,7 @@ import type { Consumer, EventLog, LogRecord, TopicPartitionOffset } from '../../
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
+import type { TraceStore } from '../../core/traces/store.ts';
 import { TraceIngest } from './ingest.ts';
 import { TraceWriter, type WriterOptions } from './writer.ts';
 
@@ -63,17 +63,13 @@ export class TraceSink {
   private readonly counts = { records: 0, rows: 0, flushes: 0, commits: 0 };
   private readonly ingest: TraceIngest;
   private readonly logger: Logger;
-  /** The write in flight (with its commit), started by step(); its failure surfaces at the next settle(). */
-  private flushing: Promise<void> | null = null;
-  /** Whether that write is still running (flushing stays set, settled, until the next settle()). */
-  private writing = false;
   /** Next offset of every partition, after the records whose rows were added to the writer. */
   private readonly positions = new Map<string, TopicPartitionOffset>();
 
   constructor(private readonly options: TraceSinkOptions) {
     this.writer = new TraceWriter(options.store, options);
     this.logger = (options.logger ?? silentLogger).child({ component: 'trace-sink' });
-    this.ingest = new TraceIngest(options.serde, this.writer, { ...(options.transcode !== undefined ? { transcode: options.transcode } : {}), logger: this.logger });
+    this.ingest = new TraceIngest(options.serde, this.writer, { transcode: options.transcode ?? true, logger: this.logger });
   }
 
   /** A snapshot of the counters. */
@@ -85,10 +81,6 @@ export class TraceSink {
     if (this.consumer) return;
     this.positions.clear();
     this.consumer = await this.options.log.consumer({ groupId: this.options.groupId ?? 'traces', topics: [...(this.options.topics ?? TRACE_TOPICS)], fromBeginning: true });
-    // Codecs before the first rows, so those are encoded as they arrive too (a failure is asked again later).
-    // Awaited: a catch-up polls the embedded log without waiting on I/O, so an answer left for later arrived
-    // only at the first flush, and that whole batch was kept as row objects (encoded late, aged by the GC).
-    await this.writer.prepare(TRACE_TABLES).catch(() => undefined);
   }
 
   /**
@@ -111,7 +103,7 @@ export class TraceSink {
     if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.startFlush();
     // One turn of the event loop per poll: a poll of data already read resolves without one, and the write in
     // flight only moves on to its next INSERT when the engine's answer to the last one is handled.
-    if (this.writing) await new Promise<void>((resolve) => setImmediate(resolve));
+    if (this.writer.writingBehind) await new Promise<void>((resolve) => setImmediate(resolve));
     return records.length;
   }
 
@@ -126,32 +118,19 @@ export class TraceSink {
    * queued again, and nothing after them was committed).
    */
   private async startFlush(): Promise<void> {
-    await this.settle();
+    await this.writer.settle();
     const offsets = [...this.positions.values()];
-    this.writing = true;
-    const flushing = this.writer
-      .flush()
-      .then(async (n) => {
-        this.counts.rows += n;
-        if (n > 0) this.counts.flushes++;
-        await this.consumer?.commit(offsets);
-        this.counts.commits++;
-      })
-      .finally(() => (this.writing = false));
-    flushing.catch(() => undefined); // handled: settle() rethrows it
-    this.flushing = flushing;
-  }
-
-  /** Wait for the write in flight, if any; throws its failure once. */
-  private async settle(): Promise<void> {
-    const f = this.flushing;
-    this.flushing = null;
-    await f;
+    await this.writer.flushBehind(async (n) => {
+      this.counts.rows += n;
+      if (n > 0) this.counts.flushes++;
+      await this.consumer?.commit(offsets);
+      this.counts.commits++;
+    });
   }
 
   /** Insert everything buffered, then commit the positions after everything polled. */
   async flushAndCommit(): Promise<void> {
-    await this.settle();
+    await this.writer.settle();
     const n = await this.writer.flush();
     this.counts.rows += n;
     if (n > 0) this.counts.flushes++;

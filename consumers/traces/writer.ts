@@ -69,6 +69,9 @@ export class TraceWriter {
   private writing = 0;
   private firstAt = 0;
   private inFlight: Promise<unknown> = Promise.resolve();
+  /** The write flushBehind() started last, until settle() takes it. */
+  private behind: Promise<void> | null = null;
+  private behindRunning = false;
   /** Flushes called and not yet settled. */
   private started = 0;
   readonly maxRows: number;
@@ -209,6 +212,34 @@ export class TraceWriter {
     const next = this.inFlight.then(run, run);
     this.inFlight = next.catch(() => undefined).finally(() => this.started--);
     return next;
+  }
+
+  /**
+   * Start writing the queued rows without waiting for them, so the caller goes on adding while the engine
+   * writes (the sink and the replay keep one write in flight this way). The write flushBehind() started before
+   * is awaited first, and its failure thrown here, once (its rows were queued again). `written` runs with the
+   * row count once the rows are written.
+   */
+  async flushBehind(written: (rows: number) => Promise<void> | void): Promise<void> {
+    await this.settle();
+    this.behindRunning = true;
+    const f = this.flush()
+      .then(written)
+      .finally(() => (this.behindRunning = false));
+    f.catch(() => undefined); // handled: settle() rethrows it
+    this.behind = f;
+  }
+
+  /** Wait for the write flushBehind() started, if any; throws its failure once. */
+  async settle(): Promise<void> {
+    const f = this.behind;
+    this.behind = null;
+    await f;
+  }
+
+  /** Whether the write flushBehind() started last is still running. */
+  get writingBehind(): boolean {
+    return this.behindRunning;
   }
 
   private async flushNow(parts: Part[]): Promise<number> {
