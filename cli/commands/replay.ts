@@ -67,7 +67,6 @@ export function register(program: Command): void {
         const serde = new EventSerde(source.registry);
         await serde.init();
         let target: ReplayTarget;
-        let decode = true;
         if (o.into === 'traces') {
           const store = await openTraceStore(o.store);
           closers.push(() => store.close());
@@ -82,7 +81,6 @@ export function register(program: Command): void {
           const dest = await openSource(o.into.startsWith('log:') ? o.into.slice(4) : o.into);
           closers.push(() => dest.close());
           target = new LogCopyTarget(source, { ...dest, describe: o.into });
-          decode = false;
         } else {
           throw new RlstreamError('INPUT_INVALID', `--into must be traces, topic:<name>, jsonl:<file>, log:<dir> or kafka://brokers, got ${o.into}`);
         }
@@ -90,7 +88,6 @@ export function register(program: Command): void {
           log: source.log,
           serde,
           target,
-          decode,
           ...(o.topics ? { topics: o.topics.split(',') } : {}),
           ...(o.from ? { from: parsePosition(o.from, '--from')! } : {}),
           ...(o.to ? { to: parsePosition(o.to, '--to')! } : {}),

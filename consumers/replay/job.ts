@@ -1,6 +1,7 @@
 // A replay as a job: start it, watch its progress, cancel it. The CLI draws a progress bar from progress();
 // the admin API starts jobs and polls them. A job reads a resolved range of the source log (see range.ts),
-// decodes each record once, and hands batches to one target (targets.ts).
+// decodes each record once for targets that need events (not the traces rebuild or log copies, which read the
+// bytes), and hands batches to one target (targets.ts).
 import { newId } from '../../core/ids.ts';
 import { describeError } from '../../core/errors.ts';
 import type { EventLog, LogRecord } from '../../core/log/types.ts';
@@ -19,8 +20,6 @@ export interface ReplayOptions {
   topics?: readonly string[];
   from?: Position;
   to?: Position;
-  /** Whether the target needs decoded events (log copies do not). Default true. */
-  decode?: boolean;
 }
 
 export interface ReplayProgress {
@@ -81,7 +80,7 @@ export class ReplayJob {
           const batch: { record: LogRecord; event: DecodedEvent | null }[] = [];
           for (const record of records) {
             let event: DecodedEvent | null = null;
-            if ((o.decode ?? true) && o.target.needsEvents !== false) {
+            if (o.target.needsEvents !== false) {
               try {
                 event = o.serde.tryDecodeSync(record.value) ?? (await o.serde.decode(record.value));
               } catch {

@@ -274,6 +274,8 @@ export class JsonlTarget implements ReplayTarget {
  */
 export class LogCopyTarget implements ReplayTarget {
   readonly describe: string;
+  /** Records are copied as bytes (re-framed with the destination's schema ids), never decoded. */
+  readonly needsEvents = false;
   written = 0;
   private readonly idMap = new Map<number, number>();
   private readonly created = new Set<string>();

@@ -181,7 +181,7 @@ async function allRecords(l: EventLog): Promise<Map<string, LogRecord[]>> {
 
 async function copyLog(from: { log: EventLog; registry: SchemaRegistry }, to: { log: EventLog; registry: SchemaRegistry }, topics: string[], rename?: (t: string) => string): Promise<void> {
   const target = new LogCopyTarget(from, { ...to, describe: 'test' }, rename);
-  const end = await ReplayJob.start({ log: from.log, serde, target, topics, decode: false }).done;
+  const end = await ReplayJob.start({ log: from.log, serde, target, topics }).done;
   assert.equal(end.state, 'done', end.error ?? '');
 }
 
