@@ -12,9 +12,9 @@ import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import type { TableCodec } from '../../core/traces/rowbinary.ts';
 import { TRACE_TABLES } from '../../core/traces/store.ts';
-import { EVENT_NAMES, resolvedSchema } from '../../schemas/index.ts';
+import { resolvedSchema, type EventName } from '../../schemas/index.ts';
 import { deadLetterRow, rowsOf, type TraceRow } from './rows.ts';
-import { compileTranscoder, FRAME_BYTES, PLANS, type Transcoder } from './transcode.ts';
+import { compileTranscoder, PLANS, type Transcoder } from './transcode.ts';
 import type { TraceWriter } from './writer.ts';
 
 export const SINK_CONSUMER = 'trace-sink';
@@ -53,8 +53,8 @@ export interface IngestStats {
 
 export class TraceIngest {
   readonly stats: IngestStats = { transcoded: 0, deadLetters: 0 };
-  /** By schema id: the transcoder of its records and the codec it was compiled for, or null (general path). */
-  private readonly transcoders = new Map<number, { codec: TableCodec; t: Transcoder } | null>();
+  /** By event: its transcoder (null: the general path) and the table codec it was compiled against. */
+  private readonly transcoders = new Map<EventName, { codec: TableCodec | null; t: Transcoder | null }>();
   private readonly logger: Logger;
   private prepared = false;
 
@@ -111,27 +111,15 @@ export class TraceIngest {
    * older schemas take the general path, which resolves them), compiled against the table's codec.
    */
   private transcoderOf(value: Buffer): Transcoder | null {
-    if (value.length < FRAME_BYTES || value[0] !== 0) return null;
-    const id = value.readUInt32BE(1);
-    const known = this.transcoders.get(id);
-    if (known === null) return null;
-    if (known && this.writer.codecOf(known.t.table) === known.codec) return known.t;
-    const name = EVENT_NAMES.find((n) => {
-      try {
-        return this.serde.schemaId(n) === id;
-      } catch {
-        return false; // the serde has no current id for it
-      }
-    });
+    const name = this.serde.currentEventOf(value);
     const plan = name ? PLANS[name] : undefined;
-    if (!name || !plan) {
-      this.transcoders.set(id, null);
-      return null;
-    }
+    if (!name || !plan) return null;
+    const known = this.transcoders.get(name);
     const codec = this.writer.codecOf(plan.table);
+    if (known !== undefined && known.codec === codec) return known.t;
     if (codec === undefined) return null; // not known yet: asked again with the next record
     const t = codec ? compileTranscoder(resolvedSchema(name), plan, codec.columns) : null;
-    this.transcoders.set(id, t && codec ? { codec, t } : null);
+    this.transcoders.set(name, { codec, t });
     if (!t) this.logger.info('no transcoder for this event: its records take the general path', { event: name, table: plan.table });
     return t;
   }

@@ -11,6 +11,7 @@
 // damaged record); the caller then takes the general path (decode, rowsOf, codec), which applies those rules
 // or reports the record, so both paths always store the same thing.
 import { nativeAvailable, transcodeRecords } from '../../native/index.ts';
+import { HEADER } from '../../core/serde/events.ts';
 import type { EventName } from '../../schemas/index.ts';
 import type { ColumnSpec, RowBinaryBuffer } from '../../core/traces/rowbinary.ts';
 import type { TraceTable } from '../../core/traces/store.ts';
@@ -176,8 +177,6 @@ const STRING_TARGET = 12;
 const DATETIME_TARGET = 11;
 const NULLABLE = 1;
 const ARRAY = 2;
-/** Avro bytes before the body: Confluent framing (magic byte, 4-byte schema id). */
-export const FRAME_BYTES = 5;
 
 /** A schema node as the program stores it (children are node indices). */
 interface Node {
@@ -422,7 +421,7 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
         let base = bases.get(ab);
         if (!base) bases.set(ab, (base = new Uint8Array(ab)));
         while (i < to) {
-          i = transcodeRecords(program, symbolBytes, base, starts, lengths, i, to, FRAME_BYTES, out.buf, state, status);
+          i = transcodeRecords(program, symbolBytes, base, starts, lengths, i, to, HEADER, out.buf, state, status);
           out.pos = state[0];
           // out lacks room for record i: grow it and go on from there.
           if (i < to) out.ensure(out.buf.length - out.pos + 1);

@@ -29,7 +29,8 @@ export type Encodable<T> = T extends number[]
         : T;
 
 const MAGIC = 0;
-const HEADER = 5;
+/** Confluent framing before the Avro body: the magic byte and a 4-byte schema id. */
+export const HEADER = 5;
 /**
  * Size of the slabs encoded records are cut from. A record bigger than a slab gets a slab of its own. A record
  * kept alive keeps its slab alive, which bounds the waste at one slab per long-lived record.
@@ -102,6 +103,16 @@ export class EventSerde {
     out[0] = MAGIC;
     out.writeUInt32BE(id, 1);
     return out;
+  }
+
+  /**
+   * The event whose current schema (the one this serde encodes with) wrote a framed record, without decoding it;
+   * undefined for older writer schemas, ids not seen yet, and bytes that are not a framed record.
+   */
+  currentEventOf(buf: Buffer): EventName | undefined {
+    if (buf.length < HEADER || buf[0] !== MAGIC) return undefined;
+    const reader = this.readers.get(buf.readUInt32BE(1));
+    return reader && reader.resolver === null ? reader.name : undefined;
   }
 
   /** The schema id in a framed record, without decoding it. */
