@@ -1,7 +1,8 @@
 // Avro record bytes → RowBinary rows in native code, without building event objects: the trace sink's fast
 // path for the high-volume events. Decoding with avsc, mapping to a row object (rows.ts) and encoding it (the
-// table codec) cost ~15 µs a record in JS, most of the sink's time; a JS transcoder was measured at only ~10%
-// less, because the cost is per array item either way; native/src/transcode.cpp does it in a few ns per item.
+// table codec) were ~60% of the sink's drain in JS (profile, session 6), and a JS transcoder was only ~10%
+// faster, the cost being per array item either way. Natively a TrajectoryCompleted (~1.9 kB, ~190 tokens)
+// takes ~2.7-3.6 µs and a TurnCompleted ~0.8-1.0 µs (scratch bench over synthetic records).
 //
 // Here a transcoder is compiled from an event's writer schema, the table's columns (DESCRIBE TABLE, as the
 // codec has them) and a plan naming each column's source in the event (below, beside rows.ts's mapping, which
@@ -13,7 +14,7 @@
 import { nativeAvailable, transcodeRecords } from '../../native/index.ts';
 import { HEADER } from '../../core/serde/events.ts';
 import type { EventName } from '../../schemas/index.ts';
-import type { ColumnSpec, RowBinaryBuffer } from '../../core/traces/rowbinary.ts';
+import { bare, inner, withoutTimeZone, type ColumnSpec, type RowBinaryBuffer } from '../../core/traces/rowbinary.ts';
 import type { TraceTable } from '../../core/traces/store.ts';
 
 /**
@@ -284,18 +285,9 @@ function compatible(k: Kind, target: number): boolean {
   return k === 'int' || k === 'long' || k === 'boolean';
 }
 
-function inner(type: string, wrapper: string): string | null {
-  return type.startsWith(wrapper + '(') && type.endsWith(')') ? type.slice(wrapper.length + 1, -1) : null;
-}
-
-function bare(type: string): string {
-  const lc = inner(type, 'LowCardinality');
-  return lc !== null ? bare(lc) : type;
-}
-
 /** A column type as (target, flags), or null when the transcoder has no writer for it. */
 function columnTarget(type: string): { target: number; flags: number } | null {
-  type = bare(type.replace(/^DateTime\('[^']*'\)$/, 'DateTime'));
+  type = bare(withoutTimeZone(type));
   const nullable = inner(type, 'Nullable');
   const arr = inner(type, 'Array');
   const scalar = bare(nullable ?? arr ?? type);

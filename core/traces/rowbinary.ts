@@ -277,7 +277,8 @@ function arrayOf(element: Scalar): Encode {
   };
 }
 
-function inner(type: string, wrapper: string): string | null {
+/** The argument of a type wrapper (`inner('Array(UInt8)', 'Array')` is 'UInt8'), or null when `type` is not one. */
+export function inner(type: string, wrapper: string): string | null {
   return type.startsWith(wrapper + '(') && type.endsWith(')') ? type.slice(wrapper.length + 1, -1) : null;
 }
 
@@ -313,8 +314,13 @@ function scalarType(type: string): Scalar | null {
   }
 }
 
+/** DateTime('Europe/Paris') as DateTime: the zone changes how values print, not their RowBinary. */
+export function withoutTimeZone(type: string): string {
+  return type.replace(/^DateTime\('[^']*'\)$/, 'DateTime');
+}
+
 /** The element type of a column without LowCardinality wrappers. */
-function bare(type: string): string {
+export function bare(type: string): string {
   const lc = inner(type, 'LowCardinality');
   return lc !== null ? bare(lc) : type;
 }
@@ -462,7 +468,7 @@ export interface TableCodec {
 export function compileRowBinary(table: string, columns: readonly ColumnSpec[]): TableCodec | null {
   const encoders: Encode[] = [];
   for (const c of columns) {
-    const e = compileType(c.type.replace(/^DateTime\('[^']*'\)$/, 'DateTime'));
+    const e = compileType(withoutTimeZone(c.type));
     if (!e) return null;
     encoders.push(e);
   }
