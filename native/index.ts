@@ -215,23 +215,25 @@ async function callAsync<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-/** The addon, or null when it is not built. */
+let missing = false;
+
+/**
+ * The addon, or null when it is not built. A failed load is remembered: the log's frame checks ask on every
+ * read, and a require that fails costs a file-system search each time.
+ */
 function loadedAddon(): NativeAddon | null {
+  if (missing) return null;
   try {
     return native();
   } catch {
+    missing = true;
     return null;
   }
 }
 
 /** Whether the addon is built and loadable (tests and benches use it to skip with a message). */
 export function nativeAvailable(): boolean {
-  try {
-    native();
-    return true;
-  } catch {
-    return false;
-  }
+  return loadedAddon() !== null;
 }
 
 /** Whether models can run with device 'cuda': the addon was built with RLSTREAM_CUDA=1 and a GPU is usable. */
@@ -289,7 +291,7 @@ export function checkFrames(buf: Uint8Array, from: number, limit: number, maxRec
  * lengths[i] bytes; the body after `headerBytes` is appended to `out` at state[0] (advanced; state[1] counts the
  * rows); status[i] is 1 when record i was written, 0 when it declined (nothing written: the caller takes the
  * general path). Returns the index of the first record not handled: short of `to` when `out` lacks room for
- * that record's bound (the caller grows it and calls again from there).
+ * that record (the caller grows it and calls again from there).
  */
 export function transcodeRecords(
   program: Int32Array,

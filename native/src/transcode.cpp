@@ -109,12 +109,6 @@ struct Cursor {
   }
 };
 
-inline bool fixed_width(int32_t kind, int64_t* width) {
-  if (kind == K_FLOAT) return *width = 4, true;
-  if (kind == K_DOUBLE) return *width = 8, true;
-  return false;
-}
-
 void skip(const Prog& g, int32_t n, Cursor& c, int depth);
 
 // Skips `count` items of node `item`. Items of a primitive type in one tight loop: a call per item (the
