@@ -139,6 +139,11 @@ test('sink: a catch-up from the first poll on encodes rows as they arrive (no ba
     assert.ok(calls.insertEncoded > 0);
     const n = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 'e1'")).rows[0]?.['n'];
     assert.equal(n, 4 * 4 * 5);
+    if (store.dialect === 'current') {
+      // Migration 0004: an insert-sized part is one Compact data file, not two files per column.
+      const types = (await store.query(`SELECT DISTINCT part_type AS t FROM system.parts WHERE database = currentDatabase() AND table = 'turns' AND active`)).rows;
+      assert.deepEqual(types, [{ t: 'Compact' }]);
+    }
   });
 });
 

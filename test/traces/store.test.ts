@@ -83,6 +83,14 @@ for (const target of targets()) {
           codecs.rows.map((r) => `${r['table']}.${r['name']} ${r['codec']}`),
           ['advantages.advantages CODEC(ZSTD(1))', 'trajectories.response_ids CODEC(LZ4)', 'turns.token_ids CODEC(LZ4)'],
         );
+        // 0004: the busy tables' insert-sized parts are Compact (one data file), merged parts above 128 MiB Wide.
+        const settings = await store.query(
+          `SELECT name, engine_full FROM system.tables WHERE database = ${quoteString(store.database)} AND name IN ('turns', 'trajectories', 'train_steps') ORDER BY name`,
+        );
+        assert.deepEqual(
+          settings.rows.map((r) => `${r['name']} ${/min_bytes_for_wide_part = (\d+)/.exec(String(r['engine_full']))?.[1] ?? 'default'}`),
+          ['train_steps default', 'trajectories 134217728', 'turns 134217728'],
+        );
       }
       const tables = (await store.query(`SELECT name FROM system.tables WHERE database = ${quoteString(store.database)} ORDER BY name`)).rows.map((r) => r['name']);
       for (const t of TRACE_TABLES) assert.ok(tables.includes(t), `table ${t} exists`);

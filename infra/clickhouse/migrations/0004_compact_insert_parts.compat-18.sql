@@ -1,0 +1,2 @@
+-- ClickHouse 18.16 has one part layout (a file per column): no Compact parts, no min_bytes_for_wide_part.
+-- Nothing to change; the version is recorded so both dialects stay numbered alike.
