@@ -40,13 +40,14 @@ Napi::Value Transcode(const Napi::CallbackInfo& info) {
     size_t pos = size_t(state[0]);
     double rows = state[1];
     size_t i = size_t(from);
+    TcJsonMemo memo;
     for (; i < size_t(to); i++) {
       status[i] = 0;
       const double start = starts.data[i];
       const int32_t len = lengths.data[i];
       if (!(start >= 0 && len >= 0 && start + len <= double(base.length))) invalid("transcode: a record lies outside base");
       if (size_t(len) < size_t(header)) continue;
-      const int r = tc_transcode(program, base.data + size_t(start) + size_t(header), size_t(len) - size_t(header), dst, out.length, &pos);
+      const int r = tc_transcode(program, base.data + size_t(start) + size_t(header), size_t(len) - size_t(header), dst, out.length, &pos, &memo);
       if (r < 0) break;  // out is full: the caller grows it and calls again from this record
       if (r > 0) {
         status[i] = 1;

@@ -603,17 +603,34 @@ void json_value(const Prog& g, int32_t n, Cursor& c, std::string& s, int depth) 
   }
 }
 
-void write_column(const Prog& g, const int32_t* col, const uint8_t* const* at, const int64_t* counts, const uint8_t* end, Out& o) {
+// A JSON column: the same Avro bytes as the memo's last for this column give the same JSON.
+void write_json(const Prog& g, int32_t index, const uint8_t* from, const uint8_t* to, Out& o, TcJsonMemo* memo) {
+  const size_t n = size_t(to - from);
+  TcJsonMemo::Entry* hit = nullptr;
+  if (memo) {
+    for (auto& e : memo->entries)
+      if (e.column == index) hit = &e;
+    if (hit && hit->avro.size() == n && std::memcmp(hit->avro.data(), from, n) == 0) return o.bytes(hit->json.data(), hit->json.size());
+  }
+  static thread_local std::string json;
+  json.clear();
+  Cursor c{from, to};
+  json_value(g, resolve(g, g.leaves[g.cols[5 * index + 1]], c), c, json, 1);
+  if (memo) {
+    if (!hit) hit = &memo->entries.emplace_back(TcJsonMemo::Entry{index, {}, {}});
+    hit->avro.assign(reinterpret_cast<const char*>(from), n);
+    hit->json = json;
+  }
+  o.bytes(json.data(), json.size());
+}
+
+void write_column(const Prog& g, int32_t index, const uint8_t* const* at, const int64_t* counts, const uint8_t* end, Out& o, TcJsonMemo* memo) {
+  const int32_t* col = g.cols + 5 * index;
   const int32_t mode = col[0], leaf = col[1], target = col[2], flags = col[3], field = col[4];
+  if (mode == M_JSON) return write_json(g, index, at[leaf], at[leaf + 1], o, memo);  // at[leaf + 1]: where the field ends
   Cursor c{at[leaf], end};
   const int32_t n = resolve(g, g.leaves[leaf], c);
   const bool is_null = g.kind(n) == K_NULL;
-  if (mode == M_JSON) {
-    static thread_local std::string json;
-    json.clear();
-    json_value(g, n, c, json, 1);
-    return o.bytes(json.data(), json.size());
-  }
   if (mode == M_LENGTH) {
     if (is_null || g.kind(n) != K_ARRAY) decline();
     return write_integer(target, counts[leaf], o);  // the general path writes `array.length`
@@ -679,9 +696,10 @@ void tc_validate(const TcProgram& p) {
   }
 }
 
-int tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint8_t* out, size_t capacity, size_t* pos) {
+int tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint8_t* out, size_t capacity, size_t* pos,
+                 TcJsonMemo* memo) {
   const Prog g(p);
-  const uint8_t* at[MAX_LEAVES];
+  const uint8_t* at[MAX_LEAVES + 1];
   int64_t counts[MAX_LEAVES];
   Out o{out + *pos, out + capacity};
   try {
@@ -703,7 +721,8 @@ int tc_transcode(const TcProgram& p, const uint8_t* record, size_t length, uint8
       counts[i] = total;
     }
     if (c.p != c.end) decline();  // trailing bytes: not a record of this schema
-    for (int32_t i = 0; i < g.col_count; i++) write_column(g, g.cols + 5 * i, at, counts, c.end, o);
+    at[g.leaf_count] = c.end;
+    for (int32_t i = 0; i < g.col_count; i++) write_column(g, i, at, counts, c.end, o, memo);
   } catch (const Decline&) {
     return 0;
   } catch (const NoRoom&) {

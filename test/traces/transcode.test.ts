@@ -60,6 +60,10 @@ function events(): { name: EventName; value: unknown }[] {
     out.push({ name: 'TrajectoryStarted', value: { ...started, tools, sampling } });
   }
   out.push({ name: 'TrajectoryStarted', value: { ...started, tools: [], prompt_messages: [], prompt_token_ids: [] } });
+  // A JSON column's field repeated, changed to bytes of the same length, and back (the native memo of the last
+  // JSON written per column must miss on the change and hit on the repeats).
+  const sameLength = tools.map((t, i) => (i === 0 ? { ...t, name: 'cale' } : t));
+  for (const ts of [tools, sameLength, sameLength, tools]) out.push({ name: 'TrajectoryStarted', value: { ...started, tools: ts } });
   const done = first.get('TrajectoryCompleted') as EventTypes['TrajectoryCompleted'];
   out.push({ name: 'TrajectoryCompleted', value: { ...done, trajectory: { ...done.trajectory, response_text: long, dataset: { ...done.trajectory.dataset, index: 2 ** 40 } } } });
   return out;
@@ -124,6 +128,13 @@ for (const target of targets()) {
           assert.equal(fast.rows, records.length);
           const general = Buffer.concat(records.map((r) => generalRow(serde, codec, r)));
           assert.deepEqual(fast.payload(), general, `${name} row bytes (${target.name})`);
+          // The same records in one buffer, as a log read holds them: one native call for the whole batch.
+          const chunk = Buffer.concat(records);
+          let at = 0;
+          const views = records.map((r) => chunk.subarray(at, (at += r.length)));
+          const whole = new RowBinaryBuffer(64);
+          assert.equal(t.append(views, whole, status), records.length);
+          assert.deepEqual(whole.payload(), general, `${name} row bytes from one buffer (${target.name})`);
         }
       });
     } finally {
