@@ -15,6 +15,9 @@
 // CRC checks, native transcoding of the planned events, INSERTs, offset commits); rows/s is over the drain's
 // wall time. The same log is drained again with transcoding off (decode, rowsOf, codec for every record), as
 // the comparison.
+// Both print where the CPU went, per row (bench/cpu.ts): the main thread, chDB's insert and merge threads,
+// Node's helpers (GC, libuv), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
+// what the machine's cores can take at that cost. Merges still running when a drain ends are not in it.
 // Last, the engine alone: a TraceWriter encodes and batches a synthetic run into a recorder (untimed), then
 // only its INSERTs are timed, flush by flush as the writer issued them (every table of a flush at once). It is
 // the ceiling of any sink on that target and machine, whatever the client's decoding costs.
@@ -36,6 +39,7 @@ import type { DecodedEvent } from '../core/serde/events.ts';
 import { rowsOf } from '../consumers/traces/rows.ts';
 import { TraceWriter, type WriterOptions } from '../consumers/traces/writer.ts';
 import { recordRun } from '../test/traces/record.ts';
+import { cpuReport, describeCpu, sampleCpu, type CpuReport } from './cpu.ts';
 import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../test/traces/synthetic.ts';
 
 function arg(args: string[], name: string, fallback: string): string {
@@ -167,6 +171,8 @@ interface SinkReport {
   logMB: number;
   seconds: number;
   cpuSeconds: number;
+  /** CPU by role over the drain (main thread, engine inserts and merges, a local server's process, steal). */
+  cpu: CpuReport | null;
   rowsPerSecond: number;
   mbPerSecond: number;
 }
@@ -189,10 +195,12 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
         // The sink as deployed: its default batch sizes and poll size.
         const sink = new TraceSink({ log, store, serde, groupId: `bench-sink-${transcode}`, transcode });
         const c0 = process.cpuUsage();
+        const s0 = sampleCpu();
         const t0 = performance.now();
         await sink.drain();
         const seconds = (performance.now() - t0) / 1000;
         const cpu = process.cpuUsage(c0);
+        const byRole = cpuReport(s0, sampleCpu(), sink.stats.rows);
         await sink.stop();
         reports.push({
           target: store.kind,
@@ -204,6 +212,7 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
           logMB: Math.round(logBytes / 1e5) / 10,
           seconds: Math.round(seconds * 10) / 10,
           cpuSeconds: Math.round((cpu.user + cpu.system) / 1e5) / 10,
+          cpu: byRole,
           rowsPerSecond: Math.round(sink.stats.rows / seconds),
           mbPerSecond: Math.round((logBytes / 1e6 / seconds) * 10) / 10,
         });
@@ -224,6 +233,7 @@ interface EngineReport {
   mb: number;
   seconds: number;
   cpuSeconds: number;
+  cpu: CpuReport | null;
   rowsPerSecond: number;
   mbPerSecond: number;
 }
@@ -267,16 +277,19 @@ async function benchEngine(spec: string, turnsWanted: number, tokens: number, ba
     const rows = writer.stats.rows;
     const bytes = flushes.flat().reduce((n, p) => n + p.payload.length, 0);
     const c0 = process.cpuUsage();
+    const s0 = sampleCpu();
     const t0 = performance.now();
     for (const parts of flushes) await Promise.all(parts.map((p) => store.insertEncoded(p.codec, p.payload, p.rows)));
     const seconds = (performance.now() - t0) / 1000;
     const cpu = process.cpuUsage(c0);
+    const byRole = cpuReport(s0, sampleCpu(), rows);
     return {
       target: store.kind,
       rows,
       mb: Math.round(bytes / 1e6),
       seconds: Math.round(seconds * 100) / 100,
       cpuSeconds: Math.round((cpu.user + cpu.system) / 1e4) / 100,
+      cpu: byRole,
       rowsPerSecond: Math.round(rows / seconds),
       mbPerSecond: Math.round((bytes / 1e6 / seconds) * 10) / 10,
     };
@@ -322,6 +335,7 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
             `${t} sink end to end, ${k.path}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
               `process CPU ${k.cpuSeconds} s (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
           );
+          console.log(`  ${describeCpu(k.cpu)}`);
         }
       }
       if (engineTurns > 0) {
@@ -331,6 +345,7 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
           `${t} engine alone (RowBinary built beforehand, only the INSERTs timed): ${g.rows} rows, ${g.mb} MB in ${g.seconds} s = ${g.rowsPerSecond} rows/s, ${g.mbPerSecond} MB/s; ` +
             `process CPU ${g.cpuSeconds} s (${t === 'chdb' ? 'the engine' : "the server's own CPU not counted"}); the ceiling of any sink here; load average ${os.loadavg()[0]!.toFixed(1)}`,
         );
+        console.log(`  ${describeCpu(g.cpu)}`);
       }
     }
     console.log(`note: ${os.cpus().length} cores, load average ${os.loadavg()[0]!.toFixed(1)}: timings on a shared machine are noisy.`);
