@@ -194,6 +194,12 @@ export class Segment {
       const got = readSync(this.fd, buf, 0, want, filePos);
       let pos = 0;
       while (pos < got) {
+        // The chunk's frames checked in one call (native CRC when built); frameProblem names what stopped it.
+        const valid = validFrames(buf, pos, got, Infinity, this.config.maxBodyBytes).end;
+        for (; pos < valid; pos += recordSizeAt(buf, pos)) {
+          if (visit(buf, pos, filePos + pos) === false) return { end: filePos + pos, problem: null };
+        }
+        if (pos >= got) break;
         const problem = frameProblem(buf, pos, got, this.config.maxBodyBytes);
         if (problem) {
           const truncated = problem.startsWith('truncated');
