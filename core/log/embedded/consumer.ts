@@ -76,11 +76,9 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
     for (let i = 0; i < list.length && out.length < maxRecords && bytes < POLL_MAX_BYTES; i++) {
       const pos = list[(this.rotate + i) % list.length]!;
       const part = this.host.partition(pos.topic, pos.partition);
-      for (const r of part.read(pos.cursor, maxRecords - out.length, POLL_MAX_BYTES - bytes)) {
-        out.push({ topic: pos.topic, partition: pos.partition, offset: r.offset, key: r.key, value: r.value, timestamp: r.timestamp, headers: r.headers });
-        bytes += r.size;
-        pos.touched = true;
-      }
+      const read = part.read(pos.cursor, out, maxRecords, POLL_MAX_BYTES - bytes);
+      if (read > 0) pos.touched = true;
+      bytes += read;
     }
     this.rotate = list.length > 0 ? (this.rotate + 1) % list.length : 0;
     return out;

@@ -3,8 +3,8 @@
 import { mkdirSync, readdirSync } from 'node:fs';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
-import type { RetentionOptions } from '../types.ts';
-import { type DecodedRecord, type EncodedBatch, decodeAt, recordSizeAt } from './record-format.ts';
+import type { LogRecord, RetentionOptions } from '../types.ts';
+import { type EncodedBatch, FRAME, readRecordAt } from './record-format.ts';
 import { Segment, type SegmentConfig } from './segment.ts';
 
 export interface PartitionConfig extends SegmentConfig {
@@ -123,11 +123,10 @@ export class Partition {
   }
 
   /**
-   * Records from a cursor, up to maxRecords and about maxBytes; advances the cursor. A cursor below the
-   * retained range moves to the first retained record.
+   * Records from a cursor, appended to `out` up to maxRecords in all and about maxBytes; advances the cursor and
+   * returns the bytes read. A cursor below the retained range moves to the first retained record.
    */
-  read(cursor: ReadCursor, maxRecords: number, maxBytes: number): DecodedRecord[] {
-    const out: DecodedRecord[] = [];
+  read(cursor: ReadCursor, out: LogRecord[], maxRecords: number, maxBytes: number): number {
     if (cursor.offset < this.low) Object.assign(cursor, { offset: this.low, segmentBase: -1, pos: 0 });
     let bytes = 0;
     while (out.length < maxRecords && bytes < maxBytes && cursor.offset < this.high) {
@@ -145,19 +144,20 @@ export class Partition {
         continue;
       }
       const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - out.length);
+      const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.length);
       let p = 0;
       while (p < chunk.length && out.length < maxRecords) {
-        const r = decodeAt(chunk, p);
+        const r = readRecordAt(view, chunk, p, this.topic, this.index);
         if (r.offset !== cursor.offset) throw new RlstreamError('LOG_CORRUPT', `${this.topic}/${this.index}: expected offset ${cursor.offset}, found ${r.offset}`);
         out.push(r);
-        const size = recordSizeAt(chunk, p);
+        const size = FRAME + view.getUint32(p);
         p += size;
         bytes += size;
         cursor.pos += size;
         cursor.offset++;
       }
     }
-    return out;
+    return bytes;
   }
 
   /** First offset whose timestamp is >= ts (high when none). */

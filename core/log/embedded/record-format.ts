@@ -6,7 +6,7 @@
 //     | u32 valueLength | value | u16 headerCount | { u16 nameLength | name | u32 length | bytes }*
 import { crc32 } from 'node:zlib';
 import { RlstreamError } from '../../errors.ts';
-import type { Headers } from '../types.ts';
+import type { Headers, LogRecord } from '../types.ts';
 import { crc32Combine } from './crc32-combine.ts';
 import { checkFrames, sealFrames } from '../../../native/index.ts';
 
@@ -150,36 +150,45 @@ export function recordSizeAt(buf: Buffer, pos: number): number {
 
 /** Decode a record whose frame was checked. Key, value and header buffers are views into buf. */
 export function decodeAt(buf: Buffer, pos: number): DecodedRecord {
-  const size = FRAME + buf.readUInt32BE(pos);
-  const end = pos + size;
+  const r = readRecordAt(new DataView(buf.buffer, buf.byteOffset, buf.length), buf, pos, '', 0);
+  return { offset: r.offset, timestamp: r.timestamp, key: r.key, value: r.value, headers: r.headers, size: recordSizeAt(buf, pos) };
+}
+
+/**
+ * The LogRecord of topic/partition at pos of a chunk whose frames were checked (`view` spans `buf`): the
+ * consumer's read path, built in one object. Through a DataView, not Buffer's readers: those check their
+ * arguments on every call, and a poll reads thousands of records (their reads were ~15% of a log read).
+ */
+export function readRecordAt(view: DataView, buf: Buffer, pos: number, topic: string, partition: number): LogRecord {
+  const end = pos + FRAME + view.getUint32(pos);
   let p = pos + FRAME;
-  const offset = buf.readUInt32BE(p) * TWO32 + buf.readUInt32BE(p + 4);
-  const timestamp = buf.readDoubleBE(p + 8);
+  const offset = view.getUint32(p) * TWO32 + view.getUint32(p + 4);
+  const timestamp = view.getFloat64(p + 8);
   p += 16;
-  const keyLen = buf.readInt32BE(p);
+  const keyLen = view.getInt32(p);
   p += 4;
   let key: Buffer | null = null;
   if (keyLen >= 0) {
     key = buf.subarray(p, p + keyLen);
     p += keyLen;
   }
-  const valueLen = buf.readUInt32BE(p);
+  const valueLen = view.getUint32(p);
   p += 4;
   const value = buf.subarray(p, p + valueLen);
   p += valueLen;
-  const count = buf.readUInt16BE(p);
+  const count = view.getUint16(p);
   p += 2;
   const headers: Headers = {};
   for (let i = 0; i < count; i++) {
-    const nameLen = buf.readUInt16BE(p);
+    const nameLen = view.getUint16(p);
     const name = buf.toString('utf8', p + 2, p + 2 + nameLen);
     p += 2 + nameLen;
-    const len = buf.readUInt32BE(p);
+    const len = view.getUint32(p);
     headers[name] = buf.subarray(p + 4, p + 4 + len);
     p += 4 + len;
   }
   if (p !== end) throw new RlstreamError('LOG_CORRUPT', `record at offset ${offset} has inconsistent field lengths`);
-  return { offset, timestamp, key, value, headers, size };
+  return { topic, partition, offset, key, value, timestamp, headers };
 }
 
 /** Split a blob of back-to-back records (as stored in the transaction journal) into an EncodedBatch. */
