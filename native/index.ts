@@ -178,6 +178,9 @@ let addon: NativeAddon | undefined;
 /** The loaded addon; throws NATIVE_INVALID_ARGUMENT with the build command when it was not built. */
 function native(): NativeAddon {
   if (addon) return addon;
+  // The JS paths that stand in for the addon where it is not built (the log's frame checks and sealing, the
+  // sink's general path) run as they would there: the tests run them this way, in a process of their own.
+  if (process.env['RLSTREAM_NATIVE'] === 'off') throw new RlstreamError('NATIVE_INVALID_ARGUMENT', 'native addon turned off by RLSTREAM_NATIVE=off');
   const require = createRequire(import.meta.url);
   try {
     addon = require('./build/Release/rlstream_native.node') as NativeAddon;

@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { crc32 } from 'node:zlib';
 import { crc32Combine } from '../../core/log/embedded/crc32-combine.ts';
 import { encodeEntry, type JournalEntry } from '../../core/log/embedded/journal.ts';
-import { batchSize, encodeBatch, type PlainRecord } from '../../core/log/embedded/record-format.ts';
+import { batchSize, encodeBatch, validFrames, type PlainRecord } from '../../core/log/embedded/record-format.ts';
+import { checkFrames, nativeAvailable, sealFrames } from '../../native/index.ts';
 import { rng } from '../../core/random.ts';
 
 function bytes(random: () => number, n: number): Buffer {
@@ -56,4 +57,24 @@ test('journal entries checksummed from the batches’ CRCs are byte for byte tho
   const combined = encodeEntry(entry(true));
   assert.ok(combined.equals(encodeEntry(entry(false))));
   assert.equal(combined.readUInt32BE(4), crc32(combined.subarray(8)), 'the frame CRC covers the whole payload');
+});
+
+test('frames are checked and sealed natively when the addon is built, in JS when RLSTREAM_NATIVE=off, alike', () => {
+  const off = process.env['RLSTREAM_NATIVE'] === 'off';
+  assert.equal(nativeAvailable(), !off);
+  const random = rng(7);
+  const records = Array.from({ length: 50 }, (_, i): PlainRecord => {
+    const headers: Record<string, Buffer> = i % 5 ? {} : { h: bytes(random, 3) };
+    return { key: i % 3 ? bytes(random, 5) : null, value: bytes(random, 1 + ((i * 37) % 700)), timestamp: 1000 + i, headers };
+  });
+  const batch = encodeBatch(records, 0);
+  // The path under test: null from the native calls means the JS path did the work.
+  assert.equal(sealFrames(batch.buf, 0, batch.buf.length) === null, off);
+  assert.equal(checkFrames(batch.buf, 0, batch.buf.length, Infinity, 26, 1 << 20) === null, off);
+  assert.equal(batch.crc, crc32(batch.buf));
+  assert.deepEqual(validFrames(batch.buf, 0, batch.buf.length, Infinity, 1 << 20), { end: batch.buf.length, records: 50 });
+  // A flipped bit in record 30's value stops the check at record 30, on either path.
+  const damaged = Buffer.from(batch.buf);
+  damaged[batch.ends[29]! + 40]! ^= 0x10;
+  assert.deepEqual(validFrames(damaged, 0, damaged.length, Infinity, 1 << 20), { end: batch.ends[29]!, records: 30 });
 });

@@ -13,6 +13,7 @@ import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
 import { TraceSink } from '../../consumers/traces/sink.ts';
+import { nativeAvailable } from '../../native/index.ts';
 import { recordRun } from './record.ts';
 import { targets } from './targets.ts';
 
@@ -147,7 +148,7 @@ test('sink: a catch-up from the first poll on encodes rows as they arrive (no ba
   });
 });
 
-test('sink: through its native transcoders it stores exactly what the general path stores, table by table', { timeout: 120_000 }, async () => {
+test('sink: through its native transcoders it stores exactly what the general path stores, table by table', { timeout: 120_000, skip: nativeAvailable() ? false : 'the native addon is not built (or RLSTREAM_NATIVE=off)' }, async () => {
   await withSinkFixture('sinktc', async ({ log, serde, store }) => {
     // Duplicates (a producer's retries) and a record no schema reads: both paths must treat them alike.
     const { sent } = await recordRun(log, serde, { groups: 6, runId: 't1' }, 7);
