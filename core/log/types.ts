@@ -110,9 +110,29 @@ export interface PollOptions {
   timeoutMs?: number;
 }
 
+/**
+ * Records of one partition as the embedded log keeps them: whole, CRC-checked frames back to back (the format of
+ * core/log/embedded/record-format.ts, whose readRecordAt gives a record's LogRecord), for a consumer that reads
+ * records in bulk without building a LogRecord each.
+ */
+export interface RecordChunk {
+  topic: string;
+  partition: number;
+  /** Offset of the first record; each next record has the next offset. */
+  firstOffset: number;
+  buf: Buffer;
+  /** Where each record's frame starts in buf, in offset order. */
+  starts: Int32Array;
+}
+
 export interface Consumer {
   /** Next records of the assigned partitions, in offset order per partition. */
   poll(options?: PollOptions): Promise<LogRecord[]>;
+  /**
+   * The same records as poll, as chunks of frames: the embedded log only (Kafka's client hands records one by
+   * one). The trace sink reads this way: a LogRecord and its Buffers cost more than transcoding the record.
+   */
+  pollChunks?(options?: PollOptions): Promise<RecordChunk[]>;
   /** Commit offsets (next offset to read); without arguments, the positions after everything polled. */
   commit(offsets?: TopicPartitionOffset[]): Promise<void>;
   /** Move the read position; the next poll starts there. */

@@ -9,6 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { isRlstreamError } from '../../core/errors.ts';
+import { readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
+import type { LogRecord } from '../../core/log/types.ts';
 import { pollUntil } from './conformance.ts';
 
 function tempDir(): string {
@@ -228,6 +230,42 @@ test('a waiting consumer is woken by an append within milliseconds', async () =>
     const got = await pending;
     assert.equal(got.length, 1);
     assert.ok(Date.now() - t0 < 2000, `woken after ${Date.now() - t0} ms`);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('pollChunks hands over, as frames in place, exactly the records poll gives, across segments, and moves the same positions', async () => {
+  const dir = tempDir();
+  try {
+    const log = openEmbeddedLog({ dir, segmentBytes: 4096 });
+    await log.createTopic({ name: 't', partitions: 2 });
+    const p = await log.producer();
+    await p.send('t', Array.from({ length: 300 }, (_, i) => ({ key: i % 4 ? `k${i}` : null, value: Buffer.alloc(20 + (i % 90), i), timestamp: 1000 + i, headers: (i % 3 ? {} : { h: Buffer.from(`v${i}`) }) as Record<string, Buffer> })));
+    const byPoll = await pollUntil(await log.consumer({ groupId: 'a', topics: ['t'] }), 300, 5000);
+    const chunked = await log.consumer({ groupId: 'b', topics: ['t'] });
+    const seen: unknown[] = [];
+    for (let empty = 0; seen.length < 300 && empty < 50; ) {
+      const chunks = await chunked.pollChunks!({ maxRecords: 37, timeoutMs: 20 });
+      if (chunks.length === 0) empty++;
+      for (const c of chunks) {
+        const view = new DataView(c.buf.buffer, c.buf.byteOffset, c.buf.length);
+        c.starts.forEach((pos, i) => {
+          const r = readRecordAt(view, c.buf, pos, c.topic, c.partition);
+          assert.equal(r.offset, c.firstOffset + i);
+          // The value lies where valueStartAt says, its length just before it.
+          const at = valueStartAt(view, pos);
+          assert.deepEqual(c.buf.subarray(at, at + view.getUint32(at - 4)), r.value);
+          seen.push(r);
+        });
+      }
+    }
+    const key = (r: { partition: number; offset: number }) => r.partition * 1e6 + r.offset;
+    const order = (rs: unknown[]) => [...(rs as LogRecord[])].sort((x, y) => key(x) - key(y));
+    assert.deepEqual(order(seen), order(byPoll));
+    await chunked.commit();
+    assert.deepEqual((await log.lag('b', 't')).map((l) => l.lag), [0, 0]);
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -2,7 +2,8 @@
 // positions. An empty poll parks on the partitions' append notifications (no busy polling) until a record
 // arrives, the assignment changes, the consumer closes, or timeoutMs passes.
 import { RlstreamError } from '../../errors.ts';
-import type { Consumer, ConsumerOptions, LogRecord, PollOptions, TopicPartitionOffset } from '../types.ts';
+import type { Consumer, ConsumerOptions, LogRecord, PollOptions, RecordChunk, TopicPartitionOffset } from '../types.ts';
+import { readRecordAt } from './record-format.ts';
 import { type GroupMember, type TopicPartition, tpKey } from './groups.ts';
 import type { OffsetTriple } from './journal.ts';
 import type { Partition, ReadCursor } from './partition.ts';
@@ -69,22 +70,32 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
     this.host.checkOpen();
   }
 
-  private fetch(maxRecords: number): LogRecord[] {
-    const out: LogRecord[] = [];
+  private fetch(maxRecords: number): RecordChunk[] {
+    const out: RecordChunk[] = [];
     const list = [...this.positions.values()];
+    let records = 0;
     let bytes = 0;
-    for (let i = 0; i < list.length && out.length < maxRecords && bytes < POLL_MAX_BYTES; i++) {
+    for (let i = 0; i < list.length && records < maxRecords && bytes < POLL_MAX_BYTES; i++) {
       const pos = list[(this.rotate + i) % list.length]!;
-      const part = this.host.partition(pos.topic, pos.partition);
-      const read = part.read(pos.cursor, out, maxRecords, POLL_MAX_BYTES - bytes);
-      if (read > 0) pos.touched = true;
-      bytes += read;
+      const read = this.host.partition(pos.topic, pos.partition).readChunks(pos.cursor, out, maxRecords - records, POLL_MAX_BYTES - bytes);
+      if (read.records > 0) pos.touched = true;
+      records += read.records;
+      bytes += read.bytes;
     }
     this.rotate = list.length > 0 ? (this.rotate + 1) % list.length : 0;
     return out;
   }
 
   async poll(options: PollOptions = {}): Promise<LogRecord[]> {
+    const out: LogRecord[] = [];
+    for (const c of await this.pollChunks(options)) {
+      const view = new DataView(c.buf.buffer, c.buf.byteOffset, c.buf.length);
+      for (const pos of c.starts) out.push(readRecordAt(view, c.buf, pos, c.topic, c.partition));
+    }
+    return out;
+  }
+
+  async pollChunks(options: PollOptions = {}): Promise<RecordChunk[]> {
     this.check();
     const maxRecords = Math.max(1, options.maxRecords ?? DEFAULT_MAX_RECORDS);
     const deadline = Date.now() + (options.timeoutMs ?? DEFAULT_TIMEOUT_MS);

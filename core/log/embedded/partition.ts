@@ -3,8 +3,8 @@
 import { mkdirSync, readdirSync } from 'node:fs';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
-import type { LogRecord, RetentionOptions } from '../types.ts';
-import { type EncodedBatch, FRAME, readRecordAt } from './record-format.ts';
+import type { RecordChunk, RetentionOptions } from '../types.ts';
+import { type EncodedBatch, FRAME, offsetAt } from './record-format.ts';
 import { Segment, type SegmentConfig } from './segment.ts';
 
 export interface PartitionConfig extends SegmentConfig {
@@ -123,13 +123,15 @@ export class Partition {
   }
 
   /**
-   * Records from a cursor, appended to `out` up to maxRecords in all and about maxBytes; advances the cursor and
-   * returns the bytes read. A cursor below the retained range moves to the first retained record.
+   * Records from a cursor, up to maxRecords and about maxBytes, as the chunks read from the segments (one
+   * RecordChunk per read, its frames CRC-checked); advances the cursor. A cursor below the retained range moves
+   * to the first retained record.
    */
-  read(cursor: ReadCursor, out: LogRecord[], maxRecords: number, maxBytes: number): number {
+  readChunks(cursor: ReadCursor, out: RecordChunk[], maxRecords: number, maxBytes: number): { records: number; bytes: number } {
     if (cursor.offset < this.low) Object.assign(cursor, { offset: this.low, segmentBase: -1, pos: 0 });
     let bytes = 0;
-    while (out.length < maxRecords && bytes < maxBytes && cursor.offset < this.high) {
+    let records = 0;
+    while (records < maxRecords && bytes < maxBytes && cursor.offset < this.high) {
       let seg = this.segmentFor(cursor.offset);
       if (cursor.segmentBase !== seg.base) {
         cursor.segmentBase = seg.base;
@@ -143,21 +145,25 @@ export class Partition {
         cursor.pos = 0;
         continue;
       }
-      const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - out.length);
+      const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - records);
       const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.length);
+      const firstOffset = cursor.offset;
+      const starts: number[] = [];
       let p = 0;
-      while (p < chunk.length && out.length < maxRecords) {
-        const r = readRecordAt(view, chunk, p, this.topic, this.index);
-        if (r.offset !== cursor.offset) throw new RlstreamError('LOG_CORRUPT', `${this.topic}/${this.index}: expected offset ${cursor.offset}, found ${r.offset}`);
-        out.push(r);
+      while (p < chunk.length && records < maxRecords) {
+        const offset = offsetAt(view, p);
+        if (offset !== cursor.offset) throw new RlstreamError('LOG_CORRUPT', `${this.topic}/${this.index}: expected offset ${cursor.offset}, found ${offset}`);
+        starts.push(p);
         const size = FRAME + view.getUint32(p);
         p += size;
         bytes += size;
+        records++;
         cursor.pos += size;
         cursor.offset++;
       }
+      if (starts.length > 0) out.push({ topic: this.topic, partition: this.index, firstOffset, buf: chunk, starts: Int32Array.from(starts) });
     }
-    return bytes;
+    return { records, bytes };
   }
 
   /** First offset whose timestamp is >= ts (high when none). */

@@ -154,6 +154,17 @@ export function decodeAt(buf: Buffer, pos: number): DecodedRecord {
   return { offset: r.offset, timestamp: r.timestamp, key: r.key, value: r.value, headers: r.headers, size: recordSizeAt(buf, pos) };
 }
 
+/** The offset of the record framed at pos. */
+export function offsetAt(view: DataView, pos: number): number {
+  return view.getUint32(pos + FRAME) * TWO32 + view.getUint32(pos + FRAME + 4);
+}
+
+/** Where the value of the record framed at pos starts (its length is the u32 just before it). */
+export function valueStartAt(view: DataView, pos: number): number {
+  const keyLen = view.getInt32(pos + FRAME + 16);
+  return pos + FRAME + 16 + 4 + Math.max(keyLen, 0) + 4;
+}
+
 /**
  * The LogRecord of topic/partition at pos of a chunk whose frames were checked (`view` spans `buf`): the
  * consumer's read path, built in one object. Through a DataView, not Buffer's readers: those check their
@@ -162,7 +173,7 @@ export function decodeAt(buf: Buffer, pos: number): DecodedRecord {
 export function readRecordAt(view: DataView, buf: Buffer, pos: number, topic: string, partition: number): LogRecord {
   const end = pos + FRAME + view.getUint32(pos);
   let p = pos + FRAME;
-  const offset = view.getUint32(p) * TWO32 + view.getUint32(p + 4);
+  const offset = offsetAt(view, pos);
   const timestamp = view.getFloat64(p + 8);
   p += 16;
   const keyLen = view.getInt32(p);
