@@ -7,7 +7,8 @@
 import { deriveId } from '../../core/ids.ts';
 import { errorCodeOf } from '../../core/deadletter.ts';
 import { describeError } from '../../core/errors.ts';
-import type { LogRecord } from '../../core/log/types.ts';
+import { readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
+import type { LogRecord, RecordChunk } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import type { TableCodec } from '../../core/traces/rowbinary.ts';
@@ -51,12 +52,33 @@ export interface IngestStats {
   deadLetters: number;
 }
 
+/** A transcoder's records in one chunk, in typed arrays reused from chunk to chunk. */
+class Spans {
+  count = 0;
+  starts = new Float64Array(1024);
+  lengths = new Int32Array(1024);
+  index = new Int32Array(1024);
+
+  add(start: number, length: number, index: number): void {
+    if (this.count === this.starts.length) {
+      const grow = <T extends Float64Array | Int32Array>(a: T, b: T): T => (b.set(a), b);
+      this.starts = grow(this.starts, new Float64Array(2 * this.count));
+      this.lengths = grow(this.lengths, new Int32Array(2 * this.count));
+      this.index = grow(this.index, new Int32Array(2 * this.count));
+    }
+    this.starts[this.count] = start;
+    this.lengths[this.count] = length;
+    this.index[this.count++] = index;
+  }
+}
+
 export class TraceIngest {
   readonly stats: IngestStats = { transcoded: 0, deadLetters: 0 };
   /** By event: its transcoder (null: the general path) and the table codec it was compiled against. */
   private readonly transcoders = new Map<EventName, { codec: TableCodec | null; t: Transcoder | null }>();
   private readonly logger: Logger;
   private prepared = false;
+  private readonly spans = new Map<Transcoder, Spans>();
 
   constructor(
     private readonly serde: EventSerde,
@@ -66,19 +88,66 @@ export class TraceIngest {
     this.logger = options.logger ?? silentLogger;
   }
 
+  /**
+   * The codecs before the first rows, so those are transcoded and encoded as they arrive too (a failure is asked
+   * again later). Awaited: a catch-up polls the embedded log without waiting on I/O, so an answer left for later
+   * arrived only at the first flush, and that whole batch was kept as row objects.
+   */
+  private async prepare(): Promise<void> {
+    if (this.prepared) return;
+    await this.writer.prepare(TRACE_TABLES).catch(() => undefined);
+    this.prepared = true;
+  }
+
+  /**
+   * Add the rows of the records in these chunks of the embedded log. Records with a transcoder are read in
+   * place, a native call per chunk and event; only the others become LogRecords, for the general path.
+   */
+  async addChunks(chunks: readonly RecordChunk[]): Promise<void> {
+    await this.prepare();
+    const general: LogRecord[] = [];
+    for (const chunk of chunks) {
+      const { buf, starts } = chunk;
+      const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
+      const record = (i: number) => readRecordAt(view, buf, starts[i]!, chunk.topic, chunk.partition);
+      // Per transcoder, this chunk's records: where their values lie in buf's ArrayBuffer, and their index.
+      const spans = new Map<Transcoder, Spans>();
+      for (let i = 0; i < starts.length; i++) {
+        const at = valueStartAt(view, starts[i]!);
+        const length = view.getUint32(at - 4);
+        const t = this.options.transcode === false ? null : this.transcoderOf(this.serde.currentEventAt(view, at, length));
+        if (!t) {
+          general.push(record(i));
+          continue;
+        }
+        let s = spans.get(t);
+        if (!s) spans.set(t, (s = this.spansOf(t)));
+        s.add(buf.byteOffset + at, length, i);
+      }
+      if (spans.size === 0) continue;
+      const base = new Uint8Array(buf.buffer);
+      for (const [t, s] of spans) {
+        const status = new Uint8Array(s.count);
+        if (!this.writer.addEncoded(t.table, (out) => t.appendSpans(base, s.starts, s.lengths, s.count, out, status))) {
+          for (let k = 0; k < s.count; k++) general.push(record(s.index[k]!));
+          continue;
+        }
+        for (let k = 0; k < s.count; k++) {
+          if (status[k] === 1) this.stats.transcoded++;
+          else general.push(record(s.index[k]!));
+        }
+      }
+    }
+    await this.addGeneral(general);
+  }
+
   /** Add the rows of these records to the writer. */
   async add(records: readonly LogRecord[]): Promise<void> {
-    if (!this.prepared) {
-      // The codecs before the first rows, so those are transcoded and encoded as they arrive too (a failure is
-      // asked again later). Awaited: a catch-up polls the embedded log without waiting on I/O, so an answer left
-      // for later arrived only at the first flush, and that whole batch was kept as row objects.
-      await this.writer.prepare(TRACE_TABLES).catch(() => undefined);
-      this.prepared = true;
-    }
+    await this.prepare();
     const general: LogRecord[] = [];
     const batches = new Map<Transcoder, LogRecord[]>();
     for (const r of records) {
-      const t = this.options.transcode === false ? null : this.transcoderOf(r.value);
+      const t = this.options.transcode === false ? null : this.transcoderOf(this.serde.currentEventOf(r.value));
       if (!t) general.push(r);
       else {
         const b = batches.get(t);
@@ -98,7 +167,12 @@ export class TraceIngest {
         else general.push(batch[i]!);
       }
     }
-    for (const r of general) {
+    await this.addGeneral(general);
+  }
+
+  /** The general path: decode, rowsOf, the table's codec (or a dead_letters row). */
+  private async addGeneral(records: readonly LogRecord[]): Promise<void> {
+    for (const r of records) {
       for (const { table, row } of await recordRows(this.serde, r)) {
         if (table === 'dead_letters' && row['consumer'] === SINK_CONSUMER) this.stats.deadLetters++;
         this.writer.add(table, row);
@@ -106,12 +180,19 @@ export class TraceIngest {
     }
   }
 
+  /** The transcoder's Spans, emptied for the next chunk. */
+  private spansOf(t: Transcoder): Spans {
+    let s = this.spans.get(t);
+    if (!s) this.spans.set(t, (s = new Spans()));
+    s.count = 0;
+    return s;
+  }
+
   /**
    * The transcoder of this record's event: only for the current writer schemas of planned events (records of
    * older schemas take the general path, which resolves them), compiled against the table's codec.
    */
-  private transcoderOf(value: Buffer): Transcoder | null {
-    const name = this.serde.currentEventOf(value);
+  private transcoderOf(name: EventName | undefined): Transcoder | null {
     const plan = name ? PLANS[name] : undefined;
     if (!name || !plan) return null;
     const known = this.transcoders.get(name);

@@ -89,27 +89,41 @@ export class TraceSink {
    */
   async step(): Promise<number> {
     await this.start();
-    const records = await this.consumer!.poll({ maxRecords: this.options.pollRecords ?? 5_000, timeoutMs: this.options.pollTimeoutMs ?? 200 });
-    await this.ingest.add(records);
-    // A partition's position is set when the poll moves on from it (a poll holds runs of each partition's
-    // records, and setting it per record cost a key string and a map write each).
-    let last: LogRecord | null = null;
-    for (const r of records) {
-      if (last && (last.partition !== r.partition || last.topic !== r.topic)) this.setPosition(last);
-      last = r;
+    const consumer = this.consumer!;
+    const poll = { maxRecords: this.options.pollRecords ?? 5_000, timeoutMs: this.options.pollTimeoutMs ?? 200 };
+    let count = 0;
+    if (consumer.pollChunks) {
+      // The embedded log: records read in place, a LogRecord only for those the general path takes.
+      const chunks = await consumer.pollChunks(poll);
+      await this.ingest.addChunks(chunks);
+      for (const c of chunks) {
+        this.setPosition(c.topic, c.partition, c.firstOffset + c.starts.length);
+        count += c.starts.length;
+      }
+    } else {
+      const records = await consumer.poll(poll);
+      await this.ingest.add(records);
+      // A partition's position is set when the poll moves on from it (a poll holds runs of each partition's
+      // records, and setting it per record cost a key string and a map write each).
+      let last: LogRecord | null = null;
+      for (const r of records) {
+        if (last && (last.partition !== r.partition || last.topic !== r.topic)) this.setPosition(last.topic, last.partition, last.offset + 1);
+        last = r;
+      }
+      if (last) this.setPosition(last.topic, last.partition, last.offset + 1);
+      count = records.length;
     }
-    if (last) this.setPosition(last);
-    this.counts.records += records.length;
-    if (this.writer.due() || (records.length === 0 && this.writer.pending > 0)) await this.startFlush();
+    this.counts.records += count;
+    if (this.writer.due() || (count === 0 && this.writer.pending > 0)) await this.startFlush();
     // One turn of the event loop per poll: a poll of data already read resolves without one, and the write in
     // flight only moves on to its next INSERT when the engine's answer to the last one is handled.
     if (this.writer.writingBehind) await new Promise<void>((resolve) => setImmediate(resolve));
-    return records.length;
+    return count;
   }
 
-  /** The next offset of the record's partition is the one after it. */
-  private setPosition(r: LogRecord): void {
-    this.positions.set(`${r.topic}\0${r.partition}`, { topic: r.topic, partition: r.partition, offset: r.offset + 1 });
+  /** The offset to commit for a partition once what was polled is written: the next one to read. */
+  private setPosition(topic: string, partition: number, offset: number): void {
+    this.positions.set(`${topic}\0${partition}`, { topic, partition, offset });
   }
 
   /**

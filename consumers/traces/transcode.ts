@@ -303,6 +303,11 @@ export interface Transcoder {
    * record declined and must take the general path). Returns the rows written.
    */
   append(records: readonly Buffer[], out: RowBinaryBuffer, status: Uint8Array): number;
+  /**
+   * The same for `count` records lying in one buffer, record i at byte starts[i] of `base` with lengths[i]
+   * bytes (a log chunk's records, read in place).
+   */
+  appendSpans(base: Uint8Array, starts: Float64Array, lengths: Int32Array, count: number, out: RowBinaryBuffer, status: Uint8Array): number;
 }
 
 /**
@@ -392,6 +397,14 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
   let starts = new Float64Array(256);
   let lengths = new Int32Array(256);
   const bases = new WeakMap<ArrayBufferLike, Uint8Array>();
+  // Records [from, to) of base: one native call, again from where out ran out of room after growing it.
+  const run = (base: Uint8Array, at: Float64Array, len: Int32Array, from: number, to: number, out: RowBinaryBuffer, status: Uint8Array): void => {
+    for (let i = from; i < to; ) {
+      i = transcodeRecords(program, symbolBytes, base, at, len, i, to, HEADER, out.buf, state, status);
+      out.pos = state[0]!;
+      if (i < to) out.ensure(out.buf.length - out.pos + 1);
+    }
+  };
   return {
     table: plan.table,
     append(records, out, status) {
@@ -412,15 +425,18 @@ export function compileTranscoder(writerSchema: unknown, plan: Plan, columns: re
         }
         let base = bases.get(ab);
         if (!base) bases.set(ab, (base = new Uint8Array(ab)));
-        while (i < to) {
-          i = transcodeRecords(program, symbolBytes, base, starts, lengths, i, to, HEADER, out.buf, state, status);
-          out.pos = state[0];
-          // out lacks room for record i: grow it and go on from there.
-          if (i < to) out.ensure(out.buf.length - out.pos + 1);
-        }
+        run(base, starts, lengths, i, to, out, status);
+        i = to;
       }
-      out.rows += state[1];
-      return state[1];
+      out.rows += state[1]!;
+      return state[1]!;
+    },
+    appendSpans(base, at, len, count, out, status) {
+      state[0] = out.pos;
+      state[1] = 0;
+      run(base, at, len, 0, count, out, status);
+      out.rows += state[1]!;
+      return state[1]!;
     },
   };
 }

@@ -111,7 +111,17 @@ export class EventSerde {
    */
   currentEventOf(buf: Buffer): EventName | undefined {
     if (buf.length < HEADER || buf[0] !== MAGIC) return undefined;
-    const reader = this.readers.get(buf.readUInt32BE(1));
+    return this.currentEventById(buf.readUInt32BE(1));
+  }
+
+  /** currentEventOf for the `length` bytes at `start` of a view, read in place (no Buffer for the record). */
+  currentEventAt(view: DataView, start: number, length: number): EventName | undefined {
+    if (length < HEADER || view.getUint8(start) !== MAGIC) return undefined;
+    return this.currentEventById(view.getUint32(start + 1));
+  }
+
+  private currentEventById(id: number): EventName | undefined {
+    const reader = this.readers.get(id);
     return reader && reader.resolver === null ? reader.name : undefined;
   }
 

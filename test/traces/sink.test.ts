@@ -14,6 +14,9 @@ import { TOPICS } from '../../core/topics.ts';
 import { TRACE_TABLES, type TraceStore } from '../../core/traces/store.ts';
 import { TraceSink } from '../../consumers/traces/sink.ts';
 import { nativeAvailable } from '../../native/index.ts';
+import { PLANS } from '../../consumers/traces/transcode.ts';
+import type { EventName } from '../../schemas/index.ts';
+import type { EventTypes } from '../../schemas/generated/types.ts';
 import { recordRun } from './record.ts';
 import { targets } from './targets.ts';
 
@@ -151,9 +154,18 @@ test('sink: a catch-up from the first poll on encodes rows as they arrive (no ba
 test('sink: through its native transcoders it stores exactly what the general path stores, table by table', { timeout: 120_000, skip: nativeAvailable() ? false : 'the native addon is not built (or RLSTREAM_NATIVE=off)' }, async () => {
   await withSinkFixture('sinktc', async ({ log, serde, store }) => {
     // Duplicates (a producer's retries) and a record no schema reads: both paths must treat them alike.
-    const { sent } = await recordRun(log, serde, { groups: 6, runId: 't1' }, 7);
+    const { sent, events } = await recordRun(log, serde, { groups: 6, runId: 't1' }, 7);
+    // Records the transcoders write: those of planned events, every 7th event sent twice.
+    const planned = events.reduce((n, e, i) => n + (PLANS[e.name as EventName] ? ((i + 1) % 7 === 0 ? 2 : 1) : 0), 0);
     const producer = await log.producer();
-    await producer.send(TOPICS.rolloutEvents, [{ key: 'x', value: Buffer.from([0, 0, 0, 0, 99, 1, 2]), timestamp: Date.now() }]);
+    // A turn whose latency is NaN: a transcoder declines it (the general path writes 0 for non-finite values),
+    // and a chunk read in place hands it to the general path alone.
+    const turn = events.find((e) => e.name === 'TurnCompleted')!;
+    const odd = serde.encode('TurnCompleted', { ...(turn.value as EventTypes['TurnCompleted']), event_id: 'nan-latency', latency_ms: NaN });
+    await producer.send(TOPICS.rolloutEvents, [
+      { key: turn.key, value: odd, timestamp: Date.now() },
+      { key: 'x', value: Buffer.from([0, 0, 0, 0, 99, 1, 2]), timestamp: Date.now() },
+    ]);
     await producer.close();
     const general = await targets()[0]!.open('sinktc_general');
     try {
@@ -162,11 +174,15 @@ test('sink: through its native transcoders it stores exactly what the general pa
       for (const s of [fast, slow]) {
         await s.drain();
         await s.stop();
-        assert.equal(s.stats.records, sent + 1);
+        assert.equal(s.stats.records, sent + 2);
       }
       assert.equal(slow.stats.transcoded, 0);
-      // Every event of the run has a plan except TrainStep and PolicyVersion; the poison record has none.
-      assert.ok(fast.stats.transcoded > 0.9 * sent, `${fast.stats.transcoded} of ${sent} transcoded`);
+      // Every record of a planned event is transcoded but the NaN turn; TrainStep, PolicyVersion and the poison
+      // record have no plan.
+      assert.equal(fast.stats.transcoded, planned);
+      assert.ok(planned > 0.9 * sent);
+      const nan = await store.query("SELECT latency_ms FROM turns FINAL WHERE event_id = 'nan-latency'");
+      assert.deepEqual(nan.rows, [{ latency_ms: 0 }]);
       for (const table of TRACE_TABLES) {
         // Every column of every row (tuple(*) as text: a NULL anywhere would make a plain hash NULL).
         const digest = async (s: TraceStore) => (await s.query(`SELECT count() AS n, toString(sum(cityHash64(toString(tuple(*))))) AS h FROM ${table} FINAL`)).rows[0];
