@@ -1,13 +1,14 @@
 // Where a benchmark's CPU time went, from Linux's /proc: this process's threads grouped by role (the main
-// thread, chDB's insert and merge threads, Node's own helpers), a ClickHouse server running on this machine,
-// and the time the hypervisor took from this VM (steal). Process-wide CPU alone could not say whether the
+// thread, chDB's insert and merge threads, Node's other threads), a ClickHouse server running on this machine,
+// and the time the hypervisor took from this VM (steal). Node's other threads are V8's (garbage collection)
+// and libuv's pool, where chDB's asynchronous queries run: the names do not tell those apart. Process-wide CPU alone could not say whether the
 // client or the engine is the cost, nor that a VM's 2 cores are not 2 whole cores. Empty where /proc is absent.
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 
 const TICKS = 100; // USER_HZ: /proc counts CPU time in 1/100 s on Linux
 
-export type CpuRole = 'main thread' | 'engine inserts' | 'engine merges' | 'engine other' | 'node helpers' | 'server process';
+export type CpuRole = 'main thread' | 'engine inserts' | 'engine merges' | 'engine other' | 'node threads' | 'server process';
 
 export interface CpuSample {
   /** Seconds of CPU by role since boot (thread totals; threads that ended before the sample are not counted). */
@@ -21,7 +22,7 @@ function roleOf(tid: string, comm: string): CpuRole {
   if (tid === String(process.pid)) return 'main thread';
   if (/^(QueryPipelineEx|ThreadPool|QueryPullPipeEx|QueryPushPipeEx)/.test(comm)) return 'engine inserts';
   if (/^MergeMutate/.test(comm)) return 'engine merges';
-  if (/^(node|libuv|V8 )/.test(comm)) return 'node helpers';
+  if (/^(node|libuv|V8 )/.test(comm)) return 'node threads';
   return 'engine other';
 }
 

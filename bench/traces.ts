@@ -12,11 +12,11 @@
 // (generation included) is printed beside it as the pessimistic bound.
 // The sink itself is measured after that, end to end, which is the figure to read: a synthetic run is
 // recorded into an embedded log (Avro, untimed), then the real TraceSink drains it into a fresh database (read,
-// CRC checks, native transcoding of the planned events, INSERTs, offset commits); rows/s is over the drain's
-// wall time. The same log is drained again with transcoding off (decode, rowsOf, codec for every record), as
+// CRC checks, native transcoding of the planned events, INSERTs, offset commits) in a process of its own, as
+// it runs deployed; rows/s is over the drain's wall time. The same log is drained again with transcoding off (decode, rowsOf, codec for every record), as
 // the comparison.
 // Both print where the CPU went, per row (bench/cpu.ts): the main thread, chDB's insert and merge threads,
-// Node's helpers (GC, libuv), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
+// Node's other threads (GC, and libuv's pool, where chDB's queries start), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
 // what the machine's cores can take at that cost. Merges still running when a drain ends are not in it.
 // Last, the engine alone: a TraceWriter encodes and batches a synthetic run into a recorder (untimed), then
 // only its INSERTs are timed, flush by flush as the writer issued them (every table of a flush at once). It is
@@ -24,14 +24,15 @@
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
 //                                [--sink-turns 300000] (0 skips the end-to-end sink)
 //                                [--engine-turns 300000] (0 skips the engine alone)
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { openTraceStore } from '../core/traces/open.ts';
-import { TraceSink } from '../consumers/traces/sink.ts';
 import { TRACE_TABLES, type TraceStore } from '../core/traces/store.ts';
 import type { TableCodec } from '../core/traces/rowbinary.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
@@ -41,6 +42,8 @@ import { TraceWriter, type WriterOptions } from '../consumers/traces/writer.ts';
 import { recordRun } from '../test/traces/record.ts';
 import { cpuReport, describeCpu, sampleCpu, type CpuReport } from './cpu.ts';
 import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../test/traces/synthetic.ts';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
 
 function arg(args: string[], name: string, fallback: string): string {
   const i = args.indexOf(`--${name}`);
@@ -179,52 +182,45 @@ interface SinkReport {
 
 /**
  * The real TraceSink draining a recorded run from an embedded log into a fresh database of `spec`: once with its
- * native transcoders (the default) and once through the general path only, each from the start of the same log.
+ * native transcoders (the default) and once through the general path only, each from the start of the same log,
+ * each in a process of its own (bench/traces-sink-process.ts).
  */
 async function benchSink(spec: string, dir: string, turnsWanted: number, tokens: number): Promise<SinkReport[]> {
   const logDir = mkdtempSync(join(dir, 'log-'));
+  const run = benchRun('sink', turnsWanted, tokens, 5);
+  let logBytes = 0;
   const log = openEmbeddedLog({ dir: logDir, fsync: 'none' });
   try {
-    const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-    const run = benchRun('sink', turnsWanted, tokens, 5);
-    const { bytes: logBytes } = await recordRun(log, serde, run, 0, false);
-    const reports: SinkReport[] = [];
-    for (const transcode of [true, false]) {
-      const store = await openTraceStore(spec, { database: `bench_sink_${Date.now().toString(36)}` });
-      try {
-        // The sink as deployed: its default batch sizes and poll size.
-        const sink = new TraceSink({ log, store, serde, groupId: `bench-sink-${transcode}`, transcode });
-        const c0 = process.cpuUsage();
-        const s0 = sampleCpu();
-        const t0 = performance.now();
-        await sink.drain();
-        const seconds = (performance.now() - t0) / 1000;
-        const cpu = process.cpuUsage(c0);
-        const byRole = cpuReport(s0, sampleCpu(), sink.stats.rows);
-        await sink.stop();
-        reports.push({
-          target: store.kind,
-          path: transcode ? 'native transcoders' : 'general path',
-          turns: syntheticTurnCount(run),
-          records: sink.stats.records,
-          transcoded: sink.stats.transcoded,
-          rows: sink.stats.rows,
-          logMB: Math.round(logBytes / 1e5) / 10,
-          seconds: Math.round(seconds * 10) / 10,
-          cpuSeconds: Math.round((cpu.user + cpu.system) / 1e5) / 10,
-          cpu: byRole,
-          rowsPerSecond: Math.round(sink.stats.rows / seconds),
-          mbPerSecond: Math.round((logBytes / 1e6 / seconds) * 10) / 10,
-        });
-      } finally {
-        await store.exec(`DROP DATABASE IF EXISTS ${store.database}`).catch(() => undefined);
-        await store.close();
-      }
-    }
-    return reports;
+    const registry = await EmbeddedRegistry.open(log);
+    logBytes = (await recordRun(log, await new EventSerde(registry).init(), run, 0, false)).bytes;
+    await registry.close();
   } finally {
-    await log.close();
+    await log.close(); // the drain's process takes the log's lock
   }
+  const reports: SinkReport[] = [];
+  for (const transcode of [true, false]) {
+    // chDB: a directory of the drain's own (one process per chDB directory).
+    const target = spec.startsWith('chdb:') ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
+    const child = spawnSync(process.execPath, ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), logDir, target, String(transcode)], { encoding: 'utf8', maxBuffer: 16 << 20 });
+    const line = child.stdout.trim().split('\n').pop() ?? '';
+    if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
+    const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
+    reports.push({
+      target: spec.startsWith('chdb:') ? 'chdb' : 'server',
+      path: transcode ? 'native transcoders' : 'general path',
+      turns: syntheticTurnCount(run),
+      records: k.records,
+      transcoded: k.transcoded,
+      rows: k.rows,
+      logMB: Math.round(logBytes / 1e5) / 10,
+      seconds: Math.round(k.seconds * 10) / 10,
+      cpuSeconds: Math.round(k.cpuSeconds * 10) / 10,
+      cpu: k.cpu,
+      rowsPerSecond: Math.round(k.rows / k.seconds),
+      mbPerSecond: Math.round((logBytes / 1e6 / k.seconds) * 10) / 10,
+    });
+  }
+  return reports;
 }
 
 interface EngineReport {
