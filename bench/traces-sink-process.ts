@@ -1,6 +1,6 @@
-// One trace sink drain in a process of its own, as the sink runs when deployed; bench/traces.ts starts it. In
-// the benchmark's process, whose heap still held what it had generated, V8's collector threads took 2.3
-// CPU-µs a row of the drain, against 0.4 here. Prints one JSON line: counts, seconds and CPU by role.
+// One trace sink drain in a process of its own, as the sink runs when deployed (not beside the benchmark's
+// heap, its chDB instance and that instance's background work); bench/traces.ts starts it. Prints one JSON
+// line: counts, seconds and CPU by role.
 // Usage: node --import tsx bench/traces-sink-process.ts <log dir> <store spec> <transcode: true|false>
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
