@@ -136,6 +136,8 @@ export class WorkerEngines implements PolicyEngine {
   private current: Loadable;
   /** Workers started to replace dead ones (for metrics and tests). */
   restarts = 0;
+  /** Requests waiting for a worker to serve the current version: woken when one may (see wake). */
+  private readonly waiting = new Set<() => void>();
 
   private constructor(
     count: number,
@@ -204,6 +206,7 @@ export class WorkerEngines implements PolicyEngine {
         try {
           await w.load(target, w.version === null ? this.setup : undefined);
           this.failures[i] = 0;
+          this.wake();
           this.logger.info('policy engine worker serves the current version', { worker: i, version: target.version });
         } catch (err) {
           this.failures[i] = failures + 1;
@@ -250,8 +253,24 @@ export class WorkerEngines implements PolicyEngine {
       if (signal?.aborted || Date.now() > by) {
         throw new RlstreamError('BACKEND_UNAVAILABLE', `no policy engine worker served the current version within ${WAIT_FOR_WORKER_MS / 1000} s (they are being restarted)`, { retriable: true });
       }
-      await new Promise((r) => setTimeout(r, 20));
+      // Until a worker comes to serve the current version (wake), the deadline, an abort, or close.
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this.waiting.delete(done);
+          signal?.removeEventListener('abort', done);
+          resolve();
+        };
+        const timer = setTimeout(done, Math.max(0, by - Date.now()) + 1);
+        this.waiting.add(done);
+        signal?.addEventListener('abort', done, { once: true });
+      });
     }
+  }
+
+  /** A worker may serve the current version now, or the engines closed: waiting requests look again. */
+  private wake(): void {
+    for (const done of [...this.waiting]) done();
   }
 
   private route(sessionId: string | undefined): EngineWorker | undefined {
@@ -283,6 +302,7 @@ export class WorkerEngines implements PolicyEngine {
     const ok = settled.filter((r): r is PromiseFulfilledResult<LoadTimes> => r.status === 'fulfilled');
     if (ok.length === 0) throw (settled.find((r): r is PromiseRejectedResult => r.status === 'rejected')?.reason as Error | undefined) ?? new RlstreamError('BACKEND_UNAVAILABLE', 'no policy engine worker is running', { retriable: true });
     this.current = next;
+    this.wake();
     settled.forEach((r, k) => {
       if (r.status === 'rejected') this.logger.warn('policy engine worker could not load a new version; it serves no new requests until a retry does', { worker: live[k]!.index, version, error: r.reason instanceof Error ? r.reason.message : String(r.reason) });
     });
@@ -305,6 +325,7 @@ export class WorkerEngines implements PolicyEngine {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.wake();
     await Promise.all(this.workers.map((w) => w.loading));
     await Promise.allSettled(this.workers.map((w) => w.call((id) => ({ t: 'close', id }))));
     await Promise.all(this.workers.map((w) => w.terminate()));

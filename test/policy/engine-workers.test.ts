@@ -210,7 +210,10 @@ test('with every worker ended at once, requests wait for the replacements and ar
   await until('both are marked dead', () => ended.every((w) => w.dead !== null));
   // No worker serves now (a replacement takes far longer to start than this check): the request must wait.
   assert.ok(workers.every((w) => w.dead !== null || w.version === null), 'no worker is ready yet');
+  const waited = Date.now();
   const again = await b.generate(req(prompts[0]!, { max_new_tokens: 5 }));
+  // Woken when a replacement serves (a start takes a few seconds), not when the 30 s wait runs out.
+  assert.ok(Date.now() - waited < 15_000, `the request waited ${Date.now() - waited} ms`);
   assert.equal(engines.restarts, 2);
   assert.deepEqual(again.tokenIds, first.tokenIds, 'the same request (same seed) samples the same tokens on a replacement');
 });
