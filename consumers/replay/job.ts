@@ -93,6 +93,12 @@ export class ReplayJob {
           this.p.read += records.length;
         },
         { cancelled: () => this.cancelRequested },
+        o.target.acceptChunks && o.target.needsEvents === false
+          ? async (chunks) => {
+              await o.target.acceptChunks!(chunks);
+              for (const c of chunks) this.p.read += c.starts.length;
+            }
+          : undefined,
       );
       await o.target.finish();
       this.p.state = this.cancelRequested ? 'cancelled' : 'done';

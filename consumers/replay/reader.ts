@@ -2,7 +2,7 @@
 // commits (a replay must not move anyone's offsets). Records past a partition's end are dropped, so the
 // replay reads exactly the resolved range even while producers keep appending.
 import { RlstreamError } from '../../core/errors.ts';
-import type { EventLog, LogRecord } from '../../core/log/types.ts';
+import type { EventLog, LogRecord, RecordChunk } from '../../core/log/types.ts';
 import type { PartitionRange } from './range.ts';
 
 export interface ReadOptions {
@@ -13,7 +13,18 @@ export interface ReadOptions {
   stallMs?: number;
 }
 
-export async function readRange(log: EventLog, ranges: readonly PartitionRange[], groupId: string, onBatch: (records: LogRecord[]) => Promise<void>, options: ReadOptions = {}): Promise<void> {
+/**
+ * Read the ranges, handing over what was read: as LogRecords to `onBatch`, or, where the log can (the embedded
+ * log) and `onChunks` is given, as chunks of frames read in place, trimmed to the ranges.
+ */
+export async function readRange(
+  log: EventLog,
+  ranges: readonly PartitionRange[],
+  groupId: string,
+  onBatch: (records: LogRecord[]) => Promise<void>,
+  options: ReadOptions = {},
+  onChunks?: (chunks: RecordChunk[]) => Promise<void>,
+): Promise<void> {
   const todo = ranges.filter((r) => r.end > r.start);
   if (todo.length === 0) return;
   const topics = [...new Set(todo.map((r) => r.topic))];
@@ -38,23 +49,43 @@ export async function readRange(log: EventLog, ranges: readonly PartitionRange[]
     let lastProgress = Date.now();
     while (remaining()) {
       if (options.cancelled?.()) return;
-      const polled = await consumer.poll({ maxRecords: options.batchRecords ?? 2_000, timeoutMs: 200 });
-      const keep: LogRecord[] = [];
-      for (const rec of polled) {
-        const k = `${rec.topic}/${rec.partition}`;
-        const end = endOf.get(k);
-        if (end === undefined || !position.has(k) || rec.offset >= end) continue;
-        keep.push(rec);
-        position.set(k, rec.offset + 1);
+      const poll = { maxRecords: options.batchRecords ?? 2_000, timeoutMs: 200 };
+      let kept = 0;
+      let hand: () => Promise<void>;
+      if (onChunks && consumer.pollChunks) {
+        const chunks: RecordChunk[] = [];
+        for (const c of await consumer.pollChunks(poll)) {
+          const k = `${c.topic}/${c.partition}`;
+          const end = endOf.get(k);
+          if (end === undefined || !position.has(k)) continue;
+          // A chunk's records have consecutive offsets: the range's end cuts it at one place.
+          const starts = c.starts.subarray(0, Math.max(0, Math.min(c.starts.length, end - c.firstOffset)));
+          if (starts.length === 0) continue;
+          chunks.push({ ...c, starts });
+          position.set(k, c.firstOffset + starts.length);
+          kept += starts.length;
+        }
+        hand = () => onChunks(chunks);
+      } else {
+        const keep: LogRecord[] = [];
+        for (const rec of await consumer.poll(poll)) {
+          const k = `${rec.topic}/${rec.partition}`;
+          const end = endOf.get(k);
+          if (end === undefined || !position.has(k) || rec.offset >= end) continue;
+          keep.push(rec);
+          position.set(k, rec.offset + 1);
+        }
+        kept = keep.length;
+        hand = () => onBatch(keep);
       }
       // Read positions can pass offsets that hold no readable record (transaction markers, aborted records).
       for (const a of consumer.assignment()) {
         const k = `${a.topic}/${a.partition}`;
         if (position.has(k) && a.offset > position.get(k)!) position.set(k, a.offset);
       }
-      if (keep.length > 0) {
+      if (kept > 0) {
         lastProgress = Date.now();
-        await onBatch(keep);
+        await hand();
       } else if (Date.now() - lastProgress > (options.stallMs ?? 30_000)) {
         throw new RlstreamError('LOG_UNAVAILABLE', `replay stalled: no records for ${options.stallMs ?? 30_000} ms before the end of its range`);
       }

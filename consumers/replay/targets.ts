@@ -6,7 +6,7 @@ import { createWriteStream } from 'node:fs';
 import { once } from 'node:events';
 import { deriveId } from '../../core/ids.ts';
 import { RlstreamError } from '../../core/errors.ts';
-import type { EventLog, LogRecord, ProduceRecord, Producer } from '../../core/log/types.ts';
+import type { EventLog, LogRecord, ProduceRecord, Producer, RecordChunk } from '../../core/log/types.ts';
 import { EventSerde, subjectOf, type DecodedEvent } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
@@ -26,6 +26,11 @@ export interface ReplayTarget {
   readonly needsEvents?: boolean;
   /** Records this target found undecodable itself (when it takes them undecoded). */
   readonly undecodable?: number;
+  /**
+   * The same records as chunks of the embedded log's frames, read in place (see RecordChunk); the job hands
+   * chunks instead of batches to a target that has this and needs no events.
+   */
+  acceptChunks?(chunks: RecordChunk[]): Promise<void>;
   /** Everything accepted is written. */
   finish(): Promise<void>;
   readonly written: number;
@@ -59,7 +64,16 @@ export class TracesTarget implements ReplayTarget {
 
   async accept(batch: { record: LogRecord }[]): Promise<void> {
     await this.ingest.add(batch.map((b) => b.record));
-    // One write in flight while the next batches are read, as the sink does.
+    await this.flushWhenDue();
+  }
+
+  async acceptChunks(chunks: RecordChunk[]): Promise<void> {
+    await this.ingest.addChunks(chunks);
+    await this.flushWhenDue();
+  }
+
+  /** One write in flight while the next batches are read, as the sink does. */
+  private async flushWhenDue(): Promise<void> {
     if (this.writer.due()) await this.writer.flushBehind((n) => void (this.written += n));
   }
 
