@@ -11,6 +11,7 @@ import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
 import type { LogRecord } from '../../core/log/types.ts';
+import { jsonLogger } from '../../core/telemetry.ts';
 import { pollUntil } from './conformance.ts';
 
 function tempDir(): string {
@@ -123,6 +124,31 @@ test('a transaction journaled but only partly applied is completed on open (all-
     const got = await pollUntil(await log.consumer({ groupId: 'r', topics: ['a', 'b'] }), 3, 5000);
     assert.deepEqual(got.map((r) => r.value.toString()).sort(), ['a0', 'a1', 'b0']);
     assert.deepEqual(await log.committed('g', 'a'), [{ topic: 'a', partition: 0, offset: 1 }]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a journaled transaction whose earlier records were lost is kept, at the next offsets, key and headers included', async () => {
+  const dir = tempDir();
+  try {
+    let log = openEmbeddedLog({ dir, fsync: 'none' });
+    await log.createTopic({ name: 'a', partitions: 1 });
+    const plain = await log.producer();
+    await plain.send('a', [{ value: Buffer.from('p0') }, { value: Buffer.from('p1') }]);
+    const txn = await (await log.producer({ transactionalId: 'tx' })).transaction();
+    await txn.send('a', [{ key: 'k', value: Buffer.from('t0'), headers: { h: Buffer.from('x') } }]);
+    await txn.commit();
+    await log.close();
+    // A machine crash with fsync 'none': the segment lost everything, the journal kept the transaction.
+    truncateSync(join(dir, 'topics', 'a', '0', segmentFiles(dir, 'a', 0)[0]!), 0);
+    const warnings: string[] = [];
+    log = openEmbeddedLog({ dir, fsync: 'none' }, jsonLogger({ level: 'warn', write: (l) => warnings.push(String((JSON.parse(l) as { msg: string }).msg)) }));
+    assert.deepEqual(warnings, ['embedded log: transaction replayed at a lower offset']);
+    assert.deepEqual((await log.offsets('a')).map((o) => [o.low, o.high]), [[0, 1]]);
+    const [r] = await pollUntil(await log.consumer({ groupId: 'r', topics: ['a'] }), 1, 5000);
+    assert.deepEqual([r?.offset, r?.key?.toString(), r?.value.toString(), r?.headers['h']?.toString()], [0, 'k', 't0', 'x']);
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });

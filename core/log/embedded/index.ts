@@ -28,7 +28,7 @@ import { DirectoryLock } from './lock.ts';
 import { type CompiledEmbeddedLogOptions, type EmbeddedLogOptions, compileEmbeddedLogOptions } from './options.ts';
 import { Partition } from './partition.ts';
 import { EmbeddedProducer, type PendingPart } from './producer.ts';
-import { type PlainRecord, batchFromBlob, batchSize, decodeAt, encodeBatch, encodedSize } from './record-format.ts';
+import { type PlainRecord, batchFromBlob, batchSize, encodeBatch, encodedSize, readRecordAt } from './record-format.ts';
 
 export type { EmbeddedLogOptions, FsyncPolicy } from './options.ts';
 
@@ -126,7 +126,8 @@ export class EmbeddedLog implements EventLog {
         // keep the transaction, at the offsets that are next now.
         this.logger.warn('embedded log: transaction replayed at a lower offset', { topic: part.topic, partition: part.partition, planned: part.base, high: partition.high });
         const records: PlainRecord[] = [];
-        for (let i = 0, pos = 0; i < count; pos = batch.ends[i]!, i++) records.push(decodeAt(batch.buf, pos));
+        const view = new DataView(batch.buf.buffer, batch.buf.byteOffset, batch.buf.length);
+        for (let i = 0, pos = 0; i < count; pos = batch.ends[i]!, i++) records.push(readRecordAt(view, batch.buf, pos, part.topic, part.partition));
         partition.append(encodeBatch(records, partition.high));
       }
     }

@@ -21,12 +21,6 @@ export interface PlainRecord {
   headers: Headers;
 }
 
-export interface DecodedRecord extends PlainRecord {
-  offset: number;
-  /** Bytes the record takes in the file, frame included. */
-  size: number;
-}
-
 /** Records encoded back to back, ready to append: one buffer plus where each record ends. */
 export interface EncodedBatch {
   baseOffset: number;
@@ -148,12 +142,6 @@ export function recordSizeAt(buf: Buffer, pos: number): number {
   return FRAME + buf.readUInt32BE(pos);
 }
 
-/** Decode a record whose frame was checked. Key, value and header buffers are views into buf. */
-export function decodeAt(buf: Buffer, pos: number): DecodedRecord {
-  const r = readRecordAt(new DataView(buf.buffer, buf.byteOffset, buf.length), buf, pos, '', 0);
-  return { offset: r.offset, timestamp: r.timestamp, key: r.key, value: r.value, headers: r.headers, size: recordSizeAt(buf, pos) };
-}
-
 /** The offset of the record framed at pos. */
 export function offsetAt(view: DataView, pos: number): number {
   return view.getUint32(pos + FRAME) * TWO32 + view.getUint32(pos + FRAME + 4);
@@ -166,9 +154,10 @@ export function valueStartAt(view: DataView, pos: number): number {
 }
 
 /**
- * The LogRecord of topic/partition at pos of a chunk whose frames were checked (`view` spans `buf`): the
- * consumer's read path, built in one object. Through a DataView, not Buffer's readers: those check their
- * arguments on every call, and a poll reads thousands of records (their reads were ~15% of a log read).
+ * The LogRecord of topic/partition at pos of a chunk whose frames were checked (`view` spans `buf`); key, value
+ * and header buffers are views into buf. Through a DataView, not Buffer's readers, which check their arguments
+ * on every call: with them, and a partition record copied into a consumer record, polling 592k records cost
+ * 1.44-1.54 CPU-µs a record, against 1.03-1.12 this way.
  */
 export function readRecordAt(view: DataView, buf: Buffer, pos: number, topic: string, partition: number): LogRecord {
   const end = pos + FRAME + view.getUint32(pos);
