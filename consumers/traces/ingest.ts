@@ -1,6 +1,7 @@
 // Log records → rows in a TraceWriter: the one step shared by the live sink and `replay --into traces`.
 // Records of planned events go through their native transcoder (Avro bytes straight to RowBinary, see
-// transcode.ts) a batch per event type; the rest, and records a transcoder declines, take the general path:
+// transcode.ts), a batch per event type (per chunk and event type for chunks of the embedded log, read in
+// place); the rest, and records a transcoder declines, take the general path:
 // decode, rowsOf, the table codec. A record no schema decodes becomes a dead_letters row naming the sink.
 // Rows of one table may land in another order than the log's: the tables are keyed by the facts' identities
 // (ReplacingMergeTree), so order within a batch does not matter.
@@ -11,7 +12,7 @@ import { readRecordAt, valueStartAt } from '../../core/log/embedded/record-forma
 import type { LogRecord, RecordChunk } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
-import type { TableCodec } from '../../core/traces/rowbinary.ts';
+import type { RowBinaryBuffer, TableCodec } from '../../core/traces/rowbinary.ts';
 import { TRACE_TABLES } from '../../core/traces/store.ts';
 import { resolvedSchema, type EventName } from '../../schemas/index.ts';
 import { deadLetterRow, rowsOf, type TraceRow } from './rows.ts';
@@ -110,32 +111,17 @@ export class TraceIngest {
       const { buf, starts } = chunk;
       const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
       const record = (i: number) => readRecordAt(view, buf, starts[i]!, chunk.topic, chunk.partition);
-      // Per transcoder, this chunk's records: where their values lie in buf's ArrayBuffer, and their index.
-      const spans = new Map<Transcoder, Spans>();
+      for (const s of this.spans.values()) s.count = 0;
       for (let i = 0; i < starts.length; i++) {
         const at = valueStartAt(view, starts[i]!);
         const length = view.getUint32(at - 4);
-        const t = this.options.transcode === false ? null : this.transcoderOf(this.serde.currentEventAt(view, at, length));
-        if (!t) {
-          general.push(record(i));
-          continue;
-        }
-        let s = spans.get(t);
-        if (!s) spans.set(t, (s = this.spansOf(t)));
-        s.add(buf.byteOffset + at, length, i);
+        const t = this.transcoderOf(this.serde.currentEventAt(view, at, length));
+        if (t) this.spansOf(t).add(buf.byteOffset + at, length, i);
+        else general.push(record(i));
       }
-      if (spans.size === 0) continue;
       const base = new Uint8Array(buf.buffer);
-      for (const [t, s] of spans) {
-        const status = new Uint8Array(s.count);
-        if (!this.writer.addEncoded(t.table, (out) => t.appendSpans(base, s.starts, s.lengths, s.count, out, status))) {
-          for (let k = 0; k < s.count; k++) general.push(record(s.index[k]!));
-          continue;
-        }
-        for (let k = 0; k < s.count; k++) {
-          if (status[k] === 1) this.stats.transcoded++;
-          else general.push(record(s.index[k]!));
-        }
+      for (const [t, s] of this.spans) {
+        if (s.count > 0) this.write(t, s.count, (out, status) => t.appendSpans(base, s.starts, s.lengths, s.count, out, status), (k) => record(s.index[k]!), general);
       }
     }
     await this.addGeneral(general);
@@ -147,7 +133,7 @@ export class TraceIngest {
     const general: LogRecord[] = [];
     const batches = new Map<Transcoder, LogRecord[]>();
     for (const r of records) {
-      const t = this.options.transcode === false ? null : this.transcoderOf(this.serde.currentEventOf(r.value));
+      const t = this.transcoderOf(this.serde.currentEventOf(r.value));
       if (!t) general.push(r);
       else {
         const b = batches.get(t);
@@ -156,18 +142,23 @@ export class TraceIngest {
       }
     }
     for (const [t, batch] of batches) {
-      const status = new Uint8Array(batch.length);
       const values = batch.map((r) => r.value);
-      if (!this.writer.addEncoded(t.table, (out) => t.append(values, out, status))) {
-        general.push(...batch);
-        continue;
-      }
-      for (let i = 0; i < batch.length; i++) {
-        if (status[i] === 1) this.stats.transcoded++;
-        else general.push(batch[i]!);
-      }
+      this.write(t, batch.length, (out, status) => t.append(values, out, status), (k) => batch[k]!, general);
     }
     await this.addGeneral(general);
+  }
+
+  /**
+   * `count` records through their transcoder into its table; those it declines (or all, while the table's codec
+   * is not known) go to `general`, as recordAt gives them.
+   */
+  private write(t: Transcoder, count: number, append: (out: RowBinaryBuffer, status: Uint8Array) => number, recordAt: (k: number) => LogRecord, general: LogRecord[]): void {
+    const status = new Uint8Array(count);
+    const written = this.writer.addEncoded(t.table, (out) => append(out, status));
+    for (let k = 0; k < count; k++) {
+      if (written && status[k] === 1) this.stats.transcoded++;
+      else general.push(recordAt(k));
+    }
   }
 
   /** The general path: decode, rowsOf, the table's codec (or a dead_letters row). */
@@ -180,19 +171,19 @@ export class TraceIngest {
     }
   }
 
-  /** The transcoder's Spans, emptied for the next chunk. */
+  /** The transcoder's Spans (emptied at the start of each chunk). */
   private spansOf(t: Transcoder): Spans {
     let s = this.spans.get(t);
     if (!s) this.spans.set(t, (s = new Spans()));
-    s.count = 0;
     return s;
   }
 
   /**
-   * The transcoder of this record's event: only for the current writer schemas of planned events (records of
+   * The transcoder of this record's event (none with `transcode: false`): only for the current writer schemas of planned events (records of
    * older schemas take the general path, which resolves them), compiled against the table's codec.
    */
   private transcoderOf(name: EventName | undefined): Transcoder | null {
+    if (this.options.transcode === false) return null;
     const plan = name ? PLANS[name] : undefined;
     if (!name || !plan) return null;
     const known = this.transcoders.get(name);
