@@ -20,6 +20,7 @@
         "src/glue_misc.cpp",
         "src/glue_traces.cpp",
         "src/transcode.cpp",
+        "src/native_block.cpp",
         "src/frames.cpp",
         "src/addon.cpp"
       ],

@@ -169,6 +169,7 @@ interface NativeAddon {
   sealFrames(buf: Uint8Array, from: number, limit: number): number;
   checkFrames(buf: Uint8Array, from: number, limit: number, maxRecords: number, minBody: number, maxBody: number, state: Float64Array): number;
   transcode(program: Int32Array, symbols: Uint8Array, base: Uint8Array, starts: Float64Array, lengths: Int32Array, from: number, to: number, headerBytes: number, out: Uint8Array, state: Float64Array, status: Uint8Array): number;
+  writeNativeBlock?(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<number>;
   cudaAvailable(): boolean;
   backend: string;
 }
@@ -310,6 +311,19 @@ export function transcodeRecords(
   status: Uint8Array,
 ): number {
   return call(() => native().transcode(program, symbols, base, starts, lengths, from, to, headerBytes, out, state, status));
+}
+
+/**
+ * Writes the ClickHouse Native block of `rows` RowBinary rows to a new file at `path`, on the libuv pool, and
+ * resolves with its size (native/src/native_block.h documents both layouts). layout has 3 words a column: kind
+ * (0 fixed, 1 string), width, flags (1 Nullable, 2 Array); column i's Native header (its name and type, as
+ * strings) is heads[headEnds[i-1], headEnds[i]). Null when the addon is not built (or predates this call): the
+ * caller writes RowBinary. Rejects, naming the column and row, when the rows do not fill the payload exactly.
+ */
+export function writeNativeBlock(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<number> | null {
+  const a = loadedAddon();
+  if (!a || typeof a.writeNativeBlock !== 'function') return null;
+  return callAsync(() => a.writeNativeBlock!(path, payload, rows, layout, heads, headEnds));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -245,8 +245,10 @@ export class TraceWriter {
   private async flushNow(parts: Part[]): Promise<number> {
     if (parts.length === 0) return 0;
     const rows = parts.reduce((n, p) => n + p.rows.length + (p.encoded?.rows ?? 0), 0);
-    // Tables are independent: written concurrently (the server takes them in parallel; chDB queues them).
-    const results = await Promise.allSettled(parts.map((p) => this.write(p)));
+    // Tables are independent: written concurrently (the server takes them in parallel; chDB queues them on its
+    // lanes), the largest first, so that it does not wait behind a smaller one.
+    const size = (p: Part): number => p.encoded?.pos ?? p.rows.length * 1024;
+    const results = await Promise.allSettled([...parts].sort((a, b) => size(b) - size(a)).map((p) => this.write(p)));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
     this.stats.flushes++;

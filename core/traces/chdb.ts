@@ -6,13 +6,15 @@
 // the limits as engine arguments: every statement on such a connection, including the second statement of
 // a multi-statement text, is refused by the engine if it writes, and SETTINGS/SET cannot lift the limits.
 import { Session, drainPending } from 'chdb';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync, accessSync, constants } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, existsSync, accessSync, constants } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
+import { NativeBlocks, withoutLowCardinality } from './native-block.ts';
 import { guardReadonlySql } from './sql-guard.ts';
 import {
   compileLimits,
@@ -60,6 +62,8 @@ export class ChdbTraceStore implements TraceStore {
    */
   private readonly lanes: { session: Session; chain: Promise<unknown>; queued: number }[] = [];
   private databaseReady = false;
+  /** Blocks declare plain String for LowCardinality(String): see insertEncoded. */
+  private readonly nativeBlocks = new NativeBlocks(withoutLowCardinality);
   private readonly codecs = new RowBinaryCodecs(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
   /** Private directory for RowBinary insert payloads (tmpfs when there is one), made on first insert. */
   private spoolDir: string | null = null;
@@ -102,7 +106,13 @@ export class ChdbTraceStore implements TraceStore {
   }
 
   /** Runs an insert on the least busy insert connection (opened on first use, up to INSERT_LANES). */
-  private laned<T>(fn: (session: Session) => Promise<T>): Promise<T> {
+  /**
+   * Runs an insert on the lane with the least work queued (by payload bytes); a second lane opens while the
+   * first is busy. With the writer handing over a flush's tables largest first, the largest lands on a lane of
+   * its own and the others share the rest (by bytes, trajectories were a third of a flush, and queued behind
+   * another table they were the flush's critical path).
+   */
+  private laned<T>(weight: number, fn: (session: Session) => Promise<T>): Promise<T> {
     this.live();
     let lane = this.lanes.reduce<(typeof this.lanes)[number] | null>((best, l) => (best === null || l.queued < best.queued ? l : best), null);
     if (!lane || (lane.queued > 0 && this.lanes.length < INSERT_LANES)) {
@@ -110,12 +120,12 @@ export class ChdbTraceStore implements TraceStore {
       this.lanes.push(lane);
     }
     const l = lane;
-    l.queued++;
+    l.queued += weight;
     const next = l.chain.then(
       () => fn(l.session),
       () => fn(l.session),
     );
-    l.chain = next.catch(() => undefined).finally(() => l.queued--);
+    l.chain = next.catch(() => undefined).finally(() => (l.queued -= weight));
     return next;
   }
 
@@ -147,23 +157,31 @@ export class ChdbTraceStore implements TraceStore {
     if (rows === 0) return;
     this.live();
     const table = codec.table;
-    // RowBinary: chDB's insert API takes text formats only, so the payload goes through a file of our own that
-    // the engine reads with file(): no text parsing on either side, several times faster than JSONEachRow.
+    // chDB's insert API takes text formats only, so the rows go through a file of our own that the engine reads
+    // with file(): no text parsing on either side. As a Native block when the addon is built (regrouped by
+    // column off the main thread; the engine reads it in bulk), else as the RowBinary it came in.
     // optimize_on_insert = 0: the engine would otherwise collapse duplicate keys within each inserted block
     // (ReplacingMergeTree) at about a third of the insert's CPU; reads use FINAL, and merges collapse them anyway.
-    // The file is read as plain String where the table has LowCardinality(String) (same bytes in RowBinary):
-    // building dictionaries while parsing and again for the table cost another third; the INSERT converts once.
+    // The file declares plain String where the table has LowCardinality(String) (the same bytes): building
+    // dictionaries while reading and again for the table cost another third; the INSERT converts once.
     const names = codec.columns.map((c) => quoteIdent(c.name)).join(', ');
-    const structure = codec.columns.map((c) => `${quoteIdent(c.name)} ${c.type.replace(/LowCardinality\((.*?)\)/g, '$1')}`).join(', ');
-    const path = join(this.spool(), `${table}-${++this.spoolSeq}.bin`);
-    await this.laned(async (session) => {
+    const structure = codec.columns.map((c) => `${quoteIdent(c.name)} ${withoutLowCardinality(c.type)}`).join(', ');
+    const path = join(this.spool(), `${table}-${++this.spoolSeq}`);
+    // The block is written now (on the pool, while the lane may still be busy with another table).
+    const native = this.nativeBlocks.write(path, codec, payload, rows);
+    native?.catch(() => {}); // awaited in the lane; a failure before then must not count as unhandled
+    const source = native ? `file(${quoteString(path)}, 'Native')` : `file(${quoteString(path)}, 'RowBinary', ${quoteString(structure)})`;
+    await this.laned(payload.length, async (session) => {
       try {
-        writeFileSync(path, payload);
+        if (native) this.bytesSent += await native;
+        else {
+          await writeFile(path, payload);
+          this.bytesSent += payload.length;
+        }
         await session.queryAsync(
-          `INSERT INTO ${quoteIdent(this.database)}.${quoteIdent(table)} (${names}) SELECT * FROM file(${quoteString(path)}, 'RowBinary', ${quoteString(structure)}) SETTINGS optimize_on_insert = 0`,
+          `INSERT INTO ${quoteIdent(this.database)}.${quoteIdent(table)} (${names}) SELECT * FROM ${source} SETTINGS optimize_on_insert = 0`,
           { format: 'TabSeparated' },
         );
-        this.bytesSent += payload.length;
       } catch (err) {
         throw traceError(`insert of ${rows} rows into ${table} failed`, err);
       } finally {

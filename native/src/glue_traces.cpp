@@ -1,11 +1,41 @@
-// N-API glue for the trace sink's Avro → RowBinary transcoder: one call transcodes a batch of records, so the
+// N-API glue for the trace sink: the Avro → RowBinary transcoder, where one call transcodes a batch of records so the
 // cost of crossing into C++ is paid per poll, not per record.
 #include "glue_traces.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+
 #include "glue.h"
+#include "native_block.h"
 #include "transcode.h"
 
 namespace rls {
+namespace {
+
+// Creates (or truncates) path and writes bytes to it; throws naming the path and the system's reason.
+void write_file(const std::string& path, const uint8_t* bytes, size_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) invalid("cannot create " + path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t w = ::write(fd, bytes + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      invalid("cannot write " + path + ": " + why);
+    }
+    done += size_t(w);
+  }
+  if (::close(fd) != 0) invalid("cannot write " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace
 
 
 // transcode(program, symbols, base, starts, lengths, from, to, headerBytes, out, state, status) -> index of the
@@ -57,6 +87,55 @@ Napi::Value Transcode(const Napi::CallbackInfo& info) {
     state[0] = double(pos);
     state[1] = rows;
     return Napi::Number::New(info.Env(), double(i));
+  });
+}
+
+// writeNativeBlock(path, payload, rows, layout, heads, headEnds) -> Promise<number>: writes the Native block of
+// `rows` RowBinary rows (native_block.h) to a new file at path, and resolves with its size. layout has 3 words
+// a column (kind, width, flags); column i's Native header (name and type strings) is
+// heads[headEnds[i-1], headEnds[i]). Runs on the libuv pool (a batch is tens of MB, and the sink's main
+// thread is its bottleneck), through a buffer each pool thread keeps: a new block of that size each time
+// cost page faults, and as a JS Buffer it was external memory that set off V8's full collections.
+Napi::Value WriteNativeBlock(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsString()) invalid("path must be a string");
+    std::string path = info[0].As<Napi::String>().Utf8Value();
+    const View<uint8_t> payload = u8_arg(info[1], "payload");
+    const double rows = num_arg(info[2], "rows");
+    const View<int32_t> layout = i32_arg(info[3], "layout");
+    const View<uint8_t> heads = u8_arg(info[4], "heads");
+    const View<int32_t> head_ends = i32_arg(info[5], "headEnds");
+    if (!(rows >= 0 && rows <= 9007199254740991.0 && rows == double(size_t(rows)))) invalid("rows must be a count");
+    if (layout.length % 3 != 0 || layout.length / 3 != head_ends.length)
+      invalid("layout must have 3 words for each entry of headEnds");
+    std::vector<NbColumn> columns(head_ends.length);
+    int32_t prev = 0;
+    for (size_t i = 0; i < columns.size(); i++) {
+      const int32_t end = head_ends.data[i];
+      if (end < prev || size_t(end) > heads.length) invalid("headEnds must rise within heads");
+      columns[i] = NbColumn{layout.data[3 * i], layout.data[3 * i + 1], layout.data[3 * i + 2], heads.data + prev,
+                            size_t(end - prev)};
+      prev = end;
+    }
+    auto size = std::make_shared<size_t>(0);
+    const uint8_t* rb = payload.data;
+    const size_t length = payload.length, n = size_t(rows);
+    auto job = [size, columns, rb, length, n, path] {
+      thread_local std::vector<uint8_t> block;
+      const NbPlan plan = nb_plan(columns, rb, length, n);
+      if (block.size() < plan.size) block.resize(plan.size);
+      nb_fill(columns, rb, length, plan, block.data());
+      write_file(path, block.data(), plan.size);
+      *size = plan.size;
+      // Kept for the next block, unless this one was exceptional.
+      if (block.size() > (size_t(256) << 20)) std::vector<uint8_t>().swap(block);
+    };
+    auto done = [size](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, double(*size)); };
+    auto* w = new JobWorker(env, std::move(job), std::move(done), [] {}, {info[1], info[4]});
+    Napi::Promise p = w->promise();
+    w->Queue();
+    return p;
   });
 }
 

@@ -1,6 +1,8 @@
 // The RowBinary insert path stores exactly what the JSONEachRow path stores: every table of a synthetic run
 // (nulls, empty arrays, unicode, times) plus edge rows, inserted both ways into two databases of the same
-// target and read back with SELECT * in key order; and bad values are refused with the column named.
+// target and read back with SELECT * in key order; and bad values are refused with the column named. On chDB
+// with the addon built, the binary inserts reach the engine as Native blocks converted from the RowBinary
+// (test/native/without-addon.test.ts runs this file without it, where they stay RowBinary).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isRlstreamError } from '../../core/errors.ts';
