@@ -169,6 +169,7 @@ interface NativeAddon {
   sealFrames(buf: Uint8Array, from: number, limit: number): number;
   checkFrames(buf: Uint8Array, from: number, limit: number, maxRecords: number, minBody: number, maxBody: number, state: Float64Array): number;
   transcode(program: Int32Array, symbols: Uint8Array, base: Uint8Array, starts: Float64Array, lengths: Int32Array, from: number, to: number, headerBytes: number, out: Uint8Array, state: Float64Array, status: Uint8Array): number;
+  nativeBlock?(payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<Buffer>;
   writeNativeBlock?(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<number>;
   cudaAvailable(): boolean;
   backend: string;
@@ -311,6 +312,13 @@ export function transcodeRecords(
   status: Uint8Array,
 ): number {
   return call(() => native().transcode(program, symbols, base, starts, lengths, from, to, headerBytes, out, state, status));
+}
+
+/** As writeNativeBlock, resolving with the block as a Buffer instead (a request body). */
+export function nativeBlock(payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<Buffer> | null {
+  const a = loadedAddon();
+  if (!a || typeof a.nativeBlock !== 'function') return null;
+  return callAsync(() => a.nativeBlock!(payload, rows, layout, heads, headEnds));
 }
 
 /**

@@ -2,9 +2,9 @@
 // bulk where RowBinary makes it parse each row and array item, so the same rows cost its insert threads about
 // a third less CPU (native/src/native_block.h has the figures). The payload stays RowBinary up to here (the
 // transcoders and the table codecs write rows one at a time, as rows arrive); the addon regroups it by column
-// off the main thread, into the file the engine reads. Without the addon, or for a column shape it does not
-// handle, the store writes RowBinary.
-import { writeNativeBlock } from '../../native/index.ts';
+// off the main thread (into the file chDB reads, or the server's request body). Without the addon, or for a
+// column shape it does not handle, the stores send RowBinary.
+import { nativeBlock, writeNativeBlock } from '../../native/index.ts';
 import { inner, withoutTimeZone, type ColumnSpec, type TableCodec } from './rowbinary.ts';
 
 const WIDTHS: Record<string, number> = {
@@ -84,9 +84,19 @@ export class NativeBlocks {
    * size), or returns null: no addon, or a column it cannot convert; the caller writes the RowBinary.
    */
   write(path: string, codec: TableCodec, payload: Buffer, rows: number): Promise<number> | null {
+    const l = this.layoutOf(codec);
+    return l && writeNativeBlock(path, payload, rows, l.layout, l.heads, l.headEnds);
+  }
+
+  /** As write(), resolving with the block itself (a request body). */
+  block(codec: TableCodec, payload: Buffer, rows: number): Promise<Buffer> | null {
+    const l = this.layoutOf(codec);
+    return l && nativeBlock(payload, rows, l.layout, l.heads, l.headEnds);
+  }
+
+  private layoutOf(codec: TableCodec): NativeLayout | null {
     let layout = this.layouts.get(codec);
     if (layout === undefined) this.layouts.set(codec, (layout = nativeLayoutOf(codec.columns, this.headerType)));
-    if (!layout) return null;
-    return writeNativeBlock(path, payload, rows, layout.layout, layout.heads, layout.headEnds);
+    return layout;
   }
 }

@@ -12,6 +12,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sealFrames", Napi::Function::New(env, rls::SealFrames));
   exports.Set("checkFrames", Napi::Function::New(env, rls::CheckFrames));
   exports.Set("transcode", Napi::Function::New(env, rls::Transcode));
+  exports.Set("nativeBlock", Napi::Function::New(env, rls::NativeBlock));
   exports.Set("writeNativeBlock", Napi::Function::New(env, rls::WriteNativeBlock));
   exports.Set("cudaAvailable", Napi::Function::New(env, rls::CudaAvailable));
 #ifdef RLSTREAM_CUDA

@@ -7,8 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "glue.h"
 #include "native_block.h"
@@ -90,38 +93,90 @@ Napi::Value Transcode(const Napi::CallbackInfo& info) {
   });
 }
 
+// The arguments of a RowBinary → Native call, from info[first]: payload, rows, layout, heads, headEnds. layout
+// has 3 words a column (kind, width, flags); column i's Native header (name and type strings) is
+// heads[headEnds[i-1], headEnds[i]).
+struct BlockArgs {
+  View<uint8_t> payload;
+  size_t rows = 0;
+  std::vector<NbColumn> columns;
+  Napi::Value heads;
+};
+
+BlockArgs block_args(const Napi::CallbackInfo& info, size_t first) {
+  BlockArgs a;
+  a.payload = u8_arg(info[first], "payload");
+  const double rows = num_arg(info[first + 1], "rows");
+  const View<int32_t> layout = i32_arg(info[first + 2], "layout");
+  const View<uint8_t> heads = u8_arg(info[first + 3], "heads");
+  const View<int32_t> head_ends = i32_arg(info[first + 4], "headEnds");
+  if (!(rows >= 0 && rows <= 9007199254740991.0 && rows == double(size_t(rows)))) invalid("rows must be a count");
+  if (layout.length % 3 != 0 || layout.length / 3 != head_ends.length)
+    invalid("layout must have 3 words for each entry of headEnds");
+  a.rows = size_t(rows);
+  a.columns.resize(head_ends.length);
+  int32_t prev = 0;
+  for (size_t i = 0; i < a.columns.size(); i++) {
+    const int32_t end = head_ends.data[i];
+    if (end < prev || size_t(end) > heads.length) invalid("headEnds must rise within heads");
+    a.columns[i] = NbColumn{layout.data[3 * i], layout.data[3 * i + 1], layout.data[3 * i + 2], heads.data + prev,
+                            size_t(end - prev)};
+    prev = end;
+  }
+  a.heads = info[first + 3];
+  return a;
+}
+
+// Queues job on the libuv pool (a batch is tens of MB, and the sink's main thread is its bottleneck), keeping
+// the payload and the headers alive until it settles.
+Napi::Value queue_block_job(Napi::Env env, const BlockArgs& a, std::function<void()> job,
+                            std::function<Napi::Value(Napi::Env)> done) {
+  auto* w = new JobWorker(env, std::move(job), std::move(done), [] {}, {a.payload.holder, a.heads});
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
+// nativeBlock(payload, rows, layout, heads, headEnds) -> Promise<Buffer>: the Native block of `rows` RowBinary
+// rows (native_block.h), for a request body. Sized first, then filled in place: one allocation of the exact
+// size, which the Buffer then owns.
+Napi::Value NativeBlock(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const BlockArgs a = block_args(info, 0);
+    struct Block {
+      uint8_t* bytes = nullptr;
+      size_t size = 0;
+      ~Block() { delete[] bytes; }  // a block never handed over (the promise settled otherwise)
+    };
+    auto out = std::make_shared<Block>();
+    auto job = [out, columns = a.columns, rb = a.payload.data, length = a.payload.length, n = a.rows] {
+      const NbPlan plan = nb_plan(columns, rb, length, n);
+      std::unique_ptr<uint8_t[]> bytes(new uint8_t[plan.size]);
+      nb_fill(columns, rb, length, plan, bytes.get());
+      out->bytes = bytes.release();
+      out->size = plan.size;
+    };
+    auto done = [out](Napi::Env e) -> Napi::Value {
+      uint8_t* bytes = std::exchange(out->bytes, nullptr);
+      return Napi::Buffer<uint8_t>::New(e, bytes, out->size, [](Napi::Env, uint8_t* b) { delete[] b; });
+    };
+    return queue_block_job(env, a, std::move(job), std::move(done));
+  });
+}
+
 // writeNativeBlock(path, payload, rows, layout, heads, headEnds) -> Promise<number>: writes the Native block of
-// `rows` RowBinary rows (native_block.h) to a new file at path, and resolves with its size. layout has 3 words
-// a column (kind, width, flags); column i's Native header (name and type strings) is
-// heads[headEnds[i-1], headEnds[i]). Runs on the libuv pool (a batch is tens of MB, and the sink's main
-// thread is its bottleneck), through a buffer each pool thread keeps: a new block of that size each time
-// cost page faults, and as a JS Buffer it was external memory that set off V8's full collections.
+// `rows` RowBinary rows to a new file at path, and resolves with its size. Through a buffer each pool thread
+// keeps: a new block of that size each time cost page faults, and as a JS Buffer it was external memory that
+// set off V8's full collections.
 Napi::Value WriteNativeBlock(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     if (!info[0].IsString()) invalid("path must be a string");
     std::string path = info[0].As<Napi::String>().Utf8Value();
-    const View<uint8_t> payload = u8_arg(info[1], "payload");
-    const double rows = num_arg(info[2], "rows");
-    const View<int32_t> layout = i32_arg(info[3], "layout");
-    const View<uint8_t> heads = u8_arg(info[4], "heads");
-    const View<int32_t> head_ends = i32_arg(info[5], "headEnds");
-    if (!(rows >= 0 && rows <= 9007199254740991.0 && rows == double(size_t(rows)))) invalid("rows must be a count");
-    if (layout.length % 3 != 0 || layout.length / 3 != head_ends.length)
-      invalid("layout must have 3 words for each entry of headEnds");
-    std::vector<NbColumn> columns(head_ends.length);
-    int32_t prev = 0;
-    for (size_t i = 0; i < columns.size(); i++) {
-      const int32_t end = head_ends.data[i];
-      if (end < prev || size_t(end) > heads.length) invalid("headEnds must rise within heads");
-      columns[i] = NbColumn{layout.data[3 * i], layout.data[3 * i + 1], layout.data[3 * i + 2], heads.data + prev,
-                            size_t(end - prev)};
-      prev = end;
-    }
+    const BlockArgs a = block_args(info, 1);
     auto size = std::make_shared<size_t>(0);
-    const uint8_t* rb = payload.data;
-    const size_t length = payload.length, n = size_t(rows);
-    auto job = [size, columns, rb, length, n, path] {
+    auto job = [size, path, columns = a.columns, rb = a.payload.data, length = a.payload.length, n = a.rows] {
       thread_local std::vector<uint8_t> block;
       const NbPlan plan = nb_plan(columns, rb, length, n);
       if (block.size() < plan.size) block.resize(plan.size);
@@ -132,10 +187,7 @@ Napi::Value WriteNativeBlock(const Napi::CallbackInfo& info) {
       if (block.size() > (size_t(256) << 20)) std::vector<uint8_t>().swap(block);
     };
     auto done = [size](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, double(*size)); };
-    auto* w = new JobWorker(env, std::move(job), std::move(done), [] {}, {info[1], info[4]});
-    Napi::Promise p = w->promise();
-    w->Queue();
-    return p;
+    return queue_block_job(env, a, std::move(job), std::move(done));
   });
 }
 

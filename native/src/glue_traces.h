@@ -4,5 +4,6 @@
 
 namespace rls {
 Napi::Value Transcode(const Napi::CallbackInfo& info);
+Napi::Value NativeBlock(const Napi::CallbackInfo& info);
 Napi::Value WriteNativeBlock(const Napi::CallbackInfo& info);
 }

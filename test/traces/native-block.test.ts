@@ -4,14 +4,14 @@
 // nulls and empty arrays, and payloads that do not fill their rows exactly refused with the column and row named.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, rmSync, existsSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Session } from 'chdb';
 import { isRlstreamError } from '../../core/errors.ts';
 import { compileRowBinary } from '../../core/traces/rowbinary.ts';
 import { nativeLayoutOf, withoutLowCardinality } from '../../core/traces/native-block.ts';
-import { nativeAvailable, writeNativeBlock } from '../../native/index.ts';
+import { nativeAvailable, nativeBlock, writeNativeBlock } from '../../native/index.ts';
 
 const skip = nativeAvailable() ? false : 'the native addon is not built (or RLSTREAM_NATIVE=off)';
 
@@ -56,6 +56,8 @@ test('a Native block reads back as the rows its RowBinary held, nulls and empty 
     const l = layout();
     const size = await writeNativeBlock(path, payload(), ROWS.length, l.layout, l.heads, l.headEnds);
     assert.ok(size !== null && size > 0);
+    // The request-body form (the server's) is the same bytes.
+    assert.deepEqual(await nativeBlock(payload(), ROWS.length, l.layout, l.heads, l.headEnds), readFileSync(path));
     // The file declares each column's type: LowCardinality as plain String, the rest as the table has them.
     const types = JSON.parse(session.query(`DESCRIBE file('${path}', 'Native')`, 'JSON')).data.map((r: { type: string }) => r.type);
     assert.deepEqual(types, COLUMNS.map((c) => withoutLowCardinality(c.type)));
