@@ -3,7 +3,8 @@
 // Throughput: rows/s counts the rows written to every table (one per event today), over the wall time of the
 // sink's whole path from a decoded event to stored rows: rowsOf, TraceWriter.add (RowBinary encoding) and
 // TraceWriter.flush (the engine's INSERTs). Only generating the synthetic events is left out (a chunk is
-// generated before each timed stretch). MB/s is RowBinary payload handed to the engine. The process CPU
+// generated before each timed stretch). MB/s is the binary payload handed to the engine (Native blocks where
+// the addon is built, RowBinary otherwise). The process CPU
 // time over the same stretches is reported too: on a shared machine it moves less with load than wall time.
 // The engine's background merges count where they overlap the inserts; queries run right after the last one.
 // Read rows/s as the general path's main-thread cost, not the sink's throughput: Avro decoding is not in it
@@ -19,8 +20,9 @@
 // Node's other threads (GC, and libuv's pool, where chDB's queries start), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
 // what the machine's cores can take at that cost. Merges still running when a drain ends are not in it.
 // Last, the engine alone: a TraceWriter encodes and batches a synthetic run into a recorder (untimed), then
-// only its INSERTs are timed, flush by flush as the writer issued them (every table of a flush at once). It is
-// the ceiling of any sink on that target and machine, whatever the client's decoding costs.
+// only its INSERTs are timed (with the conversion of their rows to Native blocks, on libuv's pool, where the
+// addon is built), flush by flush as the writer issued them (every table of a flush at once). It is the ceiling
+// of any sink on that target and machine, whatever the client's decoding costs.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
 //                                [--sink-turns 300000] (0 skips the end-to-end sink)
 //                                [--engine-turns 300000] (0 skips the engine alone)
@@ -338,7 +340,7 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
         const g = await benchEngine(spec, engineTurns, tokens, batchRows);
         engines.push(g);
         console.log(
-          `${t} engine alone (RowBinary built beforehand, only the INSERTs timed): ${g.rows} rows, ${g.mb} MB in ${g.seconds} s = ${g.rowsPerSecond} rows/s, ${g.mbPerSecond} MB/s; ` +
+          `${t} engine alone (binary rows built beforehand; the INSERTs timed, with their conversion to Native blocks): ${g.rows} rows, ${g.mb} MB in ${g.seconds} s = ${g.rowsPerSecond} rows/s, ${g.mbPerSecond} MB/s; ` +
             `process CPU ${g.cpuSeconds} s (${t === 'chdb' ? 'the engine' : "the server's own CPU not counted"}); the ceiling of any sink here; load average ${os.loadavg()[0]!.toFixed(1)}`,
         );
         console.log(`  ${describeCpu(g.cpu)}`);
