@@ -1,7 +1,7 @@
 // TraceWriter encodes rows as they arrive (RowBinary, the store's codec) and keeps them as objects only before
 // a table's codec is known or when a value does not encode: both kinds reach the store, a failed flush keeps
 // every row for the next attempt, rows added during a flush (or after an idle writer's flush() call) are written
-// by the next one, and a bad value is reported with its column.
+// by the next one, a bad value is reported with its column, and a flush hands its tables over largest first.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isRlstreamError } from '../../core/errors.ts';
@@ -122,6 +122,34 @@ test('due() counts rows and encoded bytes', async () => {
     assert.equal(await first, queued);
     assert.equal(await writer.flush(), 1);
     assert.equal((await store.query('SELECT count() AS n FROM turns')).rows[0]?.['n'], queued + 1);
+  } finally {
+    await store.close();
+  }
+});
+
+test("a flush hands its tables to the store largest first, so the largest does not queue behind another", async () => {
+  const store = await targets()[0]!.open('writerorder');
+  try {
+    const order: string[] = [];
+    const recording = new Proxy(store, {
+      get: (t, p) =>
+        p === 'insertEncoded'
+          ? (codec: { table: string }, ...rest: unknown[]) => (order.push(codec.table), (Reflect.get(t, p) as (...a: unknown[]) => Promise<void>).call(t, codec, ...rest))
+          : Reflect.get(t, p),
+    }) as TraceStore;
+    const by = new Map<TraceTable, Row[]>();
+    for (const ev of syntheticRun({ groups: 4, groupSize: 2, assistantTurns: 2, tokensPerTurn: 40, seed: 3 })) {
+      for (const { table, row } of rowsOf({ name: ev.name, value: ev.value, schemaId: 0 } as DecodedEvent)) (by.get(table) ?? by.set(table, []).get(table)!).push(row);
+    }
+    const writer = new TraceWriter(recording, { maxRows: 1_000_000, maxBytes: 1 << 30, maxDelayMs: 60_000 });
+    const tables = ['tool_calls', 'trajectories', 'turns'] as TraceTable[];
+    await writer.prepare(tables);
+    // Added smallest table first: the order handed to the store must come from the sizes, not from arrival.
+    for (const t of tables) for (const row of by.get(t)!) writer.add(t, row);
+    const sizes = new Map(tables.map((t) => [t, (writer as unknown as { batches: Map<string, { encoded: { pos: number } }> }).batches.get(t)!.encoded.pos]));
+    await writer.flush();
+    assert.deepEqual(order, [...tables].sort((a, b) => sizes.get(b)! - sizes.get(a)!));
+    assert.notDeepEqual(order, tables, 'the sizes differ from the arrival order, or this proves nothing');
   } finally {
     await store.close();
   }
