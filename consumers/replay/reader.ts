@@ -15,7 +15,8 @@ export interface ReadOptions {
 
 /**
  * Read the ranges, handing over what was read: as LogRecords to `onBatch`, or, where the log can (the embedded
- * log) and `onChunks` is given, as chunks of frames read in place, trimmed to the ranges.
+ * log) and `onChunks` is given, as chunks of frames read in place, trimmed to the ranges. onChunks must keep
+ * nothing that refers to the chunks' bytes once it resolves: the log reads later records into them.
  */
 export async function readRange(
   log: EventLog,
@@ -54,7 +55,8 @@ export async function readRange(
       let hand: () => Promise<void>;
       if (onChunks && consumer.pollChunks) {
         const chunks: RecordChunk[] = [];
-        for (const c of await consumer.pollChunks(poll)) {
+        const polled = await consumer.pollChunks(poll);
+        for (const c of polled) {
           const k = `${c.topic}/${c.partition}`;
           const end = endOf.get(k);
           if (end === undefined || !position.has(k)) continue;
@@ -65,7 +67,8 @@ export async function readRange(
           position.set(k, c.firstOffset + starts.length);
           kept += starts.length;
         }
-        hand = () => onChunks(chunks);
+        // onChunks is done with the bytes when it resolves: the log may read into them again.
+        hand = () => onChunks(chunks).then(() => consumer.releaseChunks?.(polled));
       } else {
         const keep: LogRecord[] = [];
         for (const rec of await consumer.poll(poll)) {

@@ -8,7 +8,7 @@
 import { deriveId } from '../../core/ids.ts';
 import { errorCodeOf } from '../../core/deadletter.ts';
 import { describeError } from '../../core/errors.ts';
-import { readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
+import { copiedRecord, readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
 import type { LogRecord, RecordChunk } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
@@ -102,7 +102,8 @@ export class TraceIngest {
 
   /**
    * Add the rows of the records in these chunks of the embedded log. Records with a transcoder are read in
-   * place, a native call per chunk and event; only the others become LogRecords, for the general path.
+   * place, a native call per chunk and event; only the others become LogRecords, for the general path, with
+   * their bytes copied out: once this resolves nothing refers to the chunks, and the caller may release them.
    */
   async addChunks(chunks: readonly RecordChunk[]): Promise<void> {
     await this.prepare();
@@ -110,7 +111,7 @@ export class TraceIngest {
     for (const chunk of chunks) {
       const { buf, starts } = chunk;
       const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
-      const record = (i: number) => readRecordAt(view, buf, starts[i]!, chunk.topic, chunk.partition);
+      const record = (i: number) => copiedRecord(readRecordAt(view, buf, starts[i]!, chunk.topic, chunk.partition));
       for (const s of this.spans.values()) s.count = 0;
       for (let i = 0; i < starts.length; i++) {
         const at = valueStartAt(view, starts[i]!);

@@ -100,6 +100,7 @@ export class TraceSink {
         this.setPosition(c.topic, c.partition, c.firstOffset + c.starts.length);
         count += c.starts.length;
       }
+      consumer.releaseChunks?.(chunks); // their rows are encoded, or copied out for the general path
     } else {
       const records = await consumer.poll(poll);
       await this.ingest.add(records);

@@ -135,6 +135,14 @@ export interface Consumer {
    * CPU-µs a row.
    */
   pollChunks?(options?: PollOptions): Promise<RecordChunk[]>;
+  /**
+   * The caller is done with these chunks from pollChunks: nothing it keeps refers to their bytes (a record
+   * kept beyond this was copied out), so the log may read later records into the same memory. Optional for
+   * the caller: chunks never released are left to the collector. Reading into fresh buffers cost a drain's main
+   * thread ~4x more in page faults than the read itself (scratch: 67 MB read in 1 MB reads, 38-68 ms of CPU
+   * into new buffers, 11 ms into one reused).
+   */
+  releaseChunks?(chunks: readonly RecordChunk[]): void;
   /** Commit offsets (next offset to read); without arguments, the positions after everything polled. */
   commit(offsets?: TopicPartitionOffset[]): Promise<void>;
   /** Move the read position; the next poll starts there. */

@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { isRlstreamError } from '../../core/errors.ts';
-import { readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
-import type { LogRecord } from '../../core/log/types.ts';
+import { copiedRecord, readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
+import type { LogRecord, RecordChunk } from '../../core/log/types.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { pollUntil } from './conformance.ts';
 
@@ -292,6 +292,46 @@ test('pollChunks hands over, as frames in place, exactly the records poll gives,
     assert.deepEqual(order(seen), order(byPoll));
     await chunked.commit();
     assert.deepEqual((await log.lag('b', 't')).map((l) => l.lag), [0, 0]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('released chunks are read into again: copied records stay intact, unreleased chunks and poll() keep their own buffers', async () => {
+  const dir = tempDir();
+  try {
+    const log = openEmbeddedLog({ dir });
+    await log.createTopic({ name: 't', partitions: 1 });
+    const p = await log.producer();
+    const valueOf = (i: number) => Buffer.from(`value ${i} `.repeat(3 + (i % 5)));
+    await p.send('t', Array.from({ length: 200 }, (_, i) => ({ value: valueOf(i), headers: { h: Buffer.from(`h${i}`) } })));
+    const c = await log.consumer({ groupId: 'g', topics: ['t'] });
+    const records = (chunks: RecordChunk[]) =>
+      chunks.flatMap((ch) => {
+        const view = new DataView(ch.buf.buffer, ch.buf.byteOffset, ch.buf.length);
+        return [...ch.starts].map((pos) => readRecordAt(view, ch.buf, pos, ch.topic, ch.partition));
+      });
+    const first = await c.pollChunks!({ maxRecords: 50, timeoutMs: 100 });
+    const inPlace = records(first)[0]!;
+    const copied = copiedRecord(inPlace);
+    c.releaseChunks!(first);
+    c.releaseChunks!(first); // twice: still lent out once only
+    const second = await c.pollChunks!({ maxRecords: 50, timeoutMs: 100 });
+    assert.equal(second[0]!.buf.buffer, first[0]!.buf.buffer, 'the released buffer is read into again');
+    assert.deepEqual(records(second).map((r) => [r.offset, r.value.toString()]), Array.from({ length: 50 }, (_, i) => [50 + i, valueOf(50 + i).toString()]));
+    // The view into the first read now shows other bytes; the copy does not.
+    assert.notDeepEqual(inPlace.value, valueOf(0));
+    assert.deepEqual([copied.offset, copied.value, copied.headers['h']], [0, valueOf(0), Buffer.from('h0')]);
+    const third = await c.pollChunks!({ maxRecords: 50, timeoutMs: 100 });
+    assert.notEqual(third[0]!.buf.buffer, second[0]!.buf.buffer, 'a chunk still held is not read into');
+    assert.deepEqual(records(second).map((r) => r.offset)[0], 50, 'and what it holds is unchanged');
+    // poll() hands records over to keep: later reads never land in their bytes.
+    const other = await log.consumer({ groupId: 'h', topics: ['t'] });
+    const kept = await other.poll({ maxRecords: 10, timeoutMs: 100 });
+    other.releaseChunks!(await other.pollChunks!({ maxRecords: 100, timeoutMs: 100 }));
+    await other.pollChunks!({ maxRecords: 100, timeoutMs: 100 });
+    assert.deepEqual(kept.map((r) => r.value), Array.from({ length: 10 }, (_, i) => valueOf(i)));
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -7,6 +7,7 @@ import { readRecordAt } from './record-format.ts';
 import { type GroupMember, type TopicPartition, tpKey } from './groups.ts';
 import type { OffsetTriple } from './journal.ts';
 import type { Partition, ReadCursor } from './partition.ts';
+import { READ_CHUNK } from './segment.ts';
 
 /** What a consumer needs from the log that owns it. */
 export interface ConsumerHost {
@@ -29,6 +30,8 @@ interface Position {
 const DEFAULT_MAX_RECORDS = 500;
 const DEFAULT_TIMEOUT_MS = 1000;
 const POLL_MAX_BYTES = 8 * 1024 * 1024;
+/** Read buffers kept for reuse (a poll reads at most POLL_MAX_BYTES, in reads of READ_CHUNK). */
+const SPARE_READ_BUFFERS = 2 * (POLL_MAX_BYTES / READ_CHUNK);
 let nextMemberId = 1;
 
 export class EmbeddedConsumer implements Consumer, GroupMember {
@@ -38,6 +41,15 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
   private rotate = 0;
   private closed = false;
   private kick: (() => void) | null = null;
+  /** Read buffers released by the caller, and those lent out in chunks (weakly: a chunk never released is garbage). */
+  private readonly spare: ArrayBuffer[] = [];
+  private readonly lent = new WeakSet<ArrayBuffer>();
+  private readonly alloc = (bytes: number): Buffer => {
+    if (bytes > READ_CHUNK) return Buffer.allocUnsafe(bytes);
+    const ab = this.spare.pop() ?? (Buffer.allocUnsafe(READ_CHUNK).buffer as ArrayBuffer); // its own, uninitialized
+    this.lent.add(ab);
+    return Buffer.from(ab, 0, bytes);
+  };
 
   constructor(
     private readonly host: ConsumerHost,
@@ -70,14 +82,14 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
     this.host.checkOpen();
   }
 
-  private fetch(maxRecords: number): RecordChunk[] {
+  private fetch(maxRecords: number, alloc?: (bytes: number) => Buffer): RecordChunk[] {
     const out: RecordChunk[] = [];
     const list = [...this.positions.values()];
     let records = 0;
     let bytes = 0;
     for (let i = 0; i < list.length && records < maxRecords && bytes < POLL_MAX_BYTES; i++) {
       const pos = list[(this.rotate + i) % list.length]!;
-      const read = this.host.partition(pos.topic, pos.partition).readChunks(pos.cursor, out, maxRecords - records, POLL_MAX_BYTES - bytes);
+      const read = this.host.partition(pos.topic, pos.partition).readChunks(pos.cursor, out, maxRecords - records, POLL_MAX_BYTES - bytes, alloc);
       if (read.records > 0) pos.touched = true;
       records += read.records;
       bytes += read.bytes;
@@ -88,24 +100,37 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
 
   async poll(options: PollOptions = {}): Promise<LogRecord[]> {
     const out: LogRecord[] = [];
-    for (const c of await this.pollChunks(options)) {
+    // Buffers of their own: the records refer to them for as long as the caller keeps them.
+    for (const c of await this.read(options)) {
       const view = new DataView(c.buf.buffer, c.buf.byteOffset, c.buf.length);
       for (const pos of c.starts) out.push(readRecordAt(view, c.buf, pos, c.topic, c.partition));
     }
     return out;
   }
 
-  async pollChunks(options: PollOptions = {}): Promise<RecordChunk[]> {
+  pollChunks(options: PollOptions = {}): Promise<RecordChunk[]> {
+    return this.read(options, this.alloc);
+  }
+
+  private async read(options: PollOptions, alloc?: (bytes: number) => Buffer): Promise<RecordChunk[]> {
     this.check();
     const maxRecords = Math.max(1, options.maxRecords ?? DEFAULT_MAX_RECORDS);
     const deadline = Date.now() + (options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
     for (;;) {
-      const got = this.fetch(maxRecords);
+      const got = this.fetch(maxRecords, alloc);
       if (got.length > 0) return got;
       const left = deadline - Date.now();
       if (left <= 0 || this.closed) return [];
       await this.waitForData(left);
       this.check();
+    }
+  }
+
+  releaseChunks(chunks: readonly RecordChunk[]): void {
+    for (const c of chunks) {
+      const ab = c.buf.buffer as ArrayBuffer;
+      // Only buffers this consumer lent, once each (chunks of one read share it; a second release is a no-op).
+      if (this.lent.delete(ab) && this.spare.length < SPARE_READ_BUFFERS) this.spare.push(ab);
     }
   }
 

@@ -125,9 +125,9 @@ export class Partition {
   /**
    * Records from a cursor, up to maxRecords and about maxBytes, as the chunks read from the segments (one
    * RecordChunk per read, its frames CRC-checked); advances the cursor. A cursor below the retained range moves
-   * to the first retained record.
+   * to the first retained record. `alloc` gives the buffers to read into (Segment.read).
    */
-  readChunks(cursor: ReadCursor, out: RecordChunk[], maxRecords: number, maxBytes: number): { records: number; bytes: number } {
+  readChunks(cursor: ReadCursor, out: RecordChunk[], maxRecords: number, maxBytes: number, alloc?: (bytes: number) => Buffer): { records: number; bytes: number } {
     if (cursor.offset < this.low) Object.assign(cursor, { offset: this.low, segmentBase: -1, pos: 0 });
     let bytes = 0;
     let records = 0;
@@ -145,7 +145,7 @@ export class Partition {
         cursor.pos = 0;
         continue;
       }
-      const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - records);
+      const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - records, alloc);
       const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.length);
       const firstOffset = cursor.offset;
       const starts: number[] = [];

@@ -191,6 +191,13 @@ export function readRecordAt(view: DataView, buf: Buffer, pos: number, topic: st
   return { topic, partition, offset, key, value, timestamp, headers };
 }
 
+/** The record with its key, value and headers copied out of the buffer it was read in (which may be reused). */
+export function copiedRecord(r: LogRecord): LogRecord {
+  const headers: Headers = {};
+  for (const [name, v] of Object.entries(r.headers)) headers[name] = Buffer.from(v);
+  return { ...r, key: r.key && Buffer.from(r.key), value: Buffer.from(r.value), headers };
+}
+
 /** Split a blob of back-to-back records (as stored in the transaction journal) into an EncodedBatch. */
 export function batchFromBlob(buf: Buffer, maxBody: number): EncodedBatch {
   const ends: number[] = [];

@@ -15,7 +15,8 @@ export interface SegmentConfig {
 
 const SCAN_CHUNK = 4 * 1024 * 1024;
 /** Largest read of one Segment.read call; a poll wanting more reads again (see Partition.read). */
-const READ_CHUNK = 1024 * 1024;
+/** The most a read takes in one call (a record larger than this is read alone, at its size). */
+export const READ_CHUNK = 1024 * 1024;
 
 export function segmentFileName(base: number, ext: string): string {
   return `${String(base).padStart(20, '0')}${ext}`;
@@ -327,13 +328,13 @@ export class Segment {
   /**
    * Read whole, CRC-checked records from a file position: at most maxRecords, about maxBytes (never more than
    * READ_CHUNK in one call, so a poll does not read and check far more than it returns), but always at least
-   * one record.
+   * one record. `alloc` gives the buffer to read into (a consumer's recycled one).
    */
-  read(pos: number, maxBytes: number, maxRecords = Infinity): Buffer {
+  read(pos: number, maxBytes: number, maxRecords = Infinity, alloc: (bytes: number) => Buffer = Buffer.allocUnsafe): Buffer {
     if (pos >= this.size) return Buffer.alloc(0);
     let len = Math.min(Math.max(Math.min(maxBytes, READ_CHUNK), 64 * 1024), this.size - pos);
-    let buf = Buffer.allocUnsafe(len);
-    readSync(this.fd, buf, 0, len, pos);
+    let buf = alloc(len);
+    this.readFully(buf, len, pos);
     let p = 0;
     let records = 0;
     while (p < len && records < maxRecords) {
@@ -353,9 +354,18 @@ export class Segment {
       // The first record alone is larger than the chunk: read exactly that record.
       len = Math.min(recordSizeAt(buf, 0), this.size - pos);
       buf = Buffer.allocUnsafe(len);
-      readSync(this.fd, buf, 0, len, pos);
+      this.readFully(buf, len, pos);
     }
     return p === buf.length ? buf : buf.subarray(0, p);
+  }
+
+  /**
+   * len bytes from a file position into buf, or LOG_CORRUPT: fewer would leave bytes the frame checks could
+   * take for records (a reused read buffer holds earlier, valid frames).
+   */
+  private readFully(buf: Buffer, len: number, pos: number): void {
+    const got = readSync(this.fd, buf, 0, len, pos);
+    if (got < len) throw new RlstreamError('LOG_CORRUPT', `${this.path('.log')}: ${len} bytes expected at byte ${pos}, the file has ${got}`);
   }
 
   /** Drop every record at or after an offset (recovery of a half-applied transaction). */
