@@ -7,7 +7,7 @@
 // a multi-statement text, is refused by the engine if it writes, and SETTINGS/SET cannot lift the limits.
 import { Session, drainPending } from 'chdb';
 import { mkdirSync, mkdtempSync, rmSync, existsSync, accessSync, constants } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { RlstreamError } from '../errors.ts';
@@ -185,7 +185,8 @@ export class ChdbTraceStore implements TraceStore {
       } catch (err) {
         throw traceError(`insert of ${rows} rows into ${table} failed`, err);
       } finally {
-        rmSync(path, { force: true });
+        // Off the main thread: freeing a batch's tmpfs pages took it ~75 ms a drain of 592k rows.
+        await rm(path, { force: true });
       }
     });
   }
