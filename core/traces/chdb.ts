@@ -105,7 +105,6 @@ export class ChdbTraceStore implements TraceStore {
     return this.session;
   }
 
-  /** Runs an insert on the least busy insert connection (opened on first use, up to INSERT_LANES). */
   /**
    * Runs an insert on the lane with the least work queued (by payload bytes); a second lane opens while the
    * first is busy. With the writer handing over a flush's tables largest first, the largest lands on a lane of
@@ -173,15 +172,12 @@ export class ChdbTraceStore implements TraceStore {
     const source = native ? `file(${quoteString(path)}, 'Native')` : `file(${quoteString(path)}, 'RowBinary', ${quoteString(structure)})`;
     await this.laned(payload.length, async (session) => {
       try {
-        if (native) this.bytesSent += await native;
-        else {
-          await writeFile(path, payload);
-          this.bytesSent += payload.length;
-        }
+        const bytes = native ? await native : (await writeFile(path, payload), payload.length);
         await session.queryAsync(
           `INSERT INTO ${quoteIdent(this.database)}.${quoteIdent(table)} (${names}) SELECT * FROM ${source} SETTINGS optimize_on_insert = 0`,
           { format: 'TabSeparated' },
         );
+        this.bytesSent += bytes;
       } catch (err) {
         throw traceError(`insert of ${rows} rows into ${table} failed`, err);
       } finally {
