@@ -169,8 +169,8 @@ interface NativeAddon {
   sealFrames(buf: Uint8Array, from: number, limit: number): number;
   checkFrames(buf: Uint8Array, from: number, limit: number, maxRecords: number, minBody: number, maxBody: number, state: Float64Array): number;
   transcode(program: Int32Array, symbols: Uint8Array, base: Uint8Array, starts: Float64Array, lengths: Int32Array, from: number, to: number, headerBytes: number, out: Uint8Array, state: Float64Array, status: Uint8Array): number;
-  nativeBlock?(payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<Buffer>;
-  writeNativeBlock?(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<number>;
+  nativeBlock?(payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array, keys: Int32Array): Promise<Buffer>;
+  writeNativeBlock?(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array, keys: Int32Array): Promise<number>;
   cudaAvailable(): boolean;
   backend: string;
 }
@@ -315,23 +315,25 @@ export function transcodeRecords(
 }
 
 /** As writeNativeBlock, resolving with the block as a Buffer instead (a request body). */
-export function nativeBlock(payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<Buffer> | null {
+export function nativeBlock(payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array, keys: Int32Array): Promise<Buffer> | null {
   const a = loadedAddon();
   if (!a || typeof a.nativeBlock !== 'function') return null;
-  return callAsync(() => a.nativeBlock!(payload, rows, layout, heads, headEnds));
+  return callAsync(() => a.nativeBlock!(payload, rows, layout, heads, headEnds, keys));
 }
 
 /**
  * Writes the ClickHouse Native block of `rows` RowBinary rows to a new file at `path`, on the libuv pool, and
  * resolves with its size (native/src/native_block.h documents both layouts). layout has 3 words a column: kind
  * (0 fixed, 1 string), width, flags (1 Nullable, 2 Array); column i's Native header (its name and type, as
- * strings) is heads[headEnds[i-1], headEnds[i]). Null when the addon is not built (or predates this call): the
+ * strings) is heads[headEnds[i-1], headEnds[i]). keys has 2 words a column of the table's sorting key, in key
+ * order (column index; 0 String, 1 unsigned, 2 signed integer): the rows are written in that order, so the
+ * engine need not sort them (empty: as they came). Null when the addon is not built (or predates this call): the
  * caller writes RowBinary. Rejects, naming the column and row, when the rows do not fill the payload exactly.
  */
-export function writeNativeBlock(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array): Promise<number> | null {
+export function writeNativeBlock(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array, keys: Int32Array): Promise<number> | null {
   const a = loadedAddon();
   if (!a || typeof a.writeNativeBlock !== 'function') return null;
-  return callAsync(() => a.writeNativeBlock!(path, payload, rows, layout, heads, headEnds));
+  return callAsync(() => a.writeNativeBlock!(path, payload, rows, layout, heads, headEnds, keys));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 // column shape it does not handle, the stores send RowBinary.
 import { nativeBlock, writeNativeBlock } from '../../native/index.ts';
 import { inner, withoutTimeZone, type ColumnSpec, type TableCodec } from './rowbinary.ts';
+import { quoteString } from './sql.ts';
 
 const WIDTHS: Record<string, number> = {
   UInt8: 1, Int8: 1, Bool: 1, UInt16: 2, Int16: 2, Date: 2, UInt32: 4, Int32: 4, Float32: 4, DateTime: 4,
@@ -37,13 +38,43 @@ export interface NativeLayout {
   layout: Int32Array;
   heads: Uint8Array;
   headEnds: Int32Array;
+  /** The sorting key's columns (index, kind), or empty: the rows keep their order. */
+  keys: Int32Array;
+}
+
+const KEY_BYTES = 0, KEY_UNSIGNED = 1, KEY_SIGNED = 2;
+
+/** How a sorting-key column's values compare, or null for a type the converter does not order by. */
+function keyKindOf(type: string): number | null {
+  const t = withoutTimeZone(withoutLowCardinality(type));
+  if (t === 'String') return KEY_BYTES;
+  if (/^(UInt(8|16|32|64)|DateTime)$/.test(t)) return KEY_UNSIGNED;
+  if (/^(Int(8|16|32|64)|DateTime64\(\d\))$/.test(t)) return KEY_SIGNED;
+  return null;
+}
+
+/**
+ * The [column index, kind] pairs of a table's sorting key (`sorting_key` of system.tables, e.g. "run_id,
+ * trajectory_id"), or an empty array when some part of it is not a plain column of these of a type the converter
+ * orders by: the rows are then sent as they came, and the engine sorts them.
+ */
+export function sortingKeyOf(columns: readonly ColumnSpec[], sortingKey: string | undefined): Int32Array {
+  const parts = (sortingKey ?? '').split(',').map((p) => p.trim().replace(/^`(.*)`$/, '$1')).filter((p) => p !== '');
+  const out: number[] = [];
+  for (const name of parts) {
+    const i = columns.findIndex((c) => c.name === name);
+    const kind = i < 0 ? null : keyKindOf(columns[i]!.type);
+    if (kind === null) return new Int32Array(0);
+    out.push(i, kind);
+  }
+  return Int32Array.from(out);
 }
 
 /**
  * The converter's description of these columns, each declared in the block as `headerType(column type)`, or
  * null when some column has a shape it does not handle (nested arrays, arrays of Nullable).
  */
-export function nativeLayoutOf(columns: readonly ColumnSpec[], headerType: (type: string) => string): NativeLayout | null {
+export function nativeLayoutOf(columns: readonly ColumnSpec[], headerType: (type: string) => string, sortingKey?: string): NativeLayout | null {
   const layout = new Int32Array(columns.length * 3);
   const parts: Buffer[] = [];
   const headEnds = new Int32Array(columns.length);
@@ -60,7 +91,7 @@ export function nativeLayoutOf(columns: readonly ColumnSpec[], headerType: (type
     }
     headEnds[i] = end;
   }
-  return { layout, heads: Buffer.concat(parts), headEnds };
+  return { layout, heads: Buffer.concat(parts), headEnds, keys: sortingKeyOf(columns, sortingKey) };
 }
 
 function varuint(n: number): Buffer {
@@ -73,11 +104,24 @@ function varuint(n: number): Buffer {
   return Buffer.from(out);
 }
 
+/** Each table's sorting key in a database, as system.tables gives it (ClickHouse 18.16 and current alike). */
+export async function readSortingKeys(query: (sql: string) => Promise<{ rows: Record<string, unknown>[] }>, database: string): Promise<Map<string, string>> {
+  const res = await query(`SELECT name, sorting_key FROM system.tables WHERE database = ${quoteString(database)}`);
+  return new Map(res.rows.map((r) => [String(r['name']), String(r['sorting_key'] ?? '')]));
+}
+
 /** Native blocks for one store: the layout of each table codec, worked out once. */
 export class NativeBlocks {
   private readonly layouts = new WeakMap<TableCodec, NativeLayout | null>();
 
-  constructor(private readonly headerType: (type: string) => string) {}
+  /**
+   * headerType: the type a column declares in the block. sortingKey: the table's sorting key as system.tables
+   * gives it (undefined: unknown, the rows keep their order).
+   */
+  constructor(
+    private readonly headerType: (type: string) => string,
+    private readonly sortingKey: (table: string) => string | undefined = () => undefined,
+  ) {}
 
   /**
    * Writes the Native block of a RowBinary payload of codec's columns to a new file at path (resolving with its
@@ -85,18 +129,18 @@ export class NativeBlocks {
    */
   write(path: string, codec: TableCodec, payload: Buffer, rows: number): Promise<number> | null {
     const l = this.layoutOf(codec);
-    return l && writeNativeBlock(path, payload, rows, l.layout, l.heads, l.headEnds);
+    return l && writeNativeBlock(path, payload, rows, l.layout, l.heads, l.headEnds, l.keys);
   }
 
   /** As write(), resolving with the block itself (a request body). */
   block(codec: TableCodec, payload: Buffer, rows: number): Promise<Buffer> | null {
     const l = this.layoutOf(codec);
-    return l && nativeBlock(payload, rows, l.layout, l.heads, l.headEnds);
+    return l && nativeBlock(payload, rows, l.layout, l.heads, l.headEnds, l.keys);
   }
 
   private layoutOf(codec: TableCodec): NativeLayout | null {
     let layout = this.layouts.get(codec);
-    if (layout === undefined) this.layouts.set(codec, (layout = nativeLayoutOf(codec.columns, this.headerType)));
+    if (layout === undefined) this.layouts.set(codec, (layout = nativeLayoutOf(codec.columns, this.headerType, this.sortingKey(codec.table))));
     return layout;
   }
 }

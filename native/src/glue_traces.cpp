@@ -93,13 +93,15 @@ Napi::Value Transcode(const Napi::CallbackInfo& info) {
   });
 }
 
-// The arguments of a RowBinary → Native call, from info[first]: payload, rows, layout, heads, headEnds. layout
-// has 3 words a column (kind, width, flags); column i's Native header (name and type strings) is
-// heads[headEnds[i-1], headEnds[i]).
+// The arguments of a RowBinary → Native call, from info[first]: payload, rows, layout, heads, headEnds, keys.
+// layout has 3 words a column (kind, width, flags); column i's Native header (name and type strings) is
+// heads[headEnds[i-1], headEnds[i]); keys has 2 words a sorting-key column (column index, NbKeyKind), in key
+// order, and may be empty (the rows keep their order).
 struct BlockArgs {
   View<uint8_t> payload;
   size_t rows = 0;
   std::vector<NbColumn> columns;
+  std::vector<NbKey> keys;
   Napi::Value heads;
 };
 
@@ -123,6 +125,9 @@ BlockArgs block_args(const Napi::CallbackInfo& info, size_t first) {
                             size_t(end - prev)};
     prev = end;
   }
+  const View<int32_t> keys = i32_arg(info[first + 5], "keys");
+  if (keys.length % 2 != 0) invalid("keys must have 2 words a key column");
+  for (size_t k = 0; k + 1 < keys.length; k += 2) a.keys.push_back(NbKey{keys.data[k], keys.data[k + 1]});
   a.heads = info[first + 3];
   return a;
 }
@@ -137,7 +142,7 @@ Napi::Value queue_block_job(Napi::Env env, const BlockArgs& a, std::function<voi
   return p;
 }
 
-// nativeBlock(payload, rows, layout, heads, headEnds) -> Promise<Buffer>: the Native block of `rows` RowBinary
+// nativeBlock(payload, rows, layout, heads, headEnds, keys) -> Promise<Buffer>: the Native block of `rows` RowBinary
 // rows (native_block.h), for a request body. Sized first, then filled in place: one allocation of the exact
 // size, which the Buffer then owns.
 Napi::Value NativeBlock(const Napi::CallbackInfo& info) {
@@ -150,8 +155,8 @@ Napi::Value NativeBlock(const Napi::CallbackInfo& info) {
       ~Block() { delete[] bytes; }  // a block never handed over (the promise settled otherwise)
     };
     auto out = std::make_shared<Block>();
-    auto job = [out, columns = a.columns, rb = a.payload.data, length = a.payload.length, n = a.rows] {
-      const NbPlan plan = nb_plan(columns, rb, length, n);
+    auto job = [out, columns = a.columns, keys = a.keys, rb = a.payload.data, length = a.payload.length, n = a.rows] {
+      const NbPlan plan = nb_plan(columns, keys, rb, length, n);
       std::unique_ptr<uint8_t[]> bytes(new uint8_t[plan.size]);
       nb_fill(columns, rb, length, plan, bytes.get());
       out->bytes = bytes.release();
@@ -165,7 +170,7 @@ Napi::Value NativeBlock(const Napi::CallbackInfo& info) {
   });
 }
 
-// writeNativeBlock(path, payload, rows, layout, heads, headEnds) -> Promise<number>: writes the Native block of
+// writeNativeBlock(path, payload, rows, layout, heads, headEnds, keys) -> Promise<number>: writes the Native block of
 // `rows` RowBinary rows to a new file at path, and resolves with its size. Through a buffer each pool thread
 // keeps: a new block of that size each time cost page faults, and as a JS Buffer it was external memory that
 // set off V8's full collections.
@@ -176,9 +181,9 @@ Napi::Value WriteNativeBlock(const Napi::CallbackInfo& info) {
     std::string path = info[0].As<Napi::String>().Utf8Value();
     const BlockArgs a = block_args(info, 1);
     auto size = std::make_shared<size_t>(0);
-    auto job = [size, path, columns = a.columns, rb = a.payload.data, length = a.payload.length, n = a.rows] {
+    auto job = [size, path, columns = a.columns, keys = a.keys, rb = a.payload.data, length = a.payload.length, n = a.rows] {
       thread_local std::vector<uint8_t> block;
-      const NbPlan plan = nb_plan(columns, rb, length, n);
+      const NbPlan plan = nb_plan(columns, keys, rb, length, n);
       if (block.size() < plan.size) block.resize(plan.size);
       nb_fill(columns, rb, length, plan, block.data());
       write_file(path, block.data(), plan.size);
