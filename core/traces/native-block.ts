@@ -5,13 +5,9 @@
 // off the main thread (into the file chDB reads, or the server's request body). Without the addon, or for a
 // column shape it does not handle, the stores send RowBinary.
 import { nativeBlock, writeNativeBlock } from '../../native/index.ts';
-import { inner, withoutTimeZone, type ColumnSpec, type TableCodec } from './rowbinary.ts';
+import { inner, RowBinaryBuffer, scalarWidth, withoutTimeZone, type ColumnSpec, type TableCodec } from './rowbinary.ts';
 import { quoteString } from './sql.ts';
 
-const WIDTHS: Record<string, number> = {
-  UInt8: 1, Int8: 1, Bool: 1, UInt16: 2, Int16: 2, Date: 2, UInt32: 4, Int32: 4, Float32: 4, DateTime: 4,
-  UInt64: 8, Int64: 8, Float64: 8,
-};
 const FIXED = 0, STRING = 1, NULLABLE = 1, ARRAY = 2;
 
 /** LowCardinality(T) → T at any depth: the same bytes in RowBinary and in Native's plain columns. */
@@ -28,10 +24,10 @@ function shapeOf(type: string): [number, number, number] | null {
   const array = inner(t, 'Array');
   if (array !== null) [t, flags] = [array, flags | ARRAY];
   if (flags === (NULLABLE | ARRAY)) return null;
-  if (t === 'String') return [STRING, 0, flags];
-  if (/^DateTime64\(\d\)$/.test(t)) return [FIXED, 8, flags];
-  const width = WIDTHS[t];
-  return width === undefined ? null : [FIXED, width, flags];
+  // The widths the table codecs write (a type they do not encode never reaches a block).
+  const width = scalarWidth(t);
+  if (width === null) return null;
+  return width === 0 ? [STRING, 0, flags] : [FIXED, width, flags];
 }
 
 export interface NativeLayout {
@@ -76,32 +72,17 @@ export function sortingKeyOf(columns: readonly ColumnSpec[], sortingKey: string 
  */
 export function nativeLayoutOf(columns: readonly ColumnSpec[], headerType: (type: string) => string, sortingKey?: string): NativeLayout | null {
   const layout = new Int32Array(columns.length * 3);
-  const parts: Buffer[] = [];
+  const heads = new RowBinaryBuffer(256); // each column's name and type, as length-prefixed strings
   const headEnds = new Int32Array(columns.length);
-  let end = 0;
   for (const [i, c] of columns.entries()) {
     const shape = shapeOf(c.type);
     if (!shape) return null;
     layout.set(shape, i * 3);
-    for (const s of [c.name, headerType(c.type)]) {
-      const bytes = Buffer.from(s, 'utf8');
-      const head = Buffer.concat([varuint(bytes.length), bytes]);
-      parts.push(head);
-      end += head.length;
-    }
-    headEnds[i] = end;
+    heads.string(c.name);
+    heads.string(headerType(c.type));
+    headEnds[i] = heads.pos;
   }
-  return { layout, heads: Buffer.concat(parts), headEnds, keys: sortingKeyOf(columns, sortingKey) };
-}
-
-function varuint(n: number): Buffer {
-  const out: number[] = [];
-  while (n >= 0x80) {
-    out.push((n & 0x7f) | 0x80);
-    n = Math.floor(n / 128);
-  }
-  out.push(n);
-  return Buffer.from(out);
+  return { layout, heads: Buffer.from(heads.payload()), headEnds, keys: sortingKeyOf(columns, sortingKey) };
 }
 
 /** Each table's sorting key in a database, as system.tables gives it (ClickHouse 18.16 and current alike). */

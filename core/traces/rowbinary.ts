@@ -282,6 +282,14 @@ export function inner(type: string, wrapper: string): string | null {
   return type.startsWith(wrapper + '(') && type.endsWith(')') ? type.slice(wrapper.length + 1, -1) : null;
 }
 
+/**
+ * Bytes one value of a scalar column type takes in RowBinary (and in Native, which lays values out the same):
+ * its width for a number or time, 0 for String (length-prefixed), null for a type the codecs do not encode.
+ */
+export function scalarWidth(type: string): number | null {
+  return scalarType(type)?.width ?? null;
+}
+
 function scalarType(type: string): Scalar | null {
   switch (type) {
     case 'String':
