@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "errors.h"
 
@@ -42,9 +42,9 @@ struct Reader {
 // Pass 1 (plan): where each column's parts will lie in the block, from checking every value of every row.
 // Pass 2 (fill): the values copied there, a row at a time (each column's parts are filled front to back, so
 // the block is written in ~40 sequential streams rather than gathered column by column from the payload).
-// Sizing first lets the block be filled in place, in a buffer the caller keeps: building it from per-column
-// vectors grown for each block and then joined cost ~2.0-2.3 µs a row against ~1.4 this way, written to
-// tmpfs (scratch bench over 592k rows of every table), half of it page faults.
+// Sizing first lets the block be filled in place, in one buffer of its exact size: building it from per-column
+// vectors grown for each block and then joined cost ~2.0-2.3 µs a row against ~1.4 this way (scratch bench,
+// blocks returned as Buffers, over 592k rows of every table), about half of it system time (page faults).
 struct Part {
   size_t nulls = 0, offsets = 0, data = 0;  // byte positions in the block (pass 2: write cursors)
 };
@@ -125,6 +125,75 @@ uint64_t load_key(const uint8_t* p, int32_t width, bool is_signed) {
   return v;
 }
 
+// The rows' order by the sorting key (see nb_plan), or empty when every key column is constant in the batch.
+// key_at, key_len: where key k of row r lies in rb (at r * keys + k), and a string's length.
+std::vector<uint32_t> key_order(const std::vector<NbColumn>& columns, const std::vector<NbKey>& keys, const uint8_t* rb,
+                                const std::vector<size_t>& key_at, const std::vector<uint32_t>& key_len, size_t rows) {
+  const size_t nk = keys.size();
+  // Key k of rows a and b: <0, 0, >0.
+  auto compare = [&](size_t k, uint32_t a, uint32_t b) -> int {
+    const uint8_t* pa = rb + key_at[size_t(a) * nk + k];
+    const uint8_t* pb = rb + key_at[size_t(b) * nk + k];
+    if (keys[k].kind == NB_KEY_BYTES) {
+      const uint32_t la = key_len[size_t(a) * nk + k], lb = key_len[size_t(b) * nk + k];
+      const int c = std::memcmp(pa, pb, std::min(la, lb));
+      return c != 0 ? c : (la < lb ? -1 : la > lb ? 1 : 0);
+    }
+    const int32_t w = columns[size_t(keys[k].column)].width;
+    const bool is_signed = keys[k].kind == NB_KEY_SIGNED;
+    const uint64_t va = load_key(pa, w, is_signed), vb = load_key(pb, w, is_signed);
+    if (va == vb) return 0;
+    return (is_signed ? int64_t(va) < int64_t(vb) : va < vb) ? -1 : 1;
+  };
+  // Leading key columns with one value in the whole batch (a run's id) order nothing: skip them.
+  size_t k0 = 0;
+  while (k0 < nk) {
+    bool same = true;
+    for (uint32_t r = 1; r < rows && same; r++) same = compare(k0, 0, r) == 0;
+    if (!same) break;
+    k0++;
+  }
+  if (k0 == nk) return {};
+  // Sort on an 8-byte prefix of the first varying key (a string's first bytes, big-endian; an integer's value,
+  // signed ones with the sign bit flipped), in one contiguous array; only runs with equal prefixes are compared
+  // in full. Comparing in full from the start cost ~1 CPU-µs a row (the keys lie all over the payload), more
+  // than the engine saved.
+  const int32_t kind = keys[k0].kind;
+  const int32_t w = columns[size_t(keys[k0].column)].width;
+  std::vector<std::pair<uint64_t, uint32_t>> pre(rows);
+  for (uint32_t r = 0; r < rows; r++) {
+    const uint8_t* p = rb + key_at[size_t(r) * nk + k0];
+    uint64_t v = 0;
+    if (kind == NB_KEY_BYTES) {
+      const uint32_t len = std::min<uint32_t>(key_len[size_t(r) * nk + k0], 8);
+      for (uint32_t i = 0; i < len; i++) v |= uint64_t(p[i]) << (56 - 8 * i);
+    } else {
+      v = load_key(p, w, kind == NB_KEY_SIGNED);
+      if (kind == NB_KEY_SIGNED) v ^= uint64_t(1) << 63;
+    }
+    pre[r] = {v, r};
+  }
+  std::sort(pre.begin(), pre.end());
+  std::vector<uint32_t> order(rows);
+  for (uint32_t r = 0; r < rows; r++) order[r] = pre[r].second;
+  const auto full = [&](uint32_t a, uint32_t b) {
+    for (size_t k = k0; k < nk; k++) {
+      const int c = compare(k, a, b);
+      if (c != 0) return c < 0;
+    }
+    return false;
+  };
+  // Within a run of equal prefixes the rows are in arrival order (the pair's second half), so a stable sort
+  // keeps equal keys in arrival order.
+  for (size_t i = 0; i < rows;) {
+    size_t j = i + 1;
+    while (j < rows && pre[j].first == pre[i].first) j++;
+    if (j - i > 1) std::stable_sort(order.begin() + long(i), order.begin() + long(j), full);
+    i = j;
+  }
+  return order;
+}
+
 }  // namespace
 
 NbPlan nb_plan(const std::vector<NbColumn>& columns, const std::vector<NbKey>& keys, const uint8_t* rb, size_t length,
@@ -179,74 +248,11 @@ NbPlan nb_plan(const std::vector<NbColumn>& columns, const std::vector<NbKey>& k
   NbPlan plan;
   plan.rows = rows;
   plan.data = std::move(data);
-  if (sorted) {
+  // No order when every key is constant in the batch: the fill reads the rows in sequence.
+  if (sorted) plan.order = key_order(columns, keys, rb, key_at, key_len, rows);
+  if (!plan.order.empty()) {
     row_starts.push_back(length);
     plan.row_starts = std::move(row_starts);
-    const size_t nk = keys.size();
-    // Key k of rows a and b: <0, 0, >0.
-    auto compare = [&](size_t k, uint32_t a, uint32_t b) -> int {
-      const uint8_t* pa = rb + key_at[size_t(a) * nk + k];
-      const uint8_t* pb = rb + key_at[size_t(b) * nk + k];
-      if (keys[k].kind == NB_KEY_BYTES) {
-        const uint32_t la = key_len[size_t(a) * nk + k], lb = key_len[size_t(b) * nk + k];
-        const int c = std::memcmp(pa, pb, std::min(la, lb));
-        return c != 0 ? c : (la < lb ? -1 : la > lb ? 1 : 0);
-      }
-      const int32_t w = columns[size_t(keys[k].column)].width;
-      const bool is_signed = keys[k].kind == NB_KEY_SIGNED;
-      const uint64_t va = load_key(pa, w, is_signed), vb = load_key(pb, w, is_signed);
-      if (va == vb) return 0;
-      return (is_signed ? int64_t(va) < int64_t(vb) : va < vb) ? -1 : 1;
-    };
-    // Leading key columns with one value in the whole batch (a run's id) order nothing: skip them.
-    size_t k0 = 0;
-    while (k0 < nk) {
-      bool same = true;
-      for (uint32_t r = 1; r < rows && same; r++) same = compare(k0, 0, r) == 0;
-      if (!same) break;
-      k0++;
-    }
-    if (k0 < nk) {
-      // Sort on an 8-byte prefix of the first varying key (a string's first bytes, big-endian; an integer's
-      // value, signed ones with the sign bit flipped), in one contiguous array; only runs with equal prefixes
-      // are compared in full. Comparing in full from the start cost ~1 CPU-µs a row (the keys lie all over the
-      // payload), more than the engine saved.
-      const int32_t kind = keys[k0].kind;
-      const int32_t w = columns[size_t(keys[k0].column)].width;
-      std::vector<std::pair<uint64_t, uint32_t>> pre(rows);
-      for (uint32_t r = 0; r < rows; r++) {
-        const uint8_t* p = rb + key_at[size_t(r) * nk + k0];
-        uint64_t v = 0;
-        if (kind == NB_KEY_BYTES) {
-          const uint32_t len = std::min<uint32_t>(key_len[size_t(r) * nk + k0], 8);
-          for (uint32_t i = 0; i < len; i++) v |= uint64_t(p[i]) << (56 - 8 * i);
-        } else {
-          v = load_key(p, w, kind == NB_KEY_SIGNED);
-          if (kind == NB_KEY_SIGNED) v ^= uint64_t(1) << 63;
-        }
-        pre[r] = {v, r};
-      }
-      std::sort(pre.begin(), pre.end());
-      plan.order.resize(rows);
-      for (uint32_t r = 0; r < rows; r++) plan.order[r] = pre[r].second;
-      const auto full = [&](uint32_t a, uint32_t b) {
-        for (size_t k = k0; k < nk; k++) {
-          const int c = compare(k, a, b);
-          if (c != 0) return c < 0;
-        }
-        return false;
-      };
-      // Within a run of equal prefixes the rows are in arrival order (the pair's second half), so a stable sort
-      // keeps equal keys in arrival order.
-      for (size_t i = 0; i < rows;) {
-        size_t j = i + 1;
-        while (j < rows && pre[j].first == pre[i].first) j++;
-        if (j - i > 1) std::stable_sort(plan.order.begin() + long(i), plan.order.begin() + long(j), full);
-        i = j;
-      }
-    }
-    // Every key constant: the rows stay in order (no order, the fill reads them in sequence).
-    if (plan.order.empty()) plan.row_starts.clear();
   }
   plan.size = varuint_size(columns.size()) + varuint_size(rows);
   for (size_t i = 0; i < columns.size(); i++) {
