@@ -166,7 +166,9 @@ export class TraceWriter {
   /** The table's buffer of encoded rows for the next flush. */
   private encodedOf(b: TableBatch): RowBinaryBuffer {
     if (!b.encoded) {
-      b.encoded = b.spare ?? new RowBinaryBuffer(Math.max(b.largest + (b.largest >> 3), Math.min(this.maxBytes, FIRST_BUFFER_BYTES)));
+      // An eighth over: a batch passes maxBytes by what was added before due() was asked (a sink's poll).
+      const size = Math.max(b.largest, Math.min(this.maxBytes, FIRST_BUFFER_BYTES));
+      b.encoded = b.spare ?? new RowBinaryBuffer(size + (size >> 3));
       b.spare = null;
     }
     return b.encoded;

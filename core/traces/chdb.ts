@@ -45,6 +45,11 @@ export interface ChdbStoreOptions {
   database?: string;
 }
 
+/** The file() structure of a RowBinary payload: LowCardinality(String) read as String (see insertEncoded). */
+function rowBinaryStructure(codec: TableCodec): string {
+  return codec.columns.map((c) => `${quoteIdent(c.name)} ${withoutLowCardinality(c.type)}`).join(', ');
+}
+
 export class ChdbTraceStore implements TraceStore {
   readonly kind = 'chdb' as const;
   readonly dialect = 'current' as const;
@@ -110,7 +115,7 @@ export class ChdbTraceStore implements TraceStore {
   /**
    * Runs an insert on the lane with the least work queued (by payload bytes); a second lane opens while the
    * first is busy. With the writer handing over a flush's tables largest first, the largest lands on a lane of
-   * its own and the others share the rest (by bytes, trajectories were a third of a flush, and queued behind
+   * its own and the others share the rest (trajectories were ~40% of a flush's bytes, and queued behind
    * another table they were the flush's critical path).
    */
   private laned<T>(weight: number, fn: (session: Session) => Promise<T>): Promise<T> {
@@ -167,12 +172,11 @@ export class ChdbTraceStore implements TraceStore {
     // The file declares plain String where the table has LowCardinality(String) (the same bytes): building
     // dictionaries while reading and again for the table cost another third; the INSERT converts once.
     const names = codec.columns.map((c) => quoteIdent(c.name)).join(', ');
-    const structure = codec.columns.map((c) => `${quoteIdent(c.name)} ${withoutLowCardinality(c.type)}`).join(', ');
     const path = join(this.spool(), `${table}-${++this.spoolSeq}`);
     // The block is written now (on the pool, while the lane may still be busy with another table).
     const native = this.nativeBlocks.write(path, codec, payload, rows);
     native?.catch(() => {}); // awaited in the lane; a failure before then must not count as unhandled
-    const source = native ? `file(${quoteString(path)}, 'Native')` : `file(${quoteString(path)}, 'RowBinary', ${quoteString(structure)})`;
+    const source = native ? `file(${quoteString(path)}, 'Native')` : `file(${quoteString(path)}, 'RowBinary', ${quoteString(rowBinaryStructure(codec))})`;
     await this.laned(payload.length, async (session) => {
       try {
         const bytes = native ? await native : (await writeFile(path, payload), payload.length);
