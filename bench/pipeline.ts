@@ -19,6 +19,7 @@ import { AdvantageHandler } from '../consumers/advantage/consumer.ts';
 import { completed, newSerde, trajectory } from '../test/consumers/processor-fixtures.ts';
 import { PrivateBroker } from '../test/chaos/broker.ts';
 import { newRun, openRunLog, progress, ROLES, rssMiB, Supervisor } from '../test/chaos/harness.ts';
+import { dropDatabase } from '../test/chaos/audit.ts';
 
 const TOKENS = 1000;
 const GROUP = 8;
@@ -132,6 +133,7 @@ async function roleMemory(): Promise<Record<string, number | null> | null> {
     await broker.halt('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
     rmSync(r.dir, { recursive: true, force: true });
+    await dropDatabase(clickhouseUrl, r.database).catch(() => {});
   }
   return Object.fromEntries(ROLES.map((role) => [role, Math.round(quantile(peak[role]!.filter(Number.isFinite), 0.5))]));
 }

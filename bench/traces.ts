@@ -23,6 +23,11 @@
 // only its INSERTs are timed (with the conversion of their rows to Native blocks, on libuv's pool, where the
 // addon is built), flush by flush as the writer issued them (every table of a flush at once). It is the ceiling
 // of any sink on that target and machine, whatever the client's decoding costs.
+// Nothing is dropped until the end: the server's databases are dropped and the chDB directory removed after the
+// last measurement. On this machine's ext4, creating files within minutes of deleting many costs several times
+// more (the inode allocator skips each recently deleted inode, ext4's recently_deleted() in a profile of the
+// server), and every insert creates a part's files: a drain right after the previous phase's DROP measured
+// 145-186k rows/s into the server against 201-214k without one (scratch drains of one recorded log).
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
 //                                [--sink-turns 300000] (0 skips the end-to-end sink)
 //                                [--engine-turns 300000] (0 skips the engine alone)
@@ -159,7 +164,7 @@ async function benchTarget(spec: string, turnsWanted: number, tokens: number, ba
       queries,
     };
   } finally {
-    await store.exec(`DROP DATABASE IF EXISTS ${store.database}`).catch(() => undefined);
+    dropAtEnd(store.kind, spec, store.database);
     await store.close();
   }
 }
@@ -203,7 +208,9 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
   for (const transcode of [true, false]) {
     // chDB: a directory of the drain's own (one process per chDB directory).
     const target = spec.startsWith('chdb:') ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
-    const child = spawnSync(process.execPath, ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), logDir, target, String(transcode)], { encoding: 'utf8', maxBuffer: 16 << 20 });
+    const database = `bench_sink_${Date.now().toString(36)}`;
+    const child = spawnSync(process.execPath, ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), logDir, target, String(transcode), database], { encoding: 'utf8', maxBuffer: 16 << 20 });
+    dropAtEnd(spec.startsWith('chdb:') ? 'chdb' : 'server', spec, database);
     const line = child.stdout.trim().split('\n').pop() ?? '';
     if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
     const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
@@ -292,7 +299,22 @@ async function benchEngine(spec: string, turnsWanted: number, tokens: number, ba
       mbPerSecond: Math.round((bytes / 1e6 / seconds) * 10) / 10,
     };
   } finally {
-    await store.exec(`DROP DATABASE IF EXISTS ${store.database}`).catch(() => undefined);
+    dropAtEnd(store.kind, spec, store.database);
+    await store.close();
+  }
+}
+
+/** Server databases the bench made, dropped when it ends (see the header); chDB's go with the bench's directory. */
+const serverDatabases: { spec: string; database: string }[] = [];
+
+function dropAtEnd(kind: TraceStore['kind'], spec: string, database: string): void {
+  if (kind === 'server') serverDatabases.push({ spec, database });
+}
+
+async function dropServerDatabases(): Promise<void> {
+  for (const { spec, database } of serverDatabases.splice(0)) {
+    const store = await openTraceStore(spec, { database });
+    await store.exec(`DROP DATABASE IF EXISTS ${database}`).catch((e: unknown) => console.error(`could not drop ${database}: ${String(e)}`));
     await store.close();
   }
 }
@@ -348,6 +370,7 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
     }
     console.log(`note: ${os.cpus().length} cores, load average ${os.loadavg()[0]!.toFixed(1)}: timings on a shared machine are noisy.`);
   } finally {
+    await dropServerDatabases();
     rmSync(dir, { recursive: true, force: true });
   }
   return { stores: reports, sinks, engines };

@@ -203,6 +203,12 @@ export async function clickhouse(url: string, database: string, sql: string): Pr
   return (JSON.parse(text) as { data: Record<string, unknown>[] }).data;
 }
 
+/** Drop a run's database (the server keeps its data directory between test runs). */
+export async function dropDatabase(url: string, database: string): Promise<void> {
+  const res = await fetch(url, { method: 'POST', body: `DROP DATABASE IF EXISTS ${database}` });
+  if (!res.ok) throw new Error(`ClickHouse: ${(await res.text()).slice(0, 500)}`);
+}
+
 /**
  * Duplicates in the trace tables of a run: rows per identity after FINAL must equal distinct identities and
  * distinct event ids. Returns the per-table counts and problems (raw rows above distinct are replays the

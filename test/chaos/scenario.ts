@@ -9,7 +9,7 @@ import type { TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventLog } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
-import { collectStarted, consumedIds } from './audit.ts';
+import { collectStarted, consumedIds, dropDatabase } from './audit.ts';
 import { PrivateBroker } from './broker.ts';
 import { newRun, openRunLog, Supervisor, type RunSetup } from './harness.ts';
 
@@ -38,6 +38,8 @@ export async function withPrivateRun(t: TestContext, name: string, overrides: Re
     await broker.halt('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
     rmSync(s.run.dir, { recursive: true, force: true });
+    const url = process.env['CLICKHOUSE_URL'];
+    if (url) await dropDatabase(url, s.run.database).catch(() => {});
   }
 }
 
