@@ -28,6 +28,8 @@
 // more (the inode allocator skips each recently deleted inode, ext4's recently_deleted() in a profile of the
 // server), and every insert creates a part's files: a drain right after the previous phase's DROP measured
 // 145-186k rows/s into the server against 201-214k without one (scratch drains of one recorded log).
+// For the same reason each timed phase first waits (up to two minutes) until the target runs no merges: a
+// phase's own merges count, the previous phase's do not. The wait is printed.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
 //                                [--sink-turns 300000] (0 skips the end-to-end sink)
 //                                [--engine-turns 300000] (0 skips the engine alone)
@@ -35,6 +37,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
@@ -209,6 +212,7 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
     // chDB: a directory of the drain's own (one process per chDB directory).
     const target = spec.startsWith('chdb:') ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
     const database = `bench_sink_${Date.now().toString(36)}`;
+    if (!spec.startsWith('chdb:')) await settleServer(spec); // chDB: the drain's directory is new
     const child = spawnSync(process.execPath, ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), logDir, target, String(transcode), database], { encoding: 'utf8', maxBuffer: 16 << 20 });
     dropAtEnd(spec.startsWith('chdb:') ? 'chdb' : 'server', spec, database);
     const line = child.stdout.trim().split('\n').pop() ?? '';
@@ -281,6 +285,7 @@ async function benchEngine(spec: string, turnsWanted: number, tokens: number, ba
     await flush();
     const rows = writer.stats.rows;
     const bytes = flushes.flat().reduce((n, p) => n + p.payload.length, 0);
+    await settleMerges(store);
     const c0 = process.cpuUsage();
     const s0 = sampleCpu();
     const t0 = performance.now();
@@ -300,6 +305,28 @@ async function benchEngine(spec: string, turnsWanted: number, tokens: number, ba
     };
   } finally {
     dropAtEnd(store.kind, spec, store.database);
+    await store.close();
+  }
+}
+
+/** Waits until `store`'s engine runs no merges (at most two minutes); see the header. */
+async function settleMerges(store: TraceStore): Promise<void> {
+  const t0 = performance.now();
+  let running = 0;
+  while (performance.now() - t0 < 120_000) {
+    running = Number((await store.query('SELECT count() AS n FROM system.merges')).rows[0]?.['n'] ?? 0);
+    if (running === 0) break;
+    await sleep(250);
+  }
+  const waited = (performance.now() - t0) / 1000;
+  if (waited >= 0.25) console.log(`  (waited ${waited.toFixed(1)} s for the ${store.kind}'s merges to end${running > 0 ? `; ${running} still running` : ''})`);
+}
+
+async function settleServer(spec: string): Promise<void> {
+  const store = await openTraceStore(spec, { database: 'system' });
+  try {
+    await settleMerges(store);
+  } finally {
     await store.close();
   }
 }
@@ -338,6 +365,7 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
       }
       const spec = t === 'server' ? process.env['CLICKHOUSE_URL']! : `chdb:${dir}`;
       console.log(`${t}: inserting a synthetic run of ${turns} turns (${tokens} tokens each), batches of ${batchRows} rows; load average ${os.loadavg()[0]!.toFixed(1)}…`);
+      if (t === 'server') await settleServer(spec);
       const r = await benchTarget(spec, turns, tokens, batchRows);
       reports.push(r);
       console.log(
