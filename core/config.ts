@@ -10,7 +10,17 @@ export type LogConfig =
   | { kind: 'embedded'; dir: string }
   | { kind: 'kafka'; brokers: string[]; clientId: string; ssl: boolean; sasl: { mechanism: string; username: string; password: string } | null };
 
-export type TracesConfig = { kind: 'chdb'; dir: string } | { kind: 'clickhouse'; url: string; username: string; password: string; database: string } | { kind: 'none' };
+/** The trace sink's batch (traces.batch_rows, traces.batch_bytes); unset fields take the store's default. */
+export interface TraceBatchConfig {
+  maxRows?: number;
+  maxBytes?: number;
+}
+
+export type TracesConfig =
+  | { kind: 'chdb'; dir: string; batch: TraceBatchConfig }
+  /** username and password: '' when not set (the URL's user:password@, else the server's default user). */
+  | { kind: 'clickhouse'; url: string; username: string; password: string; database: string; batch: TraceBatchConfig }
+  | { kind: 'none' };
 
 export type RegistryConfig = { kind: 'embedded' } | { kind: 'http'; url: string };
 
@@ -53,6 +63,21 @@ function str(m: Record<string, unknown>, key: string, path: string, fallback?: s
 
 function onlyKeys(m: Record<string, unknown>, keys: string[], path: string): void {
   for (const k of Object.keys(m)) if (!keys.includes(k)) fail(`${path}.${k}`, `is not a known field (known: ${keys.join(', ')})`);
+}
+
+const BATCH_KEYS = ['batch_rows', 'batch_bytes'];
+
+function positiveInteger(m: Record<string, unknown>, key: string, path: string): number | undefined {
+  const v = m[key];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) fail(`${path}.${key}`, `must be a positive integer (got ${JSON.stringify(v)})`);
+  return v;
+}
+
+function traceBatch(m: Record<string, unknown>): TraceBatchConfig {
+  const maxRows = positiveInteger(m, 'batch_rows', 'traces');
+  const maxBytes = positiveInteger(m, 'batch_bytes', 'traces');
+  return { ...(maxRows === undefined ? {} : { maxRows }), ...(maxBytes === undefined ? {} : { maxBytes }) };
 }
 
 /** `${VAR}` in a string value is replaced by the environment variable, so secrets stay out of files. */
@@ -110,16 +135,20 @@ export function compileRunConfig(raw: unknown, baseDir: string): RunConfig {
   const trM = mapping(top['traces'], 'traces');
   const trKind = trM['kind'] ?? 'chdb';
   let traces: TracesConfig;
-  if (trKind === 'chdb') traces = { kind: 'chdb', dir: abs(typeof trM['dir'] === 'string' ? trM['dir'] : `${run.dataDir}/chdb`) };
-  else if (trKind === 'clickhouse')
+  if (trKind === 'chdb') {
+    onlyKeys(trM, ['kind', 'dir', ...BATCH_KEYS], 'traces');
+    traces = { kind: 'chdb', dir: abs(typeof trM['dir'] === 'string' ? trM['dir'] : `${run.dataDir}/chdb`), batch: traceBatch(trM) };
+  } else if (trKind === 'clickhouse') {
+    onlyKeys(trM, ['kind', 'url', 'username', 'password', 'database', ...BATCH_KEYS], 'traces');
     traces = {
       kind: 'clickhouse',
       url: env(str(trM, 'url', 'traces'), 'traces.url'),
-      username: typeof trM['username'] === 'string' ? trM['username'] : 'default',
+      username: typeof trM['username'] === 'string' ? env(trM['username'], 'traces.username') : '',
       password: typeof trM['password'] === 'string' ? env(trM['password'], 'traces.password') : '',
       database: typeof trM['database'] === 'string' ? trM['database'] : 'rlstream',
+      batch: traceBatch(trM),
     };
-  else if (trKind === 'none') traces = { kind: 'none' };
+  } else if (trKind === 'none') traces = { kind: 'none' };
   else fail('traces.kind', 'must be "chdb", "clickhouse" or "none"');
 
   const sections: Record<string, unknown> = {};

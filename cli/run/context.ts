@@ -69,5 +69,5 @@ export async function openRunTraces(config: RunConfig): Promise<TraceStore | nul
   const t = config.traces;
   if (t.kind === 'none') return null;
   if (t.kind === 'chdb') return openTraceStore(`chdb:${t.dir}`);
-  return openTraceStore(`${t.url}#${t.database}`);
+  return openTraceStore(`${t.url}#${t.database}`, { ...(t.username === '' ? {} : { username: t.username }), ...(t.password === '' ? {} : { password: t.password }) });
 }

@@ -78,7 +78,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
   const logger = options.logger ?? jsonLogger({ level: 'warn' });
   const run = { ...config, run: { ...config.run, id: runId, dataDir: runDir } };
   const embedded = run.log.kind === 'embedded' ? { ...run, log: { kind: 'embedded' as const, dir: join(runDir, 'log') } } : run;
-  const traced = embedded.traces.kind === 'chdb' ? { ...embedded, traces: { kind: 'chdb' as const, dir: join(runDir, 'chdb') } } : embedded;
+  const traced = embedded.traces.kind === 'chdb' ? { ...embedded, traces: { ...embedded.traces, dir: join(runDir, 'chdb') } } : embedded;
   const ctx = await openRunContext(traced, logger);
   const progress = new Progress(options.progress ?? process.stderr.isTTY === true);
   const closers: (() => Promise<unknown>)[] = [];

@@ -105,7 +105,9 @@ export function createAdvantage(ctx: RunContext): StreamProcessor {
 }
 
 export function createTraceSink(ctx: RunContext, store: TraceStore): TraceSink {
-  return new TraceSink({ log: ctx.log, serde: ctx.serde, store, groupId: `${ctx.config.run.id}.traces`, logger: ctx.logger.child({ role: 'traces' }) });
+  const t = ctx.config.traces;
+  const batch = t.kind === 'none' ? {} : t.batch;
+  return new TraceSink({ log: ctx.log, serde: ctx.serde, store, groupId: `${ctx.config.run.id}.traces`, logger: ctx.logger.child({ role: 'traces' }), ...batch });
 }
 
 export function createTrainer(ctx: RunContext, runId: string, dataDir: string, onStep?: TrainerDeps['onStep'], extraMetrics?: TrainerDeps['extraMetrics']): Trainer {

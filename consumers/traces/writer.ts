@@ -23,11 +23,12 @@ const FIRST_BUFFER_BYTES = 64 << 20;
 
 export interface WriterOptions {
   /**
-   * Flush when this many rows are queued across tables (default 100,000: each flush makes one part per table,
-   * and the engine merges parts again later, so during catch-up larger batches cost less; maxBytes bounds them).
+   * Flush when this many rows are queued across tables (default: the store's preferredBatch, else 100,000: each
+   * flush makes one part per table, and the engine merges parts again later, so during catch-up larger batches
+   * cost less; maxBytes bounds them).
    */
   maxRows?: number;
-  /** Flush when the encoded rows queued across tables reach this many bytes (default 64 MiB). */
+  /** Flush when the encoded rows queued across tables reach this many bytes (default: the store's, else 64 MiB). */
   maxBytes?: number;
   /** Flush when the first queued row is this old, ms (default 1,000). */
   maxDelayMs?: number;
@@ -91,8 +92,8 @@ export class TraceWriter {
     private readonly store: TraceStore,
     options: WriterOptions = {},
   ) {
-    this.maxRows = options.maxRows ?? 100_000;
-    this.maxBytes = options.maxBytes ?? 64 << 20;
+    this.maxRows = options.maxRows ?? store.preferredBatch?.maxRows ?? 100_000;
+    this.maxBytes = options.maxBytes ?? store.preferredBatch?.maxBytes ?? 64 << 20;
     this.maxDelayMs = options.maxDelayMs ?? 1_000;
   }
 

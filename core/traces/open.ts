@@ -9,6 +9,9 @@ export interface OpenStoreOptions {
   database?: string;
   /** Apply pending migrations before returning (default true). */
   migrate?: boolean;
+  /** Server credentials, where they are not in the URL (chDB has none). */
+  username?: string;
+  password?: string;
 }
 
 export function parseStoreTarget(target: string): { kind: 'chdb' | 'server'; location: string; database?: string } {
@@ -30,7 +33,12 @@ export async function openTraceStore(target: string, options: OpenStoreOptions =
   const store: TraceStore =
     t.kind === 'chdb'
       ? await ChdbTraceStore.open({ dir: t.location, ...(database ? { database } : {}) })
-      : await ServerTraceStore.open({ url: t.location, ...(database ? { database } : {}) });
+      : await ServerTraceStore.open({
+          url: t.location,
+          ...(database ? { database } : {}),
+          ...(options.username === undefined ? {} : { username: options.username }),
+          ...(options.password === undefined ? {} : { password: options.password }),
+        });
   if (options.migrate ?? true) {
     try {
       await store.migrate();

@@ -89,8 +89,16 @@ export interface MigrationReport {
   skipped: string[];
 }
 
+/** How many rows, or encoded bytes, a trace writer queues before it inserts them (one part per table). */
+export interface BatchSize {
+  maxRows: number;
+  maxBytes: number;
+}
+
 export interface TraceStore {
   readonly kind: 'chdb' | 'server';
+  /** The batch a writer takes by default on this target, where it differs from the writer's own default. */
+  readonly preferredBatch?: BatchSize;
   /** Known after migrate() or connect: which DDL and query variants this target needs. */
   readonly dialect: Dialect;
   readonly database: string;
