@@ -212,7 +212,7 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
     // chDB: a directory of the drain's own (one process per chDB directory).
     const target = spec.startsWith('chdb:') ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
     const database = `bench_sink_${Date.now().toString(36)}`;
-    if (!spec.startsWith('chdb:')) await settleServer(spec); // chDB: the drain's directory is new
+    await settle(spec); // chDB: the drain's directory is new, but this process's engine may still merge
     const child = spawnSync(process.execPath, ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), logDir, target, String(transcode), database], { encoding: 'utf8', maxBuffer: 16 << 20 });
     dropAtEnd(spec.startsWith('chdb:') ? 'chdb' : 'server', spec, database);
     const line = child.stdout.trim().split('\n').pop() ?? '';
@@ -322,8 +322,8 @@ async function settleMerges(store: TraceStore): Promise<void> {
   if (waited >= 0.25) console.log(`  (waited ${waited.toFixed(1)} s for the ${store.kind}'s merges to end${running > 0 ? `; ${running} still running` : ''})`);
 }
 
-async function settleServer(spec: string): Promise<void> {
-  const store = await openTraceStore(spec, { database: 'system' });
+async function settle(spec: string): Promise<void> {
+  const store = await openTraceStore(spec, { database: 'system', migrate: false });
   try {
     await settleMerges(store);
   } finally {
@@ -340,7 +340,7 @@ function dropAtEnd(kind: TraceStore['kind'], spec: string, database: string): vo
 
 async function dropServerDatabases(): Promise<void> {
   for (const { spec, database } of serverDatabases.splice(0)) {
-    const store = await openTraceStore(spec, { database });
+    const store = await openTraceStore(spec, { database, migrate: false });
     await store.exec(`DROP DATABASE IF EXISTS ${database}`).catch((e: unknown) => console.error(`could not drop ${database}: ${String(e)}`));
     await store.close();
   }
@@ -365,7 +365,7 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
       }
       const spec = t === 'server' ? process.env['CLICKHOUSE_URL']! : `chdb:${dir}`;
       console.log(`${t}: inserting a synthetic run of ${turns} turns (${tokens} tokens each), batches of ${batchRows} rows; load average ${os.loadavg()[0]!.toFixed(1)}…`);
-      if (t === 'server') await settleServer(spec);
+      await settle(spec);
       const r = await benchTarget(spec, turns, tokens, batchRows);
       reports.push(r);
       console.log(

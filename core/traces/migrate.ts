@@ -54,6 +54,8 @@ export function loadMigrations(dialect: Dialect, dir = MIGRATIONS_DIR): Migratio
 
 export interface MigrationTarget {
   dialect: Dialect;
+  /** The database the migrations create their tables in. */
+  database: string;
   exec(sql: string): Promise<void>;
   query(sql: string): Promise<QueryResult>;
 }
@@ -63,7 +65,13 @@ const BOOKKEEPING = `CREATE TABLE IF NOT EXISTS schema_migrations (
   version UInt32, name String, file String, checksum String, dialect String, applied_at DateTime
 ) ENGINE = MergeTree ORDER BY version`;
 
+/** The engine's own databases: a store may read them (migrate: false), never create its tables there. */
+const ENGINE_DATABASES = new Set(['system', 'information_schema']);
+
 export async function applyMigrations(target: MigrationTarget, dir = MIGRATIONS_DIR): Promise<MigrationReport> {
+  if (ENGINE_DATABASES.has(target.database.toLowerCase())) {
+    throw new RlstreamError('CONFIG_INVALID', `trace tables cannot go into ClickHouse's own database ${JSON.stringify(target.database)}: name another database`);
+  }
   await target.exec(BOOKKEEPING);
   const done = new Set((await target.query('SELECT DISTINCT version FROM schema_migrations')).rows.map((r) => Number(r['version'])));
   const report: MigrationReport = { dialect: target.dialect, applied: [], skipped: [] };

@@ -128,7 +128,7 @@ export class ServerTraceStore implements TraceStore {
   }
 
   async migrate(): Promise<MigrationReport> {
-    const report = await applyMigrations({ dialect: this.dialect, exec: (s) => this.exec(s), query: (s) => this.query(s) });
+    const report = await applyMigrations({ dialect: this.dialect, database: this.database, exec: (s) => this.exec(s), query: (s) => this.query(s) });
     await this.loadColumnTypes();
     this.sortingKeys = await readSortingKeys((sql) => this.query(sql), this.database);
     this.codecs.reset();

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { compileRunConfig } from '../../core/config.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { openRunTraces } from '../../cli/run/context.ts';
+import { openTraceStore } from '../../core/traces/open.ts';
 import { TraceWriter } from '../../consumers/traces/writer.ts';
 import { targets } from './targets.ts';
 
@@ -87,5 +88,17 @@ test('the server store connects with traces.username and traces.password, and a 
     await store!.exec(`DROP DATABASE IF EXISTS ${database}`).catch(() => undefined);
     await store!.close();
     delete process.env['RLSTREAM_TEST_CH_PASSWORD'];
+  }
+});
+
+test("a server store refuses to create its tables in ClickHouse's own database", { skip: server.skip ?? false }, async () => {
+  const url = process.env['CLICKHOUSE_URL']!;
+  await assert.rejects(openTraceStore(url, { database: 'system' }), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && /own database "system"/.test((e as Error).message));
+  const reader = await openTraceStore(url, { database: 'system', migrate: false });
+  try {
+    const r = await reader.query("SELECT count() AS n FROM system.tables WHERE database = 'system' AND name IN ('schema_migrations', 'trajectories')");
+    assert.equal(Number(r.rows[0]?.['n']), 0);
+  } finally {
+    await reader.close();
   }
 });
