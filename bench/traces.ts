@@ -31,7 +31,7 @@
 // For the same reason each timed phase first waits (up to two minutes) until the target runs no merges: a
 // phase's own merges count, the previous phase's do not. The wait is printed.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
-//                                [--sink-turns 300000] (0 skips the end-to-end sink)
+//                                [--sink-turns 1000000] (0 skips the end-to-end sink)
 //                                [--engine-turns 300000] (0 skips the engine alone)
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -190,23 +190,34 @@ interface SinkReport {
   mbPerSecond: number;
 }
 
+/** The recorded run the sink drains: recorded once (untimed), drained on every target. */
+interface SinkLog {
+  dir: string;
+  turns: number;
+  bytes: number;
+}
+
+async function recordSinkLog(dir: string, turnsWanted: number, tokens: number): Promise<SinkLog> {
+  const logDir = mkdtempSync(join(dir, 'log-'));
+  const run = benchRun('sink', turnsWanted, tokens, 5);
+  const log = openEmbeddedLog({ dir: logDir, fsync: 'none' });
+  try {
+    const registry = await EmbeddedRegistry.open(log);
+    const bytes = (await recordRun(log, await new EventSerde(registry).init(), run, 0, false)).bytes;
+    await registry.close();
+    return { dir: logDir, turns: syntheticTurnCount(run), bytes };
+  } finally {
+    await log.close(); // the drain's process takes the log's lock
+  }
+}
+
 /**
  * The real TraceSink draining a recorded run from an embedded log into a fresh database of `spec`: once with its
  * native transcoders (the default) and once through the general path only, each from the start of the same log,
  * each in a process of its own (bench/traces-sink-process.ts).
  */
-async function benchSink(spec: string, dir: string, turnsWanted: number, tokens: number): Promise<SinkReport[]> {
-  const logDir = mkdtempSync(join(dir, 'log-'));
-  const run = benchRun('sink', turnsWanted, tokens, 5);
-  let logBytes = 0;
-  const log = openEmbeddedLog({ dir: logDir, fsync: 'none' });
-  try {
-    const registry = await EmbeddedRegistry.open(log);
-    logBytes = (await recordRun(log, await new EventSerde(registry).init(), run, 0, false)).bytes;
-    await registry.close();
-  } finally {
-    await log.close(); // the drain's process takes the log's lock
-  }
+async function benchSink(spec: string, dir: string, sinkLog: SinkLog): Promise<SinkReport[]> {
+  const { dir: logDir, bytes: logBytes } = sinkLog;
   const reports: SinkReport[] = [];
   for (const transcode of [true, false]) {
     // chDB: a directory of the drain's own (one process per chDB directory).
@@ -221,7 +232,7 @@ async function benchSink(spec: string, dir: string, turnsWanted: number, tokens:
     reports.push({
       target: spec.startsWith('chdb:') ? 'chdb' : 'server',
       path: transcode ? 'native transcoders' : 'general path',
-      turns: syntheticTurnCount(run),
+      turns: sinkLog.turns,
       records: k.records,
       transcoded: k.transcoded,
       rows: k.rows,
@@ -351,12 +362,13 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
   const tokens = Number(arg(args, 'tokens', '24'));
   const batchRows = Number(arg(args, 'batch-rows', '250000'));
   const wanted = arg(args, 'targets', process.env['CLICKHOUSE_URL'] ? 'chdb,server' : 'chdb').split(',');
-  const sinkTurns = Number(arg(args, 'sink-turns', '300000'));
+  const sinkTurns = Number(arg(args, 'sink-turns', '1000000'));
   const engineTurns = Number(arg(args, 'engine-turns', '300000'));
   const reports: TargetReport[] = [];
   const sinks: SinkReport[] = [];
   const engines: EngineReport[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-traces-'));
+  let sinkLog: SinkLog | null = null;
   try {
     for (const t of wanted) {
       if (t === 'server' && !process.env['CLICKHOUSE_URL']) {
@@ -376,8 +388,10 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
       console.log('  named query                 rows   median ms   max ms   (target < 1000 ms)');
       for (const q of r.queries) console.log(`  ${q.name.padEnd(34)} ${String(q.rows).padStart(6)} ${String(q.medianMs).padStart(11)} ${String(q.maxMs).padStart(8)}${q.maxMs >= 1000 ? '   OVER' : ''}`);
       if (sinkTurns > 0) {
-        console.log(`${t}: the trace sink end to end: recording ${sinkTurns} turns into an embedded log (untimed), then draining it…`);
-        for (const k of await benchSink(spec, dir, sinkTurns, tokens)) {
+        if (!sinkLog) console.log(`recording ${sinkTurns} turns into an embedded log (untimed), for every target's sink to drain…`);
+        sinkLog ??= await recordSinkLog(dir, sinkTurns, tokens);
+        console.log(`${t}: the trace sink end to end, draining that log…`);
+        for (const k of await benchSink(spec, dir, sinkLog)) {
           sinks.push(k);
           console.log(
             `${t} sink end to end, ${k.path}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
