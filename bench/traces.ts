@@ -194,6 +194,8 @@ interface SinkReport {
 interface SinkLog {
   dir: string;
   turns: number;
+  /** Records written (each drain must read them all). */
+  records: number;
   bytes: number;
 }
 
@@ -203,9 +205,9 @@ async function recordSinkLog(dir: string, turnsWanted: number, tokens: number): 
   const log = openEmbeddedLog({ dir: logDir, fsync: 'none' });
   try {
     const registry = await EmbeddedRegistry.open(log);
-    const bytes = (await recordRun(log, await new EventSerde(registry).init(), run, 0, false)).bytes;
+    const { sent, bytes } = await recordRun(log, await new EventSerde(registry).init(), run, 0, false);
     await registry.close();
-    return { dir: logDir, turns: syntheticTurnCount(run), bytes };
+    return { dir: logDir, turns: syntheticTurnCount(run), records: sent, bytes };
   } finally {
     await log.close(); // the drain's process takes the log's lock
   }
@@ -229,6 +231,7 @@ async function benchSink(spec: string, dir: string, sinkLog: SinkLog): Promise<S
     const line = child.stdout.trim().split('\n').pop() ?? '';
     if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
     const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
+    if (k.records !== sinkLog.records) throw new Error(`the sink's drain read ${k.records} records of the log's ${sinkLog.records}`);
     reports.push({
       target: spec.startsWith('chdb:') ? 'chdb' : 'server',
       path: transcode ? 'native transcoders' : 'general path',
