@@ -32,6 +32,12 @@ export interface WriterOptions {
   maxBytes?: number;
   /** Flush when the first queued row is this old, ms (default 1,000). */
   maxDelayMs?: number;
+  /**
+   * While a write is in flight, a caller that keeps one write behind (the sink) may go on filling a due batch
+   * up to this many times maxRows and maxBytes (default 2): when the engine is the slower side, its parts grow
+   * and it merges less; when it keeps up, batches stay at their size.
+   */
+  growWhileBusy?: number;
 }
 
 export interface WriterStats {
@@ -86,6 +92,7 @@ export class TraceWriter {
   readonly maxRows: number;
   readonly maxBytes: number;
   readonly maxDelayMs: number;
+  readonly growWhileBusy: number;
   readonly stats: WriterStats = { rows: 0, flushes: 0, byTable: {} };
 
   constructor(
@@ -95,6 +102,7 @@ export class TraceWriter {
     this.maxRows = options.maxRows ?? store.preferredBatch?.maxRows ?? 100_000;
     this.maxBytes = options.maxBytes ?? store.preferredBatch?.maxBytes ?? 64 << 20;
     this.maxDelayMs = options.maxDelayMs ?? 1_000;
+    this.growWhileBusy = options.growWhileBusy ?? 2;
   }
 
   /** Rows added and not yet written (queued or in a flush). */
@@ -207,6 +215,11 @@ export class TraceWriter {
     if (this.queued >= this.maxRows || this.queuedBytes >= this.maxBytes) return true;
     // The clock only when the age decides (reading it costs ~0.5 µs on these VMs, callers may ask per event).
     return this.queued > 0 && (now ?? Date.now()) - this.firstAt >= this.maxDelayMs;
+  }
+
+  /** Whether the queue reached growWhileBusy times a batch: it is written even while another write runs. */
+  full(): boolean {
+    return this.queued >= this.maxRows * this.growWhileBusy || this.queuedBytes >= this.maxBytes * this.growWhileBusy;
   }
 
   /**

@@ -197,3 +197,52 @@ test('sink: through its native transcoders it stores exactly what the general pa
     }
   });
 });
+
+test('sink: while the engine is busy a due batch fills on, up to growWhileBusy batches, then waits', { timeout: 60_000 }, async () => {
+  for (const growWhileBusy of [1, 2]) {
+    await withSinkFixture(`sinkgrow${growWhileBusy}`, async ({ log, serde, store }) => {
+      const { sent } = await recordRun(log, serde, { groups: 8, runId: 'g1' });
+      let release: () => void = () => {};
+      let gate: Promise<void> | null = new Promise((r) => (release = r));
+      let started = 0;
+      const slow = new Proxy(store, {
+        get: (t, p) =>
+          p === 'insert' || p === 'insertEncoded'
+            ? async (...args: unknown[]) => {
+                started++;
+                if (gate) await gate;
+                return (Reflect.get(t, p) as (...a: unknown[]) => Promise<void>).apply(t, args);
+              }
+            : Reflect.get(t, p),
+      }) as TraceStore;
+      const sink = new TraceSink({ log, store: slow, serde, groupId: 'grow', maxRows: 25, maxDelayMs: 60_000, pollRecords: 10, growWhileBusy });
+      while (started === 0) {
+        await sink.step();
+        await new Promise((r) => setImmediate(r));
+      }
+      const first = sink.stats.records; // the batch being written, and the poll that made it due
+      // Step until a step waits for the write in flight (the queue is full) or the log runs out.
+      let waiting: Promise<number> | null = null;
+      while (sink.stats.records < sent) {
+        const step = sink.step();
+        const done = await Promise.race([step.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 300))]);
+        if (!done) {
+          waiting = step;
+          break;
+        }
+      }
+      assert.ok(waiting, 'a step waits for the write in flight once the queue is full');
+      const readOn = sink.stats.records - first;
+      // Rows queued when it waited: at least growWhileBusy batches, and at most one poll past them.
+      assert.ok(readOn >= 25 * growWhileBusy && readOn < 25 * growWhileBusy + 10, `read ${readOn} records past the first batch with growWhileBusy ${growWhileBusy}`);
+      gate = null;
+      release();
+      await waiting;
+      await sink.drain();
+      await sink.stop();
+      assert.equal(sink.stats.records, sent);
+      const n = (await store.query("SELECT count() AS n FROM turns FINAL WHERE run_id = 'g1'")).rows[0]?.['n'];
+      assert.equal(n, 8 * 4 * 5, 'every turn written once');
+    });
+  }
+});
