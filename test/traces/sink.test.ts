@@ -79,27 +79,40 @@ test('sink: commits after insert, resumes, dead-letters poison, keeps offsets wh
   });
 });
 
+/** A store whose writes wait while a gate is closed (`close()`), so a write is in flight while the sink reads on. */
+function gatedStore(store: TraceStore): { store: TraceStore; started: () => number; close: () => void; open: () => void } {
+  let release: () => void = () => {};
+  let gate: Promise<void> | null = null;
+  let started = 0;
+  const gated = new Proxy(store, {
+    get: (t, p) =>
+      p === 'insert' || p === 'insertEncoded'
+        ? async (...args: unknown[]) => {
+            started++;
+            if (gate) await gate;
+            return (Reflect.get(t, p) as (...a: unknown[]) => Promise<void>).apply(t, args);
+          }
+        : Reflect.get(t, p),
+  }) as TraceStore;
+  return {
+    store: gated,
+    started: () => started,
+    close: () => void (gate = new Promise((r) => (release = r))),
+    open: () => {
+      gate = null;
+      release();
+    },
+  };
+}
+
 test('sink: while a batch is being written the next is read, and offsets are committed only after their rows', { timeout: 60_000 }, async () => {
   await withSinkFixture('sinkpipe', async ({ log, serde, store }) => {
     const { sent } = await recordRun(log, serde, { groups: 6, runId: 'p1' });
-    // Writes wait at a gate the test opens, so a write is in flight while the sink reads on.
-    let release: () => void = () => {};
-    let gate: Promise<void> | null = null;
-    let started = 0;
-    const slow = new Proxy(store, {
-      get: (t, p) =>
-        p === 'insert' || p === 'insertEncoded'
-          ? async (...args: unknown[]) => {
-              started++;
-              if (gate) await gate;
-              return (Reflect.get(t, p) as (...a: unknown[]) => Promise<void>).apply(t, args);
-            }
-          : Reflect.get(t, p),
-    }) as TraceStore;
+    const gated = gatedStore(store);
     const committed = async () => (await log.committed('pipe', TOPICS.rolloutEvents)).reduce((n, c) => n + Math.max(0, c.offset), 0);
-    const sink = new TraceSink({ log, store: slow, serde, groupId: 'pipe', maxRows: 25, pollRecords: 10 });
-    gate = new Promise((r) => (release = r));
-    while (started === 0) {
+    const sink = new TraceSink({ log, store: gated.store, serde, groupId: 'pipe', maxRows: 25, pollRecords: 10 });
+    gated.close();
+    while (gated.started() === 0) {
       await sink.step();
       await new Promise((r) => setImmediate(r));
     }
@@ -109,8 +122,7 @@ test('sink: while a batch is being written the next is read, and offsets are com
     await sink.step();
     assert.ok(sink.stats.records > read, 'the sink reads on while a batch is written');
     assert.equal(await committed(), held, 'no commit before the batch in flight is written');
-    gate = null;
-    release();
+    gated.open();
     await sink.drain();
     await sink.stop();
     assert.equal(sink.stats.records, sent);
@@ -202,21 +214,10 @@ test('sink: while the engine is busy a due batch fills on, up to growWhileBusy b
   for (const growWhileBusy of [1, 2]) {
     await withSinkFixture(`sinkgrow${growWhileBusy}`, async ({ log, serde, store }) => {
       const { sent } = await recordRun(log, serde, { groups: 8, runId: 'g1' });
-      let release: () => void = () => {};
-      let gate: Promise<void> | null = new Promise((r) => (release = r));
-      let started = 0;
-      const slow = new Proxy(store, {
-        get: (t, p) =>
-          p === 'insert' || p === 'insertEncoded'
-            ? async (...args: unknown[]) => {
-                started++;
-                if (gate) await gate;
-                return (Reflect.get(t, p) as (...a: unknown[]) => Promise<void>).apply(t, args);
-              }
-            : Reflect.get(t, p),
-      }) as TraceStore;
-      const sink = new TraceSink({ log, store: slow, serde, groupId: 'grow', maxRows: 25, maxDelayMs: 60_000, pollRecords: 10, growWhileBusy });
-      while (started === 0) {
+      const gated = gatedStore(store);
+      gated.close();
+      const sink = new TraceSink({ log, store: gated.store, serde, groupId: 'grow', maxRows: 25, maxDelayMs: 60_000, pollRecords: 10, growWhileBusy });
+      while (gated.started() === 0) {
         await sink.step();
         await new Promise((r) => setImmediate(r));
       }
@@ -235,8 +236,7 @@ test('sink: while the engine is busy a due batch fills on, up to growWhileBusy b
       const readOn = sink.stats.records - first;
       // Rows queued when it waited: at least growWhileBusy batches, and at most one poll past them.
       assert.ok(readOn >= 25 * growWhileBusy && readOn < 25 * growWhileBusy + 10, `read ${readOn} records past the first batch with growWhileBusy ${growWhileBusy}`);
-      gate = null;
-      release();
+      gated.open();
       await waiting;
       await sink.drain();
       await sink.stop();
