@@ -74,7 +74,7 @@ export class TracesTarget implements ReplayTarget {
 
   /** One write in flight while the next batches are read, as the sink does. */
   private async flushWhenDue(): Promise<void> {
-    if (this.writer.due()) await this.writer.flushBehind((n) => void (this.written += n));
+    if (this.writer.dueBehind()) await this.writer.flushBehind((n) => void (this.written += n));
   }
 
   async finish(): Promise<void> {

@@ -115,9 +115,7 @@ export class TraceSink {
       count = records.length;
     }
     this.counts.records += count;
-    // A due batch waits for the write in flight by filling on, up to growWhileBusy batches, instead of waiting.
-    const due = this.writer.due() && (!this.writer.writingBehind || this.writer.full());
-    if (due || (count === 0 && this.writer.pending > 0)) await this.startFlush();
+    if (this.writer.dueBehind() || (count === 0 && this.writer.pending > 0)) await this.startFlush();
     // One turn of the event loop per poll: a poll of data already read resolves without one, and the write in
     // flight only moves on to its next INSERT when the engine's answer to the last one is handled.
     if (this.writer.writingBehind) await new Promise<void>((resolve) => setImmediate(resolve));

@@ -33,9 +33,9 @@ export interface WriterOptions {
   /** Flush when the first queued row is this old, ms (default 1,000). */
   maxDelayMs?: number;
   /**
-   * While a write is in flight, a caller that keeps one write behind (the sink) may go on filling a due batch
-   * up to this many times maxRows and maxBytes (default 2): when the engine is the slower side, its parts grow
-   * and it merges less; when it keeps up, batches stay at their size.
+   * While a write is in flight, dueBehind() lets a due batch fill on up to this many times maxRows and maxBytes
+   * (default 2): when the engine is the slower side, its parts grow and it merges less; when it keeps up,
+   * batches stay at their size.
    */
   growWhileBusy?: number;
 }
@@ -217,9 +217,13 @@ export class TraceWriter {
     return this.queued > 0 && (now ?? Date.now()) - this.firstAt >= this.maxDelayMs;
   }
 
-  /** Whether the queue reached growWhileBusy times a batch: it is written even while another write runs. */
-  full(): boolean {
-    return this.queued >= this.maxRows * this.growWhileBusy || this.queuedBytes >= this.maxBytes * this.growWhileBusy;
+  /**
+   * For a caller that keeps one write behind (flushBehind): whether to start the next write now. A due batch
+   * fills on while the previous write runs, until that write ends or the queue holds growWhileBusy batches.
+   */
+  dueBehind(now?: number): boolean {
+    if (!this.due(now)) return false;
+    return !this.behindRunning || this.queued >= this.maxRows * this.growWhileBusy || this.queuedBytes >= this.maxBytes * this.growWhileBusy;
   }
 
   /**
