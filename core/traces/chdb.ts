@@ -14,7 +14,7 @@ import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
-import { NativeBlocks, readSortingKeys, withoutLowCardinality } from './native-block.ts';
+import { NativeBlocks, withoutLowCardinality } from './native-block.ts';
 import { guardReadonlySql } from './sql-guard.ts';
 import {
   compileLimits,
@@ -67,10 +67,8 @@ export class ChdbTraceStore implements TraceStore {
    */
   private readonly lanes: { session: Session; chain: Promise<unknown>; queued: number }[] = [];
   private databaseReady = false;
-  /** Each table's sorting key (system.tables), read after migrating: blocks are sent in key order. */
-  private sortingKeys = new Map<string, string>();
-  /** Blocks declare plain String for LowCardinality(String): see insertEncoded. */
-  private readonly nativeBlocks = new NativeBlocks(withoutLowCardinality, (table) => this.sortingKeys.get(table));
+  /** Native blocks in sorting-key order, LowCardinality(String) declared as plain String (see insertEncoded). */
+  private readonly nativeBlocks = new NativeBlocks();
   private readonly codecs = new RowBinaryCodecs(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
   /** Private directory for RowBinary insert payloads (tmpfs when there is one), made on first insert. */
   private spoolDir: string | null = null;
@@ -143,7 +141,7 @@ export class ChdbTraceStore implements TraceStore {
 
   async migrate(): Promise<MigrationReport> {
     const report = await applyMigrations({ dialect: this.dialect, database: this.database, exec: (s) => this.exec(s), query: (s) => this.query(s) });
-    this.sortingKeys = await readSortingKeys((sql) => this.query(sql), this.database);
+    await this.nativeBlocks.loadSortingKeys((sql) => this.query(sql), this.database);
     this.codecs.reset();
     return report;
   }

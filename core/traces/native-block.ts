@@ -85,24 +85,22 @@ export function nativeLayoutOf(columns: readonly ColumnSpec[], headerType: (type
   return { layout, heads: Buffer.from(heads.payload()), headEnds, keys: sortingKeyOf(columns, sortingKey) };
 }
 
-/** Each table's sorting key in a database, as system.tables gives it (ClickHouse 18.16 and current alike). */
-export async function readSortingKeys(query: (sql: string) => Promise<{ rows: Record<string, unknown>[] }>, database: string): Promise<Map<string, string>> {
-  const res = await query(`SELECT name, sorting_key FROM system.tables WHERE database = ${quoteString(database)}`);
-  return new Map(res.rows.map((r) => [String(r['name']), String(r['sorting_key'] ?? '')]));
-}
-
-/** Native blocks for one store: the layout of each table codec, worked out once. */
+/**
+ * Native blocks for one store: the layout of each table codec, worked out once. Columns declare plain String
+ * where the table has LowCardinality(String) (the same bytes; the INSERT converts once), and rows go in the
+ * table's sorting-key order once loadSortingKeys() has read it.
+ */
 export class NativeBlocks {
-  private readonly layouts = new WeakMap<TableCodec, NativeLayout | null>();
+  private layouts = new WeakMap<TableCodec, NativeLayout | null>();
+  /** Each table's sorting key, as system.tables gives it; a table missing here keeps its rows' order. */
+  private sortingKeys = new Map<string, string>();
 
-  /**
-   * headerType: the type a column declares in the block. sortingKey: the table's sorting key as system.tables
-   * gives it (undefined: unknown, the rows keep their order).
-   */
-  constructor(
-    private readonly headerType: (type: string) => string,
-    private readonly sortingKey: (table: string) => string | undefined = () => undefined,
-  ) {}
+  /** Read each table's sorting key in `database` (ClickHouse 18.16 and current alike); call after migrating. */
+  async loadSortingKeys(query: (sql: string) => Promise<{ rows: Record<string, unknown>[] }>, database: string): Promise<void> {
+    const res = await query(`SELECT name, sorting_key FROM system.tables WHERE database = ${quoteString(database)}`);
+    this.sortingKeys = new Map(res.rows.map((r) => [String(r['name']), String(r['sorting_key'] ?? '')]));
+    this.layouts = new WeakMap(); // worked out with the keys known before
+  }
 
   /**
    * Writes the Native block of a RowBinary payload of codec's columns to a new file at path (resolving with its
@@ -121,7 +119,7 @@ export class NativeBlocks {
 
   private layoutOf(codec: TableCodec): NativeLayout | null {
     let layout = this.layouts.get(codec);
-    if (layout === undefined) this.layouts.set(codec, (layout = nativeLayoutOf(codec.columns, this.headerType, this.sortingKey(codec.table))));
+    if (layout === undefined) this.layouts.set(codec, (layout = nativeLayoutOf(codec.columns, withoutLowCardinality, this.sortingKeys.get(codec.table))));
     return layout;
   }
 }

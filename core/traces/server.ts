@@ -9,7 +9,7 @@ import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
 import { guardReadonlySql } from './sql-guard.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
-import { NativeBlocks, readSortingKeys, withoutLowCardinality } from './native-block.ts';
+import { NativeBlocks } from './native-block.ts';
 import {
   compileLimits,
   limitSettings,
@@ -65,10 +65,8 @@ export class ServerTraceStore implements TraceStore {
   /** compat-18 only: DateTime (seconds) columns per table, whose ms values are divided on insert. */
   private secondsColumns = new Map<string, string[]>();
   private client: ClickHouseClient | null;
-  /** Each table's sorting key (system.tables), read after migrating: blocks are sent in key order. */
-  private sortingKeys = new Map<string, string>();
-  /** A current server's LowCardinality(String) columns take plain String, as on chDB (18.16 has none). */
-  private readonly nativeBlocks = new NativeBlocks(withoutLowCardinality, (table) => this.sortingKeys.get(table));
+  /** Native blocks in sorting-key order (a current server takes plain String for LowCardinality(String)). */
+  private readonly nativeBlocks = new NativeBlocks();
   private readonly codecs = new RowBinaryCodecs(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
   /** Payload bytes sent by insert()/insertRaw() (benchmarks report MB/s from it). */
   bytesSent = 0;
@@ -130,7 +128,7 @@ export class ServerTraceStore implements TraceStore {
   async migrate(): Promise<MigrationReport> {
     const report = await applyMigrations({ dialect: this.dialect, database: this.database, exec: (s) => this.exec(s), query: (s) => this.query(s) });
     await this.loadColumnTypes();
-    this.sortingKeys = await readSortingKeys((sql) => this.query(sql), this.database);
+    await this.nativeBlocks.loadSortingKeys((sql) => this.query(sql), this.database);
     this.codecs.reset();
     return report;
   }
