@@ -42,7 +42,7 @@ import { fileURLToPath } from 'node:url';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
 import { EventSerde } from '../core/serde/events.ts';
-import { openTraceStore } from '../core/traces/open.ts';
+import { openTraceStore, parseStoreTarget } from '../core/traces/open.ts';
 import { TRACE_TABLES, type TraceStore } from '../core/traces/store.ts';
 import type { TableCodec } from '../core/traces/rowbinary.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
@@ -221,19 +221,20 @@ async function recordSinkLog(dir: string, turnsWanted: number, tokens: number): 
 async function benchSink(spec: string, dir: string, sinkLog: SinkLog): Promise<SinkReport[]> {
   const { dir: logDir, bytes: logBytes } = sinkLog;
   const reports: SinkReport[] = [];
+  const kind = parseStoreTarget(spec).kind;
   for (const transcode of [true, false]) {
     // chDB: a directory of the drain's own (one process per chDB directory).
-    const target = spec.startsWith('chdb:') ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
+    const target = kind === 'chdb' ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
     const database = `bench_sink_${Date.now().toString(36)}`;
     await settle(spec); // chDB: the drain's directory is new, but this process's engine may still merge
     const child = spawnSync(process.execPath, ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), logDir, target, String(transcode), database], { encoding: 'utf8', maxBuffer: 16 << 20 });
-    dropAtEnd(spec.startsWith('chdb:') ? 'chdb' : 'server', spec, database);
+    dropAtEnd(kind, spec, database);
     const line = child.stdout.trim().split('\n').pop() ?? '';
     if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
     const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
     if (k.records !== sinkLog.records) throw new Error(`the sink's drain read ${k.records} records of the log's ${sinkLog.records}`);
     reports.push({
-      target: spec.startsWith('chdb:') ? 'chdb' : 'server',
+      target: kind,
       path: transcode ? 'native transcoders' : 'general path',
       turns: sinkLog.turns,
       records: k.records,

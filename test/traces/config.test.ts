@@ -6,7 +6,13 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { compileRunConfig } from '../../core/config.ts';
 import { isRlstreamError } from '../../core/errors.ts';
-import { openRunTraces } from '../../cli/run/context.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openRunContext, openRunTraces } from '../../cli/run/context.ts';
+import { createTraceSink } from '../../cli/run/roles.ts';
+import { silentLogger } from '../../core/telemetry.ts';
+import { recordRun } from './record.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import { TraceWriter } from '../../consumers/traces/writer.ts';
 import { targets } from './targets.ts';
@@ -42,9 +48,9 @@ for (const target of targets()) {
   test(`a writer on ${target.name} takes the store's preferred batch unless told otherwise`, { skip: target.skip ?? false }, async () => {
     const store = await target.open('batch');
     try {
+      // The server prefers larger parts (see ServerTraceStore.preferredBatch); chDB takes the writer's default.
+      assert.equal(store.preferredBatch !== undefined, target.name === 'server');
       const preferred = store.preferredBatch ?? { maxRows: 100_000, maxBytes: 64 << 20 };
-      // The server prefers larger parts than chDB (see ServerTraceStore.preferredBatch).
-      assert.deepEqual(preferred, target.name === 'server' ? { maxRows: 200_000, maxBytes: 128 << 20 } : { maxRows: 100_000, maxBytes: 64 << 20 });
       const byDefault = new TraceWriter(store);
       assert.deepEqual([byDefault.maxRows, byDefault.maxBytes], [preferred.maxRows, preferred.maxBytes]);
       const told = new TraceWriter(store, { maxRows: 7, maxBytes: 4096 });
@@ -54,6 +60,36 @@ for (const target of targets()) {
     }
   });
 }
+
+test("a run's traces.batch_rows reaches the sink it starts: a drain writes more, smaller batches", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-batchcfg-'));
+  const drain = async (batchRows: number | undefined) => {
+    const config = compileRunConfig({ run: { id: `b${batchRows ?? 0}`, data_dir: join(dir, String(batchRows)) }, traces: { kind: 'chdb', ...(batchRows ? { batch_rows: batchRows } : {}) } }, dir);
+    const ctx = await openRunContext(config, silentLogger);
+    const store = await targets()[0]!.open('batchcfg');
+    try {
+      const { sent } = await recordRun(ctx.log, ctx.serde, { groups: 300, runId: config.run.id }, 0, false, false);
+      const sink = createTraceSink(ctx, store);
+      await sink.drain();
+      await sink.stop();
+      assert.equal(sink.stats.records, sent);
+      return sink.stats;
+    } finally {
+      await store.close();
+      await ctx.close();
+    }
+  };
+  try {
+    // More records than a poll (5,000): the sink asks whether a batch is due once per poll.
+    const small = await drain(1000);
+    const plain = await drain(undefined);
+    assert.ok(small.rows > 10_000, `${small.rows} rows`);
+    assert.equal(plain.flushes, 1, 'the default batch (100,000 rows) takes the whole run at once');
+    assert.ok(small.flushes >= 2, `${small.flushes} flushes for ${small.rows} rows in batches of 1,000`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 const server = targets().find((t) => t.name === 'server')!;
 

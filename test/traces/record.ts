@@ -21,8 +21,9 @@ export interface Recorded {
  * `keepEvents: false` keeps only the counts, so a run of millions of events (the traces benchmark) is encoded
  * and sent in chunks without being held in memory.
  */
-export async function recordRun(log: EventLog, serde: EventSerde, run: SyntheticRunOptions, duplicateEvery = 0, keepEvents = true): Promise<Recorded> {
-  for (const name of Object.values(TOPICS)) if (name !== TOPICS.schemas) await log.createTopic({ name, partitions: name === TOPICS.rolloutEvents ? 3 : 1 });
+export async function recordRun(log: EventLog, serde: EventSerde, run: SyntheticRunOptions, duplicateEvery = 0, keepEvents = true, createTopics = true): Promise<Recorded> {
+  // createTopics false: the log already has them (a run's context makes the contract's topics).
+  if (createTopics) for (const name of Object.values(TOPICS)) if (name !== TOPICS.schemas) await log.createTopic({ name, partitions: name === TOPICS.rolloutEvents ? 3 : 1 });
   const producer = await log.producer();
   const out: Recorded = { events: [], sent: 0, bytes: 0 };
   let i = 0;
