@@ -343,7 +343,10 @@ export class LogCopyTarget implements ReplayTarget {
     for (const { record } of batch) {
       if (!this.created.has(record.topic)) {
         const spec = (await this.source.log.listTopics()).find((t) => t.name === record.topic);
-        await this.target.log.createTopic({ name: this.rename(record.topic), partitions: spec?.partitions ?? 1 });
+        // The source's retention, and no limit where it has none (null): records keep their timestamps, so a
+        // Kafka topic at the broker's default (days) would delete an older run's records minutes after the copy.
+        const retention = { maxAgeMs: spec?.retention?.maxAgeMs ?? null, maxBytes: spec?.retention?.maxBytes ?? null };
+        await this.target.log.createTopic({ name: this.rename(record.topic), partitions: spec?.partitions ?? 1, retention });
         this.created.add(record.topic);
       }
       const name = this.rename(record.topic);

@@ -39,11 +39,17 @@ export interface TopicPartitionOffset {
   offset: number;
 }
 
+/**
+ * A topic's retention. A limit left out is the log's default (the embedded log keeps everything; Kafka applies the
+ * broker's log.retention.*); null is no limit on either log, whatever its default (a copy of a log asks for that
+ * where its source keeps everything: Kafka's default of days would delete an old run's records minutes after
+ * they were copied, their timestamps being the run's).
+ */
 export interface RetentionOptions {
-  /** Delete whole segments older than this. */
-  maxAgeMs?: number;
-  /** Keep at most about this many bytes per partition (whole segments are deleted). */
-  maxBytes?: number;
+  /** Delete whole segments whose newest record is older than this (a positive integer, ms). */
+  maxAgeMs?: number | null;
+  /** Keep at most about this many bytes per partition (whole segments are deleted; a positive integer). */
+  maxBytes?: number | null;
 }
 
 export interface TopicSpec {

@@ -85,6 +85,18 @@ export function logConformance(name: string, factory: () => Promise<LogFixture>,
     await assert.rejects(log.offsets(uniqueName('conf-missing')), (e) => isRlstreamError(e, 'LOG_UNKNOWN_TOPIC'));
   });
 
+  it('createTopic refuses a retention that is not a positive integer or null, naming the field, and makes nothing', async (log) => {
+    for (const retention of [{ maxAgeMs: -1 }, { maxBytes: 0 }, { maxAgeMs: 1.5 }]) {
+      const topic = uniqueName('conf-retention');
+      const field = Object.keys(retention)[0]!;
+      await assert.rejects(log.createTopic({ name: topic, partitions: 1, retention }), (e) => isRlstreamError(e, 'INPUT_INVALID') && e.message.includes(`retention.${field}`));
+      assert.equal((await log.listTopics()).some((t) => t.name === topic), false, `${topic} was not made`);
+    }
+    const kept = uniqueName('conf-retention-null');
+    await log.createTopic({ name: kept, partitions: 1, retention: { maxAgeMs: null, maxBytes: null } });
+    assert.ok((await log.listTopics()).some((t) => t.name === kept));
+  });
+
   it('offsets are dense per partition and send returns positions in order', async (log) => {
     const topic = uniqueName('conf-dense');
     await log.createTopic({ name: topic, partitions: 2 });

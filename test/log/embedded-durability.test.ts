@@ -202,7 +202,17 @@ test('segments roll by size; retention deletes whole old segments by size and by
     const [a] = await log.offsets('age');
     assert.ok(a && a.low > 0 && a.high === 33, JSON.stringify(a));
     assert.ok((await log.offsetsForTimestamp('age', Date.now() - 60_000))[0]!.offset >= 30);
+
+    // null is no limit: the same hour-old records and more bytes than 'sz' keeps all stay, across a reopen
+    // (the spec is read back from meta.json), where a null read as a number would have deleted every old segment.
+    await log.createTopic({ name: 'keep', partitions: 1, retention: { maxAgeMs: null, maxBytes: null } });
+    for (let i = 0; i < 100; i++) await p.send('keep', [{ value: Buffer.alloc(200), timestamp: old + i }]);
     await log.close();
+    const reopened = openEmbeddedLog({ dir, segmentBytes: 2048, retentionCheckMs: 0 });
+    reopened.applyRetention();
+    assert.deepEqual(await reopened.offsets('keep'), [{ partition: 0, low: 0, high: 100 }]);
+    assert.deepEqual((await reopened.listTopics()).find((t) => t.name === 'keep')?.retention, { maxAgeMs: null, maxBytes: null });
+    await reopened.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

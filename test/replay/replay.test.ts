@@ -223,6 +223,21 @@ test('a log copied embedded → embedded (other schema ids) → embedded is byte
 const brokers = process.env['KAFKA_BROKERS'];
 const kafkaSkip = brokers || process.env['RLSTREAM_REQUIRE_SERVICES'] === '1' ? false : 'KAFKA_BROKERS is not set: embedded → Kafka → embedded copy skipped';
 
+/** retention.ms and retention.bytes of these Kafka topics, as the broker reports them (kafkajs's admin client). */
+async function retentionOf(brokers: string, topics: string[]): Promise<Record<string, string>[]> {
+  // ConfigResourceTypes is on kafkajs's CommonJS exports object only (not among the names ESM sees).
+  const { Kafka, logLevel, ConfigResourceTypes } = (await import('kafkajs')).default;
+  const admin = new Kafka({ brokers: brokers.split(','), logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  try {
+    const names = ['retention.ms', 'retention.bytes'];
+    const { resources } = await admin.describeConfigs({ includeSynonyms: false, resources: topics.map((name) => ({ type: ConfigResourceTypes.TOPIC, name, configNames: names })) });
+    return topics.map((t) => Object.fromEntries(resources.find((r) => r.resourceName === t)!.configEntries.map((e) => [e.configName, e.configValue])));
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 test('a log copied embedded → Kafka → embedded is byte-identical in its records', { skip: kafkaSkip, timeout: 120_000 }, async () => {
   assert.ok(brokers, 'KAFKA_BROKERS must be set');
   const kafka = await openLog({ kind: 'kafka', brokers: brokers.split(',') });
@@ -235,6 +250,9 @@ test('a log copied embedded → Kafka → embedded is byte-identical in its reco
   const topics = [TOPICS.rolloutEvents, TOPICS.trainSteps];
   try {
     await copyLog({ log, registry }, { log: kafka, registry: kafkaRegistry }, topics, (t) => prefix + t);
+    // The run's records are weeks old (their timestamps are the run's): at the broker's default retention (a day
+    // here) Kafka would delete them at its next check, minutes after the copy. The copy keeps what its source keeps.
+    assert.deepEqual(await retentionOf(brokers, topics.map((t) => prefix + t)), topics.map(() => ({ 'retention.ms': '-1', 'retention.bytes': '-1' })));
     await copyLog({ log: kafka, registry: kafkaRegistry }, { log: back, registry: backReg }, topics.map((t) => prefix + t), (t) => t.slice(prefix.length));
     const src = await allRecords(log);
     const dst = await allRecords(back);

@@ -21,6 +21,7 @@ import type {
   TopicPartitionOffset,
   TopicSpec,
 } from '../types.ts';
+import { checkTopicSpec } from '../topic-spec.ts';
 import { EmbeddedConsumer } from './consumer.ts';
 import { GroupCoordinator, type GroupMember } from './groups.ts';
 import { Journal, type JournalEntry, type OffsetTriple, type TxnPart } from './journal.ts';
@@ -32,7 +33,6 @@ import { type PlainRecord, batchFromBlob, batchSize, encodeBatch, encodedSize, r
 
 export type { EmbeddedLogOptions, FsyncPolicy } from './options.ts';
 
-const TOPIC_NAME = /^[A-Za-z0-9._-]{1,249}$/;
 /** The reusable batch buffer is given back after a batch larger than this. */
 const ARENA_KEPT_BYTES = 32 * 1024 * 1024;
 
@@ -153,8 +153,7 @@ export class EmbeddedLog implements EventLog {
 
   async createTopic(spec: TopicSpec): Promise<void> {
     this.checkOpen();
-    if (!TOPIC_NAME.test(spec.name)) throw new RlstreamError('INPUT_INVALID', `topic name ${JSON.stringify(spec.name)} must match ${TOPIC_NAME}`);
-    if (!Number.isInteger(spec.partitions) || spec.partitions < 1) throw new RlstreamError('INPUT_INVALID', `topic ${spec.name}: partitions must be a positive integer, got ${spec.partitions}`);
+    checkTopicSpec(spec);
     const existing = this.topics.get(spec.name);
     if (existing) {
       if (existing.spec.partitions !== spec.partitions) {

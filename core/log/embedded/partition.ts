@@ -100,8 +100,8 @@ export class Partition {
     const { maxBytes, maxAgeMs } = this.retention;
     while (this.segments.length > 1) {
       const oldest = this.segments[0]!;
-      const tooBig = maxBytes !== undefined && this.bytes > maxBytes;
-      const tooOld = maxAgeMs !== undefined && oldest.maxTimestamp < now - maxAgeMs;
+      const tooBig = maxBytes != null && this.bytes > maxBytes; // null or absent: no limit
+      const tooOld = maxAgeMs != null && oldest.maxTimestamp < now - maxAgeMs;
       if (!tooBig && !tooOld) break;
       oldest.delete();
       this.segments.shift();

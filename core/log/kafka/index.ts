@@ -7,6 +7,7 @@ import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import { silentLogger } from '../../telemetry.ts';
 import type { Consumer, ConsumerOptions, EventLog, GroupLag, PartitionOffsets, Producer, ProducerOptions, TopicPartitionOffset, TopicSpec } from '../types.ts';
+import { checkTopicSpec } from '../topic-spec.ts';
 import { KafkaConsumer, type ConsumerHost } from './consumer.ts';
 import { fromKafka } from './errors.ts';
 import { KAFKAJS_LEVEL, kafkajsLogCreator } from './logging.ts';
@@ -16,7 +17,6 @@ import { KafkaProducer, type ProducerHost } from './producer.ts';
 export type { KafkaLogOptions, CompiledKafkaLogOptions } from './options.ts';
 export { compileKafkaLogOptions } from './options.ts';
 
-const TOPIC_NAME = /^[A-Za-z0-9._-]{1,249}$/;
 
 function kafkaConfig(o: CompiledKafkaLogOptions, logger: Logger): KafkaConfig {
   const config: KafkaConfig = {
@@ -94,12 +94,12 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
   }
 
   async createTopic(spec: TopicSpec): Promise<void> {
-    if (typeof spec.name !== 'string' || !TOPIC_NAME.test(spec.name)) throw new RlstreamError('INPUT_INVALID', `topic name ${JSON.stringify(spec.name)} must match ${TOPIC_NAME}`);
-    if (!Number.isInteger(spec.partitions) || spec.partitions < 1) throw new RlstreamError('INPUT_INVALID', `topic ${spec.name}: partitions must be a positive integer, got ${spec.partitions}`);
+    checkTopicSpec(spec);
     const admin = await this.adm();
     const configEntries: { name: string; value: string }[] = [];
-    if (spec.retention?.maxAgeMs !== undefined) configEntries.push({ name: 'retention.ms', value: String(spec.retention.maxAgeMs) });
-    if (spec.retention?.maxBytes !== undefined) configEntries.push({ name: 'retention.bytes', value: String(spec.retention.maxBytes) });
+    // null: no limit, which Kafka spells -1; absent: the broker's default.
+    if (spec.retention?.maxAgeMs !== undefined) configEntries.push({ name: 'retention.ms', value: String(spec.retention.maxAgeMs ?? -1) });
+    if (spec.retention?.maxBytes !== undefined) configEntries.push({ name: 'retention.bytes', value: String(spec.retention.maxBytes ?? -1) });
     let created: boolean;
     try {
       created = await admin.createTopics({ topics: [{ topic: spec.name, numPartitions: spec.partitions, replicationFactor: -1, configEntries }], waitForLeaders: false });
