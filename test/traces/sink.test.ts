@@ -37,6 +37,45 @@ async function withSinkFixture(name: string, body: (f: { log: EventLog; serde: E
   }
 }
 
+/**
+ * The log, with the `stallAt`-th poll of its consumers (of either kind) coming back empty: a Kafka fetch that
+ * stalls in the middle of a topic, as one did in a 1M-turn drain from Kafka.
+ */
+function stallingLog(log: EventLog, stallAt: number): EventLog {
+  const stall = <T extends (...a: never[]) => Promise<unknown[]>>(poll: T, polls: { n: number }): T =>
+    ((...a: Parameters<T>) => (++polls.n === stallAt ? Promise.resolve([]) : poll(...a))) as T;
+  return new Proxy(log, {
+    get: (t, p) =>
+      p !== 'consumer'
+        ? Reflect.get(t, p)
+        : async (...args: Parameters<EventLog['consumer']>) => {
+            const c = await t.consumer(...args);
+            const polls = { n: 0 };
+            return new Proxy(c, {
+              get: (ct, cp) => {
+                const v = Reflect.get(ct, cp) as unknown;
+                if ((cp === 'poll' || cp === 'pollChunks') && typeof v === 'function') return stall((v as (...a: never[]) => Promise<unknown[]>).bind(ct), polls);
+                return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(ct) : v;
+              },
+            });
+          },
+  });
+}
+
+test('sink: a drain reads to the end the log had when it began, through an empty poll in the middle', { timeout: 60_000 }, async () => {
+  await withSinkFixture('sink_stall', async ({ log, serde, store }) => {
+    const { sent } = await recordRun(log, serde, { groups: 40, runId: 'stall' });
+    // Polls of 50 records: the third of them comes back empty with most of the log still unread.
+    const sink = new TraceSink({ log: stallingLog(log, 3), store, serde, groupId: 'traces', pollRecords: 50 });
+    await sink.drain();
+    await sink.stop();
+    assert.equal(sink.stats.records, sent);
+    assert.ok((await log.lag('traces', TOPICS.rolloutEvents)).every((l) => l.lag === 0), 'everything committed');
+    const n = (await store.query("SELECT count() AS n FROM trajectories FINAL WHERE run_id = 'stall'")).rows[0]?.['n'];
+    assert.equal(n, 160);
+  });
+});
+
 test('sink: commits after insert, resumes, dead-letters poison, keeps offsets when the store fails', { timeout: 60_000 }, async () => {
   await withSinkFixture('sink', async ({ log, serde, store }) => {
     const { sent } = await recordRun(log, serde, { groups: 5, runId: 'r1' });
