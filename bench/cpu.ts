@@ -1,6 +1,6 @@
 // Where a benchmark's CPU time went, from Linux's /proc: this process's threads grouped by role (the main
-// thread, chDB's insert and merge threads, Node's other threads), a ClickHouse server running on this machine,
-// and the time the hypervisor took from this VM (steal). Node's other threads are V8's (garbage collection)
+// thread, chDB's insert and merge threads, Node's other threads), a ClickHouse server and a Kafka broker running
+// on this machine, and the time the hypervisor took from this VM (steal). Node's other threads are V8's (garbage collection)
 // and libuv's pool, where chDB's asynchronous queries run: the names do not tell those apart. Process-wide CPU alone could not say whether the
 // client or the engine is the cost, nor that a VM's 2 cores are not 2 whole cores. Empty where /proc is absent.
 import { readdirSync, readFileSync } from 'node:fs';
@@ -8,7 +8,7 @@ import { cpus } from 'node:os';
 
 const TICKS = 100; // USER_HZ: /proc counts CPU time in 1/100 s on Linux
 
-export type CpuRole = 'main thread' | 'engine inserts' | 'engine merges' | 'engine other' | 'node threads' | 'server process';
+export type CpuRole = 'main thread' | 'engine inserts' | 'engine merges' | 'engine other' | 'node threads' | 'server process' | 'broker process';
 
 export interface CpuSample {
   /** Seconds of CPU by role since boot (thread totals; threads that ended before the sample are not counted). */
@@ -32,18 +32,28 @@ function ticksOf(statLine: string): number {
   return Number(f[11]) + Number(f[12]);
 }
 
-function serverTicks(): number | null {
-  let total: number | null = null;
+/** Services of this machine by role: a process counts when its command line matches. */
+const SERVICES: [CpuRole, RegExp][] = [
+  ['server process', /^clickhouse-serv/],
+  ['broker process', /\bkafka\.Kafka\b/], // the broker's JVM: its main class is on the command line
+];
+
+/** CPU ticks of each service role's processes; a role with no process running is absent. */
+function serviceTicks(): Map<CpuRole, number> {
+  const ticks = new Map<CpuRole, number>();
   for (const pid of readdirSync('/proc')) {
     if (!/^\d+$/.test(pid)) continue;
     try {
-      if (!readFileSync(`/proc/${pid}/comm`, 'utf8').startsWith('clickhouse-serv')) continue;
-      total = (total ?? 0) + ticksOf(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+      const comm = readFileSync(`/proc/${pid}/comm`, 'utf8');
+      // A JVM's comm is 'java': its main class is read from the command line (NUL-separated arguments).
+      const name = comm.startsWith('java') ? readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ') : comm;
+      const role = SERVICES.find(([, re]) => re.test(name))?.[0];
+      if (role) ticks.set(role, (ticks.get(role) ?? 0) + ticksOf(readFileSync(`/proc/${pid}/stat`, 'utf8')));
     } catch {
       // the process ended while we looked
     }
   }
-  return total;
+  return ticks;
 }
 
 export function sampleCpu(): CpuSample | null {
@@ -58,8 +68,7 @@ export function sampleCpu(): CpuSample | null {
         // the thread ended while we looked
       }
     }
-    const server = serverTicks();
-    if (server !== null) byRole.set('server process', server / TICKS);
+    for (const [role, ticks] of serviceTicks()) byRole.set(role, ticks / TICKS);
     const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/);
     return { byRole, steal: Number(cpu[8] ?? 0) / TICKS };
   } catch {

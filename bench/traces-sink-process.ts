@@ -1,28 +1,41 @@
 // One trace sink drain in a process of its own, as the sink runs when deployed (not beside the benchmark's
 // heap, its chDB instance and that instance's background work); bench/traces.ts starts it. Prints one JSON
 // line: counts, seconds and CPU by role. It leaves its database in place: bench/traces.ts drops it at the end.
-// Usage: node --import tsx bench/traces-sink-process.ts <log dir> <store spec> <transcode: true|false> <database>
+// The log is an embedded log's directory, or kafka://brokers with the prefix the run's topics were copied under
+// (the distributed shape: the sink consumes Kafka through kafkajs).
+// Usage: node --import tsx bench/traces-sink-process.ts <log dir | kafka://brokers> <store spec> <transcode: true|false> <database> [topic prefix]
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
+import { openLog } from '../core/log/open.ts';
+import type { EventLog } from '../core/log/types.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
+import { openRegistryFor } from '../core/serde/open.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { openTraceStore } from '../core/traces/open.ts';
-import { TraceSink } from '../consumers/traces/sink.ts';
+import { TRACE_TOPICS, TraceSink } from '../consumers/traces/sink.ts';
 import { cpuReport, sampleCpu } from './cpu.ts';
 
-const [logDir, spec, transcodeArg, database] = process.argv.slice(2);
-if (!logDir || !spec || (transcodeArg !== 'true' && transcodeArg !== 'false') || !database) {
-  console.error('usage: traces-sink-process.ts <log dir> <store spec> <true|false> <database>');
+const [logSpec, spec, transcodeArg, database, prefix = ''] = process.argv.slice(2);
+if (!logSpec || !spec || (transcodeArg !== 'true' && transcodeArg !== 'false') || !database) {
+  console.error('usage: traces-sink-process.ts <log dir | kafka://brokers> <store spec> <true|false> <database> [topic prefix]');
   process.exit(2);
 }
 const transcode = transcodeArg === 'true';
-const log = openEmbeddedLog({ dir: logDir, fsync: 'none' });
-const registry = await EmbeddedRegistry.open(log);
+const kafka = logSpec.startsWith('kafka://');
+const log: EventLog = kafka
+  ? await openLog({ kind: 'kafka', brokers: logSpec.slice('kafka://'.length).split(',') })
+  : openEmbeddedLog({ dir: logSpec, fsync: 'none' });
+// The registry of each shape: the embedded log's own _schemas topic; for Kafka, the registry at SCHEMA_REGISTRY_URL
+// (where the copy into Kafka registered the schemas).
+const registry = kafka ? await openRegistryFor(log) : await EmbeddedRegistry.open(log);
 const serde = await new EventSerde(registry).init();
 const store = await openTraceStore(spec, { database });
 try {
   // The sink as deployed: its default batch sizes and poll size. A group of its own: the log is drained once per
-  // target and path, each from the start.
-  const sink = new TraceSink({ log, store, serde, groupId: `bench-sink-${database}`, transcode });
+  // target and path, each from the start. The copy's topics in Kafka carry its prefix.
+  // A copy into Kafka makes only the topics that had records; the embedded log has them all.
+  const existing = new Set((await log.listTopics()).map((t) => t.name));
+  const topics = TRACE_TOPICS.map((t) => prefix + t).filter((t) => !kafka || existing.has(t));
+  const sink = new TraceSink({ log, store, serde, groupId: `bench-sink-${database}`, transcode, topics, ...(kafka ? { pollTimeoutMs: 2_000 } : {}) });
   const c0 = process.cpuUsage();
   const s0 = sampleCpu();
   const t0 = performance.now();

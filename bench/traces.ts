@@ -14,8 +14,14 @@
 // The sink itself is measured after that, end to end, which is the figure to read: a synthetic run is
 // recorded into an embedded log (Avro, untimed), then the real TraceSink drains it into a fresh database (read,
 // CRC checks, native transcoding of the planned events, INSERTs, offset commits) in a process of its own, as
-// it runs deployed; rows/s is over the drain's wall time. The same log is drained again with transcoding off (decode, rowsOf, codec for every record), as
-// the comparison.
+// it runs deployed; rows/s is over the drain's wall time. The log's pages are written back to disk before the first
+// drain (the recording left ~250 MB dirty, and the kernel's writeback of it ran on the same 2 cores as the drain).
+// A VM's speed moves from hour to hour (the same drain's CPU-µs a row ranged 6.4-9.5 here in one afternoon), so
+// the drain runs --sink-runs times (default 3) and the median, least and most are printed. The same log is
+// drained again with transcoding off (decode, rowsOf, codec for every record), once, as the comparison.
+// With the server as a target and KAFKA_BROKERS set, the log is also copied into Kafka (under topics of its own,
+// untimed, schemas registered at SCHEMA_REGISTRY_URL) and the sink drains it from there into the server: the
+// distributed shape, where kafkajs decodes each record in JavaScript. The copy's topics are deleted at the end.
 // Both print where the CPU went, per row (bench/cpu.ts): the main thread, chDB's insert and merge threads,
 // Node's other threads (GC, and libuv's pool, where chDB's queries start), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
 // what the machine's cores can take at that cost. Merges still running when a drain ends are not in it.
@@ -29,20 +35,30 @@
 // server), and every insert creates a part's files: a drain right after the previous phase's DROP measured
 // 145-186k rows/s into the server against 201-214k without one (scratch drains of one recorded log).
 // For the same reason each timed phase first waits (up to two minutes) until the target runs no merges: a
-// phase's own merges count, the previous phase's do not. The wait is printed.
+// phase's own merges count, the previous phase's do not. The wait is printed. And once a phase's figures are
+// taken, its database's merges are stopped (retire()): the engine merges parts again as they age, which would
+// otherwise run during the phases after it.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
-//                                [--sink-turns 1000000] (0 skips the end-to-end sink)
+//                                [--sink-turns 1000000] (0 skips the end-to-end sink) [--sink-runs 3]
+//                                [--kafka-sink true|false] (default: true where KAFKA_BROKERS is set)
 //                                [--engine-turns 300000] (0 skips the engine alone)
 import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
+import { openLog } from '../core/log/open.ts';
+import { openRegistryFor } from '../core/serde/open.ts';
+import { TOPICS } from '../core/topics.ts';
+import { ReplayJob } from '../consumers/replay/job.ts';
+import { LogCopyTarget } from '../consumers/replay/targets.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { openTraceStore, parseStoreTarget } from '../core/traces/open.ts';
+import { quoteIdent, quoteString } from '../core/traces/sql.ts';
 import { TRACE_TABLES, type TraceStore } from '../core/traces/store.ts';
 import type { TableCodec } from '../core/traces/rowbinary.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
@@ -167,7 +183,7 @@ async function benchTarget(spec: string, turnsWanted: number, tokens: number, ba
       queries,
     };
   } finally {
-    dropAtEnd(store.kind, spec, store.database);
+    await retire(store, spec);
     await store.close();
   }
 }
@@ -176,6 +192,10 @@ interface SinkReport {
   target: string;
   /** 'native transcoders' (the default) or 'general path' (decode, rowsOf, codec for every record). */
   path: string;
+  /** Where the sink read the run: the embedded log (in place) or Kafka (kafkajs). */
+  source: 'embedded log' | 'Kafka';
+  /** Which of the drains of this target, path and source this is (1-based). */
+  run: number;
   turns: number;
   records: number;
   /** Records written through a transcoder. */
@@ -210,25 +230,40 @@ async function recordSinkLog(dir: string, turnsWanted: number, tokens: number): 
     return { dir: logDir, turns: syntheticTurnCount(run), records: sent, bytes };
   } finally {
     await log.close(); // the drain's process takes the log's lock
+    // Written back now, untimed (see the header); `sync -f` syncs the file system that holds the log.
+    spawnSync('sync', ['-f', logDir]);
   }
 }
 
+/** The log a drain reads: an embedded log's directory, or Kafka's brokers with the prefix of the copy's topics. */
+interface DrainSource {
+  log: string;
+  prefix: string;
+  source: SinkReport['source'];
+}
+
 /**
- * The real TraceSink draining a recorded run from an embedded log into a fresh database of `spec`: once with its
- * native transcoders (the default) and once through the general path only, each from the start of the same log,
- * each in a process of its own (bench/traces-sink-process.ts).
+ * The real TraceSink draining a recorded run into a fresh database of `spec`, in a process of its own
+ * (bench/traces-sink-process.ts), from the start of `from`: `runs` times with its native transcoders (the default)
+ * and, unless `general` is false, once through the general path only.
  */
-async function benchSink(spec: string, dir: string, sinkLog: SinkLog): Promise<SinkReport[]> {
-  const { dir: logDir, bytes: logBytes } = sinkLog;
+async function benchSink(spec: string, dir: string, sinkLog: SinkLog, from: DrainSource, runs: number, general = true): Promise<SinkReport[]> {
+  const { bytes: logBytes } = sinkLog;
   const reports: SinkReport[] = [];
   const kind = parseStoreTarget(spec).kind;
-  for (const transcode of [true, false]) {
+  const drains = [...Array.from({ length: runs }, (_, i) => ({ transcode: true, run: i + 1 })), ...(general ? [{ transcode: false, run: 1 }] : [])];
+  for (const { transcode, run } of drains) {
     // chDB: a directory of the drain's own (one process per chDB directory).
     const target = kind === 'chdb' ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
     const database = `bench_sink_${Date.now().toString(36)}`;
     await settle(spec); // chDB: the drain's directory is new, but this process's engine may still merge
-    const child = spawnSync(process.execPath, ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), logDir, target, String(transcode), database], { encoding: 'utf8', maxBuffer: 16 << 20 });
-    dropAtEnd(kind, spec, database);
+    const args = ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), from.log, target, String(transcode), database, from.prefix];
+    const child = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 << 20 });
+    if (kind === 'server') {
+      // chDB's drain database went with its process; the server's stays (and would merge on).
+      const store = await openTraceStore(spec, { database, migrate: false });
+      await retire(store, spec).finally(() => store.close());
+    }
     const line = child.stdout.trim().split('\n').pop() ?? '';
     if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
     const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
@@ -236,6 +271,8 @@ async function benchSink(spec: string, dir: string, sinkLog: SinkLog): Promise<S
     reports.push({
       target: kind,
       path: transcode ? 'native transcoders' : 'general path',
+      source: from.source,
+      run,
       turns: sinkLog.turns,
       records: k.records,
       transcoded: k.transcoded,
@@ -249,6 +286,60 @@ async function benchSink(spec: string, dir: string, sinkLog: SinkLog): Promise<S
     });
   }
   return reports;
+}
+
+/** Median, least and most rows/s of the drains of one target, path and source. */
+function summarize(drains: SinkReport[]): { median: number; min: number; max: number } {
+  const r = drains.map((d) => d.rowsPerSecond).sort((a, b) => a - b);
+  return { median: r[(r.length - 1) >> 1]!, min: r[0]!, max: r[r.length - 1]! };
+}
+
+/** Kafka topics the bench made (the copies of the sink's log), deleted when it ends. */
+const kafkaTopics: string[] = [];
+
+/**
+ * Copies the recorded log into Kafka under topics of its own (`<prefix><topic>`), untimed, through the replay's
+ * log copy (schemas registered in the registry at SCHEMA_REGISTRY_URL, which the drain reads them from).
+ */
+async function copyToKafka(sinkLog: SinkLog, brokers: string[]): Promise<DrainSource> {
+  const prefix = `bench-traces-${randomBytes(4).toString('hex')}-`;
+  const source = openEmbeddedLog({ dir: sinkLog.dir, fsync: 'none' });
+  const kafka = await openLog({ kind: 'kafka', brokers });
+  try {
+    const sourceRegistry = await EmbeddedRegistry.open(source);
+    const kafkaRegistry = await openRegistryFor(kafka);
+    try {
+      const topics = Object.values(TOPICS).filter((t) => t !== TOPICS.schemas);
+      const target = new LogCopyTarget({ log: source, registry: sourceRegistry }, { log: kafka, registry: kafkaRegistry, describe: 'kafka' }, (t) => prefix + t);
+      const serde = await new EventSerde(sourceRegistry).init();
+      const end = await ReplayJob.start({ log: source, serde, target, topics }).done;
+      // The copy made a topic for each one with records (with the source's retention: none).
+      kafkaTopics.push(...(await kafka.listTopics()).map((t) => t.name).filter((n) => n.startsWith(prefix)));
+      if (end.state !== 'done' || end.written !== sinkLog.records) throw new Error(`copying the sink's log into Kafka ended ${end.state} with ${end.written} of ${sinkLog.records} records: ${end.error ?? ''}`);
+    } finally {
+      await kafkaRegistry.close();
+      await sourceRegistry.close();
+    }
+  } finally {
+    await kafka.close();
+    await source.close();
+  }
+  return { log: `kafka://${brokers.join(',')}`, prefix, source: 'Kafka' };
+}
+
+async function deleteKafkaTopics(brokers: string[]): Promise<void> {
+  if (kafkaTopics.length === 0) return;
+  // The EventLog contract has no topic deletion (no role needs one); the bench cleans up with kafkajs's admin.
+  const { Kafka, logLevel } = await import('kafkajs');
+  const admin = new Kafka({ brokers, logLevel: logLevel.NOTHING }).admin();
+  try {
+    await admin.connect();
+    await admin.deleteTopics({ topics: kafkaTopics.splice(0) });
+  } catch (e) {
+    console.error(`could not delete the bench's Kafka topics: ${String(e)}`);
+  } finally {
+    await admin.disconnect();
+  }
 }
 
 interface EngineReport {
@@ -319,7 +410,7 @@ async function benchEngine(spec: string, turnsWanted: number, tokens: number, ba
       mbPerSecond: Math.round((bytes / 1e6 / seconds) * 10) / 10,
     };
   } finally {
-    dropAtEnd(store.kind, spec, store.database);
+    await retire(store, spec);
     await store.close();
   }
 }
@@ -349,8 +440,16 @@ async function settle(spec: string): Promise<void> {
 /** Server databases the bench made, dropped when it ends (see the header); chDB's go with the bench's directory. */
 const serverDatabases: { spec: string; database: string }[] = [];
 
-function dropAtEnd(kind: TraceStore['kind'], spec: string, database: string): void {
-  if (kind === 'server') serverDatabases.push({ spec, database });
+/**
+ * A phase's database once its figures are taken: its merges are stopped, and a server's is dropped when the bench
+ * ends. The engine goes on merging a database's parts as they age (ClickHouse lowers its merge threshold for
+ * older parts), so without this a server drain also paid for the merges of the drains before it: three drains of
+ * one log in a row gave 213k, 174k and 215k rows/s, the server's CPU 3.4, 4.7 and 3.2 µs a row.
+ */
+async function retire(store: TraceStore, spec: string): Promise<void> {
+  const tables = await store.query(`SELECT name FROM system.tables WHERE database = ${quoteString(store.database)} AND engine LIKE '%MergeTree'`);
+  for (const r of tables.rows) await store.exec(`SYSTEM STOP MERGES ${quoteIdent(store.database)}.${quoteIdent(String(r['name']))}`);
+  if (store.kind === 'server') serverDatabases.push({ spec, database: store.database });
 }
 
 async function dropServerDatabases(): Promise<void> {
@@ -368,6 +467,11 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
   const wanted = arg(args, 'targets', process.env['CLICKHOUSE_URL'] ? 'chdb,server' : 'chdb').split(',');
   const sinkTurns = Number(arg(args, 'sink-turns', '1000000'));
   const engineTurns = Number(arg(args, 'engine-turns', '300000'));
+  const sinkRuns = Number(arg(args, 'sink-runs', '3'));
+  if (!Number.isInteger(sinkRuns) || sinkRuns < 1) throw new Error(`--sink-runs must be a positive integer, got ${sinkRuns}`);
+  const brokers = (process.env['KAFKA_BROKERS'] ?? '').split(',').filter((b) => b);
+  const kafkaSink = arg(args, 'kafka-sink', brokers.length > 0 ? 'true' : 'false') === 'true';
+  if (kafkaSink && brokers.length === 0) throw new Error('--kafka-sink true needs KAFKA_BROKERS (source infra/env.sh)');
   const reports: TargetReport[] = [];
   const sinks: SinkReport[] = [];
   const engines: EngineReport[] = [];
@@ -394,15 +498,22 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
       if (sinkTurns > 0) {
         if (!sinkLog) console.log(`recording ${sinkTurns} turns into an embedded log (untimed), for every target's sink to drain…`);
         sinkLog ??= await recordSinkLog(dir, sinkTurns, tokens);
-        console.log(`${t}: the trace sink end to end, draining that log…`);
-        for (const k of await benchSink(spec, dir, sinkLog)) {
+        console.log(`${t}: the trace sink end to end, draining that log ${sinkRuns} times…`);
+        const drained = await benchSink(spec, dir, sinkLog, { log: sinkLog.dir, prefix: '', source: 'embedded log' }, sinkRuns);
+        if (t === 'server' && kafkaSink) {
+          console.log(`${t}: copying the log into Kafka (untimed), for the sink to drain from there…`);
+          drained.push(...(await benchSink(spec, dir, sinkLog, await copyToKafka(sinkLog, brokers), 1, false)));
+        }
+        for (const k of drained) {
           sinks.push(k);
           console.log(
-            `${t} sink end to end, ${k.path}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
+            `${t} sink end to end from ${k.source === 'Kafka' ? 'Kafka' : 'the embedded log'}, ${k.path}${k.path === 'native transcoders' && k.source === 'embedded log' ? ` (drain ${k.run} of ${sinkRuns})` : ''}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
               `process CPU ${k.cpuSeconds} s (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
           );
           console.log(`  ${describeCpu(k.cpu)}`);
         }
+        const s = summarize(drained.filter((k) => k.path === 'native transcoders' && k.source === 'embedded log'));
+        console.log(`${t} sink end to end from the embedded log: median ${s.median} rows/s of ${sinkRuns} drain${sinkRuns === 1 ? '' : 's'} (${s.min}-${s.max})  [target ≥ 200000 rows/s]`);
       }
       if (engineTurns > 0) {
         const g = await benchEngine(spec, engineTurns, tokens, batchRows);
@@ -417,6 +528,7 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
     console.log(`note: ${os.cpus().length} cores, load average ${os.loadavg()[0]!.toFixed(1)}: timings on a shared machine are noisy.`);
   } finally {
     await dropServerDatabases();
+    await deleteKafkaTopics(brokers);
     rmSync(dir, { recursive: true, force: true });
   }
   return { stores: reports, sinks, engines };
