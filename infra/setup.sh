@@ -52,9 +52,14 @@ if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
   else
     say "npm ci"
     # A lockfile out of step with package.json makes `npm ci` refuse; a fresh clone must still install, so fall
-    # back to `npm install` (which rewrites the lockfile: commit it) with a visible warning.
-    if ! npm ci --no-audit --no-fund --loglevel=error; then
-      say "WARNING: npm ci refused (package-lock.json out of sync with package.json); running npm install"
+    # back to `npm install` (which rewrites the lockfile: commit it) with a visible warning. npm ci's refusal
+    # (its whole usage text) goes to a log; its first error line is shown.
+    # The lockfile lists chdb's optional macOS and linux-arm64 libraries by hand: this machine's registry does not
+    # serve them (404), so `npm install` here leaves them out, and `npm ci` then refuses the lockfile. On this
+    # platform npm skips them (os/cpu), so no download is needed. An `npm install` that drops them again shows up
+    # here as this warning: put the three entries back (version, os, cpu, optional).
+    if ! npm ci --no-audit --no-fund --loglevel=error >"$D/npm-ci.log" 2>&1; then
+      say "WARNING: npm ci refused ($(grep -m1 -E 'npm (error|ERR!) (Missing|Invalid|code)' "$D/npm-ci.log" || echo "see $D/npm-ci.log")); running npm install"
       npm install --no-audit --no-fund --loglevel=error
     fi
     cp package-lock.json "$stamp"
