@@ -46,12 +46,20 @@ test('packed sequences give the same log-probs as each sequence alone', { skip }
   model.dispose();
 });
 
-test('positions restart at 0 in each sequence: the same sequence twice gives the same log-probs twice', { skip }, async () => {
+test('a packed sequence sees only itself: the same sequence twice gives the same log-probs twice', { skip }, async () => {
   const model = Model.init(TINY, { seed: 5, threads: 2, initStd: 0.5 });
   const s = randomSeqs(rng(2), [9], TINY.vocab_size)[0]!;
   const { batch, targets } = pack([s, s]);
   const out = await model.forward(batch, targets);
-  for (let t = 0; t < 9; t++) assert.equal(out.logprobs[t], out.logprobs[t + 9]);
+  // To fp32 rounding, not bit for bit: the two copies are different rows of each matrix product, and on some
+  // CPUs (this project's AVX-512 VM since 2026-11-24) rows in different places of a kernel's tile round differently
+  // (7e-7 here). A copy that attended to the first one as well would differ by far more (checked below). RoPE
+  // depends on relative positions only, so where each sequence's positions start shows in nothing but rounding.
+  for (let t = 0; t < 9; t++) assert.ok(Math.abs(out.logprobs[t]! - out.logprobs[t + 9]!) < 1e-5, `token ${t}: ${out.logprobs[t]} vs ${out.logprobs[t + 9]}`);
+  const joined = pack([[...s, ...s]]);
+  const attended = await model.forward(joined.batch, joined.targets);
+  const apart = Math.max(...Array.from({ length: 8 }, (_, t) => Math.abs(attended.logprobs[t + 9]! - out.logprobs[t + 9]!)));
+  assert.ok(apart > 1e-3, `one 18-token sequence differs from two packed copies by only ${apart}`);
   model.dispose();
 });
 
