@@ -496,7 +496,14 @@ export class StreamProcessor {
 }
 
 /** The last checkpoint per key on a state topic, read from its tail (widening the window until all are found). */
-export async function readCheckpoints(log: EventLog, stateTopic: string, keys: Set<string>, logger: Logger = silentLogger): Promise<Map<string, Checkpoint>> {
+export async function readCheckpoints(
+  log: EventLog,
+  stateTopic: string,
+  keys: Set<string>,
+  logger: Logger = silentLogger,
+  /** How long a read that does not move is given before it is taken as ended (readToEnd's idleEndMs). */
+  options: { idleEndMs?: number } = {},
+): Promise<Map<string, Checkpoint>> {
   const found = new Map<string, Checkpoint>();
   const parts = await log.offsets(stateTopic).catch(() => []);
   const p0 = parts.find((p) => p.partition === 0);
@@ -525,7 +532,7 @@ export async function readCheckpoints(log: EventLog, stateTopic: string, keys: S
           const prev = latest.get(k);
           if (!prev || prev.offset < r.offset) latest.set(k, { offset: r.offset, cp: JSON.parse(r.value.toString('utf8')) as Checkpoint });
         }
-      }, { what: 'checkpoint restore', timeoutMs: 60_000 });
+      }, { what: 'checkpoint restore', timeoutMs: 60_000, ...(options.idleEndMs === undefined ? {} : { idleEndMs: options.idleEndMs }) });
       // A read that stalled short of the end may have missed the newest checkpoints. An older one of the same
       // committed offset knows fewer finished records, so more are processed again (outputs with the same
       // derived ids, which readers drop), never fewer; one of another offset is discarded by restore().
