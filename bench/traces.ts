@@ -15,7 +15,8 @@
 // recorded into an embedded log (Avro, untimed), then the real TraceSink drains it into a fresh database (read,
 // CRC checks, native transcoding of the planned events, INSERTs, offset commits) in a process of its own, as
 // it runs deployed; rows/s is over the drain's wall time. The log's pages are written back to disk before the first
-// drain (the recording left ~250 MB dirty, and the kernel's writeback of it ran on the same 2 cores as the drain).
+// drain, untimed: the recording leaves ~250 MB of them dirty, whose writeback would otherwise share the 2 cores
+// with the drain (an effect not separated from this VM's noise when measured).
 // A VM's speed moves from hour to hour (the same drain's CPU-µs a row ranged 6.4-9.5 here in one afternoon), so
 // the drain runs --sink-runs times (default 3) and the median, least and most are printed. The same log is
 // drained again with transcoding off (decode, rowsOf, codec for every record), once, as the comparison.
@@ -35,9 +36,7 @@
 // server), and every insert creates a part's files: a drain right after the previous phase's DROP measured
 // 145-186k rows/s into the server against 201-214k without one (scratch drains of one recorded log).
 // For the same reason each timed phase first waits (up to two minutes) until the target runs no merges: a
-// phase's own merges count, the previous phase's do not. The wait is printed. And once a phase's figures are
-// taken, its database's merges are stopped (retire()): the engine merges parts again as they age, which would
-// otherwise run during the phases after it.
+// phase's own merges count, the previous phase's do not. The wait is printed.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
 //                                [--sink-turns 1000000] (0 skips the end-to-end sink) [--sink-runs 3]
 //                                [--kafka-sink true|false] (default: true where KAFKA_BROKERS is set)
@@ -58,7 +57,6 @@ import { LogCopyTarget } from '../consumers/replay/targets.ts';
 import { EmbeddedRegistry } from '../core/serde/embedded-registry.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { openTraceStore, parseStoreTarget } from '../core/traces/open.ts';
-import { quoteIdent, quoteString } from '../core/traces/sql.ts';
 import { TRACE_TABLES, type TraceStore } from '../core/traces/store.ts';
 import type { TableCodec } from '../core/traces/rowbinary.ts';
 import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
@@ -183,7 +181,7 @@ async function benchTarget(spec: string, turnsWanted: number, tokens: number, ba
       queries,
     };
   } finally {
-    await retire(store, spec);
+    dropAtEnd(store.kind, spec, store.database);
     await store.close();
   }
 }
@@ -259,11 +257,7 @@ async function benchSink(spec: string, dir: string, sinkLog: SinkLog, from: Drai
     await settle(spec); // chDB: the drain's directory is new, but this process's engine may still merge
     const args = ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), from.log, target, String(transcode), database, from.prefix];
     const child = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 << 20 });
-    if (kind === 'server') {
-      // chDB's drain database went with its process; the server's stays (and would merge on).
-      const store = await openTraceStore(spec, { database, migrate: false });
-      await retire(store, spec).finally(() => store.close());
-    }
+    dropAtEnd(kind, spec, database);
     const line = child.stdout.trim().split('\n').pop() ?? '';
     if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
     const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
@@ -312,9 +306,12 @@ async function copyToKafka(sinkLog: SinkLog, brokers: string[]): Promise<DrainSo
       const topics = Object.values(TOPICS).filter((t) => t !== TOPICS.schemas);
       const target = new LogCopyTarget({ log: source, registry: sourceRegistry }, { log: kafka, registry: kafkaRegistry, describe: 'kafka' }, (t) => prefix + t);
       const serde = await new EventSerde(sourceRegistry).init();
-      const end = await ReplayJob.start({ log: source, serde, target, topics }).done;
-      // The copy made a topic for each one with records (with the source's retention: none).
-      kafkaTopics.push(...(await kafka.listTopics()).map((t) => t.name).filter((n) => n.startsWith(prefix)));
+      const end = await ReplayJob.start({ log: source, serde, target, topics })
+        .done.finally(async () => {
+          // The topics the copy made (one for each with records, at the source's retention: none), deleted at the end
+          // even when the copy failed part way.
+          kafkaTopics.push(...(await kafka.listTopics()).map((t) => t.name).filter((n) => n.startsWith(prefix)));
+        });
       if (end.state !== 'done' || end.written !== sinkLog.records) throw new Error(`copying the sink's log into Kafka ended ${end.state} with ${end.written} of ${sinkLog.records} records: ${end.error ?? ''}`);
     } finally {
       await kafkaRegistry.close();
@@ -410,7 +407,7 @@ async function benchEngine(spec: string, turnsWanted: number, tokens: number, ba
       mbPerSecond: Math.round((bytes / 1e6 / seconds) * 10) / 10,
     };
   } finally {
-    await retire(store, spec);
+    dropAtEnd(store.kind, spec, store.database);
     await store.close();
   }
 }
@@ -440,16 +437,8 @@ async function settle(spec: string): Promise<void> {
 /** Server databases the bench made, dropped when it ends (see the header); chDB's go with the bench's directory. */
 const serverDatabases: { spec: string; database: string }[] = [];
 
-/**
- * A phase's database once its figures are taken: its merges are stopped, and a server's is dropped when the bench
- * ends. The engine goes on merging a database's parts as they age (ClickHouse lowers its merge threshold for
- * older parts), so without this a server drain also paid for the merges of the drains before it: three drains of
- * one log in a row gave 213k, 174k and 215k rows/s, the server's CPU 3.4, 4.7 and 3.2 µs a row.
- */
-async function retire(store: TraceStore, spec: string): Promise<void> {
-  const tables = await store.query(`SELECT name FROM system.tables WHERE database = ${quoteString(store.database)} AND engine LIKE '%MergeTree'`);
-  for (const r of tables.rows) await store.exec(`SYSTEM STOP MERGES ${quoteIdent(store.database)}.${quoteIdent(String(r['name']))}`);
-  if (store.kind === 'server') serverDatabases.push({ spec, database: store.database });
+function dropAtEnd(kind: TraceStore['kind'], spec: string, database: string): void {
+  if (kind === 'server') serverDatabases.push({ spec, database });
 }
 
 async function dropServerDatabases(): Promise<void> {
