@@ -4,7 +4,7 @@
 // The sink consumes directly rather than through core/processor.ts: it produces nothing, so it needs no
 // transaction, and records it cannot decode become dead_letters rows rather than dead-letter events (the
 // sink reads the dead-letter topic too, and must not feed itself).
-import { describeError } from '../../core/errors.ts';
+import { describeError, RlstreamError } from '../../core/errors.ts';
 import type { Consumer, EventLog, LogRecord, TopicPartitionOffset } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
@@ -25,6 +25,8 @@ export const TRACE_TOPICS: readonly string[] = [
 ];
 
 export { recordRows, SINK_CONSUMER } from './ingest.ts';
+
+const partitionKey = (topic: string, partition: number): string => `${topic}\0${partition}`;
 
 export interface TraceSinkOptions extends WriterOptions {
   log: EventLog;
@@ -124,7 +126,7 @@ export class TraceSink {
 
   /** The offset to commit for a partition once what was polled is written: the next one to read. */
   private setPosition(topic: string, partition: number, offset: number): void {
-    this.positions.set(`${topic}\0${partition}`, { topic, partition, offset });
+    this.positions.set(partitionKey(topic, partition), { topic, partition, offset });
   }
 
   /**
@@ -157,15 +159,27 @@ export class TraceSink {
    * Read what the log held when the drain began, then flush and commit (tests, catch-up): until this member's
    * position on every partition assigned to it reaches the end listed at the start. An empty poll is not the
    * end: a Kafka fetch can stall for seconds in the middle of a topic (a 1M-turn drain from Kafka stopped at
-   * 1.74M of 1.97M records when it took the first empty poll as the end).
+   * 1.74M of 1.97M records when it took the first empty poll as the end). Positions that do not move for
+   * `stallMs` (default 60 s) fail the drain with a retriable LOG_UNAVAILABLE naming them, rather than hang.
    */
-  async drain(): Promise<void> {
+  async drain(options: { stallMs?: number } = {}): Promise<void> {
+    const stallMs = options.stallMs ?? 60_000;
     await this.start();
     const ends = new Map<string, number>();
     for (const topic of this.options.topics ?? TRACE_TOPICS) {
-      for (const p of await this.options.log.offsets(topic)) ends.set(`${topic}\0${p.partition}`, p.high);
+      for (const p of await this.options.log.offsets(topic)) ends.set(partitionKey(topic, p.partition), p.high);
     }
-    while (!this.reached(ends)) await this.step();
+    let seen = '';
+    let movedAt = Date.now();
+    while (!this.reached(ends)) {
+      await this.step();
+      // topic/partition at position of end, for this member's partitions
+      const now = (this.consumer?.assignment() ?? []).map((a) => `${a.topic}/${a.partition} at ${a.offset} of ${ends.get(partitionKey(a.topic, a.partition)) ?? 0}`).join(', ');
+      if (now !== seen) [seen, movedAt] = [now, Date.now()];
+      else if (Date.now() - movedAt > stallMs) {
+        throw new RlstreamError('LOG_UNAVAILABLE', `trace sink drain: no position moved for ${stallMs / 1000} s short of the ends listed at its start (${now})`, { retriable: true });
+      }
+    }
     await this.flushAndCommit();
   }
 
@@ -177,7 +191,7 @@ export class TraceSink {
   private reached(ends: ReadonlyMap<string, number>): boolean {
     const assigned = this.consumer?.assignment() ?? [];
     if (assigned.length === 0) return [...ends.values()].every((end) => end === 0);
-    return assigned.every((a) => a.offset >= (ends.get(`${a.topic}\0${a.partition}`) ?? 0));
+    return assigned.every((a) => a.offset >= (ends.get(partitionKey(a.topic, a.partition)) ?? 0));
   }
 
   /** Run until stop(); transient store failures are retried with backoff (rows stay buffered). */

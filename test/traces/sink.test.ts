@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { isRlstreamError } from '../../core/errors.ts';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
@@ -73,6 +74,22 @@ test('sink: a drain reads to the end the log had when it began, through an empty
     assert.ok((await log.lag('traces', TOPICS.rolloutEvents)).every((l) => l.lag === 0), 'everything committed');
     const n = (await store.query("SELECT count() AS n FROM trajectories FINAL WHERE run_id = 'stall'")).rows[0]?.['n'];
     assert.equal(n, 160);
+  });
+});
+
+test('sink: a drain whose positions stop short of the listed ends fails with a retriable error naming them, instead of hanging', { timeout: 60_000 }, async () => {
+  await withSinkFixture('sink_short', async ({ log, serde, store }) => {
+    await recordRun(log, serde, { groups: 2, runId: 'short' });
+    // rollout.events listed 5 records past its end on partition 0: a position that can never get there.
+    const lying = new Proxy(log, {
+      get: (t, p) =>
+        p === 'offsets'
+          ? async (name: string) => (await t.offsets(name)).map((o) => (name === TOPICS.rolloutEvents && o.partition === 0 ? { ...o, high: o.high + 5 } : o))
+          : (Reflect.get(t, p) as unknown),
+    });
+    const sink = new TraceSink({ log: lying, store, serde, groupId: 'traces', pollTimeoutMs: 20 });
+    await assert.rejects(sink.drain({ stallMs: 300 }), (e: unknown) => isRlstreamError(e, 'LOG_UNAVAILABLE') && e.retriable === true && e.message.includes(`${TOPICS.rolloutEvents}/0 at `));
+    await sink.stop();
   });
 });
 
