@@ -51,10 +51,11 @@ test('a packed sequence sees only itself: the same sequence twice gives the same
   const s = randomSeqs(rng(2), [9], TINY.vocab_size)[0]!;
   const { batch, targets } = pack([s, s]);
   const out = await model.forward(batch, targets);
-  // To fp32 rounding, not bit for bit: the two copies are different rows of each matrix product, and on some
-  // CPUs (this project's AVX-512 VM since 2026-11-24) rows in different places of a kernel's tile round differently
-  // (7e-7 here). A copy that attended to the first one as well would differ by far more (checked below). RoPE
-  // depends on relative positions only, so where each sequence's positions start shows in nothing but rounding.
+  // To fp32 rounding, not bit for bit: the two copies are different rows of each matrix product. They were
+  // bit-identical on the hosts before 2026-11-24; on this AVX-512 VM (the addon is built with -march=native) one
+  // token differs by 7e-7 (which kernel rounds the rows apart was not traced). A copy that attended to the first
+  // one as well differs by far more (checked below). RoPE depends on relative positions only, so where each
+  // sequence's positions start shows in nothing but rounding.
   for (let t = 0; t < 9; t++) assert.ok(Math.abs(out.logprobs[t]! - out.logprobs[t + 9]!) < 1e-5, `token ${t}: ${out.logprobs[t]} vs ${out.logprobs[t + 9]}`);
   const joined = pack([[...s, ...s]]);
   const attended = await model.forward(joined.batch, joined.targets);
