@@ -11,7 +11,8 @@ import { composeReward, normalizeOutcome } from '../../consumers/reward/shaping.
 import { isRlstreamError } from '../../core/errors.ts';
 import { tempDir, trajectory } from './processor-fixtures.ts';
 
-const DATA = join(import.meta.dirname, '../../../shared/data/gsm8k');
+// A sample of the real dataset that ships with the repository (see its README for which rows and why).
+const DATA = join(import.meta.dirname, '../fixtures/gsm8k');
 
 function rows(file: string): { answer: string; gt: string }[] {
   return readFileSync(join(DATA, file), 'utf8')
@@ -25,9 +26,9 @@ function rows(file: string): { answer: string; gt: string }[] {
     });
 }
 
-test('gsm8k on every real GSM8K reference solution: 1 strict; 1 flexible unless the answer has a thousands comma', () => {
+test('gsm8k on real GSM8K reference solutions: 1 strict; 1 flexible unless the answer has a thousands comma', () => {
   const all = [...rows('train.jsonl'), ...rows('test.jsonl')];
-  assert.equal(all.length, 7473 + 1319);
+  assert.ok(all.length >= 60, `the sample has ${all.length} rows`);
   let commas = 0;
   for (const { answer, gt } of all) {
     assert.equal(gsm8kScore(answer, gt, { method: 'strict' }), 1, answer.slice(-80));
@@ -36,11 +37,12 @@ test('gsm8k on every real GSM8K reference solution: 1 strict; 1 flexible unless 
     if (hasComma) commas++;
     assert.equal(gsm8kScore(answer, gt, { method: 'flexible', formatScore: 0.1 }), hasComma ? 0.1 : 1, answer.slice(-80));
   }
-  assert.equal(commas, 79 + 14);
+  // Both branches of the flexible case are exercised: the sample keeps answers with and without a comma.
+  assert.ok(commas >= 3 && commas < all.length, `${commas} of ${all.length} answers have a comma`);
 });
 
 test('gsm8k on perturbed GSM8K solutions: a wrong number scores format_score, no answer scores 0', () => {
-  for (const { answer, gt } of rows('test.jsonl').slice(0, 300)) {
+  for (const { answer, gt } of [...rows('train.jsonl'), ...rows('test.jsonl')]) {
     const wrong = answer.replace(/#### .*$/, `#### ${Number(gt) + 1}`);
     for (const method of ['strict', 'flexible'] as const) {
       assert.equal(gsm8kScore(wrong, gt, { method, formatScore: 0.25 }), 0.25, `${method}: ${wrong.slice(-60)}`);
