@@ -1,0 +1,95 @@
+// LLM backends by name, the `backend:` section of a run config: `name` picks one, its other keys are the
+// backend's own options (a TypeBox object, validated at start-up with the rest of the config). Built-ins:
+// `builtin` (the in-process policy), `sglang` and `vllm` (inference servers behind the server manager's
+// routing, retries and health checks). Registering another is one call: `registerBackend(name, plugin)`.
+import { Type, type Static, type TObject } from '@sinclair/typebox';
+import { objectShape, Registry } from '../../core/config/registry.ts';
+import type { Logger } from '../../core/telemetry.ts';
+import type { LlmBackend } from './types.ts';
+
+/** What every backend may use from the run: the model's files and a logger. */
+export interface BackendEnv {
+  /** The model's config.json text and the warm-start weights (version 0). */
+  configJson: string;
+  initWeights: string;
+  tokenizerDir: string;
+  /** Directory of the config file, for relative paths in options. */
+  baseDir: string;
+  logger: Logger;
+}
+
+export interface BackendPlugin<S extends TObject = TObject> {
+  /** The backend's keys in the `backend:` section besides `name`, with defaults and descriptions. */
+  options: S;
+  create(options: Static<S>, env: BackendEnv): Promise<LlmBackend>;
+}
+
+export const backends = new Registry<BackendPlugin>('LLM backend', objectShape('a backend plug-in ({ options: TypeBox object, create(options, env) })', ['create']));
+
+export function registerBackend<S extends TObject>(name: string, plugin: BackendPlugin<S>): void {
+  backends.register(name, plugin);
+}
+
+const BuiltinOptions = Type.Object(
+  {
+    max_batch: Type.Integer({ minimum: 1, default: 64, description: 'Most sequences decoded together.' }),
+    threads: Type.Integer({ minimum: 1, default: 1, description: 'onnxruntime intra-op threads per engine.' }),
+    workers: Type.Integer({ minimum: 1, default: 1, description: 'Engines in worker threads sharing the running batch (workers × threads up to the core count).' }),
+    swap_mode: Type.Union([Type.Literal('next_turn'), Type.Literal('finish')], { default: 'next_turn', description: 'How a policy update reaches trajectories under way: at their next turn, or only for new ones.' }),
+    kv_cache_bytes: Type.Integer({ minimum: 0, default: 256 * 1024 * 1024, description: 'Bytes of KV cache kept between the turns of sessions.' }),
+  },
+  { additionalProperties: false },
+);
+
+registerBackend('builtin', {
+  options: BuiltinOptions,
+  async create(o, env) {
+    const { BuiltinPolicyBackend } = await import('../policy/backend.ts');
+    return BuiltinPolicyBackend.create(
+      { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
+      { maxBatch: o.max_batch, threads: o.threads, workers: o.workers, swapMode: o.swap_mode, kvCacheBytes: o.kv_cache_bytes, logger: env.logger.child({ role: 'policy' }) },
+    );
+  },
+});
+
+/** The server manager's options, shared by every backend made of inference servers. */
+const managerOptions = {
+  urls: Type.Array(Type.String({ pattern: '^https?://' }), { minItems: 1, description: 'Base URLs of the inference servers (http://host:port).' }),
+  max_concurrency_per_server: Type.Integer({ minimum: 1, default: 256, description: 'Requests in flight per server before calls queue.' }),
+  max_retries: Type.Integer({ minimum: 0, default: 3, description: 'Retries of a retriable failure (5xx, connection error) after the first attempt.' }),
+  failures_to_mark_down: Type.Integer({ minimum: 1, default: 3, description: 'Consecutive failures that mark a server down (its sessions move elsewhere).' }),
+  health_interval_ms: Type.Integer({ minimum: 0, default: 10_000, description: 'Health checks every this many ms (0: off).' }),
+  request_timeout_ms: Type.Integer({ minimum: 1, default: 600_000, description: 'Per-request timeout.' }),
+};
+
+function manager(o: { max_concurrency_per_server: number; max_retries: number; failures_to_mark_down: number; health_interval_ms: number }, name: string, env: BackendEnv) {
+  return { name, maxConcurrencyPerServer: o.max_concurrency_per_server, maxRetries: o.max_retries, failuresToMarkDown: o.failures_to_mark_down, healthIntervalMs: o.health_interval_ms, logger: env.logger.child({ role: 'backend' }) };
+}
+
+registerBackend('sglang', {
+  options: Type.Object(
+    {
+      ...managerOptions,
+      weight_sync: Type.Union([Type.Literal('none'), Type.Literal('update_weights_from_disk')], { default: 'none', description: "How new policy versions reach the servers: not at all, or SGLang's /update_weights_from_disk." }),
+    },
+    { additionalProperties: false },
+  ),
+  async create(o, env) {
+    const [{ SglangServer }, { ServerManager }] = await Promise.all([import('./sglang.ts'), import('./server-manager.ts')]);
+    return new ServerManager(o.urls.map((u) => new SglangServer(u, { requestTimeoutMs: o.request_timeout_ms, weightSync: o.weight_sync })), manager(o, 'sglang', env));
+  },
+});
+
+registerBackend('vllm', {
+  options: Type.Object(
+    {
+      ...managerOptions,
+      model: Type.Optional(Type.String({ minLength: 1, description: 'The served model name (default: the first id of GET /v1/models).' })),
+    },
+    { additionalProperties: false },
+  ),
+  async create(o, env) {
+    const [{ VllmServer }, { ServerManager }] = await Promise.all([import('./vllm.ts'), import('./server-manager.ts')]);
+    return new ServerManager(o.urls.map((u) => new VllmServer(u, { requestTimeoutMs: o.request_timeout_ms, ...(o.model ? { model: o.model } : {}) })), manager(o, 'vllm', env));
+  },
+});
