@@ -1,4 +1,4 @@
-// Asynchronous speed-up (issue #7, 1b): the main job (built-in policy, tool agent, reward, advantage, trainer,
+// Asynchronous speed-up: the main job (built-in policy, tool agent, reward, advantage, trainer,
 // traces) with a calculator behind a heavy-tailed simulated service delay (examples/calculator/
 // tools-heavy-tail.yaml), synchronous (staleness bound 0: the trainer waits for a full batch of one policy
 // version, rollouts wait for the update) against asynchronous with staleness bounds 1, 2 and 4 — the same

@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-// No name: the whole-pipeline report (issue #7).
+// No name: the whole-pipeline report.
 const name = process.argv[2] ?? 'pipeline';
 if (!name || !/^[a-z0-9_-]+$/i.test(name) || name === 'main' || !existsSync(join(here, `${name}.ts`))) {
   console.error(`usage: npm run bench -- <name>   (a file bench/<name>.ts exporting main())`);

@@ -1,4 +1,4 @@
-// Whole-pipeline benchmark (issue #7): synthetic rollouts (1,000-token trajectories, groups of 8) through
+// Whole-pipeline benchmark: synthetic rollouts (1,000-token trajectories, groups of 8) through
 // reward → advantage → a trainer that only consumes, all three running at once, on the embedded log and on
 // Kafka, in trajectories/s and MB/s next to Kafka's own ProducerPerformance / ConsumerPerformance on the same
 // payload; p50/p99 latency from a TrajectoryCompleted being produced to its AdvantagedTrajectory reaching the

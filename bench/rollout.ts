@@ -2,7 +2,7 @@
 // (log-normal) at concurrency 1, 16 and 256, and the worker's own overhead with an instant backend and
 // an instant tool, into the embedded log, with two tokenizers: Qwen3's (151k vocabulary, its full chat
 // template) and the calculator task's (examples/calculator/tokenizer: 456 tokens, a short template).
-// Target (issue #11): >= 5,000 turn events per CPU-second of the one Node thread, instant-overhead case.
+// Target: >= 5,000 turn events per CPU-second of the one Node thread, instant-overhead case.
 // Overhead figures are medians of repeats, in wall time and per CPU-second (process CPU time, robust on
 // a loaded machine). Usage: npm run bench -- rollout [--quick] [--repeats N]
 import { mkdtempSync, rmSync } from 'node:fs';

@@ -1,6 +1,6 @@
 // Serde benchmark: µs per encode and decode, and MB/s, for every event type (trajectory events with 1,000-token
-// arrays), before (avsc's toBuffer into a fresh buffer plus a header copy — the previous EventSerde) and after
-// (EventSerde: reusable buffer, fast array codecs), measured back to back in one process, median of repeats.
+// arrays), for the baseline (avsc's toBuffer into a fresh buffer plus a header copy) and for EventSerde
+// (reusable buffer, fast array codecs), measured back to back in one process, median of repeats.
 // Usage: npm run bench -- serde [--tokens 1000] [--repeats 5]
 import os from 'node:os';
 import { EVENT_NAMES, eventType, type EventName } from '../schemas/index.ts';

@@ -33,8 +33,8 @@
 // Nothing is dropped until the end: the server's databases are dropped and the chDB directory removed after the
 // last measurement. On this machine's ext4, creating files within minutes of deleting many costs several times
 // more (the inode allocator skips each recently deleted inode, ext4's recently_deleted() in a profile of the
-// server), and every insert creates a part's files: a drain right after the previous phase's DROP measured
-// 145-186k rows/s into the server against 201-214k without one (scratch drains of one recorded log).
+// server), and every insert creates a part's files, so a drain right after the previous phase's DROP is
+// markedly slower (docs/benchmarks.md).
 // For the same reason each timed phase first waits (up to two minutes) until the target runs no merges: a
 // phase's own merges count, the previous phase's do not. The wait is printed.
 // Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]

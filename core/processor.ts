@@ -1,6 +1,6 @@
-// The exactly-once consume–transform–produce runtime every stream processor runs on (reward, advantage; the
-// trace sink and trainer reuse its dead-letter path). One loop: poll a batch → decode → handler → one
-// transaction carrying the outputs, the dead letters, the handler's checkpoints and the consumed offsets.
+// The exactly-once consume–transform–produce runtime the stream processors (reward, advantage) run on. One
+// loop: poll a batch → decode → handler → one transaction carrying the outputs, the dead letters, the
+// handler's checkpoints and the consumed offsets.
 // Because outputs and offsets commit together, a crash at any moment neither loses nor duplicates output.
 //
 // Stateful handlers (the advantage consumer holds open groups) report the offsets they still hold
@@ -267,7 +267,7 @@ export class StreamProcessor {
       if (fresh.size > 0) await this.restore([...fresh.values()]);
     }
     // A per-record handler gets each record as soon as it is decoded, while its arrays are still in the CPU's
-    // cache and before the next one is decoded: decoding a whole batch first, then handling it, was ~2x slower
+    // cache and before the next one is decoded: decoding a whole batch first, then handling it, is much slower
     // per trajectory (the decoded batch, ~30 KB a trajectory, outgrows the cache and survives minor GCs).
     const h = this.opts.handler;
     const inputs: InputRecord[] = [];

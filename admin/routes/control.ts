@@ -1,5 +1,6 @@
 // Rollout control: pause, resume, change the staleness bound, stop. Each is published as a Control event
-// (the rollout workers and trainer act on it); every route here needs the control role.
+// that the rollout workers act on (the trainer keeps its own configured bound); every route here needs the
+// control role.
 import { Type, type Static } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ControlRequest } from '../context.ts';

@@ -4,7 +4,7 @@
 // different events claim the same row identity, the later one wins, and an identical redelivery is a no-op.
 // Rows of the high-volume tables are single object literals, never spreads: V8 builds an object literal with a
 // spread in the middle through a slow path that gives every row its own hidden class, and reading a column
-// across thousands of distinct classes (the RowBinary encoder does it per value) costs ~1 µs a read.
+// across thousands of distinct classes (the RowBinary encoder does it per value) is megamorphic and slow.
 import type { DecodedEvent } from '../../core/serde/events.ts';
 import type { Row, TraceTable } from '../../core/traces/store.ts';
 import type { NamedValue } from '../../schemas/generated/types.ts';

@@ -158,8 +158,8 @@ export class TraceSink {
   /**
    * Read what the log held when the drain began, then flush and commit (tests, catch-up): until this member's
    * position on every partition assigned to it reaches the end listed at the start. An empty poll is not the
-   * end: a Kafka fetch can stall for seconds in the middle of a topic (a 1M-turn drain from Kafka stopped at
-   * 1.74M of 1.97M records when it took the first empty poll as the end). Positions that do not move for
+   * end: a Kafka fetch can stall for seconds in the middle of a topic, and a drain that took the first empty poll
+   * as the end stopped short of it. Positions that do not move for
    * `stallMs` (default 60 s) fail the drain with a retriable LOG_UNAVAILABLE naming them, rather than hang.
    */
   async drain(options: { stallMs?: number } = {}): Promise<void> {

@@ -1,8 +1,7 @@
 // Avro record bytes → RowBinary rows in native code, without building event objects: the trace sink's fast
 // path for the high-volume events. Decoding with avsc, mapping to a row object (rows.ts) and encoding it (the
-// table codec) were ~60% of the sink's drain in JS (profile, session 6), and a JS transcoder was only ~10%
-// faster, the cost being per array item either way. Natively a TrajectoryCompleted (~1.9 kB, ~190 tokens)
-// takes ~2.7-3.6 µs and a TurnCompleted ~0.8-1.0 µs (scratch bench over synthetic records).
+// table codec) dominate a drain in JS, and the cost is per array item whatever JS does, so the loop over the
+// items runs natively (measurements in docs/benchmarks.md).
 //
 // Here a transcoder is compiled from an event's writer schema, the table's columns (DESCRIBE TABLE, as the
 // codec has them) and a plan naming each column's source in the event (below, beside rows.ts's mapping, which

@@ -213,7 +213,7 @@ export class TraceWriter {
   /** Whether a flush of the queued rows is due now (size or age). */
   due(now?: number): boolean {
     if (this.queued >= this.maxRows || this.queuedBytes >= this.maxBytes) return true;
-    // The clock only when the age decides (reading it costs ~0.5 µs on these VMs, callers may ask per event).
+    // The clock only when the age decides: reading it is not free on VMs, and callers may ask per event.
     return this.queued > 0 && (now ?? Date.now()) - this.firstAt >= this.maxDelayMs;
   }
 

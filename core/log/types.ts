@@ -136,17 +136,15 @@ export interface Consumer {
   poll(options?: PollOptions): Promise<LogRecord[]>;
   /**
    * The same records as poll, as chunks of frames: the embedded log only (Kafka's client hands records one by
-   * one). The trace sink reads this way: a LogRecord, its two Buffer views and their garbage were ~0.5 CPU-µs of
-   * a record's ~2 µs of native transcoding; reading in place cut the sink's main thread from 4.1-4.6 to 3.1-3.6
-   * CPU-µs a row.
+   * one). The trace sink reads this way: a LogRecord, its two Buffer views and their garbage would cost a
+   * sizeable share of what transcoding the record natively costs.
    */
   pollChunks?(options?: PollOptions): Promise<RecordChunk[]>;
   /**
    * The caller is done with these chunks from pollChunks: nothing it keeps refers to their bytes (a record
    * kept beyond this was copied out), so the log may read later records into the same memory. Optional for
-   * the caller: chunks never released are left to the collector. Reading into fresh buffers cost a drain's main
-   * thread ~4x more in page faults than the read itself (scratch: 67 MB read in 1 MB reads, 38-68 ms of CPU
-   * into new buffers, 11 ms into one reused).
+   * the caller: chunks never released are left to the collector. Reading into fresh buffers costs a drain's main
+   * thread several times more in page faults than the read itself.
    */
   releaseChunks?(chunks: readonly RecordChunk[]): void;
   /** Commit offsets (next offset to read); without arguments, the positions after everything polled. */

@@ -63,7 +63,7 @@ export class ChdbTraceStore implements TraceStore {
   private chain: Promise<unknown> = Promise.resolve();
   /**
    * Connections for RowBinary inserts, each with its own chain: connections to one directory run queries in
-   * parallel, so the tables of one batch are written two at a time (engine-only, 1M turns: ~30% less wall time).
+   * parallel, so the tables of one batch are written two at a time.
    */
   private readonly lanes: { session: Session; chain: Promise<unknown>; queued: number }[] = [];
   private databaseReady = false;
@@ -186,7 +186,7 @@ export class ChdbTraceStore implements TraceStore {
       } catch (err) {
         throw traceError(`insert of ${rows} rows into ${table} failed`, err);
       } finally {
-        // Off the main thread: freeing a batch's tmpfs pages took it ~75 ms a drain of 592k rows.
+        // Off the main thread: freeing a batch's tmpfs pages takes tens of milliseconds a drain.
         await rm(path, { force: true });
       }
     });

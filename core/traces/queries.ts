@@ -23,7 +23,7 @@ const RUN = `({run:String} = '' OR run_id = {run:String})`;
  * merges FINAL on one thread, copying every selected column of every row, so its variant first finds the
  * keys with FINAL over the narrow columns the filter and the order need, then reads the wide columns of
  * those keys alone: PREWHERE on sorting-key columns runs before FINAL merges and keeps every version of a
- * key, so FINAL still picks the latest (~20–30% faster at 1M turns; on 26.x the one-pass form is faster).
+ * key, so FINAL still picks the latest (faster on 18.16; on 26.x the one-pass form is faster).
  */
 function topTurns(q: { columns: string; where: string; order: string }): { sql: string; compat18: string } {
   return {

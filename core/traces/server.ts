@@ -53,11 +53,9 @@ export class ServerTraceStore implements TraceStore {
   readonly kind = 'server' as const;
   /**
    * Twice the writer's default. Each insert makes a part per table, and a server writes a part as two files per
-   * column stream (18.16 has no compact parts) and merges parts again later. On this project's 2-core VM, drains
-   * of one recorded log (592k rows) into 18.16 ran at 181k/223k rows/s with 100k-row batches and 212k/239k with
-   * these, the server's own CPU 2.09/1.82 against 1.61/1.28 s a drain, for ~220 MB more peak RSS (measured
-   * before the writer's growWhileBusy, which may double a batch while the engine is behind). chDB keeps the
-   * writer's default: on drains that size larger batches were slower there (its first insert starts later).
+   * column stream (18.16 has no compact parts) and merges parts again later, so fewer, larger inserts cost the
+   * server less CPU and drain faster, for more peak memory (figures in docs/benchmarks.md). chDB keeps the
+   * writer's default: larger batches are slower there (its first insert starts later).
    */
   readonly preferredBatch = Object.freeze({ maxRows: 200_000, maxBytes: 128 << 20 });
   readonly database: string;

@@ -1,5 +1,5 @@
-// Frame checks of the embedded log (see frames.h), and a CRC-32 several times faster than zlib's table version
-// (node's zlib.crc32 ran at ~1.2-2 GB/s here; the CRC was most of a log read's cost).
+// Frame checks of the embedded log (see frames.h), and a CRC-32 several times faster than zlib's table version:
+// the CRC is most of what a log read costs.
 #include "frames.h"
 
 #include <zlib.h>

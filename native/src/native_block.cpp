@@ -42,9 +42,8 @@ struct Reader {
 // Pass 1 (plan): where each column's parts will lie in the block, from checking every value of every row.
 // Pass 2 (fill): the values copied there, a row at a time (each column's parts are filled front to back, so
 // the block is written in ~40 sequential streams rather than gathered column by column from the payload).
-// Sizing first lets the block be filled in place, in one buffer of its exact size: building it from per-column
-// vectors grown for each block and then joined cost ~2.0-2.3 µs a row against ~1.4 this way (scratch bench,
-// blocks returned as Buffers, over 592k rows of every table), about half of it system time (page faults).
+// Sizing first lets the block be filled in place, in one buffer of its exact size: per-column vectors grown for
+// each block and then joined cost markedly more a row, much of it system time (page faults).
 struct Part {
   size_t nulls = 0, offsets = 0, data = 0;  // byte positions in the block (pass 2: write cursors)
 };

@@ -1,9 +1,7 @@
 // RowBinary rows → one block of ClickHouse's Native format: the same values, laid out by column. The engine
 // reads a Native column in bulk (an array column is its offsets and one run of items), where RowBinary makes it
-// parse every row and every array item on its own. chDB's insert threads, CPU-µs a row, RowBinary → Native
-// (scratch engine-alone inserts of a synthetic run): trajectories (~3.5 kB, four ~190-item arrays) 24 → 14.7,
-// advantages 10.1 → 7.5, turns 3.1 → 2.3, the smaller tables 2.6 → 1.7. Converting costs ~0.4-0.8 µs a row
-// for the small tables and ~7 for trajectories, off the sink's main thread.
+// parse every row and every array item on its own, so the engine's insert CPU a row drops for every table, most
+// for the wide array tables; the conversion runs off the sink's main thread (figures in docs/benchmarks.md).
 // Pure compute, no N-API here.
 //
 // Native's layout, as ClickHouse reads it without a client revision (the Native input format): varuint

@@ -62,8 +62,8 @@ struct TcProgram {
 void tc_validate(const TcProgram& p);
 
 // The JSON a program's columns wrote last, by the Avro bytes of their field: the records of a run repeat their
-// tools and sampling settings, and formatting those again made a TrajectoryStarted record (~420 bytes) cost
-// 5.7 µs, against 1.2 µs for a turn. Holds for one program only: make one per call.
+// tools and sampling settings, and formatting those again would make a TrajectoryStarted record cost several
+// times a turn. Holds for one program only: make one per call.
 struct TcJsonMemo {
   struct Entry {
     int32_t column;

@@ -156,8 +156,7 @@ export function valueStartAt(view: DataView, pos: number): number {
 /**
  * The LogRecord of topic/partition at pos of a chunk whose frames were checked (`view` spans `buf`); key, value
  * and header buffers are views into buf. Through a DataView, not Buffer's readers, which check their arguments
- * on every call: with them, and a partition record copied into a consumer record, polling 592k records cost
- * 1.44-1.54 CPU-µs a record, against 1.03-1.12 this way.
+ * on every call, and without copying a partition record into a consumer record: both show on a poll's cost.
  */
 export function readRecordAt(view: DataView, buf: Buffer, pos: number, topic: string, partition: number): LogRecord {
   const end = pos + FRAME + view.getUint32(pos);

@@ -1,6 +1,5 @@
 // CRC-32C (Castagnoli), which every Kafka record batch carries, computed eight bytes per step ("slicing by 8").
-// kafkajs computes it one byte per step: profiling our producer showed that loop as its largest cost (about
-// 100 MB/s). installFastCrc32c() puts this version in kafkajs's place through Node's module cache; it must run
+// kafkajs computes it one byte per step, and that loop is the producer's largest cost in a profile. installFastCrc32c() puts this version in kafkajs's place through Node's module cache; it must run
 // before kafkajs is first loaded (core/log/kafka/index.ts imports this module first), and is a no-op after.
 import { createRequire } from 'node:module';
 

@@ -1,7 +1,6 @@
 -- Parts written by the sink's inserts (at most the writer's 64 MiB a flush) stay Compact: one data file for all
--- columns instead of two files per column. A wide part of `turns` is ~50 files, and creating them cost the
--- engine a fifth of its insert CPU in the kernel (ext4 inode allocation); measured on a drain of 592k records
--- into chDB: the engine's insert threads 5.5-6.2 → 4.3-4.4 CPU-µs a row, end to end +9-10% rows/s.
+-- columns instead of two files per column. A wide part of `turns` is ~50 files, and creating them costs the
+-- engine a large share of its insert CPU in the kernel (ext4 inode allocation; see docs/benchmarks.md).
 -- Merged parts above 128 MiB become Wide again, the layout reads of a few columns prefer.
 ALTER TABLE turns MODIFY SETTING min_bytes_for_wide_part = 134217728;
 ALTER TABLE trajectories MODIFY SETTING min_bytes_for_wide_part = 134217728;
