@@ -104,7 +104,8 @@ export function register(program: Command): void {
         clearInterval(timer);
         bar?.update(end.read, { written: end.written });
         bar?.stop();
-        process.stdout.write(JSON.stringify(end) + '\n');
+        // The SFT export says which successful trajectories it left out, and why (see JsonlTarget).
+        process.stdout.write(JSON.stringify(target instanceof JsonlTarget ? { ...end, skipped: target.skipped } : end) + '\n');
         if (end.state === 'failed') process.exitCode = 1;
       } finally {
         for (const c of closers.reverse()) await c();

@@ -6,7 +6,6 @@ import { newId } from '../../core/ids.ts';
 import { describeError } from '../../core/errors.ts';
 import type { EventLog, LogRecord } from '../../core/log/types.ts';
 import type { DecodedEvent, EventSerde } from '../../core/serde/events.ts';
-import { TOPICS } from '../../core/topics.ts';
 import { resolveRanges, type PartitionRange, type Position } from './range.ts';
 import { readRange } from './reader.ts';
 import type { ReplayTarget } from './targets.ts';
@@ -16,7 +15,7 @@ export interface ReplayOptions {
   /** Decodes the source log's records (its registry). */
   serde: EventSerde;
   target: ReplayTarget;
-  /** Topics to read; default every topic of the log except `_schemas`. */
+  /** Topics to read; default the event topics: every topic of the log but the internal ones (see eventTopics). */
   topics?: readonly string[];
   from?: Position;
   to?: Position;
@@ -35,6 +34,15 @@ export interface ReplayProgress {
   startedAt: number;
   elapsedMs: number;
   error: string | null;
+}
+
+/**
+ * The topics that hold events: internal topics start with `_` (the schema registry's `_schemas`, the stream
+ * processors' `_state.<id>` checkpoints, which are JSON, Kafka's `__consumer_offsets`) and are no replay's
+ * business; reading them only counted their records as undecodable.
+ */
+export function eventTopics(names: readonly string[]): string[] {
+  return names.filter((n) => !n.startsWith('_')).sort();
 }
 
 export class ReplayJob {
@@ -68,7 +76,7 @@ export class ReplayJob {
   private async run(): Promise<ReplayProgress> {
     const o = this.options;
     try {
-      const topics = o.topics ?? (await o.log.listTopics()).map((t) => t.name).filter((n) => n !== TOPICS.schemas).sort();
+      const topics = o.topics ?? eventTopics((await o.log.listTopics()).map((t) => t.name));
       this.ranges = await resolveRanges(o.log, topics, o.from, o.to);
       this.p.total = this.ranges.reduce((a, r) => a + (r.end - r.start), 0);
       this.p.state = 'running';

@@ -11,7 +11,7 @@ import { EventSerde, subjectOf, type DecodedEvent } from '../../core/serde/event
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { EVENT_NAMES, isEventName } from '../../schemas/index.ts';
-import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
+import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, ToolCall, ToolCallCompleted, ToolSpec, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
 import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type Estimator } from '../advantage/estimators.ts';
 import { composeReward, normalizeOutcome } from '../reward/shaping.ts';
 import type { RewardFn } from '../reward/types.ts';
@@ -209,32 +209,63 @@ export class TopicTarget implements ReplayTarget {
   }
 }
 
-/** An OpenAI-shaped chat message for SFT. */
+/** A chat message for SFT, in the shape chat templates read (Hugging Face / OpenAI). */
 interface ChatMessage {
   role: string;
   content: string;
   tool_calls?: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
   tool_call_id?: string;
+  name?: string;
+}
+
+/** A tool offered to the model, in the shape chat templates read as `tools`. */
+interface ChatTool {
+  type: 'function';
+  function: { name: string; description: string; parameters: unknown };
 }
 
 function chatOf(m: Message): ChatMessage {
   const out: ChatMessage = { role: m.role, content: m.content };
   if (m.tool_calls.length > 0) out.tool_calls = m.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments_json } }));
   if (m.tool_call_id) out.tool_call_id = m.tool_call_id;
+  if (m.name) out.name = m.name;
   return out;
 }
 
+function toolOf(t: ToolSpec): ChatTool {
+  let parameters: unknown = {};
+  try {
+    parameters = JSON.parse(t.parameters_json || '{}');
+  } catch {
+    // The worker wrote the schema with JSON.stringify; an unreadable one is offered as an empty schema.
+  }
+  return { type: 'function', function: { name: t.name, description: t.description, parameters } };
+}
+
+/** Why a successful trajectory is left out of the SFT data (counted by reason). */
+export type SftSkipReason = 'parse_error' | 'tokenization_mismatch' | 'user_turn' | 'missing_tool_result' | 'missing_turn';
+
 /**
- * Successful trajectories as a chat-format SFT dataset: one `{messages}` line per trajectory whose reward says
- * correct (or, without `correct`, scored above 0), built from its TrajectoryStarted prompt and its turns.
- * Lines are written at the end in (run, trajectory) order, so the file is the same whatever the read order.
+ * Successful trajectories as a chat-format SFT dataset: one `{messages, tools}` line per trajectory whose
+ * reward says correct (or, without `correct`, scored above 0), built from its TrajectoryStarted prompt, its
+ * turns and its tool calls' results. The messages are the conversation exactly as the agent held it, so the
+ * chat template renders them back to the trajectory's own token ids: an assistant message keeps the text the
+ * model wrote (its tool-call blocks included; no separate `tool_calls`, which the template would render a
+ * second time), and a tool message holds the tool's result (not the template's markup around it, which is
+ * all a tool turn's decoded text is). Trajectories whose conversation the events cannot give back exactly are
+ * left out and counted in `skipped`: a malformed tool call (SFT on it would teach it, and its error message
+ * is not an event), a user turn from an interaction (its text is only in the tokens), a delta tokenization
+ * that disagreed with the template. Lines are written at the end in (run, trajectory) order, so the file is the
+ * same whatever the read order.
  */
 export class JsonlTarget implements ReplayTarget {
   readonly describe: string;
   written = 0;
-  private readonly prompts = new Map<string, Message[]>();
+  readonly skipped: Record<SftSkipReason, number> = { parse_error: 0, tokenization_mismatch: 0, user_turn: 0, missing_tool_result: 0, missing_turn: 0 };
+  private readonly started = new Map<string, { messages: Message[]; tools: ToolSpec[] }>();
   private readonly turns = new Map<string, TurnCompleted[]>();
-  private readonly success = new Map<string, boolean>();
+  private readonly toolResults = new Map<string, Map<string, ToolCallCompleted>>();
+  private readonly success = new Map<string, { ok: boolean; turns: number }>();
 
   constructor(private readonly file: string) {
     this.describe = `jsonl ${file}`;
@@ -243,37 +274,62 @@ export class JsonlTarget implements ReplayTarget {
   async accept(batch: { event: DecodedEvent | null }[]): Promise<void> {
     for (const { event } of batch) {
       if (!event) continue;
-      if (event.name === 'TrajectoryStarted') this.prompts.set(`${event.value.run_id}/${event.value.trajectory_id}`, event.value.prompt_messages);
+      if (event.name === 'TrajectoryStarted') this.started.set(`${event.value.run_id}/${event.value.trajectory_id}`, { messages: event.value.prompt_messages, tools: event.value.tools });
       else if (event.name === 'TurnCompleted') {
         const k = `${event.value.run_id}/${event.value.trajectory_id}`;
         const list = this.turns.get(k) ?? [];
         if (!list.some((t) => t.turn_index === event.value.turn_index)) list.push(event.value);
         this.turns.set(k, list);
+      } else if (event.name === 'ToolCallCompleted') {
+        const k = `${event.value.run_id}/${event.value.trajectory_id}`;
+        const calls = this.toolResults.get(k) ?? new Map<string, ToolCallCompleted>();
+        calls.set(event.value.call_id, event.value);
+        this.toolResults.set(k, calls);
       } else if (event.name === 'RewardedTrajectory') {
         const r = event.value.reward;
-        this.success.set(`${event.value.trajectory.run_id}/${event.value.trajectory.trajectory_id}`, r.correct ?? r.score > 0);
+        const t = event.value.trajectory;
+        this.success.set(`${t.run_id}/${t.trajectory_id}`, { ok: r.correct ?? r.score > 0, turns: t.num_turns });
       }
     }
   }
 
+  /** The conversation of one trajectory, or why it cannot be given back exactly. */
+  private conversation(k: string): { messages: ChatMessage[]; tools: ChatTool[] } | SftSkipReason {
+    const start = this.started.get(k)!;
+    const turns = this.turns.get(k)!.sort((a, b) => a.turn_index - b.turn_index);
+    if (turns.length !== this.success.get(k)!.turns) return 'missing_turn';
+    const results = this.toolResults.get(k) ?? new Map<string, ToolCallCompleted>();
+    const messages: ChatMessage[] = start.messages.map(chatOf);
+    let lastCalls: ToolCall[] = [];
+    for (const t of turns) {
+      if (t.tokenization_mismatch) return 'tokenization_mismatch';
+      if (t.role === 'assistant') {
+        if (t.tool_call_parse_error !== null) return 'parse_error';
+        messages.push({ role: 'assistant', content: t.text });
+        lastCalls = t.tool_calls;
+      } else if (t.role === 'tool') {
+        for (const c of lastCalls) {
+          const r = results.get(c.id);
+          if (!r) return 'missing_tool_result';
+          messages.push({ role: 'tool', content: r.result_text, tool_call_id: c.id, name: c.name });
+        }
+        lastCalls = [];
+      } else return 'user_turn';
+    }
+    return { messages, tools: start.tools.map(toolOf) };
+  }
+
   async finish(): Promise<void> {
     const out = createWriteStream(this.file);
-    const keys = [...this.success].filter(([k, ok]) => ok && this.prompts.has(k) && this.turns.has(k)).map(([k]) => k).sort();
+    const keys = [...this.success].filter(([k, s]) => s.ok && this.started.has(k) && this.turns.has(k)).map(([k]) => k).sort();
     for (const k of keys) {
-      const messages: ChatMessage[] = this.prompts.get(k)!.map(chatOf);
-      let lastCalls: string[] = [];
-      for (const t of this.turns.get(k)!.sort((a, b) => a.turn_index - b.turn_index)) {
-        if (t.role === 'assistant') {
-          const m: ChatMessage = { role: 'assistant', content: t.text };
-          if (t.tool_calls.length > 0) m.tool_calls = t.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments_json } }));
-          lastCalls = t.tool_calls.map((c) => c.id);
-          messages.push(m);
-        } else if (t.role === 'tool') {
-          const id = lastCalls.shift();
-          messages.push(id ? { role: 'tool', content: t.text, tool_call_id: id } : { role: 'tool', content: t.text });
-        } else messages.push({ role: t.role, content: t.text });
+      const chat = this.conversation(k);
+      if (typeof chat === 'string') {
+        this.skipped[chat]++;
+        continue;
       }
-      if (!out.write(JSON.stringify({ messages }) + '\n')) await once(out, 'drain');
+      const line = chat.tools.length > 0 ? { messages: chat.messages, tools: chat.tools } : { messages: chat.messages };
+      if (!out.write(JSON.stringify(line) + '\n')) await once(out, 'drain');
       this.written++;
     }
     out.end();

@@ -129,14 +129,22 @@ test('a replay from a time or offset reads only its range; cancel stops a job', 
   }
 });
 
-test('SFT export: one chat per successful trajectory, deterministic', async () => {
+test('SFT export: one chat per successful trajectory (those with a malformed tool call counted apart), deterministic', async () => {
   const files = [join(dir, 'sft1.jsonl'), join(dir, 'sft2.jsonl')];
-  for (const f of files) assert.equal((await ReplayJob.start({ log, serde, target: new JsonlTarget(f) }).done).state, 'done');
+  const targets = files.map((f) => new JsonlTarget(f));
+  for (const target of targets) assert.equal((await ReplayJob.start({ log, serde, target }).done).state, 'done');
   const text = readFileSync(files[0]!, 'utf8');
   assert.equal(text, readFileSync(files[1]!, 'utf8'));
   const lines = text.trim().split('\n').map((l) => JSON.parse(l) as { messages: { role: string; content: string; tool_call_id?: string; tool_calls?: unknown[] }[] });
   const correct = recorded.events.filter((e) => e.name === 'RewardedTrajectory' && (e.value as { reward: { correct: boolean } }).reward.correct).length;
-  assert.equal(lines.length, correct);
+  const malformed = new Set(recorded.events.filter((e) => e.name === 'TurnCompleted' && (e.value as { tool_call_parse_error: string | null }).tool_call_parse_error !== null).map((e) => (e.value as { trajectory_id: string }).trajectory_id));
+  const correctMalformed = recorded.events.filter((e) => e.name === 'RewardedTrajectory' && (e.value as { reward: { correct: boolean } }).reward.correct && malformed.has((e.value as { trajectory: { trajectory_id: string } }).trajectory.trajectory_id)).length;
+  assert.ok(correctMalformed > 0, 'the recording has successful trajectories with a malformed call');
+  assert.equal(targets[0]!.skipped.parse_error, correctMalformed);
+  // The recording also marks some turns as tokenization mismatches: left out too, and counted.
+  const skipped = Object.values(targets[0]!.skipped).reduce((a, b) => a + b, 0);
+  assert.ok(skipped > correctMalformed);
+  assert.equal(lines.length, correct - skipped);
   const m = lines[0]!.messages;
   assert.deepEqual(m.map((x) => x.role), ['system', 'user', 'assistant', 'tool', 'assistant', 'tool', 'assistant']);
   assert.match(m[m.length - 1]!.content, /The answer is/);

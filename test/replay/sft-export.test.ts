@@ -1,0 +1,144 @@
+// The SFT export (`replay --into jsonl:`) round-trips: each exported conversation, rendered with the task's
+// chat template and tools, gives back the trajectory's own token ids. The trajectories are made by the real
+// rollout worker and tool agent with the calculator task's tokenizer, template and calculator tool, into an
+// embedded log; the model is a ScriptedBackend (a test double) that calls the calculator, once, twice in
+// parallel, or not at all, then answers. A default replay also reads no internal topic (processor state), so
+// it reports nothing undecodable.
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { openLog } from '../../core/log/open.ts';
+import type { EventLog } from '../../core/log/types.ts';
+import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { EventSerde } from '../../core/serde/events.ts';
+import { TOPICS } from '../../core/topics.ts';
+import { ReplayJob } from '../../consumers/replay/job.ts';
+import { JsonlTarget } from '../../consumers/replay/targets.ts';
+import { calculatorTools, problemRow } from '../../examples/calculator/index.ts';
+import { MEDIUM, problems, take, type Problem } from '../../examples/calculator/task.ts';
+import { ScriptedBackend, type ScriptTurn } from '../../producers/backends/scripted.ts';
+import { ChatTokenizer, type ChatMessage, type ChatTool } from '../../producers/tokenizer/chat-tokenizer.ts';
+import { RolloutWorker } from '../../producers/worker.ts';
+import type { RewardedTrajectory, Trajectory } from '../../schemas/generated/types.ts';
+import { REPO } from '../producers/helpers.ts';
+
+const tok = ChatTokenizer.load(join(REPO, 'examples', 'calculator', 'tokenizer'));
+const PROBLEMS: Problem[] = take(problems(3, 'train', MEDIUM), 6);
+const RUN = 'sft-export';
+let dir: string;
+let log: EventLog;
+let registry: EmbeddedRegistry;
+let serde: EventSerde;
+const trajectories: Trajectory[] = [];
+
+const call = (expr: string) => `<tool_call>\n{"name": "calculator", "arguments": {"expression": ${JSON.stringify(expr)}}}\n</tool_call>`;
+
+/** Problem i: i % 3 == 0 answers at once, 1 makes one call, 2 makes two calls in one turn; then answers. */
+function script({ promptText, turn }: ScriptTurn): string {
+  const i = PROBLEMS.findIndex((p) => promptText().includes(p.question));
+  assert.ok(i >= 0);
+  const p = PROBLEMS[i]!;
+  if (turn === 0 && i % 3 === 1) return call(p.expression);
+  if (turn === 0 && i % 3 === 2) return `${call(p.expression)}\n${call(`${p.answer}*1`)}`;
+  return `The answer is ${p.answer}.`;
+}
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'rlstream-sft-export-'));
+  log = await openLog({ kind: 'embedded', dir, fsync: 'none' });
+  registry = await EmbeddedRegistry.open(log);
+  serde = await new EventSerde(registry).init();
+  for (const t of [TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name: t, partitions: 2 });
+  const backend = new ScriptedBackend({ tokenizer: tok, script });
+  const worker = new RolloutWorker({ runId: RUN, log, serde, backend, tokenizer: tok, tools: await calculatorTools(), followPolicy: false }, { n: 2, staleness_bound: null, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 });
+  const completed: Trajectory[] = [];
+  const consumer = await log.consumer({ groupId: 'collect', topics: [TOPICS.rolloutEvents], fromBeginning: true });
+  await worker.run(PROBLEMS.map((p, i) => problemRow(p, i)));
+  await worker.stop();
+  for (let idle = 0; idle < 3; ) {
+    const records = await consumer.poll({ maxRecords: 10_000, timeoutMs: 200 });
+    idle = records.length === 0 ? idle + 1 : 0;
+    for (const r of records) {
+      const e = await serde.decode(r.value);
+      if (e.name === 'TrajectoryCompleted') completed.push(e.value.trajectory);
+    }
+  }
+  await consumer.close();
+  assert.equal(completed.length, PROBLEMS.length * 2);
+  trajectories.push(...completed);
+  // Every trajectory is rewarded correct (the script always answers right); the reward's path is not under test.
+  const producer = await log.producer({ idempotent: true });
+  await producer.send(
+    TOPICS.rewarded,
+    completed.map((t) => {
+      const r: RewardedTrajectory = { event_id: `r-${t.trajectory_id}`, time_ms: Date.now(), trajectory: t, reward: { score: 1, components: [], reward_fn: 'test', correct: true, token_rewards: null } };
+      return { key: t.group_id, value: serde.encode('RewardedTrajectory', r) };
+    }),
+  );
+  await producer.close();
+  // A stream processor's checkpoint topic (JSON, not an event): a default replay must leave it alone.
+  await log.createTopic({ name: `_state.${RUN}.advantage`, partitions: 1 });
+  const state = await log.producer({ idempotent: true });
+  await state.send(`_state.${RUN}.advantage`, [{ key: 'checkpoint', value: Buffer.from('{"groups":{}}') }]);
+  await state.close();
+});
+
+after(async () => {
+  await registry?.close();
+  await log?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/**
+ * The template's rendering with the one difference delta tokenization leaves (as verl's does): the newline the
+ * template writes after an assistant turn's end-of-turn token, which the model never generates, so the next
+ * turn's tokens follow the end-of-turn token directly.
+ */
+function renderedAsGenerated(messages: ChatMessage[], tools: ChatTool[]): number[] {
+  const ids = tok.apply(messages, { tools });
+  const end = tok.tokenId('<|im_end|>')!;
+  const start = tok.tokenId('<|im_start|>')!;
+  const assistantHeader = tok.encode('<|im_start|>assistant');
+  const out: number[] = [];
+  let inAssistant = false;
+  for (let i = 0; i < ids.length; i++) {
+    if (ids[i] === start) inAssistant = assistantHeader.every((t, j) => ids[i + j] === t);
+    if (inAssistant && ids[i - 1] === end && tok.decode([ids[i]!]) === '\n') continue;
+    out.push(ids[i]!);
+  }
+  return out;
+}
+
+test('SFT export: every successful trajectory, rendered with the template, gives back its own token ids; no tool call twice, no markup in tool messages', { timeout: 60_000 }, async () => {
+  const file = join(dir, 'sft.jsonl');
+  const target = new JsonlTarget(file);
+  const end = await ReplayJob.start({ log, serde, target }).done;
+  assert.equal(end.state, 'done', end.error ?? '');
+  assert.equal(end.undecodable, 0, 'internal topics are not replayed');
+  const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { messages: ChatMessage[]; tools: ChatTool[] });
+  assert.deepEqual(target.skipped, { parse_error: 0, tokenization_mismatch: 0, user_turn: 0, missing_tool_result: 0, missing_turn: 0 });
+  assert.equal(lines.length, trajectories.length);
+  // The two samples of a group have the same tokens (the script answers alike): match each line to one of them.
+  const byIds = new Map<string, Trajectory[]>();
+  for (const t of trajectories) {
+    const k = [...t.prompt_ids, ...t.response_ids].join(',');
+    byIds.set(k, [...(byIds.get(k) ?? []), t]);
+  }
+  const matched = new Set<Trajectory>();
+  for (const { messages, tools } of lines) {
+    assert.deepEqual(tools.map((t) => t.function.name), ['calculator']);
+    for (const m of messages.filter((x) => x.role === 'tool')) {
+      assert.doesNotMatch(m.content, /tool_response|assistant|user/, 'a tool message holds the result only');
+      assert.ok(m.tool_call_id, 'a tool message names its call');
+    }
+    const t = byIds.get(renderedAsGenerated(messages, tools).join(','))?.find((x) => !matched.has(x));
+    assert.ok(t, `no trajectory has the tokens of ${JSON.stringify(messages).slice(0, 300)}`);
+    // Each call rendered once: as many <tool_call> blocks in the rendering as the trajectory made calls.
+    assert.equal(tok.render(messages, { tools }).split('<tool_call>\n{"name": "calculator"').length - 1, t.num_tool_calls);
+    matched.add(t);
+  }
+  assert.equal(matched.size, trajectories.length);
+  assert.ok(trajectories.some((t) => t.num_tool_calls === 2) && trajectories.some((t) => t.num_tool_calls === 0));
+});
