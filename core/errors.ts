@@ -14,6 +14,7 @@ export type ErrorCode =
   | 'LOG_UNKNOWN_PARTITION'
   | 'LOG_CORRUPT'
   | 'LOG_LOCKED'
+  | 'LOG_READ_ONLY'
   | 'LOG_CLOSED'
   | 'LOG_RECORD_TOO_LARGE'
   | 'LOG_TRANSACTION_STATE'

@@ -3,7 +3,10 @@
 // Layout: <dir>/LOCK, <dir>/checkpoint.json, <dir>/journal-N.log, <dir>/topics/<topic>/{meta.json,<p>/}.
 // All file I/O is synchronous on purpose: an append or a commit runs start to end without another task in
 // between, which is what makes offsets assignment and transaction application atomic within the process.
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, writeSync } from 'node:fs';
+// Opening recovers: torn tails are cut, damaged records quarantined (damage.ts), and what cannot be recovered
+// without loss (a missing segment, journal or meta.json, a damaged checkpoint) fails with LOG_CORRUPT naming
+// the file and the repair command. Durability of each call: see EmbeddedLogOptions.fsync and core/log/types.ts.
+import { existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../telemetry.ts';
@@ -23,6 +26,7 @@ import type {
 } from '../types.ts';
 import { checkTopicSpec } from '../topic-spec.ts';
 import { EmbeddedConsumer } from './consumer.ts';
+import { corruptError, type DamageRecord, fsyncDir, readJsonFile, writeFileDurably } from './damage.ts';
 import { GroupCoordinator, type GroupMember } from './groups.ts';
 import { Journal, type JournalEntry, type OffsetTriple, type TxnPart } from './journal.ts';
 import { DirectoryLock } from './lock.ts';
@@ -32,6 +36,19 @@ import { EmbeddedProducer, type PendingPart } from './producer.ts';
 import { type PlainRecord, batchFromBlob, batchSize, encodeBatch, encodedSize, readRecordAt } from './record-format.ts';
 
 export type { EmbeddedLogOptions, FsyncPolicy } from './options.ts';
+export type { DamageRecord } from './damage.ts';
+
+/** What a log's files have lost, as found by this open and earlier ones (EmbeddedLog.damageReport). */
+export interface DamageReport {
+  /** Every gap the partitions' damage ledgers list, oldest first. */
+  gaps: DamageRecord[];
+  /** The gaps this open found (and quarantined). */
+  foundNow: DamageRecord[];
+  /** Offsets readers of this process stepped over, per topic/partition with any. */
+  skipped: { topic: string; partition: number; offsets: number }[];
+  /** Committed offsets that were past their partition's end on open and were moved back to it. */
+  clamped: { group: string; topic: string; partition: number; from: number; to: number }[];
+}
 
 /** The reusable batch buffer is given back after a batch larger than this. */
 const ARENA_KEPT_BYTES = 32 * 1024 * 1024;
@@ -56,51 +73,151 @@ export class EmbeddedLog implements EventLog {
    */
   private arena = Buffer.allocUnsafe(0);
 
+  private readonly clamped: DamageReport['clamped'] = [];
+
   private constructor(
     readonly options: CompiledEmbeddedLogOptions,
-    private readonly lock: DirectoryLock,
+    private readonly lock: DirectoryLock | null,
     private readonly logger: Logger,
   ) {
     this.groups = new GroupCoordinator((t) => this.topic(t).partitions.length);
-    this.journal = new Journal(options.dir, logger);
+    this.journal = new Journal(options.dir, logger, { readOnly: options.readOnly, repair: options.repair });
   }
 
-  /** Open (and recover) a log directory; fails with LOG_LOCKED when another process holds it. */
+  /**
+   * Open (and recover) a log directory; fails with LOG_LOCKED when another process holds it (a read-only
+   * open takes no lock), with LOG_CORRUPT (file, what, repair command) when recovery would lose data.
+   */
   static open(input: EmbeddedLogOptions, logger: Logger = silentLogger): EmbeddedLog {
     const options = compileEmbeddedLogOptions(input);
-    mkdirSync(join(options.dir, 'topics'), { recursive: true });
-    const lock = DirectoryLock.acquire(options.dir);
+    if (options.readOnly) {
+      if (!existsSync(options.dir)) throw new RlstreamError('LOG_UNAVAILABLE', `log directory ${options.dir} does not exist`, { retriable: false });
+    } else if (!existsSync(join(options.dir, 'topics'))) {
+      mkdirSync(join(options.dir, 'topics'), { recursive: true });
+      fsyncDir(options.dir);
+    }
+    const lock = options.readOnly ? null : DirectoryLock.acquire(options.dir);
     try {
       const log = new EmbeddedLog(options, lock, logger.child({ component: 'embedded-log' }));
       log.recover();
-      if (options.retentionCheckMs > 0) {
+      if (options.retentionCheckMs > 0 && !options.readOnly) {
         log.timer = setInterval(() => log.applyRetention(), options.retentionCheckMs);
         log.timer.unref();
       }
       return log;
     } catch (err) {
-      lock.release();
+      lock?.release();
       throw err;
     }
   }
 
   private get segmentConfig() {
-    return { segmentBytes: this.options.segmentBytes, indexIntervalBytes: this.options.indexIntervalBytes, maxBodyBytes: this.options.maxRecordBytes + 64 * 1024 };
+    return {
+      segmentBytes: this.options.segmentBytes,
+      indexIntervalBytes: this.options.indexIntervalBytes,
+      maxBodyBytes: this.options.maxRecordBytes + 64 * 1024,
+      logDir: this.options.dir,
+      readOnly: this.options.readOnly,
+      repair: this.options.repair,
+    };
   }
 
   private recover(): void {
     const topicsDir = join(this.options.dir, 'topics');
-    for (const name of readdirSync(topicsDir)) {
-      const metaPath = join(topicsDir, name, 'meta.json');
-      if (!existsSync(metaPath)) continue; // a crash inside createTopic before its meta was renamed in
-      const spec = JSON.parse(readFileSync(metaPath, 'utf8')) as TopicSpec;
+    const names = existsSync(topicsDir) ? readdirSync(topicsDir) : [];
+    for (const name of names) {
+      const spec = this.readTopicMeta(topicsDir, name);
+      if (!spec) continue;
       const partitions = Array.from({ length: spec.partitions }, (_, p) => new Partition(name, p, join(topicsDir, name, String(p)), this.segmentConfig, this.logger, spec.retention));
       this.topics.set(name, { spec, partitions });
     }
-    const { groups, entries } = this.journal.recover();
+    const { groups, entries } = this.journal.recover(this.topics.size > 0);
     for (const [g, triples] of Object.entries(groups)) this.groups.setOffsets(g, triples);
     for (const entry of entries) this.replay(entry);
+    this.clampOffsets();
+    if (this.options.readOnly) return;
+    // A repaired journal (or checkpoint) is retired at once: the checkpoint of what was recovered starts a new one.
+    if (this.journal.repaired) {
+      this.flush();
+      this.journal.checkpoint(this.groups.snapshot());
+    }
     this.applyRetention();
+  }
+
+  /**
+   * A topic's spec from its meta.json, checked against its partition directories; null for a topic directory
+   * left by a crash inside createTopic (no meta.json, no records). Anything else that does not add up fails
+   * with LOG_CORRUPT, or is rewritten from the partition directories when repairing.
+   */
+  private readTopicMeta(topicsDir: string, name: string): TopicSpec | null {
+    const dir = join(topicsDir, name);
+    const metaPath = join(dir, 'meta.json');
+    const partitionDirs = readdirSync(dir).filter((f) => /^\d+$/.test(f)).map(Number);
+    const holding = partitionDirs.filter((p) => readdirSync(join(dir, String(p))).some((f) => /\.log$/.test(f) && statSync(join(dir, String(p), f)).size > 0));
+    const count = partitionDirs.length === 0 ? 0 : Math.max(...partitionDirs) + 1;
+    const rewrite = (why: string, retention?: TopicSpec['retention']): TopicSpec => {
+      const spec: TopicSpec = { name, partitions: count, ...(retention ? { retention } : {}) };
+      this.logger.warn('embedded log: meta.json rewritten from the partition directories', { file: metaPath, why, partitions: count });
+      writeFileDurably(metaPath, JSON.stringify(spec));
+      return spec;
+    };
+    const repairDoes = `write it anew with the ${count} partitions found in ${dir} (a retention setting it held is lost)`;
+    if (!existsSync(metaPath)) {
+      if (holding.length === 0) return null; // a crash inside createTopic before its meta was renamed in
+      if (this.options.repair) return rewrite('missing');
+      throw corruptError(this.options.dir, metaPath, `is missing, yet partitions ${holding.join(', ')} of topic ${name} hold records`, repairDoes);
+    }
+    let spec: TopicSpec;
+    try {
+      const parsed = readJsonFile(this.options.dir, metaPath, repairDoes);
+      const ok = typeof parsed === 'object' && parsed !== null && (parsed as TopicSpec).name === name && Number.isInteger((parsed as TopicSpec).partitions) && (parsed as TopicSpec).partitions > 0;
+      if (!ok) throw corruptError(this.options.dir, metaPath, `is not the spec of topic ${name} ({ name, partitions >= 1, retention? })`, repairDoes);
+      spec = parsed as TopicSpec;
+    } catch (err) {
+      if (this.options.repair) return rewrite('unreadable');
+      throw err;
+    }
+    const beyond = holding.filter((p) => p >= spec.partitions);
+    if (beyond.length > 0) {
+      if (this.options.repair) return rewrite(`named ${spec.partitions} partitions`, spec.retention);
+      throw corruptError(this.options.dir, metaPath, `names ${spec.partitions} partitions, but partitions ${beyond.join(', ')} of topic ${name} hold records`, `set the count to the ${count} partitions found`);
+    }
+    const lost = Array.from({ length: spec.partitions }, (_, p) => p).filter((p) => !partitionDirs.includes(p));
+    if (lost.length > 0 && holding.length > 0 && !this.options.repair) {
+      throw corruptError(this.options.dir, join(dir, String(lost[0])), `is missing: partitions ${lost.join(', ')} of topic ${name} are gone (their records are lost)`, 'create them empty');
+    }
+    return spec;
+  }
+
+  /**
+   * Committed offsets past their partition's end (records lost to damage at the end) move back to the end:
+   * otherwise the group would skip the records appended next, at offsets it believes it has read.
+   */
+  private clampOffsets(): void {
+    for (const [group, triples] of Object.entries(this.groups.snapshot())) {
+      const fixed: OffsetTriple[] = [];
+      for (const [topic, partition, offset] of triples) {
+        const p = this.topics.get(topic)?.partitions[partition];
+        if (!p || offset <= p.high) continue;
+        fixed.push([topic, partition, p.high]);
+        this.clamped.push({ group, topic, partition, from: offset, to: p.high });
+        this.logger.warn('embedded log: committed offset past the partition end moved back to it', { group, topic, partition, committed: offset, high: p.high });
+      }
+      if (fixed.length === 0) continue;
+      if (this.options.readOnly) this.groups.setOffsets(group, fixed);
+      else this.commitOffsets(group, fixed);
+    }
+  }
+
+  /** What the log's files have lost: gaps listed by its partitions, found by this open, skipped, clamped. */
+  damageReport(): DamageReport {
+    const parts = [...this.topics.values()].flatMap((t) => t.partitions);
+    return {
+      gaps: parts.flatMap((p) => p.damage).sort((a, b) => a.foundMs - b.foundMs),
+      foundNow: parts.flatMap((p) => p.found),
+      skipped: parts.filter((p) => p.gapOffsetsSkipped > 0).map((p) => ({ topic: p.topic, partition: p.index, offsets: p.gapOffsetsSkipped })),
+      clamped: [...this.clamped],
+    };
   }
 
   /** Apply a journal entry again; transactions are idempotent per partition (by their base offset). */
@@ -118,6 +235,10 @@ export class EmbeddedLog implements EventLog {
       const batch = batchFromBlob(part.blob, this.segmentConfig.maxBodyBytes);
       const count = batch.ends.length;
       if (partition.high >= part.base + count) continue; // fully applied before the crash
+      if (this.options.readOnly) {
+        this.logger.warn('embedded log: a journaled transaction is not fully in its partition; a read-write open completes it', { topic: part.topic, partition: part.partition, base: part.base, records: count });
+        continue;
+      }
       if (partition.high >= part.base) {
         if (partition.high > part.base) partition.truncateTo(part.base);
         partition.append(batch);
@@ -136,6 +257,11 @@ export class EmbeddedLog implements EventLog {
 
   checkOpen(): void {
     if (this.closed) throw new RlstreamError('LOG_CLOSED', `embedded log ${this.options.dir} is closed`);
+  }
+
+  private checkWritable(what: string): void {
+    this.checkOpen();
+    if (this.options.readOnly) throw new RlstreamError('LOG_READ_ONLY', `embedded log ${this.options.dir} is open read-only: cannot ${what}`);
   }
 
   private topic(name: string): Topic {
@@ -161,16 +287,16 @@ export class EmbeddedLog implements EventLog {
       }
       return;
     }
+    this.checkWritable(`create topic ${spec.name}`);
     const dir = join(this.options.dir, 'topics', spec.name);
     mkdirSync(dir, { recursive: true });
     const clean: TopicSpec = { name: spec.name, partitions: spec.partitions, ...(spec.retention ? { retention: { ...spec.retention } } : {}) };
     const partitions = Array.from({ length: spec.partitions }, (_, p) => new Partition(spec.name, p, join(dir, String(p)), this.segmentConfig, this.logger, clean.retention));
-    const tmp = join(dir, 'meta.json.tmp');
-    const fd = openSync(tmp, 'w');
-    writeSync(fd, JSON.stringify(clean));
-    fsyncSync(fd);
-    closeSync(fd);
-    renameSync(tmp, join(dir, 'meta.json'));
+    // Durable before it is used: the partition directories (their segments fsynced their own directories),
+    // then meta.json by rename, then the topic's entry in topics/.
+    fsyncDir(dir);
+    writeFileDurably(join(dir, 'meta.json'), JSON.stringify(clean));
+    fsyncDir(join(this.options.dir, 'topics'));
     this.topics.set(spec.name, { spec: clean, partitions });
   }
 
@@ -238,7 +364,7 @@ export class EmbeddedLog implements EventLog {
   }
 
   append(topic: string, prepared: { partition: number; record: PlainRecord }[]): RecordPosition[] {
-    this.checkOpen();
+    this.checkWritable(`send to ${topic}`);
     const byPartition = new Map<number, number[]>();
     prepared.forEach((p, i) => byPartition.set(p.partition, [...(byPartition.get(p.partition) ?? []), i]));
     const out: RecordPosition[] = new Array(prepared.length);
@@ -268,7 +394,7 @@ export class EmbeddedLog implements EventLog {
   }
 
   commitOffsets(groupId: string, triples: OffsetTriple[]): void {
-    this.checkOpen();
+    this.checkWritable(`commit offsets of group ${groupId}`);
     for (const [t, p, o] of triples) {
       this.partition(t, p);
       if (!Number.isInteger(o) || o < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${t}/${p} must be a non-negative integer, got ${o}`);
@@ -280,7 +406,7 @@ export class EmbeddedLog implements EventLog {
 
   /** One journal entry, then the records into their partitions and the offsets into their groups. */
   commitTransaction(transactionalId: string, parts: PendingPart[], offsets: Map<string, OffsetTriple[]>): void {
-    this.checkOpen();
+    this.checkWritable(`commit transaction ${transactionalId}`);
     if (parts.length === 0 && offsets.size === 0) return;
     for (const triples of offsets.values()) for (const [t, p] of triples) this.partition(t, p);
     const regions = this.arenaRegions(parts.map((p) => batchSize(p.records)));
@@ -320,6 +446,7 @@ export class EmbeddedLog implements EventLog {
 
   /** Delete segments beyond each topic's retention; returns how many went. */
   applyRetention(now = Date.now()): number {
+    if (this.options.readOnly) return 0;
     let n = 0;
     for (const t of this.topics.values()) for (const p of t.partitions) n += p.applyRetention(now);
     return n;
@@ -337,8 +464,8 @@ export class EmbeddedLog implements EventLog {
     if (this.options.fsync !== 'none') this.flush();
     this.closed = true;
     for (const t of this.topics.values()) for (const p of t.partitions) p.close();
-    this.journal.close();
-    this.lock.release();
+    this.journal.close(this.options.fsync !== 'none');
+    this.lock?.release();
   }
 }
 

@@ -1,6 +1,10 @@
 // Exclusive ownership of a log directory: one process (and one open log within it) at a time. The LOCK file
 // holds the owner's pid; it is created by link(2) from a complete temporary file, so nobody ever reads a
 // half-written pid. A lock whose process is gone (a crash, SIGKILL) is stale and is taken over.
+// The temporary file is named by pid and a random suffix and lives under its own prefix (LOCK.<pid>.<rand>.pending),
+// which nothing else in the directory cleans up: two processes starting together each have their own, and the
+// one that wins the lock never deletes the other's.
+import { randomBytes } from 'node:crypto';
 import { linkSync, readFileSync, realpathSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
@@ -25,6 +29,14 @@ function holder(path: string): number | null {
   }
 }
 
+function unlinkIfThere(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+}
+
 export class DirectoryLock {
   private constructor(
     private readonly key: string,
@@ -35,37 +47,48 @@ export class DirectoryLock {
     const key = realpathSync(dir);
     const path = join(dir, 'LOCK');
     if (heldHere.has(key)) throw new RlstreamError('LOG_LOCKED', `log directory ${dir} is already open in this process (pid ${process.pid})`);
-    const tmp = join(dir, `LOCK.${process.pid}.tmp`);
-    writeFileSync(tmp, `${process.pid}\n`);
+    const tmp = join(dir, `LOCK.${process.pid}.${randomBytes(4).toString('hex')}.pending`);
     try {
       for (let attempt = 0; attempt < 5; attempt++) {
+        // Written again on each attempt: cheap, and a temporary file removed by anyone (an operator's
+        // cleanup) then costs one more attempt instead of an ENOENT crash.
+        writeFileSync(tmp, `${process.pid}\n`);
         try {
           linkSync(tmp, path);
           heldHere.add(key);
           return new DirectoryLock(key, path);
         } catch (err) {
-          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+          const code = (err as NodeJS.ErrnoException).code;
+          if (code === 'ENOENT') continue;
+          if (code !== 'EEXIST') throw err;
         }
         const pid = holder(path);
         if (pid !== null && pid !== process.pid && alive(pid)) {
           throw new RlstreamError('LOG_LOCKED', `log directory ${dir} is locked by process ${pid}`);
         }
+        if (pid === null) {
+          // Gone between the link and the read (a contender moving a stale lock aside) or holding no pid:
+          // wait a moment and try the link again; never delete a lock whose owner is unknown.
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+          continue;
+        }
         // Stale: move it aside atomically (only one contender wins the rename), then retry the link.
+        const aside = `${path}.stale.${process.pid}`;
         try {
-          renameSync(path, `${path}.stale.${process.pid}`);
-          unlinkSync(`${path}.stale.${process.pid}`);
+          renameSync(path, aside);
+          unlinkIfThere(aside);
         } catch {
           /* another process took it over first; the next link attempt decides */
         }
       }
-      throw new RlstreamError('LOG_LOCKED', `log directory ${dir}: could not take over a stale lock`);
+      throw new RlstreamError('LOG_LOCKED', `log directory ${dir}: could not take its LOCK (held by no live process, or holding no pid: delete ${path} if no process uses the log)`);
     } finally {
-      unlinkSync(tmp);
+      unlinkIfThere(tmp);
     }
   }
 
   release(): void {
     if (!heldHere.delete(this.key)) return;
-    if (holder(this.path) === process.pid) unlinkSync(this.path);
+    if (holder(this.path) === process.pid) unlinkIfThere(this.path);
   }
 }

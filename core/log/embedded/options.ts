@@ -23,6 +23,18 @@ export interface EmbeddedLogOptions {
   journalMaxBytes?: number;
   /** How often retention runs besides segment rolls, in ms (default 60 s; 0 = only on roll and open). */
   retentionCheckMs?: number;
+  /**
+   * Open to read only (default false): no lock is taken and nothing in the directory is written, created or
+   * deleted (a torn tail is ignored in memory, retention does not run); sends, commits and createTopic of a new
+   * topic fail with LOG_READ_ONLY, and damage that a read-write open would quarantine fails the open with
+   * LOG_CORRUPT and the repair command. For readers of a log they do not own: replay, admin, query.
+   */
+  readOnly?: boolean;
+  /**
+   * Quarantine every damage found instead of refusing to open (default false): segments missing, frames that
+   * cannot be re-synchronised, damaged journal entries, checkpoint or meta.json. What `rlstream log repair` does.
+   */
+  repair?: boolean;
 }
 
 export type CompiledEmbeddedLogOptions = Readonly<Required<EmbeddedLogOptions>>;
@@ -33,10 +45,16 @@ function positiveInt(name: string, value: number | undefined, fallback: number, 
   return v;
 }
 
+function flag(name: string, value: boolean | undefined): boolean {
+  if (value !== undefined && typeof value !== 'boolean') throw new RlstreamError('CONFIG_INVALID', `embedded log option ${name} must be true or false, got ${String(value)}`);
+  return value ?? false;
+}
+
 export function compileEmbeddedLogOptions(o: EmbeddedLogOptions): CompiledEmbeddedLogOptions {
   if (typeof o.dir !== 'string' || o.dir === '') throw new RlstreamError('CONFIG_INVALID', 'embedded log option dir must be a non-empty path');
   const fsync = o.fsync ?? 'transaction';
   if (!['always', 'transaction', 'none'].includes(fsync)) throw new RlstreamError('CONFIG_INVALID', `embedded log option fsync must be always, transaction or none, got ${String(fsync)}`);
+  if (o.readOnly === true && o.repair === true) throw new RlstreamError('CONFIG_INVALID', 'embedded log options readOnly and repair exclude each other: repair writes');
   return Object.freeze({
     dir: o.dir,
     fsync,
@@ -45,5 +63,7 @@ export function compileEmbeddedLogOptions(o: EmbeddedLogOptions): CompiledEmbedd
     maxRecordBytes: positiveInt('maxRecordBytes', o.maxRecordBytes, 16 * 1024 * 1024),
     journalMaxBytes: positiveInt('journalMaxBytes', o.journalMaxBytes, 64 * 1024 * 1024, 1024),
     retentionCheckMs: positiveInt('retentionCheckMs', o.retentionCheckMs, 60_000, 0),
+    readOnly: flag('readOnly', o.readOnly),
+    repair: flag('repair', o.repair),
   });
 }

@@ -1,15 +1,25 @@
 // One topic-partition of the embedded log: an ordered list of segments, appends that roll to a new segment
 // by size, reads by offset and by timestamp, whole-segment retention, and the wake-up of waiting consumers.
-import { mkdirSync, readdirSync } from 'node:fs';
+// On open it checks that its segments account for every offset: a gap between segments, a segment file gone
+// while its index is still there, or a first segment above 0 without retention is a missing segment, refused
+// (LOG_CORRUPT with the repair command) unless its damage ledger lists the gap; damaged frames found inside a
+// segment are quarantined (see segment.ts). Readers step over listed gaps and count the offsets skipped.
+import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import type { RecordChunk, RetentionOptions } from '../types.ts';
+import { corruptError, DamageLedger, type DamageRecord } from './damage.ts';
 import { type EncodedBatch, FRAME, offsetAt } from './record-format.ts';
-import { Segment, type SegmentConfig } from './segment.ts';
+import { Segment, type SegmentConfig, segmentFileName } from './segment.ts';
 
 export interface PartitionConfig extends SegmentConfig {
   segmentBytes: number;
+  /** Quarantine every damage found, missing segments included, instead of refusing to open (`rlstream log repair`). */
+  repair: boolean;
 }
+
+const SEGMENT_FILE = /^(\d{20})\.(log|index|timeindex)$/;
 
 /** Where a reader stands: the next offset and, when known, its exact place in a segment. */
 export interface ReadCursor {
@@ -18,9 +28,22 @@ export interface ReadCursor {
   pos: number;
 }
 
+function unlinkIfThere(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+}
+
 export class Partition {
   private readonly segments: Segment[] = [];
   private waiters = new Set<() => void>();
+  private readonly ledger: DamageLedger;
+  /** Damage found and quarantined by this open (the ledger holds it too, with what earlier opens found). */
+  readonly found: DamageRecord[] = [];
+  /** Offsets readers have stepped over because they fall in a gap (lost to damage). */
+  gapOffsetsSkipped = 0;
 
   constructor(
     readonly topic: string,
@@ -30,23 +53,126 @@ export class Partition {
     private readonly logger: Logger,
     public retention: RetentionOptions = {},
   ) {
-    mkdirSync(dir, { recursive: true });
-    const bases = readdirSync(dir)
-      .filter((f) => /^\d{20}\.log$/.test(f))
-      .map((f) => Number(f.slice(0, 20)))
-      .sort((a, b) => a - b);
-    bases.forEach((base, i) => this.segments.push(Segment.open(dir, base, config, i === bases.length - 1, logger)));
+    if (!config.readOnly) mkdirSync(dir, { recursive: true });
+    this.ledger = DamageLedger.load(config.logDir, dir, config.repair);
+    const files = existsSync(dir) ? readdirSync(dir) : [];
+    const logBases = new Set<number>();
+    const indexBases = new Set<number>();
+    for (const f of files) {
+      const m = SEGMENT_FILE.exec(f);
+      if (m) (m[2] === 'log' ? logBases : indexBases).add(Number(m[1]));
+    }
+    const bases = [...logBases].sort((a, b) => a - b);
+    bases.forEach((base, i) => this.segments.push(Segment.open(dir, base, config, i === bases.length - 1, logger, config.repair)));
     // A crash between creating a segment and writing to it can leave an empty active segment whose base
-    // does not follow the previous one; fix by dropping it.
-    while (this.segments.length > 1) {
+    // does not follow the previous one; fix by dropping it (unless a listed gap explains it).
+    while (this.segments.length > 1 && !config.readOnly) {
       const last = this.segments[this.segments.length - 1]!;
       const prev = this.segments[this.segments.length - 2]!;
-      if (last.base === prev.next) break;
-      if (last.size > 0) throw new RlstreamError('LOG_CORRUPT', `${dir}: segment ${last.base} does not follow ${prev.next}`);
+      if (last.base === prev.next || last.size > 0 || (last.base > prev.next && this.ledger.covers(prev.next, last.base))) break;
       last.delete();
       this.segments.pop();
     }
+    this.checkComplete([...indexBases].filter((b) => !logBases.has(b)));
     if (this.segments.length === 0) this.segments.push(Segment.create(dir, 0, config));
+  }
+
+  private get hasRetention(): boolean {
+    return this.retention.maxBytes != null || this.retention.maxAgeMs != null;
+  }
+
+  /**
+   * Every offset below high is in a segment or in a listed gap; damaged frames found inside segments are
+   * quarantined. What cannot be handled in this mode fails the open with the repair command.
+   */
+  private checkComplete(orphanBases: number[]): void {
+    const missing: { from: number; to: number | null; file: string; reason: string }[] = [];
+    const firstBase = this.segments[0]?.base ?? Infinity;
+    for (const base of orphanBases) {
+      // Retention deletes a segment's indexes before its .log, so indexes below the first segment are leftovers
+      // of a retention cut short; anywhere else, the .log is gone.
+      if (this.hasRetention && base < firstBase) {
+        if (!this.config.readOnly) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(base, ext)));
+        continue;
+      }
+      const after = this.segments.find((s) => s.base > base);
+      missing.push({ from: base, to: after?.base ?? null, file: join(this.dir, segmentFileName(base, '.log')), reason: 'segment file missing (its index is still there)' });
+    }
+    if (firstBase !== Infinity && firstBase > 0 && !this.hasRetention && !missing.some((m) => m.from === 0)) {
+      missing.push({ from: 0, to: firstBase, file: join(this.dir, segmentFileName(0, '.log')), reason: `segment file missing: the first segment starts at offset ${firstBase} and the topic has no retention` });
+    }
+    for (let i = 1; i < this.segments.length; i++) {
+      const prev = this.segments[i - 1]!;
+      const seg = this.segments[i]!;
+      if (seg.base < prev.next) throw corruptError(this.config.logDir, seg.path('.log'), `starts at offset ${seg.base}, inside the previous segment (which ends at ${prev.next})`, 'quarantine it');
+      if (seg.base === prev.next || prev.damage.some((d) => d.toOffset === null)) continue;
+      if (missing.some((m) => m.from >= prev.next && m.from < seg.base)) continue;
+      missing.push({ from: prev.next, to: seg.base, file: join(this.dir, segmentFileName(prev.next, '.log')), reason: `segment file missing: offsets ${prev.next} to ${seg.base - 1} are in no segment` });
+    }
+    const unlisted = missing.filter((m) => !this.ledger.covers(m.from, m.to ?? m.from + 1));
+    for (const m of unlisted) {
+      if (!this.config.repair) {
+        throw corruptError(this.config.logDir, m.file, `${m.reason}; ${m.to === null ? `offsets from ${m.from}` : `offsets ${m.from} to ${m.to - 1}`} of ${this.topic}/${this.index} are lost`, 'accept the gap (it is listed in damage.json and readers skip it)');
+      }
+    }
+    const damaged = this.segments.filter((s) => s.damage.length > 0);
+    for (const seg of damaged) {
+      const i = this.segments.indexOf(seg);
+      const nextBase = this.segments[i + 1]?.base ?? null;
+      for (const d of seg.damage) {
+        if (this.config.readOnly) {
+          throw corruptError(this.config.logDir, seg.path('.log'), `${d.problem} at bytes ${d.pos} to ${d.end} (offsets from ${d.fromOffset}); a read-only open leaves the file as it is`, 'move the damaged bytes to a quarantine file and keep the records after them');
+        }
+        if (d.toOffset === null) {
+          d.toOffset = nextBase;
+          if (!this.config.repair) {
+            throw corruptError(this.config.logDir, seg.path('.log'), `${d.problem} at byte ${d.pos}, and no valid record follows in the ${seg.size === 0 ? '' : 'sealed '}segment (the frames cannot be re-synchronised)`, 'move the damaged bytes to a quarantine file');
+          }
+        }
+      }
+    }
+    const now = Date.now();
+    const records = unlisted.map((m): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: m.from, toOffset: m.to, bytes: 0, file: m.file, quarantine: null, reason: m.reason, foundMs: now }));
+    if (records.length > 0) {
+      this.ledger.add(records);
+      for (const m of unlisted) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(m.from, ext)));
+      this.found.push(...records);
+    }
+    for (const seg of damaged) {
+      const i = this.segments.indexOf(seg);
+      seg.quarantine(i === this.segments.length - 1, this.logger, (moved) => {
+        const recs = moved.map(({ damage: d, file }): DamageRecord => ({
+          topic: this.topic,
+          partition: this.index,
+          fromOffset: d.fromOffset,
+          toOffset: d.toOffset,
+          bytes: d.end - d.pos,
+          file: seg.path('.log'),
+          quarantine: file,
+          reason: d.problem,
+          foundMs: now,
+        }));
+        this.ledger.add(recs);
+        this.found.push(...recs);
+      });
+    }
+    for (const r of this.found) {
+      this.logger.warn('embedded log: damaged records quarantined; their offsets are a gap that readers skip', {
+        topic: r.topic,
+        partition: r.partition,
+        fromOffset: r.fromOffset,
+        toOffset: r.toOffset,
+        bytes: r.bytes,
+        file: r.file,
+        quarantine: r.quarantine,
+        reason: r.reason,
+      });
+    }
+  }
+
+  /** Every gap this partition has accepted (its damage ledger). */
+  get damage(): readonly DamageRecord[] {
+    return this.ledger.records;
   }
 
   get low(): number {
@@ -87,6 +213,7 @@ export class Partition {
   }
 
   private roll(): void {
+    if (this.config.readOnly) throw new RlstreamError('LOG_READ_ONLY', `${this.dir}: the log is open read-only`);
     const old = this.active;
     old.seal();
     old.flush();
@@ -132,27 +259,37 @@ export class Partition {
     let bytes = 0;
     let records = 0;
     while (records < maxRecords && bytes < maxBytes && cursor.offset < this.high) {
-      let seg = this.segmentFor(cursor.offset);
+      const seg = this.segmentFor(cursor.offset);
       if (cursor.segmentBase !== seg.base) {
         cursor.segmentBase = seg.base;
         cursor.pos = seg.positionOf(cursor.offset);
       }
       if (cursor.pos >= seg.size) {
-        // End of a sealed segment: continue in the next one.
-        seg = this.segmentFor(seg.next);
-        if (seg.base === cursor.segmentBase) break;
-        cursor.segmentBase = seg.base;
+        // End of a sealed segment: continue in the next one (past a gap, if one lies between).
+        const i = this.segments.indexOf(seg);
+        const next = this.segments[i + 1];
+        if (!next) break;
+        if (next.base > cursor.offset) this.skipGap(cursor.offset, next.base);
+        cursor.offset = Math.max(cursor.offset, next.base);
+        cursor.segmentBase = next.base;
         cursor.pos = 0;
         continue;
       }
       const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - records, alloc);
       const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.length);
-      const firstOffset = cursor.offset;
-      const starts: number[] = [];
+      let firstOffset = cursor.offset;
+      let starts: number[] = [];
       let p = 0;
       while (p < chunk.length && records < maxRecords) {
         const offset = offsetAt(view, p);
-        if (offset !== cursor.offset) throw new RlstreamError('LOG_CORRUPT', `${this.topic}/${this.index}: expected offset ${cursor.offset}, found ${offset}`);
+        if (offset !== cursor.offset) {
+          // A gap (records lost to damage) inside the segment: a chunk's offsets are dense, so a new one starts.
+          if (offset < cursor.offset) throw new RlstreamError('LOG_CORRUPT', `${this.topic}/${this.index}: expected offset ${cursor.offset}, found ${offset}`);
+          if (starts.length > 0) out.push({ topic: this.topic, partition: this.index, firstOffset, buf: chunk, starts: Int32Array.from(starts) });
+          this.skipGap(cursor.offset, offset);
+          firstOffset = cursor.offset = offset;
+          starts = [];
+        }
         starts.push(p);
         const size = FRAME + view.getUint32(p);
         p += size;
@@ -164,6 +301,11 @@ export class Partition {
       if (starts.length > 0) out.push({ topic: this.topic, partition: this.index, firstOffset, buf: chunk, starts: Int32Array.from(starts) });
     }
     return { records, bytes };
+  }
+
+  private skipGap(from: number, to: number): void {
+    this.gapOffsetsSkipped += to - from;
+    this.logger.warn('embedded log: reader skipped offsets lost to damage', { topic: this.topic, partition: this.index, fromOffset: from, toOffset: to });
   }
 
   /** First offset whose timestamp is >= ts (high when none). */

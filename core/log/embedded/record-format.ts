@@ -211,3 +211,21 @@ export function batchFromBlob(buf: Buffer, maxBody: number): EncodedBatch {
   }
   return { baseOffset: buf.length > 0 ? peekOffset(buf, 0) : 0, buf, ends, timestamps, crc: crc32(buf) };
 }
+
+/**
+ * The position of the first whole, CRC-valid frame at or after `from` whose offset could follow a damaged
+ * region that starts at `damageStart` with `expected` as its first missing offset, or -1. The offset must be at
+ * least `expected` and no more than the region could have held (every frame takes at least FRAME + FIXED_BODY
+ * bytes): with the length check first, random bytes almost never reach the CRC.
+ */
+export function findNextFrame(buf: Buffer, from: number, damageStart: number, expected: number, maxBody: number): number {
+  const limit = buf.length;
+  for (let q = from; q + FRAME + FIXED_BODY <= limit; q++) {
+    const len = buf.readUInt32BE(q);
+    if (len < FIXED_BODY || len > maxBody || q + FRAME + len > limit) continue;
+    const offset = peekOffset(buf, q);
+    if (offset < expected || offset - expected > (q - damageStart) / (FRAME + FIXED_BODY) + 1) continue;
+    if (frameProblem(buf, q, limit, maxBody) === null) return q;
+  }
+  return -1;
+}

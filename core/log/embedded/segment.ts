@@ -2,15 +2,35 @@
 // (relative offset → file position) and .timeindex (largest timestamp so far → relative offset). The indexes
 // are kept in memory and appended to their files; they are hints that can always be rebuilt from the .log,
 // which is what recovery does for the active segment and for any index that fails its sanity check.
+// Recovery tells two failures apart: a torn tail (the active segment's last write, cut short by a crash: no
+// valid frame follows the damage) is cut off; damage with valid frames after it is found again by scanning for
+// the next frame whose header and CRC verify, and the damaged bytes are moved to a quarantine file, leaving the
+// records after them at their offsets (the lost range becomes a gap, listed in the partition's damage ledger).
 import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, openSync, readFileSync, readSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
-import { type EncodedBatch, FRAME, frameProblem, peekOffset, peekTimestamp, recordSizeAt, validFrames } from './record-format.ts';
+import { corruptError, fsyncDir, writeFileDurably } from './damage.ts';
+import { type EncodedBatch, FRAME, findNextFrame, frameProblem, peekOffset, peekTimestamp, recordSizeAt, validFrames } from './record-format.ts';
 
 export interface SegmentConfig {
   indexIntervalBytes: number;
   maxBodyBytes: number;
+  /** The log's directory, for error messages that give the repair command. */
+  logDir: string;
+  /** Open files read-only and never write: torn tails are ignored in memory, indexes rebuilt in memory only. */
+  readOnly: boolean;
+}
+
+/** A damaged byte range of a segment found on open. */
+export interface SegmentDamage {
+  /** File positions [pos, end) of the damaged bytes. */
+  pos: number;
+  end: number;
+  /** First lost offset, and the offset of the first valid record after the damage (null: none in this segment). */
+  fromOffset: number;
+  toOffset: number | null;
+  problem: string;
 }
 
 const SCAN_CHUNK = 4 * 1024 * 1024;
@@ -32,18 +52,21 @@ export class Segment {
   private readonly timeRel: number[] = [];
   private lastIndexedPos = -Infinity;
   private lastTimePos = -Infinity;
-  private readonly fd: number;
+  private fd: number;
   private indexFd: number;
   private timeFd: number;
   dirty = false;
+  /** Damage found by the last rebuild, not yet quarantined (see quarantine()). */
+  damage: SegmentDamage[] = [];
 
   private constructor(
     readonly dir: string,
     readonly base: number,
     private readonly config: SegmentConfig,
+    withFile = true,
   ) {
     this.next = base;
-    this.fd = openSync(this.path('.log'), existsSync(this.path('.log')) ? 'r+' : 'w+');
+    this.fd = !withFile ? -1 : openSync(this.path('.log'), config.readOnly ? 'r' : existsSync(this.path('.log')) ? 'r+' : 'w+');
     this.indexFd = -1;
     this.timeFd = -1;
   }
@@ -53,23 +76,31 @@ export class Segment {
   }
 
   static create(dir: string, base: number, config: SegmentConfig): Segment {
+    // A read-only log never creates files: an empty partition has an empty segment in memory.
+    if (config.readOnly) return new Segment(dir, base, config, false);
     const s = new Segment(dir, base, config);
     s.indexFd = openSync(s.path('.index'), 'w+');
     s.timeFd = openSync(s.path('.timeindex'), 'w+');
+    // The new files' names must survive a machine crash along with the records later fsynced into them.
+    fsyncDir(dir);
     return s;
   }
 
   /**
    * Open an existing segment. The active (last) segment is always scanned: records after the last whole,
    * CRC-valid one are a torn tail and are cut off. A sealed segment trusts its indexes when they are sane and
-   * end with an entry for its last record; otherwise it is rescanned, and there a bad record is corruption.
+   * end with an entry for its last record; otherwise it is rescanned. Damage with valid frames after it is left
+   * in `damage` for the partition to quarantine (or refuse); a sealed segment's damage that runs to its end is
+   * listed too, with toOffset null. `full` rescans a sealed segment even with sane indexes (repair).
    */
-  static open(dir: string, base: number, config: SegmentConfig, active: boolean, logger: Logger): Segment {
+  static open(dir: string, base: number, config: SegmentConfig, active: boolean, logger: Logger, full = false): Segment {
     const s = new Segment(dir, base, config);
     s.size = fstatSync(s.fd).size;
-    if (!active && s.loadIndexes()) {
-      s.indexFd = openSync(s.path('.index'), 'r+');
-      s.timeFd = openSync(s.path('.timeindex'), 'r+');
+    if (!active && !full && s.loadIndexes()) {
+      if (!config.readOnly) {
+        s.indexFd = openSync(s.path('.index'), 'r+');
+        s.timeFd = openSync(s.path('.timeindex'), 'r+');
+      }
       return s;
     }
     s.rebuild(active, logger);
@@ -113,35 +144,97 @@ export class Segment {
     return true;
   }
 
-  /** Rescan the whole .log, rebuilding both indexes; cut a torn tail (active) or fail (sealed). */
+  /**
+   * Rescan the whole .log, rebuilding both indexes. Offsets may jump forward (a gap left by earlier
+   * quarantine); a frame that fails its checks, or whose offset goes backwards, is damage: the scan resumes at
+   * the next frame that verifies and the range is listed in `damage`. Damage with no valid frame after it is a
+   * torn tail in the active segment (cut off, or ignored read-only) and damage to the end in a sealed one.
+   */
   private rebuild(active: boolean, logger: Logger): void {
     this.idxRel.length = this.idxPos.length = this.timeTs.length = this.timeRel.length = 0;
     this.lastIndexedPos = this.lastTimePos = -Infinity;
     this.maxTimestamp = -Infinity;
+    this.damage = [];
+    const fileSize = this.size;
     let expected = this.base;
-    let badOffset = false;
-    const res = this.scan(0, (buf, pos, filePos) => {
-      const offset = peekOffset(buf, pos);
-      if (offset !== expected) {
-        badOffset = true;
-        return false;
+    let from = 0;
+    let whole: Buffer | null = null;
+    let end = fileSize;
+    for (;;) {
+      let backwards = false;
+      const res = this.scan(from, (buf, pos, filePos) => {
+        const offset = peekOffset(buf, pos);
+        if (offset < expected) {
+          backwards = true;
+          return false;
+        }
+        this.track(offset - this.base, filePos, peekTimestamp(buf, pos));
+        expected = offset + 1;
+        return true;
+      });
+      const problem = res.problem ?? (backwards ? 'offset out of sequence' : null);
+      if (problem === null) break;
+      // Damage is rare: look for the next valid frame in the whole file, read once.
+      whole ??= this.readAll(fileSize);
+      const next = findNextFrame(whole, res.end + 1, res.end, expected, this.config.maxBodyBytes);
+      if (next < 0 && active) {
+        end = res.end;
+        if (this.config.readOnly) logger.warn('embedded log: ignoring torn tail (read-only open)', { file: this.path('.log'), at: res.end, bytes: fileSize - res.end, problem });
+        else {
+          logger.warn('embedded log: truncating torn tail', { file: this.path('.log'), at: res.end, dropped: fileSize - res.end, problem });
+          ftruncateSync(this.fd, res.end);
+        }
+        break;
       }
-      this.track(offset - this.base, filePos, peekTimestamp(buf, pos));
-      expected++;
-      return true;
-    });
-    const problem = res.problem ?? (badOffset ? 'offset out of sequence' : null);
-    if (problem) {
-      if (!active) throw new RlstreamError('LOG_CORRUPT', `${this.path('.log')}: ${problem} at byte ${res.end}`);
-      logger.warn('embedded log: truncating torn tail', { file: this.path('.log'), at: res.end, dropped: this.size - res.end, problem });
-      ftruncateSync(this.fd, res.end);
+      this.damage.push({ pos: res.end, end: next < 0 ? fileSize : next, fromOffset: expected, toOffset: next < 0 ? null : peekOffset(whole, next), problem });
+      if (next < 0) break;
+      from = next;
     }
-    this.size = res.end;
+    this.size = end;
     this.next = expected;
-    this.writeIndexFiles();
+    // Index positions of a damaged file change when the damage is moved out; quarantine() rebuilds them.
+    if (this.damage.length === 0) this.writeIndexFiles();
+  }
+
+  private readAll(size: number): Buffer {
+    const buf = Buffer.allocUnsafe(size);
+    this.readFully(buf, size, 0);
+    return buf;
+  }
+
+  /**
+   * Move the damaged ranges found on open to quarantine files beside the segment (`<base>-<fromOffset>.quarantine`,
+   * written durably first), then rewrite the .log without them (by rename, so a crash leaves either file whole)
+   * and rebuild its indexes. `beforeRewrite` runs between the two: the partition records the gaps in its ledger
+   * there, so a gap is never on disk unaccounted for. Returns each range with its quarantine file's name.
+   */
+  quarantine(active: boolean, logger: Logger, beforeRewrite: (moved: { damage: SegmentDamage; file: string }[]) => void): void {
+    if (this.damage.length === 0) return;
+    const fileSize = fstatSync(this.fd).size;
+    const whole = this.readAll(fileSize);
+    const moved = this.damage.map((d) => {
+      const file = `${segmentFileName(this.base, '')}-${d.fromOffset}.quarantine`;
+      writeFileDurably(join(this.dir, file), whole.subarray(d.pos, d.end));
+      return { damage: d, file };
+    });
+    beforeRewrite(moved);
+    const kept: Buffer[] = [];
+    let at = 0;
+    for (const d of this.damage) {
+      kept.push(whole.subarray(at, d.pos));
+      at = d.end;
+    }
+    kept.push(whole.subarray(at, fileSize));
+    writeFileDurably(this.path('.log'), Buffer.concat(kept));
+    closeSync(this.fd);
+    this.fd = openSync(this.path('.log'), 'r+');
+    this.size = fstatSync(this.fd).size;
+    this.rebuild(active, logger);
+    if (this.damage.length > 0) throw new RlstreamError('INTERNAL', `${this.path('.log')}: damage remains after quarantine`);
   }
 
   private writeIndexFiles(): void {
+    if (this.config.readOnly) return;
     const idx = Buffer.allocUnsafe(this.idxRel.length * 8);
     this.idxRel.forEach((rel, i) => {
       idx.writeUInt32BE(rel, i * 8);
@@ -349,7 +442,9 @@ export class Segment {
         records++;
         continue;
       }
-      if (!problem.startsWith('truncated') || pos + len >= this.size) throw new RlstreamError('LOG_CORRUPT', `${this.path('.log')}: ${problem} at byte ${pos + p}`);
+      if (!problem.startsWith('truncated') || pos + len >= this.size) {
+        throw corruptError(this.config.logDir, this.path('.log'), `${problem} at byte ${pos + p}`, 'move the damaged bytes to a quarantine file and keep the records after them');
+      }
       if (p > 0) break;
       // The first record alone is larger than the chunk: read exactly that record.
       len = Math.min(recordSizeAt(buf, 0), this.size - pos);
@@ -401,15 +496,18 @@ export class Segment {
   }
 
   close(): void {
-    closeSync(this.fd);
+    if (this.fd >= 0) closeSync(this.fd);
     if (this.indexFd >= 0) closeSync(this.indexFd);
     if (this.timeFd >= 0) closeSync(this.timeFd);
     this.indexFd = this.timeFd = -1;
   }
 
   delete(): void {
+    if (this.config.readOnly) throw new RlstreamError('LOG_READ_ONLY', `${this.path('.log')}: a read-only log deletes nothing`);
     this.close();
-    for (const ext of ['.log', '.index', '.timeindex']) {
+    // Indexes first: a crash in between leaves a whole .log without indexes (rebuilt on open), never indexes
+    // without their .log, which an open takes for a missing segment.
+    for (const ext of ['.index', '.timeindex', '.log']) {
       try {
         unlinkSync(this.path(ext));
       } catch {
