@@ -6,7 +6,7 @@ import { AdminError } from './errors.ts';
 // https://github.com/ClickHouse/ClickHouse/blob/master/src/Common/ErrorCodes.cpp (numbers stable since 18.x)
 const REFUSED = new Set([164 /* READONLY */, 497 /* ACCESS_DENIED */, 446 /* FUNCTION_NOT_ALLOWED */]);
 const LIMIT = new Set([158 /* TOO_MANY_ROWS */, 159 /* TIMEOUT_EXCEEDED */, 160 /* TOO_SLOW */, 241 /* MEMORY_LIMIT_EXCEEDED */, 307 /* TOO_MANY_BYTES */, 394 /* QUERY_WAS_CANCELLED */, 396 /* TOO_MANY_ROWS_OR_BYTES */]);
-const REFUSED_NAMES = /\b(READONLY|ACCESS_DENIED|FUNCTION_NOT_ALLOWED)\b|readonly mode|not allowed in readonly/i;
+const REFUSED_NAMES = /\b(READONLY|ACCESS_DENIED|FUNCTION_NOT_ALLOWED)\b|readonly mode|not allowed in readonly|read-only query refused:/i;
 const LIMIT_NAMES = /\b(TOO_MANY_ROWS|TOO_MANY_BYTES|TOO_MANY_ROWS_OR_BYTES|TIMEOUT_EXCEEDED|TOO_SLOW|MEMORY_LIMIT_EXCEEDED|QUERY_WAS_CANCELLED)\b|Limit for (result|rows|bytes)|Timeout exceeded/i;
 
 /** The first line of a ClickHouse message, without the stack trace and version banner. */
@@ -36,8 +36,9 @@ export function classifyQueryError(err: unknown): AdminError | null {
   const m = /Code:\s*(\d+)/.exec(text);
   const code = m ? Number(m[1]) : null;
   const detail = shortMessage(err instanceof Error ? err.message : text);
-  if ((code !== null && REFUSED.has(code)) || REFUSED_NAMES.test(text)) return new AdminError('ADM_ERR_SQL_REFUSED', { detail }, { cause: err });
-  if ((code !== null && LIMIT.has(code)) || LIMIT_NAMES.test(text)) return new AdminError('ADM_ERR_SQL_LIMIT', { detail }, { cause: err });
+  // The engine's code decides where there is one; the names only where a message carries no code.
+  if (code !== null ? REFUSED.has(code) : REFUSED_NAMES.test(text)) return new AdminError('ADM_ERR_SQL_REFUSED', { detail }, { cause: err });
+  if (code !== null ? LIMIT.has(code) : LIMIT_NAMES.test(text)) return new AdminError('ADM_ERR_SQL_LIMIT', { detail }, { cause: err });
   if (code !== null || /syntax error|unknown (table|identifier|function)|doesn't exist|does not exist/i.test(text)) {
     return new AdminError('ADM_ERR_SQL_INVALID', { detail }, { cause: err });
   }

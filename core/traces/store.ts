@@ -36,6 +36,14 @@ export interface QueryLimits {
   maxSeconds?: number;
   /** result_overflow_mode: 'throw' (default) fails the query, 'break' returns a truncated result. */
   overflow?: 'throw' | 'break';
+  /**
+   * max_memory_usage of the query, bytes; default 256 MiB. On chDB the query runs inside this process (in the
+   * single-process run, beside the trainer), and memory the engine freed stays in its allocator: a query
+   * stopped at the limit leaves the process about that much larger.
+   */
+  maxMemoryBytes?: number;
+  /** max_rows_to_read over all tables the query reads (read_overflow_mode throw); default 100 million. */
+  maxRowsToRead?: number;
 }
 
 export interface CompiledLimits {
@@ -43,26 +51,42 @@ export interface CompiledLimits {
   maxBytes: number;
   maxSeconds: number;
   overflow: 'throw' | 'break';
+  maxMemoryBytes: number;
+  maxRowsToRead: number;
 }
 
-export const DEFAULT_LIMITS: CompiledLimits = Object.freeze({ maxRows: 10_000, maxBytes: 16 << 20, maxSeconds: 10, overflow: 'throw' });
+export const DEFAULT_LIMITS: CompiledLimits = Object.freeze({
+  maxRows: 10_000,
+  maxBytes: 16 << 20,
+  maxSeconds: 10,
+  overflow: 'throw',
+  maxMemoryBytes: 256 << 20,
+  maxRowsToRead: 100_000_000,
+});
 
 export function compileLimits(limits: QueryLimits = {}): CompiledLimits {
   const out = { ...DEFAULT_LIMITS, ...Object.fromEntries(Object.entries(limits).filter(([, v]) => v !== undefined)) } as CompiledLimits;
-  for (const k of ['maxRows', 'maxBytes', 'maxSeconds'] as const) {
+  for (const k of ['maxRows', 'maxBytes', 'maxSeconds', 'maxMemoryBytes', 'maxRowsToRead'] as const) {
     if (!Number.isInteger(out[k]) || out[k] <= 0) throw new RlstreamError('INPUT_INVALID', `limits.${k} must be a positive integer, got ${String(out[k])}`);
   }
   if (out.overflow !== 'throw' && out.overflow !== 'break') throw new RlstreamError('INPUT_INVALID', `limits.overflow must be 'throw' or 'break'`);
   return Object.freeze(out);
 }
 
-/** The ClickHouse settings that enforce a set of limits (names are the same in 18.16 and 26.x). */
+/**
+ * The ClickHouse settings that enforce a set of limits (names are the same in 18.16 and 26.x). They are sent
+ * with readonly=1, the level at which a query may change no setting at all (readonly=2 would let a query's
+ * SETTINGS clause raise these limits again).
+ */
 export function limitSettings(l: CompiledLimits): Record<string, string> {
   return {
     max_result_rows: String(l.maxRows),
     max_result_bytes: String(l.maxBytes),
     max_execution_time: String(l.maxSeconds),
     result_overflow_mode: l.overflow,
+    max_memory_usage: String(l.maxMemoryBytes),
+    max_rows_to_read: String(l.maxRowsToRead),
+    read_overflow_mode: 'throw',
   };
 }
 

@@ -1,9 +1,11 @@
-// The SQL route cannot write, create, drop, change settings, read host files or kill queries: each attempt is a
-// 403 ADM_ERR_SQL_REFUSED and afterwards the data is unchanged. On chDB always; on a ClickHouse server when
-// CLICKHOUSE_URL is set (required under RLSTREAM_REQUIRE_SERVICES=1).
+// The SQL route cannot write, create, drop, change settings, read host files, server settings or other
+// system tables, or kill queries: each attempt is a 403 ADM_ERR_SQL_REFUSED and afterwards the data is
+// unchanged; a query past the memory or rows-read limit is a 422 ADM_ERR_SQL_LIMIT and the process stays small;
+// FORMAT clauses are a 400. On chDB always; on a ClickHouse server when CLICKHOUSE_URL is set (required under
+// RLSTREAM_REQUIRE_SERVICES=1).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -16,9 +18,35 @@ import type { TraceStore } from '../../core/traces/store.ts';
 import { auth, fixture, READ_TOKEN, TOKENS, type Fixture } from './helpers.ts';
 
 const OUTFILE = join(tmpdir(), `rlstream-admin-outfile-${newId()}.json`);
+/** Stands for a run's admin-url: a file beside the traces that holds a control token. */
+const SECRET_FILE = join(tmpdir(), `rlstream-admin-secret-${newId()}`);
+const SECRET = `control-${newId()}`;
 
 /** Statements that must be refused, with the reason each is dangerous. */
 const ATTEMPTS: [string, string][] = [
+  ["SELECT file('/etc/passwd')", 'file() reads a host file'],
+  [`SELECT file('${SECRET_FILE}')`, "file() reads a run's admin-url"],
+  ["SELECT splitByChar('\\0', file('/proc/self/environ'))", 'file() reads the environment'],
+  ["SELECT `file`('/etc/passwd')", 'file() as a quoted name'],
+  ['SELECT "file" (\'/etc/passwd\')', 'file() as a double-quoted name with a space'],
+  ["SELECT FILE/* x */('/etc/passwd')", 'file() in capitals after a comment'],
+  ["SELECT `fi\\x6ce`('/etc/passwd')", 'file() spelled with an escape'],
+  ["SELECT length(arrayJoin([file('/etc/hostname')]))", 'file() inside another call'],
+  ["SELECT * FROM url('http://127.0.0.1:1/', 'CSV', 'a String')", 'url table function'],
+  ["SELECT * FROM remote('127.0.0.1', system.one)", 'remote table function'],
+  ["SELECT * FROM executable('id', 'TSV', 'a String')", 'executable table function'],
+  ["SELECT * FROM mysql('127.0.0.1:1', 'd', 't', 'u', 'p')", 'mysql table function'],
+  ["SELECT getSetting('max_memory_usage')", 'server state by function'],
+  ['SELECT * FROM system.settings', 'system.settings'],
+  ['SELECT * FROM system.server_settings', 'system.server_settings (paths)'],
+  ['SELECT * FROM system.disks', 'system.disks (paths)'],
+  ['SELECT * FROM system.parts', 'system.parts (paths)'],
+  ['SELECT data_paths FROM system.tables', 'system.tables (paths)'],
+  ['SELECT * FROM system.processes', 'other sessions\' queries'],
+  ['SELECT * FROM `system`.`settings`', 'system table by quoted names'],
+  ['SHOW PROCESSLIST', 'SHOW PROCESSLIST'],
+  ['SELECT 1 SETTINGS max_memory_usage = 0', 'SETTINGS lifts the memory limit'],
+  ['SELECT count() FROM system.numbers SETTINGS max_rows_to_read = 0', 'SETTINGS lifts the rows-read limit'],
   ["INSERT INTO tool_calls (run_id, trajectory_id, call_id) VALUES ('x', 'y', 'z')", 'insert'],
   ['CREATE TABLE evil (a Int32) ENGINE = Memory', 'create table'],
   ['CREATE DATABASE evil', 'create database'],
@@ -42,6 +70,48 @@ const ATTEMPTS: [string, string][] = [
   ['SYSTEM DROP DNS CACHE', 'system command'],
 ];
 
+/** Queries past a limit, each answered 422 ADM_ERR_SQL_LIMIT. */
+const OVER_LIMIT: [string, string, string][] = [
+  // ClickHouse 18.16 refuses the numbers() table function in readonly mode; 26.x stops it at the limit.
+  ['SELECT length(groupArray(number)) FROM numbers(200000000)', 'the memory probe of the issue', 'ADM_ERR_SQL_LIMIT|ADM_ERR_SQL_REFUSED'],
+  ['SELECT length(groupArray(number)) FROM (SELECT number FROM system.numbers LIMIT 200000000)', 'the memory probe over system.numbers', 'ADM_ERR_SQL_LIMIT'],
+  ['SELECT length(groupArray(number)) FROM (SELECT number FROM system.numbers LIMIT 60000000)', 'memory alone (~480 MB of array)', 'ADM_ERR_SQL_LIMIT'],
+  ['SELECT count() FROM system.numbers', 'rows to read without end', 'ADM_ERR_SQL_LIMIT'],
+];
+/** The largest growth of the admin process's RSS while the over-limit queries run (the memory limit is 256 MiB). */
+const RSS_GROWTH_BOUND = 512 * 1024 * 1024;
+
+async function post(app: FastifyInstance, sql: string) {
+  const res = await app.inject({ method: 'POST', url: '/api/traces/sql', headers: auth(READ_TOKEN), payload: { sql } });
+  return { status: res.statusCode, body: res.body, code: (JSON.parse(res.body) as { code?: string }).code };
+}
+
+async function sqlLimits(app: FastifyInstance, report: (line: string) => void) {
+  const base = process.memoryUsage().rss;
+  let peak = base;
+  const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 5);
+  try {
+    for (const [sql, what, codes] of OVER_LIMIT) {
+      const r = await post(app, sql);
+      assert.ok(codes.split('|').includes(r.code ?? ''), `${what}: ${r.status} ${r.body.slice(0, 300)}`);
+      assert.ok(r.status === 422 || r.status === 403, `${what}: ${r.status}`);
+    }
+  } finally {
+    clearInterval(sampler);
+  }
+  peak = Math.max(peak, process.memoryUsage().rss);
+  report(`RSS ${Math.round(base / 2 ** 20)} MiB before, ${Math.round(peak / 2 ** 20)} MiB at most during the over-limit queries`);
+  assert.ok(peak - base < RSS_GROWTH_BOUND, `RSS grew by ${Math.round((peak - base) / 2 ** 20)} MiB (bound ${RSS_GROWTH_BOUND / 2 ** 20} MiB)`);
+  // FORMAT clauses: the route always answers JSON, so another format is a client mistake, not a 500 or `rows: []`.
+  for (const format of ['Native', 'Pretty', 'RowBinary', 'Parquet', 'XML', 'Vertical', 'CSV', 'TSV', 'JSONEachRow', 'Null']) {
+    const r = await post(app, `SELECT 1 AS one FORMAT ${format}`);
+    assert.equal(`${r.status} ${r.code}`, '400 ADM_ERR_SQL_INVALID', `FORMAT ${format}: ${r.body.slice(0, 200)}`);
+  }
+  // Names that only look like the refused ones still run.
+  const ok = await post(app, "SELECT concat('file(', '') AS format, 'system.settings' AS s FROM system.one");
+  assert.equal(ok.status, 200, ok.body);
+}
+
 async function sqlRefusals(app: FastifyInstance, store: TraceStore) {
   const before = Number((await store.query('SELECT count() AS n FROM tool_calls')).rows[0]!['n']);
   const tables = (await store.query('SHOW TABLES')).rows.length;
@@ -50,15 +120,17 @@ async function sqlRefusals(app: FastifyInstance, store: TraceStore) {
     const res = await app.inject({ method: 'POST', url: '/api/traces/sql', headers: auth(READ_TOKEN), payload: { sql } });
     const body = JSON.parse(res.body) as { code?: string };
     if (res.statusCode !== 403 || body.code !== 'ADM_ERR_SQL_REFUSED') failures.push(`${what}: ${res.statusCode} ${res.body.slice(0, 200)}`);
+    if (res.body.includes(SECRET) || res.body.includes('root:x:0:0')) failures.push(`${what}: the answer holds a file's contents`);
   }
   assert.deepEqual(failures, [], 'every attempt is refused with ADM_ERR_SQL_REFUSED');
   assert.equal(Number((await store.query('SELECT count() AS n FROM tool_calls')).rows[0]!['n']), before, 'no row changed');
   assert.equal((await store.query('SHOW TABLES')).rows.length, tables, 'no table created or dropped');
   assert.equal(existsSync(OUTFILE), false, 'no file was written');
   // The connection is still usable and still read-only after all of that.
-  const ok = await app.inject({ method: 'POST', url: '/api/traces/sql', headers: auth(READ_TOKEN), payload: { sql: "SELECT value FROM system.settings WHERE name = 'readonly'" } });
-  assert.equal(ok.statusCode, 200, ok.body);
-  assert.equal(String((JSON.parse(ok.body) as { rows: { value: unknown }[] }).rows[0]!.value), '1');
+  const ok = await post(app, 'SELECT count() AS n FROM tool_calls');
+  assert.equal(ok.status, 200, ok.body);
+  assert.equal(Number((JSON.parse(ok.body) as { rows: { n: unknown }[] }).rows[0]!.n), before);
+  assert.equal((await post(app, 'SELECT 1 SETTINGS readonly = 0')).code, 'ADM_ERR_SQL_REFUSED');
 }
 
 describe('sql guard', () => {
@@ -67,9 +139,13 @@ describe('sql guard', () => {
     assert.equal(blanked.replace(/\s+/g, ' '), 'SELECT , , FROM t');
     assert.doesNotThrow(() => guardReadonlySql("SELECT 'into outfile', 'kill query' FROM t"));
     assert.throws(() => guardReadonlySql("select 1 into\noutfile 'x'"), /INTO OUTFILE/);
-    assert.throws(() => guardReadonlySql('select 1; kill  mutation where 1'), /KILL/);
+    assert.throws(() => guardReadonlySql('select 1; kill  mutation where 1'), /several statements/);
+    assert.throws(() => guardReadonlySql('kill  mutation where 1'), /KILL/);
   });
 });
+
+before(() => writeFileSync(SECRET_FILE, SECRET, { mode: 0o600 }));
+after(() => rmSync(SECRET_FILE, { force: true }));
 
 describe('chDB', () => {
   let f: Fixture;
@@ -86,6 +162,9 @@ describe('chDB', () => {
   });
   test('writes, DDL, settings changes, host files and KILL are refused', async () => {
     await sqlRefusals(app, f.store!);
+  });
+  test('memory and rows-read limits hold and the process stays small; FORMAT is a 400', async (t) => {
+    await sqlLimits(app, (line) => t.diagnostic(line));
   });
 });
 
@@ -116,6 +195,13 @@ describe('ClickHouse server', () => {
       return;
     }
     await sqlRefusals(app, store);
+  });
+  test('memory and rows-read limits hold; FORMAT is a 400', async (t) => {
+    if (!url) {
+      t.skip('CLICKHOUSE_URL is not set');
+      return;
+    }
+    await sqlLimits(app, (line) => t.diagnostic(line));
   });
 });
 
