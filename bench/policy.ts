@@ -7,7 +7,7 @@
 // Run: npm run bench -- policy [--quick]. Timings on a shared 2-core machine are noisy: scenarios run in
 // interleaved rounds, each keeps its best round, and the load average is printed with the results.
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
-import { configToJson, expectedTensors, parseModelConfig } from '../producers/policy/config.ts';
+import { configToJson, expectedTensors, policyConfig } from '../producers/policy/config.ts';
 import { exportOnnx } from '../producers/policy/export.ts';
 import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
@@ -15,7 +15,7 @@ import { SlotCache } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
-const config = parseModelConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
+const config = policyConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
 const configJson = configToJson(config);
 const weights = randomWeights(config, 1);
 const params = [...expectedTensors(config).values()].reduce((s, shape) => s + shape.reduce((a, b) => a * b, 1), 0);

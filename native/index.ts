@@ -6,26 +6,14 @@ import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { RlstreamError, type ErrorCode } from '../core/errors.ts';
-import { openForRead, readHeader, readTensorInto, writeSafetensors } from './safetensors.ts';
+import { parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
+import { openForRead, readHeader, readTensorInto, writeSafetensors } from '../core/weights/safetensors.ts';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Public types
 
-/** Hugging Face config.json fields of the Llama / Qwen2 family that shape the model. */
-export interface ModelConfig {
-  hidden_size: number;
-  num_hidden_layers: number;
-  num_attention_heads: number;
-  num_key_value_heads: number;
-  intermediate_size: number;
-  vocab_size: number;
-  rope_theta: number;
-  rms_norm_eps: number;
-  tie_word_embeddings: boolean;
-  max_position_embeddings: number;
-  /** Qwen2: q/k/v projections carry a bias. Default false. */
-  attention_bias?: boolean;
-}
+/** The model's shape, as a checkpoint's config.json gives it (parsed in core/weights/model-config.ts). */
+export { parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
 
 /** Several sequences packed without padding. Attention never crosses a sequence; positions restart at 0. */
 export interface PackedBatch {
@@ -341,56 +329,6 @@ export function writeNativeBlock(path: string, payload: Uint8Array, rows: number
 
 function invalid(msg: string): never {
   throw new RlstreamError('NATIVE_INVALID_ARGUMENT', msg);
-}
-
-/** Validates a parsed config.json; messages name the field. Extra keys of HF configs are ignored. */
-export function parseModelConfig(json: unknown): ModelConfig {
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) invalid('model config must be a JSON object');
-  const o = json as Record<string, unknown>;
-  const int = (k: string, dflt?: number): number => {
-    const v = o[k] ?? dflt;
-    if (v === undefined) invalid(`model config: ${k} is missing`);
-    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) invalid(`model config: ${k} must be a positive integer, got ${JSON.stringify(v)}`);
-    return v;
-  };
-  const num = (k: string, dflt: number): number => {
-    const v = o[k] ?? dflt;
-    if (typeof v !== 'number' || !Number.isFinite(v)) invalid(`model config: ${k} must be a finite number, got ${JSON.stringify(v)}`);
-    return v;
-  };
-  const bool = (k: string, dflt: boolean): boolean => {
-    const v = o[k] ?? dflt;
-    if (typeof v !== 'boolean') invalid(`model config: ${k} must be a boolean, got ${JSON.stringify(v)}`);
-    return v;
-  };
-  const hidden = int('hidden_size');
-  const heads = int('num_attention_heads');
-  const cfg: ModelConfig = {
-    hidden_size: hidden,
-    num_hidden_layers: int('num_hidden_layers'),
-    num_attention_heads: heads,
-    num_key_value_heads: int('num_key_value_heads', heads),
-    intermediate_size: int('intermediate_size'),
-    vocab_size: int('vocab_size'),
-    rope_theta: num('rope_theta', 10000),
-    rms_norm_eps: num('rms_norm_eps', 1e-6),
-    tie_word_embeddings: bool('tie_word_embeddings', false),
-    max_position_embeddings: int('max_position_embeddings'),
-    // Qwen2 checkpoints always carry q/k/v biases and their config.json has no attention_bias key.
-    attention_bias: bool('attention_bias', o.model_type === 'qwen2' || (Array.isArray(o.architectures) && o.architectures.includes('Qwen2ForCausalLM'))),
-  };
-  if (hidden % heads !== 0) invalid(`model config: hidden_size (${hidden}) is not divisible by num_attention_heads (${heads})`);
-  if (heads % cfg.num_key_value_heads !== 0)
-    invalid(`model config: num_attention_heads (${heads}) is not divisible by num_key_value_heads (${cfg.num_key_value_heads})`);
-  if ((hidden / heads) % 2 !== 0) invalid(`model config: head dimension hidden_size/num_attention_heads = ${hidden / heads} must be even (rotary embeddings)`);
-  if (o.head_dim !== undefined && o.head_dim !== null && o.head_dim !== hidden / heads)
-    invalid(`model config: head_dim (${JSON.stringify(o.head_dim)}) != hidden_size/num_attention_heads (${hidden / heads}) is not supported`);
-  if (cfg.rope_theta <= 1) invalid(`model config: rope_theta must be > 1, got ${cfg.rope_theta}`);
-  if (cfg.rms_norm_eps <= 0 || cfg.rms_norm_eps >= 1) invalid(`model config: rms_norm_eps must be in (0, 1), got ${cfg.rms_norm_eps}`);
-  if (o.rope_scaling !== undefined && o.rope_scaling !== null) invalid('model config: rope_scaling is not supported');
-  if (o.hidden_act !== undefined && o.hidden_act !== 'silu') invalid(`model config: hidden_act must be "silu", got ${JSON.stringify(o.hidden_act)}`);
-  if (o.use_sliding_window === true) invalid('model config: use_sliding_window is not supported');
-  return Object.freeze(cfg);
 }
 
 /** Fills defaults and validates; the messages name the option. */

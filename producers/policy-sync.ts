@@ -1,9 +1,9 @@
 // Verifying a PolicyVersion's weights before a backend loads them: weights_uri is a local path or a
 // file:// URI, and the file's sha256 must equal the event's checksum.
-import { createHash } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { RlstreamError } from '../core/errors.ts';
+import { sha256File } from '../core/weights/checksum.ts';
 import type { PolicyVersion } from '../schemas/generated/types.ts';
 import type { PolicyUpdate } from './backends/types.ts';
 
@@ -11,12 +11,6 @@ export function weightsPath(uri: string): string {
   if (uri.startsWith('file://')) return fileURLToPath(uri);
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(uri)) throw new RlstreamError('WEIGHTS_FORMAT', `weights_uri ${uri}: only local paths and file:// URIs are supported`);
   return uri;
-}
-
-export async function sha256File(path: string): Promise<string> {
-  const h = createHash('sha256');
-  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
-  return h.digest('hex');
 }
 
 /** The PolicyUpdate for a backend, after checking the file's sha256; throws WEIGHTS_CHECKSUM if it differs. */

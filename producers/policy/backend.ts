@@ -4,7 +4,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { readSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
-import { parseModelConfig, type ModelConfig } from './config.ts';
+import { policyConfig, type PolicyModelConfig } from './config.ts';
 import type { EngineStats, SwapMode } from './engine.ts';
 import { InProcessEngine, type EngineSetup, type PolicyEngine } from './engine-host.ts';
 import { WorkerEngines } from './engine-workers.ts';
@@ -43,7 +43,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   private updating: Promise<void> = Promise.resolve();
 
   private constructor(
-    private config: ModelConfig,
+    private config: PolicyModelConfig,
     private readonly engine: PolicyEngine,
     private readonly logger: Logger,
     /** Engine worker threads serving generations (1: the engine runs in the caller's thread). */
@@ -51,7 +51,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   ) {}
 
   static async create(source: BuiltinPolicySource, options: BuiltinPolicyOptions = {}): Promise<BuiltinPolicyBackend> {
-    const config = parseModelConfig(source.configJson);
+    const config = policyConfig(source.configJson);
     const threads = options.threads ?? 1;
     if (!Number.isInteger(threads) || threads < 1) throw new RlstreamError('CONFIG_INVALID', `threads must be a positive integer, got ${threads}`);
     const workers = options.workers ?? 1;
@@ -79,7 +79,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
         this.logger.warn('ignoring a policy update that is not newer', { version: update.version, current: this.engine.currentVersion() });
         return;
       }
-      const config = parseModelConfig(update.configJson);
+      const config = policyConfig(update.configJson);
       if (!sameShape(config, this.config)) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
       const weights = await readSafetensors(update.weightsPath);
       const times = await this.engine.load(config, weights, update.version);
@@ -105,6 +105,6 @@ export class BuiltinPolicyBackend implements LlmBackend {
   }
 }
 
-function sameShape(a: ModelConfig, b: ModelConfig): boolean {
-  return (Object.keys(a) as (keyof ModelConfig)[]).every((k) => a[k] === b[k]);
+function sameShape(a: PolicyModelConfig, b: PolicyModelConfig): boolean {
+  return (Object.keys(a) as (keyof PolicyModelConfig)[]).every((k) => a[k] === b[k]);
 }

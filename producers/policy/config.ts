@@ -1,9 +1,10 @@
-// The decoder-only Llama/Qwen2 model configuration, read from an HF config.json and validated once, plus the
-// HF tensor names and shapes the built-in policy expects.
+// The built-in policy's model configuration (the checkpoint's config.json in the export's and engine's terms),
+// plus the HF tensor names and shapes the built-in policy expects.
 import { RlstreamError } from '../../core/errors.ts';
+import { parseModelConfig } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 
-export interface ModelConfig {
+export interface PolicyModelConfig {
   readonly hiddenSize: number;
   readonly numLayers: number;
   readonly numHeads: number;
@@ -18,54 +19,30 @@ export interface ModelConfig {
   readonly attentionBias: boolean;
 }
 
-function int(obj: Record<string, unknown>, key: string, fallback?: number): number {
-  const v = obj[key] ?? fallback;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) throw new RlstreamError('CONFIG_INVALID', `config.json: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
-  return v;
-}
-
-function num(obj: Record<string, unknown>, key: string, fallback: number): number {
-  const v = obj[key] ?? fallback;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new RlstreamError('CONFIG_INVALID', `config.json: ${key} must be a positive number, got ${JSON.stringify(v)}`);
-  return v;
-}
-
-/** Parse config.json text (or an already parsed object) into a frozen ModelConfig. */
-export function parseModelConfig(json: string | Record<string, unknown>): ModelConfig {
-  let raw: unknown = json;
-  if (typeof json === 'string') {
-    try {
-      raw = JSON.parse(json);
-    } catch (err) {
-      throw new RlstreamError('CONFIG_INVALID', 'config.json is not valid JSON', { cause: err });
-    }
-  }
-  if (raw === null || typeof raw !== 'object') throw new RlstreamError('CONFIG_INVALID', 'config.json is not an object');
-  const o = raw as Record<string, unknown>;
-  const hiddenSize = int(o, 'hidden_size');
-  const numHeads = int(o, 'num_attention_heads');
-  const numKvHeads = int(o, 'num_key_value_heads', numHeads);
-  const headDim = int(o, 'head_dim', hiddenSize / numHeads);
-  if (numHeads % numKvHeads !== 0) throw new RlstreamError('CONFIG_INVALID', `config.json: num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`);
-  if (headDim % 2 !== 0) throw new RlstreamError('CONFIG_INVALID', `config.json: head dimension ${headDim} must be even for rotary embeddings`);
+/**
+ * The built-in policy's view of a checkpoint's config.json: parsed and validated by the one model-config parser
+ * (core/weights/model-config.ts, which the trainer uses too), in the names the ONNX export and the engine use.
+ */
+export function policyConfig(json: unknown): PolicyModelConfig {
+  const c = parseModelConfig(json);
   return Object.freeze({
-    hiddenSize,
-    numLayers: int(o, 'num_hidden_layers'),
-    numHeads,
-    numKvHeads,
-    headDim,
-    intermediateSize: int(o, 'intermediate_size'),
-    vocabSize: int(o, 'vocab_size'),
-    ropeTheta: num(o, 'rope_theta', 10000),
-    rmsNormEps: num(o, 'rms_norm_eps', 1e-6),
-    tieWordEmbeddings: o['tie_word_embeddings'] === true,
-    maxPositions: int(o, 'max_position_embeddings', 2048),
-    attentionBias: o['attention_bias'] === true,
+    hiddenSize: c.hidden_size,
+    numLayers: c.num_hidden_layers,
+    numHeads: c.num_attention_heads,
+    numKvHeads: c.num_key_value_heads,
+    headDim: c.hidden_size / c.num_attention_heads,
+    intermediateSize: c.intermediate_size,
+    vocabSize: c.vocab_size,
+    ropeTheta: c.rope_theta,
+    rmsNormEps: c.rms_norm_eps,
+    tieWordEmbeddings: c.tie_word_embeddings,
+    maxPositions: c.max_position_embeddings,
+    attentionBias: c.attention_bias,
   });
 }
 
-/** The config.json text for a ModelConfig (HF key names), e.g. for tests and benchmarks. */
-export function configToJson(c: ModelConfig): string {
+/** The config.json text for a PolicyModelConfig (HF key names), e.g. for tests and benchmarks. */
+export function configToJson(c: PolicyModelConfig): string {
   return JSON.stringify({
     architectures: ['LlamaForCausalLM'],
     model_type: 'llama',
@@ -85,7 +62,7 @@ export function configToJson(c: ModelConfig): string {
 }
 
 /** Every tensor the model needs, HF name → shape. */
-export function expectedTensors(c: ModelConfig): Map<string, number[]> {
+export function expectedTensors(c: PolicyModelConfig): Map<string, number[]> {
   const E = c.hiddenSize;
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
@@ -114,7 +91,7 @@ export function expectedTensors(c: ModelConfig): Map<string, number[]> {
 }
 
 /** Check that `weights` holds every tensor with the right shape; extra tensors are ignored. */
-export function checkWeights(c: ModelConfig, weights: TensorMap): void {
+export function checkWeights(c: PolicyModelConfig, weights: TensorMap): void {
   for (const [name, shape] of expectedTensors(c)) {
     const t = weights.get(name);
     if (!t) {
@@ -128,7 +105,7 @@ export function checkWeights(c: ModelConfig, weights: TensorMap): void {
 }
 
 /** The lm_head matrix: its own tensor, or the embedding when tied. */
-export function lmHead(c: ModelConfig, weights: TensorMap): Float32Array {
+export function lmHead(c: PolicyModelConfig, weights: TensorMap): Float32Array {
   const name = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
   return weights.get(name)!.data;
 }

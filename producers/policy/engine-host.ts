@@ -4,7 +4,7 @@
 import type { Logger } from '../../core/telemetry.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
-import type { ModelConfig } from './config.ts';
+import type { PolicyModelConfig } from './config.ts';
 import { GenerationEngine, type EngineOptions, type EngineStats } from './engine.ts';
 import { PolicyRunner } from './runner.ts';
 
@@ -26,7 +26,7 @@ export interface PolicyEngine {
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult>;
   releaseSession(sessionId: string): void;
   /** Export and load `version` and make it the one new requests use (see SwapMode for those under way). */
-  load(config: ModelConfig, weights: TensorMap, version: number): Promise<LoadTimes>;
+  load(config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes>;
   currentVersion(): number;
   stats(): EngineStats;
   close(): Promise<void>;
@@ -40,7 +40,7 @@ export class InProcessEngine implements PolicyEngine {
     readonly first: LoadTimes,
   ) {}
 
-  static async create(config: ModelConfig, weights: TensorMap, version: number, setup: EngineSetup, logger: Logger): Promise<InProcessEngine> {
+  static async create(config: PolicyModelConfig, weights: TensorMap, version: number, setup: EngineSetup, logger: Logger): Promise<InProcessEngine> {
     const { threads, ...engineOptions } = setup;
     const runner = await PolicyRunner.create(config, weights, version, { threads });
     const engine = new GenerationEngine(config, runner, { ...engineOptions, logger });
@@ -55,7 +55,7 @@ export class InProcessEngine implements PolicyEngine {
     this.engine.releaseSession(sessionId);
   }
 
-  async load(config: ModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
+  async load(config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
     const runner = await PolicyRunner.create(config, weights, version, { threads: this.threads });
     try {
       this.engine.install(runner);

@@ -8,7 +8,7 @@ import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import type { GenerateRequest, GenerateResult, FinishReason } from '../backends/types.ts';
-import type { ModelConfig } from './config.ts';
+import type { PolicyModelConfig } from './config.ts';
 import { MASKED } from './export.ts';
 import { gatherRows, kvBytes, SessionCache, type SessionKv } from './kv.ts';
 import { onAbortUntilSettled } from './on-abort.ts';
@@ -94,7 +94,7 @@ export class GenerationEngine {
   private readonly counters = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cacheMisses: 0, rebuilds: 0 };
 
   constructor(
-    private readonly config: ModelConfig,
+    private readonly config: PolicyModelConfig,
     runner: PolicyRunner,
     options: EngineOptions = {},
   ) {

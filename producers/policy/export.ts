@@ -29,7 +29,7 @@
 // The additive biases instead of HF's 0/1 mask let the engine describe any layout (left padding, unused
 // capacity, holes left by merged batches, causal prefill) with no mask logic in the graph.
 import type { TensorMap } from '../../core/weights/safetensors.ts';
-import { checkWeights, lmHead, type ModelConfig } from './config.ts';
+import { checkWeights, lmHead, type PolicyModelConfig } from './config.ts';
 import { GraphBuilder, type Dim } from './onnx-graph.ts';
 
 export type OutputMode = 'last' | 'all' | 'decode';
@@ -58,7 +58,7 @@ export const NEW_KV_COLUMN = 'new_key_values';
  * Rotary tables in HF-Llama layout (cos/sin of [freqs, freqs]), computed in float64 for accuracy; the sin table
  * has its first half negated so rotate_half(x) * sin becomes swap_halves(x) * sinSigned (no Neg node).
  */
-export function ropeTables(c: ModelConfig): { cos: Float32Array; sinSigned: Float32Array } {
+export function ropeTables(c: PolicyModelConfig): { cos: Float32Array; sinSigned: Float32Array } {
   const D = c.headDim;
   const half = D / 2;
   const cos = new Float32Array(c.maxPositions * D);
@@ -86,7 +86,7 @@ function putTransposed(dst: Float32Array, stride: number, col: number, w: Float3
 }
 
 /** Build and encode the ONNX model. Throws WEIGHTS_FORMAT when a tensor is missing or mis-shaped. */
-export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode = 'last'): Uint8Array {
+export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: OutputMode = 'last'): Uint8Array {
   checkWeights(c, weights);
   const g = new GraphBuilder();
   const E = c.hiddenSize;
@@ -240,6 +240,6 @@ export function exportOnnx(c: ModelConfig, weights: TensorMap, mode: OutputMode 
 }
 
 /** The config's dimensions as numbers the engine needs for KV bookkeeping. */
-export function kvFloatsPerToken(c: ModelConfig): number {
+export function kvFloatsPerToken(c: PolicyModelConfig): number {
   return c.numLayers * 2 * c.numKvHeads * c.headDim;
 }

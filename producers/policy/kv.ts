@@ -1,7 +1,7 @@
 // KV-cache bookkeeping for the engine: gathering rows of batched caches into a new, right-aligned batch (how
 // requests join and leave the running batch), and the per-session cache kept between turns, bounded in bytes
 // and evicted least-recently-used.
-import type { ModelConfig } from './config.ts';
+import type { PolicyModelConfig } from './config.ts';
 import type { KvTensors } from './runner.ts';
 
 /** One row to gather: `cols` are the columns of `kv` (a batch of `batch` rows) holding this row's tokens, in order. */
@@ -17,7 +17,7 @@ export interface RowSource {
  * [T - n_r, T). Returns the cache and each row's first valid column. Contiguous runs of columns are copied as
  * blocks, so the cost is one memcpy per (row, layer, K/V, head, run).
  */
-export function gatherRows(c: ModelConfig, rows: RowSource[]): { kv: KvTensors; starts: number[] } {
+export function gatherRows(c: PolicyModelConfig, rows: RowSource[]): { kv: KvTensors; starts: number[] } {
   const KVH = c.numKvHeads;
   const D = c.headDim;
   const B = rows.length;
@@ -58,7 +58,7 @@ export function gatherRows(c: ModelConfig, rows: RowSource[]): { kv: KvTensors; 
   return { kv: { len: T, keys, values }, starts };
 }
 
-export function kvBytes(c: ModelConfig, kv: KvTensors, batch: number): number {
+export function kvBytes(c: PolicyModelConfig, kv: KvTensors, batch: number): number {
   return c.numLayers * 2 * batch * c.numKvHeads * kv.len * c.headDim * 4;
 }
 

@@ -6,7 +6,7 @@
 import * as ort from 'onnxruntime-node';
 import { RlstreamError } from '../../core/errors.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
-import type { ModelConfig } from './config.ts';
+import type { PolicyModelConfig } from './config.ts';
 import { exportOnnx, NEW_KV_COLUMN, newKeyName, newValueName, pastKeyName, pastValueName, type OutputMode } from './export.ts';
 
 export interface RunnerOptions {
@@ -84,7 +84,7 @@ export class PolicyRunner {
   private released = false;
 
   private constructor(
-    readonly config: ModelConfig,
+    readonly config: PolicyModelConfig,
     readonly version: number,
     private readonly session: ort.InferenceSession,
     private readonly decodeSession: ort.InferenceSession | null,
@@ -92,7 +92,7 @@ export class PolicyRunner {
     readonly loadMs: number,
   ) {}
 
-  static async create(config: ModelConfig, weights: TensorMap, version: number, options: RunnerOptions = {}): Promise<PolicyRunner> {
+  static async create(config: PolicyModelConfig, weights: TensorMap, version: number, options: RunnerOptions = {}): Promise<PolicyRunner> {
     const mode = options.mode ?? 'last';
     const t0 = performance.now();
     const bytes = exportOnnx(config, weights, mode);
@@ -227,12 +227,12 @@ export class PolicyRunner {
 }
 
 /** An empty cache for `batch` rows. */
-export function emptyKv(c: ModelConfig): KvTensors {
+export function emptyKv(c: PolicyModelConfig): KvTensors {
   return { len: 0, keys: Array.from({ length: c.numLayers }, () => new Float32Array(0)), values: Array.from({ length: c.numLayers }, () => new Float32Array(0)) };
 }
 
 /** One new token's K/V per row ([batch, kvHeads, 1, headDim] per layer) in the decode graph's packed layout. */
-function packColumn(c: ModelConfig, batch: number, fresh: KvTensors): Float32Array {
+function packColumn(c: PolicyModelConfig, batch: number, fresh: KvTensors): Float32Array {
   const row = c.numKvHeads * c.headDim;
   const column = new Float32Array(batch * c.numLayers * 2 * row);
   for (let b = 0; b < batch; b++) {

@@ -6,7 +6,7 @@
 // shrinks when long rows have left, so masked columns stay a small share of the attention work. Resizes
 // re-stride the rows in place within buffers allocated with headroom; buffers are replaced only when too small
 // or more than 4x larger than needed, and an emptied batch keeps them for the next one.
-import type { ModelConfig } from './config.ts';
+import type { PolicyModelConfig } from './config.ts';
 import { MASKED } from './export.ts';
 import type { KvTensors } from './runner.ts';
 
@@ -19,7 +19,7 @@ export interface Segment {
 }
 
 /** Copy `segs` one after another into row `row` of `dst` (column stride dst.len), starting at column 0. */
-export function copySegments(c: ModelConfig, segs: Segment[], dst: KvTensors, row: number): number {
+export function copySegments(c: PolicyModelConfig, segs: Segment[], dst: KvTensors, row: number): number {
   const KVH = c.numKvHeads;
   const D = c.headDim;
   let col = 0;
@@ -42,7 +42,7 @@ export function copySegments(c: ModelConfig, segs: Segment[], dst: KvTensors, ro
 }
 
 /** A compact batch-1 cache holding `segs` in order. */
-export function compactRow(c: ModelConfig, segs: Segment[]): KvTensors {
+export function compactRow(c: PolicyModelConfig, segs: Segment[]): KvTensors {
   const n = segs.reduce((t, s) => t + s.count, 0);
   const size = c.numKvHeads * n * c.headDim;
   const kv: KvTensors = { len: n, keys: [], values: [] };
@@ -69,7 +69,7 @@ export class SlotCache {
   private biasBuf = new Float32Array(0);
   private readonly lens: number[] = [];
 
-  constructor(private readonly c: ModelConfig) {}
+  constructor(private readonly c: PolicyModelConfig) {}
 
   get rows(): number {
     return this.lens.length;

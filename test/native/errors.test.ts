@@ -35,8 +35,10 @@ test('configs that do not add up are rejected naming the field', () => {
     [{ ...TINY, rope_scaling: { type: 'linear', factor: 2 } }, /rope_scaling is not supported/],
     [{ ...TINY, max_position_embeddings: undefined }, /max_position_embeddings is missing/],
   ];
-  for (const [cfg, re] of bad) assert.throws(() => parseModelConfig(cfg), rejects('NATIVE_INVALID_ARGUMENT', re));
-  assert.throws(() => parseModelConfig('{}'), rejects('NATIVE_INVALID_ARGUMENT', /must be a JSON object/));
+  for (const [cfg, re] of bad) assert.throws(() => parseModelConfig(cfg), rejects('CONFIG_INVALID', re));
+  assert.throws(() => parseModelConfig(42), rejects('CONFIG_INVALID', /must be a JSON object/));
+  assert.throws(() => parseModelConfig('[1]'), rejects('CONFIG_INVALID', /must be a JSON object/));
+  assert.throws(() => parseModelConfig('{oops'), rejects('CONFIG_INVALID', /config.json is not valid JSON/));
   // HF configs carry many other keys: ignored; num_key_value_heads defaults to the number of heads
   const cfg = parseModelConfig({ ...TINY, num_key_value_heads: undefined, model_type: 'qwen2', hidden_act: 'silu', torch_dtype: 'bfloat16' });
   assert.equal(cfg.num_key_value_heads, TINY.num_attention_heads);
@@ -150,12 +152,12 @@ test('malformed or mismatched weight files give WEIGHTS_FORMAT errors', { skip }
     assert.throws(() => Model.load(good, { ...TINY, num_hidden_layers: 1 }), rejects('WEIGHTS_FORMAT', /unexpected tensor model.layers.1/));
     assert.throws(() => Model.load(join(dir, 'absent.safetensors'), TINY), rejects('WEIGHTS_FORMAT', /cannot open/));
     writeFileSync(join(dir, 'short.safetensors'), Buffer.from([1, 2, 3]));
-    assert.throws(() => Model.load(join(dir, 'short.safetensors'), TINY), rejects('WEIGHTS_FORMAT', /too short/));
+    assert.throws(() => Model.load(join(dir, 'short.safetensors'), TINY), rejects('WEIGHTS_FORMAT', /shorter than the 8-byte header length/));
     const hdr = Buffer.from('{not json');
     const len = Buffer.alloc(8);
     len.writeBigUInt64LE(BigInt(hdr.length));
     writeFileSync(join(dir, 'json.safetensors'), Buffer.concat([len, hdr]));
-    assert.throws(() => Model.load(join(dir, 'json.safetensors'), TINY), rejects('WEIGHTS_FORMAT', /header is not valid JSON/));
+    assert.throws(() => Model.load(join(dir, 'json.safetensors'), TINY), rejects('WEIGHTS_FORMAT', /header is not valid UTF-8 JSON/));
     m.dispose();
   } finally {
     rmSync(dir, { recursive: true, force: true });

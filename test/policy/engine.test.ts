@@ -10,7 +10,7 @@ import { isRlstreamError } from '../../core/errors.ts';
 import { writeSafetensors } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest } from '../../producers/backends/types.ts';
 import { BuiltinPolicyBackend, type BuiltinPolicyOptions } from '../../producers/policy/backend.ts';
-import { configToJson, parseModelConfig } from '../../producers/policy/config.ts';
+import { configToJson, policyConfig } from '../../producers/policy/config.ts';
 import { GenerationEngine } from '../../producers/policy/engine.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
@@ -18,7 +18,7 @@ import { PolicyRunner } from '../../producers/policy/runner.ts';
 import { scoreSequences } from '../../producers/policy/score.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
-const config = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true });
+const config = policyConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true });
 const configJson = configToJson(config);
 const w1 = randomWeights(config, 1);
 const w2 = randomWeights(config, 2);

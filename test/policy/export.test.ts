@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Model, nativeAvailable } from '../../native/index.ts';
-import { configToJson, parseModelConfig, type ModelConfig } from '../../producers/policy/config.ts';
+import { configToJson, policyConfig, type PolicyModelConfig } from '../../producers/policy/config.ts';
 import { exportOnnx, MASKED } from '../../producers/policy/export.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
@@ -13,8 +13,8 @@ import { scoreSequences } from '../../producers/policy/score.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { referenceLogprobs } from './reference.ts';
 
-const qwen = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true, rope_theta: 1000000, rms_norm_eps: 1e-6 });
-const llama = parseModelConfig({ hidden_size: 48, num_hidden_layers: 3, num_attention_heads: 6, num_key_value_heads: 6, intermediate_size: 80, vocab_size: 70, max_position_embeddings: 64, tie_word_embeddings: true, rope_theta: 10000, rms_norm_eps: 1e-5 });
+const qwen = policyConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true, rope_theta: 1000000, rms_norm_eps: 1e-6 });
+const llama = policyConfig({ hidden_size: 48, num_hidden_layers: 3, num_attention_heads: 6, num_key_value_heads: 6, intermediate_size: 80, vocab_size: 70, max_position_embeddings: 64, tie_word_embeddings: true, rope_theta: 10000, rms_norm_eps: 1e-5 });
 
 const TOL = 1e-4;
 const tokens = [3, 17, 42, 5, 0, 61, 9, 9, 33, 58, 1, 27];
@@ -25,7 +25,7 @@ function causalBias(n: number): Float32Array {
   return b;
 }
 
-async function onnxAllPositions(c: ModelConfig, runner: PolicyRunner, toks: number[]): Promise<Float32Array> {
+async function onnxAllPositions(c: PolicyModelConfig, runner: PolicyRunner, toks: number[]): Promise<Float32Array> {
   const n = toks.length;
   const out = await runner.step({ batch: 1, seq: n, inputIds: BigInt64Array.from(toks.map(BigInt)), positionIds: BigInt64Array.from(toks.map((_, i) => BigInt(i))), bias: causalBias(n), past: emptyKv(c) });
   return out.logprobs;
@@ -120,7 +120,7 @@ test('export rejects weights that do not fit the config, and is fast at the 2M b
   w2.set('model.norm.weight', { shape: [65], data: new Float32Array(65) });
   assert.throws(() => exportOnnx(qwen, w2), (e: unknown) => isRlstreamError(e, 'WEIGHTS_FORMAT') && /model\.norm\.weight has shape \[65\]/.test(e.message));
 
-  const bench = parseModelConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
+  const bench = policyConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
   const bw = randomWeights(bench, 1);
   exportOnnx(bench, bw); // warm-up (JIT)
   const t0 = performance.now();

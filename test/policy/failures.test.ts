@@ -5,12 +5,12 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
 import type { GenerateRequest } from '../../producers/backends/types.ts';
-import { parseModelConfig } from '../../producers/policy/config.ts';
+import { policyConfig } from '../../producers/policy/config.ts';
 import { GenerationEngine, PolicyStepError } from '../../producers/policy/engine.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
 import { PolicyRunner, type RunInput } from '../../producers/policy/runner.ts';
 
-const config = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true });
+const config = policyConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true });
 const weights = randomWeights(config, 1);
 const engines: GenerationEngine[] = [];
 after(async () => {

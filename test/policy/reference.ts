@@ -1,7 +1,7 @@
 // A plain-TypeScript, float64 forward of the Llama/Qwen2 decoder for one sequence: the independent reference
 // the ONNX export is checked against (written from the model definition, not from the exporter).
 import type { TensorMap } from '../../core/weights/safetensors.ts';
-import { lmHead, type ModelConfig } from '../../producers/policy/config.ts';
+import { lmHead, type PolicyModelConfig } from '../../producers/policy/config.ts';
 
 function matvec(w: Float32Array, x: Float64Array, out: number, inDim: number, bias?: Float32Array): Float64Array {
   const y = new Float64Array(out);
@@ -35,7 +35,7 @@ function rope(vec: Float64Array, heads: number, D: number, pos: number, theta: n
 }
 
 /** Log-softmax of the logits at every position of `tokens` (positions 0..n-1): [n][vocab]. */
-export function referenceLogprobs(c: ModelConfig, wts: TensorMap, tokens: number[]): Float64Array[] {
+export function referenceLogprobs(c: PolicyModelConfig, wts: TensorMap, tokens: number[]): Float64Array[] {
   const W = (n: string) => wts.get(n)!.data;
   const Wopt = (n: string) => wts.get(n)?.data;
   const E = c.hiddenSize;

@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
-import { parseSafetensors, readSafetensors, serializeSafetensors, sha256File, writeSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
+import { sha256File } from '../../core/weights/checksum.ts';
+import { parseSafetensors, readSafetensors, serializeSafetensors, writeSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'rlstream-st-'));
 after(() => rm(dir, { recursive: true, force: true }));

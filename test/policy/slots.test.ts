@@ -3,13 +3,13 @@
 // new buffers and in place (re-strided within the same memory), with rows of different lengths.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseModelConfig } from '../../producers/policy/config.ts';
+import { policyConfig } from '../../producers/policy/config.ts';
 import { MASKED } from '../../producers/policy/export.ts';
 import type { KvTensors } from '../../producers/policy/runner.ts';
 import { Rng } from '../../producers/policy/sampler.ts';
 import { compactRow, SlotCache } from '../../producers/policy/slots.ts';
 
-const c = parseModelConfig({ hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 50, max_position_embeddings: 512 });
+const c = policyConfig({ hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 50, max_position_embeddings: 512 });
 const KVH = c.numKvHeads;
 const D = c.headDim;
 const L = c.numLayers;
