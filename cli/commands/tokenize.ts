@@ -1,8 +1,9 @@
 // `rlstream tokenize --tokenizer <dir> [--generation-prompt]`: reads JSONL {messages, tools} on stdin and
-// writes each line back with "text" (the rendered chat template) and "ids" (its token ids) added.
-import { createInterface } from 'node:readline';
+// writes each line back with "text" (the rendered chat template) and "ids" (its token ids) added; a bad line
+// is reported on stderr with its number, the others are written, and the exit code is then 1.
 import type { Command } from 'commander';
 import { describeError, RlstreamError } from '../../core/errors.ts';
+import { BadLines, readJsonl } from '../../core/jsonl.ts';
 import { ChatTokenizer, type ChatMessage, type ChatTool } from '../../producers/tokenizer/chat-tokenizer.ts';
 
 export function register(program: Command): void {
@@ -13,20 +14,16 @@ export function register(program: Command): void {
     .option('--generation-prompt', 'end with the assistant generation prompt', false)
     .action(async (opts: { tokenizer: string; generationPrompt: boolean }) => {
       const tok = ChatTokenizer.load(opts.tokenizer);
-      const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
-      let n = 0;
-      let failed = 0;
-      for await (const line of lines) {
-        n++;
-        if (line.trim() === '') continue;
+      const bad = new BadLines('tokenize');
+      for await (const item of readJsonl(process.stdin)) {
+        bad.seen(item.line);
+        if (item.error !== undefined) {
+          bad.report(item.line, item.error);
+          continue;
+        }
         try {
-          let obj: Record<string, unknown>;
-          try {
-            obj = JSON.parse(line) as Record<string, unknown>;
-          } catch (cause) {
-            throw new RlstreamError('INPUT_INVALID', `not valid JSON (${(cause as Error).message})`, { cause });
-          }
-          if (obj === null || typeof obj !== 'object' || !Array.isArray(obj['messages'])) throw new RlstreamError('INPUT_INVALID', '"messages" must be an array');
+          const obj = item.value;
+          if (!Array.isArray(obj['messages'])) throw new RlstreamError('INPUT_INVALID', '"messages" must be an array');
           const messages = obj['messages'] as ChatMessage[];
           messages.forEach((m, i) => {
             if (m === null || typeof m !== 'object' || typeof m.role !== 'string') throw new RlstreamError('INPUT_INVALID', `messages[${i}].role must be a string`);
@@ -38,13 +35,9 @@ export function register(program: Command): void {
           const text = tok.render(messages, { tools: (tools as ChatTool[] | undefined) ?? null, addGenerationPrompt: opts.generationPrompt });
           process.stdout.write(JSON.stringify({ ...obj, text, ids: tok.encode(text) }) + '\n');
         } catch (err) {
-          failed++;
-          process.stderr.write(`rlstream tokenize: line ${n}: ${describeError(err)}\n`);
+          bad.report(item.line, describeError(err));
         }
       }
-      if (failed > 0) {
-        process.stderr.write(`rlstream tokenize: ${failed} of ${n} line(s) failed\n`);
-        process.exitCode = 1;
-      }
+      bad.finish();
     });
 }

@@ -1,6 +1,5 @@
 // Offline advantages over JSON lines ({trajectory_id, group_id, reward, response_mask, token_rewards?,
-// values?}), the code path of `rlstream advantage`: every line is one batch, as verl sees a batch.
-import { RlstreamError } from '../../core/errors.ts';
+// values?}), the code path of `rlstream advantage`: every good line is one batch, as verl sees a batch.
 import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type EstimatorOptions, type EstimatorSample } from './estimators.ts';
 
 function numberArray(v: unknown, allow01: boolean): number[] | null {
@@ -12,43 +11,59 @@ function numberArray(v: unknown, allow01: boolean): number[] | null {
   return v as number[];
 }
 
-export function parseAdvantageLines(text: string): { rows: Record<string, unknown>[]; samples: EstimatorSample[] } {
-  const rows: Record<string, unknown>[] = [];
-  const samples: EstimatorSample[] = [];
-  const errors: string[] = [];
-  text.split('\n').forEach((line, i) => {
-    if (line.trim() === '') return;
-    const n = i + 1;
-    let row: unknown;
-    try {
-      row = JSON.parse(line);
-    } catch (err) {
-      return void errors.push(`line ${n}: not JSON (${(err as Error).message})`);
-    }
-    if (row === null || typeof row !== 'object' || Array.isArray(row)) return void errors.push(`line ${n}: expected a JSON object`);
-    const r = row as Record<string, unknown>;
-    if (typeof r['trajectory_id'] !== 'string') return void errors.push(`line ${n}: "trajectory_id" must be a string`);
-    if (typeof r['group_id'] !== 'string') return void errors.push(`line ${n}: "group_id" must be a string`);
-    if (typeof r['reward'] !== 'number' || !Number.isFinite(r['reward'])) return void errors.push(`line ${n}: "reward" must be a finite number`);
-    const mask = numberArray(r['response_mask'], true);
-    if (!mask) return void errors.push(`line ${n}: "response_mask" must be an array of 0 and 1`);
-    const tokenRewards = r['token_rewards'] === undefined || r['token_rewards'] === null ? null : numberArray(r['token_rewards'], false);
-    if (tokenRewards === null && r['token_rewards'] != null) return void errors.push(`line ${n}: "token_rewards" must be an array of finite numbers`);
-    if (tokenRewards && tokenRewards.length !== mask.length) return void errors.push(`line ${n}: "token_rewards" has ${tokenRewards.length} entries, "response_mask" ${mask.length}`);
-    const values = r['values'] === undefined || r['values'] === null ? null : numberArray(r['values'], false);
-    if (values === null && r['values'] != null) return void errors.push(`line ${n}: "values" must be an array of finite numbers`);
-    if (values && values.length !== mask.length) return void errors.push(`line ${n}: "values" has ${values.length} entries, "response_mask" ${mask.length}`);
-    rows.push(r);
-    samples.push({ groupId: r['group_id'], score: r['reward'], mask, tokenRewards, values });
-  });
-  if (errors.length > 0) throw new RlstreamError('INPUT_INVALID', errors.slice(0, 20).join('\n') + (errors.length > 20 ? `\n(${errors.length - 20} more)` : ''));
-  return { rows, samples };
+export interface AdvantageInput {
+  line: number;
+  row: Record<string, unknown>;
+  sample: EstimatorSample;
 }
 
-export function advantageLines(text: string, estimator: string, options: Partial<EstimatorOptions> = {}): string[] {
+/** One JSONL row as an estimator sample, or what is wrong with it. */
+export function advantageInput(r: Record<string, unknown>): Omit<AdvantageInput, 'line'> | string {
+  if (typeof r['trajectory_id'] !== 'string') return '"trajectory_id" must be a string';
+  if (typeof r['group_id'] !== 'string') return '"group_id" must be a string';
+  if (typeof r['reward'] !== 'number' || !Number.isFinite(r['reward'])) return '"reward" must be a finite number';
+  const mask = numberArray(r['response_mask'], true);
+  if (!mask) return '"response_mask" must be an array of 0 and 1';
+  const tokenRewards = r['token_rewards'] === undefined || r['token_rewards'] === null ? null : numberArray(r['token_rewards'], false);
+  if (tokenRewards === null && r['token_rewards'] != null) return '"token_rewards" must be an array of finite numbers';
+  if (tokenRewards && tokenRewards.length !== mask.length) return `"token_rewards" has ${tokenRewards.length} entries, "response_mask" ${mask.length}`;
+  const values = r['values'] === undefined || r['values'] === null ? null : numberArray(r['values'], false);
+  if (values === null && r['values'] != null) return '"values" must be an array of finite numbers';
+  if (values && values.length !== mask.length) return `"values" has ${values.length} entries, "response_mask" ${mask.length}`;
+  return { row: r, sample: { groupId: r['group_id'], score: r['reward'], mask, tokenRewards, values } };
+}
+
+/**
+ * Groups whose reward statistics overflow: the mean and the standard deviation every advantaged trajectory
+ * carries (and GRPO divides by) must be finite, else huge but finite rewards (±1e200) come out as advantages
+ * of 0 that look valid.
+ */
+function overflowingGroups(inputs: readonly AdvantageInput[]): Set<string> {
+  const groups = new Map<string, number[]>();
+  for (const i of inputs) groups.set(i.sample.groupId, [...(groups.get(i.sample.groupId) ?? []), i.sample.score]);
+  const out = new Set<string>();
+  for (const [g, scores] of groups) {
+    const mean = scores.reduce((a, b) => a + b, 0) / scores.length;
+    const variance = scores.reduce((a, b) => a + (b - mean) ** 2, 0);
+    if (!Number.isFinite(mean) || !Number.isFinite(variance)) out.add(g);
+  }
+  return out;
+}
+
+/**
+ * Advantages of one batch (every good line of the input), as JSON lines with "advantages" added; a line whose
+ * group statistics overflow or whose advantages are not finite is an error instead.
+ */
+export function advantageBatch(inputs: readonly AdvantageInput[], estimator: string, options: Partial<EstimatorOptions> = {}): ({ line: number; out: string } | { line: number; error: string })[] {
   const fn = getEstimator(estimator);
-  const { rows, samples } = parseAdvantageLines(text);
-  if (samples.length === 0) return [];
-  const results = fn(samples, { ...DEFAULT_ESTIMATOR_OPTIONS, ...options });
-  return rows.map((r, i) => JSON.stringify({ ...r, advantages: Array.from(results[i]!.advantages) }));
+  const overflow = overflowingGroups(inputs);
+  const ok = inputs.filter((i) => !overflow.has(i.sample.groupId));
+  const results = ok.length > 0 ? fn(ok.map((i) => i.sample), { ...DEFAULT_ESTIMATOR_OPTIONS, ...options }) : [];
+  const byLine = new Map(ok.map((i, k) => [i.line, results[k]!]));
+  return inputs.map((i) => {
+    if (overflow.has(i.sample.groupId)) return { line: i.line, error: `the rewards of group "${i.sample.groupId}" overflow its mean or standard deviation (keep |reward| well below 1e154)` };
+    const advantages = Array.from(byLine.get(i.line)!.advantages);
+    if (!advantages.every(Number.isFinite)) return { line: i.line, error: `${estimator} gave non-finite advantages (overflow in the estimator)` };
+    return { line: i.line, out: JSON.stringify({ ...i.row, advantages }) };
+  });
 }
