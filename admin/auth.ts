@@ -3,6 +3,7 @@
 // comparison nor the loop leaks how much of a token matched or which entry it was.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { RlstreamError } from '../core/errors.ts';
+import { takeFromEnvironment } from './environ.ts';
 
 export type Role = 'read' | 'control';
 /** What a route demands: public routes (health, readiness, static pages) need no token. */
@@ -81,6 +82,17 @@ export function parseTokenList(text: string): TokenSpec[] {
     specs.push({ token, role, name: `${role}#${specs.length + 1}` });
   }
   return specs;
+}
+
+export const TOKENS_VARIABLE = 'RLSTREAM_ADMIN_TOKENS';
+
+/**
+ * The tokens of RLSTREAM_ADMIN_TOKENS in `env`. From process.env (the default) the variable is removed as it
+ * is read (admin/environ.ts): this process runs user SQL, and a control token must not stay readable in its
+ * environment.
+ */
+export function envTokens(env?: Record<string, string | undefined>): TokenSpec[] {
+  return parseTokenList((env ? env[TOKENS_VARIABLE] : takeFromEnvironment(TOKENS_VARIABLE)) ?? '');
 }
 
 /** The token of an `Authorization: Bearer <token>` header, or null. */

@@ -7,7 +7,7 @@ import type { EventLog } from '../core/log/types.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import type { Logger } from '../core/telemetry.ts';
 import type { TraceStore } from '../core/traces/store.ts';
-import type { TokenSpec } from './auth.ts';
+import { envTokens, type TokenSpec } from './auth.ts';
 import { controlPublisher } from './control.ts';
 import { LogReplayManager } from './replay-manager.ts';
 import { MemoryRunRegistry } from './run-registry.ts';
@@ -39,7 +39,9 @@ export async function serveAdmin(o: ServeAdminOptions): Promise<ServedAdmin> {
   const publisher = controlPublisher(o.log, o.serde);
   let tokens: TokenSpec[] = [];
   let generatedToken: string | null = null;
-  if (!process.env['RLSTREAM_ADMIN_TOKENS']) {
+  // Read (and removed from the environment) here; the server gets the tokens, not the variable.
+  const fromEnv = envTokens();
+  if (fromEnv.length === 0) {
     generatedToken = randomBytes(24).toString('base64url');
     tokens = [{ token: generatedToken, role: 'control', name: 'generated' }];
   }
@@ -55,7 +57,7 @@ export async function serveAdmin(o: ServeAdminOptions): Promise<ServedAdmin> {
       metrics,
       logger: o.logger,
     },
-    { host: o.host ?? '127.0.0.1', port: o.port ?? 0, tokens, ...(o.corsOrigins ? { corsOrigins: o.corsOrigins } : {}) },
+    { host: o.host ?? '127.0.0.1', port: o.port ?? 0, tokens: [...tokens, ...fromEnv], env: {}, ...(o.corsOrigins ? { corsOrigins: o.corsOrigins } : {}) },
   );
   return {
     url: server.url,

@@ -7,7 +7,7 @@ import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { isRlstreamError, describeError } from '../core/errors.ts';
-import { allows, bearerToken, parseTokenList, TokenStore, type Access, type Principal, type TokenSpec } from './auth.ts';
+import { allows, bearerToken, envTokens, TokenStore, type Access, type Principal, type TokenSpec } from './auth.ts';
 import type { AdminContext, QueryLimits } from './context.ts';
 import { AdminError, isAdminError } from './errors.ts';
 import { LiveTail, type LiveTailOptions } from './live/tail.ts';
@@ -28,7 +28,7 @@ import dashboardRoutes from './routes/dashboard.ts';
 export interface AdminServerOptions {
   /** Tokens in addition to those of RLSTREAM_ADMIN_TOKENS (see admin/auth.ts parseTokenList). */
   tokens?: TokenSpec[];
-  /** Environment to read RLSTREAM_ADMIN_TOKENS from (default process.env). */
+  /** Environment to read RLSTREAM_ADMIN_TOKENS from (default process.env, from which it is then removed). */
   env?: Record<string, string | undefined>;
   /** Largest accepted request body in bytes (default 64 KiB). */
   bodyLimitBytes?: number;
@@ -66,8 +66,7 @@ declare module 'fastify' {
 export const DEFAULT_QUERY_LIMITS: QueryLimits = { maxRows: 10_000, maxBytes: 16 * 1024 * 1024, timeoutMs: 10_000 };
 
 function tokenStore(options: AdminServerOptions): TokenStore {
-  const env = options.env ?? process.env;
-  return new TokenStore([...(options.tokens ?? []), ...parseTokenList(env['RLSTREAM_ADMIN_TOKENS'] ?? '')]);
+  return new TokenStore([...(options.tokens ?? []), ...envTokens(options.env)]);
 }
 
 /** Maps anything thrown in a route to a catalogue error; client mistakes are always 4xx. */

@@ -2,7 +2,7 @@
 // onnxruntime-node), reward, advantage, trainer (native core), trace sink (chDB) and the admin server. It
 // warm-starts from the SFT checkpoint (training one when missing), measures held-out accuracy before and
 // after asynchronous GRPO, draws the learning curves and returns the figures; nothing is written by hand.
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadRunConfig } from '../../core/config.ts';
 import { describeError, RlstreamError } from '../../core/errors.ts';
@@ -264,6 +264,9 @@ async function startAdmin(ctx: RunContext, store: TraceStore | null, runId: stri
     },
   });
   const link = join(runDir, 'admin-url');
+  // Removed first: a file left by an earlier start of this run keeps its mode when rewritten, and only a new
+  // file gets 0600.
+  rmSync(link, { force: true });
   writeFileSync(link, `${admin.url}/dashboard/${admin.generatedToken ? `#token=${admin.generatedToken}` : ''}\n`, { mode: 0o600 });
   process.stderr.write(`admin: ${admin.url}/dashboard/ (API ${admin.url}/api, docs ${admin.url}/docs; link with token in ${link})\n`);
   return admin;
