@@ -1,0 +1,435 @@
+// Damage to an embedded log's files, as a disk or an operator would do it: bytes flipped in the middle of a
+// segment, a truncation mid-record, deleted indexes, segments, meta.json and journal, an edited meta.json or
+// checkpoint, a flipped byte in the journal. Each ends with every intact record readable at its offset and the
+// damage reported, or with LOG_CORRUPT naming the file and `rlstream log repair`, after which the intact
+// records are readable and the loss is listed. Read-only opens are checked to write nothing.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { isRlstreamError } from '../../core/errors.ts';
+import { type EmbeddedLog, type EmbeddedLogOptions, openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import { repairLog } from '../../core/log/embedded/repair.ts';
+import type { LogRecord } from '../../core/log/types.ts';
+import { rng } from '../../core/random.ts';
+import { jsonLogger } from '../../core/telemetry.ts';
+import { pollFor } from './conformance.ts';
+
+interface Warning {
+  msg: string;
+  [field: string]: unknown;
+}
+
+function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'rlstream-damage-'));
+}
+
+function open(dir: string, options: Omit<EmbeddedLogOptions, 'dir'> = {}, warnings: Warning[] = []): EmbeddedLog {
+  return openEmbeddedLog({ dir, ...options }, jsonLogger({ level: 'warn', write: (l) => warnings.push(JSON.parse(l) as Warning) }));
+}
+
+function value(i: number): Buffer {
+  return Buffer.from(`record-${i}-`.padEnd(120, 'x'));
+}
+
+/** A topic `t` of `partitions` partitions holding n records per partition, values value(i) at offset i. */
+async function build(dir: string, n: number, options: Omit<EmbeddedLogOptions, 'dir'> = {}, partitions = 1): Promise<void> {
+  const log = open(dir, options);
+  await log.createTopic({ name: 't', partitions });
+  const p = await log.producer();
+  for (let part = 0; part < partitions; part++) {
+    for (let i = 0; i < n; i += 100) await p.send('t', Array.from({ length: Math.min(100, n - i) }, (_, k) => ({ value: value(i + k), partition: part })));
+  }
+  await log.close();
+}
+
+function partitionDir(dir: string, partition = 0): string {
+  return join(dir, 'topics', 't', String(partition));
+}
+
+function segments(dir: string, partition = 0): string[] {
+  return readdirSync(partitionDir(dir, partition))
+    .filter((f) => f.endsWith('.log'))
+    .sort()
+    .map((f) => join(partitionDir(dir, partition), f));
+}
+
+/** Byte ranges of the frames of a segment file, with their offsets. */
+function frames(file: string): { offset: number; start: number; end: number }[] {
+  const buf = readFileSync(file);
+  const out: { offset: number; start: number; end: number }[] = [];
+  for (let pos = 0; pos < buf.length; pos += 8 + buf.readUInt32BE(pos)) {
+    out.push({ offset: buf.readUInt32BE(pos + 12), start: pos, end: pos + 8 + buf.readUInt32BE(pos) });
+  }
+  return out;
+}
+
+function flip(file: string, at: number): void {
+  const buf = readFileSync(file);
+  buf[at]! ^= 0x5a;
+  writeFileSync(file, buf);
+}
+
+/** Every record of topic t from the beginning, through a fresh consumer group. */
+async function readAll(log: EmbeddedLog, group = `read-${Math.random()}`): Promise<LogRecord[]> {
+  const c = await log.consumer({ groupId: group, topics: ['t'] });
+  const got = await pollFor(c, 300);
+  await c.close();
+  return got;
+}
+
+function checkIntact(records: LogRecord[], expected: number[]): void {
+  assert.deepEqual(
+    records.map((r) => r.offset),
+    expected,
+  );
+  for (const r of records) assert.ok(r.value.equals(value(r.offset)), `record at offset ${r.offset} holds its own value`);
+}
+
+function range(from: number, to: number): number[] {
+  return Array.from({ length: to - from }, (_, i) => from + i);
+}
+
+function corrupt(file: RegExp | string): (e: unknown) => boolean {
+  return (e) => {
+    assert.ok(isRlstreamError(e, 'LOG_CORRUPT'), `LOG_CORRUPT expected, got ${String(e)}`);
+    assert.match(e.message, typeof file === 'string' ? new RegExp(file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')) : file);
+    assert.match(e.message, /rlstream log repair /);
+    return true;
+  };
+}
+
+test('one byte flipped mid-segment: the record is quarantined, every other one stays readable at its offset, and later records reach consumer groups', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 1000);
+    let log = open(dir);
+    const g = await log.consumer({ groupId: 'g', topics: ['t'] });
+    await g.seek('t', 0, 500);
+    await g.commit();
+    await g.close();
+    await log.close();
+    const [seg] = segments(dir);
+    const hit = frames(seg!)[300]!;
+    flip(seg!, hit.start + 40);
+    const warnings: Warning[] = [];
+    log = open(dir, {}, warnings);
+    assert.equal((await log.offsets('t'))[0]!.high, 1000, 'offsets stay as they were');
+    checkIntact(await readAll(log), [...range(0, 300), ...range(301, 1000)]);
+    const report = log.damageReport();
+    assert.equal(report.foundNow.length, 1);
+    const [gap] = report.foundNow;
+    assert.deepEqual([gap!.topic, gap!.partition, gap!.fromOffset, gap!.toOffset, gap!.bytes], ['t', 0, 300, 301, hit.end - hit.start]);
+    assert.deepEqual(report.skipped, [{ topic: 't', partition: 0, offsets: 1 }]);
+    const quarantined = readFileSync(join(partitionDir(dir), gap!.quarantine!));
+    assert.equal(quarantined.length, hit.end - hit.start, 'the damaged frame is kept, bytes and all');
+    const warned = warnings.find((w) => /quarantined/.test(w.msg));
+    assert.deepEqual([warned?.['topic'], warned?.['partition'], warned?.['fromOffset'], warned?.['toOffset'], warned?.['bytes']], ['t', 0, 300, 301, hit.end - hit.start]);
+    // Records written after the damage reach a group that had committed before it.
+    await (await log.producer()).send('t', range(1000, 1100).map((i) => ({ value: value(i) })));
+    const c = await log.consumer({ groupId: 'g', topics: ['t'] });
+    checkIntact(await pollFor(c, 300), range(500, 1100));
+    await log.close();
+    // The gap is accepted from now on: the next open finds nothing new and reads the same.
+    log = open(dir);
+    assert.equal(log.damageReport().foundNow.length, 0);
+    assert.equal(log.damageReport().gaps.length, 1);
+    checkIntact(await readAll(log), [...range(0, 300), ...range(301, 1100)]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('ten random bytes flipped: every record none of them touched is readable, each damaged range reported', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 2000);
+    const [seg] = segments(dir);
+    const fs = frames(seg!);
+    const random = rng(29);
+    const size = statSync(seg!).size;
+    const hits = Array.from({ length: 10 }, () => Math.floor(random() * size));
+    for (const at of hits) flip(seg!, at);
+    const touched = new Set(fs.filter((f) => hits.some((h) => h >= f.start && h < f.end)).map((f) => f.offset));
+    // The last record damaged is a torn tail (cut off, as after a crash mid-write): nothing after it to save.
+    const expected = range(0, 2000).filter((o) => !touched.has(o));
+    const log = open(dir);
+    checkIntact(await readAll(log), expected);
+    const lost = log.damageReport().foundNow.flatMap((d) => range(d.fromOffset, d.toOffset ?? d.fromOffset + 1));
+    assert.deepEqual(
+      lost,
+      [...touched].sort((a, b) => a - b).filter((o) => o !== 1999),
+      'the gaps are exactly the damaged records',
+    );
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a truncation mid-record: a torn tail in the active segment; in a sealed segment a typed error, then repair keeps the records after it', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 600, { segmentBytes: 16 * 1024 });
+    const segs = segments(dir);
+    assert.ok(segs.length >= 4, `${segs.length} segments`);
+    // Active segment: the cut record and what follows it were never whole; appends go on from there.
+    const active = frames(segs[segs.length - 1]!);
+    const cut = active[active.length - 3]!;
+    truncateSync(segs[segs.length - 1]!, cut.start + 20);
+    let log = open(dir);
+    assert.equal((await log.offsets('t'))[0]!.high, cut.offset);
+    checkIntact(await readAll(log), range(0, cut.offset));
+    await log.close();
+    // A sealed segment cut mid-record: the records after the cut in it are gone, the segments after it are not.
+    const sealed = frames(segs[1]!);
+    const mid = sealed[Math.floor(sealed.length / 2)]!;
+    truncateSync(segs[1]!, mid.start + 20);
+    assert.throws(() => open(dir), corrupt(segs[1]!));
+    const report = await repairLog(dir);
+    const nextBase = frames(segs[2]!)[0]!.offset;
+    assert.deepEqual(
+      report.foundNow.map((d) => [d.fromOffset, d.toOffset]),
+      [[mid.offset, nextBase]],
+    );
+    log = open(dir);
+    checkIntact(await readAll(log), [...range(0, mid.offset), ...range(nextBase, cut.offset)]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('deleted indexes are rebuilt from the segments with nothing lost', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 600, { segmentBytes: 16 * 1024 });
+    for (const f of readdirSync(partitionDir(dir))) if (/index$/.test(f)) unlinkSync(join(partitionDir(dir), f));
+    const log = open(dir);
+    checkIntact(await readAll(log), range(0, 600));
+    assert.deepEqual(log.damageReport().gaps, []);
+    const c = await log.consumer({ groupId: 'ts', topics: ['t'] });
+    await c.seekToTimestamp('t', 0);
+    assert.equal((await c.poll({ maxRecords: 1 }))[0]?.offset, 0);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a deleted segment .log (or the whole segment) fails the open naming it; repair lists the gap and keeps the rest', async () => {
+  for (const whole of [false, true]) {
+    const dir = tempDir();
+    try {
+      await build(dir, 600, { segmentBytes: 16 * 1024 });
+      const segs = segments(dir);
+      const gone = segs[2]!;
+      const from = frames(gone)[0]!.offset;
+      const to = frames(segs[3]!)[0]!.offset;
+      unlinkSync(gone);
+      if (whole) for (const ext of ['.index', '.timeindex']) unlinkSync(gone.replace(/\.log$/, ext));
+      assert.throws(() => open(dir), corrupt(gone));
+      const report = await repairLog(dir);
+      assert.deepEqual(
+        report.foundNow.map((d) => [d.fromOffset, d.toOffset, d.file]),
+        [[from, to, gone]],
+      );
+      const log = open(dir);
+      checkIntact(await readAll(log), [...range(0, from), ...range(to, 600)]);
+      assert.deepEqual(log.damageReport().skipped, [{ topic: 't', partition: 0, offsets: to - from }]);
+      await log.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+});
+
+test('a deleted, edited or unparsable meta.json fails naming it; repair rebuilds it from the partitions with nothing lost', async () => {
+  const cases: [string, (meta: string) => void, RegExp][] = [
+    ['deleted', (meta) => unlinkSync(meta), /meta\.json: is missing, yet partitions 0, 1, 2, 3/],
+    ['lowered to 2 partitions', (meta) => writeFileSync(meta, JSON.stringify({ name: 't', partitions: 2 })), /names 2 partitions, but partitions 2, 3/],
+    ['not JSON', (meta) => writeFileSync(meta, '{"name": "t", "parti'), /meta\.json: is not valid JSON/],
+  ];
+  for (const [name, damage, message] of cases) {
+    const dir = tempDir();
+    try {
+      await build(dir, 150, {}, 4);
+      const meta = join(dir, 'topics', 't', 'meta.json');
+      damage(meta);
+      assert.throws(() => open(dir), (e) => corrupt(meta)(e) && message.test((e as Error).message), name);
+      await repairLog(dir);
+      const log = open(dir);
+      assert.equal((await log.listTopics()).find((t) => t.name === 't')?.partitions, 4, name);
+      assert.equal((await readAll(log)).length, 600, name);
+      await log.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+});
+
+/** A log whose group `g` committed offsets 1..commits of t/0 one commit at a time, checkpointing along the way. */
+async function withCommits(dir: string, commits: number, journalMaxBytes = 1 << 30): Promise<void> {
+  await build(dir, commits);
+  const log = open(dir, { journalMaxBytes });
+  const c = await log.consumer({ groupId: 'g', topics: ['t'] });
+  for (let i = 1; i <= commits; i++) await c.commit([{ topic: 't', partition: 0, offset: i }]);
+  await log.close();
+}
+
+function journals(dir: string): string[] {
+  return readdirSync(dir).filter((f) => /^journal-\d+\.log$/.test(f));
+}
+
+test('a deleted journal, a checkpoint naming a journal that is not there, or an unparsable checkpoint fails naming the file; repair keeps what is there', async () => {
+  // Deleted journal: the offsets committed since the checkpoint are gone; the open says so.
+  let dir = tempDir();
+  try {
+    await withCommits(dir, 50);
+    const [journal] = journals(dir);
+    unlinkSync(join(dir, journal!));
+    assert.throws(() => open(dir), corrupt(join(dir, journal!)));
+    await repairLog(dir);
+    const log = open(dir);
+    assert.deepEqual(await log.committed('g', 't'), []);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  // A bad generation in the checkpoint: the journal that is there is kept, and repair continues from it.
+  dir = tempDir();
+  try {
+    await withCommits(dir, 200, 1024);
+    const cpPath = join(dir, 'checkpoint.json');
+    const cp = JSON.parse(readFileSync(cpPath, 'utf8')) as { generation: number };
+    assert.ok(cp.generation > 0, 'checkpoints were written');
+    writeFileSync(cpPath, JSON.stringify({ ...cp, generation: cp.generation + 7 }));
+    assert.throws(() => open(dir), corrupt(`journal-${String(cp.generation + 7).padStart(10, '0')}.log: is missing`));
+    assert.ok(journals(dir).length > 0, 'the failed open deleted no journal');
+    await repairLog(dir);
+    const log = open(dir);
+    assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 200 }]);
+    await log.close();
+    writeFileSync(cpPath, '{"generation": 3, "gro');
+    assert.throws(() => open(dir), corrupt(/checkpoint\.json: is not valid JSON/));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a flipped byte mid-journal fails the open; repair quarantines that entry and offsets do not fall back', async () => {
+  const dir = tempDir();
+  try {
+    await withCommits(dir, 100);
+    const [journal] = journals(dir);
+    const path = join(dir, journal!);
+    flip(path, Math.floor(statSync(path).size / 2));
+    assert.throws(() => open(dir), corrupt(path));
+    const warnings: Warning[] = [];
+    await repairLog(dir, jsonLogger({ level: 'warn', write: (l) => warnings.push(JSON.parse(l) as Warning) }));
+    assert.ok(warnings.some((w) => /journal entry quarantined/.test(w.msg)));
+    const log = open(dir);
+    assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 100 }]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('committed offsets past the end after a loss move back to the end, so records appended next are delivered', async () => {
+  const dir = tempDir();
+  try {
+    await withCommits(dir, 300);
+    const [seg] = segments(dir);
+    const cut = frames(seg!)[200]!;
+    truncateSync(seg!, cut.start + 5);
+    const warnings: Warning[] = [];
+    let log = open(dir, {}, warnings);
+    assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 200 }]);
+    assert.deepEqual(log.damageReport().clamped, [{ group: 'g', topic: 't', partition: 0, from: 300, to: 200 }]);
+    await (await log.producer()).send('t', range(200, 250).map((i) => ({ value: value(i) })));
+    const c = await log.consumer({ groupId: 'g', topics: ['t'] });
+    checkIntact(await pollFor(c, 300), range(200, 250));
+    await c.commit();
+    await log.close();
+    log = open(dir);
+    assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 250 }]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+function snapshot(dir: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  const walk = (d: string) => {
+    for (const f of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, f.name);
+      if (f.isDirectory()) walk(p);
+      else out[p] = `${statSync(p).mtimeMs} ${createHash('sha256').update(readFileSync(p)).digest('hex')}`;
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+test('a read-only open writes nothing (torn tail, missing indexes, unapplied journal), refuses writes, and reports damage it cannot quarantine', async () => {
+  const dir = tempDir();
+  try {
+    await withCommits(dir, 300);
+    const [seg] = segments(dir);
+    const size = statSync(seg!).size;
+    writeFileSync(seg!, Buffer.concat([readFileSync(seg!), Buffer.from([0, 0, 0, 90, 1, 2, 3])]));
+    for (const f of readdirSync(partitionDir(dir))) if (/index$/.test(f)) unlinkSync(join(partitionDir(dir), f));
+    const before = snapshot(dir);
+    const log = open(dir, { readOnly: true });
+    assert.ok(!existsSync(join(dir, 'LOCK')), 'no lock taken');
+    checkIntact(await readAll(log), range(0, 300));
+    assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 300 }]);
+    await assert.rejects((await log.producer()).send('t', [{ value: value(0) }]), (e) => isRlstreamError(e, 'LOG_READ_ONLY'));
+    await assert.rejects(log.createTopic({ name: 'new', partitions: 1 }), (e) => isRlstreamError(e, 'LOG_READ_ONLY'));
+    await log.close();
+    assert.deepEqual(snapshot(dir), before, 'not a byte, name or mtime changed');
+    // A writer can hold the log while it is read.
+    const writer = open(dir);
+    const reader = open(dir, { readOnly: true });
+    assert.equal((await reader.offsets('t'))[0]!.high, 300);
+    await reader.close();
+    await writer.close();
+    assert.equal(statSync(seg!).size, size, 'the read-write open cut the torn tail');
+    // Damage a read-write open would quarantine: read-only leaves it and says how to repair.
+    flip(seg!, frames(seg!)[10]!.start + 30);
+    const damaged = snapshot(dir);
+    assert.throws(() => open(dir, { readOnly: true }), corrupt(seg!));
+    assert.deepEqual(snapshot(dir), damaged);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('damage in a sealed segment found by a reader fails the poll with the repair command; repair keeps the records after it', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 600, { segmentBytes: 16 * 1024 });
+    const segs = segments(dir);
+    const hit = frames(segs[1]!)[5]!;
+    flip(segs[1]!, hit.start + 50);
+    let log = open(dir);
+    const c = await log.consumer({ groupId: 'x', topics: ['t'] });
+    await assert.rejects(pollFor(c, 300), corrupt(segs[1]!));
+    await log.close();
+    const report = await repairLog(dir);
+    assert.deepEqual(
+      report.foundNow.map((d) => [d.fromOffset, d.toOffset]),
+      [[hit.offset, hit.offset + 1]],
+    );
+    log = open(dir);
+    checkIntact(await readAll(log), [...range(0, hit.offset), ...range(hit.offset + 1, 600)]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
