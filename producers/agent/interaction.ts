@@ -1,6 +1,7 @@
 // Interactions: the user side of a multi-turn dialogue (verl's BaseInteraction). After an assistant
 // turn without a tool call, the interaction reads the conversation and either ends it or answers as the
 // user (the answer becomes a user turn with loss mask 0); each answer carries a turn reward.
+import { extractGsm8kAnswer } from '../../consumers/reward/gsm8k.ts';
 import type { ChatMessage } from '../tokenizer/chat-tokenizer.ts';
 
 export interface InteractionReply {
@@ -18,22 +19,11 @@ export interface Interaction {
   finish?(instanceId: string): Promise<void> | void;
 }
 
-/** The last `#### <number>` in a text, commas removed; null when there is none. */
-export function extractHashAnswer(text: string): string | null {
-  const all = [...text.matchAll(/####\s*\$?\s*(-?[\d,]*\.?\d+)/g)];
-  const m = all[all.length - 1]?.[1];
-  return m === undefined ? null : m.replace(/,/g, '');
-}
-
-export function sameNumber(a: string, b: string): boolean {
-  const x = Number(a.replace(/,/g, ''));
-  const y = Number(b.replace(/,/g, ''));
-  return Number.isFinite(x) && Number.isFinite(y) && Math.abs(x - y) <= 1e-9 * Math.max(1, Math.abs(y));
-}
-
 /**
- * GSM8K / arithmetic user simulator: a correct `#### N` ends the dialogue with reward 1; a wrong or
- * missing answer is met with "try again" and reward 0, until the turn limits stop the loop.
+ * GSM8K / arithmetic user simulator (verl's Gsm8kInteraction): the last assistant message, prefixed with
+ * `#### ` unless it starts with it, is scored by the GSM8K reward's strict rule; a correct answer ends the
+ * dialogue with reward 1, a wrong or missing one is met with "try again" and reward 0, until the turn limits
+ * stop the loop.
  */
 export class Gsm8kInteraction implements Interaction {
   readonly name: string;
@@ -51,8 +41,9 @@ export class Gsm8kInteraction implements Interaction {
         break;
       }
     }
-    const answer = extractHashAnswer(lastAssistant);
-    if (answer !== null && truth !== '' && sameNumber(answer, truth)) return { terminate: true, content: 'Your answer is correct.', reward: 1 };
+    const response = lastAssistant.startsWith('#### ') ? lastAssistant : `#### ${lastAssistant}`;
+    const answer = extractGsm8kAnswer(response, 'strict');
+    if (answer !== null && answer === truth) return { terminate: true, content: 'Your answer is correct.', reward: 1 };
     const content =
       answer === null
         ? 'I could not find your final answer. Please end with a line of the form `#### <answer>`.'

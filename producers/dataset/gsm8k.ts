@@ -13,18 +13,22 @@ export const GSM8K_SYSTEM_PROMPT =
 
 export const GSM8K_INSTRUCTION = "Let's think step by step and output the final answer after `####`.";
 
-/** The number after `#### ` in a GSM8K answer, with commas removed ("1,200" → "1200"). */
-export function extractGsm8kAnswer(answer: string): string {
-  const m = /####\s*(-?[\d,]*\.?\d+)/.exec(answer);
+/**
+ * The ground truth of a GSM8K reference answer as verl's preprocessing takes it (extract_solution): the first
+ * `#### <number>` (one space; Python's `#### (\-?[0-9\.\,]+)`), commas removed ("1,200" → "1200"). Scoring a
+ * model's answer is another rule, verl's reward (consumers/reward/gsm8k.ts: the last match, in the tail).
+ */
+export function gsm8kGroundTruth(answer: string): string {
+  const m = /#### (-?[0-9.,]+)/.exec(answer);
   if (!m?.[1]) throw new RlstreamError('INPUT_INVALID', `GSM8K answer has no "#### <number>" line: ${JSON.stringify(answer.slice(-80))}`);
-  return m[1].replace(/,/g, '');
+  return m[1].replaceAll(',', '');
 }
 
 export function gsm8kRow(raw: { question: string; answer: string }, index: number, split: string): DatasetRow {
   if (typeof raw.question !== 'string' || typeof raw.answer !== 'string') {
     throw new RlstreamError('INPUT_INVALID', `GSM8K record ${index}: question and answer must be strings`);
   }
-  const groundTruth = extractGsm8kAnswer(raw.answer);
+  const groundTruth = gsm8kGroundTruth(raw.answer);
   return {
     data_source: GSM8K_DATA_SOURCE,
     agent_name: 'tool_agent',

@@ -8,7 +8,7 @@ import { TOPICS } from '../../core/topics.ts';
 import type { Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
 import { Gsm8kInteraction, InteractionRegistry } from '../../producers/agent/interaction.ts';
 import { ScriptedBackend, type ScriptTurn } from '../../producers/backends/scripted.ts';
-import { extractGsm8kAnswer, gsm8kRow } from '../../producers/dataset/gsm8k.ts';
+import { gsm8kGroundTruth, gsm8kRow } from '../../producers/dataset/gsm8k.ts';
 import type { RolloutOptions } from '../../producers/options.ts';
 import { CalculatorTool } from '../../producers/tools/calculator.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
@@ -31,7 +31,7 @@ function gsm8kScript({ promptText, turn }: ScriptTurn): string {
   const toolTurns = idx === MALFORMED_ROW ? 2 : 1;
   if (idx === MALFORMED_ROW && turn === 0) return '<think>\nLet me add.\n</think>\n\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+"\n</tool_call>';
   if (turn < toolTurns) return `<think>\nI will compute each step.\n</think>\n\n${annotations(rec.answer).map((a) => call(a.expr)).join('\n')}`;
-  const gt = extractGsm8kAnswer(rec.answer);
+  const gt = gsm8kGroundTruth(rec.answer);
   return `The total is ${gt}.\n#### ${gt}`;
 }
 
@@ -134,7 +134,7 @@ async function checkGsm8kRun(t: TestLog, runId: string): Promise<void> {
     });
     assert.equal(tok.decode(traj.response_ids, { skipSpecialTokens: true }), traj.response_text);
     assert.equal(turns.map((x) => x.text).join(''), traj.response_text);
-    assert.ok(traj.response_text.endsWith(`#### ${extractGsm8kAnswer(records[rowIdx]!.answer)}`));
+    assert.ok(traj.response_text.endsWith(`#### ${gsm8kGroundTruth(records[rowIdx]!.answer)}`));
 
     // The first tool turn carries the calculator's result of the first annotation.
     const firstAnn = annotations(records[rowIdx]!.answer)[0]!;
@@ -206,7 +206,7 @@ describe('tool agent on GSM8K with Qwen3', () => {
     try {
       const tok = qwen3();
       const rec = records[0]!;
-      const gt = extractGsm8kAnswer(rec.answer);
+      const gt = gsm8kGroundTruth(rec.answer);
       const backend = new ScriptedBackend({ tokenizer: tok, script: ({ turn }) => (turn === 0 ? 'I think it is 7.\n#### 7' : `Let me recheck: ${gt}.\n#### ${gt}`) });
       const interactions = new InteractionRegistry().add(new Gsm8kInteraction());
       const worker = new RolloutWorker(
@@ -227,4 +227,14 @@ describe('tool agent on GSM8K with Qwen3', () => {
       await t.cleanup();
     }
   });
+});
+
+test("the GSM8K interaction scores the last assistant message as verl's does: prefixed with '#### ', strict, compared as text", () => {
+  const gsm8k = new Gsm8kInteraction();
+  const reply = (content: string) => gsm8k.respond('i', [{ role: 'user', content: 'q' }, { role: 'assistant', content }], { ground_truth: '18' });
+  assert.deepEqual([reply('18').terminate, reply('18').reward], [true, 1]); // a bare number becomes "#### 18"
+  assert.equal(reply('so 3 + 15\n#### 18').reward, 1);
+  assert.equal(reply('#### 18.00').reward, 0); // strings, not numbers
+  assert.match(reply('#### 17').content, /wrong/);
+  assert.match(reply('no idea').content, /could not find/);
 });
