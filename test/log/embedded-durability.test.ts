@@ -348,3 +348,34 @@ test('released chunks are read into again: copied records stay intact; unrelease
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('processes opening one log directory at the same moment each open it or get LOG_LOCKED, never another error', { timeout: 60_000 }, async () => {
+  const dir = tempDir();
+  try {
+    await openEmbeddedLog({ dir }).close();
+    const script = `import { openEmbeddedLog } from ${JSON.stringify(join(import.meta.dirname, '../../core/log/embedded/index.ts'))};
+      const start = Number(process.argv[1]);
+      while (Date.now() < start) {}
+      try { const log = openEmbeddedLog({ dir: ${JSON.stringify(dir)} }); await new Promise((r) => setTimeout(r, 50)); await log.close(); process.stdout.write('opened'); }
+      catch (e) { process.stdout.write(String(e.code) + ' ' + e.message); }`;
+    for (let round = 0; round < 3; round++) {
+      // Started together, after their imports: the opens race within a millisecond or two.
+      const start = Date.now() + 3000;
+      const outs = await Promise.all(
+        Array.from({ length: 5 }, async () => {
+          const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script, String(start)], { stdio: ['ignore', 'pipe', 'pipe'] });
+          let out = '';
+          child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+          child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+          await new Promise((r) => child.on('exit', r));
+          return out;
+        }),
+      );
+      for (const out of outs) assert.match(out, /^(opened|LOG_LOCKED log directory .* is locked by process \d+)$/, `round ${round}`);
+      assert.ok(outs.includes('opened'), `round ${round}: someone opened the log`);
+      assert.deepEqual(readdirSync(dir).filter((f) => f.startsWith('LOCK')), [], 'no lock or temporary file left behind');
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
