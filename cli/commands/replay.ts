@@ -9,6 +9,7 @@ import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
+import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
@@ -33,7 +34,8 @@ async function openSource(spec: string): Promise<Opened> {
     });
     return { log, registry, close: async () => (await registry.close(), await log.close()) };
   }
-  const log = await openLog({ kind: 'embedded', dir: spec });
+  // Warnings to stderr: damage the open quarantines and gaps the readers skip must not pass silently.
+  const log = await openLog({ kind: 'embedded', dir: spec }, jsonLogger({ level: 'warn', fields: { role: 'replay' } }));
   const registry = await EmbeddedRegistry.open(log);
   return { log, registry, close: async () => (await registry.close(), await log.close()) };
 }
