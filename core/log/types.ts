@@ -4,6 +4,19 @@
 // - a keyed record always goes to the same partition (murmur2 of the key, as Kafka's default partitioner);
 // - a consumer group's committed offset is the offset of the *next* record to read;
 // - a transaction's records and offsets become visible together or not at all (read_committed).
+//
+// Durability, per call (what a machine crash, not only a process crash, can take back once the call returned):
+// - Kafka: a send and a transaction commit return once every in-sync replica has the records (acks=all); how
+//   soon brokers fsync is theirs to say (log.flush.*: by default they leave it to the OS and rely on replicas).
+//   An offset commit returns once the group coordinator has written it to __consumer_offsets.
+// - Embedded (core/log/embedded, EmbeddedLogOptions.fsync, default 'transaction'): every call has written its
+//   bytes to the files (write(2)) before it returns, so a process crash loses nothing returned. Then:
+//   Transaction.commit fsyncs its journal entry (records and offsets) unless fsync is 'none'; Producer.send
+//   and Consumer.commit fsync only with 'always': otherwise their bytes reach the disk when a segment rolls (the
+//   old segment is fsynced), when the journal is checkpointed (every partition is fsynced first), when a later
+//   transaction's fsync covers the journal, or at close. createTopic fsyncs meta.json and the directories it
+//   created, and a new segment file's directory is fsynced when it is created: a topic or segment that was
+//   returned is never lost with its name.
 
 export interface Headers {
   [name: string]: Buffer;
@@ -82,6 +95,7 @@ export interface ProducerOptions {
 }
 
 export interface Producer {
+  /** Append records; returns their positions. Durable as the header says: fsynced on the embedded log only with fsync 'always'. */
   send(topic: string, records: ProduceRecord[]): Promise<RecordPosition[]>;
   /** Begin a transaction; only for producers created with a transactionalId. */
   transaction(): Promise<Transaction>;
@@ -95,7 +109,8 @@ export interface Transaction {
   /**
    * A retriable error (RlstreamError.retriable) means the transaction was certainly not committed: abort it and
    * run it again, with a new producer of the same transactionalId (the old one may be unusable). Any other
-   * error leaves the outcome unknown.
+   * error leaves the outcome unknown. Durable when it returns (the embedded log fsyncs the journal entry unless
+   * its fsync option is 'none').
    */
   commit(): Promise<void>;
   abort(): Promise<void>;
@@ -147,7 +162,12 @@ export interface Consumer {
    * thread several times more in page faults than the read itself.
    */
   releaseChunks?(chunks: readonly RecordChunk[]): void;
-  /** Commit offsets (next offset to read); without arguments, the positions after everything polled. */
+  /**
+   * Commit offsets (next offset to read); without arguments, the positions after everything polled. Not
+   * fsynced by the embedded log unless its fsync option is 'always' (see the header); a commit inside a
+   * transaction (Transaction.sendOffsets) is as durable as the transaction. The embedded log moves an offset
+   * committed past a partition's end back to the end when it opens (records lost to damage at the end).
+   */
   commit(offsets?: TopicPartitionOffset[]): Promise<void>;
   /** Move the read position; the next poll starts there. */
   seek(topic: string, partition: number, offset: number): Promise<void>;
@@ -160,7 +180,7 @@ export interface Consumer {
 
 export interface EventLog {
   readonly kind: 'embedded' | 'kafka';
-  /** Idempotent: creating an existing topic with the same partition count is a no-op. */
+  /** Idempotent: creating an existing topic with the same partition count is a no-op. Durable when it returns. */
   createTopic(spec: TopicSpec): Promise<void>;
   listTopics(): Promise<TopicSpec[]>;
   offsets(topic: string): Promise<PartitionOffsets[]>;

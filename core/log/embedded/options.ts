@@ -9,8 +9,10 @@ export interface EmbeddedLogOptions {
   /**
    * When data is forced to disk. 'always': after every send, offset commit and transaction. 'transaction'
    * (default): a transaction's journal entry (its records and offsets) is fsynced at commit; plain sends and
-   * offset commits reach the OS at once (they survive a process crash) and the disk when segments roll or
-   * the log closes, like Kafka's default of leaving flushes to the OS. 'none': never fsync.
+   * offset commits reach the OS at once (they survive a process crash) and the disk when a segment rolls, the
+   * journal is checkpointed or fsynced for a transaction, or the log closes, like Kafka's default of leaving
+   * flushes to the OS: an fsync per send would cost the hot path a disk round trip each. 'none': never fsync
+   * records or offsets (files and directories created are still fsynced: topics, segments, checkpoints).
    */
   fsync?: FsyncPolicy;
   /** A segment rolls when the next record would take it past this size (default 64 MiB). */
