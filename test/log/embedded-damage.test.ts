@@ -11,7 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isRlstreamError } from '../../core/errors.ts';
 import { type EmbeddedLog, type EmbeddedLogOptions, openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import { sendDamageDeadLetters } from '../../core/log/embedded/damage-letters.ts';
 import { repairLog } from '../../core/log/embedded/repair.ts';
+import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { EventSerde } from '../../core/serde/events.ts';
+import { TOPICS } from '../../core/topics.ts';
 import type { LogRecord } from '../../core/log/types.ts';
 import { rng } from '../../core/random.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
@@ -428,6 +432,42 @@ test('damage in a sealed segment found by a reader fails the poll with the repai
     );
     log = open(dir);
     checkIntact(await readAll(log), [...range(0, hit.offset), ...range(hit.offset + 1, 600)]);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('quarantined damage becomes a DeadLetter on the dead-letter topic, with the damaged bytes and where they are kept', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 400);
+    let log = open(dir);
+    await log.createTopic({ name: TOPICS.deadLetter, partitions: 1 });
+    await log.close();
+    const [seg] = segments(dir);
+    const hit = frames(seg!)[123]!;
+    flip(seg!, hit.start + 60);
+    log = open(dir);
+    const registry = await EmbeddedRegistry.open(log);
+    const serde = await new EventSerde(registry).init();
+    assert.equal(await sendDamageDeadLetters(log, serde), 1);
+    const c = await log.consumer({ groupId: 'dl', topics: [TOPICS.deadLetter] });
+    const [letter] = await pollFor(c, 300);
+    const event = await serde.decode(letter!.value);
+    assert.equal(event.name, 'DeadLetter');
+    const v = event.value as { source_topic: string; source_partition: number; source_offset: number; error_code: string; error: string; value: Buffer };
+    assert.deepEqual([v.source_topic, v.source_partition, v.source_offset, v.error_code], ['t', 0, 123, 'LOG_CORRUPT']);
+    assert.match(v.error, /offsets 123 to 123 of t\/0 lost; \d+ bytes quarantined in .*-123\.quarantine/);
+    assert.equal(v.value.length, hit.end - hit.start);
+    await c.close();
+    await registry.close();
+    await log.close();
+    // Found once: the next open has nothing new to send.
+    log = open(dir);
+    const registry2 = await EmbeddedRegistry.open(log);
+    assert.equal(await sendDamageDeadLetters(log, await new EventSerde(registry2).init()), 0);
+    await registry2.close();
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
