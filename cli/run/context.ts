@@ -1,6 +1,7 @@
 // Opens what every role of a run shares, from the run config: the event log, the schema registry and
 // serde, and the trace store. Used by the main job (all roles in one process) and `rlstream worker`.
 import type { RunConfig } from '../../core/config.ts';
+import { sendDamageDeadLetters } from '../../core/log/embedded/damage-letters.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
@@ -35,6 +36,8 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
       : await EmbeddedRegistry.open(log, logger.child({ component: 'registry' }));
   const serde = await new EventSerde(registry).init();
   await ensureTopics(log);
+  // Damage the embedded log quarantined on open goes to the dead-letter topic (ensured just above).
+  await sendDamageDeadLetters(log, serde);
   return {
     config,
     log,
