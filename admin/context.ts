@@ -25,6 +25,11 @@ export interface RunInfo {
 export interface RunRegistry {
   list(): RunInfo[];
   get(id: string): RunInfo | undefined;
+  /**
+   * Status of a run known only from its events, without Control events (default running). A process that
+   * could open an embedded log holds its lock, so no run is writing it: its runs have ended.
+   */
+  readonly discoveredStatus?: RunStatus;
 }
 
 /** Limits the trace store enforces through ClickHouse settings (max_result_rows, max_result_bytes, max_execution_time). */

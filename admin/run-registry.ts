@@ -1,10 +1,12 @@
 // The simplest RunRegistry: runs held in memory, added and updated by whoever starts them (the main job, the
 // `rlstream admin` command, tests). Configs are redacted on the way in, so a secret can never be served.
 import { redact } from '../core/telemetry.ts';
-import type { RunInfo, RunRegistry } from './context.ts';
+import type { RunInfo, RunRegistry, RunStatus } from './context.ts';
 
 export class MemoryRunRegistry implements RunRegistry {
   private readonly runs = new Map<string, RunInfo>();
+
+  constructor(readonly discoveredStatus: RunStatus = 'running') {}
 
   add(run: Partial<RunInfo> & { id: string }): RunInfo {
     const info: RunInfo = {

@@ -230,7 +230,15 @@ export async function startAdminServer(
   options: AdminServerOptions & { host?: string; port?: number } = {},
 ): Promise<StartedAdminServer> {
   const app = await buildAdminServer(ctx, options);
-  const address = await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
+  let address: string;
+  try {
+    address = await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
+  } catch (err) {
+    // listen readies the app (starting the log tail) before it binds: a busy port must stop the tail too, or
+    // it keeps polling the log the caller closes next, and the process never exits.
+    await app.close().catch(() => undefined);
+    throw err;
+  }
   ctx.logger.info('admin server listening', { url: address });
   return { app, url: address, close: () => app.close() };
 }

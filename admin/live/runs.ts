@@ -17,7 +17,7 @@ export function runView(state: AdminState, runId: string): RunView | undefined {
   let status = base.status;
   // A finished run's registry status wins; otherwise the newest Control event says paused or stopping.
   if (h && h.controls.length > 0 && (status === 'running' || status === 'paused' || status === 'unknown')) status = h.status;
-  if (h && !known && h.controls.length === 0) status = 'running';
+  if (h && !known && h.controls.length === 0) status = state.ctx.runs.discoveredStatus ?? 'running';
   return {
     ...base,
     status,

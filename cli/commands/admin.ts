@@ -2,6 +2,8 @@
 // embedded default (an embedded log directory is locked by the process that writes it, so for a live embedded
 // run the main job serves the admin itself). Tokens come from RLSTREAM_ADMIN_TOKENS; without any, a control token
 // is generated for this process and printed once, inside the dashboard link.
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
 import { openLog } from '../../core/log/open.ts';
@@ -13,6 +15,7 @@ import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
+import { MemoryRunRegistry } from '../../admin/run-registry.ts';
 import { serveAdmin } from '../../admin/serve.ts';
 
 const BROKERS = /^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$/;
@@ -34,6 +37,31 @@ export function parseTracesTarget(spec: string): string {
   return spec.startsWith('chdb:') || /^https?:\/\//.test(spec) ? spec : `chdb:${spec}`;
 }
 
+/**
+ * What `--log` names on the embedded default: a log directory, or a run directory (the main job's
+ * `<data_dir>/<run id>`, holding `log/` and `chdb/`), whose traces are then served too unless --traces says
+ * otherwise. A directory that is neither is refused: opening it would create an empty log there.
+ */
+export function resolveEmbeddedLog(dir: string, traces: string | undefined): { log: string; traces: string | undefined } {
+  if (!existsSync(dir)) throw new RlstreamError('CONFIG_INVALID', `--log ${dir} does not exist: give a run directory (<data_dir>/<run id>) or its log/ directory`);
+  if (!statSync(dir).isDirectory()) throw new RlstreamError('CONFIG_INVALID', `--log ${dir} is not a directory`);
+  const isLog = (d: string) => existsSync(join(d, 'topics')) || readdirSync(d).some((f) => /^journal-\d+\.log$/.test(f));
+  if (isLog(dir)) return { log: dir, traces };
+  if (existsSync(join(dir, 'log')) && isLog(join(dir, 'log'))) {
+    const chdb = join(dir, 'chdb');
+    return { log: join(dir, 'log'), traces: traces ?? (existsSync(chdb) ? chdb : undefined) };
+  }
+  throw new RlstreamError('CONFIG_INVALID', `--log ${dir} is neither an embedded log nor a run directory (one holding log/ and chdb/): give the run directory, or --log <run dir>/log --traces <run dir>/chdb`);
+}
+
+/** A busy port as one line that says what to do, instead of the server's stack. */
+function listenError(err: unknown, host: string, port: number): unknown {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === 'EADDRINUSE') return new RlstreamError('CONFIG_INVALID', `port ${port} on ${host} is in use: pick another with --port <n>, or --port 0 for any free port`, { cause: err });
+  if (code === 'EACCES') return new RlstreamError('CONFIG_INVALID', `no permission to listen on ${host}:${port}: pick a port above 1023 with --port <n>`, { cause: err });
+  return err;
+}
+
 async function openRegistry(log: EventLog): Promise<SchemaRegistry> {
   // An embedded log carries its own schemas even when SCHEMA_REGISTRY_URL is set for other work.
   return log.kind === 'embedded' ? EmbeddedRegistry.open(log) : openRegistryFor(log);
@@ -43,7 +71,7 @@ export function register(program: Command): void {
   program
     .command('admin')
     .description('serve the admin API (OpenAPI at /openapi.json, UI at /docs) and the live dashboard for a run')
-    .requiredOption('--log <dir|brokers>', 'embedded log directory, or Kafka brokers (kafka://host:port,… or host:port,…)')
+    .requiredOption('--log <dir|brokers>', 'a run directory (<data_dir>/<run id>: its log and traces), an embedded log directory, or Kafka brokers (kafka://host:port,… or host:port,…)')
     .option('--traces <dir|url>', 'trace store: chDB directory (chdb:<dir> or a path) or a ClickHouse URL')
     .option('--port <n>', 'port to listen on (0: any free port)', '8080')
     .option('--host <addr>', 'address to bind', '127.0.0.1')
@@ -52,14 +80,25 @@ export function register(program: Command): void {
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RlstreamError('CONFIG_INVALID', `--port must be 0..65535, got ${opts.port}`);
       const logger = jsonLogger({ fields: { role: 'admin' } });
-      const log = await openLog(parseLogTarget(opts.log), logger);
+      let target = parseLogTarget(opts.log);
+      let traces = opts.traces;
+      if (target.kind === 'embedded') {
+        const resolved = resolveEmbeddedLog(target.dir, traces);
+        target = { kind: 'embedded', dir: resolved.log };
+        traces = resolved.traces;
+      }
+      const log = await openLog(target, logger);
       let store: TraceStore | null = null;
       let registry: SchemaRegistry | null = null;
       try {
         registry = await openRegistry(log);
         const serde = await new EventSerde(registry).init();
-        store = opts.traces ? await openTraceStore(parseTracesTarget(opts.traces)) : null;
-        const server = await serveAdmin({ log, serde, store, logger, host: opts.host, port, ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) });
+        store = traces ? await openTraceStore(parseTracesTarget(traces)) : null;
+        // This process holds the embedded log's lock, so no run is writing it: the runs found in it have ended.
+        const runs = new MemoryRunRegistry(log.kind === 'embedded' ? 'completed' : 'running');
+        const server = await serveAdmin({ log, serde, store, logger, runs, host: opts.host, port, ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) }).catch((err: unknown) => {
+          throw listenError(err, opts.host, port);
+        });
         console.log(`rlstream admin: API ${server.url}/api  docs ${server.url}/docs  dashboard ${server.url}/dashboard/`);
         if (server.generatedToken) console.log(`no RLSTREAM_ADMIN_TOKENS: a control token was generated for this process; open ${server.url}/dashboard/#token=${server.generatedToken}`);
         await new Promise<void>((resolve) => {

@@ -1,0 +1,111 @@
+// `rlstream admin` as a real process, on what a new user hands it: a run directory (log and traces both, found
+// by itself; its ended run shown as completed, not running), a directory that is no run (refused with the fix,
+// nothing created), and a port already in use (one line, non-zero exit, no hang).
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { openLog } from '../../core/log/open.ts';
+import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { EventSerde } from '../../core/serde/events.ts';
+import { openTraceStore } from '../../core/traces/open.ts';
+import { syntheticRun } from '../admin/synthetic-run.ts';
+
+const BIN = join(import.meta.dirname, '..', '..', 'bin', 'rlstream.js');
+const TOKEN = 'admin-command-read-token-0123';
+let dir: string;
+let runDir: string;
+let runId: string;
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'rlstream-admin-command-'));
+  runDir = join(dir, 'calculator-1-20260101000000');
+  const log = await openLog({ kind: 'embedded', dir: join(runDir, 'log') });
+  const registry = await EmbeddedRegistry.open(log);
+  const serde = await new EventSerde(registry).init();
+  const traces = await openTraceStore(`chdb:${join(runDir, 'chdb')}`);
+  const run = await syntheticRun({ log, serde, traces });
+  for (let i = 0; i < 3; i++) await run.step();
+  await run.stop();
+  runId = run.runId;
+  await traces.close();
+  await registry.close();
+  await log.close();
+});
+
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+function admin(args: string[]) {
+  const child = spawn(process.execPath, [BIN, 'admin', ...args], { env: { ...process.env, RLSTREAM_ADMIN_TOKENS: `read:${TOKEN}` }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, exited, out: () => out, err: () => err };
+}
+
+async function get<T>(url: string): Promise<T> {
+  const res = await fetch(url, { headers: { authorization: `Bearer ${TOKEN}` } });
+  assert.equal(res.status, 200, await res.clone().text());
+  return (await res.json()) as T;
+}
+
+test('--log <run dir> serves its log and its traces; the ended run is completed, not running', { timeout: 90_000 }, async () => {
+  const a = admin(['--log', runDir, '--port', '0']);
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      const t = setInterval(() => {
+        const m = /API (http:\/\/[^\s]+)\/api/.exec(a.out());
+        if (m) resolve((clearInterval(t), m[1]!));
+      }, 100);
+      void a.exited.then((code) => reject((clearInterval(t), new Error(`admin exited ${code}: ${a.err()}`))));
+    });
+    let runs: { id: string; status: string; lastStep: number | null }[] = [];
+    for (let i = 0; i < 50 && runs[0]?.lastStep !== 2; i++) {
+      runs = (await get<{ runs: typeof runs }>(`${url}/api/runs`)).runs;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.deepEqual(runs.map((r) => [r.id, r.status]), [[runId, 'completed']]);
+    const res = await fetch(`${url}/api/traces/queries/runs`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: '{}' });
+    assert.equal(res.status, 200, await res.clone().text());
+    const rows = ((await res.json()) as { rows: { run_id: string }[] }).rows;
+    assert.deepEqual(rows.map((r) => r.run_id), [runId], 'the run directory\'s chdb/ is served');
+  } finally {
+    a.child.kill('SIGTERM');
+    assert.equal(await a.exited, 0, a.err());
+  }
+});
+
+test('--log <a directory that is no log and no run> and --log <missing> are refused with the fix; nothing is created', () => {
+  const other = join(dir, 'not-a-run');
+  mkdirSync(other);
+  const r = spawnSync(process.execPath, [BIN, 'admin', '--log', other, '--port', '0'], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /neither an embedded log nor a run directory.*--log <run dir>\/log --traces <run dir>\/chdb/);
+  assert.deepEqual(readdirSync(other), []);
+  const missing = spawnSync(process.execPath, [BIN, 'admin', '--log', join(dir, 'missing'), '--port', '0'], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(missing.status, 1);
+  assert.match(missing.stderr, /does not exist/);
+  assert.equal(existsSync(join(dir, 'missing')), false);
+});
+
+test('a port in use: one line naming the port and the fix, exit 1, promptly', { timeout: 60_000 }, async () => {
+  const busy = createServer();
+  await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+  const port = (busy.address() as { port: number }).port;
+  try {
+    const a = admin(['--log', runDir, '--port', String(port)]);
+    const code = await Promise.race([a.exited, new Promise<'hung'>((r) => setTimeout(() => r('hung'), 30_000))]);
+    if (code === 'hung') a.child.kill('SIGKILL');
+    assert.equal(code, 1, a.err());
+    const lines = a.err().trim().split('\n');
+    assert.equal(lines.length, 1, a.err());
+    assert.match(lines[0]!, new RegExp(`port ${port} on 127.0.0.1 is in use: pick another with --port`));
+  } finally {
+    busy.close();
+  }
+});
