@@ -11,10 +11,11 @@ import type { EventName } from '../schemas/index.ts';
 import { EVENT_NAMES } from '../schemas/index.ts';
 import type { EventTypes } from '../schemas/generated/types.ts';
 import { sendDeadLetters } from './deadletter.ts';
-import { RlstreamError, describeError, isRlstreamError } from './errors.ts';
+import { RlstreamError, describeError } from './errors.ts';
 import { newId } from './ids.ts';
 import type { Consumer, EventLog, LogRecord, ProduceRecord, Producer, TopicPartitionOffset, Transaction } from './log/types.ts';
 import { readToEnd } from './log/read-to-end.ts';
+import { retry } from './retry.ts';
 import type { DecodedEvent, Encodable, EventSerde } from './serde/events.ts';
 import { silentLogger, type Logger } from './telemetry.ts';
 import { TOPICS } from './topics.ts';
@@ -413,37 +414,37 @@ export class StreamProcessor {
    * the processor stops instead. Other failures stop it too: a restart resumes from the committed offsets.
    */
   private async transact(touched: { topic: string; partition: number }[], fill: (tx: Transaction) => Promise<void>): Promise<void> {
-    const giveUpAt = Date.now() + this.opts.retryForMs;
-    let fresh = false;
-    for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
-      try {
-        if (fresh) {
-          await this.producer?.close().catch(() => {});
-          this.producer = await this.newProducer();
-          fresh = false;
-        }
-        const tx = await this.producer!.transaction();
-        try {
-          await fill(tx);
-          await tx.commit();
-          return;
-        } catch (err) {
-          this.m.aborted++;
-          await tx.abort().catch(() => {});
-          throw err;
-        }
-      } catch (err) {
-        const retriable = isRlstreamError(err) && err.retriable;
-        const moved = retriable ? this.movedSinceBatch(touched) : [];
-        if (!retriable || moved.length > 0 || this.stopping || Date.now() + delay > giveUpAt) {
-          this.logger.error('transaction failed', { error: describeError(err), ...(moved.length > 0 ? { reassignedOrRewound: moved } : {}) });
-          throw err;
-        }
-        this.m.retried++;
-        this.logger.warn('transaction failed; retrying it with a new producer', { error: describeError(err), retryInMs: delay });
-        await new Promise((r) => setTimeout(r, delay));
-        fresh = true;
-      }
+    let moved: string[] = [];
+    try {
+      await retry(
+        async (n) => {
+          if (n > 1) {
+            await this.producer?.close().catch(() => {});
+            this.producer = await this.newProducer();
+          }
+          const tx = await this.producer!.transaction();
+          try {
+            await fill(tx);
+            await tx.commit();
+          } catch (err) {
+            this.m.aborted++;
+            await tx.abort().catch(() => {});
+            throw err;
+          }
+        },
+        {
+          forMs: this.opts.retryForMs,
+          onRetry: (err, { delayMs }) => {
+            moved = this.movedSinceBatch(touched);
+            if (moved.length > 0 || this.stopping) throw err;
+            this.m.retried++;
+            this.logger.warn('transaction failed; retrying it with a new producer', { error: describeError(err), retryInMs: delayMs });
+          },
+        },
+      );
+    } catch (err) {
+      this.logger.error('transaction failed', { error: describeError(err), ...(moved.length > 0 ? { reassignedOrRewound: moved } : {}) });
+      throw err;
     }
   }
 

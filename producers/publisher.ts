@@ -1,7 +1,8 @@
 // Publishes rollout events in the order they are given, batching those queued in the same tick into one
 // send (the log keeps order per partition, and one send in flight at a time keeps order across sends).
-import { describeError, isRlstreamError } from '../core/errors.ts';
+import { describeError } from '../core/errors.ts';
 import type { Producer, ProduceRecord } from '../core/log/types.ts';
+import { retry } from '../core/retry.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import type { Logger } from '../core/telemetry.ts';
 import type { EventName } from '../schemas/index.ts';
@@ -91,18 +92,10 @@ export class EventPublisher {
    * loses no event; the batch stays at the head of the queue, so order is kept.
    */
   private async sendWithRetry(records: ProduceRecord[]): Promise<void> {
-    const giveUpAt = Date.now() + this.retryForMs;
-    for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
-      try {
-        await this.producer.send(this.topic, records);
-        return;
-      } catch (err) {
-        const retriable = isRlstreamError(err) && err.retriable;
-        if (!retriable || Date.now() + delay > giveUpAt) throw err;
-        this.logger.warn('event publish failed; retrying', { error: describeError(err), retryInMs: delay });
-        await new Promise((r) => setTimeout(r, delay));
-      }
-    }
+    await retry(() => this.producer.send(this.topic, records), {
+      forMs: this.retryForMs,
+      onRetry: (err, { delayMs }) => this.logger.warn('event publish failed; retrying', { error: describeError(err), retryInMs: delayMs }),
+    });
   }
 
   /** Wait until everything queued so far is sent (or failed). */

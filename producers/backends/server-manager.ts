@@ -4,7 +4,8 @@
 // Per-server concurrency caps queue excess calls; 5xx and connection errors are retried with
 // exponential backoff; consecutive failures mark a server down (its sessions move elsewhere) and a
 // periodic health check marks it up again.
-import { RlstreamError, isRlstreamError } from '../../core/errors.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import { isRetriable, retry } from '../../core/retry.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import type { InferenceServer } from './http.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from './types.ts';
@@ -45,20 +46,6 @@ export interface ServerStats {
   requests: number;
   failures: number;
 }
-
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason as Error);
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(signal!.reason as Error);
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 
 export class ServerManager implements LlmBackend {
   readonly name: string;
@@ -187,51 +174,51 @@ export class ServerManager implements LlmBackend {
 
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
     const t0 = performance.now();
-    let lastErr: unknown;
-    for (let attempt = 0; attempt <= this.o.maxRetries; attempt++) {
-      if (attempt > 0) {
-        const base = Math.min(this.o.backoffMaxMs, this.o.backoffBaseMs * 2 ** (attempt - 1));
-        await sleep(base * (0.8 + 0.4 * Math.random()), signal);
-      }
-      let idx: number;
-      try {
-        idx = await this.acquire(request.sessionId, signal);
-      } catch (err) {
-        if (isRlstreamError(err, 'BACKEND_UNAVAILABLE')) {
-          lastErr = err;
-          continue;
-        }
-        throw err;
-      }
-      const st = this.states[idx]!;
-      const version = this.version;
-      st.requests++;
-      try {
-        const out = await st.server.generate(request, signal);
-        st.consecutiveFailures = 0;
-        return {
-          tokenIds: out.tokenIds,
-          logprobs: out.logprobs,
-          finishReason: out.finishReason,
-          policyVersions: out.tokenIds.map(() => version),
-          server: st.server.address,
-          latencyMs: performance.now() - t0,
-        };
-      } catch (err) {
-        if (signal?.aborted) throw err;
-        if (!isRlstreamError(err) || !err.retriable) throw err;
-        lastErr = err;
+    try {
+      return await retry((attempt) => this.generateOnce(request, t0, attempt, signal), {
+        retries: this.o.maxRetries,
+        initialDelayMs: this.o.backoffBaseMs,
+        maxDelayMs: this.o.backoffMaxMs,
+        jitter: 0.2,
+        ...(signal ? { signal } : {}),
+      });
+    } catch (err) {
+      // Only a retriable failure outlives the retries: say that they were used up.
+      if (signal?.aborted || !isRetriable(err)) throw err;
+      throw new RlstreamError('BACKEND_UNAVAILABLE', `generate ${request.requestId} failed after ${this.o.maxRetries + 1} attempts: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** One try: a server (no server up is BACKEND_UNAVAILABLE, retriable) and its answer. */
+  private async generateOnce(request: GenerateRequest, t0: number, attempt: number, signal: AbortSignal | undefined): Promise<GenerateResult> {
+    const idx = await this.acquire(request.sessionId, signal);
+    const st = this.states[idx]!;
+    const version = this.version;
+    st.requests++;
+    try {
+      const out = await st.server.generate(request, signal);
+      st.consecutiveFailures = 0;
+      return {
+        tokenIds: out.tokenIds,
+        logprobs: out.logprobs,
+        finishReason: out.finishReason,
+        policyVersions: out.tokenIds.map(() => version),
+        server: st.server.address,
+        latencyMs: performance.now() - t0,
+      };
+    } catch (err) {
+      if (!signal?.aborted && isRetriable(err)) {
         st.failures++;
         st.consecutiveFailures++;
         if (st.consecutiveFailures >= this.o.failuresToMarkDown) this.markDown(st.server.address);
-        this.logger.warn('generate failed, retrying', { server: st.server.address, attempt, error: err.message });
+        this.logger.warn('generate failed, retrying', { server: st.server.address, attempt: attempt - 1, error: (err as Error).message });
         // Let the retry choose again: the pinned server may be the problem.
         if (request.sessionId !== undefined && !st.up) this.sticky.delete(request.sessionId);
-      } finally {
-        this.release(idx);
       }
+      throw err;
+    } finally {
+      this.release(idx);
     }
-    throw new RlstreamError('BACKEND_UNAVAILABLE', `generate ${request.requestId} failed after ${this.o.maxRetries + 1} attempts: ${(lastErr as Error)?.message ?? 'unknown error'}`, { cause: lastErr });
   }
 
   async updatePolicy(update: PolicyUpdate): Promise<void> {

@@ -4,6 +4,7 @@
 import './crc32c.ts'; // first: swaps kafkajs's byte-at-a-time CRC-32C for a faster one before kafkajs loads
 import { CompressionTypes, Kafka, Partitioners, type Admin, type KafkaConfig, type SASLOptions } from 'kafkajs';
 import { RlstreamError } from '../../errors.ts';
+import { retry } from '../../retry.ts';
 import type { Logger } from '../../telemetry.ts';
 import { silentLogger } from '../../telemetry.ts';
 import type { Consumer, ConsumerOptions, EventLog, GroupLag, PartitionOffsets, Producer, ProducerOptions, TopicPartitionOffset, TopicSpec } from '../types.ts';
@@ -300,13 +301,9 @@ export async function openKafkaLog(config: KafkaLogOptions | (KafkaLogOptions & 
  * just-created topic takes to show up everywhere on one broker); then the last error, through `fail`.
  */
 async function retryForAWhile<T>(attempt: () => Promise<T>, retriable: (err: unknown) => boolean, fail: (err: unknown) => unknown): Promise<T> {
-  const end = Date.now() + 10_000;
-  for (;;) {
-    try {
-      return await attempt();
-    } catch (err) {
-      if (!retriable(err) || Date.now() > end) throw fail(err);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  try {
+    return await retry(attempt, { retriable, forMs: 10_000, initialDelayMs: 100, maxDelayMs: 100 });
+  } catch (err) {
+    throw fail(err);
   }
 }

@@ -5,6 +5,7 @@
 // concurrent requests to one partition would be rejected as out of order.
 import type { Message, Producer as KafkaJsProducer, Transaction as KafkaJsTransaction, CompressionTypes as CT } from 'kafkajs';
 import { RlstreamError } from '../../errors.ts';
+import { retry } from '../../retry.ts';
 import type { Logger } from '../../telemetry.ts';
 import { Partitioner } from '../partitioner.ts';
 import type { ProduceRecord, Producer, ProducerOptions, RecordPosition, TopicPartitionOffset, Transaction } from '../types.ts';
@@ -232,17 +233,9 @@ export class KafkaTransaction implements Transaction {
     // kafkajs does not retry AddOffsetsToTxn: a transaction that only commits offsets, right after the previous
     // one, meets CONCURRENT_TRANSACTIONS (its markers are still being written). Adding the same offsets again is
     // harmless, so a busy coordinator is retried here, as Kafka's Java client does.
-    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, async () => {
-      const giveUpAt = Date.now() + COORDINATOR_RETRY_MS;
-      for (let delay = 20; ; delay = Math.min(delay * 2, 1000)) {
-        try {
-          return await this.txn.sendOffsets({ consumerGroupId: groupId, topics });
-        } catch (err) {
-          if (!isCoordinatorBusy(err) || Date.now() + delay > giveUpAt) throw err;
-          await new Promise((r) => setTimeout(r, delay));
-        }
-      }
-    });
+    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () =>
+      retry(() => this.txn.sendOffsets({ consumerGroupId: groupId, topics }), { retriable: isCoordinatorBusy, forMs: COORDINATOR_RETRY_MS, initialDelayMs: 20, maxDelayMs: 1000 }),
+    );
   }
 
   /**
