@@ -1,10 +1,27 @@
-// The run configuration: one YAML file for both shapes (embedded and distributed). The core sections are
-// compiled here; each role compiles its own section (trainer, rollout, reward, ...) at start-up with the same
-// rule: every error names the field. Unknown top-level sections are an error, so typos fail fast.
+// The run configuration: one YAML file for both shapes (embedded and distributed), compiled once at start-up
+// into a frozen, fully specified RunConfig before any role starts. Every section has a schema (core/config/
+// sections.ts and the roles' option files); plug-in sections (log, registry, traces, backend, task) take the
+// chosen plug-in's own options. Every problem is collected, each naming its path and the fix, and reported
+// together (ConfigError), so `rlstream config check` lists them all. Keys are snake_case in YAML; the
+// compiled objects are what the roles take, with no casts in between.
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
+import { Type, type Static, type TObject, type TSchema } from '@sinclair/typebox';
 import { parse } from 'yaml';
 import { RlstreamError } from './errors.ts';
+import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
+import { didYouMean } from './config/suggest.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, REGISTRY_KINDS, RewardSection, RunSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
+import { RolloutSection } from '../producers/options.ts';
+import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
+import { backends } from '../producers/backends/registry.ts';
+import { tasks, type DatasetFiles } from '../producers/tasks.ts';
+import { estimators } from '../consumers/advantage/estimators.ts';
+import type { ShapingOptions } from '../consumers/reward/shaping.ts';
+// The tasks shipped with rlstream register themselves here, so a config can name them.
+import '../examples/index.ts';
+
+export { ConfigError, type ConfigIssue };
 
 export type LogConfig =
   | { kind: 'embedded'; dir: string }
@@ -24,161 +41,331 @@ export type TracesConfig =
 
 export type RegistryConfig = { kind: 'embedded' } | { kind: 'http'; url: string };
 
-export interface RunSection {
+export interface RunSectionConfig {
   id: string;
   /** Everything a run writes: log (embedded), checkpoints, weights, traces (chDB), plots. */
   dataDir: string;
   seed: number;
 }
 
+export interface ModelConfigFiles {
+  /** Absolute paths, or null where the config does not set them. */
+  config: string | null;
+  tokenizer: string | null;
+  init: string | null;
+}
+
+export interface TaskConfig {
+  name: string;
+  /** User code (absolute path) and export, when the task is not a registered one. */
+  module: string | null;
+  export: string | null;
+  heldoutProblems: number;
+  trainRows: number | null;
+  /** The task plug-in's own keys, validated by its schema (for a module task: when it is loaded). */
+  options: Readonly<Record<string, unknown>>;
+}
+
+export interface SftStage {
+  problems: number;
+  steps: number;
+  batchTokens: number;
+  microBatchTokens: number;
+  learningRate: number;
+  warmupSteps: number;
+  weightDecay: number;
+  gradClip: number;
+  seed: number;
+  /** The task's own stage keys (e.g. the calculator's difficulty, direct_fraction). */
+  options: Readonly<Record<string, unknown>>;
+}
+
+export interface RewardConfig {
+  name: string | null;
+  module: string | null;
+  export: string | null;
+  shaping: Required<ShapingOptions>;
+}
+
+export interface AdvantageConfig {
+  estimator: string;
+  gamma: number;
+  lam: number;
+  epsilon: number;
+  normByStd: boolean;
+  groupTimeoutMs: number;
+  partialGroups: 'drop' | 'emit';
+  dynamicSampling: boolean;
+}
+
+export interface EvalConfig {
+  everySteps: number;
+  problems: number | null;
+  everyVersions: number | null;
+}
+
 export interface RunConfig {
   /** Directory of the config file: relative paths in it resolve from here. */
   baseDir: string;
-  run: RunSection;
+  run: RunSectionConfig;
   log: LogConfig;
   registry: RegistryConfig;
   traces: TracesConfig;
-  /** Role sections, compiled by their roles. */
-  sections: Record<string, unknown>;
+  admin: { port: number };
+  model: ModelConfigFiles;
+  task: TaskConfig;
+  dataset: DatasetFiles;
+  sft: { stages: readonly SftStage[] };
+  rollout: Static<typeof RolloutSection>;
+  backend: { name: string; options: Readonly<Record<string, unknown>> };
+  tools: { config: string | null };
+  reward: RewardConfig;
+  advantage: AdvantageConfig;
+  trainer: TrainerOptions;
+  eval: EvalConfig;
+  /** The effective configuration in YAML's shape: every key with its value or default (secrets included). */
+  effective: Readonly<Record<string, unknown>>;
 }
 
-const ROLE_SECTIONS = ['admin', 'model', 'task', 'sft', 'rollout', 'policy', 'reward', 'advantage', 'trainer', 'eval', 'tools'] as const;
-const CORE_SECTIONS = ['run', 'log', 'registry', 'traces'] as const;
+const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'reward', 'advantage', 'trainer', 'eval'] as const;
 
-function fail(path: string, msg: string): never {
-  throw new RlstreamError('CONFIG_INVALID', `${path} ${msg}`);
+/** The top level: the known sections, each a mapping (its keys are checked by its own schema). */
+const TopLevel = Type.Object(Object.fromEntries(SECTIONS.map((s) => [s, Type.Optional(Type.Unsafe({ type: ['object', 'null'] }))])), { additionalProperties: false });
+
+/** A plug-in section: `selector` picks the plug-in among `kinds`, whose schema (plus the selector) checks the rest. */
+function pluginSection(raw: unknown, path: string, selector: string, fallback: string, kindWord: string, kinds: (name: string) => TObject | null, names: () => string[], issues: ConfigIssue[]): { name: string; value: Record<string, unknown> } | null {
+  const m = raw === undefined || raw === null ? {} : (raw as Record<string, unknown>);
+  const name = m[selector] ?? fallback;
+  if (typeof name !== 'string' || name === '') {
+    issues.push({ path: `${path}.${selector}`, message: `must be one of ${names().join(', ')} (got ${JSON.stringify(name)})` });
+    return null;
+  }
+  const schema = kinds(name);
+  if (!schema) {
+    issues.push({ path: `${path}.${selector}`, message: `unknown ${kindWord} "${name}"${didYouMean(name, names())} (known: ${names().join(', ')})` });
+    return null;
+  }
+  const full = Type.Object({ [selector]: Type.String(), ...schema.properties }, { additionalProperties: false });
+  const value = check(full, { ...m, [selector]: name }, path, issues);
+  return value === null ? null : { name, value };
 }
 
-function mapping(v: unknown, path: string): Record<string, unknown> {
-  if (v === undefined || v === null) return {};
-  if (typeof v !== 'object' || Array.isArray(v)) fail(path, 'must be a mapping');
-  return v as Record<string, unknown>;
-}
-
-function str(m: Record<string, unknown>, key: string, path: string, fallback?: string): string {
-  const v = m[key] ?? fallback;
-  if (typeof v !== 'string' || v.length === 0) fail(`${path}.${key}`, 'must be a non-empty string');
+/** `${VAR}` in any string value is replaced by the environment variable, so secrets stay out of files. */
+function expandEnv(v: unknown, path: string, issues: ConfigIssue[]): unknown {
+  if (typeof v === 'string') {
+    return v.replace(/\$\{([A-Z0-9_]+)\}/g, (whole, name: string) => {
+      const value = process.env[name];
+      if (value === undefined) {
+        issues.push({ path, message: `refers to environment variable ${name}, which is not set` });
+        return whole;
+      }
+      return value;
+    });
+  }
+  if (Array.isArray(v)) return v.map((x, i) => expandEnv(x, `${path}[${i}]`, issues));
+  if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, expandEnv(x, path === '' ? k : `${path}.${k}`, issues)]));
   return v;
 }
 
-function onlyKeys(m: Record<string, unknown>, keys: string[], path: string): void {
-  for (const k of Object.keys(m)) if (!keys.includes(k)) fail(`${path}.${k}`, `is not a known field (known: ${keys.join(', ')})`);
+function nullablePath(p: string | null, abs: (p: string) => string): string | null {
+  return p === null ? null : abs(p);
 }
 
-const BATCH_KEYS = ['batch_rows', 'batch_bytes'];
-
-function positiveInteger(m: Record<string, unknown>, key: string, path: string): number | undefined {
-  const v = m[key];
-  if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) fail(`${path}.${key}`, `must be a positive integer (got ${JSON.stringify(v)})`);
-  return v;
-}
-
-function traceBatch(m: Record<string, unknown>): TraceBatchConfig {
-  const maxRows = positiveInteger(m, 'batch_rows', 'traces');
-  const maxBytes = positiveInteger(m, 'batch_bytes', 'traces');
-  return { ...(maxRows === undefined ? {} : { maxRows }), ...(maxBytes === undefined ? {} : { maxBytes }) };
-}
-
-/** `${VAR}` in a string value is replaced by the environment variable, so secrets stay out of files. */
-function env(value: string, path: string): string {
-  return value.replace(/\$\{([A-Z0-9_]+)\}/g, (_, name: string) => {
-    const v = process.env[name];
-    if (v === undefined) fail(path, `refers to environment variable ${name}, which is not set`);
+/** Compile a parsed config (after --set overrides). Throws ConfigError listing every issue. */
+export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
+  const issues: ConfigIssue[] = [];
+  if (parsed !== undefined && parsed !== null && (typeof parsed !== 'object' || Array.isArray(parsed))) throw new ConfigError([{ path: '(config)', message: 'must be a mapping of sections' }]);
+  const raw = expandEnv(parsed ?? {}, '', issues) as Record<string, unknown>;
+  check(TopLevel, raw, '', issues);
+  const abs = (p: string) => (isAbsolute(p) ? p : resolve(baseDir, p));
+  const effective: Record<string, unknown> = {};
+  const section = <S extends TSchema>(name: (typeof SECTIONS)[number], schema: S): Static<S> | null => {
+    const v = check(schema, raw[name], name, issues);
+    if (v !== null) effective[name] = v;
     return v;
+  };
+
+  const runS = section('run', RunSection);
+  const run: RunSectionConfig = { id: runS?.id ?? 'run', dataDir: abs(runS?.data_dir ?? '.rlstream/run'), seed: runS?.seed ?? 1 };
+
+  let log: LogConfig = { kind: 'embedded', dir: `${run.dataDir}/log` };
+  const logS = pluginSection(raw['log'], 'log', 'kind', 'embedded', 'event log', (k) => LOG_KINDS[k] ?? null, () => Object.keys(LOG_KINDS), issues);
+  if (logS) {
+    effective['log'] = logS.value;
+    const v = logS.value;
+    if (logS.name === 'kafka') {
+      const brokers = v['brokers'];
+      const list = typeof brokers === 'string' ? brokers.split(',').map((b) => b.trim()) : Array.isArray(brokers) ? brokers.map(String) : [];
+      if (!list.every((b) => /^[^:\s]+:\d+$/.test(b))) issues.push({ path: 'log.brokers', message: `must be host:port entries (got ${JSON.stringify(brokers)})` });
+      const sasl = v['sasl'] as { mechanism: string; username: string; password: string } | undefined;
+      log = { kind: 'kafka', brokers: list, clientId: String(v['client_id']), ssl: v['ssl'] === true, sasl: sasl ?? null };
+    } else log = { kind: 'embedded', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/log` };
+  }
+
+  let registry: RegistryConfig = { kind: 'embedded' };
+  const regS = pluginSection(raw['registry'], 'registry', 'kind', 'embedded', 'schema registry', (k) => REGISTRY_KINDS[k] ?? null, () => Object.keys(REGISTRY_KINDS), issues);
+  if (regS) {
+    effective['registry'] = regS.value;
+    if (regS.name === 'http') registry = { kind: 'http', url: String(regS.value['url']) };
+  }
+
+  let traces: TracesConfig = { kind: 'chdb', dir: `${run.dataDir}/chdb`, batch: {} };
+  const trS = pluginSection(raw['traces'], 'traces', 'kind', 'chdb', 'trace store', (k) => TRACE_KINDS[k] ?? null, () => Object.keys(TRACE_KINDS), issues);
+  if (trS) {
+    effective['traces'] = trS.value;
+    const v = trS.value;
+    const batch: TraceBatchConfig = { ...(typeof v['batch_rows'] === 'number' ? { maxRows: v['batch_rows'] } : {}), ...(typeof v['batch_bytes'] === 'number' ? { maxBytes: v['batch_bytes'] } : {}) };
+    if (trS.name === 'none') traces = { kind: 'none' };
+    else if (trS.name === 'clickhouse') traces = { kind: 'clickhouse', url: String(v['url']), username: String(v['username']), password: String(v['password']), database: String(v['database']), batch };
+    else traces = { kind: 'chdb', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/chdb`, batch };
+  }
+
+  const admin = section('admin', AdminSection) ?? { port: 0 };
+  const modelS = section('model', ModelSection);
+  const model: ModelConfigFiles = { config: nullablePath(modelS?.config ?? null, abs), tokenizer: nullablePath(modelS?.tokenizer ?? null, abs), init: nullablePath(modelS?.init ?? null, abs) };
+
+  // The task: its common keys, plus the registered plug-in's own (a module task checks its own when loaded).
+  const taskRaw = (raw['task'] ?? {}) as Record<string, unknown>;
+  const isModule = typeof taskRaw['module'] === 'string';
+  const taskPlugin = !isModule && typeof taskRaw['name'] !== 'number' ? tasks.has(String(taskRaw['name'] ?? 'files')) ? tasks.get(String(taskRaw['name'] ?? 'files')) : null : null;
+  let task: TaskConfig = { name: 'files', module: null, export: null, heldoutProblems: 200, trainRows: null, options: {} };
+  if (!isModule && taskPlugin === null) {
+    const name = String(taskRaw['name']);
+    issues.push({ path: 'task.name', message: `unknown task "${name}"${didYouMean(name, tasks.names())} (known: ${tasks.names().join(', ')}; or module: ./my_task.ts)` });
+  } else {
+    const own = taskPlugin?.options.properties ?? {};
+    const schema = Type.Object({ ...TaskCommon, ...own }, { additionalProperties: isModule });
+    const v = check(schema, taskRaw, 'task', issues);
+    if (v) {
+      effective['task'] = v;
+      const { name, module, export: exp, heldout_problems, train_rows, ...options } = v as Record<string, unknown>;
+      task = { name: String(name), module: typeof module === 'string' ? abs(module) : null, export: typeof exp === 'string' ? exp : null, heldoutProblems: Number(heldout_problems), trainRows: typeof train_rows === 'number' ? train_rows : null, options: Object.freeze(options) };
+    }
+  }
+
+  const datasetS = section('dataset', DatasetSection);
+  const dataset: DatasetFiles = { train: nullablePath(datasetS?.train ?? null, abs), heldout: nullablePath(datasetS?.heldout ?? null, abs), loader: datasetS?.loader ?? null };
+
+  // SFT: the section's own keys are the defaults of every stage; `stages:` entries override them.
+  const stageSchema = Type.Object({ ...SftStageCommon, ...(taskPlugin?.sftOptions?.properties ?? {}) }, { additionalProperties: false });
+  const sftRaw = (raw['sft'] ?? {}) as Record<string, unknown>;
+  const { stages: stagesRaw, ...sftBase } = sftRaw;
+  const stages: SftStage[] = [];
+  const stageList = stagesRaw === undefined ? [{}] : stagesRaw;
+  if (!Array.isArray(stageList) || stageList.length === 0) issues.push({ path: 'sft.stages', message: 'must be a non-empty list of stages' });
+  else {
+    const effectiveStages: unknown[] = [];
+    stageList.forEach((st, i) => {
+      const path = stagesRaw === undefined ? 'sft' : `sft.stages[${i}]`;
+      if (st === null || typeof st !== 'object' || Array.isArray(st)) return issues.push({ path, message: 'must be a mapping' });
+      const v = check(stageSchema, { ...sftBase, ...st }, path, issues);
+      if (!v) return;
+      effectiveStages.push(v);
+      const { problems, steps, batch_tokens, micro_batch_tokens, learning_rate, warmup_steps, weight_decay, grad_clip, seed, ...options } = v as Record<string, unknown>;
+      stages.push({
+        problems: Number(problems), steps: Number(steps), batchTokens: Number(batch_tokens), microBatchTokens: Number(micro_batch_tokens), learningRate: Number(learning_rate),
+        warmupSteps: Number(warmup_steps), weightDecay: Number(weight_decay), gradClip: Number(grad_clip), seed: typeof seed === 'number' ? seed : run.seed + i, options: Object.freeze(options),
+      });
+    });
+    effective['sft'] = stagesRaw === undefined ? effectiveStages[0] : { stages: effectiveStages };
+  }
+
+  const rollout = section('rollout', RolloutSection);
+
+  let backend: RunConfig['backend'] = { name: 'builtin', options: {} };
+  const beS = pluginSection(raw['backend'], 'backend', 'name', 'builtin', 'LLM backend', (n) => (backends.has(n) ? backends.get(n).options : null), () => backends.names(), issues);
+  if (beS) {
+    effective['backend'] = beS.value;
+    const { name: _name, ...options } = beS.value;
+    backend = { name: beS.name, options: Object.freeze(options) };
+  }
+
+  const toolsS = section('tools', ToolsSection);
+  const rewardS = section('reward', RewardSection);
+  if (rewardS?.name && rewardS.module) issues.push({ path: 'reward.name', message: 'give reward.name or reward.module, not both' });
+  const advS = section('advantage', AdvantageSection);
+  const estimator = (raw['advantage'] as Record<string, unknown> | undefined)?.['estimator'];
+  if (typeof estimator === 'string' && !estimators.has(estimator)) issues.push({ path: 'advantage.estimator', message: estimators.unknownMessage(estimator, '').replace(/^: /, '') });
+  const trainerS = section('trainer', TrainerSection);
+  const evalS = section('eval', EvalSection);
+
+  if (issues.length > 0) throw new ConfigError(issues);
+  // Every section checked: what follows only renames keys.
+  const r = rewardS!;
+  const a = advS!;
+  const e = evalS!;
+  return deepFreeze({
+    baseDir,
+    run,
+    log,
+    registry,
+    traces,
+    admin,
+    model,
+    task,
+    dataset,
+    sft: { stages },
+    rollout: rollout!,
+    backend,
+    tools: { config: nullablePath(toolsS!.config, abs) },
+    reward: {
+      name: r.name,
+      module: r.module === null ? null : abs(r.module),
+      export: r.export,
+      shaping: { toolSuccessBonus: r.shaping.tool_success_bonus, invalidCallPenalty: r.shaping.invalid_call_penalty, maxTurnsPenalty: r.shaping.max_turns_penalty },
+    },
+    advantage: { estimator: a.estimator, gamma: a.gamma, lam: a.lam, epsilon: a.epsilon, normByStd: a.norm_by_std, groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
+    trainer: compileTrainerOptions(trainerS),
+    eval: { everySteps: e.every_steps, problems: e.problems, everyVersions: e.every_versions },
+    effective,
   });
 }
 
-export function compileRunConfig(raw: unknown, baseDir: string): RunConfig {
-  const top = mapping(raw, '(config)');
-  onlyKeys(top, [...CORE_SECTIONS, ...ROLE_SECTIONS], '(config)');
-  const abs = (p: string) => (isAbsolute(p) ? p : resolve(baseDir, p));
-
-  const runM = mapping(top['run'], 'run');
-  onlyKeys(runM, ['id', 'data_dir', 'seed'], 'run');
-  const seed = runM['seed'] ?? 1;
-  if (typeof seed !== 'number' || !Number.isInteger(seed)) fail('run.seed', 'must be an integer');
-  const id = str(runM, 'id', 'run', 'run');
-  if (!/^[A-Za-z0-9._-]+$/.test(id)) fail('run.id', 'may hold only letters, digits, ".", "_" and "-"');
-  const run: RunSection = { id, dataDir: abs(str(runM, 'data_dir', 'run', '.rlstream/run')), seed };
-
-  const logM = mapping(top['log'], 'log');
-  const logKind = logM['kind'] ?? 'embedded';
-  let log: LogConfig;
-  if (logKind === 'embedded') {
-    onlyKeys(logM, ['kind', 'dir'], 'log');
-    log = { kind: 'embedded', dir: abs(typeof logM['dir'] === 'string' ? logM['dir'] : `${run.dataDir}/log`) };
-  } else if (logKind === 'kafka') {
-    onlyKeys(logM, ['kind', 'brokers', 'client_id', 'ssl', 'sasl'], 'log');
-    const brokers = logM['brokers'];
-    const list = typeof brokers === 'string' ? env(brokers, 'log.brokers').split(',') : brokers;
-    if (!Array.isArray(list) || list.length === 0 || !list.every((b) => typeof b === 'string' && /^[^:\s]+:\d+$/.test(b))) fail('log.brokers', 'must be a list of host:port (or a comma-separated string)');
-    const saslM = logM['sasl'] === undefined ? null : mapping(logM['sasl'], 'log.sasl');
-    log = {
-      kind: 'kafka',
-      brokers: list as string[],
-      clientId: typeof logM['client_id'] === 'string' ? logM['client_id'] : 'rlstream',
-      ssl: logM['ssl'] === true,
-      sasl: saslM
-        ? { mechanism: str(saslM, 'mechanism', 'log.sasl'), username: env(str(saslM, 'username', 'log.sasl'), 'log.sasl.username'), password: env(str(saslM, 'password', 'log.sasl'), 'log.sasl.password') }
-        : null,
-    };
-  } else fail('log.kind', `must be "embedded" or "kafka" (got ${JSON.stringify(logKind)})`);
-
-  const regM = mapping(top['registry'], 'registry');
-  const regKind = regM['kind'] ?? 'embedded';
-  let registry: RegistryConfig;
-  if (regKind === 'embedded') registry = { kind: 'embedded' };
-  else if (regKind === 'http') registry = { kind: 'http', url: env(str(regM, 'url', 'registry'), 'registry.url') };
-  else fail('registry.kind', 'must be "embedded" or "http"');
-
-  const trM = mapping(top['traces'], 'traces');
-  const trKind = trM['kind'] ?? 'chdb';
-  let traces: TracesConfig;
-  if (trKind === 'chdb') {
-    onlyKeys(trM, ['kind', 'dir', ...BATCH_KEYS], 'traces');
-    traces = { kind: 'chdb', dir: abs(typeof trM['dir'] === 'string' ? trM['dir'] : `${run.dataDir}/chdb`), batch: traceBatch(trM) };
-  } else if (trKind === 'clickhouse') {
-    onlyKeys(trM, ['kind', 'url', 'username', 'password', 'database', ...BATCH_KEYS], 'traces');
-    traces = {
-      kind: 'clickhouse',
-      url: env(str(trM, 'url', 'traces'), 'traces.url'),
-      username: typeof trM['username'] === 'string' ? env(trM['username'], 'traces.username') : '',
-      password: typeof trM['password'] === 'string' ? env(trM['password'], 'traces.password') : '',
-      database: typeof trM['database'] === 'string' ? trM['database'] : 'rlstream',
-      batch: traceBatch(trM),
-    };
-  } else if (trKind === 'none') traces = { kind: 'none' };
-  else fail('traces.kind', 'must be "chdb", "clickhouse" or "none"');
-
-  const sections: Record<string, unknown> = {};
-  for (const k of ROLE_SECTIONS) if (top[k] !== undefined) sections[k] = top[k];
-  return Object.freeze({ baseDir, run, log, registry, traces, sections });
+function deepFreeze<T>(o: T): T {
+  if (o !== null && typeof o === 'object' && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
 }
 
-export function loadRunConfig(path: string, overrides: Record<string, unknown> = {}): RunConfig {
-  let raw: unknown;
+/** Read and parse a config file; a YAML error names the file and line. */
+export function readConfigFile(path: string): unknown {
   try {
-    raw = parse(readFileSync(path, 'utf8'));
+    return parse(readFileSync(path, 'utf8'));
   } catch (err) {
     throw new RlstreamError('CONFIG_INVALID', `cannot read config ${path}: ${(err as Error).message}`, { cause: err });
   }
-  return compileRunConfig(applyOverrides(raw, overrides), dirname(resolve(path)));
+}
+
+export function loadRunConfig(path: string, overrides: Record<string, unknown> = {}): RunConfig {
+  return compileRunConfig(applyOverrides(readConfigFile(path), overrides), dirname(resolve(path)));
 }
 
 /** Dotted overrides from the command line (`--set trainer.max_steps=3`), applied before validation. */
 export function applyOverrides(raw: unknown, overrides: Record<string, unknown>): unknown {
-  const root = structuredClone(mapping(raw, '(config)'));
+  if (raw !== undefined && raw !== null && (typeof raw !== 'object' || Array.isArray(raw))) throw new ConfigError([{ path: '(config)', message: 'must be a mapping of sections' }]);
+  const root = structuredClone((raw ?? {}) as Record<string, unknown>);
   for (const [dotted, value] of Object.entries(overrides)) {
     const parts = dotted.split('.');
     let node: Record<string, unknown> = root;
     for (const p of parts.slice(0, -1)) {
       const child = node[p];
       if (child === undefined || child === null) node[p] = {};
-      else if (typeof child !== 'object' || Array.isArray(child)) fail(dotted, `cannot be set: ${p} is not a mapping`);
+      else if (typeof child !== 'object' || Array.isArray(child)) throw new ConfigError([{ path: dotted, message: `cannot be set: ${p} is not a mapping` }]);
       node = node[p] as Record<string, unknown>;
     }
     node[parts[parts.length - 1]!] = value;
   }
   return root;
+}
+
+const SECRET = /password|secret|api_?key|(^|_)token$/i;
+
+/** The effective config with secrets (password, token, api_key, ... keys) masked, for printing and the admin API. */
+export function maskSecrets(v: unknown, key = ''): unknown {
+  if (SECRET.test(key) && typeof v === 'string' && v !== '') return '********';
+  if (Array.isArray(v)) return v.map((x) => maskSecrets(x));
+  if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, maskSecrets(x, k)]));
+  return v;
 }

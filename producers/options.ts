@@ -1,6 +1,8 @@
 // Rollout options (the `rollout:` section of a config file, snake_case as written there), each with its
 // documented default, compiled once into a frozen, fully specified object. Errors name the field.
+import { Type } from '@sinclair/typebox';
 import { RlstreamError } from '../core/errors.ts';
+import { intOrNull, oneOf } from '../core/config/validate.ts';
 import type { SamplingParams } from '../schemas/generated/types.ts';
 import type { TokenizationCheckMode } from './tokenizer/delta.ts';
 
@@ -9,8 +11,8 @@ export interface RolloutOptions {
   n?: number;
   /** Agent loops running at once. Default 64. */
   concurrency?: number;
-  /** In-flight budget: no new group starts while this many trajectories are unfinished. Default 2 × concurrency. */
-  max_inflight_trajectories?: number;
+  /** In-flight budget: no new group starts while this many trajectories are unfinished. Default (or null) 2 × concurrency. */
+  max_inflight_trajectories?: number | null;
   /** Groups the trainer takes per step (for the staleness gate). Default 1. */
   groups_per_step?: number;
   /** Policy versions a sample may lag (AReaL's max off-policyness); null turns the gate off. Default 1. */
@@ -37,8 +39,8 @@ export interface RolloutOptions {
   tool_parser?: string;
   /** Loop for rows without agent_name. Default 'single_turn'. */
   default_agent?: string;
-  /** Sampling; max_new_tokens defaults to response_length. Defaults: temperature 1, top_p 1, top_k 0 (off), no seed. */
-  sampling?: Partial<SamplingParams>;
+  /** Sampling; max_new_tokens (undefined or null) defaults to response_length. Defaults: temperature 1, top_p 1, top_k 0 (off), no seed. */
+  sampling?: Partial<Omit<SamplingParams, 'max_new_tokens'>> & { max_new_tokens?: number | null };
   /** Passes over a finite dataset; null repeats forever. Default 1. */
   epochs?: number | null;
   /** Name recorded in DatasetRef. Default 'dataset'. */
@@ -100,7 +102,9 @@ const KNOWN = new Set([
 
 export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRolloutOptions {
   if (options === null || typeof options !== 'object') throw new RlstreamError('CONFIG_INVALID', 'rollout must be a mapping');
-  const o = options as Record<string, unknown>;
+  const o: Record<string, unknown> = { ...options };
+  // null means "the default" for the budgets derived from other fields (as the config schema writes them).
+  if (o['max_inflight_trajectories'] === null) delete o['max_inflight_trajectories'];
   for (const k of Object.keys(o)) if (!KNOWN.has(k)) fail(k, `is not a rollout option (known: ${[...KNOWN].join(', ')})`);
   const concurrency = posInt(o, 'concurrency', 64);
   const responseLength = posInt(o, 'response_length', 1024);
@@ -122,8 +126,9 @@ export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRol
     if (typeof v !== 'string' || v === '') fail(field, 'must be a non-empty string');
     return v;
   };
-  const s = (o['sampling'] ?? {}) as Record<string, unknown>;
-  if (typeof s !== 'object' || Array.isArray(s)) fail('sampling', 'must be a mapping');
+  const s: Record<string, unknown> = { ...((o['sampling'] ?? {}) as Record<string, unknown>) };
+  if (typeof o['sampling'] !== 'undefined' && (typeof o['sampling'] !== 'object' || o['sampling'] === null || Array.isArray(o['sampling']))) fail('sampling', 'must be a mapping');
+  if (s['max_new_tokens'] === null) delete s['max_new_tokens'];
   const sf = (field: string, dflt: number, ok: (x: number) => boolean, what: string) => {
     try {
       return num(s, field, dflt, ok, what);
@@ -168,3 +173,46 @@ export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRol
     pollIntervalMs: posInt(o, 'poll_interval_ms', 200),
   });
 }
+
+/**
+ * The `rollout:` section of a run config, with the defaults of compileRolloutOptions (a test holds them
+ * equal). groups_per_step and staleness_bound are not here: the run sets them from trainer.* so both ends of
+ * the staleness gate use one value; dataset_name comes from the task.
+ */
+export const RolloutSection = Type.Object(
+  {
+    n: Type.Integer({ minimum: 1, default: 1, description: 'Samples per dataset row (the group size).' }),
+    concurrency: Type.Integer({ minimum: 1, default: 64, description: 'Agent loops running at once.' }),
+    max_inflight_trajectories: intOrNull({ minimum: 1, default: null, description: 'No new group starts while this many trajectories are unfinished (default 2 × concurrency).' }),
+    max_assistant_turns: Type.Integer({ minimum: 1, default: 8, description: 'Generated turns per trajectory.' }),
+    max_user_turns: Type.Integer({ minimum: 1, default: 8, description: 'Tool-response and user turns per trajectory.' }),
+    response_length: Type.Integer({ minimum: 1, default: 1024, description: 'Response tokens per trajectory (all turns).' }),
+    max_parallel_tool_calls: Type.Integer({ minimum: 1, default: 8, description: 'Tool calls executed per assistant turn.' }),
+    max_tool_errors: Type.Integer({ minimum: 1, default: 4, description: 'Failed tool calls before a trajectory stops with tool_error_limit.' }),
+    tokenization_check: oneOf(['ignore_strippable', 'strict', 'off'] as const, { default: 'ignore_strippable', description: 'Delta vs full re-tokenization check of tool and user turns.' }),
+    tokenization_check_every: Type.Integer({ minimum: 1, default: 8, description: 'Run the tokenization check on every N-th trajectory (1: all).' }),
+    tool_parser: Type.String({ minLength: 1, default: 'hermes', description: 'Tool-call parser by name.' }),
+    default_agent: Type.String({ minLength: 1, default: 'single_turn', description: 'Agent loop for rows without agent_name (single_turn, tool_agent, or one of agent_loops).' }),
+    agent_loops: Type.Record(
+      Type.String(),
+      Type.Object({ module: Type.String({ minLength: 1 }), export: Type.Optional(Type.String({ minLength: 1 })) }, { additionalProperties: false }),
+      { default: {}, description: 'Agent loops of your own by name: { module: ./loop.ts, export: name } (an AgentLoop object or a class).' },
+    ),
+    sampling: Type.Object(
+      {
+        temperature: Type.Number({ minimum: 0, default: 1, description: 'Sampling temperature (0: greedy).' }),
+        top_p: Type.Number({ exclusiveMinimum: 0, maximum: 1, default: 1, description: 'Nucleus sampling mass.' }),
+        top_k: Type.Integer({ minimum: 0, default: 0, description: 'Top-k (0: off).' }),
+        max_new_tokens: intOrNull({ minimum: 1, default: null, description: 'Tokens per generate call (default: response_length).' }),
+        seed: intOrNull({ default: null, description: 'Sampling seed (null: none).' }),
+        stop_token_ids: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { description: "Stop tokens (default: the tokenizer's end-of-sequence token)." })),
+      },
+      { additionalProperties: false, default: {}, description: 'Sampling parameters.' },
+    ),
+    epochs: intOrNull({ minimum: 1, default: 1, description: 'Passes over a finite dataset; null repeats forever.' }),
+    split: Type.String({ minLength: 1, default: 'train', description: 'Split recorded for training rows that carry none.' }),
+    template_kwargs: Type.Record(Type.String(), Type.Unknown(), { default: {}, description: 'Extra chat-template variables (e.g. enable_thinking: false).' }),
+    poll_interval_ms: Type.Integer({ minimum: 1, default: 200, description: 'Wait per poll of policy.versions / control.' }),
+  },
+  { additionalProperties: false, default: {}, description: 'The rollout workers (agent loops, sampling, limits).' },
+);

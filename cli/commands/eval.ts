@@ -7,10 +7,8 @@ import { join } from 'node:path';
 import { loadRunConfig } from '../../core/config.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
-import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
-import { take } from '../../examples/calculator/task.ts';
 import { openRunContext } from '../run/context.ts';
-import { accuracy } from '../run/evaluation.ts';
+import { accuracy, heldoutRows } from '../run/evaluation.ts';
 import { createBackend, createWorker, modelFiles } from '../run/roles.ts';
 import { collectSet } from './run.ts';
 import { numberOption } from '../options.ts';
@@ -27,22 +25,23 @@ export function register(program: Command): void {
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
     .action(async (configPath: string, opts: { weights?: string; difficulty: string; problems: number; failures: number; set: Record<string, unknown> }) => {
       const dir = mkdtempSync(join(tmpdir(), 'rlstream-eval-'));
-      const config = loadRunConfig(configPath, { ...opts.set, 'log.kind': 'embedded', 'log.dir': join(dir, 'log'), ...(opts.weights ? { 'model.init': opts.weights } : {}) });
+      const config = loadRunConfig(configPath, { ...opts.set, 'log.kind': 'embedded', 'log.dir': join(dir, 'log'), 'task.heldout': opts.difficulty, ...(opts.weights ? { 'model.init': opts.weights } : {}) });
       const ctx = await openRunContext(config, jsonLogger({ level: 'warn' }));
       const backend = await createBackend(ctx);
       try {
         const worker = await createWorker(ctx, 'eval', backend, ChatTokenizer.load(modelFiles(ctx).tokenizerDir), { followPolicy: false });
-        const rows = take(problemRows(config.run.seed + 7, 'heldout', difficultyByName(opts.difficulty, '--difficulty')), opts.problems);
+        const rows = await heldoutRows(ctx, opts.problems);
         const t0 = performance.now();
         const trajectories = await worker.evaluate(rows);
         await worker.stop();
         const toolCalls = trajectories.reduce((n, t) => n + t.num_tool_calls, 0);
-        const failed = trajectories.filter((t) => accuracy([t]) === 0).slice(0, opts.failures);
+        const failed: typeof trajectories = [];
+        for (const t of trajectories) if (failed.length < opts.failures && (await accuracy(ctx.plugins, [t])) === 0) failed.push(t);
         for (const t of failed) {
           const extra = JSON.parse(t.extra_info_json) as { expression?: string };
           console.log(JSON.stringify({ expected_expression: extra.expression, ground_truth: t.ground_truth, response: t.response_text }));
         }
-        console.log(JSON.stringify({ accuracy: accuracy(trajectories), problems: rows.length, difficulty: opts.difficulty, tool_calls_per_problem: toolCalls / rows.length, seconds: (performance.now() - t0) / 1000, example: trajectories[0]?.response_text }));
+        console.log(JSON.stringify({ accuracy: await accuracy(ctx.plugins, trajectories), problems: rows.length, difficulty: opts.difficulty, tool_calls_per_problem: toolCalls / rows.length, seconds: (performance.now() - t0) / 1000, example: trajectories[0]?.response_text }));
       } finally {
         await backend.close();
         await ctx.close();

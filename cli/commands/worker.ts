@@ -6,13 +6,11 @@ import { loadRunConfig } from '../../core/config.ts';
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
-import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
 import { openRunContext, openRunTraces } from '../run/context.ts';
 import { evaluatePeriodically } from '../run/evaluation.ts';
-import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section } from '../run/roles.ts';
+import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows } from '../run/roles.ts';
 import { collectSet } from './run.ts';
 import { completedTrajectories } from '../../producers/resume.ts';
-import { take } from '../../examples/calculator/task.ts';
 
 export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
 type Role = (typeof ROLES)[number];
@@ -73,20 +71,15 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
         if (completed.size > 0) logger.info('resuming: trajectories already completed', { completed: completed.size });
         const worker = await createWorker(ctx, runId, backend, tokenizer, { completed });
         // eval.every_versions: held-out evaluation of every k-th policy version this worker serves.
-        const every = section(ctx, 'eval')['every_versions'];
-        if (every !== undefined && (typeof every !== 'number' || !Number.isInteger(every) || every < 1)) throw new RlstreamError('CONFIG_INVALID', 'eval.every_versions must be a positive integer');
-        const stopEval = typeof every === 'number' ? await evaluatePeriodically(ctx, runId, backend, tokenizer, every, (version, correct, total) => logger.info('held-out evaluation', { version, correct, total })) : null;
+        const every = config.eval.everyVersions;
+        const stopEval = every !== null ? await evaluatePeriodically(ctx, runId, backend, tokenizer, every, (version, correct, total) => logger.info('held-out evaluation', { version, correct, total })) : null;
         onSignal(async () => {
           await stopEval?.();
           await worker.stop({ abort: true });
         });
-        const task = section(ctx, 'task');
-        const rows = problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train'));
-        // task.train_rows: a finite dataset (the first N rows of the stream), so a run has a defined end.
-        const cap = task['train_rows'];
-        if (cap !== undefined && (typeof cap !== 'number' || !Number.isInteger(cap) || cap < 1)) throw new RlstreamError('CONFIG_INVALID', 'task.train_rows must be a positive integer');
         try {
-          await worker.run(typeof cap === 'number' ? take(rows, cap) : rows);
+          // task.train_rows caps the task's rows (a finite dataset, so a run has a defined end).
+          await worker.run(trainRows(ctx));
           await stopEval?.();
           await worker.stop();
         } finally {

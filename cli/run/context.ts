@@ -12,9 +12,12 @@ import type { Logger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { TOPICS } from '../../core/topics.ts';
+import { resolvePlugins, type RunPlugins } from './plugins.ts';
 
 export interface RunContext {
   config: RunConfig;
+  /** The task, reward function and agent loops the config names, resolved before anything opens. */
+  plugins: RunPlugins;
   log: EventLog;
   registry: SchemaRegistry;
   serde: EventSerde;
@@ -23,6 +26,7 @@ export interface RunContext {
 }
 
 export async function openRunContext(config: RunConfig, logger: Logger): Promise<RunContext> {
+  const plugins = await resolvePlugins(config);
   const lc = config.log;
   const log = await openLog(
     lc.kind === 'embedded'
@@ -40,6 +44,7 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
   await sendDamageDeadLetters(log, serde);
   return {
     config,
+    plugins,
     log,
     registry,
     serde,

@@ -4,20 +4,19 @@
 // after asynchronous GRPO, draws the learning curves and returns the figures; nothing is written by hand.
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadRunConfig } from '../../core/config.ts';
-import { describeError, RlstreamError } from '../../core/errors.ts';
+import { loadRunConfig, maskSecrets } from '../../core/config.ts';
+import { describeError } from '../../core/errors.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
-import { difficultyByName, problemRows } from '../../examples/calculator/index.ts';
 import { lineChartsSvg } from '../plot.ts';
 import { openRunContext, openRunTraces, type RunContext } from './context.ts';
 import { accuracy, heldoutRows } from './evaluation.ts';
 import { Progress } from './progress.ts';
-import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, section, trainerOptions } from './roles.ts';
+import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows } from './roles.ts';
 import { warmStart } from './sft.ts';
 
 export interface MainJobOptions {
@@ -106,7 +105,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     // Evaluation gets its own worker that does not follow policy versions: the training worker hot-swaps the
     // shared backend, and evaluation must never wait at the staleness gate.
     const evaluator = await createWorker(ctx, runId, backend, tokenizer, { followPolicy: false });
-    const topt = trainerOptions(ctx);
+    const topt = ctx.config.trainer;
     const steps: TrainStep[] = [];
     const evals: { step: number; version: number; accuracy: number }[] = [];
     const stepBar = progress.bar('train', topt.maxSteps);
@@ -124,16 +123,14 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     if (admin) closers.unshift(() => admin.close());
 
     // 3. Held-out accuracy of the warm start.
-    const e = section(ctx, 'eval');
-    const task = section(ctx, 'task');
-    const heldoutN = typeof task['heldout_problems'] === 'number' ? task['heldout_problems'] : 200;
-    const duringN = typeof e['problems'] === 'number' ? e['problems'] : Math.min(100, heldoutN);
-    const everySteps = typeof e['every_steps'] === 'number' ? e['every_steps'] : 10;
-    const heldout = heldoutRows(ctx, heldoutN);
+    const heldoutN = ctx.config.task.heldoutProblems;
+    const duringN = ctx.config.eval.problems ?? Math.min(100, heldoutN);
+    const everySteps = ctx.config.eval.everySteps;
+    const heldout = await heldoutRows(ctx, heldoutN);
     const evalBar = progress.bar('eval', heldoutN);
     let before: number | null = null;
     if (options.initialEval !== false) {
-      before = accuracy(await evaluator.evaluate(heldout));
+      before = await accuracy(ctx.plugins, await evaluator.evaluate(heldout));
       evals.push({ step: 0, version: 0, accuracy: before });
       evalBar.update(heldoutN, heldoutN, `before ${(before * 100).toFixed(1)}%`);
     }
@@ -141,8 +138,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     // 4. Asynchronous RL: rollouts, reward, advantage, trainer and sink run concurrently.
     const rlStart = performance.now();
     const running = [reward.run(), advantage.run(), ...(sink ? [sink.run()] : [])];
-    const trainRows = problemRows(config.run.seed, 'train', difficultyByName(task['train'] ?? 'hard', 'task.train'));
-    const rollouts = worker.run(trainRows);
+    const rollouts = worker.run(trainRows(ctx));
     let evalChain: Promise<void> = Promise.resolve();
     const trainerDone = (async () => {
       let lastEval = 0;
@@ -152,7 +148,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
           lastEval = s;
           const version = trainer.currentVersion;
           evalChain = evalChain.then(async () => {
-            const acc = accuracy(await evaluator.evaluate(heldout.slice(0, duringN)));
+            const acc = await accuracy(ctx.plugins, await evaluator.evaluate(heldout.slice(0, duringN)));
             evals.push({ step: s, version, accuracy: acc });
             evalBar.update(heldoutN, heldoutN, `step ${s}: ${(acc * 100).toFixed(1)}%`);
           });
@@ -174,7 +170,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     await evalChain;
 
     // 5. Held-out accuracy of the final policy.
-    const after = accuracy(await evaluator.evaluate(heldout));
+    const after = await accuracy(ctx.plugins, await evaluator.evaluate(heldout));
     await evaluator.stop();
     evals.push({ step: trainer.currentStep, version: trainer.currentVersion, accuracy: after });
     evalBar.update(heldoutN, heldoutN, `after ${(after * 100).toFixed(1)}%`);
@@ -240,9 +236,7 @@ function curves(runId: string, steps: TrainStep[], evals: { step: number; accura
 
 /** The admin server beside the run; its URL goes to the terminal, the token only into a 0600 file. */
 async function startAdmin(ctx: RunContext, store: TraceStore | null, runId: string, runDir: string, stalenessBound: number): Promise<ServedAdmin> {
-  const a = section(ctx, 'admin');
-  const port = a['port'] ?? 0;
-  if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) throw new RlstreamError('CONFIG_INVALID', 'admin.port must be an integer 0..65535');
+  const port = ctx.config.admin.port;
   let admin: ServedAdmin;
   try {
     admin = await serveAdmin({ log: ctx.log, serde: ctx.serde, store, logger: ctx.logger.child({ role: 'admin' }), port });
@@ -254,7 +248,7 @@ async function startAdmin(ctx: RunContext, store: TraceStore | null, runId: stri
   const group = (role: string, topics: string[]) => ({ groupId: `${runId}.${role}`, topics });
   admin.runs.add({
     id: runId,
-    config: ctx.config.sections as Record<string, unknown>,
+    config: maskSecrets(ctx.config.effective) as Record<string, unknown>,
     stalenessBound,
     consumerGroups: {
       reward: group('reward', [TOPICS.rolloutEvents]),

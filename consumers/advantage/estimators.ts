@@ -2,6 +2,7 @@
 // (verl/trainer/ppo/core_algos.py). A batch is a list of samples; samples sharing a groupId are one prompt's
 // group. Shapes: every per-token array has the sample's response length L_i (no padding: ragged batches).
 // Where verl and rlstream differ on purpose, the function says so.
+import { functionShape, Registry } from '../../core/config/registry.ts';
 import { RlstreamError } from '../../core/errors.ts';
 
 export interface EstimatorSample {
@@ -23,6 +24,8 @@ export interface EstimatorOptions {
   lam: number;
   /** Added to the group std before dividing (GRPO). Default 1e-6. */
   epsilon: number;
+  /** GRPO divides by the group std; false gives Dr.GRPO (as grpo_no_std). Default true. */
+  normByStd: boolean;
 }
 
 export interface EstimatorResult {
@@ -32,22 +35,21 @@ export interface EstimatorResult {
 
 export type Estimator = (batch: readonly EstimatorSample[], options: EstimatorOptions) => EstimatorResult[];
 
-export const DEFAULT_ESTIMATOR_OPTIONS: EstimatorOptions = Object.freeze({ gamma: 1, lam: 1, epsilon: 1e-6 });
+export const DEFAULT_ESTIMATOR_OPTIONS: EstimatorOptions = Object.freeze({ gamma: 1, lam: 1, epsilon: 1e-6, normByStd: true });
 
-const registry = new Map<string, Estimator>();
+/** Estimators by name (`advantage.estimator`); the policy-loss registry follows the same pattern. */
+export const estimators = new Registry<Estimator>('advantage estimator', functionShape('a function (batch, options) => {advantages, returns}[]'));
 
 export function registerEstimator(name: string, fn: Estimator): void {
-  registry.set(name, fn);
+  estimators.register(name, fn);
 }
 
 export function getEstimator(name: string): Estimator {
-  const fn = registry.get(name);
-  if (!fn) throw new RlstreamError('CONFIG_INVALID', `unknown advantage estimator "${name}" (known: ${estimatorNames().join(', ')})`);
-  return fn;
+  return estimators.get(name, 'advantage.estimator');
 }
 
 export function estimatorNames(): string[] {
-  return [...registry.keys()].sort();
+  return estimators.names();
 }
 
 // ---------------------------------------------------------------------------------------------- helpers
@@ -141,12 +143,12 @@ export function maskedWhiten(values: Float64Array[], masks: ArrayLike<number>[])
 // ------------------------------------------------------------------------------------------- estimators
 
 /** GRPO (arXiv:2402.03300): (r - group mean) / (unbiased group std + eps); a group of one: mean 0, std 1. */
-export const grpo: Estimator = (batch, { epsilon }) => {
+export const grpo: Estimator = (batch, { epsilon, normByStd }) => {
   const scalars = new Array<number>(batch.length);
   for (const g of groupsOf(batch)) {
     const rs = g.map((i) => batch[i]!.score);
     const [m, sd] = g.length === 1 ? [0, 1] : [mean(rs), stdUnbiased(rs)];
-    for (const i of g) scalars[i] = (batch[i]!.score - m) / (sd + epsilon);
+    for (const i of g) scalars[i] = normByStd ? (batch[i]!.score - m) / (sd + epsilon) : batch[i]!.score - m;
   }
   return broadcast(batch, scalars);
 };

@@ -1,6 +1,8 @@
 // Trainer options with documented defaults, compiled once at start-up into a frozen, fully specified
 // object; every validation message names the config field.
+import { Type } from '@sinclair/typebox';
 import { RlstreamError } from '../../core/errors.ts';
+import { numberOrNull, oneOf } from '../../core/config/validate.ts';
 
 export interface TrainerOptions {
   /** Max policy-version lag of a sample's oldest token at intake; older samples are dropped and counted. */
@@ -136,3 +138,38 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
   if (!['token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'].includes(o.aggregation)) fail(p('aggregation'), 'must be one of token-mean, seq-mean-token-sum, seq-mean-token-mean');
   return Object.freeze(o);
 }
+
+const d = TRAINER_DEFAULTS;
+
+/**
+ * The `trainer:` section of a run config: the same keys, defaults and ranges as compileTrainerOptions.
+ * staleness_bound is the run's one staleness bound: the rollout workers' gate takes it from here too.
+ */
+export const TrainerSection = Type.Object(
+  {
+    staleness_bound: Type.Integer({ minimum: 0, default: d.stalenessBound, description: "The run's staleness bound: the most policy versions a sample's oldest token may lag the trainer's version when it is trained. Rollout workers hold back new groups that would exceed it; the trainer drops (and counts) older samples. Changed during a run by the control command set_staleness." }),
+    groups_per_step: Type.Integer({ minimum: 1, default: d.groupsPerStep, description: 'Groups per optimizer step (trajectories per step = groups × rollout.n); also sizes the rollout gate.' }),
+    max_tokens_per_micro_batch: Type.Integer({ minimum: 16, default: d.maxTokensPerMicroBatch, description: 'Token budget of one packed micro-batch (gradient accumulation beyond it).' }),
+    mini_batches: Type.Integer({ minimum: 1, default: d.miniBatches, description: 'Mini-batches per step (one optimizer update each).' }),
+    ppo_epochs: Type.Integer({ minimum: 1, default: d.ppoEpochs, description: "Passes over the step's samples." }),
+    learning_rate: Type.Number({ exclusiveMinimum: 0, default: d.learningRate, description: 'AdamW learning rate.' }),
+    beta1: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: d.beta1, description: 'AdamW beta1.' }),
+    beta2: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: d.beta2, description: 'AdamW beta2.' }),
+    adam_eps: Type.Number({ exclusiveMinimum: 0, default: d.adamEps, description: 'AdamW epsilon.' }),
+    weight_decay: Type.Number({ minimum: 0, default: d.weightDecay, description: 'AdamW weight decay.' }),
+    grad_clip: Type.Number({ exclusiveMinimum: 0, default: d.gradClip, description: 'Gradient norm clip.' }),
+    clip_low: Type.Number({ minimum: 0, default: d.clipLow, description: 'PPO ratio clip below 1 (1 - clip_low).' }),
+    clip_high: Type.Number({ minimum: 0, default: d.clipHigh, description: 'PPO ratio clip above 1 (1 + clip_high; DAPO clip-higher).' }),
+    dual_clip_c: numberOrNull({ exclusiveMinimum: 1, default: d.dualClipC, description: 'Dual-clip constant c > 1 for negative advantages (null: off).' }),
+    iw_cap: numberOrNull({ minimum: 1, default: d.iwCap, description: 'Truncation of the decoupled importance weight π_prox/π_behaviour (null: plain PPO).' }),
+    kl_coef: Type.Number({ minimum: 0, default: d.klCoef, description: 'KL penalty to the warm-start policy (0: off, no reference model kept).' }),
+    kl_type: oneOf(['k1', 'k2', 'k3'] as const, { default: d.klType, description: 'KL estimator.' }),
+    entropy_coef: Type.Number({ minimum: 0, default: d.entropyCoef, description: 'Entropy bonus coefficient.' }),
+    aggregation: oneOf(['token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'] as const, { default: d.aggregation, description: 'How per-token losses are reduced.' }),
+    publish_every: Type.Integer({ minimum: 1, default: d.publishEvery, description: 'Publish a policy version every k steps.' }),
+    max_steps: Type.Integer({ minimum: 0, default: d.maxSteps, description: 'Stop after this many steps (0: unbounded).' }),
+    keep_checkpoints: Type.Integer({ minimum: 1, default: d.keepCheckpoints, description: 'Checkpoints kept on disk.' }),
+    threads: Type.Integer({ minimum: 1, default: d.threads, description: 'Native core threads.' }),
+  },
+  { additionalProperties: false, default: {}, description: 'The trainer (asynchronous PPO on the native core).' },
+);

@@ -1,18 +1,23 @@
-// Agent loops by name. Built-ins are single_turn and tool_agent; user loops are added in code
-// (register) or loaded from a module path (its default export, or the named export after ':', is an
-// AgentLoop object or a class constructed without arguments).
-import { isAbsolute, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+// Agent loops by name. Built-ins are single_turn and tool_agent (registered in `agentLoops`); a run's
+// AgentRegistry holds those plus its own: added in code (register) or loaded from user code
+// (`rollout.agent_loops: {name: {module, export}}`: an AgentLoop object or a class constructed without
+// arguments), with the errors of the generic plug-in registry.
+import { objectShape, Registry, type UserCodeRef } from '../../core/config/registry.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { singleTurnLoop, toolAgentLoop } from './loops.ts';
 import type { AgentLoop } from './types.ts';
 
+export const agentLoops = new Registry<AgentLoop>('agent loop', objectShape('an AgentLoop (an object with run(), or a class of one)', ['run'], { construct: true }));
+agentLoops.register(singleTurnLoop.name, singleTurnLoop).register(toolAgentLoop.name, toolAgentLoop);
+
 export class AgentRegistry {
   private readonly loops = new Map<string, AgentLoop>();
 
-  /** A registry holding the built-in loops. */
+  /** A registry holding the registered loops (the built-ins and any registered on `agentLoops`). */
   static withBuiltins(): AgentRegistry {
-    return new AgentRegistry().register(singleTurnLoop).register(toolAgentLoop);
+    const r = new AgentRegistry();
+    for (const name of agentLoops.names()) r.register(agentLoops.get(name), name);
+    return r;
   }
 
   register(loop: AgentLoop, name = loop.name): this {
@@ -35,19 +40,9 @@ export class AgentRegistry {
     return [...this.loops.keys()];
   }
 
-  /** Import a loop from `path[:export]` (relative to baseDir) and register it under `name`. */
-  async load(name: string, spec: string, baseDir = process.cwd()): Promise<this> {
-    const [path, exportName] = spec.split(':') as [string, string | undefined];
-    const abs = isAbsolute(path) ? path : resolve(baseDir, path);
-    let mod: Record<string, unknown>;
-    try {
-      mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
-    } catch (cause) {
-      throw new RlstreamError('CONFIG_INVALID', `agent loop ${name}: cannot import ${abs}: ${(cause as Error).message}`, { cause });
-    }
-    const exp = mod[exportName ?? 'default'];
-    const loop = typeof exp === 'function' ? (new (exp as new () => AgentLoop)() as AgentLoop) : (exp as AgentLoop | undefined);
-    if (!loop || typeof loop.run !== 'function') throw new RlstreamError('CONFIG_INVALID', `agent loop ${name}: ${abs} export ${exportName ?? 'default'} is not an AgentLoop`);
-    return this.register(loop, name);
+  /** Import a loop from `path[:export]` or {module, export} (relative to baseDir) and register it under `name`. */
+  async load(name: string, spec: string | UserCodeRef, baseDir = process.cwd()): Promise<this> {
+    const ref: UserCodeRef = typeof spec === 'string' ? (([module, exp]) => ({ module: module ?? '', ...(exp ? { export: exp } : {}) }))(spec.split(':')) : spec;
+    return this.register(await agentLoops.load(ref, baseDir, `rollout.agent_loops.${name}`), name);
   }
 }

@@ -37,11 +37,11 @@ test('traces.batch_rows and batch_bytes are read for both kinds; bad values and 
   assert.equal(server.kind, 'clickhouse');
   assert.deepEqual(server.kind === 'clickhouse' && server.batch, { maxRows: 1000, maxBytes: 1 << 20 });
   assert.deepEqual(server.kind === 'clickhouse' && [server.username, server.password], ['', '']);
-  configError({ kind: 'chdb', batch_rows: 0 }, /^traces\.batch_rows must be a positive integer \(got 0\)/);
-  configError({ kind: 'clickhouse', url: 'http://h', batch_bytes: 1.5 }, /^traces\.batch_bytes must be a positive integer \(got 1\.5\)/);
-  configError({ kind: 'chdb', batch_rows: '100' }, /^traces\.batch_rows must be a positive integer \(got "100"\)/);
-  configError({ kind: 'clickhouse', url: 'http://h', batchrows: 10 }, /^traces\.batchrows is not a known field/);
-  configError({ kind: 'chdb', database: 'x' }, /^traces\.database is not a known field/);
+  configError({ kind: 'chdb', batch_rows: 0 }, /^traces\.batch_rows: must be >= 1 \(got 0\)/);
+  configError({ kind: 'clickhouse', url: 'http://h', batch_bytes: 1.5 }, /^traces\.batch_bytes: must be an integer \(got 1\.5\)/);
+  configError({ kind: 'chdb', batch_rows: '100' }, /^traces\.batch_rows: must be an integer \(got "100"\)/);
+  configError({ kind: 'clickhouse', url: 'http://h', batchrows: 10 }, /^traces\.batchrows: unknown key \(did you mean batch_rows\?\)/);
+  configError({ kind: 'chdb', database: 'x' }, /^traces\.database: unknown key/);
 });
 
 for (const target of targets()) {

@@ -1,0 +1,50 @@
+// The plug-ins a run's config names, resolved once at start-up, before any role starts: the task (registered
+// or user code, its own options checked), the reward function (registered or user code), and the user's
+// agent loops. A missing module, export or registered name fails here, naming the config path.
+import { Type } from '@sinclair/typebox';
+import type { RunConfig } from '../../core/config.ts';
+import { compileValue } from '../../core/config/validate.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import { defaultRewards, RewardRegistry } from '../../consumers/reward/registry.ts';
+import type { RewardFn } from '../../consumers/reward/types.ts';
+import { functionShape, Registry } from '../../core/config/registry.ts';
+import { AgentRegistry } from '../../producers/agent/registry.ts';
+import { tasks, type Task } from '../../producers/tasks.ts';
+
+export interface RunPlugins {
+  task: Task;
+  /** Reward functions by data_source: the built-ins and the task's. */
+  rewards: RewardRegistry;
+  /** One reward function for every row (reward.name or reward.module), or null: by data_source. */
+  rewardFn: RewardFn | null;
+  agents: AgentRegistry;
+}
+
+const rewardCode = new Registry<RewardFn>('reward function', functionShape('a function (data_source, solution, ground_truth, extra_info) => number | {score, correct?}'));
+
+export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
+  const t = config.task;
+  let task: Task;
+  if (t.module !== null) {
+    const plugin = await tasks.load({ module: t.module, ...(t.export ? { export: t.export } : {}) }, config.baseDir, 'task');
+    const options = compileValue(Type.Object(plugin.options.properties, { additionalProperties: false }), t.options, 'task');
+    task = plugin.create(options, { seed: config.run.seed, baseDir: config.baseDir, dataset: config.dataset });
+  } else task = tasks.get(t.name, 'task.name').create(t.options, { seed: config.run.seed, baseDir: config.baseDir, dataset: config.dataset });
+
+  const rewards = new RewardRegistry();
+  for (const name of defaultRewards.names()) rewards.register(name, defaultRewards.require(name));
+  for (const [dataSource, fn] of Object.entries(task.rewards ?? {})) rewards.register(dataSource, fn);
+  const r = config.reward;
+  let rewardFn: RewardFn | null = null;
+  if (r.module !== null) rewardFn = await rewardCode.load({ module: r.module, ...(r.export ? { export: r.export } : {}) }, config.baseDir, 'reward');
+  else if (r.name !== null) {
+    const fn = rewards.get(r.name);
+    if (!fn) throw new RlstreamError('CONFIG_INVALID', `reward.name: unknown reward function "${r.name}" (known: ${rewards.names().join(', ')})`);
+    rewardFn = fn;
+  }
+
+  const agents = AgentRegistry.withBuiltins();
+  for (const [name, ref] of Object.entries(config.rollout.agent_loops)) await agents.load(name, ref, config.baseDir);
+  if (!agents.has(config.rollout.default_agent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${config.rollout.default_agent}" (known: ${agents.names().join(', ')})`);
+  return { task, rewards, rewardFn, agents };
+}

@@ -1,0 +1,159 @@
+// The schema of every section of a run config, snake_case as written in YAML, each key with its type, range,
+// default and meaning (docs/configuration.md is generated from these). Sections whose keys depend on a
+// plug-in (log, registry, traces, backend, task) have a fixed part here and the plug-in's own options,
+// looked up by its name when the config is compiled (core/config.ts).
+import { Type, type TObject, type TProperties } from '@sinclair/typebox';
+import { intOrNull, oneOf, stringOrNull } from './validate.ts';
+
+const obj = <P extends TProperties>(properties: P, description: string) => Type.Object(properties, { additionalProperties: false, default: {}, description });
+
+const positiveInt = (dflt: number, description: string) => Type.Integer({ minimum: 1, default: dflt, description });
+const nonNegative = (dflt: number, description: string) => Type.Number({ minimum: 0, default: dflt, description });
+
+export const RunSection = obj(
+  {
+    id: Type.String({ pattern: '^[A-Za-z0-9._-]+$', default: 'run', description: 'Name of the run: letters, digits, ".", "_" and "-". The main job appends the seed and the start time.' }),
+    data_dir: Type.String({ minLength: 1, default: '.rlstream/run', description: 'Everything a run writes (embedded log, checkpoints, weights, chDB traces, plots), relative to the config file.' }),
+    seed: Type.Integer({ default: 1, description: 'Seed of the task streams, SFT and sampling.' }),
+  },
+  'The run: its name, where it writes, its seed.',
+);
+
+// ---- plug-in sections: `kind` (or `name`) picks the plug-in, the rest are its options ----------------
+
+export const LOG_KINDS: Record<string, TObject> = {
+  embedded: obj({ dir: stringOrNull({ default: null, description: 'Directory of the embedded log (default <run.data_dir>/log).' }) }, 'The file-backed log in this process.'),
+  kafka: obj(
+    {
+      brokers: Type.Unsafe<string | string[]>({ type: ['string', 'array'], items: { type: 'string', pattern: '^[^:\\s]+:\\d+$' }, minItems: 1, minLength: 1, description: 'host:port of the brokers: a list, or a comma-separated string (e.g. "${KAFKA_BROKERS}").' }),
+      client_id: Type.String({ minLength: 1, default: 'rlstream', description: 'Kafka client id.' }),
+      ssl: Type.Boolean({ default: false, description: 'Connect with TLS.' }),
+      sasl: Type.Optional(
+        Type.Object(
+          {
+            mechanism: Type.String({ minLength: 1, description: 'SASL mechanism (plain, scram-sha-256, scram-sha-512).' }),
+            username: Type.String({ minLength: 1, description: 'SASL user.' }),
+            password: Type.String({ minLength: 1, description: 'SASL password; write "${VAR}" to keep it out of the file.' }),
+          },
+          { additionalProperties: false, description: 'SASL authentication (absent: none).' },
+        ),
+      ),
+    },
+    'Apache Kafka (the distributed shape).',
+  ),
+};
+
+export const REGISTRY_KINDS: Record<string, TObject> = {
+  embedded: obj({}, 'Schemas kept in the event log itself.'),
+  http: obj({ url: Type.String({ pattern: '^https?://', description: 'Confluent-compatible schema registry URL.' }) }, 'An HTTP schema registry (Apicurio, Confluent).'),
+};
+
+const traceBatch = {
+  batch_rows: Type.Optional(Type.Integer({ minimum: 1, description: "Rows per insert (default: the store's preferred batch)." })),
+  batch_bytes: Type.Optional(Type.Integer({ minimum: 1, description: "Bytes per insert (default: the store's preferred batch)." })),
+};
+
+export const TRACE_KINDS: Record<string, TObject> = {
+  chdb: obj({ dir: stringOrNull({ default: null, description: 'Directory of the chDB store (default <run.data_dir>/chdb).' }), ...traceBatch }, 'Embedded ClickHouse (chDB) in this process.'),
+  clickhouse: obj(
+    {
+      url: Type.String({ pattern: '^https?://', description: 'ClickHouse server HTTP URL.' }),
+      username: Type.String({ default: '', description: "User (default: the URL's user, else the server's default user)." }),
+      password: Type.String({ default: '', description: 'Password; write "${VAR}" to keep it out of the file.' }),
+      database: Type.String({ minLength: 1, default: 'rlstream', description: 'Database of the trace tables.' }),
+      ...traceBatch,
+    },
+    'A ClickHouse server.',
+  ),
+  none: obj({}, 'No traces.'),
+};
+
+// ---- fixed sections ----------------------------------------------------------------------------------
+
+export const AdminSection = obj(
+  { port: Type.Integer({ minimum: 0, maximum: 65535, default: 0, description: 'Port of the admin server beside the main job (0: any free port; a busy port falls back to any).' }) },
+  'The admin server (API, dashboard) the main job starts.',
+);
+
+export const ModelSection = obj(
+  {
+    config: stringOrNull({ default: null, description: "The model's config.json (relative to the config file)." }),
+    tokenizer: stringOrNull({ default: null, description: 'Tokenizer directory (tokenizer.json, chat template).' }),
+    init: stringOrNull({ default: null, description: 'Warm start: a checkpoint directory (as `rlstream sft` writes) or a .safetensors file; trained by SFT when missing.' }),
+  },
+  'The policy model (built-in backend and trainer).',
+);
+
+export const TaskCommon = {
+  name: Type.String({ minLength: 1, default: 'files', description: 'The task, by registered name (calculator; files: rows from dataset.train / dataset.heldout).' }),
+  module: stringOrNull({ default: null, description: "A task of one's own: module path (relative to the config file) exporting a Task plug-in." }),
+  export: stringOrNull({ default: null, description: 'The export of `module` (default: default).' }),
+  heldout_problems: positiveInt(200, 'Held-out rows evaluated before and after RL.'),
+  train_rows: intOrNull({ minimum: 1, default: null, description: 'Train on the first N rows only (a finite run); null: the whole stream.' }),
+};
+
+export const DatasetSection = obj(
+  {
+    train: stringOrNull({ default: null, description: 'Training rows: a .jsonl or .parquet file in verl\'s row shape (relative to the config file).' }),
+    heldout: stringOrNull({ default: null, description: 'Held-out rows, same format.' }),
+    loader: stringOrNull({ default: null, description: 'Dataset loader by name (jsonl, parquet); default: by the file extension.' }),
+  },
+  'Dataset files, for tasks that read them (the files task).',
+);
+
+export const SftStageCommon = {
+  problems: positiveInt(3000, 'Demonstrations generated for the stage.'),
+  steps: Type.Integer({ minimum: 0, default: 300, description: 'Optimizer steps of the stage.' }),
+  batch_tokens: positiveInt(2048, 'Tokens per optimizer step.'),
+  micro_batch_tokens: positiveInt(2048, 'Tokens per forward/backward pass.'),
+  learning_rate: Type.Number({ exclusiveMinimum: 0, default: 2e-3, description: 'Peak learning rate (linear warm-up, then cosine).' }),
+  warmup_steps: Type.Integer({ minimum: 0, default: 20, description: 'Warm-up steps.' }),
+  weight_decay: nonNegative(0, 'AdamW weight decay.'),
+  grad_clip: Type.Number({ exclusiveMinimum: 0, default: 1, description: 'Gradient norm clip.' }),
+  seed: intOrNull({ default: null, description: 'Seed of the stage (default: run.seed + the stage index).' }),
+};
+
+export const ToolsSection = obj(
+  { config: stringOrNull({ default: null, description: "Tool-config YAML (verl's shape), relative to the config file; default: the task's own tools." }) },
+  'The tools offered to the agent loop.',
+);
+
+export const RewardSection = obj(
+  {
+    name: stringOrNull({ default: null, description: "One registered reward function for every row (default: by each row's data_source)." }),
+    module: stringOrNull({ default: null, description: 'Or user code: module path (relative to the config file) of a reward function (data_source, solution, ground_truth, extra_info) => number | {score, correct?}.' }),
+    export: stringOrNull({ default: null, description: 'The export of `module` (default: default).' }),
+    shaping: obj(
+      {
+        tool_success_bonus: nonNegative(0, 'Added once per successful tool call.'),
+        invalid_call_penalty: nonNegative(0, 'Subtracted once per invalid or failed tool call.'),
+        max_turns_penalty: nonNegative(0, 'Subtracted when the trajectory ended at the turn limit.'),
+      },
+      'Shaping terms, each recorded as a named reward component.',
+    ),
+  },
+  'The reward role.',
+);
+
+export const AdvantageSection = obj(
+  {
+    estimator: Type.String({ minLength: 1, default: 'grpo', description: 'Advantage estimator by registered name (grpo, grpo_no_std, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae).' }),
+    gamma: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'Discount (GAE, REINFORCE++).' }),
+    lam: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'GAE lambda.' }),
+    epsilon: Type.Number({ exclusiveMinimum: 0, default: 1e-6, description: 'Added to the group std before dividing (GRPO).' }),
+    norm_by_std: Type.Boolean({ default: true, description: 'GRPO divides by the group std (false: Dr.GRPO).' }),
+    group_timeout_ms: positiveInt(60_000, 'A group still incomplete this long after its first member arrived is closed.'),
+    partial_groups: oneOf(['emit', 'drop'] as const, { default: 'emit', description: 'What a closed incomplete group does: emit the members present, or drop them.' }),
+    dynamic_sampling: Type.Boolean({ default: false, description: "Drop groups whose rewards are all equal (DAPO's dynamic sampling)." }),
+  },
+  'The advantage role.',
+);
+
+export const EvalSection = obj(
+  {
+    every_steps: positiveInt(10, 'Main job: evaluate the held-out rows every this many training steps.'),
+    problems: intOrNull({ minimum: 1, default: null, description: 'Held-out rows per evaluation during RL (default: min(100, task.heldout_problems)).' }),
+    every_versions: intOrNull({ minimum: 1, default: null, description: '`rlstream worker rollout`: evaluate every k-th policy version it serves (null: never).' }),
+  },
+  'Held-out evaluation during a run.',
+);
