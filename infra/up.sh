@@ -61,17 +61,13 @@ start_clickhouse() {
 }
 
 start_registry() {
-  local reg="$D/registry/$APICURIO_VERSION"
-  [ -f "$reg/.complete" ] || { say "Apicurio $APICURIO_VERSION is not installed: run infra/setup.sh"; return 1; }
   local port=${SCHEMA_REGISTRY_URL#*://}
   port=${port%%/*}
   port=${port##*:}
-  local jar
-  jar=$(ls "$reg"/*-runner.jar "$reg"/quarkus-run.jar 2>/dev/null | head -n1)
-  # In-memory storage (H2), the default: tests register what they need on each start.
-  spawn registry java -Xms64m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" -Dquarkus.log.level=WARN \
-    -Dquarkus.http.access-log.enabled=false -jar "$jar"
+  [ -f "$D/registry/$APICURIO_VERSION/.complete" ] || { say "Apicurio $APICURIO_VERSION is not installed: run infra/setup.sh"; return 1; }
+  # Storage in a database file beside the install (setup.sh replaces the install, not the data): schema ids
+  # must stay valid for as long as Kafka keeps the records framed with them.
+  spawn registry infra/registry/run.sh "$port" "$D/registry/data-$APICURIO_VERSION"
 }
 
 # wait_for NAME CHECK SECONDS: polls CHECK; fails early when the process we started has died.

@@ -14,6 +14,12 @@ export interface HttpRegistryOptions {
   timeoutMs?: number;
   /** Retries of a failed request (5xx, 429) by the client (default 2). */
   maxRetries?: number;
+  /**
+   * The compatibility level each subject registered here must have (default BACKWARD, what the event contract
+   * promises: a reader of the current schema decodes every older record). A subject at a level that already
+   * implies it (BACKWARD_TRANSITIVE, FULL, FULL_TRANSITIVE) is left as it is; null leaves every level alone.
+   */
+  compatibility?: 'BACKWARD' | 'BACKWARD_TRANSITIVE' | 'FULL' | 'FULL_TRANSITIVE' | null;
 }
 
 // Confluent's error codes (error_code in the response body).
@@ -21,6 +27,20 @@ const SUBJECT_NOT_FOUND = 40401;
 const VERSION_NOT_FOUND = 40402;
 const SCHEMA_NOT_FOUND = 40403;
 const INVALID_SCHEMA = 42201;
+/** Levels under which a reader of the newest schema decodes every older record of the subject. */
+const IMPLIES_BACKWARD: Record<string, readonly string[]> = {
+  BACKWARD: ['BACKWARD', 'BACKWARD_TRANSITIVE', 'FULL', 'FULL_TRANSITIVE'],
+  BACKWARD_TRANSITIVE: ['BACKWARD_TRANSITIVE', 'FULL_TRANSITIVE'],
+  FULL: ['FULL', 'FULL_TRANSITIVE'],
+  FULL_TRANSITIVE: ['FULL_TRANSITIVE'],
+};
+/**
+ * A 409 on register is either a real incompatibility or, on Apicurio, a lost race: two first registrations of
+ * one subject both try to create it and all but one get "artifact already exists" (six at once gave one 200 and
+ * five 409s). Both carry error_code 409, so the schema is looked up after a 409 and registration is tried again
+ * a few times; only a 409 that persists while the schema is still not under the subject is an incompatibility.
+ */
+const CONFLICT_ATTEMPTS = 4;
 
 interface RestErrorLike {
   status?: number;
@@ -67,9 +87,13 @@ function fromRest(err: unknown, what: string): RlstreamError {
 export class HttpSchemaRegistry implements SchemaRegistry {
   private readonly client: SchemaRegistryClient;
   private readonly textById = new Map<number, string>();
+  private readonly compatibility: HttpRegistryOptions['compatibility'];
+  /** Subjects whose compatibility level this client has checked (or set), each checked once. */
+  private readonly levelChecked = new Map<string, Promise<void>>();
 
   constructor(options: HttpRegistryOptions) {
     const baseURLs = validate(options);
+    this.compatibility = options.compatibility === undefined ? 'BACKWARD' : options.compatibility;
     this.client = new SchemaRegistryClient({
       baseURLs,
       createAxiosDefaults: { timeout: options.timeoutMs ?? 10_000 },
@@ -84,13 +108,69 @@ export class HttpSchemaRegistry implements SchemaRegistry {
 
   async register(subject: string, schema: string): Promise<number> {
     if (typeof subject !== 'string' || subject === '') throw new RlstreamError('INPUT_INVALID', 'registry subject must be a non-empty string');
-    try {
-      const id = await this.client.register(subject, { schemaType: 'AVRO', schema });
-      this.textById.set(id, schema);
-      return id;
-    } catch (err) {
-      throw fromRest(err, `register ${subject}`);
+    await this.ensureLevel(subject);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const id = await this.client.register(subject, { schemaType: 'AVRO', schema });
+        this.textById.set(id, schema);
+        return id;
+      } catch (err) {
+        if ((err as RestErrorLike | null)?.status !== 409) throw fromRest(err, `register ${subject}`);
+        const found = await this.lookup(subject, schema);
+        if (found !== null) {
+          this.textById.set(found, schema);
+          return found;
+        }
+        if (attempt >= CONFLICT_ATTEMPTS) throw fromRest(err, `register ${subject}`);
+        await new Promise((r) => setTimeout(r, 50 * 2 ** attempt + Math.random() * 50));
+      }
     }
+  }
+
+  /** The id of this exact schema under the subject, or null when the subject does not hold it. */
+  private async lookup(subject: string, schema: string): Promise<number | null> {
+    try {
+      const meta = await this.client.getIdFullResponse(subject, { schemaType: 'AVRO', schema });
+      return meta.id ?? null;
+    } catch (err) {
+      const e = fromRest(err, `look up ${subject}`);
+      if (e.code === 'SERDE_UNKNOWN_SCHEMA') return null;
+      throw e;
+    }
+  }
+
+  /**
+   * Give the subject the compatibility level the contract promises, before its first registration here: a
+   * registry's default is often NONE (Apicurio's is), under which an incompatible schema would be accepted and
+   * old records would stop decoding. Setting a level is idempotent, so concurrent first starts may all do it.
+   */
+  private ensureLevel(subject: string): Promise<void> {
+    const want = this.compatibility;
+    if (want === null || want === undefined) return Promise.resolve();
+    let p = this.levelChecked.get(subject);
+    if (!p) {
+      p = (async () => {
+        let level: string | undefined;
+        try {
+          const c = await this.client.getConfig(subject);
+          level = c.compatibilityLevel ?? c.compatibility;
+        } catch (err) {
+          const e = fromRest(err, `compatibility level of ${subject}`);
+          // No subject yet, or no level of its own (Confluent answers 40408): set one.
+          if (e.code !== 'SERDE_UNKNOWN_SCHEMA' && (err as RestErrorLike).errorCode !== 40408) throw e;
+        }
+        if (level !== undefined && IMPLIES_BACKWARD[want]!.includes(level)) return;
+        try {
+          // The client encodes the subject in getConfig but not in updateConfig.
+          await this.client.updateConfig(encodeURIComponent(subject), { compatibility: want as never });
+        } catch (err) {
+          throw fromRest(err, `set the compatibility level of ${subject} to ${want} (it is ${level ?? 'unset'})`);
+        }
+      })();
+      p.catch(() => this.levelChecked.delete(subject)); // a failed check is tried again by the next register
+      this.levelChecked.set(subject, p);
+    }
+    return p;
   }
 
   async getById(id: number): Promise<string> {

@@ -1,13 +1,18 @@
 // The HTTP schema registry (core/serde/http-registry.ts) against a real Confluent-compatible server: Apicurio
-// Registry's /apis/ccompat/v7, as infra/up.sh starts it. Subjects are random per test.
+// Registry's /apis/ccompat/v7, as infra/up.sh starts it. Subjects are random per test; the restart test runs a
+// private registry (test/kafka/private-registry.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { isRlstreamError } from '../../core/errors.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { HttpSchemaRegistry } from '../../core/serde/http-registry.ts';
 import { EVENT_NAMES } from '../../schemas/index.ts';
 import { fixtureValue } from '../../schemas/snapshot.ts';
 import { uniqueName } from '../log/conformance.ts';
+import { PrivateRegistry } from './private-registry.ts';
 import { service } from './services.ts';
 
 const record = (name: string, fields: object[]) => JSON.stringify({ type: 'record', name, namespace: 'rlstream.test', fields });
@@ -46,21 +51,53 @@ if (url) {
     await reg.close();
   });
 
-  test('an incompatible schema is refused with REGISTRY_INCOMPATIBLE under BACKWARD compatibility', async () => {
+  test('a subject gets BACKWARD compatibility at its first registration here, and an incompatible schema is refused', async () => {
     const reg = new HttpSchemaRegistry({ url });
     const subject = uniqueName('rlstream.test.C');
     const name = subject.replace(/[^A-Za-z0-9_]/g, '_');
     await reg.register(subject, V1(name));
-    const res = await fetch(`${url}/config/${encodeURIComponent(subject)}`, {
-      method: 'PUT',
-      headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
-      body: JSON.stringify({ compatibility: 'BACKWARD' }),
-    });
-    assert.equal(res.status, 200);
+    assert.equal(await level(url, subject), 'BACKWARD');
     await assert.rejects(reg.register(subject, BAD(name)), (e) => isRlstreamError(e, 'REGISTRY_INCOMPATIBLE'));
     assert.equal((await reg.versions(subject)).length, 1);
     await reg.register(subject, V2(name));
     await reg.close();
+  });
+
+  test('a subject already at a stricter level than BACKWARD keeps it; one created elsewhere at NONE is raised to BACKWARD', async () => {
+    const strict = uniqueName('rlstream.test.F');
+    const loose = uniqueName('rlstream.test.N');
+    const looseName = loose.replace(/[^A-Za-z0-9_]/g, '_');
+    assert.equal(await setLevel(url, strict, 'FULL_TRANSITIVE'), 200);
+    // Created by another client: the registry's default level (NONE on Apicurio).
+    const created = await fetch(`${url}/subjects/${encodeURIComponent(loose)}/versions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
+      body: JSON.stringify({ schema: V1(looseName) }),
+    });
+    assert.equal(created.status, 200);
+    assert.equal(await level(url, loose), 'NONE');
+    const reg = new HttpSchemaRegistry({ url });
+    await reg.register(strict, V1(strict.replace(/[^A-Za-z0-9_]/g, '_')));
+    await reg.register(loose, V2(looseName));
+    assert.equal(await level(url, strict), 'FULL_TRANSITIVE');
+    assert.equal(await level(url, loose), 'BACKWARD');
+    await assert.rejects(reg.register(loose, BAD(looseName)), (e) => isRlstreamError(e, 'REGISTRY_INCOMPATIBLE'));
+    await reg.close();
+  });
+
+  test('six clients registering the same new subject at once all get its one id (a lost race is not an incompatibility)', async () => {
+    for (let round = 0; round < 3; round++) {
+      const subject = uniqueName('rlstream.test.R');
+      const name = subject.replace(/[^A-Za-z0-9_]/g, '_');
+      const clients: HttpSchemaRegistry[] = Array.from({ length: 6 }, () => new HttpSchemaRegistry({ url }));
+      const results: PromiseSettledResult<number>[] = await Promise.allSettled(clients.map((c) => c.register(subject, V1(name))));
+      const failed: string[] = results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason));
+      assert.deepEqual(failed, [], `round ${round}`);
+      const ids = new Set<number>(results.map((r) => (r as PromiseFulfilledResult<number>).value));
+      assert.equal(ids.size, 1, `round ${round}: ids ${[...ids]}`);
+      assert.deepEqual(await clients[0]!.versions(subject), [...ids]);
+      await Promise.all(clients.map((c) => c.close()));
+    }
   });
 
   test('an unreachable registry is REGISTRY_UNAVAILABLE and retriable; a bad URL is CONFIG_INVALID', async () => {
@@ -86,4 +123,50 @@ if (url) {
     await writer.registry.close();
     await reader.registry.close();
   });
+}
+
+async function level(url: string, subject: string): Promise<string | undefined> {
+  const body = (await (await fetch(`${url}/config/${encodeURIComponent(subject)}`)).json()) as { compatibilityLevel?: string };
+  return body.compatibilityLevel;
+}
+
+async function setLevel(url: string, subject: string, compatibility: string): Promise<number> {
+  const res = await fetch(`${url}/config/${encodeURIComponent(subject)}`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
+    body: JSON.stringify({ compatibility }),
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+if (PrivateRegistry.installed()) {
+  test('schema ids outlive a registry restart, a SIGKILL included: the log keeps records framed with them', { timeout: 240_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rlstream-registry-'));
+    const registry = await PrivateRegistry.start(dir);
+    try {
+      const writer = await new EventSerde(new HttpSchemaRegistry({ url: registry.url })).init();
+      const ids = new Map(EVENT_NAMES.map((n) => [n, writer.schemaId(n)]));
+      const bytes = EVENT_NAMES.map((n) => writer.encode(n, fixtureValue(n) as never));
+      await writer.registry.close();
+      for (const signal of ['SIGKILL', 'SIGTERM'] as const) {
+        await registry.halt(signal);
+        await registry.resume();
+        // A reader that never registered anything resolves the old ids to the same schemas.
+        const reader = new EventSerde(new HttpSchemaRegistry({ url: registry.url }));
+        for (const [i, b] of bytes.entries()) assert.equal((await reader.decode(b)).name, EVENT_NAMES[i], `after ${signal}`);
+        // Registering the contract again gives the same ids, and a new schema a new one.
+        await reader.init();
+        for (const n of EVENT_NAMES) assert.equal(reader.schemaId(n), ids.get(n), `${n} after ${signal}`);
+        const fresh = await reader.registry.register(`rlstream.test.after${signal}`, V1(`after${signal}`));
+        assert.ok(![...ids.values()].includes(fresh), `a new schema got an old id (${fresh}) after ${signal}`);
+        await reader.registry.close();
+      }
+    } finally {
+      await registry.halt('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+} else {
+  test('schema ids outlive a registry restart', { skip: 'Apicurio is not installed: run infra/setup.sh' }, () => {});
 }
