@@ -1,0 +1,151 @@
+// The compiled run config: every section refuses an unknown key and a wrong type naming the path, plug-in
+// names are checked with a suggestion, the shaping terms written in YAML change rewards by their amounts,
+// and `rlstream config check` passes on every shipped config and lists every problem of a bad one.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { compileRunConfig, ConfigError } from '../../core/config.ts';
+import { composeReward } from '../../consumers/reward/shaping.ts';
+import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
+import { compileRolloutOptions } from '../../producers/options.ts';
+import { trajectory } from '../consumers/processor-fixtures.ts';
+import { checkConfig } from '../../cli/commands/config.ts';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+function issues(raw: Record<string, unknown>): string[] {
+  try {
+    compileRunConfig(raw, '/tmp');
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, String(err));
+    return err.issues.map((i) => `${i.path}: ${i.message}`);
+  }
+  return [];
+}
+
+// One known key per section, with a value of the wrong type.
+const SECTIONS: [string, Record<string, unknown>, string, unknown][] = [
+  ['run', {}, 'seed', 'one'],
+  ['log', { kind: 'embedded' }, 'dir', 5],
+  ['registry', { kind: 'http', url: 'http://x' }, 'url', 5],
+  ['traces', { kind: 'chdb' }, 'batch_rows', 'many'],
+  ['admin', {}, 'port', 'eighty'],
+  ['model', {}, 'config', 7],
+  ['task', { name: 'calculator' }, 'heldout_problems', 'all'],
+  ['dataset', {}, 'train', 3],
+  ['sft', {}, 'steps', 'ten'],
+  ['rollout', {}, 'n', 'eight'],
+  ['backend', { name: 'builtin' }, 'workers', 'two'],
+  ['tools', {}, 'config', 1],
+  ['reward', {}, 'shaping', 'on'],
+  ['advantage', {}, 'gamma', 'high'],
+  ['trainer', {}, 'learning_rate', 'fast'],
+  ['eval', {}, 'every_steps', 'often'],
+];
+
+test('every section refuses an unknown key and a wrong type, naming the path', () => {
+  for (const [section, base, key, bad] of SECTIONS) {
+    const unknown = issues({ [section]: { ...base, [`${key}x`]: 1 } });
+    assert.ok(unknown.some((m) => m.startsWith(`${section}.${key}x: unknown key (did you mean ${key}?)`)), `${section}: ${unknown.join(' | ')}`);
+    const wrong = issues({ [section]: { ...base, [key]: bad } });
+    assert.ok(wrong.some((m) => m.startsWith(`${section}.${key}: must be`)), `${section}: ${wrong.join(' | ')}`);
+  }
+  assert.deepEqual(issues({ polices: {} }).map((m) => m.split(' (')[0]), ['polices: unknown key']);
+});
+
+test('every problem is reported at once; enum values and plug-in names get a suggestion', () => {
+  const all = issues({
+    advantage: { partial_groups: 'dorp', estimator: 'grpoo' },
+    reward: { shaping: { tool_sucess_bonus: 0.1 } },
+    task: { name: 'calculator', train: 'nightmare' },
+    backend: { name: 'buildin' },
+    rollout: { staleness_bound: 3 },
+  });
+  assert.ok(all.includes('advantage.partial_groups: must be one of emit, drop (got "dorp") (did you mean drop?)'), all.join('\n'));
+  assert.ok(all.some((m) => m.startsWith('advantage.estimator: unknown advantage estimator "grpoo" (did you mean grpo?)')), all.join('\n'));
+  assert.ok(all.some((m) => m.startsWith('reward.shaping.tool_sucess_bonus: unknown key (did you mean tool_success_bonus?)')), all.join('\n'));
+  assert.ok(all.includes('task.train: must be one of easy, medium, hard (got "nightmare")'), all.join('\n'));
+  assert.ok(all.some((m) => m.startsWith('backend.name: unknown LLM backend "buildin" (did you mean builtin?)')), all.join('\n'));
+  assert.ok(all.some((m) => m.startsWith('rollout.staleness_bound: unknown key: the staleness bound is set once, as trainer.staleness_bound')), all.join('\n'));
+  assert.equal(all.length, 6);
+  assert.ok(issues({ task: { name: 'calculatr' } }).some((m) => m.includes('unknown task "calculatr" (did you mean calculator?)')));
+  assert.ok(issues({ trainer: { staleness_bound: -1 } }).includes('trainer.staleness_bound: must be >= 0 (got -1)'));
+});
+
+test('the compiled config is frozen and fully specified; schema defaults are the roles\' defaults', () => {
+  const c = compileRunConfig({}, '/tmp');
+  assert.ok(Object.isFrozen(c) && Object.isFrozen(c.trainer) && Object.isFrozen(c.rollout));
+  assert.deepEqual(c.trainer, compileTrainerOptions({}));
+  const { agent_loops: _loops, ...rollout } = c.rollout;
+  const compiledFromSchema = compileRolloutOptions({ ...rollout });
+  const compiledBare = compileRolloutOptions({});
+  assert.deepEqual(compiledFromSchema, compiledBare);
+  assert.equal(c.advantage.partialGroups, 'emit');
+  assert.deepEqual(c.reward.shaping, { toolSuccessBonus: 0, invalidCallPenalty: 0, maxTurnsPenalty: 0 });
+});
+
+test('reward.shaping in YAML changes rewards by the configured amounts', () => {
+  const shaping = compileRunConfig({ reward: { shaping: { tool_success_bonus: 0.1, invalid_call_penalty: 0.25, max_turns_penalty: 0.5 } } }, '/tmp').reward.shaping;
+  const none = compileRunConfig({}, '/tmp').reward.shaping;
+  const t = { ...trajectory({ groupId: 'g', index: 0 }), num_tool_calls: 5, num_tool_errors: 1, num_invalid_tool_calls: 1, termination: 'max_turns' as const };
+  const outcome = { components: [{ name: 'outcome', value: 1 }], correct: true };
+  const base = composeReward(t, outcome, 'f', none);
+  const shaped = composeReward(t, outcome, 'f', shaping);
+  assert.equal(base.score, 1);
+  const by = (name: string) => shaped.components.find((c) => c.name === name)?.value;
+  assert.ok(Math.abs(by('shaping.tool_success')! - 0.3) < 1e-12);
+  assert.equal(by('shaping.invalid_call'), -0.5);
+  assert.equal(by('shaping.max_turns'), -0.5);
+  assert.ok(Math.abs(shaped.score - (1 + 0.3 - 0.5 - 0.5)) < 1e-12);
+});
+
+function shippedConfigs(): string[] {
+  const out: string[] = [];
+  const walk = (dir: string) => {
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      if (name === 'node_modules' || name.startsWith('.')) continue;
+      if (statSync(p).isDirectory()) walk(p);
+      else if (/^config.*\.ya?ml$/.test(name)) out.push(p);
+    }
+  };
+  walk(join(ROOT, 'examples'));
+  walk(join(ROOT, 'test'));
+  return out;
+}
+
+test('config check passes on every shipped config', async () => {
+  // The distributed fixtures name their brokers and services by environment variable.
+  const env = { E2E_KAFKA: 'localhost:9092', CHAOS_KAFKA: 'localhost:9092', SCHEMA_REGISTRY_URL: 'http://localhost:8081', CLICKHOUSE_URL: 'http://localhost:8123' };
+  const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, Object.fromEntries(Object.entries(env).filter(([k]) => process.env[k] === undefined)));
+  try {
+    const files = shippedConfigs();
+    assert.ok(files.some((f) => f.endsWith(join('examples', 'calculator', 'config.yaml'))));
+    for (const f of files) {
+      const { problems } = await checkConfig(f, {});
+      assert.deepEqual(problems, [], relative(ROOT, f));
+    }
+  } finally {
+    for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
+  }
+});
+
+test('rlstream config check lists every problem with its path and exits 1; print masks secrets', () => {
+  const cli = (args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'cli', 'main.ts'), ...args], { encoding: 'utf8', cwd: ROOT });
+  const cfg = join(ROOT, 'examples', 'calculator', 'config.yaml');
+  const bad = cli(['config', 'check', cfg, '--set', 'advantage.partial_groups=dorp', '--set', 'task.train=nightmare', '--set', 'trainer.learning_rate=-1']);
+  assert.equal(bad.status, 1, bad.stderr);
+  assert.match(bad.stderr, /3 problem\(s\)/);
+  assert.match(bad.stderr, /advantage\.partial_groups: must be one of emit, drop \(got "dorp"\) \(did you mean drop\?\)/);
+  assert.match(bad.stderr, /task\.train: must be one of easy, medium, hard/);
+  assert.match(bad.stderr, /trainer\.learning_rate: must be > 0/);
+  const printed = cli(['config', 'print', cfg, '--set', 'traces.kind=clickhouse', '--set', 'traces.url=http://h:1', '--set', 'traces.password=hunter2']);
+  assert.equal(printed.status, 0, printed.stderr);
+  assert.match(printed.stdout, /password: "\*+"/);
+  assert.doesNotMatch(printed.stdout, /hunter2/);
+  assert.match(printed.stdout, /staleness_bound: 2/);
+  assert.match(printed.stdout, /partial_groups: emit/);
+});
