@@ -1,0 +1,90 @@
+// The damage of an embedded log as the commands show it: `rlstream replay` over a log with a flipped byte
+// replays every intact record and warns on stderr; over a log missing a segment it exits non-zero naming the
+// file and `rlstream log repair`; `rlstream log check` reports without writing and `rlstream log repair` makes
+// the log readable again, listing what was lost.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
+import { EventSerde } from '../../core/serde/events.ts';
+import { TOPICS } from '../../core/topics.ts';
+import { recordRun } from '../traces/record.ts';
+
+const CLI = join(import.meta.dirname, '../../cli/main.ts');
+
+function rlstream(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve) => child.on('exit', (code) => resolve({ code, stdout, stderr })));
+}
+
+/** Records read by a replay of the rollout topic into a log copy (the job's final JSON line). */
+function replayed(stdout: string): number {
+  const last = stdout.trim().split('\n').pop()!;
+  return (JSON.parse(last) as { read: number }).read;
+}
+
+test('replay and log check/repair over a damaged embedded log report the damage; nothing intact is lost', { timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-log-cli-'));
+  const logDir = join(dir, 'log');
+  try {
+    const log = openEmbeddedLog({ dir: logDir, fsync: 'none' });
+    const registry = await EmbeddedRegistry.open(log);
+    const serde = await new EventSerde(registry).init();
+    await recordRun(log, serde, { runId: 'r', groups: 6, groupSize: 2, assistantTurns: 2, trajectoriesPerStep: 4, seed: 3 });
+    const total = (await log.offsets(TOPICS.rolloutEvents)).reduce((n, o) => n + o.high, 0);
+    await registry.close();
+    await log.close();
+    const args = (n: number) => ['replay', '--log', logDir, '--topics', TOPICS.rolloutEvents, '--into', `log:${join(dir, `copy-${n}`)}`];
+
+    const clean = await rlstream(...args(0));
+    assert.equal(clean.code, 0, clean.stderr);
+    assert.equal(replayed(clean.stdout), total);
+
+    // One flipped byte in the middle of partition 0: one record lost, every other one replayed, and said so.
+    const p0 = join(logDir, 'topics', TOPICS.rolloutEvents, '0');
+    const seg = join(p0, readdirSync(p0).find((f) => f.endsWith('.log'))!);
+    const bytes = readFileSync(seg);
+    bytes[Math.floor(bytes.length / 2)]! ^= 0x22;
+    writeFileSync(seg, bytes);
+    const damaged = await rlstream(...args(1));
+    assert.equal(damaged.code, 0, damaged.stderr);
+    assert.equal(replayed(damaged.stdout), total - 1);
+    assert.match(damaged.stderr, /damaged records quarantined/);
+    assert.match(damaged.stderr, /reader skipped offsets lost to damage/);
+
+    const check = await rlstream('log', 'check', logDir);
+    assert.equal(check.code, 1);
+    assert.match(check.stdout, new RegExp(`1 gap\\(s\\)[^]*${TOPICS.rolloutEvents}/0 offsets (\\d+)\\.\\.\\1: `));
+
+    // A segment file deleted: replay refuses, naming it and the repair; check says the same without writing.
+    const p1 = join(logDir, 'topics', TOPICS.rolloutEvents, '1');
+    const gone = join(p1, readdirSync(p1).find((f) => f.endsWith('.log'))!);
+    unlinkSync(gone);
+    const refused = await rlstream(...args(2));
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.stderr, new RegExp(`LOG_CORRUPT: ${gone.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: segment file missing[^]*rlstream log repair ${logDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
+    const checkGone = await rlstream('log', 'check', logDir);
+    assert.equal(checkGone.code, 1);
+    assert.match(checkGone.stdout, /LOG_CORRUPT/);
+
+    const repair = await rlstream('log', 'repair', logDir);
+    assert.equal(repair.code, 0, repair.stderr);
+    assert.match(repair.stdout, /1 damaged range\(s\) quarantined/);
+    assert.match(repair.stdout, new RegExp(`${TOPICS.rolloutEvents}/1 offsets 0\\.\\.end: segment file missing`));
+    const after = await rlstream(...args(3));
+    assert.equal(after.code, 0, after.stderr);
+    const lost = (await rlstream('log', 'check', logDir)).stdout;
+    assert.match(lost, /2 gap\(s\)/);
+    assert.ok(replayed(after.stdout) < total - 1 && replayed(after.stdout) > 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
