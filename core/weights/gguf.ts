@@ -72,7 +72,7 @@ class Cursor {
   pos = 0;
   private window: Uint8Array = new Uint8Array(0);
   private windowStart = 0;
-  private view = new DataView(new ArrayBuffer(0));
+  private view: DataView = new DataView(new ArrayBuffer(0));
 
   constructor(
     private readonly src: ByteSource,
