@@ -6,7 +6,7 @@
 // segment are quarantined (see segment.ts). Readers step over listed gaps and count the offsets skipped.
 import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { RlstreamError } from '../../errors.ts';
+import { isRlstreamError, RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import type { RecordChunk, RetentionOptions } from '../types.ts';
 import { corruptError, DamageLedger, type DamageRecord } from './damage.ts';
@@ -26,6 +26,8 @@ export interface ReadCursor {
   offset: number;
   segmentBase: number;
   pos: number;
+  /** The partition's layout epoch pos was computed in (Partition.epoch); another epoch recomputes it. */
+  epoch?: number;
 }
 
 function unlinkIfThere(path: string): void {
@@ -44,6 +46,8 @@ export class Partition {
   readonly found: DamageRecord[] = [];
   /** Offsets readers have stepped over because they fall in a gap (lost to damage). */
   gapOffsetsSkipped = 0;
+  /** Bumped when a segment file is rewritten under readers (quarantine at read time): their positions are stale. */
+  private epoch = 0;
 
   constructor(
     readonly topic: string,
@@ -260,9 +264,16 @@ export class Partition {
     let records = 0;
     while (records < maxRecords && bytes < maxBytes && cursor.offset < this.high) {
       const seg = this.segmentFor(cursor.offset);
-      if (cursor.segmentBase !== seg.base) {
+      if (cursor.segmentBase !== seg.base || cursor.epoch !== this.epoch) {
         cursor.segmentBase = seg.base;
-        cursor.pos = seg.positionOf(cursor.offset);
+        cursor.epoch = this.epoch;
+        try {
+          cursor.pos = seg.positionOf(cursor.offset);
+        } catch (err) {
+          cursor.segmentBase = -1;
+          if (this.quarantinedAtRead(err, seg)) continue;
+          throw err;
+        }
       }
       if (cursor.pos >= seg.size) {
         // End of a sealed segment: continue in the next one (past a gap, if one lies between).
@@ -272,10 +283,17 @@ export class Partition {
         if (next.base > cursor.offset) this.skipGap(cursor.offset, next.base);
         cursor.offset = Math.max(cursor.offset, next.base);
         cursor.segmentBase = next.base;
+        cursor.epoch = this.epoch;
         cursor.pos = 0;
         continue;
       }
-      const chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - records, alloc);
+      let chunk: Buffer;
+      try {
+        chunk = seg.read(cursor.pos, maxBytes - bytes, maxRecords - records, alloc);
+      } catch (err) {
+        if (this.quarantinedAtRead(err, seg)) continue;
+        throw err;
+      }
       const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.length);
       let firstOffset = cursor.offset;
       let starts: number[] = [];
@@ -301,6 +319,30 @@ export class Partition {
       if (starts.length > 0) out.push({ topic: this.topic, partition: this.index, firstOffset, buf: chunk, starts: Int32Array.from(starts) });
     }
     return { records, bytes };
+  }
+
+  /**
+   * Rescan a sealed segment a read failed on with LOG_CORRUPT and quarantine what it finds, as an open does (a
+   * sealed segment is not rescanned on open: its indexes are trusted, so damage there shows up when read); false
+   * when that does not apply or the rescan finds nothing (the read's error stands). Readers' positions in the
+   * partition are recomputed.
+   */
+  private quarantinedAtRead(err: unknown, seg: Segment): boolean {
+    if (!isRlstreamError(err, 'LOG_CORRUPT') || seg === this.active || this.config.readOnly) return false;
+    seg.rescan(this.logger);
+    if (seg.damage.length === 0) return false;
+    const nextBase = this.segments[this.segments.indexOf(seg) + 1]?.base ?? null;
+    for (const d of seg.damage) d.toOffset ??= nextBase;
+    const found: DamageRecord[] = [];
+    seg.quarantine(false, this.logger, (moved) => {
+      const now = Date.now();
+      found.push(...moved.map(({ damage: d, file }): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: d.fromOffset, toOffset: d.toOffset, bytes: d.end - d.pos, file: seg.path('.log'), quarantine: file, reason: d.problem, foundMs: now })));
+      this.ledger.add(found);
+    });
+    this.found.push(...found);
+    this.epoch++;
+    for (const r of found) this.logger.warn('embedded log: damaged records quarantined; their offsets are a gap that readers skip', { ...r });
+    return true;
   }
 
   private skipGap(from: number, to: number): void {

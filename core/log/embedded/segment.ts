@@ -196,6 +196,12 @@ export class Segment {
     if (this.damage.length === 0) this.writeIndexFiles();
   }
 
+  /** Rescan a sealed segment whole (a read found it damaged); what it finds is left in `damage`. */
+  rescan(logger: Logger): void {
+    this.size = fstatSync(this.fd).size;
+    this.rebuild(false, logger);
+  }
+
   private readAll(size: number): Buffer {
     const buf = Buffer.allocUnsafe(size);
     this.readFully(buf, size, 0);
