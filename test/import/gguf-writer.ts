@@ -1,6 +1,8 @@
 // Test fixtures for the GGUF reader and importer: a small GGUF writer (the format as llama.cpp's gguf-py writes
 // it), block packers for each quant type that build blocks from chosen scales and integer codes (so the
 // expected values follow from the format's definition), and a tiny llama model with a byte-level BPE vocab.
+import { rng } from '../../core/random.ts';
+
 export type ScalarKind = 'u8' | 'i8' | 'u16' | 'i16' | 'u32' | 'i32' | 'f32' | 'bool' | 'str' | 'u64' | 'i64' | 'f64';
 export type MetaEntry =
   | { key: string; kind: ScalarKind; value: number | bigint | boolean | string }
@@ -226,4 +228,112 @@ export function permuteRows(w: Float32Array, rows: number, cols: number, heads: 
     for (let j = 0; j < 2; j++)
       for (let i = 0; i < D / 2; i++) out.set(w.subarray((h * D + j * (D / 2) + i) * cols, (h * D + j * (D / 2) + i + 1) * cols), (h * D + 2 * i + j) * cols);
   return out;
+}
+
+export const CHATML =
+  "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}" +
+  "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/** Merges of the tiny vocabulary, in rank order; "1 2" must never apply (the digit split comes first). */
+export const TINY_MERGES = ['h e', 'l l', 'he ll', 'hell o', 'Ġ w', 'o r', 'Ġw or', 'l d', 'Ġwor ld', '1 2'];
+export const SPECIALS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>'];
+
+export interface TinyLlama {
+  bytes: Uint8Array;
+  /** Hugging Face tensors the file stands for (q/k before llama.cpp's permutation). */
+  hf: Map<string, { shape: number[]; data: Float32Array }>;
+  tokens: string[];
+  config: { hidden: number; layers: number; heads: number; kvHeads: number; ff: number; vocab: number };
+}
+
+/**
+ * A 2-layer llama GGUF as llama.cpp's converter lays it out: F32 norms and q/k (rows permuted), F16 v, Q4_0
+ * o_proj, Q4_1 MLP, Q8_0 embedding, tied head; a byte-level BPE vocabulary (3 specials, 256 byte tokens, the
+ * merges' results) with the smollm pre-tokenizer and a ChatML template. Quantized tensors are built from codes,
+ * so the Hugging Face values are exact. `edit` changes the metadata or tensors before writing.
+ */
+export function tinyLlama(seed = 7, edit: (m: MetaEntry[], t: RawTensor[]) => void = () => undefined): TinyLlama {
+  const r = rng(seed);
+  const int = (lo: number, hi: number): number => lo + Math.floor(r() * (hi - lo + 1));
+  const alphabet = byteLevelAlphabet();
+  const tokens = [...SPECIALS, ...alphabet, ...TINY_MERGES.map((m) => m.replace(' ', ''))];
+  const cfg = { hidden: 32, layers: 2, heads: 4, kvHeads: 2, ff: 64, vocab: tokens.length };
+  const hf = new Map<string, { shape: number[]; data: Float32Array }>();
+  const tensors: RawTensor[] = [];
+  const add = (gguf: string, name: string, shape: number[], kind: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'q4_1' | 'norm', heads = 0): void => {
+    const [rows, cols] = [shape[0]!, shape[1] ?? 1];
+    const n = rows * cols;
+    const vals = new Float32Array(n);
+    const blocks: Uint8Array[] = [];
+    if (kind === 'norm') for (let i = 0; i < n; i++) vals[i] = 1 + (r() - 0.5) * 0.2;
+    else if (kind === 'f32') for (let i = 0; i < n; i++) vals[i] = (r() - 0.5) * 0.5;
+    else if (kind === 'f16') for (let i = 0; i < n; i++) vals[i] = int(-64, 64) / 256;
+    else
+      for (let b = 0; b < n / 32; b++) {
+        const d = [0.0078125, 0.015625, 0.03125][int(0, 2)]!;
+        if (kind === 'q8_0') {
+          const q = Array.from({ length: 32 }, () => int(-127, 127));
+          q.forEach((v, i) => (vals[b * 32 + i] = d * v));
+          blocks.push(packQ8_0(d, q));
+        } else if (kind === 'q4_0') {
+          const q = Array.from({ length: 32 }, () => int(0, 15));
+          q.forEach((v, i) => (vals[b * 32 + i] = d * (v - 8)));
+          blocks.push(packQ4_0(d, q));
+        } else {
+          const m = -0.0625 * int(0, 4);
+          const q = Array.from({ length: 32 }, () => int(0, 15));
+          q.forEach((v, i) => (vals[b * 32 + i] = Math.fround(d * v + m)));
+          blocks.push(packQ4_1(d, m, q));
+        }
+      }
+    hf.set(name, { shape, data: vals });
+    const stored = heads ? permuteRows(vals, rows, cols, heads) : vals;
+    const type = { f32: GGML.F32, norm: GGML.F32, f16: GGML.F16, q8_0: GGML.Q8_0, q4_0: GGML.Q4_0, q4_1: GGML.Q4_1 }[kind];
+    const data = kind === 'f32' || kind === 'norm' ? packF32(stored) : kind === 'f16' ? packF16([...stored]) : concat(blocks);
+    tensors.push({ name: gguf, type, shape, data });
+  };
+  const { hidden: H, ff: F, heads, kvHeads } = cfg;
+  const kvDim = (H / heads) * kvHeads;
+  add('token_embd.weight', 'model.embed_tokens.weight', [cfg.vocab, H], 'q8_0');
+  add('output_norm.weight', 'model.norm.weight', [H], 'norm');
+  for (let l = 0; l < cfg.layers; l++) {
+    const p = `model.layers.${l}.`;
+    add(`blk.${l}.attn_norm.weight`, `${p}input_layernorm.weight`, [H], 'norm');
+    add(`blk.${l}.attn_q.weight`, `${p}self_attn.q_proj.weight`, [H, H], 'f32', heads);
+    add(`blk.${l}.attn_k.weight`, `${p}self_attn.k_proj.weight`, [kvDim, H], 'f32', kvHeads);
+    add(`blk.${l}.attn_v.weight`, `${p}self_attn.v_proj.weight`, [kvDim, H], 'f16');
+    add(`blk.${l}.attn_output.weight`, `${p}self_attn.o_proj.weight`, [H, H], 'q4_0');
+    add(`blk.${l}.ffn_norm.weight`, `${p}post_attention_layernorm.weight`, [H], 'norm');
+    add(`blk.${l}.ffn_gate.weight`, `${p}mlp.gate_proj.weight`, [F, H], 'q4_1');
+    add(`blk.${l}.ffn_up.weight`, `${p}mlp.up_proj.weight`, [F, H], 'q4_1');
+    // ffn_down's rows are F = 64 long: two Q4_1 blocks per row.
+    add(`blk.${l}.ffn_down.weight`, `${p}mlp.down_proj.weight`, [H, F], 'q4_1');
+  }
+  const meta: MetaEntry[] = [
+    { key: 'general.architecture', kind: 'str', value: 'llama' },
+    { key: 'general.name', kind: 'str', value: 'tiny' },
+    { key: 'llama.block_count', kind: 'u32', value: cfg.layers },
+    { key: 'llama.context_length', kind: 'u32', value: 64 },
+    { key: 'llama.embedding_length', kind: 'u32', value: H },
+    { key: 'llama.feed_forward_length', kind: 'u32', value: F },
+    { key: 'llama.attention.head_count', kind: 'u32', value: heads },
+    { key: 'llama.attention.head_count_kv', kind: 'u32', value: kvHeads },
+    { key: 'llama.rope.freq_base', kind: 'f32', value: 10000 },
+    { key: 'llama.attention.layer_norm_rms_epsilon', kind: 'f32', value: 1e-5 },
+    { key: 'llama.vocab_size', kind: 'u32', value: cfg.vocab },
+    { key: 'llama.rope.dimension_count', kind: 'u32', value: H / heads },
+    { key: 'tokenizer.ggml.model', kind: 'str', value: 'gpt2' },
+    { key: 'tokenizer.ggml.pre', kind: 'str', value: 'smollm' },
+    { key: 'tokenizer.ggml.tokens', kind: 'arr', elem: 'str', value: tokens },
+    { key: 'tokenizer.ggml.token_type', kind: 'arr', elem: 'i32', value: tokens.map((_, i) => (i < SPECIALS.length ? 3 : 1)) },
+    { key: 'tokenizer.ggml.merges', kind: 'arr', elem: 'str', value: TINY_MERGES },
+    { key: 'tokenizer.ggml.bos_token_id', kind: 'u32', value: 1 },
+    { key: 'tokenizer.ggml.eos_token_id', kind: 'u32', value: 2 },
+    { key: 'tokenizer.ggml.unknown_token_id', kind: 'u32', value: 0 },
+    { key: 'tokenizer.ggml.padding_token_id', kind: 'u32', value: 2 },
+    { key: 'tokenizer.ggml.add_bos_token', kind: 'bool', value: false },
+    { key: 'tokenizer.chat_template', kind: 'str', value: CHATML },
+  ];
+  edit(meta, tensors);
+  return { bytes: writeGguf({ metadata: meta, tensors }), hf, tokens, config: cfg };
 }
