@@ -3,6 +3,7 @@
 // embedded log is locked by the process that runs it, so the run itself must serve the dashboard).
 import { randomBytes } from 'node:crypto';
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import { registerLogDamageMetrics } from '../core/log/embedded/damage-metrics.ts';
 import type { EventLog } from '../core/log/types.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import type { Logger } from '../core/telemetry.ts';
@@ -36,6 +37,7 @@ export interface ServedAdmin {
 export async function serveAdmin(o: ServeAdminOptions): Promise<ServedAdmin> {
   const metrics = new Registry();
   collectDefaultMetrics({ register: metrics });
+  registerLogDamageMetrics(metrics, o.log);
   const publisher = controlPublisher(o.log, o.serde);
   let tokens: TokenSpec[] = [];
   let generatedToken: string | null = null;

@@ -11,7 +11,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isRlstreamError } from '../../core/errors.ts';
 import { type EmbeddedLog, type EmbeddedLogOptions, openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import { Registry } from 'prom-client';
 import { sendDamageDeadLetters } from '../../core/log/embedded/damage-letters.ts';
+import { registerLogDamageMetrics } from '../../core/log/embedded/damage-metrics.ts';
 import { repairLog } from '../../core/log/embedded/repair.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
@@ -474,6 +476,29 @@ test('quarantined damage becomes a DeadLetter on the dead-letter topic, with the
     const registry2 = await EmbeddedRegistry.open(log);
     assert.equal(await sendDamageDeadLetters(log, await new EventSerde(registry2).init()), 0);
     await registry2.close();
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the damage shows in Prometheus metrics: ranges listed, bytes quarantined, offsets skipped', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 300);
+    const [seg] = segments(dir);
+    const fs = frames(seg!);
+    flip(seg!, fs[40]!.start + 30);
+    flip(seg!, fs[41]!.start + 30);
+    flip(seg!, fs[200]!.start + 30);
+    const log = open(dir);
+    const registry = new Registry();
+    registerLogDamageMetrics(registry, log);
+    await readAll(log);
+    const text = await registry.metrics();
+    assert.match(text, /rlstream_log_damage_ranges\{topic="t",partition="0"\} 2\n/);
+    assert.match(text, new RegExp(`rlstream_log_damage_found_bytes\\{topic="t",partition="0"\\} ${fs[42]!.start - fs[40]!.start + fs[200]!.end - fs[200]!.start}\\n`));
+    assert.match(text, /rlstream_log_gap_offsets_skipped\{topic="t",partition="0"\} 3\n/);
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
