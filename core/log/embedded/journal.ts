@@ -15,7 +15,7 @@ import { crc32 } from 'node:zlib';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import { crc32Combine } from './crc32-combine.ts';
-import { corruptError, readJsonFile, writeFileDurably } from './damage.ts';
+import { corruptError, fsyncDir, readJsonFile, writeFileDurably } from './damage.ts';
 
 export type OffsetTriple = [topic: string, partition: number, offset: number];
 
@@ -232,7 +232,10 @@ export class Journal {
       this.size = pos;
       return { groups: cp.groups, entries };
     }
-    this.fd = openSync(path, existsSync(path) ? 'r+' : 'w+');
+    const created = !existsSync(path);
+    this.fd = openSync(path, created ? 'w+' : 'r+');
+    // A journal whose name a machine crash could take back would read as a missing journal on the next open.
+    if (created) fsyncDir(this.dir);
     if (pos < buf.length) {
       this.logger.warn('embedded log: truncating torn journal tail', { file: path, at: pos, dropped: buf.length - pos });
       ftruncateSync(this.fd, pos);
