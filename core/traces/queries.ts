@@ -218,6 +218,12 @@ export function namedQuerySql(name: string, params: Record<string, unknown>, dia
   return bind(template, { ...q.defaults, ...params });
 }
 
+/** What needs only named queries (rendering, the CLI): a store, or a server that runs them by name (the admin API). */
+export interface NamedQueries {
+  readonly target: string;
+  runNamed(name: string, params: Record<string, unknown>, limits?: QueryLimits): Promise<QueryResult>;
+}
+
 export async function runNamed(store: TraceStore, name: string, params: Record<string, unknown> = {}, limits?: QueryLimits): Promise<QueryResult> {
   return store.query(namedQuerySql(name, params, store.dialect), limits ? { limits } : {});
 }

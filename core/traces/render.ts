@@ -1,7 +1,7 @@
 // Renders query results for people: a plain text table, and one trajectory turn by turn (prompt, each turn's
 // text, loss mask as runs, tool calls and their results). Token ids become text only through an optional
 // decode function (a tokenizer is the caller's business); the stored text is shown otherwise.
-import { runNamed } from './queries.ts';
+import { runNamed, type NamedQueries } from './queries.ts';
 import type { QueryResult, Row, TraceStore } from './store.ts';
 import { RlstreamError } from '../errors.ts';
 
@@ -45,9 +45,10 @@ function arr<T>(v: unknown): T[] {
 }
 
 /** One trajectory as text, turn by turn. */
-export async function renderTrajectory(store: TraceStore, trajectoryId: string, options: RenderOptions = {}): Promise<string> {
+export async function renderTrajectory(store: TraceStore | NamedQueries, trajectoryId: string, options: RenderOptions = {}): Promise<string> {
   const params = { id: trajectoryId, run: options.run ?? '' };
-  const [head, turns] = await Promise.all([runNamed(store, 'trajectory_prompt', params), runNamed(store, 'trajectory', params)]);
+  const named = (name: string) => ('runNamed' in store ? store.runNamed(name, params) : runNamed(store, name, params));
+  const [head, turns] = await Promise.all([named('trajectory_prompt'), named('trajectory')]);
   const p: Row | undefined = head.rows[0];
   if (!p && turns.rows.length === 0) throw new RlstreamError('INPUT_INVALID', `no trajectory ${trajectoryId} in ${store.target}`);
   const lines: string[] = [];
