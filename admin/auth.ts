@@ -101,3 +101,41 @@ export function bearerToken(header: string | undefined): string | null {
   const m = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(header);
   return m ? m[1]! : null;
 }
+
+/**
+ * Failed authentications per client address in a fixed window. The server checks it before it hashes a
+ * presented token, so a client guessing tokens is answered 429 at no cost once it is over the limit.
+ */
+export class AuthFailureLimiter {
+  private readonly failures = new Map<string, { count: number; resetAt: number }>();
+
+  constructor(
+    private readonly max: number,
+    private readonly windowMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Milliseconds until the client may try again, or 0 when it may try now. */
+  retryAfterMs(client: string): number {
+    const f = this.failures.get(client);
+    if (!f) return 0;
+    const left = f.resetAt - this.now();
+    if (left <= 0) {
+      this.failures.delete(client);
+      return 0;
+    }
+    return f.count >= this.max ? left : 0;
+  }
+
+  fail(client: string): void {
+    const t = this.now();
+    let f = this.failures.get(client);
+    if (!f || f.resetAt <= t) {
+      // Expired entries are dropped when the table grows, so many clients cannot grow it without bound.
+      if (this.failures.size >= 10_000) for (const [k, v] of this.failures) if (v.resetAt <= t) this.failures.delete(k);
+      f = { count: 0, resetAt: t + this.windowMs };
+      this.failures.set(client, f);
+    }
+    f.count++;
+  }
+}

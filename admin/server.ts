@@ -1,19 +1,24 @@
 // The admin server: Fastify with one plugin per route group, bearer-token roles, rate and body limits,
 // CORS only when configured, the OpenAPI document at /openapi.json (UI at /docs) and the dashboard at /.
 // buildAdminServer() makes an instance for inject() tests; startAdminServer() also listens and tails the log.
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+// Under abuse: failed authentications are limited per client before any token is hashed, user queries share a
+// small bounded pool, a request must arrive whole within a time limit, and every answer, framework errors
+// included, is a catalogue error in the documented shape.
+import { Ajv } from 'ajv';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifySchemaCompiler, type FastifyServerOptions } from 'fastify';
 import cors from '@fastify/cors';
 import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { isRlstreamError, describeError } from '../core/errors.ts';
-import { allows, bearerToken, envTokens, TokenStore, type Access, type Principal, type TokenSpec } from './auth.ts';
+import { allows, AuthFailureLimiter, bearerToken, envTokens, TokenStore, type Access, type Principal, type TokenSpec } from './auth.ts';
 import type { AdminContext, QueryLimits } from './context.ts';
 import { AdminError, isAdminError } from './errors.ts';
 import { LiveTail, type LiveTailOptions } from './live/tail.ts';
 import { ErrorBody, Run } from './schemas.ts';
 import { classifyQueryError } from './sql-errors.ts';
 import { httpMetrics } from './metrics.ts';
+import { QueryPool, type QueryPoolOptions } from './query-pool.ts';
 import healthRoutes from './routes/health.ts';
 import runRoutes from './routes/runs.ts';
 import topicRoutes from './routes/topics.ts';
@@ -40,12 +45,22 @@ export interface AdminServerOptions {
   queryLimits?: Partial<QueryLimits>;
   /** Options of the log tail behind the live routes; false to not tail (routes then show nothing live). */
   tail?: LiveTailOptions | false;
+  /** Failed authentications per window per client address before 429; false disables (default 30 per minute). */
+  authFailureLimit?: { max: number; timeWindowMs: number } | false;
+  /** User queries (SQL route, named queries) running at once and waiting (default 2 and 8); more are 429. */
+  queryPool?: QueryPoolOptions;
+  /** Replay jobs pending or running at once (default 2); another start is 429. */
+  maxReplayJobs?: number;
+  /** Time a client has to send a whole request, headers and body, in ms (default 30 s). */
+  requestTimeoutMs?: number;
 }
 
 export interface AdminState {
   ctx: AdminContext;
   tail: LiveTail | null;
   maxLimits: QueryLimits;
+  queries: QueryPool;
+  maxReplayJobs: number;
   /** Every route registered, with who may call it (tests check each is documented and guarded). */
   routes: { method: string; url: string; access: Access }[];
 }
@@ -63,6 +78,41 @@ declare module 'fastify' {
   }
 }
 
+type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
+
+/** On every answer: browsers and proxies must not guess another type for it, nor frame the dashboard. */
+const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'x-frame-options': 'DENY' };
+
+/** Longest path parameter; the longest any route declares is 200 (run ids). */
+const MAX_PARAM_LENGTH = 256;
+
+/** The methods registered for a concrete path (route patterns with :params and a trailing *). */
+function methodsFor(routes: AdminState['routes'], path: string): string[] {
+  const methods = new Set<string>();
+  for (const r of routes) {
+    const pattern = r.url.split('/').map((seg) => (seg.startsWith(':') ? '[^/]+' : seg === '*' ? '.*' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/');
+    if (new RegExp(`^${pattern}$`).test(path)) methods.add(r.method);
+  }
+  if (methods.has('GET')) methods.add('HEAD');
+  return [...methods].sort();
+}
+
+/**
+ * Validators for every plugin context (with the shared schemas each has added): bodies are JSON and checked as
+ * they are (a boolean is not a string); path and query values arrive as text and are coerced into their
+ * declared types. Nothing is removed silently, so bad input is a 4xx.
+ */
+function buildValidator(externalSchemas: unknown): FastifySchemaCompiler<object> {
+  const options = { removeAdditional: false, allErrors: false, strict: false, useDefaults: true } as const;
+  const body = new Ajv({ ...options, coerceTypes: false });
+  const text = new Ajv({ ...options, coerceTypes: 'array' });
+  for (const schema of Object.values((externalSchemas ?? {}) as Record<string, object>)) {
+    body.addSchema(schema);
+    text.addSchema(schema);
+  }
+  return ({ schema, httpPart }) => (httpPart === 'body' ? body : text).compile(schema);
+}
+
 export const DEFAULT_QUERY_LIMITS: QueryLimits = { maxRows: 10_000, maxBytes: 16 * 1024 * 1024, timeoutMs: 10_000 };
 
 function tokenStore(options: AdminServerOptions): TokenStore {
@@ -75,6 +125,10 @@ export function toAdminError(err: unknown, request: FastifyRequest): AdminError 
   const fe = err as Partial<FastifyError> & { validation?: unknown };
   if (fe.validation) return new AdminError('ADM_ERR_VALIDATION', { detail: fe.message ?? 'schema validation failed' }, { cause: err });
   switch (fe.code) {
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return new AdminError('ADM_ERR_URI_TOO_LONG', { limit: MAX_PARAM_LENGTH }, { cause: err });
+    case 'FST_ERR_BAD_URL':
+      return new AdminError('ADM_ERR_VALIDATION', { detail: 'the path is not a valid URL component' }, { cause: err });
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new AdminError('ADM_ERR_BODY_TOO_LARGE', { limit: request.routeOptions.bodyLimit ?? 0 }, { cause: err });
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
@@ -105,23 +159,46 @@ export async function buildAdminServer(ctx: AdminContext, options: AdminServerOp
   const logger = ctx.logger.child({ component: 'admin' });
   if (tokens.size === 0) logger.warn('admin server has no tokens: every route but health, readiness and static pages will answer 401');
 
+  const requestTimeout = options.requestTimeoutMs ?? 30_000;
   const app = Fastify({
     // Fastify's own logger is off: requests are logged below through core/telemetry, without headers, so a
     // token can never reach a log line.
     logger: false,
     bodyLimit: options.bodyLimitBytes ?? 64 * 1024,
-    // Bad input must be a 4xx: ajv removes nothing silently and coerces query strings into their types.
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', allErrors: false } },
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    // A request (headers and body) must arrive whole in this time: a trickled body would otherwise hold a
+    // socket for Node's default of five minutes. Node checks its timers every connectionsCheckingInterval.
+    requestTimeout,
+    http: { connectionsCheckingInterval: Math.min(1000, requestTimeout) },
+    schemaController: { compilersFactory: { buildValidator: buildValidator as unknown as ValidatorFactory } },
     genReqId: (() => {
       let n = 0;
       return () => `req-${(++n).toString(36)}`;
     })(),
+    // Errors the router raises before any route runs (a path parameter over maxParamLength, a malformed URL)
+    // get the catalogue shape too.
+    frameworkErrors: (err, request, reply) => {
+      const e = toAdminError(err, request);
+      void (reply as FastifyReply).code(e.statusCode).headers(SECURITY_HEADERS).send({ statusCode: e.statusCode, code: e.code, message: e.message });
+    },
+  });
+  // No timer of Node's may be longer than the request's: headers too must arrive within it.
+  if (app.server.headersTimeout > requestTimeout) app.server.headersTimeout = requestTimeout;
+  // An empty JSON body is no body at all (the control commands take no arguments); anything else is parsed
+  // by Fastify's own parser, with its protection against __proto__ keys.
+  const jsonParser = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body.toString();
+    if (text.trim() === '') done(null, undefined);
+    else jsonParser(request, text, done);
   });
 
   const maxLimits: QueryLimits = { ...DEFAULT_QUERY_LIMITS, ...options.queryLimits };
   const tail = options.tail === false ? null : new LiveTail(ctx.log, ctx.serde, logger, options.tail);
   const routes: AdminState['routes'] = [];
-  app.decorate('admin', { ctx, tail, maxLimits, routes });
+  const queries = new QueryPool(options.queryPool ?? { running: 2, queued: 8 });
+  app.decorate('admin', { ctx, tail, maxLimits, queries, maxReplayJobs: options.maxReplayJobs ?? 2, routes });
   app.addHook('onRoute', (r) => {
     // The docs UI's own pages (static Swagger UI files) describe the API and hold no run data.
     if (r.url === '/docs' || r.url.startsWith('/docs/')) r.config = { ...(r.config ?? {}), access: 'public' } as typeof r.config;
@@ -140,20 +217,40 @@ export async function buildAdminServer(ctx: AdminContext, options: AdminServerOp
     void reply.code(e.statusCode).send({ statusCode: e.statusCode, code: e.code, message: e.message });
   });
   app.setNotFoundHandler((request, reply) => {
-    const e = new AdminError('ADM_ERR_ROUTE_NOT_FOUND', { method: request.method, url: request.url.split('?')[0] ?? '' });
+    const url = request.url.split('?')[0] ?? '';
+    const allow = methodsFor(routes, url);
+    const e =
+      allow.length > 0
+        ? new AdminError('ADM_ERR_METHOD_NOT_ALLOWED', { method: request.method, url, allow: allow.join(', ') })
+        : new AdminError('ADM_ERR_ROUTE_NOT_FOUND', { method: request.method, url });
+    if (allow.length > 0) void reply.header('allow', allow.join(', '));
     void reply.code(e.statusCode).send({ statusCode: e.statusCode, code: e.code, message: e.message });
+  });
+  app.addHook('onSend', async (_request, reply) => {
+    void reply.headers(SECURITY_HEADERS);
+  });
+  // A body-less POST (no body, or an empty JSON one) is an empty object: routes whose fields are all optional
+  // accept it, the others name their first missing field.
+  app.addHook('preValidation', async (request) => {
+    if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
   });
 
   const corsOn = (options.corsOrigins?.length ?? 0) > 0;
+  const authFailures = options.authFailureLimit === false ? null : new AuthFailureLimiter(options.authFailureLimit?.max ?? 30, options.authFailureLimit?.timeWindowMs ?? 60_000);
   // Authentication first, before rate limiting and body parsing: an unauthenticated caller costs nothing.
   app.addHook('onRequest', async (request) => {
     const access: Access = request.routeOptions.config.access ?? 'read';
     if (access === 'public') return;
     // CORS preflights carry no credentials by design; @fastify/cors answers them without running a handler.
     if (corsOn && request.method === 'OPTIONS') return;
+    const wait = authFailures?.retryAfterMs(request.ip) ?? 0;
+    if (wait > 0) throw new AdminError('ADM_ERR_RATE_LIMITED', { after: `${Math.ceil(wait / 1000)} s (too many failed authentications)` });
     const token = bearerToken(request.headers.authorization);
     const principal = token === null ? null : tokens.verify(token);
-    if (!principal) throw new AdminError('ADM_ERR_UNAUTHENTICATED');
+    if (!principal) {
+      authFailures?.fail(request.ip);
+      throw new AdminError('ADM_ERR_UNAUTHENTICATED');
+    }
     if (!allows(principal, access)) throw new AdminError('ADM_ERR_FORBIDDEN', { role: access });
     request.principal = principal;
   });
@@ -191,6 +288,17 @@ export async function buildAdminServer(ctx: AdminContext, options: AdminServerOp
         s['description'] = `${(s['description'] as string | undefined) ?? ''}${s['description'] ? ' ' : ''}Requires the ${access} role.`;
       }
       return { schema: s as typeof schema, url };
+    },
+    // A body whose fields are all optional may be left out (the preValidation hook above reads it as {}).
+    transformObject: (doc) => {
+      const paths = ('openapiObject' in doc ? doc.openapiObject.paths : undefined) ?? {};
+      for (const ops of Object.values(paths)) {
+        for (const op of Object.values(ops ?? {}) as { requestBody?: { required?: boolean; content?: Record<string, { schema?: { required?: string[] } }> } }[]) {
+          const body = op?.requestBody;
+          if (body && !(body.content?.['application/json']?.schema?.required?.length ?? 0)) body.required = false;
+        }
+      }
+      return 'openapiObject' in doc ? doc.openapiObject : doc.swaggerObject;
     },
   });
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' }, staticCSP: true });

@@ -32,6 +32,10 @@ const dashboard: FastifyPluginAsync = async (app) => {
   const config = { access: 'public' as const };
 
   app.get('/', { config, schema: { hide: true } }, async (_req, reply) => reply.redirect('/dashboard/'));
+  // Browsers ask for it on every page; there is none, and saying so needs no token.
+  app.get('/favicon.ico', { config, schema: { hide: true } }, async () => {
+    throw new AdminError('ADM_ERR_NOT_FOUND', { what: 'favicon.ico' });
+  });
   app.get('/dashboard/', { config, schema: { hide: true } }, async (_req, reply) => {
     const f = files.get('index.html');
     if (!f) throw new AdminError('ADM_ERR_NOT_FOUND', { what: 'index.html' });

@@ -45,6 +45,9 @@ const replay: FastifyPluginAsync = async (app) => {
     async (req, reply) => {
       const b = req.body;
       if (b.fromMs != null && b.toMs != null && b.toMs < b.fromMs) throw new AdminError('ADM_ERR_VALIDATION', { detail: 'toMs is before fromMs' });
+      // Each job reads the log and holds its own consumers and buffers: a bound keeps the process's memory bounded.
+      const busy = manager().list().filter((j) => j.state === 'pending' || j.state === 'running').length;
+      if (busy >= app.admin.maxReplayJobs) throw new AdminError('ADM_ERR_BUSY', { what: 'replay', detail: `${busy} jobs pending or running, at most ${app.admin.maxReplayJobs}` });
       const job = await manager().start({ target: b.target, runId: b.runId ?? null, fromMs: b.fromMs ?? null, toMs: b.toMs ?? null, options: b.options ?? {} });
       app.admin.ctx.logger.info('replay job started', { jobId: job.id, target: b.target, by: req.principal?.name });
       return reply.code(202).send(job);

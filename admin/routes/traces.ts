@@ -1,6 +1,7 @@
-// Trace queries: the trace store's named queries by name with parameters, read-only SQL with row, byte and time
-// limits (enforced by ClickHouse settings inside the store's queryReadonly, not by parsing SQL here), and the
-// tool-call table the dashboard shows.
+// Trace queries: the trace store's named queries by name with parameters, read-only SQL with row, byte, time,
+// memory and rows-read limits (ClickHouse settings under readonly=1 inside the store's queryReadonly, behind
+// core/traces/sql-guard.ts), and the tool-call table the dashboard shows. User queries run in the server's
+// bounded pool (admin/query-pool.ts).
 import { Type, type Static } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AdminTraceStore, QueryLimits } from '../context.ts';
@@ -62,7 +63,7 @@ const traces: FastifyPluginAsync = async (app) => {
   /** ClickHouse's verdicts on a user's query are the caller's fault (4xx); anything else propagates. */
   async function userQuery<T>(f: () => Promise<T>): Promise<T> {
     try {
-      return await f();
+      return await app.admin.queries.run(f);
     } catch (err) {
       if (err instanceof AdminError) throw err;
       throw classifyQueryError(err) ?? err;
@@ -104,7 +105,15 @@ const traces: FastifyPluginAsync = async (app) => {
     {
       schema: {
         tags: ['traces'],
-        summary: 'Run read-only SQL on the traces (ClickHouse readonly=1; row, byte and time limits as settings)',
+        summary: 'Run read-only SQL on the trace tables',
+        description:
+          'One SELECT, WITH, EXPLAIN, DESCRIBE, EXISTS or SHOW TABLES|COLUMNS|CREATE|DATABASES statement over the trace tables, run with ' +
+          'ClickHouse readonly=1 and the limits as settings (rows and bytes of the result, time, 256 MiB of memory, 100 million rows read), ' +
+          'none of which the query can change. Refused with ADM_ERR_SQL_REFUSED (403): writes, DDL, SET/SETTINGS, INTO OUTFILE, KILL, ' +
+          'functions that read files, URLs, other servers or server settings (file(), url(), remote(), getSetting() …) and system tables ' +
+          'other than system.one, numbers, zeros, columns, functions, table_functions, data_type_families, formats and time_zones. ' +
+          'A FORMAT clause is ADM_ERR_SQL_INVALID (400): results are always JSON. 64-bit integers are JSON numbers, exact up to 2^53; ' +
+          'select toString(x) where more digits matter.',
         body: SqlBody,
         response: responses(Type.Ref('QueryResult')),
       },
@@ -120,12 +129,12 @@ const traces: FastifyPluginAsync = async (app) => {
   const ToolCallQuery = Type.Object({
     runId: Type.Optional(Type.String({ minLength: 1, maxLength: 200, pattern: '^[A-Za-z0-9._:-]+$' })),
     status: Type.Optional(Type.Union(['ok', 'error', 'timeout', 'invalid_args', 'unknown_tool'].map((s) => Type.Literal(s)))),
-    limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
   });
   app.get<{ Querystring: Static<typeof ToolCallQuery> }>(
     '/tool-calls',
     { schema: { tags: ['traces'], summary: 'Recent tool calls, newest first', querystring: ToolCallQuery, response: responses(Type.Object({ toolCalls: Type.Array(ToolCall) })) } },
-    async (req) => ({ toolCalls: await store().toolCalls({ runId: req.query.runId, status: req.query.status, limit: req.query.limit }) }),
+    async (req) => ({ toolCalls: await store().toolCalls({ runId: req.query.runId, status: req.query.status, limit: req.query.limit ?? 100 }) }),
   );
 };
 

@@ -5,6 +5,8 @@
 // Read-only queries run on separate connections to the same directory that were opened with readonly=1 and
 // the limits as engine arguments: every statement on such a connection, including the second statement of
 // a multi-statement text, is refused by the engine if it writes, and SETTINGS/SET cannot lift the limits.
+// Each such connection has its own queue, so a slow user query never holds the store's own queries (readiness
+// pings, the dashboard's reads, migrations).
 import { Session, drainPending } from 'chdb';
 import { mkdirSync, mkdtempSync, rmSync, existsSync, accessSync, constants } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
@@ -34,6 +36,16 @@ import {
 } from './store.ts';
 
 let openDir: string | null = null;
+
+/** A read-only connection (opened on first use, again after a failure) and the queue of its queries. */
+interface Reader {
+  session: Session | null;
+  args: string[];
+  chain: Promise<unknown>;
+  queued: number;
+}
+/** Read-only connections per set of limits: two user queries run at once, as the admin server's pool allows. */
+const READ_LANES = 2;
 /** Insert connections per store: one per core of the machines this runs on (more only queue for CPU). */
 const INSERT_LANES = 2;
 let openCount = 0;
@@ -57,8 +69,8 @@ export class ChdbTraceStore implements TraceStore {
   readonly target: string;
   private readonly dir: string;
   private session: Session | null;
-  /** Read-only connections by limits (each connection's limits are fixed when it opens). */
-  private readonly readers = new Map<string, Session>();
+  /** Read-only connections by limits (each connection's limits are fixed when it opens), each with its queue. */
+  private readonly readers = new Map<string, Reader[]>();
   /** chDB runs one query per connection at a time; a chain keeps ours in order. */
   private chain: Promise<unknown> = Promise.resolve();
   /**
@@ -251,8 +263,10 @@ export class ChdbTraceStore implements TraceStore {
     const text = singleStatement(sql);
     guardReadonlySql(text);
     const key = JSON.stringify(l);
-    return this.serial(async () => {
-      const reader = this.reader(key, l);
+    const r = this.reader(key, l);
+    const run = async () => {
+      this.live();
+      const reader = (r.session ??= new Session(this.dir, { connectionArgs: r.args }));
       try {
         // A user may have switched databases on this connection; USE is allowed in readonly mode.
         await this.use(reader);
@@ -261,10 +275,14 @@ export class ChdbTraceStore implements TraceStore {
         // After a failed multi-statement text a connection can still hold an earlier statement's output;
         // a fresh connection costs about a millisecond, so a failed one is never reused.
         reader.close();
-        this.readers.delete(key);
+        r.session = null;
         throw traceError('read-only query refused or failed', err);
       }
-    });
+    };
+    r.queued++;
+    const next = r.chain.then(run, run);
+    r.chain = next.catch(() => undefined).finally(() => r.queued--);
+    return next;
   }
 
   /** Sessions on one directory may share a connection, and with it the current database: name ours first. */
@@ -272,15 +290,17 @@ export class ChdbTraceStore implements TraceStore {
     if (this.databaseReady) await session.queryAsync(`USE ${quoteIdent(this.database)}`, { format: 'TabSeparated' });
   }
 
-  private reader(key: string, l: CompiledLimits): Session {
+  /** The reader of these limits with the shortest queue; a second opens while the first is busy. */
+  private reader(key: string, l: CompiledLimits): Reader {
     this.live();
-    let s = this.readers.get(key);
-    if (!s) {
-      const args = ['--readonly=1', ...Object.entries(limitSettings(l)).map(([k, v]) => `--${k}=${v}`)];
-      s = new Session(this.dir, { connectionArgs: args });
-      this.readers.set(key, s);
+    const lanes = this.readers.get(key) ?? [];
+    this.readers.set(key, lanes);
+    let r = lanes.reduce<Reader | null>((best, x) => (best === null || x.queued < best.queued ? x : best), null);
+    if (!r || (r.queued > 0 && lanes.length < READ_LANES)) {
+      r = { session: null, args: ['--readonly=1', ...Object.entries(limitSettings(l)).map(([k, v]) => `--${k}=${v}`)], chain: Promise.resolve(), queued: 0 };
+      lanes.push(r);
     }
-    return s;
+    return r;
   }
 
   async close(): Promise<void> {
@@ -288,7 +308,9 @@ export class ChdbTraceStore implements TraceStore {
     await this.chain;
     await Promise.all(this.lanes.map((l) => l.chain));
     for (const l of this.lanes.splice(0)) l.session.close();
-    for (const s of this.readers.values()) s.close();
+    const readers = [...this.readers.values()].flat();
+    await Promise.all(readers.map((r) => r.chain));
+    for (const r of readers) r.session?.close();
     this.readers.clear();
     this.session.close();
     this.session = null;

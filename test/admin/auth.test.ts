@@ -41,7 +41,8 @@ before(async () => {
   runId = run.runId;
   f.runs.add({ id: runId });
   await run.stop();
-  app = await buildAdminServer(f.ctx, { tokens: TOKENS, env: { RLSTREAM_ADMIN_TOKENS: 'control:env-control-token-123456' }, tail: false });
+  // These tests send many requests without a valid token on purpose; the failure limit has a test of its own.
+  app = await buildAdminServer(f.ctx, { tokens: TOKENS, env: { RLSTREAM_ADMIN_TOKENS: 'control:env-control-token-123456' }, tail: false, authFailureLimit: false });
   await app.ready();
 });
 
@@ -100,7 +101,7 @@ describe('routes', () => {
 
   test('the only public routes are health, readiness, the dashboard files and the API description', () => {
     const open = app.admin.routes.filter((r) => r.access === 'public').map((r) => r.url);
-    assert.ok(open.every((u) => ['/healthz', '/readyz', '/', '/openapi.json'].includes(u) || u.startsWith('/dashboard/') || u.startsWith('/docs')), open.join(' '));
+    assert.ok(open.every((u) => ['/healthz', '/readyz', '/', '/openapi.json', '/favicon.ico'].includes(u) || u.startsWith('/dashboard/') || u.startsWith('/docs')), open.join(' '));
     assert.ok(app.admin.routes.filter((r) => r.method !== 'GET').every((r) => r.access === 'control' || r.url.startsWith('/api/traces/')));
   });
 
@@ -153,6 +154,20 @@ describe('limits and CORS', () => {
     const body = JSON.parse((await limited.inject({ url: '/api/runs', headers: auth(READ_TOKEN) })).body);
     assert.equal(body.code, 'ADM_ERR_RATE_LIMITED');
     // Health is never rate limited (probes must not be starved by a busy client).
+    assert.equal((await limited.inject({ url: '/healthz' })).statusCode, 200);
+    await limited.close();
+  });
+  test('failed authentications are limited per client before the token is checked', async () => {
+    const limited = await buildAdminServer(f.ctx, { tokens: TOKENS, env: {}, tail: false, authFailureLimit: { max: 5, timeWindowMs: 60_000 } });
+    const codes: number[] = [];
+    for (let i = 0; i < 8; i++) codes.push((await limited.inject({ url: '/api/runs', headers: auth(`${WRONG}${i}`) })).statusCode);
+    assert.deepEqual(codes, [401, 401, 401, 401, 401, 429, 429, 429]);
+    // Once over the limit even the right token waits: the check comes before the token is looked at.
+    const blocked = await limited.inject({ url: '/api/runs', headers: auth(READ_TOKEN) });
+    assert.equal(blocked.statusCode, 429);
+    assert.equal(JSON.parse(blocked.body).code, 'ADM_ERR_RATE_LIMITED');
+    // Another client address is not affected, and public routes never are.
+    assert.equal((await limited.inject({ url: '/api/runs', headers: auth(READ_TOKEN), remoteAddress: '127.0.0.2' })).statusCode, 200);
     assert.equal((await limited.inject({ url: '/healthz' })).statusCode, 200);
     await limited.close();
   });
