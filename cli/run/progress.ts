@@ -7,9 +7,19 @@ export interface Bar {
   done(): void;
 }
 
+/** ANSI: show the cursor again. */
+const SHOW_CURSOR = '\x1B[?25h';
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 export class Progress {
   private readonly multi: cliProgress.MultiBar | null;
   private readonly lastLine = new Map<string, number>();
+  private readonly onSignal = (signal: NodeJS.Signals) => {
+    this.stop();
+    // Then the signal's own effect: the default (exit) when nobody else handles it.
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  };
+  private readonly onExit = () => void process.stderr.write(SHOW_CURSOR);
 
   constructor(interactive: boolean) {
     this.multi = interactive
@@ -18,6 +28,11 @@ export class Progress {
           cliProgress.Presets.shades_classic,
         )
       : null;
+    // The bars hide the cursor; a Ctrl-C (or any end but stop()) would leave the user's terminal without one.
+    if (this.multi) {
+      for (const s of SIGNALS) process.once(s, this.onSignal);
+      process.once('exit', this.onExit);
+    }
   }
 
   bar(name: string, total: number): Bar {
@@ -38,6 +53,10 @@ export class Progress {
   }
 
   stop(): void {
-    this.multi?.stop();
+    if (!this.multi) return;
+    for (const s of SIGNALS) process.removeListener(s, this.onSignal);
+    process.removeListener('exit', this.onExit);
+    this.multi.stop();
+    process.stderr.write(SHOW_CURSOR);
   }
 }
