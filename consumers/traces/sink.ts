@@ -5,7 +5,7 @@
 // transaction, and records it cannot decode become dead_letters rows rather than dead-letter events (the
 // sink reads the dead-letter topic too, and must not feed itself).
 import { describeError, RlstreamError } from '../../core/errors.ts';
-import type { Consumer, EventLog, LogRecord, TopicPartitionOffset } from '../../core/log/types.ts';
+import type { Consumer, EventLog, TopicPartitionOffset } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -67,6 +67,8 @@ export class TraceSink {
   private readonly logger: Logger;
   /** Next offset of every partition, after the records whose rows were added to the writer. */
   private readonly positions = new Map<string, TopicPartitionOffset>();
+  /** Whether a position moved since the last commit was started. */
+  private moved = false;
 
   constructor(private readonly options: TraceSinkOptions) {
     this.writer = new TraceWriter(options.store, options);
@@ -106,18 +108,16 @@ export class TraceSink {
     } else {
       const records = await consumer.poll(poll);
       await this.ingest.add(records);
-      // A partition's position is set when the poll moves on from it (a poll holds runs of each partition's
-      // records, and setting it per record cost a key string and a map write each).
-      let last: LogRecord | null = null;
-      for (const r of records) {
-        if (last && (last.partition !== r.partition || last.topic !== r.topic)) this.setPosition(last.topic, last.partition, last.offset + 1);
-        last = r;
-      }
-      if (last) this.setPosition(last.topic, last.partition, last.offset + 1);
+      // Everything polled is in the writer now, so the consumer's positions are the ones to commit. They are
+      // taken from it, not from the last record's offset + 1: a partition written in transactions ends with a
+      // commit marker, which the consumer's position passes and last + 1 does not (the group's lag would stay
+      // at 1 for good).
+      for (const a of consumer.assignment()) this.setPosition(a.topic, a.partition, a.offset);
       count = records.length;
     }
     this.counts.records += count;
-    if (this.writer.dueBehind() || (count === 0 && this.writer.pending > 0)) await this.startFlush();
+    // An idle poll also commits positions that moved without rows (past markers), so the lag reaches 0.
+    if (this.writer.dueBehind() || (count === 0 && (this.writer.pending > 0 || this.moved))) await this.startFlush();
     // One turn of the event loop per poll: a poll of data already read resolves without one, and the write in
     // flight only moves on to its next INSERT when the engine's answer to the last one is handled.
     if (this.writer.writingBehind) await new Promise<void>((resolve) => setImmediate(resolve));
@@ -126,7 +126,10 @@ export class TraceSink {
 
   /** The offset to commit for a partition once what was polled is written: the next one to read. */
   private setPosition(topic: string, partition: number, offset: number): void {
-    this.positions.set(partitionKey(topic, partition), { topic, partition, offset });
+    const k = partitionKey(topic, partition);
+    if (this.positions.get(k)?.offset === offset) return;
+    this.positions.set(k, { topic, partition, offset });
+    this.moved = true;
   }
 
   /**
@@ -137,6 +140,7 @@ export class TraceSink {
   private async startFlush(): Promise<void> {
     await this.writer.settle();
     const offsets = [...this.positions.values()];
+    this.moved = false;
     await this.writer.flushBehind(async (n) => {
       this.counts.rows += n;
       if (n > 0) this.counts.flushes++;
@@ -194,7 +198,11 @@ export class TraceSink {
     return assigned.every((a) => a.offset >= (ends.get(partitionKey(a.topic, a.partition)) ?? 0));
   }
 
-  /** Run until stop(); transient store failures are retried with backoff (rows stay buffered). */
+  /**
+   * Run until stop(); transient store failures are retried with backoff (rows stay buffered). Resolves after
+   * the final flush and commit (rejects when they fail), so a caller that closes the store and the log once
+   * run() has settled closes nothing the last commit still needs.
+   */
   run(): Promise<void> {
     this.loop ??= (async () => {
       let backoff = 100;
@@ -208,22 +216,29 @@ export class TraceSink {
           backoff = Math.min(backoff * 2, 10_000);
         }
       }
+      await this.finish();
     })();
     return this.loop;
   }
 
+  /** Stop reading; resolves once what was read is written and committed and the consumer has left. */
   async stop(): Promise<void> {
     this.stopping = true;
-    await this.loop;
-    if (this.consumer) {
-      // The consumer leaves the group even when the last flush fails (nothing is committed then), so another
-      // member can take over the partitions and re-read what was not written.
-      try {
-        await this.flushAndCommit();
-      } finally {
-        await this.consumer.close();
-        this.consumer = null;
-      }
+    if (this.loop) await this.loop;
+    else await this.finish();
+  }
+
+  private async finish(): Promise<void> {
+    const consumer = this.consumer;
+    if (!consumer) return;
+    // The consumer leaves the group even when the last flush fails (nothing is committed then), so another
+    // member can take over the partitions and re-read what was not written.
+    try {
+      await this.flushAndCommit();
+      this.logger.info('trace sink stopped', { ...this.stats });
+    } finally {
+      await consumer.close();
+      this.consumer = null;
     }
   }
 }
