@@ -253,12 +253,27 @@ test('a deleted segment .log (or the whole segment) fails the open naming it; re
   }
 });
 
-test('a deleted, edited or unparsable meta.json fails naming it; repair rebuilds it from the partitions with nothing lost', async () => {
+test('a deleted, edited or unparsable meta.json, or a deleted partition directory, fails naming it; repair rebuilds it from the partitions with nothing intact lost', async () => {
   const cases: [string, (meta: string) => void, RegExp][] = [
     ['deleted', (meta) => unlinkSync(meta), /meta\.json: is missing, yet partitions 0, 1, 2, 3/],
     ['lowered to 2 partitions', (meta) => writeFileSync(meta, JSON.stringify({ name: 't', partitions: 2 })), /names 2 partitions, but partitions 2, 3/],
     ['not JSON', (meta) => writeFileSync(meta, '{"name": "t", "parti'), /meta\.json: is not valid JSON/],
   ];
+  // A partition directory deleted: its records are gone; the open says so, repair recreates it empty.
+  {
+    const dir = tempDir();
+    try {
+      await build(dir, 150, {}, 4);
+      rmSync(partitionDir(dir, 2), { recursive: true });
+      assert.throws(() => open(dir), (e) => corrupt(partitionDir(dir, 2))(e) && /partitions 2 of topic t are gone/.test((e as Error).message));
+      await repairLog(dir);
+      const log = open(dir);
+      assert.equal((await readAll(log)).length, 450);
+      await log.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
   for (const [name, damage, message] of cases) {
     const dir = tempDir();
     try {

@@ -182,9 +182,11 @@ export class EmbeddedLog implements EventLog {
       if (this.options.repair) return rewrite(`named ${spec.partitions} partitions`, spec.retention);
       throw corruptError(this.options.dir, metaPath, `names ${spec.partitions} partitions, but partitions ${beyond.join(', ')} of topic ${name} hold records`, `set the count to the ${count} partitions found`);
     }
+    // createTopic makes every partition directory before meta.json: one missing now was deleted.
     const lost = Array.from({ length: spec.partitions }, (_, p) => p).filter((p) => !partitionDirs.includes(p));
-    if (lost.length > 0 && holding.length > 0 && !this.options.repair) {
-      throw corruptError(this.options.dir, join(dir, String(lost[0])), `is missing: partitions ${lost.join(', ')} of topic ${name} are gone (their records are lost)`, 'create them empty');
+    if (lost.length > 0) {
+      if (!this.options.repair) throw corruptError(this.options.dir, join(dir, String(lost[0])), `is missing: partitions ${lost.join(', ')} of topic ${name} are gone (their records are lost)`, 'create them empty');
+      this.logger.warn('embedded log: partition directories missing, created empty', { topic: name, partitions: lost });
     }
     return spec;
   }
