@@ -149,3 +149,9 @@ test('rlstream config check lists every problem with its path and exits 1; print
   assert.match(printed.stdout, /staleness_bound: 2/);
   assert.match(printed.stdout, /partial_groups: emit/);
 });
+
+test('docs/configuration.md is what the schemas generate (npm run docs:config)', async () => {
+  const { renderConfigDocs, DOC_PATH } = await import('../../core/config/docs.ts');
+  const { readFileSync } = await import('node:fs');
+  assert.equal(readFileSync(DOC_PATH, 'utf8'), renderConfigDocs(), 'docs/configuration.md is stale: run npm run docs:config');
+});
