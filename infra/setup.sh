@@ -16,6 +16,14 @@ mkdir -p "$D"
 
 say() { echo "setup: $*" >&2; }
 started=$(date +%s)
+# A step that takes minutes says what it is doing before it starts, and how long it took when it is done.
+step_started=0
+step() { say "$* …"; step_started=$(date +%s); }
+step_done() { say "  done in $(($(date +%s) - step_started))s"; }
+# onnxruntime-node's postinstall downloads CUDA libraries from a host this machine cannot reach; its CPU build
+# is bundled and is all rlstream uses. The package reads this variable (an .npmrc key of the same name works
+# too, but npm warns about it on every command).
+export ONNXRUNTIME_NODE_INSTALL=skip
 # Maven's output goes to a log, shown only when it fails (even -q prints colour codes).
 mvn_quiet() {
   mvn -q -B "$@" >"$D/maven.log" 2>&1 || { cat "$D/maven.log" >&2; return 1; }
@@ -36,10 +44,11 @@ for entry in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  say "installing Debian packages: ${missing[*]}"
+  step "installing Debian packages: ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
   # clickhouse-server's postinst may try to start a service; without systemd that fails harmlessly.
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  step_done
 fi
 
 # --- npm packages: reinstall only when the lockfile changed since the last install. When node_modules already
@@ -50,7 +59,7 @@ if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
   if [ -d node_modules ] && npm ls --depth=0 >/dev/null 2>&1; then
     cp package-lock.json "$stamp"
   else
-    say "npm ci"
+    step "installing npm packages (npm ci; about 2 minutes on 2 cores, log in $D/npm-ci.log)"
     # A lockfile out of step with package.json makes `npm ci` refuse; a fresh clone must still install, so fall
     # back to `npm install` (which rewrites the lockfile: commit it) with a visible warning. npm ci's refusal
     # (its whole usage text) goes to a log; its first error line is shown.
@@ -62,6 +71,7 @@ if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
       say "WARNING: npm ci refused ($(grep -m1 -E 'npm (error|ERR!) (Missing|Invalid|code)' "$D/npm-ci.log" || echo "see $D/npm-ci.log")); running npm install"
       npm install --no-audit --no-fund --loglevel=error
     fi
+    step_done
     cp package-lock.json "$stamp"
   fi
 fi
@@ -70,8 +80,9 @@ fi
 if [ -f native/binding.gyp ]; then
   addon=$(ls native/build/Release/*.node 2>/dev/null | head -n1 || true)
   if [ -z "$addon" ] || [ -n "$(find native -path native/build -prune -o -type f \( -name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name '*.cu' -o -name 'binding.gyp' \) -newer "$addon" -print -quit)" ]; then
-    say "building the native core"
+    step "building the native core (C++, about 1 minute on 2 cores, log in $D/native-build.log)"
     npm run --silent build:native >"$D/native-build.log" 2>&1 || { cat "$D/native-build.log" >&2; exit 1; }
+    step_done
   fi
 fi
 
@@ -80,19 +91,20 @@ if $embedded_only; then exit 0; fi
 # --- Kafka: the official jars from Maven Central, one directory per version (so 3.9 and 4.x can coexist).
 kafka_libs="$D/kafka/$KAFKA_VERSION/libs"
 if [ ! -f "$kafka_libs/.complete" ]; then
-  say "resolving Kafka $KAFKA_VERSION from Maven Central"
+  step "resolving Kafka $KAFKA_VERSION from Maven Central"
   rm -rf "$kafka_libs"
   mvn_quiet -f infra/kafka/pom.xml -Dkafka.version="$KAFKA_VERSION" dependency:copy-dependencies \
     -DincludeScope=runtime -DexcludeArtifactIds=slf4j-reload4j,reload4j -DoutputDirectory="$kafka_libs"
   # Keep the log4j binding that matches the slf4j API this Kafka line brings (both define the same classes).
   if ls "$kafka_libs"/slf4j-api-2.* >/dev/null 2>&1; then rm -f "$kafka_libs"/log4j-slf4j-impl-*.jar; else rm -f "$kafka_libs"/log4j-slf4j2-impl-*.jar; fi
   touch "$kafka_libs/.complete"
+  step_done
 fi
 
 # --- Schema registry: Apicurio's runnable distribution, unpacked.
 reg="$D/registry/$APICURIO_VERSION"
 if [ ! -f "$reg/.complete" ]; then
-  say "resolving Apicurio Registry $APICURIO_VERSION from Maven Central"
+  step "resolving Apicurio Registry $APICURIO_VERSION from Maven Central"
   rm -rf "$reg" "$D/registry/download"
   mvn_quiet -f infra/registry/pom.xml -Dapicurio.version="$APICURIO_VERSION" -DoutputDirectory="$D/registry/download" \
     dependency:copy
@@ -100,6 +112,7 @@ if [ ! -f "$reg/.complete" ]; then
   tar -xzf "$D/registry/download/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz" -C "$reg"
   rm -rf "$D/registry/download"
   touch "$reg/.complete"
+  step_done
 fi
 
 elapsed=$(($(date +%s) - started))
