@@ -226,6 +226,32 @@ test('deleted indexes are rebuilt from the segments with nothing lost', async ()
   }
 });
 
+test('a sealed segment index that points between records is rebuilt when a read goes astray on it; nothing is lost', async () => {
+  const dir = tempDir();
+  try {
+    await build(dir, 600, { segmentBytes: 16 * 1024, indexIntervalBytes: 512 });
+    const seg = segments(dir)[1]!;
+    const index = readFileSync(seg.replace(/\.log$/, '.index'));
+    assert.ok(index.length >= 24, 'the segment has several index entries');
+    // The second entry's position moved by 3 bytes: still increasing and inside the file, so it passes the
+    // sanity checks of an open, and points into the middle of a record.
+    index.writeUInt32BE(index.readUInt32BE(12) + 3, 12);
+    writeFileSync(seg.replace(/\.log$/, '.index'), index);
+    const warnings: Warning[] = [];
+    const log = open(dir, {}, warnings);
+    const c = await log.consumer({ groupId: 'x', topics: ['t'] });
+    const target = frames(seg)[0]!.offset + index.readUInt32BE(8) + 1;
+    await c.seek('t', 0, target);
+    checkIntact(await pollFor(c, 300), range(target, 600));
+    assert.ok(warnings.some((w) => /indexes rebuilt after a read found them wrong/.test(w.msg)), 'the read went astray and the indexes were rebuilt');
+    checkIntact(await readAll(log), range(0, 600));
+    assert.deepEqual(log.damageReport().gaps, []);
+    await log.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('a deleted segment .log (or the whole segment) fails the open naming it; repair lists the gap and keeps the rest', async () => {
   for (const whole of [false, true]) {
     const dir = tempDir();

@@ -48,6 +48,7 @@ export class Partition {
   gapOffsetsSkipped = 0;
   /** Bumped when a segment file is rewritten under readers (quarantine at read time): their positions are stale. */
   private epoch = 0;
+  private readonly rescannedClean = new WeakSet<Segment>();
 
   constructor(
     readonly topic: string,
@@ -330,7 +331,15 @@ export class Partition {
   private quarantinedAtRead(err: unknown, seg: Segment): boolean {
     if (!isRlstreamError(err, 'LOG_CORRUPT') || seg === this.active || this.config.readOnly) return false;
     seg.rescan(this.logger);
-    if (seg.damage.length === 0) return false;
+    if (seg.damage.length === 0) {
+      // The .log is whole: a damaged index sent the read astray. The rescan rebuilt the indexes; read again,
+      // once (a second failure after a clean rescan is not the indexes').
+      if (this.rescannedClean.has(seg)) return false;
+      this.rescannedClean.add(seg);
+      this.logger.warn('embedded log: segment indexes rebuilt after a read found them wrong', { file: seg.path('.index') });
+      this.epoch++;
+      return true;
+    }
     const nextBase = this.segments[this.segments.indexOf(seg) + 1]?.base ?? null;
     for (const d of seg.damage) d.toOffset ??= nextBase;
     const found: DamageRecord[] = [];
