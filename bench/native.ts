@@ -67,7 +67,7 @@ export async function main(args: string[]): Promise<unknown> {
     const batch = { tokens, seqStarts };
     const step = async (): Promise<void> => {
       model.zeroGrad();
-      await model.backwardPolicyLoss(batch, { targets, mask, advantages: adv, behaviourLogprobs: behav }, { clipLow: 0.2, clipHigh: 0.28 });
+      await model.backwardPolicyLoss(batch, { targets, responseMask: mask, advantages: adv, behaviourLogprobs: behav }, { clipLow: 0.2, clipHigh: 0.28 });
       model.clipGradNorm(1.0);
       await model.adamwStep({ lr: 1e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 });
     };

@@ -23,12 +23,13 @@ export interface PackedBatch {
 
 /**
  * Per-token inputs, aligned with tokens: targets[t] is the token predicted at position t (normally tokens[t+1]
- * of the same sequence); -1 where there is none. Positions with mask 0 are ignored (their other values must
- * still be finite: fill them with 0).
+ * of the same sequence); -1 where there is none. Positions with responseMask 0 are ignored (their other values
+ * must still be finite: fill them with 0).
  */
 export interface PolicyLossInputs {
   targets: Int32Array; // [T]
-  mask: Float32Array; // [T] >= 0, normally 0/1
+  /** The trajectories' response_mask moved onto the packed positions (see consumers/trainer/batch.ts). */
+  responseMask: Float32Array; // [T] >= 0, normally 0/1
   advantages: Float32Array; // [T]
   behaviourLogprobs: Float32Array; // [T] log-probs of the policy that sampled the tokens
   proximalLogprobs?: Float32Array; // [T] default = behaviour (plain PPO)
@@ -71,7 +72,7 @@ export interface PolicyLossMetrics {
   iwMean: number; // masked mean of the raw weight pi_prox / pi_behaviour (1 when disabled)
   iwMax: number; // max of the raw weight
   iwTruncatedFraction: number; // masked fraction with raw weight > iwCap
-  tokens: number; // positions with mask != 0
+  tokens: number; // positions with responseMask != 0
 }
 
 export interface AdamWOptions {
@@ -126,12 +127,12 @@ interface NativeModelHandle {
   tensors(kind: 'params' | 'grads' | 'exp_avg' | 'exp_avg_sq'): NativeTensor[];
   upload(kind: 'params' | 'grads' | 'exp_avg' | 'exp_avg_sq'): void;
   forward(tokens: Int32Array, seqStarts: Int32Array, targets: Int32Array, outLogprobs: Float32Array, outEntropy: Float32Array): Promise<void>;
-  backwardCrossEntropy(tokens: Int32Array, seqStarts: Int32Array, targets: Int32Array, mask: Float32Array, lossScale: number): Promise<{ loss: number; tokens: number }>;
+  backwardCrossEntropy(tokens: Int32Array, seqStarts: Int32Array, targets: Int32Array, responseMask: Float32Array, lossScale: number): Promise<{ loss: number; tokens: number }>;
   backwardPolicyLoss(
     tokens: Int32Array,
     seqStarts: Int32Array,
     targets: Int32Array,
-    mask: Float32Array,
+    responseMask: Float32Array,
     advantages: Float32Array,
     behaviour: Float32Array,
     proximal: Float32Array | null,
@@ -486,7 +487,7 @@ export class Model {
         batch.tokens,
         batch.seqStarts,
         inputs.targets,
-        inputs.mask,
+        inputs.responseMask,
         inputs.advantages,
         inputs.behaviourLogprobs,
         inputs.proximalLogprobs ?? null,
@@ -497,9 +498,9 @@ export class Model {
   }
 
   /** Forward + backward of the token-mean cross-entropy over masked positions; gradients are accumulated. */
-  backwardCrossEntropy(batch: PackedBatch, targets: Int32Array, mask: Float32Array, options: { lossScale?: number } = {}): Promise<{ loss: number; tokens: number }> {
+  backwardCrossEntropy(batch: PackedBatch, targets: Int32Array, responseMask: Float32Array, options: { lossScale?: number } = {}): Promise<{ loss: number; tokens: number }> {
     const scale = options.lossScale ?? 1;
-    return this.queue('backwardCrossEntropy', (h) => h.backwardCrossEntropy(batch.tokens, batch.seqStarts, targets, mask, scale));
+    return this.queue('backwardCrossEntropy', (h) => h.backwardCrossEntropy(batch.tokens, batch.seqStarts, targets, responseMask, scale));
   }
 
   zeroGrad(): void {

@@ -182,7 +182,7 @@ export function referencePolicyLossFromLogprobs(
   const kl = new Float64Array(T);
   const cap = o.iwCap === undefined ? 2 : o.iwCap;
   for (let t = 0; t < T; t++) {
-    if (inputs.mask[t] === 0) continue;
+    if (inputs.responseMask[t] === 0) continue;
     const behav = inputs.behaviourLogprobs[t]!;
     const prox = inputs.proximalLogprobs ? inputs.proximalLogprobs[t]! : behav;
     const ratio = Math.exp(clamp(logp[t]! - prox, -20, 20));
@@ -200,9 +200,9 @@ export function referencePolicyLossFromLogprobs(
     }
   }
   const mode = o.aggregation ?? 'token-mean';
-  const pgLoss = aggregate(pg, inputs.mask, seqStarts, mode);
-  const klv = aggregate(kl, inputs.mask, seqStarts, mode);
-  const ent = aggregate(entropy, inputs.mask, seqStarts, mode);
+  const pgLoss = aggregate(pg, inputs.responseMask, seqStarts, mode);
+  const klv = aggregate(kl, inputs.responseMask, seqStarts, mode);
+  const ent = aggregate(entropy, inputs.responseMask, seqStarts, mode);
   const loss = (o.lossScale ?? 1) * (pgLoss + (o.klCoef ?? 0) * klv - (o.entropyCoef ?? 0) * ent);
   return { loss, pgLoss, kl: klv, entropy: ent };
 }

@@ -2,6 +2,7 @@
 // (kafka://host:port[,host:port]); --into traces | topic:<name> | jsonl:<file> | log:<dir> | kafka://brokers.
 import type { Command } from 'commander';
 import { SingleBar, Presets } from 'cli-progress';
+import { loadRunConfig } from '../../core/config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
@@ -11,6 +12,7 @@ import { EventSerde } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
+import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type ReplayTarget } from '../../consumers/replay/targets.ts';
@@ -62,7 +64,8 @@ export function register(program: Command): void {
     .option('--fresh', 'with --into traces: empty the trace tables first (rebuild from scratch)')
     .option('--reward <fn>', 'recompute rewards with a registered function (by data source name) or module.ts#export')
     .option('--estimator <name>', 'recompute advantages with this estimator (grpo, rloo, …)')
-    .action(async (o: { log: string; from?: string; to?: string; into: string; topics?: string; store: string; fresh?: boolean; reward?: string; estimator?: string }) => {
+    .option('--config <file>', "the run's config: advantages are recomputed with its advantage estimator and options (--estimator overrides the name)")
+    .action(async (o: { log: string; from?: string; to?: string; into: string; topics?: string; store: string; fresh?: boolean; reward?: string; estimator?: string; config?: string }) => {
       const source = await openSource(o.log);
       const closers: (() => Promise<void>)[] = [];
       try {
@@ -75,7 +78,13 @@ export function register(program: Command): void {
           if (o.fresh) for (const t of (await import('../../core/traces/store.ts')).TRACE_TABLES) await store.exec(`TRUNCATE TABLE IF EXISTS ${t}`);
           target = new TracesTarget(store, serde);
         } else if (o.into.startsWith('topic:')) {
-          const derive = { ...(o.reward ? { reward: await rewardFn(o.reward) } : {}), ...(o.estimator ? { estimator: o.estimator } : {}) };
+          const advantage = o.config ? loadRunConfig(o.config).advantage : null;
+          const estimator = o.estimator ?? advantage?.estimator;
+          const derive = {
+            ...(o.reward ? { reward: await rewardFn(o.reward) } : {}),
+            ...(estimator ? { estimator } : {}),
+            ...(advantage ? { estimatorOptions: estimatorOptions(advantage) } : {}),
+          };
           target = await TopicTarget.open(source.log, o.into.slice(6), serde, derive);
         } else if (o.into.startsWith('jsonl:')) {
           target = new JsonlTarget(o.into.slice(6));

@@ -6,6 +6,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { StreamProcessor } from '../../core/processor.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { createAdvantageProcessor } from '../../consumers/advantage/consumer.ts';
+import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { createRewardProcessor } from '../../consumers/reward/consumer.ts';
 import { TraceSink } from '../../consumers/traces/sink.ts';
 import { Trainer, type TrainerDeps } from '../../consumers/trainer/trainer.ts';
@@ -74,7 +75,7 @@ export function createAdvantage(ctx: RunContext): StreamProcessor {
     serde: ctx.serde,
     id: `${ctx.config.run.id}.advantage`,
     estimator: a.estimator,
-    estimatorOptions: { gamma: a.gamma, lam: a.lam, epsilon: a.epsilon, normByStd: a.normByStd },
+    estimatorOptions: estimatorOptions(ctx.config.advantage),
     groupTimeoutMs: a.groupTimeoutMs,
     partialGroups: a.partialGroups,
     dynamicSampling: a.dynamicSampling,

@@ -113,7 +113,7 @@ export class AdvantageHandler implements ProcessorHandler {
         g.members.map((m) => ({
           groupId: g.groupId,
           score: m.event.reward.score,
-          mask: m.event.trajectory.response_mask,
+          responseMask: m.event.trajectory.response_mask,
           tokenRewards: m.event.reward.token_rewards,
           values: this.options.critic?.(m.event.trajectory) ?? null,
         })),

@@ -10,7 +10,7 @@ export interface EstimatorSample {
   /** The scalar reward (RewardInfo.score). */
   score: number;
   /** 1 for tokens the policy generated, 0 for tool / user tokens. */
-  mask: ArrayLike<number>;
+  responseMask: ArrayLike<number>;
   /** Per-token rewards; when absent the score sits on the last token whose mask is 1. */
   tokenRewards?: ArrayLike<number> | null;
   /** Critic values per token (GAE); 0 when absent. */
@@ -36,6 +36,11 @@ export interface EstimatorResult {
 export type Estimator = (batch: readonly EstimatorSample[], options: EstimatorOptions) => EstimatorResult[];
 
 export const DEFAULT_ESTIMATOR_OPTIONS: EstimatorOptions = Object.freeze({ gamma: 1, lam: 1, epsilon: 1e-6, normByStd: true });
+
+/** The estimator's options out of a run config's advantage section: what its consumer and a replay of it use. */
+export function estimatorOptions(advantage: EstimatorOptions): EstimatorOptions {
+  return { gamma: advantage.gamma, lam: advantage.lam, epsilon: advantage.epsilon, normByStd: advantage.normByStd };
+}
 
 /** Estimators by name (`advantage.estimator`); the policy-loss registry follows the same pattern. */
 export const estimators = new Registry<Estimator>('advantage estimator', functionShape('a function (batch, options) => {advantages, returns}[]'));
@@ -83,23 +88,23 @@ export function stdUnbiased(xs: readonly number[]): number {
 /** Scalar advantage per sample broadcast over its tokens, 0 where the mask is 0; returns = advantages. */
 function broadcast(batch: readonly EstimatorSample[], scalars: number[]): EstimatorResult[] {
   return batch.map((s, i) => {
-    const a = new Float64Array(s.mask.length);
+    const a = new Float64Array(s.responseMask.length);
     const v = scalars[i]!;
-    for (let t = 0; t < a.length; t++) a[t] = s.mask[t] ? v : 0;
+    for (let t = 0; t < a.length; t++) a[t] = s.responseMask[t] ? v : 0;
     return { advantages: a, returns: a };
   });
 }
 
 /** The per-token rewards of a sample: given, or the score on the last token with mask 1. */
 export function tokenLevelRewards(s: EstimatorSample): Float64Array {
-  const r = new Float64Array(s.mask.length);
+  const r = new Float64Array(s.responseMask.length);
   if (s.tokenRewards) {
     if (s.tokenRewards.length !== r.length) throw new RlstreamError('INPUT_INVALID', `token_rewards has ${s.tokenRewards.length} entries for ${r.length} tokens`);
     for (let t = 0; t < r.length; t++) r[t] = s.tokenRewards[t]!;
     return r;
   }
   for (let t = r.length - 1; t >= 0; t--) {
-    if (s.mask[t]) {
+    if (s.responseMask[t]) {
       r[t] = s.score;
       break;
     }
@@ -187,13 +192,13 @@ export const reinforcePlusPlus: Estimator = (batch, { gamma }) => {
     const out = new Float64Array(r.length);
     let running = 0;
     for (let t = r.length - 1; t >= 0; t--) {
-      if (!s.mask[t]) continue;
+      if (!s.responseMask[t]) continue;
       running = r[t]! + gamma * running;
       out[t] = running;
     }
     return out;
   });
-  const adv = maskedWhiten(returns, batch.map((s) => s.mask));
+  const adv = maskedWhiten(returns, batch.map((s) => s.responseMask));
   return batch.map((_, i) => ({ advantages: adv[i]!, returns: returns[i]! }));
 };
 
@@ -205,7 +210,7 @@ export const reinforcePlusPlusBaseline: Estimator = (batch) => {
     for (const i of g) scalars[i] = batch[i]!.score - m;
   }
   const tiled = broadcast(batch, scalars).map((r) => r.advantages);
-  const adv = maskedWhiten(tiled, batch.map((s) => s.mask));
+  const adv = maskedWhiten(tiled, batch.map((s) => s.responseMask));
   return adv.map((a) => ({ advantages: a, returns: a }));
 };
 
@@ -229,7 +234,7 @@ export const gae: Estimator = (batch, { gamma, lam }) => {
     let nextValue = 0;
     let lastGae = 0;
     for (let t = L - 1; t >= 0; t--) {
-      const m = s.mask[t] ? 1 : 0;
+      const m = s.responseMask[t] ? 1 : 0;
       const delta = r[t]! + gamma * nextValue - v[t]!;
       const g = delta + gamma * lam * lastGae;
       nextValue = m ? v[t]! : nextValue;
@@ -241,7 +246,7 @@ export const gae: Estimator = (batch, { gamma, lam }) => {
     raw.push(adv);
     rets.push(ret);
   }
-  const adv = maskedWhiten(raw, batch.map((s) => s.mask));
+  const adv = maskedWhiten(raw, batch.map((s) => s.responseMask));
   return batch.map((_, i) => ({ advantages: adv[i]!, returns: rets[i]! }));
 };
 

@@ -22,15 +22,15 @@ export function advantageInput(r: Record<string, unknown>): Omit<AdvantageInput,
   if (typeof r['trajectory_id'] !== 'string') return '"trajectory_id" must be a string';
   if (typeof r['group_id'] !== 'string') return '"group_id" must be a string';
   if (typeof r['reward'] !== 'number' || !Number.isFinite(r['reward'])) return '"reward" must be a finite number';
-  const mask = numberArray(r['response_mask'], true);
-  if (!mask) return '"response_mask" must be an array of 0 and 1';
+  const responseMask = numberArray(r['response_mask'], true);
+  if (!responseMask) return '"response_mask" must be an array of 0 and 1';
   const tokenRewards = r['token_rewards'] === undefined || r['token_rewards'] === null ? null : numberArray(r['token_rewards'], false);
   if (tokenRewards === null && r['token_rewards'] != null) return '"token_rewards" must be an array of finite numbers';
-  if (tokenRewards && tokenRewards.length !== mask.length) return `"token_rewards" has ${tokenRewards.length} entries, "response_mask" ${mask.length}`;
+  if (tokenRewards && tokenRewards.length !== responseMask.length) return `"token_rewards" has ${tokenRewards.length} entries, "response_mask" ${responseMask.length}`;
   const values = r['values'] === undefined || r['values'] === null ? null : numberArray(r['values'], false);
   if (values === null && r['values'] != null) return '"values" must be an array of finite numbers';
-  if (values && values.length !== mask.length) return `"values" has ${values.length} entries, "response_mask" ${mask.length}`;
-  return { row: r, sample: { groupId: r['group_id'], score: r['reward'], mask, tokenRewards, values } };
+  if (values && values.length !== responseMask.length) return `"values" has ${values.length} entries, "response_mask" ${responseMask.length}`;
+  return { row: r, sample: { groupId: r['group_id'], score: r['reward'], responseMask, tokenRewards, values } };
 }
 
 /**

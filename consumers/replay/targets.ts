@@ -12,7 +12,7 @@ import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { EVENT_NAMES, isEventName } from '../../schemas/index.ts';
 import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, ToolCall, ToolCallCompleted, ToolSpec, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
-import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type Estimator } from '../advantage/estimators.ts';
+import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type Estimator, type EstimatorOptions } from '../advantage/estimators.ts';
 import { composeReward, normalizeOutcome } from '../reward/shaping.ts';
 import type { RewardFn } from '../reward/types.ts';
 import { TraceIngest } from '../traces/ingest.ts';
@@ -88,6 +88,8 @@ export interface DeriveOptions {
   reward?: { fn: RewardFn; name: string };
   /** Recompute advantages per complete group with this estimator. */
   estimator?: string;
+  /** The estimator's options, as the run's advantage consumer had them (the run config's advantage section). */
+  estimatorOptions?: Partial<EstimatorOptions>;
 }
 
 /**
@@ -168,8 +170,8 @@ export class TopicTarget implements ReplayTarget {
     this.groups.delete(g);
     members.sort((a, b) => a.trajectory.sample_index - b.trajectory.sample_index);
     const results = this.estimator!(
-      members.map((m) => ({ groupId: g, score: m.reward.score, mask: m.trajectory.response_mask, tokenRewards: m.reward.token_rewards })),
-      DEFAULT_ESTIMATOR_OPTIONS,
+      members.map((m) => ({ groupId: g, score: m.reward.score, responseMask: m.trajectory.response_mask, tokenRewards: m.reward.token_rewards })),
+      { ...DEFAULT_ESTIMATOR_OPTIONS, ...this.options.estimatorOptions },
     );
     const scores = members.map((m) => m.reward.score);
     const mean = scores.reduce((a, b) => a + b, 0) / scores.length;

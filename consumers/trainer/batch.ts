@@ -1,6 +1,6 @@
 // Packing of trajectories into training micro-batches: each trajectory is one sequence
 // (prompt ++ response) and position t predicts token t+1, so every per-response-token array
-// (mask, advantages, behaviour log-probs) shifts left by one onto the prompt's last position.
+// (response_mask, advantages, behaviour log-probs) shifts left by one onto the prompt's last position.
 // Sequences are packed back to back without padding; a micro-batch holds at most `maxTokens` tokens.
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
 
@@ -23,7 +23,8 @@ export interface PackedMicroBatch {
   tokens: Int32Array;
   seqStarts: Int32Array;
   targets: Int32Array;
-  mask: Float32Array;
+  /** Each sample's responseMask on the packed positions that predict its response tokens. */
+  responseMask: Float32Array;
   advantages: Float32Array;
   behaviourLogprobs: Float32Array;
   /** Which samples (by index into the step's list) the micro-batch holds, in order. */
@@ -71,7 +72,7 @@ function pack(samples: TrainSample[], idx: number[]): PackedMicroBatch {
   const tokens = new Int32Array(total);
   const seqStarts = new Int32Array(idx.length + 1);
   const targets = new Int32Array(total).fill(-1);
-  const mask = new Float32Array(total);
+  const responseMask = new Float32Array(total);
   const advantages = new Float32Array(total);
   const behaviourLogprobs = new Float32Array(total);
   let off = 0;
@@ -84,7 +85,7 @@ function pack(samples: TrainSample[], idx: number[]): PackedMicroBatch {
     for (let r = 0; r < s.responseMask.length; r++) {
       const pos = off + s.promptLength + r - 1; // the position whose next-token prediction is response token r
       if (s.responseMask[r] !== 1) continue;
-      mask[pos] = 1;
+      responseMask[pos] = 1;
       advantages[pos] = s.advantages[r] ?? 0;
       behaviourLogprobs[pos] = s.behaviourLogprobs[r] ?? 0;
       maskedTokens++;
@@ -92,5 +93,5 @@ function pack(samples: TrainSample[], idx: number[]): PackedMicroBatch {
     off += s.tokens.length;
   });
   seqStarts[idx.length] = off;
-  return { tokens, seqStarts, targets, mask, advantages, behaviourLogprobs, samples: idx, maskedTokens };
+  return { tokens, seqStarts, targets, responseMask, advantages, behaviourLogprobs, samples: idx, maskedTokens };
 }

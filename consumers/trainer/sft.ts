@@ -74,7 +74,7 @@ export async function runSft(model: Model, examples: SftExample[], o: SftOptions
     model.zeroGrad();
     let loss = 0;
     for (const mb of micro) {
-      const res = await model.backwardCrossEntropy(mb, mb.targets, mb.mask, { lossScale: mb.maskedTokens / masked });
+      const res = await model.backwardCrossEntropy(mb, mb.targets, mb.responseMask, { lossScale: mb.maskedTokens / masked });
       loss += res.loss * (mb.maskedTokens / masked);
     }
     model.clipGradNorm(o.gradClip);

@@ -283,7 +283,7 @@ export class Trainer {
         for (const { mb, k } of chunk) {
           const metrics: PolicyLossMetrics = await this.model.backwardPolicyLoss(
             mb,
-            { targets: mb.targets, mask: mb.mask, advantages: mb.advantages, behaviourLogprobs: mb.behaviourLogprobs, proximalLogprobs: prox[k]!, ...(ref ? { refLogprobs: ref[k]! } : {}) },
+            { targets: mb.targets, responseMask: mb.responseMask, advantages: mb.advantages, behaviourLogprobs: mb.behaviourLogprobs, proximalLogprobs: prox[k]!, ...(ref ? { refLogprobs: ref[k]! } : {}) },
             {
               clipLow: options.clipLow,
               clipHigh: options.clipHigh,
@@ -427,14 +427,14 @@ export class Trainer {
 }
 
 /** Rollout–trainer log-prob mismatch: |behaviour − recomputed| over masked tokens, before any update. */
-function logprobMismatch(micro: { mask: Float32Array; behaviourLogprobs: Float32Array }[], recomputed: Float32Array[]): { mean: number; max: number } {
+function logprobMismatch(micro: { responseMask: Float32Array; behaviourLogprobs: Float32Array }[], recomputed: Float32Array[]): { mean: number; max: number } {
   let sum = 0;
   let n = 0;
   let max = 0;
   micro.forEach((mb, k) => {
     const lp = recomputed[k]!;
-    for (let i = 0; i < mb.mask.length; i++) {
-      if (mb.mask[i] !== 1) continue;
+    for (let i = 0; i < mb.responseMask.length; i++) {
+      if (mb.responseMask[i] !== 1) continue;
       const d = Math.abs(lp[i]! - mb.behaviourLogprobs[i]!);
       sum += d;
       n++;

@@ -10,7 +10,7 @@ function close(actual: ArrayLike<number>, expected: number[], tol = 1e-5): void 
   for (let i = 0; i < expected.length; i++) assert.ok(Math.abs(actual[i]! - expected[i]!) <= tol, `[${i}] ${actual[i]} vs ${expected[i]} (all: ${Array.from(actual).join(', ')})`);
 }
 
-const s = (groupId: string, score: number, mask: number[], extra: Partial<EstimatorSample> = {}): EstimatorSample => ({ groupId, score, mask, ...extra });
+const s = (groupId: string, score: number, responseMask: number[], extra: Partial<EstimatorSample> = {}): EstimatorSample => ({ groupId, score, responseMask, ...extra });
 
 test('grpo: (r - mean) / (unbiased std + eps); a group of one has mean 0, std 1', () => {
   const out = getEstimator('grpo')([s('g', 1, [1, 1, 0]), s('g', 0, [1]), s('g', 0, [1, 1]), s('g', 1, [0, 1]), s('solo', 0.7, [1, 1])], opts());
@@ -103,17 +103,17 @@ test('properties: GRPO advantages of a group sum to zero; a masked-out token alw
     for (const g of ['g0', 'g1', 'g2']) {
       // The scalar advantage of each member: its value on any token with mask 1 (members with none carry none).
       const members = batch.map((b, i) => ({ b, r: grpo[i]! })).filter(({ b }) => b.groupId === g);
-      if (members.length < 2 || members.some(({ b }) => !Array.from(b.mask).includes(1))) continue;
-      const total = members.reduce((acc, { b, r }) => acc + r.advantages[Array.from(b.mask).indexOf(1)]!, 0);
+      if (members.length < 2 || members.some(({ b }) => !Array.from(b.responseMask).includes(1))) continue;
+      const total = members.reduce((acc, { b, r }) => acc + r.advantages[Array.from(b.responseMask).indexOf(1)]!, 0);
       assert.ok(Math.abs(total) < 1e-6, `group ${g} sums to ${total}`);
     }
     for (const name of estimatorNames()) {
       const out = getEstimator(name)(batch, opts({ gamma: 0.95, lam: 0.9 }));
       batch.forEach((b, i) => {
-        for (let t = 0; t < b.mask.length; t++) {
+        for (let t = 0; t < b.responseMask.length; t++) {
           const v = out[i]!.advantages[t]!;
           assert.ok(Number.isFinite(v), `${name} gave ${v}`);
-          if (!b.mask[t]) assert.equal(v, 0, `${name}: masked token ${t} of sample ${i} got ${v}`);
+          if (!b.responseMask[t]) assert.equal(v, 0, `${name}: masked token ${t} of sample ${i} got ${v}`);
         }
       });
     }

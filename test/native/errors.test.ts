@@ -100,7 +100,7 @@ test('bad batches, shapes, ids and NaN inputs reject with precise messages', { s
   await assert.rejects(model.backwardCrossEntropy(batch, targets, mask, { lossScale: Infinity }), rejects('NATIVE_NON_FINITE', /lossScale must be finite/));
 
   const T = 7;
-  const inputs: PolicyLossInputs = { targets, mask, advantages: new Float32Array(T), behaviourLogprobs: new Float32Array(T).fill(-2) };
+  const inputs: PolicyLossInputs = { targets, responseMask: mask, advantages: new Float32Array(T), behaviourLogprobs: new Float32Array(T).fill(-2) };
   const opts = { clipLow: 0.2, clipHigh: 0.2 };
   const adv = new Float32Array(T);
   adv[5] = Infinity;

@@ -93,7 +93,7 @@ async function policyInputs(model: Model, d: ReturnType<typeof setup>, seed: num
     ref[t] = logprobs[t]! + (r() - 0.5) * 1.5;
     adv[t] = (r() - 0.5) * 4;
   }
-  return { targets: d.targets, mask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox, refLogprobs: ref };
+  return { targets: d.targets, responseMask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox, refLogprobs: ref };
 }
 
 const VARIANTS: [string, PolicyLossOptions][] = [

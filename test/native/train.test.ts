@@ -111,7 +111,7 @@ test('policy loss metrics: clip fraction, approximate KL, importance weights, to
   const behav = prox.map((x) => x + (r() - 0.5) * 3);
   const adv = logprobs.map(() => r() - 0.5);
   for (let t = 0; t < T; t++) if (!d.mask[t]) prox[t] = behav[t] = adv[t] = 0;
-  const met = await model.backwardPolicyLoss(d.batch, { targets: d.targets, mask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox }, { clipLow: 0.2, clipHigh: 0.2 });
+  const met = await model.backwardPolicyLoss(d.batch, { targets: d.targets, responseMask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox }, { clipLow: 0.2, clipHigh: 0.2 });
   let n = 0;
   let clip = 0;
   let akl = 0;

@@ -21,6 +21,7 @@ import { TraceSink } from '../../consumers/traces/sink.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget } from '../../consumers/replay/targets.ts';
+import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
 import { recordRun, type Recorded } from '../traces/record.ts';
 import { targets } from '../traces/targets.ts';
 
@@ -170,6 +171,33 @@ test('re-derived rewards and advantages into a new topic are deterministic acros
     }
   }
   assert.deepEqual(outputs[0], outputs[1]);
+});
+
+test("re-derived advantages use the run's estimator options, not the defaults", async () => {
+  const advantaged = async (topic: string, estimatorOptions?: { normByStd: boolean }): Promise<AdvantagedTrajectory[]> => {
+    const t = await TopicTarget.open(log, topic, serde, { estimator: 'grpo', ...(estimatorOptions ? { estimatorOptions } : {}) });
+    const end = await ReplayJob.start({ log, serde, target: t, topics: [TOPICS.rewarded] }).done;
+    assert.equal(end.state, 'done', end.error ?? '');
+    const consumer = await log.consumer({ groupId: `check-${topic}`, topics: [topic] });
+    const out: AdvantagedTrajectory[] = [];
+    for (let i = 0; i < 50 && out.length < t.written; i++) {
+      for (const r of await consumer.poll({ timeoutMs: 100 })) {
+        const e = await serde.decode(r.value);
+        if (e.name === 'AdvantagedTrajectory') out.push(e.value);
+      }
+    }
+    await consumer.close();
+    assert.ok(out.length > 0 && out.length === t.written);
+    return out;
+  };
+  const first = (a: AdvantagedTrajectory): number => a.advantages[a.trajectory.response_mask.indexOf(1)]!;
+  // Dr.GRPO (norm_by_std: false): the advantage is the reward minus the group mean, not divided by the std.
+  const drGrpo = await advantaged('advantaged.dr-grpo', { normByStd: false });
+  for (const a of drGrpo) assert.ok(Math.abs(first(a) - (a.reward.score - a.group.reward_mean)) < 1e-5, a.trajectory.trajectory_id);
+  const byId = new Map((await advantaged('advantaged.defaults')).map((a) => [a.trajectory.trajectory_id, a]));
+  const spread = drGrpo.filter((a) => a.group.reward_std > 0 && Math.abs(a.group.reward_std - 1) > 0.05 && a.reward.score !== a.group.reward_mean);
+  assert.ok(spread.length > 0, 'the recording has groups whose rewards differ');
+  for (const a of spread) assert.notEqual(first(a), first(byId.get(a.trajectory.trajectory_id)!));
 });
 
 async function allRecords(l: EventLog): Promise<Map<string, LogRecord[]>> {
