@@ -13,7 +13,7 @@ import { controlPublisher } from './control.ts';
 import { LogReplayManager } from './replay-manager.ts';
 import { MemoryRunRegistry } from './run-registry.ts';
 import { startAdminServer } from './server.ts';
-import { adminTraceStore } from './traces-adapter.ts';
+import { adminTraceStore, type TokenTexts } from './traces-adapter.ts';
 
 export interface ServeAdminOptions {
   log: EventLog;
@@ -24,6 +24,8 @@ export interface ServeAdminOptions {
   host?: string;
   port?: number;
   corsOrigins?: string[];
+  /** Token texts for the trajectory view (from the run's tokenizer); without it the dashboard shows ids. */
+  tokenTexts?: TokenTexts;
 }
 
 export interface ServedAdmin {
@@ -52,7 +54,7 @@ export async function serveAdmin(o: ServeAdminOptions): Promise<ServedAdmin> {
     {
       log: o.log,
       serde: o.serde,
-      traces: o.store ? adminTraceStore(o.store) : null,
+      traces: o.store ? adminTraceStore(o.store, undefined, o.tokenTexts ?? null) : null,
       runs,
       publishControl: (r) => publisher.publish(r),
       replay: new LogReplayManager({ log: o.log, serde: o.serde, traces: o.store }),

@@ -48,7 +48,10 @@ function timeMs(v: unknown): number {
   return Number.isFinite(t) ? t : 0;
 }
 
-export function adminTraceStore(store: TraceStore, named: NamedQuerySource = CORE_NAMED_QUERIES): AdminTraceStore {
+/** Each token's text, for the dashboard's token chips (a tokenizer is the caller's; without one, ids only). */
+export type TokenTexts = (ids: readonly number[]) => string[];
+
+export function adminTraceStore(store: TraceStore, named: NamedQuerySource = CORE_NAMED_QUERIES, tokenTexts: TokenTexts | null = null): AdminTraceStore {
   const q = async (template: string, params: Record<string, unknown>) => (await store.query(bind(template, params))).rows;
   return {
     kind: store.kind,
@@ -95,7 +98,7 @@ export function adminTraceStore(store: TraceStore, named: NamedQuerySource = COR
             role: str(t['role']),
             text: str(t['text']),
             tokenIds: arr(t['token_ids'], num),
-            tokenTexts: null,
+            tokenTexts: tokenTexts ? tokenTexts(arr(t['token_ids'], num)) : null,
             lossMask: arr(t['loss_mask'], num),
             logprobs: arr(t['logprobs'], num),
             policyVersion: num(t['policy_version']),

@@ -9,7 +9,7 @@ const TOKEN_KEY = 'rlstream.adminToken';
 const COLORS = ['#2563eb', '#dc2626', '#059669', '#d97706', '#7c3aed'];
 const MAX_TOKENS_SHOWN = 4000;
 
-const state = { runId: null, steps: [], lastStep: undefined, timer: null, polling: false };
+const state = { runId: null, steps: [], lastStep: undefined, timer: null, polling: false, config: null };
 const $ = (id) => document.getElementById(id);
 
 function takeTokenFromFragment() {
@@ -68,17 +68,49 @@ function drawCharts(lag) {
   const line = (id, series) => window.rlCharts.drawLineChart($(id), series, { xIsTime });
   line('chart-reward', [{ name: 'reward', color: COLORS[0], points: seriesOf('reward_mean') }]);
   line('chart-heldout', [{ name: 'accuracy', color: COLORS[2], points: seriesOf('heldout_accuracy') }]);
-  line('chart-kl', [{ name: 'kl', color: COLORS[1], points: seriesOf('kl') }]);
+  const kl = seriesOf('kl');
+  window.rlCharts.drawLineChart($('chart-kl'), [{ name: 'kl', color: COLORS[1], points: kl }], { xIsTime, off: klOff(kl) });
   line('chart-entropy', [{ name: 'entropy', color: COLORS[4], points: seriesOf('entropy') }]);
   line('chart-staleness', [
     { name: 'mean', color: COLORS[3], points: seriesOf('staleness_mean') },
     { name: 'max', color: COLORS[1], points: seriesOf('staleness_max') },
   ]);
   line('chart-throughput', [{ name: 'tokens/s', color: COLORS[0], points: seriesOf('tokens_per_s') }]);
-  if (lag) {
-    const bars = lag.map((l) => ({ label: (l.groupId ? l.groupId.slice(0, 6) + ':' : 'p') + l.partition, value: l.lag === null ? l.high : l.lag, high: l.lag === null ? 0 : l.high }));
-    window.rlCharts.drawBarChart($('chart-lag'), bars);
-  }
+  if (lag) drawLag(lag);
+}
+
+/**
+ * "KL off" when the trainer keeps no reference model (trainer.kl_coef 0, the default): its KL is then 0 by
+ * definition, and a flat line at 0 reads as a measurement. Without the run's config, all-zero values say so.
+ */
+function klOff(points) {
+  const trainer = state.config && state.config.trainer;
+  if (trainer) return Number(trainer.kl_coef || 0) > 0 ? null : 'KL off (trainer.kl_coef is 0: no reference model)';
+  return points.length > 0 && points.every((p) => p[1] === 0) ? 'KL off (every step reports 0)' : null;
+}
+
+/** The consumer group's role: `<run id>.reward` → reward. */
+function roleOf(groupId) {
+  return groupId.slice(groupId.lastIndexOf('.') + 1) || groupId;
+}
+
+/**
+ * Lag per partition of rollout.events, one colour per reading role (reward, traces, …) named in the legend;
+ * each bar is labelled with its partition only. Without declared readers: how much each partition holds.
+ */
+function drawLag(lag) {
+  const roles = [...new Set(lag.filter((l) => l.groupId).map((l) => roleOf(l.groupId)))];
+  const color = (l) => (l.groupId ? COLORS[roles.indexOf(roleOf(l.groupId)) % COLORS.length] : COLORS[0]);
+  const sorted = [...lag].sort((a, b) => a.partition - b.partition || roles.indexOf(a.groupId && roleOf(a.groupId)) - roles.indexOf(b.groupId && roleOf(b.groupId)));
+  const bars = sorted.map((l) => ({
+    label: `p${l.partition}`,
+    value: l.lag === null ? l.high : l.lag,
+    high: l.lag === null ? 0 : l.high,
+    color: color(l),
+    title: l.groupId ? `${roleOf(l.groupId)} · partition ${l.partition}: ${l.lag} behind of ${l.high}` : `partition ${l.partition}: ${l.high} records`,
+  }));
+  const legend = roles.length ? roles.map((r, i) => ({ name: `${r} lag`, color: COLORS[i % COLORS.length] })) : [{ name: 'records', color: COLORS[0] }];
+  window.rlCharts.drawBarChart($('chart-lag'), bars, { legend, yLabel: roles.length ? 'behind' : 'records' });
 }
 
 // ---- tool calls ----
@@ -128,6 +160,12 @@ function div(cls, text) {
   return d;
 }
 
+/** A token's text in a chip: newlines and tabs as symbols, an all-space token as middle dots. */
+function visible(text) {
+  const t = String(text).replace(/\n/g, '↵').replace(/\t/g, '⇥');
+  return t.trim() === '' ? '·'.repeat(Math.max(1, t.length)) : t;
+}
+
 function renderTrajectory(t) {
   const root = $('trajectory');
   root.replaceChildren();
@@ -144,13 +182,14 @@ function renderTrajectory(t) {
     const trained = turn.lossMask.reduce((a, m) => a + m, 0);
     box.appendChild(div('turn-head', `turn ${turn.index} · ${turn.role} · ${turn.tokenIds.length} tokens (${trained} trained)` + (turn.policyVersion >= 0 ? ` · policy v${turn.policyVersion}` : '')));
     box.appendChild(div('turn-text', turn.text));
-    const toks = div('tokens');
+    const toks = div(turn.tokenTexts ? 'tokens' : 'tokens ids');
     const n = Math.min(turn.tokenIds.length, MAX_TOKENS_SHOWN);
     for (let i = 0; i < n; i++) {
       const span = document.createElement('span');
       const m = turn.lossMask[i] ? 1 : 0;
       span.className = `tok m${m}`;
-      span.textContent = turn.tokenTexts ? turn.tokenTexts[i] : String(turn.tokenIds[i]);
+      // The token's text where the server could decode it (whitespace made visible), its id otherwise.
+      span.textContent = turn.tokenTexts ? visible(turn.tokenTexts[i]) : String(turn.tokenIds[i]);
       const lp = turn.logprobs[i];
       span.title = `id ${turn.tokenIds[i]} · mask ${m}` + (lp === undefined || lp === null ? '' : ` · logprob ${lp.toFixed(3)}`);
       toks.appendChild(span);
@@ -188,9 +227,12 @@ async function openTrajectory(id) {
 
 // ---- run status and polling ----
 
+/** What a status says to a person: a run that ended by itself is finished. */
+const STATUS_LABELS = { completed: 'finished' };
+
 function showRun(run) {
   const badge = $('run-status');
-  badge.textContent = run.status;
+  badge.textContent = STATUS_LABELS[run.status] || run.status;
   badge.className = `badge ${run.status}`;
   $('run-meta').textContent = `step ${run.lastStep === null ? '—' : run.lastStep} · policy v${run.lastPolicyVersion === null ? '—' : run.lastPolicyVersion}` +
     (run.stalenessBound === null ? '' : ` · staleness ≤ ${run.stalenessBound}`);
@@ -227,6 +269,11 @@ function selectRun(id) {
   state.runId = id;
   state.steps = [];
   state.lastStep = undefined;
+  state.config = null;
+  // The run's config says what is off (KL without a reference model); a run known only from its events has none.
+  api(`/api/runs/${encodeURIComponent(id)}/config`)
+    .then((r) => { if (state.runId === id && r.config && Object.keys(r.config).length) state.config = r.config; })
+    .catch(() => {});
   const url = new URL(location.href);
   url.searchParams.set('run', id);
   history.replaceState(null, '', url.pathname + url.search);

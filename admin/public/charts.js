@@ -37,8 +37,18 @@ function clear(svg) {
   while (svg.firstChild) svg.removeChild(svg.firstChild);
 }
 
+/** A legend in the top-right corner: [{ name, color }], one swatch and name per line. */
+function drawLegend(svg, entries) {
+  entries.forEach((e, i) => {
+    const y = PAD.top + 8 + 11 * i;
+    svg.appendChild(el('rect', { class: 'swatch', x: W - PAD.right - 8, y: y - 7, width: 8, height: 8, fill: e.color }));
+    svg.appendChild(el('text', { class: 'tick legend-entry', x: W - PAD.right - 12, y, 'text-anchor': 'end' }, e.name));
+  });
+}
+
 /**
- * series: [{ name, color, points: [[x, y], ...] }] (null y values are skipped); options: { xIsTime }.
+ * series: [{ name, color, points: [[x, y], ...] }] (null y values are skipped); options: { xIsTime, off }:
+ * `off` is a reason the quantity is not measured (e.g. "KL off"), shown instead of a flat line of zeros.
  */
 function drawLineChart(svg, series, options) {
   clear(svg);
@@ -46,6 +56,13 @@ function drawLineChart(svg, series, options) {
   const all = series.flatMap((s) => s.points.filter((p) => Number.isFinite(p[0]) && Number.isFinite(p[1])));
   svg.appendChild(el('line', { class: 'axis', x1: PAD.left, y1: H - PAD.bottom, x2: W - PAD.right, y2: H - PAD.bottom }));
   svg.appendChild(el('line', { class: 'axis', x1: PAD.left, y1: PAD.top, x2: PAD.left, y2: H - PAD.bottom }));
+  if (opts.off) {
+    svg.appendChild(el('text', { class: 'empty off', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, opts.off));
+    svg.dataset.points = '0';
+    svg.dataset.off = opts.off;
+    return;
+  }
+  delete svg.dataset.off;
   if (all.length === 0) {
     svg.appendChild(el('text', { class: 'empty', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'no data yet'));
     svg.dataset.points = '0';
@@ -71,14 +88,19 @@ function drawLineChart(svg, series, options) {
     svg.appendChild(el('path', { class: 'series', d, stroke: s.color, 'data-series': s.name, 'data-points': pts.length }));
     const last = pts[pts.length - 1];
     svg.appendChild(el('circle', { class: 'point', cx: sx(last[0]).toFixed(1), cy: sy(last[1]).toFixed(1), r: 2.5, fill: s.color }));
-    if (series.length > 1) svg.appendChild(el('text', { class: 'tick', x: W - PAD.right, y: PAD.top + 8 + 10 * i, 'text-anchor': 'end', fill: s.color }, s.name));
   });
+  if (series.length > 1) drawLegend(svg, series);
   svg.dataset.points = String(count);
 }
 
-/** bars: [{ label, value, high }]: value drawn solid (lag), high drawn faint behind it (partition size). */
-function drawBarChart(svg, bars) {
+/**
+ * bars: [{ label, value, high, color }]: value drawn solid (lag) in the bar's colour, high drawn faint behind it
+ * (partition size); options: { legend: [{ name, color }], yLabel }. Labels are short (a partition number):
+ * what the colours mean goes in the legend, not into every label.
+ */
+function drawBarChart(svg, bars, options) {
   clear(svg);
+  const opts = options || {};
   svg.appendChild(el('line', { class: 'axis', x1: PAD.left, y1: H - PAD.bottom, x2: W - PAD.right, y2: H - PAD.bottom }));
   if (bars.length === 0) {
     svg.appendChild(el('text', { class: 'empty', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'no rollout partitions yet'));
@@ -86,17 +108,30 @@ function drawBarChart(svg, bars) {
     return;
   }
   const max = Math.max(1, ...bars.map((b) => Math.max(b.value || 0, b.high || 0)));
-  const slot = (W - PAD.left - PAD.right) / bars.length;
+  const legendWidth = opts.legend && opts.legend.length ? 120 : 0;
+  const slot = (W - PAD.left - PAD.right - legendWidth) / bars.length;
   const bw = Math.max(2, slot * 0.6);
   const sy = (v) => ((H - PAD.top - PAD.bottom) * v) / max;
   svg.appendChild(el('text', { class: 'tick', x: PAD.left - 4, y: PAD.top + 8, 'text-anchor': 'end' }, fmt(max)));
+  svg.appendChild(el('text', { class: 'tick', x: PAD.left - 4, y: H - PAD.bottom, 'text-anchor': 'end' }, '0'));
+  if (opts.yLabel) svg.appendChild(el('text', { class: 'tick', x: 10, y: H / 2, 'text-anchor': 'middle', transform: `rotate(-90 10 ${H / 2})` }, opts.yLabel));
   bars.forEach((b, i) => {
     const x = PAD.left + i * slot + (slot - bw) / 2;
     if (b.high) svg.appendChild(el('rect', { class: 'bar high', x, y: H - PAD.bottom - sy(b.high), width: bw, height: sy(b.high) }));
     const v = b.value || 0;
-    svg.appendChild(el('rect', { class: 'bar', x, y: H - PAD.bottom - sy(v), width: bw, height: Math.max(0, sy(v)), 'data-partition': b.label }));
-    svg.appendChild(el('text', { class: 'tick', x: x + bw / 2, y: H - 6, 'text-anchor': 'middle' }, b.label));
+    const rect = el('rect', { class: 'bar', x, y: H - PAD.bottom - sy(v), width: bw, height: Math.max(0, sy(v)), 'data-partition': b.label, ...(b.color ? { fill: b.color } : {}) });
+    rect.appendChild(el('title', {}, b.title || `${b.label}: ${v}`));
+    svg.appendChild(rect);
   });
+  // Consecutive bars with the same label (one partition, several readers) share one label, centred under them.
+  for (let i = 0; i < bars.length; ) {
+    let j = i;
+    while (j + 1 < bars.length && bars[j + 1].label === bars[i].label) j++;
+    const mid = PAD.left + ((i + j + 1) / 2) * slot;
+    svg.appendChild(el('text', { class: 'tick bar-label', x: mid, y: H - 6, 'text-anchor': 'middle' }, bars[i].label));
+    i = j + 1;
+  }
+  if (opts.legend && opts.legend.length) drawLegend(svg, opts.legend);
   svg.dataset.bars = String(bars.length);
 }
 

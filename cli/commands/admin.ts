@@ -17,6 +17,7 @@ import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { MemoryRunRegistry } from '../../admin/run-registry.ts';
 import { serveAdmin } from '../../admin/serve.ts';
+import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 
 const BROKERS = /^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$/;
 
@@ -76,7 +77,8 @@ export function register(program: Command): void {
     .option('--port <n>', 'port to listen on (0: any free port)', '8080')
     .option('--host <addr>', 'address to bind', '127.0.0.1')
     .option('--cors <origins>', 'comma-separated origins allowed by CORS (off by default)')
-    .action(async (opts: { log: string; traces?: string; port: string; host: string; cors?: string }) => {
+    .option('--tokenizer <dir>', "the run's tokenizer (e.g. examples/calculator/tokenizer): the trajectory view then shows each token's text, not only its id")
+    .action(async (opts: { log: string; traces?: string; port: string; host: string; cors?: string; tokenizer?: string }) => {
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RlstreamError('CONFIG_INVALID', `--port must be 0..65535, got ${opts.port}`);
       const logger = jsonLogger({ fields: { role: 'admin' } });
@@ -96,7 +98,9 @@ export function register(program: Command): void {
         store = traces ? await openTraceStore(parseTracesTarget(traces)) : null;
         // This process holds the embedded log's lock, so no run is writing it: the runs found in it have ended.
         const runs = new MemoryRunRegistry(log.kind === 'embedded' ? 'completed' : 'running');
-        const server = await serveAdmin({ log, serde, store, logger, runs, host: opts.host, port, ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) }).catch((err: unknown) => {
+        const tok = opts.tokenizer ? ChatTokenizer.load(opts.tokenizer) : null;
+        const tokenTexts = tok ? (ids: readonly number[]) => ids.map((id) => tok.decode([id])) : undefined;
+        const server = await serveAdmin({ log, serde, store, logger, runs, host: opts.host, port, ...(tokenTexts ? { tokenTexts } : {}), ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) }).catch((err: unknown) => {
           throw listenError(err, opts.host, port);
         });
         console.log(`rlstream admin: API ${server.url}/api  docs ${server.url}/docs  dashboard ${server.url}/dashboard/`);

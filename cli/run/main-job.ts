@@ -119,7 +119,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       return last ? [{ name: 'heldout_accuracy', value: last.accuracy }, { name: 'heldout_accuracy_version', value: last.version }] : [];
     });
     await trainer.start();
-    const admin = options.admin === false ? null : await startAdmin(ctx, traces, runId, runDir, topt.stalenessBound);
+    const admin = options.admin === false ? null : await startAdmin(ctx, traces, runId, runDir, topt.stalenessBound, tokenizer);
     if (admin) closers.unshift(() => admin.close());
 
     // 3. Held-out accuracy of the warm start.
@@ -235,15 +235,17 @@ function curves(runId: string, steps: TrainStep[], evals: { step: number; accura
 }
 
 /** The admin server beside the run; its URL goes to the terminal, the token only into a 0600 file. */
-async function startAdmin(ctx: RunContext, store: TraceStore | null, runId: string, runDir: string, stalenessBound: number): Promise<ServedAdmin> {
+async function startAdmin(ctx: RunContext, store: TraceStore | null, runId: string, runDir: string, stalenessBound: number, tokenizer: ChatTokenizer): Promise<ServedAdmin> {
+  // The dashboard's token chips show each token's text (ids on hover).
+  const tokenTexts = (ids: readonly number[]) => ids.map((id) => tokenizer.decode([id]));
   const port = ctx.config.admin.port;
   let admin: ServedAdmin;
   try {
-    admin = await serveAdmin({ log: ctx.log, serde: ctx.serde, store, logger: ctx.logger.child({ role: 'admin' }), port });
+    admin = await serveAdmin({ log: ctx.log, serde: ctx.serde, store, logger: ctx.logger.child({ role: 'admin' }), port, tokenTexts });
   } catch (err) {
     // A busy fixed port must not stop the run: fall back to any free port.
     if (port === 0) throw err;
-    admin = await serveAdmin({ log: ctx.log, serde: ctx.serde, store, logger: ctx.logger.child({ role: 'admin' }), port: 0 });
+    admin = await serveAdmin({ log: ctx.log, serde: ctx.serde, store, logger: ctx.logger.child({ role: 'admin' }), port: 0, tokenTexts });
   }
   const group = (role: string, topics: string[]) => ({ groupId: `${runId}.${role}`, topics });
   admin.runs.add({

@@ -16,7 +16,7 @@ const BAD_UTF8 = Buffer.from([0xff, 0xfe]);
 
 function run(args: string[], input: Buffer) {
   const r = spawnSync(process.execPath, [BIN, ...args], { input, encoding: 'utf8', timeout: 60_000 });
-  return { code: r.status, out: r.stdout.trim() === '' ? [] : r.stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>), stderr: r.stderr };
+  return { code: r.status, stdout: r.stdout, out: r.stdout.trim() === '' ? [] : r.stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>), stderr: r.stderr };
 }
 
 const lines = (...parts: (string | Buffer)[]) => Buffer.concat(parts.map((p) => Buffer.concat([typeof p === 'string' ? Buffer.from(p) : p, Buffer.from('\n')])));
@@ -38,7 +38,7 @@ for (const c of CASES) {
     assert.match(r.stderr, new RegExp(`rlstream ${c.name}: line 2: not JSON`));
     assert.match(r.stderr, new RegExp(`rlstream ${c.name}: line 4: not valid UTF-8`));
     assert.doesNotMatch(r.stderr, /line [1356]:/);
-    assert.doesNotMatch(r.stdout ?? '', /\uFFFD/);
+    assert.doesNotMatch(r.stdout, /\uFFFD/);
     const clean = run(c.args, lines(c.good(1), c.good(3)));
     assert.equal(clean.code, 0, clean.stderr);
     assert.equal(clean.stderr, '');
