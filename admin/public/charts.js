@@ -80,7 +80,7 @@ function drawLineChart(svg, series, options) {
   svg.appendChild(el('text', { class: 'tick', x: PAD.left, y: H - 4, 'text-anchor': 'start' }, fmtX(x0, opts.xIsTime)));
   svg.appendChild(el('text', { class: 'tick', x: W - PAD.right, y: H - 4, 'text-anchor': 'end' }, fmtX(x1, opts.xIsTime)));
   let count = 0;
-  series.forEach((s, i) => {
+  series.forEach((s) => {
     const pts = s.points.filter((p) => Number.isFinite(p[0]) && Number.isFinite(p[1]));
     if (pts.length === 0) return;
     count += pts.length;
