@@ -360,8 +360,25 @@ test('a deleted journal, a checkpoint naming a journal that is not there, or an 
     const log = open(dir);
     assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 200 }]);
     await log.close();
+    // An unparsable checkpoint: named; repair sets it aside and the journal, which starts with the same
+    // offsets, gives every group its position back.
+    const generation = () => (JSON.parse(readFileSync(cpPath, 'utf8')) as { generation: number }).generation;
+    const l = open(dir, { journalMaxBytes: 1024 });
+    const quiet = await l.consumer({ groupId: 'quiet', topics: ['t'] });
+    await quiet.commit([{ topic: 't', partition: 0, offset: 7 }]);
+    const afterQuiet = generation();
+    // Commits of g push the journal past its limit: checkpoints follow, and quiet commits no more.
+    const g = await l.consumer({ groupId: 'g', topics: ['t'] });
+    for (let i = 1; i <= 200; i++) await g.commit([{ topic: 't', partition: 0, offset: i }]);
+    await l.close();
+    assert.ok(generation() > afterQuiet + 1, 'checkpoints were written after quiet committed');
     writeFileSync(cpPath, '{"generation": 3, "gro');
     assert.throws(() => open(dir), corrupt(/checkpoint\.json: is not valid JSON/));
+    await repairLog(dir);
+    const repaired = open(dir);
+    assert.deepEqual(await repaired.committed('quiet', 't'), [{ topic: 't', partition: 0, offset: 7 }]);
+    assert.deepEqual(await repaired.committed('g', 't'), [{ topic: 't', partition: 0, offset: 200 }]);
+    await repaired.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -311,6 +311,15 @@ export class Journal {
     this.fd = newFd;
     this.generation = next;
     this.size = fstatSync(newFd).size;
+    // The new journal starts with the same offsets as the checkpoint, so that either file alone holds them: a
+    // checkpoint found damaged later is set aside by repair without losing a group's position.
+    let copied = 0;
+    for (const [group, offsets] of Object.entries(groups)) {
+      if (offsets.length === 0) continue;
+      this.append({ kind: 'offsets', group, offsets }, false);
+      copied++;
+    }
+    if (copied > 0) fsyncSync(this.fd);
   }
 
   /** Close, first forcing the journal to disk when `sync` (the offsets committed since the last fsync). */
