@@ -59,6 +59,8 @@ export interface MainJobSummary {
   trajectories: number;
   policy_versions: number;
   dropped_stale: number;
+  /** The staleness bound each end enforced at the end (trainer.staleness_bound, or a later set_staleness). */
+  staleness_bound: { rollout: number | null; trainer: number };
   tool_success_rate_first: number;
   tool_success_rate_last: number;
   sft_seconds: number | null;
@@ -195,6 +197,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       trajectories: steps.reduce((n, s) => n + s.trajectories, 0),
       policy_versions: trainer.currentVersion + 1,
       dropped_stale: trainer.counters.droppedStale,
+      staleness_bound: { rollout: rollout.stalenessBound, trainer: trainer.currentStalenessBound },
       tool_success_rate_first: toolRate(steps[0]),
       tool_success_rate_last: toolRate(steps[steps.length - 1]),
       sft_seconds: sftSeconds,

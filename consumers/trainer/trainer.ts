@@ -12,7 +12,7 @@ import type { EventSerde } from '../../core/serde/events.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { AdvantagedTrajectory, NamedValue, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
+import type { AdvantagedTrajectory, Control, NamedValue, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
 import { Model, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
 import type { TrainerOptions } from './options.ts';
@@ -38,6 +38,8 @@ export interface TrainerDeps {
   onStep?: (step: TrainStep) => void;
   /** Metrics measured elsewhere (e.g. the latest held-out accuracy) recorded with each TrainStep. */
   extraMetrics?: () => NamedValue[];
+  /** Follow the control topic (set_staleness, stop); default true. */
+  followControl?: boolean;
 }
 
 export interface TrainerCounters {
@@ -66,6 +68,13 @@ export class Trainer {
   private step = 0;
   private version = 0;
   private stopped = false;
+  /** The run's staleness bound: trainer.staleness_bound, then what set_staleness on the control topic says. */
+  private stalenessBound: number;
+  private control: Consumer | null = null;
+  private controlLoop: Promise<void> | null = null;
+  /** Set when set_staleness lowered the bound, until a step fills with kept groups again. */
+  private boundLowered = false;
+  private readonly startedMs = Date.now();
   private readonly carry: LogRecord[] = [];
   private droppedSinceStep = 0;
   /** Ids of the samples dropped as stale since the last step: recorded in the next TrainStep. */
@@ -75,6 +84,12 @@ export class Trainer {
 
   constructor(private readonly deps: TrainerDeps) {
     this.logger = (deps.logger ?? silentLogger).child({ role: 'trainer' });
+    this.stalenessBound = deps.options.stalenessBound;
+  }
+
+  /** The staleness bound in force (changed by set_staleness). */
+  get currentStalenessBound(): number {
+    return this.stalenessBound;
   }
 
   get currentVersion(): number {
@@ -112,6 +127,42 @@ export class Trainer {
     if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
     if (last.versions === 0) await this.publishVersion0();
     this.consumer = await log.consumer({ groupId: `${this.deps.runId}.${GROUP_ID}`, topics: [TOPICS.advantaged], readCommitted: true });
+    if (this.deps.followControl ?? true) {
+      this.control = await log.consumer({ groupId: `${this.deps.runId}.trainer-control.${deriveId(Date.now(), Math.random())}`, topics: [TOPICS.control], fromBeginning: true });
+      this.controlLoop = this.followControl(this.control);
+    }
+  }
+
+  /**
+   * The trainer follows the control topic as the rollout workers do: set_staleness changes the bound its
+   * intake enforces, stop ends run() after the step under way. Commands from before this process started
+   * belong to earlier sessions of the run and are skipped (replaying a past stop would end this one).
+   */
+  private async followControl(c: Consumer): Promise<void> {
+    while (!this.stopped) {
+      try {
+        for (const r of await c.poll({ maxRecords: 100, timeoutMs: 200 })) {
+          const d = await this.deps.serde.decode(r.value);
+          if (d.name === 'Control') this.onControl(d.value);
+        }
+      } catch (err) {
+        if (this.stopped) break;
+        this.logger.warn('following control failed; retrying', { error: String(err) });
+        await new Promise((res) => setTimeout(res, 500));
+      }
+    }
+  }
+
+  onControl(c: Control): void {
+    if (c.run_id !== this.deps.runId || c.time_ms < this.startedMs - 1000) return;
+    if (c.command === 'set_staleness' && c.staleness_bound !== null && c.staleness_bound >= 0) {
+      if (c.staleness_bound < this.stalenessBound) this.boundLowered = true;
+      this.stalenessBound = c.staleness_bound;
+      this.logger.info('control: staleness bound set', { staleness_bound: c.staleness_bound });
+    } else if (c.command === 'stop') {
+      this.logger.info('control: stop', { reason: c.reason });
+      this.stop();
+    }
   }
 
   /** The last committed TrainStep and PolicyVersion of this run, read back from the log. */
@@ -226,7 +277,7 @@ export class Trainer {
         seen.set(e.trajectory.group_id, g);
         g.got++;
         const s = sampleFromEvent(e, this.version);
-        if (s.staleness > options.stalenessBound) {
+        if (s.staleness > this.stalenessBound) {
           this.counters.droppedStale++;
           this.droppedSinceStep++;
           this.droppedIds.push(s.trajectoryId);
@@ -235,8 +286,12 @@ export class Trainer {
         g.kept++;
         samples.push(s);
       }
-      const staleTail = samples.length === 0 && seen.size > 0 && [...seen.values()].every((g) => g.got >= g.expected) && performance.now() - lastArrival > STALE_TAIL_FLUSH_MS;
+      // After the bound was lowered (set_staleness), groups the rollouts started under the old bound are
+      // dropped while their gate, which counted them, stays shut until a new version: waiting for
+      // groupsPerStep kept groups would wait forever, so the step takes what it kept.
+      const staleTail = (samples.length === 0 || this.boundLowered) && seen.size > 0 && [...seen.values()].every((g) => g.got >= g.expected) && performance.now() - lastArrival > STALE_TAIL_FLUSH_MS;
       if (complete() || staleTail) {
+        if (complete()) this.boundLowered = false;
         return { samples, offsets: this.stepOffsets(next), waitMs: performance.now() - t0 };
       }
     }
@@ -410,6 +465,8 @@ export class Trainer {
 
   async close(): Promise<void> {
     this.stopped = true;
+    await this.controlLoop;
+    await this.control?.close();
     await this.consumer?.close();
     await this.producer?.close();
     this.model?.dispose();

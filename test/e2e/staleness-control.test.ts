@@ -1,0 +1,61 @@
+// One staleness bound for both ends, changed during a run through the admin API: the main job on the
+// embedded log starts with trainer.staleness_bound 3; after step 2 the test posts set_staleness 1, and the
+// trainer trains no sample older than 1 from then on while the rollout gate takes the same bound; then a
+// stop through the admin API ends both ends, and the main job returns before trainer.max_steps.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runMainJob } from '../../cli/run/main-job.ts';
+import type { TrainStep } from '../../schemas/generated/types.ts';
+
+const CONFIG = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.yaml');
+
+async function post(runDir: string, path: string, body: unknown): Promise<number> {
+  const link = readFileSync(join(runDir, 'admin-url'), 'utf8').trim();
+  const url = new URL(link);
+  const token = url.hash.replace(/^#token=/, '');
+  const res = await fetch(`${url.origin}/api${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+  return res.status;
+}
+
+test('set_staleness through the admin API changes the bound at both ends; stop ends the main job', { timeout: 240_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-staleness-'));
+  const steps: TrainStep[] = [];
+  let changedAt = -1;
+  let stopAt = -1;
+  const posts: Promise<number>[] = [];
+  try {
+    const summary = await runMainJob({
+      configPath: CONFIG,
+      overrides: { 'run.data_dir': dir, 'trainer.max_steps': 30, 'trainer.staleness_bound': 3, 'task.heldout_problems': 4, 'eval.every_steps': 1000, 'admin.port': 0 },
+      progress: false,
+      initialEval: false,
+      onTrainStep: (s) => {
+        steps.push(s);
+        const runDir = join(dir, s.run_id);
+        if (s.step === 2) {
+          changedAt = s.step;
+          posts.push(post(runDir, `/runs/${s.run_id}/control/staleness`, { bound: 1, reason: 'test' }));
+        }
+        if (s.step === 6) {
+          stopAt = s.step;
+          posts.push(post(runDir, `/runs/${s.run_id}/control/stop`, { reason: 'test' }));
+        }
+      },
+    });
+    assert.deepEqual(await Promise.all(posts), [202, 202]);
+    assert.equal(changedAt, 2);
+    assert.equal(stopAt, 6);
+    assert.deepEqual(summary.staleness_bound, { rollout: 1, trainer: 1 });
+    // The step under way when the command arrived may have taken older samples; every later one none.
+    const later = steps.filter((s) => s.step >= changedAt + 2);
+    assert.ok(later.length > 0);
+    for (const s of later) assert.ok(s.staleness_max <= 1, `step ${s.step} trained a sample ${s.staleness_max} versions old`);
+    // Stop: the run ended soon after the command, far short of max_steps.
+    assert.ok(summary.steps >= stopAt && summary.steps < 30, `steps ${summary.steps}`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
