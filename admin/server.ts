@@ -86,13 +86,16 @@ const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'x-frame-options
 /** Longest path parameter; the longest any route declares is 200 (run ids). */
 const MAX_PARAM_LENGTH = 256;
 
-/** The methods registered for a concrete path (route patterns with :params and a trailing *). */
-function methodsFor(routes: AdminState['routes'], path: string): string[] {
-  const methods = new Set<string>();
-  for (const r of routes) {
+/** The routes registered for a concrete path under any method (patterns with :params and a trailing *). */
+function routesFor(routes: AdminState['routes'], path: string): AdminState['routes'] {
+  return routes.filter((r) => {
     const pattern = r.url.split('/').map((seg) => (seg.startsWith(':') ? '[^/]+' : seg === '*' ? '.*' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/');
-    if (new RegExp(`^${pattern}$`).test(path)) methods.add(r.method);
-  }
+    return new RegExp(`^${pattern}$`).test(path);
+  });
+}
+
+function methodsFor(routes: AdminState['routes'], path: string): string[] {
+  const methods = new Set(routesFor(routes, path).map((r) => r.method));
   if (methods.has('GET')) methods.add('HEAD');
   return [...methods].sort();
 }
@@ -211,19 +214,24 @@ export async function buildAdminServer(ctx: AdminContext, options: AdminServerOp
 
   const http = httpMetrics(ctx.metrics);
 
+  /** 405 with Allow where the path has routes under other methods, else 404. */
+  const noRoute = (request: FastifyRequest, reply: FastifyReply): AdminError => {
+    const url = request.url.split('?')[0] ?? '';
+    const allow = methodsFor(routes, url);
+    if (allow.length === 0) return new AdminError('ADM_ERR_ROUTE_NOT_FOUND', { method: request.method, url });
+    void reply.header('allow', allow.join(', '));
+    return new AdminError('ADM_ERR_METHOD_NOT_ALLOWED', { method: request.method, url, allow: allow.join(', ') });
+  };
+
   app.setErrorHandler((err: unknown, request: FastifyRequest, reply: FastifyReply) => {
-    const e = toAdminError(err, request);
+    // Without a route, only authentication may fail first; a body the route-less request could not parse
+    // (a QUERY without a content type) is still answered as no route.
+    const e = request.is404 && !isAdminError(err) ? noRoute(request, reply) : toAdminError(err, request);
     if (e.statusCode >= 500) logger.error('admin request failed', { requestId: request.id, method: request.method, route: request.routeOptions.url, error: describeError(err) });
     void reply.code(e.statusCode).send({ statusCode: e.statusCode, code: e.code, message: e.message });
   });
   app.setNotFoundHandler((request, reply) => {
-    const url = request.url.split('?')[0] ?? '';
-    const allow = methodsFor(routes, url);
-    const e =
-      allow.length > 0
-        ? new AdminError('ADM_ERR_METHOD_NOT_ALLOWED', { method: request.method, url, allow: allow.join(', ') })
-        : new AdminError('ADM_ERR_ROUTE_NOT_FOUND', { method: request.method, url });
-    if (allow.length > 0) void reply.header('allow', allow.join(', '));
+    const e = noRoute(request, reply);
     void reply.code(e.statusCode).send({ statusCode: e.statusCode, code: e.code, message: e.message });
   });
   app.addHook('onSend', async (_request, reply) => {
@@ -241,6 +249,11 @@ export async function buildAdminServer(ctx: AdminContext, options: AdminServerOp
   app.addHook('onRequest', async (request) => {
     const access: Access = request.routeOptions.config.access ?? 'read';
     if (access === 'public') return;
+    // Another method on a public path (TRACE /healthz) is a 405 for anyone, as the path's own routes need no token.
+    if (request.is404) {
+      const known = routesFor(routes, request.url.split('?')[0] ?? '');
+      if (known.length > 0 && known.every((r) => r.access === 'public')) return;
+    }
     // CORS preflights carry no credentials by design; @fastify/cors answers them without running a handler.
     if (corsOn && request.method === 'OPTIONS') return;
     const wait = authFailures?.retryAfterMs(request.ip) ?? 0;

@@ -115,5 +115,17 @@ if [ ! -f "$reg/.complete" ]; then
   step_done
 fi
 
+# --- schemathesis (PyPI) in its own virtual environment: test/admin/fuzz.sh fuzzes the admin API with it.
+if [ ! -x "$D/schemathesis/bin/schemathesis" ]; then
+  if command -v python3 >/dev/null 2>&1; then
+    step "installing schemathesis into $D/schemathesis (pip, log in $D/schemathesis.log)"
+    { python3 -m venv "$D/schemathesis" && "$D/schemathesis/bin/pip" install -q schemathesis; } >"$D/schemathesis.log" 2>&1 \
+      || { say "WARNING: schemathesis did not install (see $D/schemathesis.log); the admin fuzz test will be skipped"; rm -rf "$D/schemathesis"; }
+    step_done
+  else
+    say "WARNING: no python3: the admin fuzz test (schemathesis) will be skipped"
+  fi
+fi
+
 elapsed=$(($(date +%s) - started))
 if [ "$elapsed" -gt 5 ]; then say "done in ${elapsed}s"; fi

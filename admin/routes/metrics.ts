@@ -9,8 +9,11 @@ const metrics: FastifyPluginAsync = async (app) => {
       schema: {
         tags: ['metrics'],
         summary: 'Prometheus metrics (text exposition format)',
-        produces: ['text/plain'],
-        response: { 200: Type.String({ description: 'Prometheus text format 0.0.4' }), '4xx': Type.Ref('AdminError') },
+        // Per status: the metrics are text, an error (401, 429) is the JSON error body like everywhere else.
+        response: {
+          200: { description: 'Prometheus text format 0.0.4', content: { 'text/plain': { schema: Type.String() } } },
+          '4xx': { description: 'Error', content: { 'application/json': { schema: Type.Ref('AdminError') } } },
+        },
       },
     },
     async (_req, reply) => {

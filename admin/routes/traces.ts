@@ -48,7 +48,7 @@ const traces: FastifyPluginAsync = async (app) => {
   };
   const SqlBody = Type.Object({ sql: Type.String({ minLength: 1, maxLength: 20_000 }), ...LimitFields }, { additionalProperties: false });
   const NamedBody = Type.Object(
-    { params: Type.Record(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$' }), Type.Union([Type.String({ maxLength: 1000 }), Type.Number(), Type.Boolean()]), { default: {} }), ...LimitFields },
+    { params: Type.Optional(Type.Record(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$' }), Type.Union([Type.String({ maxLength: 1000 }), Type.Number(), Type.Boolean()]), { default: {} })), ...LimitFields },
     { additionalProperties: false },
   );
 
