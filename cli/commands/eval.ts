@@ -1,10 +1,11 @@
 // `rlstream eval <config> --weights <file>`: held-out accuracy of a checkpoint on the task, greedy, with the
 // same tool agent, tokenizer and backend as the main job (events go to a throw-away embedded log).
 import type { Command } from 'commander';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { loadRunConfig } from '../../core/config.ts';
+import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { openRunContext } from '../run/context.ts';
@@ -18,19 +19,29 @@ export function register(program: Command): void {
     .command('eval')
     .description('held-out accuracy of a checkpoint on the calculator task (greedy, tool agent)')
     .argument('<config>', 'run configuration (YAML)')
-    .option('--weights <file>', 'safetensors weights (default: model.init of the config)')
-    .option('--difficulty <name>', 'easy | hard', 'hard')
-    .option('--problems <n>', 'held-out problems', numberOption('--problems', { integer: true, min: 1 }), 200)
+    .option('--weights <file>', 'safetensors weights or a checkpoint directory, relative to the working directory (default: model.init of the config)')
+    .option('--difficulty <name>', "calculator task: easy | medium | hard (default: the config's task.heldout, what the main job measures)")
+    .option('--problems <n>', "held-out problems (default: the config's task.heldout_problems)", numberOption('--problems', { integer: true, min: 1 }))
     .option('--failures <n>', 'also print up to n failed problems with the response', numberOption('--failures', { integer: true, min: 0 }), 0)
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
-    .action(async (configPath: string, opts: { weights?: string; difficulty: string; problems: number; failures: number; set: Record<string, unknown> }) => {
+    .action(async (configPath: string, opts: { weights?: string; difficulty?: string; problems?: number; failures: number; set: Record<string, unknown> }) => {
+      // The same held-out set as the main job unless asked otherwise; --weights is a path the user typed, so it
+      // is relative to where they typed it (model.init in the config is relative to the config's folder).
+      const overrides: Record<string, unknown> = { ...opts.set };
+      if (opts.difficulty !== undefined) overrides['task.heldout'] = opts.difficulty;
+      if (opts.weights !== undefined) {
+        const weights = resolve(opts.weights);
+        if (!existsSync(weights)) throw new RlstreamError('CONFIG_INVALID', `--weights ${opts.weights} does not exist (looked for ${weights})`);
+        overrides['model.init'] = weights;
+      }
       const dir = mkdtempSync(join(tmpdir(), 'rlstream-eval-'));
-      const config = loadRunConfig(configPath, { ...opts.set, 'log.kind': 'embedded', 'log.dir': join(dir, 'log'), 'task.heldout': opts.difficulty, ...(opts.weights ? { 'model.init': opts.weights } : {}) });
+      const config = loadRunConfig(configPath, { ...overrides, 'log.kind': 'embedded', 'log.dir': join(dir, 'log') });
       const ctx = await openRunContext(config, jsonLogger({ level: 'warn' }));
       const backend = await createBackend(ctx);
       try {
         const worker = await createWorker(ctx, 'eval', backend, ChatTokenizer.load(modelFiles(ctx).tokenizerDir), { followPolicy: false });
         const rows = await heldoutRows(ctx, opts.problems);
+        const difficulty = config.task.options['heldout'] ?? null;
         const t0 = performance.now();
         const trajectories = await worker.evaluate(rows);
         await worker.stop();
@@ -41,7 +52,7 @@ export function register(program: Command): void {
           const extra = JSON.parse(t.extra_info_json) as { expression?: string };
           console.log(JSON.stringify({ expected_expression: extra.expression, ground_truth: t.ground_truth, response: t.response_text }));
         }
-        console.log(JSON.stringify({ accuracy: await accuracy(ctx.plugins, trajectories), problems: rows.length, difficulty: opts.difficulty, tool_calls_per_problem: toolCalls / rows.length, seconds: (performance.now() - t0) / 1000, example: trajectories[0]?.response_text }));
+        console.log(JSON.stringify({ accuracy: await accuracy(ctx.plugins, trajectories), problems: rows.length, difficulty, tool_calls_per_problem: toolCalls / rows.length, seconds: (performance.now() - t0) / 1000, example: trajectories[0]?.response_text }));
       } finally {
         await backend.close();
         await ctx.close();

@@ -16,7 +16,7 @@ import { lineChartsSvg } from '../plot.ts';
 import { openRunContext, openRunTraces, type RunContext } from './context.ts';
 import { accuracy, heldoutRows } from './evaluation.ts';
 import { Progress } from './progress.ts';
-import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows } from './roles.ts';
+import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows, initFiles } from './roles.ts';
 import { warmStart } from './sft.ts';
 
 export interface MainJobOptions {
@@ -80,7 +80,12 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
   const run = { ...config, run: { ...config.run, id: runId, dataDir: runDir } };
   const embedded = run.log.kind === 'embedded' ? { ...run, log: { kind: 'embedded' as const, dir: join(runDir, 'log') } } : run;
   const traced = embedded.traces.kind === 'chdb' ? { ...embedded, traces: { ...embedded.traces, dir: join(runDir, 'chdb') } } : embedded;
-  const ctx = await openRunContext(traced, logger);
+  // A model.init that does not exist is trained now (SFT, below) into the run's directory: a run writes nothing
+  // into the source tree (a mistyped path there would become a new checkpoint folder beside the shipped one).
+  const init = traced.model.init;
+  const sftInto = init !== null && !existsSync(initFiles(init).initWeights) ? join(runDir, 'sft') : null;
+  if (sftInto) process.stderr.write(`run: model.init ${init} does not exist: training the warm start now (SFT) into ${sftInto}\n`);
+  const ctx = await openRunContext(sftInto ? { ...traced, model: { ...traced.model, init: sftInto } } : traced, logger);
   const progress = new Progress(options.progress ?? process.stderr.isTTY === true);
   const closers: (() => Promise<unknown>)[] = [];
   try {
