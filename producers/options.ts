@@ -198,6 +198,11 @@ export const RolloutSection = Type.Object(
       Type.Object({ module: Type.String({ minLength: 1 }), export: Type.Optional(Type.String({ minLength: 1 })) }, { additionalProperties: false }),
       { default: {}, description: 'Agent loops of your own by name: { module: ./loop.ts, export: name } (an AgentLoop object or a class).' },
     ),
+    interactions: Type.Record(
+      Type.String(),
+      Type.Object({ module: Type.String({ minLength: 1 }), export: Type.Optional(Type.String({ minLength: 1 })) }, { additionalProperties: false }),
+      { default: {}, description: 'Interactions (user simulators) of your own by name, as rows name them in extra_info.interaction_kwargs.name: { module: ./user.ts, export: name }. Built-in: gsm8k.' },
+    ),
     sampling: Type.Object(
       {
         temperature: Type.Number({ minimum: 0, default: 1, description: 'Sampling temperature (0: greedy).' }),

@@ -1,6 +1,6 @@
 // The plug-ins a run's config names, resolved once at start-up, before any role starts: the task (registered
 // or user code, its own options checked), the reward function (registered or user code), and the user's
-// agent loops. A missing module, export or registered name fails here, naming the config path.
+// agent loops and interactions. A missing module, export or registered name fails here, naming the config path.
 import { Type } from '@sinclair/typebox';
 import type { RunConfig } from '../../core/config.ts';
 import { compileValue } from '../../core/config/validate.ts';
@@ -8,6 +8,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import { defaultRewards, RewardRegistry } from '../../consumers/reward/registry.ts';
 import type { RewardFn } from '../../consumers/reward/types.ts';
 import { functionShape, Registry } from '../../core/config/registry.ts';
+import { interactions as registeredInteractions, InteractionRegistry } from '../../producers/agent/interaction.ts';
 import { AgentRegistry } from '../../producers/agent/registry.ts';
 import { tasks, type Task } from '../../producers/tasks.ts';
 
@@ -18,6 +19,7 @@ export interface RunPlugins {
   /** One reward function for every row (reward.name or reward.module), or null: by data_source. */
   rewardFn: RewardFn | null;
   agents: AgentRegistry;
+  interactions: InteractionRegistry;
 }
 
 const rewardCode = new Registry<RewardFn>('reward function', functionShape('a function (data_source, solution, ground_truth, extra_info) => number | {score, correct?}'));
@@ -46,5 +48,7 @@ export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
   const agents = AgentRegistry.withBuiltins();
   for (const [name, ref] of Object.entries(config.rollout.agent_loops)) await agents.load(name, ref, config.baseDir);
   if (!agents.has(config.rollout.default_agent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${config.rollout.default_agent}" (known: ${agents.names().join(', ')})`);
-  return { task, rewards, rewardFn, agents };
+  const interactions = InteractionRegistry.withRegistered();
+  for (const [name, ref] of Object.entries(config.rollout.interactions)) interactions.add(await registeredInteractions.load(ref, config.baseDir, `rollout.interactions.${name}`), name);
+  return { task, rewards, rewardFn, agents, interactions };
 }

@@ -124,7 +124,7 @@ export async function createBackend(ctx: RunContext): Promise<LlmBackend> {
  * bound for both ends) and the dataset name from the task.
  */
 export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): RolloutOptions {
-  const { agent_loops: _loops, sampling, ...r } = ctx.config.rollout;
+  const { agent_loops: _loops, interactions: _interactions, sampling, ...r } = ctx.config.rollout;
   const stop = sampling.stop_token_ids ?? (tokenizer.eosTokenId !== null ? [tokenizer.eosTokenId] : []);
   return {
     ...r,
@@ -145,7 +145,7 @@ export async function createTools(ctx: RunContext): Promise<ToolSet> {
 
 export async function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean; completed?: ReadonlySet<string> } = {}): Promise<RolloutWorker> {
   return new RolloutWorker(
-    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await createTools(ctx), agents: ctx.plugins.agents, logger: ctx.logger, followPolicy: options.followPolicy ?? true, ...(options.completed ? { completed: options.completed } : {}) },
+    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await createTools(ctx), agents: ctx.plugins.agents, interactions: ctx.plugins.interactions, logger: ctx.logger, followPolicy: options.followPolicy ?? true, ...(options.completed ? { completed: options.completed } : {}) },
     rolloutOptions(ctx, tokenizer),
   );
 }

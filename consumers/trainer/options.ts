@@ -1,8 +1,7 @@
-// Trainer options with documented defaults, compiled once at start-up into a frozen, fully specified
-// object; every validation message names the config field.
+// Trainer options with documented defaults: the `trainer:` section's schema (keys, ranges, defaults, meaning)
+// and its compilation into a frozen, fully specified TrainerOptions; every validation message names the field.
 import { Type } from '@sinclair/typebox';
-import { RlstreamError } from '../../core/errors.ts';
-import { numberOrNull, oneOf } from '../../core/config/validate.ts';
+import { compileValue, numberOrNull, oneOf } from '../../core/config/validate.ts';
 
 export interface TrainerOptions {
   /** Max policy-version lag of a sample's oldest token at intake; older samples are dropped and counted. */
@@ -65,78 +64,34 @@ export const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   threads: 1,
 });
 
-const SNAKE: Record<keyof TrainerOptions, string> = {
-  stalenessBound: 'staleness_bound',
-  groupsPerStep: 'groups_per_step',
-  maxTokensPerMicroBatch: 'max_tokens_per_micro_batch',
-  miniBatches: 'mini_batches',
-  ppoEpochs: 'ppo_epochs',
-  learningRate: 'learning_rate',
-  beta1: 'beta1',
-  beta2: 'beta2',
-  adamEps: 'adam_eps',
-  weightDecay: 'weight_decay',
-  gradClip: 'grad_clip',
-  clipLow: 'clip_low',
-  clipHigh: 'clip_high',
-  dualClipC: 'dual_clip_c',
-  iwCap: 'iw_cap',
-  klCoef: 'kl_coef',
-  klType: 'kl_type',
-  entropyCoef: 'entropy_coef',
-  aggregation: 'aggregation',
-  publishEvery: 'publish_every',
-  maxSteps: 'max_steps',
-  keepCheckpoints: 'keep_checkpoints',
-  threads: 'threads',
-};
-
-function fail(path: string, msg: string): never {
-  throw new RlstreamError('CONFIG_INVALID', `${path} ${msg}`);
-}
-
-/** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions. */
+/** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
 export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOptions {
-  if (raw === undefined || raw === null) return TRAINER_DEFAULTS;
-  if (typeof raw !== 'object' || Array.isArray(raw)) fail(path, 'must be a mapping');
-  const input = raw as Record<string, unknown>;
-  const known = new Set(Object.values(SNAKE));
-  for (const k of Object.keys(input)) if (!known.has(k)) fail(`${path}.${k}`, `is not a trainer option (known: ${[...known].join(', ')})`);
-  const out: Record<string, unknown> = { ...TRAINER_DEFAULTS };
-  for (const [camel, snake] of Object.entries(SNAKE) as [keyof TrainerOptions, string][]) {
-    if (input[snake] !== undefined) out[camel] = input[snake];
-  }
-  const o = out as unknown as TrainerOptions;
-  const p = (k: keyof TrainerOptions) => `${path}.${SNAKE[k]}`;
-  const intAtLeast = (k: keyof TrainerOptions, min: number) => {
-    const v = o[k];
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < min) fail(p(k), `must be an integer >= ${min} (got ${JSON.stringify(v)})`);
-  };
-  const positive = (k: keyof TrainerOptions) => {
-    const v = o[k];
-    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) fail(p(k), `must be a positive number (got ${JSON.stringify(v)})`);
-  };
-  const nonNegative = (k: keyof TrainerOptions) => {
-    const v = o[k];
-    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) fail(p(k), `must be a number >= 0 (got ${JSON.stringify(v)})`);
-  };
-  intAtLeast('stalenessBound', 0);
-  intAtLeast('groupsPerStep', 1);
-  intAtLeast('maxTokensPerMicroBatch', 16);
-  intAtLeast('miniBatches', 1);
-  intAtLeast('ppoEpochs', 1);
-  intAtLeast('publishEvery', 1);
-  intAtLeast('maxSteps', 0);
-  intAtLeast('keepCheckpoints', 1);
-  intAtLeast('threads', 1);
-  for (const k of ['learningRate', 'adamEps', 'gradClip'] as const) positive(k);
-  for (const k of ['weightDecay', 'clipLow', 'clipHigh', 'klCoef', 'entropyCoef'] as const) nonNegative(k);
-  for (const k of ['beta1', 'beta2'] as const) if (!(o[k] >= 0 && o[k] < 1)) fail(p(k), 'must be in [0, 1)');
-  if (o.dualClipC !== null && !(typeof o.dualClipC === 'number' && o.dualClipC > 1)) fail(p('dualClipC'), 'must be a number > 1 or null');
-  if (o.iwCap !== null && !(typeof o.iwCap === 'number' && o.iwCap >= 1)) fail(p('iwCap'), 'must be a number >= 1 or null');
-  if (!['k1', 'k2', 'k3'].includes(o.klType)) fail(p('klType'), 'must be one of k1, k2, k3');
-  if (!['token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'].includes(o.aggregation)) fail(p('aggregation'), 'must be one of token-mean, seq-mean-token-sum, seq-mean-token-mean');
-  return Object.freeze(o);
+  const t = compileValue(TrainerSection, raw ?? {}, path);
+  return Object.freeze({
+    stalenessBound: t.staleness_bound,
+    groupsPerStep: t.groups_per_step,
+    maxTokensPerMicroBatch: t.max_tokens_per_micro_batch,
+    miniBatches: t.mini_batches,
+    ppoEpochs: t.ppo_epochs,
+    learningRate: t.learning_rate,
+    beta1: t.beta1,
+    beta2: t.beta2,
+    adamEps: t.adam_eps,
+    weightDecay: t.weight_decay,
+    gradClip: t.grad_clip,
+    clipLow: t.clip_low,
+    clipHigh: t.clip_high,
+    dualClipC: t.dual_clip_c,
+    iwCap: t.iw_cap,
+    klCoef: t.kl_coef,
+    klType: t.kl_type,
+    entropyCoef: t.entropy_coef,
+    aggregation: t.aggregation,
+    publishEvery: t.publish_every,
+    maxSteps: t.max_steps,
+    keepCheckpoints: t.keep_checkpoints,
+    threads: t.threads,
+  });
 }
 
 const d = TRAINER_DEFAULTS;

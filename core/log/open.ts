@@ -3,6 +3,7 @@
 import type { Logger } from '../telemetry.ts';
 import { silentLogger } from '../telemetry.ts';
 import { RlstreamError } from '../errors.ts';
+import { objectShape, Registry } from '../config/registry.ts';
 import type { EventLog } from './types.ts';
 import type { EmbeddedLogOptions } from './embedded/index.ts';
 
@@ -20,21 +21,32 @@ export interface KafkaLogConfig {
 
 export type LogConfig = EmbeddedLogConfig | KafkaLogConfig;
 
+export interface EventLogPlugin {
+  open(config: LogConfig, logger: Logger): Promise<EventLog>;
+}
+
+/** Event logs by `log.kind`; another implementation registers itself with `eventLogs.register(kind, plugin)`. */
+export const eventLogs = new Registry<EventLogPlugin>('event log', objectShape('an event log plug-in ({ open(config, logger) })', ['open']));
+
+eventLogs.register('embedded', {
+  async open(config, logger) {
+    if (config.kind !== 'embedded') throw new RlstreamError('INTERNAL', `embedded log opened with kind ${config.kind}`);
+    const { openEmbeddedLog } = await import('./embedded/index.ts');
+    const { kind: _kind, ...options } = config;
+    return openEmbeddedLog(options, logger);
+  },
+});
+
+eventLogs.register('kafka', {
+  async open(config, logger) {
+    if (config.kind !== 'kafka') throw new RlstreamError('INTERNAL', `Kafka log opened with kind ${config.kind}`);
+    // A computed specifier, so the embedded shape never loads kafkajs.
+    const kafkaModule = './kafka/index.ts';
+    const kafka = (await import(kafkaModule)) as { openKafkaLog(config: KafkaLogConfig, logger: Logger): Promise<EventLog> };
+    return kafka.openKafkaLog(config, logger);
+  },
+});
+
 export async function openLog(config: LogConfig, logger: Logger = silentLogger): Promise<EventLog> {
-  switch (config.kind) {
-    case 'embedded': {
-      const { openEmbeddedLog } = await import('./embedded/index.ts');
-      const { kind: _kind, ...options } = config;
-      return openEmbeddedLog(options, logger);
-    }
-    case 'kafka': {
-      // ---- Kafka branch: implemented by core/log/kafka/index.ts (owned by the Kafka side). ----
-      // A computed specifier, so this file type-checks before (and without) the Kafka module.
-      const kafkaModule = './kafka/index.ts';
-      const kafka = (await import(kafkaModule)) as { openKafkaLog(config: KafkaLogConfig, logger: Logger): Promise<EventLog> };
-      return kafka.openKafkaLog(config, logger);
-    }
-    default:
-      throw new RlstreamError('CONFIG_INVALID', `log kind must be 'embedded' or 'kafka', got ${JSON.stringify((config as { kind?: unknown }).kind)}`);
-  }
+  return eventLogs.get(String((config as { kind?: unknown }).kind), 'log.kind').open(config, logger);
 }

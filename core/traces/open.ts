@@ -1,6 +1,7 @@
 // Opens a trace store from a target string: `chdb:<dir>` (embedded, default shape) or an http(s) ClickHouse
 // URL (server). A `#<database>` suffix picks the database (default 'rlstream').
 import { RlstreamError } from '../errors.ts';
+import { objectShape, Registry } from '../config/registry.ts';
 import { ChdbTraceStore } from './chdb.ts';
 import { ServerTraceStore } from './server.ts';
 import type { TraceStore } from './store.ts';
@@ -27,18 +28,29 @@ export function parseStoreTarget(target: string): { kind: 'chdb' | 'server'; loc
   throw new RlstreamError('CONFIG_INVALID', `trace store ${JSON.stringify(target)} is neither chdb:<dir> nor an http(s):// ClickHouse URL`);
 }
 
+export interface TraceStorePlugin {
+  /** `location` is the target without its kind prefix (a directory, a URL). */
+  open(location: string, options: OpenStoreOptions): Promise<TraceStore>;
+}
+
+/** Trace stores by the kind of their target; another registers itself with `traceStores.register(kind, plugin)`. */
+export const traceStores = new Registry<TraceStorePlugin>('trace store', objectShape('a trace store plug-in ({ open(location, options) })', ['open']));
+
+traceStores.register('chdb', { open: (dir, o) => ChdbTraceStore.open({ dir, ...(o.database ? { database: o.database } : {}) }) });
+traceStores.register('server', {
+  open: (url, o) =>
+    ServerTraceStore.open({
+      url,
+      ...(o.database ? { database: o.database } : {}),
+      ...(o.username === undefined ? {} : { username: o.username }),
+      ...(o.password === undefined ? {} : { password: o.password }),
+    }),
+});
+
 export async function openTraceStore(target: string, options: OpenStoreOptions = {}): Promise<TraceStore> {
   const t = parseStoreTarget(target);
   const database = options.database ?? t.database;
-  const store: TraceStore =
-    t.kind === 'chdb'
-      ? await ChdbTraceStore.open({ dir: t.location, ...(database ? { database } : {}) })
-      : await ServerTraceStore.open({
-          url: t.location,
-          ...(database ? { database } : {}),
-          ...(options.username === undefined ? {} : { username: options.username }),
-          ...(options.password === undefined ? {} : { password: options.password }),
-        });
+  const store = await traceStores.get(t.kind, 'traces.kind').open(t.location, { ...options, ...(database ? { database } : {}) });
   if (options.migrate ?? true) {
     try {
       await store.migrate();

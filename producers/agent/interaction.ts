@@ -1,6 +1,7 @@
 // Interactions: the user side of a multi-turn dialogue (verl's BaseInteraction). After an assistant
 // turn without a tool call, the interaction reads the conversation and either ends it or answers as the
 // user (the answer becomes a user turn with loss mask 0); each answer carries a turn reward.
+import { objectShape, Registry } from '../../core/config/registry.ts';
 import { extractGsm8kAnswer } from '../../consumers/reward/gsm8k.ts';
 import type { ChatMessage } from '../tokenizer/chat-tokenizer.ts';
 
@@ -52,11 +53,24 @@ export class Gsm8kInteraction implements Interaction {
   }
 }
 
+/**
+ * Interactions (user simulators) by name, as rows name them in extra_info.interaction_kwargs.name: the
+ * built-in gsm8k, and a run's own (`rollout.interactions: {name: {module, export}}`).
+ */
+export const interactions = new Registry<Interaction>('interaction', objectShape('an Interaction (an object with respond(), or a class of one)', ['respond'], { construct: true }));
+
 export class InteractionRegistry {
   private readonly byName = new Map<string, Interaction>();
 
-  add(interaction: Interaction): this {
-    this.byName.set(interaction.name, interaction);
+  /** A registry holding every registered interaction. */
+  static withRegistered(): InteractionRegistry {
+    const r = new InteractionRegistry();
+    for (const name of interactions.names()) r.add(interactions.get(name), name);
+    return r;
+  }
+
+  add(interaction: Interaction, name = interaction.name): this {
+    this.byName.set(name, interaction);
     return this;
   }
 
@@ -68,3 +82,5 @@ export class InteractionRegistry {
     return [...this.byName.keys()];
   }
 }
+
+interactions.register('gsm8k', new Gsm8kInteraction());
