@@ -264,6 +264,16 @@ test('a deleted segment .log (or the whole segment) fails the open naming it; re
       unlinkSync(gone);
       if (whole) for (const ext of ['.index', '.timeindex']) unlinkSync(gone.replace(/\.log$/, ext));
       assert.throws(() => open(dir), corrupt(gone));
+      // Read-only: the gap is read around and reported, and nothing is written.
+      const before = snapshot(dir);
+      const ro = open(dir, { readOnly: true });
+      checkIntact(await readAll(ro), [...range(0, from), ...range(to, 600)]);
+      assert.deepEqual(
+        ro.damageReport().gaps.map((d) => [d.fromOffset, d.toOffset, d.file]),
+        [[from, to, gone]],
+      );
+      await ro.close();
+      assert.deepEqual(snapshot(dir), before);
       const report = await repairLog(dir);
       assert.deepEqual(
         report.foundNow.map((d) => [d.fromOffset, d.toOffset, d.file]),
@@ -440,7 +450,7 @@ function snapshot(dir: string): Record<string, string> {
   return out;
 }
 
-test('a read-only open writes nothing (torn tail, missing indexes, unapplied journal), refuses writes, and reports damage it cannot quarantine', async () => {
+test('a read-only open writes nothing (torn tail, missing indexes, damaged records), refuses writes, reads around damage and reports it', async () => {
   const dir = tempDir();
   try {
     await withCommits(dir, 300);
@@ -464,10 +474,19 @@ test('a read-only open writes nothing (torn tail, missing indexes, unapplied jou
     await reader.close();
     await writer.close();
     assert.equal(statSync(seg!).size, size, 'the read-write open cut the torn tail');
-    // Damage a read-write open would quarantine: read-only leaves it and says how to repair.
+    // Damage a read-write open would quarantine, and a missing segment: read-only leaves both in place, reads
+    // every intact record around them and reports them.
     flip(seg!, frames(seg!)[10]!.start + 30);
     const damaged = snapshot(dir);
-    assert.throws(() => open(dir, { readOnly: true }), corrupt(seg!));
+    const warnings: Warning[] = [];
+    const ro = open(dir, { readOnly: true }, warnings);
+    checkIntact(await readAll(ro), [...range(0, 10), ...range(11, 300)]);
+    assert.deepEqual(
+      ro.damageReport().gaps.map((g) => [g.fromOffset, g.toOffset, g.quarantine]),
+      [[10, 11, null]],
+    );
+    assert.ok(warnings.some((w) => /left in place: read-only open/.test(w.msg)));
+    await ro.close();
     assert.deepEqual(snapshot(dir), damaged);
   } finally {
     rmSync(dir, { recursive: true, force: true });

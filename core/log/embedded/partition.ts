@@ -11,7 +11,7 @@ import type { Logger } from '../../telemetry.ts';
 import type { RecordChunk, RetentionOptions } from '../types.ts';
 import { corruptError, DamageLedger, type DamageRecord } from './damage.ts';
 import { type EncodedBatch, FRAME, offsetAt } from './record-format.ts';
-import { Segment, type SegmentConfig, segmentFileName } from './segment.ts';
+import { Segment, type SegmentConfig, type SegmentDamage, segmentFileName } from './segment.ts';
 
 export interface PartitionConfig extends SegmentConfig {
   segmentBytes: number;
@@ -71,11 +71,12 @@ export class Partition {
     bases.forEach((base, i) => this.segments.push(Segment.open(dir, base, config, i === bases.length - 1, logger, config.repair)));
     // A crash between creating a segment and writing to it can leave an empty active segment whose base
     // does not follow the previous one; fix by dropping it (unless a listed gap explains it).
-    while (this.segments.length > 1 && !config.readOnly) {
+    while (this.segments.length > 1) {
       const last = this.segments[this.segments.length - 1]!;
       const prev = this.segments[this.segments.length - 2]!;
       if (last.base === prev.next || last.size > 0 || (last.base > prev.next && this.ledger.covers(prev.next, last.base))) break;
-      last.delete();
+      if (config.readOnly) last.close();
+      else last.delete();
       this.segments.pop();
     }
     this.checkComplete([...indexBases].filter((b) => !logBases.has(b)));
@@ -115,8 +116,9 @@ export class Partition {
       missing.push({ from: prev.next, to: seg.base, file: join(this.dir, segmentFileName(prev.next, '.log')), reason: `segment file missing: offsets ${prev.next} to ${seg.base - 1} are in no segment` });
     }
     const unlisted = missing.filter((m) => !this.ledger.covers(m.from, m.to ?? m.from + 1));
+    const { readOnly, repair } = this.config;
     for (const m of unlisted) {
-      if (!this.config.repair) {
+      if (!repair && !readOnly) {
         throw corruptError(this.config.logDir, m.file, `${m.reason}; ${m.to === null ? `offsets from ${m.from}` : `offsets ${m.from} to ${m.to - 1}`} of ${this.topic}/${this.index} are lost`, 'accept the gap (it is listed in damage.json and readers skip it)');
       }
     }
@@ -125,59 +127,58 @@ export class Partition {
       const i = this.segments.indexOf(seg);
       const nextBase = this.segments[i + 1]?.base ?? null;
       for (const d of seg.damage) {
-        if (this.config.readOnly) {
-          throw corruptError(this.config.logDir, seg.path('.log'), `${d.problem} at bytes ${d.pos} to ${d.end} (offsets from ${d.fromOffset}); a read-only open leaves the file as it is`, 'move the damaged bytes to a quarantine file and keep the records after them');
-        }
-        if (d.toOffset === null) {
-          d.toOffset = nextBase;
-          if (!this.config.repair) {
-            throw corruptError(this.config.logDir, seg.path('.log'), `${d.problem} at byte ${d.pos}, and no valid record follows in the ${seg.size === 0 ? '' : 'sealed '}segment (the frames cannot be re-synchronised)`, 'move the damaged bytes to a quarantine file');
-          }
+        if (d.toOffset !== null) continue;
+        d.toOffset = nextBase;
+        if (!repair && !readOnly) {
+          throw corruptError(this.config.logDir, seg.path('.log'), `${d.problem} at byte ${d.pos}, and no valid record follows in the sealed segment (the frames cannot be re-synchronised)`, 'move the damaged bytes to a quarantine file');
         }
       }
     }
     const now = Date.now();
     const records = unlisted.map((m): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: m.from, toOffset: m.to, bytes: 0, file: m.file, quarantine: null, reason: m.reason, foundMs: now }));
     if (records.length > 0) {
-      this.ledger.add(records);
-      for (const m of unlisted) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(m.from, ext)));
+      // Read-only: the gap is reported, and readers step over it, but it is not written down.
+      if (!readOnly) {
+        this.ledger.add(records);
+        for (const m of unlisted) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(m.from, ext)));
+      }
       this.found.push(...records);
     }
     for (const seg of damaged) {
+      const record = (d: SegmentDamage, quarantine: string | null): DamageRecord => ({
+        topic: this.topic,
+        partition: this.index,
+        fromOffset: d.fromOffset,
+        toOffset: d.toOffset,
+        bytes: d.end - d.pos,
+        file: seg.path('.log'),
+        quarantine,
+        reason: d.problem,
+        foundMs: now,
+      });
+      if (readOnly) {
+        // Nothing may be moved: the damaged bytes stay where they are and reads step over them.
+        this.found.push(...seg.damage.map((d) => record(d, null)));
+        seg.keepDamageAsHoles();
+        continue;
+      }
       const i = this.segments.indexOf(seg);
       seg.quarantine(i === this.segments.length - 1, this.logger, (moved) => {
-        const recs = moved.map(({ damage: d, file }): DamageRecord => ({
-          topic: this.topic,
-          partition: this.index,
-          fromOffset: d.fromOffset,
-          toOffset: d.toOffset,
-          bytes: d.end - d.pos,
-          file: seg.path('.log'),
-          quarantine: file,
-          reason: d.problem,
-          foundMs: now,
-        }));
+        const recs = moved.map(({ damage: d, file }) => record(d, file));
         this.ledger.add(recs);
         this.found.push(...recs);
       });
     }
     for (const r of this.found) {
-      this.logger.warn('embedded log: damaged records quarantined; their offsets are a gap that readers skip', {
-        topic: r.topic,
-        partition: r.partition,
-        fromOffset: r.fromOffset,
-        toOffset: r.toOffset,
-        bytes: r.bytes,
-        file: r.file,
-        quarantine: r.quarantine,
-        reason: r.reason,
-      });
+      const msg = readOnly ? 'embedded log: damaged records found (left in place: read-only open); their offsets are a gap that readers skip' : 'embedded log: damaged records quarantined; their offsets are a gap that readers skip';
+      this.logger.warn(msg, { topic: r.topic, partition: r.partition, fromOffset: r.fromOffset, toOffset: r.toOffset, bytes: r.bytes, file: r.file, quarantine: r.quarantine, reason: r.reason });
     }
   }
 
   /** Every gap this partition has accepted (its damage ledger). */
   get damage(): readonly DamageRecord[] {
-    return this.ledger.records;
+    // A read-only open writes no ledger: what it found is listed beside what earlier opens wrote down.
+    return this.config.readOnly ? [...this.ledger.records, ...this.found] : this.ledger.records;
   }
 
   get low(): number {
@@ -276,6 +277,7 @@ export class Partition {
           throw err;
         }
       }
+      cursor.pos = seg.skipHole(cursor.pos);
       if (cursor.pos >= seg.size) {
         // End of a sealed segment: continue in the next one (past a gap, if one lies between).
         const i = this.segments.indexOf(seg);

@@ -58,6 +58,8 @@ export class Segment {
   dirty = false;
   /** Damage found by the last rebuild, not yet quarantined (see quarantine()). */
   damage: SegmentDamage[] = [];
+  /** Damaged byte ranges left in place (a read-only open cannot move them), in file order: reads step over them. */
+  private holes: { pos: number; end: number }[] = [];
 
   private constructor(
     readonly dir: string,
@@ -196,6 +198,26 @@ export class Segment {
     if (this.damage.length === 0) this.writeIndexFiles();
   }
 
+  /** Leave the damage found in place and step over it when reading (a read-only open). */
+  keepDamageAsHoles(): void {
+    this.holes = this.damage.map((d) => ({ pos: d.pos, end: d.end })).sort((a, b) => a.pos - b.pos);
+    this.damage = [];
+    if (this.holes.length > 0) this.size = Math.max(this.size, this.holes[this.holes.length - 1]!.end);
+  }
+
+  /** The first hole that ends after a position (it may start before it), or null. */
+  private holeFrom(pos: number): { pos: number; end: number } | null {
+    for (const h of this.holes) if (h.end > pos) return h;
+    return null;
+  }
+
+  /** A read position moved past a hole it stands in. */
+  skipHole(pos: number): number {
+    if (this.holes.length === 0) return pos;
+    const h = this.holeFrom(pos);
+    return h && h.pos <= pos ? h.end : pos;
+  }
+
   /** Rescan a sealed segment whole (a read found it damaged); what it finds is left in `damage`. */
   rescan(logger: Logger): void {
     this.size = fstatSync(this.fd).size;
@@ -289,7 +311,13 @@ export class Segment {
     let filePos = from;
     let buf = Buffer.allocUnsafe(Math.min(SCAN_CHUNK, Math.max(0, this.size - from)));
     while (filePos < this.size) {
-      const want = Math.min(Math.max(buf.length, FRAME), this.size - filePos);
+      const hole = this.holes.length === 0 ? null : this.holeFrom(filePos);
+      if (hole && hole.pos <= filePos) {
+        filePos = hole.end;
+        continue;
+      }
+      const limit = hole ? hole.pos : this.size;
+      const want = Math.min(Math.max(buf.length, FRAME), limit - filePos);
       if (buf.length < want) buf = Buffer.allocUnsafe(want);
       const got = readSync(this.fd, buf, 0, want, filePos);
       let pos = 0;
@@ -304,8 +332,8 @@ export class Segment {
         if (problem) {
           const truncated = problem.startsWith('truncated');
           // A record cut by the chunk boundary: read again from its start (bigger buffer if needed).
-          if (truncated && filePos + got < this.size) {
-            if (pos === 0) buf = Buffer.allocUnsafe(Math.min(this.size - filePos, Math.max(buf.length * 2, got - pos >= 4 ? recordSizeAt(buf, pos) : FRAME)));
+          if (truncated && filePos + got < limit) {
+            if (pos === 0) buf = Buffer.allocUnsafe(Math.min(limit - filePos, Math.max(buf.length * 2, got - pos >= 4 ? recordSizeAt(buf, pos) : FRAME)));
             break;
           }
           return { end: filePos + pos, problem };
@@ -430,8 +458,10 @@ export class Segment {
    * one record. `alloc` gives the buffer to read into (a consumer's recycled one).
    */
   read(pos: number, maxBytes: number, maxRecords = Infinity, alloc: (bytes: number) => Buffer = Buffer.allocUnsafe): Buffer {
-    if (pos >= this.size) return Buffer.alloc(0);
-    let len = Math.min(Math.max(Math.min(maxBytes, READ_CHUNK), 64 * 1024), this.size - pos);
+    const hole = this.holes.length === 0 ? null : this.holeFrom(pos);
+    const limit = hole ? Math.max(pos, hole.pos) : this.size;
+    if (pos >= limit) return Buffer.alloc(0);
+    let len = Math.min(Math.max(Math.min(maxBytes, READ_CHUNK), 64 * 1024), limit - pos);
     let buf = alloc(len);
     this.readFully(buf, len, pos);
     let p = 0;
@@ -448,12 +478,12 @@ export class Segment {
         records++;
         continue;
       }
-      if (!problem.startsWith('truncated') || pos + len >= this.size) {
+      if (!problem.startsWith('truncated') || pos + len >= limit) {
         throw corruptError(this.config.logDir, this.path('.log'), `${problem} at byte ${pos + p}`, 'move the damaged bytes to a quarantine file and keep the records after them');
       }
       if (p > 0) break;
       // The first record alone is larger than the chunk: read exactly that record.
-      len = Math.min(recordSizeAt(buf, 0), this.size - pos);
+      len = Math.min(recordSizeAt(buf, 0), limit - pos);
       buf = Buffer.allocUnsafe(len);
       this.readFully(buf, len, pos);
     }
