@@ -1,6 +1,6 @@
-// Rollout control: pause, resume, change the staleness bound, stop. Each is published as a Control event
-// that the rollout workers act on (the trainer keeps its own configured bound); every route here needs the
-// control role.
+// Run control: pause, resume, change the staleness bound, stop. Each is published as a Control event on the
+// control topic, which the rollout workers and the trainer follow (commands from before a process started are
+// not replayed); every route here needs the control role.
 import { Type, type Static } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ControlRequest } from '../context.ts';
@@ -11,7 +11,7 @@ import { responses, RunIdParams } from '../schemas.ts';
 const Reason = Type.Optional(Type.String({ maxLength: 500 }));
 const Body = Type.Object({ reason: Reason }, { additionalProperties: false });
 const StalenessBody = Type.Object(
-  { bound: Type.Integer({ minimum: 0, maximum: 1_000_000, description: 'Largest allowed policy-version lag of a sample.' }), reason: Reason },
+  { bound: Type.Integer({ minimum: 0, maximum: 1_000_000, description: "The run's staleness bound (trainer.staleness_bound): the largest policy-version lag of a sample's oldest token when it is trained." }), reason: Reason },
   { additionalProperties: false },
 );
 const Published = Type.Object({ command: Type.String(), runId: Type.String(), eventId: Type.String(), partition: Type.Integer(), offset: Type.Integer() });
@@ -41,13 +41,13 @@ const control: FastifyPluginAsync = async (app) => {
       { config: { access: 'control' }, schema: { tags: ['control'], summary, params: RunIdParams, body: Body, response: responses(Published, 202) } },
       async (req, reply) => reply.code(202).send(await publish(req, command, req.body?.reason, null)),
     );
-  simple('pause', 'Pause rollouts (in-flight trajectories finish; no new ones start)');
-  simple('resume', 'Resume rollouts');
-  simple('stop', 'Stop the run');
+  simple('pause', 'Pause rollouts: rollout workers start no new groups (trajectories under way finish); the trainer trains on what arrives');
+  simple('resume', 'Resume rollouts paused by pause');
+  simple('stop', 'Stop the run: rollout workers start no new groups and finish those under way; the trainer stops after the step under way; the main job then evaluates and exits');
 
   app.post<{ Params: Static<typeof RunIdParams>; Body: Static<typeof StalenessBody> }>(
     '/runs/:runId/control/staleness',
-    { config: { access: 'control' }, schema: { tags: ['control'], summary: 'Change the staleness bound', params: RunIdParams, body: StalenessBody, response: responses(Published, 202) } },
+    { config: { access: 'control' }, schema: { tags: ['control'], summary: 'Change the staleness bound at both ends: rollout workers start no group that would exceed it, the trainer drops (and counts) samples older than it', params: RunIdParams, body: StalenessBody, response: responses(Published, 202) } },
     async (req, reply) => reply.code(202).send(await publish(req, 'set_staleness', req.body.reason, req.body.bound)),
   );
 };
