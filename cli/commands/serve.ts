@@ -1,0 +1,53 @@
+// `rlstream serve <config>`: the OpenAI-compatible endpoint that records every call as trajectory events in the
+// run's log (see docs/serve.md). Runs until SIGTERM / SIGINT; open trajectories then complete as aborted.
+import type { Command } from 'commander';
+import { RlstreamError } from '../../core/errors.ts';
+import { jsonLogger } from '../../core/telemetry.ts';
+import { startServeJob, TOKENS_VARIABLE } from '../run/serve-job.ts';
+import { collectSet } from './run.ts';
+
+function positiveInt(value: string, what: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 2 ** 31) throw new RlstreamError('CONFIG_INVALID', `${what} must be a non-negative integer, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+export function register(program: Command): void {
+  program
+    .command('serve')
+    .description('serve the configured backend as an OpenAI-compatible endpoint that records every call as trajectories')
+    .argument('<config>', 'run configuration (YAML), e.g. examples/calculator/config.yaml')
+    .option('--port <n>', 'port to listen on (0: any free port)', '8000')
+    .option('--host <address>', 'address to listen on', '127.0.0.1')
+    .option('--model <id>', 'model id clients name (default: the run id)')
+    .option('--train', 'also run the reward, advantage and trainer roles in this process (the embedded log is one process)')
+    .option('--max-sessions <n>', 'trajectories open at once', '1024')
+    .option('--idle-timeout-ms <n>', 'a trajectory idle this long completes as aborted', '600000')
+    .option('--body-limit-bytes <n>', 'largest request body', String(4 * 1024 * 1024))
+    .option('--data-source <name>', "data_source recorded when a call names none (the reward consumer scores by it)")
+    .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
+    .action(async (configPath: string, opts: { port: string; host: string; model?: string; train?: boolean; maxSessions: string; idleTimeoutMs: string; bodyLimitBytes: string; dataSource?: string; set: Record<string, unknown> }) => {
+      const logger = jsonLogger({ fields: { role: 'serve', pid: process.pid } });
+      const job = await startServeJob({
+        configPath,
+        overrides: opts.set,
+        host: opts.host,
+        port: positiveInt(opts.port, '--port'),
+        ...(opts.model ? { model: opts.model } : {}),
+        train: opts.train === true,
+        limits: { maxSessions: Math.max(1, positiveInt(opts.maxSessions, '--max-sessions')), idleTimeoutMs: Math.max(1, positiveInt(opts.idleTimeoutMs, '--idle-timeout-ms')) },
+        bodyLimitBytes: Math.max(1024, positiveInt(opts.bodyLimitBytes, '--body-limit-bytes')),
+        ...(opts.dataSource ? { dataSource: opts.dataSource } : {}),
+        logger,
+      });
+      // The generated token goes to the terminal once, never to the log.
+      if (job.generatedToken) process.stderr.write(`rlstream serve: no ${TOKENS_VARIABLE} set; clients authenticate with this token (this process only):\n  ${job.generatedToken}\n`);
+      process.stderr.write(`rlstream serve: ${job.url}/v1 (OpenAPI at ${job.url}/openapi.json)\n`);
+      await new Promise<void>((resolve) => {
+        process.once('SIGTERM', resolve);
+        process.once('SIGINT', resolve);
+      });
+      await job.close();
+      process.exit(0);
+    });
+}

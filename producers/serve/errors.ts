@@ -1,0 +1,47 @@
+// The serving endpoint's one catalogue of error codes: each has an HTTP status, an OpenAI error `type` (what the
+// OpenAI SDKs map to their exception classes) and a message template. Answers have OpenAI's shape,
+// `{ error: { message, type, code, param } }`, so an agent's own error handling works unchanged.
+
+export const SERVE_ERRORS = {
+  SRV_ERR_UNAUTHENTICATED: { status: 401, type: 'authentication_error', message: 'a valid bearer token is required (Authorization: Bearer <token>)' },
+  SRV_ERR_AUTH_LIMITED: { status: 429, type: 'rate_limit_error', message: 'too many failed authentications; retry in {after} s' },
+  SRV_ERR_VALIDATION: { status: 400, type: 'invalid_request_error', message: 'invalid request: {detail}' },
+  SRV_ERR_BAD_JSON: { status: 400, type: 'invalid_request_error', message: 'request body is not valid JSON' },
+  SRV_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error', message: 'request body is larger than {limit} bytes' },
+  SRV_ERR_MODEL: { status: 404, type: 'invalid_request_error', message: 'model {model} is not served here (served: {served})' },
+  SRV_ERR_HISTORY: { status: 409, type: 'invalid_request_error', message: 'the conversation does not continue its trajectory: {detail}' },
+  SRV_ERR_TOOL_CALL: { status: 400, type: 'invalid_request_error', message: 'tool result refused: {detail}' },
+  SRV_ERR_TOOLS_CHANGED: { status: 400, type: 'invalid_request_error', message: 'the tools differ from those the trajectory started with ({detail}); the prompt was rendered with those' },
+  SRV_ERR_TRAJECTORY_UNKNOWN: { status: 404, type: 'invalid_request_error', message: 'no open trajectory {id}' },
+  SRV_ERR_TRAJECTORY_DONE: { status: 409, type: 'invalid_request_error', message: 'trajectory {id} is already completed ({termination})' },
+  SRV_ERR_TRAJECTORY_BUSY: { status: 409, type: 'invalid_request_error', message: 'trajectory {id} has a call in flight; calls of one trajectory must not overlap' },
+  SRV_ERR_SESSIONS_FULL: { status: 429, type: 'rate_limit_error', message: '{limit} trajectories are open; complete one or retry later' },
+  SRV_ERR_GROUP: { status: 400, type: 'invalid_request_error', message: 'bad group: {detail}' },
+  SRV_ERR_ROUTE_NOT_FOUND: { status: 404, type: 'invalid_request_error', message: 'no route {method} {url}' },
+  SRV_ERR_BACKEND: { status: 503, type: 'server_error', message: 'the backend did not answer: {detail}' },
+  SRV_ERR_INTERNAL: { status: 500, type: 'server_error', message: 'internal error (see the server log, request {requestId})' },
+} as const satisfies Record<string, { status: number; type: string; message: string }>;
+
+export type ServeErrorCode = keyof typeof SERVE_ERRORS;
+
+function fill(template: string, params: Record<string, string | number>): string {
+  return template.replace(/\{(\w+)\}/g, (whole, key: string) => (key in params ? String(params[key]) : whole));
+}
+
+export class ServeError extends Error {
+  readonly code: ServeErrorCode;
+  readonly statusCode: number;
+  readonly type: string;
+
+  constructor(code: ServeErrorCode, params: Record<string, string | number> = {}, options: { cause?: unknown } = {}) {
+    super(fill(SERVE_ERRORS[code].message, params), options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'ServeError';
+    this.code = code;
+    this.statusCode = SERVE_ERRORS[code].status;
+    this.type = SERVE_ERRORS[code].type;
+  }
+
+  body(): { error: { message: string; type: string; code: string; param: null } } {
+    return { error: { message: this.message, type: this.type, code: this.code, param: null } };
+  }
+}

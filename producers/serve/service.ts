@@ -1,0 +1,353 @@
+// The serving endpoint's state behind its routes: open trajectories (sessions) by id and by conversation, their
+// events published to rollout.events keyed by group_id as they happen (TrajectoryStarted on the first call,
+// TurnCompleted / ToolCallCompleted per call, TrajectoryCompleted on complete or time-out), groups of n samples,
+// and the limits (open sessions, idle time-out). Routes (server.ts) only translate HTTP to these calls.
+import { setMaxListeners } from 'node:events';
+import { describeError } from '../../core/errors.ts';
+import { deriveId, newId } from '../../core/ids.ts';
+import type { Logger } from '../../core/telemetry.ts';
+import type { SamplingParams, Termination } from '../../schemas/generated/types.ts';
+import { TrajectoryRecorder, type TrajectoryMeta } from '../agent/recorder.ts';
+import { toolParser } from '../agent/tool-parser.ts';
+import type { AgentContext, AgentLimits } from '../agent/types.ts';
+import type { LlmBackend } from '../backends/types.ts';
+import { Counters } from '../metrics.ts';
+import type { CompiledRolloutOptions } from '../options.ts';
+import type { EventPublisher } from '../publisher.ts';
+import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
+import { DeltaTokenizer } from '../tokenizer/delta.ts';
+import { ServeError } from './errors.ts';
+import { templateMessage } from './openai.ts';
+import { ServeSession, conversationKey, type ClientMessage, type ServedTurn } from './session.ts';
+
+export interface ServeLimits {
+  /** Trajectories open at once; a new one beyond it is refused with 429. Default 1024. */
+  maxSessions: number;
+  /** A trajectory without a call for this long is completed as `aborted`. Default 600 000 ms. */
+  idleTimeoutMs: number;
+}
+
+export interface ServeServiceDeps {
+  runId: string;
+  backend: LlmBackend;
+  tokenizer: ChatTokenizer;
+  publisher: EventPublisher;
+  /** The run's rollout options: sampling defaults, response budget, tool parser, tokenization check, template kwargs. */
+  rollout: CompiledRolloutOptions;
+  limits: ServeLimits;
+  /** Recorded as data_source when the client names none (the reward consumer scores by it). */
+  dataSource: string;
+  /** Recorded in DatasetRef.name. */
+  datasetName: string;
+  logger: Logger;
+}
+
+/** How the client names the trajectory of a call (header or metadata; see docs/serve.md). */
+export interface SessionNaming {
+  trajectoryId?: string;
+  groupId?: string;
+  groupSize?: number;
+  sampleIndex?: number;
+  dataSource?: string;
+  groundTruth?: string;
+  agentName?: string;
+}
+
+export interface ChatCall {
+  /** The conversation as the client sends it. */
+  messages: ClientMessage[];
+  tools: ChatTool[];
+  sampling: SamplingParams;
+  n: number;
+  naming: SessionNaming;
+}
+
+export interface ChoiceResult {
+  session: ServeSession;
+  /** Null when the trajectory's response budget was spent before anything could be generated. */
+  served: ServedTurn | null;
+  /** Set when this call completed the trajectory. */
+  completed: Termination | null;
+  promptTokens: number;
+}
+
+/** Completed trajectory ids remembered (a late call names a completed one: 409, not a new trajectory). */
+const REMEMBERED = 65_536;
+
+export class ServeService {
+  readonly counters = new Counters();
+  private readonly sessions = new Map<string, ServeSession>();
+  private readonly byConversation = new Map<string, string>();
+  private readonly done = new Map<string, Termination>();
+  private readonly nextIndex = new Map<string, number>();
+  private readonly delta: DeltaTokenizer;
+  private readonly abort = new AbortController();
+  private readonly sweeper: NodeJS.Timeout;
+  private checkCounter = 0;
+  private datasetIndex = 0;
+  private closed = false;
+
+  constructor(private readonly deps: ServeServiceDeps) {
+    this.delta = new DeltaTokenizer(deps.tokenizer, { ...deps.rollout.templateKwargs });
+    setMaxListeners(0, this.abort.signal);
+    this.sweeper = setInterval(() => void this.sweep(), Math.max(50, Math.min(5_000, deps.limits.idleTimeoutMs / 4)));
+    this.sweeper.unref();
+  }
+
+  get openSessions(): number {
+    return this.sessions.size;
+  }
+
+  /** Default sampling of the run, with what a request sets. */
+  sampling(request: { temperature?: number | null; top_p?: number | null; top_k?: number | null; max_tokens?: number | null; max_completion_tokens?: number | null; seed?: number | null }): SamplingParams {
+    const d = this.deps.rollout.sampling;
+    return {
+      temperature: request.temperature ?? d.temperature,
+      top_p: request.top_p ?? d.top_p,
+      top_k: request.top_k ?? d.top_k,
+      max_new_tokens: request.max_completion_tokens ?? request.max_tokens ?? d.max_new_tokens,
+      seed: request.seed ?? d.seed,
+      stop_token_ids: [...d.stop_token_ids],
+    };
+  }
+
+  session(id: string): ServeSession {
+    const s = this.sessions.get(id);
+    if (s) return s;
+    const t = this.done.get(id);
+    if (t) throw new ServeError('SRV_ERR_TRAJECTORY_DONE', { id, termination: t });
+    throw new ServeError('SRV_ERR_TRAJECTORY_UNKNOWN', { id });
+  }
+
+  /** One chat call: continue the trajectory it names (or whose conversation it continues), or open new ones. */
+  async chat(call: ChatCall): Promise<ChoiceResult[]> {
+    const existing = this.find(call);
+    if (existing) {
+      if (call.n !== 1) throw new ServeError('SRV_ERR_GROUP', { detail: 'n > 1 opens a group of new trajectories; a continued trajectory takes n = 1' });
+      const names = call.tools.map((t) => t.function.name).join(',');
+      const had = existing.ctx.tools.map((t) => t.function.name).join(',');
+      if (names !== had) throw new ServeError('SRV_ERR_TOOLS_CHANGED', { detail: `now [${names}], started with [${had}]` });
+      return [await this.turn(existing, call, true)];
+    }
+    const sessions = this.open(call);
+    return Promise.all(sessions.map((s) => this.turn(s, call, false)));
+  }
+
+  private find(call: ChatCall): ServeSession | null {
+    const id = call.naming.trajectoryId;
+    if (id !== undefined) {
+      const s = this.sessions.get(id);
+      if (s) return s;
+      const t = this.done.get(id);
+      if (t) throw new ServeError('SRV_ERR_TRAJECTORY_DONE', { id, termination: t });
+      return null;
+    }
+    // Unnamed: the conversation up to its last assistant message is the key of the trajectory that answered it.
+    let last = -1;
+    for (let i = call.messages.length - 1; i >= 0; i--) {
+      if (call.messages[i]!.role === 'assistant') {
+        last = i;
+        break;
+      }
+    }
+    if (last < 0) return null;
+    const sid = this.byConversation.get(conversationKey(call.tools, call.messages.slice(0, last + 1)));
+    return sid === undefined ? null : (this.sessions.get(sid) ?? null);
+  }
+
+  /**
+   * One text completion: the prompt is tokenized as it is (no chat template) and opens new trajectories (n of
+   * them, one group); each stays open for its reward until completed or timed out.
+   */
+  async text(call: { prompt: string; sampling: SamplingParams; n: number; naming: SessionNaming }): Promise<ChoiceResult[]> {
+    const id = call.naming.trajectoryId;
+    if (id !== undefined && (this.sessions.has(id) || this.done.has(id))) {
+      throw new ServeError('SRV_ERR_HISTORY', { detail: `a text completion opens a new trajectory and ${id} exists; continue a conversation on /v1/chat/completions` });
+    }
+    const chat: ChatCall = { messages: [{ role: 'user', content: call.prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming };
+    const sessions = this.open(chat, { prompt: [{ role: 'user', content: call.prompt }], ids: this.deps.tokenizer.encode(call.prompt) });
+    return Promise.all(sessions.map((s) => this.turn(s, chat, false)));
+  }
+
+  private open(call: ChatCall, rendered?: { prompt: ChatMessage[]; ids: number[] }): ServeSession[] {
+    const { naming, n } = call;
+    if (this.closed) throw new ServeError('SRV_ERR_BACKEND', { detail: 'the endpoint is shutting down' });
+    if (naming.trajectoryId !== undefined && n > 1) throw new ServeError('SRV_ERR_GROUP', { detail: 'a named trajectory is one sample; name the group (X-Rlstream-Group) or leave the trajectory unnamed with n > 1' });
+    if (this.sessions.size + n > this.deps.limits.maxSessions) throw new ServeError('SRV_ERR_SESSIONS_FULL', { limit: this.deps.limits.maxSessions });
+    const groupId = naming.groupId ?? newId();
+    const groupSize = naming.groupSize ?? n;
+    let first = naming.sampleIndex;
+    if (first === undefined) {
+      first = naming.groupId === undefined ? 0 : (this.nextIndex.get(groupId) ?? 0);
+      if (naming.groupId !== undefined) this.nextIndex.set(groupId, first + n);
+    }
+    if (first + n > groupSize) throw new ServeError('SRV_ERR_GROUP', { detail: `samples ${first}..${first + n - 1} do not fit a group of ${groupSize}` });
+    if (naming.groupId !== undefined && first + n >= groupSize) this.nextIndex.delete(groupId);
+
+    const { prompt, ids: promptIds } = rendered ?? this.render(call);
+    const out: ServeSession[] = [];
+    for (let k = 0; k < n; k++) {
+      const sampleIndex = first + k;
+      const trajectoryId = naming.trajectoryId ?? deriveId(groupId, 'trajectory', sampleIndex);
+      if (this.sessions.has(trajectoryId) || this.done.has(trajectoryId)) throw new ServeError('SRV_ERR_GROUP', { detail: `sample ${sampleIndex} of group ${groupId} already exists (trajectory ${trajectoryId})` });
+      out.push(this.create(call, prompt, promptIds, { trajectoryId, groupId, sampleIndex, groupSize }));
+    }
+    return out;
+  }
+
+  /** The prompt as the chat template renders it (once for all samples of a group). */
+  private render(call: ChatCall): { prompt: ChatMessage[]; ids: number[] } {
+    const toolNames = new Map<string, string>();
+    for (const m of call.messages) for (const c of m.tool_calls) toolNames.set(c.id, c.name);
+    const prompt: ChatMessage[] = call.messages.map((m) => templateMessage(m, toolNames));
+    try {
+      return { prompt, ids: this.delta.promptIds(prompt, call.tools.length > 0 ? call.tools : null) };
+    } catch (err) {
+      throw new ServeError('SRV_ERR_VALIDATION', { detail: `the chat template cannot render these messages: ${describeError(err)}` }, { cause: err });
+    }
+  }
+
+  private create(call: ChatCall, prompt: ChatMessage[], promptIds: number[], ids: { trajectoryId: string; groupId: string; sampleIndex: number; groupSize: number }): ServeSession {
+    const { naming } = call;
+    const o = this.deps.rollout;
+    const meta: TrajectoryMeta = {
+      runId: this.deps.runId,
+      ...ids,
+      agentName: naming.agentName ?? 'serve',
+      dataSource: naming.dataSource ?? this.deps.dataSource,
+      // Served trajectories are training data: the advantage consumer and the trainer take only split `train`.
+      dataset: { name: this.deps.datasetName, split: 'train', index: this.datasetIndex++ },
+      groundTruth: naming.groundTruth ?? '',
+      extraInfoJson: JSON.stringify({ source: 'serve' }),
+    };
+    const publisher = this.deps.publisher;
+    const recorder = new TrajectoryRecorder(meta, promptIds, this.deps.tokenizer, {
+      turn: (ev) => publisher.fire('TurnCompleted', ids.groupId, ev),
+      toolCall: (ev) => publisher.fire('ToolCallCompleted', ids.groupId, ev),
+    });
+    const limits: AgentLimits = {
+      maxAssistantTurns: o.maxAssistantTurns,
+      maxUserTurns: o.maxUserTurns,
+      responseLength: o.responseLength,
+      maxParallelToolCalls: o.maxParallelToolCalls,
+      maxToolErrors: o.maxToolErrors,
+      tokenizationCheck: this.checkCounter++ % o.tokenizationCheckEvery === 0 ? o.tokenizationCheck : 'off',
+    };
+    const ctx: AgentContext = {
+      trajectoryId: ids.trajectoryId,
+      row: { data_source: meta.dataSource, prompt, reward_model: { ground_truth: meta.groundTruth }, extra_info: { split: 'train' } },
+      messages: [...prompt],
+      tools: call.tools,
+      sampling: call.sampling,
+      limits,
+      backend: this.deps.backend,
+      tokenizer: this.deps.tokenizer,
+      delta: this.delta,
+      toolParser: toolParser(o.toolParser)!,
+      toolSession: null,
+      interaction: null,
+      recorder,
+      signal: this.abort.signal,
+      logger: this.deps.logger,
+      count: (name, by) => this.counters.add(name, by),
+    };
+    const session = new ServeSession(ctx, call.messages, new Set(call.tools.map((t) => t.function.name)), this.deps.logger);
+    this.sessions.set(session.id, session);
+    this.counters.add('trajectories_started');
+    publisher.fire('TrajectoryStarted', ids.groupId, session.startedEvent(this.deps.backend.currentPolicyVersion()));
+    return session;
+  }
+
+  private async turn(session: ServeSession, call: ChatCall, continued: boolean): Promise<ChoiceResult> {
+    if (session.busy) throw new ServeError('SRV_ERR_TRAJECTORY_BUSY', { id: session.id });
+    session.busy = true;
+    session.lastUsedMs = Date.now();
+    const before = session.key();
+    try {
+      if (continued && !session.observe(call.messages)) {
+        return { session, served: null, completed: await this.finish(session, 'max_tokens'), promptTokens: session.recorder.contextIds().length };
+      }
+      const promptTokens = session.recorder.promptIds.length + session.recorder.responseLength;
+      let served: ServedTurn | null;
+      try {
+        served = await session.generate({ ...call.sampling, stop_token_ids: [...call.sampling.stop_token_ids] }, this.abort.signal);
+      } catch (err) {
+        if (this.abort.signal.aborted) throw new ServeError('SRV_ERR_BACKEND', { detail: 'the endpoint is shutting down' }, { cause: err });
+        throw new ServeError('SRV_ERR_BACKEND', { detail: describeError(err) }, { cause: err });
+      }
+      this.counters.add('turns');
+      let completed: Termination | null = null;
+      const rec = session.recorder;
+      if (!served) completed = await this.finish(session, 'max_tokens');
+      else if (served.turn.gen.finishReason === 'abort') completed = await this.finish(session, 'aborted');
+      // The response budget is spent: nothing more can be appended, so the trajectory ends here (as a loop's would).
+      else if (rec.responseLength >= session.ctx.limits.responseLength) completed = await this.finish(session, 'max_tokens');
+      else {
+        this.byConversation.delete(before);
+        this.byConversation.set(session.key(), session.id);
+      }
+      return { session, served, completed, promptTokens };
+    } finally {
+      session.busy = false;
+      session.lastUsedMs = Date.now();
+    }
+  }
+
+  /** End a trajectory (client complete, time-out, budget, shutdown) and publish TrajectoryCompleted. */
+  async complete(id: string, options: { reward?: number | null; groundTruth?: string; termination?: Termination } = {}): Promise<ServeSession> {
+    const session = this.session(id);
+    if (session.busy) throw new ServeError('SRV_ERR_TRAJECTORY_BUSY', { id });
+    const meta = session.meta;
+    if (options.groundTruth !== undefined) meta.groundTruth = options.groundTruth;
+    if (options.reward !== undefined && options.reward !== null) {
+      if (!Number.isFinite(options.reward)) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'reward must be a finite number' });
+      // The reward consumer takes extra_info.external_reward as the outcome instead of scoring the text.
+      meta.extraInfoJson = JSON.stringify({ ...(JSON.parse(meta.extraInfoJson) as object), external_reward: options.reward });
+    }
+    await this.finish(session, options.termination ?? 'stop');
+    return session;
+  }
+
+  private async finish(session: ServeSession, termination: Termination): Promise<Termination> {
+    if (session.completed) return session.completed;
+    session.completed = termination;
+    this.sessions.delete(session.id);
+    this.byConversation.delete(session.key());
+    this.done.set(session.id, termination);
+    if (this.done.size > REMEMBERED) this.done.delete(this.done.keys().next().value!);
+    this.deps.backend.releaseSession?.(session.id);
+    const trajectory = session.recorder.finish(termination, session.ctx.limits.responseLength);
+    this.counters.add(`termination_${termination}`);
+    this.counters.add('trajectories_completed');
+    this.counters.add('tokenization_mismatches_total', session.recorder.tokenizationMismatches);
+    try {
+      await this.deps.publisher.publish('TrajectoryCompleted', session.meta.groupId, { event_id: deriveId(session.id, 'completed'), time_ms: Date.now(), trajectory });
+    } catch (err) {
+      this.counters.add('completed_publish_failures');
+      this.deps.logger.error('TrajectoryCompleted publish failed', { trajectory_id: session.id, error: describeError(err) });
+    }
+    return termination;
+  }
+
+  /** Complete, as `aborted`, every trajectory idle for longer than the time-out. */
+  async sweep(now = Date.now()): Promise<number> {
+    const stale = [...this.sessions.values()].filter((s) => !s.busy && now - s.lastUsedMs > this.deps.limits.idleTimeoutMs);
+    for (const s of stale) {
+      this.counters.add('trajectories_timed_out');
+      await this.finish(s, 'aborted');
+    }
+    if (stale.length > 0) this.deps.logger.info('idle trajectories completed as aborted', { count: stale.length });
+    return stale.length;
+  }
+
+  /** Stop serving: calls in flight are aborted, open trajectories completed as `aborted`, events flushed. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.sweeper);
+    this.abort.abort();
+    for (let i = 0; i < 100 && [...this.sessions.values()].some((s) => s.busy); i++) await new Promise((r) => setTimeout(r, 10));
+    for (const s of [...this.sessions.values()]) await this.finish(s, 'aborted');
+    await this.deps.publisher.flush();
+  }
+}

@@ -1,0 +1,192 @@
+// One trajectory served through the OpenAI-compatible endpoint. The client holds the conversation and sends it
+// whole on every call; the session holds what was actually rendered and generated, checks that the client's
+// history is its own, and turns only the new messages into a turn: tool results (loss mask 0, one
+// ToolCallCompleted per answered call) or user messages, delta-tokenized against the previous turns with the
+// tokenization sanity check. Generation and observations go through the agent loops' own steps
+// (producers/agent/steps.ts) on an AgentContext the session keeps, so a served trajectory is recorded exactly as
+// the rollout worker records one.
+import { createHash } from 'node:crypto';
+import { deriveId } from '../../core/ids.ts';
+import type { Logger } from '../../core/telemetry.ts';
+import type { SamplingParams, Termination, ToolCall, TrajectoryStarted } from '../../schemas/generated/types.ts';
+import { toEventMessages } from '../agent/loops.ts';
+import type { TrajectoryMeta, TrajectoryRecorder } from '../agent/recorder.ts';
+import { appendObservation, generateTurn, type GeneratedTurn } from '../agent/steps.ts';
+import type { AgentContext } from '../agent/types.ts';
+import type { ChatMessage, ChatTool } from '../tokenizer/chat-tokenizer.ts';
+import { ServeError } from './errors.ts';
+
+/** A message as the client sees it (and sends back): what identity checks compare. */
+export interface ClientMessage {
+  role: string;
+  content: string;
+  tool_calls: { id: string; name: string; arguments: string }[];
+  tool_call_id: string | null;
+}
+
+/** The canonical key of a conversation as the client sees it (the per-conversation session lookup). */
+export function conversationKey(tools: readonly ChatTool[], messages: readonly ClientMessage[]): string {
+  const h = createHash('sha256');
+  h.update(JSON.stringify(tools.map((t) => t.function.name)));
+  for (const m of messages) h.update('\u0000' + JSON.stringify([m.role, m.content, m.tool_calls, m.tool_call_id]));
+  return h.digest('base64url');
+}
+
+function sameMessage(a: ClientMessage, b: ClientMessage): boolean {
+  if (a.role !== b.role || a.content !== b.content || a.tool_call_id !== b.tool_call_id || a.tool_calls.length !== b.tool_calls.length) return false;
+  // Arguments are compared as JSON values: an SDK may re-serialise them with other spacing.
+  return a.tool_calls.every((c, i) => {
+    const d = b.tool_calls[i]!;
+    return c.id === d.id && c.name === d.name && jsonEqual(c.arguments, d.arguments);
+  });
+}
+
+function jsonEqual(a: string, b: string): boolean {
+  if (a === b) return true;
+  try {
+    return JSON.stringify(JSON.parse(a)) === JSON.stringify(JSON.parse(b));
+  } catch {
+    return false;
+  }
+}
+
+/** A generated turn as the endpoint answers it. */
+export interface ServedTurn {
+  turn: GeneratedTurn;
+  /** Calls returned to the client (those naming a declared tool). */
+  calls: ToolCall[];
+  /** Calls refused: they name a tool the session did not declare. */
+  refused: ToolCall[];
+  /** The assistant message as returned (and as the client must send it back). */
+  message: ClientMessage;
+}
+
+export class ServeSession {
+  /** The conversation as the client sees it (prompt, returned assistant messages, observations). */
+  readonly history: ClientMessage[];
+  /** Calls returned to the client and not answered yet, by id. */
+  private readonly pending = new Map<string, { turnIndex: number; call: ToolCall; sentMs: number }>();
+  lastUsedMs = Date.now();
+  busy = false;
+  completed: Termination | null = null;
+
+  constructor(
+    readonly ctx: AgentContext,
+    prompt: readonly ClientMessage[],
+    readonly declaredTools: ReadonlySet<string>,
+    private readonly logger: Logger,
+  ) {
+    this.history = [...prompt];
+  }
+
+  get id(): string {
+    return this.ctx.trajectoryId;
+  }
+
+  get recorder(): TrajectoryRecorder {
+    return this.ctx.recorder;
+  }
+
+  get meta(): TrajectoryMeta {
+    return this.ctx.recorder.meta;
+  }
+
+  key(): string {
+    return conversationKey(this.ctx.tools, this.history);
+  }
+
+  /** The TrajectoryStarted event of this session (the first call's prompt, tools and sampling). */
+  startedEvent(policyVersion: number): TrajectoryStarted {
+    const m = this.meta;
+    return {
+      event_id: deriveId(m.trajectoryId, 'started'),
+      time_ms: Date.now(),
+      run_id: m.runId,
+      trajectory_id: m.trajectoryId,
+      group_id: m.groupId,
+      sample_index: m.sampleIndex,
+      group_size: m.groupSize,
+      agent_name: m.agentName,
+      data_source: m.dataSource,
+      dataset: m.dataset,
+      prompt_messages: toEventMessages(this.ctx.messages),
+      prompt_token_ids: [...this.recorder.promptIds],
+      tools: this.ctx.tools.map((t) => ({ name: t.function.name, description: t.function.description ?? '', parameters_json: JSON.stringify(t.function.parameters ?? {}) })),
+      sampling: this.ctx.sampling,
+      policy_version: policyVersion,
+      ground_truth: m.groundTruth,
+      extra_info_json: m.extraInfoJson,
+    };
+  }
+
+  /**
+   * Check the client's conversation against the session's history and append what is new as one masked turn.
+   * Returns false when the new messages do not fit in the response budget (the session is then out of tokens).
+   */
+  observe(messages: readonly ClientMessage[]): boolean {
+    const n = this.history.length;
+    if (messages.length < n) throw new ServeError('SRV_ERR_HISTORY', { detail: `the conversation has ${messages.length} messages, the trajectory already ${n}` });
+    for (let i = 0; i < n; i++) {
+      if (!sameMessage(messages[i]!, this.history[i]!)) throw new ServeError('SRV_ERR_HISTORY', { detail: `message ${i} (${messages[i]!.role}) differs from what the trajectory recorded` });
+    }
+    const fresh = messages.slice(n);
+    if (fresh.length === 0) {
+      // A retry of the same conversation: the client asks for the next assistant turn of what it already has.
+      if (this.history[n - 1]?.role === 'assistant') throw new ServeError('SRV_ERR_HISTORY', { detail: 'no new message after the last assistant turn' });
+      return true;
+    }
+    const now = Date.now();
+    const observation: ChatMessage[] = [];
+    const answered: { turnIndex: number; call: ToolCall; text: string; latencyMs: number }[] = [];
+    for (const [j, m] of fresh.entries()) {
+      if (m.role === 'assistant') throw new ServeError('SRV_ERR_HISTORY', { detail: `message ${n + j} is an assistant message the endpoint did not generate; only tool and user messages may follow` });
+      if (m.role === 'tool') {
+        const p = m.tool_call_id === null ? undefined : this.pending.get(m.tool_call_id);
+        if (!p) throw new ServeError('SRV_ERR_TOOL_CALL', { detail: `message ${n + j}: tool_call_id ${JSON.stringify(m.tool_call_id)} is not a call of this trajectory awaiting its result` });
+        if (answered.some((a) => a.call.id === p.call.id)) throw new ServeError('SRV_ERR_TOOL_CALL', { detail: `message ${n + j}: call ${p.call.id} is answered twice` });
+        answered.push({ turnIndex: p.turnIndex, call: p.call, text: m.content, latencyMs: now - p.sentMs });
+        observation.push({ role: 'tool', content: m.content, tool_call_id: p.call.id, name: p.call.name });
+      } else observation.push({ role: m.role, content: m.content });
+    }
+    const allTools = fresh.every((m) => m.role === 'tool');
+    const latencyMs = answered.reduce((a, x) => Math.max(a, x.latencyMs), 0);
+    if (!appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs)) return false;
+    for (const a of answered) {
+      this.pending.delete(a.call.id);
+      // The client ran the tool: its result text is what it sends; the endpoint cannot tell a failure from a
+      // result, so every answered call is 'ok' with no tool reward.
+      this.recorder.addToolCall(a.turnIndex, a.call, { status: 'ok', text: a.text, reward: 0, metrics: {}, latencyMs: a.latencyMs });
+      this.recorder.toolMs += a.latencyMs;
+    }
+    this.history.push(...fresh);
+    return true;
+  }
+
+  /** Generate the next assistant turn with this call's sampling; null when the response budget is spent. */
+  async generate(sampling: SamplingParams, signal: AbortSignal): Promise<ServedTurn | null> {
+    const ctx: AgentContext = { ...this.ctx, sampling, signal };
+    const turn = await generateTurn(ctx, true);
+    if (!turn) return null;
+    const calls: ToolCall[] = [];
+    const refused: ToolCall[] = [];
+    for (const c of turn.calls) (this.declaredTools.has(c.name) ? calls : refused).push(c);
+    for (const c of refused) {
+      // A call of a tool the session never offered is never handed to the client: it is recorded as the
+      // rollout worker records one (unknown_tool), and the client sees only the turn's text.
+      this.recorder.addToolCall(turn.turnIndex, c, { status: 'unknown_tool', text: `Error: the tool "${c.name}" is not declared in this trajectory's tools`, reward: 0, metrics: {}, latencyMs: 0 });
+      this.ctx.count('tool_calls_refused');
+    }
+    for (let i = 0; i < turn.parsed.errors.length; i++) this.recorder.addParseFailure();
+    const sent = Date.now();
+    for (const c of calls) this.pending.set(c.id, { turnIndex: turn.turnIndex, call: c, sentMs: sent });
+    const message: ClientMessage = {
+      role: 'assistant',
+      content: turn.parsed.content,
+      tool_calls: calls.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments_json })),
+      tool_call_id: null,
+    };
+    this.history.push(message);
+    if (refused.length > 0) this.logger.debug('tool call refused: tool not declared', { trajectory_id: this.id, tools: refused.map((c) => c.name) });
+    return { turn, calls, refused, message };
+  }
+}
