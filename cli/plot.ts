@@ -1,12 +1,53 @@
 // A dependency-free SVG line chart: one panel per series, sharing the x axis (training step). Used by the
 // main job to write its learning curves; the dashboard draws its own live charts.
 
+/** One line of a panel: its points, how it is drawn, and its name in the panel's legend. */
+export interface Line {
+  label?: string;
+  points: { x: number; y: number }[];
+  color?: string;
+  /** Faint and thin: the raw values under their moving average. */
+  faint?: boolean;
+  /** A dot on each point (default: when there are at most 60). */
+  markers?: boolean;
+  /** Points only, no connecting path (values of different kinds that a line would join). */
+  noPath?: boolean;
+}
+
 export interface Series {
   name: string;
-  points: { x: number; y: number }[];
+  /** A single line; or `lines` for several. */
+  points?: { x: number; y: number }[];
+  lines?: Line[];
+  /** Draw `points` faint with their trailing moving average over this many points on top. */
+  smooth?: number;
   /** Fixed y range; derived from the data when absent. */
   yMin?: number;
   yMax?: number;
+}
+
+const BLUE = '#1f77b4';
+
+/** Trailing moving average over `window` points (fewer at the start). */
+export function movingAverage(points: readonly { x: number; y: number }[], window: number): { x: number; y: number }[] {
+  const out: { x: number; y: number }[] = [];
+  let sum = 0;
+  points.forEach((p, i) => {
+    sum += p.y;
+    if (i >= window) sum -= points[i - window]!.y;
+    out.push({ x: p.x, y: sum / Math.min(i + 1, window) });
+  });
+  return out;
+}
+
+function linesOf(s: Series): Line[] {
+  if (s.lines) return s.lines;
+  const points = s.points ?? [];
+  if (!s.smooth || s.smooth < 2) return [{ points }];
+  return [
+    { label: 'per step', points, faint: true, markers: false },
+    { label: `moving average (${s.smooth} steps)`, points: movingAverage(points, s.smooth), markers: false },
+  ];
 }
 
 function esc(s: string): string {
@@ -26,7 +67,7 @@ export function lineChartsSvg(title: string, xLabel: string, series: Series[], o
   const top = 40;
   const gap = 40;
   const height = top + series.length * (ph + gap) + 20;
-  const all = series.flatMap((s) => s.points.map((p) => p.x));
+  const all = series.flatMap((s) => linesOf(s).flatMap((l) => l.points.map((p) => p.x)));
   const xMin = all.length ? Math.min(...all) : 0;
   const xMax = all.length ? Math.max(...all, xMin + 1) : 1;
   const sx = (x: number) => left + ((x - xMin) / (xMax - xMin)) * (width - left - right);
@@ -37,7 +78,8 @@ export function lineChartsSvg(title: string, xLabel: string, series: Series[], o
   ];
   series.forEach((s, i) => {
     const y0 = top + i * (ph + gap);
-    const ys = s.points.map((p) => p.y);
+    const lines = linesOf(s);
+    const ys = lines.flatMap((l) => l.points.map((p) => p.y));
     let yMin = s.yMin ?? (ys.length ? Math.min(...ys) : 0);
     let yMax = s.yMax ?? (ys.length ? Math.max(...ys) : 1);
     if (yMax - yMin < 1e-9) [yMin, yMax] = [yMin - 0.5, yMax + 0.5];
@@ -49,10 +91,26 @@ export function lineChartsSvg(title: string, xLabel: string, series: Series[], o
       out.push(`<text x="${left - 6}" y="${sy(v) + 4}" text-anchor="end" fill="#555">${fmt(v)}</text>`);
       out.push(`<line x1="${left}" x2="${width - right}" y1="${sy(v)}" y2="${sy(v)}" stroke="#eee"/>`);
     }
-    if (s.points.length > 0) {
-      const d = s.points.map((p, k) => `${k === 0 ? 'M' : 'L'}${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`).join(' ');
-      out.push(`<path d="${d}" fill="none" stroke="#1f77b4" stroke-width="1.8"/>`);
-      for (const p of s.points.length <= 60 ? s.points : []) out.push(`<circle cx="${sx(p.x).toFixed(1)}" cy="${sy(p.y).toFixed(1)}" r="2.2" fill="#1f77b4"/>`);
+    for (const l of lines) {
+      if (l.points.length === 0) continue;
+      const color = l.color ?? BLUE;
+      const attrs = l.faint ? `stroke="${color}" stroke-opacity="0.35" stroke-width="1"` : `stroke="${color}" stroke-width="1.8"`;
+      if (!l.noPath) {
+        const d = l.points.map((p, k) => `${k === 0 ? 'M' : 'L'}${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`).join(' ');
+        out.push(`<path d="${d}" fill="none" ${attrs}/>`);
+      }
+      const markers = l.markers ?? l.points.length <= 60;
+      for (const p of markers ? l.points : []) out.push(`<circle cx="${sx(p.x).toFixed(1)}" cy="${sy(p.y).toFixed(1)}" r="${l.noPath ? 3.5 : 2.2}" fill="${color}"${l.faint ? ' fill-opacity="0.35"' : ''}/>`);
+    }
+    // The legend, right-aligned above the panel, when the panel has named lines.
+    const named = lines.filter((l) => l.label);
+    let lx = width - right;
+    for (const l of [...named].reverse()) {
+      const text = esc(l.label!);
+      out.push(`<text x="${lx}" y="${y0 - 6}" text-anchor="end" fill="#333" class="legend">${text}</text>`);
+      lx -= text.length * 5.6 + 6;
+      out.push(`<rect x="${lx - 8}" y="${y0 - 14}" width="8" height="8" fill="${l.color ?? BLUE}"${l.faint ? ' fill-opacity="0.35"' : ''}/>`);
+      lx -= 18;
     }
     if (i === series.length - 1) {
       for (const t of [0, 0.5, 1]) {

@@ -12,7 +12,7 @@ import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
-import { lineChartsSvg } from '../plot.ts';
+import { lineChartsSvg, type Line } from '../plot.ts';
 import { openRunContext, openRunTraces, type RunContext } from './context.ts';
 import { accuracy, heldoutRows } from './evaluation.ts';
 import { Progress } from './progress.ts';
@@ -190,7 +190,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     progress.stop();
 
     const plot = join(runDir, 'learning-curves.svg');
-    writeFileSync(plot, curves(runId, steps, evals));
+    writeFileSync(plot, curves(runId, steps, evals, { full: heldoutN, during: duringN }));
     const toolRate = (s: TrainStep | undefined) => s?.metrics.find((m) => m.name === 'tool_success_rate')?.value ?? 0;
     return {
       run_id: runId,
@@ -232,11 +232,26 @@ async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
   while (!cond() && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
 }
 
-function curves(runId: string, steps: TrainStep[], evals: { step: number; accuracy: number }[]): string {
+/**
+ * The learning curves. Held-out accuracy is measured on all task.heldout_problems before and after RL, and on
+ * the first eval.problems of them during RL: the two kinds are drawn apart and named, not joined by one line.
+ * The per-step reward is noisy (a step is a few groups): its moving average is drawn over it.
+ */
+export function curves(runId: string, steps: TrainStep[], evals: { step: number; accuracy: number }[], problems: { full: number; during: number }): string {
   const metric = (s: TrainStep, name: string) => s.metrics.find((m) => m.name === name)?.value ?? 0;
+  const point = (e: { step: number; accuracy: number }) => ({ x: e.step, y: e.accuracy });
+  const isFull = (e: { step: number }, i: number) => e.step === 0 || i === evals.length - 1;
+  const during = evals.filter((e, i) => !isFull(e, i));
+  const heldout: Line[] =
+    problems.full === problems.during || during.length === 0
+      ? [{ label: `${problems.full} problems`, points: evals.map(point) }]
+      : [
+          { label: `during RL: first ${problems.during} problems`, points: during.map(point), color: '#ff7f0e' },
+          { label: `before / after RL: all ${problems.full} problems`, points: evals.filter(isFull).map(point), noPath: true },
+        ];
   return lineChartsSvg(`rlstream main job ${runId}`, 'training step', [
-    { name: 'reward (mean of the step’s samples)', points: steps.map((s) => ({ x: s.step, y: s.reward_mean })), yMin: 0, yMax: 1 },
-    { name: 'held-out accuracy', points: evals.map((e) => ({ x: e.step, y: e.accuracy })), yMin: 0, yMax: 1 },
+    { name: 'reward (mean of the step’s samples)', points: steps.map((s) => ({ x: s.step, y: s.reward_mean })), smooth: Math.max(3, Math.round(steps.length / 10)), yMin: 0, yMax: 1 },
+    { name: 'held-out accuracy', lines: heldout, yMin: 0, yMax: 1 },
     { name: 'tool-call success rate', points: steps.map((s) => ({ x: s.step, y: metric(s, 'tool_success_rate') })), yMin: 0, yMax: 1 },
     { name: 'staleness (mean policy-version lag)', points: steps.map((s) => ({ x: s.step, y: s.staleness_mean })) },
   ]);
