@@ -2,7 +2,8 @@
 // loss + clipping + AdamW) for ~0.2M, ~2M and ~20M parameter models, next to this machine's fp32 sgemm peak
 // measured in the same run, plus peak memory. Run: npm run bench -- native [--quick] [--threads N]
 import { availableParallelism } from 'node:os';
-import { Model, nativeAvailable, sgemmGflops, type ModelConfig } from '../native/index.ts';
+import { nativeAvailable, sgemmGflops } from '../native/addon.ts';
+import { Model, type ModelConfig } from '../native/model.ts';
 
 interface Row {
   model: string;

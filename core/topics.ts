@@ -9,5 +9,3 @@ export const TOPICS = {
   deadLetter: 'dead.letter',
   schemas: '_schemas',
 } as const;
-
-export type TopicKey = keyof typeof TOPICS;

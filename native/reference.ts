@@ -1,7 +1,7 @@
 // Independent plain-TypeScript reference of the model and losses on Float64Array: the check for the native core
 // (tests compare log-probs, losses and finite-difference gradients) and a readable forward for anyone who needs
 // one. Written from the math, not from the C++; slow by design (tiny configs only).
-import type { ModelConfig, PackedBatch, PolicyLossInputs, PolicyLossOptions } from './index.ts';
+import type { ModelConfig, PackedBatch, PolicyLossInputs, PolicyLossOptions } from './model.ts';
 
 export type RefParams = Map<string, Float64Array>;
 

@@ -17,7 +17,7 @@ import type { InteractionRegistry } from './agent/interaction.ts';
 import { toEventMessages } from './agent/loops.ts';
 import { TrajectoryRecorder, type TrajectoryMeta } from './agent/recorder.ts';
 import { AgentRegistry } from './agent/registry.ts';
-import { toolParser } from './agent/tool-parser.ts';
+import { toolParser, toolParserNames } from './agent/tool-parser.ts';
 import type { AgentContext, AgentLimits } from './agent/types.ts';
 import type { LlmBackend } from './backends/types.ts';
 import type { DatasetRow, RowSource } from './dataset/types.ts';
@@ -138,7 +138,7 @@ export class RolloutWorker {
   ) {
     this.options = compileRolloutOptions(options);
     if (!deps.runId) throw new RlstreamError('CONFIG_INVALID', 'rollout worker needs a run id');
-    if (!toolParser(this.options.toolParser)) throw new RlstreamError('CONFIG_INVALID', `rollout.tool_parser: unknown parser "${this.options.toolParser}"`);
+    if (!toolParser(this.options.toolParser)) throw new RlstreamError('CONFIG_INVALID', `rollout.tool_parser: unknown parser "${this.options.toolParser}" (known: ${toolParserNames().join(', ')})`);
     this.workerId = deps.workerId ?? newId();
     this.logger = (deps.logger ?? silentLogger).child({ role: 'rollout', run_id: deps.runId, worker_id: this.workerId });
     this.agents = deps.agents ?? AgentRegistry.withBuiltins();

@@ -10,7 +10,7 @@ import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { createRewardProcessor } from '../../consumers/reward/consumer.ts';
 import { TraceSink } from '../../consumers/traces/sink.ts';
 import { Trainer, type TrainerDeps } from '../../consumers/trainer/trainer.ts';
-import { parseModelConfig, type ModelConfig } from '../../native/index.ts';
+import { parseModelConfig, type ModelConfig } from '../../core/weights/model-config.ts';
 import { backends } from '../../producers/backends/registry.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
 import type { RowSource } from '../../producers/dataset/types.ts';

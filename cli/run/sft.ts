@@ -5,7 +5,7 @@ import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
 import { runSft, type SftStepInfo } from '../../consumers/trainer/sft.ts';
-import { Model } from '../../native/index.ts';
+import { Model } from '../../native/model.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import type { RunContext } from './context.ts';
 import { modelFiles } from './roles.ts';

@@ -10,7 +10,8 @@
 // handles the common case exactly and declines anything else (a value the column's rules would convert, a
 // damaged record); the caller then takes the general path (decode, rowsOf, codec), which applies those rules
 // or reports the record, so both paths always store the same thing.
-import { nativeAvailable, transcodeRecords } from '../../native/index.ts';
+import { nativeAvailable } from '../../native/addon.ts';
+import { transcodeRecords } from '../../native/codecs.ts';
 import { HEADER } from '../../core/serde/events.ts';
 import type { EventName } from '../../schemas/index.ts';
 import { bare, inner, withoutTimeZone, type ColumnSpec, type RowBinaryBuffer } from '../../core/traces/rowbinary.ts';

@@ -1,6 +1,6 @@
 // Supervised warm-up: cross-entropy on the tokens a demonstration's assistant wrote (mask 1), never on
 // prompt, tool or user tokens — the same masks the RL trainer uses. Sequences are packed like RL batches.
-import type { Model } from '../../native/index.ts';
+import type { Model } from '../../native/model.ts';
 import { rng, shuffle } from '../../core/random.ts';
 import { packMicroBatches, type TrainSample } from './batch.ts';
 

@@ -4,7 +4,7 @@
 // transcoders and the table codecs write rows one at a time, as rows arrive); the addon regroups it by column
 // off the main thread (into the file chDB reads, or the server's request body). Without the addon, or for a
 // column shape it does not handle, the stores send RowBinary.
-import { nativeBlock, writeNativeBlock } from '../../native/index.ts';
+import { nativeBlock, writeNativeBlock } from '../../native/codecs.ts';
 import { inner, RowBinaryBuffer, scalarWidth, withoutTimeZone, type ColumnSpec, type TableCodec } from './rowbinary.ts';
 import { quoteString } from './sql.ts';
 

@@ -238,8 +238,3 @@ export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: Outpu
   }
   return g.encode('rlstream_policy', OPSET);
 }
-
-/** The config's dimensions as numbers the engine needs for KV bookkeeping. */
-export function kvFloatsPerToken(c: PolicyModelConfig): number {
-  return c.numLayers * 2 * c.numKvHeads * c.headDim;
-}

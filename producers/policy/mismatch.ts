@@ -40,15 +40,3 @@ export function logprobMismatch(behaviour: ArrayLike<number>, recomputed: ArrayL
   }
   return { count, meanAbs: count ? sumAbs / count : 0, maxAbs, meanSigned: count ? sum / count : 0 };
 }
-
-/** Pool several trajectories' mismatches into one (weighted by token counts). */
-export function poolMismatch(parts: LogprobMismatch[]): LogprobMismatch {
-  const count = parts.reduce((s, p) => s + p.count, 0);
-  if (count === 0) return { count: 0, meanAbs: 0, maxAbs: 0, meanSigned: 0 };
-  return {
-    count,
-    meanAbs: parts.reduce((s, p) => s + p.meanAbs * p.count, 0) / count,
-    maxAbs: parts.reduce((m, p) => Math.max(m, p.maxAbs), 0),
-    meanSigned: parts.reduce((s, p) => s + p.meanSigned * p.count, 0) / count,
-  };
-}

@@ -8,7 +8,7 @@ import { crc32 } from 'node:zlib';
 import { RlstreamError } from '../../errors.ts';
 import type { Headers, LogRecord } from '../types.ts';
 import { crc32Combine } from './crc32-combine.ts';
-import { checkFrames, sealFrames } from '../../../native/index.ts';
+import { checkFrames, sealFrames } from '../../../native/codecs.ts';
 
 export const FRAME = 8; // length + crc
 const FIXED_BODY = 8 + 8 + 4 + 4 + 2;

@@ -1,0 +1,415 @@
+// The policy model and its trainer in native memory: the public types (packed batches, loss inputs and
+// options, AdamW), option compilation with exact validation messages, and Model (init, load, forward, the two
+// losses' backward passes, gradient clipping, AdamW, weights and checkpoints as safetensors).
+// Shapes: T tokens in a packed batch of S sequences; every per-token array has length T.
+import { mkdirSync, readFileSync, renameSync, writeFileSync, closeSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { RlstreamError } from '../core/errors.ts';
+import { parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
+import { openForRead, readHeader, readTensorInto, writeSafetensors } from '../core/weights/safetensors.ts';
+import { call, callAsync, native, type NativeModelHandle, type NativeTensor } from './addon.ts';
+
+/** The model's shape, as a checkpoint's config.json gives it (parsed in core/weights/model-config.ts). */
+export { parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
+
+/** Several sequences packed without padding. Attention never crosses a sequence; positions restart at 0. */
+export interface PackedBatch {
+  tokens: Int32Array; // [T]
+  seqStarts: Int32Array; // [S+1] cu_seqlens: 0 = seqStarts[0] < seqStarts[1] < ... < seqStarts[S] = T
+}
+
+/**
+ * Per-token inputs, aligned with tokens: targets[t] is the token predicted at position t (normally tokens[t+1]
+ * of the same sequence); -1 where there is none. Positions with responseMask 0 are ignored (their other values
+ * must still be finite: fill them with 0).
+ */
+export interface PolicyLossInputs {
+  targets: Int32Array; // [T]
+  /** The trajectories' response_mask moved onto the packed positions (see consumers/trainer/batch.ts). */
+  responseMask: Float32Array; // [T] >= 0, normally 0/1
+  advantages: Float32Array; // [T]
+  behaviourLogprobs: Float32Array; // [T] log-probs of the policy that sampled the tokens
+  proximalLogprobs?: Float32Array; // [T] default = behaviour (plain PPO)
+  refLogprobs?: Float32Array; // [T] needed when klCoef != 0
+}
+
+export interface PolicyLossOptions {
+  clipLow: number; // ratio lower bound 1 - clipLow
+  clipHigh: number; // ratio upper bound 1 + clipHigh
+  dualClipC?: number | null; // > 1; null/undefined: no dual clip
+  iwCap?: number | null; // C of min(pi_prox / pi_behaviour, C); default 2; null disables the weight
+  klCoef?: number; // default 0
+  klType?: 'k1' | 'k2' | 'k3'; // default 'k3'
+  entropyCoef?: number; // default 0 (bonus: loss -= entropyCoef * entropy)
+  aggregation?: 'token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-mean'; // default 'token-mean'
+  lossScale?: number; // default 1; multiplies loss and gradients (micro-batch accumulation)
+}
+
+/** Fully specified options as the addon receives them (0 = off for dualClipC and iwCap). */
+export interface CompiledPolicyLossOptions {
+  readonly clipLow: number;
+  readonly clipHigh: number;
+  readonly dualClipC: number;
+  readonly iwCap: number;
+  readonly klCoef: number;
+  readonly klType: 'k1' | 'k2' | 'k3';
+  readonly entropyCoef: number;
+  readonly aggregation: 'token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-mean';
+  readonly lossScale: number;
+}
+
+export interface PolicyLossMetrics {
+  loss: number; // lossScale * (pgLoss + klCoef * kl - entropyCoef * entropy)
+  pgLoss: number; // aggregated clipped surrogate (times the importance weights)
+  clipFraction: number; // masked mean of [clipped term chosen]
+  dualClipFraction: number; // masked mean of [dual-clip bound chosen]
+  approxKl: number; // masked mean of log pi_prox - log pi (prox = behaviour without the decoupled objective)
+  entropy: number; // aggregated entropy
+  kl: number; // aggregated KL to the reference (0 without refLogprobs)
+  iwMean: number; // masked mean of the raw weight pi_prox / pi_behaviour (1 when disabled)
+  iwMax: number; // max of the raw weight
+  iwTruncatedFraction: number; // masked fraction with raw weight > iwCap
+  tokens: number; // positions with responseMask != 0
+}
+
+export interface AdamWOptions {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number; // decoupled: p *= 1 - lr * weightDecay, applied to every parameter
+}
+
+export interface TensorView {
+  shape: number[];
+  data: Float32Array;
+}
+
+/** Seconds of kernel wall time per kind since the model was made (or the profile reset). */
+export interface KernelProfile {
+  matmul: number;
+  attention: number;
+  elementwise: number;
+  logits: number;
+  optimizer: number;
+}
+
+/** Where a model's kernels run. 'cuda' needs an addon built with RLSTREAM_CUDA=1 and a GPU (see cudaAvailable()). */
+export type DeviceKind = 'cpu' | 'cuda';
+
+export interface InitOptions {
+  seed: number;
+  device?: DeviceKind; // default 'cpu'
+  threads?: number; // default: available parallelism
+  initStd?: number; // default 0.02 (norms 1, biases 0)
+  logitChunkTokens?: number; // tokens per logits chunk; default ~32 MiB of logits
+}
+
+export interface LoadOptions {
+  device?: DeviceKind; // default 'cpu'
+  threads?: number;
+  logitChunkTokens?: number;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Config and options
+
+function invalid(msg: string): never {
+  throw new RlstreamError('NATIVE_INVALID_ARGUMENT', msg);
+}
+
+function deviceOf(d: unknown, where: string): DeviceKind {
+  if (d === undefined) return 'cpu';
+  if (d !== 'cpu' && d !== 'cuda') invalid(`${where}: options.device must be 'cpu' or 'cuda', got ${JSON.stringify(d)}`);
+  return d;
+}
+
+/** Fills defaults and validates; the messages name the option. */
+export function compilePolicyLossOptions(o: PolicyLossOptions): CompiledPolicyLossOptions {
+  const fin = (k: string, v: unknown): number => {
+    if (typeof v !== 'number' || !Number.isFinite(v)) invalid(`policy loss options: ${k} must be a finite number, got ${String(v)}`);
+    return v;
+  };
+  const clipLow = fin('clipLow', o.clipLow);
+  const clipHigh = fin('clipHigh', o.clipHigh);
+  if (clipLow < 0 || clipLow >= 1) invalid(`policy loss options: clipLow must be in [0, 1), got ${clipLow}`);
+  if (clipHigh < 0) invalid(`policy loss options: clipHigh must be >= 0, got ${clipHigh}`);
+  const dual = o.dualClipC ?? 0;
+  if (o.dualClipC !== null && o.dualClipC !== undefined && (fin('dualClipC', dual) <= 1))
+    invalid(`policy loss options: dualClipC must be > 1 (or null), got ${dual}`);
+  const iwCap = o.iwCap === null ? 0 : fin('iwCap', o.iwCap ?? 2);
+  if (o.iwCap !== null && iwCap <= 0) invalid(`policy loss options: iwCap must be > 0 (or null to disable), got ${iwCap}`);
+  const klCoef = fin('klCoef', o.klCoef ?? 0);
+  if (klCoef < 0) invalid(`policy loss options: klCoef must be >= 0, got ${klCoef}`);
+  const klType = o.klType ?? 'k3';
+  if (!['k1', 'k2', 'k3'].includes(klType)) invalid(`policy loss options: klType must be 'k1', 'k2' or 'k3', got ${String(klType)}`);
+  const aggregation = o.aggregation ?? 'token-mean';
+  if (!['token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'].includes(aggregation))
+    invalid(`policy loss options: aggregation must be 'token-mean', 'seq-mean-token-sum' or 'seq-mean-token-mean', got ${String(aggregation)}`);
+  return Object.freeze({
+    clipLow,
+    clipHigh,
+    dualClipC: dual,
+    iwCap,
+    klCoef,
+    klType,
+    entropyCoef: fin('entropyCoef', o.entropyCoef ?? 0),
+    aggregation,
+    lossScale: fin('lossScale', o.lossScale ?? 1),
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Model
+
+// Tensors some HF checkpoints carry that this model recomputes or ignores.
+const IGNORED_TENSOR = /(^|\.)rotary_emb\.inv_freq$/;
+
+/**
+ * A policy model with gradients and AdamW state in native memory. Long calls return promises and run off the
+ * main thread; calls on one model run one at a time in call order (queued). Synchronous calls made while a long
+ * call is pending throw NATIVE_INVALID_ARGUMENT instead of racing it.
+ *
+ * On device 'cuda' the weights, gradients and optimizer state live on the GPU; parameters(), gradients() and
+ * optimizerState() return host snapshots taken at the call (writing into them does not change the model), and
+ * weights and checkpoints are the same files as on the CPU.
+ */
+export class Model {
+  readonly config: ModelConfig;
+  readonly numParameters: number;
+  readonly device: DeviceKind;
+  private handle: NativeModelHandle | null;
+  private tail: Promise<unknown> = Promise.resolve();
+  private pending = 0;
+  private pendingOp = '';
+
+  private constructor(config: ModelConfig, handle: NativeModelHandle, device: DeviceKind) {
+    this.config = config;
+    this.device = device;
+    this.handle = handle;
+    this.numParameters = call(() => handle.numParameters());
+  }
+
+  static init(config: ModelConfig, options: InitOptions): Model {
+    const cfg = parseModelConfig(config);
+    const device = deviceOf(options.device, 'Model.init');
+    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device };
+    if (!Number.isInteger(opts.seed)) invalid(`Model.init: options.seed must be an integer, got ${String(opts.seed)}`);
+    return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device);
+  }
+
+  /** Loads weights (F32, BF16 or F16) from a safetensors file with Hugging Face tensor names. */
+  static load(weightsPath: string, config: ModelConfig, options: LoadOptions = {}): Model {
+    const cfg = parseModelConfig(config);
+    const device = deviceOf(options.device, 'Model.load');
+    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device }));
+    const model = new Model(cfg, handle, device);
+    try {
+      readInto(weightsPath, model.parameters(), 'weights', cfg.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());
+      call(() => handle.upload('params')); // the views are host mirrors on a device (a no-op on the CPU)
+    } catch (err) {
+      model.dispose();
+      throw err;
+    }
+    return model;
+  }
+
+  private get h(): NativeModelHandle {
+    if (!this.handle) invalid('model was disposed');
+    return this.handle;
+  }
+
+  private sync<T>(op: string, fn: (h: NativeModelHandle) => T): T {
+    if (this.pending > 0) invalid(`model.${op}: ${this.pendingOp} is still running on this model; await it first`);
+    return call(() => fn(this.h));
+  }
+
+  /** Queues a long call behind the ones already issued on this model. */
+  private queue<T>(op: string, fn: (h: NativeModelHandle) => Promise<T>): Promise<T> {
+    this.pending++;
+    const run = async (): Promise<T> => {
+      this.pendingOp = op;
+      try {
+        return await callAsync(() => fn(this.h));
+      } finally {
+        this.pending--;
+      }
+    };
+    const p = this.tail.then(run, run);
+    this.tail = p.catch(() => undefined);
+    return p;
+  }
+
+  get step(): number {
+    return call(() => this.h.getStep());
+  }
+
+  /**
+   * Zero-copy views of the parameters, HF names. Writing into them changes the model (on 'cpu'; on 'cuda' they are
+   * a snapshot of the GPU copy). Valid after dispose.
+   */
+  parameters(): Map<string, TensorView> {
+    return views(call(() => this.h.tensors('params')));
+  }
+  /** Zero-copy views of the accumulated gradients (same names and shapes as parameters()). */
+  gradients(): Map<string, TensorView> {
+    return views(call(() => this.h.tensors('grads')));
+  }
+  /** Zero-copy views of AdamW's first and second moments. */
+  optimizerState(): { expAvg: Map<string, TensorView>; expAvgSq: Map<string, TensorView> } {
+    return { expAvg: views(call(() => this.h.tensors('exp_avg'))), expAvgSq: views(call(() => this.h.tensors('exp_avg_sq'))) };
+  }
+
+  /** Log-probs of targets ([T], 0 where targets[t] = -1) and entropies ([T]) of the next-token distributions. */
+  forward(batch: PackedBatch, targets: Int32Array): Promise<{ logprobs: Float32Array; entropy: Float32Array }> {
+    const T = batch.tokens?.length ?? 0;
+    const logprobs = new Float32Array(T);
+    const entropy = new Float32Array(T);
+    return this.queue('forward', async (h) => {
+      await h.forward(batch.tokens, batch.seqStarts, targets, logprobs, entropy);
+      return { logprobs, entropy };
+    });
+  }
+
+  /** Forward + backward of the RL policy loss; gradients are accumulated. */
+  backwardPolicyLoss(batch: PackedBatch, inputs: PolicyLossInputs, options: PolicyLossOptions): Promise<PolicyLossMetrics> {
+    const o = compilePolicyLossOptions(options);
+    return this.queue('backwardPolicyLoss', (h) =>
+      h.backwardPolicyLoss(
+        batch.tokens,
+        batch.seqStarts,
+        inputs.targets,
+        inputs.responseMask,
+        inputs.advantages,
+        inputs.behaviourLogprobs,
+        inputs.proximalLogprobs ?? null,
+        inputs.refLogprobs ?? null,
+        o,
+      ),
+    );
+  }
+
+  /** Forward + backward of the token-mean cross-entropy over masked positions; gradients are accumulated. */
+  backwardCrossEntropy(batch: PackedBatch, targets: Int32Array, responseMask: Float32Array, options: { lossScale?: number } = {}): Promise<{ loss: number; tokens: number }> {
+    const scale = options.lossScale ?? 1;
+    return this.queue('backwardCrossEntropy', (h) => h.backwardCrossEntropy(batch.tokens, batch.seqStarts, targets, responseMask, scale));
+  }
+
+  zeroGrad(): void {
+    this.sync('zeroGrad', (h) => h.zeroGrad());
+  }
+
+  /** Global L2 norm of the accumulated gradients. */
+  gradNorm(): number {
+    return this.sync('gradNorm', (h) => h.gradNorm());
+  }
+
+  /** Kernel time per kind so far (see KernelProfile); `reset` starts a new measurement. */
+  profile(reset = false): KernelProfile {
+    return this.sync('profile', (h) => h.profile(reset));
+  }
+
+  /** Scales gradients to a global norm of at most maxNorm; returns the norm before clipping. */
+  clipGradNorm(maxNorm: number): number {
+    return this.sync('clipGradNorm', (h) => h.clipGradNorm(maxNorm));
+  }
+
+  adamwStep(options: AdamWOptions): Promise<void> {
+    return this.queue('adamwStep', (h) => h.adamwStep(options));
+  }
+
+  save(weightsPath: string): Promise<void> {
+    return this.queue('save', async () => {
+      await writeSafetensors(weightsPath, this.parameters(), { format: 'pt' });
+    });
+  }
+
+  /**
+   * dir/model.safetensors (HF names), dir/config.json, dir/optimizer.safetensors: tensors `exp_avg.<name>` and
+   * `exp_avg_sq.<name>`, metadata { format: 'rlstream-adamw', step }.
+   */
+  saveCheckpoint(dir: string, options: { optimizerDtype?: 'F32' | 'BF16' } = {}): Promise<void> {
+    // BF16 optimizer moments halve a shippable checkpoint (bf16 keeps float32's range, so exp_avg_sq never
+    // underflows); resumable training checkpoints keep F32 so a resume is bit-identical.
+    return this.queue('saveCheckpoint', async (h) => {
+      mkdirSync(dir, { recursive: true });
+      await writeSafetensors(join(dir, 'model.safetensors'), this.parameters(), { format: 'pt' });
+      const { expAvg, expAvgSq } = this.optimizerState();
+      const opt: [string, TensorView][] = [];
+      for (const [n, t] of expAvg) opt.push([`exp_avg.${n}`, t]);
+      for (const [n, t] of expAvgSq) opt.push([`exp_avg_sq.${n}`, t]);
+      await writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) }, options.optimizerDtype ?? 'F32');
+      const tmp = join(dir, `config.json.tmp-${process.pid}`);
+      writeFileSync(tmp, JSON.stringify({ architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_act: 'silu', torch_dtype: 'float32', ...this.config }, null, 2));
+      renameSync(tmp, join(dir, 'config.json'));
+    });
+  }
+
+  static async loadCheckpoint(dir: string, options: LoadOptions = {}): Promise<Model> {
+    let json: unknown;
+    try {
+      json = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    } catch (err) {
+      throw new RlstreamError('WEIGHTS_FORMAT', `${join(dir, 'config.json')}: ${(err as Error).message}`, { cause: err });
+    }
+    const model = Model.load(join(dir, 'model.safetensors'), parseModelConfig(json), options);
+    try {
+      const { expAvg, expAvgSq } = model.optimizerState();
+      const target = new Map<string, TensorView>();
+      for (const [n, t] of expAvg) target.set(`exp_avg.${n}`, t);
+      for (const [n, t] of expAvgSq) target.set(`exp_avg_sq.${n}`, t);
+      const meta = readInto(join(dir, 'optimizer.safetensors'), target, 'optimizer state', new Set());
+      call(() => {
+        model.h.upload('exp_avg');
+        model.h.upload('exp_avg_sq');
+      });
+      const step = Number(meta.step ?? '0');
+      if (!Number.isInteger(step) || step < 0) throw new RlstreamError('WEIGHTS_FORMAT', `${dir}/optimizer.safetensors: bad step ${String(meta.step)}`);
+      call(() => model.h.setStep(step));
+    } catch (err) {
+      model.dispose();
+      throw err;
+    }
+    return model;
+  }
+
+  /** Frees native memory now (views from parameters() stay valid). Throws while a call is pending. */
+  dispose(): void {
+    if (!this.handle) return;
+    if (this.pending > 0) invalid(`model.dispose: ${this.pendingOp} is still running on this model; await it first`);
+    const h = this.handle;
+    this.handle = null;
+    call(() => h.dispose());
+  }
+}
+
+function views(ts: NativeTensor[]): Map<string, TensorView> {
+  const m = new Map<string, TensorView>();
+  for (const t of ts) m.set(t.name, { shape: t.shape, data: t.data });
+  return m;
+}
+
+/** Fills `target` from a safetensors file: every tensor must be there with its shape; returns the metadata. */
+function readInto(path: string, target: Map<string, TensorView>, what: string, optionalExtra: Set<string>): Record<string, string> {
+  const fd = openForRead(path);
+  try {
+    const { tensors, metadata } = readHeader(fd, path);
+    for (const [name, view] of target) {
+      const e = tensors.get(name);
+      if (!e) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: ${what} tensor ${name} is missing`);
+      if (e.shape.length !== view.shape.length || e.shape.some((d, i) => d !== view.shape[i]))
+        throw new RlstreamError('WEIGHTS_FORMAT', `${path}: tensor ${name} has shape [${e.shape.join(', ')}], the config gives [${view.shape.join(', ')}]`);
+      readTensorInto(fd, path, name, e, view.data);
+    }
+    for (const name of tensors.keys())
+      if (!target.has(name) && !optionalExtra.has(name) && !IGNORED_TENSOR.test(name))
+        throw new RlstreamError('WEIGHTS_FORMAT', `${path}: unexpected tensor ${name} for this config`);
+    for (const [name, view] of target)
+      for (let i = 0; i < view.data.length; i++)
+        if (!Number.isFinite(view.data[i])) throw new RlstreamError('NATIVE_NON_FINITE', `${path}: tensor ${name}[${i}] is not finite`);
+    return metadata;
+  } finally {
+    closeSync(fd);
+  }
+}
