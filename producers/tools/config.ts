@@ -1,7 +1,7 @@
 // Tool configuration in YAML (verl's tool_config shape), compiled into a ToolSet:
 //
 //   tools:
-//     - class_name: calculator             # built-in name, or a module path: ./my-tool.ts[:ExportName]
+//     - class_name: calculator             # built-in name, verl class name, or a module path: ./my-tool.ts[:ExportName]
 //       config: { timeout_ms: 5000 }       # handed to the tool's constructor; timeout_ms is the call timeout
 //       tool_schema:                       # optional: overrides the tool's own schema (OpenAI function shape)
 //         type: function
@@ -13,6 +13,10 @@
 // each call, to study how a slow service's tail affects the pipeline.
 //
 // A module tool exports a class (default export, or the named export) constructed as new C(config).
+//
+// verl's tool YAML is read as it is: its class names map to the rlstream tool that behaves the same
+// (VERL_TOOL_CLASSES); verl's `config: {type: native}` is accepted and ignored. Any other Python-style class
+// name is refused naming the ones that map, since rlstream cannot run verl's Python.
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -20,6 +24,7 @@ import YAML from 'yaml';
 import { RlstreamError } from '../../core/errors.ts';
 import type { ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { CalculatorTool } from './calculator.ts';
+import { Gsm8kTool } from './gsm8k.ts';
 import { McpConnection, type McpServerConfig } from './mcp.ts';
 import { compileSimulatedLatency, withSimulatedLatency } from './simulated-latency.ts';
 import { ToolSet } from './tool-set.ts';
@@ -30,7 +35,19 @@ type ToolFactory = (config: Record<string, unknown>) => Tool;
 /** Built-in tools by class_name. */
 export const BUILTIN_TOOLS: Record<string, ToolFactory> = {
   calculator: (config) => new CalculatorTool(typeof config['name'] === 'string' ? config['name'] : 'calculator'),
+  calc_gsm8k_reward: () => new Gsm8kTool(),
 };
+
+/** verl's tool classes (their import paths, old and current) → the built-in that behaves as they do. */
+export const VERL_TOOL_CLASSES: Record<string, string> = {
+  'verl.tools.gsm8k_tool.Gsm8kTool': 'calc_gsm8k_reward',
+  'verl.workers.tool.gsm8k_tool.Gsm8kTool': 'calc_gsm8k_reward',
+};
+
+/** A module path names a file (a slash, or a .ts/.js file); anything else is a class name. */
+function isModulePath(className: string): boolean {
+  return /[\\/]/.test(className) || /\.(m?[jt]s|cjs|cts)(:|$)/.test(className);
+}
 
 function invalid(message: string): never {
   throw new RlstreamError('CONFIG_INVALID', message);
@@ -100,7 +117,14 @@ export async function toolSetFromYaml(text: string, options: { baseDir?: string;
         for (const t of conn.tools) set.add(delayed(t), { timeoutMs });
         continue;
       }
-      const builtin = Object.hasOwn(BUILTIN_TOOLS, className) ? BUILTIN_TOOLS[className] : undefined;
+      const builtinName = Object.hasOwn(VERL_TOOL_CLASSES, className) ? VERL_TOOL_CLASSES[className]! : (className as string);
+      const builtin = Object.hasOwn(BUILTIN_TOOLS, builtinName) ? BUILTIN_TOOLS[builtinName] : undefined;
+      if (!builtin && !isModulePath(className as string)) {
+        invalid(
+          `${field}.class_name: no rlstream tool for "${className}" (verl classes that map: ${Object.keys(VERL_TOOL_CLASSES).join(', ')}; ` +
+            `built-ins: ${[...Object.keys(BUILTIN_TOOLS), 'mcp'].join(', ')}). Port the tool to TypeScript and name its module: class_name: ./my_tool.ts[:ExportName]`,
+        );
+      }
       let tool = builtin ? builtin(config) : await loadModuleTool(className, baseDir, config, `${field}.class_name`);
       if (entry['tool_schema'] !== undefined) {
         const schema = asObject(entry['tool_schema'], `${field}.tool_schema`) as unknown as ChatTool;

@@ -101,7 +101,7 @@ export class ToolSession {
     } catch (err) {
       return done('invalid_args', `Error: arguments of ${name} are not valid JSON (${(err as Error).message}).`);
     }
-    if (!entry.validate(args)) {
+    if (!entry.tool.checksOwnArguments && !entry.validate(args)) {
       const why = (entry.validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message ?? 'is invalid'}`).join('; ');
       return done('invalid_args', `Error: invalid arguments for ${name}: ${why}.`);
     }

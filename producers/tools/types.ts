@@ -28,6 +28,11 @@ export interface Tool {
   /** The instance's final reward (e.g. the score of its last answer); optional. */
   calcReward?(instanceId: string): Promise<number> | number;
   release(instanceId: string): Promise<void> | void;
+  /**
+   * The tool takes any JSON value the model wrote and handles it itself (verl's tools get the parsed arguments
+   * unchecked); the session then skips the JSON-schema check. Default false.
+   */
+  readonly checksOwnArguments?: boolean;
   /** Close connections (MCP clients) when the tool set is closed. */
   close?(): Promise<void>;
 }
