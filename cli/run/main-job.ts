@@ -18,6 +18,7 @@ import { accuracy, heldoutRows } from './evaluation.ts';
 import { Progress } from './progress.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows, initFiles } from './roles.ts';
 import { warmStart } from './sft.ts';
+import { chooseRun, finishRun, resumedState, type RunChoice } from './resume.ts';
 
 export interface MainJobOptions {
   configPath: string;
@@ -31,6 +32,8 @@ export interface MainJobOptions {
   initialEval?: boolean;
   /** Every durable TrainStep, as the trainer commits it (benchmarks). */
   onTrainStep?: (step: TrainStep) => void;
+  /** The run directory: a new one (default), the newest unfinished one of this configuration, or a given one (cli/run/resume.ts). */
+  run?: RunChoice;
 }
 
 /** The RL phase alone (first rollout to the last training step), for throughput figures. */
@@ -73,8 +76,9 @@ export interface MainJobSummary {
 export async function runMainJob(options: MainJobOptions): Promise<MainJobSummary> {
   const t0 = performance.now();
   const config = loadRunConfig(options.configPath, options.overrides ?? {});
-  const runId = `${config.run.id}-${config.run.seed}-${new Date().toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
-  const runDir = join(config.run.dataDir, runId);
+  const chosen = chooseRun(config, options.run ?? { kind: 'new' });
+  const { runId, runDir } = chosen;
+  process.stderr.write(`run: ${chosen.message}\n`);
   mkdirSync(runDir, { recursive: true });
   const logger = options.logger ?? jsonLogger({ level: 'warn' });
   const run = { ...config, run: { ...config.run, id: runId, dataDir: runDir } };
@@ -108,13 +112,15 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const sink = traces ? createTraceSink(ctx, traces) : null;
     const backend = await createBackend(ctx);
     closers.push(() => backend.close());
-    const worker = await createWorker(ctx, runId, backend, tokenizer);
+    // A resumed run carries on from its log: its steps so far, and the trajectories not to run again.
+    const prior = chosen.resumed ? await resumedState(ctx.log, ctx.serde, runId) : null;
+    const worker = await createWorker(ctx, runId, backend, tokenizer, prior ? { completed: prior.completed } : {});
     // Evaluation gets its own worker that does not follow policy versions: the training worker hot-swaps the
     // shared backend, and evaluation must never wait at the staleness gate.
     const evaluator = await createWorker(ctx, runId, backend, tokenizer, { followPolicy: false });
     const topt = ctx.config.trainer;
-    const steps: TrainStep[] = [];
-    const evals: { step: number; version: number; accuracy: number }[] = [];
+    const steps: TrainStep[] = [...(prior?.steps ?? [])];
+    const evals: { step: number; version: number; accuracy: number }[] = [...(prior?.evals ?? [])];
     const stepBar = progress.bar('train', topt.maxSteps);
     const trainer = createTrainer(ctx, runId, runDir, (s) => {
       steps.push(s);
@@ -135,8 +141,8 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const everySteps = ctx.config.eval.everySteps;
     const heldout = await heldoutRows(ctx, heldoutN);
     const evalBar = progress.bar('eval', heldoutN);
-    let before: number | null = null;
-    if (options.initialEval !== false) {
+    let before: number | null = prior?.before ?? null;
+    if (options.initialEval !== false && before === null) {
       before = await accuracy(ctx.plugins, await evaluator.evaluate(heldout));
       evals.push({ step: 0, version: 0, accuracy: before });
       evalBar.update(heldoutN, heldoutN, `before ${(before * 100).toFixed(1)}%`);
@@ -148,7 +154,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const rollouts = worker.run(trainRows(ctx));
     let evalChain: Promise<void> = Promise.resolve();
     const trainerDone = (async () => {
-      let lastEval = 0;
+      let lastEval = trainer.currentStep;
       const check = setInterval(() => {
         const s = trainer.currentStep;
         if (s - lastEval >= everySteps && s < topt.maxSteps) {
@@ -192,7 +198,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const plot = join(runDir, 'learning-curves.svg');
     writeFileSync(plot, curves(runId, steps, evals, { full: heldoutN, during: duringN }));
     const toolRate = (s: TrainStep | undefined) => s?.metrics.find((m) => m.name === 'tool_success_rate')?.value ?? 0;
-    return {
+    return finishRun(runDir, {
       run_id: runId,
       seed: config.run.seed,
       heldout_accuracy_before: before,
@@ -219,7 +225,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       },
       plot,
       data_dir: runDir,
-    };
+    });
   } finally {
     progress.stop();
     for (const close of closers) await close().catch(() => {});
