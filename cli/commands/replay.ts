@@ -3,7 +3,7 @@
 import type { Command } from 'commander';
 import { SingleBar, Presets } from 'cli-progress';
 import { loadRunConfig } from '../../core/config.ts';
-import { RlstreamError } from '../../core/errors.ts';
+import { isRlstreamError, RlstreamError } from '../../core/errors.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
@@ -25,8 +25,11 @@ interface Opened {
   close(): Promise<void>;
 }
 
-/** A log and its schema registry: embedded (registry in `_schemas`) or Kafka (registry at SCHEMA_REGISTRY_URL). */
-async function openSource(spec: string): Promise<Opened> {
+/**
+ * A log and its schema registry: embedded (registry in `_schemas`) or Kafka (registry at SCHEMA_REGISTRY_URL).
+ * `readOnly`: the replay writes nothing into this log (see the embedded branch).
+ */
+async function openSource(spec: string, readOnly = false): Promise<Opened> {
   if (spec.startsWith('kafka://')) {
     const brokers = spec.slice('kafka://'.length).split(',').filter(Boolean);
     const log = await openLog({ kind: 'kafka', brokers });
@@ -36,8 +39,25 @@ async function openSource(spec: string): Promise<Opened> {
     });
     return { log, registry, close: async () => (await registry.close(), await log.close()) };
   }
-  // Warnings to stderr: damage the open quarantines and gaps the readers skip must not pass silently.
-  const log = await openLog({ kind: 'embedded', dir: spec }, jsonLogger({ level: 'warn', fields: { role: 'replay' } }));
+  // Warnings to stderr: damage the open finds and gaps the readers skip must not pass silently.
+  const logger = jsonLogger({ level: 'warn', fields: { role: 'replay' } });
+  if (readOnly) {
+    // Opened read-only when nothing is written into it: damage is read around and reported rather than
+    // rewritten, and a running job's log needs no lock. Unless this version's schemas are not all registered
+    // in it yet (registering writes): then it is opened as a writer.
+    const log = await openLog({ kind: 'embedded', dir: spec, readOnly: true }, logger);
+    let registry: EmbeddedRegistry | null = null;
+    try {
+      const r = (registry = await EmbeddedRegistry.open(log));
+      await new EventSerde(r).init();
+      return { log, registry: r, close: async () => (await r.close(), await log.close()) };
+    } catch (err) {
+      await registry?.close();
+      await log.close();
+      if (!isRlstreamError(err, 'LOG_READ_ONLY')) throw err;
+    }
+  }
+  const log = await openLog({ kind: 'embedded', dir: spec }, logger);
   const registry = await EmbeddedRegistry.open(log);
   return { log, registry, close: async () => (await registry.close(), await log.close()) };
 }
@@ -66,7 +86,7 @@ export function register(program: Command): void {
     .option('--estimator <name>', 'recompute advantages with this estimator (grpo, rloo, …)')
     .option('--config <file>', "the run's config: advantages are recomputed with its advantage estimator and options (--estimator overrides the name)")
     .action(async (o: { log: string; from?: string; to?: string; into: string; topics?: string; store: string; fresh?: boolean; reward?: string; estimator?: string; config?: string }) => {
-      const source = await openSource(o.log);
+      const source = await openSource(o.log, !o.into.startsWith('topic:'));
       const closers: (() => Promise<void>)[] = [];
       try {
         const serde = new EventSerde(source.registry);

@@ -54,21 +54,24 @@ test('replay and log check/repair over a damaged embedded log report the damage;
     const bytes = readFileSync(seg);
     bytes[Math.floor(bytes.length / 2)]! ^= 0x22;
     writeFileSync(seg, bytes);
+    // Replay opens the log read-only: it reads around the damage, says so, and leaves the file as it is.
     const damaged = await rlstream(...args(1));
     assert.equal(damaged.code, 0, damaged.stderr);
     assert.equal(replayed(damaged.stdout), total - 1);
-    assert.match(damaged.stderr, /damaged records quarantined/);
+    assert.match(damaged.stderr, /damaged records found \(left in place: read-only open\)/);
     assert.match(damaged.stderr, /reader skipped offsets lost to damage/);
+    assert.ok(readFileSync(seg).equals(bytes), 'the replay wrote nothing into the log');
 
     const check = await rlstream('log', 'check', logDir);
     assert.equal(check.code, 1);
     assert.match(check.stdout, new RegExp(`1 gap\\(s\\)[^]*${TOPICS.rolloutEvents}/0 offsets (\\d+)\\.\\.\\1: `));
 
-    // A segment file deleted: replay refuses, naming it and the repair; check says the same without writing.
+    // A segment file deleted: a writer's open refuses, naming it and the repair (here: a replay that writes into
+    // the log); check reports it without writing.
     const p1 = join(logDir, 'topics', TOPICS.rolloutEvents, '1');
     const gone = join(p1, readdirSync(p1).find((f) => f.endsWith('.log'))!);
     unlinkSync(gone);
-    const refused = await rlstream(...args(2));
+    const refused = await rlstream('replay', '--log', logDir, '--topics', TOPICS.rolloutEvents, '--into', 'topic:copy');
     assert.notEqual(refused.code, 0);
     assert.match(refused.stderr, new RegExp(`LOG_CORRUPT: ${gone.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: segment file missing[^]*rlstream log repair ${logDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
     const checkGone = await rlstream('log', 'check', logDir);
@@ -77,6 +80,8 @@ test('replay and log check/repair over a damaged embedded log report the damage;
 
     const repair = await rlstream('log', 'repair', logDir);
     assert.equal(repair.code, 0, repair.stderr);
+    // The writer's open that refused had already quarantined partition 0's damaged record (recorded, so safe):
+    // repair has the missing segment left.
     assert.match(repair.stdout, /1 damaged range\(s\) quarantined/);
     assert.match(repair.stdout, new RegExp(`${TOPICS.rolloutEvents}/1 offsets 0\\.\\.end: segment file missing`));
     const after = await rlstream(...args(3));
