@@ -28,8 +28,9 @@ export interface EmbeddedLogOptions {
   /**
    * Open to read only (default false): no lock is taken and nothing in the directory is written, created or
    * deleted (a torn tail is ignored in memory, retention does not run); sends, commits and createTopic of a new
-   * topic fail with LOG_READ_ONLY, and damage that a read-write open would quarantine fails the open with
-   * LOG_CORRUPT and the repair command. For readers of a log they do not own: replay, admin, query.
+   * topic fail with LOG_READ_ONLY. Damaged records and missing segments are read around in memory and reported
+   * (damageReport, warnings) instead of quarantined; a missing or damaged journal, checkpoint or meta.json still
+   * fails the open. For readers of a log they do not own (replay, `rlstream log check`), also while a writer runs.
    */
   readOnly?: boolean;
   /**
