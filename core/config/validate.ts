@@ -108,6 +108,18 @@ function issueOf(e: ErrorObject, base: string, data: unknown): ConfigIssue | nul
       return { path, message: `must match ${String(p['pattern'])} (got ${shown(got)})` };
     case 'if':
       return null;
+    case 'const':
+      // A branch of a union of literals (TypeBox Type.Union of Type.Literal): reported once, by its anyOf.
+      if (e.schemaPath.includes('/anyOf/')) return null;
+      return { path, message: `must be ${shown(p['allowedValue'])} (got ${shown(got)})` };
+    case 'anyOf': {
+      const branches = ((e.parentSchema as { anyOf?: { const?: unknown }[] } | undefined)?.anyOf ?? []);
+      if (branches.length > 0 && branches.every((b) => b.const !== undefined)) {
+        const allowed = branches.map((b) => String(b.const));
+        return { path, message: `must be one of ${allowed.join(', ')} (got ${shown(got)})${typeof got === 'string' ? didYouMean(got, allowed) : ''}` };
+      }
+      return { path, message: `does not match any allowed form (got ${shown(got)})` };
+    }
     default:
       return { path, message: e.message ?? e.keyword };
   }

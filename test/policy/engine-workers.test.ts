@@ -112,7 +112,7 @@ test('a bad worker count fails at creation naming the field', async () => {
   await assert.rejects(BuiltinPolicyBackend.create({ configJson, weights: w1, version: 1 }, { workers: 0 }), /workers must be a positive integer/);
 });
 
-test("the run config's policy section: the calculator example serves from 2 workers; bad counts fail naming the field", async () => {
+test("the run config's backend section: the calculator example serves from 2 workers; bad counts fail at compile naming the field", async () => {
   const { loadRunConfig } = await import('../../core/config.ts');
   const { createBackend } = await import('../../cli/run/roles.ts');
   const { silentLogger } = await import('../../core/telemetry.ts');
@@ -129,12 +129,12 @@ test("the run config's policy section: the calculator example serves from 2 work
     await b.close();
   }
   for (const [key, value, msg] of [
-    ['policy.workers', 0, /policy\.workers must be a positive integer, got 0/],
-    ['policy.threads', '2', /policy\.threads must be a positive integer, got "2"/],
-    ['policy.max_batch', 1.5, /policy\.max_batch must be a positive integer/],
-    ['policy.swap_mode', 'later', /policy\.swap_mode must be 'finish' or 'next_turn'/],
+    ['backend.workers', 0, /^backend\.workers: must be >= 1 \(got 0\)/],
+    ['backend.threads', '2', /^backend\.threads: must be an integer \(got "2"\)/],
+    ['backend.max_batch', 1.5, /^backend\.max_batch: must be an integer \(got 1\.5\)/],
+    ['backend.swap_mode', 'later', /^backend\.swap_mode: must be one of next_turn, finish \(got "later"\)/],
   ] as const) {
-    await assert.rejects(createBackend(ctx({ [key]: value })), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && msg.test((e as Error).message));
+    assert.throws(() => loadRunConfig(configPath, { [key]: value }), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && msg.test((e as Error).message));
   }
 });
 
