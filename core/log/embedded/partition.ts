@@ -3,7 +3,8 @@
 // On open it checks that its segments account for every offset: a gap between segments, a segment file gone
 // while its index is still there, or a first segment above 0 without retention is a missing segment, refused
 // (LOG_CORRUPT with the repair command) unless its damage ledger lists the gap; damaged frames found inside a
-// segment are quarantined (see segment.ts). Readers step over listed gaps and count the offsets skipped.
+// segment are quarantined (see segment.ts). A read-only open reads around both instead, in memory. Readers step
+// over gaps and count the offsets skipped.
 import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { isRlstreamError, RlstreamError } from '../../errors.ts';
@@ -110,7 +111,9 @@ export class Partition {
     for (let i = 1; i < this.segments.length; i++) {
       const prev = this.segments[i - 1]!;
       const seg = this.segments[i]!;
-      if (seg.base < prev.next) throw corruptError(this.config.logDir, seg.path('.log'), `starts at offset ${seg.base}, inside the previous segment (which ends at ${prev.next})`, 'quarantine it');
+      if (seg.base < prev.next) {
+        throw new RlstreamError('LOG_CORRUPT', `${seg.path('.log')}: starts at offset ${seg.base}, inside the previous segment (which ends at ${prev.next}): two segments hold the same offsets; move one of them out of ${this.dir}`);
+      }
       if (seg.base === prev.next || prev.damage.some((d) => d.toOffset === null)) continue;
       if (missing.some((m) => m.from >= prev.next && m.from < seg.base)) continue;
       missing.push({ from: prev.next, to: seg.base, file: join(this.dir, segmentFileName(prev.next, '.log')), reason: `segment file missing: offsets ${prev.next} to ${seg.base - 1} are in no segment` });
