@@ -36,6 +36,9 @@ function open(dir: string, options: Omit<EmbeddedLogOptions, 'dir'> = {}, warnin
   return openEmbeddedLog({ dir, ...options }, jsonLogger({ level: 'warn', write: (l) => warnings.push(JSON.parse(l) as Warning) }));
 }
 
+/** Record i of a partition is stamped BASE_TS + i. */
+const BASE_TS = 1_700_000_000_000;
+
 function value(i: number): Buffer {
   return Buffer.from(`record-${i}-`.padEnd(120, 'x'));
 }
@@ -46,7 +49,7 @@ async function build(dir: string, n: number, options: Omit<EmbeddedLogOptions, '
   await log.createTopic({ name: 't', partitions });
   const p = await log.producer();
   for (let part = 0; part < partitions; part++) {
-    for (let i = 0; i < n; i += 100) await p.send('t', Array.from({ length: Math.min(100, n - i) }, (_, k) => ({ value: value(i + k), partition: part })));
+    for (let i = 0; i < n; i += 100) await p.send('t', Array.from({ length: Math.min(100, n - i) }, (_, k) => ({ value: value(i + k), partition: part, timestamp: BASE_TS + i + k })));
   }
   await log.close();
 }
@@ -514,9 +517,20 @@ test('damage in a sealed segment, found by a reader rather than on open, is quar
     );
     checkIntact(await pollFor(ahead, 300), range(hit.offset + 3, 600));
     await log.close();
+    // Seeking by time through damage found then: the answer is the first intact record at or after the time.
+    const seg2 = frames(segs[2]!);
+    flip(segs[2]!, seg2[2]!.start + 50);
+    log = open(dir);
+    assert.deepEqual(await log.offsetsForTimestamp('t', BASE_TS + seg2[3]!.offset), [{ topic: 't', partition: 0, offset: seg2[3]!.offset }]);
+    assert.deepEqual(
+      log.damageReport().foundNow.map((d) => [d.fromOffset, d.toOffset]),
+      [[seg2[2]!.offset, seg2[2]!.offset + 1]],
+    );
+    checkIntact(await readAll(log), [...range(0, hit.offset), ...range(hit.offset + 1, seg2[2]!.offset), ...range(seg2[2]!.offset + 1, 600)]);
+    await log.close();
     log = open(dir);
     assert.deepEqual(log.damageReport().foundNow, []);
-    checkIntact(await readAll(log), [...range(0, hit.offset), ...range(hit.offset + 1, 600)]);
+    assert.equal(log.damageReport().gaps.length, 2);
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });

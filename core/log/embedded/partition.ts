@@ -367,7 +367,13 @@ export class Partition {
   /** First offset whose timestamp is >= ts (high when none). */
   offsetForTimestamp(ts: number): number {
     for (const seg of this.segments) {
-      const o = seg.offsetForTimestamp(ts);
+      let o: number | null;
+      try {
+        o = seg.offsetForTimestamp(ts);
+      } catch (err) {
+        if (!this.quarantinedAtRead(err, seg)) throw err;
+        o = seg.offsetForTimestamp(ts);
+      }
       if (o !== null) return o;
     }
     return this.high;

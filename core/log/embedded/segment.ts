@@ -442,13 +442,17 @@ export class Segment {
     const startOffset = best < 0 ? this.base : this.base + this.timeRel[best]! + 1;
     const start = this.lookup(startOffset);
     let found: number | null = null;
-    this.scan(start.pos, (buf, pos) => {
+    const res = this.scan(start.pos, (buf, pos) => {
       if (peekOffset(buf, pos) >= startOffset && peekTimestamp(buf, pos) >= ts) {
         found = peekOffset(buf, pos);
         return false;
       }
       return true;
     });
+    // Stopped by damage before an answer: the records after it may hold one.
+    if (found === null && res.problem !== null) {
+      throw corruptError(this.config.logDir, this.path('.log'), `${res.problem} at byte ${res.end}`, 'move the damaged bytes to a quarantine file and keep the records after them');
+    }
     return found;
   }
 
