@@ -1,5 +1,5 @@
-// One staleness bound for both ends, changed during a run through the admin API: the main job on the
-// embedded log starts with trainer.staleness_bound 3; after step 2 the test posts set_staleness 1, and the
+// One staleness bound for both ends, changed during a run through the admin API: the main job (on the
+// embedded log, and on Kafka) starts with trainer.staleness_bound 3; after step 2 the test posts set_staleness 1, and the
 // trainer trains no sample older than 1 from then on while the rollout gate takes the same bound; then a
 // stop through the admin API ends both ends, and the main job returns before trainer.max_steps.
 import { test } from 'node:test';
@@ -7,7 +7,9 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
 import { runMainJob } from '../../cli/run/main-job.ts';
+import { PrivateBroker } from '../../testkit/kafka-broker.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
 
 const CONFIG = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.yaml');
@@ -20,7 +22,7 @@ async function post(runDir: string, path: string, body: unknown): Promise<number
   return res.status;
 }
 
-test('set_staleness through the admin API changes the bound at both ends; stop ends the main job', { timeout: 240_000 }, async () => {
+async function scenario(shape: Record<string, unknown>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-staleness-'));
   const steps: TrainStep[] = [];
   let changedAt = -1;
@@ -29,7 +31,7 @@ test('set_staleness through the admin API changes the bound at both ends; stop e
   try {
     const summary = await runMainJob({
       configPath: CONFIG,
-      overrides: { 'run.data_dir': dir, 'trainer.max_steps': 30, 'trainer.staleness_bound': 3, 'task.heldout_problems': 4, 'eval.every_steps': 1000, 'admin.port': 0 },
+      overrides: { ...shape, 'run.data_dir': dir, 'trainer.max_steps': 30, 'trainer.staleness_bound': 3, 'task.heldout_problems': 4, 'eval.every_steps': 1000, 'admin.port': 0 },
       progress: false,
       initialEval: false,
       onTrainStep: (s) => {
@@ -56,6 +58,21 @@ test('set_staleness through the admin API changes the bound at both ends; stop e
     // Stop: the run ended soon after the command, far short of max_steps.
     assert.ok(summary.steps >= stopAt && summary.steps < 30, `steps ${summary.steps}`);
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('embedded log: set_staleness through the admin API changes the bound at both ends; stop ends the main job', { timeout: 240_000 }, () => scenario({}));
+
+// A private broker: the shared one holds topics of other tests, created with other partition counts.
+const kafkaMissing = PrivateBroker.libs() ? null : 'needs the Kafka jars (bash infra/setup.sh)';
+test('Kafka: set_staleness through the admin API changes the bound at both ends; stop ends the main job', { timeout: 300_000, skip: kafkaMissing ?? false }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-staleness-kafka-'));
+  const broker = await PrivateBroker.start(dir);
+  try {
+    await scenario({ 'log.kind': 'kafka', 'log.brokers': broker.brokers, 'run.id': `staleness-${randomUUID().slice(0, 8)}` });
+  } finally {
+    await broker.halt();
     rmSync(dir, { recursive: true, force: true });
   }
 });
