@@ -19,7 +19,7 @@ import { StreamProcessor } from '../core/processor.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import { RewardHandler } from '../consumers/reward/consumer.ts';
 import { AdvantageHandler } from '../consumers/advantage/consumer.ts';
-import { completed, newSerde, rewarded, tempDir, trajectory } from '../test/consumers/processor-fixtures.ts';
+import { completed, newSerde, rewarded, tempDir, trajectory } from '../testkit/events.ts';
 
 const TOKENS = 1000;
 const GROUP = 8;

@@ -16,10 +16,10 @@ import { StreamProcessor } from '../core/processor.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import { RewardHandler } from '../consumers/reward/consumer.ts';
 import { AdvantageHandler } from '../consumers/advantage/consumer.ts';
-import { completed, newSerde, trajectory } from '../test/consumers/processor-fixtures.ts';
-import { PrivateBroker } from '../test/chaos/broker.ts';
+import { completed, newSerde, trajectory } from '../testkit/events.ts';
+import { PrivateBroker } from '../testkit/kafka-broker.ts';
 import { newRun, openRunLog, progress, ROLES, rssMiB, Supervisor } from '../test/chaos/harness.ts';
-import { dropDatabase } from '../test/chaos/audit.ts';
+import { dropDatabase } from '../testkit/audit.ts';
 
 const TOKENS = 1000;
 const GROUP = 8;

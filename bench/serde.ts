@@ -7,7 +7,7 @@ import { EVENT_NAMES, eventType, type EventName } from '../schemas/index.ts';
 import { fixtureValue } from '../schemas/snapshot.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { MemoryRegistry } from '../core/serde/registry.ts';
-import { completed, rewarded, trajectory } from '../test/consumers/processor-fixtures.ts';
+import { completed, rewarded, trajectory } from '../testkit/events.ts';
 
 function arg(args: string[], name: string, fallback: string): string {
   const i = args.indexOf(`--${name}`);

@@ -63,9 +63,9 @@ import { listNamedQueries, runNamed } from '../core/traces/queries.ts';
 import type { DecodedEvent } from '../core/serde/events.ts';
 import { rowsOf } from '../consumers/traces/rows.ts';
 import { TraceWriter, type WriterOptions } from '../consumers/traces/writer.ts';
-import { recordRun } from '../test/traces/record.ts';
+import { recordRun } from '../testkit/record-run.ts';
 import { cpuReport, describeCpu, sampleCpu, type CpuReport } from './cpu.ts';
-import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../test/traces/synthetic.ts';
+import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../testkit/synthetic-run.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 

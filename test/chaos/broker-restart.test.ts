@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, collectRun, consumedIds, stuck, stuckDetail } from './audit.ts';
+import { auditRun, collectRun, consumedIds, stuck, stuckDetail } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { openRunLog, progress } from './harness.ts';
 

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, collectRun, stuck, stuckDetail, traceDuplicates } from './audit.ts';
+import { auditRun, collectRun, stuck, stuckDetail, traceDuplicates } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { progress, ROLES, type Role } from './harness.ts';
 

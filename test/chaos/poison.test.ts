@@ -11,7 +11,7 @@ import { openRegistryFor } from '../../core/serde/open.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { RewardedTrajectory, TrajectoryCompleted } from '../../schemas/generated/types.ts';
 import { service } from '../kafka/services.ts';
-import { auditRun, clickhouse, collectRun, readTopic } from './audit.ts';
+import { auditRun, clickhouse, collectRun, readTopic } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
 
 const registry = service('SCHEMA_REGISTRY_URL', 'poison records mid-run');

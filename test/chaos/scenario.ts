@@ -9,8 +9,8 @@ import type { TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventLog } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
-import { collectStarted, consumedIds, dropDatabase } from './audit.ts';
-import { PrivateBroker } from './broker.ts';
+import { collectStarted, consumedIds, dropDatabase } from '../../testkit/audit.ts';
+import { PrivateBroker } from '../../testkit/kafka-broker.ts';
 import { newRun, openRunLog, Supervisor, type RunSetup } from './harness.ts';
 
 export interface Scenario {

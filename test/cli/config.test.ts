@@ -10,7 +10,7 @@ import { compileRunConfig, ConfigError } from '../../core/config.ts';
 import { composeReward } from '../../consumers/reward/shaping.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { compileRolloutOptions } from '../../producers/options.ts';
-import { trajectory } from '../consumers/processor-fixtures.ts';
+import { trajectory } from '../../testkit/events.ts';
 import { checkConfig } from '../../cli/commands/config.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');

@@ -6,7 +6,7 @@ import { createAdvantageProcessor, type AdvantageOptions } from '../../consumers
 import { openLog } from '../../core/log/open.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
-import { newSerde, rewarded, tempDir, trajectory } from './processor-fixtures.ts';
+import { newSerde, rewarded, tempDir, trajectory } from '../../testkit/events.ts';
 
 async function run(options: AdvantageOptions, inputs: { groupId: string; index: number; size: number; score: number; split?: string }[], waitMs = 0) {
   const log = await openLog({ kind: 'embedded', dir: tempDir('adv') });

@@ -10,7 +10,7 @@ import { newId } from '../../core/ids.ts';
 import { openLog, type LogConfig } from '../../core/log/open.ts';
 import type { EventLog, ProduceRecord } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
-import { completed, newSerde, rewarded, tempDir, trajectory } from './processor-fixtures.ts';
+import { completed, newSerde, rewarded, tempDir, trajectory } from '../../testkit/events.ts';
 
 const WORKER = join(import.meta.dirname, 'processor-worker.ts');
 const KILLS = 12;

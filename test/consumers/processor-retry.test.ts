@@ -14,7 +14,7 @@ import { StreamProcessor } from '../../core/processor.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import type { RewardedTrajectory, TurnCompleted } from '../../schemas/generated/types.ts';
 import { openTestKafkaLog, service } from '../kafka/services.ts';
-import { completed, newSerde, tempDir, trajectory } from './processor-fixtures.ts';
+import { completed, newSerde, tempDir, trajectory } from '../../testkit/events.ts';
 
 type Fault = (op: 'sendOffsets' | 'commit') => RlstreamError | null | Promise<RlstreamError | null>;
 

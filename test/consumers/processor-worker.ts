@@ -10,7 +10,7 @@ import { RewardHandler } from '../../consumers/reward/consumer.ts';
 import { RewardRegistry } from '../../consumers/reward/registry.ts';
 import { gsm8kReward } from '../../consumers/reward/gsm8k.ts';
 import { jsonLogger, silentLogger } from '../../core/telemetry.ts';
-import { newSerde } from './processor-fixtures.ts';
+import { newSerde } from '../../testkit/events.ts';
 
 interface WorkerConfig {
   role: 'reward' | 'advantage';

@@ -17,7 +17,7 @@ import type { StreamProcessor } from '../../core/processor.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { DeadLetter, RewardedTrajectory, TurnCompleted } from '../../schemas/generated/types.ts';
-import { completed, newSerde, tempDir, trajectory } from './processor-fixtures.ts';
+import { completed, newSerde, tempDir, trajectory } from '../../testkit/events.ts';
 
 async function setup(): Promise<{ log: EventLog; serde: EventSerde }> {
   const log = await openLog({ kind: 'embedded', dir: tempDir('reward') });

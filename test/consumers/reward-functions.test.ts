@@ -9,7 +9,7 @@ import { extractMathAnswer, mathNumericReward, numericEqual } from '../../consum
 import { RewardRegistry, defaultRewards, loadRewardModule, registerReward } from '../../consumers/reward/registry.ts';
 import { composeReward, normalizeOutcome } from '../../consumers/reward/shaping.ts';
 import { isRlstreamError } from '../../core/errors.ts';
-import { tempDir, trajectory } from './processor-fixtures.ts';
+import { tempDir, trajectory } from '../../testkit/events.ts';
 
 // A sample of the real dataset that ships with the repository (see its README for which rows and why).
 const DATA = join(import.meta.dirname, '../fixtures/gsm8k');

@@ -14,7 +14,7 @@ import { HttpSchemaRegistry } from '../../core/serde/http-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { PrivateBroker } from '../chaos/broker.ts';
+import { PrivateBroker } from '../../testkit/kafka-broker.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CONFIG = join(import.meta.dirname, 'fixtures', 'config.yaml');

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openKafkaLog } from '../../core/log/kafka/index.ts';
 import { silentLogger } from '../../core/telemetry.ts';
-import { PrivateBroker } from '../chaos/broker.ts';
+import { PrivateBroker } from '../../testkit/kafka-broker.ts';
 
 test('several clients creating the same topics at once on a fresh broker all succeed, with the right partition counts', { timeout: 120_000 }, async (t) => {
   if (!PrivateBroker.libs()) {

@@ -13,7 +13,7 @@ import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
-import { PrivateBroker } from '../chaos/broker.ts';
+import { PrivateBroker } from '../../testkit/kafka-broker.ts';
 import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from '../trainer/fixtures/synthetic.ts';
 
 test('trainer on Kafka: after training on every transactional group, its committed offsets pass the markers (lag 0)', { timeout: 180_000 }, async (t) => {

@@ -12,7 +12,7 @@ import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { recordRun } from '../traces/record.ts';
+import { recordRun } from '../../testkit/record-run.ts';
 
 const CLI = join(import.meta.dirname, '../../cli/main.ts');
 

@@ -22,7 +22,7 @@ import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget } from '../../consumers/replay/targets.ts';
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
-import { recordRun, type Recorded } from '../traces/record.ts';
+import { recordRun, type Recorded } from '../../testkit/record-run.ts';
 import { targets } from '../traces/targets.ts';
 
 const RUN = { runId: 'run-a', groups: 30, groupSize: 4, assistantTurns: 3, trajectoriesPerStep: 16, seed: 7 };

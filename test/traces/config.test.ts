@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { openRunContext, openRunTraces } from '../../cli/run/context.ts';
 import { createTraceSink } from '../../cli/run/roles.ts';
 import { silentLogger } from '../../core/telemetry.ts';
-import { recordRun } from './record.ts';
+import { recordRun } from '../../testkit/record-run.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import { TraceWriter } from '../../consumers/traces/writer.ts';
 import { targets } from './targets.ts';

@@ -9,7 +9,7 @@ import { isRlstreamError } from '../../core/errors.ts';
 import { TRACE_TABLES, toJsonEachRow, type Row, type TraceTable } from '../../core/traces/store.ts';
 import type { DecodedEvent } from '../../core/serde/events.ts';
 import { rowsOf, deadLetterRow } from '../../consumers/traces/rows.ts';
-import { syntheticRun } from './synthetic.ts';
+import { syntheticRun } from '../../testkit/synthetic-run.ts';
 import { targets } from './targets.ts';
 
 function rowsByTable(): Map<TraceTable, Row[]> {

@@ -18,7 +18,7 @@ import { nativeAvailable } from '../../native/index.ts';
 import { PLANS } from '../../consumers/traces/transcode.ts';
 import type { EventName } from '../../schemas/index.ts';
 import type { EventTypes } from '../../schemas/generated/types.ts';
-import { recordRun } from './record.ts';
+import { recordRun } from '../../testkit/record-run.ts';
 import { targets } from './targets.ts';
 
 /** An embedded log with its registry and a store of the first target, closed and removed after `body`. */

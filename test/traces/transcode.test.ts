@@ -17,7 +17,7 @@ import { rowsOf } from '../../consumers/traces/rows.ts';
 import { compileTranscoder, PLANS, type Transcoder } from '../../consumers/traces/transcode.ts';
 import { resolvedSchema, type EventName } from '../../schemas/index.ts';
 import type { EventTypes } from '../../schemas/generated/types.ts';
-import { syntheticRun } from './synthetic.ts';
+import { syntheticRun } from '../../testkit/synthetic-run.ts';
 import { targets } from './targets.ts';
 
 const PLANNED = Object.keys(PLANS) as EventName[];

@@ -9,7 +9,7 @@ import type { DecodedEvent } from '../../core/serde/events.ts';
 import type { Row, TraceStore, TraceTable } from '../../core/traces/store.ts';
 import { rowsOf } from '../../consumers/traces/rows.ts';
 import { TraceWriter } from '../../consumers/traces/writer.ts';
-import { syntheticRun } from './synthetic.ts';
+import { syntheticRun } from '../../testkit/synthetic-run.ts';
 import { targets } from './targets.ts';
 
 function turnRows(): Row[] {

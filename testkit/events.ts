@@ -3,9 +3,9 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { MemoryRegistry } from '../../core/serde/registry.ts';
-import { EventSerde } from '../../core/serde/events.ts';
-import type { RewardedTrajectory, RewardInfo, Trajectory, TrajectoryCompleted } from '../../schemas/generated/types.ts';
+import { MemoryRegistry } from '../core/serde/registry.ts';
+import { EventSerde } from '../core/serde/events.ts';
+import type { RewardedTrajectory, RewardInfo, Trajectory, TrajectoryCompleted } from '../schemas/generated/types.ts';
 
 export async function newSerde(): Promise<EventSerde> {
   return new EventSerde(new MemoryRegistry()).init();

@@ -1,12 +1,12 @@
 // Records a synthetic run into an event log, as the live roles would: topics created, events encoded in
 // Confluent framing with the log's registry, keyed by group. `duplicateEvery` sends every n-th event twice
 // (a producer retry), which every idempotent reader must absorb.
-import type { EventLog } from '../../core/log/types.ts';
-import type { EventSerde } from '../../core/serde/events.ts';
-import { TOPICS } from '../../core/topics.ts';
-import type { EventName } from '../../schemas/index.ts';
-import type { EventTypes } from '../../schemas/generated/types.ts';
-import { syntheticRun, type SyntheticEvent, type SyntheticRunOptions } from './synthetic.ts';
+import type { EventLog } from '../core/log/types.ts';
+import type { EventSerde } from '../core/serde/events.ts';
+import { TOPICS } from '../core/topics.ts';
+import type { EventName } from '../schemas/index.ts';
+import type { EventTypes } from '../schemas/generated/types.ts';
+import { syntheticRun, type SyntheticEvent, type SyntheticRunOptions } from './synthetic-run.ts';
 
 export interface Recorded {
   /** The synthetic events, in order (empty when not kept). */

@@ -5,11 +5,11 @@
 // Values are plain object literals without spreads, so each event type has one shape, as records decoded by
 // the serde have: a spread gives large objects dictionary-mode properties, and reading those made the sink's
 // row mapping several times slower in the benchmark than on decoded events.
-import { deriveId } from '../../core/ids.ts';
-import { rng } from '../../core/random.ts';
-import { TOPICS } from '../../core/topics.ts';
-import type { EventName } from '../../schemas/index.ts';
-import type { EventTypes, ToolCallStatus, Trajectory } from '../../schemas/generated/types.ts';
+import { deriveId } from '../core/ids.ts';
+import { rng } from '../core/random.ts';
+import { TOPICS } from '../core/topics.ts';
+import type { EventName } from '../schemas/index.ts';
+import type { EventTypes, ToolCallStatus, Trajectory } from '../schemas/generated/types.ts';
 
 export interface SyntheticEvent<N extends EventName = EventName> {
   topic: string;

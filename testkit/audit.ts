@@ -1,12 +1,12 @@
 // The end-of-run audit of the fault tests: every started trajectory is in the trainer's consumed set
 // (TrainStep.trajectory_ids plus dropped_trajectory_ids) exactly once, or accounted for as aborted or
 // dead-lettered; steps and policy versions are contiguous and unique; ClickHouse holds no duplicate.
-import { newId } from '../../core/ids.ts';
-import type { EventLog } from '../../core/log/types.ts';
-import { readToEnd } from '../../core/log/read-to-end.ts';
-import type { EventSerde } from '../../core/serde/events.ts';
-import { TOPICS } from '../../core/topics.ts';
-import type { DecodedEvent } from '../../core/serde/events.ts';
+import { newId } from '../core/ids.ts';
+import type { EventLog } from '../core/log/types.ts';
+import { readToEnd } from '../core/log/read-to-end.ts';
+import type { EventSerde } from '../core/serde/events.ts';
+import { TOPICS } from '../core/topics.ts';
+import type { DecodedEvent } from '../core/serde/events.ts';
 
 export interface DeadLetterInfo {
   consumer: string;
