@@ -503,6 +503,16 @@ test('damage in a sealed segment, found by a reader rather than on open, is quar
     const segs = segments(dir);
     const hit = frames(segs[1]!)[5]!;
     flip(segs[1]!, hit.start + 50);
+    // Read-only, the damage is stepped over in memory when the read finds it.
+    const before = snapshot(dir);
+    const ro = open(dir, { readOnly: true });
+    checkIntact(await readAll(ro), [...range(0, hit.offset), ...range(hit.offset + 1, 600)]);
+    assert.deepEqual(
+      ro.damageReport().gaps.map((d) => [d.fromOffset, d.toOffset, d.quarantine]),
+      [[hit.offset, hit.offset + 1, null]],
+    );
+    await ro.close();
+    assert.deepEqual(snapshot(dir), before);
     let log = open(dir);
     assert.deepEqual(log.damageReport().foundNow, [], 'a sealed segment with sane indexes is not rescanned on open');
     // A second reader already positioned inside the segment: its position is recomputed after the rewrite.

@@ -334,7 +334,7 @@ export class Partition {
    * partition are recomputed.
    */
   private quarantinedAtRead(err: unknown, seg: Segment): boolean {
-    if (!isRlstreamError(err, 'LOG_CORRUPT') || seg === this.active || this.config.readOnly) return false;
+    if (!isRlstreamError(err, 'LOG_CORRUPT') || seg === this.active) return false;
     seg.rescan(this.logger);
     if (seg.damage.length === 0) {
       // The .log is whole: a damaged index sent the read astray. The rescan rebuilt the indexes; read again,
@@ -348,6 +348,15 @@ export class Partition {
     const nextBase = this.segments[this.segments.indexOf(seg) + 1]?.base ?? null;
     for (const d of seg.damage) d.toOffset ??= nextBase;
     const found: DamageRecord[] = [];
+    if (this.config.readOnly) {
+      const now = Date.now();
+      found.push(...seg.damage.map((d): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: d.fromOffset, toOffset: d.toOffset, bytes: d.end - d.pos, file: seg.path('.log'), quarantine: null, reason: d.problem, foundMs: now })));
+      seg.keepDamageAsHoles();
+      this.found.push(...found);
+      this.epoch++;
+      for (const r of found) this.logger.warn('embedded log: damaged records found (left in place: read-only open); their offsets are a gap that readers skip', { ...r });
+      return true;
+    }
     seg.quarantine(false, this.logger, (moved) => {
       const now = Date.now();
       found.push(...moved.map(({ damage: d, file }): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: d.fromOffset, toOffset: d.toOffset, bytes: d.end - d.pos, file: seg.path('.log'), quarantine: file, reason: d.problem, foundMs: now })));

@@ -200,7 +200,7 @@ export class Segment {
 
   /** Leave the damage found in place and step over it when reading (a read-only open). */
   keepDamageAsHoles(): void {
-    this.holes = this.damage.map((d) => ({ pos: d.pos, end: d.end })).sort((a, b) => a.pos - b.pos);
+    this.holes = [...this.holes, ...this.damage.map((d) => ({ pos: d.pos, end: d.end }))].sort((a, b) => a.pos - b.pos);
     this.damage = [];
     if (this.holes.length > 0) this.size = Math.max(this.size, this.holes[this.holes.length - 1]!.end);
   }
