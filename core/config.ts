@@ -18,6 +18,7 @@ import { backends } from '../producers/backends/registry.ts';
 import { tasks, type DatasetFiles } from '../producers/tasks.ts';
 import { estimators } from '../consumers/advantage/estimators.ts';
 import type { ShapingOptions } from '../consumers/reward/shaping.ts';
+import type { SftOptions } from '../consumers/trainer/sft.ts';
 // The tasks shipped with rlstream register themselves here, so a config can name them.
 import '../examples/index.ts';
 
@@ -66,16 +67,8 @@ export interface TaskConfig {
   options: Readonly<Record<string, unknown>>;
 }
 
-export interface SftStage {
+export interface SftStage extends SftOptions {
   problems: number;
-  steps: number;
-  batchTokens: number;
-  microBatchTokens: number;
-  learningRate: number;
-  warmupSteps: number;
-  weightDecay: number;
-  gradClip: number;
-  seed: number;
   /** The task's own stage keys (e.g. the calculator's difficulty, direct_fraction). */
   options: Readonly<Record<string, unknown>>;
 }

@@ -1,36 +1,8 @@
 // A math reward that compares numbers, not strings: "18.00" = "18" = "$18" = "36/2" = "\frac{36}{2}", and
 // "1,800" = "1800" (commas as thousands separators only). The answer is the last `#### x` or `\boxed{x}` in
 // the solution, else its last number. Exact rationals (BigInt), so no float rounding decides equality.
+import { parseDecimal, rational, type Rational } from '../../core/rational.ts';
 import type { RewardFn } from './types.ts';
-
-interface Rational {
-  num: bigint;
-  den: bigint;
-}
-
-function gcd(a: bigint, b: bigint): bigint {
-  a = a < 0n ? -a : a;
-  b = b < 0n ? -b : b;
-  while (b !== 0n) [a, b] = [b, a % b];
-  return a;
-}
-
-function reduce(num: bigint, den: bigint): Rational {
-  if (den < 0n) [num, den] = [-num, -den];
-  const g = gcd(num, den) || 1n;
-  return { num: num / g, den: den / g };
-}
-
-const DECIMAL = /^([+-])?(\d*)(?:\.(\d*))?$/;
-
-function parseDecimal(s: string): Rational | null {
-  const m = DECIMAL.exec(s);
-  if (!m || (m[2] === '' && (m[3] ?? '') === '')) return null;
-  const sign = m[1] === '-' ? -1n : 1n;
-  const frac = m[3] ?? '';
-  const num = BigInt((m[2] || '0') + frac) * sign;
-  return reduce(num, 10n ** BigInt(frac.length));
-}
 
 /** Parse "18", "-18.50", "1,234", "$5", "3/4", "\frac{3}{4}", "50%" (as 50) into an exact rational. */
 export function parseNumber(text: string): Rational | null {
@@ -44,7 +16,7 @@ export function parseNumber(text: string): Rational | null {
     const a = parseDecimal(slash[0]!);
     const b = parseDecimal(slash[1]!);
     if (!a || !b || b.num === 0n) return null;
-    return reduce(a.num * b.den, a.den * b.num);
+    return rational(a.num * b.den, a.den * b.num);
   }
   return slash.length === 1 ? parseDecimal(s) : null;
 }

@@ -5,6 +5,7 @@
 // only irrational results (sqrt of a non-square, fractional powers) fall back to floating point.
 import jsep from 'jsep';
 import { RlstreamError } from '../../core/errors.ts';
+import { parseDecimal, rational } from '../../core/rational.ts';
 import type { ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { StatefulTool, type ToolResult } from './types.ts';
 
@@ -20,18 +21,9 @@ const MAX_DIGITS = 400;
 /** An exact rational (den > 0, reduced) or an inexact float. */
 type Num = { exact: true; num: bigint; den: bigint } | { exact: false; value: number };
 
-function gcd(a: bigint, b: bigint): bigint {
-  a = a < 0n ? -a : a;
-  b = b < 0n ? -b : b;
-  while (b !== 0n) [a, b] = [b, a % b];
-  return a;
-}
-
 function rat(num: bigint, den: bigint): Num {
   if (den === 0n) throw calcError('division by zero');
-  if (den < 0n) [num, den] = [-num, -den];
-  const g = gcd(num, den) || 1n;
-  const r = { exact: true as const, num: num / g, den: den / g };
+  const r = { exact: true as const, ...rational(num, den) };
   if (r.num.toString().length > MAX_DIGITS || r.den.toString().length > MAX_DIGITS) throw calcError('result is too large');
   return r;
 }
@@ -54,18 +46,11 @@ function calcError(message: string): RlstreamError {
 }
 
 /** A decimal literal to an exact rational ("0.25" → 1/4, "1e3" → 1000). */
-function parseDecimal(raw: string): Num {
-  const m = /^(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/.exec(raw);
-  if (!m) throw calcError(`not a number: ${raw}`);
-  const intPart = m[1] ?? '';
-  const frac = m[2] ?? '';
-  const exp = Number(m[3] ?? 0);
-  if (Math.abs(exp) > 300) throw calcError(`exponent too large in ${raw}`);
-  let num = BigInt((intPart + frac) || '0');
-  let den = 10n ** BigInt(frac.length);
-  if (exp > 0) num *= 10n ** BigInt(exp);
-  else if (exp < 0) den *= 10n ** BigInt(-exp);
-  return rat(num, den);
+function literal(raw: string): Num {
+  const r = parseDecimal(raw);
+  // jsep has already read the literal as a number, so an unreadable one here has an exponent past the bound.
+  if (r === null) throw calcError(`not a number, or an exponent too large: ${raw}`);
+  return rat(r.num, r.den);
 }
 
 function add(a: Num, b: Num, sign: 1n | -1n): Num {
@@ -158,7 +143,7 @@ function evaluate(node: jsep.Expression): Num {
     case 'Literal': {
       const raw = (node as jsep.Literal).raw;
       if (typeof (node as jsep.Literal).value !== 'number') throw calcError(`only numbers are allowed, not ${raw}`);
-      return parseDecimal(raw);
+      return literal(raw);
     }
     case 'UnaryExpression': {
       const u = node as jsep.UnaryExpression;
