@@ -28,7 +28,7 @@ export function register(program: Command): void {
     });
   log
     .command('check <dir>')
-    .description('report the damage an embedded log lists, without writing to it; exit 1 when it has any or cannot be opened')
+    .description('check every record of an embedded log and report its damage, without writing to it; exit 1 when it has any or cannot be opened')
     .action(async (dir: string) => {
       let report: DamageReport;
       try {

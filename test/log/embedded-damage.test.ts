@@ -14,7 +14,7 @@ import { type EmbeddedLog, type EmbeddedLogOptions, openEmbeddedLog } from '../.
 import { Registry } from 'prom-client';
 import { sendDamageDeadLetters } from '../../core/log/embedded/damage-letters.ts';
 import { registerLogDamageMetrics } from '../../core/log/embedded/damage-metrics.ts';
-import { repairLog } from '../../core/log/embedded/repair.ts';
+import { checkLog, repairLog } from '../../core/log/embedded/repair.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -503,8 +503,12 @@ test('damage in a sealed segment, found by a reader rather than on open, is quar
     const segs = segments(dir);
     const hit = frames(segs[1]!)[5]!;
     flip(segs[1]!, hit.start + 50);
-    // Read-only, the damage is stepped over in memory when the read finds it.
+    // Read-only, the damage is stepped over in memory when the read finds it; a check finds it without reading.
     const before = snapshot(dir);
+    assert.deepEqual(
+      (await checkLog(dir)).gaps.map((d) => [d.fromOffset, d.toOffset]),
+      [[hit.offset, hit.offset + 1]],
+    );
     const ro = open(dir, { readOnly: true });
     checkIntact(await readAll(ro), [...range(0, hit.offset), ...range(hit.offset + 1, 600)]);
     assert.deepEqual(

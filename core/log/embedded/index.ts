@@ -119,6 +119,7 @@ export class EmbeddedLog implements EventLog {
       logDir: this.options.dir,
       readOnly: this.options.readOnly,
       repair: this.options.repair,
+      verify: this.options.verify,
     };
   }
 

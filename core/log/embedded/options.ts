@@ -38,6 +38,11 @@ export interface EmbeddedLogOptions {
    * cannot be re-synchronised, damaged journal entries, checkpoint or meta.json. What `rlstream log repair` does.
    */
   repair?: boolean;
+  /**
+   * Check every record's frame on open (default false; repair always does): sealed segments are otherwise
+   * trusted on their indexes and their damage found only when read. Reads the whole log. `rlstream log check`.
+   */
+  verify?: boolean;
 }
 
 export type CompiledEmbeddedLogOptions = Readonly<Required<EmbeddedLogOptions>>;
@@ -68,5 +73,6 @@ export function compileEmbeddedLogOptions(o: EmbeddedLogOptions): CompiledEmbedd
     retentionCheckMs: positiveInt('retentionCheckMs', o.retentionCheckMs, 60_000, 0),
     readOnly: flag('readOnly', o.readOnly),
     repair: flag('repair', o.repair),
+    verify: flag('verify', o.verify),
   });
 }

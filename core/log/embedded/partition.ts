@@ -18,6 +18,8 @@ export interface PartitionConfig extends SegmentConfig {
   segmentBytes: number;
   /** Quarantine every damage found, missing segments included, instead of refusing to open (`rlstream log repair`). */
   repair: boolean;
+  /** Rescan sealed segments on open too, whatever their indexes say. */
+  verify: boolean;
 }
 
 const SEGMENT_FILE = /^(\d{20})\.(log|index|timeindex)$/;
@@ -69,7 +71,7 @@ export class Partition {
       if (m) (m[2] === 'log' ? logBases : indexBases).add(Number(m[1]));
     }
     const bases = [...logBases].sort((a, b) => a - b);
-    bases.forEach((base, i) => this.segments.push(Segment.open(dir, base, config, i === bases.length - 1, logger, config.repair)));
+    bases.forEach((base, i) => this.segments.push(Segment.open(dir, base, config, i === bases.length - 1, logger, config.repair || config.verify)));
     // A crash between creating a segment and writing to it can leave an empty active segment whose base
     // does not follow the previous one; fix by dropping it (unless a listed gap explains it).
     while (this.segments.length > 1) {

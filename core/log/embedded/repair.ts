@@ -15,9 +15,12 @@ export async function repairLog(dir: string, logger: Logger = silentLogger): Pro
   }
 }
 
-/** The damage already listed in a log, without writing anything; fails as a read-only open fails. */
+/**
+ * The damage a log lists and what a check of every record's frame finds now, without writing anything; fails
+ * as a read-only open fails (a missing or damaged journal, checkpoint or meta.json).
+ */
 export async function checkLog(dir: string, logger: Logger = silentLogger): Promise<DamageReport> {
-  const log = EmbeddedLog.open({ dir, readOnly: true }, logger);
+  const log = EmbeddedLog.open({ dir, readOnly: true, verify: true }, logger);
   try {
     return log.damageReport();
   } finally {
