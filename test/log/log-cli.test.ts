@@ -31,7 +31,7 @@ function replayed(stdout: string): number {
   return (JSON.parse(last) as { read: number }).read;
 }
 
-test('replay and log check/repair over a damaged embedded log report the damage; nothing intact is lost', { timeout: 120_000 }, async () => {
+test('replay and log check/repair over a damaged embedded log report the damage; nothing intact is lost', { timeout: 240_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-log-cli-'));
   const logDir = join(dir, 'log');
   try {
