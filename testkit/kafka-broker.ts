@@ -3,31 +3,11 @@
 // without touching the shared broker other tests and developers use. Stop/start keep the data directory.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { createServer, Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { canConnect, freePort } from './ports.ts';
 
-const ROOT = resolve(import.meta.dirname, '../..');
-
-async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => res(typeof a === 'object' && a ? a.port : 0));
-    });
-  });
-}
-
-function canConnect(port: number): Promise<boolean> {
-  return new Promise((res) => {
-    const s = new Socket();
-    s.once('connect', () => (s.destroy(), res(true)));
-    s.once('error', () => (s.destroy(), res(false)));
-    s.connect(port, '127.0.0.1');
-  });
-}
+const ROOT = resolve(import.meta.dirname, '..');
 
 export class PrivateBroker {
   private child: ChildProcess | null = null;
