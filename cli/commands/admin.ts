@@ -2,8 +2,6 @@
 // embedded default (an embedded log directory is locked by the process that writes it, so for a live embedded
 // run the main job serves the admin itself). Tokens come from RLSTREAM_ADMIN_TOKENS; without any, a control token
 // is generated for this process and printed once, inside the dashboard link.
-import { existsSync, readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
 import { openLog } from '../../core/log/open.ts';
@@ -17,6 +15,7 @@ import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { MemoryRunRegistry } from '../../admin/run-registry.ts';
 import { serveAdmin } from '../../admin/serve.ts';
+import { resolveEmbeddedLog } from '../run-dir.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 
 const BROKERS = /^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$/;
@@ -36,23 +35,6 @@ export function parseLogTarget(spec: string): { kind: 'kafka'; brokers: string[]
 /** `chdb:<dir>` and http(s) URLs as core/traces understands them; a bare path is a chDB directory. */
 export function parseTracesTarget(spec: string): string {
   return spec.startsWith('chdb:') || /^https?:\/\//.test(spec) ? spec : `chdb:${spec}`;
-}
-
-/**
- * What `--log` names on the embedded default: a log directory, or a run directory (the main job's
- * `<data_dir>/<run id>`, holding `log/` and `chdb/`), whose traces are then served too unless --traces says
- * otherwise. A directory that is neither is refused: opening it would create an empty log there.
- */
-export function resolveEmbeddedLog(dir: string, traces: string | undefined): { log: string; traces: string | undefined } {
-  if (!existsSync(dir)) throw new RlstreamError('CONFIG_INVALID', `--log ${dir} does not exist: give a run directory (<data_dir>/<run id>) or its log/ directory`);
-  if (!statSync(dir).isDirectory()) throw new RlstreamError('CONFIG_INVALID', `--log ${dir} is not a directory`);
-  const isLog = (d: string) => existsSync(join(d, 'topics')) || readdirSync(d).some((f) => /^journal-\d+\.log$/.test(f));
-  if (isLog(dir)) return { log: dir, traces };
-  if (existsSync(join(dir, 'log')) && isLog(join(dir, 'log'))) {
-    const chdb = join(dir, 'chdb');
-    return { log: join(dir, 'log'), traces: traces ?? (existsSync(chdb) ? chdb : undefined) };
-  }
-  throw new RlstreamError('CONFIG_INVALID', `--log ${dir} is neither an embedded log nor a run directory (one holding log/ and chdb/): give the run directory, or --log <run dir>/log --traces <run dir>/chdb`);
 }
 
 /** A busy port as one line that says what to do, instead of the server's stack. */

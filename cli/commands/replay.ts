@@ -15,6 +15,7 @@ import { openTraceStore } from '../../core/traces/open.ts';
 import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
+import { resolveEmbeddedLog } from '../run-dir.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type ReplayTarget } from '../../consumers/replay/targets.ts';
 import { defaultRewards, loadRewardModule } from '../../consumers/reward/registry.ts';
 import type { RewardFn } from '../../consumers/reward/types.ts';
@@ -29,7 +30,7 @@ interface Opened {
  * A log and its schema registry: embedded (registry in `_schemas`) or Kafka (registry at SCHEMA_REGISTRY_URL).
  * `readOnly`: the replay writes nothing into this log (see the embedded branch).
  */
-async function openSource(spec: string, readOnly = false): Promise<Opened> {
+async function openSource(spec: string, readOnly = false, source = true): Promise<Opened> {
   if (spec.startsWith('kafka://')) {
     const brokers = spec.slice('kafka://'.length).split(',').filter(Boolean);
     const log = await openLog({ kind: 'kafka', brokers });
@@ -39,13 +40,16 @@ async function openSource(spec: string, readOnly = false): Promise<Opened> {
     });
     return { log, registry, close: async () => (await registry.close(), await log.close()) };
   }
+  // A source must exist, and a run directory stands for its log/ (opening it as a log would create an empty
+  // one there and replay nothing); a destination log may be created.
+  const dir = source ? resolveEmbeddedLog(spec, undefined).log : spec;
   // Warnings to stderr: damage the open finds and gaps the readers skip must not pass silently.
   const logger = jsonLogger({ level: 'warn', fields: { role: 'replay' } });
   if (readOnly) {
     // Opened read-only when nothing is written into it: damage is read around and reported rather than
     // rewritten, and a running job's log needs no lock. Unless this version's schemas are not all registered
     // in it yet (registering writes): then it is opened as a writer.
-    const log = await openLog({ kind: 'embedded', dir: spec, readOnly: true }, logger);
+    const log = await openLog({ kind: 'embedded', dir, readOnly: true }, logger);
     let registry: EmbeddedRegistry | null = null;
     try {
       const r = (registry = await EmbeddedRegistry.open(log));
@@ -57,7 +61,7 @@ async function openSource(spec: string, readOnly = false): Promise<Opened> {
       if (!isRlstreamError(err, 'LOG_READ_ONLY')) throw err;
     }
   }
-  const log = await openLog({ kind: 'embedded', dir: spec }, logger);
+  const log = await openLog({ kind: 'embedded', dir }, logger);
   const registry = await EmbeddedRegistry.open(log);
   return { log, registry, close: async () => (await registry.close(), await log.close()) };
 }
@@ -75,7 +79,7 @@ export function register(program: Command): void {
   program
     .command('replay')
     .description('re-derive traces, rewards, advantages, SFT data or a copy of the log by replaying it')
-    .requiredOption('--log <dir|kafka://brokers>', 'source log')
+    .requiredOption('--log <dir|kafka://brokers>', 'source log: a run directory, its log/ directory, or Kafka brokers')
     .option('--from <offset|ISO time>', 'start (default: the beginning)')
     .option('--to <offset|ISO time>', 'end, exclusive (default: the end when the replay starts)')
     .requiredOption('--into <target>', 'traces | topic:<name> | jsonl:<file> | log:<dir> | kafka://brokers')
@@ -109,7 +113,7 @@ export function register(program: Command): void {
         } else if (o.into.startsWith('jsonl:')) {
           target = new JsonlTarget(o.into.slice(6));
         } else if (o.into.startsWith('log:') || o.into.startsWith('kafka://')) {
-          const dest = await openSource(o.into.startsWith('log:') ? o.into.slice(4) : o.into);
+          const dest = await openSource(o.into.startsWith('log:') ? o.into.slice(4) : o.into, false, false);
           closers.push(() => dest.close());
           target = new LogCopyTarget(source, { ...dest, describe: o.into });
         } else {

@@ -1,4 +1,4 @@
-// `rlstream admin` as a real process, on what a new user hands it: a run directory (log and traces both, found
+// `rlstream admin` (and `replay`) as a real process, on what a new user hands it: a run directory (log and traces both, found
 // by itself; its ended run shown as completed, not running), a directory that is no run (refused with the fix,
 // nothing created), and a port already in use (one line, non-zero exit, no hang).
 import assert from 'node:assert/strict';
@@ -85,7 +85,7 @@ test('--log <a directory that is no log and no run> and --log <missing> are refu
   mkdirSync(other);
   const r = spawnSync(process.execPath, [BIN, 'admin', '--log', other, '--port', '0'], { encoding: 'utf8', timeout: 30_000 });
   assert.equal(r.status, 1);
-  assert.match(r.stderr, /neither an embedded log nor a run directory.*--log <run dir>\/log --traces <run dir>\/chdb/);
+  assert.match(r.stderr, /neither an embedded log nor a run directory \(one holding log\/ and chdb\/\): give the run directory \(<data_dir>\/<run id>\) or its log\/ directory/);
   assert.deepEqual(readdirSync(other), []);
   const missing = spawnSync(process.execPath, [BIN, 'admin', '--log', join(dir, 'missing'), '--port', '0'], { encoding: 'utf8', timeout: 30_000 });
   assert.equal(missing.status, 1);
@@ -108,4 +108,20 @@ test('a port in use: one line naming the port and the fix, exit 1, promptly', { 
   } finally {
     busy.close();
   }
+});
+
+test('replay --log <run dir> reads the run\'s log/; a directory that is no run is refused, nothing created in it', { timeout: 60_000 }, () => {
+  const out = join(dir, 'sft.jsonl');
+  const r = spawnSync(process.execPath, [BIN, 'replay', '--log', runDir, '--into', `jsonl:${out}`], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 0, r.stderr);
+  const end = JSON.parse(r.stdout.trim().split('\n').pop()!) as { state: string; read: number };
+  assert.equal(end.state, 'done');
+  assert.ok(end.read > 0, 'the run\'s records were read');
+  assert.deepEqual(readdirSync(runDir).sort(), ['chdb', 'log']);
+  const other = join(dir, 'not-a-run-either');
+  mkdirSync(other);
+  const bad = spawnSync(process.execPath, [BIN, 'replay', '--log', other, '--into', `jsonl:${out}`], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /neither an embedded log nor a run directory/);
+  assert.deepEqual(readdirSync(other), []);
 });
