@@ -13,7 +13,7 @@ import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { collectRun, readTopic } from '../chaos/audit.ts';
+import { collectRun, readTopic } from '../../testkit/audit.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CONFIG = join(ROOT, 'examples', 'calculator', 'config.yaml');
