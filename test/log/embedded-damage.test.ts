@@ -462,6 +462,7 @@ test('a read-only open writes nothing (torn tail, missing indexes, damaged recor
     writeFileSync(seg!, Buffer.concat([readFileSync(seg!), Buffer.from([0, 0, 0, 90, 1, 2, 3])]));
     for (const f of readdirSync(partitionDir(dir))) if (/index$/.test(f)) unlinkSync(join(partitionDir(dir), f));
     const before = snapshot(dir);
+    assert.throws(() => open(join(dir, 'topics'), { readOnly: true }), (e) => isRlstreamError(e, 'LOG_UNAVAILABLE') && /is not an embedded log directory/.test(e.message));
     const log = open(dir, { readOnly: true });
     assert.ok(!existsSync(join(dir, 'LOCK')), 'no lock taken');
     checkIntact(await readAll(log), range(0, 300));

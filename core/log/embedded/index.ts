@@ -91,7 +91,8 @@ export class EmbeddedLog implements EventLog {
   static open(input: EmbeddedLogOptions, logger: Logger = silentLogger): EmbeddedLog {
     const options = compileEmbeddedLogOptions(input);
     if (options.readOnly) {
-      if (!existsSync(options.dir)) throw new RlstreamError('LOG_UNAVAILABLE', `log directory ${options.dir} does not exist`, { retriable: false });
+      const isLog = existsSync(join(options.dir, 'topics')) || (existsSync(options.dir) && readdirSync(options.dir).some((f) => /^journal-\d+\.log$/.test(f)));
+      if (!isLog) throw new RlstreamError('LOG_UNAVAILABLE', `${options.dir} is not an embedded log directory (no topics/ and no journal in it)`, { retriable: false });
     } else if (!existsSync(join(options.dir, 'topics'))) {
       mkdirSync(join(options.dir, 'topics'), { recursive: true });
       fsyncDir(options.dir);
