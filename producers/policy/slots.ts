@@ -1,7 +1,7 @@
 // The running batch's KV cache as fixed-capacity buffers the engine owns: row b's tokens sit left-aligned in
 // columns [0, len_b) of [rows, kvHeads, capacity, headDim] per layer, and an additive bias row masks the
 // unused columns. A decode step reads the buffers in place (the graph takes them as past K/V) and the engine
-// writes back only the new column, so the copying a step does is one column, whatever the length of the cache. Rows leave by
+// writes back only the new column, so a step copies one column whatever the length of the cache. Rows leave by
 // swap-remove (one row copied) and join by copying their own tokens in; the capacity grows geometrically and
 // shrinks when long rows have left, so masked columns stay a small share of the attention work. Resizes
 // re-stride the rows in place within buffers allocated with headroom; buffers are replaced only when too small
