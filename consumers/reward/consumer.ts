@@ -1,6 +1,7 @@
 // The reward consumer: TrajectoryCompleted (rollout.events) → RewardedTrajectory (rewarded, key group_id).
 // Rule-based functions by data_source (or one user function for all), an optional batched reward model, tool
-// and interaction rewards and shaping as named components. A function that throws or returns NaN / Inf
+// and interaction rewards and shaping as named components; a reward an outside agent gave
+// (extra_info.external_reward) is the outcome as it is. A function that throws or returns NaN / Inf
 // dead-letters that record only; everything runs on the exactly-once processor runtime.
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import { deriveId } from '../../core/ids.ts';
@@ -112,6 +113,8 @@ export class RewardHandler implements ProcessorHandler {
   }
 
   private async outcome(traj: Trajectory): Promise<{ outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }> {
+    const external = externalReward(traj);
+    if (external !== null) return { outcome: normalizeOutcome(external, `the external reward of ${traj.trajectory_id}`), fnName: 'external' };
     const fn = this.options.fn ?? this.registry.get(traj.data_source);
     const fnName = this.options.fn ? 'custom' : traj.data_source;
     if (!fn) {
@@ -151,6 +154,25 @@ export class RewardHandler implements ProcessorHandler {
       return undefined;
     }
   }
+}
+
+/**
+ * The reward an outside agent gave the trajectory (`rlstream serve`'s complete route records it as
+ * extra_info.external_reward): it is the outcome, and the data_source's function is not called. A value that is
+ * there but not a number dead-letters the record instead of being scored some other way.
+ */
+function externalReward(traj: Trajectory): number | null {
+  if (!traj.extra_info_json.includes('external_reward')) return null;
+  let extra: unknown;
+  try {
+    extra = JSON.parse(traj.extra_info_json);
+  } catch {
+    return null;
+  }
+  const v = (extra as Record<string, unknown> | null)?.['external_reward'];
+  if (v === undefined) return null;
+  if (typeof v !== 'number') throw new RlstreamError('INPUT_INVALID', `extra_info.external_reward of ${traj.trajectory_id} is ${JSON.stringify(v)}, not a number`);
+  return v;
 }
 
 export async function createRewardProcessor(options: RewardConsumerOptions): Promise<StreamProcessor> {
