@@ -108,7 +108,8 @@ export function lineChartsSvg(title: string, xLabel: string, series: Series[], o
     for (const l of [...named].reverse()) {
       const text = esc(l.label!);
       out.push(`<text x="${lx}" y="${y0 - 6}" text-anchor="end" fill="#333" class="legend">${text}</text>`);
-      lx -= text.length * 5.6 + 6;
+      // Sans-serif at 11 px runs about 6 px a character: the swatch goes left of the text.
+      lx -= l.label!.length * 6 + 4;
       out.push(`<rect x="${lx - 8}" y="${y0 - 14}" width="8" height="8" fill="${l.color ?? BLUE}"${l.faint ? ' fill-opacity="0.35"' : ''}/>`);
       lx -= 18;
     }
