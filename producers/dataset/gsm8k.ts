@@ -1,40 +1,27 @@
-// GSM8K → rows for the tool agent: a system prompt offering the `calculator` tool, the ground truth from
-// the answer's `#### N` line (thousands separators removed), and tools_kwargs / interaction_kwargs
-// carrying it, as verl's GSM8K tool example does.
+// GSM8K → rows for the tool agent with rlstream's `calculator` tool: a system prompt offering it, the ground
+// truth and instruction as verl's rows have them (verl-gsm8k.ts, which writes verl's own rows with its
+// calc_gsm8k_reward tool), and tools_kwargs / interaction_kwargs carrying the ground truth.
 import { RlstreamError } from '../../core/errors.ts';
 import type { DatasetRow } from './types.ts';
-
-export const GSM8K_DATA_SOURCE = 'openai/gsm8k';
+import { VERL_GSM8K_DATA_SOURCE, VERL_GSM8K_INSTRUCTION, verlGsm8kSolution } from './verl-gsm8k.ts';
 
 export const GSM8K_SYSTEM_PROMPT =
   'You are a careful math tutor. Solve the problem step by step. Use the `calculator` tool for every ' +
   'arithmetic operation instead of computing in your head; you may call it as often as you need. ' +
   'When you are done, write the final answer on its own line as `#### <answer>`.';
 
-export const GSM8K_INSTRUCTION = "Let's think step by step and output the final answer after `####`.";
-
-/**
- * The ground truth of a GSM8K reference answer as verl's preprocessing takes it (extract_solution): the first
- * `#### <number>` (one space; Python's `#### (\-?[0-9\.\,]+)`), commas removed ("1,200" → "1200"). Scoring a
- * model's answer is another rule, verl's reward (consumers/reward/gsm8k.ts: the last match, in the tail).
- */
-export function gsm8kGroundTruth(answer: string): string {
-  const m = /#### (-?[0-9.,]+)/.exec(answer);
-  if (!m?.[1]) throw new RlstreamError('INPUT_INVALID', `GSM8K answer has no "#### <number>" line: ${JSON.stringify(answer.slice(-80))}`);
-  return m[1].replaceAll(',', '');
-}
 
 export function gsm8kRow(raw: { question: string; answer: string }, index: number, split: string): DatasetRow {
   if (typeof raw.question !== 'string' || typeof raw.answer !== 'string') {
     throw new RlstreamError('INPUT_INVALID', `GSM8K record ${index}: question and answer must be strings`);
   }
-  const groundTruth = gsm8kGroundTruth(raw.answer);
+  const groundTruth = verlGsm8kSolution(raw.answer);
   return {
-    data_source: GSM8K_DATA_SOURCE,
+    data_source: VERL_GSM8K_DATA_SOURCE,
     agent_name: 'tool_agent',
     prompt: [
       { role: 'system', content: GSM8K_SYSTEM_PROMPT },
-      { role: 'user', content: `${raw.question} ${GSM8K_INSTRUCTION}` },
+      { role: 'user', content: `${raw.question} ${VERL_GSM8K_INSTRUCTION}` },
     ],
     reward_model: { style: 'rule', ground_truth: groundTruth },
     extra_info: {

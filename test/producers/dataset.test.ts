@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { readJsonlRows, readParquetRows, readRows } from '../../producers/dataset/files.ts';
-import { gsm8kGroundTruth, gsm8kRow } from '../../producers/dataset/gsm8k.ts';
+import { gsm8kRow } from '../../producers/dataset/gsm8k.ts';
+import { verlGsm8kSolution } from '../../producers/dataset/verl-gsm8k.ts';
 import type { DatasetRow } from '../../producers/dataset/types.ts';
 import { GSM8K_DIR, QWEN3_DIR, REPO, gsm8kRecords, qwen3 } from './helpers.ts';
 
@@ -23,12 +24,12 @@ async function collect(it: AsyncIterable<DatasetRow>): Promise<DatasetRow[]> {
 
 describe('GSM8K preprocessing', () => {
   test('ground truth from "#### N" with commas removed; tools_kwargs carry it', () => {
-    assert.equal(gsm8kGroundTruth('blah\n#### 1,200'), '1200');
-    assert.equal(gsm8kGroundTruth('#### -3.5'), '-3.5');
-    assert.throws(() => gsm8kGroundTruth('no answer'), /#### <number>/);
+    assert.equal(verlGsm8kSolution('blah\n#### 1,200'), '1200');
+    assert.equal(verlGsm8kSolution('#### -3.5'), '-3.5');
+    assert.throws(() => verlGsm8kSolution('no answer'), /#### <number>/);
     // verl's extract_solution: the first match (the reward takes the last one), and the space is required.
-    assert.equal(gsm8kGroundTruth('#### 5 then #### 7'), '5');
-    assert.throws(() => gsm8kGroundTruth('####7'), /#### <number>/);
+    assert.equal(verlGsm8kSolution('#### 5 then #### 7'), '5');
+    assert.throws(() => verlGsm8kSolution('####7'), /#### <number>/);
     const row = gsm8kRow(gsm8kRecords('train', 1)[0]!, 0, 'train');
     assert.equal(row.reward_model.ground_truth, '72');
     assert.equal(row.agent_name, 'tool_agent');

@@ -8,7 +8,8 @@ import { TOPICS } from '../../core/topics.ts';
 import type { Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
 import { Gsm8kInteraction, InteractionRegistry } from '../../producers/agent/interaction.ts';
 import { ScriptedBackend, type ScriptTurn } from '../../producers/backends/scripted.ts';
-import { gsm8kGroundTruth, gsm8kRow } from '../../producers/dataset/gsm8k.ts';
+import { gsm8kRow } from '../../producers/dataset/gsm8k.ts';
+import { verlGsm8kSolution } from '../../producers/dataset/verl-gsm8k.ts';
 import type { RolloutOptions } from '../../producers/options.ts';
 import { CalculatorTool } from '../../producers/tools/calculator.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
@@ -31,7 +32,7 @@ function gsm8kScript({ promptText, turn }: ScriptTurn): string {
   const toolTurns = idx === MALFORMED_ROW ? 2 : 1;
   if (idx === MALFORMED_ROW && turn === 0) return '<think>\nLet me add.\n</think>\n\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+"\n</tool_call>';
   if (turn < toolTurns) return `<think>\nI will compute each step.\n</think>\n\n${annotations(rec.answer).map((a) => call(a.expr)).join('\n')}`;
-  const gt = gsm8kGroundTruth(rec.answer);
+  const gt = verlGsm8kSolution(rec.answer);
   return `The total is ${gt}.\n#### ${gt}`;
 }
 
@@ -134,7 +135,7 @@ async function checkGsm8kRun(t: TestLog, runId: string): Promise<void> {
     });
     assert.equal(tok.decode(traj.response_ids, { skipSpecialTokens: true }), traj.response_text);
     assert.equal(turns.map((x) => x.text).join(''), traj.response_text);
-    assert.ok(traj.response_text.endsWith(`#### ${gsm8kGroundTruth(records[rowIdx]!.answer)}`));
+    assert.ok(traj.response_text.endsWith(`#### ${verlGsm8kSolution(records[rowIdx]!.answer)}`));
 
     // The first tool turn carries the calculator's result of the first annotation.
     const firstAnn = annotations(records[rowIdx]!.answer)[0]!;
@@ -206,7 +207,7 @@ describe('tool agent on GSM8K with Qwen3', () => {
     try {
       const tok = qwen3();
       const rec = records[0]!;
-      const gt = gsm8kGroundTruth(rec.answer);
+      const gt = verlGsm8kSolution(rec.answer);
       const backend = new ScriptedBackend({ tokenizer: tok, script: ({ turn }) => (turn === 0 ? 'I think it is 7.\n#### 7' : `Let me recheck: ${gt}.\n#### ${gt}`) });
       const interactions = new InteractionRegistry().add(new Gsm8kInteraction());
       const worker = new RolloutWorker(
