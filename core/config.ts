@@ -220,11 +220,11 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   // The task: its common keys, plus the registered plug-in's own (a module task checks its own when loaded).
   const taskRaw = (raw['task'] ?? {}) as Record<string, unknown>;
   const isModule = typeof taskRaw['module'] === 'string';
-  const taskPlugin = !isModule && typeof taskRaw['name'] !== 'number' ? tasks.has(String(taskRaw['name'] ?? 'files')) ? tasks.get(String(taskRaw['name'] ?? 'files')) : null : null;
+  const taskName = String(taskRaw['name'] ?? 'files');
+  const taskPlugin = !isModule && tasks.has(taskName) ? tasks.get(taskName) : null;
   let task: TaskConfig = { name: 'files', module: null, export: null, heldoutProblems: 200, trainRows: null, options: {} };
   if (!isModule && taskPlugin === null) {
-    const name = String(taskRaw['name']);
-    issues.push({ path: 'task.name', message: `unknown task "${name}"${didYouMean(name, tasks.names())} (known: ${tasks.names().join(', ')}; or module: ./my_task.ts)` });
+    issues.push({ path: 'task.name', message: `unknown task "${taskName}"${didYouMean(taskName, tasks.names())} (known: ${tasks.names().join(', ')}; or module: ./my_task.ts)` });
   } else {
     const own = taskPlugin?.options.properties ?? {};
     const schema = Type.Object({ ...TaskCommon, ...own }, { additionalProperties: isModule });

@@ -142,6 +142,10 @@ test('rlstream config check lists every problem with its path and exits 1; print
   assert.match(bad.stderr, /advantage\.partial_groups: must be one of emit, drop \(got "dorp"\) \(did you mean drop\?\)/);
   assert.match(bad.stderr, /task\.train: must be one of easy, medium, hard/);
   assert.match(bad.stderr, /trainer\.learning_rate: must be > 0/);
+  const missing = cli(['config', 'check', cfg, '--set', 'model.tokenizer=tokenizr', '--set', 'reward.module=./nowhere.ts']);
+  assert.equal(missing.status, 1, missing.stderr);
+  assert.match(missing.stderr, /model\.tokenizer: \S+tokenizr does not exist/);
+  assert.match(missing.stderr, /reward\.module: \S+nowhere\.ts does not exist/);
   const printed = cli(['config', 'print', cfg, '--set', 'traces.kind=clickhouse', '--set', 'traces.url=http://h:1', '--set', 'traces.password=hunter2']);
   assert.equal(printed.status, 0, printed.stderr);
   assert.match(printed.stdout, /password: "\*+"/);
@@ -154,4 +158,23 @@ test('docs/configuration.md is what the schemas generate (npm run docs:config)',
   const { renderConfigDocs, DOC_PATH } = await import('../../core/config/docs.ts');
   const { readFileSync } = await import('node:fs');
   assert.equal(readFileSync(DOC_PATH, 'utf8'), renderConfigDocs(), 'docs/configuration.md is stale: run npm run docs:config');
+});
+
+test('user code named by module/export: a missing module, a missing export and a wrong shape each say what to fix', async () => {
+  const { Registry, functionShape } = await import('../../core/config/registry.ts');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-usercode-'));
+  try {
+    writeFileSync(join(dir, 'reward.ts'), 'export function score(): number { return 1; }\nexport const weight = 5;\n');
+    const r = new Registry<() => number>('reward function', functionShape('a function (data_source, solution, ground_truth) => number'));
+    assert.equal(typeof (await r.load({ module: './reward.ts', export: 'score' }, dir, 'reward')), 'function');
+    await assert.rejects(r.load({ module: './rewards.ts', export: 'score' }, dir, 'reward'), /^Error: reward\.module: \S+rewards\.ts does not exist|reward\.module: \S+rewards\.ts does not exist/);
+    await assert.rejects(r.load({ module: './reward.ts', export: 'scor' }, dir, 'reward'), /reward\.export: \.\/reward\.ts has no export "scor" \(did you mean score\?\) \(exports: score, weight\)/);
+    await assert.rejects(r.load({ module: './reward.ts', export: 'weight' }, dir, 'reward'), /reward\.export: \.\/reward\.ts export "weight" is not a function/);
+    r.register('one', () => 1);
+    assert.throws(() => r.get('onee', 'reward.name'), /reward\.name: unknown reward function "onee" \(did you mean one\?\) \(known: one\)/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
