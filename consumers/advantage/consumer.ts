@@ -1,7 +1,10 @@
 // The advantage consumer: RewardedTrajectory (rewarded) → AdvantagedTrajectory (advantaged, key group_id).
 // Groups are assembled by group_id and emitted when complete or timed out; the estimator (registry by name)
-// runs on the group; evaluation rollouts (dataset.split ≠ train) are skipped. Open groups are state the
-// processor runtime protects: commits stay below held records and a restart skips what was already emitted.
+// runs on the group; evaluation rollouts (dataset.split ≠ train) are skipped, with a warning naming the split the
+// first time. A member that cannot belong to its group (sample_index not below group_size, a group_size other
+// than its group's) is dead-lettered with the reason; partial and late groups are warned about. Open groups are
+// state the processor runtime protects: commits stay below held records and a restart skips what was already
+// emitted.
 import { RlstreamError } from '../../core/errors.ts';
 import { deriveId } from '../../core/ids.ts';
 import type { EventLog } from '../../core/log/types.ts';
@@ -28,6 +31,8 @@ export interface AdvantageOptions {
   /** Critic values per response token (GAE); 0 when absent. */
   critic?: (traj: Trajectory) => ArrayLike<number> | null;
   outputTopic?: string;
+  /** Where the reasons of skipped, partial and late records are logged. */
+  logger?: Logger;
 }
 
 export interface AdvantageConsumerOptions extends AdvantageOptions {
@@ -44,6 +49,8 @@ export class AdvantageHandler implements ProcessorHandler {
   private readonly estimator: Estimator;
   private readonly estimatorName: string;
   private readonly estimatorOptions: EstimatorOptions;
+  /** Reasons already logged: each kind is logged once with an example, then only counted. */
+  private readonly warned = new Set<string>();
 
   constructor(
     private readonly id: string,
@@ -64,19 +71,41 @@ export class AdvantageHandler implements ProcessorHandler {
   handle(input: InputRecord, ctx: ProcessContext): void {
     const ev = input.event.value as RewardedTrajectory;
     const traj = ev.trajectory;
-    if (traj.dataset.split !== 'train') return ctx.count('skipped_not_train');
+    if (traj.dataset.split !== 'train') {
+      ctx.count('skipped_not_train');
+      this.warnOnce(`split:${traj.dataset.split}`, 'trajectory skipped: only dataset.split "train" gets advantages and is trained on (evaluation rollouts use "heldout")', { split: traj.dataset.split, trajectory_id: traj.trajectory_id });
+      return;
+    }
+    const size = Math.max(1, traj.group_size);
+    if (traj.sample_index < 0 || traj.sample_index >= size) {
+      throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: sample_index ${traj.sample_index} is not below group_size ${traj.group_size}; group_size must be the number of trajectories sent with group_id ${traj.group_id}, sample_index 0..group_size-1`);
+    }
     // A non-finite reward (written by something other than our reward consumer, which refuses them) would
     // turn the whole group's advantages into NaN: dead-letter the record instead.
     if (!Number.isFinite(ev.reward.score)) throw new RlstreamError('REWARD_NON_FINITE', `trajectory ${traj.trajectory_id}: reward score ${ev.reward.score} is not finite`);
     if (traj.response_mask.length !== traj.response_ids.length) {
       throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: response_mask has ${traj.response_mask.length} entries for ${traj.response_ids.length} tokens`);
     }
-    if (this.groups.isClosed(traj.group_id)) return ctx.count('late_members');
+    if (this.groups.isClosed(traj.group_id)) {
+      ctx.count('late_members');
+      this.warnOnce('late', 'trajectory skipped: its group was already closed (complete, or timed out after advantage.group_timeout_ms); it gets no advantage', { group_id: traj.group_id, trajectory_id: traj.trajectory_id });
+      return;
+    }
+    const open = this.groups.get(traj.group_id);
+    if (open && open.expected !== size) {
+      throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: group_size ${traj.group_size} differs from ${open.expected}, the group_size of the first member of group ${traj.group_id}`);
+    }
     const { group, duplicate } = this.groups.add({ record: input.record, event: ev }, ctx.now);
     if (duplicate) return ctx.count('duplicates');
     if (group.members.length >= group.expected) this.close(group, 'complete', ctx);
     const max = this.options.maxOpenGroups ?? 10_000;
     while (this.groups.size > max) this.close(this.groups.oldest()!, 'evicted', ctx);
+  }
+
+  private warnOnce(kind: string, message: string, fields: Record<string, unknown>): void {
+    if (this.warned.has(kind) || this.warned.size >= 1000) return;
+    this.warned.add(kind);
+    this.options.logger?.warn(message, { ...fields, note: 'logged once per kind; see the processor counters for totals' });
   }
 
   tick(ctx: ProcessContext): void {
@@ -96,6 +125,12 @@ export class AdvantageHandler implements ProcessorHandler {
     const partial = g.members.length < g.expected;
     if (partial) {
       ctx.count(`partial_${reason}`);
+      this.warnOnce(`partial:${reason}`, `group closed partial (${reason}): fewer members arrived than its group_size says; a producer must send group_size trajectories per group_id`, {
+        group_id: g.groupId,
+        members: g.members.length,
+        group_size: g.expected,
+        partial_groups: this.options.partialGroups ?? 'emit',
+      });
       if ((this.options.partialGroups ?? 'emit') === 'drop') {
         ctx.count('partial_dropped_members', g.members.length);
         return;

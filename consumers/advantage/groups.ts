@@ -32,6 +32,10 @@ export class GroupTable {
     return this.open.size;
   }
 
+  get(groupId: string): OpenGroup | undefined {
+    return this.open.get(groupId);
+  }
+
   isClosed(groupId: string): boolean {
     return this.closed.has(groupId);
   }
