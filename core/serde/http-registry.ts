@@ -39,6 +39,7 @@ const IMPLIES_BACKWARD: Record<string, readonly string[]> = {
  * one subject both try to create it and all but one get "artifact already exists" (six at once gave one 200 and
  * five 409s). Both carry error_code 409, so the schema is looked up after a 409 and registration is tried again
  * a few times; only a 409 that persists while the schema is still not under the subject is an incompatibility.
+ * Setting a subject's level races the same way ("rule already exists"), and is read again and retried.
  */
 const CONFLICT_ATTEMPTS = 4;
 
@@ -150,21 +151,29 @@ export class HttpSchemaRegistry implements SchemaRegistry {
     let p = this.levelChecked.get(subject);
     if (!p) {
       p = (async () => {
-        let level: string | undefined;
-        try {
-          const c = await this.client.getConfig(subject);
-          level = c.compatibilityLevel ?? c.compatibility;
-        } catch (err) {
-          const e = fromRest(err, `compatibility level of ${subject}`);
-          // No subject yet, or no level of its own (Confluent answers 40408): set one.
-          if (e.code !== 'SERDE_UNKNOWN_SCHEMA' && (err as RestErrorLike).errorCode !== 40408) throw e;
-        }
-        if (level !== undefined && IMPLIES_BACKWARD[want]!.includes(level)) return;
-        try {
-          // The client encodes the subject in getConfig but not in updateConfig.
-          await this.client.updateConfig(encodeURIComponent(subject), { compatibility: want as never });
-        } catch (err) {
-          throw fromRest(err, `set the compatibility level of ${subject} to ${want} (it is ${level ?? 'unset'})`);
+        for (let attempt = 1; ; attempt++) {
+          let level: string | undefined;
+          try {
+            const c = await this.client.getConfig(subject);
+            level = c.compatibilityLevel ?? c.compatibility;
+          } catch (err) {
+            const e = fromRest(err, `compatibility level of ${subject}`);
+            // No subject yet, or no level of its own (Confluent answers 40408): set one.
+            if (e.code !== 'SERDE_UNKNOWN_SCHEMA' && (err as RestErrorLike).errorCode !== 40408) throw e;
+          }
+          if (level !== undefined && IMPLIES_BACKWARD[want]!.includes(level)) return;
+          try {
+            // The client encodes the subject in getConfig but not in updateConfig.
+            await this.client.updateConfig(encodeURIComponent(subject), { compatibility: want as never });
+            return;
+          } catch (err) {
+            // Concurrent first starts race here too: Apicurio answers 409 "rule already exists" to all but one
+            // of them. Read the level again (the winner's) rather than fail.
+            if ((err as RestErrorLike | null)?.status !== 409 || attempt >= CONFLICT_ATTEMPTS) {
+              throw fromRest(err, `set the compatibility level of ${subject} to ${want} (it is ${level ?? 'unset'})`);
+            }
+            await new Promise((r) => setTimeout(r, 50 * 2 ** attempt + Math.random() * 50));
+          }
         }
       })();
       p.catch(() => this.levelChecked.delete(subject)); // a failed check is tried again by the next register
