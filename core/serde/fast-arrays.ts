@@ -118,18 +118,25 @@ function writeVarints(tap: Tap, val: readonly number[], long: boolean, type: unk
   tap.pos = pos;
 }
 
-/** Reads blocks of zig-zag varints; negative block counts (with a byte size) are accepted as Avro allows. */
+/**
+ * The item count of the array block at the tap (0 ends the array). Avro lets a writer give a negative count
+ * followed by the block's size in bytes, so a reader can skip the block; the items are read here either way.
+ */
+function blockCount(tap: Tap): number {
+  const n = tap.readLong();
+  if (n >= 0) return n;
+  tap.skipLong();
+  return -n;
+}
+
+/** Reads blocks of zig-zag varints. */
 function readVarints(tap: Tap): number[] {
   const buf = tap.buf;
   let out: number[] | undefined;
   let i = 0;
   for (;;) {
-    let n = tap.readLong();
+    const n = blockCount(tap);
     if (n === 0) break;
-    if (n < 0) {
-      n = -n;
-      tap.skipLong();
-    }
     let pos = tap.pos;
     const end = buf.length;
     if (n > end - pos) {
@@ -211,12 +218,8 @@ function readFloats(tap: Tap): number[] {
   let out: number[] | undefined;
   let i = 0;
   for (;;) {
-    let n = tap.readLong();
+    const n = blockCount(tap);
     if (n === 0) break;
-    if (n < 0) {
-      n = -n;
-      tap.skipLong();
-    }
     const pos = tap.pos;
     if (pos + n * 4 > buf.length) {
       tap.pos = pos + n * 4; // truncated: the caller sees pos past the end
