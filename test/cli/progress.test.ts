@@ -43,3 +43,66 @@ setTimeout(() => console.log('still running'), 10_000);
     }
   });
 }
+
+test('a line written to stderr while the bars are up is printed above them, not drawn over', { timeout: 30_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-progress-'));
+  try {
+    const script = join(dir, 'bars.mts');
+    writeFileSync(
+      script,
+      `Object.assign(process.stderr, { isTTY: true, columns: 100 });
+import { Progress } from ${JSON.stringify(PROGRESS)};
+const p = new Progress(true);
+const bar = p.bar('train', 10);
+const evalBar = p.bar('eval', 4);
+bar.update(1, 10, 'first');
+evalBar.update(1, 4, 'before');
+process.stderr.write('admin: http://127.0.0.1:1/dashboard/\\n');
+setTimeout(() => { bar.update(2, 10, 'second'); process.stderr.write('last words\\n'); p.stop(); }, 300);
+`,
+    );
+    const child = spawn(process.execPath, ['--import', 'tsx', script], { cwd: join(import.meta.dirname, '..', '..'), stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    assert.equal(await new Promise<number | null>((resolve) => child.on('exit', resolve)), 0);
+    // Replay the terminal: the bars move the cursor up to redraw; a line printed above them survives.
+    const screen = render(err);
+    assert.ok(screen.some((l) => l.startsWith('admin: http://127.0.0.1:1/dashboard/')), screen.join('\n'));
+    assert.ok(screen.some((l) => l.startsWith('last words')), screen.join('\n'));
+    assert.ok(screen.some((l) => l.startsWith('train  [') && l.includes('2/10 second')), screen.join('\n'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** A minimal terminal: CR, LF, cursor up (ESC[nA), to column (ESC[nG), erase to end of line (ESC[0K); other sequences dropped. */
+function render(out: string): string[] {
+  const lines: string[] = [''];
+  let row = 0;
+  let col = 0;
+  const put = (ch: string) => {
+    const l = lines[row]!.padEnd(col);
+    lines[row] = l.slice(0, col) + ch + l.slice(col + 1);
+    col++;
+  };
+  for (let i = 0; i < out.length; i++) {
+    const c = out[i]!;
+    if (c === '\x1B') {
+      const m = /^\x1B\[(\??)(\d*)([A-Za-z])/.exec(out.slice(i));
+      if (!m) continue;
+      i += m[0].length - 1;
+      const n = Number(m[2] || '1');
+      if (m[3] === 'A') row = Math.max(0, row - n);
+      else if (m[3] === 'G') col = n - 1;
+      else if (m[3] === 'K') lines[row] = lines[row]!.slice(0, col);
+      continue;
+    }
+    if (c === '\r') col = 0;
+    else if (c === '\n') {
+      row++;
+      col = 0;
+      if (lines.length <= row) lines.push('');
+    } else put(c);
+  }
+  return lines;
+}
