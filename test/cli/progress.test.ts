@@ -88,9 +88,9 @@ function render(out: string): string[] {
   for (let i = 0; i < out.length; i++) {
     const c = out[i]!;
     if (c === '\x1B') {
-      const m = /^\x1B\[(\??)(\d*)([A-Za-z])/.exec(out.slice(i));
+      const m = /^\[(\??)(\d*)([A-Za-z])/.exec(out.slice(i + 1));
       if (!m) continue;
-      i += m[0].length - 1;
+      i += m[0].length;
       const n = Number(m[2] || '1');
       if (m[3] === 'A') row = Math.max(0, row - n);
       else if (m[3] === 'G') col = n - 1;
