@@ -6,6 +6,7 @@
 // sink reads the dead-letter topic too, and must not feed itself).
 import { describeError, RlstreamError } from '../../core/errors.ts';
 import type { Consumer, EventLog, TopicPartitionOffset } from '../../core/log/types.ts';
+import { retry } from '../../core/retry.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -205,16 +206,14 @@ export class TraceSink {
    */
   run(): Promise<void> {
     this.loop ??= (async () => {
-      let backoff = 100;
       while (!this.stopping) {
-        try {
-          await this.step();
-          backoff = 100;
-        } catch (err) {
-          this.logger.warn('trace sink step failed; retrying', { error: describeError(err), backoffMs: backoff });
-          await new Promise((r) => setTimeout(r, backoff));
-          backoff = Math.min(backoff * 2, 10_000);
-        }
+        // Any failure of a step is tried again while the sink runs (the rows stay buffered; a store or log may
+        // come back), with a backoff that starts over after each step that succeeds.
+        await retry(() => this.step(), {
+          retriable: () => !this.stopping,
+          maxDelayMs: 10_000,
+          onRetry: (err, { delayMs }) => this.logger.warn('trace sink step failed; retrying', { error: describeError(err), backoffMs: delayMs }),
+        }).catch((err: unknown) => this.logger.warn('trace sink step failed while stopping', { error: describeError(err) }));
       }
       await this.finish();
     })();
