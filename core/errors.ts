@@ -1,4 +1,5 @@
-// One catalogue of error codes. `retriable` is consulted only by core/retry.ts; everything else just throws.
+// One catalogue of error codes. `retriable` says whether the same call may succeed if tried again; retries are made
+// by core/retry.ts alone (isRetriable), everything else just throws.
 
 export type ErrorCode =
   | 'CONFIG_INVALID'
