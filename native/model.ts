@@ -34,11 +34,27 @@ export interface PolicyLossInputs {
   refLogprobs?: Float32Array; // [T] needed when klCoef != 0
 }
 
+/** The native policy-loss kernels (native/src/losses.cpp, one function each; registry: consumers/trainer/policy-losses.ts). */
+export type PolicyLossName = 'ppo' | 'gspo' | 'cispo';
+export const POLICY_LOSS_NAMES: readonly PolicyLossName[] = Object.freeze(['ppo', 'gspo', 'cispo']);
+
+/**
+ * Rollout correction of the behaviour-vs-proximal mismatch, on the weight w = pi_prox / pi_behaviour of a token
+ * or of its sequence (the product of its token weights): 'truncate' trains with min(w, cap) (TIS), 'mask' with w
+ * where low <= w <= high and drops the token (or the whole sequence) elsewhere (MIS, IcePop), 'off' with 1.
+ */
+export type RolloutCorrection =
+  | { mode: 'off' }
+  | { mode: 'truncate'; level?: 'token' | 'sequence'; cap: number }
+  | { mode: 'mask'; level?: 'token' | 'sequence'; low: number; high: number };
+
 export interface PolicyLossOptions {
-  clipLow: number; // ratio lower bound 1 - clipLow
+  loss?: PolicyLossName; // default 'ppo'
+  clipLow: number; // ratio lower bound 1 - clipLow (cispo: of the IS weight; 1 = no lower bound)
   clipHigh: number; // ratio upper bound 1 + clipHigh
-  dualClipC?: number | null; // > 1; null/undefined: no dual clip
-  iwCap?: number | null; // C of min(pi_prox / pi_behaviour, C); default 2; null disables the weight
+  dualClipC?: number | null; // ppo only; > 1; null/undefined: no dual clip
+  iwCap?: number | null; // shorthand for correction { mode: 'truncate', level: 'token', cap }; default 2; null: 'off'
+  correction?: RolloutCorrection; // instead of iwCap
   klCoef?: number; // default 0
   klType?: 'k1' | 'k2' | 'k3'; // default 'k3'
   entropyCoef?: number; // default 0 (bonus: loss -= entropyCoef * entropy)
@@ -48,10 +64,15 @@ export interface PolicyLossOptions {
 
 /** Fully specified options as the addon receives them (0 = off for dualClipC and iwCap). */
 export interface CompiledPolicyLossOptions {
+  readonly loss: PolicyLossName;
   readonly clipLow: number;
   readonly clipHigh: number;
   readonly dualClipC: number;
+  readonly correction: 'off' | 'truncate' | 'mask';
+  readonly correctionLevel: 'token' | 'sequence';
   readonly iwCap: number;
+  readonly maskLow: number;
+  readonly maskHigh: number;
   readonly klCoef: number;
   readonly klType: 'k1' | 'k2' | 'k3';
   readonly entropyCoef: number;
@@ -69,7 +90,8 @@ export interface PolicyLossMetrics {
   kl: number; // aggregated KL to the reference (0 without refLogprobs)
   iwMean: number; // masked mean of the raw weight pi_prox / pi_behaviour (1 when disabled)
   iwMax: number; // max of the raw weight
-  iwTruncatedFraction: number; // masked fraction with raw weight > iwCap
+  iwTruncatedFraction: number; // masked fraction with raw weight > cap (correction 'truncate')
+  iwMaskedFraction: number; // masked fraction dropped for a weight outside [low, high] (correction 'mask')
   tokens: number; // positions with responseMask != 0
 }
 
@@ -131,15 +153,27 @@ export function compilePolicyLossOptions(o: PolicyLossOptions): CompiledPolicyLo
     if (typeof v !== 'number' || !Number.isFinite(v)) invalid(`policy loss options: ${k} must be a finite number, got ${String(v)}`);
     return v;
   };
+  const loss = o.loss ?? 'ppo';
+  if (!POLICY_LOSS_NAMES.includes(loss)) invalid(`policy loss options: loss must be one of ${POLICY_LOSS_NAMES.join(', ')}, got ${String(loss)}`);
   const clipLow = fin('clipLow', o.clipLow);
   const clipHigh = fin('clipHigh', o.clipHigh);
-  if (clipLow < 0 || clipLow >= 1) invalid(`policy loss options: clipLow must be in [0, 1), got ${clipLow}`);
+  if (loss === 'cispo' ? clipLow < 0 || clipLow > 1 : clipLow < 0 || clipLow >= 1)
+    invalid(`policy loss options: clipLow must be in ${loss === 'cispo' ? '[0, 1] (1: no lower bound)' : '[0, 1)'}, got ${clipLow}`);
   if (clipHigh < 0) invalid(`policy loss options: clipHigh must be >= 0, got ${clipHigh}`);
   const dual = o.dualClipC ?? 0;
   if (o.dualClipC !== null && o.dualClipC !== undefined && (fin('dualClipC', dual) <= 1))
     invalid(`policy loss options: dualClipC must be > 1 (or null), got ${dual}`);
-  const iwCap = o.iwCap === null ? 0 : fin('iwCap', o.iwCap ?? 2);
-  if (o.iwCap !== null && iwCap <= 0) invalid(`policy loss options: iwCap must be > 0 (or null to disable), got ${iwCap}`);
+  if (dual !== 0 && loss !== 'ppo') invalid(`policy loss options: dualClipC applies to the ppo loss only (loss is ${loss})`);
+  if (o.correction !== undefined && o.iwCap !== undefined) invalid('policy loss options: give iwCap or correction, not both');
+  const c: RolloutCorrection = o.correction ?? (o.iwCap === null ? { mode: 'off' } : { mode: 'truncate', cap: o.iwCap ?? 2 });
+  if (!['off', 'truncate', 'mask'].includes(c.mode)) invalid(`policy loss options: correction.mode must be 'off', 'truncate' or 'mask', got ${String(c.mode)}`);
+  const level = c.mode === 'off' ? 'token' : (c.level ?? 'token');
+  if (level !== 'token' && level !== 'sequence') invalid(`policy loss options: correction.level must be 'token' or 'sequence', got ${String(level)}`);
+  const iwCap = c.mode === 'truncate' ? fin(o.correction ? 'correction.cap' : 'iwCap', c.cap) : 0;
+  if (c.mode === 'truncate' && iwCap <= 0) invalid(`policy loss options: ${o.correction ? 'correction.cap' : 'iwCap'} must be > 0 (or null to disable), got ${iwCap}`);
+  const maskLow = c.mode === 'mask' ? fin('correction.low', c.low) : 0;
+  const maskHigh = c.mode === 'mask' ? fin('correction.high', c.high) : 0;
+  if (c.mode === 'mask' && !(maskLow >= 0 && maskLow < maskHigh)) invalid(`policy loss options: correction needs 0 <= low < high, got [${maskLow}, ${maskHigh}]`);
   const klCoef = fin('klCoef', o.klCoef ?? 0);
   if (klCoef < 0) invalid(`policy loss options: klCoef must be >= 0, got ${klCoef}`);
   const klType = o.klType ?? 'k3';
@@ -148,10 +182,15 @@ export function compilePolicyLossOptions(o: PolicyLossOptions): CompiledPolicyLo
   if (!['token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'].includes(aggregation))
     invalid(`policy loss options: aggregation must be 'token-mean', 'seq-mean-token-sum' or 'seq-mean-token-mean', got ${String(aggregation)}`);
   return Object.freeze({
+    loss,
     clipLow,
     clipHigh,
     dualClipC: dual,
+    correction: c.mode,
+    correctionLevel: level,
     iwCap,
+    maskLow,
+    maskHigh,
     klCoef,
     klType,
     entropyCoef: fin('entropyCoef', o.entropyCoef ?? 0),

@@ -169,47 +169,92 @@ export function aggregate(values: ArrayLike<number>, mask: ArrayLike<number>, se
 
 const clamp = (x: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, x));
 
-/** Scalar RL policy loss from per-token log-probs and entropies (verl compute_policy_loss + kl_penalty semantics). */
+/** The rollout-correction weight of each token: pi_prox / pi_behaviour of the token or of its sequence, truncated or masked. */
+function correctionWeights(inputs: PolicyLossInputs, seqStarts: Int32Array, o: PolicyLossOptions): Float64Array {
+  const T = inputs.responseMask.length;
+  const c = o.correction ?? (o.iwCap === null ? { mode: 'off' as const } : { mode: 'truncate' as const, cap: o.iwCap ?? 2 });
+  const w = new Float64Array(T).fill(1);
+  if (c.mode === 'off') return w;
+  const logw = new Float64Array(T);
+  for (let t = 0; t < T; t++) {
+    const behav = inputs.behaviourLogprobs[t]!;
+    logw[t] = (inputs.proximalLogprobs ? inputs.proximalLogprobs[t]! : behav) - behav;
+  }
+  if ((c.level ?? 'token') === 'sequence')
+    for (let i = 0; i + 1 < seqStarts.length; i++) {
+      let sum = 0;
+      for (let t = seqStarts[i]!; t < seqStarts[i + 1]!; t++) sum += inputs.responseMask[t]! * logw[t]!;
+      for (let t = seqStarts[i]!; t < seqStarts[i + 1]!; t++) logw[t] = sum;
+    }
+  for (let t = 0; t < T; t++) {
+    const raw = Math.exp(clamp(logw[t]!, -20, 20));
+    w[t] = c.mode === 'truncate' ? Math.min(raw, c.cap) : raw >= c.low && raw <= c.high ? raw : 0;
+  }
+  return w;
+}
+
+/**
+ * Scalar RL policy loss from per-token log-probs and entropies (verl compute_policy_loss + kl_penalty semantics).
+ * `detached` are the log-probs at which stop-gradient factors are evaluated (CISPO's clipped weight): the current
+ * log-probs in a single evaluation; fixed at the base point when finite differences probe the surrogate's gradient.
+ */
 export function referencePolicyLossFromLogprobs(
   logp: ArrayLike<number>,
   entropy: ArrayLike<number>,
   inputs: PolicyLossInputs,
   seqStarts: Int32Array,
   o: PolicyLossOptions,
+  detached: ArrayLike<number> = logp,
 ): { loss: number; pgLoss: number; kl: number; entropy: number } {
   const T = logp.length;
   const pg = new Float64Array(T);
   const kl = new Float64Array(T);
-  const cap = o.iwCap === undefined ? 2 : o.iwCap;
+  const iw = correctionWeights(inputs, seqStarts, o);
+  const loss = o.loss ?? 'ppo';
+  const prox = (t: number): number => (inputs.proximalLogprobs ? inputs.proximalLogprobs[t]! : inputs.behaviourLogprobs[t]!);
+  // GSPO: every token sees its sequence's log-ratio, the masked mean of the token log-ratios.
+  const x = new Float64Array(T);
+  for (let t = 0; t < T; t++) x[t] = logp[t]! - prox(t);
+  if (loss === 'gspo')
+    for (let i = 0; i + 1 < seqStarts.length; i++) {
+      let s = 0;
+      let m = 0;
+      for (let t = seqStarts[i]!; t < seqStarts[i + 1]!; t++) {
+        s += inputs.responseMask[t]! * (logp[t]! - prox(t));
+        m += inputs.responseMask[t]!;
+      }
+      for (let t = seqStarts[i]!; t < seqStarts[i + 1]!; t++) x[t] = m === 0 ? 0 : s / m;
+    }
   for (let t = 0; t < T; t++) {
     if (inputs.responseMask[t] === 0) continue;
-    const behav = inputs.behaviourLogprobs[t]!;
-    const prox = inputs.proximalLogprobs ? inputs.proximalLogprobs[t]! : behav;
-    const ratio = Math.exp(clamp(logp[t]! - prox, -20, 20));
     const A = inputs.advantages[t]!;
-    const l1 = -A * ratio;
-    const l2 = -A * clamp(ratio, 1 - o.clipLow, 1 + o.clipHigh);
-    let l = Math.max(l1, l2);
-    if (o.dualClipC != null && A < 0) l = Math.min(l, -A * o.dualClipC);
-    const w = cap === null ? 1 : Math.min(Math.exp(clamp(prox - behav, -20, 20)), cap);
-    pg[t] = w * l;
+    let l: number;
+    if (loss === 'cispo') {
+      const r = Math.exp(clamp(detached[t]! - prox(t), -20, 20));
+      l = -clamp(r, 1 - o.clipLow, 1 + o.clipHigh) * A * x[t]!;
+    } else {
+      const ratio = Math.exp(clamp(x[t]!, -20, 20));
+      l = Math.max(-A * ratio, -A * clamp(ratio, 1 - o.clipLow, 1 + o.clipHigh));
+      if (loss === 'ppo' && o.dualClipC != null && A < 0) l = Math.min(l, -A * o.dualClipC);
+    }
+    pg[t] = iw[t]! * l;
     if (inputs.refLogprobs) {
-      const x = clamp(logp[t]! - inputs.refLogprobs[t]!, -20, 20);
+      const y = clamp(logp[t]! - inputs.refLogprobs[t]!, -20, 20);
       const type = o.klType ?? 'k3';
-      kl[t] = type === 'k1' ? x : type === 'k2' ? (x * x) / 2 : clamp(Math.exp(-x) + x - 1, -10, 10);
+      kl[t] = type === 'k1' ? y : type === 'k2' ? (y * y) / 2 : clamp(Math.exp(-y) + y - 1, -10, 10);
     }
   }
   const mode = o.aggregation ?? 'token-mean';
   const pgLoss = aggregate(pg, inputs.responseMask, seqStarts, mode);
   const klv = aggregate(kl, inputs.responseMask, seqStarts, mode);
   const ent = aggregate(entropy, inputs.responseMask, seqStarts, mode);
-  const loss = (o.lossScale ?? 1) * (pgLoss + (o.klCoef ?? 0) * klv - (o.entropyCoef ?? 0) * ent);
-  return { loss, pgLoss, kl: klv, entropy: ent };
+  const total = (o.lossScale ?? 1) * (pgLoss + (o.klCoef ?? 0) * klv - (o.entropyCoef ?? 0) * ent);
+  return { loss: total, pgLoss, kl: klv, entropy: ent };
 }
 
-export function referencePolicyLoss(cfg: ModelConfig, p: RefParams, batch: PackedBatch, inputs: PolicyLossInputs, o: PolicyLossOptions): number {
+export function referencePolicyLoss(cfg: ModelConfig, p: RefParams, batch: PackedBatch, inputs: PolicyLossInputs, o: PolicyLossOptions, detached?: ArrayLike<number>): number {
   const { logprobs, entropy } = referenceForward(cfg, p, batch, inputs.targets);
-  return referencePolicyLossFromLogprobs(logprobs, entropy, inputs, batch.seqStarts, o).loss;
+  return referencePolicyLossFromLogprobs(logprobs, entropy, inputs, batch.seqStarts, o, detached ?? logprobs).loss;
 }
 
 export function referenceCrossEntropy(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array, mask: Float32Array, lossScale = 1): number {

@@ -1,7 +1,9 @@
 // Trainer options with documented defaults: the `trainer:` section's schema (keys, ranges, defaults, meaning)
 // and its compilation into a frozen, fully specified TrainerOptions; every validation message names the field.
 import { Type } from '@sinclair/typebox';
-import { compileValue, numberOrNull, oneOf } from '../../core/config/validate.ts';
+import { compileValue, ConfigError, oneOf } from '../../core/config/validate.ts';
+import type { RolloutCorrection } from '../../native/index.ts';
+import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
 
 export interface TrainerOptions {
   /** Max policy-version lag of a sample's oldest token at intake; older samples are dropped and counted. */
@@ -19,12 +21,10 @@ export interface TrainerOptions {
   adamEps: number;
   weightDecay: number;
   gradClip: number;
-  clipLow: number;
-  clipHigh: number;
-  /** Dual-clip constant c > 1, or null to disable. */
-  dualClipC: number | null;
-  /** Truncation C of the decoupled importance weight π_prox/π_behaviour, or null for plain PPO. */
-  iwCap: number | null;
+  /** The policy loss (trainer.policy_loss, a policyLosses entry) and its options (trainer.<name>). */
+  policyLoss: { name: string } & PolicyLossClip;
+  /** Correction of the behaviour-vs-proximal mismatch (decoupled importance weight π_prox/π_behaviour). */
+  rolloutCorrection: RolloutCorrection;
   klCoef: number;
   klType: 'k1' | 'k2' | 'k3';
   entropyCoef: number;
@@ -50,10 +50,8 @@ export const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   adamEps: 1e-8,
   weightDecay: 0,
   gradClip: 1.0,
-  clipLow: 0.2,
-  clipHigh: 0.28,
-  dualClipC: 3,
-  iwCap: 2,
+  policyLoss: Object.freeze({ name: 'ppo', loss: 'ppo', clipLow: 0.2, clipHigh: 0.28, dualClipC: 3 }),
+  rolloutCorrection: Object.freeze({ mode: 'truncate', level: 'token', cap: 2 }),
   klCoef: 0,
   klType: 'k3',
   entropyCoef: 0,
@@ -70,6 +68,9 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
   return Object.freeze({
     stalenessBound: t.staleness_bound,
     groupsPerStep: t.groups_per_step,
+  const loss = policyLosses.get(t.policy_loss, `${path}.policy_loss`);
+  const c = t.rollout_correction;
+  if (c.mode === 'mask' && !(c.low < c.high)) throw new ConfigError([{ path: `${path}.rollout_correction`, message: `low (${c.low}) must be below high (${c.high})` }]);
     maxTokensPerMicroBatch: t.max_tokens_per_micro_batch,
     miniBatches: t.mini_batches,
     ppoEpochs: t.ppo_epochs,
@@ -79,10 +80,10 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     adamEps: t.adam_eps,
     weightDecay: t.weight_decay,
     gradClip: t.grad_clip,
-    clipLow: t.clip_low,
-    clipHigh: t.clip_high,
-    dualClipC: t.dual_clip_c,
-    iwCap: t.iw_cap,
+    policyLoss: Object.freeze({ name: t.policy_loss, ...loss.compile((t as Record<string, unknown>)[t.policy_loss] as never) }),
+    rolloutCorrection: Object.freeze(
+      c.mode === 'off' ? { mode: 'off' as const } : c.mode === 'truncate' ? { mode: 'truncate' as const, level: c.level, cap: c.cap } : { mode: 'mask' as const, level: c.level, low: c.low, high: c.high },
+    ),
     klCoef: t.kl_coef,
     klType: t.kl_type,
     entropyCoef: t.entropy_coef,
@@ -100,6 +101,17 @@ const d = TRAINER_DEFAULTS;
  * The `trainer:` section of a run config: the same keys, defaults and ranges as compileTrainerOptions.
  * staleness_bound is the run's one staleness bound: the rollout workers' gate takes it from here too.
  */
+const RolloutCorrectionSection = Type.Object(
+  {
+    mode: oneOf(['off', 'truncate', 'mask'] as const, { default: 'truncate', description: "How the weight w = π_prox/π_behaviour of the decoupled objective corrects the rollout's mismatch: 'truncate' trains with min(w, cap) (TIS), 'mask' with w where low ≤ w ≤ high and drops the rest (MIS, IcePop), 'off' with 1 (plain PPO)." }),
+    level: oneOf(['token', 'sequence'] as const, { default: 'token', description: "Weight per token, or per sequence (the product of its token weights; 'mask' then drops whole sequences)." }),
+    cap: Type.Number({ exclusiveMinimum: 0, default: 2, description: "'truncate': the cap C." }),
+    low: Type.Number({ minimum: 0, default: 0.5, description: "'mask': the lowest weight kept." }),
+    high: Type.Number({ exclusiveMinimum: 0, default: 2, description: "'mask': the highest weight kept." }),
+  },
+  { additionalProperties: false, default: {}, description: 'Rollout correction of the behaviour-vs-proximal mismatch; the step records the fraction of tokens truncated or masked (loss/correction/*).' },
+);
+
 export const TrainerSection = Type.Object(
   {
     staleness_bound: Type.Integer({ minimum: 0, default: d.stalenessBound, description: "The run's staleness bound: the most policy versions a sample's oldest token may lag the trainer's version when it is trained. Rollout workers hold back new groups that would exceed it; the trainer drops (and counts) older samples. Changed during a run by the control command set_staleness." }),
@@ -113,10 +125,9 @@ export const TrainerSection = Type.Object(
     adam_eps: Type.Number({ exclusiveMinimum: 0, default: d.adamEps, description: 'AdamW epsilon.' }),
     weight_decay: Type.Number({ minimum: 0, default: d.weightDecay, description: 'AdamW weight decay.' }),
     grad_clip: Type.Number({ exclusiveMinimum: 0, default: d.gradClip, description: 'Gradient norm clip.' }),
-    clip_low: Type.Number({ minimum: 0, default: d.clipLow, description: 'PPO ratio clip below 1 (1 - clip_low).' }),
-    clip_high: Type.Number({ minimum: 0, default: d.clipHigh, description: 'PPO ratio clip above 1 (1 + clip_high; DAPO clip-higher).' }),
-    dual_clip_c: numberOrNull({ exclusiveMinimum: 1, default: d.dualClipC, description: 'Dual-clip constant c > 1 for negative advantages (null: off).' }),
-    iw_cap: numberOrNull({ minimum: 1, default: d.iwCap, description: 'Truncation of the decoupled importance weight π_prox/π_behaviour (null: plain PPO).' }),
+    policy_loss: oneOf(policyLosses.names(), { default: d.policyLoss.name, description: 'The policy loss (a registered loss); its options are the section of the same name below.' }),
+    ...Object.fromEntries(policyLosses.names().map((n) => [n, policyLosses.get(n).options])),
+    rollout_correction: RolloutCorrectionSection,
     kl_coef: Type.Number({ minimum: 0, default: d.klCoef, description: 'KL penalty to the warm-start policy (0: off, no reference model kept).' }),
     kl_type: oneOf(['k1', 'k2', 'k3'] as const, { default: d.klType, description: 'KL estimator.' }),
     entropy_coef: Type.Number({ minimum: 0, default: d.entropyCoef, description: 'Entropy bonus coefficient.' }),

@@ -16,6 +16,7 @@ import type { AdvantagedTrajectory, Control, NamedValue, PolicyVersion, TrainSte
 import { Model, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
 import type { TrainerOptions } from './options.ts';
+import { policyLosses } from './policy-losses.ts';
 import { storeWeights } from './weights-store.ts';
 
 export interface TrainerDeps {
@@ -318,7 +319,7 @@ export class Trainer {
     const t0 = performance.now();
     if (samples.length === 0) {
       // Only stale samples: a step that records them as consumed (dropped_trajectory_ids) and changes no weight.
-      const none = { loss: 0, pgLoss: 0, clip: 0, approxKl: 0, entropy: 0, kl: 0, iwMean: 0, iwMax: 0, iwTrunc: 0, gradNorm: 0 };
+      const none = { loss: 0, pgLoss: 0, clip: 0, approxKl: 0, entropy: 0, kl: 0, iwMean: 0, iwMax: 0, iwTrunc: 0, iwMasked: 0, gradNorm: 0, lossMetrics: [] };
       await this.commitStep(samples, offsets, none, { mean: 0, max: 0 }, waitMs, 0, 0);
       return;
     }
@@ -328,7 +329,10 @@ export class Trainer {
     const ref = this.ref ? await Promise.all(micro.map(async (mb) => (await this.ref!.forward(mb, mb.targets)).logprobs)) : null;
     const mismatch = logprobMismatch(micro, prox);
     const totalMasked = micro.reduce((n, mb) => n + mb.maskedTokens, 0);
-    const sums = { loss: 0, pgLoss: 0, clip: 0, approxKl: 0, entropy: 0, kl: 0, iwMean: 0, iwMax: 0, iwTrunc: 0, gradNorm: 0, updates: 0 };
+    const sums = { loss: 0, pgLoss: 0, clip: 0, approxKl: 0, entropy: 0, kl: 0, iwMean: 0, iwMax: 0, iwTrunc: 0, iwMasked: 0, gradNorm: 0, updates: 0 };
+    const loss = options.policyLoss;
+    const lossMetricFns = Object.entries(policyLosses.get(loss.name).metrics);
+    const lossMetricSums = lossMetricFns.map(() => 0);
     const perMini = Math.ceil(micro.length / options.miniBatches);
     for (let epoch = 0; epoch < options.ppoEpochs; epoch++) {
       for (let m = 0; m < micro.length; m += perMini) {
@@ -340,10 +344,11 @@ export class Trainer {
             mb,
             { targets: mb.targets, responseMask: mb.responseMask, advantages: mb.advantages, behaviourLogprobs: mb.behaviourLogprobs, proximalLogprobs: prox[k]!, ...(ref ? { refLogprobs: ref[k]! } : {}) },
             {
-              clipLow: options.clipLow,
-              clipHigh: options.clipHigh,
-              dualClipC: options.dualClipC,
-              iwCap: options.iwCap,
+              loss: loss.loss,
+              clipLow: loss.clipLow,
+              clipHigh: loss.clipHigh,
+              dualClipC: loss.dualClipC,
+              correction: options.rolloutCorrection,
               klCoef: options.klCoef,
               klType: options.klType,
               entropyCoef: options.entropyCoef,
@@ -364,17 +369,20 @@ export class Trainer {
         }
         sums.gradNorm += this.model.clipGradNorm(options.gradClip);
         sums.updates++;
+          sums.iwMasked += metrics.iwMaskedFraction * w;
+          lossMetricFns.forEach(([, f], i) => (lossMetricSums[i]! += f(metrics) * w));
         await this.model.adamwStep({ lr: options.learningRate, beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
       }
     }
     const computeMs = performance.now() - t0;
-    await this.commitStep(samples, offsets, { ...sums, gradNorm: sums.gradNorm / Math.max(1, sums.updates) }, mismatch, waitMs, computeMs, totalMasked);
+    const lossMetrics = lossMetricFns.map(([name], i) => ({ name: `loss/${loss.name}/${name}`, value: lossMetricSums[i]! }));
+    await this.commitStep(samples, offsets, { ...sums, gradNorm: sums.gradNorm / Math.max(1, sums.updates), lossMetrics }, mismatch, waitMs, computeMs, totalMasked);
   }
 
   private async commitStep(
     samples: TrainSample[],
     offsets: TopicPartitionOffset[],
-    m: { loss: number; pgLoss: number; clip: number; approxKl: number; entropy: number; kl: number; iwMean: number; iwMax: number; iwTrunc: number; gradNorm: number },
+    m: { loss: number; pgLoss: number; clip: number; approxKl: number; entropy: number; kl: number; iwMean: number; iwMax: number; iwTrunc: number; iwMasked: number; gradNorm: number; lossMetrics: NamedValue[] },
     mismatch: { mean: number; max: number },
     waitMs: number,
     computeMs: number,
@@ -429,6 +437,9 @@ export class Trainer {
         { name: 'logprob_mismatch_max', value: mismatch.max },
         { name: 'tool_calls', value: toolCalls },
         { name: 'tool_success_rate', value: toolCalls + toolErrors > 0 ? Math.max(0, 1 - toolErrors / Math.max(toolCalls, toolErrors)) : 0 },
+        ...m.lossMetrics,
+        { name: 'loss/correction/truncated_frac', value: m.iwTrunc },
+        { name: 'loss/correction/masked_frac', value: m.iwMasked },
         ...(this.deps.extraMetrics?.() ?? []),
       ],
     };

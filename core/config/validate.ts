@@ -25,6 +25,10 @@ const MOVED: Record<string, string> = {
   policy: 'the built-in policy is configured under backend: (name: builtin, with max_batch, threads, workers, swap_mode)',
   'rollout.staleness_bound': 'the staleness bound is set once, as trainer.staleness_bound',
   'rollout.groups_per_step': 'groups per step is set once, as trainer.groups_per_step',
+  'trainer.clip_low': "each policy loss has its own section: trainer.ppo.clip_low (or that of trainer.policy_loss's loss)",
+  'trainer.clip_high': "each policy loss has its own section: trainer.ppo.clip_high (or that of trainer.policy_loss's loss)",
+  'trainer.dual_clip_c': 'the dual clip is a ppo option: trainer.ppo.dual_clip_c',
+  'trainer.iw_cap': 'the truncated importance weight is trainer.rollout_correction (mode: truncate, cap: C; mode: off for plain PPO)',
 };
 
 // verbose: errors carry their schema, so an unknown key can be matched against the known ones.

@@ -274,8 +274,9 @@ Napi::Value ModelWrap::BackwardCrossEntropy(const Napi::CallbackInfo& info) {
 }
 
 // backwardPolicyLoss(tokens, seqStarts, targets, mask, advantages, behaviour, proximal|null, ref|null, options)
-// options: { clipLow, clipHigh, dualClipC (0 = off), iwCap (0 = off), klCoef, klType, entropyCoef, aggregation,
-// lossScale } all given (the TS layer fills defaults).
+// options: { loss ('ppo' | 'gspo' | 'cispo'), clipLow, clipHigh, dualClipC (0 = off), correction ('off' |
+// 'truncate' | 'mask'), correctionLevel ('token' | 'sequence'), iwCap, maskLow, maskHigh, klCoef, klType,
+// entropyCoef, aggregation, lossScale } all given (the TS layer fills defaults).
 Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -315,6 +316,23 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
     opt.clip_high = num_arg(o.Get("clipHigh"), "options.clipHigh");
     opt.dual_clip_c = num_arg(o.Get("dualClipC"), "options.dualClipC");
     opt.iw_cap = num_arg(o.Get("iwCap"), "options.iwCap");
+    opt.mask_low = num_arg(o.Get("maskLow"), "options.maskLow");
+    opt.mask_high = num_arg(o.Get("maskHigh"), "options.maskHigh");
+    if (!o.Get("loss").IsString() || !o.Get("correction").IsString() || !o.Get("correctionLevel").IsString())
+      invalid("options.loss, options.correction and options.correctionLevel must be strings");
+    const std::string loss_name = o.Get("loss").As<Napi::String>().Utf8Value();
+    const PolicyLossEntry* entry = policy_loss_by_name(loss_name.c_str());
+    if (!entry) invalid("options.loss: unknown policy loss '" + loss_name + "'");
+    opt.kind = entry->kind;
+    const std::string corr = o.Get("correction").As<Napi::String>().Utf8Value();
+    if (corr == "off") opt.correction = CorrectionMode::Off;
+    else if (corr == "truncate") opt.correction = CorrectionMode::Truncate;
+    else if (corr == "mask") opt.correction = CorrectionMode::Mask;
+    else invalid("options.correction must be 'off', 'truncate' or 'mask', got '" + corr + "'");
+    const std::string level = o.Get("correctionLevel").As<Napi::String>().Utf8Value();
+    if (level == "token") opt.correction_level = CorrectionLevel::Token;
+    else if (level == "sequence") opt.correction_level = CorrectionLevel::Sequence;
+    else invalid("options.correctionLevel must be 'token' or 'sequence', got '" + level + "'");
     opt.kl_coef = num_arg(o.Get("klCoef"), "options.klCoef");
     opt.entropy_coef = num_arg(o.Get("entropyCoef"), "options.entropyCoef");
     opt.scale = num_arg(o.Get("lossScale"), "options.lossScale");
@@ -322,10 +340,14 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
       invalid("options.klType and options.aggregation must be strings");
     opt.kl_type = kl_from(o.Get("klType").As<Napi::String>().Utf8Value());
     opt.agg = agg_from(o.Get("aggregation").As<Napi::String>().Utf8Value());
-    if (opt.clip_low < 0 || opt.clip_low >= 1) invalid("options.clipLow must be in [0, 1)");
+    if (opt.kind == PolicyLossKind::Cispo ? (opt.clip_low < 0 || opt.clip_low > 1) : (opt.clip_low < 0 || opt.clip_low >= 1))
+      invalid(opt.kind == PolicyLossKind::Cispo ? "options.clipLow must be in [0, 1] (1: no lower bound)" : "options.clipLow must be in [0, 1)");
     if (opt.clip_high < 0) invalid("options.clipHigh must be >= 0");
     if (opt.dual_clip_c != 0 && opt.dual_clip_c <= 1) invalid("options.dualClipC must be > 1 (or null to disable)");
-    if (opt.iw_cap < 0) invalid("options.iwCap must be > 0 (or null to disable)");
+    if (opt.correction == CorrectionMode::Truncate && opt.iw_cap <= 0) invalid("options.iwCap must be > 0 (or null to disable)");
+    if (opt.correction == CorrectionMode::Mask && !(opt.mask_low >= 0 && opt.mask_low < opt.mask_high))
+      invalid("options.maskLow and options.maskHigh must satisfy 0 <= maskLow < maskHigh");
+    if (opt.kind != PolicyLossKind::Ppo && opt.dual_clip_c != 0) invalid("options.dualClipC applies to the ppo loss only");
     if (opt.kl_coef != 0 && !in.ref) invalid("options.klCoef is not 0 but inputs.refLogprobs is missing");
 
     auto loss = std::make_shared<PolicyLoss>(in, opt, a.seq_starts.data, a.batch.S, a.batch.T);
@@ -354,6 +376,7 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
           o2.Set("iwMean", r.iw_mean);
           o2.Set("iwMax", r.iw_max);
           o2.Set("iwTruncatedFraction", r.iw_truncated_fraction);
+          o2.Set("iwMaskedFraction", r.iw_masked_fraction);
           o2.Set("tokens", r.tokens);
           return o2;
         },

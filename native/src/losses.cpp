@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace rls {
 
@@ -51,14 +52,141 @@ void CrossEntropyLoss::chunk(int t0, int n, const float* logp, const float*, flo
   }
 }
 
-PolicyLoss::PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& opt, const int32_t* seq_starts, int S,
-                       int T)
-    : in_(in), o_(opt) {
-  w_ = aggregation_weights(in.mask, seq_starts, S, T, opt.agg, &tokens_);
-  for (int t = 0; t < T; t++) msum_ += in.mask[t];
+static inline double clampd(double x, double lo, double hi) { return std::min(hi, std::max(lo, x)); }
+
+// max(-A r, -A clip(r, 1 - low, 1 + high)) with r = e^x (log-ratio clamped to +-20, gradient zero outside); for
+// A < 0 and c > 0 also min(that, -A c) (dual clip).
+static PgTerm clipped_surrogate(double x, double A, double low, double high, double dual_c) {
+  const double xc = clampd(x, -20, 20), ratio = std::exp(xc), dratio = (x > -20 && x < 20) ? ratio : 0.0;
+  const double l1 = -A * ratio, l2 = -A * clampd(ratio, 1 - low, 1 + high);
+  PgTerm r;
+  double dloss_dratio;
+  if (l2 > l1) {
+    r.loss = l2;
+    dloss_dratio = 0;  // l2 > l1 only where the clamp is active
+    r.clipped = true;
+  } else {
+    r.loss = l1;
+    dloss_dratio = -A;
+  }
+  if (dual_c > 0 && A < 0) {
+    const double l3 = -A * dual_c;
+    if (l3 < r.loss) {
+      r.loss = l3;
+      dloss_dratio = 0;
+      r.dual = true;
+    }
+  }
+  r.dloss_dx = dloss_dratio * dratio;
+  return r;
 }
 
-static inline double clampd(double x, double lo, double hi) { return std::min(hi, std::max(lo, x)); }
+// PPO (verl vanilla + dual clip) on the token ratio pi / pi_prox.
+static PgTerm ppo_kernel(double x, double A, const PolicyLossOptions& o) {
+  return clipped_surrogate(x, A, o.clip_low, o.clip_high, o.dual_clip_c);
+}
+
+// GSPO (Zheng et al. 2025): the same clipped surrogate on the sequence ratio, the geometric mean of its token
+// ratios; every token of the sequence shares it, and the gradient reaches each token through the mean.
+static PgTerm gspo_kernel(double x, double A, const PolicyLossOptions& o) {
+  return clipped_surrogate(x, A, o.clip_low, o.clip_high, 0);
+}
+
+// CISPO (MiniMax-M1): -sg(clip(r, 1 - low, 1 + high)) * A * log r. The clipped weight is a stop-gradient
+// coefficient, so every token keeps a gradient (PPO's clip zeroes it); log r = log pi - sg(log pi_prox) has the
+// gradient of log pi.
+static PgTerm cispo_kernel(double x, double A, const PolicyLossOptions& o) {
+  const double r = std::exp(clampd(x, -20, 20));
+  const double w = clampd(r, 1 - o.clip_low, 1 + o.clip_high);
+  PgTerm t;
+  t.loss = -w * A * x;
+  t.dloss_dx = -w * A;
+  t.clipped = w != r;
+  return t;
+}
+
+static const PolicyLossEntry kPolicyLosses[] = {
+    {PolicyLossKind::Ppo, "ppo", ppo_kernel, false},
+    {PolicyLossKind::Gspo, "gspo", gspo_kernel, true},
+    {PolicyLossKind::Cispo, "cispo", cispo_kernel, false},
+};
+
+const PolicyLossEntry& policy_loss_entry(PolicyLossKind kind) {
+  for (const PolicyLossEntry& e : kPolicyLosses)
+    if (e.kind == kind) return e;
+  return kPolicyLosses[0];
+}
+
+const PolicyLossEntry* policy_loss_by_name(const char* name) {
+  for (const PolicyLossEntry& e : kPolicyLosses)
+    if (std::strcmp(e.name, name) == 0) return &e;
+  return nullptr;
+}
+
+PolicyLoss::PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& opt, const int32_t* seq_starts, int S,
+                       int T)
+    : in_(in), o_(opt), entry_(&policy_loss_entry(opt.kind)) {
+  w_ = aggregation_weights(in.mask, seq_starts, S, T, opt.agg, &tokens_);
+  for (int t = 0; t < T; t++) msum_ += in.mask[t];
+  seq_of_.assign((size_t)T, 0);
+  seq_m_.assign((size_t)S, 0);
+  seq_x_.assign((size_t)S, 0);
+  seq_g_.assign((size_t)S, 0);
+  std::vector<double> seq_lw((size_t)S, 0);  // sum of masked log(pi_prox / pi_behaviour)
+  for (int s = 0; s < S; s++)
+    for (int t = seq_starts[s]; t < seq_starts[s + 1]; t++) {
+      seq_of_[(size_t)t] = s;
+      seq_m_[(size_t)s] += in.mask[t];
+      if (in.proximal) seq_lw[(size_t)s] += in.mask[t] * ((double)in.proximal[t] - in.behaviour[t]);
+    }
+
+  // Rollout correction: the detached weight pi_prox / pi_behaviour of each token (or of its sequence).
+  iw_.assign((size_t)T, 1.0);
+  for (int t = 0; t < T; t++) {
+    const double m = in.mask[t];
+    if (m == 0) continue;
+    const double mw = m / msum_;  // weight of a plain masked mean (metrics)
+    if (o_.correction == CorrectionMode::Off) {
+      iw_sum_ += mw;
+      iw_max_ = std::max(iw_max_, 1.0);
+      continue;
+    }
+    const double lw = o_.correction_level == CorrectionLevel::Sequence
+                          ? seq_lw[(size_t)seq_of_[(size_t)t]]
+                          : (in.proximal ? (double)in.proximal[t] - in.behaviour[t] : 0.0);
+    const double raw = std::exp(clampd(lw, -20, 20));
+    iw_sum_ += mw * raw;
+    iw_max_ = std::max(iw_max_, raw);
+    if (o_.correction == CorrectionMode::Truncate) {
+      if (raw > o_.iw_cap) trunc_ += mw;
+      iw_[(size_t)t] = std::min(raw, o_.iw_cap);
+    } else {
+      const bool keep = raw >= o_.mask_low && raw <= o_.mask_high;
+      if (!keep) masked_ += mw;
+      iw_[(size_t)t] = keep ? raw : 0.0;
+    }
+  }
+}
+
+void PolicyLoss::prepare(const float* logp) {
+  // The sequence log-ratio (masked mean of the token log-ratios) and d pg / d x summed over the sequence's tokens.
+  std::fill(seq_x_.begin(), seq_x_.end(), 0.0);
+  std::fill(seq_g_.begin(), seq_g_.end(), 0.0);
+  const size_t T = seq_of_.size();
+  for (size_t t = 0; t < T; t++) {
+    const double m = in_.mask[t];
+    if (m == 0) continue;
+    const double prox = in_.proximal ? in_.proximal[t] : in_.behaviour[t];
+    seq_x_[(size_t)seq_of_[t]] += m * ((double)logp[t] - prox);
+  }
+  for (size_t s = 0; s < seq_x_.size(); s++)
+    if (seq_m_[s] != 0) seq_x_[s] /= seq_m_[s];
+  for (size_t t = 0; t < T; t++) {
+    if (in_.mask[t] == 0) continue;
+    const size_t s = (size_t)seq_of_[t];
+    seq_g_[s] += w_[t] * iw_[t] * entry_->kernel(seq_x_[s], in_.advantages[t], o_).dloss_dx;
+  }
+}
 
 void PolicyLoss::chunk(int t0, int n, const float* logp, const float* ent, float* dlogp, float* dent) {
   for (int i = 0; i < n; i++) {
@@ -71,49 +199,21 @@ void PolicyLoss::chunk(int t0, int n, const float* logp, const float* ent, float
     }
     const double a = w_[(size_t)t];  // aggregation weight
     const double mw = m / msum_;     // weight of a plain masked mean (metrics)
-    const double lp = logp[i], behav = in_.behaviour[t];
-    const double prox = in_.proximal ? in_.proximal[t] : behav;
+    const double lp = logp[i];
+    const double prox = in_.proximal ? in_.proximal[t] : in_.behaviour[t];
     const double A = in_.advantages[t];
+    const double iw = iw_[(size_t)t];
+    const double dl = lp - prox;
+    akl_ += mw * -clampd(dl, -20, 20);
 
-    // ratio = pi / pi_prox, log-ratio clamped to +-20 (gradient zero outside)
-    const double dl = lp - prox, dlc = clampd(dl, -20, 20);
-    const double ratio = std::exp(dlc), dratio = (dl > -20 && dl < 20) ? ratio : 0.0;
-    akl_ += mw * -dlc;
-
-    // decoupled objective: detached, truncated importance weight pi_prox / pi_behaviour
-    double iw = 1;
-    if (o_.iw_cap > 0) {
-      const double raw = std::exp(clampd(prox - behav, -20, 20));
-      iw_sum_ += mw * raw;
-      iw_max_ = std::max(iw_max_, raw);
-      if (raw > o_.iw_cap) trunc_ += mw;
-      iw = std::min(raw, o_.iw_cap);
-    } else {
-      iw_sum_ += mw;
-      iw_max_ = std::max(iw_max_, 1.0);
-    }
-
-    // PPO clip: max(-A r, -A clip(r)); dual clip: for A < 0, min(that, -A c)
-    const double l1 = -A * ratio, l2 = -A * clampd(ratio, 1 - o_.clip_low, 1 + o_.clip_high);
-    double loss, dloss_dratio;
-    if (l2 > l1) {
-      loss = l2;
-      dloss_dratio = 0;  // l2 > l1 only where the clamp is active
-      clip_ += mw;
-    } else {
-      loss = l1;
-      dloss_dratio = -A;
-    }
-    if (o_.dual_clip_c > 0 && A < 0) {
-      const double l3 = -A * o_.dual_clip_c;
-      if (l3 < loss) {
-        loss = l3;
-        dloss_dratio = 0;
-        dual_ += mw;
-      }
-    }
-    pg_ += a * iw * loss;
-    double g = iw * dloss_dratio * dratio;  // d pg_token / d logp
+    const size_t s = (size_t)seq_of_[(size_t)t];
+    const PgTerm term = entry_->kernel(entry_->sequence_level ? seq_x_[s] : dl, A, o_);
+    if (term.clipped) clip_ += mw;
+    if (term.dual) dual_ += mw;
+    pg_ += a * iw * term.loss;
+    // d loss / d logp. Sequence-level: x is the masked mean of the sequence's log-ratios, and seq_g_ already
+    // carries the aggregation and correction weights of every token that shares it.
+    double g = entry_->sequence_level ? seq_g_[s] * m / seq_m_[s] : a * iw * term.dloss_dx;
 
     // KL to the reference policy, x = log pi - log pi_ref clamped to +-20 (verl kl_penalty)
     if (in_.ref) {
@@ -131,10 +231,10 @@ void PolicyLoss::chunk(int t0, int n, const float* logp, const float* ent, float
         }
       }
       kl_ += a * kl;
-      g += o_.kl_coef * dkl * dx;
+      g += a * o_.kl_coef * dkl * dx;
     }
     ent_ += a * ent[i];
-    dlogp[i] = (float)(o_.scale * a * g);
+    dlogp[i] = (float)(o_.scale * g);
     dent[i] = (float)(o_.scale * a * -o_.entropy_coef);
   }
 }
@@ -152,6 +252,7 @@ PolicyLossMetrics PolicyLoss::metrics() const {
   r.iw_mean = any ? iw_sum_ : 0;
   r.iw_max = iw_max_;
   r.iw_truncated_fraction = any ? trunc_ : 0;
+  r.iw_masked_fraction = any ? masked_ : 0;
   r.tokens = tokens_;
   return r;
 }

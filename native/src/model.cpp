@@ -370,6 +370,22 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
             KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim(),
             L = cfg_.num_hidden_layers;
 
+  if (loss.needs_logp()) {
+    // Sequence-level losses: every log-prob before any gradient (costs one more lm_head pass).
+    for (int t0 = 0; t0 < T; t0 += chunk_) {
+      const int n = std::min(chunk_, T - t0);
+      PROF(matmul, k.matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false));
+      PROF(logits, k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V));
+    }
+    if (k_->host_visible()) {
+      loss.prepare(a.logp);
+    } else {
+      std::vector<float> lp((size_t)T);
+      k_->to_host(lp.data(), a.logp, (size_t)T);
+      loss.prepare(lp.data());
+    }
+  }
+
   // Loss head, one chunk of tokens at a time: logits -> log-softmax -> loss -> dlogits -> d lnf, d lm_head.
   PROF(elementwise, k.zero(a.dln, (size_t)T * H));
   for (int t0 = 0; t0 < T; t0 += chunk_) {

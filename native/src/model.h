@@ -46,6 +46,10 @@ struct TokenLoss {
   virtual ~TokenLoss() = default;
   // For tokens [t0, t0+n): given logp and entropy, write dL/dlogp and dL/dentropy and accumulate the loss.
   virtual void chunk(int t0, int n, const float* logp, const float* ent, float* dlogp, float* dent) = 0;
+  // A loss whose per-token gradient depends on the whole sequence (a sequence-level ratio) sees every log-prob
+  // first: forward_backward then runs the logits once more before the chunks, and calls prepare(logp[T]).
+  virtual bool needs_logp() const { return false; }
+  virtual void prepare(const float* /*logp*/) {}
 };
 
 struct AdamWParams {

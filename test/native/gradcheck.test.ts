@@ -1,5 +1,6 @@
 // Gradient checks: native fp32 analytic gradients of every parameter tensor against central finite differences
-// of the independent float64 reference (native/reference.ts), for cross-entropy and the policy loss variants.
+// of the independent float64 reference (native/reference.ts), for cross-entropy and the policy losses (ppo, gspo,
+// cispo) with each rollout-correction mode.
 //
 // Tolerance: float64 central differences with h = 1e-5 are accurate to ~1e-9 relative, so the gap measures
 // the native gradient's fp32 rounding (~1e-6 relative) plus any bug. A tensor passes when
@@ -102,15 +103,36 @@ const VARIANTS: [string, PolicyLossOptions][] = [
   ['seq-mean-token-mean, k2 KL, IW disabled', { clipLow: 0.2, clipHigh: 0.2, iwCap: null, klCoef: 0.2, klType: 'k2', entropyCoef: -0.02, aggregation: 'seq-mean-token-mean' }],
 ];
 
-for (const [label, options] of VARIANTS) {
+// The registry's other kernels and the rollout-correction modes. GSPO's clip is widened from the paper's 3e-4/4e-4
+// so that with these inputs some sequences clip and some do not (at 4e-4 every sequence clips and only the KL
+// term would be checked).
+const LOSS_VARIANTS: [string, PolicyLossOptions][] = [
+  ['gspo, seq-mean-token-mean, token truncate', { loss: 'gspo', clipLow: 0.05, clipHigh: 0.05, iwCap: 1.5, aggregation: 'seq-mean-token-mean' }],
+  ['gspo, token-mean, sequence mask, k3 KL', { loss: 'gspo', clipLow: 0.05, clipHigh: 0.05, correction: { mode: 'mask', level: 'sequence', low: 0.2, high: 5 }, klCoef: 0.1, aggregation: 'token-mean' }],
+  ['cispo, no lower bound, token mask', { loss: 'cispo', clipLow: 1, clipHigh: 0.2, correction: { mode: 'mask', low: 0.5, high: 2 }, aggregation: 'token-mean' }],
+  ['cispo, seq-mean-token-sum, sequence truncate, entropy bonus', { loss: 'cispo', clipLow: 0.2, clipHigh: 0.28, correction: { mode: 'truncate', level: 'sequence', cap: 1.2 }, entropyCoef: 0.01, aggregation: 'seq-mean-token-sum' }],
+  ['ppo, sequence truncate, dual clip', { clipLow: 0.2, clipHigh: 0.28, dualClipC: 3, correction: { mode: 'truncate', level: 'sequence', cap: 1.2 } }],
+];
+
+const CASES: [string, PolicyLossOptions, number[]][] = [...VARIANTS.map(([l, o]): [string, PolicyLossOptions, number[]] => [l, o, [7, 5]]), ...LOSS_VARIANTS.map(([l, o]): [string, PolicyLossOptions, number[]] => [l, o, [7, 5, 6]])];
+
+for (const [label, options, lengths] of CASES) {
   test(`policy loss gradients match finite differences (${label})`, { skip }, async () => {
-    const d = setup(TINY, [7, 5], 11);
+    const d = setup(TINY, lengths, 11);
     const inputs = await policyInputs(d.model, d, 5);
     const metrics = await d.model.backwardPolicyLoss(d.batch, inputs, options);
+    if (lengths.length === 3) {
+      // not vacuous: each check has clipped and unclipped tokens, corrected and uncorrected ones
+      assert.ok(metrics.clipFraction > 0 && metrics.clipFraction < 1, `clip fraction ${metrics.clipFraction}`);
+      const corrected = metrics.iwTruncatedFraction + metrics.iwMaskedFraction;
+      assert.ok(corrected > 0 && corrected < 1, `truncated or masked fraction ${corrected}`);
+    }
     const params = toReferenceParams(d.model.parameters());
+    // CISPO's clipped weight is a stop-gradient factor: finite differences probe it held at the base point.
+    const detached = referenceForward(TINY, params, d.batch, inputs.targets).logprobs;
     const refLoss = referencePolicyLoss(TINY, params, d.batch, inputs, options);
     assert.ok(Math.abs(metrics.loss - refLoss) < 1e-5 * Math.max(1, Math.abs(refLoss)), `loss ${metrics.loss} vs reference ${refLoss}`);
-    check(d.model.gradients(), params, (p) => referencePolicyLoss(TINY, p, d.batch, inputs, options));
+    check(d.model.gradients(), params, (p) => referencePolicyLoss(TINY, p, d.batch, inputs, options, detached));
     d.model.dispose();
   });
 }

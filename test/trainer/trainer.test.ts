@@ -23,7 +23,7 @@ async function setUp(groups: { g: number; version?: number; split?: string }[], 
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-trainer-'));
   const logDir = join(dir, 'log');
   const log = openEmbeddedLog({ dir: logDir });
-  for (const name of [TOPICS.advantaged, TOPICS.trainSteps, TOPICS.policyVersions]) await log.createTopic({ name, partitions: name === TOPICS.advantaged ? 2 : 1 });
+  for (const name of [TOPICS.advantaged, TOPICS.trainSteps, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name, partitions: name === TOPICS.advantaged ? 2 : 1 });
   const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
   const producer = await log.producer();
   for (const { g, version, split } of groups) {
@@ -107,7 +107,7 @@ test('trainer killed with SIGKILL at random moments resumes with no sample reuse
 });
 
 /** Run an in-process trainer over the set-up log until it stops (max_steps); the log stays open for reading back. */
-async function trainInProcess(dir: string, logDir: string, weights: string, options: Record<string, number>): Promise<{ log: EventLog; serde: EventSerde; trainer: Trainer; seen: TrainStep[] }> {
+async function trainInProcess(dir: string, logDir: string, weights: string, options: Record<string, unknown>): Promise<{ log: EventLog; serde: EventSerde; trainer: Trainer; seen: TrainStep[] }> {
   const log = openEmbeddedLog({ dir: logDir });
   const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
   const seen: TrainStep[] = [];
@@ -165,6 +165,25 @@ test('a run that ends with groups too stale to train on still consumes them: a s
     assert.deepEqual(versions.map((v) => v.version), [0, 1]);
     assert.equal(versions[1]!.checksum, versions[0]!.checksum, 'same weights');
     assert.equal(committed.reduce((n, c) => n + c.offset, 0), 4, 'every sample offset committed');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the policy loss the options name is the one trained, and the step records its metrics and the correction fractions', { timeout: 60_000 }, async () => {
+  const { dir, logDir, weights } = await setUp([{ g: 0 }, { g: 1 }], 2);
+  try {
+    // A mask window so narrow that the trainer's proximal policy must fall outside it for some tokens.
+    const options = { groups_per_step: 2, staleness_bound: 2, policy_loss: 'gspo', gspo: { clip_low: 0.1, clip_high: 0.1 }, rollout_correction: { mode: 'mask', low: 0.999, high: 1.001 } };
+    const { log, seen } = await trainInProcess(dir, logDir, weights, options);
+    await log.close();
+    assert.equal(seen.length, 1);
+    const metrics = new Map(seen[0]!.metrics.map((m) => [m.name, m.value]));
+    assert.equal(metrics.get('loss/gspo/clip_frac'), seen[0]!.clip_fraction);
+    assert.equal(metrics.has('loss/ppo/clip_frac'), false, 'only the selected loss reports');
+    const masked = metrics.get('loss/correction/masked_frac')!;
+    assert.ok(masked > 0 && masked <= 1, `masked fraction ${masked}`);
+    assert.equal(metrics.get('loss/correction/truncated_frac'), 0);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
