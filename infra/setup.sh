@@ -2,7 +2,8 @@
 # One-time, idempotent installation of everything rlstream needs on this machine. Safe to run repeatedly:
 # each step checks whether its result is already there and prints nothing when it is. Installs:
 #   npm packages (npm ci when the lockfile changed), Debian packages (Java, Maven, ClickHouse, chromium, kcat,
-#   OpenBLAS), the native core build, Kafka's jars and the schema registry (Apicurio) through Maven.
+#   OpenBLAS), the native core build, Kafka's jars and the schema registry (Apicurio) through Maven, and
+#   llama.cpp's server with a small model (infra/llama-server.sh).
 # Everything downloaded lives under .infra/ (gitignored) or ~/.m2.
 # `--embedded` installs only what the embedded default needs (npm packages, OpenBLAS, the native core):
 # that is what `npm start` runs; the test suite runs the full setup.
@@ -35,7 +36,7 @@ if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
 # package:command — a package counts as present when its command is on PATH (Java or Maven may come from
 # elsewhere than Debian), or, without a command, when dpkg knows it.
 packages=(default-jre-headless:java maven:mvn libopenblas-dev: zlib1g-dev: clickhouse-server:clickhouse-server
-  clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl)
+  clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl cmake:cmake g++:g++)
 if $embedded_only; then packages=(libopenblas-dev: zlib1g-dev:); fi
 missing=()
 for entry in "${packages[@]}"; do
@@ -139,6 +140,10 @@ if [ ! -x "$D/python/bin/python" ] || ! "$D/python/bin/python" -c 'import openai
     say "WARNING: no python3: the Python agent test of rlstream serve will be skipped"
   fi
 fi
+
+# --- llama.cpp's server and SmolLM2-135M-Instruct, for the tests against a real inference server (built once,
+# about 12 minutes on 2 cores; cached under .infra/llama.cpp/).
+bash infra/llama-server.sh || say "WARNING: llama.cpp's server could not be installed (see above): the tests against it will be skipped"
 
 elapsed=$(($(date +%s) - started))
 if [ "$elapsed" -gt 5 ]; then say "done in ${elapsed}s"; fi

@@ -52,6 +52,10 @@ export async function generateTurn(ctx: AgentContext, parseTools: boolean): Prom
   rec.addAssistant(gen, text, calls, parsed.errors.length > 0 ? parsed.errors.join('; ') : null);
   ctx.count('assistant_turns');
   ctx.count('generated_tokens', gen.tokenIds.length);
+  if (gen.retokenized) {
+    ctx.count('retokenized_turns');
+    if (gen.retokenized.mismatch) ctx.count('retokenization_mismatches');
+  }
   return { turnIndex, gen, text, parsed, calls };
 }
 

@@ -19,15 +19,17 @@ export interface ServerOutput {
   tokenIds: number[];
   logprobs: number[];
   finishReason: FinishReason;
+  /** Present when the server returned no token ids and they were re-derived from its text. */
+  retokenized?: { mismatch: boolean };
 }
 
-export async function postJson(url: string, body: unknown, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<unknown> {
+export async function postJson(url: string, body: unknown, options: { signal?: AbortSignal; timeoutMs?: number; headers?: Record<string, string> } = {}): Promise<unknown> {
   const signals = [options.signal, options.timeoutMs ? AbortSignal.timeout(options.timeoutMs) : undefined].filter((s): s is AbortSignal => s !== undefined);
   let res: Response;
   try {
     res = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...options.headers },
       body: JSON.stringify(body),
       signal: signals.length > 0 ? AbortSignal.any(signals) : undefined,
     });

@@ -1,10 +1,13 @@
 // LLM backends by name, the `backend:` section of a run config: `name` picks one, its other keys are the
 // backend's own options (a TypeBox object, validated at start-up with the rest of the config). Built-ins:
-// `builtin` (the in-process policy), `sglang` and `vllm` (inference servers behind the server manager's
-// routing, retries and health checks). Registering another is one call: `registerBackend(name, plugin)`.
+// `builtin` (the in-process policy), `sglang`, `vllm` and `openai` (any OpenAI-compatible completions server,
+// llama.cpp's included): inference servers behind the server manager's routing, retries and health checks.
+// Registering another is one call: `registerBackend(name, plugin)`.
 import { Type, type Static, type TObject } from '@sinclair/typebox';
 import { objectShape, Registry } from '../../core/config/registry.ts';
+import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
+import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import type { LlmBackend } from './types.ts';
 
 /** What every backend may use from the run: the model's files and a logger. */
@@ -91,5 +94,42 @@ registerBackend('vllm', {
   async create(o, env) {
     const [{ VllmServer }, { ServerManager }] = await Promise.all([import('./vllm.ts'), import('./server-manager.ts')]);
     return new ServerManager(o.urls.map((u) => new VllmServer(u, { requestTimeoutMs: o.request_timeout_ms, ...(o.model ? { model: o.model } : {}) })), manager(o, 'vllm', env));
+  },
+});
+
+registerBackend('openai', {
+  options: Type.Object(
+    {
+      ...managerOptions,
+      model: Type.Optional(Type.String({ minLength: 1, description: 'The served model name (default: the first id of GET /v1/models).' })),
+      api_key_env: Type.Optional(Type.String({ minLength: 1, description: 'Environment variable holding the API key sent as a bearer token (the key itself never goes in a config file).' })),
+      extra_body: Type.Record(Type.String(), Type.Unknown(), { default: {}, description: "Extra request fields for the server at hand (e.g. vLLM's skip_special_tokens: false, SGLang's no_stop_trim)." }),
+      health_path: Type.String({ pattern: '^/', default: '/health', description: 'Health endpoint (vLLM, SGLang and llama.cpp serve /health).' }),
+    },
+    { additionalProperties: false },
+  ),
+  async create(o, env) {
+    const [{ OpenAiServer }, { ServerManager }, { ChatTokenizer }] = await Promise.all([import('./openai.ts'), import('./server-manager.ts'), import('../tokenizer/chat-tokenizer.ts')]);
+    let apiKey: string | undefined;
+    if (o.api_key_env !== undefined) {
+      apiKey = process.env[o.api_key_env];
+      if (!apiKey) throw new RlstreamError('CONFIG_INVALID', `backend.api_key_env: the environment variable ${o.api_key_env} is not set`);
+    }
+    let tokenizer: ChatTokenizer | undefined;
+    const lazyTokenizer = env.tokenizerDir ? () => (tokenizer ??= ChatTokenizer.load(env.tokenizerDir)) : undefined;
+    // The generic API has no way to load weights: the servers keep serving what they started with.
+    env.logger.warn('backend openai: the inference servers keep their own weights (no weight sync); training is off-policy, bounded by trainer.staleness_bound', { urls: o.urls });
+    const servers = o.urls.map(
+      (u) =>
+        new OpenAiServer(u, {
+          requestTimeoutMs: o.request_timeout_ms,
+          healthPath: o.health_path,
+          extraBody: o.extra_body,
+          ...(o.model ? { model: o.model } : {}),
+          ...(apiKey ? { apiKey } : {}),
+          ...(lazyTokenizer ? { tokenizer: lazyTokenizer } : {}),
+        }),
+    );
+    return new ServerManager(servers, manager(o, 'openai', env));
   },
 });

@@ -205,6 +205,7 @@ export class ServerManager implements LlmBackend {
         policyVersions: out.tokenIds.map(() => version),
         server: st.server.address,
         latencyMs: performance.now() - t0,
+        ...(out.retokenized ? { retokenized: out.retokenized } : {}),
       };
     } catch (err) {
       if (!signal?.aborted && isRetriable(err)) {

@@ -23,6 +23,8 @@ export interface GenerateResult {
   policyVersions: number[];
   server: string;
   latencyMs: number;
+  /** Present when the server returned text only and the ids were re-derived (mismatch: the token counts differed). */
+  retokenized?: { mismatch: boolean };
 }
 
 export interface PolicyUpdate {

@@ -12,6 +12,8 @@ export type TokenizationCheckMode = 'strict' | 'ignore_strippable' | 'off';
  * nothing, so the new messages are rendered as if they continued a conversation.
  */
 const DUMMY_PREFIX: Record<string, unknown>[] = [{}];
+/** For templates that cannot render an empty message (SmolLM2's concatenates message['role']): a real one. */
+const SYSTEM_PREFIX: Record<string, unknown>[] = [{ role: 'system', content: '' }];
 
 /**
  * Contents a rendering is checked against before it is reused as fixed text around the content: empty,
@@ -70,6 +72,7 @@ export interface DeltaTokenizerOptions {
 
 export class DeltaTokenizer {
   private prefixText: string | undefined;
+  private prefix: Record<string, unknown>[] = DUMMY_PREFIX;
   private readonly cache = new Map<string, { ids: number[]; text: string }>();
   private readonly cacheSize: number;
   private readonly useShapes: boolean;
@@ -96,8 +99,15 @@ export class DeltaTokenizer {
 
   /** deltaText by the template itself, never through a learned shape. */
   private renderDelta(messages: readonly ChatMessage[], addGenerationPrompt: boolean): string {
-    this.prefixText ??= this.tokenizer.render(DUMMY_PREFIX, { templateKwargs: this.templateKwargs });
-    const full = this.tokenizer.render([...DUMMY_PREFIX, ...messages] as Record<string, unknown>[], {
+    if (this.prefixText === undefined) {
+      try {
+        this.prefixText = this.tokenizer.render(DUMMY_PREFIX, { templateKwargs: this.templateKwargs });
+      } catch {
+        this.prefix = SYSTEM_PREFIX;
+        this.prefixText = this.tokenizer.render(SYSTEM_PREFIX, { templateKwargs: this.templateKwargs });
+      }
+    }
+    const full = this.tokenizer.render([...this.prefix, ...messages] as Record<string, unknown>[], {
       addGenerationPrompt,
       templateKwargs: this.templateKwargs,
     });
