@@ -65,12 +65,12 @@ export const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
 /** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
 export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOptions {
   const t = compileValue(TrainerSection, raw ?? {}, path);
-  return Object.freeze({
-    stalenessBound: t.staleness_bound,
-    groupsPerStep: t.groups_per_step,
   const loss = policyLosses.get(t.policy_loss, `${path}.policy_loss`);
   const c = t.rollout_correction;
   if (c.mode === 'mask' && !(c.low < c.high)) throw new ConfigError([{ path: `${path}.rollout_correction`, message: `low (${c.low}) must be below high (${c.high})` }]);
+  return Object.freeze({
+    stalenessBound: t.staleness_bound,
+    groupsPerStep: t.groups_per_step,
     maxTokensPerMicroBatch: t.max_tokens_per_micro_batch,
     miniBatches: t.mini_batches,
     ppoEpochs: t.ppo_epochs,
