@@ -32,7 +32,8 @@ export function isRetriable(err: unknown): boolean {
   return err instanceof RlstreamError && err.retriable;
 }
 
-function wait(ms: number, signal: AbortSignal | undefined): Promise<void> {
+/** Wait ms; aborting the signal ends the wait at once, rejecting with the signal's reason. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason as Error);
     const onAbort = (): void => {
@@ -63,7 +64,7 @@ export async function retry<T>(attempt: (tryNumber: number) => Promise<T>, optio
       const delayMs = Math.max(0, Math.round(delay * (1 + jitter * (2 * Math.random() - 1))));
       if (Date.now() + delayMs > giveUpAt) throw err;
       await options.onRetry?.(err, { try: n, delayMs });
-      await wait(delayMs, options.signal);
+      await sleep(delayMs, options.signal);
       delay = Math.min(delay * 2, maxDelay);
     }
   }

@@ -2,6 +2,7 @@
 // "model" answers; the text is tokenized with the real tokenizer, an end-of-turn token appended, the
 // answer cut at max_new_tokens (finish 'length') and given fixed log-probs. For tests and benchmarks of
 // everything around generation; it samples nothing.
+import { sleep } from '../../core/retry.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import type { FinishReason, GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from './types.ts';
 
@@ -56,19 +57,7 @@ export class ScriptedBackend implements LlmBackend {
     const turn = this.turns.get(key) ?? 0;
     this.turns.set(key, turn + 1);
     const latency = typeof this.o.latencyMs === 'function' ? this.o.latencyMs() : (this.o.latencyMs ?? 0);
-    if (latency > 0) {
-      await new Promise<void>((resolve, reject) => {
-        const onAbort = () => {
-          clearTimeout(t);
-          reject(signal!.reason as Error);
-        };
-        const t = setTimeout(() => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        }, latency);
-        signal?.addEventListener('abort', onAbort, { once: true });
-      });
-    }
+    if (latency > 0) await sleep(latency, signal);
     if (signal?.aborted) throw signal.reason as Error;
     const tok = this.o.tokenizer;
     const answer = await this.o.script({ request, turn, promptText: () => (tok ? tok.decode(request.promptIds) : '') });
