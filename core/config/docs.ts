@@ -13,9 +13,17 @@ import '../../examples/index.ts';
 
 export const DOC_PATH = join(import.meta.dirname, '..', '..', 'docs', 'configuration.md');
 
+const ROOT = join(import.meta.dirname, '..', '..');
+
+/** A default as shown: paths inside the checkout relative to it, so the page is the same in every clone. */
+function shownDefault(v: unknown): string {
+  return JSON.stringify(v).replaceAll(`${ROOT}/`, '');
+}
+
 function typeOf(s: TSchema): string {
-  const t = s as { type?: unknown; enum?: unknown[]; items?: TSchema; anyOf?: TSchema[] };
+  const t = s as { type?: unknown; enum?: unknown[]; items?: TSchema; anyOf?: { const?: unknown }[] };
   if (t.enum) return t.enum.map((v) => `\`${String(v)}\``).join(' \\| ');
+  if (t.anyOf && t.anyOf.every((b) => b.const !== undefined)) return t.anyOf.map((b) => `\`${String(b.const)}\``).join(' \\| ');
   if (Array.isArray(t.type)) return t.type.join(' \\| ');
   if (t.type === 'array' && t.items) return `list of ${typeOf(t.items)}`;
   if (t.type === 'object') return 'mapping';
@@ -27,7 +35,7 @@ function rows(properties: Record<string, TSchema>, prefix = ''): string[] {
   for (const [key, s] of Object.entries(properties)) {
     const d = s as { default?: unknown; description?: string; properties?: Record<string, TSchema>; minimum?: number; maximum?: number; exclusiveMinimum?: number };
     const range = [d.minimum !== undefined ? `≥ ${d.minimum}` : '', d.exclusiveMinimum !== undefined ? `> ${d.exclusiveMinimum}` : '', d.maximum !== undefined ? `≤ ${d.maximum}` : ''].filter(Boolean).join(', ');
-    const dflt = d.default === undefined ? '(required or unset)' : `\`${JSON.stringify(d.default)}\``;
+    const dflt = d.default === undefined ? '(required or unset)' : `\`${shownDefault(d.default)}\``;
     out.push(`| \`${prefix}${key}\` | ${typeOf(s)}${range ? ` (${range})` : ''} | ${dflt} | ${(d.description ?? '').replace(/\|/g, '\\|')} |`);
     if (d.properties) out.push(...rows(d.properties, `${prefix}${key}.`));
   }
