@@ -150,7 +150,7 @@ export class ServeSession {
     }
     const allTools = fresh.every((m) => m.role === 'tool');
     const latencyMs = answered.reduce((a, x) => Math.max(a, x.latencyMs), 0);
-    if (!appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs)) return false;
+    // As in the tool agent loop, the calls are recorded (ToolCallCompleted) before their results' turn.
     for (const a of answered) {
       this.pending.delete(a.call.id);
       // The client ran the tool: its result text is what it sends; the endpoint cannot tell a failure from a
@@ -159,7 +159,7 @@ export class ServeSession {
       this.recorder.toolMs += a.latencyMs;
     }
     this.history.push(...fresh);
-    return true;
+    return appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs);
   }
 
   /** Generate the next assistant turn with this call's sampling; null when the response budget is spent. */

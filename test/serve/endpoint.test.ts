@@ -82,7 +82,7 @@ describe('rlstream serve (scripted backend)', () => {
     assert.equal(again.status, 409);
 
     const events = (await topicEvents(job, TOPICS.rolloutEvents)).filter((e) => (e.value as { trajectory_id?: string; trajectory?: { trajectory_id: string } }).trajectory_id === id || (e.value as { trajectory?: { trajectory_id: string } }).trajectory?.trajectory_id === id);
-    assert.deepEqual(events.map((e) => e.name), ['TrajectoryStarted', 'TurnCompleted', 'TurnCompleted', 'ToolCallCompleted', 'TurnCompleted', 'TrajectoryCompleted']);
+    assert.deepEqual(events.map((e) => e.name), ['TrajectoryStarted', 'TurnCompleted', 'ToolCallCompleted', 'TurnCompleted', 'TurnCompleted', 'TrajectoryCompleted']);
     const started = events[0]!.value as TrajectoryStarted;
     assert.equal(started.dataset.split, 'train');
     assert.equal(started.data_source, 'rlstream/calculator');
@@ -95,7 +95,7 @@ describe('rlstream serve (scripted backend)', () => {
     assert.deepEqual(turns[2]!.token_ids, c2['rlstream'].token_ids);
     assert.ok(turns[1]!.loss_mask.every((m) => m === 0) && turns[0]!.loss_mask.every((m) => m === 1));
     assert.ok(turns.every((t) => !t.tokenization_mismatch));
-    const tool = events[3]!.value as ToolCallCompleted;
+    const tool = events[2]!.value as ToolCallCompleted;
     assert.deepEqual([tool.turn_index, tool.call_id, tool.status, tool.result_text], [0, msg.tool_calls[0]!.id, 'ok', '5']);
     const traj = (events[5]!.value as TrajectoryCompleted).trajectory;
     assert.deepEqual(traj.response_ids, turns.flatMap((t) => t.token_ids));
