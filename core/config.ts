@@ -276,6 +276,8 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const toolsS = section('tools', ToolsSection);
   const rewardS = section('reward', RewardSection);
   if (rewardS?.name && rewardS.module) issues.push({ path: 'reward.name', message: 'give reward.name or reward.module, not both' });
+  if (rewardS && rollout && rewardS.shaping.overlong_buffer_len >= rollout.response_length)
+    issues.push({ path: 'reward.shaping.overlong_buffer_len', message: `must be below rollout.response_length (${rollout.response_length}), got ${rewardS.shaping.overlong_buffer_len}` });
   const advS = section('advantage', AdvantageSection);
   const estimator = (raw['advantage'] as Record<string, unknown> | undefined)?.['estimator'];
   if (typeof estimator === 'string' && !estimators.has(estimator)) issues.push({ path: 'advantage.estimator', message: estimators.unknownMessage(estimator, '').replace(/^: /, '') });
@@ -305,7 +307,15 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
       name: r.name,
       module: r.module === null ? null : abs(r.module),
       export: r.export,
-      shaping: { toolSuccessBonus: r.shaping.tool_success_bonus, invalidCallPenalty: r.shaping.invalid_call_penalty, maxTurnsPenalty: r.shaping.max_turns_penalty },
+      shaping: {
+        toolSuccessBonus: r.shaping.tool_success_bonus,
+        invalidCallPenalty: r.shaping.invalid_call_penalty,
+        maxTurnsPenalty: r.shaping.max_turns_penalty,
+        overlongBufferLen: r.shaping.overlong_buffer_len,
+        overlongPenaltyFactor: r.shaping.overlong_penalty_factor,
+        maxResponseLength: rollout!.response_length,
+        maskTruncated: r.shaping.mask_truncated,
+      },
     },
     advantage: { estimator: a.estimator, gamma: a.gamma, lam: a.lam, epsilon: a.epsilon, normByStd: a.norm_by_std, groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
     trainer: compileTrainerOptions(trainerS),

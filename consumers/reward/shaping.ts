@@ -12,6 +12,26 @@ export interface ShapingOptions {
   invalidCallPenalty?: number;
   /** Subtracted when the trajectory ended at the turn limit. Default 0 (positive number). */
   maxTurnsPenalty?: number;
+  /**
+   * DAPO's soft overlong punishment: the last `overlongBufferLen` response tokens before `maxResponseLength`
+   * cost up to `overlongPenaltyFactor`, linearly (the full factor at the limit). 0 / unset: off.
+   */
+  overlongBufferLen?: number;
+  overlongPenaltyFactor?: number;
+  /** The rollout's response_length (the limit the buffer ends at); needed with overlongBufferLen. */
+  maxResponseLength?: number;
+  /** DAPO's overlong filtering: a trajectory cut at the token limit is kept out of the loss (TRUNCATED_MASKED). */
+  maskTruncated?: boolean;
+}
+
+/** The component that marks a trajectory cut at the token limit as kept out of the loss (its value is 0). */
+export const TRUNCATED_MASKED = 'shaping.truncated_masked';
+
+/** DAPO's soft overlong penalty of a response of `length` tokens: 0 before the buffer, -factor at or past the limit. */
+export function overlongPenalty(length: number, maxLength: number, bufferLen: number, factor: number): number {
+  if (bufferLen <= 0) return 0;
+  const over = length - (maxLength - bufferLen);
+  return over <= 0 ? 0 : -factor * Math.min(1, over / bufferLen);
 }
 
 function finite(name: string, v: number, what: string): number {
@@ -62,6 +82,12 @@ export function composeReward(
   if (shaping.toolSuccessBonus && succeeded > 0) components.push({ name: 'shaping.tool_success', value: shaping.toolSuccessBonus * succeeded });
   if (shaping.invalidCallPenalty && failed > 0) components.push({ name: 'shaping.invalid_call', value: -shaping.invalidCallPenalty * failed });
   if (shaping.maxTurnsPenalty && traj.termination === 'max_turns') components.push({ name: 'shaping.max_turns', value: -shaping.maxTurnsPenalty });
+  if (shaping.overlongBufferLen) {
+    if (!shaping.maxResponseLength) throw new RlstreamError('CONFIG_INVALID', 'shaping.overlongBufferLen needs maxResponseLength (the rollout response_length)');
+    const p = overlongPenalty(traj.response_ids.length, shaping.maxResponseLength, shaping.overlongBufferLen, shaping.overlongPenaltyFactor ?? 1);
+    if (p < 0) components.push({ name: 'shaping.overlong', value: p });
+  }
+  if (shaping.maskTruncated && traj.termination === 'max_tokens') components.push({ name: TRUNCATED_MASKED, value: 0 });
   const score = sum(components.map((c) => c.value));
   if (!Number.isFinite(score)) throw new RlstreamError('REWARD_NON_FINITE', `reward of ${traj.trajectory_id} sums to ${score}`);
   return { score, components, reward_fn: rewardFn, correct: outcome.correct, token_rewards: null };

@@ -83,7 +83,7 @@ test('the compiled config is frozen and fully specified; schema defaults are the
   const compiledBare = compileRolloutOptions({});
   assert.deepEqual(compiledFromSchema, compiledBare);
   assert.equal(c.advantage.partialGroups, 'emit');
-  assert.deepEqual(c.reward.shaping, { toolSuccessBonus: 0, invalidCallPenalty: 0, maxTurnsPenalty: 0 });
+  assert.deepEqual(c.reward.shaping, { toolSuccessBonus: 0, invalidCallPenalty: 0, maxTurnsPenalty: 0, overlongBufferLen: 0, overlongPenaltyFactor: 1, maxResponseLength: c.rollout.response_length, maskTruncated: false });
 });
 
 test('reward.shaping in YAML changes rewards by the configured amounts', () => {
