@@ -365,12 +365,12 @@ export class Trainer {
           sums.kl += metrics.kl * w;
           sums.iwMean += metrics.iwMean * w;
           sums.iwTrunc += metrics.iwTruncatedFraction * w;
+          sums.iwMasked += metrics.iwMaskedFraction * w;
+          lossMetricFns.forEach(([, f], i) => (lossMetricSums[i]! += f(metrics) * w));
           sums.iwMax = Math.max(sums.iwMax, metrics.iwMax);
         }
         sums.gradNorm += this.model.clipGradNorm(options.gradClip);
         sums.updates++;
-          sums.iwMasked += metrics.iwMaskedFraction * w;
-          lossMetricFns.forEach(([, f], i) => (lossMetricSums[i]! += f(metrics) * w));
         await this.model.adamwStep({ lr: options.learningRate, beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
       }
     }
