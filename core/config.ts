@@ -11,7 +11,7 @@ import { parse } from 'yaml';
 import { RlstreamError } from './errors.ts';
 import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
 import { didYouMean } from './config/suggest.ts';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, REGISTRY_KINDS, RewardSection, RunSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
 import { RolloutSection } from '../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
 import { backends } from '../producers/backends/registry.ts';
@@ -24,9 +24,15 @@ import '../examples/index.ts';
 
 export { ConfigError, type ConfigIssue };
 
+/** Retention of the record topics (log.retention_bytes, log.retention_ms); null: no limit. */
+export interface TopicRetentionConfig {
+  maxBytes: number | null;
+  maxAgeMs: number | null;
+}
+
 export type LogConfig =
-  | { kind: 'embedded'; dir: string }
-  | { kind: 'kafka'; brokers: string[]; clientId: string; ssl: boolean; sasl: { mechanism: string; username: string; password: string } | null };
+  | { kind: 'embedded'; dir: string; retention: TopicRetentionConfig }
+  | { kind: 'kafka'; brokers: string[]; clientId: string; ssl: boolean; sasl: { mechanism: string; username: string; password: string } | null; retention: TopicRetentionConfig };
 
 /** The trace sink's batch (traces.batch_rows, traces.batch_bytes); unset fields take the store's default. */
 export interface TraceBatchConfig {
@@ -35,7 +41,7 @@ export interface TraceBatchConfig {
 }
 
 export type TracesConfig =
-  | { kind: 'chdb'; dir: string; batch: TraceBatchConfig }
+  | { kind: 'chdb'; dir: string; batch: TraceBatchConfig; ttlDays: number | null }
   /** username and password: '' when not set (the URL's user:password@, else the server's default user). */
   | { kind: 'clickhouse'; url: string; username: string; password: string; database: string; batch: TraceBatchConfig }
   | { kind: 'none' };
@@ -181,18 +187,20 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const runS = section('run', RunSection);
   const run: RunSectionConfig = { id: runS?.id ?? 'run', dataDir: abs(runS?.data_dir ?? '.rlstream/run'), seed: runS?.seed ?? 1 };
 
-  let log: LogConfig = { kind: 'embedded', dir: `${run.dataDir}/log` };
+  const defaultRetention: TopicRetentionConfig = { maxBytes: TOPIC_RETENTION_DEFAULTS.bytes, maxAgeMs: TOPIC_RETENTION_DEFAULTS.ms };
+  let log: LogConfig = { kind: 'embedded', dir: `${run.dataDir}/log`, retention: defaultRetention };
   const logS = pluginSection(raw['log'], 'log', 'kind', 'embedded', 'event log', (k) => LOG_KINDS[k] ?? null, () => Object.keys(LOG_KINDS), issues);
   if (logS) {
     effective['log'] = logS.value;
     const v = logS.value;
+    const retention: TopicRetentionConfig = { maxBytes: (v['retention_bytes'] as number | null | undefined) ?? null, maxAgeMs: (v['retention_ms'] as number | null | undefined) ?? null };
     if (logS.name === 'kafka') {
       const brokers = v['brokers'];
       const list = typeof brokers === 'string' ? brokers.split(',').map((b) => b.trim()) : Array.isArray(brokers) ? brokers.map(String) : [];
       if (!list.every((b) => /^[^:\s]+:\d+$/.test(b))) issues.push({ path: 'log.brokers', message: `must be host:port entries (got ${JSON.stringify(brokers)})` });
       const sasl = v['sasl'] as { mechanism: string; username: string; password: string } | undefined;
-      log = { kind: 'kafka', brokers: list, clientId: String(v['client_id']), ssl: v['ssl'] === true, sasl: sasl ?? null };
-    } else log = { kind: 'embedded', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/log` };
+      log = { kind: 'kafka', brokers: list, clientId: String(v['client_id']), ssl: v['ssl'] === true, sasl: sasl ?? null, retention };
+    } else log = { kind: 'embedded', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/log`, retention };
   }
 
   let registry: RegistryConfig = { kind: 'embedded' };
@@ -202,15 +210,18 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     if (regS.name === 'http') registry = { kind: 'http', url: String(regS.value['url']) };
   }
 
-  let traces: TracesConfig = { kind: 'chdb', dir: `${run.dataDir}/chdb`, batch: {} };
+  let traces: TracesConfig = { kind: 'chdb', dir: `${run.dataDir}/chdb`, batch: {}, ttlDays: null };
   const trS = pluginSection(raw['traces'], 'traces', 'kind', 'chdb', 'trace store', (k) => TRACE_KINDS[k] ?? null, () => Object.keys(TRACE_KINDS), issues);
   if (trS) {
     effective['traces'] = trS.value;
     const v = trS.value;
     const batch: TraceBatchConfig = { ...(typeof v['batch_rows'] === 'number' ? { maxRows: v['batch_rows'] } : {}), ...(typeof v['batch_bytes'] === 'number' ? { maxBytes: v['batch_bytes'] } : {}) };
+    if (trS.name === 'clickhouse' && v['ttl_days'] !== null && v['ttl_days'] !== undefined) {
+      issues.push({ path: 'traces.ttl_days', message: 'is not supported by the clickhouse trace store: ClickHouse server 18.16 has no table TTL (added in 19.6). Remove it (null), use kind: chdb, or drop old monthly partitions with ALTER TABLE … DROP PARTITION' });
+    }
     if (trS.name === 'none') traces = { kind: 'none' };
     else if (trS.name === 'clickhouse') traces = { kind: 'clickhouse', url: String(v['url']), username: String(v['username']), password: String(v['password']), database: String(v['database']), batch };
-    else traces = { kind: 'chdb', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/chdb`, batch };
+    else traces = { kind: 'chdb', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/chdb`, batch, ttlDays: typeof v['ttl_days'] === 'number' ? v['ttl_days'] : null };
   }
 
   const admin = section('admin', AdminSection) ?? { port: 0 };

@@ -1,6 +1,6 @@
 // Opens what every role of a run shares, from the run config: the event log, the schema registry and
 // serde, and the trace store. Used by the main job (all roles in one process) and `rlstream worker`.
-import type { RunConfig } from '../../core/config.ts';
+import type { RunConfig, TopicRetentionConfig } from '../../core/config.ts';
 import { sendDamageDeadLetters } from '../../core/log/embedded/damage-letters.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
@@ -11,6 +11,7 @@ import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
+import { applyTraceTtl } from '../../core/traces/ttl.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { resolvePlugins, type RunPlugins } from './plugins.ts';
 
@@ -39,7 +40,7 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
       ? await openRegistryFor(log, { url: config.registry.url })
       : await EmbeddedRegistry.open(log, logger.child({ component: 'registry' }));
   const serde = await new EventSerde(registry).init();
-  await ensureTopics(log);
+  await ensureTopics(log, lc.retention);
   // Damage the embedded log quarantined on open goes to the dead-letter topic (ensured just above).
   await sendDamageDeadLetters(log, serde);
   return {
@@ -67,15 +68,27 @@ export const TOPIC_PARTITIONS: Record<string, number> = {
   [TOPICS.deadLetter]: 1,
 };
 
-/** Create every topic of the contract (idempotent), so no role depends on another having started first. */
-export async function ensureTopics(log: EventLog): Promise<void> {
-  for (const [name, partitions] of Object.entries(TOPIC_PARTITIONS)) await log.createTopic({ name, partitions });
+/** The topics that hold the run's records and take log.retention_*; the small ones keep everything. */
+export const RETAINED_TOPICS: ReadonlySet<string> = new Set([TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.advantaged]);
+
+/**
+ * Create every topic of the contract (idempotent), so no role depends on another having started first. The
+ * retention is set when a topic is created; an existing topic keeps its own.
+ */
+export async function ensureTopics(log: EventLog, retention?: TopicRetentionConfig): Promise<void> {
+  for (const [name, partitions] of Object.entries(TOPIC_PARTITIONS)) {
+    await log.createTopic({ name, partitions, ...(retention && RETAINED_TOPICS.has(name) ? { retention: { maxBytes: retention.maxBytes, maxAgeMs: retention.maxAgeMs } } : {}) });
+  }
 }
 
 /** The run's trace store, or null when traces are off. One chDB directory per process. */
 export async function openRunTraces(config: RunConfig): Promise<TraceStore | null> {
   const t = config.traces;
   if (t.kind === 'none') return null;
-  if (t.kind === 'chdb') return openTraceStore(`chdb:${t.dir}`);
+  if (t.kind === 'chdb') {
+    const store = await openTraceStore(`chdb:${t.dir}`);
+    await applyTraceTtl(store, 'rlstream', t.ttlDays);
+    return store;
+  }
   return openTraceStore(`${t.url}#${t.database}`, { ...(t.username === '' ? {} : { username: t.username }), ...(t.password === '' ? {} : { password: t.password }) });
 }

@@ -82,7 +82,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
   mkdirSync(runDir, { recursive: true });
   const logger = options.logger ?? jsonLogger({ level: 'warn' });
   const run = { ...config, run: { ...config.run, id: runId, dataDir: runDir } };
-  const embedded = run.log.kind === 'embedded' ? { ...run, log: { kind: 'embedded' as const, dir: join(runDir, 'log') } } : run;
+  const embedded = run.log.kind === 'embedded' ? { ...run, log: { ...run.log, dir: join(runDir, 'log') } } : run;
   const traced = embedded.traces.kind === 'chdb' ? { ...embedded, traces: { ...embedded.traces, dir: join(runDir, 'chdb') } } : embedded;
   // A model.init that does not exist is trained now (SFT, below) into the run's directory: a run writes nothing
   // into the source tree (a mistyped path there would become a new checkpoint folder beside the shipped one).

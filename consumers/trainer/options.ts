@@ -35,6 +35,8 @@ export interface TrainerOptions {
   maxSteps: number;
   /** Checkpoints kept on disk. */
   keepCheckpoints: number;
+  /** Policy versions whose weights stay in the store besides those still needed (see Trainer.pruneWeights). */
+  keepVersions: number;
   threads: number;
 }
 
@@ -59,6 +61,7 @@ export const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   publishEvery: 1,
   maxSteps: 0,
   keepCheckpoints: 2,
+  keepVersions: 2,
   threads: 1,
 });
 
@@ -91,16 +94,13 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     publishEvery: t.publish_every,
     maxSteps: t.max_steps,
     keepCheckpoints: t.keep_checkpoints,
+    keepVersions: t.keep_versions,
     threads: t.threads,
   });
 }
 
 const d = TRAINER_DEFAULTS;
 
-/**
- * The `trainer:` section of a run config: the same keys, defaults and ranges as compileTrainerOptions.
- * staleness_bound is the run's one staleness bound: the rollout workers' gate takes it from here too.
- */
 const RolloutCorrectionSection = Type.Object(
   {
     mode: oneOf(['off', 'truncate', 'mask'] as const, { default: 'truncate', description: "How the weight w = π_prox/π_behaviour of the decoupled objective corrects the rollout's mismatch: 'truncate' trains with min(w, cap) (TIS), 'mask' with w where low ≤ w ≤ high and drops the rest (MIS, IcePop), 'off' with 1 (plain PPO)." }),
@@ -112,6 +112,10 @@ const RolloutCorrectionSection = Type.Object(
   { additionalProperties: false, default: {}, description: 'Rollout correction of the behaviour-vs-proximal mismatch; the step records the fraction of tokens truncated or masked (loss/correction/*).' },
 );
 
+/**
+ * The `trainer:` section of a run config: the same keys, defaults and ranges as compileTrainerOptions.
+ * staleness_bound is the run's one staleness bound: the rollout workers' gate takes it from here too.
+ */
 export const TrainerSection = Type.Object(
   {
     staleness_bound: Type.Integer({ minimum: 0, default: d.stalenessBound, description: "The run's staleness bound: the most policy versions a sample's oldest token may lag the trainer's version when it is trained. Rollout workers hold back new groups that would exceed it; the trainer drops (and counts) older samples. Changed during a run by the control command set_staleness." }),
@@ -134,7 +138,8 @@ export const TrainerSection = Type.Object(
     aggregation: oneOf(['token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'] as const, { default: d.aggregation, description: 'How per-token losses are reduced.' }),
     publish_every: Type.Integer({ minimum: 1, default: d.publishEvery, description: 'Publish a policy version every k steps.' }),
     max_steps: Type.Integer({ minimum: 0, default: d.maxSteps, description: 'Stop after this many steps (0: unbounded).' }),
-    keep_checkpoints: Type.Integer({ minimum: 1, default: d.keepCheckpoints, description: 'Checkpoints kept on disk.' }),
+    keep_checkpoints: Type.Integer({ minimum: 1, default: d.keepCheckpoints, description: 'Checkpoints kept on disk (the newest; a restart resumes from the newest committed one). Each holds the weights and the AdamW moments.' }),
+    keep_versions: Type.Integer({ minimum: 1, default: d.keepVersions, description: "Policy versions whose weights stay in <data_dir>/weights: the newest N, plus version 0, every version within the staleness bound and every version a record read but not yet trained names; older versions' files are deleted (their PolicyVersion events stay)." }),
     threads: Type.Integer({ minimum: 1, default: d.threads, description: 'Native core threads.' }),
   },
   { additionalProperties: false, default: {}, description: 'The trainer (asynchronous PPO on the native core).' },

@@ -17,7 +17,7 @@ import { Model, type ModelConfig, type PolicyLossMetrics } from '../../native/in
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
 import type { TrainerOptions } from './options.ts';
 import { policyLosses } from './policy-losses.ts';
-import { storeWeights } from './weights-store.ts';
+import { mustKeepVersion, pruneWeights, storeWeights } from './weights-store.ts';
 
 export interface TrainerDeps {
   log: EventLog;
@@ -82,6 +82,8 @@ export class Trainer {
   private droppedIds: string[] = [];
   readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0, skippedOtherRun: 0 };
   private readonly logger: Logger;
+  /** This run's versions whose weights may still be in the store (version → checksum), for retention. */
+  private readonly storedVersions = new Map<number, string>();
 
   constructor(private readonly deps: TrainerDeps) {
     this.logger = (deps.logger ?? silentLogger).child({ role: 'trainer' });
@@ -173,7 +175,7 @@ export class Trainer {
     let versions = 0;
     for (const [topic, onEvent] of [
       [TOPICS.trainSteps, (e: TrainStep) => (step = Math.max(step, e.step))],
-      [TOPICS.policyVersions, (e: PolicyVersion) => ((version = Math.max(version, e.version)), versions++)],
+      [TOPICS.policyVersions, (e: PolicyVersion) => ((version = Math.max(version, e.version)), versions++, this.storedVersions.set(e.version, e.checksum))],
     ] as const) {
       const c = await this.deps.log.consumer({ groupId: `${this.deps.runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
       const ends = await this.deps.log.offsets(topic);
@@ -198,6 +200,7 @@ export class Trainer {
     const tx = await this.producer.transaction();
     await tx.send(TOPICS.policyVersions, [{ key: this.deps.runId, value: this.deps.serde.encode('PolicyVersion', this.policyVersionEvent(0, null, 0, stored, [])) }]);
     await tx.commit();
+    this.storedVersions.set(0, stored.checksum);
     this.logger.info('published initial policy version', { version: 0, checksum: stored.checksum });
   }
 
@@ -433,13 +436,13 @@ export class Trainer {
       compute_ms: computeMs,
       metrics: [
         { name: 'masked_tokens', value: maskedTokens },
+        ...m.lossMetrics,
+        { name: 'loss/correction/truncated_frac', value: m.iwTrunc },
+        { name: 'loss/correction/masked_frac', value: m.iwMasked },
         { name: 'logprob_mismatch_mean', value: mismatch.mean },
         { name: 'logprob_mismatch_max', value: mismatch.max },
         { name: 'tool_calls', value: toolCalls },
         { name: 'tool_success_rate', value: toolCalls + toolErrors > 0 ? Math.max(0, 1 - toolErrors / Math.max(toolCalls, toolErrors)) : 0 },
-        ...m.lossMetrics,
-        { name: 'loss/correction/truncated_frac', value: m.iwTrunc },
-        { name: 'loss/correction/masked_frac', value: m.iwMasked },
         ...(this.deps.extraMetrics?.() ?? []),
       ],
     };
@@ -463,7 +466,9 @@ export class Trainer {
     if (produced !== null) this.version = produced;
     this.droppedSinceStep = 0;
     this.droppedIds = [];
+    if (stored && produced !== null) this.storedVersions.set(produced, stored.checksum);
     await this.pruneCheckpoints();
+    await this.pruneWeights();
     this.logger.debug('step', { step, version: this.version, loss: m.loss, reward: stepEvent.reward_mean });
     this.deps.onStep?.(stepEvent);
   }
@@ -472,6 +477,25 @@ export class Trainer {
     const names = await readdir(this.ckptDir).catch(() => [] as string[]);
     const steps = names.map((n) => /^step-(\d+)$/.exec(n)).filter((m): m is RegExpExecArray => m !== null).map((m) => Number(m[1])).sort((a, b) => b - a);
     for (const s of steps.slice(this.deps.options.keepCheckpoints)) await rm(join(this.ckptDir, `step-${s}`), { recursive: true, force: true });
+  }
+
+  /**
+   * Weights retention: keep the newest trainer.keep_versions versions, every version a sample could still be
+   * trained at (within the staleness bound; the rollouts' gate keeps every rollout in flight within it too),
+   * and every version named by a record read but not yet consumed. Nothing loads an older version's weights:
+   * samples carry their behaviour log-probs, a restart resumes from its checkpoint, and rollouts load the newest.
+   */
+  private async pruneWeights(): Promise<void> {
+    const { keepVersions } = this.deps.options;
+    const keep0 = { current: this.version, keepVersions, stalenessBound: this.stalenessBound, referenced: [] };
+    if ([...this.storedVersions.keys()].every((v) => mustKeepVersion(v, keep0))) return;
+    const referenced: [number, number][] = [];
+    for (const r of this.carry) {
+      const d = await this.deps.serde.decode(r.value).catch(() => null);
+      if (d?.name === 'AdvantagedTrajectory') referenced.push([d.value.trajectory.min_policy_version, d.value.trajectory.max_policy_version]);
+    }
+    const gone = await pruneWeights(this.weightsDir, this.storedVersions, (v) => mustKeepVersion(v, { ...keep0, referenced }));
+    if (gone.length > 0) this.logger.debug('weights retention', { deleted_versions: gone, kept: [...this.storedVersions.keys()] });
   }
 
   async close(): Promise<void> {

@@ -21,8 +21,20 @@ export const RunSection = obj(
 
 // ---- plug-in sections: `kind` (or `name`) picks the plug-in, the rest are its options ----------------
 
+/**
+ * Retention of the record topics (rollout.events, rewarded, advantaged), the bulk of a run's log. The small
+ * topics (policy.versions, train.steps, control, dead.letter) keep everything: a restart reads its last step
+ * and version back from them.
+ */
+export const TOPIC_RETENTION_DEFAULTS = { bytes: 512 * 1024 * 1024, ms: null } as const;
+
+const topicRetention = {
+  retention_bytes: intOrNull({ minimum: 1, default: TOPIC_RETENTION_DEFAULTS.bytes, description: 'Per partition of rollout.events, rewarded and advantaged: the oldest whole segments beyond this many bytes are deleted, read or not (as Kafka does); null: no limit. Applied when the run creates the topic.' }),
+  retention_ms: intOrNull({ minimum: 1, default: TOPIC_RETENTION_DEFAULTS.ms, description: 'Per partition of the same topics: segments whose newest record is older than this are deleted; null: no limit.' }),
+};
+
 export const LOG_KINDS: Record<string, TObject> = {
-  embedded: obj({ dir: stringOrNull({ default: null, description: 'Directory of the embedded log (default <run.data_dir>/log).' }) }, 'The file-backed log in this process.'),
+  embedded: obj({ dir: stringOrNull({ default: null, description: 'Directory of the embedded log (default <run.data_dir>/log).' }), ...topicRetention }, 'The file-backed log in this process.'),
   kafka: obj(
     {
       brokers: Type.Unsafe<string | string[]>({ type: ['string', 'array'], items: { type: 'string', pattern: '^[^:\\s]+:\\d+$' }, minItems: 1, minLength: 1, description: 'host:port of the brokers: a list, or a comma-separated string (e.g. "${KAFKA_BROKERS}").' }),
@@ -38,6 +50,7 @@ export const LOG_KINDS: Record<string, TObject> = {
           { additionalProperties: false, description: 'SASL authentication (absent: none).' },
         ),
       ),
+      ...topicRetention,
     },
     'Apache Kafka (the distributed shape).',
   ),
@@ -53,8 +66,10 @@ const traceBatch = {
   batch_bytes: Type.Optional(Type.Integer({ minimum: 1, description: "Bytes per insert (default: the store's preferred batch)." })),
 };
 
+const ttlDays = (description: string) => ({ ttl_days: intOrNull({ minimum: 1, default: null, description }) });
+
 export const TRACE_KINDS: Record<string, TObject> = {
-  chdb: obj({ dir: stringOrNull({ default: null, description: 'Directory of the chDB store (default <run.data_dir>/chdb).' }), ...traceBatch }, 'Embedded ClickHouse (chDB) in this process.'),
+  chdb: obj({ dir: stringOrNull({ default: null, description: 'Directory of the chDB store (default <run.data_dir>/chdb).' }), ...traceBatch, ...ttlDays('Trace rows older than this many days (by their event time) are deleted at merges; null: kept.') }, 'Embedded ClickHouse (chDB) in this process.'),
   clickhouse: obj(
     {
       url: Type.String({ pattern: '^https?://', description: 'ClickHouse server HTTP URL.' }),
@@ -62,6 +77,7 @@ export const TRACE_KINDS: Record<string, TObject> = {
       password: Type.String({ default: '', description: 'Password; write "${VAR}" to keep it out of the file.' }),
       database: Type.String({ minLength: 1, default: 'rlstream', description: 'Database of the trace tables.' }),
       ...traceBatch,
+      ...ttlDays('Must stay null: the supported ClickHouse server (18.16) has no table TTL (added in 19.6); drop old monthly partitions with ALTER TABLE … DROP PARTITION instead.'),
     },
     'A ClickHouse server.',
   ),
@@ -128,6 +144,9 @@ export const RewardSection = obj(
         tool_success_bonus: nonNegative(0, 'Added once per successful tool call.'),
         invalid_call_penalty: nonNegative(0, 'Subtracted once per invalid or failed tool call.'),
         max_turns_penalty: nonNegative(0, 'Subtracted when the trajectory ended at the turn limit.'),
+        overlong_buffer_len: Type.Integer({ minimum: 0, default: 0, description: "DAPO soft overlong punishment: the last N response tokens before rollout.response_length cost up to overlong_penalty_factor, linearly (component shaping.overlong; 0: off). Must be below response_length." }),
+        overlong_penalty_factor: nonNegative(1, 'The overlong penalty at the length limit.'),
+        mask_truncated: Type.Boolean({ default: false, description: 'DAPO overlong filtering: a trajectory cut at the token limit is kept out of the loss (marked by the component shaping.truncated_masked, value 0).' }),
       },
       'Shaping terms, each recorded as a named reward component.',
     ),
@@ -148,9 +167,6 @@ export const AdvantageSection = obj(
   },
   'The advantage role.',
 );
-        overlong_buffer_len: Type.Integer({ minimum: 0, default: 0, description: "DAPO soft overlong punishment: the last N response tokens before rollout.response_length cost up to overlong_penalty_factor, linearly (component shaping.overlong; 0: off). Must be below response_length." }),
-        overlong_penalty_factor: nonNegative(1, 'The overlong penalty at the length limit.'),
-        mask_truncated: Type.Boolean({ default: false, description: 'DAPO overlong filtering: a trajectory cut at the token limit is kept out of the loss (marked by the component shaping.truncated_masked, value 0).' }),
 
 export const EvalSection = obj(
   {
