@@ -10,6 +10,12 @@ export interface CommandModule {
   register(program: Command): void;
 }
 
+// Output piped into a reader that stops early (`| head`) is not an error of the command: end quietly.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+  throw err;
+});
+
 const program = new Command('rlstream')
   .description('Event-sourced streaming system for asynchronous, agentic RL of language models')
   .showHelpAfterError();

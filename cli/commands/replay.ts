@@ -18,6 +18,7 @@ import { parsePosition } from '../../consumers/replay/range.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type ReplayTarget } from '../../consumers/replay/targets.ts';
 import { defaultRewards, loadRewardModule } from '../../consumers/reward/registry.ts';
+import { resolvePlugins } from '../run/plugins.ts';
 import type { RewardFn } from '../../consumers/reward/types.ts';
 
 interface Opened {
@@ -66,13 +67,19 @@ async function openSource(spec: string, readOnly = false, source = true): Promis
   return { log, registry, close: async () => (await registry.close(), await log.close()) };
 }
 
-async function rewardFn(spec: string): Promise<{ fn: RewardFn; name: string }> {
-  // `path/to/module.ts#export` loads a user's function; otherwise a registered data source's function.
+/**
+ * `path/to/module.ts#export` loads a user's function; otherwise a function registered by data source: the
+ * built-ins, and with --config the run's task's own (the calculator's reward is its task's, not a built-in).
+ */
+async function rewardFn(spec: string, configPath: string | undefined): Promise<{ fn: RewardFn; name: string }> {
   if (spec.includes('#') || /\.(ts|js|mjs)$/.test(spec)) {
     const [path, name] = spec.split('#');
     return { fn: await loadRewardModule(path!, name ?? 'default'), name: spec };
   }
-  return { fn: defaultRewards.require(spec), name: spec };
+  const rewards = configPath ? (await resolvePlugins(loadRunConfig(configPath))).rewards : defaultRewards;
+  const fn = rewards.get(spec);
+  if (!fn) throw new RlstreamError('CONFIG_INVALID', `--reward ${spec}: no reward function for that data source (known: ${rewards.names().join(', ')})${configPath ? '' : "; a task's own rewards need the run's config: --config <config.yaml>"}`);
+  return { fn, name: spec };
 }
 
 export function register(program: Command): void {
@@ -88,7 +95,7 @@ export function register(program: Command): void {
     .option('--fresh', 'with --into traces: empty the trace tables first (rebuild from scratch)')
     .option('--reward <fn>', 'recompute rewards with a registered function (by data source name) or module.ts#export')
     .option('--estimator <name>', 'recompute advantages with this estimator (grpo, rloo, …)')
-    .option('--config <file>', "the run's config: advantages are recomputed with its advantage estimator and options (--estimator overrides the name)")
+    .option('--config <file>', "the run's config: advantages are recomputed with its advantage estimator and options (--estimator overrides the name), and its task's reward functions may be named in --reward")
     .action(async (o: { log: string; from?: string; to?: string; into: string; topics?: string; store: string; fresh?: boolean; reward?: string; estimator?: string; config?: string }) => {
       const source = await openSource(o.log, !o.into.startsWith('topic:'));
       const closers: (() => Promise<void>)[] = [];
@@ -105,7 +112,7 @@ export function register(program: Command): void {
           const advantage = o.config ? loadRunConfig(o.config).advantage : null;
           const estimator = o.estimator ?? advantage?.estimator;
           const derive = {
-            ...(o.reward ? { reward: await rewardFn(o.reward) } : {}),
+            ...(o.reward ? { reward: await rewardFn(o.reward, o.config) } : {}),
             ...(estimator ? { estimator } : {}),
             ...(advantage ? { estimatorOptions: estimatorOptions(advantage) } : {}),
           };

@@ -125,3 +125,26 @@ test('replay --log <run dir> reads the run\'s log/; a directory that is no run i
   assert.match(bad.stderr, /neither an embedded log nor a run directory/);
   assert.deepEqual(readdirSync(other), []);
 });
+
+test('replay --reward <a task\'s data source> needs the run\'s config, and says so; with --config it re-scores', { timeout: 60_000 }, () => {
+  const CONFIG = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.yaml');
+  const without = spawnSync(process.execPath, [BIN, 'replay', '--log', runDir, '--into', 'topic:rescored', '--reward', 'rlstream/calculator'], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(without.status, 1);
+  assert.match(without.stderr, /--reward rlstream\/calculator: no reward function for that data source .*--config <config.yaml>/);
+  const r = spawnSync(process.execPath, [BIN, 'replay', '--log', runDir, '--into', 'topic:rescored', '--reward', 'rlstream/calculator', '--config', CONFIG], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal((JSON.parse(r.stdout.trim().split('\n').pop()!) as { state: string }).state, 'done');
+});
+
+test('output piped into a reader that stops early ends quietly (no EPIPE stack trace)', { timeout: 60_000 }, async () => {
+  // Far more output than a pipe holds, so writes go on after the reader has gone.
+  const child = spawn(process.execPath, [BIN, 'score', '--reward', 'gsm8k'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  child.stdout.once('data', () => child.stdout.destroy());
+  child.stdin.on('error', () => {});
+  child.stdin.end('{"solution_str":"#### 1","ground_truth":"1"}\n'.repeat(50_000));
+  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+  assert.equal(err, '');
+  assert.equal(code, 0);
+});
