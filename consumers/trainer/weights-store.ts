@@ -47,7 +47,10 @@ export function mustKeepVersion(v: number, k: WeightsKeep): boolean {
 export async function pruneWeights(storeDir: string, versions: Map<number, string>, keep: (version: number) => boolean): Promise<number[]> {
   const kept = new Set<string>();
   const gone: number[] = [];
-  for (const [v, sum] of versions) (keep(v) ? kept.add(sum) : gone.push(v));
+  for (const [v, sum] of versions) {
+    if (keep(v)) kept.add(sum);
+    else gone.push(v);
+  }
   for (const v of gone) {
     const sum = versions.get(v)!;
     versions.delete(v);

@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTopics, openRunTraces } from '../../cli/run/context.ts';
@@ -18,7 +19,6 @@ import { TOPICS } from '../../core/topics.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
 import { mustKeepVersion, pruneWeights, storeWeights } from '../../consumers/trainer/weights-store.ts';
-import { writeFile } from 'node:fs/promises';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
 import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from './fixtures/synthetic.ts';
 
