@@ -16,7 +16,7 @@ export function weightsPath(uri: string): string {
 /** The PolicyUpdate for a backend, after checking the file's sha256; throws WEIGHTS_CHECKSUM if it differs. */
 export async function verifyPolicyVersion(pv: PolicyVersion): Promise<PolicyUpdate> {
   const path = weightsPath(pv.weights_uri);
-  if (!existsSync(path)) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${pv.version}: weights file not found: ${path}`);
+  if (!existsSync(path)) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${pv.version}: weights file not found: ${path} (the trainer deletes the weights of old versions: trainer.keep_versions)`);
   const actual = await sha256File(path);
   if (actual !== pv.checksum.toLowerCase()) {
     throw new RlstreamError('WEIGHTS_CHECKSUM', `policy version ${pv.version}: sha256 of ${path} is ${actual}, the event says ${pv.checksum}`);

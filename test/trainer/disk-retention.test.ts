@@ -238,3 +238,17 @@ test('traces.ttl_days sets a TTL on every chDB trace table at start, and null re
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('the run creates the record topics with the configured retention and keeps the small topics whole', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-topics-'));
+  try {
+    const log = openEmbeddedLog({ dir });
+    await ensureTopics(log, compileRunConfig({ log: { retention_bytes: 4096, retention_ms: 60_000 } }, tmpdir()).log.retention);
+    const specs = new Map((await log.listTopics()).map((t) => [t.name, t.retention]));
+    await log.close();
+    for (const t of [TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.advantaged]) assert.deepEqual(specs.get(t), { maxBytes: 4096, maxAgeMs: 60_000 }, t);
+    for (const t of [TOPICS.policyVersions, TOPICS.trainSteps, TOPICS.control, TOPICS.deadLetter]) assert.equal(specs.get(t)?.maxBytes ?? null, null, t);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
