@@ -38,7 +38,7 @@ const BuiltinOptions = Type.Object(
     max_batch: Type.Integer({ minimum: 1, default: 64, description: 'Most sequences decoded together.' }),
     threads: Type.Integer({ minimum: 1, default: 1, description: 'onnxruntime intra-op threads per engine.' }),
     workers: Type.Integer({ minimum: 1, default: 1, description: 'Engines in worker threads sharing the running batch (workers × threads up to the core count).' }),
-    swap_mode: Type.Union([Type.Literal('next_turn'), Type.Literal('finish')], { default: 'next_turn', description: 'How a policy update reaches trajectories under way: at their next turn, or only for new ones.' }),
+    swap_mode: Type.Union([Type.Literal('next_turn'), Type.Literal('finish'), Type.Literal('next_token')], { default: 'next_turn', description: "How a policy update reaches trajectories under way: at their next turn, only for new ones, or at the next token ('next_token': the turn is interrupted and goes on with the new weights, each token keeping the version that sampled it; the staleness bound counts the oldest token)." }),
     kv_cache_bytes: Type.Integer({ minimum: 0, default: 256 * 1024 * 1024, description: 'Bytes of KV cache kept between the turns of sessions.' }),
   },
   { additionalProperties: false },

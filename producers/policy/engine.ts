@@ -22,8 +22,12 @@ import { inverseTemperature, newScratch, Rng, sampleToken, validateSampling } fr
  *   comes from one policy); new sessions use the new version.
  * - 'next_turn': a turn in flight finishes on its weights; the session's next turn uses the new version, and
  *   its kept KV cache (computed by the old weights) is dropped.
+ * - 'next_token': a turn in flight is interrupted after the token being decoded: its context (prompt and tokens
+ *   so far) is prefilled again on the new weights and generation goes on there, each token keeping the version
+ *   that sampled it and its log-prob under that version (AReaL/verl partial rollouts).
  */
-export type SwapMode = 'finish' | 'next_turn';
+export type SwapMode = 'finish' | 'next_turn' | 'next_token';
+export const SWAP_MODES: readonly SwapMode[] = Object.freeze(['finish', 'next_turn', 'next_token']);
 
 export interface EngineOptions {
   /** Most sequences decoded together per version (default 64). */
@@ -51,6 +55,8 @@ export interface EngineStats {
   cachedSessions: number;
   cacheBytes: number;
   rebuilds: number;
+  /** Turns moved to a newer version mid-generation ('next_token'). */
+  interrupted: number;
 }
 
 interface Seq {
@@ -62,6 +68,7 @@ interface Seq {
   past: SessionKv | null; // kept KV to start from (prefill only)
   tokens: number[];
   logprobs: number[];
+  versions: number[]; // the version that sampled each token
   maxNew: number;
   stop: Set<number>;
   rng: Rng;
@@ -91,7 +98,7 @@ export class GenerationEngine {
   private closed = false;
   private readonly scratch: ReturnType<typeof newScratch>;
   private readonly opts: Required<Omit<EngineOptions, 'logger'>> & { logger: Logger };
-  private readonly counters = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cacheMisses: 0, rebuilds: 0 };
+  private readonly counters = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cacheMisses: 0, rebuilds: 0, interrupted: 0 };
 
   constructor(
     private readonly config: PolicyModelConfig,
@@ -108,7 +115,7 @@ export class GenerationEngine {
       logger: options.logger ?? silentLogger,
     };
     if (!Number.isInteger(this.opts.maxBatch) || this.opts.maxBatch < 1) throw new RlstreamError('CONFIG_INVALID', `maxBatch must be a positive integer, got ${this.opts.maxBatch}`);
-    if (this.opts.swapMode !== 'finish' && this.opts.swapMode !== 'next_turn') throw new RlstreamError('CONFIG_INVALID', `swapMode must be 'finish' or 'next_turn', got ${String(this.opts.swapMode)}`);
+    if (!SWAP_MODES.includes(this.opts.swapMode)) throw new RlstreamError('CONFIG_INVALID', `swapMode must be one of ${SWAP_MODES.join(', ')}, got ${String(this.opts.swapMode)}`);
     this.cache = new SessionCache(this.opts.kvCacheBytes);
     this.scratch = newScratch(config.vocabSize);
     this.current = runner.version;
@@ -149,6 +156,7 @@ export class GenerationEngine {
         past: null,
         tokens: [],
         logprobs: [],
+        versions: [],
         maxNew: Math.min(p.max_new_tokens, this.config.maxPositions - req.promptIds.length),
         stop: new Set(p.stop_token_ids),
         rng: new Rng(p.seed ?? randomInt(0, 2 ** 48 - 1)),
@@ -184,7 +192,7 @@ export class GenerationEngine {
     if (runner.version === old || this.groups.has(runner.version)) throw new RlstreamError('INPUT_INVALID', `policy version ${runner.version} is already loaded`);
     this.groups.set(runner.version, this.newGroup(runner));
     this.current = runner.version;
-    if (this.opts.swapMode === 'next_turn') {
+    if (this.opts.swapMode !== 'finish') {
       this.pins.clear();
       this.cache.dropOtherVersions(runner.version);
     } else {
@@ -357,6 +365,10 @@ export class GenerationEngine {
 
   /** One scheduling step of a version's batch: prefill joiners, decode the running rows, retire finished ones. */
   private async iterate(g: Group): Promise<void> {
+    if (this.opts.swapMode === 'next_token' && g.runner.version !== this.current && this.groups.has(this.current)) {
+      this.interrupt(g, this.groups.get(this.current)!);
+      return;
+    }
     for (const s of g.waiting) if (s.aborted) this.finish(s, 'abort');
     g.waiting = g.waiting.filter((s) => !s.aborted);
     const joiners = this.admit(g);
@@ -384,6 +396,27 @@ export class GenerationEngine {
       g.slots.shrink();
       this.counters.rebuilds++;
     }
+  }
+
+  /**
+   * 'next_token': move the running rows of an old version to the current one. Their KV cache was computed by the
+   * old weights, so each row's whole context is prefilled again there; the token it samples next is the new
+   * version's. Runs between steps, so no step of `from` is in flight.
+   */
+  private interrupt(from: Group, to: Group): void {
+    const moved = [...from.rows, ...from.waiting];
+    for (const seq of moved) {
+      seq.version = to.runner.version;
+      seq.past = null;
+      seq.kvLen = 0;
+      seq.feed = seq.context.slice();
+      to.waiting.push(seq);
+    }
+    from.rows = [];
+    from.waiting = [];
+    from.slots.clear();
+    this.counters.interrupted += moved.length;
+    if (moved.length > 0) this.opts.logger.debug('turns interrupted for a new version', { from: from.runner.version, to: to.runner.version, requests: moved.length });
   }
 
   /** Decode one token for every running row and retire the rows that finished; true when some did. */
@@ -530,6 +563,7 @@ export class GenerationEngine {
     const { token, logprob } = sampleToken(probs, s.req.sampling, s.rng, this.scratch);
     s.tokens.push(token);
     s.logprobs.push(logprob);
+    s.versions.push(s.version);
     s.context.push(token);
     s.feed = [token];
   }
@@ -561,7 +595,7 @@ export class GenerationEngine {
       tokenIds: s.tokens,
       logprobs: s.logprobs,
       finishReason: reason,
-      policyVersions: s.tokens.map(() => s.version),
+      policyVersions: s.versions,
       server: this.opts.server,
       latencyMs: performance.now() - s.t0,
     });

@@ -132,7 +132,7 @@ test("the run config's backend section: the calculator example serves from 2 wor
     ['backend.workers', 0, /^backend\.workers: must be >= 1 \(got 0\)/],
     ['backend.threads', '2', /^backend\.threads: must be an integer \(got "2"\)/],
     ['backend.max_batch', 1.5, /^backend\.max_batch: must be an integer \(got 1\.5\)/],
-    ['backend.swap_mode', 'later', /^backend\.swap_mode: must be one of next_turn, finish \(got "later"\)/],
+    ['backend.swap_mode', 'later', /^backend\.swap_mode: must be one of next_turn, finish, next_token \(got "later"\)/],
   ] as const) {
     assert.throws(() => loadRunConfig(configPath, { [key]: value }), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && msg.test((e as Error).message));
   }

@@ -276,6 +276,31 @@ test("hot-swap 'next_turn': in-flight turns finish on v1, the next turn runs v2 
   assert.equal(b.currentPolicyVersion(), 2);
 });
 
+test("hot-swap 'next_token': a long generation goes on with v2 from the next token, each token keeping its version and log-prob", async () => {
+  const longJson = configToJson({ ...config, maxPositions: 2048 });
+  const b = await backend({ swapMode: 'next_token' }, longJson);
+  const prompt = [8, 8];
+  let inflightDone = false;
+  const inflight = b.generate(req(prompt, { max_new_tokens: 1500 }, 'long')).finally(() => (inflightDone = true));
+  await new Promise((r) => setTimeout(r, 5));
+  await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson: longJson });
+  assert.equal(inflightDone, false, 'the swap happened while the turn was generating');
+  const r = await inflight;
+  assert.equal(r.tokenIds.length, 1500);
+  // One switch, from v1 to v2, somewhere inside the generation.
+  const k = r.policyVersions.indexOf(2);
+  assert.ok(k > 0 && k < 1500, `switch at token ${k}`);
+  assert.deepEqual(r.policyVersions, [...new Array(k).fill(1), ...new Array(1500 - k).fill(2)]);
+  assert.equal(b.stats().interrupted, 1);
+  // Each token's log-prob is its own version's: v1 before the switch, v2 (over the whole context) after it.
+  const seq = [...prompt, ...r.tokenIds];
+  const lp1 = (await score(1, seq)).subarray(prompt.length - 1);
+  const lp2 = (await score(2, seq)).subarray(prompt.length - 1);
+  assert.ok(logprobMismatch(r.logprobs.slice(0, k), lp1.subarray(0, k)).maxAbs < 1e-4, 'tokens before the switch are v1');
+  assert.ok(logprobMismatch(r.logprobs.slice(k), lp2.subarray(k, 1500)).maxAbs < 1e-4, 'tokens after the switch are v2');
+  assert.ok(logprobMismatch(r.logprobs.slice(k), lp1.subarray(k, 1500)).maxAbs > 1e-2, 'and not v1');
+});
+
 test("hot-swap 'finish': a session started on v1 keeps v1 (and its cache) until released; new sessions get v2", async () => {
   const b = await backend({ swapMode: 'finish' });
   const prompt = [2, 4, 6];
