@@ -128,16 +128,17 @@ if [ ! -x "$D/schemathesis/bin/schemathesis" ]; then
   fi
 fi
 
-# --- The official openai package (PyPI) in its own virtual environment: test/serve/python-agent.test.ts drives
-# `rlstream serve` with it, as a user's Python agent would.
-if [ ! -x "$D/python/bin/python" ] || ! "$D/python/bin/python" -c 'import openai' >/dev/null 2>&1; then
+# --- Python packages a user's agent would use, in their own virtual environment: the official openai package
+# (test/serve/python-agent.test.ts drives `rlstream serve` with it) and confluent-kafka with Avro support
+# (test/serve/python-producer.test.ts publishes trajectories with it, from docs/events.md).
+if [ ! -x "$D/python/bin/python" ] || ! "$D/python/bin/python" -c 'import openai, confluent_kafka.schema_registry.avro' >/dev/null 2>&1; then
   if command -v python3 >/dev/null 2>&1; then
-    step "installing the openai Python package into $D/python (pip, log in $D/python.log)"
-    { python3 -m venv "$D/python" && "$D/python/bin/pip" install -q openai; } >"$D/python.log" 2>&1 \
-      || { say "WARNING: the openai package did not install (see $D/python.log); the Python agent test will fail"; rm -rf "$D/python"; }
+    step "installing openai and confluent-kafka into $D/python (pip, log in $D/python.log)"
+    { python3 -m venv "$D/python" && "$D/python/bin/pip" install -q openai 'confluent-kafka[avro,schemaregistry]'; } >"$D/python.log" 2>&1 \
+      || { say "WARNING: the Python packages did not install (see $D/python.log); the Python agent and producer tests will fail"; rm -rf "$D/python"; }
     step_done
   else
-    say "WARNING: no python3: the Python agent test of rlstream serve will be skipped"
+    say "WARNING: no python3: the Python agent and producer tests will be skipped"
   fi
 fi
 
