@@ -132,7 +132,7 @@ function parseOptions(args: string[]): BenchOptions {
         throw new Error(`unknown argument ${a} (flags: --steps N --bounds 0,1,2,4 --groups G --n N --heldout N --tools FILE --keep --mode-timeout S)`);
     }
   }
-  // Generous against a loaded machine (~11 s a step at load 6), short of waiting forever on a hung run.
+  // Generous against a loaded machine (a step takes seconds under load), short of waiting forever on a hung run.
   if (o.modeTimeoutS === 0) o.modeTimeoutS = Math.max(900, o.steps * 60);
   return o;
 }

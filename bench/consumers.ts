@@ -9,8 +9,8 @@
 // time also counts other processes' load, CPU time much less so. Before each timed stage the embedded log is
 // flushed (outside the timing): under fsync 'transaction' segments become durable at journal checkpoints, and
 // the stage's first checkpoint would otherwise also write out what earlier phases left in the page cache (the
-// produced input, the previous stage's output), charging their disk time to this stage (~10 µs a trajectory
-// of the advantage stage, measured); each stage still pays for making its own output durable.
+// produced input, the previous stage's output), charging their disk time to this stage (docs/benchmarks.md);
+// each stage still pays for making its own output durable.
 import { rmSync } from 'node:fs';
 import { newId } from '../core/ids.ts';
 import { openLog, type LogConfig } from '../core/log/open.ts';
