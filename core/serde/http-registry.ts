@@ -92,8 +92,17 @@ export class HttpSchemaRegistry implements SchemaRegistry {
   /** Subjects whose compatibility level this client has checked (or set), each checked once. */
   private readonly levelChecked = new Map<string, Promise<void>>();
 
+  private readonly urls: string[];
+
   constructor(options: HttpRegistryOptions) {
     const baseURLs = validate(options);
+    // For messages: without any credentials written into a URL.
+    this.urls = baseURLs.map((u) => {
+      const x = new URL(u);
+      x.username = '';
+      x.password = '';
+      return x.toString().replace(/\/+$/, '');
+    });
     this.compatibility = options.compatibility === undefined ? 'BACKWARD' : options.compatibility;
     this.client = new SchemaRegistryClient({
       baseURLs,
@@ -191,7 +200,14 @@ export class HttpSchemaRegistry implements SchemaRegistry {
       // The subject is optional in the API; an empty one asks for the id alone.
       info = await this.client.getBySubjectAndId('', id);
     } catch (err) {
-      throw fromRest(err, `schema id ${id}`);
+      const e = fromRest(err, `schema id ${id}`);
+      if (e.code !== 'SERDE_UNKNOWN_SCHEMA') throw e;
+      // Ids come from records, so a record names an id this registry never gave (or lost): say so.
+      throw new RlstreamError(
+        'SERDE_UNKNOWN_SCHEMA',
+        `${e.message} (a record names schema id ${id}, which this registry (${this.urls.join(', ')}) does not hold: the records were written through another registry, or through this one before it lost its storage; point registry.url at that registry, or give the registry persistent storage as infra/registry/run.sh does)`,
+        { cause: err },
+      );
     }
     if (info.schemaType !== undefined && info.schemaType !== 'AVRO') throw new RlstreamError('SERDE_UNKNOWN_SCHEMA', `schema id ${id} is ${info.schemaType}, not AVRO`);
     this.textById.set(id, info.schema);
