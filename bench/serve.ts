@@ -7,6 +7,7 @@
 // loop. Direct per-call times are printed beside it for scale.
 // Run: npm run bench -- serve [--quick]. On a shared 2-core machine timings are noisy: rounds alternate direct and
 // served, the load average is printed, and the median round is reported.
+import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -19,6 +20,7 @@ import { MEDIUM, take } from '../examples/calculator/task.ts';
 import { CALCULATOR_TOOL } from '../examples/calculator/conversation.ts';
 import type { GenerateRequest, LlmBackend } from '../producers/backends/types.ts';
 import { ChatTokenizer } from '../producers/tokenizer/chat-tokenizer.ts';
+import type { ClientRound } from './serve-client.ts';
 import { DeltaTokenizer } from '../producers/tokenizer/delta.ts';
 
 const CONFIG = join(import.meta.dirname, '../examples/calculator/config.yaml');
@@ -102,50 +104,44 @@ export async function main(args: string[]): Promise<unknown> {
     return { calls, wallMs: performance.now() - t0, ...m() };
   };
 
-  const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
-    const res = await fetch(job.url + path, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
-    const json = (await res.json()) as Record<string, unknown>;
-    if (res.status !== 200) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
-    return json;
-  };
+  // The client runs in its own process: this process's CPU time is then the endpoint's (and the engine's) alone.
+  const client = fork(join(import.meta.dirname, 'serve-client.ts'), [], {
+    execArgv: ['--import', 'tsx'],
+    env: { ...process.env, BENCH_SERVE_URL: job.url, BENCH_SERVE_TOKEN: TOKEN, BENCH_SERVE_SESSIONS: String(SESSIONS), BENCH_SERVE_MAX_TOKENS: String(MAX_TOKENS), BENCH_SERVE_FOLLOW_UP: JSON.stringify(FOLLOW_UP) },
+  });
+  const next = () =>
+    new Promise<unknown>((resolve, reject) => {
+      client.once('message', resolve);
+      client.once('exit', (code) => reject(new Error(`bench serve client exited ${code}`)));
+    });
+  await next(); // ready
 
-  const served = async (): Promise<{ calls: number[]; overheads: number[]; wallMs: number; busyMs: number; cpuMs: number }> => {
-    const calls: number[] = [];
-    const overheads: number[] = [];
+  const served = async (round: number): Promise<{ calls: number[]; overheads: number[]; wallMs: number; busyMs: number; cpuMs: number }> => {
     const t0 = performance.now();
     const m = meter();
-    await Promise.all(
-      rows.map(async (row) => {
-        const messages: unknown[] = [...row.prompt];
-        let trajectory: string | null = null;
-        for (let turn = 0; turn < 2; turn++) {
-          const c0 = performance.now();
-          const res = await post('/v1/chat/completions', { model: 'calculator', messages, tools, temperature: 1, max_tokens: MAX_TOKENS }, trajectory ? { 'x-rlstream-trajectory': trajectory } : {});
-          const ms = performance.now() - c0;
-          const choice = (res['choices'] as { message: unknown; rlstream: { trajectory_id: string; turn_index: number; completed: string | null } }[])[0]!;
-          trajectory = choice.rlstream.trajectory_id;
-          calls.push(ms);
-          // The endpoint's request id for a turn is deriveId(trajectory, 'generate', turn) (producers/agent/steps.ts).
-          const gen = generateMs.get(deriveId(trajectory, 'generate', choice.rlstream.turn_index));
-          if (gen !== undefined) overheads.push(ms - gen);
-          if (choice.rlstream.completed) return;
-          messages.push(choice.message, FOLLOW_UP);
-        }
-        await post(`/v1/trajectories/${trajectory}/complete`, { reward: 0 });
-      }),
-    );
-    return { calls, overheads, wallMs: performance.now() - t0, ...m() };
+    const answer = next();
+    client.send({ round });
+    const r = (await answer) as ClientRound;
+    const wallMs = performance.now() - t0;
+    const used = m();
+    const overheads: number[] = [];
+    for (const c of r.calls) {
+      // The endpoint's request id for a turn is deriveId(trajectory, 'generate', turn) (producers/agent/steps.ts).
+      const gen = generateMs.get(deriveId(c.trajectoryId, 'generate', c.turnIndex));
+      if (gen !== undefined) overheads.push(c.ms - gen);
+    }
+    return { calls: r.calls.map((c) => c.ms), overheads, wallMs, ...used };
   };
 
   try {
     // Warm-up: onnxruntime sessions, the template's shapes, HTTP connections.
     await direct(-1);
-    await served();
+    await served(-1);
     const directRounds: Awaited<ReturnType<typeof direct>>[] = [];
     const servedRounds: Awaited<ReturnType<typeof served>>[] = [];
     for (let r = 0; r < rounds; r++) {
       directRounds.push(await direct(r));
-      servedRounds.push(await served());
+      servedRounds.push(await served(r));
     }
     const d = stats(directRounds.flatMap((x) => x.calls));
     const s = stats(servedRounds.flatMap((x) => x.calls));
@@ -160,8 +156,8 @@ export async function main(args: string[]): Promise<unknown> {
       overhead_per_call_ms: o,
       overhead_per_call_ms_median_round: median(servedRounds.map((x) => stats(x.overheads).mean)),
       // What the endpoint costs per call in work, which the load of other processes inflates far less than
-      // latency: main-thread busy time and process CPU time, served minus direct, over the calls (the client's own
-      // HTTP work runs in this process too, so both figures include it).
+      // latency: main-thread busy time and process CPU time of the endpoint's process (the client runs in another),
+      // served minus direct, over the calls.
       main_thread_busy_ms_per_call: median(servedRounds.map((x, i) => (x.busyMs - directRounds[i]!.busyMs) / x.calls.length)),
       cpu_ms_per_call: median(servedRounds.map((x, i) => (x.cpuMs - directRounds[i]!.cpuMs) / x.calls.length)),
       direct_round_wall_ms: median(directRounds.map((x) => x.wallMs)),
@@ -173,10 +169,11 @@ export async function main(args: string[]): Promise<unknown> {
     console.log(`  direct backend call  mean ${f(d.mean)} ms  p50 ${f(d.p50)}  p99 ${f(d.p99)}  (${d.n} calls)`);
     console.log(`  served call          mean ${f(s.mean)} ms  p50 ${f(s.p50)}  p99 ${f(s.p99)}  (${s.n} calls)`);
     console.log(`  overhead per call    mean ${f(o.mean)} ms  p50 ${f(o.p50)}  p99 ${f(o.p99)}  (served call minus its backend.generate)`);
-    console.log(`  work per call        main thread ${f(report.main_thread_busy_ms_per_call)} ms, process CPU ${f(report.cpu_ms_per_call)} ms (served minus direct; client included)`);
+    console.log(`  work per call        main thread ${f(report.main_thread_busy_ms_per_call)} ms, process CPU ${f(report.cpu_ms_per_call)} ms (endpoint process, served minus direct)`);
     console.log(`  round wall time      direct ${f(report.direct_round_wall_ms)} ms, served ${f(report.served_round_wall_ms)} ms`);
     return report;
   } finally {
+    client.send('exit');
     await job.close();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,0 +1,62 @@
+// The client side of `npm run bench -- serve`, in its own process (forked with IPC) so that the endpoint's process
+// CPU time counts the server's work only. On each message {round} it runs every session's two turns concurrently
+// through the OpenAI request shape and answers with each call's wall time and the turn it recorded.
+import { problemRows } from '../examples/calculator/index.ts';
+import { MEDIUM, take } from '../examples/calculator/task.ts';
+import { CALCULATOR_TOOL } from '../examples/calculator/conversation.ts';
+
+export interface ClientRound {
+  calls: { ms: number; trajectoryId: string; turnIndex: number }[];
+}
+
+if (!process.send) {
+  process.stderr.write('bench/serve-client.ts is the client process of `npm run bench -- serve`; run that\n');
+  process.exit(2);
+}
+const url = process.env['BENCH_SERVE_URL']!;
+const token = process.env['BENCH_SERVE_TOKEN']!;
+const sessions = Number(process.env['BENCH_SERVE_SESSIONS']);
+const maxTokens = Number(process.env['BENCH_SERVE_MAX_TOKENS']);
+const followUp = JSON.parse(process.env['BENCH_SERVE_FOLLOW_UP']!) as unknown;
+const rows = take(problemRows(7, 'train', MEDIUM), sessions);
+
+async function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Record<string, unknown>> {
+  const res = await fetch(url + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const json = (await res.json()) as Record<string, unknown>;
+  if (res.status !== 200) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+async function round(): Promise<ClientRound> {
+  const calls: ClientRound['calls'] = [];
+  await Promise.all(
+    rows.map(async (row) => {
+      const messages: unknown[] = [...row.prompt];
+      let trajectory: string | null = null;
+      for (let turn = 0; turn < 2; turn++) {
+        const t0 = performance.now();
+        const res = await post('/v1/chat/completions', { model: 'calculator', messages, tools: [CALCULATOR_TOOL], temperature: 1, max_tokens: maxTokens }, trajectory ? { 'x-rlstream-trajectory': trajectory } : {});
+        const ms = performance.now() - t0;
+        const choice = (res['choices'] as { message: unknown; rlstream: { trajectory_id: string; turn_index: number; completed: string | null } }[])[0]!;
+        trajectory = choice.rlstream.trajectory_id;
+        calls.push({ ms, trajectoryId: trajectory, turnIndex: choice.rlstream.turn_index });
+        if (choice.rlstream.completed) return;
+        messages.push(choice.message, followUp);
+      }
+      await post(`/v1/trajectories/${trajectory}/complete`, { reward: 0 });
+    }),
+  );
+  return { calls };
+}
+
+process.on('message', (m: { round: number } | 'exit') => {
+  if (m === 'exit') process.exit(0);
+  round().then(
+    (r) => process.send!(r),
+    (err: unknown) => {
+      process.stderr.write(`bench serve client: ${String(err)}\n`);
+      process.exit(1);
+    },
+  );
+});
+process.send!('ready');
