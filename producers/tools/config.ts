@@ -18,9 +18,9 @@
 // (VERL_TOOL_CLASSES); verl's `config: {type: native}` is accepted and ignored. Any other Python-style class
 // name is refused naming the ones that map, since rlstream cannot run verl's Python.
 import { readFileSync } from 'node:fs';
-import { dirname, isAbsolute, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { dirname, resolve } from 'node:path';
 import YAML from 'yaml';
+import { functionShape, Registry } from '../../core/config/registry.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import type { ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { CalculatorTool } from './calculator.ts';
@@ -30,13 +30,22 @@ import { compileSimulatedLatency, withSimulatedLatency } from './simulated-laten
 import { ToolSet } from './tool-set.ts';
 import type { Tool } from './types.ts';
 
-type ToolFactory = (config: Record<string, unknown>) => Tool;
+/** A tool by class_name: built from the entry's `config`. */
+export type ToolFactory = (config: Record<string, unknown>) => Tool;
 
-/** Built-in tools by class_name. */
-export const BUILTIN_TOOLS: Record<string, ToolFactory> = {
-  calculator: (config) => new CalculatorTool(typeof config['name'] === 'string' ? config['name'] : 'calculator'),
-  calc_gsm8k_reward: () => new Gsm8kTool(),
-};
+/** Tools by class_name; another registers itself with `registerTool(name, factory)`. `mcp` is handled apart (it yields many tools). */
+export const tools = new Registry<ToolFactory>('tool', functionShape('a function (config) => Tool'));
+
+export function registerTool(name: string, factory: ToolFactory): void {
+  tools.register(name, factory);
+}
+
+registerTool('calculator', (config) => new CalculatorTool(typeof config['name'] === 'string' ? config['name'] : 'calculator'));
+registerTool('calc_gsm8k_reward', () => new Gsm8kTool());
+
+/** A module tool: a class constructed as new C(config). */
+type ToolClass = new (config: Record<string, unknown>) => Tool;
+const toolClasses = new Registry<ToolClass>('tool class', { description: 'a class constructed as new C(config)', accept: (v) => (typeof v === 'function' ? (v as ToolClass) : null) });
 
 /** verl's tool classes (their import paths, old and current) → the built-in that behaves as they do. */
 export const VERL_TOOL_CLASSES: Record<string, string> = {
@@ -66,16 +75,8 @@ function withSchema(tool: Tool, schema: ChatTool): Tool {
 
 async function loadModuleTool(spec: string, baseDir: string, config: Record<string, unknown>, field: string): Promise<Tool> {
   const [path, exportName] = spec.split(':') as [string, string | undefined];
-  const abs = isAbsolute(path) ? path : resolve(baseDir, path);
-  let mod: Record<string, unknown>;
-  try {
-    mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
-  } catch (cause) {
-    throw new RlstreamError('CONFIG_INVALID', `${field}: cannot import ${abs}: ${(cause as Error).message}`, { cause });
-  }
-  const C = mod[exportName ?? 'default'];
-  if (typeof C !== 'function') invalid(`${field}: ${abs} has no export ${exportName ?? 'default'} that is a class`);
-  return new (C as new (c: Record<string, unknown>) => Tool)(config);
+  const C = await toolClasses.load({ module: path, ...(exportName ? { export: exportName } : {}) }, baseDir, field);
+  return new C(config);
 }
 
 /** Build a ToolSet from YAML text; `baseDir` resolves relative module paths and MCP commands' cwd. */
@@ -118,11 +119,11 @@ export async function toolSetFromYaml(text: string, options: { baseDir?: string;
         continue;
       }
       const builtinName = Object.hasOwn(VERL_TOOL_CLASSES, className) ? VERL_TOOL_CLASSES[className]! : (className as string);
-      const builtin = Object.hasOwn(BUILTIN_TOOLS, builtinName) ? BUILTIN_TOOLS[builtinName] : undefined;
+      const builtin = tools.has(builtinName) ? tools.get(builtinName) : undefined;
       if (!builtin && !isModulePath(className as string)) {
         invalid(
           `${field}.class_name: no rlstream tool for "${className}" (verl classes that map: ${Object.keys(VERL_TOOL_CLASSES).join(', ')}; ` +
-            `built-ins: ${[...Object.keys(BUILTIN_TOOLS), 'mcp'].join(', ')}). Port the tool to TypeScript and name its module: class_name: ./my_tool.ts[:ExportName]`,
+            `built-ins: ${[...tools.names(), 'mcp'].join(', ')}). Port the tool to TypeScript and name its module: class_name: ./my_tool.ts[:ExportName]`,
         );
       }
       let tool = builtin ? builtin(config) : await loadModuleTool(className, baseDir, config, `${field}.class_name`);
