@@ -4,7 +4,7 @@
 import type { Command } from 'commander';
 import { loadRunConfig } from '../../core/config.ts';
 import { RlstreamError, describeError } from '../../core/errors.ts';
-import { jsonLogger } from '../../core/telemetry.ts';
+import { jsonLogger, type Logger } from '../../core/telemetry.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { openRunContext, openRunTraces } from '../run/context.ts';
 import { evaluatePeriodically } from '../run/evaluation.ts';
@@ -15,28 +15,71 @@ import { completedTrajectories } from '../../producers/resume.ts';
 export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
 type Role = (typeof ROLES)[number];
 
-function onSignal(stop: () => Promise<void> | void): void {
-  let stopping = false;
-  const handler = () => {
-    if (stopping) process.exit(1);
-    stopping = true;
-    void Promise.resolve(stop()).catch(() => process.exit(1));
-  };
-  process.on('SIGTERM', handler);
-  process.on('SIGINT', handler);
+/**
+ * SIGTERM / SIGINT end the role cleanly: its stop() runs once, and the role's code awaits it (settled()) before
+ * closing what it may still use (the final commit needs the log and the store). A signal during start-up is
+ * kept and applied once the role is built; a second signal exits at once. A failing stop is logged and ends
+ * the process with 1 (runRole rethrows it).
+ */
+class Shutdown {
+  requested = false;
+  error: unknown = null;
+  private stop: (() => Promise<void> | void) | null = null;
+  private stopping: Promise<void> | null = null;
+
+  constructor(private readonly logger: Logger) {
+    const handler = (signal: NodeJS.Signals) => {
+      if (this.requested) {
+        logger.warn('second signal: exiting without a clean stop', { signal });
+        process.exit(1);
+      }
+      this.requested = true;
+      logger.info('stopping on signal', { signal });
+      if (this.stop) this.begin();
+    };
+    process.on('SIGTERM', handler);
+    process.on('SIGINT', handler);
+  }
+
+  /** The role's stop, set right before its run() is called (a pending signal applies it on the next turn, once run() has begun). */
+  set(stop: () => Promise<void> | void): void {
+    this.stop = stop;
+    if (this.requested) setImmediate(() => this.begin());
+  }
+
+  private begin(): void {
+    const stop = this.stop!;
+    this.stopping ??= (async () => {
+      try {
+        await stop();
+      } catch (err) {
+        this.error = err;
+        this.logger.error('stop failed', { error: describeError(err) });
+      }
+    })();
+  }
+
+  /** Wait for a stop a signal began (never throws: see `error`). */
+  async settled(): Promise<void> {
+    await this.stopping;
+  }
 }
 
 export async function runRole(role: Role, configPath: string, overrides: Record<string, unknown>): Promise<void> {
-  const config = loadRunConfig(configPath, overrides);
   const logger = jsonLogger({ fields: { role, pid: process.pid } });
+  const shutdown = new Shutdown(logger);
+  logger.info('role starting');
+  const config = loadRunConfig(configPath, overrides);
   const ctx = await openRunContext(config, logger);
+  // The log, the registry (the contract's schemas registered) and the topics are there.
+  logger.info('role ready');
   const runId = config.run.id;
   try {
     switch (role) {
       case 'reward':
       case 'advantage': {
         const p = role === 'reward' ? await createReward(ctx) : createAdvantage(ctx);
-        onSignal(() => p.stop());
+        shutdown.set(() => p.stop());
         await p.run();
         break;
       }
@@ -44,21 +87,24 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
         const store = await openRunTraces(config);
         if (!store) throw new RlstreamError('CONFIG_INVALID', 'traces.kind is "none": the traces role has nothing to write to');
         const sink = createTraceSink(ctx, store);
-        onSignal(() => sink.stop());
+        shutdown.set(() => sink.stop());
         try {
+          // Resolves after the sink's final flush and commit.
           await sink.run();
         } finally {
+          await shutdown.settled();
           await store.close();
         }
         break;
       }
       case 'trainer': {
         const trainer = createTrainer(ctx, runId, config.run.dataDir, (s) => logger.info('train step', { step: s.step, version: s.produced_version, reward: s.reward_mean }));
-        onSignal(() => trainer.stop());
         await trainer.start();
+        shutdown.set(() => trainer.stop());
         try {
           await trainer.run();
         } finally {
+          await shutdown.settled();
           await trainer.close();
         }
         break;
@@ -73,24 +119,29 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
         // eval.every_versions: held-out evaluation of every k-th policy version this worker serves.
         const every = config.eval.everyVersions;
         const stopEval = every !== null ? await evaluatePeriodically(ctx, runId, backend, tokenizer, every, (version, correct, total) => logger.info('held-out evaluation', { version, correct, total })) : null;
-        onSignal(async () => {
+        shutdown.set(async () => {
           await stopEval?.();
           await worker.stop({ abort: true });
         });
         try {
           // task.train_rows caps the task's rows (a finite dataset, so a run has a defined end).
           await worker.run(trainRows(ctx));
-          await stopEval?.();
-          await worker.stop();
+          if (!shutdown.requested) {
+            await stopEval?.();
+            await worker.stop();
+          }
         } finally {
+          await shutdown.settled();
           await backend.close();
         }
         break;
       }
     }
   } finally {
+    await shutdown.settled();
     await ctx.close();
   }
+  if (shutdown.error) throw shutdown.error;
 }
 
 export function register(program: Command): void {

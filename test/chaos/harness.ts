@@ -138,7 +138,11 @@ export class Supervisor {
     void p.exited.then(({ code, signal }) => {
       if (this.closed || this.procs.get(role) !== p) return;
       if (code === 0 && role === 'rollout' && this.finishing) return void this.done.add(role);
-      if (signal !== 'SIGKILL' && code !== 0) this.crashes.push(`${role} exited ${code}: ${p.output.split('\n').filter((l) => l.startsWith('rlstream:')).join(' ').slice(0, 300)}`);
+      if (signal !== 'SIGKILL' && code !== 0) {
+        // The error line the CLI prints, else (a role that died some other way) the end of its output.
+        const said = p.output.split('\n').filter((l) => l.startsWith('rlstream:')).join(' ');
+        this.crashes.push(`${role} exited ${code}: ${said === '' ? p.output.slice(-1500) : said.slice(0, 300)}`);
+      }
       setTimeout(() => !this.closed && this.spawn(role), 100);
     });
   }
