@@ -5,9 +5,8 @@ import { Type } from '@sinclair/typebox';
 import type { RunConfig } from '../../core/config.ts';
 import { compileValue } from '../../core/config/validate.ts';
 import { RlstreamError } from '../../core/errors.ts';
-import { defaultRewards, RewardRegistry } from '../../consumers/reward/registry.ts';
+import { defaultRewards, loadRewardModule, RewardRegistry } from '../../consumers/reward/registry.ts';
 import type { RewardFn } from '../../consumers/reward/types.ts';
-import { functionShape, Registry } from '../../core/config/registry.ts';
 import { interactions as registeredInteractions, InteractionRegistry } from '../../producers/agent/interaction.ts';
 import { AgentRegistry } from '../../producers/agent/registry.ts';
 import { tasks, type Task } from '../../producers/tasks.ts';
@@ -21,8 +20,6 @@ export interface RunPlugins {
   agents: AgentRegistry;
   interactions: InteractionRegistry;
 }
-
-const rewardCode = new Registry<RewardFn>('reward function', functionShape('a function (data_source, solution, ground_truth, extra_info) => number | {score, correct?}'));
 
 export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
   const t = config.task;
@@ -38,7 +35,7 @@ export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
   for (const [dataSource, fn] of Object.entries(task.rewards ?? {})) rewards.register(dataSource, fn);
   const r = config.reward;
   let rewardFn: RewardFn | null = null;
-  if (r.module !== null) rewardFn = await rewardCode.load({ module: r.module, ...(r.export ? { export: r.export } : {}) }, config.baseDir, 'reward');
+  if (r.module !== null) rewardFn = await loadRewardModule(r.module, r.export ?? 'default', config.baseDir);
   else if (r.name !== null) {
     const fn = rewards.get(r.name);
     if (!fn) throw new RlstreamError('CONFIG_INVALID', `reward.name: unknown reward function "${r.name}" (known: ${rewards.names().join(', ')})`);

@@ -1,7 +1,6 @@
 // Reward functions registered by data_source. Registering is one call, `registerReward(dataSource, fn)`, so
 // a task (the built-in calculator task, a user's module) adds its reward without touching this file.
-import { pathToFileURL } from 'node:url';
-import { resolve } from 'node:path';
+import { functionShape, Registry } from '../../core/config/registry.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { gsm8kReward } from './gsm8k.ts';
 import { mathNumericReward } from './math_numeric.ts';
@@ -42,19 +41,10 @@ export function registerReward(dataSource: string, fn: RewardFn): void {
   defaultRewards.register(dataSource, fn);
 }
 
+/** User reward functions (`reward.module`, `reward.export`), loaded with the errors every plug-in kind gives. */
+export const rewardModules = new Registry<RewardFn>('reward function', functionShape('a function (data_source, solution, ground_truth, extra_info) => number | {score, correct?}'));
+
 /** Load a user's reward function: `reward.module` (a path, relative to `baseDir`) and its export name. */
-export async function loadRewardModule(modulePath: string, exportName = 'default', baseDir = process.cwd()): Promise<RewardFn> {
-  const url = pathToFileURL(resolve(baseDir, modulePath)).href;
-  let mod: Record<string, unknown>;
-  try {
-    mod = (await import(url)) as Record<string, unknown>;
-  } catch (cause) {
-    throw new RlstreamError('CONFIG_INVALID', `reward.module ${modulePath} cannot be loaded: ${(cause as Error).message}`, { cause });
-  }
-  const fn = mod[exportName];
-  if (typeof fn !== 'function') {
-    const exported = Object.keys(mod).filter((k) => typeof mod[k] === 'function');
-    throw new RlstreamError('CONFIG_INVALID', `reward.module ${modulePath} has no function export "${exportName}" (functions: ${exported.join(', ') || 'none'})`);
-  }
-  return fn as RewardFn;
+export function loadRewardModule(modulePath: string, exportName = 'default', baseDir = process.cwd(), field = 'reward'): Promise<RewardFn> {
+  return rewardModules.load({ module: modulePath, export: exportName }, baseDir, field);
 }

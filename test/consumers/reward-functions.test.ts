@@ -100,8 +100,8 @@ test('a user reward module is loaded by path and export name', async () => {
   writeFileSync(join(dir, 'my_reward.mjs'), 'export function score(ds, sol, gt) { return { score: sol.includes(gt) ? 1 : 0, correct: sol.includes(gt) }; }\n');
   const fn = await loadRewardModule('my_reward.mjs', 'score', dir);
   assert.deepEqual(await fn('x', 'has 42', '42', {}), { score: 1, correct: true });
-  await assert.rejects(loadRewardModule('my_reward.mjs', 'missing', dir), /has no function export "missing" \(functions: score\)/);
-  await assert.rejects(loadRewardModule('nope.mjs', 'score', dir), /cannot be loaded/);
+  await assert.rejects(loadRewardModule('my_reward.mjs', 'missing', dir), /reward\.export: my_reward\.mjs has no export "missing" \(exports: score\)/);
+  await assert.rejects(loadRewardModule('nope.mjs', 'score', dir), /reward\.module: \S+nope\.mjs does not exist/);
 });
 
 test('outcome validation: NaN / Inf → REWARD_NON_FINITE; components must sum to the score', () => {
