@@ -166,6 +166,21 @@ describe('rlstream serve (scripted backend)', () => {
     await call(job, 'POST', `/v1/trajectories/${chunks[1]!.choices[0]!.rlstream!.trajectory_id}/complete`, {});
   });
 
+  it('records a text completion as a trajectory of one turn, without a chat template', async () => {
+    const prompt = 'The answer to 2+3 is';
+    const res = await call(job, 'POST', '/v1/completions', { model: 'calculator', prompt, max_tokens: 8, logprobs: 0 });
+    assert.equal(res.status, 200, res.text);
+    const c = (res.json['choices'] as { text: string; logprobs: { token_logprobs: number[] }; rlstream: WireChoice['rlstream'] }[])[0]!;
+    // The script's first turn, cut at max_tokens.
+    assert.ok(c.text.length > 0 && CALL.startsWith(c.text), c.text);
+    assert.equal(c.logprobs.token_logprobs.length, c.rlstream.token_ids.length);
+    assert.equal((await call(job, 'POST', `/v1/trajectories/${c.rlstream.trajectory_id}/complete`, { reward: 1 })).status, 200);
+    const started = (await topicEvents(job, TOPICS.rolloutEvents)).find((e) => e.name === 'TrajectoryStarted' && (e.value as TrajectoryStarted).trajectory_id === c.rlstream.trajectory_id)!.value as TrajectoryStarted;
+    assert.deepEqual(started.prompt_token_ids, TOKENIZER.encode(prompt));
+    const again = await call(job, 'POST', '/v1/completions', { model: 'calculator', prompt }, { 'x-rlstream-trajectory': c.rlstream.trajectory_id });
+    assert.equal(again.status, 409);
+  });
+
   it('limits bodies and open trajectories, and completes idle ones as aborted', async () => {
     const big = await call(job, 'POST', '/v1/chat/completions', { model: 'calculator', messages: [{ role: 'user', content: 'x'.repeat(70 * 1024) }] });
     assert.equal(big.status, 413);
