@@ -18,7 +18,7 @@ import { RewardHandler } from '../consumers/reward/consumer.ts';
 import { AdvantageHandler } from '../consumers/advantage/consumer.ts';
 import { completed, newSerde, trajectory } from '../testkit/events.ts';
 import { PrivateBroker } from '../testkit/kafka-broker.ts';
-import { newRun, openRunLog, progress, ROLES, rssMiB, Supervisor } from '../test/chaos/harness.ts';
+import { newRun, openRunLog, progress, ROLES, rssMiB, Supervisor } from '../testkit/harness.ts';
 import { dropDatabase } from '../testkit/audit.ts';
 
 const TOKENS = 1000;

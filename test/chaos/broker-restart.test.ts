@@ -10,7 +10,7 @@ import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
 import { auditRun, collectRun, consumedIds, stuck, stuckDetail } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
-import { openRunLog, progress } from './harness.ts';
+import { openRunLog, progress } from '../../testkit/harness.ts';
 
 const registry = service('SCHEMA_REGISTRY_URL', 'Kafka broker restart mid-run');
 if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {

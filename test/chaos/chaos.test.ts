@@ -11,7 +11,7 @@ import { openRegistryFor } from '../../core/serde/open.ts';
 import { service } from '../kafka/services.ts';
 import { auditRun, collectRun, stuck, stuckDetail, traceDuplicates } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
-import { progress, ROLES, type Role } from './harness.ts';
+import { progress, ROLES, type Role } from '../../testkit/harness.ts';
 
 const KILLS = 30;
 

@@ -11,7 +11,7 @@ import type { EventLog } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { collectStarted, consumedIds, dropDatabase } from '../../testkit/audit.ts';
 import { PrivateBroker } from '../../testkit/kafka-broker.ts';
-import { newRun, openRunLog, Supervisor, type RunSetup } from './harness.ts';
+import { newRun, openRunLog, Supervisor, type RunSetup } from '../../testkit/harness.ts';
 
 export interface Scenario {
   broker: PrivateBroker;

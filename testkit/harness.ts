@@ -5,16 +5,18 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { newId } from '../../core/ids.ts';
-import { Model, parseModelConfig } from '../../native/index.ts';
-import { openKafkaLog } from '../../core/log/kafka/index.ts';
-import type { EventLog } from '../../core/log/types.ts';
-import { silentLogger } from '../../core/telemetry.ts';
-import { TOPICS } from '../../core/topics.ts';
-import { ensureTopics } from '../../cli/run/context.ts';
+import { newId } from '../core/ids.ts';
+import { Model, parseModelConfig } from '../native/model.ts';
+import { openKafkaLog } from '../core/log/kafka/index.ts';
+import type { EventLog } from '../core/log/types.ts';
+import { silentLogger } from '../core/telemetry.ts';
+import { TOPICS } from '../core/topics.ts';
+import { ensureTopics } from '../cli/run/context.ts';
 
-const ROOT = resolve(import.meta.dirname, '../..');
-export const CONFIG = join(import.meta.dirname, 'fixtures', 'config.yaml');
+const ROOT = resolve(import.meta.dirname, '..');
+// The distributed shape's config and model the fault tests run (the README points at the same file).
+const FIXTURES = join(ROOT, 'test', 'chaos', 'fixtures');
+export const CONFIG = join(FIXTURES, 'config.yaml');
 export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
 export type Role = (typeof ROLES)[number];
 
@@ -33,7 +35,7 @@ export async function newRun(name: string, brokers: string, extra: Record<string
   const id = newId().replace(/[^A-Za-z0-9]/g, '').slice(0, 10);
   const runId = `${name}-${id}`;
   const database = `${name}_${id}`.replace(/[^A-Za-z0-9_]/g, '_');
-  const config = parseModelConfig(JSON.parse(readFileSync(join(import.meta.dirname, 'fixtures', 'model.json'), 'utf8')));
+  const config = parseModelConfig(JSON.parse(readFileSync(join(FIXTURES, 'model.json'), 'utf8')));
   const model = Model.init(config, { seed: 11, threads: 1 });
   await model.save(join(dir, 'init.safetensors'));
   model.dispose();
