@@ -73,7 +73,8 @@ export class AdvantageHandler implements ProcessorHandler {
     const traj = ev.trajectory;
     if (traj.dataset.split !== 'train') {
       ctx.count('skipped_not_train');
-      this.warnOnce(`split:${traj.dataset.split}`, 'trajectory skipped: only dataset.split "train" gets advantages and is trained on (evaluation rollouts use "heldout")', { split: traj.dataset.split, trajectory_id: traj.trajectory_id });
+      // Held-out rollouts are the run's own evaluations, skipped here by design: only another split is a mistake.
+      if (traj.dataset.split !== 'heldout') this.warnOnce(`split:${traj.dataset.split}`, 'trajectory skipped: only dataset.split "train" gets advantages and is trained on (evaluation rollouts use "heldout")', { split: traj.dataset.split, trajectory_id: traj.trajectory_id });
       return;
     }
     const size = Math.max(1, traj.group_size);

@@ -23,6 +23,7 @@ test('bad group membership is dead-lettered with its reason; skipped and partial
   await send('mixed', 0, 3);
   await send('mixed', 1, 2); // another group_size than the group's first member
   await send('eval', 0, 1, 'validation');
+  await send('heldout', 0, 1, 'heldout'); // the run's own evaluations: skipped without a warning
   await send('short', 0, 4); // never completes
   const lines: Record<string, unknown>[] = [];
   const logger = jsonLogger({ level: 'warn', write: (line) => lines.push(JSON.parse(line) as Record<string, unknown>) });
@@ -53,6 +54,7 @@ test('bad group membership is dead-lettered with its reason; skipped and partial
   const messages = lines.map((l) => String(l['msg']));
   assert.ok(messages.some((m) => /only dataset.split "train"/.test(m)), messages.join('\n'));
   assert.ok(lines.some((l) => l['split'] === 'validation'));
+  assert.ok(!lines.some((l) => l['split'] === 'heldout'), 'held-out evaluations are expected, not warned about');
   assert.ok(messages.some((m) => /group closed partial \(timeout\)/.test(m)), messages.join('\n'));
   await log.close();
 });
