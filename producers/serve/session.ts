@@ -159,7 +159,10 @@ export class ServeSession {
       this.recorder.toolMs += a.latencyMs;
     }
     this.history.push(...fresh);
-    return appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs);
+    const appended = appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs);
+    // appendObservation ran the check on what it appended; counted so a run shows the check ran (and found nothing).
+    if (appended && this.ctx.limits.tokenizationCheck !== 'off') this.ctx.count('tokenization_checks');
+    return appended;
   }
 
   /** Generate the next assistant turn with this call's sampling; null when the response budget is spent. */

@@ -100,6 +100,7 @@ it('a Python openai agent against rlstream serve: recorded, rewarded, advantaged
     assert.ok(toolTurns.every((t) => t.loss_mask.every((m) => m === 0)));
     // The re-tokenization check ran on every observation (tokenization_check_every 1) and found nothing.
     assert.ok(turns.every((t) => !t.tokenization_mismatch));
+    assert.equal(job.service.counters.get('tokenization_checks'), toolTurns.length);
     assert.equal(job.service.counters.get('tokenization_mismatches'), 0);
     const completed = events.filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).filter((t) => ids.has(t.trajectory_id));
     assert.equal(completed.length, 8);
