@@ -344,7 +344,7 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
       invalid(opt.kind == PolicyLossKind::Cispo ? "options.clipLow must be in [0, 1] (1: no lower bound)" : "options.clipLow must be in [0, 1)");
     if (opt.clip_high < 0) invalid("options.clipHigh must be >= 0");
     if (opt.dual_clip_c != 0 && opt.dual_clip_c <= 1) invalid("options.dualClipC must be > 1 (or null to disable)");
-    if (opt.correction == CorrectionMode::Truncate && opt.iw_cap <= 0) invalid("options.iwCap must be > 0 (or null to disable)");
+    if (opt.iw_cap < 0) invalid("options.iwCap must be > 0 (or null to disable)");
     if (opt.correction == CorrectionMode::Mask && !(opt.mask_low >= 0 && opt.mask_low < opt.mask_high))
       invalid("options.maskLow and options.maskHigh must satisfy 0 <= maskLow < maskHigh");
     if (opt.kind != PolicyLossKind::Ppo && opt.dual_clip_c != 0) invalid("options.dualClipC applies to the ppo loss only");

@@ -126,6 +126,8 @@ const PolicyLossEntry* policy_loss_by_name(const char* name) {
 PolicyLoss::PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& opt, const int32_t* seq_starts, int S,
                        int T)
     : in_(in), o_(opt), entry_(&policy_loss_entry(opt.kind)) {
+  // A cap <= 0 keeps its meaning from before the correction modes: no weight.
+  if (o_.correction == CorrectionMode::Truncate && o_.iw_cap <= 0) o_.correction = CorrectionMode::Off;
   w_ = aggregation_weights(in.mask, seq_starts, S, T, opt.agg, &tokens_);
   for (int t = 0; t < T; t++) msum_ += in.mask[t];
   seq_of_.assign((size_t)T, 0);

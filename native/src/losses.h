@@ -47,7 +47,7 @@ struct PolicyLossOptions {
   double dual_clip_c = 0;  // ppo only; <= 0: off; otherwise > 1
   CorrectionMode correction = CorrectionMode::Truncate;
   CorrectionLevel correction_level = CorrectionLevel::Token;
-  double iw_cap = 2;                       // Truncate
+  double iw_cap = 2;                       // Truncate; <= 0: Off
   double mask_low = 0.5, mask_high = 2.0;  // Mask
   double kl_coef = 0;
   KlType kl_type = KlType::K3;
