@@ -61,6 +61,7 @@ const samplingFields = {
   metadata: Type.Optional(
     Type.Union([
       Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 4096 }), {
+        maxProperties: 16,
         description: 'rlstream reads trajectory_id, group_id, group_size, sample_index, data_source, ground_truth, agent_name (all strings, as OpenAI metadata values are).',
       }),
       Type.Null(),

@@ -166,6 +166,8 @@ export class ServeService {
     }
     const chat: ChatCall = { messages: [{ role: 'user', content: call.prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming };
     const sessions = this.open(chat, { prompt: [{ role: 'user', content: call.prompt }], ids: this.deps.tokenizer.encode(call.prompt) });
+    // Raw text has no tool protocol: nothing is parsed out of it as a call.
+    for (const s of sessions) s.parseTools = false;
     return Promise.all(sessions.map((s) => this.turn(s, chat, false)));
   }
 
@@ -179,7 +181,11 @@ export class ServeService {
     let first = naming.sampleIndex;
     if (first === undefined) {
       first = naming.groupId === undefined ? 0 : (this.nextIndex.get(groupId) ?? 0);
-      if (naming.groupId !== undefined) this.nextIndex.set(groupId, first + n);
+      if (naming.groupId !== undefined) {
+        this.nextIndex.set(groupId, first + n);
+        // Groups a client names and never fills must not grow the table without bound.
+        if (this.nextIndex.size > REMEMBERED) this.nextIndex.delete(this.nextIndex.keys().next().value!);
+      }
     }
     if (first + n > groupSize) throw new ServeError('SRV_ERR_GROUP', { detail: `samples ${first}..${first + n - 1} do not fit a group of ${groupSize}` });
     if (naming.groupId !== undefined && first + n >= groupSize) this.nextIndex.delete(groupId);

@@ -69,6 +69,8 @@ export class ServeSession {
   lastUsedMs = Date.now();
   busy = false;
   completed: Termination | null = null;
+  /** Read tool calls out of generated turns (chat); text completions do not. */
+  parseTools = true;
 
   constructor(
     readonly ctx: AgentContext,
@@ -168,7 +170,7 @@ export class ServeSession {
   /** Generate the next assistant turn with this call's sampling; null when the response budget is spent. */
   async generate(sampling: SamplingParams, signal: AbortSignal): Promise<ServedTurn | null> {
     const ctx: AgentContext = { ...this.ctx, sampling, signal };
-    const turn = await generateTurn(ctx, true);
+    const turn = await generateTurn(ctx, this.parseTools);
     if (!turn) return null;
     const calls: ToolCall[] = [];
     const refused: ToolCall[] = [];
