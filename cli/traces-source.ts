@@ -49,14 +49,27 @@ export function resolveTraces(store: string | undefined, env: NodeJS.ProcessEnv 
     const path = resolve(cwd, spec.startsWith('chdb:') ? spec.slice(5) : spec);
     if (!existsSync(path)) throw new RlstreamError('CONFIG_INVALID', `trace store ${spec} does not exist: ${HOW}`);
     if (existsSync(join(path, 'chdb'))) return { target: `chdb:${join(path, 'chdb')}`, runDir: path, note: null };
-    const parent = resolve(path, '..');
-    return { target: `chdb:${path}`, runDir: existsSync(join(parent, 'log')) ? parent : null, note: null };
+    // A chDB directory holds its catalogue in metadata/; anything else would be turned into a new empty store.
+    if (existsSync(join(path, 'metadata'))) {
+      const parent = resolve(path, '..');
+      return { target: `chdb:${path}`, runDir: existsSync(join(parent, 'log')) ? parent : null, note: null };
+    }
+    // A data directory (run.data_dir): its newest run.
+    const newest = newestRun(path, spec);
+    if (newest) return newest;
+    throw new RlstreamError('CONFIG_INVALID', `${spec} is no trace store, run directory or data directory with runs: ${HOW}`);
   }
-  const root = join(cwd, '.rlstream');
+  const found = newestRun(join(cwd, '.rlstream'), '.rlstream/');
+  if (!found) throw new RlstreamError('CONFIG_INVALID', `no trace store given and no run under ${join(cwd, '.rlstream')}: ${HOW} (or set RLSTREAM_TRACES)`);
+  return found;
+}
+
+/** The most recently written run directory under a data directory, or null. */
+function newestRun(root: string, shown: string): ResolvedTraces | null {
   const runs = runDirsUnder(root).sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
   const newest = runs[0];
-  if (!newest) throw new RlstreamError('CONFIG_INVALID', `no trace store given and no run under ${root}: ${HOW} (or set RLSTREAM_TRACES)`);
-  return { target: `chdb:${join(newest, 'chdb')}`, runDir: newest, note: `reading the traces of ${newest} (the newest of ${runs.length} run(s) under .rlstream/; --store to choose)` };
+  if (!newest) return null;
+  return { target: `chdb:${join(newest, 'chdb')}`, runDir: newest, note: `reading the traces of ${newest} (the newest of ${runs.length} run(s) under ${shown}; --store <run dir> to choose)` };
 }
 
 class StoreSource implements TraceSource {

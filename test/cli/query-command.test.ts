@@ -4,7 +4,7 @@
 // writes it) is read through that run's admin API, found through <run dir>/admin-url.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -82,6 +82,10 @@ test('a live run (store locked by its process) is read through its admin API, wi
   assert.equal(named.code, 0, named.stderr);
   assert.deepEqual((JSON.parse(named.stdout) as { run_id: string }[]).map((x) => x.run_id), [runId]);
   assert.match(named.stderr, /reading the traces of .*calculator-1-20260101000000 \(the newest of 1 run\(s\) under \.rlstream\//);
+  // A data directory stands for its newest run too.
+  const data = await query(['--store', join(dir, '.rlstream', 'calculator'), sql, '--format', 'json']);
+  assert.equal(data.code, 0, data.stderr);
+  assert.match(data.stderr, /the newest of 1 run\(s\) under .*calculator/);
 });
 
 test('no --store and no run under .rlstream/: refused with the fix, no store created; a missing --store likewise', async () => {
@@ -95,4 +99,9 @@ test('no --store and no run under .rlstream/: refused with the fix, no store cre
   assert.equal(missing.code, 1);
   assert.match(missing.stderr, /trace store chdb:nowhere does not exist/);
   assert.equal(existsSync(join(empty, 'nowhere')), false);
+  // An existing directory that is no store and holds no run is refused, not turned into an empty store.
+  const plain = await query(['--store', empty, 'SELECT 1'], empty);
+  assert.equal(plain.code, 1);
+  assert.match(plain.stderr, /is no trace store, run directory or data directory with runs/);
+  assert.deepEqual(readdirSync(empty), []);
 });
