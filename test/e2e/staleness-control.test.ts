@@ -9,6 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { runMainJob } from '../../cli/run/main-job.ts';
+import { openRunContext } from '../../cli/run/context.ts';
+import { loadRunConfig } from '../../core/config.ts';
+import { readToEnd } from '../../core/log/read-to-end.ts';
+import { silentLogger } from '../../core/telemetry.ts';
+import { TOPICS } from '../../core/topics.ts';
 import { PrivateBroker } from '../../testkit/kafka-broker.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
 
@@ -20,6 +25,26 @@ async function post(runDir: string, path: string, body: unknown): Promise<number
   const token = url.hash.replace(/^#token=/, '');
   const res = await fetch(`${url.origin}/api${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
   return res.status;
+}
+
+/** Every completed trajectory's oldest policy version, read back from the run's log. */
+async function oldestVersions(shape: Record<string, unknown>, dataDir: string): Promise<Map<string, number>> {
+  const embedded = shape['log.kind'] === undefined;
+  const ctx = await openRunContext(loadRunConfig(CONFIG, { ...shape, ...(embedded ? { 'log.dir': join(dataDir, 'log') } : {}) }), silentLogger);
+  const out = new Map<string, number>();
+  try {
+    const c = await ctx.log.consumer({ groupId: `audit-${randomUUID()}`, topics: [TOPICS.rolloutEvents], fromBeginning: true, readCommitted: true });
+    const ends = new Map((await ctx.log.offsets(TOPICS.rolloutEvents)).filter((p) => p.high > p.low).map((p) => [p.partition, p.high] as const));
+    await readToEnd(c, TOPICS.rolloutEvents, ends, async (records) => {
+      for (const r of records) {
+        const d = await ctx.serde.decode(r.value);
+        if (d.name === 'TrajectoryCompleted') out.set(d.value.trajectory.trajectory_id, d.value.trajectory.min_policy_version);
+      }
+    }, { what: 'staleness audit', timeoutMs: 60_000 }).finally(() => c.close());
+  } finally {
+    await ctx.close();
+  }
+  return out;
 }
 
 async function scenario(shape: Record<string, unknown>): Promise<void> {
@@ -55,6 +80,10 @@ async function scenario(shape: Record<string, unknown>): Promise<void> {
     const later = steps.filter((s) => s.step >= changedAt + 2);
     assert.ok(later.length > 0);
     for (const s of later) assert.ok(s.staleness_max <= 1, `step ${s.step} trained a sample ${s.staleness_max} versions old`);
+    // None dropped that the new bound allows: a sample is dropped at the version its step started from.
+    const oldest = await oldestVersions(shape, summary.data_dir);
+    const dropped = later.flatMap((s) => s.dropped_trajectory_ids.map((id) => ({ id, staleness: s.policy_version - oldest.get(id)! })));
+    for (const d of dropped) assert.ok(d.staleness > 1, `${d.id} dropped at staleness ${d.staleness}, which the bound 1 allows`);
     // Stop: the run ended soon after the command, far short of max_steps.
     assert.ok(summary.steps >= stopAt && summary.steps < 30, `steps ${summary.steps}`);
   } finally {
