@@ -3,6 +3,7 @@
 // they mean in Confluent's API, so records framed here decode with any Confluent deserializer and back.
 import { SchemaRegistryClient, type SchemaInfo } from '@confluentinc/schemaregistry';
 import { RlstreamError } from '../errors.ts';
+import { retry } from '../retry.ts';
 import type { SchemaRegistry } from './registry.ts';
 
 export interface HttpRegistryOptions {
@@ -42,6 +43,12 @@ const IMPLIES_BACKWARD: Record<string, readonly string[]> = {
  * Setting a subject's level races the same way ("rule already exists"), and is read again and retried.
  */
 const CONFLICT_ATTEMPTS = 4;
+/** How a conflict is tried again: 3 more times, from ~100 ms, spread so racing starters do not collide again. */
+const CONFLICT_RETRY = { retriable: isConflict, retries: CONFLICT_ATTEMPTS - 1, initialDelayMs: 100, jitter: 0.25 };
+
+function isConflict(err: unknown): boolean {
+  return (err as RestErrorLike | null)?.status === 409;
+}
 
 interface RestErrorLike {
   status?: number;
@@ -119,21 +126,25 @@ export class HttpSchemaRegistry implements SchemaRegistry {
   async register(subject: string, schema: string): Promise<number> {
     if (typeof subject !== 'string' || subject === '') throw new RlstreamError('INPUT_INVALID', 'registry subject must be a non-empty string');
     await this.ensureLevel(subject);
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const id = await this.client.register(subject, { schemaType: 'AVRO', schema });
-        this.textById.set(id, schema);
-        return id;
-      } catch (err) {
-        if ((err as RestErrorLike | null)?.status !== 409) throw fromRest(err, `register ${subject}`);
-        const found = await this.lookup(subject, schema);
-        if (found !== null) {
-          this.textById.set(found, schema);
-          return found;
-        }
-        if (attempt >= CONFLICT_ATTEMPTS) throw fromRest(err, `register ${subject}`);
-        await new Promise((r) => setTimeout(r, 50 * 2 ** attempt + Math.random() * 50));
-      }
+    try {
+      return await retry(
+        async () => {
+          try {
+            const id = await this.client.register(subject, { schemaType: 'AVRO', schema });
+            this.textById.set(id, schema);
+            return id;
+          } catch (err) {
+            if (!isConflict(err)) throw fromRest(err, `register ${subject}`);
+            const found = await this.lookup(subject, schema);
+            if (found === null) throw err; // still not under the subject: tried again, then an incompatibility
+            this.textById.set(found, schema);
+            return found;
+          }
+        },
+        CONFLICT_RETRY,
+      );
+    } catch (err) {
+      throw isConflict(err) ? fromRest(err, `register ${subject}`) : err;
     }
   }
 
@@ -159,32 +170,30 @@ export class HttpSchemaRegistry implements SchemaRegistry {
     if (want === null || want === undefined) return Promise.resolve();
     let p = this.levelChecked.get(subject);
     if (!p) {
-      p = (async () => {
-        for (let attempt = 1; ; attempt++) {
-          let level: string | undefined;
-          try {
-            const c = await this.client.getConfig(subject);
-            level = c.compatibilityLevel ?? c.compatibility;
-          } catch (err) {
-            const e = fromRest(err, `compatibility level of ${subject}`);
-            // No subject yet, or no level of its own (Confluent answers 40408): set one.
-            if (e.code !== 'SERDE_UNKNOWN_SCHEMA' && (err as RestErrorLike).errorCode !== 40408) throw e;
-          }
-          if (level !== undefined && IMPLIES_BACKWARD[want]!.includes(level)) return;
-          try {
-            // The client encodes the subject in getConfig but not in updateConfig.
-            await this.client.updateConfig(encodeURIComponent(subject), { compatibility: want as never });
-            return;
-          } catch (err) {
-            // Concurrent first starts race here too: Apicurio answers 409 "rule already exists" to all but one
-            // of them. Read the level again (the winner's) rather than fail.
-            if ((err as RestErrorLike | null)?.status !== 409 || attempt >= CONFLICT_ATTEMPTS) {
-              throw fromRest(err, `set the compatibility level of ${subject} to ${want} (it is ${level ?? 'unset'})`);
-            }
-            await new Promise((r) => setTimeout(r, 50 * 2 ** attempt + Math.random() * 50));
-          }
+      let level: string | undefined;
+      p = retry(async () => {
+        level = undefined;
+        try {
+          const c = await this.client.getConfig(subject);
+          level = c.compatibilityLevel ?? c.compatibility;
+        } catch (err) {
+          const e = fromRest(err, `compatibility level of ${subject}`);
+          // No subject yet, or no level of its own (Confluent answers 40408): set one.
+          if (e.code !== 'SERDE_UNKNOWN_SCHEMA' && (err as RestErrorLike).errorCode !== 40408) throw e;
         }
-      })();
+        if (level !== undefined && IMPLIES_BACKWARD[want]!.includes(level)) return;
+        try {
+          // The client encodes the subject in getConfig but not in updateConfig.
+          await this.client.updateConfig(encodeURIComponent(subject), { compatibility: want as never });
+        } catch (err) {
+          // Concurrent first starts race here too: Apicurio answers 409 "rule already exists" to all but one
+          // of them. Read the level again (the winner's) rather than fail.
+          if (!isConflict(err)) throw fromRest(err, `set the compatibility level of ${subject} to ${want} (it is ${level ?? 'unset'})`);
+          throw err;
+        }
+      }, CONFLICT_RETRY).catch((err: unknown) => {
+        throw isConflict(err) ? fromRest(err, `set the compatibility level of ${subject} to ${want} (it is ${level ?? 'unset'})`) : err;
+      });
       p.catch(() => this.levelChecked.delete(subject)); // a failed check is tried again by the next register
       this.levelChecked.set(subject, p);
     }
