@@ -8,18 +8,24 @@
 // trained only on trajectories generated wholly by version v, and each version started exactly one batch.
 //
 // Each mode runs as its own child process (this file with --child) in a fresh data dir, so no JIT, native or
-// chDB state carries over from one mode to the next.
-//   npm run bench -- async [--steps 20] [--bounds 0,1,2,4] [--groups 8] [--n 8] [--heldout 200]
-//                          [--tools <tool-config.yaml>] [--keep]
-// Shared 2-core machine: wall-clock figures are noisy; the load average before each mode is recorded.
+// chDB state carries over from one mode to the next. The modes run in interleaved rounds (sync, 1, 2, 4, sync,
+// 1, 2, 4, …; bench/harness.ts) with a machine-speed probe (sgemm, load average) before each: the figures are
+// the median [min–max] over rounds, and a speed-up is taken round by round (sync and async of the same round).
+// The sync baseline gets its best setting: its trainer runs on every core (--sync-threads, default the core
+// count), since nothing else runs while it trains; async modes keep the configured trainer threads
+// (--async-threads, default 1), since their rollouts need the other core.
+//   npm run bench -- async [--rounds 3] [--steps 20] [--bounds 0,1,2,4] [--groups 8] [--n 8] [--heldout 200]
+//                          [--sync-threads N] [--async-threads N] [--tools <tool-config.yaml>] [--keep] [--quick]
+// --quick: 2 steps of 2 groups × 2, bounds 0 and 4, 2 rounds: proves the benchmark runs, its figures mean nothing.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openTraceStore } from '../core/traces/open.ts';
 import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
 import type { TrainStep } from '../schemas/generated/types.ts';
+import { commonFlags, fmtStats, interleaved, probeSummary, roundRatios, summarize, type Probe } from './harness.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(here, '..');
@@ -28,6 +34,8 @@ const HEAVY_TAIL_TOOLS = join(REPO, 'examples', 'calculator', 'tools-heavy-tail.
 const RESULT = 'ASYNC_BENCH_RESULT ';
 
 interface BenchOptions {
+  rounds: number;
+  quick: boolean;
   steps: number;
   bounds: number[];
   groups: number;
@@ -35,6 +43,9 @@ interface BenchOptions {
   heldout: number;
   tools: string;
   keep: boolean;
+  /** Native core threads of the trainer in sync mode (bound 0) and in async modes. */
+  syncThreads: number;
+  asyncThreads: number;
   /** A mode that has not finished after this long is killed and reported as failed. */
   modeTimeoutS: number;
 }
@@ -70,7 +81,7 @@ interface ToolFigures {
 interface ModeResult {
   mode: string;
   bound: number;
-  loadBefore: number[];
+  trainerThreads: number;
   rlSeconds: number;
   jobSeconds: number;
   trainerBusy: number;
@@ -93,8 +104,12 @@ interface ModeResult {
   steps: StepFigures[];
 }
 
-function parseOptions(args: string[]): BenchOptions {
-  const o: BenchOptions = { steps: 20, bounds: [0, 1, 2, 4], groups: 8, n: 8, heldout: 200, tools: HEAVY_TAIL_TOOLS, keep: false, modeTimeoutS: 0 };
+function parseOptions(all: string[]): BenchOptions {
+  const { quick, rounds, rest: args } = commonFlags(all, 3);
+  const cores = availableParallelism();
+  const o: BenchOptions = quick
+    ? { rounds: all.includes('--rounds') ? rounds : 2, quick, steps: 2, bounds: [0, 4], groups: 2, n: 2, heldout: 10, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0 }
+    : { rounds, quick, steps: 20, bounds: [0, 1, 2, 4], groups: 8, n: 8, heldout: 200, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0 };
   const int = (flag: string, v: string | undefined, min: number) => {
     const x = Number(v);
     if (!Number.isInteger(x) || x < min) throw new Error(`${flag} must be an integer >= ${min} (got ${JSON.stringify(v)})`);
@@ -125,11 +140,17 @@ function parseOptions(args: string[]): BenchOptions {
       case '--keep':
         o.keep = true;
         break;
+      case '--sync-threads':
+        o.syncThreads = int(a, value(), 1);
+        break;
+      case '--async-threads':
+        o.asyncThreads = int(a, value(), 1);
+        break;
       case '--mode-timeout':
         o.modeTimeoutS = int(a, value(), 1);
         break;
       default:
-        throw new Error(`unknown argument ${a} (flags: --steps N --bounds 0,1,2,4 --groups G --n N --heldout N --tools FILE --keep --mode-timeout S)`);
+        throw new Error(`unknown argument ${a} (flags: --rounds R --quick --steps N --bounds 0,1,2,4 --groups G --n N --heldout N --sync-threads N --async-threads N --tools FILE --keep --mode-timeout S)`);
     }
   }
   // Generous against a loaded machine (a step takes seconds under load), short of waiting forever on a hung run.
@@ -137,13 +158,16 @@ function parseOptions(args: string[]): BenchOptions {
   return o;
 }
 
-/** Config overrides of one mode: everything but the staleness bound is the same in every mode. */
+const threadsFor = (o: BenchOptions, bound: number) => (bound === 0 ? o.syncThreads : o.asyncThreads);
+
+/** Config overrides of one mode: everything but the staleness bound and the trainer's threads is the same in every mode. */
 function overridesFor(o: BenchOptions, bound: number, dataDir: string): Record<string, unknown> {
   const maxBound = Math.max(...o.bounds);
   return {
     'run.data_dir': dataDir,
     'tools.config': o.tools,
     'trainer.staleness_bound': bound,
+    'trainer.threads': threadsFor(o, bound),
     'trainer.max_steps': o.steps,
     'trainer.groups_per_step': o.groups,
     'rollout.n': o.n,
@@ -248,14 +272,14 @@ function modeName(bound: number): string {
   return bound === 0 ? 'sync (bound 0)' : `async bound ${bound}`;
 }
 
-function toResult(bound: number, loadBefore: number[], r: Awaited<ReturnType<typeof runChild>>): ModeResult {
+function toResult(bound: number, trainerThreads: number, r: Awaited<ReturnType<typeof runChild>>): ModeResult {
   const { summary, steps } = r;
   const rl = summary.rl;
   const trained = steps.reduce((n, s) => n + s.trajectories, 0);
   return {
     mode: modeName(bound),
     bound,
-    loadBefore,
+    trainerThreads,
     rlSeconds: rl.seconds,
     jobSeconds: summary.wall_seconds,
     trainerBusy: rl.trainer_compute_seconds / rl.seconds,
@@ -294,45 +318,74 @@ function syncVerdict(r: ModeResult, o: BenchOptions): { ok: boolean; text: strin
 export async function main(args: string[]): Promise<unknown> {
   const o = parseOptions(args);
   const perMode = o.steps * o.groups * o.n;
-  console.log(`async speed-up: main job, ${o.steps} steps × ${o.groups} groups × ${o.n} samples = ${perMode} trained trajectories per mode; tools ${o.tools}; held-out accuracy at the end on ${o.heldout} problems`);
-  const results: ModeResult[] = [];
-  const failures: { mode: string; error: string }[] = [];
-  for (const bound of o.bounds) {
-    const dataDir = mkdtempSync(join(tmpdir(), `rlstream-bench-async-b${bound}-`));
-    const loadBefore = loadavg().map((x) => Math.round(x * 100) / 100);
-    process.stdout.write(`${modeName(bound).padEnd(15)} load ${loadBefore.join(' ')} … `);
-    let failed = false;
-    try {
-      const r = toResult(bound, loadBefore, await runChild({ bound, dataDir, overrides: overridesFor(o, bound, dataDir) }, o.modeTimeoutS));
-      results.push(r);
-      console.log(`RL ${r.rlSeconds.toFixed(1)} s, accuracy ${(r.heldoutAccuracy * 100).toFixed(1)}%`);
-    } catch (err) {
-      // One failed mode must not cost the others: report it and go on.
-      failed = true;
-      failures.push({ mode: modeName(bound), error: (err as Error).message });
-      console.log(`FAILED\n${(err as Error).message}`);
-    } finally {
-      if (!o.keep && !failed) rmSync(dataDir, { recursive: true, force: true });
-      else console.log(`  data dir kept: ${dataDir}`);
-    }
+  console.log(`async speed-up: main job, ${o.steps} steps × ${o.groups} groups × ${o.n} samples = ${perMode} trained trajectories per mode; ${o.rounds} interleaved rounds of ${o.bounds.map(modeName).join(', ')}; trainer threads: sync ${o.syncThreads}, async ${o.asyncThreads}; tools ${o.tools}; held-out accuracy at the end on ${o.heldout} problems${o.quick ? ' (--quick: smoke size, figures mean nothing)' : ''}`);
+  const records = await interleaved<ModeResult>(
+    o.bounds.map((bound) => ({
+      name: modeName(bound),
+      run: async (round) => {
+        const dataDir = mkdtempSync(join(tmpdir(), `rlstream-bench-async-b${bound}-r${round}-`));
+        let ok = false;
+        try {
+          const r = toResult(bound, threadsFor(o, bound), await runChild({ bound, dataDir, overrides: overridesFor(o, bound, dataDir) }, o.modeTimeoutS));
+          ok = true;
+          return r;
+        } finally {
+          // A failed mode keeps its data dir (its child's log is there); one failure does not cost the others.
+          if (!o.keep && ok) rmSync(dataDir, { recursive: true, force: true });
+          else console.log(`  data dir kept: ${dataDir}`);
+        }
+      },
+    })),
+    o.rounds,
+  );
+  for (const rec of records) if (rec.error) console.log(`round ${rec.round + 1} ${rec.mode}: FAILED\n${rec.error}`);
+  const sync = modeName(0);
+  const hasSync = o.bounds.includes(0);
+  for (const rec of records) {
+    const s = records.find((x) => x.round === rec.round && x.mode === sync)?.result;
+    if (rec.result) rec.result.speedup = s ? s.rlSeconds / rec.result.rlSeconds : null;
   }
-  const sync = results.find((r) => r.bound === 0);
-  for (const r of results) r.speedup = sync ? sync.rlSeconds / r.rlSeconds : null;
-
-  console.log('\nmode             RL wall s  speed-up  trainer busy  step compute s  gen tok/s  traj/s  staleness mean/max  dropped  tool p50/p99 ms  timeouts  held-out acc');
-  for (const r of results) {
+  const fig = (f: (r: ModeResult) => number) => summarize(records, f);
+  const summary = {
+    rlSeconds: fig((r) => r.rlSeconds),
+    trainerBusy: fig((r) => r.trainerBusy),
+    stepComputeSeconds: fig((r) => r.stepComputeSeconds),
+    tokensPerSec: fig((r) => r.tokensPerSec),
+    trajPerSec: fig((r) => r.trajPerSec),
+    stalenessMean: fig((r) => r.stalenessMean),
+    heldoutAccuracy: fig((r) => r.heldoutAccuracy),
+    speedupRoundByRound: hasSync ? Object.fromEntries(o.bounds.map((b) => [modeName(b), roundRatios(records, sync, modeName(b), (r) => r.rlSeconds)])) : null,
+  };
+  console.log(`\nmedian [min–max] over ${o.rounds} rounds`);
+  console.log('mode             threads  RL wall s             speed-up (same round)  trainer busy %        step compute s     gen tok/s           traj/s            staleness mean   held-out acc %');
+  for (const b of o.bounds) {
+    const m = modeName(b);
+    const pct = (s: { n: number; median: number; min: number; max: number }) => ({ ...s, median: s.median * 100, min: s.min * 100, max: s.max * 100 });
     console.log(
-      `${r.mode.padEnd(15)} ${r.rlSeconds.toFixed(1).padStart(10)} ${(r.speedup === null ? '-' : `${r.speedup.toFixed(2)}×`).padStart(9)} ${`${(r.trainerBusy * 100).toFixed(1)}%`.padStart(13)} ${r.stepComputeSeconds.toFixed(2).padStart(15)} ${r.tokensPerSec.toFixed(0).padStart(10)} ${r.trajPerSec.toFixed(2).padStart(7)} ${`${r.stalenessMean.toFixed(2)}/${r.stalenessMax}`.padStart(19)} ${String(r.droppedStale).padStart(8)} ${`${r.tools.p50Ms.toFixed(0)}/${r.tools.p99Ms.toFixed(0)}`.padStart(16)} ${`${r.tools.timeouts}/${r.tools.calls}`.padStart(9)} ${`${(r.heldoutAccuracy * 100).toFixed(1)}%`.padStart(13)}`,
+      [
+        m.padEnd(16),
+        String(threadsFor(o, b)).padStart(7),
+        fmtStats(summary.rlSeconds[m]!, 1).padEnd(21),
+        (summary.speedupRoundByRound ? fmtStats(summary.speedupRoundByRound[m]!, 2, '×') : '-').padEnd(22),
+        fmtStats(pct(summary.trainerBusy[m]!), 1).padEnd(21),
+        fmtStats(summary.stepComputeSeconds[m]!, 2).padEnd(18),
+        fmtStats(summary.tokensPerSec[m]!, 0).padEnd(19),
+        fmtStats(summary.trajPerSec[m]!, 2).padEnd(17),
+        fmtStats(summary.stalenessMean[m]!, 2).padEnd(16),
+        fmtStats(pct(summary.heldoutAccuracy[m]!), 1),
+      ].join(' '),
     );
   }
-  console.log(`(RL wall: first rollout to the last training step; trainer busy: Σ step compute (forward, backward, optimizer) / RL wall, the rest of its time it waits for data (Σ wait in the JSON) or checkpoints and publishes; step compute: mean per step, longer where rollouts generate beside the trainer on the same cores; gen tok/s: tokens the training rollouts generated / RL wall, trained or not; traj/s: trained trajectories / RL wall; held-out accuracy of the final policy, greedy, ${o.heldout} problems)`);
-  for (const r of results) console.log(`${r.mode}: ${r.tools.calls} tool calls in training rollouts, simulated delay drawn p50 ${r.tools.simulatedP50Ms.toFixed(0)} ms, p99 ${r.tools.simulatedP99Ms.toFixed(0)} ms; ${r.trajectoriesCompleted} trajectories completed for ${r.trainedTrajectories} trained`);
-  const verdict = sync ? syncVerdict(sync, o) : null;
-  if (verdict) console.log(verdict.text);
-  console.log('shared 2-core machine: absolute figures are noisy; the load average before each mode is in the report');
-  for (const f of failures) console.log(`${f.mode}: FAILED (see above)`);
-  if ((verdict && !verdict.ok) || failures.length > 0) process.exitCode = 1;
-  return { options: o, trajectoriesPerMode: perMode, modes: results, failures, syncVerified: verdict?.ok ?? null, syncVerification: verdict?.text ?? null, note: 'shared 2-core machine: timings are noisy' };
+  console.log(`(RL wall: first rollout to the last training step; speed-up: sync RL wall / this mode's RL wall in the same round; trainer busy: Σ step compute (forward, backward, optimizer) / RL wall, the rest of its time it waits for data (Σ wait in the JSON) or checkpoints and publishes; step compute: mean per step, longer where rollouts generate beside the trainer on the same cores; gen tok/s: tokens the training rollouts generated / RL wall, trained or not; traj/s: trained trajectories / RL wall; held-out accuracy of the final policy, greedy, ${o.heldout} problems)`);
+  const speed = probeSummary(records);
+  console.log(`machine speed before each mode: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)} (per round in the report)`);
+  const verdicts = records.filter((r) => r.mode === sync && r.result).map((r) => ({ round: r.round, ...syncVerdict(r.result!, o) }));
+  for (const v of verdicts) console.log(`round ${v.round + 1}: ${v.text}`);
+  const failures = records.filter((r) => r.error).map((r) => ({ round: r.round, mode: r.mode, error: r.error! }));
+  for (const f of failures) console.log(`round ${f.round + 1} ${f.mode}: FAILED (see above)`);
+  if (verdicts.some((v) => !v.ok) || failures.length > 0) process.exitCode = 1;
+  const rounds = records.map((r) => ({ round: r.round, mode: r.mode, probe: r.probe as Probe, seconds: r.seconds, result: r.result ?? null, error: r.error ?? null }));
+  return { options: o, trajectoriesPerMode: perMode, summary, machineSpeed: speed, rounds, failures, syncVerified: verdicts.length ? verdicts.every((v) => v.ok) : null, syncVerification: verdicts };
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url) && process.argv[2] === '--child') {

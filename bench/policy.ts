@@ -4,8 +4,11 @@
 // threads 1 vs 2 (both sides at the same setting), batch 64 split over 2 engine workers of 1 thread each (data
 // parallel; one sequence cannot be split that way), multi-turn sessions with and without the kept KV cache, and
 // the engine's decode step against the runner's decode call alone (what the engine adds per step).
-// Run: npm run bench -- policy [--quick]. Timings on a shared 2-core machine are noisy: scenarios run in
-// interleaved rounds, each keeps its best round, and the load average is printed with the results.
+// Run: npm run bench -- policy [--quick] [--rounds 9] [--max-new 128]. Timings on a shared 2-core machine are
+// noisy: scenarios run in interleaved rounds (bench/harness.ts) with a machine-speed probe before each round.
+// The headline figure, batch 64 against one at a time, is the median [min–max] over rounds of the ratio taken
+// within each round (same moment, same load): `speedupBatch64VsSequentialRoundMedian_t<threads>` in the report.
+// Each scenario's table row is its median round; the best round of each is in the report too.
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
 import { configToJson, expectedTensors, policyConfig } from '../producers/policy/config.ts';
 import { exportOnnx } from '../producers/policy/export.ts';
@@ -13,6 +16,7 @@ import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
 import { SlotCache } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
+import { commonFlags, fmtStats, probe, stats, type Probe, type Stats } from './harness.ts';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
 const config = policyConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
@@ -54,6 +58,7 @@ interface Scenario {
 }
 
 interface Round {
+  probe: Probe;
   wallMs: number;
   cpuMs: number;
   results: Awaited<ReturnType<BuiltinPolicyBackend['generate']>>[];
@@ -62,8 +67,8 @@ interface Round {
 /**
  * Run the scenarios of one thread setting in interleaved rounds (A, B, C, A, B, C, ...), each on its own
  * backend: on a shared machine the load drifts over seconds, and interleaving gives every scenario the same
- * chance at the quiet moments. Each scenario keeps its fastest round; the rounds are returned too, so ratios
- * can also be taken round by round (same moment, same load).
+ * chance at the quiet moments. Each scenario's row is its median round (by wall time); the rounds are returned
+ * too, so ratios can be taken round by round (same moment, same load).
  */
 async function generationRuns(threads: number, scenarios: Scenario[], repeats: number): Promise<{ rows: Row[]; rounds: Round[][] }> {
   const backends: BuiltinPolicyBackend[] = [];
@@ -75,19 +80,21 @@ async function generationRuns(threads: number, scenarios: Scenario[], repeats: n
   }
   const rounds: Round[][] = scenarios.map(() => []);
   for (let rep = 0; rep < repeats; rep++) {
+    const p = probe();
     for (const [i, sc] of scenarios.entries()) {
       const t0 = performance.now();
       const c0 = process.cpuUsage();
       const results = await Promise.all(Array.from({ length: sc.sequences }, (_, j) => backends[i]!.generate(request(j, sc.promptLen, sc.maxNew))));
       const wallMs = performance.now() - t0;
       const cu = process.cpuUsage(c0);
-      rounds[i]!.push({ wallMs, cpuMs: (cu.user + cu.system) / 1000, results });
+      rounds[i]!.push({ probe: p, wallMs, cpuMs: (cu.user + cu.system) / 1000, results });
     }
   }
   for (const b of backends) await b.close();
   const rows = scenarios.map((sc, i) => {
-    const best = rounds[i]!.reduce((a, r) => (r.wallMs < a.wallMs ? r : a));
-    const cpuMs = Math.min(...rounds[i]!.map((r) => r.cpuMs));
+    const sorted = [...rounds[i]!].sort((a, b) => a.wallMs - b.wallMs);
+    const best = sorted[(sorted.length - 1) >> 1]!; // the median round (the lower one of an even count)
+    const cpuMs = stats(rounds[i]!.map((r) => r.cpuMs)).median;
     const tokens = best.results.reduce((s, r) => s + r.tokenIds.length, 0);
     // Per-token latency as one sequence sees it: its wall time divided by its tokens (includes queueing when
     // sequences run one at a time, so for that scenario it is reported from the first request only).
@@ -97,13 +104,15 @@ async function generationRuns(threads: number, scenarios: Scenario[], repeats: n
   return { rows, rounds };
 }
 
-/** The median over rounds of (tokens/s of `a`) / (tokens/s of `b`) measured in the same round. */
-function medianRoundRatio(a: Round[], b: Round[]): number {
-  const tps = (r: Round) => r.results.reduce((s, x) => s + x.tokenIds.length, 0) / r.wallMs;
-  const ratios = a.map((r, i) => tps(r) / tps(b[i]!)).sort((x, y) => x - y);
-  const m = ratios.length >> 1;
-  return ratios.length % 2 ? ratios[m]! : (ratios[m - 1]! + ratios[m]!) / 2;
+const tps = (r: Round) => (r.results.reduce((s, x) => s + x.tokenIds.length, 0) / r.wallMs) * 1000;
+
+/** Median [min–max] over rounds of (tokens/s of `a`) / (tokens/s of `b`) measured in the same round. */
+function roundRatio(a: Round[], b: Round[]): Stats {
+  return stats(a.map((r, i) => tps(r) / tps(b[i]!)));
 }
+
+/** What the report keeps of a round: its probe and figures, not the generated tokens. */
+const rawRounds = (names: string[], rounds: Round[][]) => rounds.map((rs, i) => ({ scenario: names[i]!, rounds: rs.map((r) => ({ probe: r.probe, wallMs: r.wallMs, cpuMs: r.cpuMs, tokensPerS: tps(r) })) }));
 
 // The main job's shape: ~120-token prompts, ~60 generated tokens per turn, a 16-token tool result between turns.
 async function multiTurn(threads: number, keep: boolean, sessions: number, turns: number): Promise<Row & { prefillTokens: number; reusedTokens: number }> {
@@ -185,9 +194,11 @@ async function engineVsBare(batch: number, maxNew: number, repeats: number): Pro
 }
 
 export async function main(args: string[]): Promise<unknown> {
-  const quick = args.includes('--quick');
-  const maxNew = quick ? 32 : 64;
-  const repeats = quick ? 3 : 7;
+  const { quick, rounds: repeatsFlag, rest } = commonFlags(args, 9);
+  const mi = rest.indexOf('--max-new');
+  const maxNew = mi >= 0 ? Number(rest[mi + 1]) : quick ? 16 : 128;
+  if (!Number.isInteger(maxNew) || maxNew < 2) throw new Error(`--max-new must be an integer >= 2 (got ${JSON.stringify(rest[mi + 1])})`);
+  const repeats = quick && !args.includes('--rounds') ? 3 : repeatsFlag;
   const loadBefore = loadavg();
   console.log(`model: hidden ${config.hiddenSize}, ${config.numLayers} layers, ${config.numHeads} heads / ${config.numKvHeads} kv, intermediate ${config.intermediateSize}, vocab ${config.vocabSize}: ${(params / 1e6).toFixed(2)}M parameters`);
   console.log(`load average at start: ${loadBefore.map((x) => x.toFixed(2)).join(', ')} (${cpus().length} cores)`);
@@ -213,17 +224,20 @@ export async function main(args: string[]): Promise<unknown> {
     ...[1, 8, 64].map((batch) => ({ scenario: `continuous batching, batch ${batch}`, maxBatch: batch, sequences: batch, maxNew, promptLen: 16 })),
   ];
   const rows: Row[] = [];
-  const roundRatio: Record<number, number> = {};
+  const ratio: Record<number, Stats> = {};
+  const raw: ReturnType<typeof rawRounds>[] = [];
   for (const threads of [1, 2]) {
     const { rows: rs, rounds } = await generationRuns(threads, scenarios, repeats);
     rows.push(...rs);
-    roundRatio[threads] = medianRoundRatio(rounds[3]!, rounds[0]!);
+    ratio[threads] = roundRatio(rounds[3]!, rounds[0]!);
+    raw.push(rawRounds(scenarios.map((x) => `${x.scenario}, ${threads} thread(s)`), rounds));
   }
   // Data parallel: batch 64 over 2 engine workers of 1 thread each, in rounds interleaved with one at a time
   // (1 thread) for the same-round ratio.
   const parallel = await generationRuns(1, [scenarios[0]!, { scenario: 'continuous batching, batch 64, 2 workers', maxBatch: 64, workers: 2, sequences: 64, maxNew, promptLen: 16 }], repeats);
   rows.push(parallel.rows[1]!);
-  const parallelRoundRatio = medianRoundRatio(parallel.rounds[1]!, parallel.rounds[0]!);
+  const parallelRatio = roundRatio(parallel.rounds[1]!, parallel.rounds[0]!);
+  raw.push(rawRounds(['one sequence at a time (parallel pairing), 1 thread', 'continuous batching, batch 64, 2 workers'], parallel.rounds));
   const long: Scenario[] = [32, 64].map((batch) => ({ scenario: `batch ${batch}, 120-token prompts, 60 new`, maxBatch: batch, sequences: batch, maxNew: 60, promptLen: 120 }));
   rows.push(...(await generationRuns(1, long, quick ? 1 : 3)).rows);
   const turnRows = [];
@@ -237,7 +251,7 @@ export async function main(args: string[]): Promise<unknown> {
   for (const x of [...rows, ...turnRows]) console.log(`| ${x.scenario} | ${x.threads} | ${x.workers} | ${x.sequences} | ${x.tokens} | ${x.wallMs.toFixed(0)} | ${x.tokensPerS.toFixed(0)} | ${x.tokensPerCpuS.toFixed(0)} | ${x.msPerToken.toFixed(2)} |`);
   for (const x of turnRows) console.log(`${x.scenario}: ${x.prefillTokens} prompt tokens encoded, ${x.reusedTokens} reused from kept caches`);
 
-  const figures: Record<string, number> = { exportMs, sessionLoadMs: r.loadMs, parameters: params, loadAvg1mStart: loadBefore[0]!, loadAvg1mEnd: loadAfter[0]! };
+  const figures: Record<string, number | Stats> = { exportMs, sessionLoadMs: r.loadMs, parameters: params, loadAvg1mStart: loadBefore[0]!, loadAvg1mEnd: loadAfter[0]! };
   const seqRow = (t: number) => rows.find((x) => x.threads === t && x.scenario.startsWith('one sequence'))!;
   const b64Row = (t: number) => rows.find((x) => x.threads === t && x.scenario.endsWith('batch 64'))!;
   const parallelRow = rows.find((x) => x.workers === 2)!;
@@ -246,31 +260,33 @@ export async function main(args: string[]): Promise<unknown> {
     const b = b64Row(threads);
     figures[`speedupBatch64VsSequential_t${threads}`] = b.tokensPerS / s.tokensPerS;
     figures[`speedupBatch64VsSequentialCpu_t${threads}`] = b.tokensPerCpuS / s.tokensPerCpuS;
-    figures[`speedupBatch64VsSequentialRoundMedian_t${threads}`] = roundRatio[threads]!;
+    figures[`speedupBatch64VsSequentialRoundMedian_t${threads}`] = ratio[threads]!.median;
+    figures[`speedupBatch64VsSequentialRounds_t${threads}`] = ratio[threads]!;
     console.log(
-      `threads ${threads} (both sides): continuous batching at 64 gives ${(b.tokensPerS / s.tokensPerS).toFixed(1)}x the tokens/s of one sequence at a time (target >= 10x; best round of each); ` +
-        `median of same-round ratios ${roundRatio[threads]!.toFixed(1)}x; per CPU-second ${(b.tokensPerCpuS / s.tokensPerCpuS).toFixed(1)}x`,
+      `threads ${threads} (both sides): continuous batching at 64 gives ${fmtStats(ratio[threads]!, 1, 'x')} the tokens/s of one sequence at a time ` +
+        `(median [min–max] over ${repeats} rounds of the same-round ratio; target >= 10x); median rounds of each ${(b.tokensPerS / s.tokensPerS).toFixed(1)}x; per CPU-second ${(b.tokensPerCpuS / s.tokensPerCpuS).toFixed(1)}x`,
     );
   }
   figures['speedupBatch64TwoWorkersVsSequential_t1'] = parallelRow.tokensPerS / seqRow(1).tokensPerS;
-  figures['speedupBatch64TwoWorkersVsSequentialRoundMedian_t1'] = parallelRoundRatio;
+  figures['speedupBatch64TwoWorkersVsSequentialRoundMedian_t1'] = parallelRatio.median;
+  figures['speedupBatch64TwoWorkersVsSequentialRounds_t1'] = parallelRatio;
   console.log(
-    `2 workers × 1 thread: continuous batching at 64 gives ${figures['speedupBatch64TwoWorkersVsSequential_t1']!.toFixed(1)}x the tokens/s of one sequence at a time at 1 thread (best round of each); ` +
-      `median of same-round ratios ${parallelRoundRatio.toFixed(1)}x`,
+    `2 workers × 1 thread: continuous batching at 64 gives ${fmtStats(parallelRatio, 1, 'x')} the tokens/s of one sequence at a time at 1 thread (same-round ratios); ` +
+      `median rounds of each ${(figures['speedupBatch64TwoWorkersVsSequential_t1'] as number).toFixed(1)}x`,
   );
   // Each side at its own best setting (threads, and workers for the batch): the honest "best batched vs best
   // sequential" figure. One sequence cannot use a second worker, only a second thread.
   const bestSeq = [1, 2].map(seqRow).reduce((a, x) => (x.tokensPerS > a.tokensPerS ? x : a));
   const bestB64 = [...[1, 2].map(b64Row), parallelRow].reduce((a, x) => (x.tokensPerS > a.tokensPerS ? x : a));
   figures['speedupBatch64VsSequentialBestOfEach'] = bestB64.tokensPerS / bestSeq.tokensPerS;
-  console.log(`best of each: batch 64 at ${bestB64.threads} thread(s) × ${bestB64.workers} worker(s) vs one at a time at ${bestSeq.threads} thread(s): ${figures['speedupBatch64VsSequentialBestOfEach']!.toFixed(1)}x (target >= 10x)`);
+  console.log(`best of each: batch 64 at ${bestB64.threads} thread(s) × ${bestB64.workers} worker(s) vs one at a time at ${bestSeq.threads} thread(s): ${(figures['speedupBatch64VsSequentialBestOfEach'] as number).toFixed(1)}x (median rounds of each; target >= 10x)`);
   figures['multiTurnSpeedupKeptKv'] = turnRows[0]!.wallMs / turnRows[1]!.wallMs;
-  console.log(`multi-turn: the kept KV cache makes the run ${figures['multiTurnSpeedupKeptKv']!.toFixed(2)}x faster`);
+  console.log(`multi-turn: the kept KV cache makes the run ${(figures['multiTurnSpeedupKeptKv'] as number).toFixed(2)}x faster (one run each)`);
   for (const o of overhead) {
     figures[`engineStepMs_b${o.batch}`] = o.engineMs;
     figures[`bareDecodeRunMs_b${o.batch}`] = o.bareMs;
     console.log(`batch ${o.batch}, 1 thread: an engine decode step takes ${o.engineMs.toFixed(2)} ms (the work between steps included), the runner's decode call alone ${o.bareMs.toFixed(2)} ms: the engine adds ${((o.engineMs / o.bareMs - 1) * 100).toFixed(0)}% (best round of each, interleaved)`);
   }
   console.log(`load average at end: ${loadAfter.map((x) => x.toFixed(2)).join(', ')}`);
-  return { figures, rows, turnRows, overhead };
+  return { options: { quick, rounds: repeats, maxNew, queued: seqCount }, headline: 'speedupBatch64VsSequentialRounds_t1 (median [min–max] of same-round ratios)', figures, rows, turnRows, overhead, rounds: raw.flat() };
 }
