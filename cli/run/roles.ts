@@ -159,7 +159,6 @@ export function trainRows(ctx: RunContext): (epoch: number) => RowSource {
 
 async function* firstN<T>(source: AsyncIterable<T> | Iterable<T>, n: number): AsyncGenerator<T> {
   let i = 0;
-  if (i >= n) return;
   for await (const x of source) {
     yield x;
     if (++i >= n) return;
