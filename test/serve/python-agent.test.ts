@@ -122,6 +122,11 @@ it('a Python openai agent against rlstream serve: recorded, rewarded, advantaged
     assert.ok(steps.length >= 2, `trainer steps: ${steps.length}`);
     const trained = new Set(steps.flatMap((s) => s.trajectory_ids));
     for (const id of ids) assert.ok(trained.has(id), `trajectory ${id} was not trained on`);
+    // The endpoint follows the versions the trainer publishes: its next calls are served by the trained policy.
+    const newest = Math.max(...steps.map((s) => s.produced_version ?? 0));
+    assert.ok(newest >= 1, 'the trainer published no policy version');
+    for (let i = 0; i < 200 && job.backend.currentPolicyVersion() < newest; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(job.backend.currentPolicyVersion(), newest);
   } finally {
     await stop();
   }
