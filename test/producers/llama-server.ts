@@ -79,13 +79,20 @@ export async function startLlamaServer(options: { slots?: number; ctx?: number }
 }
 
 let tokenizer: ChatTokenizer | undefined;
-/** SmolLM2's tokenizer and chat template, rebuilt from the GGUF the server runs. */
-export function smolTokenizer(): ChatTokenizer {
-  if (tokenizer) return tokenizer;
+let tokenizerDir: string | undefined;
+
+/** A directory with SmolLM2's tokenizer.json and tokenizer_config.json (chat template), rebuilt from the GGUF the server runs. */
+export function smolTokenizerDir(): string {
+  if (tokenizerDir) return tokenizerDir;
   const files = ggufTokenizer(GgufFile.open(SMOLLM2_GGUF));
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-smollm2-'));
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(files.tokenizer));
   writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(files.config));
-  tokenizer = ChatTokenizer.load(dir);
+  tokenizerDir = dir;
+  return dir;
+}
+
+export function smolTokenizer(): ChatTokenizer {
+  tokenizer ??= ChatTokenizer.load(smolTokenizerDir());
   return tokenizer;
 }

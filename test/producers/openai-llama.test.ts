@@ -19,7 +19,14 @@ import { loadToolConfig } from '../../producers/tools/config.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
 import type { Trajectory } from '../../schemas/generated/types.ts';
 import { embeddedLog, readTopic, REPO, type TestLog } from './helpers.ts';
-import { llamaServerMissing, smolTokenizer, startLlamaServer, type LlamaServer } from './llama-server.ts';
+import { llamaServerMissing, smolTokenizer, smolTokenizerDir, startLlamaServer, type LlamaServer } from './llama-server.ts';
+import { loadRunConfig } from '../../core/config.ts';
+import type { RunContext } from '../../cli/run/context.ts';
+import { resolvePlugins } from '../../cli/run/plugins.ts';
+import { createBackend, createWorker } from '../../cli/run/roles.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const missing = llamaServerMissing();
 const CALL = '"<tool_call>\\n{\\"name\\": \\"calc_gsm8k_reward\\", \\"arguments\\": {\\"answer\\": ';
@@ -46,7 +53,7 @@ async function gsm8kRows(n: number): Promise<DatasetRow[]> {
 
 async function rollout(t: TestLog, backend: LlmBackend, rows: DatasetRow[], runId: string, options: { turns?: number } = {}): Promise<{ trajs: Trajectory[]; worker: RolloutWorker }> {
   const worker = new RolloutWorker(
-    { runId, log: t.log, serde: t.serde, backend, tokenizer: smolTokenizer(), tools: await loadToolConfig(GSM8K_TOOL_YAML), followPolicy: false, logger: process.env['H8_DEBUG'] ? jsonLogger({ level: 'debug' }) : silentLogger },
+    { runId, log: t.log, serde: t.serde, backend, tokenizer: smolTokenizer(), tools: await loadToolConfig(GSM8K_TOOL_YAML), followPolicy: false, logger: process.env['RLSTREAM_TEST_DEBUG'] ? jsonLogger({ level: 'debug' }) : silentLogger },
     { staleness_bound: null, max_assistant_turns: options.turns ?? 3, max_user_turns: 3, response_length: 400, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 },
   );
   const trajs = await worker.evaluate(rows, { split: 'test', sampling: { max_new_tokens: 64, seed: 7 } });
@@ -203,6 +210,34 @@ describe('openai backend → llama.cpp server (SmolLM2-135M-Instruct)', { skip: 
       assert.deepEqual([...used].sort(), [server.url, second.url].sort(), 'the four sessions started concurrently are spread over both servers');
     } finally {
       await second.stop();
+    }
+  });
+
+  test('examples/gsm8k-tool/config.yaml with backend: openai rolls out through the server', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'rlstream-gsm8k-openai-'));
+    const config = loadRunConfig(join(REPO, 'examples', 'gsm8k-tool', 'config.yaml'), {
+      'run.data_dir': dataDir,
+      backend: { name: 'openai', urls: [server.url], health_interval_ms: 0, extra_body: { grammar: VALID_CALL } },
+      // The served model's tokenizer (the example's default is the built-in policy's).
+      'model.tokenizer': smolTokenizerDir(),
+    });
+    // The run's own plug-ins and role factories, over this test's log (the roles need no more of the context).
+    const ctx = { config, plugins: await resolvePlugins(config), log: t.log, serde: t.serde, logger: silentLogger } as unknown as RunContext;
+    try {
+      const backend = await createBackend(ctx);
+      assert.equal(backend.name, 'openai');
+      const worker = await createWorker(ctx, 'cfg-openai', backend, smolTokenizer(), { followPolicy: false });
+      const rows = await ctx.plugins.task.heldoutRows(1);
+      const [traj] = await worker.evaluate(rows, { sampling: { max_new_tokens: 64 } });
+      await worker.stop();
+      assert.ok(traj);
+      assert.equal(traj.agent_name, 'tool_agent'); // from the row
+      assert.notEqual(traj.termination, 'error');
+      assert.ok(traj.num_tool_calls >= 1, `tool calls: ${traj.num_tool_calls} (${traj.termination}: ${traj.response_text})`);
+      assert.equal(traj.turn_roles[1], 'tool');
+      checkTokens(traj, rows[0]!);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });
