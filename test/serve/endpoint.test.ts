@@ -204,4 +204,13 @@ describe('rlstream serve (scripted backend)', () => {
     for (const id of ids) assert.equal(completed.find((t) => t.trajectory_id === id)?.termination, 'aborted');
     assert.equal((await call(job, 'POST', '/v1/chat/completions', { model: 'calculator', messages: PROMPT, tools: [CALCULATOR] })).status, 200);
   });
+  // Last: it locks this client address out for a minute.
+  it('answers 429 to a client after 30 failed authentications, before checking its token', async () => {
+    let last = 0;
+    for (let i = 0; i < 31; i++) last = (await fetch(job.url + '/v1/models', { headers: { authorization: `Bearer guess-${i}-0123456789` } })).status;
+    assert.equal(last, 429);
+    const valid = await call(job, 'GET', '/v1/models');
+    assert.equal(valid.status, 429);
+    assert.equal((valid.json['error'] as { code: string }).code, 'SRV_ERR_AUTH_LIMITED');
+  });
 });
