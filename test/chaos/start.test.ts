@@ -19,7 +19,7 @@ import { PrivateRegistry } from '../kafka/private-registry.ts';
 import { service } from '../kafka/services.ts';
 import { auditRun, collectRun, dropDatabase, traceDuplicates } from '../../testkit/audit.ts';
 import { PrivateBroker } from '../../testkit/kafka-broker.ts';
-import { newRun, openRunLog, progress, ROLES, Supervisor, type Role, type RoleProcess } from './harness.ts';
+import { newRun, openRunLog, progress, ROLES, Supervisor, type Role, type RoleProcess } from '../../testkit/harness.ts';
 import { drainRun, type Scenario } from './scenario.ts';
 
 const ROUNDS = 3;
