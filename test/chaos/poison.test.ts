@@ -51,7 +51,7 @@ if (registry && clickhouseUrl) {
       await producer.send(TOPICS.rewarded, [
         {
           key: 'poison-nan2-group',
-          value: serde.encode('RewardedTrajectory', { ...rewarded!, event_id: 'poison-nan2-rewarded', trajectory: { ...rewarded!.trajectory, trajectory_id: 'poison-nan2', group_id: 'poison-nan2-group', group_size: 1 }, reward: { ...rewarded!.reward, score: Number.NaN } }),
+          value: serde.encode('RewardedTrajectory', { ...rewarded!, event_id: 'poison-nan2-rewarded', trajectory: { ...rewarded!.trajectory, trajectory_id: 'poison-nan2', group_id: 'poison-nan2-group', group_size: 1, sample_index: 0 }, reward: { ...rewarded!.reward, score: Number.NaN } }),
         },
       ]);
       await producer.close();
