@@ -1,6 +1,13 @@
 // Throughput of the reward and advantage consumers: groups of 8 trajectories of 1,000 response tokens, on the
 // embedded log and (when KAFKA_BROKERS is set) on Kafka; plus the serde cost per trajectory, since decoding
-// and encoding the token arrays is the floor under any consumer. `npm run bench -- consumers [groups]`.
+// and encoding the token arrays is the floor under any consumer.
+//   npm run bench -- consumers [groups] [--rounds 3] [--quick]
+// groups: per log, so that each timed stage lasts several seconds here: 6,000 on the embedded log (48,000
+// trajectories, ~390 MB a topic in a directory removed after each round), 1,000 on Kafka (8,000); a number
+// given applies to both. A stage shorter than 5 s is flagged, since its figure is then mostly start-up and noise. The logs run in interleaved rounds
+// (embedded, Kafka, embedded, Kafka, …; bench/harness.ts), each round on fresh topics (and a fresh directory for
+// the embedded log) with a machine-speed probe before it; figures are the median [min–max] over rounds.
+// --quick: 20 groups, 2 rounds: proves it runs, the figures mean nothing.
 //
 // What is measured is the steady state of a running processor: each log first gets a warm-up pass (its own
 // topics, WARMUP_GROUPS groups, the same processors' code) so that the timed pass is not mostly JIT
@@ -20,10 +27,13 @@ import type { EventSerde } from '../core/serde/events.ts';
 import { RewardHandler } from '../consumers/reward/consumer.ts';
 import { AdvantageHandler } from '../consumers/advantage/consumer.ts';
 import { completed, newSerde, rewarded, tempDir, trajectory } from '../testkit/events.ts';
+import { commonFlags, fmtStats, interleaved, probeSummary, summarize, type Mode } from './harness.ts';
 
 const TOKENS = 1000;
 const GROUP = 8;
 const WARMUP_GROUPS = 60;
+/** A timed stage shorter than this is flagged in the output: too short to be more than start-up and noise. */
+const MIN_STAGE_S = 5;
 /** Records per transaction, as the consumers' own defaults (reward 256 without a model, advantage 500). */
 const BATCH = { reward: 256, advantage: 500 };
 
@@ -113,14 +123,15 @@ async function pass(kind: string, log: EventLog, serde: EventSerde, groups: numb
   return rows;
 }
 
-async function benchLog(kind: string, config: LogConfig, groups: number): Promise<Row[]> {
-  const serde = await newSerde();
-  const log = await openLog(config);
+/** One pass on a log opened for it (a fresh directory for the embedded log, removed after). */
+async function onFreshLog(kind: string, config: () => { config: LogConfig; cleanup(): void }, serde: EventSerde, groups: number): Promise<Row[]> {
+  const c = config();
+  const log = await openLog(c.config);
   try {
-    await pass(kind, log, serde, Math.min(groups, WARMUP_GROUPS));
     return await pass(kind, log, serde, groups);
   } finally {
     await log.close();
+    c.cleanup();
   }
 }
 
@@ -151,19 +162,57 @@ async function serdeCost(): Promise<Record<string, number>> {
 }
 
 export async function main(args: string[]): Promise<unknown> {
-  const groups = Number(args[0] ?? 1000);
-  if (!Number.isInteger(groups) || groups < 1) throw new Error(`groups must be a positive integer, got ${args[0]}`);
+  const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
+  const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
+  const given = rest[0] === undefined ? null : Number(rest[0]);
+  if (given !== null && (!Number.isInteger(given) || given < 1)) throw new Error(`groups must be a positive integer, got ${rest[0]}`);
+  const groupsOf: Record<string, number> = { embedded: given ?? (quick ? 20 : 6000), kafka: given ?? (quick ? 20 : 1000) };
+  const warmupGroups = quick ? 10 : WARMUP_GROUPS;
   const serde = await serdeCost();
   console.log(`serde per trajectory (${TOKENS} tokens, ${serde.bytesPerTrajectory} bytes; best of 10 rounds after warm-up): decode ${serde.decodeTrajectoryCompletedUs!.toFixed(1)} µs, encode Rewarded ${serde.encodeRewardedUs!.toFixed(1)} µs, encode Advantaged ${serde.encodeAdvantagedUs!.toFixed(1)} µs`);
   console.log(`→ serde alone caps the reward consumer near ${Math.round(1e6 / (serde.decodeTrajectoryCompletedUs! + serde.encodeRewardedUs!))} traj/s on one core`);
-  const dir = tempDir('bench');
-  // Two passes write ~350 MB: the directory goes once measured.
-  const rows = await benchLog('embedded', { kind: 'embedded', dir, fsync: 'transaction' }, groups).finally(() => rmSync(dir, { recursive: true, force: true }));
+  const eventSerde = await newSerde();
+  const embedded = () => {
+    const dir = tempDir('bench');
+    return { config: { kind: 'embedded', dir, fsync: 'transaction' } as LogConfig, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  };
+  const logs: [string, () => { config: LogConfig; cleanup(): void }][] = [['embedded', embedded]];
   const brokers = process.env['KAFKA_BROKERS'];
-  if (brokers) rows.push(...(await benchLog('kafka', { kind: 'kafka', brokers: brokers.split(',') }, Math.min(groups, 125))));
+  if (brokers) logs.push(['kafka', () => ({ config: { kind: 'kafka', brokers: brokers.split(',') }, cleanup: () => {} })]);
   else console.log('KAFKA_BROKERS is not set: Kafka rows skipped');
-  console.log(`\nafter a warm-up pass of ${WARMUP_GROUPS} groups; transactions of up to ${BATCH.reward} (reward) / ${BATCH.advantage} (advantage) records`);
-  console.log('log       stage              trajectories  seconds  traj/s   tokens/s  cpu µs/traj  transactions');
-  for (const r of rows) console.log(`${r.log.padEnd(9)} ${r.stage.padEnd(18)} ${String(r.trajectories).padStart(12)} ${r.seconds.toFixed(2).padStart(8)} ${Math.round(r.trajPerSec).toString().padStart(7)} ${(r.tokensPerSec / 1e6).toFixed(2).padStart(8)}M ${r.cpuUsPerTraj.toFixed(0).padStart(12)} ${String(r.transactions).padStart(13)}`);
-  return { serde, rows, warmupGroups: WARMUP_GROUPS, batch: BATCH, note: 'shared 2-core machine: timings are noisy; cpu µs/traj counts every thread of the process' };
+  // Warm-up: one pass of each log, untimed, so that the rounds measure JIT-compiled code.
+  for (const [kind, config] of logs) await onFreshLog(kind, config, eventSerde, warmupGroups);
+  const modes: Mode<Row[]>[] = logs.map(([kind, config]) => ({ name: kind, run: () => onFreshLog(kind, config, eventSerde, groupsOf[kind]!) }));
+  console.log(`${rounds} interleaved rounds of ${logs.map(([k]) => `${k} (${groupsOf[k]} groups, ${groupsOf[k]! * GROUP} trajectories a stage)`).join(', ')}, after a warm-up pass of ${warmupGroups} groups on each${quick ? ' (--quick: smoke size, figures mean nothing)' : ''}`);
+  const recs = await interleaved(modes, rounds);
+  for (const r of recs) if (r.error) console.log(`round ${r.round + 1} ${r.mode}: FAILED\n${r.error}`);
+  // One record per (log, stage) and round, for the summaries.
+  const stageRecs = recs.flatMap((r) => (r.result ?? []).map((row) => ({ ...r, mode: `${row.log}|${row.stage}`, result: row })));
+  const trajPerSec = summarize(stageRecs, (x) => x.trajPerSec);
+  const cpuUsPerTraj = summarize(stageRecs, (x) => x.cpuUsPerTraj);
+  const seconds = summarize(stageRecs, (x) => x.seconds);
+  console.log(`\ntransactions of up to ${BATCH.reward} (reward) / ${BATCH.advantage} (advantage) records; median [min–max] over ${rounds} rounds`);
+  console.log('log       stage              trajectories  seconds             traj/s              tokens/s (M)       cpu µs/traj');
+  const short: string[] = [];
+  for (const key of Object.keys(trajPerSec)) {
+    const [log, stage] = key.split('|') as [string, string];
+    const tps = trajPerSec[key]!;
+    if (seconds[key]!.min < MIN_STAGE_S) short.push(`${log} ${stage} (shortest ${seconds[key]!.min.toFixed(1)} s)`);
+    const tok = { ...tps, median: (tps.median * TOKENS) / 1e6, min: (tps.min * TOKENS) / 1e6, max: (tps.max * TOKENS) / 1e6 };
+    console.log(`${log.padEnd(9)} ${stage.padEnd(18)} ${String(groupsOf[log]! * GROUP).padStart(12)}  ${fmtStats(seconds[key]!, 2).padEnd(19)} ${fmtStats(tps, 0).padEnd(19)} ${fmtStats(tok, 2).padEnd(18)} ${fmtStats(cpuUsPerTraj[key]!, 0)}`);
+  }
+  if (short.length > 0) console.log(`short stages (< ${MIN_STAGE_S} s; raise groups for a figure to quote): ${short.join(', ')}`);
+  const speed = probeSummary(recs);
+  console.log(`machine speed before each round: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
+  if (recs.some((r) => r.error)) process.exitCode = 1;
+  return {
+    options: { groups: groupsOf, rounds, warmupGroups, quick },
+    serde,
+    summary: { trajPerSec, cpuUsPerTraj, seconds },
+    shortStages: short,
+    machineSpeed: speed,
+    rounds: recs,
+    batch: BATCH,
+    note: 'cpu µs/traj counts every thread of the process',
+  };
 }

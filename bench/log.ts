@@ -1,6 +1,14 @@
-// Event-log throughput: produce and consume rates (records/s, MB/s) and produce latency (p50/p99 per send
-// call) for 8 KiB records, one table row per target. Targets are a list: the embedded log with each fsync
-// policy here; the Kafka side adds its rows by pushing to `targets` (see LogTarget) or calling benchLog().
+// Event-log throughput: produce and consume rates (records/s, MB/s) and produce latency (p50/p99) for 8 KiB
+// records, one table row per target. Targets are a list: the embedded log with each fsync policy here; the
+// Kafka side adds its rows by pushing to `targets` (see LogTarget) or calling benchLog().
+// What a row measures is labelled, since the figures differ by orders of magnitude for that reason alone:
+// - storage: whether the produce path waits for the disk (fsync) or only writes to the page cache, and that
+//   every consume here reads records just written, from the page cache, never from the disk;
+// - latency: ours is per send() call of `batch` records, Kafka's tools' per record (send to ack); the two are
+//   not compared as a ratio.
+// Targets run in interleaved rounds (bench/harness.ts) with a machine-speed probe before each; a row is the
+// median of its rounds per column, with every round in the report.
+//   npm run bench -- log [records] [batch] [--rounds 3] [--quick]   (--quick: 2,000 records, 2 rounds)
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +16,7 @@ import { randomBytes } from 'node:crypto';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import type { EventLog } from '../core/log/types.ts';
 import { kafkaTargets } from './log-kafka.ts';
+import { commonFlags, fmtStats, interleaved, probeSummary, stats, summarize } from './harness.ts';
 
 export interface BenchOptions {
   records: number;
@@ -23,8 +32,13 @@ export interface BenchRow {
   batch: number;
   produceRecordsPerSec: number;
   produceMBPerSec: number;
-  produceP50Ms: number;
-  produceP99Ms: number;
+  /** Null where no figure applies (the ratio row: per-call and per-record latencies are not comparable). */
+  produceP50Ms: number | null;
+  produceP99Ms: number | null;
+  /** What one latency sample is: one send() call of `batch` records, or one record from send to ack. */
+  latencyPer?: string;
+  /** What the produce and consume paths touch: the disk, or only the page cache. */
+  storage?: string;
   consumeRecordsPerSec: number;
   consumeMBPerSec: number;
 }
@@ -36,6 +50,8 @@ export interface LogTarget {
   unavailable?: () => string | null;
   open?: () => Promise<{ log: EventLog; cleanup(): Promise<void> }>;
   run?: (options: BenchOptions) => Promise<BenchRow>;
+  /** What the row's produce and consume paths touch (see BenchRow.storage). */
+  storage?: string;
 }
 
 function quantile(sorted: number[], q: number): number {
@@ -84,14 +100,23 @@ export async function benchLog(log: EventLog, label: string, o: BenchOptions): P
     produceMBPerSec: +(mb / produceSec).toFixed(1),
     produceP50Ms: +quantile(latencies, 0.5).toFixed(3),
     produceP99Ms: +quantile(latencies, 0.99).toFixed(3),
+    latencyPer: `send() of ${o.batch}`,
     consumeRecordsPerSec: Math.round(got / consumeSec),
     consumeMBPerSec: +(bytes / 1e6 / consumeSec).toFixed(1),
   };
 }
 
+/** Where the embedded log's produce path waits, by fsync policy (core/log/embedded/options.ts). */
+const EMBEDDED_STORAGE = {
+  always: 'produce: disk (fsync each send); consume: page cache',
+  transaction: 'produce: page cache (plain sends reach the disk at segment roll/checkpoint); consume: page cache',
+  none: 'produce: page cache only; consume: page cache',
+} as const;
+
 function embeddedTarget(fsync: 'always' | 'transaction' | 'none'): LogTarget {
   return {
     label: `embedded (fsync ${fsync})`,
+    storage: EMBEDDED_STORAGE[fsync],
     open: async () => {
       const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-'));
       const log = openEmbeddedLog({ dir, fsync });
@@ -104,37 +129,86 @@ function embeddedTarget(fsync: 'always' | 'transaction' | 'none'): LogTarget {
 export const targets: LogTarget[] = [embeddedTarget('transaction'), embeddedTarget('always'), embeddedTarget('none'), ...kafkaTargets()];
 
 export function printTable(rows: BenchRow[]): void {
-  const head = ['target', 'records', 'batch', 'produce rec/s', 'produce MB/s', 'p50 ms', 'p99 ms', 'consume rec/s', 'consume MB/s'];
-  const body = rows.map((r) => [r.target, r.records, r.batch, r.produceRecordsPerSec, r.produceMBPerSec, r.produceP50Ms, r.produceP99Ms, r.consumeRecordsPerSec, r.consumeMBPerSec].map(String));
+  const head = ['target', 'records', 'batch', 'produce rec/s', 'produce MB/s', 'p50 ms', 'p99 ms', 'latency per', 'consume rec/s', 'consume MB/s'];
+  const body = rows.map((r) => [r.target, r.records, r.batch, r.produceRecordsPerSec, r.produceMBPerSec, r.produceP50Ms ?? '-', r.produceP99Ms ?? '-', r.latencyPer ?? '-', r.consumeRecordsPerSec, r.consumeMBPerSec].map(String));
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   console.log(line(head));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const b of body) console.log(line(b));
+  const storage = rows.filter((r) => r.storage);
+  if (storage.length > 0) {
+    console.log('storage touched (every consume reads records just written):');
+    for (const r of storage) console.log(`  ${r.target}: ${r.storage}`);
+  }
 }
 
-/** `npm run bench -- log [records] [batch]`; defaults: 20000 records of 8 KiB (~164 MB), batches of 100. */
-export async function main(args: string[] = []): Promise<{ options: BenchOptions; rows: BenchRow[]; skipped: Record<string, string> }> {
-  const options: BenchOptions = { records: Number(args[0] ?? 20_000), recordBytes: 8192, batch: Number(args[1] ?? 100), partitions: 4 };
-  const rows: BenchRow[] = [];
+/** A row of medians: each column the median of that target's rounds. */
+function medianRow(rows: BenchRow[]): BenchRow {
+  const med = (f: (r: BenchRow) => number | null) => {
+    const xs = rows.map(f).filter((x): x is number => x !== null);
+    return xs.length ? +stats(xs).median.toFixed(3) : null;
+  };
+  const first = rows[0]!;
+  return {
+    ...first,
+    produceRecordsPerSec: med((r) => r.produceRecordsPerSec)!,
+    produceMBPerSec: med((r) => r.produceMBPerSec)!,
+    produceP50Ms: med((r) => r.produceP50Ms),
+    produceP99Ms: med((r) => r.produceP99Ms),
+    consumeRecordsPerSec: med((r) => r.consumeRecordsPerSec)!,
+    consumeMBPerSec: med((r) => r.consumeMBPerSec)!,
+  };
+}
+
+async function runTarget(t: LogTarget, options: BenchOptions): Promise<BenchRow> {
+  let row: BenchRow;
+  if (t.run) row = await t.run(options);
+  else if (t.open) {
+    const { log, cleanup } = await t.open();
+    try {
+      row = await benchLog(log, t.label, options);
+    } finally {
+      await cleanup();
+    }
+  } else throw new Error(`target ${t.label} has neither run nor open`);
+  return t.storage ? { ...row, storage: t.storage } : row;
+}
+
+/** Targets in interleaved rounds; the median row of each, and every round for the report. */
+export async function benchTargets(list: LogTarget[], options: BenchOptions, rounds: number): Promise<{ rows: BenchRow[]; skipped: Record<string, string>; rounds: unknown[]; machineSpeed: unknown; ranges: Record<string, unknown> }> {
   const skipped: Record<string, string> = {};
-  for (const t of targets) {
+  const available = list.filter((t) => {
     const why = t.unavailable?.() ?? null;
-    if (why) {
-      skipped[t.label] = why;
-      continue;
-    }
-    if (t.run) rows.push(await t.run(options));
-    else if (t.open) {
-      const { log, cleanup } = await t.open();
-      try {
-        rows.push(await benchLog(log, t.label, options));
-      } finally {
-        await cleanup();
-      }
-    }
+    if (why) skipped[t.label] = why;
+    return !why;
+  });
+  const recs = await interleaved(available.map((t) => ({ name: t.label, run: () => runTarget(t, options) })), rounds);
+  for (const r of recs) if (r.error) console.log(`round ${r.round + 1} ${r.mode}: FAILED\n${r.error}`);
+  if (recs.some((r) => r.error)) process.exitCode = 1;
+  const rows = available.map((t) => recs.filter((r) => r.mode === t.label && r.result).map((r) => r.result!)).filter((rs) => rs.length > 0).map(medianRow);
+  const produce = summarize(recs, (r) => r.produceRecordsPerSec);
+  const consume = summarize(recs, (r) => r.consumeRecordsPerSec);
+  const ranges = Object.fromEntries(Object.keys(produce).map((k) => [k, { produceRecordsPerSec: produce[k], consumeRecordsPerSec: consume[k] }]));
+  return { rows, skipped, rounds: recs, machineSpeed: probeSummary(recs), ranges };
+}
+
+export function printRanges(ranges: Record<string, unknown>, rounds: number): void {
+  console.log(`median of ${rounds} interleaved rounds per column; records/s median [min–max]:`);
+  for (const [k, v] of Object.entries(ranges)) {
+    const x = v as { produceRecordsPerSec: ReturnType<typeof stats>; consumeRecordsPerSec: ReturnType<typeof stats> };
+    console.log(`  ${k}: produce ${fmtStats(x.produceRecordsPerSec, 0)}, consume ${fmtStats(x.consumeRecordsPerSec, 0)}`);
   }
-  printTable(rows);
-  for (const [label, why] of Object.entries(skipped)) console.log(`skipped ${label}: ${why}`);
-  return { options, rows, skipped };
+}
+
+/** `npm run bench -- log [records] [batch] [--rounds R] [--quick]`; defaults: 20000 records of 8 KiB (~164 MB), batches of 100, 3 rounds. */
+export async function main(args: string[] = []): Promise<unknown> {
+  const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
+  const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
+  const options: BenchOptions = { records: Number(rest[0] ?? (quick ? 2000 : 20_000)), recordBytes: 8192, batch: Number(rest[1] ?? 100), partitions: 4 };
+  const r = await benchTargets(targets, options, rounds);
+  printTable(r.rows);
+  printRanges(r.ranges, rounds);
+  for (const [label, why] of Object.entries(r.skipped)) console.log(`skipped ${label}: ${why}`);
+  return { options: { ...options, rounds }, ...r };
 }
