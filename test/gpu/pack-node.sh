@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Brings the Node side of the native core to a GPU machine that has nvcc, g++, make and python3 but no Node, no
+# OpenBLAS and no network, the way a user would: `pack` (here, where `npm ci` ran) writes one xz archive of what
+# that machine lacks; `build` (there) unpacks it and builds the addon with the project's own build (node-gyp,
+# RLSTREAM_CUDA=1); `test` (there) runs the native core's Node tests against that build.
+#   bash test/gpu/pack-node.sh pack [DIR]           # DIR default .node-pack (gitignored): rlstream-node.tar.xz
+#   bash test/gpu/pack-node.sh build [DIR]          # unpack to $RLSTREAM_NODE_HOME (default /tmp/rlstream-node), build
+#   bash test/gpu/pack-node.sh test [DIR] [FILES…]   # default: test/native/*.test.ts (not without-addon) + test/gpu/cuda.test.ts
+# The archive holds: the node binary and its headers (include/node, without OpenSSL's, which no N-API addon
+# includes), OpenBLAS with its Fortran runtime and zlib's link name (the addon's CPU path links them), and the
+# node_modules closure of node-gyp, node-addon-api and tsx (the tests import nothing else from npm).
+# test/native/without-addon.test.ts is left out by default: it runs the log and trace-sink tests on their JS
+# paths, which need chDB's 540 MB engine and touch neither the addon nor the GPU.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+step=${1:-}
+dir=${2:-.node-pack}
+stage=
+home=${RLSTREAM_NODE_HOME:-/tmp/rlstream-node}
+archive="$dir/rlstream-node.tar.xz"
+
+pack() {
+  command -v node >/dev/null || { echo "pack: needs node (and npm ci done) on this machine" >&2; exit 1; }
+  [ -d node_modules/node-gyp ] && [ -d node_modules/tsx ] || { echo "pack: run npm ci first" >&2; exit 1; }
+  local node_bin prefix blas
+  node_bin=$(readlink -f "$(command -v node)")
+  prefix=$(dirname "$(dirname "$node_bin")")
+  [ -f "$prefix/include/node/node_api.h" ] || { echo "pack: no node headers under $prefix/include/node" >&2; exit 1; }
+  blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0 2>/dev/null || true)
+  [ -n "$blas" ] && [ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] ||
+    { echo "pack: needs libopenblas-dev here (infra/setup.sh installs it)" >&2; exit 1; }
+  stage=$(mktemp -d)
+  trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
+  mkdir -p "$stage/bin" "$stage/include" "$stage/lib" "$stage/include/openblas" "$stage/node_modules"
+  cp "$node_bin" "$stage/bin/node"
+  tar -C "$prefix/include" --exclude=node/openssl -cf - node | tar -C "$stage/include" -xf -
+  cp /usr/include/x86_64-linux-gnu/openblas-pthread/*.h "$stage/include/openblas/"
+  cp "$blas" "$stage/lib/libopenblas.so.0"
+  ln -s libopenblas.so.0 "$stage/lib/libopenblas.so"
+  for l in libgfortran.so.5 libquadmath.so.0; do cp "$(readlink -f "/lib/x86_64-linux-gnu/$l")" "$stage/lib/$l"; done
+  cp "$(readlink -f /lib/x86_64-linux-gnu/libz.so.1)" "$stage/lib/libz.so.1"
+  ln -s libz.so.1 "$stage/lib/libz.so"
+  # The packages' closure as npm installed it (package-lock.json's hoisted layout), so nested versions stay nested.
+  node -e '
+    const lock = require("./package-lock.json").packages;
+    const seen = new Set();
+    const visit = (from, name) => {
+      for (let base = from; ; base = base.replace(/\/?node_modules\/(@[^/]+\/)?[^/]+$/, "")) {
+        const key = (base ? base + "/" : "") + "node_modules/" + name;
+        if (lock[key]) {
+          if (seen.has(key)) return;
+          seen.add(key);
+          const p = lock[key];
+          for (const d of Object.keys({ ...p.dependencies, ...p.optionalDependencies })) visit(key, d);
+          return;
+        }
+        if (!base) return; // an optional dependency for another platform
+      }
+    };
+    for (const n of ["node-gyp", "node-addon-api", "tsx"]) visit("", n);
+    console.log([...seen].filter((k) => require("fs").existsSync(k)).sort().join("\n"));
+  ' >"$stage/modules.txt"
+  tar -cf - -T "$stage/modules.txt" | tar -C "$stage" -xf -
+  mkdir -p "$dir"
+  tar -C "$stage" -cf - bin include lib node_modules | xz -6 -T0 >"$archive.tmp"
+  mv "$archive.tmp" "$archive"
+  echo "pack: $archive ($(du -h "$archive" | cut -f1); node $(node -v), $(wc -l <"$stage/modules.txt") packages)"
+}
+
+# Environment for building and running against the unpacked archive.
+use() {
+  [ -x "$home/bin/node" ] || { echo "$step: nothing unpacked at $home (run build first)" >&2; exit 1; }
+  export PATH="$home/bin:$PATH"
+  export CPATH="$home/include/openblas${CPATH:+:$CPATH}"
+  export LIBRARY_PATH="$home/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The modules live in the archive; the repository resolves them through its own node_modules, as after npm ci.
+  if [ ! -e node_modules ]; then ln -s "$home/node_modules" node_modules; fi
+}
+
+build() {
+  [ -f "$archive" ] || { echo "build: no $archive (run pack on a machine with Node and carry $dir)" >&2; exit 1; }
+  rm -rf "$home" && mkdir -p "$home"
+  xz -dc "$archive" | tar -C "$home" -xf -
+  use
+  if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
+    CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+    export CUDA_HOME
+  fi
+  echo "build: node $(node -v), CUDA_HOME=${CUDA_HOME:-none}, RLSTREAM_CUDA=${RLSTREAM_CUDA:-1}"
+  # = npm run build:native, with the headers from the archive instead of npm's nodedir setting
+  RLSTREAM_CUDA=${RLSTREAM_CUDA:-1} node node_modules/node-gyp/bin/node-gyp.js rebuild --directory native --nodedir="$home" --jobs="$(nproc)"
+  node --import tsx -e "import { nativeAvailable, cudaAvailable } from './native/index.ts'; console.log('build: nativeAvailable', nativeAvailable(), 'cudaAvailable', cudaAvailable())"
+}
+
+run_tests() {
+  use
+  shift
+  [ $# -gt 0 ] && shift
+  local files=("$@")
+  if [ ${#files[@]} -eq 0 ]; then
+    for f in test/native/*.test.ts test/gpu/cuda.test.ts; do
+      [ "$f" = test/native/without-addon.test.ts ] || files+=("$f")
+    done
+  fi
+  node --import tsx --test --test-concurrency=1 "${files[@]}"
+}
+
+case "$step" in
+  pack) pack ;;
+  build) build ;;
+  test) run_tests "$@" ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+esac
