@@ -16,7 +16,7 @@ import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
 import { SlotCache } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
-import { commonFlags, fmtStats, probe, stats, type Probe, type Stats } from './harness.ts';
+import { commonFlags, fmtStats, probe, probeSummary, stats, type Probe, type Stats } from './harness.ts';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
 const config = policyConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
@@ -215,9 +215,9 @@ export async function main(args: string[]): Promise<unknown> {
   const exportMs = exportTimes.sort((a, b) => a - b)[2]!;
   console.log(`export to ONNX: ${exportMs.toFixed(1)} ms (median of 5); onnxruntime session load: ${r.loadMs.toFixed(1)} ms`);
 
-  // One at a time, 8 queued sequences (512 tokens) take about as long as one round of batch 64 (4096 tokens):
-  // on a shared machine a longer round sees more of the other processes' load, so equal durations keep the
-  // best-round comparison fair. Tokens/s of one-at-a-time does not depend on the queue length otherwise.
+  // One at a time, 8 queued sequences take about as long as one round of batch 64 (8× the tokens): on a shared
+  // machine a longer round sees more of the other processes' load, so equal durations keep the same-round
+  // ratio fair. Tokens/s of one-at-a-time does not depend on the queue length otherwise.
   const seqCount = quick ? 4 : 8;
   const scenarios: Scenario[] = [
     { scenario: `one sequence at a time (${seqCount} queued)`, maxBatch: 1, sequences: seqCount, maxNew, promptLen: 16 },
@@ -288,5 +288,8 @@ export async function main(args: string[]): Promise<unknown> {
     console.log(`batch ${o.batch}, 1 thread: an engine decode step takes ${o.engineMs.toFixed(2)} ms (the work between steps included), the runner's decode call alone ${o.bareMs.toFixed(2)} ms: the engine adds ${((o.engineMs / o.bareMs - 1) * 100).toFixed(0)}% (best round of each, interleaved)`);
   }
   console.log(`load average at end: ${loadAfter.map((x) => x.toFixed(2)).join(', ')}`);
-  return { options: { quick, rounds: repeats, maxNew, queued: seqCount }, headline: 'speedupBatch64VsSequentialRounds_t1 (median [min–max] of same-round ratios)', figures, rows, turnRows, overhead, rounds: raw.flat() };
+  const probes = raw.flat().flatMap((x) => x.rounds);
+  const speed = probeSummary(probes);
+  console.log(`machine speed before each round: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
+  return { options: { quick, rounds: repeats, maxNew, queued: seqCount }, headline: 'speedupBatch64VsSequentialRounds_t1 (median [min–max] of same-round ratios)', figures, rows, turnRows, overhead, machineSpeed: speed, rounds: raw.flat() };
 }
