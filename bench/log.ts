@@ -197,7 +197,8 @@ export function printRanges(ranges: Record<string, unknown>, rounds: number): vo
   console.log(`median of ${rounds} interleaved rounds per column; records/s median [min–max]:`);
   for (const [k, v] of Object.entries(ranges)) {
     const x = v as { produceRecordsPerSec: ReturnType<typeof stats>; consumeRecordsPerSec: ReturnType<typeof stats> };
-    console.log(`  ${k}: produce ${fmtStats(x.produceRecordsPerSec, 0)}, consume ${fmtStats(x.consumeRecordsPerSec, 0)}`);
+    const d = (st: ReturnType<typeof stats>) => (st.median < 100 ? 2 : 0); // the ratio row's figures are near 1
+    console.log(`  ${k}: produce ${fmtStats(x.produceRecordsPerSec, d(x.produceRecordsPerSec))}, consume ${fmtStats(x.consumeRecordsPerSec, d(x.consumeRecordsPerSec))}`);
   }
 }
 
