@@ -42,7 +42,7 @@ export interface Task {
   /** Held-out accuracy: whether a trajectory is correct (absent: the reward function's `correct`, else score > 0). */
   correct?(trajectory: Trajectory): boolean;
   /** SFT demonstrations for one stage (absent: the task has none, and model.init must exist). */
-  sftExamples?(tokenizer: ChatTokenizer, stage: { problems: number; seed: number; options: Record<string, unknown> }): SftExample[];
+  sftExamples?(tokenizer: ChatTokenizer, stage: { problems: number; seed: number; options: Record<string, unknown> }): SftExample[] | Promise<SftExample[]>;
 }
 
 export interface TaskPlugin<S extends TObject = TObject, F extends TObject = TObject> {

@@ -26,7 +26,7 @@ export async function warmStart(ctx: RunContext, out: string, onStep?: (info: Sf
   try {
     const history: SftStepInfo[] = [];
     for (const o of stages) {
-      const examples = task.sftExamples(tok, { problems: o.problems, seed: o.seed, options: o.options });
+      const examples = await task.sftExamples(tok, { problems: o.problems, seed: o.seed, options: o.options });
       const done = history.length;
       const h = await runSft(model, examples, o, (info) => onStep?.({ ...info, step: done + info.step }, total));
       history.push(...h.map((info) => ({ ...info, step: done + info.step })));

@@ -11,7 +11,13 @@ import { loaderFor } from '../../producers/dataset/loaders.ts';
 import type { DatasetRow, RowSource } from '../../producers/dataset/types.ts';
 import { VERL_GSM8K_DATA_SOURCE } from '../../producers/dataset/verl-gsm8k.ts';
 import { registerTask } from '../../producers/tasks.ts';
+import type { SftExample } from '../../consumers/trainer/sft.ts';
+import type { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+import { DeltaTokenizer } from '../../producers/tokenizer/delta.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
+import { Gsm8kTool, GSM8K_TOOL_NAME } from '../../producers/tools/gsm8k.ts';
+import type { ToolSet } from '../../producers/tools/tool-set.ts';
+import { assistantGenerationText } from '../calculator/demos.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 export const GSM8K_TOOL_DIR = HERE;
@@ -29,6 +35,31 @@ async function* firstRows(source: RowSource, n: number): AsyncGenerator<DatasetR
     yield row;
     if (++i >= n) return;
   }
+}
+
+/**
+ * A demonstration of the tool protocol on one row: submit the ground truth with calc_gsm8k_reward, read verl's
+ * reply, answer `#### <n>`. It teaches a small model the call's format (what the built-in policy lacks for
+ * these prompts); the answers are the rows' own, so held-out accuracy measures nothing from it.
+ */
+export function toolDemonstration(tok: ChatTokenizer, tools: ToolSet, row: DatasetRow): SftExample {
+  const delta = new DeltaTokenizer(tok);
+  const gt = row.reward_model.ground_truth;
+  const tool = new Gsm8kTool();
+  tool.create('demo', { ground_truth: gt });
+  const reply = tool.execute('demo', { answer: gt }).text;
+  const tokens: number[] = [];
+  const mask: number[] = [];
+  const push = (ids: number[], m: number) => {
+    tokens.push(...ids);
+    for (let i = 0; i < ids.length; i++) mask.push(m);
+  };
+  push(delta.promptIds(row.prompt, tools.schemas()), 0);
+  const call = `<tool_call>\n${JSON.stringify({ name: GSM8K_TOOL_NAME, arguments: { answer: gt } })}\n</tool_call>`;
+  push(tok.encode(assistantGenerationText(tok, { role: 'assistant', content: call })), 1);
+  push(delta.deltaIds([{ role: 'tool', content: reply, name: GSM8K_TOOL_NAME }], true).ids, 0);
+  push(tok.encode(assistantGenerationText(tok, { role: 'assistant', content: `#### ${gt}` })), 1);
+  return { tokens, mask };
 }
 
 registerTask('gsm8k-tool', {
@@ -54,6 +85,16 @@ registerTask('gsm8k-tool', {
       rewards: { [VERL_GSM8K_DATA_SOURCE]: reward },
       tools: () => loadToolConfig(toolConfig, { defaultTimeoutMs: 5_000 }),
       correct: (t) => extractGsm8kAnswer(t.response_text, 'strict') === t.ground_truth,
+      async sftExamples(tok, stage) {
+        const rows: DatasetRow[] = [];
+        for await (const row of open(train, 'dataset.train')) rows.push(row);
+        const tools = await loadToolConfig(toolConfig);
+        try {
+          return Array.from({ length: stage.problems }, (_, i) => toolDemonstration(tok, tools, rows[i % rows.length]!));
+        } finally {
+          await tools.close();
+        }
+      },
     };
   },
 });

@@ -9,6 +9,8 @@ import '../../examples/gsm8k-tool/index.ts';
 import { GSM8K_TOOL_YAML } from '../../examples/gsm8k-tool/index.ts';
 import { readParquetRows } from '../../producers/dataset/files.ts';
 import { tasks } from '../../producers/tasks.ts';
+import { toolParser } from '../../producers/agent/tool-parser.ts';
+import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { loadToolConfig, toolSetFromYaml } from '../../producers/tools/config.ts';
 import { Gsm8kTool, pyRepr, pyStr } from '../../producers/tools/gsm8k.ts';
 import { REPO } from './helpers.ts';
@@ -110,5 +112,20 @@ describe('the gsm8k-tool task', () => {
     const reward = task.rewards!['openai/gsm8k']!;
     assert.deepEqual(await reward('openai/gsm8k', 'so #### 72', '72', {}), { score: 1, correct: true });
     assert.deepEqual(await reward('openai/gsm8k', 'so 72', '72', {}), { score: 0, correct: false }); // strict: needs "#### "
+  });
+
+  test('SFT demonstrations teach the protocol: a call the parser reads, verl\'s reply (not trained on), the answer', async () => {
+    const tok = ChatTokenizer.load(join(REPO, 'examples', 'calculator', 'tokenizer'));
+    const task = tasks.get('gsm8k-tool').create({ tool_config: GSM8K_TOOL_YAML }, { seed: 1, baseDir: REPO, dataset: { train: null, heldout: null, loader: null } });
+    const [demo] = await task.sftExamples!(tok, { problems: 1, seed: 1, options: {} });
+    assert.ok(demo);
+    assert.equal(demo.tokens.length, demo.mask.length);
+    const trained = tok.decode(demo.tokens.filter((_, i) => demo.mask[i] === 1));
+    const parsed = toolParser('hermes')!.parse(trained.split('<|im_end|>')[0]!);
+    assert.deepEqual(parsed.calls.map((c) => [c.name, JSON.parse(c.argumentsJson)]), [['calc_gsm8k_reward', { answer: '72' }]]);
+    assert.match(trained, /#### 72<\|im_end\|>$/);
+    const observed = tok.decode(demo.tokens.filter((_, i) => demo.mask[i] === 0));
+    assert.match(observed, /Current parsed answer='72' reward=1\.0/);
+    assert.doesNotMatch(trained, /Current parsed/);
   });
 });
