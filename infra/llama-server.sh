@@ -13,6 +13,15 @@ say() { echo "setup: $*" >&2; }
 mkdir -p "$D"
 
 root="$D/$LLAMA_CPP_PYTHON_VERSION"
+# A fresh clone (CI makes one per run) has an empty .infra/: the build is also kept in a per-user cache outside
+# the checkout, so it happens once per machine. GGML_NATIVE makes the binary specific to this machine's CPU,
+# which is why the cache is per machine (the user's home), not shipped anywhere.
+cache="${RLSTREAM_CACHE_DIR:-$HOME/.cache/rlstream}/llama.cpp/$LLAMA_CPP_PYTHON_VERSION"
+if [ ! -x "$root/bin/llama-server" ] && [ -x "$cache/bin/llama-server" ]; then
+  mkdir -p "$root/bin"
+  cp "$cache/bin/llama-server" "$root/bin/llama-server"
+  cp "$cache/LICENSE" "$root/LICENSE" 2>/dev/null || true
+fi
 if [ ! -x "$root/bin/llama-server" ]; then
   say "building llama.cpp's server from llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (several minutes, once)"
   started=$(date +%s)
@@ -33,6 +42,7 @@ if [ ! -x "$root/bin/llama-server" ]; then
   cp "$work/build/bin/llama-server" "$root/bin/llama-server"
   cp "$src/LICENSE" "$root/LICENSE"
   rm -rf "$work"
+  mkdir -p "$cache/bin" && cp "$root/bin/llama-server" "$cache/bin/llama-server" && cp "$root/LICENSE" "$cache/LICENSE" || true
   say "llama-server built in $(($(date +%s) - started))s"
 fi
 
