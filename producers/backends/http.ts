@@ -66,3 +66,39 @@ function describeCause(err: unknown): string {
 export function badResponse(url: string, what: string): RlstreamError {
   return new RlstreamError('BACKEND_BAD_REQUEST', `${url}: unexpected response: ${what}`);
 }
+
+/**
+ * The model an OpenAI-compatible server serves (the first of `/v1/models`), for servers that take a `model`
+ * field but were not told its name in config. A failed look-up is not remembered, so the next call asks again.
+ */
+export class ServedModel {
+  private name: Promise<string> | undefined;
+
+  constructor(
+    private readonly baseUrl: string,
+    configured: string | undefined,
+    private readonly headers: () => Record<string, string> = () => ({}),
+  ) {
+    if (configured) this.name = Promise.resolve(configured);
+  }
+
+  get(signal?: AbortSignal): Promise<string> {
+    this.name ??= (async () => {
+      const endpoint = `${this.baseUrl}/v1/models`;
+      let body: { data?: { id?: string }[] };
+      try {
+        const res = await fetch(endpoint, { headers: this.headers(), ...(signal ? { signal } : {}) });
+        body = (await res.json()) as typeof body;
+      } catch (cause) {
+        throw new RlstreamError('BACKEND_UNAVAILABLE', `${endpoint}: ${(cause as Error).message}`, { cause });
+      }
+      const id = body.data?.[0]?.id;
+      if (!id) throw badResponse(endpoint, 'no model listed (set backend.model)');
+      return id;
+    })().catch((err: unknown) => {
+      this.name = undefined;
+      throw err;
+    });
+    return this.name;
+  }
+}

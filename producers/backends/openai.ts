@@ -8,10 +8,9 @@
 // with the run's tokenizer, and a re-derivation whose token count differs from the server's log-prob count
 // is counted as a mismatch (the log-probs are then summed per re-derived token over character spans, which
 // keeps each turn's total log-prob).
-import { RlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
-import { badResponse, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
+import { badResponse, getOk, postJson, ServedModel, type InferenceServer, type ServerOutput } from './http.ts';
 import type { FinishReason, GenerateRequest } from './types.ts';
 
 export interface OpenAiServerOptions {
@@ -101,43 +100,23 @@ export function rederive(text: string, serverTokens: string[] | null, serverLogp
 
 export class OpenAiServer implements InferenceServer {
   private readonly url: string;
-  private model: Promise<string> | undefined;
+  private readonly model: ServedModel;
 
   constructor(
     readonly address: string,
     private readonly options: OpenAiServerOptions = {},
   ) {
     this.url = address.replace(/\/+$/, '');
-    if (options.model) this.model = Promise.resolve(options.model);
+    this.model = new ServedModel(this.url, options.model, () => this.headers());
   }
 
   private headers(): Record<string, string> {
     return this.options.apiKey ? { authorization: `Bearer ${this.options.apiKey}` } : {};
   }
 
-  private modelName(signal?: AbortSignal): Promise<string> {
-    this.model ??= (async () => {
-      const endpoint = `${this.url}/v1/models`;
-      let body: { data?: { id?: string }[] };
-      try {
-        const res = await fetch(endpoint, { headers: this.headers(), ...(signal ? { signal } : {}) });
-        body = (await res.json()) as typeof body;
-      } catch (cause) {
-        throw new RlstreamError('BACKEND_UNAVAILABLE', `${endpoint}: ${(cause as Error).message}`, { cause });
-      }
-      const id = body.data?.[0]?.id;
-      if (!id) throw badResponse(endpoint, 'no model listed (set backend.model)');
-      return id;
-    })().catch((err: unknown) => {
-      this.model = undefined;
-      throw err;
-    });
-    return this.model;
-  }
-
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput> {
     const endpoint = `${this.url}/v1/completions`;
-    const model = await this.modelName(signal);
+    const model = await this.model.get(signal);
     const body = openAiCompletionBody(model, request.promptIds, request.sampling, this.options.extraBody);
     const res = (await postJson(endpoint, body, { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000, headers: this.headers() })) as { choices?: Choice[] };
     const choice = res.choices?.[0];

@@ -3,7 +3,7 @@
 // in `choices[0].logprobs.tokens` next to its log-prob in `token_logprobs`. Newer servers also return
 // `choices[0].token_ids` (with `return_token_ids`); when present it must agree.
 import type { SamplingParams } from '../../schemas/generated/types.ts';
-import { badResponse, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
+import { badResponse, getOk, postJson, ServedModel, type InferenceServer, type ServerOutput } from './http.ts';
 import type { FinishReason, GenerateRequest } from './types.ts';
 
 export interface VllmServerOptions {
@@ -40,33 +40,19 @@ function parseTokenId(endpoint: string, tok: unknown): number {
 
 export class VllmServer implements InferenceServer {
   private readonly url: string;
-  private model: Promise<string> | undefined;
+  private readonly model: ServedModel;
 
   constructor(
     readonly address: string,
     private readonly options: VllmServerOptions = {},
   ) {
     this.url = address.replace(/\/+$/, '');
-    if (options.model) this.model = Promise.resolve(options.model);
-  }
-
-  private modelName(signal?: AbortSignal): Promise<string> {
-    this.model ??= (async () => {
-      const res = await fetch(`${this.url}/v1/models`, { signal });
-      const body = (await res.json()) as { data?: { id?: string }[] };
-      const id = body.data?.[0]?.id;
-      if (!id) throw badResponse(`${this.url}/v1/models`, 'no model listed');
-      return id;
-    })().catch((err: unknown) => {
-      this.model = undefined;
-      throw err;
-    });
-    return this.model;
+    this.model = new ServedModel(this.url, options.model);
   }
 
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput> {
     const endpoint = `${this.url}/v1/completions`;
-    const model = await this.modelName(signal);
+    const model = await this.model.get(signal);
     const res = (await postJson(endpoint, vllmCompletionBody(model, request.promptIds, request.sampling), { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000 })) as Record<string, unknown>;
     const choice = (res['choices'] as Record<string, unknown>[] | undefined)?.[0];
     if (!choice) throw badResponse(endpoint, 'no choices');
