@@ -132,6 +132,15 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       return last ? [{ name: 'heldout_accuracy', value: last.accuracy }, { name: 'heldout_accuracy_version', value: last.version }] : [];
     });
     await trainer.start();
+    // On a failure (a role that throws, an evaluation that cannot finish) every role still running is stopped
+    // before the stores and the log close under it: left running, their poll loops would retry LOG_CLOSED
+    // forever and the run would never exit.
+    let rolesStopped = false;
+    closers.unshift(async () => {
+      if (rolesStopped) return;
+      const stops = [() => worker.stop({ abort: true }), () => evaluator.stop(), () => reward.stop(), () => advantage.stop(), async () => sink?.stop(), () => trainer.close()];
+      for (const stop of stops) await stop().catch((err: unknown) => logger.warn('stopping a role after a failure', { error: describeError(err) }));
+    });
     const admin = options.admin === false ? null : await startAdmin(ctx, traces, runId, runDir, topt.stalenessBound, tokenizer);
     if (admin) closers.unshift(() => admin.close());
 
@@ -193,6 +202,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     if (sink) await sink.stop();
     await Promise.allSettled(running);
     await trainer.close();
+    rolesStopped = true;
     progress.stop();
 
     const plot = join(runDir, 'learning-curves.svg');
