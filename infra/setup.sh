@@ -117,10 +117,20 @@ if [ ! -f "$reg/.complete" ]; then
 fi
 
 # --- schemathesis (PyPI) in its own virtual environment: test/admin/fuzz.sh fuzzes the admin API with it.
+# It prefers Python 3.12 or newer where the machine has one: under CPython 3.11.7, hypothesis's description of
+# its own filters can die in ast.parse ("AST constructor recursion depth mismatch"), a CPython bug, which ends the
+# fuzz run with an internal error instead of a verdict.
+fuzz_python() {
+  local c
+  for c in python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[3-9]*/bin/python3 "$HOME"/.pyenv/versions/3.12*/bin/python3 python3; do
+    if "$c" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then echo "$c"; return; fi
+  done
+  echo python3
+}
 if [ ! -x "$D/schemathesis/bin/schemathesis" ]; then
   if command -v python3 >/dev/null 2>&1; then
     step "installing schemathesis into $D/schemathesis (pip, log in $D/schemathesis.log)"
-    { python3 -m venv "$D/schemathesis" && "$D/schemathesis/bin/pip" install -q schemathesis; } >"$D/schemathesis.log" 2>&1 \
+    { "$(fuzz_python)" -m venv "$D/schemathesis" && "$D/schemathesis/bin/pip" install -q schemathesis; } >"$D/schemathesis.log" 2>&1 \
       || { say "WARNING: schemathesis did not install (see $D/schemathesis.log); the admin fuzz test will be skipped"; rm -rf "$D/schemathesis"; }
     step_done
   else
