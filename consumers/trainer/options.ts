@@ -70,6 +70,7 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
   const t = compileValue(TrainerSection, raw ?? {}, path);
   const loss = policyLosses.get(t.policy_loss, `${path}.policy_loss`);
   const c = t.rollout_correction;
+  const lossSections: Record<string, unknown> = { ...t };
   if (c.mode === 'mask' && !(c.low < c.high)) throw new ConfigError([{ path: `${path}.rollout_correction`, message: `low (${c.low}) must be below high (${c.high})` }]);
   return Object.freeze({
     stalenessBound: t.staleness_bound,
@@ -83,7 +84,7 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     adamEps: t.adam_eps,
     weightDecay: t.weight_decay,
     gradClip: t.grad_clip,
-    policyLoss: Object.freeze({ name: t.policy_loss, ...loss.compile((t as Record<string, unknown>)[t.policy_loss] as never) }),
+    policyLoss: Object.freeze({ name: t.policy_loss, ...loss.compile(lossSections[t.policy_loss], `${path}.${t.policy_loss}`) }),
     rolloutCorrection: Object.freeze(
       c.mode === 'off' ? { mode: 'off' as const } : c.mode === 'truncate' ? { mode: 'truncate' as const, level: c.level, cap: c.cap } : { mode: 'mask' as const, level: c.level, low: c.low, high: c.high },
     ),

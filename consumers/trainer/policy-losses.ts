@@ -5,7 +5,7 @@
 // function and its table row in losses.cpp, its name in native/model.ts, and an entry here.
 import { Type, type Static, type TObject } from '@sinclair/typebox';
 import { Registry, type RegistryShape } from '../../core/config/registry.ts';
-import { numberOrNull } from '../../core/config/validate.ts';
+import { compileValue, numberOrNull } from '../../core/config/validate.ts';
 import type { PolicyLossMetrics, PolicyLossName, PolicyLossOptions } from '../../native/index.ts';
 
 /** The loss-specific part of the native options. */
@@ -22,19 +22,24 @@ export interface PolicyLossPlugin<S extends TObject = TObject> {
   metrics: Readonly<Record<string, (m: PolicyLossMetrics) => number>>;
 }
 
-const shape: RegistryShape<PolicyLossPlugin> = {
+/** A registered loss: its section is validated against the loss's own schema (defaults filled), then compiled. */
+export interface RegisteredPolicyLoss extends Omit<PolicyLossPlugin, 'compile'> {
+  compile(section: unknown, path: string): PolicyLossClip;
+}
+
+const shape: RegistryShape<RegisteredPolicyLoss> = {
   description: 'an object { kernel, options, compile, metrics }',
   accept: (v) => {
-    const p = v as Partial<PolicyLossPlugin> | null;
-    return p && typeof p === 'object' && typeof p.kernel === 'string' && typeof p.compile === 'function' && typeof p.metrics === 'object' && p.options !== undefined ? (p as PolicyLossPlugin) : null;
+    const p = v as Partial<RegisteredPolicyLoss> | null;
+    return p && typeof p === 'object' && typeof p.kernel === 'string' && typeof p.compile === 'function' && typeof p.metrics === 'object' && p.options !== undefined ? (p as RegisteredPolicyLoss) : null;
   },
 };
 
-export const policyLosses = new Registry<PolicyLossPlugin>('policy loss', shape);
+export const policyLosses = new Registry<RegisteredPolicyLoss>('policy loss', shape);
 
-/** An entry typed by its own section schema, stored under the registry's general type. */
-function entry<S extends TObject>(p: PolicyLossPlugin<S>): PolicyLossPlugin {
-  return p as unknown as PolicyLossPlugin;
+/** An entry typed by its own section schema; the registry holds it with its validation in front. */
+function entry<S extends TObject>(p: PolicyLossPlugin<S>): RegisteredPolicyLoss {
+  return { ...p, compile: (section, path) => p.compile(compileValue(p.options, section ?? {}, path)) };
 }
 
 const PpoOptions = Type.Object(
