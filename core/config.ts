@@ -11,7 +11,7 @@ import { parse } from 'yaml';
 import { RlstreamError } from './errors.ts';
 import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
 import { didYouMean } from './config/suggest.ts';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
 import { RolloutSection } from '../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
 import { backends } from '../producers/backends/registry.ts';
@@ -103,6 +103,18 @@ export interface EvalConfig {
   everyVersions: number | null;
 }
 
+/** The OpenAI-compatible endpoint (serve section); null model / dataSource: the run id / the task's dataset name. */
+export interface ServeConfig {
+  enabled: boolean;
+  host: string;
+  port: number;
+  model: string | null;
+  maxSessions: number;
+  idleTimeoutMs: number;
+  bodyLimitBytes: number;
+  dataSource: string | null;
+}
+
 export interface RunConfig {
   /** Directory of the config file: relative paths in it resolve from here. */
   baseDir: string;
@@ -111,6 +123,7 @@ export interface RunConfig {
   registry: RegistryConfig;
   traces: TracesConfig;
   admin: { port: number };
+  serve: ServeConfig;
   model: ModelConfigFiles;
   task: TaskConfig;
   dataset: DatasetFiles;
@@ -126,7 +139,7 @@ export interface RunConfig {
   effective: Readonly<Record<string, unknown>>;
 }
 
-const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'reward', 'advantage', 'trainer', 'eval'] as const;
+const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'serve', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'reward', 'advantage', 'trainer', 'eval'] as const;
 
 /** The top level: the known sections, each a mapping (its keys are checked by its own schema). */
 const TopLevel = Type.Object(Object.fromEntries(SECTIONS.map((s) => [s, Type.Optional(Type.Unsafe({ type: ['object', 'null'] }))])), { additionalProperties: false });
@@ -225,6 +238,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   }
 
   const admin = section('admin', AdminSection) ?? { port: 0 };
+  const serveS = section('serve', ServeSection);
   const modelS = section('model', ModelSection);
   const model: ModelConfigFiles = { config: nullablePath(modelS?.config ?? null, abs), tokenizer: nullablePath(modelS?.tokenizer ?? null, abs), init: nullablePath(modelS?.init ?? null, abs) };
 
@@ -300,6 +314,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const r = rewardS!;
   const a = advS!;
   const e = evalS!;
+  const sv = serveS!;
   return deepFreeze({
     baseDir,
     run,
@@ -307,6 +322,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     registry,
     traces,
     admin,
+    serve: { enabled: sv.enabled, host: sv.host, port: sv.port, model: sv.model, maxSessions: sv.max_sessions, idleTimeoutMs: sv.idle_timeout_ms, bodyLimitBytes: sv.body_limit_bytes, dataSource: sv.data_source },
     model,
     task,
     dataset,

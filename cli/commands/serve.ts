@@ -17,26 +17,31 @@ export function register(program: Command): void {
     .command('serve')
     .description('serve the configured backend as an OpenAI-compatible endpoint that records every call as trajectories')
     .argument('<config>', 'run configuration (YAML), e.g. examples/calculator/config.yaml')
-    .option('--port <n>', 'port to listen on (0: any free port)', '8000')
-    .option('--host <address>', 'address to listen on', '127.0.0.1')
-    .option('--model <id>', 'model id clients name (default: the run id)')
+    // Left out, each setting takes the config's serve section (docs/configuration.md).
+    .option('--port <n>', 'port to listen on (0: any free port; default: serve.port when not 0, else 8000)')
+    .option('--host <address>', 'address to listen on (default: serve.host, 127.0.0.1)')
+    .option('--model <id>', 'model id clients name (default: serve.model, else the run id)')
     .option('--train', 'also run the reward, advantage and trainer roles in this process (the embedded log is one process)')
-    .option('--max-sessions <n>', 'trajectories open at once', '1024')
-    .option('--idle-timeout-ms <n>', 'a trajectory idle this long completes as aborted', '600000')
-    .option('--body-limit-bytes <n>', 'largest request body', String(4 * 1024 * 1024))
+    .option('--max-sessions <n>', 'trajectories open at once (default: serve.max_sessions, 1024)')
+    .option('--idle-timeout-ms <n>', 'a trajectory idle this long completes as aborted (default: serve.idle_timeout_ms, 600000)')
+    .option('--body-limit-bytes <n>', 'largest request body (default: serve.body_limit_bytes, 4 MiB)')
     .option('--data-source <name>', "data_source recorded when a call names none (the reward consumer scores by it)")
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
-    .action(async (configPath: string, opts: { port: string; host: string; model?: string; train?: boolean; maxSessions: string; idleTimeoutMs: string; bodyLimitBytes: string; dataSource?: string; set: Record<string, unknown> }) => {
+    .action(async (configPath: string, opts: { port?: string; host?: string; model?: string; train?: boolean; maxSessions?: string; idleTimeoutMs?: string; bodyLimitBytes?: string; dataSource?: string; set: Record<string, unknown> }) => {
       const logger = jsonLogger({ fields: { role: 'serve', pid: process.pid } });
+      const limits = {
+        ...(opts.maxSessions !== undefined ? { maxSessions: Math.max(1, positiveInt(opts.maxSessions, '--max-sessions')) } : {}),
+        ...(opts.idleTimeoutMs !== undefined ? { idleTimeoutMs: Math.max(1, positiveInt(opts.idleTimeoutMs, '--idle-timeout-ms')) } : {}),
+      };
       const job = await startServeJob({
         configPath,
         overrides: opts.set,
-        host: opts.host,
-        port: positiveInt(opts.port, '--port'),
+        ...(opts.host !== undefined ? { host: opts.host } : {}),
+        ...(opts.port !== undefined ? { port: positiveInt(opts.port, '--port') } : {}),
         ...(opts.model ? { model: opts.model } : {}),
         train: opts.train === true,
-        limits: { maxSessions: Math.max(1, positiveInt(opts.maxSessions, '--max-sessions')), idleTimeoutMs: Math.max(1, positiveInt(opts.idleTimeoutMs, '--idle-timeout-ms')) },
-        bodyLimitBytes: Math.max(1024, positiveInt(opts.bodyLimitBytes, '--body-limit-bytes')),
+        limits,
+        ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: Math.max(1024, positiveInt(opts.bodyLimitBytes, '--body-limit-bytes')) } : {}),
         ...(opts.dataSource ? { dataSource: opts.dataSource } : {}),
         logger,
       });

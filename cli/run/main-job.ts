@@ -11,6 +11,7 @@ import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
+import type { LlmBackend } from '../../producers/backends/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { lineChartsSvg, type Line } from '../plot.ts';
 import { openRunContext, openRunTraces, type RunContext } from './context.ts';
@@ -19,6 +20,7 @@ import { Progress } from './progress.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows, initFiles } from './roles.ts';
 import { warmStart } from './sft.ts';
 import { chooseRun, finishRun, resumedState, type RunChoice } from './resume.ts';
+import { openServeEndpoint, TOKENS_VARIABLE, writeServeUrl, type ServeEndpoint } from './serve-endpoint.ts';
 
 export interface MainJobOptions {
   configPath: string;
@@ -143,6 +145,11 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     });
     const admin = options.admin === false ? null : await startAdmin(ctx, traces, runId, runDir, topt.stalenessBound, tokenizer);
     if (admin) closers.unshift(() => admin.close());
+    // The OpenAI-compatible endpoint on the run's own backend (serve.enabled): an outside agent's trajectories join
+    // the run's rollouts in the log and are rewarded and trained on with them. The training worker keeps the
+    // shared backend on the newest policy, so the endpoint follows no versions itself.
+    const serve = ctx.config.serve.enabled ? await startServe(ctx, backend, tokenizer, runDir) : null;
+    if (serve) closers.unshift(() => serve.close());
 
     // 3. Held-out accuracy of the warm start.
     const heldoutN = ctx.config.task.heldoutProblems;
@@ -184,6 +191,9 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     })();
     await Promise.race([trainerDone, ...running.map((p) => p.then(() => Promise.reject(new Error('a stream processor stopped early'))))]);
     const rlSeconds = (performance.now() - rlStart) / 1000;
+    // Training is over: the endpoint stops taking calls and completes its open trajectories (as aborted) while
+    // the reward consumer still reads them, and leaves the backend to the final evaluation.
+    await serve?.close();
     const rollout = worker.snapshot();
     // The training worker applies the last version to the shared backend before it stops.
     await waitFor(() => backend.currentPolicyVersion() >= trainer.currentVersion, 30_000);
@@ -271,6 +281,14 @@ export function curves(runId: string, steps: TrainStep[], evals: { step: number;
     { name: 'tool-call success rate', points: steps.map((s) => ({ x: s.step, y: metric(s, 'tool_success_rate') })), yMin: 0, yMax: 1 },
     { name: 'staleness (mean policy-version lag)', points: steps.map((s) => ({ x: s.step, y: s.staleness_mean })) },
   ]);
+}
+
+/** The serve role: its URL goes to the terminal, the URL and a generated token only into a 0600 file. */
+async function startServe(ctx: RunContext, backend: LlmBackend, tokenizer: ChatTokenizer, runDir: string): Promise<ServeEndpoint> {
+  const endpoint = await openServeEndpoint(ctx, { backend, tokenizer, settings: ctx.config.serve, logger: ctx.logger });
+  const file = writeServeUrl(runDir, endpoint);
+  process.stderr.write(`serve: ${endpoint.url}/v1 (OpenAPI at ${endpoint.url}/openapi.json; ${endpoint.generatedToken ? `URL and token in ${file}` : `tokens from ${TOKENS_VARIABLE}`})\n`);
+  return endpoint;
 }
 
 /** The admin server beside the run; its URL goes to the terminal, the token only into a 0600 file. */

@@ -2,44 +2,40 @@
 // behind the OpenAI-compatible endpoint (producers/serve/), its events published to the run's log, new policy
 // versions followed and handed to the backend, and, with `train`, the reward, advantage and trainer roles in
 // the same process (the embedded log belongs to one process, so an outside agent's run trains beside it).
-import { randomBytes } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig, type ServeConfig } from '../../core/config.ts';
 import { describeError } from '../../core/errors.ts';
 import type { Consumer } from '../../core/log/types.ts';
 import type { StreamProcessor } from '../../core/processor.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { parseTokenList, TokenStore, type TokenSpec } from '../../admin/auth.ts';
-import { takeFromEnvironment } from '../../admin/environ.ts';
+import type { TokenSpec } from '../../admin/auth.ts';
 import type { Trainer } from '../../consumers/trainer/trainer.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
-import { compileRolloutOptions } from '../../producers/options.ts';
 import { verifyPolicyVersion } from '../../producers/policy-sync.ts';
-import { EventPublisher } from '../../producers/publisher.ts';
-import { buildServeServer } from '../../producers/serve/server.ts';
-import { ServeService, type ServeLimits } from '../../producers/serve/service.ts';
+import type { ServeLimits, ServeService } from '../../producers/serve/service.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
 import { openRunContext, type RunContext } from './context.ts';
-import { createAdvantage, createBackend, createReward, createTrainer, modelFiles, rolloutOptions } from './roles.ts';
+import { createAdvantage, createBackend, createReward, createTrainer, modelFiles } from './roles.ts';
+import { openServeEndpoint } from './serve-endpoint.ts';
 
-export const TOKENS_VARIABLE = 'RLSTREAM_SERVE_TOKENS';
+export { TOKENS_VARIABLE } from './serve-endpoint.ts';
 
+/** Each setting left out takes the config's serve section (core/config/sections.ts). */
 export interface ServeJobOptions {
   configPath: string;
   overrides?: Record<string, unknown>;
   host?: string;
-  /** 0 picks a free port. */
+  /** 0 picks a free port (default: serve.port when not 0, else 8000). */
   port?: number;
-  /** The model id served (default: the run id). */
+  /** The model id served (default: serve.model, else the run id). */
   model?: string;
   /** Also run reward, advantage and trainer in this process. */
   train?: boolean;
   limits?: Partial<ServeLimits>;
   bodyLimitBytes?: number;
-  /** Recorded as data_source when a call names none (default: the task's dataset name). */
+  /** Recorded as data_source when a call names none (default: serve.data_source, else the task's dataset name). */
   dataSource?: string;
   /** Tokens besides RLSTREAM_SERVE_TOKENS (tests); without any, one is generated. */
   tokens?: TokenSpec[];
@@ -60,14 +56,6 @@ export interface ServeJob {
   /** The trainer's run() (resolves at trainer.max_steps), when training. */
   training: Promise<void> | null;
   close(): Promise<void>;
-}
-
-function serveTokens(extra: TokenSpec[]): { store: TokenStore; generated: string | null } {
-  // Read and removed from the environment, as the admin server's tokens are.
-  const specs = [...extra, ...parseTokenList(takeFromEnvironment(TOKENS_VARIABLE) ?? '')];
-  if (specs.length > 0) return { store: new TokenStore(specs), generated: null };
-  const generated = randomBytes(24).toString('base64url');
-  return { store: new TokenStore([{ token: generated, role: 'read', name: 'generated' }]), generated };
 }
 
 /** Hand every new PolicyVersion of the run (checksum verified) to the backend, as the rollout worker does. */
@@ -111,25 +99,20 @@ export async function startServeJob(o: ServeJobOptions): Promise<ServeJob> {
     const inner = await createBackend(ctx);
     closers.push(() => inner.close());
     const backend = o.wrapBackend ? o.wrapBackend(inner) : inner;
-    const producer = await ctx.log.producer();
-    closers.push(() => producer.close());
-    const publisher = new EventPublisher(producer, ctx.serde, TOPICS.rolloutEvents, logger.child({ component: 'serve' }));
-    const service = new ServeService({
-      runId: config.run.id,
-      backend,
-      tokenizer,
-      publisher,
-      rollout: compileRolloutOptions(rolloutOptions(ctx, tokenizer)),
-      limits: { maxSessions: o.limits?.maxSessions ?? 1024, idleTimeoutMs: o.limits?.idleTimeoutMs ?? 600_000 },
-      dataSource: o.dataSource ?? ctx.plugins.task.datasetName,
-      datasetName: ctx.plugins.task.datasetName,
-      logger: logger.child({ role: 'serve' }),
-    });
-    closers.push(() => service.close());
-    const { store, generated } = serveTokens(o.tokens ?? []);
-    const app = await buildServeServer({ service, tokenizer, tokens: store, model: o.model ?? config.run.id, logger, ...(o.bodyLimitBytes ? { bodyLimitBytes: o.bodyLimitBytes } : {}) });
-    await app.listen({ host: o.host ?? '127.0.0.1', port: o.port ?? 8000 });
-    closers.push(() => app.close());
+    const c = config.serve;
+    const settings: ServeConfig = {
+      ...c,
+      host: o.host ?? c.host,
+      // A standalone endpoint keeps a known port by default, where clients are configured to find it.
+      port: o.port ?? (c.port || 8000),
+      model: o.model ?? c.model,
+      maxSessions: o.limits?.maxSessions ?? c.maxSessions,
+      idleTimeoutMs: o.limits?.idleTimeoutMs ?? c.idleTimeoutMs,
+      bodyLimitBytes: o.bodyLimitBytes ?? c.bodyLimitBytes,
+      dataSource: o.dataSource ?? c.dataSource,
+    };
+    const endpoint = await openServeEndpoint(ctx, { backend, tokenizer, settings, ...(o.tokens ? { tokens: o.tokens } : {}), logger });
+    closers.push(() => endpoint.close());
     const stopFollow = followPolicy(ctx, backend, logger.child({ role: 'serve' }));
     closers.push(stopFollow);
 
@@ -152,15 +135,12 @@ export async function startServeJob(o: ServeJobOptions): Promise<ServeJob> {
         await t.close();
       });
     }
-    const addr = app.server.address() as AddressInfo;
-    const url = `http://${addr.address.includes(':') ? `[${addr.address}]` : addr.address}:${addr.port}`;
-    logger.info('serving', { url, model: o.model ?? config.run.id, train: o.train === true });
     return {
-      url,
-      generatedToken: generated,
+      url: endpoint.url,
+      generatedToken: endpoint.generatedToken,
       ctx,
-      service,
-      app,
+      service: endpoint.service,
+      app: endpoint.app,
       backend,
       trainer,
       training,

@@ -4,7 +4,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TObject, TSchema } from '@sinclair/typebox';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, REGISTRY_KINDS, RewardSection, RunSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './sections.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './sections.ts';
 import { RolloutSection } from '../../producers/options.ts';
 import { TrainerSection } from '../../consumers/trainer/options.ts';
 import { backends } from '../../producers/backends/registry.ts';
@@ -76,6 +76,7 @@ export function renderConfigDocs(): string {
     kinds('registry', 'kind', REGISTRY_KINDS),
     kinds('traces', 'kind', TRACE_KINDS),
     section('admin', AdminSection),
+    section('serve', ServeSection),
     section('model', ModelSection),
     `## \`task\`\n\nThe task: its rows, reward functions, default tools, held-out correctness and SFT demonstrations. Common keys:\n\n${table(TaskCommon)}\n\nEach registered task adds its own keys:\n`,
     ...taskParts,
