@@ -23,7 +23,8 @@ export interface ServerOutput {
   retokenized?: { mismatch: boolean };
 }
 
-export async function postJson(url: string, body: unknown, options: { signal?: AbortSignal; timeoutMs?: number; headers?: Record<string, string> } = {}): Promise<unknown> {
+/** POST a JSON body and parse the JSON answer; `emptyOk`: an empty 2xx body (control endpoints answer so) is `null`. */
+export async function postJson(url: string, body: unknown, options: { signal?: AbortSignal; timeoutMs?: number; headers?: Record<string, string>; emptyOk?: boolean } = {}): Promise<unknown> {
   const signals = [options.signal, options.timeoutMs ? AbortSignal.timeout(options.timeoutMs) : undefined].filter((s): s is AbortSignal => s !== undefined);
   let res: Response;
   try {
@@ -40,6 +41,7 @@ export async function postJson(url: string, body: unknown, options: { signal?: A
   const text = await res.text().catch(() => '');
   if (res.status >= 500) throw new RlstreamError('BACKEND_UNAVAILABLE', `${url}: HTTP ${res.status} ${text.slice(0, 200)}`);
   if (res.status >= 400) throw new RlstreamError('BACKEND_BAD_REQUEST', `${url}: HTTP ${res.status} ${text.slice(0, 500)}`);
+  if (options.emptyOk && text.trim() === '') return null;
   try {
     return JSON.parse(text) as unknown;
   } catch (cause) {

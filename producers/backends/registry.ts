@@ -88,12 +88,17 @@ registerBackend('vllm', {
     {
       ...managerOptions,
       model: Type.Optional(Type.String({ minLength: 1, description: 'The served model name (default: the first id of GET /v1/models).' })),
+      weight_sync: Type.Union([Type.Literal('none'), Type.Literal('reload_weights')], {
+        default: 'none',
+        description: "How new policy versions reach the servers: not at all, or vLLM's in-place reload_weights through /collective_rpc (the server needs VLLM_SERVER_DEV_MODE=1).",
+      }),
     },
     { additionalProperties: false },
   ),
   async create(o, env) {
     const [{ VllmServer }, { ServerManager }] = await Promise.all([import('./vllm.ts'), import('./server-manager.ts')]);
-    return new ServerManager(o.urls.map((u) => new VllmServer(u, { requestTimeoutMs: o.request_timeout_ms, ...(o.model ? { model: o.model } : {}) })), manager(o, 'vllm', env));
+    if (o.weight_sync === 'none') env.logger.warn('backend vllm: weight_sync is none, the servers keep their own weights; training is off-policy, bounded by trainer.staleness_bound', { urls: o.urls });
+    return new ServerManager(o.urls.map((u) => new VllmServer(u, { requestTimeoutMs: o.request_timeout_ms, weightSync: o.weight_sync, ...(o.model ? { model: o.model } : {}) })), manager(o, 'vllm', env));
   },
 });
 

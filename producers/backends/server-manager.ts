@@ -37,6 +37,8 @@ interface ServerState {
   consecutiveFailures: number;
   requests: number;
   failures: number;
+  /** The policy version this server's weights are at: a server whose reload failed keeps its old one. */
+  version: number;
 }
 
 export interface ServerStats {
@@ -73,7 +75,7 @@ export class ServerManager implements LlmBackend {
       initialPolicyVersion: options.initialPolicyVersion ?? 0,
     };
     this.version = this.o.initialPolicyVersion;
-    this.states = servers.map((server) => ({ server, inflight: 0, up: true, consecutiveFailures: 0, requests: 0, failures: 0 }));
+    this.states = servers.map((server) => ({ server, inflight: 0, up: true, consecutiveFailures: 0, requests: 0, failures: 0, version: this.o.initialPolicyVersion }));
     if (this.o.healthIntervalMs > 0) {
       this.timer = setInterval(() => void this.checkHealth(), this.o.healthIntervalMs);
       this.timer.unref();
@@ -193,7 +195,7 @@ export class ServerManager implements LlmBackend {
   private async generateOnce(request: GenerateRequest, t0: number, attempt: number, signal: AbortSignal | undefined): Promise<GenerateResult> {
     const idx = await this.acquire(request.sessionId, signal);
     const st = this.states[idx]!;
-    const version = this.version;
+    const version = st.version;
     st.requests++;
     try {
       const out = await st.server.generate(request, signal);
@@ -222,9 +224,25 @@ export class ServerManager implements LlmBackend {
     }
   }
 
+  /**
+   * Load a version on every server. Each server's tokens carry the version its weights are at, so a server
+   * whose reload failed keeps labelling with its old version (and is tried again with the next one); the
+   * manager's version moves only when every server took the new one, else the failures are thrown.
+   */
   async updatePolicy(update: PolicyUpdate): Promise<void> {
-    await Promise.all(this.states.map((s) => s.server.updateWeights?.(update)));
-    this.version = update.version;
+    const results = await Promise.allSettled(
+      this.states.map(async (s) => {
+        await s.server.updateWeights?.(update);
+        s.version = update.version;
+      }),
+    );
+    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ server: this.states[i]!.server.address, error: r.reason as Error }] : []));
+    if (failed.length === 0) {
+      this.version = update.version;
+      return;
+    }
+    for (const f of failed) this.logger.error('weight sync failed', { server: f.server, version: update.version, error: f.error.message });
+    throw new RlstreamError('BACKEND_UNAVAILABLE', `policy version ${update.version} reached ${results.length - failed.length} of ${results.length} servers: ${failed.map((f) => f.error.message).join('; ')}`, { cause: failed[0]!.error, retriable: false });
   }
 
   async close(): Promise<void> {

@@ -2,9 +2,9 @@
 // `sampling_params` and `return_logprob: true`; the sampled tokens and their log-probs come back in
 // `meta_info.output_token_logprobs` as [logprob, token_id, text|null] triples, and
 // `meta_info.finish_reason` is {type: "stop" | "length" | "abort", matched?}.
-import { dirname } from 'node:path';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { badResponse, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
+import { pruneVersionModelDirs, versionModelDir } from './model-dir.ts';
 import type { FinishReason, GenerateRequest, PolicyUpdate } from './types.ts';
 
 export interface SglangServerOptions {
@@ -80,6 +80,7 @@ export class SglangServer implements InferenceServer {
 
   async updateWeights(update: PolicyUpdate): Promise<void> {
     if ((this.options.weightSync ?? 'none') === 'none') return;
-    await postJson(`${this.url}/update_weights_from_disk`, { model_path: dirname(update.weightsPath) }, { timeoutMs: 600_000 });
+    await postJson(`${this.url}/update_weights_from_disk`, { model_path: await versionModelDir(update) }, { timeoutMs: 600_000 });
+    await pruneVersionModelDirs(update);
   }
 }

@@ -2,15 +2,37 @@
 // `logprobs` and `return_tokens_as_token_ids: true`, so every sampled token comes back as "token_id:N"
 // in `choices[0].logprobs.tokens` next to its log-prob in `token_logprobs`. Newer servers also return
 // `choices[0].token_ids` (with `return_token_ids`); when present it must agree.
+//
+// Weight sync (`weightSync: 'reload_weights'`) uses the development endpoints a server started with
+// VLLM_SERVER_DEV_MODE=1 serves, as vLLM's sleep-mode docs (docs/features/sleep_mode.md) reload weights in
+// place: `POST /collective_rpc {"method": "update_config"}` points every worker's model config at the new
+// version's directory (the worker method vLLM's skip_loading_weights_in_engine_init example calls), `POST
+// /collective_rpc {"method": "reload_weights"}` loads its safetensors into the running model, then `POST
+// /reset_prefix_cache` drops the KV blocks cached under the old weights so no later prompt reuses them.
+import { RlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { badResponse, getOk, postJson, ServedModel, type InferenceServer, type ServerOutput } from './http.ts';
-import type { FinishReason, GenerateRequest } from './types.ts';
+import { pruneVersionModelDirs, versionModelDir } from './model-dir.ts';
+import type { FinishReason, GenerateRequest, PolicyUpdate } from './types.ts';
 
 export interface VllmServerOptions {
   /** The served model name; default: the first id of GET /v1/models, asked once. */
   model?: string;
   requestTimeoutMs?: number;
   healthTimeoutMs?: number;
+  /** How new weights reach the server: 'none' (default) or vLLM's in-place reload_weights. */
+  weightSync?: 'none' | 'reload_weights';
+  /** Timeout of each weight-sync request (default 600 000 ms: loading a large model takes minutes). */
+  weightSyncTimeoutMs?: number;
+}
+
+/** The requests, in order, that load the model directory `modelDir` into a running vLLM server. */
+export function vllmReloadRequests(modelDir: string): { path: string; body?: Record<string, unknown> }[] {
+  return [
+    { path: '/collective_rpc', body: { method: 'update_config', args: [{ model_config: { model: modelDir } }] } },
+    { path: '/collective_rpc', body: { method: 'reload_weights' } },
+    { path: '/reset_prefix_cache' },
+  ];
 }
 
 export function vllmCompletionBody(model: string, promptIds: number[], s: SamplingParams): Record<string, unknown> {
@@ -70,5 +92,20 @@ export class VllmServer implements InferenceServer {
 
   health(signal?: AbortSignal): Promise<boolean> {
     return getOk(`${this.url}/health`, this.options.healthTimeoutMs ?? 5_000, signal);
+  }
+
+  async updateWeights(update: PolicyUpdate): Promise<void> {
+    if ((this.options.weightSync ?? 'none') === 'none') return;
+    const dir = await versionModelDir(update);
+    for (const r of vllmReloadRequests(dir)) {
+      try {
+        await postJson(`${this.url}${r.path}`, r.body, { timeoutMs: this.options.weightSyncTimeoutMs ?? 600_000, emptyOk: true });
+      } catch (err) {
+        // A 404 here is a server without the development endpoints: say which switch turns them on.
+        const hint = /HTTP 404/.test((err as Error).message) ? ' (start vLLM with VLLM_SERVER_DEV_MODE=1 for /collective_rpc and /reset_prefix_cache)' : '';
+        throw new RlstreamError(err instanceof RlstreamError ? err.code : 'BACKEND_UNAVAILABLE', `vLLM reload_weights of policy version ${update.version} on ${this.address} failed at ${r.path}: ${(err as Error).message}${hint}`, { cause: err });
+      }
+    }
+    await pruneVersionModelDirs(update);
   }
 }

@@ -1,15 +1,19 @@
 // SGLang and vLLM clients and the server manager against FAKE inference servers: small node:http servers
 // that answer with the documented request/response shapes (real SGLang and vLLM need GPUs and cannot run
-// here). Covers request shapes, token/log-prob parsing, retries on 5xx, stickiness, and a server marked
-// down then up by health checks.
+// here). Covers request shapes, token/log-prob parsing, retries on 5xx, stickiness, a server marked
+// down then up by health checks, and weight sync (vLLM's reload_weights, SGLang's update_weights_from_disk).
 import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { ServerManager } from '../../producers/backends/server-manager.ts';
 import { SglangServer } from '../../producers/backends/sglang.ts';
+import type { PolicyUpdate } from '../../producers/backends/types.ts';
 import { VllmServer } from '../../producers/backends/vllm.ts';
 
 const SAMPLING: SamplingParams = { temperature: 0.7, top_p: 0.9, top_k: 0, max_new_tokens: 3, seed: 7, stop_token_ids: [2] };
@@ -17,6 +21,10 @@ const SAMPLING: SamplingParams = { temperature: 0.7, top_p: 0.9, top_k: 0, max_n
 interface Fake {
   url: string;
   bodies: Record<string, unknown>[];
+  /** Every POST in order: its path and raw body ('' when none). */
+  posts: { path: string; body: string }[];
+  /** Answer POSTs to this path with 500 while set (a weight reload that fails on the server). */
+  failPath: string | undefined;
   /** Status codes to answer the next generate calls with (then 200s). */
   failNext: number[];
   healthy: boolean;
@@ -26,7 +34,7 @@ interface Fake {
 }
 
 async function fakeServer(kind: 'sglang' | 'vllm'): Promise<Fake> {
-  const fake: Fake = { url: '', bodies: [], failNext: [], healthy: true, delayMs: 0, server: undefined as unknown as Server };
+  const fake: Fake = { url: '', bodies: [], posts: [], failPath: undefined, failNext: [], healthy: true, delayMs: 0, server: undefined as unknown as Server };
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -36,7 +44,18 @@ async function fakeServer(kind: 'sglang' | 'vllm'): Promise<Fake> {
     };
     if (req.url === '/health') return json(fake.healthy ? 200 : 503, {});
     if (req.url === '/v1/models') return json(200, { object: 'list', data: [{ id: 'fake-model', object: 'model' }] });
-    const body = JSON.parse(Buffer.concat(chunks).toString() || '{}') as Record<string, unknown>;
+    const raw = Buffer.concat(chunks).toString();
+    fake.posts.push({ path: req.url ?? '', body: raw });
+    if (req.url === fake.failPath) return json(500, { error: 'fake reload failure' });
+    // vLLM's development endpoints (VLLM_SERVER_DEV_MODE=1): /collective_rpc answers {results: [one per
+    // worker]} (null for methods returning None), /reset_prefix_cache an empty 200.
+    if (kind === 'vllm' && req.url === '/collective_rpc') return json(200, { results: [null] });
+    if (kind === 'vllm' && req.url === '/reset_prefix_cache') {
+      res.writeHead(200);
+      return res.end();
+    }
+    if (kind === 'sglang' && req.url === '/update_weights_from_disk') return json(200, { success: true, message: 'Succeeded to update model weights.' });
+    const body = JSON.parse(raw || '{}') as Record<string, unknown>;
     fake.bodies.push(body);
     if (fake.delayMs > 0) await new Promise((r) => setTimeout(r, fake.delayMs));
     const fail = fake.failNext.shift();
@@ -135,6 +154,104 @@ describe('vLLM /v1/completions client (fake server)', () => {
     assert.equal(body['max_tokens'], 3);
     assert.equal(body['seed'], 7);
     assert.ok(typeof body['logprobs'] === 'number');
+  });
+});
+
+describe("vLLM weight sync: reload_weights through /collective_rpc (fake vLLM server)", () => {
+  const req = (id: string) => ({ requestId: id, sessionId: 's', promptIds: [1, 2], sampling: SAMPLING });
+  let n = 0;
+  /** A published version as the trainer's store holds it: <sha>.safetensors among other versions. */
+  function publish(version: number): PolicyUpdate {
+    const store = mkdtempSync(join(tmpdir(), 'rlstream-vllm-sync-'));
+    const weightsPath = join(store, `${'ab'.repeat(31)}${String(n++).padStart(2, '0')}.safetensors`);
+    writeFileSync(weightsPath, `weights of version ${version}`);
+    writeFileSync(join(store, `${'cd'.repeat(32)}.safetensors`), 'another kept version');
+    return { version, weightsPath, configJson: '{"architectures":["LlamaForCausalLM"]}' };
+  }
+
+  test("update_config -> reload_weights -> reset_prefix_cache, then tokens carry the new version", async () => {
+    const f = await fake('vllm');
+    const m = new ServerManager([new VllmServer(f.url, { model: 'fake-model', weightSync: 'reload_weights' })], { healthIntervalMs: 0 });
+    assert.deepEqual((await m.generate(req('1'))).policyVersions, [0, 0]);
+    const update = publish(4);
+    f.posts.length = 0;
+    await m.updatePolicy(update);
+    const dir = join(dirname(update.weightsPath), 'served', 'v4');
+    assert.deepEqual(
+      f.posts.map((p) => [p.path, p.body === '' ? null : JSON.parse(p.body)]),
+      [
+        ['/collective_rpc', { method: 'update_config', args: [{ model_config: { model: dir } }] }],
+        ['/collective_rpc', { method: 'reload_weights' }],
+        ['/reset_prefix_cache', null],
+      ],
+    );
+    // The directory vLLM reads holds this version only, as a Hugging Face model directory.
+    assert.deepEqual(readdirSync(dir).sort(), ['config.json', 'model.safetensors']);
+    assert.equal(readFileSync(join(dir, 'model.safetensors'), 'utf8'), 'weights of version 4');
+    assert.equal(readFileSync(join(dir, 'config.json'), 'utf8'), update.configJson);
+    assert.equal(m.currentPolicyVersion(), 4);
+    assert.deepEqual((await m.generate(req('2'))).policyVersions, [4, 4]);
+    // The next version's directory replaces this one.
+    const next = { ...update, version: 5 };
+    await m.updatePolicy(next);
+    assert.deepEqual(readdirSync(join(dirname(update.weightsPath), 'served')), ['v5']);
+    await m.close();
+  });
+
+  test('a failed reload keeps the old version and is reported; the other server moves on', async () => {
+    const a = await fake('vllm');
+    const b = await fake('vllm');
+    const m = new ServerManager([new VllmServer(a.url, { model: 'fake-model', weightSync: 'reload_weights' }), new VllmServer(b.url, { model: 'fake-model', weightSync: 'reload_weights' })], { healthIntervalMs: 0 });
+    await m.updatePolicy(publish(1));
+    b.failPath = '/collective_rpc';
+    b.posts.length = 0;
+    await assert.rejects(m.updatePolicy(publish(2)), (e) => isRlstreamError(e, 'BACKEND_UNAVAILABLE') && /policy version 2 reached 1 of 2 servers/.test(e.message) && /reload_weights of policy version 2 .* failed at \/collective_rpc/.test(e.message));
+    assert.deepEqual(b.posts.map((p) => p.path), ['/collective_rpc'], 'nothing after the failed step, no prefix-cache reset');
+    assert.equal(m.currentPolicyVersion(), 1);
+    // Each server's tokens carry the version of that server's weights.
+    m.markDown(b.url);
+    const onA = await m.generate({ ...req('a'), sessionId: 'on-a' });
+    m.markUp(b.url);
+    m.markDown(a.url);
+    const onB = { ...req('b'), sessionId: 'on-b' };
+    const fromB = await m.generate(onB);
+    m.markUp(a.url);
+    assert.deepEqual([onA.server, onA.policyVersions], [a.url, [2, 2]]);
+    assert.deepEqual([fromB.server, fromB.policyVersions], [b.url, [1, 1]]);
+    // The next version reaches the server that failed.
+    b.failPath = undefined;
+    await m.updatePolicy(publish(3));
+    assert.equal(m.currentPolicyVersion(), 3);
+    assert.deepEqual((await m.generate(onB)).policyVersions, [3, 3]);
+    await m.close();
+  });
+
+  test('a server without VLLM_SERVER_DEV_MODE (404) is named in the error', async () => {
+    const f = await fake('sglang'); // answers 404 to vLLM's development endpoints, as vLLM does without dev mode
+    const s = new VllmServer(f.url, { model: 'fake-model', weightSync: 'reload_weights' });
+    await assert.rejects(s.updateWeights(publish(1)), (e) => isRlstreamError(e, 'BACKEND_BAD_REQUEST') && /VLLM_SERVER_DEV_MODE=1/.test(e.message));
+  });
+
+  test("weight_sync 'none' sends nothing and only relabels", async () => {
+    const f = await fake('vllm');
+    const m = new ServerManager([new VllmServer(f.url, { model: 'fake-model' })], { healthIntervalMs: 0 });
+    await m.updatePolicy(publish(2));
+    assert.deepEqual(f.posts, []);
+    assert.equal(m.currentPolicyVersion(), 2);
+    await m.close();
+  });
+});
+
+describe('SGLang weight sync (fake SGLang server)', () => {
+  test('update_weights_from_disk gets a directory holding only this version', async () => {
+    const f = await fake('sglang');
+    const store = mkdtempSync(join(tmpdir(), 'rlstream-sglang-sync-'));
+    const weightsPath = join(store, `${'ef'.repeat(32)}.safetensors`);
+    writeFileSync(weightsPath, 'v7');
+    writeFileSync(join(store, `${'12'.repeat(32)}.safetensors`), 'another kept version');
+    await new SglangServer(f.url, { weightSync: 'update_weights_from_disk' }).updateWeights({ version: 7, weightsPath, configJson: '{}' });
+    assert.deepEqual(f.posts.map((p) => [p.path, JSON.parse(p.body)]), [['/update_weights_from_disk', { model_path: join(store, 'served', 'v7') }]]);
+    assert.deepEqual(readdirSync(join(store, 'served', 'v7')).sort(), ['config.json', 'model.safetensors']);
   });
 });
 
