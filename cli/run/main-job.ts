@@ -148,7 +148,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     // The OpenAI-compatible endpoint on the run's own backend (serve.enabled): an outside agent's trajectories join
     // the run's rollouts in the log and are rewarded and trained on with them. The training worker keeps the
     // shared backend on the newest policy, so the endpoint follows no versions itself.
-    const serve = ctx.config.serve.enabled ? await startServe(ctx, backend, tokenizer, runDir) : null;
+    const serve = ctx.config.serve.enabled ? await startServe(ctx, backend, tokenizer, runDir, config.run.id) : null;
     if (serve) closers.unshift(() => serve.close());
 
     // 3. Held-out accuracy of the warm start.
@@ -284,8 +284,10 @@ export function curves(runId: string, steps: TrainStep[], evals: { step: number;
 }
 
 /** The serve role: its URL goes to the terminal, the URL and a generated token only into a 0600 file. */
-async function startServe(ctx: RunContext, backend: LlmBackend, tokenizer: ChatTokenizer, runDir: string): Promise<ServeEndpoint> {
-  const endpoint = await openServeEndpoint(ctx, { backend, tokenizer, settings: ctx.config.serve, logger: ctx.logger });
+async function startServe(ctx: RunContext, backend: LlmBackend, tokenizer: ChatTokenizer, runDir: string, configuredId: string): Promise<ServeEndpoint> {
+  // Clients name the model as the config names the run: the run directory's id (seed, start time) is new each run.
+  const settings = { ...ctx.config.serve, model: ctx.config.serve.model ?? configuredId };
+  const endpoint = await openServeEndpoint(ctx, { backend, tokenizer, settings, logger: ctx.logger });
   const file = writeServeUrl(runDir, endpoint);
   process.stderr.write(`serve: ${endpoint.url}/v1 (OpenAPI at ${endpoint.url}/openapi.json; ${endpoint.generatedToken ? `URL and token in ${file}` : `tokens from ${TOKENS_VARIABLE}`})\n`);
   return endpoint;

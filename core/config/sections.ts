@@ -96,7 +96,7 @@ export const ServeSection = obj(
     enabled: Type.Boolean({ default: false, description: 'Main job: serve the run\'s backend as the OpenAI-compatible endpoint (docs/serve.md) beside its own rollouts; what outside agents complete through it is rewarded and trained on with the rest.' }),
     host: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Address the endpoint listens on (`rlstream serve --host` overrides).' }),
     port: Type.Integer({ minimum: 0, maximum: 65535, default: 0, description: 'Port of the endpoint (0: any free port; the URL is printed and written to <run dir>/serve-url). `rlstream serve` listens on --port, else this port when not 0, else 8000.' }),
-    model: stringOrNull({ default: null, description: 'The model id clients name (default: the run id).' }),
+    model: stringOrNull({ default: null, description: 'The model id clients name (default: run.id as configured).' }),
     max_sessions: positiveInt(1024, 'Trajectories open at once; a call that would open one more gets 429.'),
     idle_timeout_ms: positiveInt(600_000, 'A trajectory without a call for this long is completed as aborted.'),
     body_limit_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024, description: 'Largest request body (413 above).' }),

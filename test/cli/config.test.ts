@@ -32,6 +32,7 @@ const SECTIONS: [string, Record<string, unknown>, string, unknown][] = [
   ['registry', { kind: 'http', url: 'http://x' }, 'url', 5],
   ['traces', { kind: 'chdb' }, 'batch_rows', 'many'],
   ['admin', {}, 'port', 'eighty'],
+  ['serve', {}, 'max_sessions', 'many'],
   ['model', {}, 'config', 7],
   ['task', { name: 'calculator' }, 'heldout_problems', 'all'],
   ['dataset', {}, 'train', 3],
@@ -177,4 +178,12 @@ test('user code named by module/export: a missing module, a missing export and a
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('the serve section: off by default, every key compiled; an out-of-range port is refused naming it', () => {
+  const dflt = compileRunConfig({}, '/tmp').serve;
+  assert.deepEqual(dflt, { enabled: false, host: '127.0.0.1', port: 0, model: null, maxSessions: 1024, idleTimeoutMs: 600_000, bodyLimitBytes: 4 * 1024 * 1024, dataSource: null });
+  const set = compileRunConfig({ serve: { enabled: true, host: '0.0.0.0', port: 8100, model: 'policy', max_sessions: 8, idle_timeout_ms: 5000, body_limit_bytes: 65536, data_source: 'mine' } }, '/tmp').serve;
+  assert.deepEqual(set, { enabled: true, host: '0.0.0.0', port: 8100, model: 'policy', maxSessions: 8, idleTimeoutMs: 5000, bodyLimitBytes: 65536, dataSource: 'mine' });
+  assert.ok(issues({ serve: { port: 70000 } }).some((m) => m.startsWith('serve.port: must be')), issues({ serve: { port: 70000 } }).join(' | '));
 });
