@@ -3,13 +3,16 @@
 // here). Covers request shapes, token/log-prob parsing, retries on 5xx, stickiness, a server marked
 // down then up by health checks, and weight sync (vLLM's reload_weights, SGLang's update_weights_from_disk).
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, describe, test } from 'node:test';
+import { Value } from '@sinclair/typebox/value';
 import { isRlstreamError } from '../../core/errors.ts';
+import { silentLogger } from '../../core/telemetry.ts';
+import { backends } from '../../producers/backends/registry.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { ServerManager } from '../../producers/backends/server-manager.ts';
 import { SglangServer } from '../../producers/backends/sglang.ts';
@@ -160,9 +163,14 @@ describe('vLLM /v1/completions client (fake server)', () => {
 describe("vLLM weight sync: reload_weights through /collective_rpc (fake vLLM server)", () => {
   const req = (id: string) => ({ requestId: id, sessionId: 's', promptIds: [1, 2], sampling: SAMPLING });
   let n = 0;
+  const stores: string[] = [];
+  after(() => {
+    for (const d of stores) rmSync(d, { recursive: true, force: true });
+  });
   /** A published version as the trainer's store holds it: <sha>.safetensors among other versions. */
   function publish(version: number): PolicyUpdate {
     const store = mkdtempSync(join(tmpdir(), 'rlstream-vllm-sync-'));
+    stores.push(store);
     const weightsPath = join(store, `${'ab'.repeat(31)}${String(n++).padStart(2, '0')}.safetensors`);
     writeFileSync(weightsPath, `weights of version ${version}`);
     writeFileSync(join(store, `${'cd'.repeat(32)}.safetensors`), 'another kept version');
@@ -232,6 +240,19 @@ describe("vLLM weight sync: reload_weights through /collective_rpc (fake vLLM se
     await assert.rejects(s.updateWeights(publish(1)), (e) => isRlstreamError(e, 'BACKEND_BAD_REQUEST') && /VLLM_SERVER_DEV_MODE=1/.test(e.message));
   });
 
+  test('backend config { name: vllm, weight_sync: reload_weights } reaches the servers', async () => {
+    const f = await fake('vllm');
+    const plugin = backends.get('vllm');
+    const options = Value.Default(plugin.options, { urls: [f.url], model: 'fake-model', weight_sync: 'reload_weights', health_interval_ms: 0 });
+    assert.ok(Value.Check(plugin.options, options));
+    assert.ok(!Value.Check(plugin.options, { ...(options as object), weight_sync: 'reload' }), 'an unknown weight_sync is refused');
+    const backend = await plugin.create(options as never, { configJson: '{}', initWeights: '', tokenizerDir: '', baseDir: '.', logger: silentLogger });
+    await backend.updatePolicy?.(publish(6));
+    assert.deepEqual(f.posts.map((p) => p.path), ['/collective_rpc', '/collective_rpc', '/reset_prefix_cache']);
+    assert.equal(backend.currentPolicyVersion(), 6);
+    await backend.close();
+  });
+
   test("weight_sync 'none' sends nothing and only relabels", async () => {
     const f = await fake('vllm');
     const m = new ServerManager([new VllmServer(f.url, { model: 'fake-model' })], { healthIntervalMs: 0 });
@@ -252,6 +273,7 @@ describe('SGLang weight sync (fake SGLang server)', () => {
     await new SglangServer(f.url, { weightSync: 'update_weights_from_disk' }).updateWeights({ version: 7, weightsPath, configJson: '{}' });
     assert.deepEqual(f.posts.map((p) => [p.path, JSON.parse(p.body)]), [['/update_weights_from_disk', { model_path: join(store, 'served', 'v7') }]]);
     assert.deepEqual(readdirSync(join(store, 'served', 'v7')).sort(), ['config.json', 'model.safetensors']);
+    rmSync(store, { recursive: true, force: true });
   });
 });
 
