@@ -99,6 +99,7 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
     initialWeightsPath: files.initWeights,
     initialCheckpoint: files.initCheckpoint,
     modelConfig: files.config,
+    modelConfigJson: files.configJson,
     options: ctx.config.trainer,
     logger: ctx.logger,
     ...(onStep ? { onStep } : {}),

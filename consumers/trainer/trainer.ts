@@ -33,6 +33,12 @@ export interface TrainerDeps {
    */
   initialCheckpoint?: string | null;
   modelConfig: ModelConfig;
+  /**
+   * The model's config.json as read, published with every policy version: inference servers that load a
+   * version (SGLang, vLLM) need its architectures/model_type, which the parsed modelConfig drops.
+   * Default: modelConfig as JSON.
+   */
+  modelConfigJson?: string;
   options: TrainerOptions;
   logger?: Logger;
   /** Called after every durable step (progress bars, tests). */
@@ -215,7 +221,7 @@ export class Trainer {
       weights_uri: stored.path,
       checksum: stored.checksum,
       format: 'safetensors',
-      config_json: JSON.stringify(this.deps.modelConfig),
+      config_json: this.deps.modelConfigJson ?? JSON.stringify(this.deps.modelConfig),
       metrics,
     };
   }

@@ -107,7 +107,7 @@ test('trainer killed with SIGKILL at random moments resumes with no sample reuse
 });
 
 /** Run an in-process trainer over the set-up log until it stops (max_steps); the log stays open for reading back. */
-async function trainInProcess(dir: string, logDir: string, weights: string, options: Record<string, unknown>): Promise<{ log: EventLog; serde: EventSerde; trainer: Trainer; seen: TrainStep[] }> {
+async function trainInProcess(dir: string, logDir: string, weights: string, options: Record<string, unknown>, extra: { modelConfigJson?: string } = {}): Promise<{ log: EventLog; serde: EventSerde; trainer: Trainer; seen: TrainStep[] }> {
   const log = openEmbeddedLog({ dir: logDir });
   const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
   const seen: TrainStep[] = [];
@@ -118,6 +118,7 @@ async function trainInProcess(dir: string, logDir: string, weights: string, opti
     dataDir: join(dir, 'data'),
     initialWeightsPath: weights,
     modelConfig: TINY_CONFIG,
+    ...extra,
     options: compileTrainerOptions({ max_steps: 1, threads: 1, ...options }),
     onStep: (s) => seen.push(s),
   });
@@ -165,6 +166,20 @@ test('a run that ends with groups too stale to train on still consumes them: a s
     assert.deepEqual(versions.map((v) => v.version), [0, 1]);
     assert.equal(versions[1]!.checksum, versions[0]!.checksum, 'same weights');
     assert.equal(committed.reduce((n, c) => n + c.offset, 0), 4, 'every sample offset committed');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("every policy version carries the model's config.json as read (servers loading a version need its architectures)", { timeout: 60_000 }, async () => {
+  const { dir, logDir, weights } = await setUp([{ g: 0 }], 2);
+  try {
+    const raw = JSON.stringify({ ...TINY_CONFIG, architectures: ['LlamaForCausalLM'], model_type: 'llama', torch_dtype: 'float32' });
+    const { log, serde } = await trainInProcess(dir, logDir, weights, { groups_per_step: 1 }, { modelConfigJson: raw });
+    const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
+    await log.close();
+    assert.deepEqual(versions.map((v) => v.version), [0, 1]);
+    for (const v of versions) assert.equal(v.config_json, raw);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
