@@ -51,6 +51,9 @@ if (clickhouseUrl) {
         const registry = await PrivateRegistry.start(registryDir);
         const run = await newRun(`start${round}`, broker.brokers, { 'registry.url': registry.url, ...(round === 1 ? { 'task.train_rows': ROUND1_ROWS } : {}) });
         const sup = new Supervisor(run);
+        // Rounds after the first run the default dataset, which the rollout worker may finish while the other roles
+        // are still starting: it then stays down (exit 0) instead of being started again.
+        if (round > 1) sup.finishing = true;
         try {
           sup.start();
           for (const r of ROLES) watch(sup.procs.get(r)!);
@@ -68,8 +71,6 @@ if (clickhouseUrl) {
           note(`round ${round}: five roles up, ${JSON.stringify(await progress(log, run.runId))}`);
           if (round === 1) await sigtermEachAndAudit(log, run, sup, registry.url, clickhouseUrl, note);
           else {
-            // A rollout worker that finished its dataset stays down (not started again, still loading, when signalled).
-            sup.finishing = true;
             const codes = await sigtermAll(sup);
             assert.deepEqual(codes, Object.fromEntries(ROLES.map((r) => [r, 'exit 0'])), `round ${round}: SIGTERM to all at once`);
           }

@@ -17,7 +17,7 @@ import { collectRun, readTopic } from '../../testkit/audit.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CONFIG = join(ROOT, 'examples', 'calculator', 'config.yaml');
-const MAX_STEPS = 10;
+const MAX_STEPS = 12;
 const KILLS = 3;
 const SETS = { 'trainer.max_steps': MAX_STEPS, 'trainer.groups_per_step': 2, 'rollout.n': 4, 'rollout.concurrency': 16, 'task.heldout_problems': 8, 'eval.problems': 4, 'eval.every_steps': 4 };
 
@@ -28,17 +28,31 @@ interface Life {
   stderr: string;
 }
 
-/** One life of `rlstream run`; killed with SIGKILL after `killAfterMs` (from the moment it says which run it works on) when given. */
-async function life(dataDir: string, runIdBase: string, killAfterMs: number | null, extra: Record<string, number> = {}): Promise<Life> {
+/**
+ * When a life is killed: once it has trained `afterSteps` steps of its own (0: once it has said which run it
+ * works on), plus `delayMs`. Drawn from the life's own progress rather than the clock, so a kill lands inside
+ * the run whether the machine is fast or slow, and each life leaves most of the run to the next.
+ */
+interface Kill {
+  afterSteps: number;
+  delayMs: number;
+}
+
+const stepsPrinted = (stderr: string): number[] => [...stderr.matchAll(/^train\s+(\d+)\//gm)].map((m) => Number(m[1]));
+const lastStep = (stderr: string): number => Math.max(0, ...stepsPrinted(stderr));
+
+/** One life of `rlstream run`; SIGKILLed at `kill` when given. */
+async function life(dataDir: string, runIdBase: string, kill: Kill | null, extra: Record<string, number> = {}): Promise<Life> {
   const sets = Object.entries({ ...SETS, ...extra, 'run.id': runIdBase, 'run.data_dir': dataDir }).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
   const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'cli/main.ts'), 'run', CONFIG, '--no-admin', '--no-progress', ...sets], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const out: Life = { code: null, signal: null, stdout: '', stderr: '' };
   child.stdout.on('data', (d: Buffer) => (out.stdout += d.toString()));
   child.stderr.on('data', (d: Buffer) => (out.stderr += d.toString()));
   const exited = new Promise<void>((res) => child.once('exit', (code, signal) => ((out.code = code), (out.signal = signal), res())));
-  if (killAfterMs !== null) {
-    while (!/^run: /m.test(out.stderr) && child.exitCode === null) await sleep(50);
-    await Promise.race([sleep(killAfterMs), exited]);
+  if (kill !== null) {
+    while (!/^run: /m.test(out.stderr) && child.exitCode === null) await sleep(20);
+    while (stepsPrinted(out.stderr).length < kill.afterSteps && child.exitCode === null) await sleep(20);
+    await Promise.race([sleep(kill.delayMs), exited]);
     child.kill('SIGKILL');
   }
   await exited;
@@ -55,14 +69,16 @@ test('main job: SIGKILLed at random moments three times, each restart resumes th
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-resume-'));
   try {
     const runIdBase = `resume${process.pid}`;
-    const lives: { killAfterMs: number | null; life: Life; steps: number }[] = [];
+    const lives: { kill: Kill | null; life: Life; steps: number }[] = [];
     for (let i = 0; i <= KILLS; i++) {
-      // Kills fall anywhere from start-up (evaluation, first rollouts) to training.
-      const killAfterMs = i < KILLS ? Math.round(2000 + Math.random() * 18000) : null;
-      const l = await life(dir, runIdBase, killAfterMs);
-      const steps = Math.max(0, ...[...l.stderr.matchAll(/^train\s+(\d+)\//gm)].map((m) => Number(m[1])));
-      lives.push({ killAfterMs, life: l, steps });
-      process.stderr.write(`# life ${i}: ${killAfterMs === null ? 'to the end' : `SIGKILL after ${killAfterMs} ms`}, ${l.signal ?? `exit ${l.code}`}, last step it printed ${steps}; ${l.stderr.split('\n')[0]}\n`);
+      // Kills fall anywhere from start-up (evaluation, first rollouts) to a life's second step, at a random moment
+      // within the step under way (a step takes well under a second here, and a resumed trainer may take a few
+      // at once from what was already advantaged).
+      const kill = i < KILLS ? { afterSteps: Math.floor(Math.random() * 3), delayMs: Math.round(Math.random() * 300) } : null;
+      const l = await life(dir, runIdBase, kill);
+      const steps = lastStep(l.stderr);
+      lives.push({ kill, life: l, steps });
+      process.stderr.write(`# life ${i}: ${kill === null ? 'to the end' : `SIGKILL ${kill.delayMs} ms after ${kill.afterSteps} step(s) of its own`}, ${l.signal ?? `exit ${l.code}`}, last step it printed ${steps}; ${l.stderr.split('\n')[0]}\n`);
     }
     const runs = readdirSync(dir);
     assert.equal(runs.length, 1, `one run directory: ${runs.join(', ')}`);
