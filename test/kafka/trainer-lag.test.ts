@@ -25,7 +25,7 @@ test('trainer on Kafka: after training on every transactional group, its committ
   const broker = await PrivateBroker.start(join(dir, 'broker'));
   const log = await openKafkaLog({ brokers: [broker.brokers] }, silentLogger);
   try {
-    for (const name of [TOPICS.advantaged, TOPICS.trainSteps, TOPICS.policyVersions]) await log.createTopic({ name, partitions: name === TOPICS.advantaged ? 2 : 1 });
+    for (const name of [TOPICS.advantaged, TOPICS.trainSteps, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name, partitions: name === TOPICS.advantaged ? 2 : 1 });
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
     const producer = await log.producer({ transactionalId: 'advantage-test' });
     const GROUPS = 4;
