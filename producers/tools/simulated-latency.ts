@@ -120,7 +120,11 @@ export function withSimulatedLatency(tool: Tool, sampler: LatencySampler): Tool 
   const execute = async (instanceId: string, args: Record<string, unknown>, ctx: ToolCallContext): Promise<ToolResult> => {
     const delayMs = sampler.next();
     // Rejects with an AbortError when the call times out or the worker stops: the tool then never runs.
-    await sleep(delayMs, undefined, { signal: ctx.signal });
+    // Node's timers count whole milliseconds from the event loop's cached clock and can end up to a
+    // millisecond or so early by performance.now(), so the wait is topped up to the full sampled delay.
+    const until = performance.now() + delayMs;
+    await sleep(Math.ceil(delayMs), undefined, { signal: ctx.signal });
+    for (let left = until - performance.now(); left > 0; left = until - performance.now()) await sleep(Math.ceil(left), undefined, { signal: ctx.signal });
     const res = await tool.execute(instanceId, args, ctx);
     return { ...res, metrics: { ...res.metrics, simulated_latency_ms: delayMs } };
   };

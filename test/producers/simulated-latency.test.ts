@@ -161,11 +161,15 @@ describe('simulated latency: chosen by the run config', () => {
   test('tools.config names the heavy-tail tool config of the calculator example; bad fields are named', async () => {
     const { loadRunConfig } = await import('../../core/config.ts');
     const { createTools } = await import('../../cli/run/roles.ts');
+    const { resolvePlugins } = await import('../../cli/run/plugins.ts');
     const { REPO } = await import('./helpers.ts');
     const { join } = await import('node:path');
     const configPath = join(REPO, 'examples', 'calculator', 'config.yaml');
-    const ctx = (overrides: Record<string, unknown>) => ({ config: loadRunConfig(configPath, overrides) }) as Parameters<typeof createTools>[0];
-    const set = await createTools(ctx({ 'tools.config': 'tools-heavy-tail.yaml' }));
+    const ctx = async (overrides: Record<string, unknown>) => {
+      const config = loadRunConfig(configPath, overrides);
+      return { config, plugins: await resolvePlugins(config) } as Parameters<typeof createTools>[0];
+    };
+    const set = await createTools(await ctx({ 'tools.config': 'tools-heavy-tail.yaml' }));
     const s = set.session('t4');
     const out = await s.call('calculator', '{"expression": "2+2"}');
     assert.equal(out.text, '4');
@@ -173,11 +177,12 @@ describe('simulated latency: chosen by the run config', () => {
     await s.finish();
     await set.close();
     // Without tools.config: the task's own tools, no delay.
-    const plain = await createTools(ctx({}));
+    const plain = await createTools(await ctx({}));
     const p = await plain.session('t5').call('calculator', '{"expression": "2+2"}');
     assert.equal(p.metrics['simulated_latency_ms'], undefined);
-    await assert.rejects(createTools(ctx({ 'tools.file': 'x.yaml' })), /tools\.file is not a known field/);
-    await assert.rejects(createTools(ctx({ 'tools.config': 42 })), /tools\.config must be the path of a tool-config YAML file/);
-    await assert.rejects(createTools(ctx({ 'tools.config': 'missing.yaml' })), /tool config not readable/);
+    // Bad fields fail when the config is compiled, naming the path; a missing file when the tools load.
+    assert.throws(() => loadRunConfig(configPath, { 'tools.file': 'x.yaml' }), /tools\.file: unknown key \(known: config\)/);
+    assert.throws(() => loadRunConfig(configPath, { 'tools.config': 42 }), /tools\.config: must be a string or null/);
+    await assert.rejects(async () => createTools(await ctx({ 'tools.config': 'missing.yaml' })), /tool config not readable/);
   });
 });
