@@ -32,7 +32,7 @@ function configError(section: Record<string, unknown>, message: RegExp): void {
 }
 
 test('traces.batch_rows and batch_bytes are read for both kinds; bad values and unknown fields are named', () => {
-  assert.deepEqual(traces({ kind: 'chdb', dir: '/x', batch_rows: 50_000 }), { kind: 'chdb', dir: '/x', batch: { maxRows: 50_000 } });
+  assert.deepEqual(traces({ kind: 'chdb', dir: '/x', batch_rows: 50_000 }), { kind: 'chdb', dir: '/x', batch: { maxRows: 50_000 }, ttlDays: null });
   const server = traces({ kind: 'clickhouse', url: 'http://127.0.0.1:1', batch_rows: 1000, batch_bytes: 1 << 20 });
   assert.equal(server.kind, 'clickhouse');
   assert.deepEqual(server.kind === 'clickhouse' && server.batch, { maxRows: 1000, maxBytes: 1 << 20 });
