@@ -83,21 +83,28 @@ export class TrajectoryRecorder {
     return this.responseMask.slice(this.turnOffsets[turn]!, this.turnOffsets[turn + 1] ?? this.responseMask.length);
   }
 
-  /** Append a generated turn; `text` is what the turn decodes to (special tokens skipped). */
-  addAssistant(gen: GenerateResult, text: string, toolCalls: ToolCall[], parseError: string | null): number {
-    const turn = this.push('assistant', gen.tokenIds, 1, gen.logprobs, gen.policyVersions);
-    this.generationMs += gen.latencyMs;
-    this.sink.turn({
+  /** The fields every TurnCompleted of this trajectory shares, for turn `turn`. */
+  private turnHead(turn: number, role: 'assistant' | 'tool' | 'user') {
+    return {
       event_id: deriveId(this.meta.trajectoryId, 'turn', turn),
       time_ms: Date.now(),
       run_id: this.meta.runId,
       trajectory_id: this.meta.trajectoryId,
       group_id: this.meta.groupId,
       turn_index: turn,
-      role: 'assistant',
+      role,
+      loss_mask: this.turnMask(turn),
+    };
+  }
+
+  /** Append a generated turn; `text` is what the turn decodes to (special tokens skipped). */
+  addAssistant(gen: GenerateResult, text: string, toolCalls: ToolCall[], parseError: string | null): number {
+    const turn = this.push('assistant', gen.tokenIds, 1, gen.logprobs, gen.policyVersions);
+    this.generationMs += gen.latencyMs;
+    this.sink.turn({
+      ...this.turnHead(turn, 'assistant'),
       token_ids: gen.tokenIds,
       logprobs: gen.logprobs,
-      loss_mask: this.turnMask(turn),
       text,
       tool_calls: toolCalls,
       tool_call_parse_error: parseError,
@@ -115,16 +122,9 @@ export class TrajectoryRecorder {
     const turn = this.push(role, ids, 0, null, null);
     if (tokenizationMismatch) this.tokenizationMismatches++;
     this.sink.turn({
-      event_id: deriveId(this.meta.trajectoryId, 'turn', turn),
-      time_ms: Date.now(),
-      run_id: this.meta.runId,
-      trajectory_id: this.meta.trajectoryId,
-      group_id: this.meta.groupId,
-      turn_index: turn,
-      role,
+      ...this.turnHead(turn, role),
       token_ids: [...ids],
       logprobs: [],
-      loss_mask: this.turnMask(turn),
       text: this.tokenizer.decode(ids, { skipSpecialTokens: true }),
       tool_calls: [],
       tool_call_parse_error: null,
