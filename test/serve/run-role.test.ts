@@ -15,7 +15,7 @@ import type { TrainStep } from '../../schemas/generated/types.ts';
 import { CONFIG } from './helpers.ts';
 
 const CALCULATOR = { type: 'function', function: { name: 'calculator', description: 'Evaluate an arithmetic expression exactly.', parameters: { type: 'object', properties: { expression: { type: 'string' } }, required: ['expression'] } } };
-const MAX_STEPS = 12;
+const MAX_STEPS = 16;
 const PROMPT = [{ role: 'user', content: 'Tom has 12 apples. Tom gets 7 more. How many apples does Tom have now?' }];
 
 interface Choice {
@@ -44,8 +44,12 @@ test('rlstream run with serve.enabled: an outside client completes a group throu
         'serve.enabled': true,
         'trainer.max_steps': MAX_STEPS,
         'trainer.groups_per_step': 2,
+        // The run's own rollouts go slowly enough that the trainer waits for data: the endpoint's group is then
+        // trained within a step or two of being advantaged, well inside the staleness bound, instead of queueing
+        // behind groups generated ahead (and being dropped as stale when the steps run fast).
+        'trainer.staleness_bound': 4,
         'rollout.n': 4,
-        'rollout.concurrency': 8,
+        'rollout.concurrency': 2,
         'task.heldout_problems': 4,
         'eval.problems': 2,
         'eval.every_steps': 100,
