@@ -7,7 +7,8 @@
 // Run: npm run bench -- policy [--quick] [--rounds 9] [--max-new 128]. Timings on a shared 2-core machine are
 // noisy: scenarios run in interleaved rounds (bench/harness.ts) with a machine-speed probe before each round.
 // The headline figure, batch 64 against one at a time, is the median [min–max] over rounds of the ratio taken
-// within each round (same moment, same load): `speedupBatch64VsSequentialRoundMedian_t<threads>` in the report.
+// within each round (same moment, same load): `speedupBatch64VsSequentialRounds_t1` in the report (median, min,
+// max; `_t2` at 2 threads), the figure the README quotes.
 // Each scenario's table row is its median round; the best round of each is in the report too.
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
 import { configToJson, expectedTensors, policyConfig } from '../producers/policy/config.ts';
