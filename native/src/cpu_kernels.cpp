@@ -236,6 +236,16 @@ class CpuKernels final : public Kernels {
       }
   }
   void rope_forward(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) override {
+    rope_rotate<false>(x, cosb, sinb, T, nh, hd);
+  }
+  // The gradient of a rotation is the rotation by the opposite angle.
+  void rope_backward(float* dx, const float* cosb, const float* sinb, int T, int nh, int hd) override {
+    rope_rotate<true>(dx, cosb, sinb, T, nh, hd);
+  }
+  // Rotates each (i, i + hd/2) pair of every head in place by the position's angle, or by its negative when
+  // Inverse (sin negated: exact, so both directions round as the two written-out loops would).
+  template <bool Inverse>
+  void rope_rotate(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) {
     const int half = hd / 2;
 #pragma omp parallel for num_threads(nt_) schedule(static) if (T > 64)
     for (int t = 0; t < T; t++) {
@@ -245,26 +255,9 @@ class CpuKernels final : public Kernels {
         float* v = x + ((size_t)t * nh + h) * hd;
 #pragma omp simd
         for (int i = 0; i < half; i++) {
-          const float a = v[i], b = v[i + half];
-          v[i] = a * c[i] - b * s[i];
-          v[i + half] = b * c[i] + a * s[i];
-        }
-      }
-    }
-  }
-  void rope_backward(float* dx, const float* cosb, const float* sinb, int T, int nh, int hd) override {
-    const int half = hd / 2;
-#pragma omp parallel for num_threads(nt_) schedule(static) if (T > 64)
-    for (int t = 0; t < T; t++) {
-      const float* c = cosb + (size_t)t * half;
-      const float* s = sinb + (size_t)t * half;
-      for (int h = 0; h < nh; h++) {
-        float* v = dx + ((size_t)t * nh + h) * hd;
-#pragma omp simd
-        for (int i = 0; i < half; i++) {
-          const float a = v[i], b = v[i + half];
-          v[i] = a * c[i] + b * s[i];
-          v[i + half] = b * c[i] - a * s[i];
+          const float a = v[i], b = v[i + half], sn = Inverse ? -s[i] : s[i];
+          v[i] = a * c[i] - b * sn;
+          v[i + half] = b * c[i] + a * sn;
         }
       }
     }

@@ -224,6 +224,25 @@ Napi::Promise ModelWrap::launch(Napi::Env env, std::function<void()> job, std::f
   return p;
 }
 
+// forward_backward on a worker. A loss that is not finite rejects the call: the gradients it accumulated are
+// unusable, and the caller must know before it steps the optimizer. value() reads the loss after the pass.
+Napi::Promise ModelWrap::launch_backward(Napi::Env env, const Batch& b, const int32_t* targets,
+                                         std::shared_ptr<TokenLoss> loss, std::function<double()> value,
+                                         const char* what, std::function<Napi::Value(Napi::Env)> done,
+                                         std::vector<Napi::Value> keep) {
+  Model* mp = model_.get();
+  return launch(
+      env,
+      [=] {
+        mp->forward_backward(b, targets, *loss);
+        const double l = value();
+        if (!std::isfinite(l))
+          non_finite(std::string(what) + " is not finite (" + std::to_string(l) +
+                     "); gradients of this call are unusable: zeroGrad() before the next step");
+      },
+      std::move(done), std::move(keep));
+}
+
 // forward(tokens, seqStarts, targets, outLogprobs, outEntropy) -> Promise<void>
 Napi::Value ModelWrap::Forward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -252,17 +271,8 @@ Napi::Value ModelWrap::BackwardCrossEntropy(const Napi::CallbackInfo& info) {
     View<float> mask = mask_arg(info[3], a);
     const double scale = num_arg(info[4], "options.lossScale");
     auto loss = std::make_shared<CrossEntropyLoss>(mask.data, a.seq_starts.data, a.batch.S, a.batch.T, (float)scale);
-    Model* mp = &m;
-    Batch b = a.batch;
-    const int32_t* tg = a.targets.data;
-    return launch(
-        env,
-        [=] {
-          mp->forward_backward(b, tg, *loss);
-          if (!std::isfinite(loss->loss()))
-            non_finite("cross-entropy loss is not finite (" + std::to_string(loss->loss()) +
-                       "); gradients of this call are unusable: zeroGrad() before the next step");
-        },
+    return launch_backward(
+        env, a.batch, a.targets.data, loss, [loss] { return (double)loss->loss(); }, "cross-entropy loss",
         [loss](Napi::Env e) -> Napi::Value {
           Napi::Object r = Napi::Object::New(e);
           r.Set("loss", loss->loss());
@@ -283,32 +293,24 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
     Model& m = live("backwardPolicyLoss");
     BatchArgs a = batch_args(info, m);
     View<float> mask = mask_arg(info[3], a);
-    const size_t T = a.tokens.length;
-    View<float> adv = f32_arg(info[4], "inputs.advantages"), behav = f32_arg(info[5], "inputs.behaviourLogprobs");
-    check_length(adv.length, T, "inputs.advantages");
-    check_length(behav.length, T, "inputs.behaviourLogprobs");
-    check_finite(adv, "inputs.advantages");
-    check_finite(behav, "inputs.behaviourLogprobs");
-    std::vector<Napi::Value> keep{a.tokens.holder, a.seq_starts.holder, a.targets.holder, mask.holder, adv.holder,
-                                  behav.holder};
+    std::vector<Napi::Value> keep{a.tokens.holder, a.seq_starts.holder, a.targets.holder, mask.holder};
+    // One finite float per token, kept alive for the worker; an optional one may be null or undefined.
+    auto per_token = [&](const Napi::Value& v, const char* what) -> const float* {
+      View<float> x = f32_arg(v, what);
+      check_length(x.length, a.tokens.length, what);
+      check_finite(x, what);
+      keep.push_back(x.holder);
+      return x.data;
+    };
+    auto optional = [&](const Napi::Value& v, const char* what) -> const float* {
+      return v.IsNull() || v.IsUndefined() ? nullptr : per_token(v, what);
+    };
     PolicyLossInputs in;
     in.mask = mask.data;
-    in.advantages = adv.data;
-    in.behaviour = behav.data;
-    if (!info[6].IsNull() && !info[6].IsUndefined()) {
-      View<float> prox = f32_arg(info[6], "inputs.proximalLogprobs");
-      check_length(prox.length, T, "inputs.proximalLogprobs");
-      check_finite(prox, "inputs.proximalLogprobs");
-      in.proximal = prox.data;
-      keep.push_back(prox.holder);
-    }
-    if (!info[7].IsNull() && !info[7].IsUndefined()) {
-      View<float> ref = f32_arg(info[7], "inputs.refLogprobs");
-      check_length(ref.length, T, "inputs.refLogprobs");
-      check_finite(ref, "inputs.refLogprobs");
-      in.ref = ref.data;
-      keep.push_back(ref.holder);
-    }
+    in.advantages = per_token(info[4], "inputs.advantages");
+    in.behaviour = per_token(info[5], "inputs.behaviourLogprobs");
+    in.proximal = optional(info[6], "inputs.proximalLogprobs");
+    in.ref = optional(info[7], "inputs.refLogprobs");
     if (!info[8].IsObject()) invalid("options must be an object");
     Napi::Object o = info[8].As<Napi::Object>();
     PolicyLossOptions opt;
@@ -351,18 +353,8 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
     if (opt.kl_coef != 0 && !in.ref) invalid("options.klCoef is not 0 but inputs.refLogprobs is missing");
 
     auto loss = std::make_shared<PolicyLoss>(in, opt, a.seq_starts.data, a.batch.S, a.batch.T);
-    Model* mp = &m;
-    Batch b = a.batch;
-    const int32_t* tg = a.targets.data;
-    return launch(
-        env,
-        [=] {
-          mp->forward_backward(b, tg, *loss);
-          const double l = loss->metrics().loss;
-          if (!std::isfinite(l))
-            non_finite("policy loss is not finite (" + std::to_string(l) +
-                       "); gradients of this call are unusable: zeroGrad() before the next step");
-        },
+    return launch_backward(
+        env, a.batch, a.targets.data, loss, [loss] { return (double)loss->metrics().loss; }, "policy loss",
         [loss](Napi::Env e) -> Napi::Value {
           const PolicyLossMetrics r = loss->metrics();
           Napi::Object o2 = Napi::Object::New(e);

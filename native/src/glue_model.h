@@ -19,6 +19,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Model& live(const char* op);
   Napi::Promise launch(Napi::Env env, std::function<void()> job, std::function<Napi::Value(Napi::Env)> done,
                        std::vector<Napi::Value> keep);
+  Napi::Promise launch_backward(Napi::Env env, const Batch& b, const int32_t* targets, std::shared_ptr<TokenLoss> loss,
+                                std::function<double()> value, const char* what,
+                                std::function<Napi::Value(Napi::Env)> done, std::vector<Napi::Value> keep);
   Napi::Value NumParameters(const Napi::CallbackInfo& info);
   Napi::Value Tensors(const Napi::CallbackInfo& info);
   Napi::Value Upload(const Napi::CallbackInfo& info);

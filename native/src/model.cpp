@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "errors.h"
@@ -241,10 +242,32 @@ void Model::ensure_acts(int T, int /*max_len*/) {
                KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, L = cfg_.num_hidden_layers, hd = cfg_.head_dim();
   const size_t t = T, ch = std::min<size_t>(chunk_, t);
   auto al = [](size_t n) { return (n + 15) / 16 * 16; };
-  const size_t per_layer = al(t * H) * 2 + al(t) * 2 + al(t * QD) * 2 + al(t * KD) * 2 + al(NH * t) + al(t * H) +
-                           al(t * I) * 3;
-  const size_t total = per_layer * L + al(t * H) * (L + 1) + al(t * H) + al(t) + al(t * hd / 2) * 2 +
-                       al(t * H) * 2 + al(t * QD) * 2 + al(t * KD) * 2 + al(t * I) * 3 + al(ch * V) + al(t) * 4;
+  a.resid.resize(L + 1);  // L+1 residual streams; resid[l] enters layer l
+  a.layers.resize(L);
+  // Every buffer once, grouped by size: the same walk counts the floats, then points each buffer into the block.
+  auto walk = [&](auto&& give) {
+    auto each = [&](size_t n, std::initializer_list<float**> slots) {
+      for (float** slot : slots) give(*slot, n);
+    };
+    for (auto& r : a.resid) give(r, t * H);
+    for (auto& l : a.layers) {
+      each(t * H, {&l.ln1, &l.mid, &l.ln2});
+      each(t, {&l.rstd1, &l.rstd2});
+      each(t * QD, {&l.q, &l.att});
+      each(t * KD, {&l.k, &l.v});
+      each(NH * t, {&l.lse});
+      each(t * I, {&l.gate, &l.up, &l.act});
+    }
+    each(t * H, {&a.lnf, &a.dres, &a.dln});
+    each(t, {&a.rstdf, &a.logp, &a.ent, &a.dlogp, &a.dent});
+    each(t * hd / 2, {&a.cosb, &a.sinb});
+    each(t * QD, {&a.dq, &a.datt});
+    each(t * KD, {&a.dk, &a.dv});
+    each(t * I, {&a.dgate, &a.dup, &a.dact});
+    each(ch * V, {&a.logits});
+  };
+  size_t total = 0;
+  walk([&](float*&, size_t n) { total += al(n); });
   check_fits((double)total * sizeof(float), "activations for this batch");
   // allocate before releasing: if this throws, the previous (smaller) activations stay valid
   float* fresh = k_->alloc(total);
@@ -252,47 +275,10 @@ void Model::ensure_acts(int T, int /*max_len*/) {
   a.mem = fresh;
   a.cap = T;
   float* p = a.mem;
-  auto take = [&](size_t n) {
-    float* r = p;
+  walk([&](float*& slot, size_t n) {
+    slot = p;
     p += al(n);
-    return r;
-  };
-  a.resid.assign(L + 1, nullptr);
-  for (auto& r : a.resid) r = take(t * H);
-  a.layers.assign(L, {});
-  for (auto& l : a.layers) {
-    l.ln1 = take(t * H);
-    l.rstd1 = take(t);
-    l.q = take(t * QD);
-    l.k = take(t * KD);
-    l.v = take(t * KD);
-    l.att = take(t * QD);
-    l.lse = take(NH * t);
-    l.mid = take(t * H);
-    l.ln2 = take(t * H);
-    l.rstd2 = take(t);
-    l.gate = take(t * I);
-    l.up = take(t * I);
-    l.act = take(t * I);
-  }
-  a.lnf = take(t * H);
-  a.rstdf = take(t);
-  a.cosb = take(t * hd / 2);
-  a.sinb = take(t * hd / 2);
-  a.dres = take(t * H);
-  a.dln = take(t * H);
-  a.dq = take(t * QD);
-  a.datt = take(t * QD);
-  a.dk = take(t * KD);
-  a.dv = take(t * KD);
-  a.dgate = take(t * I);
-  a.dup = take(t * I);
-  a.dact = take(t * I);
-  a.logits = take(ch * V);
-  a.logp = take(t);
-  a.ent = take(t);
-  a.dlogp = take(t);
-  a.dent = take(t);
+  });
 }
 
 void Model::forward_trunk(const Batch& b) {
