@@ -1,12 +1,22 @@
 // The client side of `npm run bench -- serve`, in its own process (forked with IPC) so that the endpoint's process
 // CPU time counts the server's work only. On each message {round} it runs every session's two turns concurrently
-// through the OpenAI request shape and answers with each call's wall time and the turn it recorded.
+// through the OpenAI request shape, each call with a seed of its own (the direct replay of the round reuses the
+// request's sampling, so it generates the same tokens), and answers with each call's wall time and what it recorded.
 import { problemRows } from '../examples/calculator/index.ts';
 import { MEDIUM, take } from '../examples/calculator/task.ts';
 import { CALCULATOR_TOOL } from '../examples/calculator/conversation.ts';
 
+export interface ClientCall {
+  session: number;
+  turn: number;
+  ms: number;
+  trajectoryId: string;
+  turnIndex: number;
+  tokenIds: number[];
+}
+
 export interface ClientRound {
-  calls: { ms: number; trajectoryId: string; turnIndex: number }[];
+  calls: ClientCall[];
 }
 
 if (!process.send) {
@@ -20,6 +30,9 @@ const maxTokens = Number(process.env['BENCH_SERVE_MAX_TOKENS']);
 const followUp = JSON.parse(process.env['BENCH_SERVE_FOLLOW_UP']!) as unknown;
 const rows = take(problemRows(7, 'train', MEDIUM), sessions);
 
+/** Distinct per round, session and turn. */
+const callSeed = (round: number, session: number, turn: number): number => (round + 2) * 1_000_003 + session * 16 + turn;
+
 async function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Record<string, unknown>> {
   const res = await fetch(url + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
   const json = (await res.json()) as Record<string, unknown>;
@@ -27,19 +40,20 @@ async function post(path: string, body: unknown, headers: Record<string, string>
   return json;
 }
 
-async function round(): Promise<ClientRound> {
-  const calls: ClientRound['calls'] = [];
+async function round(r: number): Promise<ClientRound> {
+  const calls: ClientCall[] = [];
   await Promise.all(
-    rows.map(async (row) => {
+    rows.map(async (row, session) => {
       const messages: unknown[] = [...row.prompt];
       let trajectory: string | null = null;
       for (let turn = 0; turn < 2; turn++) {
+        const body = { model: 'calculator', messages, tools: [CALCULATOR_TOOL], temperature: 1, max_tokens: maxTokens, seed: callSeed(r, session, turn) };
         const t0 = performance.now();
-        const res = await post('/v1/chat/completions', { model: 'calculator', messages, tools: [CALCULATOR_TOOL], temperature: 1, max_tokens: maxTokens }, trajectory ? { 'x-rlstream-trajectory': trajectory } : {});
+        const res = await post('/v1/chat/completions', body, trajectory ? { 'x-rlstream-trajectory': trajectory } : {});
         const ms = performance.now() - t0;
-        const choice = (res['choices'] as { message: unknown; rlstream: { trajectory_id: string; turn_index: number; completed: string | null } }[])[0]!;
+        const choice = (res['choices'] as { message: unknown; rlstream: { trajectory_id: string; turn_index: number; token_ids: number[]; completed: string | null } }[])[0]!;
         trajectory = choice.rlstream.trajectory_id;
-        calls.push({ ms, trajectoryId: trajectory, turnIndex: choice.rlstream.turn_index });
+        calls.push({ session, turn, ms, trajectoryId: trajectory, turnIndex: choice.rlstream.turn_index, tokenIds: choice.rlstream.token_ids });
         if (choice.rlstream.completed) return;
         messages.push(choice.message, followUp);
       }
@@ -51,7 +65,7 @@ async function round(): Promise<ClientRound> {
 
 process.on('message', (m: { round: number } | 'exit') => {
   if (m === 'exit') process.exit(0);
-  round().then(
+  round(m.round).then(
     (r) => process.send!(r),
     (err: unknown) => {
       process.stderr.write(`bench serve client: ${String(err)}\n`);
@@ -59,4 +73,4 @@ process.on('message', (m: { round: number } | 'exit') => {
     },
   );
 });
-process.send!('ready');
+process.send('ready');

@@ -1,27 +1,30 @@
 // The serving endpoint's overhead per call at 64 concurrent sessions on the built-in policy (the calculator's SFT
-// checkpoint): every session runs two turns (prompt with the calculator tool, then a user message), first by
-// calling the backend directly with token ids, then through `rlstream serve` over HTTP with the official OpenAI
-// request shape. The overhead of a served call is its wall time at the client minus the time the same call spent
-// in backend.generate (measured inside the endpoint): HTTP, JSON, validation, template rendering and delta
-// tokenization, the sanity check, recording and publishing, and the wait behind other calls' work on the event
-// loop. Direct per-call times are printed beside it for scale.
-// Run: npm run bench -- serve [--quick]. On a shared 2-core machine timings are noisy: rounds alternate direct and
-// served, the load average is printed, and the median round is reported.
+// checkpoint). Every session runs two turns (prompt with the calculator tool, then a user message), each call with
+// a seed of its own:
+// - served: through `rlstream serve` over HTTP with the official OpenAI request shape, from a client in another
+//   process; the endpoint's backend is wrapped to capture each generate request (prompt ids, sampling) and time;
+// - direct: the same round replayed against the same backend: each session's captured requests in order, the 64
+//   sessions concurrently, so the backend gets the same prompts, sampling and seeds at the same concurrency, and
+//   generates the same tokens (the report counts the calls whose tokens matched).
+// The overhead of a call is its served wall time at the client minus its direct replay's wall time: what the
+// endpoint adds under the same load (HTTP, JSON, validation, rendering and delta tokenization, recording and
+// publishing, the client's own work, and the wait behind the other sessions' share of all that on a machine
+// the engine keeps busy). Also printed: the part of each served call outside backend.generate, and the endpoint's
+// work per call (its process's CPU time and main-thread busy time, served rounds minus direct rounds).
+// Run: npm run bench -- serve [--quick] [--rounds N] [--profile DIR] (DIR: a .cpuprofile of the main thread per
+// measured served round). Rounds alternate served and direct, with the harness's machine-speed probe before each.
 import { fork } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { deriveId } from '../core/ids.ts';
 import { silentLogger } from '../core/telemetry.ts';
 import { startServeJob } from '../cli/run/serve-job.ts';
-import { problemRows } from '../examples/calculator/index.ts';
-import { MEDIUM, take } from '../examples/calculator/task.ts';
-import { CALCULATOR_TOOL } from '../examples/calculator/conversation.ts';
 import type { GenerateRequest, LlmBackend } from '../producers/backends/types.ts';
-import { ChatTokenizer } from '../producers/tokenizer/chat-tokenizer.ts';
-import type { ClientRound } from './serve-client.ts';
-import { DeltaTokenizer } from '../producers/tokenizer/delta.ts';
+import { commonFlags, interleaved, probeSummary, type RoundRecord } from './harness.ts';
+import type { ClientCall, ClientRound } from './serve-client.ts';
 
 const CONFIG = join(import.meta.dirname, '../examples/calculator/config.yaml');
 const TOKEN = 'bench-serve-token-0123456789';
@@ -29,7 +32,14 @@ const SESSIONS = 64;
 const MAX_TOKENS = 24;
 const FOLLOW_UP = { role: 'user', content: 'Check it and give the answer.' };
 
-function stats(xs: number[]): { mean: number; p50: number; p99: number; n: number } {
+interface Stats {
+  mean: number;
+  p50: number;
+  p99: number;
+  n: number;
+}
+
+function stats(xs: number[]): Stats {
   const s = [...xs].sort((a, b) => a - b);
   const q = (p: number) => s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? 0;
   return { mean: xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length), p50: q(0.5), p99: q(0.99), n: xs.length };
@@ -40,17 +50,41 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)] ?? 0;
 }
 
+const sameIds = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+/** A generate call the endpoint made: what was asked, what came back, how long it took. */
+interface Captured {
+  request: GenerateRequest;
+  tokenIds: number[];
+  ms: number;
+}
+
+interface ServedCall extends ClientCall {
+  generate: Captured;
+}
+
+interface RoundResult {
+  /** Served: each call with the generate request it made; direct: each replayed call's wall time. */
+  served?: ServedCall[];
+  direct?: { ms: number; same: boolean }[];
+  wallMs: number;
+  busyMs: number;
+  cpuMs: number;
+}
+
 export async function main(args: string[]): Promise<unknown> {
-  const rounds = args.includes('--quick') ? 1 : 3;
+  const { quick, rounds: defaultRounds, rest } = commonFlags(args);
+  const rounds = quick ? 1 : defaultRounds;
+  const p = rest.indexOf('--profile');
+  const profileDir = p >= 0 ? resolve(rest[p + 1] ?? 'bench/out/serve-profile') : null;
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-serve-'));
-  /** backend.generate wall time of each served call, by request id. */
-  const generateMs = new Map<string, number>();
-  const timed = (inner: LlmBackend): LlmBackend => ({
+  const captured = new Map<string, Captured>();
+  const capturing = (inner: LlmBackend): LlmBackend => ({
     name: inner.name,
     async generate(request: GenerateRequest, signal?: AbortSignal) {
       const t0 = performance.now();
       const out = await inner.generate(request, signal);
-      generateMs.set(request.requestId, performance.now() - t0);
+      captured.set(request.requestId, { request, tokenIds: out.tokenIds, ms: performance.now() - t0 });
       return out;
     },
     releaseSession: (id) => inner.releaseSession?.(id),
@@ -61,17 +95,13 @@ export async function main(args: string[]): Promise<unknown> {
     configPath: CONFIG,
     port: 0,
     tokens: [{ token: TOKEN, role: 'read' }],
-    wrapBackend: timed,
+    wrapBackend: capturing,
     limits: { maxSessions: 4 * SESSIONS, idleTimeoutMs: 600_000 },
     logger: silentLogger,
     overrides: { 'run.data_dir': dir, 'traces.kind': 'none' },
   });
-  const tokenizer = ChatTokenizer.load(join(import.meta.dirname, '../examples/calculator/tokenizer'));
-  const delta = new DeltaTokenizer(tokenizer);
-  const followUpIds = delta.deltaIds([FOLLOW_UP]).ids;
-  const rows = take(problemRows(7, 'train', MEDIUM), SESSIONS);
-  const sampling = { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: MAX_TOKENS, seed: null, stop_token_ids: tokenizer.eosTokenId === null ? [] : [tokenizer.eosTokenId] };
-  const tools = [CALCULATOR_TOOL];
+  // The wrapped backend: direct replays pay the same wrapper as served calls.
+  const inner = job.backend;
 
   /** Main-thread busy time (event-loop utilisation) and process CPU time of a round, in ms. */
   const meter = () => {
@@ -82,26 +112,6 @@ export async function main(args: string[]): Promise<unknown> {
       const c = process.cpuUsage(cpu);
       return { busyMs: e.active, cpuMs: (c.user + c.system) / 1000 };
     };
-  };
-
-  const direct = async (round: number): Promise<{ calls: number[]; wallMs: number; busyMs: number; cpuMs: number }> => {
-    const calls: number[] = [];
-    const t0 = performance.now();
-    const m = meter();
-    await Promise.all(
-      rows.map(async (row, i) => {
-        const sessionId = `direct-${round}-${i}`;
-        let ids = delta.promptIds(row.prompt, tools);
-        for (let turn = 0; turn < 2; turn++) {
-          const c0 = performance.now();
-          const r = await job.backend.generate({ requestId: `${sessionId}-${turn}`, sessionId, promptIds: ids, sampling });
-          calls.push(performance.now() - c0);
-          ids = ids.concat(r.tokenIds, followUpIds);
-        }
-        job.backend.releaseSession?.(sessionId);
-      }),
-    );
-    return { calls, wallMs: performance.now() - t0, ...m() };
   };
 
   // The client runs in its own process: this process's CPU time is then the endpoint's (and the engine's) alone.
@@ -116,7 +126,16 @@ export async function main(args: string[]): Promise<unknown> {
     });
   await next(); // ready
 
-  const served = async (round: number): Promise<{ calls: number[]; overheads: number[]; wallMs: number; busyMs: number; cpuMs: number }> => {
+  const inspector = profileDir ? new Session() : null;
+  if (inspector) {
+    mkdirSync(profileDir!, { recursive: true });
+    inspector.connect();
+    await inspector.post('Profiler.enable');
+  }
+
+  const served = async (round: number): Promise<RoundResult> => {
+    if (inspector && round >= 0) await inspector.post('Profiler.start');
+    captured.clear();
     const t0 = performance.now();
     const m = meter();
     const answer = next();
@@ -124,55 +143,98 @@ export async function main(args: string[]): Promise<unknown> {
     const r = (await answer) as ClientRound;
     const wallMs = performance.now() - t0;
     const used = m();
-    const overheads: number[] = [];
-    for (const c of r.calls) {
-      // The endpoint's request id for a turn is deriveId(trajectory, 'generate', turn) (producers/agent/steps.ts).
-      const gen = generateMs.get(deriveId(c.trajectoryId, 'generate', c.turnIndex));
-      if (gen !== undefined) overheads.push(c.ms - gen);
+    if (inspector && round >= 0) {
+      const { profile } = await inspector.post('Profiler.stop');
+      writeFileSync(join(profileDir!, `served-round-${round}.cpuprofile`), JSON.stringify(profile));
     }
-    return { calls: r.calls.map((c) => c.ms), overheads, wallMs, ...used };
+    const calls = r.calls.map((c) => {
+      // The endpoint's request id for a turn is deriveId(trajectory, 'generate', turn) (producers/agent/steps.ts).
+      const generate = captured.get(deriveId(c.trajectoryId, 'generate', c.turnIndex));
+      if (!generate) throw new Error(`no generate call captured for ${c.trajectoryId} turn ${c.turnIndex}`);
+      return { ...c, generate };
+    });
+    return { served: calls, wallMs, ...used };
   };
+
+  /** Replay a served round's generate requests: per session in order, the sessions concurrently; results in `of`'s order. */
+  const direct = async (round: number, of: readonly ServedCall[]): Promise<RoundResult> => {
+    const bySession = new Map<number, number[]>();
+    of.forEach((c, i) => bySession.set(c.session, [...(bySession.get(c.session) ?? []), i]));
+    const out = new Array<{ ms: number; same: boolean }>(of.length);
+    const t0 = performance.now();
+    const m = meter();
+    await Promise.all(
+      [...bySession].map(async ([session, indexes]) => {
+        const sessionId = `direct-${round}-${session}`;
+        for (const i of indexes.sort((a, b) => of[a]!.turn - of[b]!.turn)) {
+          const c = of[i]!;
+          const q = c.generate.request;
+          const c0 = performance.now();
+          const r = await inner.generate({ requestId: `${sessionId}-${c.turn}`, sessionId, promptIds: q.promptIds, sampling: q.sampling });
+          out[i] = { ms: performance.now() - c0, same: sameIds(r.tokenIds, c.generate.tokenIds) };
+        }
+        inner.releaseSession?.(sessionId);
+      }),
+    );
+    return { direct: out, wallMs: performance.now() - t0, ...m() };
+  };
+
+  /** Each served call with its direct replay. */
+  const paired = (s: ServedCall[], d: RoundResult) => s.map((x, i) => ({ served: x, direct: d.direct![i]! }));
+
+  // Each round's direct mode replays the served mode that ran just before it.
+  let lastServed: ServedCall[] = [];
+  const servedMode = async (round: number) => {
+    const r = await served(round);
+    lastServed = r.served!;
+    return r;
+  };
+  const directMode = (round: number) => direct(round, lastServed);
 
   try {
     // Warm-up: onnxruntime sessions, the template's shapes, HTTP connections.
-    await direct(-1);
-    await served(-1);
-    const directRounds: Awaited<ReturnType<typeof direct>>[] = [];
-    const servedRounds: Awaited<ReturnType<typeof served>>[] = [];
-    for (let r = 0; r < rounds; r++) {
-      directRounds.push(await direct(r));
-      servedRounds.push(await served(r));
-    }
-    const d = stats(directRounds.flatMap((x) => x.calls));
-    const s = stats(servedRounds.flatMap((x) => x.calls));
-    const o = stats(servedRounds.flatMap((x) => x.overheads));
+    await servedMode(-1);
+    await directMode(-1);
+    const records = await interleaved<RoundResult>([{ name: 'served', run: servedMode }, { name: 'direct', run: directMode }], rounds);
+    const ok = (mode: string) => records.filter((r) => r.mode === mode && r.result).map((r) => r as RoundRecord<RoundResult> & { result: RoundResult });
+    const s = ok('served');
+    const d = ok('direct');
+    const pairs = s.flatMap((x, i) => (d[i] ? paired(x.result.served!, d[i].result) : []));
+    const overhead = stats(pairs.map((x) => x.served.ms - x.direct.ms));
     const report = {
       sessions: SESSIONS,
       turns_per_session: 2,
       max_tokens: MAX_TOKENS,
       rounds,
-      direct_call_ms: d,
-      served_call_ms: s,
-      overhead_per_call_ms: o,
-      overhead_per_call_ms_median_round: median(servedRounds.map((x) => stats(x.overheads).mean)),
+      served_call_ms: stats(pairs.map((x) => x.served.ms)),
+      direct_call_ms: stats(pairs.map((x) => x.direct.ms)),
+      overhead_per_call_ms: overhead,
+      overhead_per_call_ms_median_round: median(s.map((x, i) => (d[i] ? stats(paired(x.result.served!, d[i].result).map((y) => y.served.ms - y.direct.ms)).mean : NaN))),
+      outside_generate_ms: stats(pairs.map((x) => x.served.ms - x.served.generate.ms)),
+      same_tokens: pairs.filter((x) => x.direct.same).length,
       // What the endpoint costs per call in work, which the load of other processes inflates far less than
       // latency: main-thread busy time and process CPU time of the endpoint's process (the client runs in another),
       // served minus direct, over the calls.
-      main_thread_busy_ms_per_call: median(servedRounds.map((x, i) => (x.busyMs - directRounds[i]!.busyMs) / x.calls.length)),
-      cpu_ms_per_call: median(servedRounds.map((x, i) => (x.cpuMs - directRounds[i]!.cpuMs) / x.calls.length)),
-      direct_round_wall_ms: median(directRounds.map((x) => x.wallMs)),
-      served_round_wall_ms: median(servedRounds.map((x) => x.wallMs)),
+      main_thread_busy_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.busyMs - d[i].result.busyMs) / x.result.served!.length : NaN))),
+      cpu_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.cpuMs - d[i].result.cpuMs) / x.result.served!.length : NaN))),
+      served_round_wall_ms: median(s.map((x) => x.result.wallMs)),
+      direct_round_wall_ms: median(d.map((x) => x.result.wallMs)),
+      probes: probeSummary(records),
       loadavg: loadavg(),
     };
     const f = (x: number) => x.toFixed(2);
+    const line = (name: string, x: Stats, tail = '') => console.log(`  ${name.padEnd(22)} mean ${f(x.mean)} ms  p50 ${f(x.p50)}  p99 ${f(x.p99)}  (${x.n} calls)${tail}`);
     console.log(`serve overhead at ${SESSIONS} concurrent sessions, built-in policy (calculator), ${rounds} round(s), load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
-    console.log(`  direct backend call  mean ${f(d.mean)} ms  p50 ${f(d.p50)}  p99 ${f(d.p99)}  (${d.n} calls)`);
-    console.log(`  served call          mean ${f(s.mean)} ms  p50 ${f(s.p50)}  p99 ${f(s.p99)}  (${s.n} calls)`);
-    console.log(`  overhead per call    mean ${f(o.mean)} ms  p50 ${f(o.p50)}  p99 ${f(o.p99)}  (served call minus its backend.generate)`);
-    console.log(`  work per call        main thread ${f(report.main_thread_busy_ms_per_call)} ms, process CPU ${f(report.cpu_ms_per_call)} ms (endpoint process, served minus direct)`);
-    console.log(`  round wall time      direct ${f(report.direct_round_wall_ms)} ms, served ${f(report.served_round_wall_ms)} ms`);
+    line('direct backend call', report.direct_call_ms, `, same tokens as served: ${report.same_tokens}/${pairs.length}`);
+    line('served call', report.served_call_ms);
+    line('overhead per call', overhead, ', served minus its direct replay');
+    line('outside generate', report.outside_generate_ms, ', served minus its own backend.generate');
+    console.log(`  work per call          main thread ${f(report.main_thread_busy_ms_per_call)} ms, process CPU ${f(report.cpu_ms_per_call)} ms (endpoint process, served minus direct)`);
+    console.log(`  round wall time        served ${f(report.served_round_wall_ms)} ms, direct ${f(report.direct_round_wall_ms)} ms`);
+    if (profileDir) console.log(`  profiles               ${profileDir}/served-round-*.cpuprofile`);
     return report;
   } finally {
+    inspector?.disconnect();
     client.send('exit');
     await job.close();
     rmSync(dir, { recursive: true, force: true });
