@@ -99,6 +99,60 @@ __device__ __forceinline__ void store_rows(float* scratch, Acc* acc, float* dst,
   __syncwarp();
 }
 
+// Where a block of the tensor-core kernels works: sequence blockIdx.z (rows s0 .. s0+n-1 of the packed batch), query
+// head h = blockIdx.y and its key head kh. Warp w owns rows 16w .. 16w+15 of the block's tile; lanes 2r and 2r+1
+// share row r, 32 columns each (half).
+struct Place {
+  int s0, n, h, kh, QD, KD, warp, r, half;
+};
+
+template <int D>
+__device__ __forceinline__ Place place(const int* seq_starts, int NH, int NKV) {
+  const int s = blockIdx.z, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int s0 = seq_starts[s];
+  return {s0, seq_starts[s + 1] - s0, h, h / (NH / NKV), NH * D, NKV * D, warp, lane >> 1, lane & 1};
+}
+
+// Key tile j0 of key head kh (and its value tile, where vs is given) into shared memory, between two barriers: the
+// first lets every warp finish with the previous tile, the second publishes this one.
+template <int D>
+__device__ __forceinline__ void stage_keys(bf16* ks, bf16* vs, const float* k, const float* v, const Place& p, int j0) {
+  __syncthreads();
+  const size_t off = (size_t)(p.s0 + j0) * p.KD + (size_t)p.kh * D;
+  load_tile<D>(ks, k + off, p.KD, min(BK, p.n - j0));
+  if (vs) load_tile<D>(vs, v + off, p.KD, min(BK, p.n - j0));
+  __syncthreads();
+}
+
+// This warp's 16 x 64 scores (fp32, in sw) of its queries qw against key tile j0, staged first (with its values
+// where vs is given); returns the 32 columns of this lane's row.
+template <int D>
+__device__ __forceinline__ const float* tile_scores(float* sw, const bf16* qw, bf16* ks, bf16* vs, const float* k,
+                                                    const float* v, const Place& p, int j0) {
+  stage_keys<D>(ks, vs, k, v, p, j0);
+  mm_abt<D>(sw, qw, ks);
+  __syncwarp();
+  return sw + p.r * Geo<D>::SW + p.half * 32;
+}
+
+// Shared memory of the two backward kernels: four bf16 tiles (queries, dO, keys, values), then two fp32 scratch
+// blocks of 16 rows per warp (scores and dP, this warp's rows given here), then `rest` for what each kernel adds.
+struct BwdSmem {
+  bf16 *qs, *dos, *ks, *vs;
+  float *sw, *dw;
+  unsigned char* rest;
+};
+
+template <int D>
+__device__ __forceinline__ BwdSmem bwd_smem(unsigned char* smem, int warp) {
+  using G = Geo<D>;
+  float* sb = reinterpret_cast<float*>(smem + 4 * G::tile);
+  float* db = reinterpret_cast<float*>(smem + 4 * G::tile + G::sbuf);
+  return {reinterpret_cast<bf16*>(smem), reinterpret_cast<bf16*>(smem + G::tile),
+          reinterpret_cast<bf16*>(smem + 2 * G::tile), reinterpret_cast<bf16*>(smem + 3 * G::tile),
+          sb + warp * 16 * G::SW, db + warp * 16 * G::SW, smem + 4 * G::tile + 2 * G::sbuf};
+}
+
 // Grid (query tiles, NH, S), last tile first (it has the most keys). Each warp owns 16 query rows; within a warp,
 // lanes 2r and 2r+1 share row r of the score block, 32 columns each.
 template <int D>
@@ -111,11 +165,10 @@ __global__ void __launch_bounds__(NT) fwd_tc(float* out, float* lse, const float
   bf16* vs = reinterpret_cast<bf16*>(smem + 2 * G::tile);
   float* sb = reinterpret_cast<float*>(smem + 3 * G::tile);
   bf16* pb = reinterpret_cast<bf16*>(smem + 3 * G::tile + G::sbuf);
-  const int s = blockIdx.z, h = blockIdx.y, tile = gridDim.x - 1 - blockIdx.x;
-  const int s0 = seq_starts[s], n = seq_starts[s + 1] - s0, i0 = tile * BQ;
+  const Place P = place<D>(seq_starts, NH, NKV);
+  const auto [s0, n, h, kh, QD, KD, warp, r, half] = P;
+  const int tile = gridDim.x - 1 - blockIdx.x, i0 = tile * BQ;
   if (i0 >= n) return;
-  const int QD = NH * D, KD = NKV * D, kh = h / (NH / NKV);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int qi = i0 + warp * 16 + r;
   float* sw = sb + warp * 16 * G::SW;
   bf16* pw = pb + warp * 16 * G::LDP;
@@ -128,12 +181,7 @@ __global__ void __launch_bounds__(NT) fwd_tc(float* out, float* lse, const float
   float m = -INFINITY, l = 0.f;
   for (int kt = 0; kt <= tile; kt++) {
     const int j0 = kt * BK;
-    __syncthreads();
-    load_tile<D>(ks, k + (size_t)(s0 + j0) * KD + (size_t)kh * D, KD, min(BK, n - j0));
-    __syncthreads();
-    mm_abt<D>(sw, qw, ks);
-    __syncwarp();
-    const float* row = sw + r * G::SW + half * 32;
+    const float* row = tile_scores<D>(sw, qw, ks, nullptr, k, nullptr, P, j0);
     const int jb = j0 + half * 32;
     float mx = -INFINITY;
     for (int c = 0; c < 32; c++)
@@ -156,13 +204,7 @@ __global__ void __launch_bounds__(NT) fwd_tc(float* out, float* lse, const float
   for (int d = 0; d < D / 16; d++) wmma::fill_fragment(acc[d], 0.f);
   for (int kt = 0; kt <= tile; kt++) {
     const int j0 = kt * BK;
-    __syncthreads();
-    load_tile<D>(ks, k + (size_t)(s0 + j0) * KD + (size_t)kh * D, KD, min(BK, n - j0));
-    load_tile<D>(vs, v + (size_t)(s0 + j0) * KD + (size_t)kh * D, KD, min(BK, n - j0));
-    __syncthreads();
-    mm_abt<D>(sw, qw, ks);
-    __syncwarp();
-    const float* row = sw + r * G::SW + half * 32;
+    const float* row = tile_scores<D>(sw, qw, ks, vs, k, v, P, j0);
     bf16* prow = pw + r * G::LDP + half * 32;
     const int jb = j0 + half * 32;
     for (int c = 0; c < 32; c++) prow[c] = __float2bfloat16(jb + c <= qi ? exp2f(row[c] * sl2 - L2) : 0.f);
@@ -194,22 +236,13 @@ __global__ void __launch_bounds__(NT) dq_tc(float* dq, const float* dout, const 
                                             const int* seq_starts, int T, int NH, int NKV, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   using G = Geo<D>;
-  bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* dos = reinterpret_cast<bf16*>(smem + G::tile);
-  bf16* ks = reinterpret_cast<bf16*>(smem + 2 * G::tile);
-  bf16* vs = reinterpret_cast<bf16*>(smem + 3 * G::tile);
-  float* sb = reinterpret_cast<float*>(smem + 4 * G::tile);
-  float* db = reinterpret_cast<float*>(smem + 4 * G::tile + G::sbuf);
-  bf16* pb = reinterpret_cast<bf16*>(smem + 4 * G::tile + 2 * G::sbuf);
-  const int s = blockIdx.z, h = blockIdx.y, tile = gridDim.x - 1 - blockIdx.x;
-  const int s0 = seq_starts[s], n = seq_starts[s + 1] - s0, i0 = tile * BQ;
+  const Place P = place<D>(seq_starts, NH, NKV);
+  const auto [s0, n, h, kh, QD, KD, warp, r, half] = P;
+  const auto [qs, dos, ks, vs, sw, dw, rest] = bwd_smem<D>(smem, warp);
+  bf16* pw = reinterpret_cast<bf16*>(rest) + warp * 16 * G::LDP;
+  const int tile = gridDim.x - 1 - blockIdx.x, i0 = tile * BQ;
   if (i0 >= n) return;
-  const int QD = NH * D, KD = NKV * D, kh = h / (NH / NKV);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int qi = i0 + warp * 16 + r;
-  float* sw = sb + warp * 16 * G::SW;
-  float* dw = db + warp * 16 * G::SW;
-  bf16* pw = pb + warp * 16 * G::LDP;
   const float sl2 = scale * LOG2E;
   const size_t qoff = (size_t)(s0 + i0) * QD + (size_t)h * D;
   load_tile<D>(qs, q + qoff, QD, min(BQ, n - i0));
@@ -222,10 +255,7 @@ __global__ void __launch_bounds__(NT) dq_tc(float* dq, const float* dout, const 
   for (int d = 0; d < D / 16; d++) wmma::fill_fragment(acc[d], 0.f);
   for (int kt = 0; kt <= tile; kt++) {
     const int j0 = kt * BK;
-    __syncthreads();
-    load_tile<D>(ks, k + (size_t)(s0 + j0) * KD + (size_t)kh * D, KD, min(BK, n - j0));
-    load_tile<D>(vs, v + (size_t)(s0 + j0) * KD + (size_t)kh * D, KD, min(BK, n - j0));
-    __syncthreads();
+    stage_keys<D>(ks, vs, k, v, P, j0);
     mm_abt<D>(sw, qs + warp * 16 * G::LDT, ks);
     mm_abt<D>(dw, dos + warp * 16 * G::LDT, vs);
     __syncwarp();
@@ -253,29 +283,18 @@ __global__ void __launch_bounds__(NT) dkv_tc(float* out_k, float* out_v, int ldo
                                              float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   using G = Geo<D>;
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = reinterpret_cast<bf16*>(smem + G::tile);
-  bf16* qs = reinterpret_cast<bf16*>(smem + 2 * G::tile);
-  bf16* dos = reinterpret_cast<bf16*>(smem + 3 * G::tile);
-  float* sb = reinterpret_cast<float*>(smem + 4 * G::tile);
-  float* db = reinterpret_cast<float*>(smem + 4 * G::tile + G::sbuf);
-  bf16* ptb = reinterpret_cast<bf16*>(smem + 4 * G::tile + 2 * G::sbuf);
-  bf16* dsb = reinterpret_cast<bf16*>(smem + 4 * G::tile + 2 * G::sbuf + G::pbuf);
-  float* lse_s = reinterpret_cast<float*>(smem + 4 * G::tile + 2 * G::sbuf + 2 * G::pbuf);
+  const Place P = place<D>(seq_starts, NH, NKV);
+  const auto [s0, n, h, kh, QD, KD, warp, r, half] = P;
+  const auto [qs, dos, ks, vs, sw, dw, rest] = bwd_smem<D>(smem, warp);
+  bf16* ptw = reinterpret_cast<bf16*>(rest) + warp * 16 * G::LDP;           // P^T, this warp's 16 keys
+  bf16* dsw = reinterpret_cast<bf16*>(rest + G::pbuf) + warp * 16 * G::LDP;  // dS^T
+  float* lse_s = reinterpret_cast<float*>(rest + 2 * G::pbuf);              // the query tile's lse and D
   float* d_s = lse_s + 64;
-  const int s = blockIdx.z, h = blockIdx.y, kt = blockIdx.x;  // key tile 0 has the most queries: first
-  const int s0 = seq_starts[s], n = seq_starts[s + 1] - s0, j0 = kt * BK;
+  const int kt = blockIdx.x, j0 = kt * BK;  // key tile 0 has the most queries: first
   if (j0 >= n) return;
-  const int QD = NH * D, KD = NKV * D, kh = h / (NH / NKV);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int kj = j0 + warp * 16 + r;
-  float* sw = sb + warp * 16 * G::SW;
-  float* dw = db + warp * 16 * G::SW;
-  bf16* ptw = ptb + warp * 16 * G::LDP;
-  bf16* dsw = dsb + warp * 16 * G::LDP;
   const float sl2 = scale * LOG2E;
-  load_tile<D>(ks, k + (size_t)(s0 + j0) * KD + (size_t)kh * D, KD, min(BK, n - j0));
-  load_tile<D>(vs, v + (size_t)(s0 + j0) * KD + (size_t)kh * D, KD, min(BK, n - j0));
+  stage_keys<D>(ks, vs, k, v, P, j0);
   Acc ak[D / 16], av[D / 16];
 #pragma unroll
   for (int d = 0; d < D / 16; d++) {
