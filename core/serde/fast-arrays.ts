@@ -129,54 +129,72 @@ function blockCount(tap: Tap): number {
   return -n;
 }
 
-/** Reads blocks of zig-zag varints. */
-function readVarints(tap: Tap): number[] {
+/**
+ * Reads an array's blocks into one array. readItems reads the n items of a block starting at pos into out from
+ * index i and returns the position after them; a position past the end stops the read there, which is avsc's
+ * "truncated" signal to the caller.
+ */
+function readBlocks(
+  tap: Tap,
+  minItemBytes: number,
+  readItems: (buf: Buffer, pos: number, n: number, out: number[], i: number) => number,
+): number[] {
   const buf = tap.buf;
   let out: number[] | undefined;
   let i = 0;
   for (;;) {
     const n = blockCount(tap);
     if (n === 0) break;
-    let pos = tap.pos;
-    const end = buf.length;
-    if (n > end - pos) {
-      // Every item takes at least one byte: a count beyond the bytes left is a truncated (or corrupt) record.
-      tap.pos = end + 1;
+    if (n * minItemBytes > buf.length - tap.pos) {
+      // A count beyond what the bytes left can hold is a truncated (or corrupt) record: no array of that size.
+      tap.pos = buf.length + 1;
       break;
     }
     if (!out) out = new Array<number>(n);
-    for (let k = 0; k < n; k++) {
-      let b = buf[pos++]!;
-      if (b < 0x80) {
-        out[i++] = (b >>> 1) ^ -(b & 1);
-        continue;
-      }
-      let m = b & 0x7f;
-      let shift = 7;
-      do {
-        b = buf[pos++]!;
-        m |= (b & 0x7f) << shift;
-        shift += 7;
-      } while (b & 0x80 && shift < 28);
-      if (b & 0x80) {
-        // Beyond 28 bits: float arithmetic, as avsc does, so longs up to 2^53 decode exactly.
-        let f = m >>> 0;
-        let scale = 268435456;
-        do {
-          b = buf[pos++]!;
-          f += (b & 0x7f) * scale;
-          scale *= 128;
-        } while (b & 0x80 && pos <= end);
-        out[i++] = (f % 2 ? -(f + 1) : f) / 2;
-      } else {
-        out[i++] = (m >>> 1) ^ -(m & 1);
-      }
-      if (pos > end) break;
-    }
-    tap.pos = pos;
-    if (pos > end) break;
+    tap.pos = readItems(buf, tap.pos, n, out, i);
+    i += n;
+    if (tap.pos > buf.length) break;
   }
   return out ?? [];
+}
+
+/** n zig-zag varints from pos; stops past the end of buf on a truncated block. */
+function varintItems(buf: Buffer, pos: number, n: number, out: number[], i: number): number {
+  const end = buf.length;
+  for (let k = 0; k < n; k++) {
+    let b = buf[pos++]!;
+    if (b < 0x80) {
+      out[i++] = (b >>> 1) ^ -(b & 1);
+      continue;
+    }
+    let m = b & 0x7f;
+    let shift = 7;
+    do {
+      b = buf[pos++]!;
+      m |= (b & 0x7f) << shift;
+      shift += 7;
+    } while (b & 0x80 && shift < 28);
+    if (b & 0x80) {
+      // Beyond 28 bits: float arithmetic, as avsc does, so longs up to 2^53 decode exactly.
+      let f = m >>> 0;
+      let scale = 268435456;
+      do {
+        b = buf[pos++]!;
+        f += (b & 0x7f) * scale;
+        scale *= 128;
+      } while (b & 0x80 && pos <= end);
+      out[i++] = (f % 2 ? -(f + 1) : f) / 2;
+    } else {
+      out[i++] = (m >>> 1) ^ -(m & 1);
+    }
+    if (pos > end) break;
+  }
+  return pos;
+}
+
+/** Reads blocks of zig-zag varints (every item takes at least one byte). */
+function readVarints(tap: Tap): number[] {
+  return readBlocks(tap, 1, varintItems);
 }
 
 /** Typed arrays an array<float> field may be given as (written like the same numbers in a plain array). */
@@ -213,25 +231,16 @@ function writeFloats(tap: Tap, val: readonly number[] | FloatTypedArray, type: u
   tap.pos = pos + n * 4 + 1;
 }
 
+/** n little-endian float32s from pos, converted natively through the scratch array. */
+function floatItems(buf: Buffer, pos: number, n: number, out: number[], i: number): number {
+  scratchFor(n);
+  scratchBytes.set(buf.subarray(pos, pos + n * 4));
+  for (let k = 0; k < n; k++) out[i++] = scratch[k]!;
+  return pos + n * 4;
+}
+
 function readFloats(tap: Tap): number[] {
-  const buf = tap.buf;
-  let out: number[] | undefined;
-  let i = 0;
-  for (;;) {
-    const n = blockCount(tap);
-    if (n === 0) break;
-    const pos = tap.pos;
-    if (pos + n * 4 > buf.length) {
-      tap.pos = pos + n * 4; // truncated: the caller sees pos past the end
-      break;
-    }
-    if (!out) out = new Array<number>(n);
-    scratchFor(n);
-    scratchBytes.set(buf.subarray(pos, pos + n * 4));
-    for (let k = 0; k < n; k++) out[i++] = scratch[k]!;
-    tap.pos = pos + n * 4;
-  }
-  return out ?? [];
+  return readBlocks(tap, 4, floatItems);
 }
 
 // When avsc resolves an older writer schema it calls the reader type's _read with `this` set to a resolver
