@@ -8,6 +8,8 @@
 //   not compared as a ratio.
 // Targets run in interleaved rounds (bench/harness.ts) with a machine-speed probe before each; a row is the
 // median of its rounds per column, with every round in the report.
+// 100,000 records by default (~820 MB a target and round), so that a page-cache produce or consume lasts about
+// two seconds here rather than a fraction of one.
 //   npm run bench -- log [records] [batch] [--rounds 3] [--quick]   (--quick: 2,000 records, 2 rounds)
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -202,11 +204,11 @@ export function printRanges(ranges: Record<string, unknown>, rounds: number): vo
   }
 }
 
-/** `npm run bench -- log [records] [batch] [--rounds R] [--quick]`; defaults: 20000 records of 8 KiB (~164 MB), batches of 100, 3 rounds. */
+/** `npm run bench -- log [records] [batch] [--rounds R] [--quick]`; defaults: 100,000 records of 8 KiB (~820 MB), batches of 100, 3 rounds. */
 export async function main(args: string[] = []): Promise<unknown> {
   const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
   const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
-  const options: BenchOptions = { records: Number(rest[0] ?? (quick ? 2000 : 20_000)), recordBytes: 8192, batch: Number(rest[1] ?? 100), partitions: 4 };
+  const options: BenchOptions = { records: Number(rest[0] ?? (quick ? 2000 : 100_000)), recordBytes: 8192, batch: Number(rest[1] ?? 100), partitions: 4 };
   const r = await benchTargets(targets, options, rounds);
   printTable(r.rows);
   printRanges(r.ranges, rounds);
