@@ -17,6 +17,8 @@ export interface ClientCall {
 
 export interface ClientRound {
   calls: ClientCall[];
+  /** This process's CPU time over the round (the client's own work: requests, JSON, the HTTP client). */
+  cpuMs: number;
 }
 
 if (!process.send) {
@@ -42,6 +44,7 @@ async function post(path: string, body: unknown, headers: Record<string, string>
 
 async function round(r: number): Promise<ClientRound> {
   const calls: ClientCall[] = [];
+  const cpu = process.cpuUsage();
   await Promise.all(
     rows.map(async (row, session) => {
       const messages: unknown[] = [...row.prompt];
@@ -60,7 +63,8 @@ async function round(r: number): Promise<ClientRound> {
       await post(`/v1/trajectories/${trajectory}/complete`, { reward: 0 });
     }),
   );
-  return { calls };
+  const used = process.cpuUsage(cpu);
+  return { calls, cpuMs: (used.user + used.system) / 1000 };
 }
 
 process.on('message', (m: { round: number } | 'exit') => {

@@ -11,8 +11,9 @@
 // publishing, the client's own work, and the wait behind the other sessions' share of all that on a machine
 // the engine keeps busy). Also printed: the part of each served call outside backend.generate, and the endpoint's
 // work per call (its process's CPU time and main-thread busy time, served rounds minus direct rounds).
-// Run: npm run bench -- serve [--quick] [--rounds N] [--profile DIR] (DIR: a .cpuprofile of the main thread per
-// measured served round). Rounds alternate served and direct, with the harness's machine-speed probe before each.
+// Run: npm run bench -- serve [--quick] [--rounds N] [--sessions N] [--profile DIR] (--sessions: concurrent sessions,
+// default 64; DIR: a .cpuprofile of the main thread per measured served round). Rounds alternate served and direct,
+// with the harness's machine-speed probe before each.
 import { fork } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -28,6 +29,7 @@ import type { ClientCall, ClientRound } from './serve-client.ts';
 
 const CONFIG = join(import.meta.dirname, '../examples/calculator/config.yaml');
 const TOKEN = 'bench-serve-token-0123456789';
+/** Concurrent sessions by default (--sessions N). */
 const SESSIONS = 64;
 const MAX_TOKENS = 24;
 const FOLLOW_UP = { role: 'user', content: 'Check it and give the answer.' };
@@ -67,6 +69,8 @@ interface RoundResult {
   /** Served: each call with the generate request it made; direct: each replayed call's wall time. */
   served?: ServedCall[];
   direct?: { ms: number; same: boolean }[];
+  /** Served: the client process's CPU time over the round. */
+  clientCpuMs?: number;
   wallMs: number;
   busyMs: number;
   cpuMs: number;
@@ -77,6 +81,9 @@ export async function main(args: string[]): Promise<unknown> {
   const rounds = quick ? 1 : defaultRounds;
   const p = rest.indexOf('--profile');
   const profileDir = p >= 0 ? resolve(rest[p + 1] ?? 'bench/out/serve-profile') : null;
+  const n = rest.indexOf('--sessions');
+  const sessions = n >= 0 ? Number(rest[n + 1]) : SESSIONS;
+  if (!Number.isInteger(sessions) || sessions < 1 || sessions > 256) throw new Error(`--sessions must be an integer in 1..256 (got ${JSON.stringify(rest[n + 1])})`);
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-serve-'));
   const captured = new Map<string, Captured>();
   const capturing = (inner: LlmBackend): LlmBackend => ({
@@ -96,7 +103,7 @@ export async function main(args: string[]): Promise<unknown> {
     port: 0,
     tokens: [{ token: TOKEN, role: 'read' }],
     wrapBackend: capturing,
-    limits: { maxSessions: 4 * SESSIONS, idleTimeoutMs: 600_000 },
+    limits: { maxSessions: 4 * sessions, idleTimeoutMs: 600_000 },
     logger: silentLogger,
     overrides: { 'run.data_dir': dir, 'traces.kind': 'none' },
   });
@@ -117,7 +124,7 @@ export async function main(args: string[]): Promise<unknown> {
   // The client runs in its own process: this process's CPU time is then the endpoint's (and the engine's) alone.
   const client = fork(join(import.meta.dirname, 'serve-client.ts'), [], {
     execArgv: ['--import', 'tsx'],
-    env: { ...process.env, BENCH_SERVE_URL: job.url, BENCH_SERVE_TOKEN: TOKEN, BENCH_SERVE_SESSIONS: String(SESSIONS), BENCH_SERVE_MAX_TOKENS: String(MAX_TOKENS), BENCH_SERVE_FOLLOW_UP: JSON.stringify(FOLLOW_UP) },
+    env: { ...process.env, BENCH_SERVE_URL: job.url, BENCH_SERVE_TOKEN: TOKEN, BENCH_SERVE_SESSIONS: String(sessions), BENCH_SERVE_MAX_TOKENS: String(MAX_TOKENS), BENCH_SERVE_FOLLOW_UP: JSON.stringify(FOLLOW_UP) },
   });
   const next = () =>
     new Promise<unknown>((resolve, reject) => {
@@ -153,7 +160,7 @@ export async function main(args: string[]): Promise<unknown> {
       if (!generate) throw new Error(`no generate call captured for ${c.trajectoryId} turn ${c.turnIndex}`);
       return { ...c, generate };
     });
-    return { served: calls, wallMs, ...used };
+    return { served: calls, clientCpuMs: r.cpuMs, wallMs, ...used };
   };
 
   /** Replay a served round's generate requests: per session in order, the sessions concurrently; results in `of`'s order. */
@@ -202,7 +209,7 @@ export async function main(args: string[]): Promise<unknown> {
     const pairs = s.flatMap((x, i) => (d[i] ? paired(x.result.served!, d[i].result) : []));
     const overhead = stats(pairs.map((x) => x.served.ms - x.direct.ms));
     const report = {
-      sessions: SESSIONS,
+      sessions,
       turns_per_session: 2,
       max_tokens: MAX_TOKENS,
       rounds,
@@ -217,6 +224,9 @@ export async function main(args: string[]): Promise<unknown> {
       // served minus direct, over the calls.
       main_thread_busy_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.busyMs - d[i].result.busyMs) / x.result.served!.length : NaN))),
       cpu_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.cpuMs - d[i].result.cpuMs) / x.result.served!.length : NaN))),
+      client_cpu_ms_per_call: median(s.map((x) => x.result.clientCpuMs! / x.result.served!.length)),
+      // The round's wall time the endpoint adds, spread over its calls: its cost per call in throughput.
+      round_wall_added_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.wallMs - d[i].result.wallMs) / x.result.served!.length : NaN))),
       served_round_wall_ms: median(s.map((x) => x.result.wallMs)),
       direct_round_wall_ms: median(d.map((x) => x.result.wallMs)),
       probes: probeSummary(records),
@@ -224,13 +234,13 @@ export async function main(args: string[]): Promise<unknown> {
     };
     const f = (x: number) => x.toFixed(2);
     const line = (name: string, x: Stats, tail = '') => console.log(`  ${name.padEnd(22)} mean ${f(x.mean)} ms  p50 ${f(x.p50)}  p99 ${f(x.p99)}  (${x.n} calls)${tail}`);
-    console.log(`serve overhead at ${SESSIONS} concurrent sessions, built-in policy (calculator), ${rounds} round(s), load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+    console.log(`serve overhead at ${sessions} concurrent sessions, built-in policy (calculator), ${rounds} round(s), load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
     line('direct backend call', report.direct_call_ms, `, same tokens as served: ${report.same_tokens}/${pairs.length}`);
     line('served call', report.served_call_ms);
     line('overhead per call', overhead, ', served minus its direct replay');
     line('outside generate', report.outside_generate_ms, ', served minus its own backend.generate');
-    console.log(`  work per call          main thread ${f(report.main_thread_busy_ms_per_call)} ms, process CPU ${f(report.cpu_ms_per_call)} ms (endpoint process, served minus direct)`);
-    console.log(`  round wall time        served ${f(report.served_round_wall_ms)} ms, direct ${f(report.direct_round_wall_ms)} ms`);
+    console.log(`  work per call          endpoint: main thread ${f(report.main_thread_busy_ms_per_call)} ms, process CPU ${f(report.cpu_ms_per_call)} ms (served minus direct); client process CPU ${f(report.client_cpu_ms_per_call)} ms`);
+    console.log(`  round wall time        served ${f(report.served_round_wall_ms)} ms, direct ${f(report.direct_round_wall_ms)} ms: ${f(report.round_wall_added_ms_per_call)} ms added per call`);
     if (profileDir) console.log(`  profiles               ${profileDir}/served-round-*.cpuprofile`);
     return report;
   } finally {

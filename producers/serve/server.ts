@@ -56,28 +56,31 @@ export const NAMING_HEADERS = {
 
 const ID_PATTERN = /^[A-Za-z0-9._:-]{1,200}$/;
 
+function header(request: FastifyRequest, name: string): string | undefined {
+  const v = request.headers[name];
+  return typeof v === 'string' && v !== '' ? v : undefined;
+}
+
+function namedId(value: string | undefined, what: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (!ID_PATTERN.test(value)) throw new ServeError('SRV_ERR_VALIDATION', { detail: `${what} must be 1-200 characters of A-Z a-z 0-9 . _ : -` });
+  return value;
+}
+
+function namedInt(value: string | undefined, what: string, min: number): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > 65_536) throw new ServeError('SRV_ERR_VALIDATION', { detail: `${what} must be an integer ≥ ${min}, got ${JSON.stringify(value)}` });
+  return n;
+}
+
 function naming(request: FastifyRequest, metadata: Record<string, string> | null | undefined): SessionNaming {
   const md = metadata ?? {};
-  const header = (name: string): string | undefined => {
-    const v = request.headers[name];
-    return typeof v === 'string' && v !== '' ? v : undefined;
-  };
-  const id = (value: string | undefined, what: string): string | undefined => {
-    if (value === undefined) return undefined;
-    if (!ID_PATTERN.test(value)) throw new ServeError('SRV_ERR_VALIDATION', { detail: `${what} must be 1-200 characters of A-Z a-z 0-9 . _ : -` });
-    return value;
-  };
-  const int = (value: string | undefined, what: string, min: number): number | undefined => {
-    if (value === undefined) return undefined;
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min || n > 65_536) throw new ServeError('SRV_ERR_VALIDATION', { detail: `${what} must be an integer ≥ ${min}, got ${JSON.stringify(value)}` });
-    return n;
-  };
   const out: SessionNaming = {};
-  const trajectoryId = id(header(NAMING_HEADERS.trajectoryId) ?? md['trajectory_id'], 'the trajectory id');
-  const groupId = id(header(NAMING_HEADERS.groupId) ?? md['group_id'], 'the group id');
-  const groupSize = int(header(NAMING_HEADERS.groupSize) ?? md['group_size'], 'group_size', 1);
-  const sampleIndex = int(header(NAMING_HEADERS.sampleIndex) ?? md['sample_index'], 'sample_index', 0);
+  const trajectoryId = namedId(header(request, NAMING_HEADERS.trajectoryId) ?? md['trajectory_id'], 'the trajectory id');
+  const groupId = namedId(header(request, NAMING_HEADERS.groupId) ?? md['group_id'], 'the group id');
+  const groupSize = namedInt(header(request, NAMING_HEADERS.groupSize) ?? md['group_size'], 'group_size', 1);
+  const sampleIndex = namedInt(header(request, NAMING_HEADERS.sampleIndex) ?? md['sample_index'], 'sample_index', 0);
   if (trajectoryId !== undefined) out.trajectoryId = trajectoryId;
   if (groupId !== undefined) out.groupId = groupId;
   if (groupSize !== undefined) out.groupSize = groupSize;

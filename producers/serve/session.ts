@@ -5,7 +5,7 @@
 // tokenization sanity check. Generation and observations go through the agent loops' own steps
 // (producers/agent/steps.ts) on an AgentContext the session keeps, so a served trajectory is recorded exactly as
 // the rollout worker records one.
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { deriveId } from '../../core/ids.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import type { SamplingParams, Termination, ToolCall, TrajectoryStarted } from '../../schemas/generated/types.ts';
@@ -24,11 +24,19 @@ export interface ClientMessage {
   tool_call_id: string | null;
 }
 
+/** A running hash of a conversation: the tools' names, then each message as it is appended. */
+function keyHash(tools: readonly ChatTool[]): Hash {
+  return createHash('sha256').update(JSON.stringify(tools.map((t) => t.function.name)));
+}
+
+function hashMessage(h: Hash, m: ClientMessage): void {
+  h.update('\u0000' + JSON.stringify([m.role, m.content, m.tool_calls, m.tool_call_id]));
+}
+
 /** The canonical key of a conversation as the client sees it (the per-conversation session lookup). */
 export function conversationKey(tools: readonly ChatTool[], messages: readonly ClientMessage[]): string {
-  const h = createHash('sha256');
-  h.update(JSON.stringify(tools.map((t) => t.function.name)));
-  for (const m of messages) h.update('\u0000' + JSON.stringify([m.role, m.content, m.tool_calls, m.tool_call_id]));
+  const h = keyHash(tools);
+  for (const m of messages) hashMessage(h, m);
   return h.digest('base64url');
 }
 
@@ -62,8 +70,14 @@ export interface ServedTurn {
 }
 
 export class ServeSession {
-  /** The conversation as the client sees it (prompt, returned assistant messages, observations). */
-  readonly history: ClientMessage[];
+  /** The conversation as the client sees it (prompt, returned assistant messages, observations); grows through append(). */
+  private readonly history: ClientMessage[] = [];
+  /**
+   * conversationKey(tools, history), kept as a running hash: the key is read before and after every turn, and
+   * hashing the whole conversation each time would grow with its length.
+   */
+  private readonly running: Hash;
+  private cachedKey: string | null = null;
   /** Calls returned to the client and not answered yet, by id. */
   private readonly pending = new Map<string, { turnIndex: number; call: ToolCall; sentMs: number }>();
   lastUsedMs = Date.now();
@@ -78,7 +92,16 @@ export class ServeSession {
     readonly declaredTools: ReadonlySet<string>,
     private readonly logger: Logger,
   ) {
-    this.history = [...prompt];
+    this.running = keyHash(ctx.tools);
+    this.append(prompt);
+  }
+
+  private append(messages: readonly ClientMessage[]): void {
+    for (const m of messages) {
+      this.history.push(m);
+      hashMessage(this.running, m);
+    }
+    this.cachedKey = null;
   }
 
   get id(): string {
@@ -93,8 +116,10 @@ export class ServeSession {
     return this.ctx.recorder.meta;
   }
 
+  /** conversationKey of the conversation so far. */
   key(): string {
-    return conversationKey(this.ctx.tools, this.history);
+    this.cachedKey ??= this.running.copy().digest('base64url');
+    return this.cachedKey;
   }
 
   /** The TrajectoryStarted event of this session (the first call's prompt, tools and sampling). */
@@ -160,7 +185,7 @@ export class ServeSession {
       this.recorder.addToolCall(a.turnIndex, a.call, { status: 'ok', text: a.text, reward: 0, metrics: {}, latencyMs: a.latencyMs });
       this.recorder.toolMs += a.latencyMs;
     }
-    this.history.push(...fresh);
+    this.append(fresh);
     const appended = appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs);
     // appendObservation ran the check on what it appended; counted so a run shows the check ran (and found nothing).
     if (appended && this.ctx.limits.tokenizationCheck !== 'off') this.ctx.count('tokenization_checks');
@@ -190,7 +215,7 @@ export class ServeSession {
       tool_calls: calls.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments_json })),
       tool_call_id: null,
     };
-    this.history.push(message);
+    this.append([message]);
     if (refused.length > 0) this.logger.debug('tool call refused: tool not declared', { trajectory_id: this.id, tools: refused.map((c) => c.name) });
     return { turn, calls, refused, message };
   }
