@@ -168,6 +168,9 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const rlStart = performance.now();
     const running = [reward.run(), advantage.run(), ...(sink ? [sink.run()] : [])];
     const rollouts = worker.run(trainRows(ctx));
+    // A worker that fails (a dataset line that is not a row, say) ends the run with its error; one that finishes its
+    // rows leaves the trainer to finish on what is in the log.
+    const rolloutsFailed = rollouts.then(() => new Promise<never>(() => {}));
     let evalChain: Promise<void> = Promise.resolve();
     const trainerDone = (async () => {
       let lastEval = trainer.currentStep;
@@ -189,7 +192,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
         clearInterval(check);
       }
     })();
-    await Promise.race([trainerDone, ...running.map((p) => p.then(() => Promise.reject(new Error('a stream processor stopped early'))))]);
+    await Promise.race([trainerDone, rolloutsFailed, ...running.map((p) => p.then(() => Promise.reject(new Error('a stream processor stopped early'))))]);
     const rlSeconds = (performance.now() - rlStart) / 1000;
     // Training is over: the endpoint stops taking calls and completes its open trajectories (as aborted) while
     // the reward consumer still reads them, and leaves the backend to the final evaluation.

@@ -79,6 +79,8 @@ export class Trainer {
   private stalenessBound: number;
   private control: Consumer | null = null;
   private controlLoop: Promise<void> | null = null;
+  /** The step loop run() started, awaited by close(). */
+  private running: Promise<void> | null = null;
   /** Set when set_staleness lowered the bound, until a step fills with kept groups again. */
   private boundLowered = false;
   private readonly startedMs = Date.now();
@@ -231,7 +233,12 @@ export class Trainer {
   }
 
   /** Run steps until stopped or maxSteps reached. */
-  async run(): Promise<void> {
+  run(): Promise<void> {
+    this.running = this.steps();
+    return this.running;
+  }
+
+  private async steps(): Promise<void> {
     const max = this.deps.options.maxSteps;
     while (!this.stopped && (max === 0 || this.step < max)) {
       const batch = await this.collectBatch();
@@ -506,6 +513,9 @@ export class Trainer {
 
   async close(): Promise<void> {
     this.stopped = true;
+    // A step in flight finishes (its checkpoint and commit) before the model it trains is disposed; the loop
+    // sees `stopped` within one poll.
+    await this.running?.catch(() => {});
     await this.controlLoop;
     await this.control?.close();
     await this.consumer?.close();

@@ -70,7 +70,7 @@ export class Registry<T> {
     const exportName = ref.export ?? 'default';
     let mod: Record<string, unknown>;
     try {
-      mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
+      mod = esModuleOf((await import(pathToFileURL(abs).href)) as Record<string, unknown>);
     } catch (cause) {
       const missing = (cause as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && String((cause as Error).message).includes(abs);
       throw new RlstreamError('CONFIG_INVALID', missing ? `${path}.module: ${abs} does not exist (paths are relative to the config file)` : `${path}.module: ${abs} cannot be loaded: ${(cause as Error).message}`, { cause });
@@ -115,4 +115,14 @@ export function objectShape<T>(description: string, methods: string[], options: 
       return null;
     },
   };
+}
+
+/**
+ * The module's own exports. A .ts file outside a package of type "module" is CommonJS to Node: tsx compiles its
+ * `export`s to a CommonJS exports object marked __esModule, and Node's import puts that whole object under
+ * `default` (its named exports cannot be seen statically), so the exports are read from there.
+ */
+function esModuleOf(mod: Record<string, unknown>): Record<string, unknown> {
+  const d = mod['default'];
+  return d !== null && typeof d === 'object' && (d as { __esModule?: unknown }).__esModule === true ? (d as Record<string, unknown>) : mod;
 }
