@@ -26,28 +26,29 @@ export interface TrajectorySpec {
   split?: string;
 }
 
-export function trajectory(s: TrajectorySpec): Trajectory {
-  const n = s.tokens ?? 8;
-  const mask = Array.from({ length: n }, (_, t) => (t % 10 === 9 ? 0 : 1));
+/** The fields a single-turn agent's trajectory always has the same: one assistant turn, no tools, stopped. */
+type SingleTurnConstants =
+  | 'agent_name'
+  | 'extra_info_json'
+  | 'turn_offsets'
+  | 'turn_roles'
+  | 'num_turns'
+  | 'num_tool_calls'
+  | 'num_tool_errors'
+  | 'num_invalid_tool_calls'
+  | 'tool_rewards'
+  | 'interaction_rewards'
+  | 'termination'
+  | 'tool_ms';
+
+/** A single-turn trajectory from the fields that vary. */
+export function singleTurnTrajectory(fields: Omit<Trajectory, SingleTurnConstants>): Trajectory {
   return {
-    run_id: 'run-test',
-    trajectory_id: `${s.groupId}/${s.index}`,
-    group_id: s.groupId,
-    sample_index: s.index,
-    group_size: s.groupSize ?? 8,
+    ...fields,
     agent_name: 'single_turn',
-    data_source: s.dataSource ?? 'gsm8k',
-    dataset: { name: 'gsm8k', split: s.split ?? 'train', index: 0 },
-    ground_truth: s.groundTruth ?? '72',
     extra_info_json: '{}',
-    prompt_ids: Array.from({ length: 16 }, (_, t) => t + 1),
-    response_ids: Array.from({ length: n }, (_, t) => (t * 7 + s.index) % 1000),
-    response_mask: mask,
-    response_logprobs: mask.map((m) => (m ? -0.5 : 0)),
-    response_policy_versions: mask.map((m) => (m ? 3 : -1)),
     turn_offsets: [0],
     turn_roles: ['assistant'],
-    response_text: s.text ?? (s.index % 2 === 0 ? 'so the answer is\n#### 72' : 'I think #### 71'),
     num_turns: 1,
     num_tool_calls: 0,
     num_tool_errors: 0,
@@ -55,13 +56,34 @@ export function trajectory(s: TrajectorySpec): Trajectory {
     tool_rewards: [],
     interaction_rewards: [],
     termination: 'stop',
+    tool_ms: 0,
+  };
+}
+
+export function trajectory(s: TrajectorySpec): Trajectory {
+  const n = s.tokens ?? 8;
+  const mask = Array.from({ length: n }, (_, t) => (t % 10 === 9 ? 0 : 1));
+  return singleTurnTrajectory({
+    run_id: 'run-test',
+    trajectory_id: `${s.groupId}/${s.index}`,
+    group_id: s.groupId,
+    sample_index: s.index,
+    group_size: s.groupSize ?? 8,
+    data_source: s.dataSource ?? 'gsm8k',
+    dataset: { name: 'gsm8k', split: s.split ?? 'train', index: 0 },
+    ground_truth: s.groundTruth ?? '72',
+    prompt_ids: Array.from({ length: 16 }, (_, t) => t + 1),
+    response_ids: Array.from({ length: n }, (_, t) => (t * 7 + s.index) % 1000),
+    response_mask: mask,
+    response_logprobs: mask.map((m) => (m ? -0.5 : 0)),
+    response_policy_versions: mask.map((m) => (m ? 3 : -1)),
+    response_text: s.text ?? (s.index % 2 === 0 ? 'so the answer is\n#### 72' : 'I think #### 71'),
     min_policy_version: 3,
     max_policy_version: 3,
     started_ms: 1,
     completed_ms: 2,
     generation_ms: 1,
-    tool_ms: 0,
-  };
+  });
 }
 
 export function completed(t: Trajectory): TrajectoryCompleted {

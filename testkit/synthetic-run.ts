@@ -78,6 +78,19 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
       const prompt = `What is ${g} mod 97? Use the calculator.`;
       const promptIds = Array.from({ length: 8 }, (_, i) => (g * 31 + i) % 50_000);
       const started = tick();
+      // What TrajectoryStarted and the completed Trajectory both carry about the sample.
+      const sample = {
+        run_id: run,
+        trajectory_id: tid,
+        group_id: groupId,
+        sample_index: s,
+        group_size: groupSize,
+        agent_name: 'tool_agent',
+        data_source: 'calculator',
+        dataset,
+        ground_truth: answer,
+        extra_info_json: '{}',
+      };
       yield {
         topic: TOPICS.rolloutEvents,
         key: groupId,
@@ -85,14 +98,7 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
         value: {
           event_id: deriveId(tid, 'started'),
           time_ms: started,
-          run_id: run,
-          trajectory_id: tid,
-          group_id: groupId,
-          sample_index: s,
-          group_size: groupSize,
-          agent_name: 'tool_agent',
-          data_source: 'calculator',
-          dataset,
+          ...sample,
           prompt_messages: [
             { role: 'system', content: 'You are a careful assistant.', tool_calls: [], tool_call_id: null, name: null },
             { role: 'user', content: prompt, tool_calls: [], tool_call_id: null, name: null },
@@ -101,8 +107,6 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
           tools: TOOLS.map((name) => ({ name, description: `the ${name} tool`, parameters_json: '{"type":"object"}' })),
           sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 256, seed: null, stop_token_ids: [2] },
           policy_version: pv,
-          ground_truth: answer,
-          extra_info_json: '{}',
         },
       };
 
@@ -197,16 +201,7 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
       }
 
       const trajectory: Trajectory = {
-        run_id: run,
-        trajectory_id: tid,
-        group_id: groupId,
-        sample_index: s,
-        group_size: groupSize,
-        agent_name: 'tool_agent',
-        data_source: 'calculator',
-        dataset,
-        ground_truth: answer,
-        extra_info_json: '{}',
+        ...sample,
         prompt_ids: promptIds,
         response_ids: responseIds,
         response_mask: mask,

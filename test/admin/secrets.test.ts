@@ -5,55 +5,27 @@
 // token. The variable is also gone from the process's environment, /proc/<pid>/environ included.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openLog } from '../../core/log/open.ts';
-import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
-import { EventSerde } from '../../core/serde/events.ts';
-import { syntheticRun } from './synthetic-run.ts';
+import { recordRun, startAdmin } from './helpers.ts';
 
 const READ = 'secrets-read-token-0123456789';
 const CONTROL = 'secrets-control-token-9876543210';
 
-test('no route gives a read token the control token', { timeout: 120_000 }, async () => {
+test('no route gives a read token the control token', { timeout: 120_000 }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-admin-secrets-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const logDir = join(dir, 'log');
-  const log = await openLog({ kind: 'embedded', dir: logDir });
-  const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-  const run = await syntheticRun({ log, serde });
-  for (let i = 0; i < 2; i++) await run.step();
-  await run.stop();
-  await log.close();
+  const runId = await recordRun(logDir, 2);
   const adminUrl = join(dir, 'admin-url');
   writeFileSync(adminUrl, `http://127.0.0.1:1/dashboard/#token=${CONTROL}\n`, { mode: 0o600 });
   assert.equal(statSync(adminUrl).mode & 0o777, 0o600);
 
-  const child = spawn(process.execPath, ['bin/rlstream.js', 'admin', '--log', logDir, '--traces', join(dir, 'traces'), '--port', '0'], {
-    env: { ...process.env, RLSTREAM_ADMIN_TOKENS: `read:${READ},control:${CONTROL}`, RLSTREAM_LOG_LEVEL: 'warn' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const admin = await startAdmin(logDir, join(dir, 'traces'), `read:${READ},control:${CONTROL}`);
+  const { url, pid } = admin;
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const t = setInterval(() => {
-        const m = /API (http:\/\/[^\s]+)\/api/.exec(out);
-        if (m) {
-          clearInterval(t);
-          resolve(m[1]!);
-        }
-      }, 100);
-      void exited.then((code) => {
-        clearInterval(t);
-        reject(new Error(`admin exited ${code}: ${err}`));
-      });
-    });
-    const environ = readFileSync(`/proc/${child.pid}/environ`);
+    const environ = readFileSync(`/proc/${pid}/environ`);
     assert.equal(environ.includes(CONTROL), false, '/proc/<pid>/environ no longer holds the control token');
     assert.equal(environ.includes('RLSTREAM_ADMIN_TOKENS='), false);
     // The control token still works: it was read before it was removed.
@@ -73,7 +45,7 @@ test('no route gives a read token the control token', { timeout: 120_000 }, asyn
     };
 
     const doc = JSON.parse((await call('GET', '/openapi.json', null)).text) as { paths: Record<string, Record<string, unknown>> };
-    const fill = (p: string) => p.replace('{runId}', run.runId).replace(/\{[^}]+\}/g, 'x');
+    const fill = (p: string) => p.replace('{runId}', runId).replace(/\{[^}]+\}/g, 'x');
     let gets = 0;
     for (const [path, ops] of Object.entries(doc.paths)) {
       if (!('get' in ops)) continue;
@@ -92,7 +64,7 @@ test('no route gives a read token the control token', { timeout: 120_000 }, asyn
     const probes = [
       "SELECT file('/proc/self/environ')",
       "SELECT splitByChar('\\0', file('/proc/self/environ'))",
-      `SELECT file('/proc/${child.pid}/environ')`,
+      `SELECT file('/proc/${pid}/environ')`,
       `SELECT file('${adminUrl}')`,
       `SELECT * FROM file('${adminUrl}', 'LineAsString')`,
       "SELECT * FROM file('/proc/self/cmdline', 'LineAsString')",
@@ -111,10 +83,9 @@ test('no route gives a read token the control token', { timeout: 120_000 }, asyn
     }
     assert.deepEqual(leaks, [], 'no answer holds the control token');
     assert.deepEqual(serverErrors, []);
+    const { out, err } = admin.output();
     assert.equal(out.includes(CONTROL) || err.includes(CONTROL), false, 'nor does the process output');
   } finally {
-    child.kill('SIGTERM');
-    assert.equal(await exited, 0, err);
-    rmSync(dir, { recursive: true, force: true });
+    await admin.stop();
   }
 });
