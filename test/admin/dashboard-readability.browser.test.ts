@@ -3,34 +3,16 @@
 // flat line at 0; the rollout-lag chart labels each partition once, uncut, with a legend naming the reading
 // roles; token chips show the token's text with the id on hover. Screenshot in test/artifacts/.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
 import { test } from 'node:test';
-import { chromium, type Page } from 'playwright-core';
 import { startAdminServer } from '../../admin/server.ts';
 import { adminTraceStore } from '../../admin/traces-adapter.ts';
 import { TOPICS } from '../../core/topics.ts';
+import { chromiumAvailable, launchChromium, screenshot, until } from './browser.ts';
 import { fixture, READ_TOKEN, TOKENS } from './helpers.ts';
 import { syntheticRun } from './synthetic-run.ts';
 
-const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
-const ARTIFACTS = new URL('../artifacts/', import.meta.url);
-
-async function until<T>(page: Page, what: string, f: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await f();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await page.waitForTimeout(200);
-  }
-}
-
 test('dashboard: finished badge, "KL off", a labelled lag chart with a legend, token texts with ids on hover', { timeout: 120_000 }, async (t) => {
-  if (!existsSync(CHROMIUM)) {
-    if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail(`chromium not found at ${CHROMIUM}`);
-    t.skip(`chromium not found at ${CHROMIUM} (apt-get install chromium)`);
-    return;
-  }
+  if (!chromiumAvailable(t)) return;
   const f = await fixture({ traces: true });
   // The synthetic run's token ids are character codes: its "tokenizer" decodes them so (a test stand-in).
   f.ctx.traces = adminTraceStore(f.store!, undefined, (ids) => ids.map((id) => String.fromCharCode(id)));
@@ -40,7 +22,7 @@ test('dashboard: finished badge, "KL off", a labelled lag chart with a legend, t
   const group = (role: string) => ({ groupId: `${run.runId}.${role}`, topics: [TOPICS.rolloutEvents] });
   f.runs.add({ id: run.runId, status: 'completed', config: { trainer: { learning_rate: 0.0003 } }, consumerGroups: { reward: group('reward'), traces: group('traces') } });
   const server = await startAdminServer(f.ctx, { tokens: TOKENS, env: {}, tail: { pollTimeoutMs: 100 } });
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1400 } });
     const pageErrors: string[] = [];
@@ -82,8 +64,7 @@ test('dashboard: finished badge, "KL off", a labelled lag chart with a legend, t
       assert.equal(c.text, expected.trim() === '' ? '·'.repeat(expected.length) : expected, 'the chip shows the token text');
     }
 
-    mkdirSync(ARTIFACTS, { recursive: true });
-    await page.screenshot({ path: new URL('admin-dashboard-readability.png', ARTIFACTS).pathname, fullPage: true });
+    await screenshot(page, 'admin-dashboard-readability.png');
     assert.deepEqual(pageErrors, []);
   } finally {
     await browser.close();

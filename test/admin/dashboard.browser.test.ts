@@ -3,37 +3,19 @@
 // coloured by loss mask and tool results inline, and nothing is fetched from another origin.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
-import { chromium, type Page } from 'playwright-core';
 import { startAdminServer } from '../../admin/server.ts';
+import { chromiumAvailable, launchChromium, screenshot, until } from './browser.ts';
 import { fixture, READ_TOKEN, TOKENS } from './helpers.ts';
 import { syntheticRun } from './synthetic-run.ts';
 
-const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
-const ARTIFACTS = new URL('../artifacts/', import.meta.url);
-
-async function until<T>(page: Page, what: string, f: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await f();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await page.waitForTimeout(200);
-  }
-}
-
 test('dashboard draws live charts and opens a trajectory', { timeout: 120_000 }, async (t) => {
-  if (!existsSync(CHROMIUM)) {
-    if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') assert.fail(`chromium not found at ${CHROMIUM}`);
-    t.skip(`chromium not found at ${CHROMIUM} (apt-get install chromium)`);
-    return;
-  }
+  if (!chromiumAvailable(t)) return;
   const f = await fixture({ traces: true });
   const run = await syntheticRun({ log: f.log, serde: f.serde, traces: f.store! });
   f.runs.add({ id: run.runId, config: { model: 'synthetic' }, stalenessBound: 2 });
   for (let i = 0; i < 4; i++) await run.step();
   const server = await startAdminServer(f.ctx, { tokens: TOKENS, env: {}, tail: { pollTimeoutMs: 100 } });
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1400 } });
     const foreign: string[] = [];
@@ -83,8 +65,7 @@ test('dashboard draws live charts and opens a trajectory', { timeout: 120_000 },
     assert.notEqual(colours.m1, colours.m0, 'mask 1 and mask 0 tokens have different colours');
     assert.match((await page.textContent('#trajectory .tool-result')) ?? '', /calculator/);
 
-    mkdirSync(ARTIFACTS, { recursive: true });
-    await page.screenshot({ path: new URL('admin-dashboard.png', ARTIFACTS).pathname, fullPage: true });
+    await screenshot(page, 'admin-dashboard.png');
     assert.deepEqual(foreign, [], 'the page fetched nothing from another origin');
     assert.deepEqual(pageErrors, []);
   } finally {
