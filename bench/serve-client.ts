@@ -2,6 +2,9 @@
 // CPU time counts the server's work only. On each message {round} it runs every session's two turns concurrently
 // through the OpenAI request shape, each call with a seed of its own (the direct replay of the round reuses the
 // request's sampling, so it generates the same tokens), and answers with each call's wall time and what it recorded.
+// Requests go through node:http on kept-alive connections rather than fetch: the client shares the machine's cores
+// with the endpoint and the engine, and fetch's streams cost about as much CPU per call as the endpoint itself.
+import { Agent, request } from 'node:http';
 import { problemRows } from '../examples/calculator/index.ts';
 import { MEDIUM, take } from '../examples/calculator/task.ts';
 import { CALCULATOR_TOOL } from '../examples/calculator/conversation.ts';
@@ -35,11 +38,28 @@ const rows = take(problemRows(7, 'train', MEDIUM), sessions);
 /** Distinct per round, session and turn. */
 const callSeed = (round: number, session: number, turn: number): number => (round + 2) * 1_000_003 + session * 16 + turn;
 
-async function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Record<string, unknown>> {
-  const res = await fetch(url + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
-  const json = (await res.json()) as Record<string, unknown>;
-  if (res.status !== 200) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
+const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
+
+function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Record<string, unknown>> {
+  const payload = Buffer.from(JSON.stringify(body));
+  return new Promise((resolve, reject) => {
+    const req = request(url + path, { method: 'POST', agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': payload.length, ...headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        try {
+          const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>;
+          if (res.statusCode !== 200) reject(new Error(`${path}: ${res.statusCode} ${JSON.stringify(json)}`));
+          else resolve(json);
+        } catch (err) {
+          reject(err as Error);
+        }
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
 }
 
 async function round(r: number): Promise<ClientRound> {
