@@ -116,6 +116,23 @@ if [ ! -f "$reg/.complete" ]; then
   step_done
 fi
 
+# A virtual environment $D/NAME with pip's PACKAGES, made by PYTHON, unless its python already imports IMPORTS.
+# Without python3, or when pip fails (the half-made environment is then removed), it says which TESTS go without.
+# Usage: python_venv NAME PYTHON IMPORTS TESTS PACKAGES...
+python_venv() {
+  local name=$1 python=$2 imports=$3 tests=$4
+  shift 4
+  if [ -x "$D/$name/bin/python" ] && "$D/$name/bin/python" -c "import $imports" >/dev/null 2>&1; then return; fi
+  if ! command -v python3 >/dev/null 2>&1; then
+    say "WARNING: no python3: $tests will be skipped"
+    return
+  fi
+  step "installing $* into $D/$name (pip, log in $D/$name.log)"
+  { "$python" -m venv "$D/$name" && "$D/$name/bin/pip" install -q "$@"; } >"$D/$name.log" 2>&1 \
+    || { say "WARNING: $* did not install (see $D/$name.log): $tests cannot run"; rm -rf "$D/$name"; }
+  step_done
+}
+
 # --- schemathesis (PyPI) in its own virtual environment: test/admin/fuzz.sh fuzzes the admin API with it.
 # It prefers Python 3.12 or newer where the machine has one: under CPython 3.11.7, hypothesis's description of
 # its own filters can die in ast.parse ("AST constructor recursion depth mismatch"), a CPython bug, which ends the
@@ -127,30 +144,13 @@ fuzz_python() {
   done
   echo python3
 }
-if [ ! -x "$D/schemathesis/bin/schemathesis" ]; then
-  if command -v python3 >/dev/null 2>&1; then
-    step "installing schemathesis into $D/schemathesis (pip, log in $D/schemathesis.log)"
-    { "$(fuzz_python)" -m venv "$D/schemathesis" && "$D/schemathesis/bin/pip" install -q schemathesis; } >"$D/schemathesis.log" 2>&1 \
-      || { say "WARNING: schemathesis did not install (see $D/schemathesis.log); the admin fuzz test will be skipped"; rm -rf "$D/schemathesis"; }
-    step_done
-  else
-    say "WARNING: no python3: the admin fuzz test (schemathesis) will be skipped"
-  fi
-fi
+python_venv schemathesis "$(fuzz_python)" schemathesis 'the admin fuzz test' schemathesis
 
 # --- Python packages a user's agent would use, in their own virtual environment: the official openai package
 # (test/serve/python-agent.test.ts drives `rlstream serve` with it) and confluent-kafka with Avro support
 # (test/serve/python-producer.test.ts publishes trajectories with it, from docs/events.md).
-if [ ! -x "$D/python/bin/python" ] || ! "$D/python/bin/python" -c 'import openai, confluent_kafka.schema_registry.avro' >/dev/null 2>&1; then
-  if command -v python3 >/dev/null 2>&1; then
-    step "installing openai and confluent-kafka into $D/python (pip, log in $D/python.log)"
-    { python3 -m venv "$D/python" && "$D/python/bin/pip" install -q openai 'confluent-kafka[avro,schemaregistry]'; } >"$D/python.log" 2>&1 \
-      || { say "WARNING: the Python packages did not install (see $D/python.log); the Python agent and producer tests will fail"; rm -rf "$D/python"; }
-    step_done
-  else
-    say "WARNING: no python3: the Python agent and producer tests will be skipped"
-  fi
-fi
+python_venv python python3 'openai, confluent_kafka.schema_registry.avro' 'the Python agent and producer tests' \
+  openai 'confluent-kafka[avro,schemaregistry]'
 
 # --- llama.cpp's server and SmolLM2-135M-Instruct, for the tests against a real inference server (built once,
 # about 12 minutes on 2 cores; cached under .infra/llama.cpp/).
