@@ -4,8 +4,10 @@
 // threads 1 vs 2 (both sides at the same setting), batch 64 split over 2 engine workers of 1 thread each (data
 // parallel; one sequence cannot be split that way), multi-turn sessions with and without the kept KV cache, and
 // the engine's decode step against the runner's decode call alone (what the engine adds per step).
-// Run: npm run bench -- policy [--quick] [--rounds 9] [--max-new 128]. Timings on a shared 2-core machine are
-// noisy: scenarios run in interleaved rounds (bench/harness.ts) with a machine-speed probe before each round.
+// Run: npm run bench -- policy [--quick] [--rounds 9] [--passes 3] [--max-new 128]. Timings on a shared 2-core
+// machine are noisy: scenarios run in interleaved rounds (bench/harness.ts) with a machine-speed probe before
+// each scenario of each round, and a round of a scenario is `passes` back-to-back passes of its requests (about
+// 3-4 s here at 1 thread), since a round of one pass (about a second) moved with every burst of other load.
 // The headline figure, batch 64 against one at a time, is the median [min–max] over rounds of the ratio taken
 // within each round (same moment, same load): `speedupBatch64VsSequentialRounds_t1` in the report (median, min,
 // max; `_t2` at 2 threads), the figure the README quotes.
@@ -71,7 +73,7 @@ interface Round {
  * chance at the quiet moments. Each scenario's row is its median round (by wall time); the rounds are returned
  * too, so ratios can be taken round by round (same moment, same load).
  */
-async function generationRuns(threads: number, scenarios: Scenario[], repeats: number): Promise<{ rows: Row[]; rounds: Round[][] }> {
+async function generationRuns(threads: number, scenarios: Scenario[], repeats: number, passes = 1): Promise<{ rows: Row[]; rounds: Round[][] }> {
   const backends: BuiltinPolicyBackend[] = [];
   for (const sc of scenarios) {
     const b = await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: sc.maxBatch, threads, workers: sc.workers ?? 1 });
@@ -81,11 +83,12 @@ async function generationRuns(threads: number, scenarios: Scenario[], repeats: n
   }
   const rounds: Round[][] = scenarios.map(() => []);
   for (let rep = 0; rep < repeats; rep++) {
-    const p = probe();
     for (const [i, sc] of scenarios.entries()) {
+      const p = probe();
       const t0 = performance.now();
       const c0 = process.cpuUsage();
-      const results = await Promise.all(Array.from({ length: sc.sequences }, (_, j) => backends[i]!.generate(request(j, sc.promptLen, sc.maxNew))));
+      const results: Round['results'] = [];
+      for (let pass = 0; pass < passes; pass++) results.push(...(await Promise.all(Array.from({ length: sc.sequences }, (_, j) => backends[i]!.generate(request(j, sc.promptLen, sc.maxNew))))));
       const wallMs = performance.now() - t0;
       const cu = process.cpuUsage(c0);
       rounds[i]!.push({ probe: p, wallMs, cpuMs: (cu.user + cu.system) / 1000, results });
@@ -200,6 +203,9 @@ export async function main(args: string[]): Promise<unknown> {
   const maxNew = mi >= 0 ? Number(rest[mi + 1]) : quick ? 16 : 128;
   if (!Number.isInteger(maxNew) || maxNew < 2) throw new Error(`--max-new must be an integer >= 2 (got ${JSON.stringify(rest[mi + 1])})`);
   const repeats = quick && !args.includes('--rounds') ? 3 : repeatsFlag;
+  const pi = rest.indexOf('--passes');
+  const passes = pi >= 0 ? Number(rest[pi + 1]) : quick ? 1 : 3;
+  if (!Number.isInteger(passes) || passes < 1) throw new Error(`--passes must be an integer >= 1 (got ${JSON.stringify(rest[pi + 1])})`);
   const loadBefore = loadavg();
   console.log(`model: hidden ${config.hiddenSize}, ${config.numLayers} layers, ${config.numHeads} heads / ${config.numKvHeads} kv, intermediate ${config.intermediateSize}, vocab ${config.vocabSize}: ${(params / 1e6).toFixed(2)}M parameters`);
   console.log(`load average at start: ${loadBefore.map((x) => x.toFixed(2)).join(', ')} (${cpus().length} cores)`);
@@ -228,14 +234,14 @@ export async function main(args: string[]): Promise<unknown> {
   const ratio: Record<number, Stats> = {};
   const raw: ReturnType<typeof rawRounds>[] = [];
   for (const threads of [1, 2]) {
-    const { rows: rs, rounds } = await generationRuns(threads, scenarios, repeats);
+    const { rows: rs, rounds } = await generationRuns(threads, scenarios, repeats, passes);
     rows.push(...rs);
     ratio[threads] = roundRatio(rounds[3]!, rounds[0]!);
     raw.push(rawRounds(scenarios.map((x) => `${x.scenario}, ${threads} thread(s)`), rounds));
   }
   // Data parallel: batch 64 over 2 engine workers of 1 thread each, in rounds interleaved with one at a time
   // (1 thread) for the same-round ratio.
-  const parallel = await generationRuns(1, [scenarios[0]!, { scenario: 'continuous batching, batch 64, 2 workers', maxBatch: 64, workers: 2, sequences: 64, maxNew, promptLen: 16 }], repeats);
+  const parallel = await generationRuns(1, [scenarios[0]!, { scenario: 'continuous batching, batch 64, 2 workers', maxBatch: 64, workers: 2, sequences: 64, maxNew, promptLen: 16 }], repeats, passes);
   rows.push(parallel.rows[1]!);
   const parallelRatio = roundRatio(parallel.rounds[1]!, parallel.rounds[0]!);
   raw.push(rawRounds(['one sequence at a time (parallel pairing), 1 thread', 'continuous batching, batch 64, 2 workers'], parallel.rounds));
@@ -291,6 +297,6 @@ export async function main(args: string[]): Promise<unknown> {
   console.log(`load average at end: ${loadAfter.map((x) => x.toFixed(2)).join(', ')}`);
   const probes = raw.flat().flatMap((x) => x.rounds);
   const speed = probeSummary(probes);
-  console.log(`machine speed before each round: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
-  return { options: { quick, rounds: repeats, maxNew, queued: seqCount }, headline: 'speedupBatch64VsSequentialRounds_t1 (median [min–max] of same-round ratios)', figures, rows, turnRows, overhead, machineSpeed: speed, rounds: raw.flat() };
+  console.log(`machine speed before each scenario of each round: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
+  return { options: { quick, rounds: repeats, passes, maxNew, queued: seqCount }, headline: 'speedupBatch64VsSequentialRounds_t1 (median [min–max] of same-round ratios)', figures, rows, turnRows, overhead, machineSpeed: speed, rounds: raw.flat() };
 }
