@@ -1,5 +1,6 @@
 // The admin API's one catalogue of error codes: each code has an HTTP status and a message template with
-// {placeholders}. Codes are stable (clients and tests match on them); messages may improve.
+// {placeholders} (core/catalogue-error.ts). Codes are stable (clients and tests match on them); messages may improve.
+import { CatalogueError, type CatalogueParams } from '../core/catalogue-error.ts';
 
 export const ADMIN_ERRORS = {
   ADM_ERR_UNAUTHENTICATED: { status: 401, message: 'a valid bearer token is required' },
@@ -27,20 +28,11 @@ export const ADMIN_ERRORS = {
 
 export type AdminErrorCode = keyof typeof ADMIN_ERRORS;
 
-function fill(template: string, params: Record<string, string | number>): string {
-  return template.replace(/\{(\w+)\}/g, (whole, key: string) => (key in params ? String(params[key]) : whole));
-}
-
 /** An error with a catalogue code; the server's error handler turns it into `{ code, message, statusCode }`. */
-export class AdminError extends Error {
-  readonly code: AdminErrorCode;
-  readonly statusCode: number;
-
-  constructor(code: AdminErrorCode, params: Record<string, string | number> = {}, options: { cause?: unknown } = {}) {
-    super(fill(ADMIN_ERRORS[code].message, params), options.cause === undefined ? undefined : { cause: options.cause });
+export class AdminError extends CatalogueError<AdminErrorCode> {
+  constructor(code: AdminErrorCode, params: CatalogueParams = {}, options: { cause?: unknown } = {}) {
+    super(ADMIN_ERRORS, code, params, options);
     this.name = 'AdminError';
-    this.code = code;
-    this.statusCode = ADMIN_ERRORS[code].status;
   }
 }
 

@@ -1,6 +1,7 @@
 // The serving endpoint's one catalogue of error codes: each has an HTTP status, an OpenAI error `type` (what the
 // OpenAI SDKs map to their exception classes) and a message template. Answers have OpenAI's shape,
 // `{ error: { message, type, code, param } }`, so an agent's own error handling works unchanged.
+import { CatalogueError, type CatalogueParams } from '../../core/catalogue-error.ts';
 
 export const SERVE_ERRORS = {
   SRV_ERR_UNAUTHENTICATED: { status: 401, type: 'authentication_error', message: 'a valid bearer token is required (Authorization: Bearer <token>)' },
@@ -24,20 +25,12 @@ export const SERVE_ERRORS = {
 
 export type ServeErrorCode = keyof typeof SERVE_ERRORS;
 
-function fill(template: string, params: Record<string, string | number>): string {
-  return template.replace(/\{(\w+)\}/g, (whole, key: string) => (key in params ? String(params[key]) : whole));
-}
-
-export class ServeError extends Error {
-  readonly code: ServeErrorCode;
-  readonly statusCode: number;
+export class ServeError extends CatalogueError<ServeErrorCode> {
   readonly type: string;
 
-  constructor(code: ServeErrorCode, params: Record<string, string | number> = {}, options: { cause?: unknown } = {}) {
-    super(fill(SERVE_ERRORS[code].message, params), options.cause === undefined ? undefined : { cause: options.cause });
+  constructor(code: ServeErrorCode, params: CatalogueParams = {}, options: { cause?: unknown } = {}) {
+    super(SERVE_ERRORS, code, params, options);
     this.name = 'ServeError';
-    this.code = code;
-    this.statusCode = SERVE_ERRORS[code].status;
     this.type = SERVE_ERRORS[code].type;
   }
 
