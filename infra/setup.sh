@@ -2,15 +2,19 @@
 # One-time, idempotent installation of everything rlstream needs on this machine. Safe to run repeatedly:
 # each step checks whether its result is already there and prints nothing when it is. Installs:
 #   npm packages (npm ci when the lockfile changed), Debian packages (Java, Maven, ClickHouse, chromium, kcat,
-#   OpenBLAS), the native core build, Kafka's jars and the schema registry (Apicurio) through Maven, and
-#   llama.cpp's server with a small model (infra/llama-server.sh).
+#   OpenBLAS), the native core build, Kafka's jars and the schema registry (Apicurio) through Maven, librdkafka's
+#   Node binding built from source (for `log.client: librdkafka`), and llama.cpp's server with a small model
+#   (infra/llama-server.sh).
 # Everything downloaded lives under .infra/ (gitignored) or ~/.m2.
 # `--embedded` installs only what the embedded default needs (npm packages, OpenBLAS, the native core):
-# that is what `npm start` runs; the test suite runs the full setup.
+# that is what `npm start` runs; the test suite runs the full setup. `--kafka-native` builds only librdkafka's
+# Node binding (what `log.client: librdkafka` needs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 embedded_only=false
+kafka_native_only=false
 if [ "${1:-}" = "--embedded" ]; then embedded_only=true; fi
+if [ "${1:-}" = "--kafka-native" ]; then kafka_native_only=true; fi
 source infra/env.sh
 D="$RLSTREAM_INFRA_DIR"
 mkdir -p "$D"
@@ -35,9 +39,10 @@ sudo_cmd=()
 if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
 # package:command — a package counts as present when its command is on PATH (Java or Maven may come from
 # elsewhere than Debian), or, without a command, when dpkg knows it.
-packages=(default-jre-headless:java maven:mvn libopenblas-dev: zlib1g-dev: clickhouse-server:clickhouse-server
-  clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl cmake:cmake g++:g++)
+packages=(default-jre-headless:java maven:mvn libopenblas-dev: zlib1g-dev: libssl-dev: clickhouse-server:clickhouse-server
+  clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl cmake:cmake g++:g++ make:make)
 if $embedded_only; then packages=(libopenblas-dev: zlib1g-dev:); fi
+if $kafka_native_only; then packages=(zlib1g-dev: libssl-dev: g++:g++ make:make python3:python3); fi
 missing=()
 for entry in "${packages[@]}"; do
   p=${entry%%:*} c=${entry#*:}
@@ -88,6 +93,38 @@ if [ -f native/binding.gyp ]; then
 fi
 
 if $embedded_only; then exit 0; fi
+
+# --- librdkafka's Node binding (@confluentinc/kafka-javascript), for `log.client: librdkafka`. Not an npm
+# dependency: its install script downloads a prebuilt binary from GitHub, then builds librdkafka from source,
+# which would make every `npm ci` slow or fail. Built once into its own directory per version and loaded from
+# there (core/log/kafka/librdkafka/binding.ts). npm_config_build_from_source skips the download; CKJS_LINKING=
+# dynamic links librdkafka against this machine's OpenSSL and zlib (the static build downloads their sources).
+# Its librdkafka build runs `make -j` without a limit, hence nice. Sources and static libraries are removed
+# afterwards (290 MB to about 20 MB): only the addon and librdkafka's shared libraries are loaded.
+kjs="$D/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
+if [ ! -f "$kjs/.complete" ]; then
+  step "building librdkafka and @confluentinc/kafka-javascript $KAFKA_JAVASCRIPT_VERSION from source (about 5 minutes on 2 busy cores, log in $D/kafka-javascript.log)"
+  rm -rf "$kjs"
+  mkdir -p "$kjs"
+  echo '{ "name": "rlstream-kafka-native", "private": true }' >"$kjs/package.json"
+  if (cd "$kjs" && npm_config_build_from_source=true CKJS_LINKING=dynamic nice -n 10 \
+    npm install --no-audit --no-fund --no-save --no-package-lock --loglevel=error "@confluentinc/kafka-javascript@$KAFKA_JAVASCRIPT_VERSION") >"$D/kafka-javascript.log" 2>&1 &&
+    node -e 'const k = require(process.argv[1]); if (!k.features.includes("ssl")) throw new Error("built without TLS (libssl-dev missing?)")' "$kjs/node_modules/@confluentinc/kafka-javascript" >>"$D/kafka-javascript.log" 2>&1; then
+    pkg="$kjs/node_modules/@confluentinc/kafka-javascript"
+    rm -rf "$pkg/deps/librdkafka" "$pkg/build/deps/include" "$pkg/build/deps/pkgconfig" "$pkg/build/Release/obj.target" "$pkg/build/Release/.deps"
+    rm -f "$pkg"/build/deps/*.a
+    strip --strip-unneeded "$pkg"/build/deps/*.so.1 "$pkg"/build/Release/*.node 2>/dev/null || true
+    node -e 'require(process.argv[1])' "$pkg"
+    touch "$kjs/.complete"
+    step_done
+  else
+    tail -n 30 "$D/kafka-javascript.log" >&2
+    say "WARNING: librdkafka's Node binding did not build (see $D/kafka-javascript.log): log.client: librdkafka is unavailable, and its tests will be skipped"
+    rm -rf "$kjs"
+    if $kafka_native_only; then exit 1; fi
+  fi
+fi
+if $kafka_native_only; then exit 0; fi
 
 # --- Kafka: the official jars from Maven Central, one directory per version (so 3.9 and 4.x can coexist).
 kafka_libs="$D/kafka/$KAFKA_VERSION/libs"

@@ -4,6 +4,7 @@
 // looked up by its name when the config is compiled (core/config.ts).
 import { Type, type TObject, type TProperties } from '@sinclair/typebox';
 import { intOrNull, oneOf, stringOrNull } from './validate.ts';
+import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENTS } from '../log/kafka/options.ts';
 
 const obj = <P extends TProperties>(properties: P, description: string) => Type.Object(properties, { additionalProperties: false, default: {}, description });
 
@@ -38,6 +39,10 @@ export const LOG_KINDS: Record<string, TObject> = {
   kafka: obj(
     {
       brokers: Type.Unsafe<string | string[]>({ type: ['string', 'array'], items: { type: 'string', pattern: '^[^:\\s]+:\\d+$' }, minItems: 1, minLength: 1, description: 'host:port of the brokers: a list, or a comma-separated string (e.g. "${KAFKA_BROKERS}").' }),
+      client: oneOf(KAFKA_CLIENTS, {
+        default: DEFAULT_KAFKA_CLIENT,
+        description: 'Client library: kafkajs (pure JavaScript) or librdkafka (@confluentinc/kafka-javascript; `bash infra/setup.sh --kafka-native` builds it). Which to choose and why: docs/kafka.md.',
+      }),
       client_id: Type.String({ minLength: 1, default: 'rlstream', description: 'Kafka client id.' }),
       ssl: Type.Boolean({ default: false, description: 'Connect with TLS.' }),
       sasl: Type.Optional(

@@ -1,11 +1,14 @@
-// Runs the shared event-log conformance suite (test/log/conformance.ts) against a real Kafka broker.
+// Runs the shared event-log conformance suite (test/log/conformance.ts) against a real Kafka broker, on each
+// Kafka client (kafkajs, librdkafka).
 import { logConformance } from '../log/conformance.ts';
-import { openTestKafkaLog, service } from './services.ts';
+import { kafkaClients, openTestKafkaLog, service } from './services.ts';
 
 const brokers = service('KAFKA_BROKERS', 'Kafka event log conformance');
 if (brokers) {
-  logConformance('kafka', async () => {
-    const log = await openTestKafkaLog(brokers);
-    return { log, cleanup: () => log.close() };
-  });
+  for (const client of kafkaClients('Kafka event log conformance')) {
+    logConformance(`kafka (${client})`, async () => {
+      const log = await openTestKafkaLog(brokers, client);
+      return { log, cleanup: () => log.close() };
+    });
+  }
 }

@@ -4,6 +4,8 @@
 import { test } from 'node:test';
 import { silentLogger } from '../../core/telemetry.ts';
 import { openKafkaLog } from '../../core/log/kafka/index.ts';
+import { loadRdKafka } from '../../core/log/kafka/librdkafka/binding.ts';
+import { KAFKA_CLIENTS, type KafkaClient } from '../../core/log/kafka/options.ts';
 import type { EventLog } from '../../core/log/types.ts';
 
 export function service(variable: 'KAFKA_BROKERS' | 'SCHEMA_REGISTRY_URL' | 'CLICKHOUSE_URL', what: string): string | null {
@@ -24,6 +26,25 @@ export function brokerList(value: string): string[] {
   return value.split(',').map((b) => b.trim()).filter((b) => b !== '');
 }
 
-export async function openTestKafkaLog(brokers: string): Promise<EventLog> {
-  return openKafkaLog({ brokers: brokerList(brokers), clientId: 'rlstream-test', sessionTimeoutMs: 6000, heartbeatIntervalMs: 500 }, silentLogger);
+/**
+ * The Kafka clients a test runs on: both, librdkafka once infra/setup.sh has built it. Without the build, a
+ * test named `what (librdkafka)` is skipped saying how to build it, or fails under RLSTREAM_REQUIRE_SERVICES=1.
+ */
+export function kafkaClients(what: string): KafkaClient[] {
+  try {
+    loadRdKafka();
+    return [...KAFKA_CLIENTS];
+  } catch (err) {
+    const why = (err as Error).message;
+    if (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1') {
+      test(`${what} (librdkafka)`, () => {
+        throw new Error(`${why} (RLSTREAM_REQUIRE_SERVICES=1)`);
+      });
+    } else test(`${what} (librdkafka)`, { skip: why }, () => {});
+    return KAFKA_CLIENTS.filter((c) => c !== 'librdkafka');
+  }
+}
+
+export async function openTestKafkaLog(brokers: string, client: KafkaClient = 'kafkajs'): Promise<EventLog> {
+  return openKafkaLog({ brokers: brokerList(brokers), client, clientId: 'rlstream-test', sessionTimeoutMs: 6000, heartbeatIntervalMs: 500 }, silentLogger);
 }

@@ -1,6 +1,7 @@
-// The EventLog on Apache Kafka through kafkajs: topics and offsets through the admin client, producers
-// (idempotent, transactional) in ./producer.ts, pull consumers in ./consumer.ts. Opened by core/log/open.ts
-// when the configuration says `kind: kafka`.
+// The EventLog on Apache Kafka: topics and offsets through kafkajs's admin client; producers (idempotent,
+// transactional) and pull consumers through the client `log.client` names: kafkajs (./producer.ts,
+// ./consumer.ts) or librdkafka (./librdkafka/, loaded only when chosen). Opened by core/log/open.ts when the
+// configuration says `kind: kafka`.
 import './crc32c.ts'; // first: swaps kafkajs's byte-at-a-time CRC-32C for a faster one before kafkajs loads
 import { CompressionTypes, Kafka, Partitioners, type Admin, type KafkaConfig, type SASLOptions } from 'kafkajs';
 import { RlstreamError } from '../../errors.ts';
@@ -14,6 +15,7 @@ import { fromKafka } from './errors.ts';
 import { KAFKAJS_LEVEL, kafkajsLogCreator } from './logging.ts';
 import { compileKafkaLogOptions, type CompiledKafkaLogOptions, type KafkaLogOptions } from './options.ts';
 import { KafkaProducer, type ProducerHost } from './producer.ts';
+import type { RdKafkaClients } from './librdkafka/index.ts';
 
 export type { KafkaLogOptions, CompiledKafkaLogOptions } from './options.ts';
 export { compileKafkaLogOptions } from './options.ts';
@@ -37,6 +39,8 @@ function kafkaConfig(o: CompiledKafkaLogOptions, logger: Logger): KafkaConfig {
 }
 
 const CODECS: Record<string, CompressionTypes> = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP };
+/** Codecs the librdkafka build of infra/setup.sh has (zstd needs libzstd at build time, which it does not ask for). */
+const RD_CODECS = new Set(['none', 'gzip', 'snappy', 'lz4']);
 
 export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
   readonly kind = 'kafka' as const;
@@ -46,6 +50,8 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
   private readonly partitionCounts = new Map<string, number>();
   private readonly open = new Set<{ close(): Promise<void> }>();
   private closed = false;
+  /** The librdkafka producers and consumers, when `client` is librdkafka (set by connect()). */
+  private rd: RdKafkaClients | null = null;
 
   constructor(
     readonly options: CompiledKafkaLogOptions,
@@ -80,10 +86,22 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
     return this.adminReady;
   }
 
-  /** Checks the connection now, so a wrong address fails at open rather than at first use. */
+  /**
+   * Loads the chosen client and checks the connection now, so a missing build or a wrong address fails at
+   * open rather than at first use.
+   */
   async connect(): Promise<this> {
+    if (this.options.client === 'librdkafka' && !this.rd) {
+      const { RdKafkaClients } = await import('./librdkafka/index.ts');
+      this.rd = new RdKafkaClients(this);
+    }
     await this.adm();
     return this;
+  }
+
+  /** The client library in use, with librdkafka's version when it is that one. */
+  get client(): string {
+    return this.rd ? `librdkafka ${this.rd.version}` : 'kafkajs';
   }
 
   async partitionCount(topic: string): Promise<number> {
@@ -226,15 +244,19 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
   async producer(options: ProducerOptions = {}): Promise<Producer> {
     this.checkOpen();
     const compressionName = options.compression ?? this.options.compression;
-    const compression = CODECS[compressionName];
-    if (compression === undefined) {
-      throw new RlstreamError('CONFIG_INVALID', `producer compression ${compressionName} needs a codec kafkajs does not bundle; use none or gzip`);
-    }
     const transactional = options.transactionalId !== undefined;
     if (transactional && (typeof options.transactionalId !== 'string' || options.transactionalId === '')) {
       throw new RlstreamError('INPUT_INVALID', 'producer transactionalId must be a non-empty string');
     }
     if (options.idempotent === false && transactional) throw new RlstreamError('INPUT_INVALID', 'a transactional producer is always idempotent: drop idempotent: false');
+    if (this.rd) {
+      if (!RD_CODECS.has(compressionName)) throw new RlstreamError('CONFIG_INVALID', `producer compression ${compressionName} is not built into this librdkafka; use none, gzip, snappy or lz4`);
+      return this.track(await this.rd.producer(options, compressionName));
+    }
+    const compression = CODECS[compressionName];
+    if (compression === undefined) {
+      throw new RlstreamError('CONFIG_INVALID', `producer compression ${compressionName} needs a codec kafkajs does not bundle; use none or gzip`);
+    }
     const client = this.kafka.producer({
       idempotent: options.idempotent !== false,
       transactionalId: options.transactionalId,
@@ -262,6 +284,7 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
 
   async consumer(options: ConsumerOptions): Promise<Consumer> {
     this.checkOpen();
+    if (this.rd) return this.track(await this.rd.consumer(options));
     return this.track(await KafkaConsumer.open(this, this.kafka, options));
   }
 
@@ -280,6 +303,7 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
     if (this.closed) return;
     this.closed = true;
     await Promise.all([...this.open].map((c) => c.close().catch(() => {})));
+    await this.rd?.close();
     await this.admin?.disconnect().catch(() => {});
     this.admin = null;
   }

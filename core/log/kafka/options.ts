@@ -5,6 +5,11 @@ import { RlstreamError } from '../../errors.ts';
 
 export type SaslMechanism = 'plain' | 'scram-sha-256' | 'scram-sha-512';
 export type Compression = 'none' | 'gzip';
+/** The client library: kafkajs (pure JavaScript) or librdkafka (@confluentinc/kafka-javascript, built by infra/setup.sh). */
+export type KafkaClient = 'kafkajs' | 'librdkafka';
+export const KAFKA_CLIENTS: readonly KafkaClient[] = ['kafkajs', 'librdkafka'];
+/** The client when the configuration names none: the faster one on this project's benchmarks (docs/kafka.md). */
+export const DEFAULT_KAFKA_CLIENT: KafkaClient = 'kafkajs';
 
 export interface KafkaSslOptions {
   /** Verify the broker's certificate (default true). */
@@ -26,6 +31,8 @@ export interface KafkaSaslOptions {
 export interface KafkaLogOptions {
   /** host:port of one or more bootstrap brokers (required). */
   brokers: string[];
+  /** Client library (default DEFAULT_KAFKA_CLIENT). */
+  client?: KafkaClient;
   /** Client id sent to the brokers (default 'rlstream'). */
   clientId?: string;
   /** TLS: true for system CAs, or options (default off). */
@@ -55,6 +62,7 @@ export interface KafkaLogOptions {
 
 export interface CompiledKafkaLogOptions {
   readonly brokers: readonly string[];
+  readonly client: KafkaClient;
   readonly clientId: string;
   readonly ssl: false | true | Readonly<KafkaSslOptions>;
   readonly sasl: Readonly<KafkaSaslOptions> | null;
@@ -73,6 +81,7 @@ export interface CompiledKafkaLogOptions {
 const KNOWN = new Set([
   'kind',
   'brokers',
+  'client',
   'clientId',
   'ssl',
   'sasl',
@@ -161,6 +170,7 @@ export function compileKafkaLogOptions(input: unknown): CompiledKafkaLogOptions 
   if (heartbeatIntervalMs * 3 > sessionTimeoutMs) throw invalid('heartbeatIntervalMs', `(${heartbeatIntervalMs}) must be at most a third of sessionTimeoutMs (${sessionTimeoutMs})`);
   return Object.freeze({
     brokers: Object.freeze([...(brokers as string[])]),
+    client: oneOf(o, 'client', KAFKA_CLIENTS, DEFAULT_KAFKA_CLIENT),
     clientId,
     ssl: compileSsl(o['ssl']),
     sasl,

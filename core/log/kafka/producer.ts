@@ -169,8 +169,9 @@ export class KafkaProducer implements Producer {
   }
 }
 
-type TxnState = 'open' | 'committing' | 'aborting' | 'committed' | 'aborted' | 'failed';
-const ALLOWED: Record<TxnState, ReadonlySet<'send' | 'sendOffsets' | 'commit' | 'abort'>> = {
+/** A transaction's lifecycle, shared by both Kafka clients (./librdkafka/producer.ts). */
+export type TxnState = 'open' | 'committing' | 'aborting' | 'committed' | 'aborted' | 'failed';
+export const TXN_ALLOWED: Record<TxnState, ReadonlySet<'send' | 'sendOffsets' | 'commit' | 'abort'>> = {
   open: new Set(['send', 'sendOffsets', 'commit', 'abort']),
   committing: new Set(),
   aborting: new Set(),
@@ -195,7 +196,7 @@ export class KafkaTransaction implements Transaction {
 
   private guard(op: 'send' | 'sendOffsets' | 'commit' | 'abort'): void {
     this.producer.check();
-    if (!ALLOWED[this.state].has(op)) throw new RlstreamError('LOG_TRANSACTION_STATE', `cannot ${op} a transaction that is ${this.state}`);
+    if (!TXN_ALLOWED[this.state].has(op)) throw new RlstreamError('LOG_TRANSACTION_STATE', `cannot ${op} a transaction that is ${this.state}`);
   }
 
   private async run(op: 'send' | 'sendOffsets' | 'commit' | 'abort', what: string, fn: () => Promise<unknown>): Promise<void> {

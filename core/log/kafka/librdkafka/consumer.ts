@@ -1,0 +1,433 @@
+// A pull-based Consumer on librdkafka. librdkafka fetches on its own threads into its queue; a pump here moves
+// whole batches from that queue into per-partition queues that poll() drains, so a poll hands over everything
+// fetched up to maxRecords (not a fixed slice). The pump never blocks a libuv thread waiting for data: it
+// consumes with a zero timeout and sleeps until librdkafka signals that its queue is no longer empty
+// (queue_non_empty_cb). It stops taking records once maxBufferedRecords wait unpolled (librdkafka then pauses
+// fetching by itself once its own queue is full), so memory stays bounded.
+//
+// Positions are decided here, as in the kafkajs consumer (../consumer.ts): on every assignment the member reads
+// the group's committed offsets (or the topic's start or end) and assigns librdkafka exactly there, then
+// publishes its assignment. Records a consume call returns for a partition that was seeked or reassigned
+// after the call began are dropped. A partition's position passes the transaction markers after its last
+// record once everything fetched was polled: librdkafka's own position moves past them when it serves them.
+import { RlstreamError } from '../../../errors.ts';
+import { retry } from '../../../retry.ts';
+import type { Logger } from '../../../telemetry.ts';
+import type { Consumer, ConsumerOptions, Headers, LogRecord, PollOptions, TopicPartitionOffset } from '../../types.ts';
+import type { CompiledKafkaLogOptions } from '../options.ts';
+import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdMessage, RdTopicPartition } from './binding.ts';
+import { fromRdKafka, isRdRebalance, RD, rdCall } from './errors.ts';
+
+/** What a consumer needs from the log that owns it. */
+export interface RdConsumerHost {
+  partitionCount(topic: string): Promise<number>;
+  startOffsets(groupId: string, topic: string, partitions: number[], fromBeginning: boolean): Promise<Map<number, number>>;
+  offsetsForTimestamp(topic: string, timestampMs: number): Promise<TopicPartitionOffset[]>;
+  baseConfig(): RdConfig;
+  readonly options: CompiledKafkaLogOptions;
+  readonly logger: Logger;
+}
+
+const DEFAULT_MAX_RECORDS = 500;
+const DEFAULT_TIMEOUT_MS = 1000;
+/** Records per consume call of the pump. */
+const PUMP_BATCH = 4096;
+/** The pump looks again after this long even without a signal (a missed one costs at most this). */
+const PUMP_IDLE_MS = 100;
+const INVALID_OFFSET = -1001;
+/** Headers of a record without any: one shared frozen object rather than an empty one per record. */
+const NO_HEADERS: Headers = Object.freeze({}) as Headers;
+const EMPTY = Buffer.alloc(0);
+
+const key = (topic: string, partition: number) => `${topic}\u0000${partition}`;
+
+/** The binding's message object, completed in place into a LogRecord (no second object per record). */
+function toRecord(m: RdMessage): LogRecord {
+  const r = m as unknown as LogRecord & { headers: Headers | { [name: string]: Buffer }[] | undefined };
+  const h = m.headers;
+  if (h === undefined) r.headers = NO_HEADERS;
+  else {
+    const out: Headers = {};
+    for (const entry of h) for (const name in entry) out[name] = entry[name]!;
+    r.headers = out;
+  }
+  if (m.value === null) r.value = EMPTY;
+  if (m.key === undefined) r.key = null;
+  if (typeof m.timestamp !== 'number') r.timestamp = 0;
+  return r;
+}
+
+export class RdKafkaConsumer implements Consumer {
+  private readonly queues = new Map<string, LogRecord[]>();
+  private buffered = 0;
+  private readonly positions = new Map<string, TopicPartitionOffset>();
+  /** Consume calls numbered from 1: records of a partition from a call numbered below its entry are stale. */
+  private readonly validFrom = new Map<string, number>();
+  private consumeSeq = 0;
+  private consuming = false;
+  /** The consume call in flight (resolved when none). */
+  private inflight: Promise<void> = Promise.resolve();
+  /** The pump starts no consume call before this resolves (a seek or an assignment is being applied). */
+  private gate: Promise<void> = Promise.resolve();
+  private assigned: TopicPartitionOffset[] = [];
+  private generation = 0;
+  private wake: (() => void) | null = null;
+  private pumpWake: (() => void) | null = null;
+  private failure: RlstreamError | null = null;
+  private rotate = 0;
+  private closed = false;
+  private pumping: Promise<void> = Promise.resolve();
+  readonly client: RdClient;
+  private readonly maxBuffered: number;
+
+  private constructor(
+    private readonly host: RdConsumerHost,
+    rd: RdKafka,
+    private readonly options: ConsumerOptions,
+  ) {
+    const o = host.options;
+    this.maxBuffered = o.maxBufferedRecords;
+    this.client = new rd.KafkaConsumer({
+      ...host.baseConfig(),
+      'group.id': options.groupId,
+      'enable.auto.commit': false,
+      'enable.auto.offset.store': false,
+      'isolation.level': options.readCommitted === false ? 'read_uncommitted' : 'read_committed',
+      'auto.offset.reset': options.fromBeginning === false ? 'latest' : 'earliest',
+      'session.timeout.ms': o.sessionTimeoutMs,
+      'heartbeat.interval.ms': o.heartbeatIntervalMs,
+      'fetch.wait.max.ms': o.maxWaitTimeMs,
+      'allow.auto.create.topics': false,
+      // Eager rebalancing: a member gives up all its partitions, then gets its new share with offsets chosen here.
+      'partition.assignment.strategy': 'range,roundrobin',
+      'max.partition.fetch.bytes': 4 * 1024 * 1024,
+      'fetch.max.bytes': 16 * 1024 * 1024,
+      rebalance_cb: (err: RdError | undefined, assignment: RdTopicPartition[]) => this.onRebalance(err, assignment),
+      queue_non_empty_cb: () => this.wakePump(),
+    });
+    this.client.on('event.error', (err) => this.onError(err));
+  }
+
+  static async open(host: RdConsumerHost, rd: RdKafka, options: ConsumerOptions): Promise<RdKafkaConsumer> {
+    if (typeof options.groupId !== 'string' || options.groupId === '') throw new RlstreamError('INPUT_INVALID', 'consumer groupId must be a non-empty string');
+    const topics = [...new Set(options.topics)];
+    if (topics.length === 0) throw new RlstreamError('INPUT_INVALID', `consumer of group ${options.groupId} needs at least one topic`);
+    for (const t of topics) await host.partitionCount(t); // unknown topic → LOG_UNKNOWN_TOPIC before joining
+    const c = new RdKafkaConsumer(host, rd, options);
+    try {
+      await rdCall('connect', (cb) => c.client.connect(null, cb));
+      c.client.setDefaultConsumeTimeout(0);
+      c.client.setDefaultIsTimeoutOnlyForFirstMessage(true);
+      c.client.subscribe(topics);
+    } catch (err) {
+      c.closed = true;
+      await rdCall('disconnect', (cb) => c.client.disconnect(cb)).catch(() => {});
+      throw fromRdKafka(err, `start consumer of group ${options.groupId}`);
+    }
+    c.pumping = c.pump();
+    return c;
+  }
+
+  private onError(err: RdError): void {
+    // librdkafka retries lost connections itself; only a fatal error ends this consumer.
+    if (err.isFatal) this.fail(fromRdKafka(err, `consumer of group ${this.options.groupId}`));
+    else this.host.logger.debug('librdkafka consumer error', { groupId: this.options.groupId, error: err.message, code: err.code });
+  }
+
+  private fail(err: RlstreamError): void {
+    this.failure ??= err;
+    this.notify();
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = null;
+    w?.();
+  }
+
+  private wakePump(): void {
+    const w = this.pumpWake;
+    this.pumpWake = null;
+    w?.();
+  }
+
+  private sleepPump(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        if (this.pumpWake === done) this.pumpWake = null;
+        resolve();
+      }, ms);
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.pumpWake = done;
+    });
+  }
+
+  /** Moves librdkafka's queue into the partition queues; rebalances are served by these consume calls too. */
+  private async pump(): Promise<void> {
+    while (!this.closed) {
+      await this.gate;
+      if (this.closed) return;
+      if (this.buffered >= this.maxBuffered) {
+        await this.sleepPump(PUMP_IDLE_MS);
+        continue;
+      }
+      const seq = ++this.consumeSeq;
+      this.consuming = true;
+      let messages: RdMessage[];
+      try {
+        const call = new Promise<RdMessage[]>((resolve, reject) => this.client.consume(PUMP_BATCH, (err, m) => (err ? reject(err) : resolve(m))));
+        this.inflight = call.then(
+          () => {},
+          () => {},
+        );
+        messages = await call;
+      } catch (err) {
+        this.consuming = false;
+        if (this.closed) return;
+        const code = (err as RdError).code;
+        if (code === RD.TIMED_OUT || code === RD.TIMED_OUT_QUEUE) continue;
+        if ((err as RdError).isFatal) {
+          this.fail(fromRdKafka(err, `consumer of group ${this.options.groupId}`));
+          return;
+        }
+        this.host.logger.debug('librdkafka consume failed; trying again', { groupId: this.options.groupId, error: String((err as Error).message), code });
+        await this.sleepPump(PUMP_IDLE_MS);
+        continue;
+      }
+      this.consuming = false;
+      if (this.closed) return;
+      if (messages.length > 0) this.accept(messages, seq);
+      // A full batch may have left more behind, which raises no new signal: consume again at once.
+      if (messages.length < PUMP_BATCH) await this.sleepPump(PUMP_IDLE_MS);
+    }
+  }
+
+  private accept(messages: RdMessage[], seq: number): void {
+    let added = 0;
+    let k = '';
+    let q: LogRecord[] | undefined;
+    let lastTopic = '';
+    let lastPartition = -1;
+    for (const m of messages) {
+      if (m.partition !== lastPartition || m.topic !== lastTopic) {
+        lastTopic = m.topic;
+        lastPartition = m.partition;
+        k = key(m.topic, m.partition);
+        const from = this.validFrom.get(k);
+        if (!this.positions.has(k) || (from !== undefined && seq < from)) q = undefined;
+        else {
+          q = this.queues.get(k);
+          if (!q) this.queues.set(k, (q = []));
+        }
+      }
+      if (!q) continue; // revoked, or fetched before a seek or assignment took effect
+      q.push(toRecord(m));
+      added++;
+    }
+    if (added > 0) {
+      this.buffered += added;
+      this.notify();
+    }
+  }
+
+  /**
+   * Runs `apply` (a seek or an assignment, which librdkafka carries out on another thread) while no consume
+   * call is under way, and marks the partitions' records from every call begun before it as stale. A consume
+   * call running alongside could return records from either side of the change, and the ones from after it
+   * cannot be told apart from the others, nor fetched again once dropped.
+   */
+  private exclusive(parts: string[], apply: () => void | Promise<void>): Promise<void> {
+    for (const k of parts) this.validFrom.set(k, Number.POSITIVE_INFINITY);
+    const run = (async () => {
+      await this.inflight;
+      try {
+        await apply();
+      } finally {
+        for (const k of parts) if (this.validFrom.get(k) === Number.POSITIVE_INFINITY) this.validFrom.set(k, this.consumeSeq + 1);
+      }
+    })();
+    const previous = this.gate;
+    this.gate = Promise.all([previous, run]).then(
+      () => {},
+      () => {},
+    );
+    this.wakePump();
+    return run;
+  }
+
+  private onRebalance(err: RdError | undefined, assignment: RdTopicPartition[]): void {
+    const generation = ++this.generation;
+    this.queues.clear();
+    this.buffered = 0;
+    this.positions.clear();
+    this.assigned = [];
+    if (err?.code !== RD.ASSIGN_PARTITIONS) {
+      try {
+        this.client.unassign();
+      } catch (e) {
+        if (!this.closed) this.host.logger.debug('unassign failed', { groupId: this.options.groupId, error: String(e) });
+      }
+      return;
+    }
+    const byTopic = new Map<string, number[]>();
+    for (const tp of assignment) byTopic.set(tp.topic, [...(byTopic.get(tp.topic) ?? []), tp.partition]);
+    void (async () => {
+      const next: TopicPartitionOffset[] = [];
+      for (const [topic, partitions] of byTopic) {
+        const starts = await retry(() => this.host.startOffsets(this.options.groupId, topic, partitions, this.options.fromBeginning !== false), { forMs: 30_000, initialDelayMs: 100, maxDelayMs: 1000 });
+        for (const partition of partitions) next.push({ topic, partition, offset: starts.get(partition) ?? 0 });
+      }
+      if (generation !== this.generation || this.closed) return;
+      await this.exclusive(
+        next.map((tp) => key(tp.topic, tp.partition)),
+        () => {
+          if (generation !== this.generation || this.closed) return;
+          this.client.assign(next.map((tp) => ({ ...tp })));
+          for (const tp of next) this.positions.set(key(tp.topic, tp.partition), { ...tp });
+        },
+      );
+      if (generation !== this.generation || this.closed) return;
+      this.assigned = next.sort((a, b) => (a.topic === b.topic ? a.partition - b.partition : a.topic < b.topic ? -1 : 1));
+      this.notify();
+      this.wakePump();
+    })().catch((e: unknown) => {
+      if (generation === this.generation && !this.closed) this.fail(fromRdKafka(e, `assign partitions to a member of group ${this.options.groupId}`));
+    });
+  }
+
+  private check(): void {
+    if (this.closed) throw new RlstreamError('LOG_CLOSED', `consumer of group ${this.options.groupId} is closed`);
+    if (this.failure) throw this.failure;
+  }
+
+  /** Records fetched and not yet polled (for tests and metrics). */
+  bufferedRecords(): number {
+    return this.buffered;
+  }
+
+  async poll(options: PollOptions = {}): Promise<LogRecord[]> {
+    this.check();
+    const max = options.maxRecords ?? DEFAULT_MAX_RECORDS;
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    if (!Number.isInteger(max) || max < 1) throw new RlstreamError('INPUT_INVALID', `poll maxRecords must be a positive integer, got ${max}`);
+    const deadline = Date.now() + timeoutMs;
+    while (this.buffered === 0 && !this.closed && !this.failure) {
+      const left = deadline - Date.now();
+      if (left <= 0) break;
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        const timer = setTimeout(() => {
+          if (this.wake === done) this.wake = null;
+          resolve();
+        }, left);
+        this.wake = done;
+      });
+    }
+    this.check();
+    let out: LogRecord[] = [];
+    const keys = [...this.queues.keys()];
+    for (let i = 0; i < keys.length && out.length < max; i++) {
+      const k = keys[(i + this.rotate) % keys.length]!;
+      const q = this.queues.get(k)!;
+      if (q.length === 0) continue;
+      let taken: LogRecord[];
+      if (out.length === 0 && q.length <= max) {
+        // The common case, a whole queue: handed over as it is, no copy.
+        taken = q;
+        this.queues.set(k, []);
+      } else taken = q.splice(0, max - out.length);
+      out = out.length === 0 ? taken : out.concat(taken);
+      this.buffered -= taken.length;
+      const last = taken[taken.length - 1]!;
+      this.positions.set(k, { topic: last.topic, partition: last.partition, offset: last.offset + 1 });
+    }
+    this.rotate++;
+    this.passMarkers();
+    if (this.buffered < this.maxBuffered) this.wakePump();
+    return out;
+  }
+
+  /**
+   * Moves each drained partition's position up to librdkafka's, which passes the transaction markers after its
+   * last record. Only while no consume call is under way: one in flight may have taken records librdkafka
+   * counts as consumed that are not queued here yet.
+   */
+  private passMarkers(): void {
+    if (this.consuming || this.assigned.length === 0) return;
+    const drained: RdTopicPartition[] = [];
+    for (const [k, pos] of this.positions) {
+      if ((this.queues.get(k)?.length ?? 0) > 0 || this.validFrom.get(k) === Number.POSITIVE_INFINITY) continue;
+      drained.push({ topic: pos.topic, partition: pos.partition });
+    }
+    if (drained.length === 0) return;
+    let at: RdTopicPartition[];
+    try {
+      at = this.client.position(drained);
+    } catch {
+      return;
+    }
+    for (const tp of at) {
+      const k = key(tp.topic, tp.partition);
+      const pos = this.positions.get(k);
+      if (pos && tp.offset !== undefined && tp.offset !== INVALID_OFFSET && tp.offset > pos.offset) pos.offset = tp.offset;
+    }
+  }
+
+  async commit(offsets?: TopicPartitionOffset[]): Promise<void> {
+    this.check();
+    const explicit = offsets !== undefined;
+    const list = offsets ?? this.assigned.map((a) => this.positions.get(key(a.topic, a.partition))).filter((p): p is TopicPartitionOffset => p !== undefined);
+    for (const o of list) {
+      if (!Number.isInteger(o.offset) || o.offset < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${o.topic}/${o.partition} must be a non-negative integer, got ${o.offset}`);
+    }
+    if (list.length === 0) return;
+    try {
+      await new Promise<void>((resolve, reject) => this.client.commitCb(list.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset })), (err) => (err ? reject(err) : resolve())));
+    } catch (err) {
+      // As in the kafkajs consumer: during a rebalance an implicit commit has nothing left to do.
+      if (isRdRebalance(err) && !explicit) {
+        this.host.logger.debug('commit skipped: the group is rebalancing', { groupId: this.options.groupId });
+        return;
+      }
+      if (isRdRebalance(err)) throw new RlstreamError('LOG_UNAVAILABLE', `commit of group ${this.options.groupId}: the group is rebalancing, retry after the next poll`, { cause: err, retriable: true });
+      throw fromRdKafka(err, `commit of group ${this.options.groupId}`);
+    }
+  }
+
+  async seek(topic: string, partition: number, offset: number): Promise<void> {
+    this.check();
+    if (!Number.isInteger(offset) || offset < 0) throw new RlstreamError('INPUT_INVALID', `seek offset must be a non-negative integer, got ${offset}`);
+    const k = key(topic, partition);
+    if (!this.positions.has(k)) throw new RlstreamError('LOG_UNKNOWN_PARTITION', `${topic}/${partition} is not assigned to this consumer of group ${this.options.groupId}`);
+    this.buffered -= this.queues.get(k)?.length ?? 0;
+    this.queues.delete(k);
+    this.positions.set(k, { topic, partition, offset });
+    await this.exclusive([k], () => new Promise<void>((resolve, reject) => this.client.seek({ topic, partition, offset }, 5000, (err) => (err ? reject(fromRdKafka(err, `seek ${topic}/${partition} to ${offset}`)) : resolve()))));
+  }
+
+  async seekToTimestamp(topic: string, timestampMs: number): Promise<void> {
+    this.check();
+    const at = await this.host.offsetsForTimestamp(topic, timestampMs);
+    for (const o of at) if (this.positions.has(key(topic, o.partition))) await this.seek(topic, o.partition, o.offset);
+  }
+
+  assignment(): TopicPartitionOffset[] {
+    return this.assigned.map((a) => this.positions.get(key(a.topic, a.partition)) ?? a).map((p) => ({ ...p }));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.generation++;
+    this.notify();
+    this.wakePump();
+    await this.pumping;
+    await rdCall('disconnect', (cb) => this.client.disconnect(cb)).catch((err: unknown) => this.host.logger.debug('consumer disconnect failed', { error: String(err) }));
+  }
+}

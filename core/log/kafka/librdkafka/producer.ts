@@ -1,0 +1,287 @@
+// A Producer on librdkafka: idempotent by default, transactional with a transactionalId. Partitions are picked
+// here (Kafka's murmur2 for keys, round-robin otherwise, as the kafkajs producer does) so both clients place
+// records alike. produce() only queues a record in librdkafka, which batches and sends from its own threads; a
+// plain send() then waits for every record's delivery report, which carries its offset. A transactional send
+// waits for nothing: commitTransaction flushes the transaction's records and fails if any of them failed, so
+// its producer asks for no delivery reports at all (one JS callback per record saved).
+import { RlstreamError } from '../../../errors.ts';
+import { retry } from '../../../retry.ts';
+import type { Logger } from '../../../telemetry.ts';
+import { Partitioner } from '../../partitioner.ts';
+import type { ProduceRecord, Producer, ProducerOptions, RecordPosition, TopicPartitionOffset, Transaction } from '../../types.ts';
+import { TXN_ALLOWED, type TxnState } from '../producer.ts';
+import type { RdConfig, RdDeliveryReport, RdError, RdKafka, RdKafkaConsumer, RdProducer } from './binding.ts';
+import { fromRdKafka, isRdCoordinatorBusy, RD, rdCall } from './errors.ts';
+
+/** What a producer needs from the log that owns it. */
+export interface RdProducerHost {
+  partitionCount(topic: string): Promise<number>;
+  /** librdkafka settings shared by every client of the log (brokers, TLS, SASL, timeouts). */
+  baseConfig(): RdConfig;
+  readonly transactionTimeoutMs: number;
+  readonly maxRequestBytes: number;
+  /** A consumer whose group metadata goes with offsets committed in a transaction (see ./index.ts). */
+  groupConsumer(groupId: string): Promise<RdKafkaConsumer>;
+  readonly logger: Logger;
+}
+
+/** The records of one send() waiting for their delivery reports. */
+interface Pending {
+  positions: RecordPosition[];
+  /** Per partition, the indexes of its records in the order they were produced (their reports come in that order). */
+  byPartition: Map<number, number[]>;
+  seen: Map<number, number>;
+  left: number;
+  error: RdError | null;
+  done: (err: RdError | null) => void;
+}
+
+/** How long a transactional call turned away by a busy coordinator is retried. */
+const COORDINATOR_RETRY_MS = 30_000;
+/** librdkafka's own time limit for a transactional call (init, commit, abort, offsets). */
+const TXN_CALL_MS = 30_000;
+
+export class RdKafkaProducer implements Producer {
+  private readonly partitioner = new Partitioner();
+  private queue: Promise<unknown> = Promise.resolve();
+  private openTxn: RdKafkaTransaction | null = null;
+  private fenced: RlstreamError | null = null;
+  private closed = false;
+
+  private constructor(
+    readonly host: RdProducerHost,
+    readonly client: RdProducer,
+    private readonly options: ProducerOptions,
+  ) {}
+
+  static async open(host: RdProducerHost, rd: RdKafka, options: ProducerOptions, compression: string): Promise<RdKafkaProducer> {
+    const transactional = options.transactionalId !== undefined;
+    const config: RdConfig = {
+      ...host.baseConfig(),
+      acks: -1,
+      'enable.idempotence': options.idempotent !== false,
+      'compression.codec': compression,
+      // Records of one send() leave together anyway (they are queued in a tight loop); a short linger lets
+      // concurrent small sends share a request without holding a lone record back long.
+      'linger.ms': 2,
+      'message.max.bytes': Math.max(host.maxRequestBytes, 1024 * 1024) + 64 * 1024,
+      'queue.buffering.max.messages': 1_000_000,
+      'dr_cb': !transactional,
+    };
+    if (transactional) {
+      config['transactional.id'] = options.transactionalId!;
+      config['transaction.timeout.ms'] = host.transactionTimeoutMs;
+    }
+    const client = new rd.Producer(config);
+    client.on('event.error', (err: RdError) => host.logger.debug('librdkafka producer error', { error: String(err.message), code: err.code }));
+    const producer = new RdKafkaProducer(host, client, options);
+    if (!transactional) client.on('delivery-report', (err: RdError | null, report: RdDeliveryReport) => producer.onReport(err, report));
+    try {
+      await rdCall('connect a producer', (cb) => client.connect(null, cb));
+    } catch (err) {
+      throw fromRdKafka(err, `connect a producer to ${String(config['bootstrap.servers'])}`);
+    }
+    // Delivery reports are polled by a thread of the binding, not by a JS timer.
+    client.setPollInBackground(true);
+    if (transactional) {
+      try {
+        await producer.serial(() => rdCall(`claim transactional id ${options.transactionalId}`, (cb) => client.initTransactions(TXN_CALL_MS, cb)));
+      } catch (err) {
+        await producer.close();
+        throw producer.fail(err, `claim transactional id ${options.transactionalId}`);
+      }
+    }
+    return producer;
+  }
+
+  get transactionalId(): string | undefined {
+    return this.options.transactionalId;
+  }
+
+  /** Runs `fn` after every earlier call of this producer finished. */
+  serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  check(): void {
+    if (this.closed) throw new RlstreamError('LOG_CLOSED', 'producer is closed');
+    if (this.fenced) throw this.fenced;
+  }
+
+  /** Wraps a binding failure; a fenced producer stays fenced. */
+  fail(err: unknown, what: string): RlstreamError {
+    const e = fromRdKafka(err, what);
+    if (e.code === 'LOG_FENCED') this.fenced = e;
+    return e;
+  }
+
+  private onReport(err: RdError | null, report: RdDeliveryReport): void {
+    const p = report.opaque as Pending | undefined;
+    if (!p) return;
+    if (err) p.error ??= err;
+    else {
+      const order = p.byPartition.get(report.partition);
+      const k = p.seen.get(report.partition) ?? 0;
+      p.seen.set(report.partition, k + 1);
+      const i = order?.[k];
+      if (i !== undefined) p.positions[i] = { topic: report.topic, partition: report.partition, offset: report.offset };
+    }
+    if (--p.left === 0) p.done(p.error);
+  }
+
+  /** Queue the records in librdkafka; `opaque` comes back with each delivery report. */
+  async produce(topic: string, records: ProduceRecord[], opaque: Pending | null, onPartition?: (i: number, partition: number) => void): Promise<void> {
+    if (!Array.isArray(records)) throw new RlstreamError('INPUT_INVALID', `send to ${topic}: records must be an array`);
+    const n = await this.host.partitionCount(topic);
+    // Every record is checked before any is queued: a bad one fails the call with nothing sent.
+    const partitions = new Int32Array(records.length);
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i]!;
+      if (!Buffer.isBuffer(r.value)) throw new RlstreamError('INPUT_INVALID', `record ${i} for ${topic}: value must be a Buffer`);
+      const partition = this.partitioner.partition(r, n);
+      if (!Number.isInteger(partition) || partition < 0 || partition >= n) throw new RlstreamError('LOG_UNKNOWN_PARTITION', `topic ${topic} has no partition ${partition} (it has ${n})`);
+      partitions[i] = partition;
+    }
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i]!;
+      const partition = partitions[i]!;
+      onPartition?.(i, partition);
+      const headers = r.headers ? Object.entries(r.headers).map(([k, v]) => ({ [k]: v })) : undefined;
+      for (;;) {
+        try {
+          this.client.produce(topic, partition, r.value, r.key ?? null, r.timestamp ?? null, opaque, headers);
+          break;
+        } catch (err) {
+          // librdkafka's queue is full: let its threads send some, then try again.
+          if ((err as { code?: number }).code !== RD.QUEUE_FULL) throw this.fail(err, `send to ${topic}`);
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+      }
+    }
+  }
+
+  async send(topic: string, records: ProduceRecord[]): Promise<RecordPosition[]> {
+    this.check();
+    if (this.options.transactionalId !== undefined) {
+      throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${this.options.transactionalId} is transactional: send inside a transaction`);
+    }
+    if (records.length === 0) return [];
+    return this.serial(async () => {
+      this.check();
+      let done!: (err: RdError | null) => void;
+      const delivered = new Promise<RdError | null>((resolve) => (done = resolve));
+      const p: Pending = { positions: new Array<RecordPosition>(records.length), byPartition: new Map(), seen: new Map(), left: records.length, error: null, done };
+      await this.produce(topic, records, p, (i, partition) => {
+        const list = p.byPartition.get(partition);
+        if (list) list.push(i);
+        else p.byPartition.set(partition, [i]);
+      });
+      const err = await delivered;
+      if (err) throw this.fail(err, `send to ${topic}`);
+      return p.positions;
+    });
+  }
+
+  async transaction(): Promise<Transaction> {
+    this.check();
+    const id = this.options.transactionalId;
+    if (id === undefined) throw new RlstreamError('LOG_TRANSACTION_STATE', 'transactions need a producer created with a transactionalId');
+    if (this.openTxn?.open) throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${id} already has an open transaction`);
+    await this.serial(async () => {
+      try {
+        await rdCall(`begin a transaction of ${id}`, (cb) => this.client.beginTransaction(cb));
+      } catch (err) {
+        throw this.fail(err, `begin a transaction of ${id}`);
+      }
+    });
+    this.openTxn = new RdKafkaTransaction(this);
+    return this.openTxn;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.queue;
+    await rdCall('disconnect a producer', (cb) => this.client.disconnect(5000, cb)).catch((err: unknown) => this.host.logger.debug('producer disconnect failed', { error: String(err) }));
+  }
+}
+
+export class RdKafkaTransaction implements Transaction {
+  private state: TxnState = 'open';
+
+  constructor(private readonly producer: RdKafkaProducer) {}
+
+  get open(): boolean {
+    return this.state === 'open' || this.state === 'failed' || this.state === 'committing' || this.state === 'aborting';
+  }
+
+  private guard(op: 'send' | 'sendOffsets' | 'commit' | 'abort'): void {
+    this.producer.check();
+    if (!TXN_ALLOWED[this.state].has(op)) throw new RlstreamError('LOG_TRANSACTION_STATE', `cannot ${op} a transaction that is ${this.state}`);
+  }
+
+  private async run(op: 'send' | 'sendOffsets' | 'commit' | 'abort', what: string, fn: () => Promise<unknown>): Promise<void> {
+    this.guard(op);
+    await this.producer.serial(async () => {
+      this.guard(op);
+      if (op === 'commit') this.state = 'committing';
+      if (op === 'abort') this.state = 'aborting';
+      try {
+        await fn();
+      } catch (err) {
+        this.state = 'failed';
+        throw this.producer.fail(err, what);
+      }
+      if (op === 'commit') this.state = 'committed';
+      if (op === 'abort') this.state = 'aborted';
+    });
+  }
+
+  async send(topic: string, records: ProduceRecord[]): Promise<void> {
+    await this.run('send', `transactional send to ${topic}`, () => this.producer.produce(topic, records, null));
+  }
+
+  async sendOffsets(groupId: string, offsets: TopicPartitionOffset[]): Promise<void> {
+    for (const o of offsets) {
+      if (!Number.isInteger(o.offset) || o.offset < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${o.topic}/${o.partition} must be a non-negative integer, got ${o.offset}`);
+    }
+    const consumer = await this.producer.host.groupConsumer(groupId);
+    const list = offsets.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset }));
+    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () =>
+      retry(() => rdCall('send offsets', (cb) => this.producer.client.sendOffsetsToTransaction(list, consumer, TXN_CALL_MS, cb)), {
+        retriable: (err) => isRdCoordinatorBusy((err as { cause?: unknown }).cause),
+        forMs: COORDINATOR_RETRY_MS,
+        initialDelayMs: 20,
+        maxDelayMs: 1000,
+      }),
+    );
+  }
+
+  /**
+   * librdkafka says how a failed commit ended: an abortable error (isTxnRequiresAbort) means it was certainly
+   * not committed, so it is retriable here (abort, run the transaction again); a retriable one (a timeout)
+   * may be retried by calling commit again, which this does for a while before reporting an unknown outcome;
+   * a fatal one (fenced) ends the producer.
+   */
+  async commit(): Promise<void> {
+    const what = `commit transaction of ${this.producer.transactionalId}`;
+    const commitOnce = () => new Promise<RdError | null>((resolve) => this.producer.client.commitTransaction(TXN_CALL_MS, (err) => resolve(err ?? null)));
+    await this.run('commit', what, async () => {
+      const until = Date.now() + COORDINATOR_RETRY_MS;
+      for (;;) {
+        const err = await commitOnce();
+        if (!err) return;
+        if (err.isFatal || err.code === RD.FENCED || err.code === RD.PRODUCER_FENCED) throw err;
+        if (err.isTxnRequiresAbort) throw new RlstreamError('LOG_UNAVAILABLE', `${what}: not committed (${err.message})`, { cause: err, retriable: true });
+        if (!err.isRetriable || Date.now() > until) throw new RlstreamError('LOG_UNAVAILABLE', `${what}: outcome unknown (${err.message})`, { cause: err, retriable: false });
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    });
+  }
+
+  async abort(): Promise<void> {
+    await this.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => rdCall('abort', (cb) => this.producer.client.abortTransaction(TXN_CALL_MS, cb)));
+  }
+}
