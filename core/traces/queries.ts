@@ -19,6 +19,18 @@ export interface NamedQuery {
 const RUN = `({run:String} = '' OR run_id = {run:String})`;
 
 /**
+ * The one join form of these queries, which ClickHouse 18.16 and 26.x run alike: subqueries on both sides, ANY
+ * (at most one right row per left row) and USING (the key columns by name).
+ */
+function anyJoin(kind: 'LEFT' | 'INNER', left: string, right: string, keys: string): string {
+  return `(
+  ${left}
+) AS l ANY ${kind} JOIN (
+  ${right}
+) AS r USING (${keys})`;
+}
+
+/**
  * The first {limit:UInt64} turns by `order` among the latest versions that match `where`. ClickHouse 18.16
  * merges FINAL on one thread, copying every selected column of every row, so its variant first finds the
  * keys with FINAL over the narrow columns the filter and the order need, then reads the wide columns of
@@ -49,15 +61,17 @@ const QUERIES: NamedQuery[] = [
     description: 'Runs: trajectories, turns, mean reward and the last train step of each run.',
     defaults: {},
     sql: `SELECT run_id, trajectories, turns, reward_mean, last_step
-FROM (
-  SELECT run_id, trajectories, turns, reward_mean FROM (
-    SELECT run_id, count() AS trajectories, sum(num_turns) AS turns FROM trajectories FINAL GROUP BY run_id
-  ) AS l ANY LEFT JOIN (
-    SELECT run_id, round(avg(score), 4) AS reward_mean FROM rewards FINAL GROUP BY run_id
-  ) AS r USING (run_id)
-) AS l ANY LEFT JOIN (
-  SELECT run_id, max(step) AS last_step FROM train_steps FINAL GROUP BY run_id
-) AS r USING (run_id)
+FROM ${anyJoin(
+      'LEFT',
+      `SELECT run_id, trajectories, turns, reward_mean FROM ${anyJoin(
+        'LEFT',
+        'SELECT run_id, count() AS trajectories, sum(num_turns) AS turns FROM trajectories FINAL GROUP BY run_id',
+        'SELECT run_id, round(avg(score), 4) AS reward_mean FROM rewards FINAL GROUP BY run_id',
+        'run_id',
+      )}`,
+      'SELECT run_id, max(step) AS last_step FROM train_steps FINAL GROUP BY run_id',
+      'run_id',
+    )}
 ORDER BY run_id`,
   },
   {
@@ -69,12 +83,13 @@ ORDER BY run_id`,
   round(avgIf(score, split = 'train'), 4) AS reward_mean,
   countIf(split = 'heldout' AND isNotNull(correct)) AS heldout,
   round(avgIf(toFloat64(ifNull(correct, 0)), split = 'heldout' AND isNotNull(correct)), 4) AS heldout_accuracy
-FROM (
-  SELECT run_id, min_policy_version AS version, score, correct, split FROM rewards FINAL
-  WHERE ${RUN} AND ({reward_fn:String} = '' OR reward_fn = {reward_fn:String})
-) AS l ANY LEFT JOIN (
-  SELECT run_id, version, step FROM policy_versions FINAL WHERE ${RUN}
-) AS r USING (run_id, version)
+FROM ${anyJoin(
+      'LEFT',
+      `SELECT run_id, min_policy_version AS version, score, correct, split FROM rewards FINAL
+  WHERE ${RUN} AND ({reward_fn:String} = '' OR reward_fn = {reward_fn:String})`,
+      `SELECT run_id, version, step FROM policy_versions FINAL WHERE ${RUN}`,
+      'run_id, version',
+    )}
 GROUP BY step
 ORDER BY step`,
   },
@@ -110,11 +125,12 @@ ORDER BY run_id, step`,
     sql: `SELECT lag, count() AS trajectories
 FROM (
   SELECT policy_version - min_policy_version AS lag
-  FROM (
-    SELECT run_id, policy_version, arrayJoin(trajectory_ids) AS trajectory_id FROM train_steps FINAL WHERE ${RUN}
-  ) AS l ANY INNER JOIN (
-    SELECT run_id, trajectory_id, min_policy_version FROM trajectories FINAL WHERE ${RUN}
-  ) AS r USING (run_id, trajectory_id)
+  FROM ${anyJoin(
+      'INNER',
+      `SELECT run_id, policy_version, arrayJoin(trajectory_ids) AS trajectory_id FROM train_steps FINAL WHERE ${RUN}`,
+      `SELECT run_id, trajectory_id, min_policy_version FROM trajectories FINAL WHERE ${RUN}`,
+      'run_id, trajectory_id',
+    )}
 )
 GROUP BY lag
 ORDER BY lag`,
@@ -156,13 +172,14 @@ ORDER BY lag`,
     sql: `SELECT turn_index, role, text, token_ids, logprobs, loss_mask, arraySum(loss_mask) AS trained_tokens,
   tool_call_names, tool_call_arguments, tool_call_parse_error, finish_reason, policy_version, latency_ms, tokenization_mismatch,
   tool_status, tool_results, tool_latency_ms
-FROM (
-  SELECT * FROM turns FINAL WHERE ${RUN} AND trajectory_id = {id:String}
-) AS l ANY LEFT JOIN (
-  SELECT turn_index, groupArray(status) AS tool_status, groupArray(result_text) AS tool_results, groupArray(latency_ms) AS tool_latency_ms
+FROM ${anyJoin(
+      'LEFT',
+      `SELECT * FROM turns FINAL WHERE ${RUN} AND trajectory_id = {id:String}`,
+      `SELECT turn_index, groupArray(status) AS tool_status, groupArray(result_text) AS tool_results, groupArray(latency_ms) AS tool_latency_ms
   FROM (SELECT turn_index, call_id, status, result_text, latency_ms FROM tool_calls FINAL WHERE ${RUN} AND trajectory_id = {id:String} ORDER BY turn_index, call_id)
-  GROUP BY turn_index
-) AS r USING (turn_index)
+  GROUP BY turn_index`,
+      'turn_index',
+    )}
 ORDER BY turn_index`,
   },
   {
@@ -171,15 +188,17 @@ ORDER BY turn_index`,
     defaults: { run: '' },
     sql: `SELECT run_id, trajectory_id, group_id, sample_index, agent_name, data_source, dataset_name, split, dataset_index,
   prompt_roles, prompt_contents, tool_names, policy_version, ground_truth, termination, num_turns, score, correct
-FROM (
-  SELECT * FROM (
-    SELECT * FROM trajectory_starts FINAL WHERE ${RUN} AND trajectory_id = {id:String}
-  ) AS l ANY LEFT JOIN (
-    SELECT run_id, trajectory_id, termination, num_turns FROM trajectories FINAL WHERE ${RUN} AND trajectory_id = {id:String}
-  ) AS r USING (run_id, trajectory_id)
-) AS l ANY LEFT JOIN (
-  SELECT run_id, trajectory_id, score, correct FROM rewards FINAL WHERE ${RUN} AND trajectory_id = {id:String}
-) AS r USING (run_id, trajectory_id)`,
+FROM ${anyJoin(
+      'LEFT',
+      `SELECT * FROM ${anyJoin(
+        'LEFT',
+        `SELECT * FROM trajectory_starts FINAL WHERE ${RUN} AND trajectory_id = {id:String}`,
+        `SELECT run_id, trajectory_id, termination, num_turns FROM trajectories FINAL WHERE ${RUN} AND trajectory_id = {id:String}`,
+        'run_id, trajectory_id',
+      )}`,
+      `SELECT run_id, trajectory_id, score, correct FROM rewards FINAL WHERE ${RUN} AND trajectory_id = {id:String}`,
+      'run_id, trajectory_id',
+    )}`,
   },
   {
     name: 'dead_letters',
