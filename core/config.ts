@@ -297,6 +297,12 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     effective['backend'] = beS.value;
     const { name: _name, ...options } = beS.value;
     backend = { name: beS.name, options: Object.freeze(options) };
+    const interrupts = backends.get(beS.name).interrupts ?? ['next_turn'];
+    if (rollout && !interrupts.includes(rollout.interrupt))
+      issues.push({
+        path: 'rollout.interrupt',
+        message: `backend ${beS.name} supports ${interrupts.join(', ')} (got ${JSON.stringify(rollout.interrupt)}); ${rollout.interrupt} needs backend.name: ${backends.names().filter((n) => backends.get(n).interrupts?.includes(rollout.interrupt)).join(' or ') || '(none registered)'}`,
+      });
   }
 
   const toolsS = section('tools', ToolsSection);

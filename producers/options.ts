@@ -214,6 +214,11 @@ export const RolloutSection = Type.Object(
       },
       { additionalProperties: false, default: {}, description: 'Sampling parameters.' },
     ),
+    interrupt: oneOf(['next_turn', 'finish', 'next_token'] as const, {
+      default: 'next_turn',
+      description:
+        "How a new policy version reaches trajectories under way: at their next turn ('next_turn'), only for trajectories started after it ('finish'), or at the next token ('next_token': the turn in flight goes on with the new weights, each token keeping the version that sampled it and its log-prob; the staleness bound counts the oldest token). The backend must support it (builtin: all three; server backends: next_turn).",
+    }),
     epochs: intOrNull({ minimum: 1, default: 1, description: 'Passes over a finite dataset; null repeats forever.' }),
     split: Type.String({ minLength: 1, default: 'train', description: 'Split recorded for training rows that carry none.' }),
     template_kwargs: Type.Record(Type.String(), Type.Unknown(), { default: {}, description: 'Extra chat-template variables (e.g. enable_thinking: false).' }),

@@ -116,6 +116,7 @@ export async function createBackend(ctx: RunContext): Promise<LlmBackend> {
     initWeights: files?.initWeights ?? '',
     tokenizerDir: files?.tokenizerDir ?? ctx.config.model.tokenizer ?? '',
     baseDir: ctx.config.baseDir,
+    interrupt: ctx.config.rollout.interrupt,
     logger: ctx.logger,
   });
 }
@@ -125,7 +126,8 @@ export async function createBackend(ctx: RunContext): Promise<LlmBackend> {
  * bound for both ends) and the dataset name from the task.
  */
 export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): RolloutOptions {
-  const { agent_loops: _loops, interactions: _interactions, sampling, ...r } = ctx.config.rollout;
+  // interrupt is the backend's (createBackend): the worker takes each turn on whatever version serves it.
+  const { agent_loops: _loops, interactions: _interactions, interrupt: _interrupt, sampling, ...r } = ctx.config.rollout;
   const stop = sampling.stop_token_ids ?? (tokenizer.eosTokenId !== null ? [tokenizer.eosTokenId] : []);
   return {
     ...r,

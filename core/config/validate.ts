@@ -22,7 +22,8 @@ export class ConfigError extends RlstreamError {
 
 /** Keys that were renamed or moved: the fix for a config written against the old name. */
 const MOVED: Record<string, string> = {
-  policy: 'the built-in policy is configured under backend: (name: builtin, with max_batch, threads, workers, swap_mode)',
+  policy: 'the built-in policy is configured under backend: (name: builtin, with max_batch, threads, workers)',
+  'backend.swap_mode': 'how a policy update reaches rollouts under way is rollout.interrupt (next_turn | finish | next_token)',
   'rollout.staleness_bound': 'the staleness bound is set once, as trainer.staleness_bound',
   'rollout.groups_per_step': 'groups per step is set once, as trainer.groups_per_step',
   'trainer.clip_low': "each policy loss has its own section: trainer.ppo.clip_low (or that of trainer.policy_loss's loss)",

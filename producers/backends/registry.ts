@@ -7,10 +7,11 @@ import { Type, type Static, type TObject } from '@sinclair/typebox';
 import { objectShape, Registry } from '../../core/config/registry.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
+import type { RolloutInterrupt } from '../policy/engine.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import type { LlmBackend } from './types.ts';
 
-/** What every backend may use from the run: the model's files and a logger. */
+/** What every backend may use from the run: the model's files, how rollouts take policy updates, and a logger. */
 export interface BackendEnv {
   /** The model's config.json text and the warm-start weights (version 0). */
   configJson: string;
@@ -18,12 +19,19 @@ export interface BackendEnv {
   tokenizerDir: string;
   /** Directory of the config file, for relative paths in options. */
   baseDir: string;
+  /** rollout.interrupt: how a policy update reaches generations under way (one of the plug-in's `interrupts`). */
+  interrupt: RolloutInterrupt;
   logger: Logger;
 }
 
 export interface BackendPlugin<S extends TObject = TObject> {
   /** The backend's keys in the `backend:` section besides `name`, with defaults and descriptions. */
   options: S;
+  /**
+   * The rollout.interrupt modes it can honour (default: only 'next_turn', what a server that takes each request
+   * on its current weights does); a run config naming another fails at start-up.
+   */
+  interrupts?: readonly RolloutInterrupt[];
   create(options: Static<S>, env: BackendEnv): Promise<LlmBackend>;
 }
 
@@ -38,7 +46,6 @@ const BuiltinOptions = Type.Object(
     max_batch: Type.Integer({ minimum: 1, default: 64, description: 'Most sequences decoded together.' }),
     threads: Type.Integer({ minimum: 1, default: 1, description: 'onnxruntime intra-op threads per engine.' }),
     workers: Type.Integer({ minimum: 1, default: 1, description: 'Engines in worker threads sharing the running batch (workers × threads up to the core count).' }),
-    swap_mode: Type.Union([Type.Literal('next_turn'), Type.Literal('finish'), Type.Literal('next_token')], { default: 'next_turn', description: "How a policy update reaches trajectories under way: at their next turn, only for new ones, or at the next token ('next_token': the turn is interrupted and goes on with the new weights, each token keeping the version that sampled it; the staleness bound counts the oldest token)." }),
     kv_cache_bytes: Type.Integer({ minimum: 0, default: 256 * 1024 * 1024, description: 'Bytes of KV cache kept between the turns of sessions.' }),
   },
   { additionalProperties: false },
@@ -46,11 +53,12 @@ const BuiltinOptions = Type.Object(
 
 registerBackend('builtin', {
   options: BuiltinOptions,
+  interrupts: ['next_turn', 'finish', 'next_token'],
   async create(o, env) {
     const { BuiltinPolicyBackend } = await import('../policy/backend.ts');
     return BuiltinPolicyBackend.create(
       { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
-      { maxBatch: o.max_batch, threads: o.threads, workers: o.workers, swapMode: o.swap_mode, kvCacheBytes: o.kv_cache_bytes, logger: env.logger.child({ role: 'policy' }) },
+      { maxBatch: o.max_batch, threads: o.threads, workers: o.workers, interrupt: env.interrupt, kvCacheBytes: o.kv_cache_bytes, logger: env.logger.child({ role: 'policy' }) },
     );
   },
 });

@@ -5,7 +5,7 @@ import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { readSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
 import { policyConfig, type PolicyModelConfig } from './config.ts';
-import type { EngineStats, SwapMode } from './engine.ts';
+import type { EngineStats, RolloutInterrupt } from './engine.ts';
 import { InProcessEngine, type EngineSetup, type PolicyEngine } from './engine-host.ts';
 import { WorkerEngines } from './engine-workers.ts';
 
@@ -15,7 +15,7 @@ export interface BuiltinPolicyOptions {
   /** Bytes of KV cache kept between the turns of sessions (default 256 MiB). */
   kvCacheBytes?: number;
   /** How a policy update reaches trajectories under way (default 'next_turn'; see engine.ts). */
-  swapMode?: SwapMode;
+  interrupt?: RolloutInterrupt;
   /** onnxruntime intra-op threads per engine (default 1). */
   threads?: number;
   /**

@@ -9,7 +9,7 @@ import { GenerationEngine, type EngineOptions, type EngineStats } from './engine
 import { PolicyRunner } from './runner.ts';
 
 /** The engine's options that cross into a worker thread, and the onnxruntime threads of its sessions. */
-export type EngineSetup = Pick<EngineOptions, 'maxBatch' | 'kvCacheBytes' | 'swapMode'> & {
+export type EngineSetup = Pick<EngineOptions, 'maxBatch' | 'kvCacheBytes' | 'interrupt'> & {
   /** onnxruntime intra-op threads per engine. */
   threads: number;
   server: string;
@@ -25,7 +25,7 @@ export interface PolicyEngine {
   readonly first: LoadTimes;
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult>;
   releaseSession(sessionId: string): void;
-  /** Export and load `version` and make it the one new requests use (see SwapMode for those under way). */
+  /** Export and load `version` and make it the one new requests use (see RolloutInterrupt for those under way). */
   load(config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes>;
   currentVersion(): number;
   stats(): EngineStats;

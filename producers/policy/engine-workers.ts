@@ -284,7 +284,7 @@ export class WorkerEngines implements PolicyEngine {
 
   /**
    * To every worker: while its own worker recovered, a session's turns ran on others (see route), which then
-   * hold its KV cache and, in swap mode 'finish', its pin on an older version (keeping that runner loaded).
+   * hold its KV cache and, in interrupt mode 'finish', its pin on an older version (keeping that runner loaded).
    * A worker that never saw the session does nothing with the message.
    */
   releaseSession(sessionId: string): void {

@@ -26,15 +26,15 @@ import { inverseTemperature, newScratch, Rng, sampleToken, validateSampling } fr
  *   so far) is prefilled again on the new weights and generation goes on there, each token keeping the version
  *   that sampled it and its log-prob under that version (AReaL/verl partial rollouts).
  */
-export type SwapMode = 'finish' | 'next_turn' | 'next_token';
-export const SWAP_MODES: readonly SwapMode[] = Object.freeze(['finish', 'next_turn', 'next_token']);
+export type RolloutInterrupt = 'finish' | 'next_turn' | 'next_token';
+export const ROLLOUT_INTERRUPTS: readonly RolloutInterrupt[] = Object.freeze(['finish', 'next_turn', 'next_token']);
 
 export interface EngineOptions {
   /** Most sequences decoded together per version (default 64). */
   maxBatch?: number;
   /** Budget for KV caches kept between turns, in bytes (default 256 MiB). */
   kvCacheBytes?: number;
-  swapMode?: SwapMode;
+  interrupt?: RolloutInterrupt;
   /** Padded prefill tokens (rows × longest new suffix) admitted per step (default 16384); one request always fits. */
   maxPrefillTokens?: number;
   /** In 'finish' mode, how many versions may stay loaded for pinned sessions (default 3). */
@@ -108,14 +108,14 @@ export class GenerationEngine {
     this.opts = {
       maxBatch: options.maxBatch ?? 64,
       kvCacheBytes: options.kvCacheBytes ?? 256 * 1024 * 1024,
-      swapMode: options.swapMode ?? 'next_turn',
+      interrupt: options.interrupt ?? 'next_turn',
       maxPrefillTokens: options.maxPrefillTokens ?? 16384,
       maxLiveVersions: options.maxLiveVersions ?? 3,
       server: options.server ?? 'builtin',
       logger: options.logger ?? silentLogger,
     };
     if (!Number.isInteger(this.opts.maxBatch) || this.opts.maxBatch < 1) throw new RlstreamError('CONFIG_INVALID', `maxBatch must be a positive integer, got ${this.opts.maxBatch}`);
-    if (!SWAP_MODES.includes(this.opts.swapMode)) throw new RlstreamError('CONFIG_INVALID', `swapMode must be one of ${SWAP_MODES.join(', ')}, got ${String(this.opts.swapMode)}`);
+    if (!ROLLOUT_INTERRUPTS.includes(this.opts.interrupt)) throw new RlstreamError('CONFIG_INVALID', `interrupt must be one of ${ROLLOUT_INTERRUPTS.join(', ')}, got ${String(this.opts.interrupt)}`);
     this.cache = new SessionCache(this.opts.kvCacheBytes);
     this.scratch = newScratch(config.vocabSize);
     this.current = runner.version;
@@ -186,13 +186,13 @@ export class GenerationEngine {
     this.releaseIdleRunners();
   }
 
-  /** Make `runner` the version new requests use (see SwapMode for sessions under way). */
+  /** Make `runner` the version new requests use (see RolloutInterrupt for sessions under way). */
   install(runner: PolicyRunner): void {
     const old = this.current;
     if (runner.version === old || this.groups.has(runner.version)) throw new RlstreamError('INPUT_INVALID', `policy version ${runner.version} is already loaded`);
     this.groups.set(runner.version, this.newGroup(runner));
     this.current = runner.version;
-    if (this.opts.swapMode !== 'finish') {
+    if (this.opts.interrupt !== 'finish') {
       this.pins.clear();
       this.cache.dropOtherVersions(runner.version);
     } else {
@@ -217,7 +217,7 @@ export class GenerationEngine {
       }
       g.waiting = stay;
     }
-    this.opts.logger.info('policy installed', { version: runner.version, previous: old, swapMode: this.opts.swapMode });
+    this.opts.logger.info('policy installed', { version: runner.version, previous: old, interrupt: this.opts.interrupt });
     this.releaseIdleRunners();
     this.kick();
   }
@@ -258,7 +258,7 @@ export class GenerationEngine {
   }
 
   private versionFor(sessionId: string | undefined): number {
-    if (this.opts.swapMode === 'finish' && sessionId !== undefined) {
+    if (this.opts.interrupt === 'finish' && sessionId !== undefined) {
       const pinned = this.pins.get(sessionId);
       if (pinned !== undefined && this.groups.has(pinned) && !this.groups.get(pinned)!.broken) return pinned;
       this.pins.set(sessionId, this.current);
@@ -365,7 +365,7 @@ export class GenerationEngine {
 
   /** One scheduling step of a version's batch: prefill joiners, decode the running rows, retire finished ones. */
   private async iterate(g: Group): Promise<void> {
-    if (this.opts.swapMode === 'next_token' && g.runner.version !== this.current && this.groups.has(this.current)) {
+    if (this.opts.interrupt === 'next_token' && g.runner.version !== this.current && this.groups.has(this.current)) {
       this.interrupt(g, this.groups.get(this.current)!);
       return;
     }
@@ -586,7 +586,7 @@ export class GenerationEngine {
 
   /** The version a session's next turn will run on: a cache of any other version would be useless. */
   private keepableVersion(sessionId: string): number {
-    if (this.opts.swapMode === 'finish') return this.pins.get(sessionId) ?? this.current;
+    if (this.opts.interrupt === 'finish') return this.pins.get(sessionId) ?? this.current;
     return this.current;
   }
 

@@ -79,7 +79,7 @@ test('the compiled config is frozen and fully specified; schema defaults are the
   const c = compileRunConfig({}, '/tmp');
   assert.ok(Object.isFrozen(c) && Object.isFrozen(c.trainer) && Object.isFrozen(c.rollout));
   assert.deepEqual(c.trainer, compileTrainerOptions({}));
-  const { agent_loops: _loops, interactions: _interactions, ...rollout } = c.rollout;
+  const { agent_loops: _loops, interactions: _interactions, interrupt: _interrupt, ...rollout } = c.rollout;
   const compiledFromSchema = compileRolloutOptions({ ...rollout });
   const compiledBare = compileRolloutOptions({});
   assert.deepEqual(compiledFromSchema, compiledBare);

@@ -91,7 +91,7 @@ test('bad requests are rejected with BACKEND_BAD_REQUEST from a worker; good one
 test("a hot-swap reaches every worker (each logs it to the backend's logger); after close, requests are refused", async () => {
   const { jsonLogger } = await import('../../core/telemetry.ts');
   const lines: Record<string, unknown>[] = [];
-  const b = await backend({ workers: 2, swapMode: 'next_turn', logger: jsonLogger({ level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) }) });
+  const b = await backend({ workers: 2, interrupt: 'next_turn', logger: jsonLogger({ level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) }) });
   await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson });
   assert.equal(b.currentPolicyVersion(), 2);
   const installed = lines.filter((l) => l['msg'] === 'policy installed' && l['version'] === 2).map((l) => l['worker']);
@@ -112,7 +112,7 @@ test('a bad worker count fails at creation naming the field', async () => {
   await assert.rejects(BuiltinPolicyBackend.create({ configJson, weights: w1, version: 1 }, { workers: 0 }), /workers must be a positive integer/);
 });
 
-test("the run config's backend section: the calculator example serves from 2 workers; bad counts fail at compile naming the field", async () => {
+test("the run config's backend section: the calculator example serves from 2 workers; bad counts and interrupt modes fail at compile naming the field", async () => {
   const { loadRunConfig } = await import('../../core/config.ts');
   const { createBackend } = await import('../../cli/run/roles.ts');
   const { silentLogger } = await import('../../core/telemetry.ts');
@@ -132,10 +132,18 @@ test("the run config's backend section: the calculator example serves from 2 wor
     ['backend.workers', 0, /^backend\.workers: must be >= 1 \(got 0\)/],
     ['backend.threads', '2', /^backend\.threads: must be an integer \(got "2"\)/],
     ['backend.max_batch', 1.5, /^backend\.max_batch: must be an integer \(got 1\.5\)/],
-    ['backend.swap_mode', 'later', /^backend\.swap_mode: must be one of next_turn, finish, next_token \(got "later"\)/],
+    ['rollout.interrupt', 'later', /^rollout\.interrupt: must be one of next_turn, finish, next_token \(got "later"\)/],
+    // The knob lives with the rollouts; its old place names the new one.
+    ['backend.swap_mode', 'next_token', /^backend\.swap_mode: unknown key: .*rollout\.interrupt/],
   ] as const) {
     assert.throws(() => loadRunConfig(configPath, { [key]: value }), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && msg.test((e as Error).message));
   }
+  // A server backend takes each request on its current weights: it cannot interrupt a turn or pin a version.
+  assert.throws(
+    () => loadRunConfig(configPath, { backend: { name: 'openai', urls: ['http://127.0.0.1:9'] }, 'rollout.interrupt': 'next_token' }),
+    (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && /^rollout\.interrupt: backend openai supports next_turn \(got "next_token"\); next_token needs backend\.name: builtin/m.test((e as Error).message),
+  );
+  assert.equal(loadRunConfig(configPath, { 'rollout.interrupt': 'next_token' }).rollout.interrupt, 'next_token');
 });
 
 test('one stop signal shared by many requests (as a rollout worker passes it) keeps no listener per finished request', async () => {

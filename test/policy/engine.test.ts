@@ -1,6 +1,6 @@
 // The built-in policy backend end to end on onnxruntime: seeded sampling, the reported log-probs against a
 // teacher-forced recomputation, top-k/top-p/stop/length, continuous batching, kept KV caches across turns,
-// bad requests next to good ones, aborts, and hot-swaps in both swap modes.
+// bad requests next to good ones, aborts, and hot-swaps in each interrupt mode.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -252,7 +252,7 @@ test('an aborted request returns its tokens so far with finishReason abort, othe
 test("hot-swap 'next_turn': in-flight turns finish on v1, the next turn runs v2 without the old cache", async () => {
   // A longer context than the other tests (same weights), so the in-flight turn outlasts the swap.
   const longJson = configToJson({ ...config, maxPositions: 2048 });
-  const b = await backend({ swapMode: 'next_turn' }, longJson);
+  const b = await backend({ interrupt: 'next_turn' }, longJson);
   const prompt = [7, 7, 7];
   const t1 = await b.generate(req(prompt, { max_new_tokens: 5 }, 'sess'));
   let inflightDone = false;
@@ -278,7 +278,7 @@ test("hot-swap 'next_turn': in-flight turns finish on v1, the next turn runs v2 
 
 test("hot-swap 'next_token': a long generation goes on with v2 from the next token, each token keeping its version and log-prob", async () => {
   const longJson = configToJson({ ...config, maxPositions: 2048 });
-  const b = await backend({ swapMode: 'next_token' }, longJson);
+  const b = await backend({ interrupt: 'next_token' }, longJson);
   const prompt = [8, 8];
   let inflightDone = false;
   const inflight = b.generate(req(prompt, { max_new_tokens: 1500 }, 'long')).finally(() => (inflightDone = true));
@@ -302,7 +302,7 @@ test("hot-swap 'next_token': a long generation goes on with v2 from the next tok
 });
 
 test("hot-swap 'finish': a session started on v1 keeps v1 (and its cache) until released; new sessions get v2", async () => {
-  const b = await backend({ swapMode: 'finish' });
+  const b = await backend({ interrupt: 'finish' });
   const prompt = [2, 4, 6];
   const t1 = await b.generate(req(prompt, { max_new_tokens: 4 }, 'old'));
   await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson });

@@ -246,7 +246,7 @@ describe("vLLM weight sync: reload_weights through /collective_rpc (fake vLLM se
     const options = Value.Default(plugin.options, { urls: [f.url], model: 'fake-model', weight_sync: 'reload_weights', health_interval_ms: 0 });
     assert.ok(Value.Check(plugin.options, options));
     assert.ok(!Value.Check(plugin.options, { ...(options as object), weight_sync: 'reload' }), 'an unknown weight_sync is refused');
-    const backend = await plugin.create(options as never, { configJson: '{}', initWeights: '', tokenizerDir: '', baseDir: '.', logger: silentLogger });
+    const backend = await plugin.create(options as never, { configJson: '{}', initWeights: '', tokenizerDir: '', baseDir: '.', interrupt: 'next_turn', logger: silentLogger });
     await backend.updatePolicy?.(publish(6));
     assert.deepEqual(f.posts.map((p) => p.path), ['/collective_rpc', '/collective_rpc', '/reset_prefix_cache']);
     assert.equal(backend.currentPolicyVersion(), 6);

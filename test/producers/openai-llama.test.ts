@@ -38,7 +38,7 @@ const MALFORMED_CALL = `root ::= ${CALL}" [0-9]{1,4} "\\n</tool_call>"`;
 async function openaiBackend(urls: string[], extra: Record<string, unknown> = {}): Promise<ServerManager> {
   const plugin = backends.get('openai');
   const options = compileValue(plugin.options, { urls, health_interval_ms: 0, ...extra }, 'backend');
-  return (await plugin.create(options, { configJson: '', initWeights: '', tokenizerDir: '', baseDir: REPO, logger: silentLogger })) as ServerManager;
+  return (await plugin.create(options, { configJson: '', initWeights: '', tokenizerDir: '', baseDir: REPO, interrupt: 'next_turn', logger: silentLogger })) as ServerManager;
 }
 
 async function gsm8kRows(n: number): Promise<DatasetRow[]> {
