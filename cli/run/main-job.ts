@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { loadRunConfig, maskSecrets } from '../../core/config.ts';
 import { describeError } from '../../core/errors.ts';
 import { TOPICS } from '../../core/topics.ts';
+import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
@@ -78,6 +79,8 @@ export interface MainJobSummary {
 export async function runMainJob(options: MainJobOptions): Promise<MainJobSummary> {
   const t0 = performance.now();
   const config = loadRunConfig(options.configPath, options.overrides ?? {});
+  // Before a run directory exists: a run that cannot start must not be left as an unfinished run to resume.
+  checkTrainerDevice(config.trainer.device);
   const chosen = chooseRun(config, options.run ?? { kind: 'new' });
   const { runId, runDir } = chosen;
   process.stderr.write(`run: ${chosen.message}\n`);

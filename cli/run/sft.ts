@@ -4,6 +4,7 @@
 import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
+import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
 import { runSft, type SftStepInfo } from '../../consumers/trainer/sft.ts';
 import { Model } from '../../native/model.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
@@ -22,7 +23,10 @@ export async function warmStart(ctx: RunContext, out: string, onStep?: (info: Sf
   if (!task.sftExamples) throw new RlstreamError('CONFIG_INVALID', `model.init: ${out} does not exist and task ${ctx.config.task.name} has no SFT demonstrations to train it; point model.init at existing weights`);
   const total = stages.reduce((n, st) => n + st.steps, 0);
   const tok = ChatTokenizer.load(files.tokenizerDir);
-  const model = from ? Model.load(from, files.config) : Model.init(files.config, { seed: stages[0]!.seed });
+  // The warm start trains where the RL steps will (trainer.device): on a GPU machine SFT is most of a run's compute.
+  const device = ctx.config.trainer.device;
+  checkTrainerDevice(device);
+  const model = from ? Model.load(from, files.config, { device }) : Model.init(files.config, { seed: stages[0]!.seed, device });
   try {
     const history: SftStepInfo[] = [];
     for (const o of stages) {

@@ -2,7 +2,7 @@
 // and its compilation into a frozen, fully specified TrainerOptions; every validation message names the field.
 import { Type } from '@sinclair/typebox';
 import { compileValue, ConfigError, oneOf } from '../../core/config/validate.ts';
-import type { RolloutCorrection } from '../../native/index.ts';
+import type { DeviceKind, RolloutCorrection } from '../../native/index.ts';
 import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
 
 export interface TrainerOptions {
@@ -38,6 +38,8 @@ export interface TrainerOptions {
   /** Policy versions whose weights stay in the store besides those still needed (see Trainer.pruneWeights). */
   keepVersions: number;
   threads: number;
+  /** Where the trainer's model runs (and the main job's SFT warm start); 'cuda' is checked at start-up (device.ts). */
+  device: DeviceKind;
 }
 
 export const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
@@ -63,6 +65,7 @@ export const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   keepCheckpoints: 2,
   keepVersions: 2,
   threads: 1,
+  device: 'cpu',
 });
 
 /** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
@@ -97,6 +100,7 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     keepCheckpoints: t.keep_checkpoints,
     keepVersions: t.keep_versions,
     threads: t.threads,
+    device: t.device,
   });
 }
 
@@ -142,6 +146,7 @@ export const TrainerSection = Type.Object(
     keep_checkpoints: Type.Integer({ minimum: 1, default: d.keepCheckpoints, description: 'Checkpoints kept on disk (the newest; a restart resumes from the newest committed one). Each holds the weights and the AdamW moments.' }),
     keep_versions: Type.Integer({ minimum: 1, default: d.keepVersions, description: "Policy versions whose weights stay in <data_dir>/weights: the newest N, plus version 0, every version within the staleness bound and every version a record read but not yet trained names; older versions' files are deleted (their PolicyVersion events stay)." }),
     threads: Type.Integer({ minimum: 1, default: d.threads, description: 'Native core threads.' }),
+    device: oneOf(['cpu', 'cuda'] as const, { default: d.device, description: "Where the trainer's model runs, with the main job's SFT warm start: 'cpu' (fp32, OpenBLAS), or 'cuda' (one NVIDIA GPU: bf16 matrix products, fp32 master weights; needs the addon built with RLSTREAM_CUDA=1, native/README.md). Checkpoints and published weights are the same files on both; rollouts stay where the backend runs." }),
   },
   { additionalProperties: false, default: {}, description: 'The trainer (asynchronous PPO on the native core).' },
 );

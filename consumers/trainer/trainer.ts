@@ -13,8 +13,9 @@ import type { Logger } from '../../core/telemetry.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { AdvantagedTrajectory, Control, NamedValue, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { Model, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
+import { Model, type DeviceKind, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
+import { checkTrainerDevice } from './device.ts';
 import type { TrainerOptions } from './options.ts';
 import { policyLosses } from './policy-losses.ts';
 import { mustKeepVersion, pruneWeights, storeWeights } from './weights-store.ts';
@@ -111,6 +112,11 @@ export class Trainer {
     return this.step;
   }
 
+  /** Where the model trains (trainer.device), once start() has loaded it. */
+  get device(): DeviceKind {
+    return this.model.device;
+  }
+
   private get ckptDir(): string {
     return join(this.deps.dataDir, 'trainer');
   }
@@ -122,20 +128,22 @@ export class Trainer {
   /** Restore state from the log and disk; publish version 0 when the run is new. */
   async start(): Promise<void> {
     const { log, options } = this.deps;
+    checkTrainerDevice(options.device);
+    const on = { threads: options.threads, device: options.device };
     this.producer = await log.producer({ transactionalId: `${this.deps.runId}.trainer` });
     const last = await this.lastCommitted();
     this.step = last.step;
     this.version = last.version;
     if (this.step > 0) {
       const dir = join(this.ckptDir, `step-${this.step}`);
-      this.model = await Model.loadCheckpoint(dir, { threads: options.threads });
+      this.model = await Model.loadCheckpoint(dir, on);
       this.logger.info('resumed from checkpoint', { step: this.step, version: this.version });
     } else {
       this.model = this.deps.initialCheckpoint
-        ? await Model.loadCheckpoint(this.deps.initialCheckpoint, { threads: options.threads })
-        : Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
+        ? await Model.loadCheckpoint(this.deps.initialCheckpoint, on)
+        : Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, on);
     }
-    if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { threads: options.threads });
+    if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, on);
     if (last.versions === 0) await this.publishVersion0();
     this.consumer = await log.consumer({ groupId: `${this.deps.runId}.${GROUP_ID}`, topics: [TOPICS.advantaged], readCommitted: true });
     if (this.deps.followControl ?? true) {

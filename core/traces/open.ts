@@ -2,7 +2,6 @@
 // URL (server). A `#<database>` suffix picks the database (default 'rlstream').
 import { RlstreamError } from '../errors.ts';
 import { objectShape, Registry } from '../config/registry.ts';
-import { ChdbTraceStore } from './chdb.ts';
 import { ServerTraceStore } from './server.ts';
 import type { TraceStore } from './store.ts';
 
@@ -36,7 +35,9 @@ export interface TraceStorePlugin {
 /** Trace stores by the kind of their target; another registers itself with `traceStores.register(kind, plugin)`. */
 export const traceStores = new Registry<TraceStorePlugin>('trace store', objectShape('a trace store plug-in ({ open(location, options) })', ['open']));
 
-traceStores.register('chdb', { open: (dir, o) => ChdbTraceStore.open({ dir, ...(o.database ? { database: o.database } : {}) }) });
+// chDB's engine (a 540 MB native library) loads when a chdb store is opened, not with this module: a run with
+// another store, or none, works where the engine is not installed (a GPU machine given only what it needs).
+traceStores.register('chdb', { open: async (dir, o) => (await import('./chdb.ts')).ChdbTraceStore.open({ dir, ...(o.database ? { database: o.database } : {}) }) });
 traceStores.register('server', {
   open: (url, o) =>
     ServerTraceStore.open({

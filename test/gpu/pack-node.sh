@@ -4,13 +4,20 @@
 # that machine lacks; `build` (there) unpacks it and builds the addon with the project's own build (node-gyp,
 # RLSTREAM_CUDA=1); `test` (there) runs the native core's Node tests against that build.
 #   bash test/gpu/pack-node.sh pack [DIR]           # DIR default .node-pack (gitignored): rlstream-node.tar.xz
+#   bash test/gpu/pack-node.sh pack-run [DIR]       # + rlstream-run.tar.xz: the npm modules a run loads (for `run`)
 #   bash test/gpu/pack-node.sh build [DIR]          # unpack to $RLSTREAM_NODE_HOME (default /tmp/rlstream-node), build
-#   bash test/gpu/pack-node.sh test [DIR] [FILES…]   # default: test/native/*.test.ts (not without-addon) + test/gpu/cuda.test.ts
+#   bash test/gpu/pack-node.sh test [DIR] [FILES…]   # default: test/native/*.test.ts (not without-addon) + test/gpu/*.test.ts
+#   bash test/gpu/pack-node.sh run [DIR] [CONFIG] [ARGS…]  # rlstream run CONFIG (default examples/calculator/config.gpu.yaml)
 # The archive holds: the node binary and its headers (include/node, without OpenSSL's, which no N-API addon
 # includes), OpenBLAS with its Fortran runtime and zlib's link name (the addon's CPU path links them), and the
-# node_modules closure of node-gyp, node-addon-api and tsx (the tests import nothing else from npm).
+# node_modules closure of node-gyp, node-addon-api and tsx (the native tests import nothing else from npm;
+# test/gpu/trainer-device.test.ts runs the trainer and the main job, so it needs the modules of `pack-run`).
 # test/native/without-addon.test.ts is left out by default: it runs the log and trace-sink tests on their JS
 # paths, which need chDB's 540 MB engine and touch neither the addon nor the GPU.
+# `pack-run` adds what `rlstream run` loads from npm, found by running it: a short CPU run of the config under
+# strace records every file the process and its worker threads open under node_modules (onnxruntime-node's
+# linux-x64 CPU library included, its other platforms not); chDB's engine is not among them, so the config must
+# not use traces.kind: chdb (examples/calculator/config.gpu.yaml uses none).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 step=${1:-}
@@ -18,6 +25,8 @@ dir=${2:-.node-pack}
 stage=
 home=${RLSTREAM_NODE_HOME:-/tmp/rlstream-node}
 archive="$dir/rlstream-node.tar.xz"
+run_archive="$dir/rlstream-run.tar.xz"
+run_config=examples/calculator/config.gpu.yaml
 
 pack() {
   command -v node >/dev/null || { echo "pack: needs node (and npm ci done) on this machine" >&2; exit 1; }
@@ -67,6 +76,28 @@ pack() {
   echo "pack: $archive ($(du -h "$archive" | cut -f1); node $(node -v), $(wc -l <"$stage/modules.txt") packages)"
 }
 
+pack_run() {
+  command -v strace >/dev/null || { echo "pack-run: needs strace here (apt-get install strace)" >&2; exit 1; }
+  [ -f native/build/Release/rlstream_native.node ] || { echo "pack-run: build the addon here first (npm run build:native)" >&2; exit 1; }
+  [ -f "$archive" ] || pack
+  local trace data list
+  stage=$(mktemp -d)
+  trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
+  trace="$stage/strace.txt" data="$stage/data" list="$stage/files.txt"
+  # The same config with the trainer on the CPU (this machine has no GPU), a few steps and evaluations: every
+  # phase of the main job runs, so every module it imports is opened.
+  strace -f -qq -e trace=openat -o "$trace" node --import tsx cli/main.ts run "$run_config" \
+    --set trainer.device=cpu --set trainer.max_steps=2 --set eval.every_steps=1 --set task.heldout_problems=8 \
+    --set rollout.concurrency=16 --set run.data_dir="$data" >"$stage/run.out" 2>&1 ||
+    { tail -20 "$stage/run.out" >&2; echo "pack-run: the traced run failed" >&2; exit 1; }
+  grep -v ENOENT "$trace" | grep -o "\"$PWD/node_modules/[^\"]*\"" | tr -d '"' | sed "s#^$PWD/##" | sort -u |
+    while read -r f; do [ -f "$f" ] && echo "$f"; done >"$list"
+  grep -q onnxruntime_binding.node "$list" || { echo "pack-run: the traced run did not load onnxruntime-node" >&2; exit 1; }
+  tar -cf - -T "$list" | xz -6 -T0 >"$run_archive.tmp"
+  mv "$run_archive.tmp" "$run_archive"
+  echo "pack-run: $run_archive ($(du -h "$run_archive" | cut -f1); $(wc -l <"$list") files of $(cut -d/ -f2 "$list" | sort -u | wc -l) package scopes/names; with $(du -h "$archive" | cut -f1) of $archive)"
+}
+
 # Environment for building and running against the unpacked archive.
 use() {
   [ -x "$home/bin/node" ] || { echo "$step: nothing unpacked at $home (run build first)" >&2; exit 1; }
@@ -82,6 +113,7 @@ build() {
   [ -f "$archive" ] || { echo "build: no $archive (run pack on a machine with Node and carry $dir)" >&2; exit 1; }
   rm -rf "$home" && mkdir -p "$home"
   xz -dc "$archive" | tar -C "$home" -xf -
+  if [ -f "$run_archive" ]; then xz -dc "$run_archive" | tar -C "$home" -xf -; fi
   use
   if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
     CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
@@ -99,16 +131,34 @@ run_tests() {
   [ $# -gt 0 ] && shift
   local files=("$@")
   if [ ${#files[@]} -eq 0 ]; then
-    for f in test/native/*.test.ts test/gpu/cuda.test.ts; do
-      [ "$f" = test/native/without-addon.test.ts ] || files+=("$f")
+    for f in test/native/*.test.ts test/gpu/*.test.ts; do
+      [ "$f" = test/native/without-addon.test.ts ] && continue
+      if [ "$f" = test/gpu/trainer-device.test.ts ] && [ ! -f "$home/node_modules/onnxruntime-node/package.json" ]; then
+        echo "test: $f left out (no run modules in $home: pack-run here, carry $dir, then build)"
+        continue
+      fi
+      files+=("$f")
     done
   fi
   node --import tsx --test --test-concurrency=1 "${files[@]}"
 }
 
+# The main job on the unpacked modules and the addon `build` made: `rlstream run CONFIG ARGS…` (its JSON line on stdout).
+run_main() {
+  use
+  shift
+  [ $# -gt 0 ] && shift
+  [ -f "$home/node_modules/onnxruntime-node/package.json" ] || { echo "run: no run modules in $home (pack-run here, carry $dir, then build)" >&2; exit 1; }
+  local config=${1:-$run_config}
+  [ $# -gt 0 ] && shift
+  node --import tsx cli/main.ts run "$config" "$@"
+}
+
 case "$step" in
   pack) pack ;;
+  pack-run) pack_run ;;
   build) build ;;
   test) run_tests "$@" ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  run) run_main "$@" ;;
+  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
 esac

@@ -1,0 +1,22 @@
+// trainer.device at start-up: 'cuda' on a machine whose addon cannot run it fails before any work, naming the
+// field and the fix. The config itself compiles anywhere (a config is often checked on a machine other than the
+// one that trains), so this check belongs to the process that makes the model, not to config compilation.
+import { ConfigError } from '../../core/config/validate.ts';
+import { cudaAvailable, nativeAvailable, type DeviceKind } from '../../native/index.ts';
+
+/** Throws ConfigError (CONFIG_INVALID) at `field` when `device` cannot run in this process. */
+export function checkTrainerDevice(device: DeviceKind, field = 'trainer.device'): void {
+  if (device !== 'cuda' || cudaAvailable()) return;
+  const why =
+    process.env['RLSTREAM_NATIVE'] === 'off'
+      ? 'the native addon is turned off (RLSTREAM_NATIVE=off)'
+      : !nativeAvailable()
+        ? 'the native addon is not built here'
+        : 'the native addon here has no usable CUDA GPU (built without RLSTREAM_CUDA=1, or no GPU visible to this process)';
+  throw new ConfigError([
+    {
+      path: field,
+      message: `'cuda' cannot run in this process: ${why}. Build the addon with CUDA on a machine with nvcc and an NVIDIA GPU (\`RLSTREAM_CUDA=1 npm run build:native\`, native/README.md), or set ${field}: cpu`,
+    },
+  ]);
+}
