@@ -1,5 +1,6 @@
 // Throughput of the reward and advantage consumers: groups of 8 trajectories of 1,000 response tokens, on the
-// embedded log and (when KAFKA_BROKERS is set) on Kafka; plus the serde cost per trajectory, since decoding
+// embedded log and (when KAFKA_BROKERS is set) on Kafka through each client (kafkajs, and librdkafka once
+// infra/setup.sh has built it); plus the serde cost per trajectory, since decoding
 // and encoding the token arrays is the floor under any consumer.
 //   npm run bench -- consumers [groups] [--rounds 3] [--quick]
 // groups: per log, so that each timed stage lasts several seconds here: 6,000 on the embedded log (48,000
@@ -21,6 +22,7 @@
 import { rmSync } from 'node:fs';
 import { newId } from '../core/ids.ts';
 import { openLog, type LogConfig } from '../core/log/open.ts';
+import { rdKafkaAvailable } from '../core/log/kafka/librdkafka/binding.ts';
 import type { EventLog } from '../core/log/types.ts';
 import { StreamProcessor } from '../core/processor.ts';
 import type { EventSerde } from '../core/serde/events.ts';
@@ -166,7 +168,8 @@ export async function main(args: string[]): Promise<unknown> {
   const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
   const given = rest[0] === undefined ? null : Number(rest[0]);
   if (given !== null && (!Number.isInteger(given) || given < 1)) throw new Error(`groups must be a positive integer, got ${rest[0]}`);
-  const groupsOf: Record<string, number> = { embedded: given ?? (quick ? 20 : 6000), kafka: given ?? (quick ? 20 : 1000) };
+  const kafkaGroups = given ?? (quick ? 20 : 1000);
+  const groupsOf: Record<string, number> = { embedded: given ?? (quick ? 20 : 6000), 'kafka/kafkajs': kafkaGroups, 'kafka/librdkafka': kafkaGroups };
   const warmupGroups = quick ? 10 : WARMUP_GROUPS;
   const serde = await serdeCost();
   console.log(`serde per trajectory (${TOKENS} tokens, ${serde.bytesPerTrajectory} bytes; best of 10 rounds after warm-up): decode ${serde.decodeTrajectoryCompletedUs!.toFixed(1)} µs, encode Rewarded ${serde.encodeRewardedUs!.toFixed(1)} µs, encode Advantaged ${serde.encodeAdvantagedUs!.toFixed(1)} µs`);
@@ -178,8 +181,12 @@ export async function main(args: string[]): Promise<unknown> {
   };
   const logs: [string, () => { config: LogConfig; cleanup(): void }][] = [['embedded', embedded]];
   const brokers = process.env['KAFKA_BROKERS'];
-  if (brokers) logs.push(['kafka', () => ({ config: { kind: 'kafka', brokers: brokers.split(',') }, cleanup: () => {} })]);
-  else console.log('KAFKA_BROKERS is not set: Kafka rows skipped');
+  if (brokers) {
+    for (const client of rdKafkaAvailable() ? (['kafkajs', 'librdkafka'] as const) : (['kafkajs'] as const)) {
+      logs.push([`kafka/${client}`, () => ({ config: { kind: 'kafka', brokers: brokers.split(','), client }, cleanup: () => {} })]);
+    }
+    if (!rdKafkaAvailable()) console.log('librdkafka is not built (bash infra/setup.sh --kafka-native): its Kafka rows skipped');
+  } else console.log('KAFKA_BROKERS is not set: Kafka rows skipped');
   // Warm-up: one pass of each log, untimed, so that the rounds measure JIT-compiled code.
   for (const [kind, config] of logs) await onFreshLog(kind, config, eventSerde, warmupGroups);
   const modes: Mode<Row[]>[] = logs.map(([kind, config]) => ({ name: kind, run: () => onFreshLog(kind, config, eventSerde, groupsOf[kind]!) }));
@@ -192,14 +199,14 @@ export async function main(args: string[]): Promise<unknown> {
   const cpuUsPerTraj = summarize(stageRecs, (x) => x.cpuUsPerTraj);
   const seconds = summarize(stageRecs, (x) => x.seconds);
   console.log(`\ntransactions of up to ${BATCH.reward} (reward) / ${BATCH.advantage} (advantage) records; median [min–max] over ${rounds} rounds`);
-  console.log('log       stage              trajectories  seconds             traj/s              tokens/s (M)       cpu µs/traj');
+  console.log('log               stage              trajectories  seconds             traj/s              tokens/s (M)       cpu µs/traj');
   const short: string[] = [];
   for (const key of Object.keys(trajPerSec)) {
     const [log, stage] = key.split('|') as [string, string];
     const tps = trajPerSec[key]!;
     if (seconds[key]!.min < MIN_STAGE_S) short.push(`${log} ${stage} (shortest ${seconds[key]!.min.toFixed(1)} s)`);
     const tok = { ...tps, median: (tps.median * TOKENS) / 1e6, min: (tps.min * TOKENS) / 1e6, max: (tps.max * TOKENS) / 1e6 };
-    console.log(`${log.padEnd(9)} ${stage.padEnd(18)} ${String(groupsOf[log]! * GROUP).padStart(12)}  ${fmtStats(seconds[key]!, 2).padEnd(19)} ${fmtStats(tps, 0).padEnd(19)} ${fmtStats(tok, 2).padEnd(18)} ${fmtStats(cpuUsPerTraj[key]!, 0)}`);
+    console.log(`${log.padEnd(17)} ${stage.padEnd(18)} ${String(groupsOf[log]! * GROUP).padStart(12)}  ${fmtStats(seconds[key]!, 2).padEnd(19)} ${fmtStats(tps, 0).padEnd(19)} ${fmtStats(tok, 2).padEnd(18)} ${fmtStats(cpuUsPerTraj[key]!, 0)}`);
   }
   if (short.length > 0) console.log(`short stages (< ${MIN_STAGE_S} s; raise groups for a figure to quote): ${short.join(', ')}`);
   const speed = probeSummary(recs);

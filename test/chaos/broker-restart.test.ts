@@ -1,27 +1,27 @@
 // Broker restart mid-run: the distributed shape (every role its own process) on a private Kafka broker that is
 // stopped while trajectories are flowing and started again some seconds later. Roles that give up during the
 // outage are restarted, as a supervisor would; the pipeline resumes and nothing is lost: every started
-// trajectory is consumed by the trainer exactly once and steps / versions stay contiguous.
+// trajectory is consumed by the trainer exactly once and steps / versions stay contiguous. On each Kafka client.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
-import { service } from '../kafka/services.ts';
+import { kafkaClients, service } from '../kafka/services.ts';
 import { auditRun, collectRun, consumedIds, stuck, stuckDetail } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { openRunLog, progress } from '../../testkit/harness.ts';
 
 const registry = service('SCHEMA_REGISTRY_URL', 'Kafka broker restart mid-run');
-if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
-  test('Kafka stopped and restarted mid-run: the pipeline resumes and nothing is lost', { timeout: 240_000 }, async (t) => {
+for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run') ? kafkaClients('Kafka broker restart mid-run') : []) {
+  test(`Kafka stopped and restarted mid-run: the pipeline resumes and nothing is lost (${client})`, { timeout: 240_000 }, async (t) => {
     const t0 = Date.now();
-    await withPrivateRun(t, 'restart', { 'task.train_rows': 12 }, async (s) => {
+    await withPrivateRun(t, 'restart', { 'task.train_rows': 12, 'log.client': client }, async (s) => {
       const { broker, run, sup } = s;
       let log = s.log;
       sup.start();
       // Stop the broker once training is under way (some trajectories consumed, more still to come).
-      const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
+      const serde = await new EventSerde(await openRegistryFor(log, { url: registry! })).init();
       const by = Date.now() + 75_000;
       let before = 0;
       while (Date.now() < by && (before = new Set(await consumedIds(log, serde, run.runId).catch(() => [])).size) < 4) await sleep(200);
@@ -46,7 +46,7 @@ if (registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run')) {
       const records = await collectRun(log, serde, run.runId);
       const audit = auditRun(records);
       process.stderr.write(
-        `# broker restart: ${before} trajectories consumed when the broker stopped (${JSON.stringify(mid)}); outage ${outage.toFixed(1)}s; ` +
+        `# broker restart (${client}): ${before} trajectories consumed when the broker stopped (${JSON.stringify(mid)}); outage ${outage.toFixed(1)}s; ` +
           `starts ${JSON.stringify(sup.starts)}; ${audit.started} started, ${audit.consumedOnce} consumed once; ${records.steps.length} steps; ${((Date.now() - t0) / 1000).toFixed(0)}s\n`,
       );
       const where = stuck(records);

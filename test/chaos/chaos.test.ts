@@ -2,13 +2,13 @@
 // Kafka (a private broker), the HTTP registry and ClickHouse; a random role is SIGKILLed every few seconds (30
 // kills, every role at least twice) and restarted. At the end every started trajectory is in the trainer's
 // consumed set exactly once or accounted for as aborted / dead-lettered, train steps and policy versions are
-// contiguous and unique, and ClickHouse holds no duplicate.
+// contiguous and unique, and ClickHouse holds no duplicate. On each Kafka client (log.client of every role).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openRegistryFor } from '../../core/serde/open.ts';
-import { service } from '../kafka/services.ts';
+import { kafkaClients, service } from '../kafka/services.ts';
 import { auditRun, collectRun, stuck, stuckDetail, traceDuplicates } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { progress, ROLES, type Role } from '../../testkit/harness.ts';
@@ -29,10 +29,10 @@ function killPlan(seed: number): Role[] {
 
 const registry = service('SCHEMA_REGISTRY_URL', 'chaos: SIGKILLed roles on Kafka');
 const clickhouseUrl = registry ? service('CLICKHOUSE_URL', 'chaos: SIGKILLed roles on Kafka') : null;
-if (registry && clickhouseUrl) {
-  test('30 SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace', { timeout: 360_000 }, async (t) => {
+for (const client of registry && clickhouseUrl ? kafkaClients('chaos: SIGKILLed roles on Kafka') : []) {
+  test(`30 SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace (${client})`, { timeout: 360_000 }, async (t) => {
     const t0 = Date.now();
-    await withPrivateRun(t, 'chaos', {}, async (s) => {
+    await withPrivateRun(t, 'chaos', { 'log.client': client }, async (s) => {
       const { log, run, sup } = s;
       sup.start();
       // Kills start once the pipeline is alive (rollout events are flowing).
@@ -49,8 +49,8 @@ if (registry && clickhouseUrl) {
       const killSecs = (Date.now() - tKills) / 1000;
       const mid = await progress(log, run.runId).catch(() => null);
       // Drain: the last rollout life finishes the dataset; the trainer consumes every started trajectory.
-      const serde = await new EventSerde(await openRegistryFor(log, { url: registry })).init();
-      const note = (what: string) => process.stderr.write(`# chaos ${((Date.now() - t0) / 1000).toFixed(0)}s: ${what}\n`);
+      const serde = await new EventSerde(await openRegistryFor(log, { url: registry! })).init();
+      const note = (what: string) => process.stderr.write(`# chaos (${client}) ${((Date.now() - t0) / 1000).toFixed(0)}s: ${what}\n`);
       note(`kills done ${JSON.stringify(mid)}`);
       const { rolloutDone, started, consumed } = await drainRun(s, serde, 60_000, async (d) => void note(`rollout done: ${d.rolloutDone}; consumed ${d.consumed} of ${d.started} started; ${JSON.stringify(await progress(log, run.runId).catch(() => null))}`));
       const p = await progress(log, run.runId).catch(() => null);
@@ -73,9 +73,9 @@ if (registry && clickhouseUrl) {
       if (st['notAdvantaged']!.length > 0) process.stderr.write(`# chaos stuck: ${await stuckDetail(log, serde, run.runId, st['notAdvantaged']!)}\n`);
       assert.ok(rolloutDone, `the rollout worker did not finish its dataset ${diag}`);
       assert.ok(consumed >= started, `the trainer did not consume every trajectory: ${consumed} of ${started} ${diag}`);
-      const traces = await traceDuplicates(clickhouseUrl, run.database, run.runId);
+      const traces = await traceDuplicates(clickhouseUrl!, run.database, run.runId);
       process.stderr.write(
-        `# chaos: ${KILLS} kills in ${killSecs.toFixed(0)}s (${ROLES.map((r) => `${r} ${killed[r]}`).join(', ')}); starts ${JSON.stringify(sup.starts)}; ` +
+        `# chaos (${client}): ${KILLS} kills in ${killSecs.toFixed(0)}s (${ROLES.map((r) => `${r} ${killed[r]}`).join(', ')}); starts ${JSON.stringify(sup.starts)}; ` +
           `progress when the kills ended ${JSON.stringify(mid)}; crashes (restarted) ${sup.crashes.length}; ` +
           `${audit.started} started: ${audit.consumedOnce} consumed once, ${audit.aborted} aborted, ${audit.deadLettered} dead-lettered; ` +
           `rollout duplicates of TrajectoryCompleted ${[...records.completed.values()].filter((n) => n > 1).length}; traces ${JSON.stringify(traces.tables)}; ${((Date.now() - t0) / 1000).toFixed(0)}s\n`,

@@ -1,12 +1,12 @@
 // Exactly-once consume–transform–produce on real Kafka under crashes: a processor (fixtures/eos-processor.ts)
 // is killed with SIGKILL at random moments, at least 20 times, and restarted each time; afterwards the output
-// topic, read with read_committed, holds every input id exactly once.
+// topic, read with read_committed, holds every input id exactly once. On each Kafka client.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { pollUntil, uniqueName } from '../log/conformance.ts';
-import { openTestKafkaLog, service } from './services.ts';
+import { kafkaClients, openTestKafkaLog, service } from './services.ts';
 
 const PROCESSOR = fileURLToPath(new URL('./fixtures/eos-processor.ts', import.meta.url));
 const INPUTS = 4000;
@@ -37,9 +37,9 @@ function start(args: string[]): Life {
 }
 
 const brokers = service('KAFKA_BROKERS', 'exactly-once under SIGKILL on Kafka');
-if (brokers) {
-  test('a consume-transform-produce processor killed 20 times writes every input exactly once', { timeout: 180_000 }, async () => {
-    const log = await openTestKafkaLog(brokers);
+for (const client of brokers ? kafkaClients('exactly-once under SIGKILL on Kafka') : []) {
+  test(`a consume-transform-produce processor killed 20 times writes every input exactly once (${client})`, { timeout: 180_000 }, async () => {
+    const log = await openTestKafkaLog(brokers!, client);
     try {
       const input = uniqueName('eos-in');
       const output = uniqueName('eos-out');
@@ -52,7 +52,7 @@ if (brokers) {
       for (let i = 0; i < INPUTS; i += 500) await producer.send(input, ids.slice(i, i + 500).map((id) => ({ key: id, value: Buffer.from(id) })));
       await producer.close();
 
-      const args = [brokers, input, output, groupId, transactionalId, '30'];
+      const args = [brokers!, input, output, groupId, transactionalId, '30', client];
       const t0 = Date.now();
       let killed = 0;
       let midWork = 0;
@@ -98,7 +98,7 @@ if (brokers) {
       assert.equal(values.length, INPUTS);
       assert.deepEqual([...counts.keys()].sort(), ids);
       process.stderr.write(
-        `# exactly-once: ${killed} kills (${midWork} after commits had begun) in ${(killPhase / 1000).toFixed(1)}s; ` +
+        `# exactly-once (${client}): ${killed} kills (${midWork} after commits had begun) in ${(killPhase / 1000).toFixed(1)}s; ` +
           `${INPUTS - lagAfterKills} of ${INPUTS} inputs done when the kills ended; every record once\n`,
       );
     } finally {

@@ -83,3 +83,34 @@ test('an unreachable cluster fails at open with LOG_UNAVAILABLE (retriable), thr
   );
   assert.ok(Date.now() - t0 < 30_000, 'giving up took too long');
 });
+
+test('log.client picks the client library; an unknown one fails the run config naming the field', async () => {
+  assert.equal(compileKafkaLogOptions({ brokers: ['b:1'], client: 'librdkafka' }).client, 'librdkafka');
+  configError({ brokers: ['b:1'], client: 'rdkafka' }, /^log\.client must be one of kafkajs, librdkafka, got "rdkafka"$/);
+  const { compileRunConfig } = await import('../../core/config.ts');
+  assert.throws(
+    () => compileRunConfig({ log: { kind: 'kafka', brokers: 'b:1', client: 'rdkafka' } }, '/tmp'),
+    (e) => e instanceof Error && /log\.client/.test(e.message) && /kafkajs, librdkafka/.test(e.message),
+  );
+  const run = compileRunConfig({ log: { kind: 'kafka', brokers: 'b:1', client: 'librdkafka' } }, '/tmp');
+  assert.equal(run.log.kind === 'kafka' && run.log.client, 'librdkafka');
+});
+
+test('choosing librdkafka without its build fails at open, naming the command that builds it', async () => {
+  // A child process: the binding, once loaded, stays loaded in this one. An empty infra directory stands for a
+  // machine where infra/setup.sh has not built it (node_modules does not have it either).
+  const { spawnSync } = await import('node:child_process');
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const empty = mkdtempSync(join(tmpdir(), 'rlstream-no-infra-'));
+  try {
+    const script = `import { openKafkaLog } from ${JSON.stringify(new URL('../../core/log/kafka/index.ts', import.meta.url).href)};
+      try { await openKafkaLog({ brokers: ['127.0.0.1:1'], client: 'librdkafka', connectionTimeoutMs: 200 }); console.log('opened'); }
+      catch (e) { console.log(e.code + ': ' + e.message); }`;
+    const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { env: { ...process.env, RLSTREAM_INFRA_DIR: empty }, encoding: 'utf8', timeout: 60_000 });
+    assert.match(r.stdout, /^CONFIG_INVALID: log\.client is librdkafka, but @confluentinc\/kafka-javascript [\d.]+ is not built: run `bash infra\/setup\.sh --kafka-native`/, r.stderr);
+  } finally {
+    rmSync(empty, { recursive: true, force: true });
+  }
+});

@@ -133,3 +133,13 @@ export function loadRdKafka(): RdKafka {
       (failures.length > 0 ? ` (${failures.join('; ')})` : ''),
   );
 }
+
+/** Whether the binding loads here (benchmarks and tests pick their Kafka clients by it). */
+export function rdKafkaAvailable(): boolean {
+  try {
+    loadRdKafka();
+    return true;
+  } catch {
+    return false;
+  }
+}
