@@ -69,6 +69,11 @@ export function badResponse(url: string, what: string): RlstreamError {
   return new RlstreamError('BACKEND_BAD_REQUEST', `${url}: unexpected response: ${what}`);
 }
 
+/** An OpenAI-style finish reason: 'length' and 'abort' as such, anything else a stop. */
+export function finishReasonOf(reason: unknown): FinishReason {
+  return reason === 'length' ? 'length' : reason === 'abort' ? 'abort' : 'stop';
+}
+
 /**
  * The model an OpenAI-compatible server serves (the first of `/v1/models`), for servers that take a `model`
  * field but were not told its name in config. A failed look-up is not remembered, so the next call asks again.
@@ -102,5 +107,33 @@ export class ServedModel {
       throw err;
     });
     return this.name;
+  }
+}
+
+/**
+ * An OpenAI-compatible server's /v1/completions: its base URL (no trailing slash), the model it serves
+ * (configured, or asked through ServedModel) and a call that answers with the first choice.
+ */
+export class Completions {
+  readonly url: string;
+  private readonly model: ServedModel;
+
+  constructor(
+    address: string,
+    configuredModel: string | undefined,
+    private readonly headers: () => Record<string, string> = () => ({}),
+  ) {
+    this.url = address.replace(/\/+$/, '');
+    this.model = new ServedModel(this.url, configuredModel, headers);
+  }
+
+  /** POSTs body(model) and gives choices[0] with the endpoint (for error messages); no choice is a bad response. */
+  async firstChoice<C>(body: (model: string) => unknown, options: { signal?: AbortSignal | undefined; timeoutMs: number }): Promise<{ endpoint: string; choice: C }> {
+    const endpoint = `${this.url}/v1/completions`;
+    const model = await this.model.get(options.signal);
+    const res = (await postJson(endpoint, body(model), { signal: options.signal, timeoutMs: options.timeoutMs, headers: this.headers() })) as { choices?: C[] };
+    const choice = res.choices?.[0];
+    if (!choice) throw badResponse(endpoint, 'no choices');
+    return { endpoint, choice };
   }
 }

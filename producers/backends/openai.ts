@@ -10,8 +10,8 @@
 // keeps each turn's total log-prob).
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
-import { badResponse, getOk, postJson, ServedModel, type InferenceServer, type ServerOutput } from './http.ts';
-import type { FinishReason, GenerateRequest } from './types.ts';
+import { badResponse, Completions, finishReasonOf, getOk, type InferenceServer, type ServerOutput } from './http.ts';
+import type { GenerateRequest } from './types.ts';
 
 export interface OpenAiServerOptions {
   /** The served model name; default: the first id GET /v1/models lists, asked once. */
@@ -99,15 +99,13 @@ export function rederive(text: string, serverTokens: string[] | null, serverLogp
 }
 
 export class OpenAiServer implements InferenceServer {
-  private readonly url: string;
-  private readonly model: ServedModel;
+  private readonly api: Completions;
 
   constructor(
     readonly address: string,
     private readonly options: OpenAiServerOptions = {},
   ) {
-    this.url = address.replace(/\/+$/, '');
-    this.model = new ServedModel(this.url, options.model, () => this.headers());
+    this.api = new Completions(address, options.model, () => this.headers());
   }
 
   private headers(): Record<string, string> {
@@ -115,14 +113,11 @@ export class OpenAiServer implements InferenceServer {
   }
 
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput> {
-    const endpoint = `${this.url}/v1/completions`;
-    const model = await this.model.get(signal);
-    const body = openAiCompletionBody(model, request.promptIds, request.sampling, this.options.extraBody);
-    const res = (await postJson(endpoint, body, { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000, headers: this.headers() })) as { choices?: Choice[] };
-    const choice = res.choices?.[0];
-    if (!choice) throw badResponse(endpoint, 'no choices');
-    const fr = choice.finish_reason;
-    const finishReason: FinishReason = fr === 'length' ? 'length' : fr === 'abort' ? 'abort' : 'stop';
+    const { endpoint, choice } = await this.api.firstChoice<Choice>(
+      (model) => openAiCompletionBody(model, request.promptIds, request.sampling, this.options.extraBody),
+      { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000 },
+    );
+    const finishReason = finishReasonOf(choice.finish_reason);
     const direct = idsFromChoice(endpoint, choice);
     if (direct) return { ...direct, finishReason };
     if (typeof choice.text !== 'string') throw badResponse(endpoint, 'neither token ids nor text in choices[0]');
@@ -135,6 +130,6 @@ export class OpenAiServer implements InferenceServer {
   }
 
   health(signal?: AbortSignal): Promise<boolean> {
-    return getOk(`${this.url}${this.options.healthPath ?? '/health'}`, this.options.healthTimeoutMs ?? 5_000, signal);
+    return getOk(`${this.api.url}${this.options.healthPath ?? '/health'}`, this.options.healthTimeoutMs ?? 5_000, signal);
   }
 }

@@ -3,7 +3,7 @@
 // `meta_info.output_token_logprobs` as [logprob, token_id, text|null] triples, and
 // `meta_info.finish_reason` is {type: "stop" | "length" | "abort", matched?}.
 import type { SamplingParams } from '../../schemas/generated/types.ts';
-import { badResponse, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
+import { badResponse, finishReasonOf, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
 import { pruneVersionModelDirs, versionModelDir } from './model-dir.ts';
 import type { FinishReason, GenerateRequest, PolicyUpdate } from './types.ts';
 
@@ -31,8 +31,7 @@ export function sglangSamplingParams(s: SamplingParams, maxNewTokens: number): R
 }
 
 function finishReason(fr: unknown): FinishReason {
-  const type = fr !== null && typeof fr === 'object' ? (fr as { type?: unknown }).type : fr;
-  return type === 'length' ? 'length' : type === 'abort' ? 'abort' : 'stop';
+  return finishReasonOf(fr !== null && typeof fr === 'object' ? (fr as { type?: unknown }).type : fr);
 }
 
 export class SglangServer implements InferenceServer {

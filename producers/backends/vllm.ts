@@ -11,9 +11,9 @@
 // /reset_prefix_cache` drops the KV blocks cached under the old weights so no later prompt reuses them.
 import { RlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
-import { badResponse, getOk, postJson, ServedModel, type InferenceServer, type ServerOutput } from './http.ts';
+import { badResponse, Completions, finishReasonOf, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
 import { pruneVersionModelDirs, versionModelDir } from './model-dir.ts';
-import type { FinishReason, GenerateRequest, PolicyUpdate } from './types.ts';
+import type { GenerateRequest, PolicyUpdate } from './types.ts';
 
 export interface VllmServerOptions {
   /** The served model name; default: the first id of GET /v1/models, asked once. */
@@ -61,23 +61,20 @@ function parseTokenId(endpoint: string, tok: unknown): number {
 }
 
 export class VllmServer implements InferenceServer {
-  private readonly url: string;
-  private readonly model: ServedModel;
+  private readonly api: Completions;
 
   constructor(
     readonly address: string,
     private readonly options: VllmServerOptions = {},
   ) {
-    this.url = address.replace(/\/+$/, '');
-    this.model = new ServedModel(this.url, options.model);
+    this.api = new Completions(address, options.model);
   }
 
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput> {
-    const endpoint = `${this.url}/v1/completions`;
-    const model = await this.model.get(signal);
-    const res = (await postJson(endpoint, vllmCompletionBody(model, request.promptIds, request.sampling), { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000 })) as Record<string, unknown>;
-    const choice = (res['choices'] as Record<string, unknown>[] | undefined)?.[0];
-    if (!choice) throw badResponse(endpoint, 'no choices');
+    const { endpoint, choice } = await this.api.firstChoice<Record<string, unknown>>(
+      (model) => vllmCompletionBody(model, request.promptIds, request.sampling),
+      { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000 },
+    );
     const lp = choice['logprobs'] as { tokens?: unknown[]; token_logprobs?: (number | null)[] } | null | undefined;
     if (!lp || !Array.isArray(lp.tokens) || !Array.isArray(lp.token_logprobs)) throw badResponse(endpoint, 'no choices[0].logprobs.tokens / token_logprobs');
     const tokenIds = lp.tokens.map((t) => parseTokenId(endpoint, t));
@@ -85,13 +82,11 @@ export class VllmServer implements InferenceServer {
     if (logprobs.length !== tokenIds.length) throw badResponse(endpoint, 'tokens and token_logprobs differ in length');
     const ids = choice['token_ids'];
     if (Array.isArray(ids) && (ids.length !== tokenIds.length || ids.some((id, i) => id !== tokenIds[i]))) throw badResponse(endpoint, 'token_ids disagree with logprobs.tokens');
-    const fr = choice['finish_reason'];
-    const finishReason: FinishReason = fr === 'length' ? 'length' : fr === 'abort' ? 'abort' : 'stop';
-    return { tokenIds, logprobs, finishReason };
+    return { tokenIds, logprobs, finishReason: finishReasonOf(choice['finish_reason']) };
   }
 
   health(signal?: AbortSignal): Promise<boolean> {
-    return getOk(`${this.url}/health`, this.options.healthTimeoutMs ?? 5_000, signal);
+    return getOk(`${this.api.url}/health`, this.options.healthTimeoutMs ?? 5_000, signal);
   }
 
   async updateWeights(update: PolicyUpdate): Promise<void> {
@@ -99,7 +94,7 @@ export class VllmServer implements InferenceServer {
     const dir = await versionModelDir(update);
     for (const r of vllmReloadRequests(dir)) {
       try {
-        await postJson(`${this.url}${r.path}`, r.body, { timeoutMs: this.options.weightSyncTimeoutMs ?? 600_000, emptyOk: true });
+        await postJson(`${this.api.url}${r.path}`, r.body, { timeoutMs: this.options.weightSyncTimeoutMs ?? 600_000, emptyOk: true });
       } catch (err) {
         // A 404 here is a server without the development endpoints: say which switch turns them on.
         const hint = /HTTP 404/.test((err as Error).message) ? ' (start vLLM with VLLM_SERVER_DEV_MODE=1 for /collective_rpc and /reset_prefix_cache)' : '';
