@@ -10,8 +10,7 @@ import { RlstreamError } from '../core/errors.ts';
  * `<data_dir>/<run id>`, holding `log/` and `chdb/`), whose traces are then served too unless --traces says
  * otherwise. A directory that is neither is refused: opening it would create an empty log there.
  */
-export function resolveEmbeddedLog(dir: string, traces: string | undefined): { log: string; traces: string | undefined } {
-  const flag = '--log';
+export function resolveEmbeddedLog(dir: string, traces: string | undefined, flag = '--log'): { log: string; traces: string | undefined } {
   if (!existsSync(dir)) throw new RlstreamError('CONFIG_INVALID', `${flag} ${dir} does not exist: give a run directory (<data_dir>/<run id>) or its log/ directory`);
   if (!statSync(dir).isDirectory()) throw new RlstreamError('CONFIG_INVALID', `${flag} ${dir} is not a directory`);
   const isLog = (d: string) => existsSync(join(d, 'topics')) || readdirSync(d).some((f) => /^journal-\d+\.log$/.test(f));

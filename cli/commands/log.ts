@@ -6,6 +6,7 @@ import { describeError } from '../../core/errors.ts';
 import type { DamageReport } from '../../core/log/embedded/index.ts';
 import { checkLog, repairLog } from '../../core/log/embedded/repair.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
+import { resolveEmbeddedLog } from '../run-dir.ts';
 
 function summary(report: DamageReport): string {
   const lines = report.gaps.map(
@@ -19,8 +20,10 @@ export function register(program: Command): void {
   const log = program.command('log').description('maintain an embedded event log directory');
   log
     .command('repair <dir>')
-    .description('open a damaged embedded log, quarantining damaged records, missing segments and journal entries; prints what was lost')
-    .action(async (dir: string) => {
+    .description('open a damaged embedded log (a run directory or its log/), quarantining damaged records, missing segments and journal entries; prints what was lost')
+    .action(async (given: string) => {
+      // A run directory stands for its log/: opened as a log itself, an empty one would be created inside the run.
+      const dir = resolveEmbeddedLog(given, undefined, 'log repair').log;
       const report = await repairLog(dir, jsonLogger({ level: 'warn', fields: { role: 'log-repair' }, write: (l) => process.stderr.write(l + '\n') }));
       const found = report.foundNow.length;
       console.log(found === 0 && report.clamped.length === 0 ? `rlstream log repair: ${dir}: nothing to repair` : `rlstream log repair: ${dir}: ${found} damaged range(s) quarantined`);
@@ -28,10 +31,12 @@ export function register(program: Command): void {
     });
   log
     .command('check <dir>')
-    .description('check every record of an embedded log and report its damage, without writing to it; exit 1 when it has any or cannot be opened')
-    .action(async (dir: string) => {
+    .description('check every record of an embedded log (a run directory or its log/) and report its damage, without writing to it; exit 1 when it has any or cannot be opened')
+    .action(async (given: string) => {
       let report: DamageReport;
+      let dir = given;
       try {
+        dir = resolveEmbeddedLog(given, undefined, 'log check').log;
         report = await checkLog(dir, jsonLogger({ level: 'warn', fields: { role: 'log-check' }, write: (l) => process.stderr.write(l + '\n') }));
       } catch (err) {
         console.log(`rlstream log check: ${dir}: ${describeError(err)}`);
