@@ -78,14 +78,18 @@ export interface TrajectoryTurn {
   toolCalls: { id: string; name: string; argumentsJson: string }[];
 }
 
-export interface TrajectoryToolCall {
-  callId: string;
+/** What every view of a recorded tool call shows. */
+export interface ToolCallFields {
   turnIndex: number;
   toolName: string;
   argumentsJson: string;
   status: string;
   resultText: string;
   latencyMs: number;
+}
+
+export interface TrajectoryToolCall extends ToolCallFields {
+  callId: string;
   reward: number;
 }
 
@@ -104,16 +108,10 @@ export interface TrajectoryDetail {
   toolCalls: TrajectoryToolCall[];
 }
 
-export interface ToolCallRow {
+export interface ToolCallRow extends ToolCallFields {
   time: number;
   runId: string;
   trajectoryId: string;
-  turnIndex: number;
-  toolName: string;
-  status: string;
-  latencyMs: number;
-  argumentsJson: string;
-  resultText: string;
 }
 
 /** The subset of the trace store the admin server uses (core/traces implements it; see admin/traces-adapter.ts). */

@@ -3,8 +3,8 @@
 // rewards tables, and the recent tool calls. All values reach SQL through core/traces/sql.ts bind().
 import { listNamedQueries, runNamed as runCoreNamed } from '../core/traces/queries.ts';
 import { bind } from '../core/traces/sql.ts';
-import type { QueryLimits as StoreLimits, TraceStore } from '../core/traces/store.ts';
-import type { AdminTraceStore, NamedQueryInfo, QueryLimits, QueryResult, ToolCallRow, TrajectoryDetail, TrajectoryTurn } from './context.ts';
+import type { QueryLimits as StoreLimits, QueryResult as StoreResult, Row, TraceStore } from '../core/traces/store.ts';
+import type { AdminTraceStore, NamedQueryInfo, QueryLimits, QueryResult, ToolCallFields, ToolCallRow, TrajectoryDetail, TrajectoryTurn } from './context.ts';
 
 /** Named queries (list + run); core/traces/queries.ts's catalogue unless another is given. */
 export interface NamedQuerySource {
@@ -26,11 +26,12 @@ export const CORE_NAMED_QUERIES: NamedQuerySource = {
         description: p.default === undefined ? `${p.type}, required` : `${p.type}, default ${JSON.stringify(p.default)}`,
       })),
     })),
-  run: async (store, name, params, limits) => {
-    const r = await runCoreNamed(store, name, params, limits);
-    return { columns: r.columns, rows: r.rows, stats: { elapsedMs: r.elapsedMs } };
-  },
+  run: async (store, name, params, limits) => adminResult(await runCoreNamed(store, name, params, limits)),
 };
+
+function adminResult(r: StoreResult): QueryResult {
+  return { columns: r.columns, rows: r.rows, stats: { elapsedMs: r.elapsedMs } };
+}
 
 function storeLimits(l: QueryLimits): StoreLimits {
   // ClickHouse's max_execution_time is in whole seconds; round up so a 1.5 s budget is not cut to 1 s.
@@ -46,6 +47,18 @@ function timeMs(v: unknown): number {
   if (typeof v === 'number') return v;
   const t = Date.parse(str(v).replace(' ', 'T') + 'Z');
   return Number.isFinite(t) ? t : 0;
+}
+
+/** The columns of a tool_calls row that every view of the call shows. */
+function toolCallFields(c: Row): ToolCallFields {
+  return {
+    turnIndex: num(c['turn_index']),
+    toolName: str(c['tool_name']),
+    argumentsJson: str(c['arguments_json']),
+    status: str(c['status']),
+    resultText: str(c['result_text']),
+    latencyMs: num(c['latency_ms']),
+  };
 }
 
 /** Each token's text, for the dashboard's token chips (a tokenizer is the caller's; without one, ids only). */
@@ -65,8 +78,7 @@ export function adminTraceStore(store: TraceStore, named: NamedQuerySource = COR
       return named.run(store, name, params, storeLimits(limits));
     },
     async queryReadonly(sql, limits) {
-      const r = await store.queryReadonly(sql, storeLimits(limits));
-      return { columns: r.columns, rows: r.rows, stats: { elapsedMs: r.elapsedMs } };
+      return adminResult(await store.queryReadonly(sql, storeLimits(limits)));
     },
     async trajectory(id): Promise<TrajectoryDetail | null> {
       const p = { id };
@@ -109,16 +121,7 @@ export function adminTraceStore(store: TraceStore, named: NamedQuerySource = COR
             })),
           }),
         ),
-        toolCalls: calls.map((c) => ({
-          callId: str(c['call_id']),
-          turnIndex: num(c['turn_index']),
-          toolName: str(c['tool_name']),
-          argumentsJson: str(c['arguments_json']),
-          status: str(c['status']),
-          resultText: str(c['result_text']),
-          latencyMs: num(c['latency_ms']),
-          reward: num(c['reward']),
-        })),
+        toolCalls: calls.map((c) => ({ callId: str(c['call_id']), ...toolCallFields(c), reward: num(c['reward']) })),
       };
     },
     async toolCalls(filter): Promise<ToolCallRow[]> {
@@ -136,17 +139,7 @@ export function adminTraceStore(store: TraceStore, named: NamedQuerySource = COR
         `SELECT time, run_id, trajectory_id, turn_index, tool_name, status, latency_ms, arguments_json, result_text FROM tool_calls FINAL ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY time DESC LIMIT {limit:UInt64}`,
         params,
       );
-      return rows.map((r) => ({
-        time: timeMs(r['time']),
-        runId: str(r['run_id']),
-        trajectoryId: str(r['trajectory_id']),
-        turnIndex: num(r['turn_index']),
-        toolName: str(r['tool_name']),
-        status: str(r['status']),
-        latencyMs: num(r['latency_ms']),
-        argumentsJson: str(r['arguments_json']),
-        resultText: str(r['result_text']),
-      }));
+      return rows.map((r) => ({ time: timeMs(r['time']), runId: str(r['run_id']), trajectoryId: str(r['trajectory_id']), ...toolCallFields(r) }));
     },
   };
 }
