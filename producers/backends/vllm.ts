@@ -13,6 +13,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { badResponse, Completions, finishReasonOf, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
 import { pruneVersionModelDirs, versionModelDir } from './model-dir.ts';
+import { openAiCompletionBody } from './openai.ts';
 import type { GenerateRequest, PolicyUpdate } from './types.ts';
 
 export interface VllmServerOptions {
@@ -35,23 +36,9 @@ export function vllmReloadRequests(modelDir: string): { path: string; body?: Rec
   ];
 }
 
+/** The OpenAI completion body with vLLM's own fields: token ids in the answer, special tokens kept, top_k -1 = off. */
 export function vllmCompletionBody(model: string, promptIds: number[], s: SamplingParams): Record<string, unknown> {
-  const body: Record<string, unknown> = {
-    model,
-    prompt: promptIds,
-    max_tokens: s.max_new_tokens,
-    temperature: s.temperature,
-    top_p: s.top_p,
-    top_k: s.top_k > 0 ? s.top_k : -1,
-    logprobs: 1,
-    return_tokens_as_token_ids: true,
-    return_token_ids: true,
-    skip_special_tokens: false,
-    stop_token_ids: s.stop_token_ids,
-    stream: false,
-  };
-  if (s.seed !== null) body['seed'] = s.seed;
-  return body;
+  return openAiCompletionBody(model, promptIds, s, { top_k: s.top_k > 0 ? s.top_k : -1, return_token_ids: true, skip_special_tokens: false });
 }
 
 function parseTokenId(endpoint: string, tok: unknown): number {
