@@ -16,12 +16,17 @@
 // (--async-threads, default 1), since their rollouts need the other core.
 //   npm run bench -- async [--rounds 3] [--steps 20] [--bounds 0,1,2,4] [--groups 8] [--n 8] [--heldout 200]
 //                          [--sync-threads N] [--async-threads N] [--tools <tool-config.yaml>] [--keep] [--quick]
+//                          [--config <run config>] [--device cpu|cuda]
+// --config examples/calculator/config.gpu.yaml --device cuda: the trainer on the GPU, the rollouts on the CPU
+// cores (test/gpu/pack-node.sh runs it on a GPU machine). A config without a trace store (traces.kind: none)
+// verifies sync from its TrainSteps alone (staleness 0, none dropped, every step full) instead of the traces.
 // --quick: 2 steps of 2 groups × 2, bounds 0 and 4, 2 rounds: proves the benchmark runs, its figures mean nothing.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadRunConfig } from '../core/config.ts';
 import { openTraceStore } from '../core/traces/open.ts';
 import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
 import type { TrainStep } from '../schemas/generated/types.ts';
@@ -48,10 +53,14 @@ interface BenchOptions {
   asyncThreads: number;
   /** A mode that has not finished after this long is killed and reported as failed. */
   modeTimeoutS: number;
+  /** The run config every mode starts from, and trainer.device (null: the config's). */
+  config: string;
+  device: 'cpu' | 'cuda' | null;
 }
 
 interface ChildSpec {
   bound: number;
+  config: string;
   dataDir: string;
   overrides: Record<string, unknown>;
 }
@@ -99,8 +108,9 @@ interface ModeResult {
   heldoutAccuracy: number;
   heldoutProblems: number;
   speedup: number | null;
-  check: VersionCheck;
-  tools: ToolFigures;
+  /** null where the config keeps no traces. */
+  check: VersionCheck | null;
+  tools: ToolFigures | null;
   steps: StepFigures[];
 }
 
@@ -108,8 +118,8 @@ function parseOptions(all: string[]): BenchOptions {
   const { quick, rounds, rest: args } = commonFlags(all, 3);
   const cores = availableParallelism();
   const o: BenchOptions = quick
-    ? { rounds: all.includes('--rounds') ? rounds : 2, quick, steps: 2, bounds: [0, 4], groups: 2, n: 2, heldout: 10, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0 }
-    : { rounds, quick, steps: 20, bounds: [0, 1, 2, 4], groups: 8, n: 8, heldout: 200, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0 };
+    ? { rounds: all.includes('--rounds') ? rounds : 2, quick, steps: 2, bounds: [0, 4], groups: 2, n: 2, heldout: 10, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0, config: CONFIG, device: null }
+    : { rounds, quick, steps: 20, bounds: [0, 1, 2, 4], groups: 8, n: 8, heldout: 200, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0, config: CONFIG, device: null };
   const int = (flag: string, v: string | undefined, min: number) => {
     const x = Number(v);
     if (!Number.isInteger(x) || x < min) throw new Error(`${flag} must be an integer >= ${min} (got ${JSON.stringify(v)})`);
@@ -149,8 +159,17 @@ function parseOptions(all: string[]): BenchOptions {
       case '--mode-timeout':
         o.modeTimeoutS = int(a, value(), 1);
         break;
+      case '--config':
+        o.config = resolve(value() ?? '');
+        break;
+      case '--device': {
+        const d = value();
+        if (d !== 'cpu' && d !== 'cuda') throw new Error(`--device must be cpu or cuda (got ${JSON.stringify(d)})`);
+        o.device = d;
+        break;
+      }
       default:
-        throw new Error(`unknown argument ${a} (flags: --rounds R --quick --steps N --bounds 0,1,2,4 --groups G --n N --heldout N --sync-threads N --async-threads N --tools FILE --keep --mode-timeout S)`);
+        throw new Error(`unknown argument ${a} (flags: --rounds R --quick --steps N --bounds 0,1,2,4 --groups G --n N --heldout N --sync-threads N --async-threads N --tools FILE --keep --mode-timeout S --config FILE --device cpu|cuda)`);
     }
   }
   // Generous against a loaded machine (a step takes seconds under load), short of waiting forever on a hung run.
@@ -177,10 +196,11 @@ function overridesFor(o: BenchOptions, bound: number, dataDir: string): Record<s
     // Held-out accuracy once, at the end, on the same problems in every mode.
     'eval.every_steps': o.steps + 1,
     'task.heldout_problems': o.heldout,
+    ...(o.device ? { 'trainer.device': o.device } : {}),
   };
 }
 
-async function runChild(spec: ChildSpec, timeoutS: number): Promise<{ summary: MainJobSummary; steps: StepFigures[]; check: VersionCheck; tools: ToolFigures }> {
+async function runChild(spec: ChildSpec, timeoutS: number): Promise<{ summary: MainJobSummary; steps: StepFigures[]; check: VersionCheck | null; tools: ToolFigures | null }> {
   const log = join(spec.dataDir, 'bench-child.log');
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
@@ -262,8 +282,8 @@ async function checkTraces(summary: MainJobSummary): Promise<{ check: VersionChe
 /** The child: one mode's main job in this process, then its traces read back. */
 async function child(spec: ChildSpec): Promise<void> {
   const steps: StepFigures[] = [];
-  const summary = await runMainJob({ configPath: CONFIG, overrides: spec.overrides, admin: false, progress: false, initialEval: false, onTrainStep: (s) => steps.push(compact(s)) });
-  const { check, tools } = await checkTraces(summary);
+  const summary = await runMainJob({ configPath: spec.config, overrides: spec.overrides, admin: false, progress: false, initialEval: false, onTrainStep: (s) => steps.push(compact(s)) });
+  const { check, tools } = loadRunConfig(spec.config, spec.overrides).traces.kind === 'none' ? { check: null, tools: null } : await checkTraces(summary);
   // Exit once the line is out: nothing of the finished run should keep the child alive.
   process.stdout.write(`${RESULT}${JSON.stringify({ summary, steps, check, tools })}\n`, () => process.exit(0));
 }
@@ -305,6 +325,16 @@ function toResult(bound: number, trainerThreads: number, r: Awaited<ReturnType<t
 /** Sync must be what it claims: each step trained on one version's batch, each version started one batch. */
 function syncVerdict(r: ModeResult, o: BenchOptions): { ok: boolean; text: string } {
   const batch = o.groups * o.n;
+  if (!r.check) {
+    const full = r.steps.length === o.steps && r.steps.every((s) => s.trajectories === batch && s.stalenessMax === 0);
+    const ok = full && r.droppedStale === 0;
+    return {
+      ok,
+      text: ok
+        ? `sync verified from its TrainSteps (no traces kept): each of the ${o.steps} steps trained one full batch of ${batch} trajectories at staleness 0, none dropped`
+        : `sync NOT verified: steps ${r.steps.length}/${o.steps}, batch sizes ${JSON.stringify(r.steps.map((s) => s.trajectories))}, staleness max ${r.stalenessMax}, dropped ${r.droppedStale}`,
+    };
+  }
   // Versions 0 … steps-1 each start exactly one batch; the last version may start (part of) one before the
   // worker is stopped, never trained on.
   const wrong = Object.entries(r.check.startedPerVersion).filter(([v, n]) => (Number(v) < o.steps ? n !== batch : n > batch));
@@ -318,7 +348,7 @@ function syncVerdict(r: ModeResult, o: BenchOptions): { ok: boolean; text: strin
 export async function main(args: string[]): Promise<unknown> {
   const o = parseOptions(args);
   const perMode = o.steps * o.groups * o.n;
-  console.log(`async speed-up: main job, ${o.steps} steps × ${o.groups} groups × ${o.n} samples = ${perMode} trained trajectories per mode; ${o.rounds} interleaved rounds of ${o.bounds.map(modeName).join(', ')}; trainer threads: sync ${o.syncThreads}, async ${o.asyncThreads}; tools ${o.tools}; held-out accuracy at the end on ${o.heldout} problems${o.quick ? ' (--quick: smoke size, figures mean nothing)' : ''}`);
+  console.log(`async speed-up: main job, ${o.steps} steps × ${o.groups} groups × ${o.n} samples = ${perMode} trained trajectories per mode; ${o.rounds} interleaved rounds of ${o.bounds.map(modeName).join(', ')}; trainer threads: sync ${o.syncThreads}, async ${o.asyncThreads}; config ${o.config}${o.device ? `, trainer.device ${o.device}` : ''}; tools ${o.tools}; held-out accuracy at the end on ${o.heldout} problems${o.quick ? ' (--quick: smoke size, figures mean nothing)' : ''}`);
   const records = await interleaved<ModeResult>(
     o.bounds.map((bound) => ({
       name: modeName(bound),
@@ -326,7 +356,7 @@ export async function main(args: string[]): Promise<unknown> {
         const dataDir = mkdtempSync(join(tmpdir(), `rlstream-bench-async-b${bound}-r${round}-`));
         let ok = false;
         try {
-          const r = toResult(bound, threadsFor(o, bound), await runChild({ bound, dataDir, overrides: overridesFor(o, bound, dataDir) }, o.modeTimeoutS));
+          const r = toResult(bound, threadsFor(o, bound), await runChild({ bound, config: o.config, dataDir, overrides: overridesFor(o, bound, dataDir) }, o.modeTimeoutS));
           ok = true;
           return r;
         } finally {
