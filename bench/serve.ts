@@ -15,7 +15,7 @@
 // default 64; DIR: a .cpuprofile of the main thread per measured served round). Rounds alternate served and direct,
 // with the harness's machine-speed probe before each.
 import { fork } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -52,6 +52,21 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)] ?? 0;
 }
 
+/**
+ * CPU time of this process's main thread in ms (Linux: /proc/self/task/<pid>/stat, in 10 ms clock ticks), or NaN
+ * elsewhere: the endpoint's own work, apart from the engine's worker threads in the same process.
+ */
+function mainThreadCpuMs(): number {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // After the command: state is field 3, utime 14 and stime 15 (1-based, as in proc(5)).
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return NaN;
+  }
+}
+
 const sameIds = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((x, i) => x === b[i]);
 
 /** A generate call the endpoint made: what was asked, what came back, how long it took. */
@@ -74,6 +89,7 @@ interface RoundResult {
   wallMs: number;
   busyMs: number;
   cpuMs: number;
+  mainCpuMs: number;
 }
 
 export async function main(args: string[]): Promise<unknown> {
@@ -110,14 +126,15 @@ export async function main(args: string[]): Promise<unknown> {
   // The wrapped backend: direct replays pay the same wrapper as served calls.
   const inner = job.backend;
 
-  /** Main-thread busy time (event-loop utilisation) and process CPU time of a round, in ms. */
+  /** Main-thread busy time (event-loop utilisation), process CPU time and main-thread CPU time of a round, in ms. */
   const meter = () => {
     const elu = performance.eventLoopUtilization();
     const cpu = process.cpuUsage();
+    const main = mainThreadCpuMs();
     return () => {
       const e = performance.eventLoopUtilization(elu);
       const c = process.cpuUsage(cpu);
-      return { busyMs: e.active, cpuMs: (c.user + c.system) / 1000 };
+      return { busyMs: e.active, cpuMs: (c.user + c.system) / 1000, mainCpuMs: mainThreadCpuMs() - main };
     };
   };
 
@@ -224,6 +241,7 @@ export async function main(args: string[]): Promise<unknown> {
       // served minus direct, over the calls.
       main_thread_busy_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.busyMs - d[i].result.busyMs) / x.result.served!.length : NaN))),
       cpu_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.cpuMs - d[i].result.cpuMs) / x.result.served!.length : NaN))),
+      main_thread_cpu_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.mainCpuMs - d[i].result.mainCpuMs) / x.result.served!.length : NaN))),
       client_cpu_ms_per_call: median(s.map((x) => x.result.clientCpuMs! / x.result.served!.length)),
       // The round's wall time the endpoint adds, spread over its calls: its cost per call in throughput.
       round_wall_added_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.wallMs - d[i].result.wallMs) / x.result.served!.length : NaN))),
@@ -239,7 +257,7 @@ export async function main(args: string[]): Promise<unknown> {
     line('served call', report.served_call_ms);
     line('overhead per call', overhead, ', served minus its direct replay');
     line('outside generate', report.outside_generate_ms, ', served minus its own backend.generate');
-    console.log(`  work per call          endpoint: main thread ${f(report.main_thread_busy_ms_per_call)} ms, process CPU ${f(report.cpu_ms_per_call)} ms (served minus direct); client process CPU ${f(report.client_cpu_ms_per_call)} ms`);
+    console.log(`  work per call          endpoint: main-thread CPU ${f(report.main_thread_cpu_ms_per_call)} ms (busy ${f(report.main_thread_busy_ms_per_call)} ms), process CPU ${f(report.cpu_ms_per_call)} ms (served minus direct); client process CPU ${f(report.client_cpu_ms_per_call)} ms`);
     console.log(`  round wall time        served ${f(report.served_round_wall_ms)} ms, direct ${f(report.direct_round_wall_ms)} ms: ${f(report.round_wall_added_ms_per_call)} ms added per call`);
     if (profileDir) console.log(`  profiles               ${profileDir}/served-round-*.cpuprofile`);
     return report;
