@@ -2,6 +2,7 @@
 // embedded default (an embedded log directory is locked by the process that writes it, so for a live embedded
 // run the main job serves the admin itself). Tokens come from RLSTREAM_ADMIN_TOKENS; without any, a control token
 // is generated for this process and printed once, inside the dashboard link.
+import { dirname } from 'node:path';
 import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
 import { openLog } from '../../core/log/open.ts';
@@ -16,6 +17,7 @@ import type { TraceStore } from '../../core/traces/store.ts';
 import { MemoryRunRegistry } from '../../admin/run-registry.ts';
 import { serveAdmin } from '../../admin/serve.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
+import { isUnfinishedRun } from '../run/resume.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 
 const BROKERS = /^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$/;
@@ -78,8 +80,10 @@ export function register(program: Command): void {
         registry = await openRegistry(log);
         const serde = await new EventSerde(registry).init();
         store = traces ? await openTraceStore(parseTracesTarget(traces)) : null;
-        // This process holds the embedded log's lock, so no run is writing it: the runs found in it have ended.
-        const runs = new MemoryRunRegistry(log.kind === 'embedded' ? 'completed' : 'running');
+        // This process holds the embedded log's lock, so no run is writing it: the runs found in it have ended,
+        // completed or, in a run directory without its summary (killed, interrupted; `rlstream run` resumes it), stopped.
+        const ended = target.kind === 'embedded' && isUnfinishedRun(dirname(target.dir)) ? 'stopped' : 'completed';
+        const runs = new MemoryRunRegistry(log.kind === 'embedded' ? ended : 'running');
         const tok = opts.tokenizer ? ChatTokenizer.load(opts.tokenizer) : null;
         const tokenTexts = tok ? (ids: readonly number[]) => ids.map((id) => tok.decode([id])) : undefined;
         const server = await serveAdmin({ log, serde, store, logger, runs, host: opts.host, port, ...(tokenTexts ? { tokenTexts } : {}), ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) }).catch((err: unknown) => {

@@ -54,6 +54,11 @@ export function isFinished(dir: string): boolean {
   return existsSync(join(dir, SUMMARY_FILE));
 }
 
+/** A run directory whose run ended before it finished (killed, interrupted): `rlstream run` resumes it. */
+export function isUnfinishedRun(dir: string): boolean {
+  return readRunFile(dir) !== null && !isFinished(dir);
+}
+
 /** Pick (and for a new run, create) the run directory. */
 export function chooseRun(config: RunConfig, choice: RunChoice, now = new Date()): ChosenRun {
   const prefix = `${config.run.id}-${config.run.seed}-`;

@@ -1,9 +1,9 @@
 // `rlstream admin` (and `replay`) as a real process, on what a new user hands it: a run directory (log and traces both, found
-// by itself; its ended run shown as completed, not running), a directory that is no run (refused with the fix,
+// by itself; its ended run shown as completed, not running, or as stopped when the main job left it unfinished), a directory that is no run (refused with the fix,
 // nothing created), and a port already in use (one line, non-zero exit, no hang).
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +13,7 @@ import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import { syntheticRun } from '../admin/synthetic-run.ts';
+import { finishRun } from '../../cli/run/resume.ts';
 
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'rlstream.js');
 const TOKEN = 'admin-command-read-token-0123';
@@ -77,6 +78,41 @@ test('--log <run dir> serves its log and its traces; the ended run is completed,
   } finally {
     a.child.kill('SIGTERM');
     assert.equal(await a.exited, 0, a.err());
+  }
+});
+
+/** The runs an admin on `runDir` lists once it has read the log to its end. */
+async function listedRuns(): Promise<{ id: string; status: string; lastStep: number | null }[]> {
+  const a = admin(['--log', runDir, '--port', '0']);
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      const t = setInterval(() => {
+        const m = /API (http:\/\/[^\s]+)\/api/.exec(a.out());
+        if (m) resolve((clearInterval(t), m[1]!));
+      }, 100);
+      void a.exited.then((code) => reject((clearInterval(t), new Error(`admin exited ${code}: ${a.err()}`))));
+    });
+    let runs: { id: string; status: string; lastStep: number | null }[] = [];
+    for (let i = 0; i < 50 && runs[0]?.lastStep !== 2; i++) {
+      runs = (await get<{ runs: typeof runs }>(`${url}/api/runs`)).runs;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return runs;
+  } finally {
+    a.child.kill('SIGTERM');
+    assert.equal(await a.exited, 0, a.err());
+  }
+}
+
+test('a run directory the main job left unfinished (killed, interrupted) is stopped, not completed; once finished, completed', { timeout: 180_000 }, async () => {
+  writeFileSync(join(runDir, 'run.json'), JSON.stringify({ run_id: runId, config_hash: 'h' }));
+  try {
+    assert.deepEqual((await listedRuns()).map((r) => [r.id, r.status]), [[runId, 'stopped']]);
+    finishRun(runDir, { steps: 3 });
+    assert.deepEqual((await listedRuns()).map((r) => [r.id, r.status]), [[runId, 'completed']]);
+  } finally {
+    rmSync(join(runDir, 'run.json'), { force: true });
+    rmSync(join(runDir, 'summary.json'), { force: true });
   }
 });
 
