@@ -296,13 +296,14 @@ function toResult(m: ModeSpec, seed: number, r: ChildResult): RunResult {
   };
 }
 
-interface MeanSd {
+export interface MeanSd {
   n: number;
   mean: number;
   sd: number;
 }
 
-function meanSd(xs: number[]): MeanSd {
+/** Mean and sample standard deviation (n − 1) of the finite values. */
+export function meanSd(xs: number[]): MeanSd {
   const v = xs.filter(Number.isFinite);
   const n = v.length;
   if (n === 0) return { n, mean: NaN, sd: NaN };
