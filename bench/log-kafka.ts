@@ -1,6 +1,6 @@
-// Kafka rows of the event-log benchmark (bench/log.ts adds them to its table): our EventLog on kafkajs, Kafka's
-// own perf tools (org.apache.kafka.tools.ProducerPerformance / ConsumerPerformance, from the broker's jars in
-// .infra/) on the same broker, record size and count, and the ratio of the two (throughput only: our latency is
+// Kafka rows of the event-log benchmark (bench/log.ts adds them to its table): our EventLog on each client
+// (kafkajs, librdkafka), Kafka's own perf tools (org.apache.kafka.tools.ProducerPerformance /
+// ConsumerPerformance, from the broker's jars in .infra/) on the same broker, record size and count, and the ratio of the two (throughput only: our latency is
 // per send() call of a batch, the tools' per record, so their latencies are shown side by side, not divided).
 // The broker writes to the page cache and leaves flushing to the OS (Kafka's default): no row waits for the disk.
 // `npm run bench -- log-kafka [records] [batch] [--rounds 3] [--quick]` runs only these rows.
@@ -10,6 +10,8 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { openKafkaLog } from '../core/log/kafka/index.ts';
+import { rdKafkaAvailable } from '../core/log/kafka/librdkafka/binding.ts';
+import type { KafkaClient } from '../core/log/kafka/options.ts';
 // Types only at load: bench/log.ts imports this module to build its targets, so its functions are loaded
 // lazily (a static import both ways breaks module initialisation order).
 import type { BenchOptions, BenchRow, LogTarget } from './log.ts';
@@ -86,29 +88,38 @@ async function perfTools(o: BenchOptions, label: string, producerProps: string[]
 }
 
 /**
- * The Kafka rows: ours, the perf tools' (two settings), and ours divided by the better tools' throughput of the
- * same round (target ≥ 0.5). The rows run in this order every round, so the ratio row divides that round's figures.
+ * The Kafka rows: ours on each client (kafkajs; librdkafka once infra/setup.sh has built it), the perf tools'
+ * (two settings), and ours divided by the better tools' throughput of the same round (target ≥ 0.5), per client.
+ * The rows run in this order every round, so the ratio rows divide that round's figures.
  */
 export function kafkaTargets(): LogTarget[] {
-  let ours: BenchRow | null = null;
+  const ours = new Map<KafkaClient, BenchRow>();
   const tools: BenchRow[] = [];
   const version = process.env['KAFKA_VERSION'] ?? '4.3.1';
+  const clients: KafkaClient[] = ['kafkajs', 'librdkafka'];
+  const unbuilt = () => (rdKafkaAvailable() ? null : 'librdkafka is not built (bash infra/setup.sh --kafka-native)');
   return [
-    {
-      label: `kafka ${version} (our EventLog, kafkajs)`,
-      unavailable: noBroker,
+    ...clients.map((client, i) => ({
+      label: `kafka ${version} (our EventLog, ${client})`,
+      unavailable: () => noBroker() ?? (client === 'librdkafka' ? unbuilt() : null),
       storage: KAFKA_STORAGE,
-      run: async (o) => {
-        tools.length = 0; // a new round: the ratio compares with this round's tool rows only
-        const log = await openKafkaLog({ brokers: brokers(), clientId: 'rlstream-bench' });
+      run: async (o: BenchOptions) => {
+        if (i === 0) {
+          // A new round: the ratios compare with this round's rows only.
+          tools.length = 0;
+          ours.clear();
+        }
+        const log = await openKafkaLog({ brokers: brokers(), client, clientId: 'rlstream-bench' });
         try {
           const { benchLog } = await import('./log.ts');
-          return (ours = await benchLog(log, `kafka ${version} (our EventLog)`, o));
+          const row = await benchLog(log, `kafka ${version} (our EventLog, ${client})`, o);
+          ours.set(client, row);
+          return row;
         } finally {
           await log.close();
         }
       },
-    },
+    })),
     ...(
       [
         // The Java producer's defaults (16 KiB batches: two 8 KiB records per batch), and batches as large as
@@ -126,29 +137,30 @@ export function kafkaTargets(): LogTarget[] {
         return row;
       },
     })),
-    {
-      label: 'ratio ours / best perf tools',
-      unavailable: () => noBroker(),
-      run: async (o) => {
-        if (!ours || tools.length === 0) throw new Error('the ratio row needs our row and a perf-tools row before it');
+    ...clients.map((client) => ({
+      label: `ratio ours (${client}) / best perf tools`,
+      unavailable: () => noBroker() ?? (client === 'librdkafka' ? unbuilt() : null),
+      run: async (o: BenchOptions): Promise<BenchRow> => {
+        const mine = ours.get(client);
+        if (!mine || tools.length === 0) throw new Error('the ratio row needs our row and a perf-tools row before it');
         // Against the faster of the perf-tool runs, per column.
         const best = (f: (r: BenchRow) => number) => Math.max(...tools.map(f));
         const r = (a: number, b: number) => +(a / b).toFixed(2);
         return {
-          target: 'ratio ours / best perf tools',
+          target: `ratio ours (${client}) / best perf tools`,
           records: o.records,
           recordBytes: o.recordBytes,
-          batch: ours.batch,
-          produceRecordsPerSec: r(ours.produceRecordsPerSec, best((t) => t.produceRecordsPerSec)),
-          produceMBPerSec: r(ours.produceMBPerSec, best((t) => t.produceMBPerSec)),
+          batch: mine.batch,
+          produceRecordsPerSec: r(mine.produceRecordsPerSec, best((t) => t.produceRecordsPerSec)),
+          produceMBPerSec: r(mine.produceMBPerSec, best((t) => t.produceMBPerSec)),
           // Per send() call of a batch against per record: no meaningful ratio.
           produceP50Ms: null,
           produceP99Ms: null,
-          consumeRecordsPerSec: r(ours.consumeRecordsPerSec, best((t) => t.consumeRecordsPerSec)),
-          consumeMBPerSec: r(ours.consumeMBPerSec, best((t) => t.consumeMBPerSec)),
+          consumeRecordsPerSec: r(mine.consumeRecordsPerSec, best((t) => t.consumeRecordsPerSec)),
+          consumeMBPerSec: r(mine.consumeMBPerSec, best((t) => t.consumeMBPerSec)),
         };
       },
-    },
+    })),
   ];
 }
 

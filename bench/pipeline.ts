@@ -1,6 +1,6 @@
 // Whole-pipeline benchmark: synthetic rollouts (1,000-token trajectories, groups of 8) through
 // reward → advantage → a trainer that only consumes, all three running at once, on the embedded log and on
-// Kafka, in trajectories/s and MB/s next to Kafka's own ProducerPerformance / ConsumerPerformance on the same
+// Kafka through each client (kafkajs, and librdkafka once infra/setup.sh has built it), in trajectories/s and MB/s next to Kafka's own ProducerPerformance / ConsumerPerformance on the same
 // payload and the same record count; and the resident memory of each role as its own process (the distributed
 // shape, tiny model).
 // Two separate latency figures, since they answer different questions:
@@ -22,6 +22,7 @@ import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { newId } from '../core/ids.ts';
 import { openLog, type LogConfig } from '../core/log/open.ts';
+import { rdKafkaAvailable } from '../core/log/kafka/librdkafka/binding.ts';
 import { StreamProcessor } from '../core/processor.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import { RewardHandler } from '../consumers/reward/consumer.ts';
@@ -218,9 +219,15 @@ export async function main(args: string[]): Promise<unknown> {
       },
     },
   ];
+  const kafkaModes: string[] = [];
   if (brokers) {
     const list = brokers.split(',');
-    modes.push({ name: 'kafka', run: () => pipelineRound('kafka', () => ({ kind: 'kafka', brokers: list }), groups, latencyGroups, serde) });
+    for (const client of rdKafkaAvailable() ? (['kafkajs', 'librdkafka'] as const) : (['kafkajs'] as const)) {
+      const name = `kafka/${client}`;
+      kafkaModes.push(name);
+      modes.push({ name, run: () => pipelineRound(name, () => ({ kind: 'kafka', brokers: list, client }), groups, latencyGroups, serde) });
+    }
+    if (!rdKafkaAvailable()) console.log('librdkafka is not built (bash infra/setup.sh --kafka-native): its Kafka rows skipped');
     modes.push({
       name: 'kafka tools',
       run: async () => {
@@ -246,24 +253,25 @@ export async function main(args: string[]): Promise<unknown> {
   };
   const logs = modes.filter((m) => m.name !== 'kafka tools').map((m) => m.name);
   console.log(`\n(a) pipeline, reward → advantage → consuming trainer; median [min–max] over ${rounds} rounds`);
-  console.log('log        traj/s              MB/s              backlog p50 ms        backlog p99 ms        latency p50 ms     latency p99 ms');
-  for (const l of logs) console.log([l.padEnd(10), fmtStats(summary.trajPerSec[l]!, 0).padEnd(19), fmtStats(summary.MBPerSec[l]!, 2).padEnd(17), fmtStats(summary.backlogP50Ms[l]!, 0).padEnd(21), fmtStats(summary.backlogP99Ms[l]!, 0).padEnd(21), fmtStats(summary.latencyP50Ms[l]!, 1).padEnd(18), fmtStats(summary.latencyP99Ms[l]!, 1)].join(' '));
+  console.log('log               traj/s              MB/s              backlog p50 ms        backlog p99 ms        latency p50 ms     latency p99 ms');
+  for (const l of logs) console.log([l.padEnd(17), fmtStats(summary.trajPerSec[l]!, 0).padEnd(19), fmtStats(summary.MBPerSec[l]!, 2).padEnd(17), fmtStats(summary.backlogP50Ms[l]!, 0).padEnd(21), fmtStats(summary.backlogP99Ms[l]!, 0).padEnd(21), fmtStats(summary.latencyP50Ms[l]!, 1).padEnd(18), fmtStats(summary.latencyP99Ms[l]!, 1)].join(' '));
   console.log(`(backlog: send → trainer while the producer floods ${records} trajectories, the queue's drain time; latency: created → decoded by the trainer, ${latencyGroups} groups sent one at a time at half the measured throughput)`);
-  let toolsSummary: { produce: Stats; consume: Stats; ratio: Stats } | null = null;
+  let toolsSummary: { produce: Stats; consume: Stats; ratio: Record<string, Stats> } | null = null;
   if (tools.length > 0) {
     const produce = tools.map((t) => t.produceRecPerSec);
     const consume = tools.map((t) => t.consumeRecPerSec);
-    // The ratio round by round: the pipeline on Kafka against the slower tool of the same round.
-    const ratios = recs
-      .filter((r) => r.mode === 'kafka tools' && r.result)
-      .map((r) => {
-        const k = pipe.find((x) => x.round === r.round && x.mode === 'kafka');
-        const t = (r.result as { tools: ToolFigures }).tools;
-        return k ? k.result.throughput.trajPerSec / Math.min(t.produceRecPerSec, t.consumeRecPerSec) : NaN;
-      });
-    toolsSummary = { produce: stats(produce), consume: stats(consume), ratio: stats(ratios) };
+    // The ratio round by round: the pipeline on Kafka (each client) against the slower tool of the same round.
+    const ratioOf = (mode: string) =>
+      recs
+        .filter((r) => r.mode === 'kafka tools' && r.result)
+        .map((r) => {
+          const k = pipe.find((x) => x.round === r.round && x.mode === mode);
+          const t = (r.result as { tools: ToolFigures }).tools;
+          return k ? k.result.throughput.trajPerSec / Math.min(t.produceRecPerSec, t.consumeRecPerSec) : NaN;
+        });
+    toolsSummary = { produce: stats(produce), consume: stats(consume), ratio: Object.fromEntries(kafkaModes.map((m) => [m, stats(ratioOf(m))])) };
     console.log(`Kafka tools, same payload, ${records} records (ProducerPerformance after ${tools[0]!.warmupRecords} warm-up records): ProducerPerformance ${fmtStats(toolsSummary.produce, 0)} rec/s, ConsumerPerformance ${fmtStats(toolsSummary.consume, 0)} rec/s`);
-    console.log(`ratio: pipeline on Kafka / min(tool produce, tool consume), same round = ${fmtStats(toolsSummary.ratio, 3)} (three stages, each consuming, transforming and producing transactionally)`);
+    for (const m of kafkaModes) console.log(`ratio: pipeline on ${m} / min(tool produce, tool consume), same round = ${fmtStats(toolsSummary.ratio[m]!, 3)} (three stages, each consuming, transforming and producing transactionally)`);
   }
   const speed = probeSummary(recs);
   console.log(`machine speed before each mode: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
