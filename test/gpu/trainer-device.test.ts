@@ -12,14 +12,13 @@ import { ConfigError, loadRunConfig } from '../../core/config.ts';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
-import { TOPICS } from '../../core/topics.ts';
 import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
 import { runMainJob } from '../../cli/run/main-job.ts';
 import { cudaAvailable, nativeAvailable } from '../../native/index.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
-import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from '../trainer/fixtures/synthetic.ts';
+import { TINY_CONFIG, trainerInputs } from '../trainer/fixtures/synthetic.ts';
 
 const GPU_CONFIG = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.gpu.yaml');
 const cuda = cudaAvailable();
@@ -83,22 +82,8 @@ test("trainer.device 'cuda' without CUDA: a trainer process (rlstream worker tra
 
 const RUN = 'device-test';
 
-async function setUp(groups: number): Promise<{ dir: string; logDir: string; weights: string }> {
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-trainer-device-'));
-  const logDir = join(dir, 'log');
-  const log = openEmbeddedLog({ dir: logDir });
-  for (const name of [TOPICS.advantaged, TOPICS.trainSteps, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name, partitions: 1 });
-  const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-  const producer = await log.producer();
-  for (let g = 0; g < groups; g++) {
-    const events = syntheticGroup(RUN, g, 4);
-    await producer.send(TOPICS.advantaged, events.map((e) => ({ key: e.trajectory.group_id, value: serde.encode('AdvantagedTrajectory', e) })));
-  }
-  await producer.close();
-  await log.close();
-  const weights = join(dir, 'init.safetensors');
-  await writeInitialWeights(weights);
-  return { dir, logDir, weights };
+function setUp(groups: number): Promise<{ dir: string; logDir: string; weights: string }> {
+  return trainerInputs('rlstream-trainer-device-', RUN, Array.from({ length: groups }, (_, g) => ({ g })), 4);
 }
 
 /** A trainer over a fresh copy of the same samples, on `device`, to max_steps; its steps. */

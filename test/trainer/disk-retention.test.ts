@@ -20,7 +20,7 @@ import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
 import { mustKeepVersion, pruneWeights, storeWeights } from '../../consumers/trainer/weights-store.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
-import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from './fixtures/synthetic.ts';
+import { advantagedRecords, syntheticGroup, TINY_CONFIG, writeInitialWeights } from './fixtures/synthetic.ts';
 
 /** Bytes allocated on disk under `dir` (what `du` counts). */
 function diskBytes(dir: string): number {
@@ -53,7 +53,7 @@ async function longRun(dir: string, steps: number, every: number, retention: boo
   await ensureTopics(log, retention ? { maxBytes: RETENTION, maxAgeMs: null } : { maxBytes: null, maxAgeMs: null });
   const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
   const producer = await log.producer();
-  const send = (g: number, version: number) => producer.send(TOPICS.advantaged, syntheticGroup(RUN, g, 2, version).map((e) => ({ key: e.trajectory.group_id, value: serde.encode('AdvantagedTrajectory', e) })));
+  const send = (g: number, version: number) => producer.send(TOPICS.advantaged, advantagedRecords(serde, syntheticGroup(RUN, g, 2, version)));
   const weights = join(dir, 'init.safetensors');
   await writeInitialWeights(weights);
   // Two groups ahead of the trainer, each generated at the version current when it is sent.
@@ -132,7 +132,7 @@ test('a version a record not yet trained names keeps its weights until that reco
     // of keep_versions = 1 and staleness_bound = 0); step 3 drops group 2 as stale and publishes version 3
     // with unchanged weights, the same file as version 2.
     for (const [g, version] of [[0, 0], [1, 1], [2, 1]] as const) {
-      await producer.send(TOPICS.advantaged, syntheticGroup(RUN, g, 2, version).map((e) => ({ key: e.trajectory.group_id, value: serde.encode('AdvantagedTrajectory', e) })));
+      await producer.send(TOPICS.advantaged, advantagedRecords(serde, syntheticGroup(RUN, g, 2, version)));
     }
     await producer.close();
     const weights = join(dir, 'init.safetensors');

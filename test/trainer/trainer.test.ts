@@ -4,8 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import type { EventLog } from '../../core/log/types.ts';
@@ -15,26 +14,12 @@ import { TOPICS } from '../../core/topics.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
 import type { PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from './fixtures/synthetic.ts';
+import { TINY_CONFIG, trainerInputs } from './fixtures/synthetic.ts';
 
 const PROCESS = join(import.meta.dirname, 'fixtures', 'trainer-process.ts');
 
-async function setUp(groups: { g: number; version?: number; split?: string }[], groupSize: number): Promise<{ dir: string; logDir: string; weights: string }> {
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-trainer-'));
-  const logDir = join(dir, 'log');
-  const log = openEmbeddedLog({ dir: logDir });
-  for (const name of [TOPICS.advantaged, TOPICS.trainSteps, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name, partitions: name === TOPICS.advantaged ? 2 : 1 });
-  const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-  const producer = await log.producer();
-  for (const { g, version, split } of groups) {
-    const events = syntheticGroup('restart-test', g, groupSize, version ?? 0, split ?? 'train');
-    await producer.send(TOPICS.advantaged, events.map((e) => ({ key: e.trajectory.group_id, value: serde.encode('AdvantagedTrajectory', e) })));
-  }
-  await producer.close();
-  await log.close();
-  const weights = join(dir, 'init.safetensors');
-  await writeInitialWeights(weights);
-  return { dir, logDir, weights };
+function setUp(groups: { g: number; version?: number; split?: string }[], groupSize: number): Promise<{ dir: string; logDir: string; weights: string }> {
+  return trainerInputs('rlstream-trainer-', 'restart-test', groups, groupSize, 2);
 }
 
 async function readAll<T>(log: EventLog, serde: EventSerde, topic: string, name: string): Promise<T[]> {
