@@ -1,9 +1,9 @@
 // One trace sink drain in a process of its own, as the sink runs when deployed (not beside the benchmark's
 // heap, its chDB instance and that instance's background work); bench/traces.ts starts it. Prints one JSON
 // line: counts, seconds and CPU by role. It leaves its database in place: bench/traces.ts drops it at the end.
-// The log is an embedded log's directory, or kafka://brokers with the prefix the run's topics were copied under
-// (the distributed shape: the sink consumes Kafka through kafkajs).
-// Usage: node --import tsx bench/traces-sink-process.ts <log dir | kafka://brokers> <store spec> <transcode: true|false> <database> [topic prefix]
+// The log is an embedded log's directory, or kafka://brokers (through kafkajs) or kafka+librdkafka://brokers
+// with the prefix the run's topics were copied under (the distributed shape).
+// Usage: node --import tsx bench/traces-sink-process.ts <log dir | kafka://brokers | kafka+librdkafka://brokers> <store spec> <transcode: true|false> <database> [topic prefix]
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { openLog } from '../core/log/open.ts';
 import type { EventLog } from '../core/log/types.ts';
@@ -20,9 +20,10 @@ if (!logSpec || !spec || (transcodeArg !== 'true' && transcodeArg !== 'false') |
   process.exit(2);
 }
 const transcode = transcodeArg === 'true';
-const kafka = logSpec.startsWith('kafka://');
-const log: EventLog = kafka
-  ? await openLog({ kind: 'kafka', brokers: logSpec.slice('kafka://'.length).split(',') })
+const kafkaUrl = /^kafka(\+librdkafka)?:\/\/(.+)$/.exec(logSpec);
+const kafka = kafkaUrl !== null;
+const log: EventLog = kafkaUrl
+  ? await openLog({ kind: 'kafka', brokers: kafkaUrl[2]!.split(','), client: kafkaUrl[1] ? 'librdkafka' : 'kafkajs' })
   : openEmbeddedLog({ dir: logSpec, fsync: 'none' });
 // The registry of each shape: the embedded log's own _schemas topic; for Kafka, the registry at SCHEMA_REGISTRY_URL
 // (where the copy into Kafka registered the schemas).

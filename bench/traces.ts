@@ -22,7 +22,7 @@
 // drained again with transcoding off (decode, rowsOf, codec for every record), once, as the comparison.
 // With the server as a target and KAFKA_BROKERS set, the log is also copied into Kafka (under topics of its own,
 // untimed, schemas registered at SCHEMA_REGISTRY_URL) and the sink drains it from there into the server: the
-// distributed shape, where kafkajs decodes each record in JavaScript. The copy's topics are deleted at the end.
+// distributed shape), once through each Kafka client (kafkajs, librdkafka). The copy's topics are deleted at the end.
 // Both print where the CPU went, per row (bench/cpu.ts): the main thread, chDB's insert and merge threads,
 // Node's other threads (GC, and libuv's pool, where chDB's queries start), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
 // what the machine's cores can take at that cost. Merges still running when a drain ends are not in it.
@@ -48,6 +48,7 @@ import os, { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { rdKafkaAvailable } from '../core/log/kafka/librdkafka/binding.ts';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { openLog } from '../core/log/open.ts';
 import { openRegistryFor } from '../core/serde/open.ts';
@@ -190,8 +191,8 @@ interface SinkReport {
   target: string;
   /** 'native transcoders' (the default) or 'general path' (decode, rowsOf, codec for every record). */
   path: string;
-  /** Where the sink read the run: the embedded log (in place) or Kafka (kafkajs). */
-  source: 'embedded log' | 'Kafka';
+  /** Where the sink read the run: the embedded log (in place) or Kafka through one of its clients. */
+  source: 'embedded log' | 'Kafka (kafkajs)' | 'Kafka (librdkafka)';
   /** Which of the drains of this target, path and source this is (1-based). */
   run: number;
   turns: number;
@@ -321,7 +322,7 @@ async function copyToKafka(sinkLog: SinkLog, brokers: string[]): Promise<DrainSo
     await kafka.close();
     await source.close();
   }
-  return { log: `kafka://${brokers.join(',')}`, prefix, source: 'Kafka' };
+  return { log: `kafka://${brokers.join(',')}`, prefix, source: 'Kafka (kafkajs)' };
 }
 
 async function deleteKafkaTopics(brokers: string[]): Promise<void> {
@@ -491,12 +492,17 @@ export async function main(args: string[]): Promise<{ stores: TargetReport[]; si
         const drained = await benchSink(spec, dir, sinkLog, { log: sinkLog.dir, prefix: '', source: 'embedded log' }, sinkRuns);
         if (t === 'server' && kafkaSink) {
           console.log(`${t}: copying the log into Kafka (untimed), for the sink to drain from there…`);
-          drained.push(...(await benchSink(spec, dir, sinkLog, await copyToKafka(sinkLog, brokers), 1, false)));
+          const copy = await copyToKafka(sinkLog, brokers);
+          // One drain per Kafka client, of the same copy (each drain reads it from the start in a group of its own).
+          for (const client of rdKafkaAvailable() ? (['kafkajs', 'librdkafka'] as const) : (['kafkajs'] as const)) {
+            drained.push(...(await benchSink(spec, dir, sinkLog, { ...copy, log: `${client === 'librdkafka' ? 'kafka+librdkafka' : 'kafka'}://${brokers.join(',')}`, source: `Kafka (${client})` }, 1, false)));
+          }
+          if (!rdKafkaAvailable()) console.log('librdkafka is not built (bash infra/setup.sh --kafka-native): the drain from Kafka through it is skipped');
         }
         for (const k of drained) {
           sinks.push(k);
           console.log(
-            `${t} sink end to end from ${k.source === 'Kafka' ? 'Kafka' : 'the embedded log'}, ${k.path}${k.path === 'native transcoders' && k.source === 'embedded log' ? ` (drain ${k.run} of ${sinkRuns})` : ''}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
+            `${t} sink end to end from ${k.source === 'embedded log' ? 'the embedded log' : k.source}, ${k.path}${k.path === 'native transcoders' && k.source === 'embedded log' ? ` (drain ${k.run} of ${sinkRuns})` : ''}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
               `process CPU ${k.cpuSeconds} s (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
           );
           console.log(`  ${describeCpu(k.cpu)}`);
