@@ -318,19 +318,28 @@ void Model::forward_trunk(const Batch& b) {
   PROF(elementwise, k.rmsnorm_forward(a.lnf, a.rstdf, a.resid[cfg_.num_hidden_layers], P_.norm_w, T, H, eps));
 }
 
+// Logits [n, V] of tokens [t0, t0+n) into the chunk buffer: the final norm's output times lm_head.
+void Model::logits_chunk(int t0, int n) {
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  PROF(matmul, k_->matmul_forward(a_->logits, a_->lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false));
+}
+
+// Log-prob of every target and entropy of every position, chunk by chunk, into logp[T] and ent[T] (where the
+// kernels write: host memory on the CPU, device memory on a GPU).
+void Model::logprobs_pass(int T, const int32_t* targets, float* logp, float* ent) {
+  for (int t0 = 0; t0 < T; t0 += chunk_) {
+    const int n = std::min(chunk_, T - t0);
+    logits_chunk(t0, n);
+    PROF(logits, k_->logsoftmax_forward(a_->logits, logp + t0, ent + t0, targets + t0, n, cfg_.vocab_size));
+  }
+}
+
 void Model::forward_logprobs(const Batch& b, const int32_t* targets, float* logp, float* ent) {
   forward_trunk(b);
   Acts& a = *a_;
-  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
   // On a device the per-token outputs are written there and copied out once.
   const bool host = k_->host_visible();
-  float* lp = host ? logp : a.logp;
-  float* en = host ? ent : a.ent;
-  for (int t0 = 0; t0 < b.T; t0 += chunk_) {
-    const int n = std::min(chunk_, b.T - t0);
-    PROF(matmul, k_->matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false));
-    PROF(logits, k_->logsoftmax_forward(a.logits, lp + t0, en + t0, targets + t0, n, V));
-  }
+  logprobs_pass(b.T, targets, host ? logp : a.logp, host ? ent : a.ent);
   if (!host) {
     k_->to_host(logp, a.logp, (size_t)b.T);
     k_->to_host(ent, a.ent, (size_t)b.T);
@@ -340,10 +349,10 @@ void Model::forward_logprobs(const Batch& b, const int32_t* targets, float* logp
 void Model::forward_logits(const Batch& b, float* logits) {
   forward_trunk(b);
   Acts& a = *a_;
-  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int V = cfg_.vocab_size;
   for (int t0 = 0; t0 < b.T; t0 += chunk_) {
     const int n = std::min(chunk_, b.T - t0);
-    k_->matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false);
+    logits_chunk(t0, n);
     k_->to_host(logits + (size_t)t0 * V, a.logits, (size_t)n * V);
   }
 }
@@ -358,11 +367,7 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
 
   if (loss.needs_logp()) {
     // Sequence-level losses: every log-prob before any gradient (costs one more lm_head pass).
-    for (int t0 = 0; t0 < T; t0 += chunk_) {
-      const int n = std::min(chunk_, T - t0);
-      PROF(matmul, k.matmul_forward(a.logits, a.lnf + (size_t)t0 * H, P_.lm_head, nullptr, n, H, V, false));
-      PROF(logits, k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V));
-    }
+    logprobs_pass(T, targets, a.logp, a.ent);
     if (k_->host_visible()) {
       loss.prepare(a.logp);
     } else {
@@ -377,7 +382,7 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
   for (int t0 = 0; t0 < T; t0 += chunk_) {
     const int n = std::min(chunk_, T - t0);
     const float* xf = a.lnf + (size_t)t0 * H;
-    PROF(matmul, k.matmul_forward(a.logits, xf, P_.lm_head, nullptr, n, H, V, false));
+    logits_chunk(t0, n);
     PROF(logits, k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V));
     if (k_->host_visible()) {
       loss.chunk(t0, n, a.logp + t0, a.ent + t0, a.dlogp, a.dent);

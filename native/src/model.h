@@ -115,6 +115,8 @@ class Model {
   struct Acts;
   void ensure_acts(int T, int max_len);
   void forward_trunk(const Batch& b);
+  void logits_chunk(int t0, int n);
+  void logprobs_pass(int T, const int32_t* targets, float* logp, float* ent);
   ParamPtrs bind(float* base) const;
 
   ModelConfig cfg_;
