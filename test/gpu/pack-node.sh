@@ -79,7 +79,7 @@ pack() {
 pack_run() {
   command -v strace >/dev/null || { echo "pack-run: needs strace here (apt-get install strace)" >&2; exit 1; }
   [ -f native/build/Release/rlstream_native.node ] || { echo "pack-run: build the addon here first (npm run build:native)" >&2; exit 1; }
-  [ -f "$archive" ] || pack
+  if [ ! -f "$archive" ]; then pack && rm -rf "$stage"; fi
   local trace data list
   stage=$(mktemp -d)
   trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
