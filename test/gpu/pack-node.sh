@@ -85,9 +85,11 @@ pack_run() {
   trap '[ -z "$stage" ] || rm -rf "$stage"' EXIT
   trace="$stage/strace.txt" data="$stage/data" list="$stage/files.txt"
   # The same config with the trainer on the CPU (this machine has no GPU), a few steps and evaluations: every
-  # phase of the main job runs, so every module it imports is opened.
+  # phase of the main job runs, so every module it imports is opened. The example's small model and its shipped
+  # warm start keep it short (SFT, which a missing model.init runs, loads no npm module of its own).
   strace -f -qq -e trace=openat -o "$trace" node --import tsx cli/main.ts run "$run_config" \
-    --set trainer.device=cpu --set trainer.max_steps=2 --set eval.every_steps=1 --set task.heldout_problems=8 \
+    --set trainer.device=cpu --set model.config=model.json --set model.init=checkpoints/sft \
+    --set trainer.max_steps=2 --set eval.every_steps=1 --set task.heldout_problems=8 \
     --set rollout.concurrency=16 --set run.data_dir="$data" >"$stage/run.out" 2>&1 ||
     { tail -20 "$stage/run.out" >&2; echo "pack-run: the traced run failed" >&2; exit 1; }
   grep -v ENOENT "$trace" | grep -o "\"$PWD/node_modules/[^\"]*\"" | tr -d '"' | sed "s#^$PWD/##" | sort -u |
