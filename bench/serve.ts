@@ -90,6 +90,9 @@ interface RoundResult {
   busyMs: number;
   cpuMs: number;
   mainCpuMs: number;
+  /** Engine steps (decode and prefill) and prefill steps over the round, when the backend counts them. */
+  steps: number;
+  prefillSteps: number;
 }
 
 export async function main(args: string[]): Promise<unknown> {
@@ -102,18 +105,24 @@ export async function main(args: string[]): Promise<unknown> {
   if (!Number.isInteger(sessions) || sessions < 1 || sessions > 256) throw new Error(`--sessions must be an integer in 1..256 (got ${JSON.stringify(rest[n + 1])})`);
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-serve-'));
   const captured = new Map<string, Captured>();
-  const capturing = (inner: LlmBackend): LlmBackend => ({
-    name: inner.name,
-    async generate(request: GenerateRequest, signal?: AbortSignal) {
-      const t0 = performance.now();
-      const out = await inner.generate(request, signal);
-      captured.set(request.requestId, { request, tokenIds: out.tokenIds, ms: performance.now() - t0 });
-      return out;
-    },
-    releaseSession: (id) => inner.releaseSession?.(id),
-    currentPolicyVersion: () => inner.currentPolicyVersion(),
-    close: () => inner.close(),
-  });
+  /** The built-in policy's step counters (steps, prefill steps, decoded tokens), where the backend has them. */
+  let engineStats: (() => { steps: number; prefillSteps: number; decodeTokens: number }) | null = null;
+  const capturing = (inner: LlmBackend): LlmBackend => {
+    const withStats = inner as LlmBackend & { stats?: () => { steps: number; prefillSteps: number; decodeTokens: number } };
+    if (typeof withStats.stats === 'function') engineStats = () => withStats.stats!();
+    return {
+      name: inner.name,
+      async generate(request: GenerateRequest, signal?: AbortSignal) {
+        const t0 = performance.now();
+        const out = await inner.generate(request, signal);
+        captured.set(request.requestId, { request, tokenIds: out.tokenIds, ms: performance.now() - t0 });
+        return out;
+      },
+      releaseSession: (id) => inner.releaseSession?.(id),
+      currentPolicyVersion: () => inner.currentPolicyVersion(),
+      close: () => inner.close(),
+    };
+  };
   const job = await startServeJob({
     configPath: CONFIG,
     port: 0,
@@ -131,10 +140,11 @@ export async function main(args: string[]): Promise<unknown> {
     const elu = performance.eventLoopUtilization();
     const cpu = process.cpuUsage();
     const main = mainThreadCpuMs();
+    const e0 = engineStats?.() ?? { steps: NaN, prefillSteps: NaN };
     return () => {
       const e = performance.eventLoopUtilization(elu);
       const c = process.cpuUsage(cpu);
-      return { busyMs: e.active, cpuMs: (c.user + c.system) / 1000, mainCpuMs: mainThreadCpuMs() - main };
+      return { busyMs: e.active, cpuMs: (c.user + c.system) / 1000, mainCpuMs: mainThreadCpuMs() - main, steps: (engineStats?.().steps ?? NaN) - e0.steps, prefillSteps: (engineStats?.().prefillSteps ?? NaN) - e0.prefillSteps };
     };
   };
 
@@ -245,6 +255,12 @@ export async function main(args: string[]): Promise<unknown> {
       client_cpu_ms_per_call: median(s.map((x) => x.result.clientCpuMs! / x.result.served!.length)),
       // The round's wall time the endpoint adds, spread over its calls: its cost per call in throughput.
       round_wall_added_ms_per_call: median(s.map((x, i) => (d[i] ? (x.result.wallMs - d[i].result.wallMs) / x.result.served!.length : NaN))),
+      // Requests reaching the engine one after another (as the endpoint handles them) are decoded in more, smaller
+      // steps than the same requests arriving together: the engine's share of the served rounds' extra CPU.
+      engine_steps_served: median(s.map((x) => x.result.steps)),
+      engine_steps_direct: median(d.map((x) => x.result.steps)),
+      engine_prefill_steps_served: median(s.map((x) => x.result.prefillSteps)),
+      engine_prefill_steps_direct: median(d.map((x) => x.result.prefillSteps)),
       served_round_wall_ms: median(s.map((x) => x.result.wallMs)),
       direct_round_wall_ms: median(d.map((x) => x.result.wallMs)),
       probes: probeSummary(records),
@@ -259,6 +275,7 @@ export async function main(args: string[]): Promise<unknown> {
     line('outside generate', report.outside_generate_ms, ', served minus its own backend.generate');
     console.log(`  work per call          endpoint: main-thread CPU ${f(report.main_thread_cpu_ms_per_call)} ms (busy ${f(report.main_thread_busy_ms_per_call)} ms), process CPU ${f(report.cpu_ms_per_call)} ms (served minus direct); client process CPU ${f(report.client_cpu_ms_per_call)} ms`);
     console.log(`  round wall time        served ${f(report.served_round_wall_ms)} ms, direct ${f(report.direct_round_wall_ms)} ms: ${f(report.round_wall_added_ms_per_call)} ms added per call`);
+    if (Number.isFinite(report.engine_steps_served)) console.log(`  engine steps a round   served ${report.engine_steps_served} (${report.engine_prefill_steps_served} prefill), direct ${report.engine_steps_direct} (${report.engine_prefill_steps_direct} prefill)`);
     if (profileDir) console.log(`  profiles               ${profileDir}/served-round-*.cpuprofile`);
     return report;
   } finally {
