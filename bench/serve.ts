@@ -9,8 +9,9 @@
 // The overhead of a call is its served wall time at the client minus its direct replay's wall time: what the
 // endpoint adds under the same load (HTTP, JSON, validation, rendering and delta tokenization, recording and
 // publishing, the client's own work, and the wait behind the other sessions' share of all that on a machine
-// the engine keeps busy). Also printed: the part of each served call outside backend.generate, and the endpoint's
-// work per call (its process's CPU time and main-thread busy time, served rounds minus direct rounds).
+// the engine keeps busy). Also printed: the part of each served call outside backend.generate, the work per call
+// (the endpoint's main-thread CPU, its process's CPU and main-thread busy time, served rounds minus direct rounds;
+// the client process's CPU), and the engine's steps a round in both modes.
 // Run: npm run bench -- serve [--quick] [--rounds N] [--sessions N] [--profile DIR] (--sessions: concurrent sessions,
 // default 64; DIR: a .cpuprofile of the main thread per measured served round). Rounds alternate served and direct,
 // with the harness's machine-speed probe before each.
