@@ -70,6 +70,11 @@ export async function runRole(role: Role, configPath: string, overrides: Record<
   const shutdown = new Shutdown(logger);
   logger.info('role starting');
   const config = loadRunConfig(configPath, overrides);
+  // The roles of the distributed shape meet on Kafka. An embedded log belongs to the one process that opened it: a
+  // worker on it would wait, silently, for records no other role can write there.
+  if (config.log.kind === 'embedded') {
+    throw new RlstreamError('CONFIG_INVALID', `log.kind: embedded in ${configPath}: rlstream worker runs one role of the distributed shape, whose roles meet on Kafka: set log.kind: kafka (README "Distributed shape"), or run every role in one process with rlstream run ${configPath}`);
+  }
   const ctx = await openRunContext(config, logger);
   // The log, the registry (the contract's schemas registered) and the topics are there.
   logger.info('role ready');
