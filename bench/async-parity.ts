@@ -13,8 +13,8 @@
 // see the same problems, and the paired difference removes the seed's own luck from the comparison.
 // The sync baseline runs its trainer on every core (--sync-threads, default the core count) and the async
 // modes on --async-threads (default 1), as bench/async.ts does and for the same reason.
-//   npm run bench -- async-parity [--seeds 1,2,3] [--bounds 0,2,4] [--settings ppo,cispo] [--steps 10]
-//                                 [--groups 8] [--n 8] [--heldout 200] [--eval-every 5] [--sync-settings ppo]
+//   npm run bench -- async-parity [--seeds 1,2,3] [--bounds 0,2,4] [--settings ppo,cispo] [--steps 8]
+//                                 [--groups 8] [--n 8] [--heldout 200] [--eval-every 4] [--sync-settings ppo]
 //                                 [--sync-threads N] [--async-threads N] [--keep] [--quick]
 // --quick: 2 steps of 2 groups × 2, one seed, bounds 0 and 2, 10 problems: proves the study runs, its figures
 // mean nothing.
@@ -116,7 +116,7 @@ function parseOptions(all: string[]): Options {
   const cores = availableParallelism();
   const o: Options = quick
     ? { quick, seeds: [1], bounds: [0, 2], settings: ['ppo'], syncSettings: ['ppo'], steps: 2, groups: 2, n: 2, heldout: 10, evalEvery: 1, syncThreads: cores, asyncThreads: 1, keep: false, modeTimeoutS: 0 }
-    : { quick, seeds: [1, 2, 3], bounds: [0, 2, 4], settings: ['ppo', 'cispo'], syncSettings: ['ppo'], steps: 10, groups: 8, n: 8, heldout: 200, evalEvery: 5, syncThreads: cores, asyncThreads: 1, keep: false, modeTimeoutS: 0 };
+    : { quick, seeds: [1, 2, 3], bounds: [0, 2, 4], settings: ['ppo', 'cispo'], syncSettings: ['ppo'], steps: 8, groups: 8, n: 8, heldout: 200, evalEvery: 4, syncThreads: cores, asyncThreads: 1, keep: false, modeTimeoutS: 0 };
   const int = (flag: string, v: string | undefined, min: number) => {
     const x = Number(v);
     if (!Number.isInteger(x) || x < min) throw new Error(`${flag} must be an integer >= ${min} (got ${JSON.stringify(v)})`);
