@@ -1,20 +1,22 @@
-// Kafka consumer behaviour beyond the shared conformance suite: bounded buffering (a partition is paused when
-// its unpolled records reach maxBufferedRecords, and resumed as poll drains it) and compression.
+// Kafka consumer behaviour beyond the shared conformance suite: bounded buffering (kafkajs: a partition is
+// paused when its unpolled records reach maxBufferedRecords, and resumed as poll drains it; librdkafka: the pump
+// takes no more than that from librdkafka's queue) and compression, on each client.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { silentLogger } from '../../core/telemetry.ts';
 import { openKafkaLog } from '../../core/log/kafka/index.ts';
 import type { KafkaConsumer } from '../../core/log/kafka/consumer.ts';
+import type { RdKafkaConsumer } from '../../core/log/kafka/librdkafka/consumer.ts';
 import { pollUntil, uniqueName } from '../log/conformance.ts';
-import { brokerList, service } from './services.ts';
+import { brokerList, kafkaClients, service } from './services.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const brokers = service('KAFKA_BROKERS', 'Kafka consumer backpressure and compression');
 if (brokers) {
   test('a consumer that is not polled stops fetching: its buffer stays bounded, then drains in order', async () => {
-    const log = await openKafkaLog({ brokers: brokerList(brokers), maxBufferedRecords: 50 }, silentLogger);
+    const log = await openKafkaLog({ brokers: brokerList(brokers), client: 'kafkajs', maxBufferedRecords: 50 }, silentLogger);
     try {
       const topic = uniqueName('bp');
       await log.createTopic({ name: topic, partitions: 1 });
@@ -52,8 +54,8 @@ if (brokers) {
     }
   });
 
-  test('gzip-compressed sends read back unchanged', async () => {
-    const log = await openKafkaLog({ brokers: brokerList(brokers), compression: 'gzip' }, silentLogger);
+  test('gzip-compressed sends read back unchanged (kafkajs)', async () => {
+    const log = await openKafkaLog({ brokers: brokerList(brokers), client: 'kafkajs', compression: 'gzip' }, silentLogger);
     try {
       const topic = uniqueName('gzip');
       await log.createTopic({ name: topic, partitions: 2 });
@@ -67,6 +69,61 @@ if (brokers) {
       await consumer.close();
       await producer.close();
       await assert.rejects(log.producer({ compression: 'zstd' }), (e: Error) => /zstd needs a codec/.test(e.message));
+    } finally {
+      await log.close();
+    }
+  });
+}
+
+for (const client of brokers ? kafkaClients('librdkafka consumer backpressure and compression').filter((c) => c === 'librdkafka') : []) {
+  test(`a consumer that is not polled holds at most maxBufferedRecords, then drains in order (${client})`, async () => {
+    const log = await openKafkaLog({ brokers: brokerList(brokers!), client, maxBufferedRecords: 50 }, silentLogger);
+    try {
+      const topic = uniqueName('bp-rd');
+      await log.createTopic({ name: topic, partitions: 1 });
+      const producer = await log.producer();
+      const total = 3000;
+      const pad = randomBytes(4096).toString('hex').slice(0, 4096);
+      for (let i = 0; i < total; i += 500) {
+        await producer.send(topic, Array.from({ length: 500 }, (_, j) => ({ value: Buffer.from(`${i + j}:${pad}`) })));
+      }
+      await producer.close();
+      const consumer = (await log.consumer({ groupId: uniqueName('g'), topics: [topic] })) as RdKafkaConsumer;
+      const got = await pollUntil(consumer, 1, 20_000);
+      const end = Date.now() + 10_000;
+      while (consumer.bufferedRecords() < 50 && Date.now() < end) await sleep(50);
+      await sleep(1500);
+      assert.equal(consumer.bufferedRecords(), 50, 'the buffer is full and no larger');
+      while (got.length < total) {
+        const batch = await consumer.poll({ maxRecords: 200, timeoutMs: 5000 });
+        if (batch.length === 0) break;
+        got.push(...batch);
+      }
+      assert.equal(got.length, total);
+      got.forEach((r, i) => assert.equal(r.value.toString().split(':')[0], String(i)));
+      await consumer.close();
+    } finally {
+      await log.close();
+    }
+  });
+
+  test(`gzip-, snappy- and lz4-compressed sends read back unchanged; zstd is refused naming the codecs (${client})`, async () => {
+    const log = await openKafkaLog({ brokers: brokerList(brokers!), client, compression: 'gzip' }, silentLogger);
+    try {
+      const topic = uniqueName('codecs');
+      await log.createTopic({ name: topic, partitions: 2 });
+      const values = Array.from({ length: 300 }, (_, i) => Buffer.from(`record ${i} `.repeat(50)));
+      for (const [k, compression] of (['gzip', 'snappy', 'lz4'] as const).entries()) {
+        const producer = await log.producer({ compression });
+        const part = values.slice(k * 100, (k + 1) * 100);
+        assert.equal((await producer.send(topic, part.map((value, i) => ({ key: `k${i % 7}`, value })))).length, part.length);
+        await producer.close();
+      }
+      const consumer = await log.consumer({ groupId: uniqueName('g'), topics: [topic] });
+      const got = await pollUntil(consumer, values.length, 20_000);
+      assert.deepEqual(got.map((r) => r.value.toString()).sort(), values.map((v) => v.toString()).sort());
+      await consumer.close();
+      await assert.rejects(log.producer({ compression: 'zstd' }), (e: Error) => /zstd is not built into this librdkafka/.test(e.message));
     } finally {
       await log.close();
     }

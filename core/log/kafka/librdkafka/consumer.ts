@@ -174,11 +174,13 @@ export class RdKafkaConsumer implements Consumer {
         await this.sleepPump(PUMP_IDLE_MS);
         continue;
       }
+      // Never more than the room left: the buffer stays within maxBufferedRecords.
+      const want = Math.min(PUMP_BATCH, this.maxBuffered - this.buffered);
       const seq = ++this.consumeSeq;
       this.consuming = true;
       let messages: RdMessage[];
       try {
-        const call = new Promise<RdMessage[]>((resolve, reject) => this.client.consume(PUMP_BATCH, (err, m) => (err ? reject(err) : resolve(m))));
+        const call = new Promise<RdMessage[]>((resolve, reject) => this.client.consume(want, (err, m) => (err ? reject(err) : resolve(m))));
         this.inflight = call.then(
           () => {},
           () => {},
@@ -201,7 +203,7 @@ export class RdKafkaConsumer implements Consumer {
       if (this.closed) return;
       if (messages.length > 0) this.accept(messages, seq);
       // A full batch may have left more behind, which raises no new signal: consume again at once.
-      if (messages.length < PUMP_BATCH) await this.sleepPump(PUMP_IDLE_MS);
+      if (messages.length < want) await this.sleepPump(PUMP_IDLE_MS);
     }
   }
 
