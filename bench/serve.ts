@@ -156,8 +156,12 @@ export async function main(args: string[]): Promise<unknown> {
   });
   const next = () =>
     new Promise<unknown>((resolve, reject) => {
-      client.once('message', resolve);
-      client.once('exit', (code) => reject(new Error(`bench serve client exited ${code}`)));
+      const exited = (code: number | null) => reject(new Error(`bench serve client exited ${code}`));
+      client.once('exit', exited);
+      client.once('message', (m) => {
+        client.off('exit', exited);
+        resolve(m);
+      });
     });
   await next(); // ready
 
