@@ -18,6 +18,7 @@ import { EventPublisher } from '../../producers/publisher.ts';
 import { buildServeServer } from '../../producers/serve/server.ts';
 import { ServeService } from '../../producers/serve/service.ts';
 import type { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+import type { Task } from '../../producers/tasks.ts';
 import type { RunContext } from './context.ts';
 import { rolloutOptions } from './roles.ts';
 
@@ -42,6 +43,16 @@ function serveTokens(extra: TokenSpec[]): { store: TokenStore; generated: string
   return { store: new TokenStore([{ token: generated, role: 'read', name: 'generated' }]), generated };
 }
 
+/**
+ * data_source for calls that name none: serve.data_source, else the source of the task's one reward function (the
+ * reward consumer scores by it; the dataset name would have no reward and dead-letter), else the dataset name.
+ */
+export function defaultDataSource(configured: string | null | undefined, task: Pick<Task, 'rewards' | 'datasetName'>): string {
+  if (configured !== null && configured !== undefined) return configured;
+  const sources = Object.keys(task.rewards ?? {});
+  return sources.length === 1 ? sources[0]! : task.datasetName;
+}
+
 /** Listen with the serve section's settings (host, port, limits) on `backend`; `tokens` besides RLSTREAM_SERVE_TOKENS (tests). */
 export async function openServeEndpoint(ctx: RunContext, o: { backend: LlmBackend; tokenizer: ChatTokenizer; settings: ServeConfig; tokens?: TokenSpec[]; logger: Logger }): Promise<ServeEndpoint> {
   const { settings: s, logger } = o;
@@ -61,7 +72,7 @@ export async function openServeEndpoint(ctx: RunContext, o: { backend: LlmBacken
       publisher,
       rollout: compileRolloutOptions(rolloutOptions(ctx, o.tokenizer)),
       limits: { maxSessions: s.maxSessions, idleTimeoutMs: s.idleTimeoutMs },
-      dataSource: s.dataSource ?? ctx.plugins.task.datasetName,
+      dataSource: defaultDataSource(s.dataSource, ctx.plugins.task),
       datasetName: ctx.plugins.task.datasetName,
       logger: logger.child({ role: 'serve' }),
     });

@@ -35,7 +35,7 @@ export interface ServeJobOptions {
   train?: boolean;
   limits?: Partial<ServeLimits>;
   bodyLimitBytes?: number;
-  /** Recorded as data_source when a call names none (default: serve.data_source, else the task's dataset name). */
+  /** Recorded as data_source when a call names none (default: serve.data_source, else the task's one reward source, else its dataset name). */
   dataSource?: string;
   /** Tokens besides RLSTREAM_SERVE_TOKENS (tests); without any, one is generated. */
   tokens?: TokenSpec[];

@@ -105,7 +105,7 @@ export const ServeSection = obj(
     max_sessions: positiveInt(1024, 'Trajectories open at once; a call that would open one more gets 429.'),
     idle_timeout_ms: positiveInt(600_000, 'A trajectory without a call for this long is completed as aborted.'),
     body_limit_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024, description: 'Largest request body (413 above).' }),
-    data_source: stringOrNull({ default: null, description: "data_source recorded when a call names none (the reward consumer scores by it; default: the task's dataset name)." }),
+    data_source: stringOrNull({ default: null, description: "data_source recorded when a call names none (the reward consumer scores by it; default: the data_source of the task's one reward function, else the task's dataset name)." }),
   },
   'The OpenAI-compatible endpoint that records every call as trajectories: its settings for `rlstream serve` (flags override them) and the main job\'s serve role.',
 );

@@ -177,6 +177,8 @@ describe('rlstream serve (scripted backend)', () => {
     assert.equal((await call(job, 'POST', `/v1/trajectories/${c.rlstream.trajectory_id}/complete`, { reward: 1 })).status, 200);
     const started = (await topicEvents(job, TOPICS.rolloutEvents)).find((e) => e.name === 'TrajectoryStarted' && (e.value as TrajectoryStarted).trajectory_id === c.rlstream.trajectory_id)!.value as TrajectoryStarted;
     assert.deepEqual(started.prompt_token_ids, TOKENIZER.encode(prompt));
+    // The call names no data_source: it is recorded with the task's one reward source, so the reward consumer scores it.
+    assert.equal(started.data_source, 'rlstream/calculator');
     const again = await call(job, 'POST', '/v1/completions', { model: 'calculator', prompt }, { 'x-rlstream-trajectory': c.rlstream.trajectory_id });
     assert.equal(again.status, 409);
   });
