@@ -1,6 +1,7 @@
 // The trace sink on Kafka (the distributed shape's `traces` worker): its group's lag reaches 0 on partitions
 // written in transactions, whose last offset is a commit marker and no record, and stop() resolves only after
-// the final commit (run() with it). Real broker, registry and ClickHouse server; topic and group are random.
+// the final commit (run() with it); the records' values go through the native transcoders. On each Kafka client.
+// Real broker, registry and ClickHouse server; topic and group are random.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -10,16 +11,16 @@ import { TraceSink } from '../../consumers/traces/sink.ts';
 import { fixtureValue } from '../../schemas/snapshot.ts';
 import type { TrajectoryStarted } from '../../schemas/generated/types.ts';
 import { uniqueName } from '../log/conformance.ts';
-import { openTestKafkaLog, service } from '../kafka/services.ts';
+import { kafkaClients, openTestKafkaLog, service } from '../kafka/services.ts';
 import { targets } from './targets.ts';
 
 const brokers = service('KAFKA_BROKERS', 'trace sink on Kafka');
 const registryUrl = brokers ? service('SCHEMA_REGISTRY_URL', 'trace sink on Kafka') : null;
 const server = targets().find((t) => t.name === 'server')!;
-if (brokers && registryUrl) {
-  test('sink on Kafka: the lag reaches 0 on transactional partitions, and stop() returns after the final commit', { timeout: 90_000, skip: server.skip ?? false }, async () => {
-    const log = await openTestKafkaLog(brokers);
-    const serde = await new EventSerde(new HttpSchemaRegistry({ url: registryUrl })).init();
+for (const client of brokers && registryUrl ? kafkaClients('trace sink on Kafka') : []) {
+  test(`sink on Kafka: the lag reaches 0 on transactional partitions, and stop() returns after the final commit (${client})`, { timeout: 90_000, skip: server.skip ?? false }, async () => {
+    const log = await openTestKafkaLog(brokers!, client);
+    const serde = await new EventSerde(new HttpSchemaRegistry({ url: registryUrl! })).init();
     const store = await server.open('sink_kafka');
     const topic = uniqueName('rlstream.test.traces');
     const groupId = uniqueName('rlstream.test.traces-group');
@@ -61,6 +62,7 @@ if (brokers && registryUrl) {
       assert.ok(settled, 'run() settles with stop(), after the final commit');
       assert.equal(await lagOf(), 0);
       assert.equal(sink.stats.records, 17);
+      assert.equal(sink.stats.transcoded, 17, 'every value went through its native transcoder');
       await producer.close();
     } finally {
       await store.close();
