@@ -9,7 +9,7 @@ export type Compression = 'none' | 'gzip';
 export type KafkaClient = 'kafkajs' | 'librdkafka';
 export const KAFKA_CLIENTS: readonly KafkaClient[] = ['kafkajs', 'librdkafka'];
 /** The client when the configuration names none: the faster one on this project's benchmarks (docs/kafka.md). */
-export const DEFAULT_KAFKA_CLIENT: KafkaClient = 'kafkajs';
+export const DEFAULT_KAFKA_CLIENT: KafkaClient = 'librdkafka';
 
 export interface KafkaSslOptions {
   /** Verify the broker's certificate (default true). */
