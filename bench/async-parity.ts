@@ -18,7 +18,6 @@
 //                                 [--sync-threads N] [--async-threads N] [--keep] [--quick]
 // --quick: 2 steps of 2 groups × 2, one seed, bounds 0 and 2, 10 problems: proves the study runs, its figures
 // mean nothing.
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -26,6 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
 import { lineChartsSvg, type Line } from '../cli/plot.ts';
 import type { TrainStep } from '../schemas/generated/types.ts';
+import { benchChildSpec, runBenchChild, writeBenchChildResult } from './child.ts';
 import { commonFlags, fmtStats, interleaved, probeSummary, type Probe } from './harness.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -243,28 +243,10 @@ async function child(spec: ChildSpec): Promise<void> {
     },
   });
   const result: ChildResult = { summary, steps, curve };
-  process.stdout.write(`${RESULT}${JSON.stringify(result)}\n`, () => process.exit(0));
+  writeBenchChildResult(RESULT, result);
 }
 
-async function runChild(name: string, spec: ChildSpec, timeoutS: number): Promise<ChildResult> {
-  const log = join(spec.dataDir, 'bench-child.log');
-  const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  proc.stderr.on('data', (d: Buffer) => (err += d.toString()));
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    proc.kill('SIGKILL');
-  }, timeoutS * 1000);
-  const code = await new Promise<number | null>((res) => proc.on('close', res));
-  clearTimeout(timer);
-  writeFileSync(log, err);
-  const line = out.split('\n').find((l) => l.startsWith(RESULT));
-  if (code !== 0 || !line) throw new Error(`${name}: the main job ${timedOut ? `did not finish within ${timeoutS} s (killed)` : `exited with ${code}`}; its stderr (${log}) ends:\n${err.slice(-2000)}`);
-  return JSON.parse(line.slice(RESULT.length)) as ChildResult;
-}
+const runChild = (name: string, spec: ChildSpec, timeoutS: number) => runBenchChild<ChildResult>(import.meta.url, name, spec, RESULT, timeoutS);
 
 function toResult(m: ModeSpec, seed: number, r: ChildResult): RunResult {
   const { summary, steps } = r;
@@ -457,6 +439,5 @@ export async function main(args: string[]): Promise<unknown> {
   };
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url) && process.argv[2] === '--child') {
-  await child(JSON.parse(process.argv[3] ?? '{}') as ChildSpec);
-}
+const childSpec = benchChildSpec<ChildSpec>(import.meta.url);
+if (childSpec) await child(childSpec);

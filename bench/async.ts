@@ -21,8 +21,7 @@
 // cores (test/gpu/pack-node.sh runs it on a GPU machine). A config without a trace store (traces.kind: none)
 // verifies sync from its TrainSteps alone (staleness 0, none dropped, every step full) instead of the traces.
 // --quick: 2 steps of 2 groups × 2, bounds 0 and 4, 2 rounds: proves the benchmark runs, its figures mean nothing.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,6 +29,7 @@ import { loadRunConfig } from '../core/config.ts';
 import { openTraceStore } from '../core/traces/open.ts';
 import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
 import type { TrainStep } from '../schemas/generated/types.ts';
+import { benchChildSpec, runBenchChild, writeBenchChildResult } from './child.ts';
 import { commonFlags, fmtStats, interleaved, probeSummary, roundRatios, summarize, type Probe } from './harness.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -200,25 +200,9 @@ function overridesFor(o: BenchOptions, bound: number, dataDir: string): Record<s
   };
 }
 
-async function runChild(spec: ChildSpec, timeoutS: number): Promise<{ summary: MainJobSummary; steps: StepFigures[]; check: VersionCheck | null; tools: ToolFigures | null }> {
-  const log = join(spec.dataDir, 'bench-child.log');
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    child.kill('SIGKILL');
-  }, timeoutS * 1000);
-  const code = await new Promise<number | null>((res) => child.on('close', res));
-  clearTimeout(timer);
-  writeFileSync(log, err);
-  const line = out.split('\n').find((l) => l.startsWith(RESULT));
-  if (code !== 0 || !line) throw new Error(`bound ${spec.bound}: the main job ${timedOut ? `did not finish within ${timeoutS} s (killed)` : `exited with ${code}`}; its stderr (${log}) ends:\n${err.slice(-2000)}`);
-  return JSON.parse(line.slice(RESULT.length)) as Awaited<ReturnType<typeof runChild>>;
-}
+type ChildResult = { summary: MainJobSummary; steps: StepFigures[]; check: VersionCheck | null; tools: ToolFigures | null };
+
+const runChild = (spec: ChildSpec, timeoutS: number) => runBenchChild<ChildResult>(import.meta.url, `bound ${spec.bound}`, spec, RESULT, timeoutS);
 
 interface StepFigures {
   step: number;
@@ -284,15 +268,14 @@ async function child(spec: ChildSpec): Promise<void> {
   const steps: StepFigures[] = [];
   const summary = await runMainJob({ configPath: spec.config, overrides: spec.overrides, admin: false, progress: false, initialEval: false, onTrainStep: (s) => steps.push(compact(s)) });
   const { check, tools } = loadRunConfig(spec.config, spec.overrides).traces.kind === 'none' ? { check: null, tools: null } : await checkTraces(summary);
-  // Exit once the line is out: nothing of the finished run should keep the child alive.
-  process.stdout.write(`${RESULT}${JSON.stringify({ summary, steps, check, tools })}\n`, () => process.exit(0));
+  writeBenchChildResult(RESULT, { summary, steps, check, tools });
 }
 
 function modeName(bound: number): string {
   return bound === 0 ? 'sync (bound 0)' : `async bound ${bound}`;
 }
 
-function toResult(bound: number, trainerThreads: number, r: Awaited<ReturnType<typeof runChild>>): ModeResult {
+function toResult(bound: number, trainerThreads: number, r: ChildResult): ModeResult {
   const { summary, steps } = r;
   const rl = summary.rl;
   const trained = steps.reduce((n, s) => n + s.trajectories, 0);
@@ -418,6 +401,5 @@ export async function main(args: string[]): Promise<unknown> {
   return { options: o, trajectoriesPerMode: perMode, summary, machineSpeed: speed, rounds, failures, syncVerified: verdicts.length ? verdicts.every((v) => v.ok) : null, syncVerification: verdicts };
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url) && process.argv[2] === '--child') {
-  await child(JSON.parse(process.argv[3] ?? '{}') as ChildSpec);
-}
+const childSpec = benchChildSpec<ChildSpec>(import.meta.url);
+if (childSpec) await child(childSpec);
