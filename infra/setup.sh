@@ -101,7 +101,16 @@ if $embedded_only; then exit 0; fi
 # dynamic links librdkafka against this machine's OpenSSL and zlib (the static build downloads their sources).
 # Its librdkafka build runs `make -j` without a limit, hence nice. Sources and static libraries are removed
 # afterwards (290 MB to about 20 MB): only the addon and librdkafka's shared libraries are loaded.
+# A fresh clone has an empty .infra/: the built binding is also kept in the per-user cache, as llama.cpp's server is
+# (infra/llama-server.sh), so that each clone on this machine copies it instead of building it again.
 kjs="$D/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
+kjs_cache="${RLSTREAM_CACHE_DIR:-$HOME/.cache/rlstream}/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
+if [ ! -f "$kjs/.complete" ] && [ -f "$kjs_cache/.complete" ]; then
+  step "copying librdkafka's Node binding $KAFKA_JAVASCRIPT_VERSION from $kjs_cache"
+  rm -rf "$kjs" && mkdir -p "$(dirname "$kjs")" && cp -a "$kjs_cache" "$kjs" &&
+    node -e 'require(process.argv[1])' "$kjs/node_modules/@confluentinc/kafka-javascript" 2>/dev/null || rm -rf "$kjs"
+  step_done
+fi
 if [ ! -f "$kjs/.complete" ]; then
   step "building librdkafka and @confluentinc/kafka-javascript $KAFKA_JAVASCRIPT_VERSION from source (about 5 minutes on 2 busy cores, log in $D/kafka-javascript.log)"
   rm -rf "$kjs"
@@ -116,6 +125,7 @@ if [ ! -f "$kjs/.complete" ]; then
     strip --strip-unneeded "$pkg"/build/deps/*.so.1 "$pkg"/build/Release/*.node 2>/dev/null || true
     node -e 'require(process.argv[1])' "$pkg"
     touch "$kjs/.complete"
+    { rm -rf "$kjs_cache" && mkdir -p "$(dirname "$kjs_cache")" && cp -a "$kjs" "$kjs_cache"; } || true
     step_done
   else
     tail -n 30 "$D/kafka-javascript.log" >&2
