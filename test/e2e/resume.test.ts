@@ -17,9 +17,11 @@ import { collectRun, readTopic } from '../../testkit/audit.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CONFIG = join(ROOT, 'examples', 'calculator', 'config.yaml');
-const MAX_STEPS = 12;
+// Steps come in bursts (a resumed trainer takes what was already advantaged), up to 9 before a kill lands on a fast
+// machine: three lives must not use up the run, or the last one starts a new run instead of resuming.
+const MAX_STEPS = 40;
 const KILLS = 3;
-const SETS = { 'trainer.max_steps': MAX_STEPS, 'trainer.groups_per_step': 2, 'rollout.n': 4, 'rollout.concurrency': 16, 'task.heldout_problems': 8, 'eval.problems': 4, 'eval.every_steps': 4 };
+const SETS = { 'trainer.max_steps': MAX_STEPS, 'trainer.groups_per_step': 2, 'rollout.n': 4, 'rollout.concurrency': 16, 'task.heldout_problems': 8, 'eval.problems': 4, 'eval.every_steps': 10 };
 
 interface Life {
   code: number | null;
