@@ -40,6 +40,8 @@ interface Pending {
 const COORDINATOR_RETRY_MS = 30_000;
 /** librdkafka's own time limit for a transactional call (init, commit, abort, offsets). */
 const TXN_CALL_MS = 30_000;
+/** librdkafka's own cap on one request: far above any broker's record limit (Kafka's default is 1 MiB), so the broker decides. */
+const RECORD_CAP_BYTES = 64 * 1024 * 1024;
 
 export class RdKafkaProducer implements Producer {
   private readonly partitioner = new Partitioner();
@@ -65,7 +67,10 @@ export class RdKafkaProducer implements Producer {
       // only costs: an idle producer's broker thread then woke every few ms (a 2 ms linger cost a third of a
       // core between transactions).
       'linger.ms': transactional ? 50 : 20,
-      'message.max.bytes': Math.max(host.maxRequestBytes, 1024 * 1024) + 64 * 1024,
+      // Batches as large as the kafkajs client's requests; one record larger than that still goes (alone), and the
+      // broker's message.max.bytes decides, as with kafkajs: librdkafka's own cap would refuse it before sending.
+      'batch.size': host.maxRequestBytes,
+      'message.max.bytes': RECORD_CAP_BYTES,
       'queue.buffering.max.messages': 1_000_000,
       // A transaction's offsets, sent right after the previous commit, are often turned away with
       // CONCURRENT_TRANSACTIONS while its markers are written (milliseconds): librdkafka's default first backoff
