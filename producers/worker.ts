@@ -542,6 +542,11 @@ export class RolloutWorker {
         if (this.closed) break;
         this.counters.add('follow_errors');
         this.logger.warn('following policy versions / control failed; retrying', { error: describeError(err) });
+        // A consumer that failed for good (a crash its client does not restart) throws on every poll: a new one
+        // joins afresh. Versions and control events read again are ignored as already seen.
+        const failed = this.consumer;
+        this.consumer = undefined;
+        await failed?.close().catch(() => {});
         await new Promise((r) => setTimeout(r, this.options.pollIntervalMs));
       }
     }

@@ -78,6 +78,10 @@ function followPolicy(ctx: RunContext, backend: LlmBackend, logger: Logger): () 
       } catch (err) {
         if (stopped) break;
         logger.warn('following policy versions failed; retrying', { error: describeError(err) });
+        // A consumer that failed for good throws on every poll: the next turn opens a new one.
+        const failed = consumer;
+        consumer = null;
+        await failed?.close().catch(() => {});
         await new Promise((r) => setTimeout(r, 500));
       }
     }
