@@ -8,7 +8,8 @@
 import { setMaxListeners } from 'node:events';
 import { describeError, RlstreamError } from '../core/errors.ts';
 import { deriveId, newId } from '../core/ids.ts';
-import type { Consumer, EventLog, Producer } from '../core/log/types.ts';
+import { follow, type Follower } from '../core/log/follow.ts';
+import type { EventLog, LogRecord, Producer } from '../core/log/types.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import { silentLogger, type Logger } from '../core/telemetry.ts';
 import { TOPICS } from '../core/topics.ts';
@@ -116,8 +117,7 @@ export class RolloutWorker {
   private producer: Producer | undefined;
   private ownsProducer = false;
   private publisher: EventPublisher | undefined;
-  private consumer: Consumer | undefined;
-  private pollLoop: Promise<void> | undefined;
+  private follower: Follower | undefined;
   private readonly startedMs = Date.now();
   private stalenessBound: number | null;
   private latestVersion: number;
@@ -159,7 +159,17 @@ export class RolloutWorker {
       this.ownsProducer = this.deps.producer === undefined;
       this.publisher = new EventPublisher(this.producer, this.deps.serde, TOPICS.rolloutEvents, this.logger);
     }
-    if ((this.deps.followPolicy ?? true) && !this.pollLoop) this.pollLoop = this.follow();
+    if ((this.deps.followPolicy ?? true) && !this.follower && !this.closed) {
+      this.follower = follow(this.deps.log, (records) => this.onFollowed(records), {
+        consumer: () => ({ groupId: `rollout-${this.deps.runId}-${this.workerId}`, topics: [TOPICS.policyVersions, TOPICS.control], fromBeginning: true }),
+        poll: { timeoutMs: this.options.pollIntervalMs, maxRecords: 500 },
+        retryDelayMs: this.options.pollIntervalMs,
+        onError: (err) => {
+          this.counters.add('follow_errors');
+          this.logger.warn('following policy versions / control failed; retrying', { error: describeError(err) });
+        },
+      });
+    }
     return this.publisher;
   }
 
@@ -220,12 +230,10 @@ export class RolloutWorker {
   }
 
   private async close(): Promise<void> {
-    const poll = this.pollLoop;
-    this.pollLoop = undefined;
+    const follower = this.follower;
+    this.follower = undefined;
     this.closed = true;
-    await poll;
-    await this.consumer?.close().catch(() => {});
-    this.consumer = undefined;
+    await follower?.close();
     await this.publisher?.flush();
     if (this.ownsProducer) await this.producer?.close();
     this.producer = undefined;
@@ -515,41 +523,26 @@ export class RolloutWorker {
     }
   }
 
-  private async follow(): Promise<void> {
-    while (!this.closed) {
+  /** The policy versions and control commands of the run; a version not newer than the applied one is ignored. */
+  private async onFollowed(records: LogRecord[]): Promise<void> {
+    let newest: PolicyVersion | undefined;
+    for (const rec of records) {
+      let ev;
       try {
-        this.consumer ??= await this.deps.log.consumer({ groupId: `rollout-${this.deps.runId}-${this.workerId}`, topics: [TOPICS.policyVersions, TOPICS.control], fromBeginning: true });
-        const records = await this.consumer.poll({ timeoutMs: this.options.pollIntervalMs, maxRecords: 500 });
-        let newest: PolicyVersion | undefined;
-        for (const rec of records) {
-          let ev;
-          try {
-            ev = await this.deps.serde.decode(rec.value);
-          } catch (err) {
-            this.counters.add('undecodable_records');
-            this.logger.warn('undecodable record on a followed topic', { topic: rec.topic, offset: rec.offset, error: describeError(err) });
-            continue;
-          }
-          if (ev.name === 'PolicyVersion') {
-            if (!newest || ev.value.version > newest.version) newest = ev.value;
-          } else if (ev.name === 'Control' && ev.value.time_ms >= this.startedMs - 1000) {
-            // Older control events belong to earlier sessions of the run: replaying a past "stop" would end this one.
-            this.onControl(ev.value);
-          }
-        }
-        if (newest) await this.onPolicyVersion(newest);
+        ev = await this.deps.serde.decode(rec.value);
       } catch (err) {
-        if (this.closed) break;
-        this.counters.add('follow_errors');
-        this.logger.warn('following policy versions / control failed; retrying', { error: describeError(err) });
-        // A consumer that failed for good (a crash its client does not restart) throws on every poll: a new one
-        // joins afresh. Versions and control events read again are ignored as already seen.
-        const failed = this.consumer;
-        this.consumer = undefined;
-        await failed?.close().catch(() => {});
-        await new Promise((r) => setTimeout(r, this.options.pollIntervalMs));
+        this.counters.add('undecodable_records');
+        this.logger.warn('undecodable record on a followed topic', { topic: rec.topic, offset: rec.offset, error: describeError(err) });
+        continue;
+      }
+      if (ev.name === 'PolicyVersion') {
+        if (!newest || ev.value.version > newest.version) newest = ev.value;
+      } else if (ev.name === 'Control' && ev.value.time_ms >= this.startedMs - 1000) {
+        // Older control events belong to earlier sessions of the run: replaying a past "stop" would end this one.
+        this.onControl(ev.value);
       }
     }
+    if (newest) await this.onPolicyVersion(newest);
   }
 
   // ---- metrics -----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import { loadRunConfig, type ServeConfig } from '../../core/config.ts';
 import { describeError } from '../../core/errors.ts';
-import type { Consumer } from '../../core/log/types.ts';
+import { follow } from '../../core/log/follow.ts';
 import type { StreamProcessor } from '../../core/processor.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -60,37 +60,26 @@ export interface ServeJob {
 
 /** Hand every new PolicyVersion of the run (checksum verified) to the backend, as the rollout worker does. */
 function followPolicy(ctx: RunContext, backend: LlmBackend, logger: Logger): () => Promise<void> {
-  let stopped = false;
-  let consumer: Consumer | null = null;
-  const loop = (async () => {
-    while (!stopped) {
-      try {
-        consumer ??= await ctx.log.consumer({ groupId: `serve-${ctx.config.run.id}-${process.pid}-${Date.now()}`, topics: [TOPICS.policyVersions], fromBeginning: true });
-        let newest: PolicyVersion | null = null;
-        for (const rec of await consumer.poll({ timeoutMs: 200, maxRecords: 100 })) {
-          const ev = await ctx.serde.decode(rec.value);
-          if (ev.name === 'PolicyVersion' && ev.value.run_id === ctx.config.run.id && (!newest || ev.value.version > newest.version)) newest = ev.value;
-        }
-        if (newest && newest.version > backend.currentPolicyVersion()) {
-          await backend.updatePolicy?.(await verifyPolicyVersion(newest));
-          logger.info('policy version applied', { version: newest.version });
-        }
-      } catch (err) {
-        if (stopped) break;
-        logger.warn('following policy versions failed; retrying', { error: describeError(err) });
-        // A consumer that failed for good throws on every poll: the next turn opens a new one.
-        const failed = consumer;
-        consumer = null;
-        await failed?.close().catch(() => {});
-        await new Promise((r) => setTimeout(r, 500));
+  const follower = follow(
+    ctx.log,
+    async (records) => {
+      let newest: PolicyVersion | null = null;
+      for (const rec of records) {
+        const ev = await ctx.serde.decode(rec.value);
+        if (ev.name === 'PolicyVersion' && ev.value.run_id === ctx.config.run.id && (!newest || ev.value.version > newest.version)) newest = ev.value;
       }
-    }
-  })();
-  return async () => {
-    stopped = true;
-    await loop;
-    await consumer?.close().catch(() => {});
-  };
+      if (newest && newest.version > backend.currentPolicyVersion()) {
+        await backend.updatePolicy?.(await verifyPolicyVersion(newest));
+        logger.info('policy version applied', { version: newest.version });
+      }
+    },
+    {
+      consumer: () => ({ groupId: `serve-${ctx.config.run.id}-${process.pid}-${Date.now()}`, topics: [TOPICS.policyVersions], fromBeginning: true }),
+      poll: { timeoutMs: 200, maxRecords: 100 },
+      onError: (err) => logger.warn('following policy versions failed; retrying', { error: describeError(err) }),
+    },
+  );
+  return () => follower.close();
 }
 
 export async function startServeJob(o: ServeJobOptions): Promise<ServeJob> {

@@ -5,7 +5,9 @@
 // from the checkpoint of the last committed TrainStep with the committed offsets: no sample used twice.
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { describeError } from '../../core/errors.ts';
 import { deriveId } from '../../core/ids.ts';
+import { follow, type Follower } from '../../core/log/follow.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';
 import type { EventLog, Consumer, LogRecord, Producer, TopicPartitionOffset } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
@@ -78,8 +80,7 @@ export class Trainer {
   private stopped = false;
   /** The run's staleness bound: trainer.staleness_bound, then what set_staleness on the control topic says. */
   private stalenessBound: number;
-  private control: Consumer | null = null;
-  private controlLoop: Promise<void> | null = null;
+  private control: Follower | null = null;
   /** The step loop run() started, awaited by close(). */
   private running: Promise<void> | null = null;
   /** Set when set_staleness lowered the bound, until a step fills with kept groups again. */
@@ -146,10 +147,7 @@ export class Trainer {
     if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, on);
     if (last.versions === 0) await this.publishVersion0();
     this.consumer = await log.consumer({ groupId: `${this.deps.runId}.${GROUP_ID}`, topics: [TOPICS.advantaged], readCommitted: true });
-    if (this.deps.followControl ?? true) {
-      this.control = await log.consumer({ groupId: `${this.deps.runId}.trainer-control.${deriveId(Date.now(), Math.random())}`, topics: [TOPICS.control], fromBeginning: true });
-      this.controlLoop = this.followControl(this.control);
-    }
+    if (this.deps.followControl ?? true) this.control = this.followControl(log);
   }
 
   /**
@@ -157,19 +155,21 @@ export class Trainer {
    * intake enforces, stop ends run() after the step under way. Commands from before this process started
    * belong to earlier sessions of the run and are skipped (replaying a past stop would end this one).
    */
-  private async followControl(c: Consumer): Promise<void> {
-    while (!this.stopped) {
-      try {
-        for (const r of await c.poll({ maxRecords: 100, timeoutMs: 200 })) {
+  private followControl(log: EventLog): Follower {
+    return follow(
+      log,
+      async (records) => {
+        for (const r of records) {
           const d = await this.deps.serde.decode(r.value);
           if (d.name === 'Control') this.onControl(d.value);
         }
-      } catch (err) {
-        if (this.stopped) break;
-        this.logger.warn('following control failed; retrying', { error: String(err) });
-        await new Promise((res) => setTimeout(res, 500));
-      }
-    }
+      },
+      {
+        consumer: () => ({ groupId: `${this.deps.runId}.trainer-control.${deriveId(Date.now(), Math.random())}`, topics: [TOPICS.control], fromBeginning: true }),
+        poll: { maxRecords: 100, timeoutMs: 200 },
+        onError: (err) => this.logger.warn('following control failed; retrying', { error: describeError(err) }),
+      },
+    );
   }
 
   onControl(c: Control): void {
@@ -524,7 +524,6 @@ export class Trainer {
     // A step in flight finishes (its checkpoint and commit) before the model it trains is disposed; the loop
     // sees `stopped` within one poll.
     await this.running?.catch(() => {});
-    await this.controlLoop;
     await this.control?.close();
     await this.consumer?.close();
     await this.producer?.close();
