@@ -30,6 +30,10 @@ export interface NativeModelHandle {
     ref: Float32Array | null,
     options: CompiledPolicyLossOptions,
   ): Promise<PolicyLossMetrics>;
+  kvReserve(slots: number, maxLen: number): void;
+  kvLength(slot: number): number;
+  kvTruncate(slot: number, length: number): void;
+  extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, outProbs: Float32Array): Promise<void>;
   zeroGrad(): void;
   gradNorm(): number;
   clipGradNorm(maxNorm: number): number;

@@ -335,6 +335,41 @@ export class Model {
     return this.queue('backwardCrossEntropy', (h) => h.backwardCrossEntropy(batch.tokens, batch.seqStarts, targets, responseMask, scale));
   }
 
+  /**
+   * Allocates the KV cache of incremental decoding: `slots` sequences of up to `maxLen` tokens (where the kernels run;
+   * 2 x layers x slots x maxLen x kv_dim floats). Replaces any previous cache; every slot starts empty.
+   */
+  kvReserve(slots: number, maxLen: number): void {
+    this.sync('kvReserve', (h) => h.kvReserve(slots, maxLen));
+  }
+
+  /** Tokens cached in a slot. */
+  kvLength(slot: number): number {
+    return this.sync('kvLength', (h) => h.kvLength(slot));
+  }
+
+  /** Keeps the first `length` tokens of a slot (0 frees it for another sequence). */
+  kvTruncate(slot: number, length: number): void {
+    this.sync('kvTruncate', (h) => h.kvTruncate(slot, length));
+  }
+
+  /**
+   * Appends counts[b] tokens to slots[b] for every b (tokens packed in that order: a prefill is a count above 1, a
+   * decode step a count of 1, and one call may mix them), attending to what each slot cached before, and returns
+   * the next-token distribution after each slot's last token, softmax(logits * invTemperature[b]), as [B, V]
+   * (invTemperature defaults to 1). Uses the weights in place now: a trainer step between calls is seen by the
+   * next call, while tokens cached before it keep the K/V of the weights that computed them.
+   */
+  extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature?: Float32Array): Promise<Float32Array> {
+    const B = slots?.length ?? 0;
+    const inv = invTemperature ?? new Float32Array(B).fill(1);
+    const probs = new Float32Array(B * this.config.vocab_size);
+    return this.queue('extend', async (h) => {
+      await h.extend(slots, counts, tokens, inv, probs);
+      return probs;
+    });
+  }
+
   zeroGrad(): void {
     this.sync('zeroGrad', (h) => h.zeroGrad());
   }

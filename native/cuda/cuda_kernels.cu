@@ -278,6 +278,110 @@ __global__ void __launch_bounds__(LS_THREADS) k_logsoftmax_backward(float* lp, c
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Decoding over the slot KV cache.
+
+__global__ void k_kv_store(float* kc, float* vc, const float* k, const float* v, const int* slot, const int* pos,
+                           int T, int KD, int max_len) {
+  const size_t n = (size_t)T * KD;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int t = (int)(i / KD), c = (int)(i % KD);
+    const size_t at = ((size_t)slot[t] * max_len + pos[t]) * KD + c;
+    kc[at] = k[i];
+    vc[at] = v[i];
+  }
+}
+
+// One block per (query token, head); each warp walks every nw-th key of the slot with an online softmax (lane i
+// holds dims i, i+32, ... of q and of its value accumulator), then the warps' partial (max, sum, acc) merge in
+// shared memory. D = ceil(hd / 32) dims per lane. fp32 throughout (the cache is fp32).
+constexpr int AC_WARPS = 4;
+template <int D>
+__global__ void __launch_bounds__(AC_WARPS * 32) k_attention_cached(float* out, const float* q, const float* kc,
+                                                                    const float* vc, const int* slot, const int* pos,
+                                                                    int NH, int NKV, int hd, int max_len, float scale) {
+  __shared__ float sm_m[AC_WARPS], sm_s[AC_WARPS], sm_acc[AC_WARPS][D * 32];
+  const int t = blockIdx.x, h = blockIdx.y, kh = h / (NH / NKV), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int QD = NH * hd, KD = NKV * hd, n = pos[t] + 1;
+  float qr[D], acc[D];
+#pragma unroll
+  for (int i = 0; i < D; i++) {
+    const int c = lane + 32 * i;
+    qr[i] = c < hd ? q[(size_t)t * QD + (size_t)h * hd + c] * scale : 0.f;
+    acc[i] = 0.f;
+  }
+  const size_t base = (size_t)slot[t] * max_len * KD + (size_t)kh * hd;
+  float m = -INFINITY, s = 0.f;
+  for (int j = warp; j < n; j += AC_WARPS) {
+    const float* kj = kc + base + (size_t)j * KD;
+    const float* vj = vc + base + (size_t)j * KD;
+    float d = 0.f;
+#pragma unroll
+    for (int i = 0; i < D; i++) {
+      const int c = lane + 32 * i;
+      if (c < hd) d += qr[i] * kj[c];
+    }
+    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+    const float mn = fmaxf(m, d), f = expf(m - mn), p = expf(d - mn);  // m = -inf: f = 0
+    s = s * f + p;
+#pragma unroll
+    for (int i = 0; i < D; i++) {
+      const int c = lane + 32 * i;
+      acc[i] = acc[i] * f + (c < hd ? p * vj[c] : 0.f);
+    }
+    m = mn;
+  }
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_s[warp] = s;
+  }
+#pragma unroll
+  for (int i = 0; i < D; i++) sm_acc[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float M = -INFINITY;
+  for (int w = 0; w < AC_WARPS; w++) M = fmaxf(M, sm_m[w]);
+  float S = 0.f, o[D];
+#pragma unroll
+  for (int i = 0; i < D; i++) o[i] = 0.f;
+  for (int w = 0; w < AC_WARPS; w++) {
+    const float f = sm_m[w] == -INFINITY ? 0.f : expf(sm_m[w] - M);  // a warp that saw no key contributes nothing
+    S += sm_s[w] * f;
+#pragma unroll
+    for (int i = 0; i < D; i++) o[i] += sm_acc[w][lane + 32 * i] * f;
+  }
+#pragma unroll
+  for (int i = 0; i < D; i++) {
+    const int c = lane + 32 * i;
+    if (c < hd) out[(size_t)t * QD + (size_t)h * hd + c] = o[i] / S;
+  }
+}
+
+// softmax(x * inv_temp[row]) in place, one block per row: max, then sum of exp, then normalise.
+__global__ void __launch_bounds__(LS_THREADS) k_softmax_rows(float* x, const float* inv_temp, int V) {
+  __shared__ float red[LS_THREADS / 32];
+  const size_t n = blockIdx.x;
+  float* z = x + n * V;
+  const float sc = inv_temp[n];
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, z[i] * sc);
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = red[0];
+  for (int i = 1; i < LS_THREADS / 32; i++) mx = fmaxf(mx, red[i]);
+  __syncthreads();
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float e = expf(z[i] * sc - mx);
+    z[i] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, red);
+  const float inv = 1.f / sum;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) z[i] *= inv;
+}
+
 __global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                         float eps, float decay, float step, float sbc2) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -526,6 +630,40 @@ class CudaKernels final : public Kernels {
     settle();
   }
 
+  void kv_store(float* kc, float* vc, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int T,
+                int KD, int max_len) override {
+    const int* ds = slot_.put(slot, (size_t)T);
+    const int* dp = pos_.put(pos, (size_t)T);
+    k_kv_store<<<blocks_for((size_t)T * KD, 256), 256>>>(kc, vc, k, v, ds, dp, T, KD, max_len);
+    LAUNCH_CHECK("kv_store");
+    settle();
+  }
+  void attention_cached(float* out, const float* q, const float* kc, const float* vc, const int32_t* slot,
+                        const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) override {
+    const int* ds = slot_.put(slot, (size_t)T);
+    const int* dp = pos_.put(pos, (size_t)T);
+    const dim3 grid(T, NH);
+    const float sc = 1.0f / std::sqrt((float)hd);
+    switch ((hd + 31) / 32) {
+      case 1: k_attention_cached<1><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 2: k_attention_cached<2><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 3: k_attention_cached<3><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 4: k_attention_cached<4><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 5: case 6: case 7: case 8:
+        k_attention_cached<8><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      default: invalid("attention_cached: head dim " + std::to_string(hd) + " > 256 is not supported on cuda");
+    }
+    LAUNCH_CHECK("attention_cached");
+    settle();
+  }
+  void softmax_rows(float* x, const float* inv_temp, int N, int V) override {
+    float* d = (float*)invt_.get(std::max(N, 1) * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(d, inv_temp, N * sizeof(float), cudaMemcpyHostToDevice));
+    k_softmax_rows<<<N, LS_THREADS>>>(x, d, V);
+    LAUNCH_CHECK("softmax_rows");
+    settle();
+  }
+
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
              float wd, float bc1, float bc2) override {
     evict(p, n);
@@ -605,8 +743,8 @@ class CudaKernels final : public Kernels {
   }
 
   cublasHandle_t blas_ = nullptr;
-  Scratch ws_, ss_, act_a_, act_b_, inv_, att_, colp_;
-  IntStage tokens_, pos_, seqs_, targets_;
+  Scratch ws_, ss_, act_a_, act_b_, inv_, att_, colp_, invt_;
+  IntStage tokens_, pos_, seqs_, targets_, slot_;
   std::map<const float*, Cached> wcache_;
   std::map<const float*, size_t> sizes_;  // allocations made by alloc(), in floats
 

@@ -394,6 +394,67 @@ class CpuKernels final : public Kernels {
     }
   }
 
+  void kv_store(float* kc, float* vc, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int T,
+                int KD, int max_len) override {
+    for (int t = 0; t < T; t++) {
+      const size_t at = ((size_t)slot[t] * max_len + pos[t]) * KD;
+      std::memcpy(kc + at, k + (size_t)t * KD, (size_t)KD * sizeof(float));
+      std::memcpy(vc + at, v + (size_t)t * KD, (size_t)KD * sizeof(float));
+    }
+  }
+  // One (query token, head) per item: scores against the slot's keys 0..pos, softmax, weighted sum of values. The
+  // same arithmetic per row as attention_forward (scaled dot products, max-shifted vexp, sum, then divide).
+  void attention_cached(float* out, const float* q, const float* kc, const float* vc, const int32_t* slot,
+                        const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) override {
+    const int QD = NH * hd, KD = NKV * hd, group = NH / NKV;
+    const float sc = 1.0f / std::sqrt((float)hd);
+    const long ni = (long)T * NH;
+#pragma omp parallel num_threads(nt_)
+    {
+      std::vector<float> P;
+#pragma omp for schedule(dynamic, 4)
+      for (long it = 0; it < ni; it++) {
+        const int t = (int)(it / NH), h = (int)(it % NH), kh = h / group, n = pos[t] + 1;
+        const float* qr = q + (size_t)t * QD + (size_t)h * hd;
+        const float* K = kc + (size_t)slot[t] * max_len * KD + (size_t)kh * hd;
+        const float* Vc = vc + (size_t)slot[t] * max_len * KD + (size_t)kh * hd;
+        P.resize((size_t)n);
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+          P[j] = dot(qr, K + (size_t)j * KD, hd) * sc;
+          mx = std::max(mx, P[j]);
+        }
+        float sum = 0.f;
+        for (int j = 0; j < n; j++) {
+          P[j] = vexp(P[j] - mx);
+          sum += P[j];
+        }
+        const float inv = 1.f / sum;
+        float* o = out + (size_t)t * QD + (size_t)h * hd;
+        std::fill(o, o + hd, 0.f);
+        for (int j = 0; j < n; j++) axpy(o, P[j] * inv, Vc + (size_t)j * KD, hd);
+      }
+    }
+  }
+  void softmax_rows(float* x, const float* inv_temp, int N, int V) override {
+#pragma omp parallel for num_threads(nt_) schedule(static)
+    for (int n = 0; n < N; n++) {
+      float* z = x + (size_t)n * V;
+      const float s = inv_temp[n];
+      float mx = -INFINITY;
+      for (int i = 0; i < V; i++) mx = std::max(mx, z[i] * s);
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int i = 0; i < V; i++) {
+        z[i] = vexp(z[i] * s - mx);
+        sum += z[i];
+      }
+      const float inv = 1.f / sum;
+#pragma omp simd
+      for (int i = 0; i < V; i++) z[i] *= inv;
+    }
+  }
+
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
     const long nn = (long)n;
 #pragma omp parallel for simd num_threads(nt_) schedule(static) if (nn > 16384)

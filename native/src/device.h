@@ -63,6 +63,18 @@ struct Kernels {
                                   const float* v, const float* out, const float* lse, const int32_t* seq_starts, int S,
                                   int T, int NH, int NKV, int hd) = 0;
 
+  // Incremental decoding over a slot-based KV cache. kc/vc [slots, max_len, NKV*hd] (one layer); token t of a call
+  // belongs to slot[t] at position pos[t] (host pointers, like every integer input).
+  // kc[slot[t], pos[t], :] = k[t, :], vc likewise; k/v [T, NKV*hd].
+  virtual void kv_store(float* kc, float* vc, const float* k, const float* v, const int32_t* slot,
+                        const int32_t* pos, int T, int KD, int max_len) = 0;
+  // out[t, head h] = softmax(q[t,h] . kc[slot[t], j, kv head of h] / sqrt(hd), j = 0..pos[t]) . vc[...]: each query
+  // sees its slot's keys up to and including its own position (stored by kv_store first). q/out [T, NH*hd].
+  virtual void attention_cached(float* out, const float* q, const float* kc, const float* vc, const int32_t* slot,
+                                const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) = 0;
+  // x[N,V] replaced by softmax(x[n,:] * inv_temp[n]) row by row (inv_temp: N host floats).
+  virtual void softmax_rows(float* x, const float* inv_temp, int N, int V) = 0;
+
   // out = silu(gate) * up, elementwise over n
   virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
   // dgate, dup are overwritten

@@ -72,6 +72,10 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("forward", &ModelWrap::Forward),
                       InstanceMethod("backwardCrossEntropy", &ModelWrap::BackwardCrossEntropy),
                       InstanceMethod("backwardPolicyLoss", &ModelWrap::BackwardPolicyLoss),
+                      InstanceMethod("kvReserve", &ModelWrap::KvReserve),
+                      InstanceMethod("kvLength", &ModelWrap::KvLength),
+                      InstanceMethod("kvTruncate", &ModelWrap::KvTruncate),
+                      InstanceMethod("extend", &ModelWrap::Extend),
                       InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
                       InstanceMethod("gradNorm", &ModelWrap::GradNorm),
                       InstanceMethod("clipGradNorm", &ModelWrap::ClipGradNorm),
@@ -373,6 +377,58 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
           return o2;
         },
         keep);
+  });
+}
+
+static int int_arg(const Napi::Value& v, const std::string& what) {
+  const double d = num_arg(v, what);
+  if (d != std::floor(d) || d < -2147483648.0 || d > 2147483647.0) invalid(what + " must be an integer, got " + std::to_string(d));
+  return (int)d;
+}
+
+// kvReserve(slots, maxLen): allocates the KV cache (replacing any previous one; every slot starts empty).
+Napi::Value ModelWrap::KvReserve(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    live("kvReserve").kv_reserve(int_arg(info[0], "slots"), int_arg(info[1], "maxLen"));
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value ModelWrap::KvLength(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), live("kvLength").kv_length(int_arg(info[0], "slot")));
+  });
+}
+
+Napi::Value ModelWrap::KvTruncate(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    live("kvTruncate").kv_truncate(int_arg(info[0], "slot"), int_arg(info[1], "length"));
+    return info.Env().Undefined();
+  });
+}
+
+// extend(slots, counts, tokens, invTemperature, outProbs [B*V]) -> Promise<void>
+Napi::Value ModelWrap::Extend(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("extend");
+    View<int32_t> slots = i32_arg(info[0], "slots"), counts = i32_arg(info[1], "counts"), tokens = i32_arg(info[2], "tokens");
+    View<float> inv = f32_arg(info[3], "invTemperature"), out = f32_arg(info[4], "out.probs");
+    if (counts.length != slots.length) invalid("extend: counts has length " + std::to_string(counts.length) + ", slots " + std::to_string(slots.length));
+    if (inv.length != slots.length) invalid("extend: invTemperature has length " + std::to_string(inv.length) + ", slots " + std::to_string(slots.length));
+    if (tokens.length > (size_t)1 << 30 || slots.length > (size_t)1 << 24) invalid("extend: too many tokens");
+    const int B = (int)slots.length, T = (int)tokens.length;
+    m.validate_extend(slots.data, counts.data, B, tokens.data, T, inv.data);
+    if (out.length != (size_t)B * m.config().vocab_size)
+      invalid("extend: out.probs has length " + std::to_string(out.length) + ", expected slots x vocab_size = " +
+              std::to_string((size_t)B * m.config().vocab_size));
+    Model* mp = &m;
+    const int32_t *sp = slots.data, *cp = counts.data, *tp = tokens.data;
+    const float* ip = inv.data;
+    float* op = out.data;
+    return launch(
+        env, [=] { mp->extend(sp, cp, B, tp, T, ip, op); }, [](Napi::Env e) { return e.Undefined(); },
+        {slots.holder, counts.holder, tokens.holder, inv.holder, out.holder});
   });
 }
 

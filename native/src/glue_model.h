@@ -28,6 +28,10 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Forward(const Napi::CallbackInfo& info);
   Napi::Value BackwardCrossEntropy(const Napi::CallbackInfo& info);
   Napi::Value BackwardPolicyLoss(const Napi::CallbackInfo& info);
+  Napi::Value KvReserve(const Napi::CallbackInfo& info);
+  Napi::Value KvLength(const Napi::CallbackInfo& info);
+  Napi::Value KvTruncate(const Napi::CallbackInfo& info);
+  Napi::Value Extend(const Napi::CallbackInfo& info);
   Napi::Value ZeroGrad(const Napi::CallbackInfo& info);
   Napi::Value GradNorm(const Napi::CallbackInfo& info);
   Napi::Value ClipGradNorm(const Napi::CallbackInfo& info);

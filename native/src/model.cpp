@@ -2,6 +2,7 @@
 // (parameters, gradients, AdamW moments, activations), pointers into it, layers called in order and in reverse.
 #include "model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -138,6 +139,7 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
 
 Model::~Model() {
   a_.reset();  // activations are released through k_, which must still exist
+  if (kv_mem_) k_->release(kv_mem_);
   if (dmem_) k_->release(dmem_);
 }
 
@@ -281,7 +283,7 @@ void Model::ensure_acts(int T, int /*max_len*/) {
   });
 }
 
-void Model::forward_trunk(const Batch& b) {
+void Model::forward_trunk(const Batch& b, const Cached* cached) {
   const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
             NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
   const float eps = (float)cfg_.rms_norm_eps;
@@ -289,10 +291,13 @@ void Model::forward_trunk(const Batch& b) {
   Acts& a = *a_;
   Kernels& k = *k_;
   k.set_threads(threads_);
-  // positions restart at 0 in every packed sequence
+  // positions restart at 0 in every packed sequence; a cached token sits after its slot's cached ones
   a.pos.resize(T);
-  for (int s = 0; s < b.S; s++)
-    for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
+  if (cached)
+    std::copy(cached->pos, cached->pos + T, a.pos.begin());
+  else
+    for (int s = 0; s < b.S; s++)
+      for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
   PROF(elementwise, k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, cfg_.rope_theta));
 
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
@@ -305,7 +310,14 @@ void Model::forward_trunk(const Batch& b) {
     PROF(matmul, k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false));
     PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
     PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
-    PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
+    if (cached) {
+      float* kc = kv_mem_ + (size_t)l * 2 * kv_slots_ * kv_max_len_ * KD;
+      float* vc = kc + (size_t)kv_slots_ * kv_max_len_ * KD;
+      PROF(attention, k.kv_store(kc, vc, x.k, x.v, cached->slot, cached->pos, T, KD, kv_max_len_));
+      PROF(attention, k.attention_cached(x.att, x.q, kc, vc, cached->slot, cached->pos, T, NH, NKV, hd, kv_max_len_));
+    } else {
+      PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
+    }
     PROF(elementwise, k.copy(x.mid, a.resid[l], (size_t)T * H));
     PROF(matmul, k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true));
     PROF(elementwise, k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps));
@@ -427,6 +439,100 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
     PROF(elementwise, k.rmsnorm_backward(a.dres, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H));  // d resid[l]
   }
   PROF(elementwise, k.embedding_backward(G_.embed, a.dres, b.tokens, T, H));
+}
+
+void Model::kv_reserve(int slots, int max_len) {
+  if (slots < 1) invalid("kv cache: slots must be >= 1, got " + std::to_string(slots));
+  if (max_len < 1 || max_len > cfg_.max_position_embeddings)
+    invalid("kv cache: maxLen must be in [1, max_position_embeddings = " + std::to_string(cfg_.max_position_embeddings) +
+            "], got " + std::to_string(max_len));
+  const double floats = 2.0 * cfg_.num_hidden_layers * (double)slots * max_len * cfg_.kv_dim();
+  if (k_->host_visible()) check_fits(floats * sizeof(float), "kv cache");
+  if (kv_mem_) k_->release(kv_mem_);
+  kv_mem_ = nullptr;
+  kv_slots_ = kv_max_len_ = 0;
+  kv_len_.clear();
+  kv_mem_ = k_->alloc((size_t)floats);
+  kv_slots_ = slots;
+  kv_max_len_ = max_len;
+  kv_len_.assign((size_t)slots, 0);
+}
+
+static void check_slot(int slot, int slots) {
+  if (slots == 0) invalid("kv cache: none reserved (call kvReserve first)");
+  if (slot < 0 || slot >= slots)
+    invalid("kv cache: slot " + std::to_string(slot) + " is out of range [0, " + std::to_string(slots) + ")");
+}
+
+int Model::kv_length(int slot) const {
+  check_slot(slot, kv_slots_);
+  return kv_len_[slot];
+}
+
+void Model::kv_truncate(int slot, int len) {
+  check_slot(slot, kv_slots_);
+  if (len < 0 || len > kv_len_[slot])
+    invalid("kv cache: slot " + std::to_string(slot) + " holds " + std::to_string(kv_len_[slot]) +
+            " tokens, cannot keep " + std::to_string(len));
+  kv_len_[slot] = len;
+}
+
+void Model::validate_extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T,
+                            const float* inv_temp) const {
+  if (kv_slots_ == 0) invalid("extend: no kv cache reserved (call kvReserve first)");
+  if (B < 1) invalid("extend: slots is empty");
+  long total = 0;
+  std::vector<char> seen((size_t)kv_slots_, 0);
+  for (int b = 0; b < B; b++) {
+    const int s = slots[b];
+    check_slot(s, kv_slots_);
+    if (seen[s]) invalid("extend: slot " + std::to_string(s) + " appears twice in one call");
+    seen[s] = 1;
+    if (counts[b] < 1) invalid("extend: counts[" + std::to_string(b) + "] must be >= 1, got " + std::to_string(counts[b]));
+    if ((long)kv_len_[s] + counts[b] > kv_max_len_)
+      invalid("extend: slot " + std::to_string(s) + " holds " + std::to_string(kv_len_[s]) + " tokens; " +
+              std::to_string(counts[b]) + " more exceed maxLen " + std::to_string(kv_max_len_));
+    if (!(std::isfinite(inv_temp[b]) && inv_temp[b] > 0))
+      invalid("extend: invTemperature[" + std::to_string(b) + "] must be finite and > 0, got " + std::to_string(inv_temp[b]));
+    total += counts[b];
+  }
+  if (total != T) invalid("extend: counts add up to " + std::to_string(total) + " but tokens has " + std::to_string(T));
+  for (int t = 0; t < T; t++)
+    if (tokens[t] < 0 || tokens[t] >= cfg_.vocab_size)
+      invalid("extend: tokens[" + std::to_string(t) + "] = " + std::to_string(tokens[t]) + " is out of range [0, " +
+              std::to_string(cfg_.vocab_size) + ")");
+}
+
+void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T,
+                   const float* inv_temp, float* probs) {
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  std::vector<int32_t> pos((size_t)T);
+  kv_slot_of_.resize((size_t)T);
+  for (int b = 0, t = 0; b < B; b++)
+    for (int i = 0; i < counts[b]; i++, t++) {
+      kv_slot_of_[t] = slots[b];
+      pos[t] = kv_len_[slots[b]] + i;
+    }
+  const Batch batch{tokens, T, nullptr, 0};
+  const Cached c{kv_slot_of_.data(), pos.data()};
+  forward_trunk(batch, &c);
+  for (int b = 0; b < B; b++) kv_len_[slots[b]] += counts[b];
+  Acts& a = *a_;
+  // The last token of each slot: contiguous when every count is 1 (decode), gathered into scratch otherwise.
+  const float* rows = a.lnf;
+  if (T != B) {
+    for (int b = 0, t = 0; b < B; b++) {
+      t += counts[b];
+      k_->copy(a.dln + (size_t)b * H, a.lnf + (size_t)(t - 1) * H, (size_t)H);
+    }
+    rows = a.dln;
+  }
+  for (int b0 = 0; b0 < B; b0 += chunk_) {
+    const int n = std::min(chunk_, B - b0);
+    PROF(matmul, k_->matmul_forward(a.logits, rows + (size_t)b0 * H, P_.lm_head, nullptr, n, H, V, false));
+    PROF(logits, k_->softmax_rows(a.logits, inv_temp + b0, n, V));
+    k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V);
+  }
 }
 
 void Model::zero_grad() { k_->zero(dev_[1], nparams_); }

@@ -97,6 +97,23 @@ class Model {
   // Forward, loss head (chunked), and backward: gradients are accumulated (+=) into grads().
   void forward_backward(const Batch& b, const int32_t* targets, TokenLoss& loss);
 
+  // Incremental decoding over a slot-based KV cache (generation). kv_reserve allocates K and V for `slots`
+  // sequences of up to `max_len` tokens per layer (dropping any previous cache); a slot holds the K/V of the tokens
+  // appended to it so far, computed by the weights in place at the time (a trainer step changes what later tokens
+  // see, not what is cached). extend appends counts[b] tokens to slots[b] for every b (tokens packed in that order:
+  // a prefill is a count > 1, a decode step a count of 1, both in one call) and writes, for each b, the next-token
+  // distribution after its last token, softmax(logits * inv_temp[b]), into probs[b, V] (host memory).
+  void kv_reserve(int slots, int max_len);
+  int kv_slots() const { return kv_slots_; }
+  int kv_max_len() const { return kv_max_len_; }
+  int kv_length(int slot) const;
+  void kv_truncate(int slot, int len);  // keeps the first len tokens (0: a free slot)
+  // Throws NativeError naming the problem (no cache, slots out of range or repeated, a slot overflowing, ids).
+  void validate_extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T,
+                       const float* inv_temp) const;
+  void extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T, const float* inv_temp,
+              float* probs);
+
   void zero_grad();
   double grad_norm();
   void scale_grads(float s);
@@ -114,7 +131,12 @@ class Model {
  private:
   struct Acts;
   void ensure_acts(int T, int max_len);
-  void forward_trunk(const Batch& b);
+  // Through the KV cache when `cached` is given: token t at position cached->pos[t] of slot cached->slot[t].
+  struct Cached {
+    const int32_t* slot;
+    const int32_t* pos;
+  };
+  void forward_trunk(const Batch& b, const Cached* cached = nullptr);
   void logits_chunk(int t0, int n);
   void logprobs_pass(int T, const int32_t* targets, float* logp, float* ent);
   ParamPtrs bind(float* base) const;
@@ -132,6 +154,10 @@ class Model {
   ParamPtrs P_, G_;
   int64_t step_ = 0;
   std::unique_ptr<Acts> a_;
+  float* kv_mem_ = nullptr;  // [L][2][slots][max_len][KD]
+  int kv_slots_ = 0, kv_max_len_ = 0;
+  std::vector<int> kv_len_;
+  std::vector<int32_t> kv_slot_of_;  // per token of an extend call
   std::vector<float> stage_;  // host staging of per-token loss values (device models)
   double prof_[(int)Phase::count] = {0, 0, 0, 0, 0};
 };
