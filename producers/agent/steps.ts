@@ -59,13 +59,21 @@ export async function generateTurn(ctx: AgentContext, parseTools: boolean): Prom
   return { turnIndex, gen, text, parsed, calls };
 }
 
+/** The end-of-turn token's text when the last turn is an assistant turn that stopped at one, else null. */
+function stopOfLastTurn(ctx: AgentContext): string | null {
+  const rec = ctx.recorder;
+  const last = rec.responseIds[rec.responseIds.length - 1];
+  if (rec.turnRoles[rec.turnRoles.length - 1] !== 'assistant' || last === undefined || !ctx.tokenizer.isSpecial(last)) return null;
+  return ctx.tokenizer.decode([last]);
+}
+
 /**
  * Append messages (tool responses or a user turn) as one masked turn. Returns false, appending nothing,
  * when they do not fit in the response budget (verl drops them and stops the loop).
  */
 export function appendObservation(ctx: AgentContext, role: 'tool' | 'user', messages: ChatMessage[], latencyMs: number): boolean {
   const rec = ctx.recorder;
-  const { ids } = ctx.delta.deltaIds(messages, true);
+  const { ids } = ctx.delta.deltaIds(messages, true, stopOfLastTurn(ctx));
   if (rec.responseLength + ids.length > ctx.limits.responseLength) return false;
   ctx.messages.push(...messages);
   let mismatch = false;

@@ -80,6 +80,8 @@ export class DeltaTokenizer {
   /** Learned skeletons; a shape seen once maps to undefined-as-"seen" (learned on the second sight). */
   private readonly skeletons = new Map<string, Skeleton | 'seen'>();
   private shapeHits = 0;
+  /** gapAfter's results by end-of-turn token and the role that follows. */
+  private readonly gaps = new Map<string, string>();
 
   constructor(
     readonly tokenizer: ChatTokenizer,
@@ -173,18 +175,50 @@ export class DeltaTokenizer {
     }
   }
 
-  /** Token ids to append for new (tool, user) messages. */
-  deltaIds(messages: readonly ChatMessage[], addGenerationPrompt = true): { ids: number[]; text: string } {
+  /**
+   * The text the template writes after an assistant turn's end-of-turn token `stop` and before the messages
+   * that follow it (ChatML: the newline after `<|im_end|>`); '' where the rendering does not show one.
+   * The model stops at the token and never generates this text, so it opens the next observation: masked,
+   * and the conversation rendered whole gives back the trajectory's tokens exactly.
+   */
+  gapAfter(stop: string, next: readonly ChatMessage[]): string {
+    const key = `${stop}\u0000${next[0]?.role ?? ''}`;
+    let gap = this.gaps.get(key);
+    if (gap === undefined) {
+      gap = '';
+      try {
+        const mark = sentinel(0);
+        const full = this.tokenizer.render([{ role: 'user', content: 'q' }, { role: 'assistant', content: mark }, ...next], {
+          addGenerationPrompt: true,
+          templateKwargs: this.templateKwargs,
+        });
+        const rest = this.deltaText(next, true);
+        const at = full.indexOf(mark + stop);
+        const from = at + mark.length + stop.length;
+        if (at >= 0 && full.endsWith(rest) && full.length - rest.length >= from) gap = full.slice(from, full.length - rest.length);
+      } catch {
+        // A template that refuses this conversation shape: no gap is known, the delta stands alone.
+      }
+      this.gaps.set(key, gap);
+    }
+    return gap;
+  }
+
+  /**
+   * Token ids to append for new (tool, user) messages. `afterStop`: the text of the end-of-turn token the
+   * previous assistant turn stopped at, if it did; the template's text after that token then leads the delta.
+   */
+  deltaIds(messages: readonly ChatMessage[], addGenerationPrompt = true, afterStop: string | null = null): { ids: number[]; text: string } {
     // The same messages (a group's n samples getting the same tool result, error messages, user-simulator
     // replies) recur often, so results are cached by their exact messages.
-    const key = addGenerationPrompt + JSON.stringify(messages);
+    const key = `${addGenerationPrompt}${afterStop ?? ''}\u0000${JSON.stringify(messages)}`;
     const hit = this.cache.get(key);
     if (hit) {
       this.cache.delete(key);
       this.cache.set(key, hit);
       return { ids: [...hit.ids], text: hit.text };
     }
-    const text = this.deltaText(messages, addGenerationPrompt);
+    const text = (afterStop === null ? '' : this.gapAfter(afterStop, messages)) + this.deltaText(messages, addGenerationPrompt);
     const out = { ids: this.tokenizer.encode(text), text };
     if (this.cacheSize > 0) {
       this.cache.set(key, { ids: [...out.ids], text });

@@ -74,8 +74,9 @@ function checkTokens(traj: Trajectory, row: DatasetRow): void {
     if (mask === 1) assert.ok(lps.every((x) => Number.isFinite(x) && x <= 0), `turn ${k}: sampled tokens have log-probs <= 0`);
     else {
       assert.ok(lps.every((x) => x === 0), `turn ${k}: observation tokens carry no log-prob`);
-      // The observation is the template's tool turn around verl's reply text.
-      assert.match(tok.decode(traj.response_ids.slice(from, to)), /^<\|im_start\|>tool\n/);
+      // The observation is the template's tool turn around verl's reply text, led by the newline the template
+      // writes after <|im_end|> when the turn before stopped at it.
+      assert.match(tok.decode(traj.response_ids.slice(from, to)), /^\n?<\|im_start\|>tool\n/);
     }
   }
 }

@@ -134,9 +134,9 @@ describe('sampled tokenization check', () => {
     const t = await embeddedLog();
     try {
       const tok = qwen3();
-      // Strict mode flags every tool turn (Qwen3 writes "\n" after the generated <|im_end|>): the
-      // mismatch counter counts the checked observations.
-      const call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}}\n</tool_call>';
+      // Strict mode flags every tool turn after a think block the model wrote without Qwen3's newlines (the
+      // template re-renders it as "<think>\n…\n</think>\n\n"): the mismatch counter counts the checked observations.
+      const call = '<think>r</think><tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}}\n</tool_call>';
       const backend = new ScriptedBackend({ tokenizer: tok, script: ({ turn }) => (turn < 2 ? call : 'done') });
       const w = new RolloutWorker(
         { runId: 'run-sampled', log: t.log, serde: t.serde, backend, tokenizer: tok, tools: new ToolSet().add(new CalculatorTool()), followPolicy: false },

