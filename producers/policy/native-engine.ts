@@ -1,0 +1,241 @@
+// Generation on the native core's own model (native/model.ts): continuous batching over its slot KV cache. Every
+// step is one Model.extend call that prefills the requests joining (only the tokens their slot does not hold yet)
+// and decodes one token for every running request; requests leave as they finish. Sampling is the built-in
+// policy's (sampler.ts) on the rows extend returns, softmax(logits / T), so the log-prob of each sampled token
+// follows the convention written there. A session keeps its slot between turns, so a later turn whose context
+// extends the cached tokens prefills only the new ones. The weights are the model's parameters in place: a
+// trainer step on the same Model is seen by the next step (setVersion names the version the tokens then carry);
+// cached K/V of earlier tokens stay as they were computed.
+import { randomInt } from 'node:crypto';
+import { RlstreamError, describeError } from '../../core/errors.ts';
+import type { Model } from '../../native/model.ts';
+import type { FinishReason, GenerateRequest, GenerateResult } from '../backends/types.ts';
+import { inverseTemperature, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
+
+export interface NativeEngineOptions {
+  /** Sequences held in the KV cache at once (running requests plus idle sessions kept for their next turn). */
+  slots: number;
+  /** Tokens a slot holds: context plus generated tokens of a session. */
+  maxLen: number;
+  /** Policy version the first tokens carry (default 0). */
+  version?: number;
+  server?: string;
+}
+
+export interface NativeEngineStats {
+  steps: number;
+  decodeTokens: number;
+  prefillTokens: number;
+  /** Prompt tokens a request found already in its session's slot. */
+  reusedTokens: number;
+}
+
+interface Run {
+  req: GenerateRequest;
+  slot: number;
+  feed: number[]; // tokens to append at the next step
+  tokens: number[];
+  logprobs: number[];
+  versions: number[];
+  stop: Set<number>;
+  rng: Rng;
+  t0: number;
+  signal: AbortSignal | undefined;
+  resolve: (r: GenerateResult) => void;
+  reject: (e: unknown) => void;
+}
+
+interface Slot {
+  session: string | null; // null: free
+  tokens: number[]; // what the cache holds for it
+  busy: boolean;
+  lastUse: number;
+}
+
+export class NativeEngine {
+  private readonly slots: Slot[];
+  private readonly waiting: Run[] = [];
+  private readonly running: Run[] = [];
+  private readonly scratch: { order: Int32Array };
+  private version: number;
+  private looping = false;
+  private closed = false;
+  private clock = 0;
+  private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0 };
+  readonly server: string;
+
+  constructor(
+    private readonly model: Model,
+    private readonly opts: NativeEngineOptions,
+  ) {
+    model.kvReserve(opts.slots, opts.maxLen);
+    this.slots = Array.from({ length: opts.slots }, () => ({ session: null, tokens: [], busy: false, lastUse: 0 }));
+    this.scratch = newScratch(model.config.vocab_size);
+    this.version = opts.version ?? 0;
+    this.server = opts.server ?? 'builtin-native';
+  }
+
+  stats(): NativeEngineStats {
+    return { ...this.counters };
+  }
+
+  /** The version tokens sampled from now on carry (the trainer updated the model's weights in place). */
+  setVersion(version: number): void {
+    this.version = version;
+  }
+
+  currentPolicyVersion(): number {
+    return this.version;
+  }
+
+  generate(req: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
+    if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the native engine is closed'));
+    validateSampling(req.sampling, this.model.config.vocab_size);
+    const n = req.promptIds.length;
+    if (n < 1) return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', 'promptIds is empty'));
+    if (n + req.sampling.max_new_tokens > this.opts.maxLen)
+      return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `prompt (${n} tokens) + max_new_tokens (${req.sampling.max_new_tokens}) exceed the engine's maxLen ${this.opts.maxLen}`));
+    return new Promise<GenerateResult>((resolve, reject) => {
+      this.waiting.push({
+        req,
+        slot: -1,
+        feed: [],
+        tokens: [],
+        logprobs: [],
+        versions: [],
+        stop: new Set(req.sampling.stop_token_ids),
+        rng: new Rng(req.sampling.seed ?? randomInt(0, 2 ** 48 - 1)),
+        t0: performance.now(),
+        signal,
+        resolve,
+        reject,
+      });
+      void this.loop();
+    });
+  }
+
+  /** The session's trajectory is over: its slot is free for others. */
+  releaseSession(sessionId: string): void {
+    for (const s of this.slots)
+      if (s.session === sessionId && !s.busy) {
+        s.session = null;
+        s.tokens = [];
+      }
+  }
+
+  close(): void {
+    this.closed = true;
+    const err = new RlstreamError('BACKEND_UNAVAILABLE', 'the native engine was closed');
+    for (const r of [...this.waiting, ...this.running]) r.reject(err);
+    this.waiting.length = 0;
+    this.running.length = 0;
+  }
+
+  private async loop(): Promise<void> {
+    if (this.looping) return;
+    this.looping = true;
+    try {
+      await Promise.resolve(); // requests made in the same tick start in the same step
+      while (!this.closed && (this.waiting.length > 0 || this.running.length > 0)) await this.step();
+    } catch (err) {
+      const e = new RlstreamError('INTERNAL', `native generation step failed: ${describeError(err)}`, { cause: err });
+      for (const r of [...this.waiting, ...this.running]) r.reject(e);
+      this.waiting.length = 0;
+      this.running.length = 0;
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  /** Admits what fits, runs one extend over every running request, samples, and retires the finished. */
+  private async step(): Promise<void> {
+    while (this.waiting.length > 0) {
+      const run = this.waiting[0]!;
+      const slot = this.claim(run.req.sessionId);
+      if (slot < 0) break;
+      this.waiting.shift();
+      this.admit(run, slot);
+    }
+    for (const r of this.running.filter((x) => x.signal?.aborted)) this.retire(r, 'abort');
+    const active = [...this.running];
+    if (active.length === 0) return;
+    const B = active.length;
+    const slots = new Int32Array(B);
+    const counts = new Int32Array(B);
+    const inv = new Float32Array(B);
+    const toks: number[] = [];
+    active.forEach((r, b) => {
+      slots[b] = r.slot;
+      counts[b] = r.feed.length;
+      inv[b] = inverseTemperature(r.req.sampling);
+      for (const t of r.feed) toks.push(t);
+      this.slots[r.slot]!.tokens.push(...r.feed);
+      if (r.feed.length > 1 || r.tokens.length === 0) this.counters.prefillTokens += r.feed.length;
+      else this.counters.decodeTokens += 1;
+    });
+    const probs = await this.model.extend(slots, counts, Int32Array.from(toks), inv);
+    this.counters.steps++;
+    const V = this.model.config.vocab_size;
+    active.forEach((r, b) => {
+      const { token, logprob } = sampleToken(probs.subarray(b * V, (b + 1) * V), r.req.sampling, r.rng, this.scratch);
+      r.tokens.push(token);
+      r.logprobs.push(logprob);
+      r.versions.push(this.version);
+      r.feed = [token];
+      const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
+      if (reason) this.retire(r, reason);
+    });
+  }
+
+  /** A slot for a request: its session's own, else a free one, else the least recently used idle session's. */
+  private claim(session: string | undefined): number {
+    if (session !== undefined) {
+      const own = this.slots.findIndex((s) => s.session === session);
+      if (own >= 0) return this.slots[own]!.busy ? -1 : own;
+    }
+    let best = -1;
+    for (let i = 0; i < this.slots.length; i++) {
+      const s = this.slots[i]!;
+      if (s.busy) continue;
+      if (s.session === null) return i;
+      if (best < 0 || s.lastUse < this.slots[best]!.lastUse) best = i;
+    }
+    return best;
+  }
+
+  /** Keeps the longest cached prefix of the prompt (at least one token is fed, for the next distribution). */
+  private admit(run: Run, slot: number): void {
+    const s = this.slots[slot]!;
+    const prompt = run.req.promptIds;
+    if (s.session !== (run.req.sessionId ?? null)) s.tokens = [];
+    let keep = 0;
+    const limit = Math.min(s.tokens.length, prompt.length - 1);
+    while (keep < limit && s.tokens[keep] === prompt[keep]) keep++;
+    this.model.kvTruncate(slot, keep);
+    s.tokens.length = keep;
+    s.session = run.req.sessionId ?? null;
+    s.busy = true;
+    s.lastUse = ++this.clock;
+    this.counters.reusedTokens += keep;
+    run.slot = slot;
+    run.feed = prompt.slice(keep);
+    this.running.push(run);
+  }
+
+  private retire(run: Run, reason: FinishReason): void {
+    const i = this.running.indexOf(run);
+    if (i >= 0) this.running.splice(i, 1);
+    const s = this.slots[run.slot]!;
+    s.busy = false;
+    s.lastUse = ++this.clock;
+    if (s.session === null) s.tokens = []; // nothing to keep it for
+    run.resolve({
+      tokenIds: run.tokens,
+      logprobs: run.logprobs,
+      finishReason: reason,
+      policyVersions: run.versions,
+      server: this.server,
+      latencyMs: performance.now() - run.t0,
+    });
+  }
+}
