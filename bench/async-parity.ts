@@ -26,7 +26,8 @@ import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
 import { lineChartsSvg, type Line } from '../cli/plot.ts';
 import type { TrainStep } from '../schemas/generated/types.ts';
 import { benchChildSpec, runBenchChild, writeBenchChildResult } from './child.ts';
-import { commonFlags, fmtStats, interleaved, probeSummary, type Probe } from './harness.ts';
+import { int, ints, MAIN_JOB_FLAGS, names, parseFlags, replaced, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, interleaved, probeSummary, type Probe } from './harness.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(here, '..');
@@ -111,72 +112,36 @@ interface RunResult {
 
 const modeName = (setting: string, bound: number) => `${setting} ${bound === 0 ? 'sync' : `bound ${bound}`}`;
 
-function parseOptions(all: string[]): Options {
-  const { quick, rest: args } = commonFlags(all, 1);
-  const cores = availableParallelism();
-  const o: Options = quick
-    ? { quick, seeds: [1], bounds: [0, 2], settings: ['ppo'], syncSettings: ['ppo'], steps: 2, groups: 2, n: 2, heldout: 10, evalEvery: 1, syncThreads: cores, asyncThreads: 1, keep: false, modeTimeoutS: 0 }
-    : { quick, seeds: [1, 2, 3], bounds: [0, 2, 4], settings: ['ppo', 'cispo'], syncSettings: ['ppo'], steps: 8, groups: 8, n: 8, heldout: 200, evalEvery: 4, syncThreads: cores, asyncThreads: 1, keep: false, modeTimeoutS: 0 };
-  const int = (flag: string, v: string | undefined, min: number) => {
-    const x = Number(v);
-    if (!Number.isInteger(x) || x < min) throw new Error(`${flag} must be an integer >= ${min} (got ${JSON.stringify(v)})`);
-    return x;
+const FLAGS = {
+  quick: ROUND_FLAGS.quick,
+  ...MAIN_JOB_FLAGS,
+  seeds: ints(0),
+  settings: names(Object.keys(SETTINGS)),
+  'sync-settings': names(Object.keys(SETTINGS)),
+  'eval-every': int(1),
+  rounds: replaced('the seeds are the rounds here: --seeds 1,2,3'),
+};
+
+export function parseOptions(args: string[]): Options {
+  const { values: f } = parseFlags(args, FLAGS);
+  const quick = f.quick === true;
+  const steps = f.steps ?? (quick ? 2 : 8);
+  return {
+    quick,
+    seeds: f.seeds ?? (quick ? [1] : [1, 2, 3]),
+    bounds: f.bounds ?? (quick ? [0, 2] : [0, 2, 4]),
+    settings: f.settings ?? (quick ? ['ppo'] : ['ppo', 'cispo']),
+    syncSettings: f['sync-settings'] ?? ['ppo'],
+    steps,
+    groups: f.groups ?? (quick ? 2 : 8),
+    n: f.n ?? (quick ? 2 : 8),
+    heldout: f.heldout ?? (quick ? 10 : 200),
+    evalEvery: f['eval-every'] ?? (quick ? 1 : 4),
+    syncThreads: f['sync-threads'] ?? availableParallelism(),
+    asyncThreads: f['async-threads'] ?? 1,
+    keep: f.keep === true,
+    modeTimeoutS: f['mode-timeout'] ?? Math.max(900, steps * 60),
   };
-  const names = (flag: string, v: string | undefined) => {
-    const xs = (v ?? '').split(',').filter(Boolean);
-    for (const x of xs) if (!(x in SETTINGS)) throw new Error(`${flag}: unknown setting ${JSON.stringify(x)} (known: ${Object.keys(SETTINGS).join(', ')})`);
-    if (xs.length === 0) throw new Error(`${flag} needs at least one setting`);
-    return xs;
-  };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const value = () => args[++i];
-    switch (a) {
-      case '--seeds':
-        o.seeds = (value() ?? '').split(',').map((s) => int(a, s, 0));
-        break;
-      case '--bounds':
-        o.bounds = (value() ?? '').split(',').map((b) => int(a, b, 0));
-        break;
-      case '--settings':
-        o.settings = names(a, value());
-        break;
-      case '--sync-settings':
-        o.syncSettings = names(a, value());
-        break;
-      case '--steps':
-        o.steps = int(a, value(), 1);
-        break;
-      case '--groups':
-        o.groups = int(a, value(), 1);
-        break;
-      case '--n':
-        o.n = int(a, value(), 2);
-        break;
-      case '--heldout':
-        o.heldout = int(a, value(), 1);
-        break;
-      case '--eval-every':
-        o.evalEvery = int(a, value(), 1);
-        break;
-      case '--sync-threads':
-        o.syncThreads = int(a, value(), 1);
-        break;
-      case '--async-threads':
-        o.asyncThreads = int(a, value(), 1);
-        break;
-      case '--keep':
-        o.keep = true;
-        break;
-      case '--mode-timeout':
-        o.modeTimeoutS = int(a, value(), 1);
-        break;
-      default:
-        throw new Error(`unknown argument ${a} (flags: --seeds 1,2,3 --bounds 0,2,4 --settings ${Object.keys(SETTINGS).join(',')} --sync-settings ppo --steps N --groups G --n N --heldout N --eval-every K --sync-threads N --async-threads N --keep --mode-timeout S --quick)`);
-    }
-  }
-  if (o.modeTimeoutS === 0) o.modeTimeoutS = Math.max(900, o.steps * 60);
-  return o;
 }
 
 /** The modes of one seed, in the order they run: sync first, then each setting at each async bound. */

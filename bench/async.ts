@@ -30,7 +30,8 @@ import { openTraceStore } from '../core/traces/open.ts';
 import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
 import type { TrainStep } from '../schemas/generated/types.ts';
 import { benchChildSpec, runBenchChild, writeBenchChildResult } from './child.ts';
-import { commonFlags, fmtStats, interleaved, probeSummary, roundRatios, summarize, type Probe } from './harness.ts';
+import { choice, MAIN_JOB_FLAGS, parseFlags, path, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, interleaved, probeSummary, roundRatios, summarize, type Probe } from './harness.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(here, '..');
@@ -114,67 +115,30 @@ interface ModeResult {
   steps: StepFigures[];
 }
 
-function parseOptions(all: string[]): BenchOptions {
-  const { quick, rounds, rest: args } = commonFlags(all, 3);
+const FLAGS = { ...ROUND_FLAGS, ...MAIN_JOB_FLAGS, tools: path, config: path, device: choice(['cpu', 'cuda'] as const) };
+
+export function parseOptions(args: string[]): BenchOptions {
+  const { values: f } = parseFlags(args, FLAGS);
+  const quick = f.quick === true;
   const cores = availableParallelism();
-  const o: BenchOptions = quick
-    ? { rounds: all.includes('--rounds') ? rounds : 2, quick, steps: 2, bounds: [0, 4], groups: 2, n: 2, heldout: 10, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0, config: CONFIG, device: null }
-    : { rounds, quick, steps: 20, bounds: [0, 1, 2, 4], groups: 8, n: 8, heldout: 200, tools: HEAVY_TAIL_TOOLS, keep: false, syncThreads: cores, asyncThreads: 1, modeTimeoutS: 0, config: CONFIG, device: null };
-  const int = (flag: string, v: string | undefined, min: number) => {
-    const x = Number(v);
-    if (!Number.isInteger(x) || x < min) throw new Error(`${flag} must be an integer >= ${min} (got ${JSON.stringify(v)})`);
-    return x;
+  const steps = f.steps ?? (quick ? 2 : 20);
+  return {
+    rounds: f.rounds ?? (quick ? 2 : 3),
+    quick,
+    steps,
+    bounds: f.bounds ?? (quick ? [0, 4] : [0, 1, 2, 4]),
+    groups: f.groups ?? (quick ? 2 : 8),
+    n: f.n ?? (quick ? 2 : 8),
+    heldout: f.heldout ?? (quick ? 10 : 200),
+    tools: f.tools ?? HEAVY_TAIL_TOOLS,
+    keep: f.keep === true,
+    syncThreads: f['sync-threads'] ?? cores,
+    asyncThreads: f['async-threads'] ?? 1,
+    // Generous against a loaded machine (a step takes seconds under load), short of waiting forever on a hung run.
+    modeTimeoutS: f['mode-timeout'] ?? Math.max(900, steps * 60),
+    config: f.config ?? CONFIG,
+    device: f.device ?? null,
   };
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    const value = () => args[++i];
-    switch (a) {
-      case '--steps':
-        o.steps = int(a, value(), 1);
-        break;
-      case '--groups':
-        o.groups = int(a, value(), 1);
-        break;
-      case '--n':
-        o.n = int(a, value(), 2);
-        break;
-      case '--heldout':
-        o.heldout = int(a, value(), 1);
-        break;
-      case '--bounds':
-        o.bounds = (value() ?? '').split(',').map((b) => int(a, b, 0));
-        break;
-      case '--tools':
-        o.tools = resolve(value() ?? '');
-        break;
-      case '--keep':
-        o.keep = true;
-        break;
-      case '--sync-threads':
-        o.syncThreads = int(a, value(), 1);
-        break;
-      case '--async-threads':
-        o.asyncThreads = int(a, value(), 1);
-        break;
-      case '--mode-timeout':
-        o.modeTimeoutS = int(a, value(), 1);
-        break;
-      case '--config':
-        o.config = resolve(value() ?? '');
-        break;
-      case '--device': {
-        const d = value();
-        if (d !== 'cpu' && d !== 'cuda') throw new Error(`--device must be cpu or cuda (got ${JSON.stringify(d)})`);
-        o.device = d;
-        break;
-      }
-      default:
-        throw new Error(`unknown argument ${a} (flags: --rounds R --quick --steps N --bounds 0,1,2,4 --groups G --n N --heldout N --sync-threads N --async-threads N --tools FILE --keep --mode-timeout S --config FILE --device cpu|cuda)`);
-    }
-  }
-  // Generous against a loaded machine (a step takes seconds under load), short of waiting forever on a hung run.
-  if (o.modeTimeoutS === 0) o.modeTimeoutS = Math.max(900, o.steps * 60);
-  return o;
 }
 
 const threadsFor = (o: BenchOptions, bound: number) => (bound === 0 ? o.syncThreads : o.asyncThreads);

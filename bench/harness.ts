@@ -172,22 +172,7 @@ export function probeSummary(records: { probe: Probe }[]): { sgemmGflops: Stats;
   };
 }
 
-/** Common flags: --quick (smoke size: proves the benchmark runs, its figures mean nothing) and --rounds N. */
-export function commonFlags(args: string[], defaultRounds = 3): { quick: boolean; rounds: number; rest: string[] } {
-  const rest: string[] = [];
-  let quick = false;
-  let rounds = defaultRounds;
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    if (a === '--quick' || a === '--smoke') quick = true;
-    else if (a === '--rounds') {
-      const v = Number(args[++i]);
-      if (!Number.isInteger(v) || v < 1) throw new Error(`--rounds must be an integer >= 1 (got ${JSON.stringify(args[i])})`);
-      rounds = v;
-    } else rest.push(a);
-  }
-  return { quick, rounds, rest };
-}
+export { commonFlags } from './flags.ts';
 
 /** Write bench/out/<name>-<timestamp>.json: revision, machine, arguments, probes before and after, the benchmark's own report. */
 export function writeReport(name: string, args: string[], startProbe: Probe, report: unknown): string {
