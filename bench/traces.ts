@@ -17,13 +17,11 @@
 // it runs deployed; rows/s is over the drain's wall time. The log's pages are written back to disk before the first
 // drain, untimed: the recording leaves ~250 MB of them dirty, whose writeback would otherwise share the 2 cores
 // with the drain (an effect not separated from this VM's noise when measured).
-// A VM's speed moves from hour to hour (the same drain's CPU-µs a row ranged 6.4-9.5 here in one afternoon), so
-// the drain runs --sink-runs times (default 3) and the median, least and most are printed. The same log is
-// drained again with transcoding off (decode, rowsOf, codec for every record), once, as the comparison.
+// The same log is drained with transcoding off too (decode, rowsOf, codec for every record), as the comparison.
 // With the server as a target and KAFKA_BROKERS set, the log is also copied into Kafka (under topics of its own,
-// untimed, schemas registered at SCHEMA_REGISTRY_URL) and the sink drains it from there into the server: the
-// distributed shape), once through each Kafka client (kafkajs, librdkafka). The copy's topics are deleted at the end.
-// Both print where the CPU went, per row (bench/cpu.ts): the main thread, chDB's insert and merge threads,
+// untimed, schemas registered at SCHEMA_REGISTRY_URL) and the sink drains it from there into the server (the
+// distributed shape), through each Kafka client (kafkajs, librdkafka). The copy's topics are deleted at the end.
+// The drains and the engine print where the CPU went, per row (bench/cpu.ts): the main thread, chDB's insert and merge threads,
 // Node's other threads (GC, and libuv's pool, where chDB's queries start), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
 // what the machine's cores can take at that cost. Merges still running when a drain ends are not in it.
 // Last, the engine alone: a TraceWriter encodes and batches a synthetic run into a recorder (untimed), then
@@ -35,16 +33,25 @@
 // more (the inode allocator skips each recently deleted inode, ext4's recently_deleted() in a profile of the
 // server), and every insert creates a part's files, so a drain right after the previous phase's DROP is
 // markedly slower (docs/benchmarks.md).
-// For the same reason each timed phase first waits (up to two minutes) until the target runs no merges: a
-// phase's own merges count, the previous phase's do not. The wait is printed.
-// Usage: npm run bench -- traces [--turns 1000000] [--tokens 24] [--targets chdb,server] [--batch-rows 250000]
-//                                [--sink-turns 1000000] (0 skips the end-to-end sink) [--sink-runs 3]
+// For the same reason each timed mode first waits (up to two minutes) until no target runs merges: a mode's
+// own merges count, the previous mode's do not. The wait is printed.
+// Every phase above, on every target and source, is one of the harness's modes (bench/harness.ts): they run in
+// interleaved rounds (each round: every mode of chDB, then every mode of the server), with a machine-speed probe
+// before each, and a figure is the median [min–max] over rounds; a VM's speed moves from hour to hour (the same
+// drain's CPU-µs a row ranged 6.4-9.5 here in one afternoon). The recording and the copy into Kafka are made
+// once, untimed, before the first round; every drain reads them from the start into a fresh database.
+// Usage: npm run bench -- traces [--rounds 3] [--turns 1000000] (0 skips the store path) [--tokens 24]
+//                                [--targets chdb,server] [--batch-rows 250000]
+//                                [--sink-turns 1000000] (0 skips the end-to-end sink)
 //                                [--kafka-sink true|false] (default: true where KAFKA_BROKERS is set)
-//                                [--engine-turns 300000] (0 skips the engine alone)
+//                                [--engine-turns 300000] (0 skips the engine alone) [--quick]
+// --sink-runs N is the older name of --rounds N. --quick: 2,000 turns in the store path, the sink's log and the
+// engine, one round, no general-path drain, no Kafka unless --kafka-sink true: proves the benchmark runs, its
+// figures mean nothing.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import os, { tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -66,14 +73,11 @@ import { rowsOf } from '../consumers/traces/rows.ts';
 import { TraceWriter, type WriterOptions } from '../consumers/traces/writer.ts';
 import { recordRun } from '../testkit/record-run.ts';
 import { cpuReport, describeCpu, sampleCpu, type CpuReport } from './cpu.ts';
+import { choice, int, names, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, interleaved, probeSummary, summarize, type Mode } from './harness.ts';
 import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../testkit/synthetic-run.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-
-function arg(args: string[], name: string, fallback: string): string {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 && args[i + 1] ? args[i + 1]! : fallback;
-}
 
 interface TargetReport {
   target: string;
@@ -193,7 +197,7 @@ interface SinkReport {
   path: string;
   /** Where the sink read the run: the embedded log (in place) or Kafka through one of its clients. */
   source: 'embedded log' | 'Kafka (kafkajs)' | 'Kafka (librdkafka)';
-  /** Which of the drains of this target, path and source this is (1-based). */
+  /** The round of the drain (1-based). */
   run: number;
   turns: number;
   records: number;
@@ -243,50 +247,38 @@ interface DrainSource {
 
 /**
  * The real TraceSink draining a recorded run into a fresh database of `spec`, in a process of its own
- * (bench/traces-sink-process.ts), from the start of `from`: `runs` times with its native transcoders (the default)
- * and, unless `general` is false, once through the general path only.
+ * (bench/traces-sink-process.ts), from the start of `from`: with its native transcoders (the default) or, with
+ * `transcode` false, through the general path only.
  */
-async function benchSink(spec: string, dir: string, sinkLog: SinkLog, from: DrainSource, runs: number, general = true): Promise<SinkReport[]> {
+async function drainOnce(spec: string, dir: string, sinkLog: SinkLog, from: DrainSource, transcode: boolean, round: number): Promise<SinkReport> {
   const { bytes: logBytes } = sinkLog;
-  const reports: SinkReport[] = [];
   const kind = parseStoreTarget(spec).kind;
-  const drains = [...Array.from({ length: runs }, (_, i) => ({ transcode: true, run: i + 1 })), ...(general ? [{ transcode: false, run: 1 }] : [])];
-  for (const { transcode, run } of drains) {
-    // chDB: a directory of the drain's own (one process per chDB directory).
-    const target = kind === 'chdb' ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
-    const database = `bench_sink_${Date.now().toString(36)}`;
-    await settle(spec); // chDB: the drain's directory is new, but this process's engine may still merge
-    const args = ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), from.log, target, String(transcode), database, from.prefix];
-    const child = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 << 20 });
-    dropAtEnd(kind, spec, database);
-    const line = child.stdout.trim().split('\n').pop() ?? '';
-    if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
-    const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
-    if (k.records !== sinkLog.records) throw new Error(`the sink's drain read ${k.records} records of the log's ${sinkLog.records}`);
-    reports.push({
-      target: kind,
-      path: transcode ? 'native transcoders' : 'general path',
-      source: from.source,
-      run,
-      turns: sinkLog.turns,
-      records: k.records,
-      transcoded: k.transcoded,
-      rows: k.rows,
-      logMB: Math.round(logBytes / 1e5) / 10,
-      seconds: Math.round(k.seconds * 10) / 10,
-      cpuSeconds: Math.round(k.cpuSeconds * 10) / 10,
-      cpu: k.cpu,
-      rowsPerSecond: Math.round(k.rows / k.seconds),
-      mbPerSecond: Math.round((logBytes / 1e6 / k.seconds) * 10) / 10,
-    });
-  }
-  return reports;
-}
-
-/** Median, least and most rows/s of the drains of one target, path and source. */
-function summarize(drains: SinkReport[]): { median: number; min: number; max: number } {
-  const r = drains.map((d) => d.rowsPerSecond).sort((a, b) => a - b);
-  return { median: r[(r.length - 1) >> 1]!, min: r[0]!, max: r[r.length - 1]! };
+  // chDB: a directory of the drain's own (one process per chDB directory).
+  const target = kind === 'chdb' ? `chdb:${mkdtempSync(join(dir, 'sink-chdb-'))}` : spec;
+  const database = `bench_sink_${Date.now().toString(36)}`;
+  const args = ['--import', 'tsx', join(HERE, 'traces-sink-process.ts'), from.log, target, String(transcode), database, from.prefix];
+  const child = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 << 20 });
+  dropAtEnd(kind, spec, database);
+  const line = child.stdout.trim().split('\n').pop() ?? '';
+  if (child.status !== 0 || !line.startsWith('{')) throw new Error(`the sink's drain process failed (status ${child.status}):\n${child.stderr.slice(-2000)}`);
+  const k = JSON.parse(line) as { records: number; transcoded: number; rows: number; seconds: number; cpuSeconds: number; cpu: CpuReport | null };
+  if (k.records !== sinkLog.records) throw new Error(`the sink's drain read ${k.records} records of the log's ${sinkLog.records}`);
+  return {
+    target: kind,
+    path: transcode ? 'native transcoders' : 'general path',
+    source: from.source,
+    run: round + 1,
+    turns: sinkLog.turns,
+    records: k.records,
+    transcoded: k.transcoded,
+    rows: k.rows,
+    logMB: Math.round(logBytes / 1e5) / 10,
+    seconds: Math.round(k.seconds * 10) / 10,
+    cpuSeconds: Math.round(k.cpuSeconds * 10) / 10,
+    cpu: k.cpu,
+    rowsPerSecond: Math.round(k.rows / k.seconds),
+    mbPerSecond: Math.round((logBytes / 1e6 / k.seconds) * 10) / 10,
+  };
 }
 
 /** Kafka topics the bench made (the copies of the sink's log), deleted when it ends. */
@@ -450,81 +442,172 @@ async function dropServerDatabases(): Promise<void> {
   }
 }
 
-export async function main(args: string[]): Promise<{ stores: TargetReport[]; sinks: SinkReport[]; engines: EngineReport[] }> {
-  const turns = Number(arg(args, 'turns', '1000000'));
-  const tokens = Number(arg(args, 'tokens', '24'));
-  const batchRows = Number(arg(args, 'batch-rows', '250000'));
-  const wanted = arg(args, 'targets', process.env['CLICKHOUSE_URL'] ? 'chdb,server' : 'chdb').split(',');
-  const sinkTurns = Number(arg(args, 'sink-turns', '1000000'));
-  const engineTurns = Number(arg(args, 'engine-turns', '300000'));
-  const sinkRuns = Number(arg(args, 'sink-runs', '3'));
-  if (!Number.isInteger(sinkRuns) || sinkRuns < 1) throw new Error(`--sink-runs must be a positive integer, got ${sinkRuns}`);
+const FLAGS = {
+  ...ROUND_FLAGS,
+  turns: int(0),
+  tokens: int(1),
+  targets: names(['chdb', 'server']),
+  'batch-rows': int(1),
+  'sink-turns': int(0),
+  // The name --rounds had here before the bench ran on the harness's rounds; the README's Kafka row gives it.
+  'sink-runs': int(1),
+  'kafka-sink': choice(['true', 'false'] as const),
+  'engine-turns': int(0),
+};
+
+/** A round's result of one mode: a store path, a drain or an engine; each counts rows, seconds and CPU. */
+export type PhaseResult = TargetReport | SinkReport | EngineReport;
+
+export interface TracesOptions {
+  quick: boolean;
+  rounds: number;
+  turns: number;
+  tokens: number;
+  batchRows: number;
+  targets: ('chdb' | 'server')[];
+  sinkTurns: number;
+  engineTurns: number;
+  kafkaSink: boolean;
+}
+
+export function parseOptions(args: string[]): TracesOptions {
+  const { values: f } = parseFlags(args, FLAGS);
+  if (f.rounds !== undefined && f['sink-runs'] !== undefined && f.rounds !== f['sink-runs']) {
+    throw new Error(`--sink-runs is the older name of --rounds (every mode runs once a round); give one (got --rounds ${f.rounds} --sink-runs ${f['sink-runs']})`);
+  }
+  const quick = f.quick === true;
+  const server = Boolean(process.env['CLICKHOUSE_URL']);
+  const brokers = Boolean(process.env['KAFKA_BROKERS']);
+  const kafkaSink = (f['kafka-sink'] ?? (brokers && !quick ? 'true' : 'false')) === 'true';
+  if (kafkaSink && !brokers) throw new Error('--kafka-sink true needs KAFKA_BROKERS (source infra/env.sh)');
+  const targets = (f.targets ?? (server ? ['chdb', 'server'] : ['chdb'])) as TracesOptions['targets'];
+  return {
+    quick,
+    rounds: f.rounds ?? f['sink-runs'] ?? (quick ? 1 : 3),
+    turns: f.turns ?? (quick ? 2_000 : 1_000_000),
+    tokens: f.tokens ?? 24,
+    batchRows: f['batch-rows'] ?? 250_000,
+    targets,
+    sinkTurns: f['sink-turns'] ?? (quick ? 2_000 : 1_000_000),
+    engineTurns: f['engine-turns'] ?? (quick ? 2_000 : 300_000),
+    kafkaSink,
+  };
+}
+
+const cpuMicrosPerRow = (r: PhaseResult) => (r.cpuSeconds * 1e6) / r.rows;
+const serverMicrosPerRow = (r: PhaseResult) => ('cpu' in r ? (r.cpu?.microsPerRow['server process'] ?? NaN) : NaN);
+
+/** Waits until no target runs merges: a mode's own merges count, the previous mode's do not (see the header). */
+async function settleAll(specs: string[]): Promise<void> {
+  for (const spec of specs) await settle(spec);
+}
+
+export async function main(args: string[]): Promise<unknown> {
+  const o = parseOptions(args);
   const brokers = (process.env['KAFKA_BROKERS'] ?? '').split(',').filter((b) => b);
-  const kafkaSink = arg(args, 'kafka-sink', brokers.length > 0 ? 'true' : 'false') === 'true';
-  if (kafkaSink && brokers.length === 0) throw new Error('--kafka-sink true needs KAFKA_BROKERS (source infra/env.sh)');
-  const reports: TargetReport[] = [];
-  const sinks: SinkReport[] = [];
-  const engines: EngineReport[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-traces-'));
-  let sinkLog: SinkLog | null = null;
   try {
-    for (const t of wanted) {
-      if (t === 'server' && !process.env['CLICKHOUSE_URL']) {
-        console.log('server: CLICKHOUSE_URL is not set, skipped');
-        continue;
-      }
-      const spec = t === 'server' ? process.env['CLICKHOUSE_URL']! : `chdb:${dir}`;
-      console.log(`${t}: inserting a synthetic run of ${turns} turns (${tokens} tokens each), batches of ${batchRows} rows; load average ${os.loadavg()[0]!.toFixed(1)}…`);
-      await settle(spec);
-      const r = await benchTarget(spec, turns, tokens, batchRows);
-      reports.push(r);
-      console.log(
-        `${t} (${r.dialect}): ${r.rows} rows (${r.turns} turns) in ${r.seconds} s of main-thread sink path (${r.totalSeconds} s with generation) = ${r.rowsPerSecond} rows/s, ${r.mbPerSecond} MB/s  [target ≥ 200000 rows/s]; ` +
-          `${Math.round(r.rows / r.totalSeconds)} rows/s over the whole wall time (generation included, engine work overlapping it); ` +
-          `process CPU ${r.cpuSeconds} s = ${Math.round(r.rows / r.cpuSeconds)} rows per CPU-second (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
-      );
-      console.log('  named query                 rows   median ms   max ms   (target < 1000 ms)');
-      for (const q of r.queries) console.log(`  ${q.name.padEnd(34)} ${String(q.rows).padStart(6)} ${String(q.medianMs).padStart(11)} ${String(q.maxMs).padStart(8)}${q.maxMs >= 1000 ? '   OVER' : ''}`);
-      if (sinkTurns > 0) {
-        if (!sinkLog) console.log(`recording ${sinkTurns} turns into an embedded log (untimed), for every target's sink to drain…`);
-        sinkLog ??= await recordSinkLog(dir, sinkTurns, tokens);
-        console.log(`${t}: the trace sink end to end, draining that log ${sinkRuns} times…`);
-        const drained = await benchSink(spec, dir, sinkLog, { log: sinkLog.dir, prefix: '', source: 'embedded log' }, sinkRuns);
-        if (t === 'server' && kafkaSink) {
-          console.log(`${t}: copying the log into Kafka (untimed), for the sink to drain from there…`);
-          const copy = await copyToKafka(sinkLog, brokers);
-          // One drain per Kafka client, of the same copy (each drain reads it from the start in a group of its own).
-          for (const client of rdKafkaAvailable() ? (['kafkajs', 'librdkafka'] as const) : (['kafkajs'] as const)) {
-            drained.push(...(await benchSink(spec, dir, sinkLog, { ...copy, log: `${client === 'librdkafka' ? 'kafka+librdkafka' : 'kafka'}://${brokers.join(',')}`, source: `Kafka (${client})` }, 1, false)));
-          }
-          if (!rdKafkaAvailable()) console.log('librdkafka is not built (bash infra/setup.sh --kafka-native): the drain from Kafka through it is skipped');
-        }
-        for (const k of drained) {
-          sinks.push(k);
-          console.log(
-            `${t} sink end to end from ${k.source === 'embedded log' ? 'the embedded log' : k.source}, ${k.path}${k.path === 'native transcoders' && k.source === 'embedded log' ? ` (drain ${k.run} of ${sinkRuns})` : ''}: ${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log  [target ≥ 200000 rows/s]; ` +
-              `process CPU ${k.cpuSeconds} s (${t === 'chdb' ? 'engine included' : "the server's own CPU not counted"}); load average ${os.loadavg()[0]!.toFixed(1)}`,
-          );
-          console.log(`  ${describeCpu(k.cpu)}`);
-        }
-        const s = summarize(drained.filter((k) => k.path === 'native transcoders' && k.source === 'embedded log'));
-        console.log(`${t} sink end to end from the embedded log: median ${s.median} rows/s of ${sinkRuns} drain${sinkRuns === 1 ? '' : 's'} (${s.min}-${s.max})  [target ≥ 200000 rows/s]`);
-      }
-      if (engineTurns > 0) {
-        const g = await benchEngine(spec, engineTurns, tokens, batchRows);
-        engines.push(g);
-        console.log(
-          `${t} engine alone (binary rows built beforehand; the INSERTs timed, with their conversion to Native blocks): ${g.rows} rows, ${g.mb} MB in ${g.seconds} s = ${g.rowsPerSecond} rows/s, ${g.mbPerSecond} MB/s; ` +
-            `process CPU ${g.cpuSeconds} s (${t === 'chdb' ? 'the engine' : "the server's own CPU not counted"}); the ceiling of any sink here; load average ${os.loadavg()[0]!.toFixed(1)}`,
-        );
-        console.log(`  ${describeCpu(g.cpu)}`);
+    const specs: [string, string][] = [];
+    for (const t of o.targets) {
+      if (t === 'server' && !process.env['CLICKHOUSE_URL']) console.log('server: CLICKHOUSE_URL is not set, skipped');
+      else specs.push([t, t === 'server' ? process.env['CLICKHOUSE_URL']! : `chdb:${dir}`]);
+    }
+    if (specs.length === 0) throw new Error(`no target to measure (--targets ${o.targets.join(',')})`);
+    const allSpecs = specs.map(([, spec]) => spec);
+    // Untimed, once: the log every drain reads, and its copy in Kafka (each drain reads it from the start in a
+    // group of its own).
+    let sinkLog: SinkLog | null = null;
+    let kafkaCopy: DrainSource | null = null;
+    if (o.sinkTurns > 0) {
+      console.log(`recording ${o.sinkTurns} turns into an embedded log (untimed), for every sink mode to drain…`);
+      sinkLog = await recordSinkLog(dir, o.sinkTurns, o.tokens);
+      if (o.kafkaSink && specs.some(([t]) => t === 'server')) {
+        console.log('copying the log into Kafka (untimed), for the sink to drain from there…');
+        kafkaCopy = await copyToKafka(sinkLog, brokers);
+        if (!rdKafkaAvailable()) console.log('librdkafka is not built (bash infra/setup.sh --kafka-native): the drain from Kafka through it is skipped');
       }
     }
-    console.log(`note: ${os.cpus().length} cores, load average ${os.loadavg()[0]!.toFixed(1)}: timings on a shared machine are noisy.`);
+    const modes: Mode<PhaseResult>[] = [];
+    const mode = (name: string, run: (round: number) => Promise<PhaseResult>, describe: (r: PhaseResult) => string) =>
+      modes.push({
+        name,
+        run: async (round) => {
+          await settleAll(allSpecs);
+          const r = await run(round);
+          console.log(`  ${name}: ${describe(r)}`);
+          if ('cpu' in r && r.cpu) console.log(`    ${describeCpu(r.cpu)}`);
+          return r;
+        },
+      });
+    for (const [t, spec] of specs) {
+      const own = t === 'chdb' ? 'engine included' : "the server's own CPU not counted";
+      if (o.turns > 0) {
+        mode(`${t} store path`, () => benchTarget(spec, o.turns, o.tokens, o.batchRows), (r) => {
+          const x = r as TargetReport;
+          const slow = x.queries.filter((q) => q.maxMs >= 1000).map((q) => q.name);
+          return (
+            `${x.rows} rows (${x.turns} turns) in ${x.seconds} s of main-thread sink path (${x.totalSeconds} s with generation) = ${x.rowsPerSecond} rows/s, ${x.mbPerSecond} MB/s; ` +
+            `process CPU ${x.cpuSeconds} s (${own}); named queries: slowest ${Math.max(...x.queries.map((q) => q.maxMs))} ms${slow.length > 0 ? ` (over 1000 ms: ${slow.join(', ')})` : ''}`
+          );
+        });
+      }
+      if (sinkLog) {
+        const log = sinkLog;
+        const drain = (r: PhaseResult) => {
+          const k = r as SinkReport;
+          return `${k.records} records (${k.transcoded} transcoded; ${k.turns} turns, ${k.logMB} MB of Avro) → ${k.rows} rows in ${k.seconds} s = ${k.rowsPerSecond} rows/s, ${k.mbPerSecond} MB/s of log; process CPU ${k.cpuSeconds} s (${own})`;
+        };
+        const embedded: DrainSource = { log: log.dir, prefix: '', source: 'embedded log' };
+        mode(`${t} sink, embedded log`, (round) => drainOnce(spec, dir, log, embedded, true, round), drain);
+        if (!o.quick) mode(`${t} sink, embedded log, general path`, (round) => drainOnce(spec, dir, log, embedded, false, round), drain);
+        if (t === 'server' && kafkaCopy) {
+          const copy = kafkaCopy;
+          for (const client of rdKafkaAvailable() ? (['kafkajs', 'librdkafka'] as const) : (['kafkajs'] as const)) {
+            const from: DrainSource = { ...copy, log: `${client === 'librdkafka' ? 'kafka+librdkafka' : 'kafka'}://${brokers.join(',')}`, source: `Kafka (${client})` };
+            mode(`${t} sink, Kafka (${client})`, (round) => drainOnce(spec, dir, log, from, true, round), drain);
+          }
+        }
+      }
+      if (o.engineTurns > 0) {
+        mode(`${t} engine alone`, () => benchEngine(spec, o.engineTurns, o.tokens, o.batchRows), (r) => {
+          const g = r as EngineReport;
+          return `${g.rows} rows, ${g.mb} MB in ${g.seconds} s = ${g.rowsPerSecond} rows/s, ${g.mbPerSecond} MB/s (binary rows built beforehand; the INSERTs timed, with their conversion to Native blocks); process CPU ${g.cpuSeconds} s (${own})`;
+        });
+      }
+    }
+    if (modes.length === 0) throw new Error('nothing to measure: --turns, --sink-turns and --engine-turns are all 0');
+    console.log(
+      `${o.rounds} interleaved round${o.rounds === 1 ? '' : 's'} of ${modes.map((m) => m.name).join('; ')}: store path ${o.turns} turns, sink ${o.sinkTurns}, engine ${o.engineTurns} (${o.tokens} tokens a turn, batches of ${o.batchRows} rows)${o.quick ? ' (--quick: smoke size, figures mean nothing)' : ''}`,
+    );
+    const recs = await interleaved(modes, o.rounds);
+    for (const r of recs) if (r.error) console.log(`round ${r.round + 1} ${r.mode}: FAILED\n${r.error}`);
+    const rowsPerSecond = summarize(recs, (r) => r.rowsPerSecond);
+    const cpuUsPerRow = summarize(recs, cpuMicrosPerRow);
+    const serverUsPerRow = summarize(recs, serverMicrosPerRow);
+    const queryMaxMs = summarize(
+      recs.filter((r) => r.result && 'queries' in r.result),
+      (r) => Math.max(...(r as TargetReport).queries.map((q) => q.maxMs)),
+    );
+    console.log(`\nmedian [min–max] over ${o.rounds} round${o.rounds === 1 ? '' : 's'} (target: the sink ≥ 200,000 rows/s, every named query < 1,000 ms)`);
+    console.log('mode                                          rows/s                        CPU-µs a row (its process)   server CPU-µs a row');
+    for (const m of modes) {
+      console.log(`${m.name.padEnd(45)} ${fmtStats(rowsPerSecond[m.name]!, 0).padEnd(29)} ${fmtStats(cpuUsPerRow[m.name]!, 1).padEnd(28)} ${fmtStats(serverUsPerRow[m.name]!, 1)}`);
+    }
+    for (const [m, st] of Object.entries(queryMaxMs)) console.log(`${m}: slowest named query ${fmtStats(st, 0, ' ms')}`);
+    const speed = probeSummary(recs);
+    console.log(`machine speed before each mode: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
+    if (recs.some((r) => r.error)) process.exitCode = 1;
+    return {
+      options: o,
+      sinkLog: sinkLog && { turns: sinkLog.turns, records: sinkLog.records, bytes: sinkLog.bytes },
+      summary: { rowsPerSecond, cpuUsPerRow, serverUsPerRow, queryMaxMs },
+      machineSpeed: speed,
+      rounds: recs,
+      note: "CPU-µs a row: the sink's or the bench's process (chDB's engine included; a server's CPU is its own column)",
+    };
   } finally {
     await dropServerDatabases();
     await deleteKafkaTopics(brokers);
     rmSync(dir, { recursive: true, force: true });
   }
-  return { stores: reports, sinks, engines };
 }
