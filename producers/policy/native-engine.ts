@@ -17,6 +17,11 @@ export interface NativeEngineOptions {
   slots: number;
   /** Tokens a slot holds: context plus generated tokens of a session. */
   maxLen: number;
+  /**
+   * Prompt tokens prefilled in one step (default 4096); a longer prompt still goes, alone. A step's activations
+   * are sized by its tokens, so this bounds the memory a burst of joining requests takes.
+   */
+  maxPrefillTokens?: number;
   /** Policy version the first tokens carry (default 0). */
   version?: number;
   server?: string;
@@ -57,6 +62,7 @@ export class NativeEngine {
   private readonly waiting: Run[] = [];
   private readonly running: Run[] = [];
   private readonly scratch: { order: Int32Array };
+  private readonly prefillCap: number;
   private version: number;
   private looping = false;
   private closed = false;
@@ -68,11 +74,13 @@ export class NativeEngine {
     private readonly model: Model,
     private readonly opts: NativeEngineOptions,
   ) {
-    model.kvReserve(opts.slots, opts.maxLen);
     this.slots = Array.from({ length: opts.slots }, () => ({ session: null, tokens: [], busy: false, lastUse: 0 }));
     this.scratch = newScratch(model.config.vocab_size);
     this.version = opts.version ?? 0;
+    this.prefillCap = opts.maxPrefillTokens ?? 4096;
+    if (!Number.isInteger(this.prefillCap) || this.prefillCap < 1) throw new RlstreamError('CONFIG_INVALID', `maxPrefillTokens must be a positive integer, got ${String(opts.maxPrefillTokens)}`);
     this.server = opts.server ?? 'builtin-native';
+    model.kvReserve(opts.slots, opts.maxLen);
   }
 
   stats(): NativeEngineStats {
@@ -149,12 +157,14 @@ export class NativeEngine {
 
   /** Admits what fits, runs one extend over every running request, samples, and retires the finished. */
   private async step(): Promise<void> {
+    let prefill = 0;
     while (this.waiting.length > 0) {
       const run = this.waiting[0]!;
+      if (prefill > 0 && prefill + run.req.promptIds.length > this.prefillCap) break;
       const slot = this.claim(run.req.sessionId);
       if (slot < 0) break;
       this.waiting.shift();
-      this.admit(run, slot);
+      prefill += this.admit(run, slot);
     }
     for (const r of this.running.filter((x) => x.signal?.aborted)) this.retire(r, 'abort');
     const active = [...this.running];
@@ -203,8 +213,8 @@ export class NativeEngine {
     return best;
   }
 
-  /** Keeps the longest cached prefix of the prompt (at least one token is fed, for the next distribution). */
-  private admit(run: Run, slot: number): void {
+  /** Keeps the longest cached prefix of the prompt (at least one token is fed, for the next distribution); returns the tokens to prefill. */
+  private admit(run: Run, slot: number): number {
     const s = this.slots[slot]!;
     const prompt = run.req.promptIds;
     if (s.session !== (run.req.sessionId ?? null)) s.tokens = [];
@@ -220,6 +230,7 @@ export class NativeEngine {
     run.slot = slot;
     run.feed = prompt.slice(keep);
     this.running.push(run);
+    return run.feed.length;
   }
 
   private retire(run: Run, reason: FinishReason): void {

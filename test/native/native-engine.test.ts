@@ -117,3 +117,22 @@ test("a session's next turn prefills only its new tokens and equals the full for
   engine.close();
   m.dispose();
 });
+
+test('maxPrefillTokens spreads joining prompts over steps (one step each here) without changing any result', { skip }, async () => {
+  const m = Model.init(CFG, { seed: 6, threads: 2, initStd: 0.3 });
+  const prompts = randomSeqs(rng(3), [6, 6, 6], V);
+  const run = async (cap: number) => {
+    const engine = new NativeEngine(m, { slots: 3, maxLen: 32, maxPrefillTokens: cap });
+    const out = await Promise.all(prompts.map((p, i) => engine.generate({ requestId: `c${i}`, promptIds: p, sampling: sampling({ seed: i, max_new_tokens: 3 }) })));
+    const steps = engine.stats().steps;
+    engine.close();
+    return { out, steps };
+  };
+  const capped = await run(10);
+  const free = await run(4096);
+  assert.equal(free.steps, 3);
+  assert.equal(capped.steps, 5, 'the second and third prompts joined one step after another');
+  for (let i = 0; i < 3; i++) assert.deepEqual(capped.out[i]!.tokenIds, free.out[i]!.tokenIds);
+  assert.throws(() => new NativeEngine(m, { slots: 1, maxLen: 8, maxPrefillTokens: 0 }), /maxPrefillTokens must be a positive integer/);
+  m.dispose();
+});
