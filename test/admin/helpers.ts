@@ -22,6 +22,9 @@ import { MemoryRunRegistry } from '../../admin/run-registry.ts';
 import { adminTraceStore } from '../../admin/traces-adapter.ts';
 import { syntheticRun } from './synthetic-run.ts';
 
+/** The `rlstream` command (bin/rlstream.js), found from here whatever the working directory. */
+export const BIN = join(import.meta.dirname, '..', '..', 'bin', 'rlstream.js');
+
 export const READ_TOKEN = 'read-token-0123456789abcdef';
 export const CONTROL_TOKEN = 'control-token-fedcba9876543210';
 export const TOKENS = [
@@ -93,10 +96,12 @@ export interface AdminProcess {
   stop(): Promise<void>;
 }
 
-/** `rlstream admin` on logDir and tracesDir as a real process, `tokens` in RLSTREAM_ADMIN_TOKENS; resolves with
- * the API's URL once the process prints it, and rejects with its stderr if it exits first. */
-export async function startAdmin(logDir: string, tracesDir: string, tokens: string): Promise<AdminProcess> {
-  const child = spawn(process.execPath, ['bin/rlstream.js', 'admin', '--log', logDir, '--traces', tracesDir, '--port', '0'], {
+/** `rlstream admin` on logDir and tracesDir (null: what the command finds beside the log, as for a run directory)
+ * as a real process, `tokens` in RLSTREAM_ADMIN_TOKENS; resolves with the API's URL once the process prints it,
+ * and rejects with its stderr if it exits first. */
+export async function startAdmin(logDir: string, tracesDir: string | null, tokens: string): Promise<AdminProcess> {
+  const traces = tracesDir === null ? [] : ['--traces', tracesDir];
+  const child = spawn(process.execPath, [BIN, 'admin', '--log', logDir, ...traces, '--port', '0'], {
     env: { ...process.env, RLSTREAM_ADMIN_TOKENS: tokens, RLSTREAM_LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -12,10 +12,10 @@ import { openLog } from '../../core/log/open.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
+import { auth, BIN, startAdmin } from '../admin/helpers.ts';
 import { syntheticRun } from '../admin/synthetic-run.ts';
 import { finishRun } from '../../cli/run/resume.ts';
 
-const BIN = join(import.meta.dirname, '..', '..', 'bin', 'rlstream.js');
 const TOKEN = 'admin-command-read-token-0123';
 let dir: string;
 let runDir: string;
@@ -39,77 +39,46 @@ before(async () => {
 
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-function admin(args: string[]) {
-  const child = spawn(process.execPath, [BIN, 'admin', ...args], { env: { ...process.env, RLSTREAM_ADMIN_TOKENS: `read:${TOKEN}` }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, exited, out: () => out, err: () => err };
+interface ListedRun {
+  id: string;
+  status: string;
+  lastStep: number | null;
 }
 
-async function get<T>(url: string): Promise<T> {
-  const res = await fetch(url, { headers: { authorization: `Bearer ${TOKEN}` } });
-  assert.equal(res.status, 200, await res.clone().text());
-  return (await res.json()) as T;
+/** `rlstream admin --log <run dir>` as a process, handed to `use` once it lists the run's last step (it has read the log to its end). */
+async function adminOnRunDir<T>(use: (url: string, runs: ListedRun[]) => Promise<T> | T): Promise<T> {
+  const a = await startAdmin(runDir, null, `read:${TOKEN}`);
+  try {
+    let runs: ListedRun[] = [];
+    for (let i = 0; i < 50 && runs[0]?.lastStep !== 2; i++) {
+      const res = await fetch(`${a.url}/api/runs`, { headers: auth(TOKEN) });
+      assert.equal(res.status, 200, await res.clone().text());
+      runs = ((await res.json()) as { runs: ListedRun[] }).runs;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return await use(a.url, runs);
+  } finally {
+    await a.stop();
+  }
 }
 
 test('--log <run dir> serves its log and its traces; the ended run is completed, not running', { timeout: 90_000 }, async () => {
-  const a = admin(['--log', runDir, '--port', '0']);
-  try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const t = setInterval(() => {
-        const m = /API (http:\/\/[^\s]+)\/api/.exec(a.out());
-        if (m) resolve((clearInterval(t), m[1]!));
-      }, 100);
-      void a.exited.then((code) => reject((clearInterval(t), new Error(`admin exited ${code}: ${a.err()}`))));
-    });
-    let runs: { id: string; status: string; lastStep: number | null }[] = [];
-    for (let i = 0; i < 50 && runs[0]?.lastStep !== 2; i++) {
-      runs = (await get<{ runs: typeof runs }>(`${url}/api/runs`)).runs;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  await adminOnRunDir(async (url, runs) => {
     assert.deepEqual(runs.map((r) => [r.id, r.status]), [[runId, 'completed']]);
-    const res = await fetch(`${url}/api/traces/queries/runs`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: '{}' });
+    const res = await fetch(`${url}/api/traces/queries/runs`, { method: 'POST', headers: { ...auth(TOKEN), 'content-type': 'application/json' }, body: '{}' });
     assert.equal(res.status, 200, await res.clone().text());
     const rows = ((await res.json()) as { rows: { run_id: string }[] }).rows;
     assert.deepEqual(rows.map((r) => r.run_id), [runId], 'the run directory\'s chdb/ is served');
-  } finally {
-    a.child.kill('SIGTERM');
-    assert.equal(await a.exited, 0, a.err());
-  }
+  });
 });
 
-/** The runs an admin on `runDir` lists once it has read the log to its end. */
-async function listedRuns(): Promise<{ id: string; status: string; lastStep: number | null }[]> {
-  const a = admin(['--log', runDir, '--port', '0']);
-  try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const t = setInterval(() => {
-        const m = /API (http:\/\/[^\s]+)\/api/.exec(a.out());
-        if (m) resolve((clearInterval(t), m[1]!));
-      }, 100);
-      void a.exited.then((code) => reject((clearInterval(t), new Error(`admin exited ${code}: ${a.err()}`))));
-    });
-    let runs: { id: string; status: string; lastStep: number | null }[] = [];
-    for (let i = 0; i < 50 && runs[0]?.lastStep !== 2; i++) {
-      runs = (await get<{ runs: typeof runs }>(`${url}/api/runs`)).runs;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    return runs;
-  } finally {
-    a.child.kill('SIGTERM');
-    assert.equal(await a.exited, 0, a.err());
-  }
-}
-
 test('a run directory the main job left unfinished (killed, interrupted) is stopped, not completed; once finished, completed', { timeout: 180_000 }, async () => {
+  const statuses = (): Promise<string[][]> => adminOnRunDir((_, runs) => runs.map((r) => [r.id, r.status]));
   writeFileSync(join(runDir, 'run.json'), JSON.stringify({ run_id: runId, config_hash: 'h' }));
   try {
-    assert.deepEqual((await listedRuns()).map((r) => [r.id, r.status]), [[runId, 'stopped']]);
+    assert.deepEqual(await statuses(), [[runId, 'stopped']]);
     finishRun(runDir, { steps: 3 });
-    assert.deepEqual((await listedRuns()).map((r) => [r.id, r.status]), [[runId, 'completed']]);
+    assert.deepEqual(await statuses(), [[runId, 'completed']]);
   } finally {
     rmSync(join(runDir, 'run.json'), { force: true });
     rmSync(join(runDir, 'summary.json'), { force: true });
@@ -134,12 +103,11 @@ test('a port in use: one line naming the port and the fix, exit 1, promptly', { 
   await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
   const port = (busy.address() as { port: number }).port;
   try {
-    const a = admin(['--log', runDir, '--port', String(port)]);
-    const code = await Promise.race([a.exited, new Promise<'hung'>((r) => setTimeout(() => r('hung'), 30_000))]);
-    if (code === 'hung') a.child.kill('SIGKILL');
-    assert.equal(code, 1, a.err());
-    const lines = a.err().trim().split('\n');
-    assert.equal(lines.length, 1, a.err());
+    // The listening socket is the kernel's: blocking this process's event loop meanwhile leaves the port taken.
+    const r = spawnSync(process.execPath, [BIN, 'admin', '--log', runDir, '--port', String(port)], { encoding: 'utf8', timeout: 30_000, killSignal: 'SIGKILL', env: { ...process.env, RLSTREAM_ADMIN_TOKENS: `read:${TOKEN}` } });
+    assert.equal(r.status, 1, `exit ${r.status ?? r.signal} (SIGKILL: it hung): ${r.stderr}`);
+    const lines = r.stderr.trim().split('\n');
+    assert.equal(lines.length, 1, r.stderr);
     assert.match(lines[0]!, new RegExp(`port ${port} on 127.0.0.1 is in use: pick another with --port`));
   } finally {
     busy.close();

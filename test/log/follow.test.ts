@@ -68,7 +68,7 @@ test('follow reopens a consumer whose polls fail, keeps it after a handler failu
     assert.equal(opened.length, 2);
     assert.equal(opened[0]!.closed, true, 'the failed consumer was closed');
     assert.equal(opened[1]!.closed, false);
-    assert.ok(errors.length >= 1 && errors.every((e) => e === 'poll: client crashed'), errors.join('; '));
+    assert.ok(errors.length >= 1 && errors.every((e): boolean => e === 'poll: client crashed'), errors.join('; '));
 
     failHandler = true;
     await producer.send('t', [{ value: Buffer.from('b') }]);
