@@ -8,25 +8,44 @@ import { silentLogger } from '../../core/telemetry.ts';
 import { openKafkaLog } from '../../core/log/kafka/index.ts';
 import type { KafkaConsumer } from '../../core/log/kafka/consumer.ts';
 import type { RdKafkaConsumer } from '../../core/log/kafka/librdkafka/consumer.ts';
+import type { Consumer, EventLog, LogRecord } from '../../core/log/types.ts';
 import { pollUntil, uniqueName } from '../log/conformance.ts';
 import { brokerList, kafkaClients, service } from './services.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const TOTAL = 3000;
+
+/** A one-partition topic of TOTAL records of about 4 KiB, each value starting with its index. */
+async function paddedTopic(log: EventLog, prefix: string): Promise<string> {
+  const topic = uniqueName(prefix);
+  await log.createTopic({ name: topic, partitions: 1 });
+  const producer = await log.producer();
+  const pad = randomBytes(4096).toString('hex').slice(0, 4096);
+  for (let i = 0; i < TOTAL; i += 500) {
+    await producer.send(topic, Array.from({ length: 500 }, (_, j) => ({ value: Buffer.from(`${i + j}:${pad}`) })));
+  }
+  await producer.close();
+  return topic;
+}
+
+/** Poll the rest of paddedTopic's records after `got`; every record arrives once, in order. */
+async function drainInOrder(consumer: Consumer, got: LogRecord[]): Promise<void> {
+  while (got.length < TOTAL) {
+    const batch = await consumer.poll({ maxRecords: 200, timeoutMs: 5000 });
+    if (batch.length === 0) break;
+    got.push(...batch);
+  }
+  assert.equal(got.length, TOTAL);
+  got.forEach((r, i) => assert.equal(r.value.toString().split(':')[0], String(i)));
+}
 
 const brokers = service('KAFKA_BROKERS', 'Kafka consumer backpressure and compression');
 if (brokers) {
   test('a consumer that is not polled stops fetching: its buffer stays bounded, then drains in order', async () => {
     const log = await openKafkaLog({ brokers: brokerList(brokers), client: 'kafkajs', maxBufferedRecords: 50 }, silentLogger);
     try {
-      const topic = uniqueName('bp');
-      await log.createTopic({ name: topic, partitions: 1 });
-      const producer = await log.producer();
-      const total = 3000;
-      const pad = randomBytes(4096).toString('hex').slice(0, 4096);
-      for (let i = 0; i < total; i += 500) {
-        await producer.send(topic, Array.from({ length: 500 }, (_, j) => ({ value: Buffer.from(`${i + j}:${pad}`) })));
-      }
-      await producer.close();
+      const topic = await paddedTopic(log, 'bp');
       const consumer = (await log.consumer({ groupId: uniqueName('g'), topics: [topic] })) as KafkaConsumer;
       const first = await pollUntil(consumer, 1, 20_000);
       const got = first.slice(0, 1);
@@ -38,16 +57,10 @@ if (brokers) {
       const held = consumer.bufferedRecords();
       await sleep(1500);
       assert.equal(consumer.bufferedRecords(), held, 'a paused partition kept fetching');
-      assert.ok(held + got.length < total, `the whole topic (${held}) was buffered despite maxBufferedRecords 50`);
-      // Draining resumes the partition; everything arrives once, in order.
+      assert.ok(held + got.length < TOTAL, `the whole topic (${held}) was buffered despite maxBufferedRecords 50`);
+      // Draining resumes the partition.
       got.push(...first.slice(1));
-      while (got.length < total) {
-        const batch = await consumer.poll({ maxRecords: 200, timeoutMs: 5000 });
-        if (batch.length === 0) break;
-        got.push(...batch);
-      }
-      assert.equal(got.length, total);
-      got.forEach((r, i) => assert.equal(r.value.toString().split(':')[0], String(i)));
+      await drainInOrder(consumer, got);
       await consumer.close();
     } finally {
       await log.close();
@@ -79,28 +92,14 @@ for (const client of brokers ? kafkaClients('librdkafka consumer backpressure an
   test(`a consumer that is not polled holds at most maxBufferedRecords, then drains in order (${client})`, async () => {
     const log = await openKafkaLog({ brokers: brokerList(brokers!), client, maxBufferedRecords: 50 }, silentLogger);
     try {
-      const topic = uniqueName('bp-rd');
-      await log.createTopic({ name: topic, partitions: 1 });
-      const producer = await log.producer();
-      const total = 3000;
-      const pad = randomBytes(4096).toString('hex').slice(0, 4096);
-      for (let i = 0; i < total; i += 500) {
-        await producer.send(topic, Array.from({ length: 500 }, (_, j) => ({ value: Buffer.from(`${i + j}:${pad}`) })));
-      }
-      await producer.close();
+      const topic = await paddedTopic(log, 'bp-rd');
       const consumer = (await log.consumer({ groupId: uniqueName('g'), topics: [topic] })) as RdKafkaConsumer;
       const got = await pollUntil(consumer, 1, 20_000);
       const end = Date.now() + 10_000;
       while (consumer.bufferedRecords() < 50 && Date.now() < end) await sleep(50);
       await sleep(1500);
       assert.equal(consumer.bufferedRecords(), 50, 'the buffer is full and no larger');
-      while (got.length < total) {
-        const batch = await consumer.poll({ maxRecords: 200, timeoutMs: 5000 });
-        if (batch.length === 0) break;
-        got.push(...batch);
-      }
-      assert.equal(got.length, total);
-      got.forEach((r, i) => assert.equal(r.value.toString().split(':')[0], String(i)));
+      await drainInOrder(consumer, got);
       await consumer.close();
     } finally {
       await log.close();
