@@ -18,22 +18,7 @@ import { quoteIdent, quoteString } from './sql.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
 import { NativeBlocks, withoutLowCardinality } from './native-block.ts';
 import { guardReadonlySql } from './sql-guard.ts';
-import {
-  compileLimits,
-  limitSettings,
-  parseJsonResult,
-  singleStatement,
-  toJsonEachRow,
-  traceError,
-  type CompiledLimits,
-  type MigrationReport,
-  type QueryLimits,
-  type QueryOptions,
-  type QueryResult,
-  type Row,
-  type TraceStore,
-  type TraceTable,
-} from './store.ts';
+import { compileLimits, limitSettings, parseJsonResult, singleStatement, toJsonEachRow, traceError, type CompiledLimits, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
 
 let openDir: string | null = null;
 

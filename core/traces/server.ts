@@ -10,22 +10,7 @@ import { quoteIdent, quoteString } from './sql.ts';
 import { guardReadonlySql } from './sql-guard.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
 import { NativeBlocks } from './native-block.ts';
-import {
-  compileLimits,
-  limitSettings,
-  parseJsonResult,
-  singleStatement,
-  toJsonEachRow,
-  traceError,
-  type Dialect,
-  type MigrationReport,
-  type QueryLimits,
-  type QueryOptions,
-  type QueryResult,
-  type Row,
-  type TraceStore,
-  type TraceTable,
-} from './store.ts';
+import { compileLimits, limitSettings, parseJsonResult, singleStatement, toJsonEachRow, traceError, type Dialect, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
 
 export interface ServerStoreOptions {
   /** http(s)://host:port, optionally with user:password@ (never logged). */

@@ -215,6 +215,23 @@ async function allRecords(l: EventLog): Promise<Map<string, LogRecord[]>> {
   return out;
 }
 
+/** Each record of these topics is in `dst` at the same partition, offset, timestamp and key with the same bytes; `also` checks more per source record. */
+async function assertCopied(src: EventLog, dst: EventLog, topics: string[], also?: (r: LogRecord, topic: string, index: number) => void): Promise<void> {
+  const from = await allRecords(src);
+  const to = await allRecords(dst);
+  for (const t of topics) {
+    const a = from.get(t)!;
+    const b = to.get(t)!;
+    assert.equal(b.length, a.length, t);
+    a.forEach((r, i) => {
+      const x = b[i]!;
+      assert.deepEqual([x.partition, x.offset, x.timestamp, x.key?.toString('hex')], [r.partition, r.offset, r.timestamp, r.key?.toString('hex')]);
+      assert.ok(x.value.equals(r.value), `${t} ${r.partition}/${r.offset} value identical`);
+      also?.(r, t, i);
+    });
+  }
+}
+
 async function copyLog(from: { log: EventLog; registry: SchemaRegistry }, to: { log: EventLog; registry: SchemaRegistry }, topics: string[], rename?: (t: string) => string): Promise<void> {
   const target = new LogCopyTarget(from, { ...to, describe: 'test' }, rename);
   const end = await ReplayJob.start({ log: from.log, serde, target, topics }).done;
@@ -232,22 +249,12 @@ test('a log copied embedded → embedded (other schema ids) → embedded is byte
     await midReg.register('unrelated', JSON.stringify({ type: 'record', name: 'Unrelated', fields: [] }));
     await copyLog({ log, registry }, { log: mid, registry: midReg }, topics);
     await copyLog({ log: mid, registry: midReg }, { log: back, registry: backReg }, topics);
-    const src = await allRecords(log);
     const m = await allRecords(mid);
-    const dst = await allRecords(back);
-    for (const t of topics) {
-      const a = src.get(t)!;
-      const b = dst.get(t)!;
-      assert.equal(b.length, a.length, t);
-      a.forEach((r, i) => {
-        const x = b[i]!;
-        assert.deepEqual([x.partition, x.offset, x.timestamp, x.key?.toString('hex')], [r.partition, r.offset, r.timestamp, r.key?.toString('hex')]);
-        assert.ok(x.value.equals(r.value), `${t} ${r.partition}/${r.offset} value identical`);
-        const y = m.get(t)![i]!;
-        assert.notEqual(y.value.readUInt32BE(1), r.value.readUInt32BE(1), 'the middle log uses its own schema ids');
-        assert.ok(y.value.subarray(5).equals(r.value.subarray(5)), 'Avro bodies identical');
-      });
-    }
+    await assertCopied(log, back, topics, (r, t, i) => {
+      const y = m.get(t)![i]!;
+      assert.notEqual(y.value.readUInt32BE(1), r.value.readUInt32BE(1), 'the middle log uses its own schema ids');
+      assert.ok(y.value.subarray(5).equals(r.value.subarray(5)), 'Avro bodies identical');
+    });
   } finally {
     await midReg.close();
     await backReg.close();
@@ -290,18 +297,7 @@ test('a log copied embedded → Kafka → embedded is byte-identical in its reco
     // here) Kafka would delete them at its next check, minutes after the copy. The copy keeps what its source keeps.
     assert.deepEqual(await retentionOf(brokers, topics.map((t) => prefix + t)), topics.map(() => ({ 'retention.ms': '-1', 'retention.bytes': '-1' })));
     await copyLog({ log: kafka, registry: kafkaRegistry }, { log: back, registry: backReg }, topics.map((t) => prefix + t), (t) => t.slice(prefix.length));
-    const src = await allRecords(log);
-    const dst = await allRecords(back);
-    for (const t of topics) {
-      const a = src.get(t)!;
-      const b = dst.get(t)!;
-      assert.equal(b.length, a.length, t);
-      a.forEach((r, i) => {
-        const x = b[i]!;
-        assert.deepEqual([x.partition, x.offset, x.timestamp, x.key?.toString('hex')], [r.partition, r.offset, r.timestamp, r.key?.toString('hex')]);
-        assert.ok(x.value.equals(r.value), `${t} ${r.partition}/${r.offset} value identical`);
-      });
-    }
+    await assertCopied(log, back, topics);
   } finally {
     await backReg.close();
     await back.close();
