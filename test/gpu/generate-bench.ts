@@ -1,0 +1,87 @@
+// Decode throughput of the native core's generation on one device, the SmolLM2-135M shape (random weights: speed
+// does not depend on their values): for each batch B, B slots are prefilled with `--context` random tokens, then
+// `--steps` decode steps are timed two ways: Model.extend alone (the model's step: forward over the KV cache,
+// softmax rows, the [B, V] rows copied to the host) and NativeEngine end to end (the same plus sampling in JS,
+// temperature 1), the latter as the difference between a run of steps+1 new tokens and a run of 1 so that both
+// count decode only. One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers the same way.
+//   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--batches 1,64,256] [--context 512] [--steps 64]
+import { Model, type ModelConfig } from '../../native/index.ts';
+import { NativeEngine } from '../../producers/policy/native-engine.ts';
+import type { SamplingParams } from '../../schemas/generated/types.ts';
+
+export const SMOLLM2_135M: ModelConfig = {
+  hidden_size: 576,
+  num_hidden_layers: 30,
+  num_attention_heads: 9,
+  num_key_value_heads: 3,
+  intermediate_size: 1536,
+  vocab_size: 49152,
+  rope_theta: 100000,
+  rms_norm_eps: 1e-5,
+  tie_word_embeddings: true,
+  max_position_embeddings: 8192,
+  attention_bias: false,
+};
+
+function arg(name: string, dflt: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : dflt;
+}
+
+const device = arg('device', 'cuda') as 'cpu' | 'cuda';
+const batches = arg('batches', '1,64,256').split(',').map(Number);
+const context = Number(arg('context', '512'));
+const steps = Number(arg('steps', '64'));
+const V = SMOLLM2_135M.vocab_size;
+let seed = 12345;
+const rand = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
+const randomTokens = (n: number) => Int32Array.from({ length: n }, () => Math.floor(rand() * V));
+
+const model = Model.init(SMOLLM2_135M, { seed: 1, initStd: 0.02, device });
+// first use: activations and (on cuda) the bf16 weight copies are made here, not inside a timed phase
+model.kvReserve(1, context + 1);
+await model.extend(Int32Array.of(0), Int32Array.of(context), randomTokens(context));
+for (const B of batches) {
+  // Model.extend alone
+  model.kvReserve(B, context + steps + 1);
+  const group = Math.max(1, Math.floor(4096 / context));
+  const t0 = performance.now();
+  for (let b0 = 0; b0 < B; b0 += group) {
+    const n = Math.min(group, B - b0);
+    await model.extend(Int32Array.from({ length: n }, (_, i) => b0 + i), new Int32Array(n).fill(context), randomTokens(n * context));
+  }
+  const prefillS = (performance.now() - t0) / 1000;
+  const slots = Int32Array.from({ length: B }, (_, i) => i);
+  const ones = new Int32Array(B).fill(1);
+  for (let i = 0; i < 2; i++) await model.extend(slots, ones, randomTokens(B)); // warm-up
+  for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  const t1 = performance.now();
+  for (let i = 0; i < steps; i++) await model.extend(slots, ones, randomTokens(B));
+  const stepS = (performance.now() - t1) / 1000 / steps;
+  // NativeEngine: prefill + n tokens, sampled at temperature 1
+  const engineRun = async (n: number): Promise<number> => {
+    const engine = new NativeEngine(model, { slots: B, maxLen: context + steps + 1 });
+    const sampling = { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: n, seed: 1, stop_token_ids: [] } as unknown as SamplingParams;
+    const t = performance.now();
+    await Promise.all(Array.from({ length: B }, (_, i) => engine.generate({ requestId: `b${i}`, promptIds: Array.from(randomTokens(context)), sampling })));
+    engine.close();
+    return (performance.now() - t) / 1000;
+  };
+  await engineRun(2);
+  const e1 = await engineRun(1);
+  const eN = await engineRun(steps + 1);
+  console.log(
+    JSON.stringify({
+      impl: `rlstream native (${device})`,
+      batch: B,
+      context,
+      steps,
+      prefillTokensPerS: Math.round((B * context) / prefillS),
+      extendStepMs: +(stepS * 1000).toFixed(3),
+      extendTokensPerS: Math.round(B / stepS),
+      engineDecodeTokensPerS: Math.round((B * steps) / (eN - e1)),
+      engineStepMs: +(((eN - e1) / steps) * 1000).toFixed(3),
+    }),
+  );
+}
+model.dispose();
