@@ -16,8 +16,8 @@ import { RowBinaryBuffer, type TableCodec } from '../../core/traces/rowbinary.ts
 
 /**
  * A table's buffers start at a batch's bytes (maxBytes), up to this. Pages are touched only as rows arrive, so
- * a large buffer costs address space, not memory; starting at 1 MiB, the buffers of a 592k-row drain doubled
- * 31 times and copied 186 MB on the main thread.
+ * a large buffer costs address space, not memory, while a small one doubles again and again through a large
+ * drain, each time copying what it holds on the main thread.
  */
 const FIRST_BUFFER_BYTES = 64 << 20;
 

@@ -18,7 +18,7 @@
 // (one softmax over both). The graph never concatenates past and new K/V: the cache stays in buffers the
 // engine owns and reuses (fixed capacity, extra columns masked by past_bias), and each step writes back only
 // the new tokens' K/V. A present = concat(past, new) output would copy the whole cache on every decode step,
-// which was the largest cost at batch 64 (see bench/policy.ts).
+// a cost that grows with batch and context (bench/policy.ts measures decode steps).
 // Mode 'decode' is the same model for exactly one new token per row (seq = 1, no new_bias: the token attends
 // to itself): its new-token attention is elementwise instead of B×kv_heads tiny matrix products, and heads
 // are split by Reshape instead of Transpose. The engine runs it for every decode step.

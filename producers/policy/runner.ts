@@ -106,8 +106,8 @@ export class PolicyRunner {
       executionMode: 'sequential',
       logSeverityLevel: 3, // errors reach the caller as exceptions; keep onnxruntime's own log quiet
       // Idle intra-op workers sleep instead of spinning: between steps the engine's own JavaScript runs, and on
-      // a shared machine a spinning worker takes a core another process (or the next step) needs. With
-      // spinning, 2 threads ran slower than 1 on the 2-core test machine under load; without, they help.
+      // a shared machine a spinning worker takes a core another process (or the next step) needs, so that with
+      // spinning a second thread can cost more than it brings on a busy machine with few cores.
       extra: { session: { intra_op: { allow_spinning: '0' } } },
     };
     let session: ort.InferenceSession;
