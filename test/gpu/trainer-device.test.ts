@@ -14,11 +14,10 @@ import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
-import { Trainer } from '../../consumers/trainer/trainer.ts';
 import { runMainJob } from '../../cli/run/main-job.ts';
 import { cudaAvailable, nativeAvailable } from '../../native/index.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
-import { TINY_CONFIG, trainerInputs } from '../trainer/fixtures/synthetic.ts';
+import { tinyTrainer, trainerInputs } from '../trainer/fixtures/synthetic.ts';
 
 const GPU_CONFIG = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.gpu.yaml');
 const cuda = cudaAvailable();
@@ -71,7 +70,7 @@ test("trainer.device 'cuda' without CUDA: a trainer process (rlstream worker tra
   const log = openEmbeddedLog({ dir: logDir });
   try {
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-    const trainer = new Trainer({ log, serde, runId: RUN, dataDir: join(dir, 'data'), initialWeightsPath: weights, modelConfig: TINY_CONFIG, options: compileTrainerOptions({ device: 'cuda', max_steps: 1 }), followControl: false });
+    const trainer = tinyTrainer({ log, serde, runId: RUN, dataDir: join(dir, 'data'), weights }, { device: 'cuda', max_steps: 1 }, { followControl: false });
     await assert.rejects(trainer.start(), isDeviceError);
     assert.equal(existsSync(join(dir, 'data', 'weights')), false, 'nothing published');
   } finally {
@@ -93,17 +92,7 @@ async function trainOn(device: 'cpu' | 'cuda', steps: number): Promise<{ steps: 
   try {
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
     const seen: TrainStep[] = [];
-    const trainer = new Trainer({
-      log,
-      serde,
-      runId: RUN,
-      dataDir: join(dir, 'data'),
-      initialWeightsPath: weights,
-      modelConfig: TINY_CONFIG,
-      options: compileTrainerOptions({ device, max_steps: steps, groups_per_step: 2, staleness_bound: 100, learning_rate: 1e-2, threads: 1 }),
-      followControl: false,
-      onStep: (s) => seen.push(s),
-    });
+    const trainer = tinyTrainer({ log, serde, runId: RUN, dataDir: join(dir, 'data'), weights }, { device, max_steps: steps, groups_per_step: 2, staleness_bound: 100, learning_rate: 1e-2, threads: 1 }, { followControl: false, onStep: (s) => seen.push(s) });
     await trainer.start();
     const on = trainer.device;
     await trainer.run();

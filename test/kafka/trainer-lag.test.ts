@@ -11,10 +11,8 @@ import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
-import { Trainer } from '../../consumers/trainer/trainer.ts';
 import { PrivateBroker } from '../../testkit/kafka-broker.ts';
-import { syntheticGroup, TINY_CONFIG, writeInitialWeights } from '../trainer/fixtures/synthetic.ts';
+import { syntheticGroup, tinyTrainer, writeInitialWeights } from '../trainer/fixtures/synthetic.ts';
 
 test('trainer on Kafka: after training on every transactional group, its committed offsets pass the markers (lag 0)', { timeout: 180_000 }, async (t) => {
   if (!PrivateBroker.libs()) {
@@ -38,7 +36,7 @@ test('trainer on Kafka: after training on every transactional group, its committ
     const weights = join(dir, 'init.safetensors');
     await writeInitialWeights(weights);
 
-    const trainer = new Trainer({ log, serde, runId: 'lag-test', dataDir: join(dir, 'data'), initialWeightsPath: weights, modelConfig: TINY_CONFIG, options: compileTrainerOptions({ max_steps: 2, threads: 1, groups_per_step: 2 }) });
+    const trainer = tinyTrainer({ log, serde, runId: 'lag-test', dataDir: join(dir, 'data'), weights }, { max_steps: 2, threads: 1, groups_per_step: 2 });
     await trainer.start();
     await trainer.run();
     await trainer.close();

@@ -16,11 +16,10 @@ import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
 import { mustKeepVersion, pruneWeights, storeWeights } from '../../consumers/trainer/weights-store.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
-import { advantagedRecords, syntheticGroup, TINY_CONFIG, writeInitialWeights } from './fixtures/synthetic.ts';
+import { advantagedRecords, syntheticGroup, tinyTrainer, trainerInputs, writeInitialWeights } from './fixtures/synthetic.ts';
 
 /** Bytes allocated on disk under `dir` (what `du` counts). */
 function diskBytes(dir: string): number {
@@ -62,21 +61,18 @@ async function longRun(dir: string, steps: number, every: number, retention: boo
   let next = 2;
   let pending: Promise<unknown> = Promise.resolve();
   const bytes: number[] = [];
-  const trainer: Trainer = new Trainer({
-    log,
-    serde,
-    runId: RUN,
-    dataDir,
-    initialWeightsPath: weights,
-    modelConfig: TINY_CONFIG,
-    followControl: false,
-    options: compileTrainerOptions({ max_steps: steps, groups_per_step: 1, staleness_bound: 2, keep_checkpoints: 2, keep_versions: retention ? 2 : 1_000_000 }),
-    onStep: (s) => {
-      const version = s.produced_version ?? s.policy_version;
-      pending = pending.then(() => send(next++, version));
-      if (s.step % every === 0) bytes.push(diskBytes(dir));
+  const trainer: Trainer = tinyTrainer(
+    { log, serde, runId: RUN, dataDir, weights },
+    { max_steps: steps, groups_per_step: 1, staleness_bound: 2, keep_checkpoints: 2, keep_versions: retention ? 2 : 1_000_000 },
+    {
+      followControl: false,
+      onStep: (s) => {
+        const version = s.produced_version ?? s.policy_version;
+        pending = pending.then(() => send(next++, version));
+        if (s.step % every === 0) bytes.push(diskBytes(dir));
+      },
     },
-  });
+  );
   await trainer.start();
   await trainer.run();
   await pending;
@@ -120,36 +116,17 @@ test('500 training steps stay under a stated disk bound with the default retenti
 });
 
 test('a version a record not yet trained names keeps its weights until that record is consumed; a file a kept version shares stays', { timeout: 60_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-disk-ref-'));
+  // Group 0 of version 0, groups 1 and 2 of version 1, on one partition (read in the order sent). Step 1 trains
+  // group 0 and publishes version 1; step 2 trains group 1 and publishes version 2, while group 2, read but not
+  // consumed, still names version 1 (out of keep_versions = 1 and staleness_bound = 0); step 3 drops group 2 as
+  // stale and publishes version 3 with unchanged weights, the same file as version 2.
+  const { dir, logDir, weights } = await trainerInputs('rlstream-disk-ref-', RUN, [{ g: 0 }, { g: 1, version: 1 }, { g: 2, version: 1 }], 2);
   try {
-    const log = openEmbeddedLog({ dir: join(dir, 'log') });
-    // One partition: the groups are read in the order sent.
-    for (const name of [TOPICS.advantaged, TOPICS.trainSteps, TOPICS.policyVersions]) await log.createTopic({ name, partitions: 1 });
+    const log = openEmbeddedLog({ dir: logDir });
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
-    const producer = await log.producer();
-    // Group 0 of version 0, groups 1 and 2 of version 1. Step 1 trains group 0 and publishes version 1; step 2
-    // trains group 1 and publishes version 2, while group 2, read but not consumed, still names version 1 (out
-    // of keep_versions = 1 and staleness_bound = 0); step 3 drops group 2 as stale and publishes version 3
-    // with unchanged weights, the same file as version 2.
-    for (const [g, version] of [[0, 0], [1, 1], [2, 1]] as const) {
-      await producer.send(TOPICS.advantaged, advantagedRecords(serde, syntheticGroup(RUN, g, 2, version)));
-    }
-    await producer.close();
-    const weights = join(dir, 'init.safetensors');
-    await writeInitialWeights(weights);
     const store = join(dir, 'data', 'weights');
     const after: Set<string>[] = [];
-    const trainer = new Trainer({
-      log,
-      serde,
-      runId: RUN,
-      dataDir: join(dir, 'data'),
-      initialWeightsPath: weights,
-      modelConfig: TINY_CONFIG,
-      followControl: false,
-      options: compileTrainerOptions({ max_steps: 3, groups_per_step: 1, staleness_bound: 0, keep_versions: 1 }),
-      onStep: () => after.push(new Set(readdirSync(store))),
-    });
+    const trainer = tinyTrainer({ log, serde, runId: RUN, dataDir: join(dir, 'data'), weights }, { max_steps: 3, groups_per_step: 1, staleness_bound: 0, keep_versions: 1 }, { followControl: false, onStep: () => after.push(new Set(readdirSync(store))) });
     await trainer.start();
     await trainer.run();
     await trainer.close();

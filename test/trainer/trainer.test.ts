@@ -11,10 +11,9 @@ import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
 import type { PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { TINY_CONFIG, trainerInputs } from './fixtures/synthetic.ts';
+import { TINY_CONFIG, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
 
 const PROCESS = join(import.meta.dirname, 'fixtures', 'trainer-process.ts');
 
@@ -96,17 +95,7 @@ async function trainInProcess(dir: string, logDir: string, weights: string, opti
   const log = openEmbeddedLog({ dir: logDir });
   const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
   const seen: TrainStep[] = [];
-  const trainer = new Trainer({
-    log,
-    serde,
-    runId: 'restart-test',
-    dataDir: join(dir, 'data'),
-    initialWeightsPath: weights,
-    modelConfig: TINY_CONFIG,
-    ...extra,
-    options: compileTrainerOptions({ max_steps: 1, threads: 1, ...options }),
-    onStep: (s) => seen.push(s),
-  });
+  const trainer = tinyTrainer({ log, serde, runId: 'restart-test', dataDir: join(dir, 'data'), weights }, { max_steps: 1, threads: 1, ...options }, { ...extra, onStep: (s) => seen.push(s) });
   await trainer.start();
   await trainer.run();
   await trainer.close();
