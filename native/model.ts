@@ -357,13 +357,15 @@ export class Model {
    * Appends counts[b] tokens to slots[b] for every b (tokens packed in that order: a prefill is a count above 1, a
    * decode step a count of 1, and one call may mix them), attending to what each slot cached before, and returns
    * the next-token distribution after each slot's last token, softmax(logits * invTemperature[b]), as [B, V]
-   * (invTemperature defaults to 1). Uses the weights in place now: a trainer step between calls is seen by the
-   * next call, while tokens cached before it keep the K/V of the weights that computed them.
+   * (invTemperature defaults to 1), into `out` when given (B x V floats: a caller stepping many times reuses one
+   * buffer instead of a fresh allocation of B x V floats per step). Uses the weights in place now: a trainer step
+   * between calls is seen by the next call, while tokens cached before it keep the K/V of the weights that
+   * computed them.
    */
-  extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature?: Float32Array): Promise<Float32Array> {
+  extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature?: Float32Array, out?: Float32Array): Promise<Float32Array> {
     const B = slots?.length ?? 0;
     const inv = invTemperature ?? new Float32Array(B).fill(1);
-    const probs = new Float32Array(B * this.config.vocab_size);
+    const probs = out ?? new Float32Array(B * this.config.vocab_size);
     return this.queue('extend', async (h) => {
       await h.extend(slots, counts, tokens, inv, probs);
       return probs;

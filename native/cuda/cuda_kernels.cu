@@ -292,10 +292,11 @@ __global__ void k_kv_store(float* kc, float* vc, const float* k, const float* v,
   }
 }
 
-// One block per (query token, head); each warp walks every nw-th key of the slot with an online softmax (lane i
-// holds dims i, i+32, ... of q and of its value accumulator), then the warps' partial (max, sum, acc) merge in
-// shared memory. D = ceil(hd / 32) dims per lane. fp32 throughout (the cache is fp32).
-constexpr int AC_WARPS = 4;
+// One block per (query token, head); each warp walks every AC_WARPS-th group of AC_KEYS keys of the slot with an
+// online softmax (lane i holds dims i, i+32, ... of q and of its value accumulator); the group's loads are issued
+// together so a warp waits on memory once per group, not once per key. The warps' partial (max, sum, acc) then
+// merge in shared memory. D = ceil(hd / 32) dims per lane. fp32 throughout (the cache is fp32).
+constexpr int AC_WARPS = 4, AC_KEYS = 4;
 template <int D>
 __global__ void __launch_bounds__(AC_WARPS * 32) k_attention_cached(float* out, const float* q, const float* kc,
                                                                     const float* vc, const int* slot, const int* pos,
@@ -312,22 +313,44 @@ __global__ void __launch_bounds__(AC_WARPS * 32) k_attention_cached(float* out, 
   }
   const size_t base = (size_t)slot[t] * max_len * KD + (size_t)kh * hd;
   float m = -INFINITY, s = 0.f;
-  for (int j = warp; j < n; j += AC_WARPS) {
-    const float* kj = kc + base + (size_t)j * KD;
-    const float* vj = vc + base + (size_t)j * KD;
-    float d = 0.f;
+  for (int j0 = warp * AC_KEYS; j0 < n; j0 += AC_WARPS * AC_KEYS) {
+    float kr[AC_KEYS][D], vr[AC_KEYS][D], d[AC_KEYS];
 #pragma unroll
-    for (int i = 0; i < D; i++) {
-      const int c = lane + 32 * i;
-      if (c < hd) d += qr[i] * kj[c];
+    for (int u = 0; u < AC_KEYS; u++) {
+      const bool ok = j0 + u < n;
+      const float* kj = kc + base + (size_t)(j0 + u) * KD;
+      const float* vj = vc + base + (size_t)(j0 + u) * KD;
+#pragma unroll
+      for (int i = 0; i < D; i++) {
+        const int c = lane + 32 * i;
+        kr[u][i] = ok && c < hd ? kj[c] : 0.f;
+        vr[u][i] = ok && c < hd ? vj[c] : 0.f;
+      }
     }
-    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-    const float mn = fmaxf(m, d), f = expf(m - mn), p = expf(d - mn);  // m = -inf: f = 0
-    s = s * f + p;
 #pragma unroll
-    for (int i = 0; i < D; i++) {
-      const int c = lane + 32 * i;
-      acc[i] = acc[i] * f + (c < hd ? p * vj[c] : 0.f);
+    for (int u = 0; u < AC_KEYS; u++) {
+      d[u] = 0.f;
+#pragma unroll
+      for (int i = 0; i < D; i++) d[u] += qr[i] * kr[u][i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < AC_KEYS; u++) d[u] += __shfl_xor_sync(0xffffffffu, d[u], o);
+    float mn = m;
+#pragma unroll
+    for (int u = 0; u < AC_KEYS; u++)
+      if (j0 + u < n) mn = fmaxf(mn, d[u]);
+    const float f = expf(m - mn);  // m = -inf: f = 0
+    s *= f;
+#pragma unroll
+    for (int i = 0; i < D; i++) acc[i] *= f;
+#pragma unroll
+    for (int u = 0; u < AC_KEYS; u++) {
+      const float p = j0 + u < n ? expf(d[u] - mn) : 0.f;
+      s += p;
+#pragma unroll
+      for (int i = 0; i < D; i++) acc[i] += p * vr[u][i];
     }
     m = mn;
   }

@@ -531,7 +531,7 @@ void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int
     const int n = std::min(chunk_, B - b0);
     PROF(matmul, k_->matmul_forward(a.logits, rows + (size_t)b0 * H, P_.lm_head, nullptr, n, H, V, false));
     PROF(logits, k_->softmax_rows(a.logits, inv_temp + b0, n, V));
-    k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V);
+    PROF(logits, k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V));
   }
 }
 

@@ -63,6 +63,7 @@ export class NativeEngine {
   private readonly running: Run[] = [];
   private readonly scratch: { order: Int32Array };
   private readonly prefillCap: number;
+  private readonly rows: Float32Array; // extend's output, [slots, V], reused every step
   private version: number;
   private looping = false;
   private closed = false;
@@ -81,6 +82,7 @@ export class NativeEngine {
     if (!Number.isInteger(this.prefillCap) || this.prefillCap < 1) throw new RlstreamError('CONFIG_INVALID', `maxPrefillTokens must be a positive integer, got ${String(opts.maxPrefillTokens)}`);
     this.server = opts.server ?? 'builtin-native';
     model.kvReserve(opts.slots, opts.maxLen);
+    this.rows = new Float32Array(opts.slots * model.config.vocab_size);
   }
 
   stats(): NativeEngineStats {
@@ -183,9 +185,9 @@ export class NativeEngine {
       if (r.feed.length > 1 || r.tokens.length === 0) this.counters.prefillTokens += r.feed.length;
       else this.counters.decodeTokens += 1;
     });
-    const probs = await this.model.extend(slots, counts, Int32Array.from(toks), inv);
-    this.counters.steps++;
     const V = this.model.config.vocab_size;
+    const probs = await this.model.extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V));
+    this.counters.steps++;
     active.forEach((r, b) => {
       const { token, logprob } = sampleToken(probs.subarray(b * V, (b + 1) * V), r.req.sampling, r.rng, this.scratch);
       r.tokens.push(token);

@@ -4,7 +4,8 @@
 // softmax rows, the [B, V] rows copied to the host) and NativeEngine end to end (the same plus sampling in JS,
 // temperature 1), the latter as the difference between a run of steps+1 new tokens and a run of 1 so that both
 // count decode only. One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers the same way.
-//   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--batches 1,64,256] [--context 512] [--steps 64]
+// `--engine off` times Model.extend alone (with RLSTREAM_CUDA_SYNC=1 its per-kernel profile is GPU time).
+//   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--batches 1,64,256] [--context 512] [--steps 64] [--engine off]
 import { Model, type ModelConfig } from '../../native/index.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
@@ -53,11 +54,17 @@ for (const B of batches) {
   const prefillS = (performance.now() - t0) / 1000;
   const slots = Int32Array.from({ length: B }, (_, i) => i);
   const ones = new Int32Array(B).fill(1);
-  for (let i = 0; i < 2; i++) await model.extend(slots, ones, randomTokens(B)); // warm-up
+  const rows = new Float32Array(B * V);
+  const inv = new Float32Array(B).fill(1);
+  for (let i = 0; i < 2; i++) await model.extend(slots, ones, randomTokens(B), inv, rows); // warm-up
   for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  model.profile(true);
   const t1 = performance.now();
-  for (let i = 0; i < steps; i++) await model.extend(slots, ones, randomTokens(B));
+  for (let i = 0; i < steps; i++) await model.extend(slots, ones, randomTokens(B), inv, rows);
   const stepS = (performance.now() - t1) / 1000 / steps;
+  // Kernel wall time per kind in a step (GPU time when RLSTREAM_CUDA_SYNC=1 makes each kernel wait; `logits`
+  // includes the rows' copy to the host); the rest of the step is host work (N-API, JS, launches).
+  const prof = Object.fromEntries(Object.entries(model.profile(true)).map(([k, v]) => [k, +((v / steps) * 1000).toFixed(3)]));
   // NativeEngine: prefill + n tokens, sampled at temperature 1
   const engineRun = async (n: number): Promise<number> => {
     const engine = new NativeEngine(model, { slots: B, maxLen: context + steps + 1 });
@@ -67,9 +74,10 @@ for (const B of batches) {
     engine.close();
     return (performance.now() - t) / 1000;
   };
-  await engineRun(2);
-  const e1 = await engineRun(1);
-  const eN = await engineRun(steps + 1);
+  const withEngine = arg('engine', 'on') !== 'off';
+  if (withEngine) await engineRun(2);
+  const e1 = withEngine ? await engineRun(1) : NaN;
+  const eN = withEngine ? await engineRun(steps + 1) : NaN;
   console.log(
     JSON.stringify({
       impl: `rlstream native (${device})`,
@@ -81,6 +89,7 @@ for (const B of batches) {
       extendTokensPerS: Math.round(B / stepS),
       engineDecodeTokensPerS: Math.round((B * steps) / (eN - e1)),
       engineStepMs: +(((eN - e1) / steps) * 1000).toFixed(3),
+      extendProfileMs: prof,
     }),
   );
 }
