@@ -34,6 +34,7 @@ export interface NativeModelHandle {
   kvLength(slot: number): number;
   kvTruncate(slot: number, length: number): void;
   extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, outProbs: Float32Array): Promise<void>;
+  extendSample(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, uniforms: Float64Array, outTokens: Int32Array, outLogprobs: Float32Array): Promise<void>;
   zeroGrad(): void;
   gradNorm(): number;
   clipGradNorm(maxNorm: number): number;

@@ -372,6 +372,20 @@ export class Model {
     });
   }
 
+  /**
+   * extend, then one token per slot drawn where the rows are (they never reach the host): uniforms[b] in [0, 1)
+   * takes the first token whose cumulative probability exceeds it, a negative one the arg-max (producers/policy/
+   * sampler.ts's rule for rows without top-k / top-p). Returns each token and its log-probability under the row.
+   */
+  extendSample(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, uniforms: Float64Array): Promise<{ tokens: Int32Array; logprobs: Float32Array }> {
+    const B = slots?.length ?? 0;
+    const out = { tokens: new Int32Array(B), logprobs: new Float32Array(B) };
+    return this.queue('extendSample', async (h) => {
+      await h.extendSample(slots, counts, tokens, invTemperature, uniforms, out.tokens, out.logprobs);
+      return out;
+    });
+  }
+
   zeroGrad(): void {
     this.sync('zeroGrad', (h) => h.zeroGrad());
   }

@@ -455,6 +455,31 @@ class CpuKernels final : public Kernels {
     }
   }
 
+  void sample_rows(const float* x, const double* u, int N, int V, int32_t* token, float* logp) override {
+#pragma omp parallel for num_threads(nt_) schedule(static) if (N > 8)
+    for (int n = 0; n < N; n++) {
+      const float* z = x + (size_t)n * V;
+      int pick = -1;
+      if (u[n] < 0) {
+        pick = 0;
+        for (int i = 1; i < V; i++)
+          if (z[i] > z[pick]) pick = i;
+      } else {
+        double left = u[n];
+        for (int i = 0; i < V && pick < 0; i++) {
+          left -= z[i];
+          if (left < 0) pick = i;
+        }
+        if (pick < 0) {
+          pick = V - 1;
+          while (pick > 0 && z[pick] == 0.f) pick--;
+        }
+      }
+      token[n] = pick;
+      logp[n] = (float)std::log((double)z[pick]);
+    }
+  }
+
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
     const long nn = (long)n;
 #pragma omp parallel for simd num_threads(nt_) schedule(static) if (nn > 16384)

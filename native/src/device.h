@@ -74,6 +74,12 @@ struct Kernels {
                                 const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) = 0;
   // x[N,V] replaced by softmax(x[n,:] * inv_temp[n]) row by row (inv_temp: N host floats).
   virtual void softmax_rows(float* x, const float* inv_temp, int N, int V) = 0;
+  // One token per row of probabilities x[N,V] (from softmax_rows), where the rows are: u[n] in [0, 1) takes the
+  // first index i with x[n,0] + ... + x[n,i] > u[n] (sums in double; the last index with mass when rounding leaves
+  // the total at or below u), u[n] < 0 the arg-max (the lowest index among equals). token[N] and logp[N] =
+  // log(x[n, token]) are host outputs; u is N host doubles. The same rule as producers/policy/sampler.ts for rows
+  // without top-k / top-p, so the rows need not leave the device.
+  virtual void sample_rows(const float* x, const double* u, int N, int V, int32_t* token, float* logp) = 0;
 
   // out = silu(gate) * up, elementwise over n
   virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;

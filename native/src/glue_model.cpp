@@ -76,6 +76,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("kvLength", &ModelWrap::KvLength),
                       InstanceMethod("kvTruncate", &ModelWrap::KvTruncate),
                       InstanceMethod("extend", &ModelWrap::Extend),
+                      InstanceMethod("extendSample", &ModelWrap::ExtendSample),
                       InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
                       InstanceMethod("gradNorm", &ModelWrap::GradNorm),
                       InstanceMethod("clipGradNorm", &ModelWrap::ClipGradNorm),
@@ -429,6 +430,38 @@ Napi::Value ModelWrap::Extend(const Napi::CallbackInfo& info) {
     return launch(
         env, [=] { mp->extend(sp, cp, B, tp, T, ip, op); }, [](Napi::Env e) { return e.Undefined(); },
         {slots.holder, counts.holder, tokens.holder, inv.holder, out.holder});
+  });
+}
+
+// extendSample(slots, counts, tokens, invTemperature, uniforms Float64Array [B], outTokens Int32Array [B],
+// outLogprobs Float32Array [B]) -> Promise<void>: extend with one token drawn per slot where the rows are.
+Napi::Value ModelWrap::ExtendSample(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("extendSample");
+    View<int32_t> slots = i32_arg(info[0], "slots"), counts = i32_arg(info[1], "counts"), tokens = i32_arg(info[2], "tokens");
+    View<float> inv = f32_arg(info[3], "invTemperature");
+    View<double> u = f64_arg(info[4], "uniforms");
+    View<int32_t> tok = i32_arg(info[5], "out.tokens");
+    View<float> lp = f32_arg(info[6], "out.logprobs");
+    const size_t B = slots.length;
+    if (counts.length != B || inv.length != B || u.length != B || tok.length != B || lp.length != B)
+      invalid("extendSample: counts, invTemperature, uniforms and the outputs must have one entry per slot (" + std::to_string(B) + ")");
+    if (tokens.length > (size_t)1 << 30 || B > (size_t)1 << 24) invalid("extendSample: too many tokens");
+    for (size_t b = 0; b < B; b++)
+      if (!(std::isfinite(u.data[b]) && u.data[b] < 1))
+        invalid("extendSample: uniforms[" + std::to_string(b) + "] must be in [0, 1) (or negative for the arg-max), got " + std::to_string(u.data[b]));
+    m.validate_extend(slots.data, counts.data, (int)B, tokens.data, (int)tokens.length, inv.data);
+    Model* mp = &m;
+    const int32_t *sp = slots.data, *cp = counts.data, *tp = tokens.data;
+    const float* ip = inv.data;
+    const double* up = u.data;
+    int32_t* op = tok.data;
+    float* lpp = lp.data;
+    const int Bi = (int)B, T = (int)tokens.length;
+    return launch(
+        env, [=] { mp->extend(sp, cp, Bi, tp, T, ip, nullptr, up, op, lpp); }, [](Napi::Env e) { return e.Undefined(); },
+        {slots.holder, counts.holder, tokens.holder, inv.holder, u.holder, tok.holder, lp.holder});
   });
 }
 

@@ -32,6 +32,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value KvLength(const Napi::CallbackInfo& info);
   Napi::Value KvTruncate(const Napi::CallbackInfo& info);
   Napi::Value Extend(const Napi::CallbackInfo& info);
+  Napi::Value ExtendSample(const Napi::CallbackInfo& info);
   Napi::Value ZeroGrad(const Napi::CallbackInfo& info);
   Napi::Value GradNorm(const Napi::CallbackInfo& info);
   Napi::Value ClipGradNorm(const Napi::CallbackInfo& info);

@@ -504,7 +504,7 @@ void Model::validate_extend(const int32_t* slots, const int32_t* counts, int B, 
 }
 
 void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T,
-                   const float* inv_temp, float* probs) {
+                   const float* inv_temp, float* probs, const double* u, int32_t* token, float* logp) {
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
   std::vector<int32_t> pos((size_t)T);
   kv_slot_of_.resize((size_t)T);
@@ -531,7 +531,10 @@ void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int
     const int n = std::min(chunk_, B - b0);
     PROF(matmul, k_->matmul_forward(a.logits, rows + (size_t)b0 * H, P_.lm_head, nullptr, n, H, V, false));
     PROF(logits, k_->softmax_rows(a.logits, inv_temp + b0, n, V));
-    PROF(logits, k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V));
+    if (probs)
+      PROF(logits, k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V));
+    else
+      PROF(logits, k_->sample_rows(a.logits, u + b0, n, V, token + b0, logp + b0));
   }
 }
 

@@ -111,8 +111,10 @@ class Model {
   // Throws NativeError naming the problem (no cache, slots out of range or repeated, a slot overflowing, ids).
   void validate_extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T,
                        const float* inv_temp) const;
+  // probs null: draws one token per b on the device instead (Kernels::sample_rows with uniforms u[B]) into
+  // token[B] and logp[B], so the rows never leave it.
   void extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T, const float* inv_temp,
-              float* probs);
+              float* probs, const double* u = nullptr, int32_t* token = nullptr, float* logp = nullptr);
 
   void zero_grad();
   double grad_norm();

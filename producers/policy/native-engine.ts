@@ -1,8 +1,9 @@
 // Generation on the native core's own model (native/model.ts): continuous batching over its slot KV cache. Every
 // step is one Model.extend call that prefills the requests joining (only the tokens their slot does not hold yet)
-// and decodes one token for every running request; requests leave as they finish. Sampling is the built-in
-// policy's (sampler.ts) on the rows extend returns, softmax(logits / T), so the log-prob of each sampled token
-// follows the convention written there. A session keeps its slot between turns, so a later turn whose context
+// and decodes one token for every running request; requests leave as they finish. Sampling follows the built-in
+// policy's rule and log-prob convention (sampler.ts): rows without top-k / top-p are drawn by the native core
+// where the probabilities are (extendSample, one uniform from the request's Rng), others by sampleToken on the
+// rows extend returns, softmax(logits / T). A session keeps its slot between turns, so a later turn whose context
 // extends the cached tokens prefills only the new ones. The weights are the model's parameters in place: a
 // trainer step on the same Model is seen by the next step (setVersion names the version the tokens then carry);
 // cached K/V of earlier tokens stay as they were computed.
@@ -10,7 +11,7 @@ import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import type { Model } from '../../native/model.ts';
 import type { FinishReason, GenerateRequest, GenerateResult } from '../backends/types.ts';
-import { inverseTemperature, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
+import { inverseTemperature, isGreedy, isUntruncated, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
 
 export interface NativeEngineOptions {
   /** Sequences held in the KV cache at once (running requests plus idle sessions kept for their next turn). */
@@ -186,10 +187,20 @@ export class NativeEngine {
       else this.counters.decodeTokens += 1;
     });
     const V = this.model.config.vocab_size;
-    const probs = await this.model.extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V));
+    // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
+    // any truncated row brings every row to the host for sampleToken.
+    let sampled: (b: number) => { token: number; logprob: number };
+    if (active.every((r) => isUntruncated(r.req.sampling, V))) {
+      const u = Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next()));
+      const out = await this.model.extendSample(slots, counts, Int32Array.from(toks), inv, u);
+      sampled = (b) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! });
+    } else {
+      const probs = await this.model.extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V));
+      sampled = (b) => sampleToken(probs.subarray(b * V, (b + 1) * V), active[b]!.req.sampling, active[b]!.rng, this.scratch);
+    }
     this.counters.steps++;
     active.forEach((r, b) => {
-      const { token, logprob } = sampleToken(probs.subarray(b * V, (b + 1) * V), r.req.sampling, r.rng, this.scratch);
+      const { token, logprob } = sampled(b);
       r.tokens.push(token);
       r.logprobs.push(logprob);
       r.versions.push(this.version);

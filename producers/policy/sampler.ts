@@ -77,7 +77,21 @@ const GREEDY_T = 1e-5;
 
 /** The inverse temperature the graph scales a row's logits by (greedy rows report log-probs at T = 1). */
 export function inverseTemperature(p: SamplingParams): number {
-  return p.temperature < GREEDY_T ? 1 : 1 / p.temperature;
+  return isGreedy(p) ? 1 : 1 / p.temperature;
+}
+
+/** Greedy rows take the arg-max and draw nothing from the Rng. */
+export function isGreedy(p: SamplingParams): boolean {
+  return p.temperature < GREEDY_T;
+}
+
+/**
+ * Rows that are greedy or sample without top-k / top-p truncation. For them sampleToken is one uniform u (none
+ * when greedy) and the first token whose cumulative probability exceeds u, a rule the native core applies where
+ * the probabilities are (Model.extendSample, Kernels::sample_rows) with the same draw from the same Rng.
+ */
+export function isUntruncated(p: SamplingParams, vocabSize: number): boolean {
+  return isGreedy(p) || ((p.top_k <= 0 || p.top_k >= vocabSize) && p.top_p >= 1);
 }
 
 /**
@@ -88,7 +102,7 @@ export function inverseTemperature(p: SamplingParams): number {
  */
 export function sampleToken(probs: Float32Array, p: SamplingParams, rng: Rng, scratch: { order: Int32Array }): { token: number; logprob: number } {
   const V = probs.length;
-  if (p.temperature < GREEDY_T) {
+  if (isGreedy(p)) {
     let best = 0;
     for (let i = 1; i < V; i++) if (probs[i]! > probs[best]!) best = i;
     return pick(probs, best);

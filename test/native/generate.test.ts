@@ -204,3 +204,34 @@ test('bad extend calls fail with the problem named and leave the cache as it was
   assert.equal(m.kvLength(1), 0);
   m.dispose();
 });
+
+test('extendSample draws on the device what sampleToken draws on the host rows, for the same uniforms', { skip }, async () => {
+  const { Rng, sampleToken, newScratch } = await import('../../producers/policy/sampler.ts');
+  const a = model(21);
+  const b = model(21);
+  a.kvReserve(8, 32);
+  b.kvReserve(8, 32);
+  const prompts = randomSeqs(rng(30), [4, 1, 9, 6, 3, 7, 2, 5], V);
+  const slots = Int32Array.from({ length: 8 }, (_, i) => i);
+  const counts = Int32Array.from(prompts.map((p) => p.length));
+  const toks = Int32Array.from(prompts.flat());
+  const inv = Float32Array.of(1, 1, 2, 0.5, 1, 1, 1.25, 1);
+  const r = new Rng(99);
+  const u = Float64Array.of(0, -1, r.next(), r.next(), 0.999999, r.next(), -1, r.next());
+  const rows = await a.extend(slots, counts, toks, inv);
+  const got = await b.extendSample(slots, counts, toks, inv, u);
+  const scratch = newScratch(V);
+  for (let i = 0; i < 8; i++) {
+    // sampleToken with an Rng whose next() is u[i]: a greedy row (temperature 0) draws nothing
+    const row = rows.subarray(i * V, (i + 1) * V);
+    const fixed = { next: () => u[i]! } as unknown as InstanceType<typeof Rng>;
+    const p = { temperature: u[i]! < 0 ? 0 : 1 / inv[i]!, top_p: 1, top_k: 0, max_new_tokens: 1, seed: null, stop_token_ids: [] };
+    const want = sampleToken(row, p as never, fixed, scratch);
+    assert.equal(got.tokens[i], want.token, `row ${i} (u ${u[i]})`);
+    assert.ok(Math.abs(got.logprobs[i]! - want.logprob) < 1e-6, `row ${i} log-prob`);
+  }
+  assert.equal(a.kvLength(3), b.kvLength(3));
+  await assert.rejects(b.extendSample(Int32Array.of(0), Int32Array.of(1), Int32Array.of(1), Float32Array.of(1), Float64Array.of(1)), /uniforms\[0\] must be in \[0, 1\)/);
+  a.dispose();
+  b.dispose();
+});

@@ -136,3 +136,29 @@ test('maxPrefillTokens spreads joining prompts over steps (one step each here) w
   assert.throws(() => new NativeEngine(m, { slots: 1, maxLen: 8, maxPrefillTokens: 0 }), /maxPrefillTokens must be a positive integer/);
   m.dispose();
 });
+
+test('rows without top-k / top-p are drawn by the native core: the tokens sampleToken would draw, log-probs of the forward', { skip }, async () => {
+  const { Rng, sampleToken, newScratch, inverseTemperature } = await import('../../producers/policy/sampler.ts');
+  const m = Model.init(CFG, { seed: 8, threads: 2, initStd: 0.3 });
+  const engine = new NativeEngine(m, { slots: 2, maxLen: 64 });
+  const prompt = [3, 1, 4, 1, 5];
+  const params = [sampling({ seed: 41, max_new_tokens: 15 }), sampling({ seed: 42, temperature: 0.7, max_new_tokens: 15 })];
+  const res = await Promise.all(params.map((p, i) => engine.generate({ requestId: `d${i}`, promptIds: prompt, sampling: p })));
+  engine.close();
+  // the same decoding by hand on the host rows with sampleToken and the same seeds
+  const scratch = newScratch(V);
+  for (let i = 0; i < 2; i++) {
+    const r = new Rng(params[i]!.seed!);
+    m.kvReserve(1, 64);
+    let probs = await m.extend(Int32Array.of(0), Int32Array.of(prompt.length), Int32Array.from(prompt), Float32Array.of(inverseTemperature(params[i]!)));
+    const toks: number[] = [];
+    for (let k = 0; k < 15; k++) {
+      const { token } = sampleToken(probs, params[i]!, r, scratch);
+      toks.push(token);
+      probs = await m.extend(Int32Array.of(0), Int32Array.of(1), Int32Array.of(token), Float32Array.of(inverseTemperature(params[i]!)));
+    }
+    assert.deepEqual(res[i]!.tokenIds, toks, `request ${i}`);
+  }
+  assert.ok(maxAbsDiff(res[0]!.logprobs, await forwardLogprobs(m, prompt, res[0]!.tokenIds)) < 1e-5, 'T = 1: log-probs of the forward');
+  m.dispose();
+});
