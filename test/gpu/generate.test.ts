@@ -143,3 +143,49 @@ test('cuda: NativeEngine samples 16 concurrent requests whose log-probs match th
   gpu.dispose();
   cpu.dispose();
 });
+
+test('cuda: extendSample draws on the GPU what sampleToken draws on the same rows, and the engine uses it', { skip }, async (t: TestContext) => {
+  const { Rng, sampleToken, newScratch } = await import('../../producers/policy/sampler.ts');
+  const V = HD64.vocab_size;
+  const a = Model.init(HD64, { seed: 31, initStd: 0.1, device: 'cuda' });
+  const b = Model.init(HD64, { seed: 31, initStd: 0.1, device: 'cuda' });
+  const B = 64;
+  a.kvReserve(B, 64);
+  b.kvReserve(B, 64);
+  const prompts = randomSeqs(rng(32), Array.from({ length: B }, (_, i) => 1 + (i % 13)), V);
+  const slots = Int32Array.from({ length: B }, (_, i) => i);
+  const counts = Int32Array.from(prompts.map((p) => p.length));
+  const toks = Int32Array.from(prompts.flat());
+  const inv = Float32Array.from({ length: B }, (_, i) => [1, 2, 0.5, 1.5][i % 4]!);
+  const r = new Rng(5);
+  const u = Float64Array.from({ length: B }, (_, i) => (i % 9 === 0 ? -1 : r.next()));
+  const rows = await a.extend(slots, counts, toks, inv);
+  const got = await b.extendSample(slots, counts, toks, inv, u);
+  const scratch = newScratch(V);
+  let same = 0;
+  let worst = 0;
+  for (let i = 0; i < B; i++) {
+    const fixed = { next: () => u[i]! } as unknown as InstanceType<typeof Rng>;
+    const p = { temperature: u[i]! < 0 ? 0 : 1 / inv[i]!, top_p: 1, top_k: 0, max_new_tokens: 1, seed: null, stop_token_ids: [] };
+    const want = sampleToken(rows.subarray(i * V, (i + 1) * V), p as never, fixed, scratch);
+    if (got.tokens[i] === want.token) {
+      same++;
+      worst = Math.max(worst, Math.abs(got.logprobs[i]! - want.logprob));
+    }
+  }
+  t.diagnostic(`extendSample on cuda: ${same}/${B} rows drew sampleToken's token, log-prob max diff ${worst.toExponential(2)}`);
+  assert.equal(same, B);
+  assert.ok(worst < 1e-5);
+  a.dispose();
+  b.dispose();
+  // the engine on plain rows (drawn on the GPU): log-probs of the full forward
+  const m = Model.init(HD64, { seed: 33, initStd: 0.1, device: 'cuda' });
+  const engine = new NativeEngine(m, { slots: 8, maxLen: 128 });
+  const res = await Promise.all(prompts.slice(0, 12).map((p, i) => engine.generate({ requestId: `p${i}`, promptIds: p, sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 30, seed: i, stop_token_ids: [] } as unknown as SamplingParams })));
+  let d = 0;
+  for (let i = 0; i < 12; i++) d = Math.max(d, maxAbsDiff(res[i]!.logprobs, await fullLogprobs(m, [...prompts[i]!, ...res[i]!.tokenIds], prompts[i]!.length)));
+  t.diagnostic(`engine, rows drawn on the GPU: max |sampled log-prob - cuda forward| ${d.toExponential(2)}`);
+  assert.ok(d < BF16_LOGPROB, `${d}`);
+  engine.close();
+  m.dispose();
+});
