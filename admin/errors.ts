@@ -2,7 +2,7 @@
 // {placeholders} (core/catalogue-error.ts). Codes are stable (clients and tests match on them); messages may improve.
 import { CatalogueError, type CatalogueParams } from '../core/catalogue-error.ts';
 
-export const ADMIN_ERRORS = {
+const ADMIN_ERRORS = {
   ADM_ERR_UNAUTHENTICATED: { status: 401, message: 'a valid bearer token is required' },
   ADM_ERR_FORBIDDEN: { status: 403, message: 'this route needs the {role} role' },
   ADM_ERR_NOT_FOUND: { status: 404, message: '{what} not found' },

@@ -116,14 +116,14 @@ function buildValidator(externalSchemas: unknown): FastifySchemaCompiler<object>
   return ({ schema, httpPart }) => (httpPart === 'body' ? body : text).compile(schema);
 }
 
-export const DEFAULT_QUERY_LIMITS: QueryLimits = { maxRows: 10_000, maxBytes: 16 * 1024 * 1024, timeoutMs: 10_000 };
+const DEFAULT_QUERY_LIMITS: QueryLimits = { maxRows: 10_000, maxBytes: 16 * 1024 * 1024, timeoutMs: 10_000 };
 
 function tokenStore(options: AdminServerOptions): TokenStore {
   return new TokenStore([...(options.tokens ?? []), ...envTokens(options.env)]);
 }
 
 /** Maps anything thrown in a route to a catalogue error; client mistakes are always 4xx. */
-export function toAdminError(err: unknown, request: FastifyRequest): AdminError {
+function toAdminError(err: unknown, request: FastifyRequest): AdminError {
   if (isAdminError(err)) return err;
   const fe = err as Partial<FastifyError> & { validation?: unknown };
   if (fe.validation) return new AdminError('ADM_ERR_VALIDATION', { detail: fe.message ?? 'schema validation failed' }, { cause: err });

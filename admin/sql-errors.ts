@@ -10,7 +10,7 @@ const REFUSED_NAMES = /\b(READONLY|ACCESS_DENIED|FUNCTION_NOT_ALLOWED)\b|readonl
 const LIMIT_NAMES = /\b(TOO_MANY_ROWS|TOO_MANY_BYTES|TOO_MANY_ROWS_OR_BYTES|TIMEOUT_EXCEEDED|TOO_SLOW|MEMORY_LIMIT_EXCEEDED|QUERY_WAS_CANCELLED)\b|Limit for (result|rows|bytes)|Timeout exceeded/i;
 
 /** The first line of a ClickHouse message, without the stack trace and version banner. */
-export function shortMessage(message: string): string {
+function shortMessage(message: string): string {
   const line = message.split('\n')[0] ?? message;
   return line.replace(/\s*\(version [^)]*\)\s*$/, '').slice(0, 500);
 }

@@ -14,7 +14,7 @@ export interface NamedQuerySource {
 
 const PARAM_TYPES: Record<string, 'string' | 'int' | 'float'> = { String: 'string', Int64: 'int', UInt64: 'int', Float64: 'float' };
 
-export const CORE_NAMED_QUERIES: NamedQuerySource = {
+const CORE_NAMED_QUERIES: NamedQuerySource = {
   list: () =>
     listNamedQueries().map((q) => ({
       name: q.name,

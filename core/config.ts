@@ -367,7 +367,7 @@ function deepFreeze<T>(o: T): T {
 }
 
 /** Read and parse a config file; a YAML error names the file and line. */
-export function readConfigFile(path: string): unknown {
+function readConfigFile(path: string): unknown {
   try {
     return parse(readFileSync(path, 'utf8'));
   } catch (err) {
@@ -380,7 +380,7 @@ export function loadRunConfig(path: string, overrides: Record<string, unknown> =
 }
 
 /** Dotted overrides from the command line (`--set trainer.max_steps=3`), applied before validation. */
-export function applyOverrides(raw: unknown, overrides: Record<string, unknown>): unknown {
+function applyOverrides(raw: unknown, overrides: Record<string, unknown>): unknown {
   if (raw !== undefined && raw !== null && (typeof raw !== 'object' || Array.isArray(raw))) throw new ConfigError([{ path: '(config)', message: 'must be a mapping of sections' }]);
   const root = structuredClone((raw ?? {}) as Record<string, unknown>);
   for (const [dotted, value] of Object.entries(overrides)) {

@@ -21,7 +21,7 @@ function errorText(err: unknown): string {
 }
 
 /** The DeadLetter event for a record; its id is derived from consumer and position, so a replay repeats it. */
-export function deadLetterEvent(consumer: string, record: LogRecord, err: unknown, now = Date.now()): DeadLetter {
+function deadLetterEvent(consumer: string, record: LogRecord, err: unknown, now = Date.now()): DeadLetter {
   return {
     event_id: deriveId('dead-letter', consumer, record.topic, record.partition, record.offset),
     time_ms: now,
@@ -37,7 +37,7 @@ export function deadLetterEvent(consumer: string, record: LogRecord, err: unknow
 }
 
 /** The record to send: keyed like the source (so a key's dead letters keep their order), with the reason in headers. */
-export function deadLetterRecord(serde: EventSerde, consumer: string, record: LogRecord, err: unknown, now = Date.now()): ProduceRecord {
+function deadLetterRecord(serde: EventSerde, consumer: string, record: LogRecord, err: unknown, now = Date.now()): ProduceRecord {
   const event = deadLetterEvent(consumer, record, err, now);
   return {
     key: record.key,

@@ -50,11 +50,6 @@ export async function* readJsonl(input: AsyncIterable<Uint8Array | string> | Ite
   }
 }
 
-/** Reads JSONL from a string (tests, small inputs): the same items as readJsonl. */
-export async function* readJsonlText(text: string): AsyncGenerator<JsonlItem> {
-  yield* readJsonl([text]);
-}
-
 /**
  * The bad-line policy every offline command shares: each bad line is reported on stderr with its number as it
  * is found, good lines go on, and the command exits 1 at the end when any line was bad.

@@ -65,7 +65,7 @@ class Shutdown {
   }
 }
 
-export async function runRole(role: Role, configPath: string, overrides: Record<string, unknown>): Promise<void> {
+async function runRole(role: Role, configPath: string, overrides: Record<string, unknown>): Promise<void> {
   const logger = jsonLogger({ fields: { role, pid: process.pid } });
   const shutdown = new Shutdown(logger);
   logger.info('role starting');

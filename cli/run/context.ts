@@ -58,7 +58,7 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
 }
 
 /** Rollout-side topics are keyed by group_id and partitioned for parallel consumers; the rest are small. */
-export const TOPIC_PARTITIONS: Record<string, number> = {
+const TOPIC_PARTITIONS: Record<string, number> = {
   [TOPICS.rolloutEvents]: 4,
   [TOPICS.rewarded]: 4,
   [TOPICS.advantaged]: 4,
@@ -69,7 +69,7 @@ export const TOPIC_PARTITIONS: Record<string, number> = {
 };
 
 /** The topics that hold the run's records and take log.retention_*; the small ones keep everything. */
-export const RETAINED_TOPICS: ReadonlySet<string> = new Set([TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.advantaged]);
+const RETAINED_TOPICS: ReadonlySet<string> = new Set([TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.advantaged]);
 
 /**
  * Create every topic of the contract (idempotent), so no role depends on another having started first. The

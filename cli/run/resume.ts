@@ -37,7 +37,7 @@ interface RunFile {
 }
 
 /** A digest of the effective configuration: a run is resumed only by the configuration that started it. */
-export function configHash(config: RunConfig): string {
+function configHash(config: RunConfig): string {
   return createHash('sha256').update(JSON.stringify(config.effective)).digest('hex').slice(0, 16);
 }
 

@@ -47,7 +47,7 @@ function serveTokens(extra: TokenSpec[]): { store: TokenStore; generated: string
  * data_source for calls that name none: serve.data_source, else the source of the task's one reward function (the
  * reward consumer scores by it; the dataset name would have no reward and dead-letter), else the dataset name.
  */
-export function defaultDataSource(configured: string | null | undefined, task: Pick<Task, 'rewards' | 'datasetName'>): string {
+function defaultDataSource(configured: string | null | undefined, task: Pick<Task, 'rewards' | 'datasetName'>): string {
   if (configured !== null && configured !== undefined) return configured;
   const sources = Object.keys(task.rewards ?? {});
   return sources.length === 1 ? sources[0]! : task.datasetName;

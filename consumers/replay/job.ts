@@ -41,7 +41,7 @@ export interface ReplayProgress {
  * processors' `_state.<id>` checkpoints, which are JSON, Kafka's `__consumer_offsets`) and are no replay's
  * business; reading them only counted their records as undecodable.
  */
-export function eventTopics(names: readonly string[]): string[] {
+function eventTopics(names: readonly string[]): string[] {
   return names.filter((n) => !n.startsWith('_')).sort();
 }
 

@@ -5,7 +5,7 @@ import { parseDecimal, rational, type Rational } from '../../core/rational.ts';
 import type { RewardFn } from './types.ts';
 
 /** Parse "18", "-18.50", "1,234", "$5", "3/4", "\frac{3}{4}", "50%" (as 50) into an exact rational. */
-export function parseNumber(text: string): Rational | null {
+function parseNumber(text: string): Rational | null {
   let s = text.trim().replace(/^\$|\$$/g, '').replace(/\\[,!;: ]/g, '').replace(/\s+/g, '');
   s = s.replace(/^\\?\$/, '').replace(/\\%$|%$/, '').replace(/\.$/, '');
   const frac = /^(-?)\\d?frac\{([^{}]+)\}\{([^{}]+)\}$/.exec(s);

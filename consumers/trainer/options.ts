@@ -42,7 +42,7 @@ export interface TrainerOptions {
   device: DeviceKind;
 }
 
-export const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
+const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   stalenessBound: 2,
   groupsPerStep: 8,
   maxTokensPerMicroBatch: 4096,

@@ -48,7 +48,7 @@ function toSample(e: SftExample, i: number): TrainSample {
   };
 }
 
-export function learningRateAt(step: number, o: SftOptions): number {
+function learningRateAt(step: number, o: SftOptions): number {
   if (step < o.warmupSteps) return (o.learningRate * (step + 1)) / o.warmupSteps;
   const progress = (step - o.warmupSteps) / Math.max(1, o.steps - o.warmupSteps);
   return o.learningRate * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * Math.min(1, progress))));

@@ -2,7 +2,7 @@
 // only when it is close enough to be the likely intent (a third of the longer name, at least 2 edits).
 
 /** Levenshtein distance (insert, delete, substitute; a swap of neighbours counts as one edit). */
-export function editDistance(a: string, b: string): number {
+function editDistance(a: string, b: string): number {
   const m = a.length;
   const n = b.length;
   let prev2: number[] = [];

@@ -32,11 +32,11 @@ export function murmur2(data: Buffer): number {
   return h | 0;
 }
 
-export function toPositive(n: number): number {
+function toPositive(n: number): number {
   return n & 0x7fffffff;
 }
 
-export function keyBytes(key: Buffer | string): Buffer {
+function keyBytes(key: Buffer | string): Buffer {
   return typeof key === 'string' ? Buffer.from(key, 'utf8') : key;
 }
 

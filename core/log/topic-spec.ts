@@ -4,7 +4,7 @@ import { RlstreamError } from '../errors.ts';
 import type { TopicSpec } from './types.ts';
 
 /** Kafka's legal topic names (the embedded log keeps the same rule, so a log can be copied either way). */
-export const TOPIC_NAME = /^[A-Za-z0-9._-]{1,249}$/;
+const TOPIC_NAME = /^[A-Za-z0-9._-]{1,249}$/;
 
 export function checkTopicSpec(spec: TopicSpec): void {
   if (typeof spec.name !== 'string' || !TOPIC_NAME.test(spec.name)) throw new RlstreamError('INPUT_INVALID', `topic name ${JSON.stringify(spec.name)} must match ${TOPIC_NAME}`);

@@ -307,7 +307,7 @@ function itemsName(schema: unknown): string | undefined {
 }
 
 /** avsc typeHook: fast codecs for array<int>, array<long> and array<float>; avsc's own types otherwise. */
-export function fastArrayTypeHook(schema: avro.Schema, opts: avro.ForSchemaOptions): avro.Type | undefined {
+function fastArrayTypeHook(schema: avro.Schema, opts: avro.ForSchemaOptions): avro.Type | undefined {
   const items = itemsName(schema);
   if (items === 'int') return new FastIntArrayType(schema, opts) as unknown as avro.Type;
   if (items === 'long') return new FastLongArrayType(schema, opts) as unknown as avro.Type;

@@ -10,7 +10,7 @@ import { RlstreamError } from '../errors.ts';
 import { quoteString } from './sql.ts';
 import type { Dialect, MigrationReport, QueryResult } from './store.ts';
 
-export const MIGRATIONS_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'infra', 'clickhouse', 'migrations');
+const MIGRATIONS_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'infra', 'clickhouse', 'migrations');
 
 export interface Migration {
   version: number;

@@ -211,7 +211,7 @@ ORDER BY records DESC, consumer, source_topic, error_code`,
   },
 ];
 
-export const NAMED_QUERIES: ReadonlyMap<string, NamedQuery> = new Map(QUERIES.map((q) => [q.name, q]));
+const NAMED_QUERIES: ReadonlyMap<string, NamedQuery> = new Map(QUERIES.map((q) => [q.name, q]));
 
 export interface NamedQueryInfo {
   name: string;
@@ -228,7 +228,7 @@ export function listNamedQueries(): NamedQueryInfo[] {
 }
 
 /** The SQL a named query runs on a store of this dialect, with its parameters bound as escaped literals. */
-export function namedQuerySql(name: string, params: Record<string, unknown>, dialect: 'current' | 'compat-18'): string {
+function namedQuerySql(name: string, params: Record<string, unknown>, dialect: 'current' | 'compat-18'): string {
   const q = NAMED_QUERIES.get(name);
   if (!q) throw new RlstreamError('INPUT_INVALID', `unknown named query ${JSON.stringify(name)} (known: ${[...NAMED_QUERIES.keys()].join(', ')})`);
   const known = new Set(placeholders(q.sql).map((p) => p.name));

@@ -21,7 +21,7 @@ export function renderTable(result: QueryResult, max = 60): string {
 }
 
 /** A mask as runs: [1,1,1,0,0] → "1×3 0×2". */
-export function maskRuns(mask: number[]): string {
+function maskRuns(mask: number[]): string {
   const out: string[] = [];
   let i = 0;
   while (i < mask.length) {

@@ -526,7 +526,7 @@ export function compileRowBinary(table: string, columns: readonly ColumnSpec[]):
 }
 
 /** Columns an INSERT writes (DESCRIBE TABLE rows): MATERIALIZED, ALIAS and EPHEMERAL ones are not sent. */
-export function insertableColumns(describe: readonly Row[]): ColumnSpec[] {
+function insertableColumns(describe: readonly Row[]): ColumnSpec[] {
   return describe
     .filter((r) => !['MATERIALIZED', 'ALIAS', 'EPHEMERAL'].includes(String(r['default_type'] ?? '')))
     .map((r) => ({ name: String(r['name']), type: String(r['type']) }));

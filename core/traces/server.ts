@@ -25,7 +25,7 @@ export interface ServerStoreOptions {
 }
 
 /** The dialect a server version string needs. */
-export function dialectOf(version: string): Dialect {
+function dialectOf(version: string): Dialect {
   const major = Number(version.split('.')[0]);
   if (!Number.isFinite(major)) throw new RlstreamError('TRACE_STORE', `unrecognised ClickHouse version ${JSON.stringify(version)}`);
   return major < 20 ? 'compat-18' : 'current';

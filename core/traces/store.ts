@@ -55,7 +55,7 @@ export interface CompiledLimits {
   maxRowsToRead: number;
 }
 
-export const DEFAULT_LIMITS: CompiledLimits = Object.freeze({
+const DEFAULT_LIMITS: CompiledLimits = Object.freeze({
   maxRows: 10_000,
   maxBytes: 16 << 20,
   maxSeconds: 10,

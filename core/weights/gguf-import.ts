@@ -48,7 +48,7 @@ const BLOCK_NAMES: Record<string, string> = {
 };
 
 /** The Hugging Face name of a llama GGUF tensor, or null for one this importer does not know. */
-export function hfTensorName(ggufName: string): string | null {
+function hfTensorName(ggufName: string): string | null {
   const g = GLOBAL_NAMES[ggufName];
   if (g) return g;
   const m = /^blk\.(\d+)\.(.+)$/.exec(ggufName);
@@ -60,7 +60,7 @@ export function hfTensorName(ggufName: string): string | null {
  * Undoes convert_hf_to_gguf's permute(w, n_head): there, the rows of each head, viewed as [2, headDim/2], are
  * transposed to [headDim/2, 2]; so Hugging Face row h*D + j*D/2 + i is GGUF row h*D + 2*i + j.
  */
-export function unpermuteRows(data: Float32Array, rows: number, cols: number, heads: number): Float32Array {
+function unpermuteRows(data: Float32Array, rows: number, cols: number, heads: number): Float32Array {
   if (rows % heads !== 0 || (rows / heads) % 2 !== 0) throw new RlstreamError('WEIGHTS_FORMAT', `cannot un-permute ${rows} rows into ${heads} heads of even size`);
   const D = rows / heads;
   const half = D / 2;
@@ -82,7 +82,7 @@ function requireInt(file: GgufFile, key: string): number {
 }
 
 /** config.json (Hugging Face LlamaConfig) from the llama.* metadata and the tensors present. */
-export function ggufLlamaConfig(file: GgufFile, tokenIds: { bos: number | null; eos: number | null; pad: number | null }): Record<string, unknown> {
+function ggufLlamaConfig(file: GgufFile, tokenIds: { bos: number | null; eos: number | null; pad: number | null }): Record<string, unknown> {
   const arch = file.get('general.architecture', 'string');
   if (arch !== 'llama') fail(file.source, `general.architecture is ${JSON.stringify(arch ?? null)}; only "llama" models can be imported`);
   const hidden = requireInt(file, 'llama.embedding_length');
@@ -127,7 +127,7 @@ export function ggufLlamaConfig(file: GgufFile, tokenIds: { bos: number | null; 
 }
 
 /** The tensors of the model in Hugging Face names and layout, dequantized one at a time. */
-export function* hfTensors(file: GgufFile, config: Record<string, unknown>): Generator<[string, { shape: number[]; data: Float32Array }, GgufTensorInfo]> {
+function* hfTensors(file: GgufFile, config: Record<string, unknown>): Generator<[string, { shape: number[]; data: Float32Array }, GgufTensorInfo]> {
   const layers = config['num_hidden_layers'] as number;
   const heads = config['num_attention_heads'] as number;
   const kvHeads = config['num_key_value_heads'] as number;

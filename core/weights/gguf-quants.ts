@@ -158,15 +158,10 @@ const TYPES: GgmlType[] = [
 ];
 
 const BY_ID = new Map(TYPES.map((t) => [t.id, t]));
-const BY_NAME = new Map(TYPES.map((t) => [t.name, t]));
 
 /** The type with this ggml id, or undefined for an id this table does not know (its size is then unknown too). */
 export function ggmlType(id: number): GgmlType | undefined {
   return BY_ID.get(id);
-}
-
-export function ggmlTypeByName(name: string): GgmlType | undefined {
-  return BY_NAME.get(name);
 }
 
 /** Names of the types that can be dequantized, for error messages. */

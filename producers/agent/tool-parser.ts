@@ -66,10 +66,6 @@ export const hermesToolParser: ToolParser = {
 
 const PARSERS = new Map<string, ToolParser>([[hermesToolParser.name, hermesToolParser]]);
 
-export function registerToolParser(parser: ToolParser): void {
-  PARSERS.set(parser.name, parser);
-}
-
 export function toolParser(name: string): ToolParser | undefined {
   return PARSERS.get(name);
 }

@@ -15,7 +15,7 @@ export interface SglangServerOptions {
   weightSync?: 'none' | 'update_weights_from_disk';
 }
 
-export function sglangSamplingParams(s: SamplingParams, maxNewTokens: number): Record<string, unknown> {
+function sglangSamplingParams(s: SamplingParams, maxNewTokens: number): Record<string, unknown> {
   const p: Record<string, unknown> = {
     temperature: s.temperature,
     top_p: s.top_p,

@@ -28,7 +28,7 @@ export interface VllmServerOptions {
 }
 
 /** The requests, in order, that load the model directory `modelDir` into a running vLLM server. */
-export function vllmReloadRequests(modelDir: string): { path: string; body?: Record<string, unknown> }[] {
+function vllmReloadRequests(modelDir: string): { path: string; body?: Record<string, unknown> }[] {
   return [
     { path: '/collective_rpc', body: { method: 'update_config', args: [{ model_config: { model: modelDir } }] } },
     { path: '/collective_rpc', body: { method: 'reload_weights' } },
@@ -37,7 +37,7 @@ export function vllmReloadRequests(modelDir: string): { path: string; body?: Rec
 }
 
 /** The OpenAI completion body with vLLM's own fields: token ids in the answer, special tokens kept, top_k -1 = off. */
-export function vllmCompletionBody(model: string, promptIds: number[], s: SamplingParams): Record<string, unknown> {
+function vllmCompletionBody(model: string, promptIds: number[], s: SamplingParams): Record<string, unknown> {
   return openAiCompletionBody(model, promptIds, s, { top_k: s.top_k > 0 ? s.top_k : -1, return_token_ids: true, skip_special_tokens: false });
 }
 

@@ -5,7 +5,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { DatasetRow } from './types.ts';
 import { VERL_GSM8K_DATA_SOURCE, VERL_GSM8K_INSTRUCTION, verlGsm8kSolution } from './verl-gsm8k.ts';
 
-export const GSM8K_SYSTEM_PROMPT =
+const GSM8K_SYSTEM_PROMPT =
   'You are a careful math tutor. Solve the problem step by step. Use the `calculator` tool for every ' +
   'arithmetic operation instead of computing in your head; you may call it as often as you need. ' +
   'When you are done, write the final answer on its own line as `#### <answer>`.';

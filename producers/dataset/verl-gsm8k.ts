@@ -8,9 +8,9 @@ import type { ParquetType } from './parquet-writer.ts';
 
 export const VERL_GSM8K_DATA_SOURCE = 'openai/gsm8k';
 /** The tool verl's rows offer and key their tools_kwargs by (verl.tools.gsm8k_tool.Gsm8kTool's schema name). */
-export const VERL_GSM8K_TOOL_NAME = 'calc_gsm8k_reward';
+const VERL_GSM8K_TOOL_NAME = 'calc_gsm8k_reward';
 
-export const VERL_GSM8K_SYSTEM_PROMPT =
+const VERL_GSM8K_SYSTEM_PROMPT =
   'You are a math expert. You are given a question and you need to solve it step by step. ' +
   'Reasoning step by step before any tool call. ' +
   `You should use the \`${VERL_GSM8K_TOOL_NAME}\` tool after step by step solving the question, ` +

@@ -3,7 +3,7 @@
 // `{ error: { message, type, code, param } }`, so an agent's own error handling works unchanged.
 import { CatalogueError, type CatalogueParams } from '../../core/catalogue-error.ts';
 
-export const SERVE_ERRORS = {
+const SERVE_ERRORS = {
   SRV_ERR_UNAUTHENTICATED: { status: 401, type: 'authentication_error', message: 'a valid bearer token is required (Authorization: Bearer <token>)' },
   SRV_ERR_AUTH_LIMITED: { status: 429, type: 'rate_limit_error', message: 'too many failed authentications; retry in {after} s' },
   SRV_ERR_VALIDATION: { status: 400, type: 'invalid_request_error', message: 'invalid request: {detail}' },

@@ -10,7 +10,7 @@ const open = { additionalProperties: true } as const;
 
 const ContentPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) }, open);
 
-export const ToolCallWire = Type.Object(
+const ToolCallWire = Type.Object(
   {
     id: Type.String({ maxLength: 200 }),
     type: Type.Optional(Type.Literal('function')),
@@ -19,7 +19,7 @@ export const ToolCallWire = Type.Object(
   open,
 );
 
-export const MessageWire = Type.Object(
+const MessageWire = Type.Object(
   {
     role: Type.Union([Type.Literal('system'), Type.Literal('developer'), Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool')]),
     content: Type.Optional(Type.Union([Type.String(), Type.Null(), Type.Array(ContentPart)])),
@@ -30,7 +30,7 @@ export const MessageWire = Type.Object(
   open,
 );
 
-export const ToolWire = Type.Object(
+const ToolWire = Type.Object(
   {
     type: Type.Literal('function'),
     function: Type.Object(

@@ -47,7 +47,7 @@ export interface ServeServerOptions {
 }
 
 /** Headers naming a call's trajectory (see docs/serve.md); each also has a `metadata` key. */
-export const NAMING_HEADERS = {
+const NAMING_HEADERS = {
   trajectoryId: 'x-rlstream-trajectory',
   groupId: 'x-rlstream-group',
   groupSize: 'x-rlstream-group-size',

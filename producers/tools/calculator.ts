@@ -198,7 +198,7 @@ function evaluate(node: jsep.Expression): Num {
 }
 
 /** Exact results print exactly (integers, terminating decimals); others with 12 significant digits. */
-export function formatNumber(n: Num): string {
+function formatNumber(n: Num): string {
   if (n.exact) {
     if (n.den === 1n) return n.num.toString();
     let den = n.den;

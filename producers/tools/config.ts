@@ -48,7 +48,7 @@ type ToolClass = new (config: Record<string, unknown>) => Tool;
 const toolClasses = new Registry<ToolClass>('tool class', { description: 'a class constructed as new C(config)', accept: (v) => (typeof v === 'function' ? (v as ToolClass) : null) });
 
 /** verl's tool classes (their import paths, old and current) → the built-in that behaves as they do. */
-export const VERL_TOOL_CLASSES: Record<string, string> = {
+const VERL_TOOL_CLASSES: Record<string, string> = {
   'verl.tools.gsm8k_tool.Gsm8kTool': 'calc_gsm8k_reward',
   'verl.workers.tool.gsm8k_tool.Gsm8kTool': 'calc_gsm8k_reward',
 };

@@ -12,7 +12,7 @@ import { StatefulTool, type ToolResult } from './types.ts';
 export const GSM8K_TOOL_NAME = 'calc_gsm8k_reward';
 
 /** The schema verl's Gsm8kTool documents (a tool YAML's tool_schema replaces it, as in verl). */
-export const GSM8K_TOOL_SCHEMA: ChatTool = {
+const GSM8K_TOOL_SCHEMA: ChatTool = {
   type: 'function',
   function: {
     name: GSM8K_TOOL_NAME,
@@ -22,7 +22,7 @@ export const GSM8K_TOOL_SCHEMA: ChatTool = {
 };
 
 /** Step reward of a submission that does not raise the instance's score. */
-export const NO_IMPROVEMENT_PENALTY = -0.05;
+const NO_IMPROVEMENT_PENALTY = -0.05;
 
 interface State {
   response: string;

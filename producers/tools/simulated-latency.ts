@@ -31,7 +31,7 @@ export interface SimulatedLatencyConfig {
   seed?: number;
 }
 
-export const SIMULATED_LATENCY_SCHEMA = {
+const SIMULATED_LATENCY_SCHEMA = {
   type: 'object',
   additionalProperties: false,
   required: ['distribution', 'median_ms'],

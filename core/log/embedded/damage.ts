@@ -26,10 +26,10 @@ export interface DamageRecord {
   foundMs: number;
 }
 
-export const LEDGER_FILE = 'damage.json';
+const LEDGER_FILE = 'damage.json';
 
 /** The command that quarantines damage explicitly, for error messages. */
-export function repairCommand(logDir: string): string {
+function repairCommand(logDir: string): string {
   return `rlstream log repair ${/[\s"'$`\\]/.test(logDir) ? JSON.stringify(logDir) : logDir}`;
 }
 
