@@ -13,6 +13,8 @@ import type { Logger } from '../../telemetry.ts';
 import type { Consumer, ConsumerOptions, Headers, LogRecord, PollOptions, TopicPartitionOffset } from '../types.ts';
 import { fromKafka } from './errors.ts';
 import type { CompiledKafkaLogOptions } from './options.ts';
+import { partitionKey as key, PartitionQueues, pollLimits } from './partition-queues.ts';
+import { Positions } from './positions.ts';
 
 /** What a consumer needs from the log that owns it. */
 export interface ConsumerHost {
@@ -24,11 +26,7 @@ export interface ConsumerHost {
   readonly logger: Logger;
 }
 
-const DEFAULT_MAX_RECORDS = 500;
-const DEFAULT_TIMEOUT_MS = 1000;
 const REBALANCE_TYPES = new Set(['REBALANCE_IN_PROGRESS', 'ILLEGAL_GENERATION', 'UNKNOWN_MEMBER_ID', 'NOT_COORDINATOR']);
-
-const key = (topic: string, partition: number) => `${topic}\u0000${partition}`;
 
 function headersOf(h: KafkaMessage['headers']): Headers {
   const out: Headers = {};
@@ -50,9 +48,8 @@ function isRebalance(err: unknown): boolean {
 }
 
 export class KafkaConsumer implements Consumer {
-  private readonly queues = new Map<string, LogRecord[]>();
-  /** Next offset to read per assigned partition: the join's start, then after each polled record or seek. */
-  private readonly positions = new Map<string, TopicPartitionOffset>();
+  private readonly queues = new PartitionQueues();
+  private readonly positions = new Positions();
   /**
    * Per partition, the offset after the last batch kafkajs handed over, transaction markers and aborted records
    * included. Once everything polled, a position moves up to it: as in the Java client, a reader that has seen
@@ -62,11 +59,8 @@ export class KafkaConsumer implements Consumer {
   /** Partitions waiting for the first batch fetched at a seek target; other batches are stale. */
   private readonly pendingSeek = new Map<string, number>();
   private readonly paused = new Set<string>();
-  private assigned: TopicPartitionOffset[] = [];
   private generation = 0;
-  private wake: (() => void) | null = null;
   private failure: RlstreamError | null = null;
-  private rotate = 0;
   private closed = false;
   private readonly client: KafkaJsConsumer;
   private readonly maxBuffered: number;
@@ -144,19 +138,16 @@ export class KafkaConsumer implements Consumer {
   }
 
   private notify(): void {
-    const w = this.wake;
-    this.wake = null;
-    w?.();
+    this.queues.notify();
   }
 
   /** A new generation: forget what was buffered (kafkajs restarts from the offsets chosen below). */
   private onJoin(memberAssignment: Record<string, number[]>): void {
     const generation = ++this.generation;
     this.queues.clear();
-    this.positions.clear();
+    this.positions.reset();
     this.fetched.clear();
     this.pendingSeek.clear();
-    this.assigned = [];
     const wasPaused = [...this.paused];
     this.paused.clear();
     if (wasPaused.length > 0) this.client.resume(wasPaused.map((k) => ({ topic: k.split('\u0000')[0]!, partitions: [Number(k.split('\u0000')[1])] })));
@@ -168,13 +159,12 @@ export class KafkaConsumer implements Consumer {
         for (const partition of partitions) next.push({ topic, partition, offset: starts.get(partition) ?? 0 });
       }
       if (generation !== this.generation || this.closed) return;
+      this.positions.start(next);
       for (const tp of next) {
-        const k = key(tp.topic, tp.partition);
-        this.positions.set(k, { ...tp });
-        this.pendingSeek.set(k, tp.offset);
+        this.pendingSeek.set(key(tp.topic, tp.partition), tp.offset);
         this.client.seek({ topic: tp.topic, partition: tp.partition, offset: String(tp.offset) });
       }
-      this.assigned = next.sort((a, b) => (a.topic === b.topic ? a.partition - b.partition : a.topic < b.topic ? -1 : 1));
+      this.positions.publish(next);
       this.notify();
     })().catch((err: unknown) => {
       // A failed lookup leaves the member without a published assignment; the next join retries.
@@ -193,9 +183,9 @@ export class KafkaConsumer implements Consumer {
     }
     this.fetched.set(k, Math.max(this.fetched.get(k) ?? 0, Number(batch.lastOffset()) + 1));
     if (batch.messages.length === 0) return;
-    const q = this.queues.get(k) ?? [];
+    const records: LogRecord[] = [];
     for (const m of batch.messages) {
-      q.push({
+      records.push({
         topic: batch.topic,
         partition: batch.partition,
         offset: Number(m.offset),
@@ -205,12 +195,11 @@ export class KafkaConsumer implements Consumer {
         headers: headersOf(m.headers),
       });
     }
-    this.queues.set(k, q);
-    if (q.length >= this.maxBuffered && !this.paused.has(k)) {
+    if (this.queues.length(k) + records.length >= this.maxBuffered && !this.paused.has(k)) {
       this.paused.add(k);
       this.client.pause([{ topic: batch.topic, partitions: [batch.partition] }]);
     }
-    this.notify();
+    this.queues.push(k, records);
   }
 
   private check(): void {
@@ -220,9 +209,7 @@ export class KafkaConsumer implements Consumer {
 
   /** Records fetched and not yet polled (for tests and metrics). */
   bufferedRecords(): number {
-    let n = 0;
-    for (const q of this.queues.values()) n += q.length;
-    return n;
+    return this.queues.size;
   }
 
   /** Partitions paused because their queue is full (for tests and metrics). */
@@ -230,50 +217,18 @@ export class KafkaConsumer implements Consumer {
     return this.paused.size;
   }
 
-  private buffered(): boolean {
-    for (const q of this.queues.values()) if (q.length > 0) return true;
-    return false;
-  }
-
   async poll(options: PollOptions = {}): Promise<LogRecord[]> {
     this.check();
-    const max = options.maxRecords ?? DEFAULT_MAX_RECORDS;
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    if (!Number.isInteger(max) || max < 1) throw new RlstreamError('INPUT_INVALID', `poll maxRecords must be a positive integer, got ${max}`);
-    // Wake-ups without records (a join, a seek) do not end the wait: an empty poll waits its full time.
-    const deadline = Date.now() + timeoutMs;
-    while (!this.buffered() && !this.closed && !this.failure) {
-      const left = deadline - Date.now();
-      if (left <= 0) break;
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-        const timer = setTimeout(() => {
-          if (this.wake === done) this.wake = null;
-          resolve();
-        }, left);
-        this.wake = done;
-      });
-    }
+    const { max, timeoutMs } = pollLimits(options);
+    await this.queues.wait(timeoutMs, () => this.closed || this.failure !== null);
     this.check();
-    const out: LogRecord[] = [];
-    const keys = [...this.queues.keys()];
-    for (let i = 0; i < keys.length && out.length < max; i++) {
-      const k = keys[(i + this.rotate) % keys.length]!;
-      const q = this.queues.get(k)!;
-      if (q.length === 0) continue;
-      const taken = q.splice(0, max - out.length);
-      out.push(...taken);
-      const last = taken[taken.length - 1]!;
-      this.positions.set(k, { topic: last.topic, partition: last.partition, offset: last.offset + 1 });
-      if (this.paused.has(k) && q.length < this.maxBuffered / 2) {
+    const out = this.queues.take(max, (k, last, left) => {
+      this.positions.after(k, last);
+      if (this.paused.has(k) && left < this.maxBuffered / 2) {
         this.paused.delete(k);
         this.client.resume([{ topic: last.topic, partitions: [last.partition] }]);
       }
-    }
-    this.rotate++;
+    });
     for (const k of this.positions.keys()) this.passMarkers(k);
     return out;
   }
@@ -282,40 +237,24 @@ export class KafkaConsumer implements Consumer {
   private passMarkers(k: string): void {
     const pos = this.positions.get(k);
     const fetched = this.fetched.get(k);
-    if (!pos || fetched === undefined || fetched <= pos.offset || (this.queues.get(k)?.length ?? 0) > 0) return;
+    if (!pos || fetched === undefined || fetched <= pos.offset || this.queues.length(k) > 0) return;
     pos.offset = fetched;
   }
 
   async commit(offsets?: TopicPartitionOffset[]): Promise<void> {
     this.check();
-    const explicit = offsets !== undefined;
-    const list = offsets ?? this.assigned.map((a) => this.positions.get(key(a.topic, a.partition))).filter((p): p is TopicPartitionOffset => p !== undefined);
-    for (const o of list) {
-      if (!Number.isInteger(o.offset) || o.offset < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${o.topic}/${o.partition} must be a non-negative integer, got ${o.offset}`);
-    }
-    if (list.length === 0) return;
-    try {
-      await this.client.commitOffsets(list.map((o) => ({ topic: o.topic, partition: o.partition, offset: String(o.offset) })));
-    } catch (err) {
-      // During a rebalance the positions of this member are void (the next owner starts from the last
-      // commit), so an implicit commit has nothing left to do; explicit offsets are the caller's to retry.
-      if (isRebalance(err) && !explicit) {
-        this.host.logger.debug('commit skipped: the group is rebalancing', { groupId: this.options.groupId });
-        return;
-      }
-      if (isRebalance(err)) throw new RlstreamError('LOG_UNAVAILABLE', `commit of group ${this.options.groupId}: the group is rebalancing, retry after the next poll`, { cause: err, retriable: true });
-      throw fromKafka(err, `commit of group ${this.options.groupId}`);
-    }
+    await this.positions.commit(offsets, this.options.groupId, this.host.logger, {
+      send: (list) => this.client.commitOffsets(list.map((o) => ({ topic: o.topic, partition: o.partition, offset: String(o.offset) }))),
+      isRebalance,
+      wrap: fromKafka,
+    });
   }
 
   async seek(topic: string, partition: number, offset: number): Promise<void> {
     this.check();
-    if (!Number.isInteger(offset) || offset < 0) throw new RlstreamError('INPUT_INVALID', `seek offset must be a non-negative integer, got ${offset}`);
-    const k = key(topic, partition);
-    if (!this.positions.has(k)) throw new RlstreamError('LOG_UNKNOWN_PARTITION', `${topic}/${partition} is not assigned to this consumer of group ${this.options.groupId}`);
-    this.queues.delete(k);
+    const k = this.positions.seekTo(topic, partition, offset, this.options.groupId);
+    this.queues.drop(k);
     this.fetched.delete(k);
-    this.positions.set(k, { topic, partition, offset });
     this.pendingSeek.set(k, offset);
     this.client.seek({ topic, partition, offset: String(offset) });
     if (this.paused.delete(k)) this.client.resume([{ topic, partitions: [partition] }]);
@@ -323,12 +262,11 @@ export class KafkaConsumer implements Consumer {
 
   async seekToTimestamp(topic: string, timestampMs: number): Promise<void> {
     this.check();
-    const at = await this.host.offsetsForTimestamp(topic, timestampMs);
-    for (const o of at) if (this.positions.has(key(topic, o.partition))) await this.seek(topic, o.partition, o.offset);
+    for (const o of this.positions.held(topic, await this.host.offsetsForTimestamp(topic, timestampMs))) await this.seek(topic, o.partition, o.offset);
   }
 
   assignment(): TopicPartitionOffset[] {
-    return this.assigned.map((a) => this.positions.get(key(a.topic, a.partition)) ?? a).map((p) => ({ ...p }));
+    return this.positions.assignment();
   }
 
   async close(): Promise<void> {

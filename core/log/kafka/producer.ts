@@ -10,6 +10,9 @@ import type { Logger } from '../../telemetry.ts';
 import { Partitioner } from '../partitioner.ts';
 import type { ProduceRecord, Producer, ProducerOptions, RecordPosition, TopicPartitionOffset, Transaction } from '../types.ts';
 import { fromKafka, isCoordinatorBusy } from './errors.ts';
+import { checkOffsets } from './offsets.ts';
+import { ProducerGate } from './producer-gate.ts';
+import { TxnLifecycle } from './transaction-state.ts';
 
 /** What a producer needs from the log that owns it. */
 export interface ProducerHost {
@@ -30,10 +33,8 @@ const COORDINATOR_RETRY_MS = 30_000;
 
 export class KafkaProducer implements Producer {
   private readonly partitioner = new Partitioner();
-  private queue: Promise<unknown> = Promise.resolve();
+  readonly gate = new ProducerGate(fromKafka);
   private openTxn: KafkaTransaction | null = null;
-  private fenced: RlstreamError | null = null;
-  private closed = false;
 
   constructor(
     private readonly host: ProducerHost,
@@ -44,25 +45,6 @@ export class KafkaProducer implements Producer {
 
   get transactionalId(): string | undefined {
     return this.options.transactionalId;
-  }
-
-  /** Runs `fn` after every earlier send of this producer finished (see the header). */
-  serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(fn, fn);
-    this.queue = run.catch(() => {});
-    return run;
-  }
-
-  check(): void {
-    if (this.closed) throw new RlstreamError('LOG_CLOSED', 'producer is closed');
-    if (this.fenced) throw this.fenced;
-  }
-
-  /** Wraps a kafkajs failure; a fenced producer stays fenced. */
-  fail(err: unknown, what: string): RlstreamError {
-    const e = fromKafka(err, what);
-    if (e.code === 'LOG_FENCED') this.fenced = e;
-    return e;
   }
 
   async prepare(topic: string, records: ProduceRecord[]): Promise<Prepared> {
@@ -109,20 +91,20 @@ export class KafkaProducer implements Producer {
   }
 
   async send(topic: string, records: ProduceRecord[]): Promise<RecordPosition[]> {
-    this.check();
+    this.gate.check();
     if (this.options.transactionalId !== undefined) {
       throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${this.options.transactionalId} is transactional: send inside a transaction`);
     }
     const p = await this.prepare(topic, records);
-    return this.serial(async () => {
-      this.check();
+    return this.gate.serial(async () => {
+      this.gate.check();
       const positions: RecordPosition[] = [];
       for (const [from, to] of this.chunks(p)) {
         let meta;
         try {
           meta = await this.client.send({ topic, messages: p.messages.slice(from, to), acks: -1, compression: this.compression });
         } catch (err) {
-          throw this.fail(err, `send to ${topic}`);
+          throw this.gate.fail(err, `send to ${topic}`);
         }
         const base = new Map<number, number>();
         for (const m of meta) base.set(m.partition, Number(m.baseOffset));
@@ -140,15 +122,15 @@ export class KafkaProducer implements Producer {
   }
 
   async transaction(): Promise<Transaction> {
-    this.check();
+    this.gate.check();
     const id = this.options.transactionalId;
     if (id === undefined) throw new RlstreamError('LOG_TRANSACTION_STATE', 'transactions need a producer created with a transactionalId');
     if (this.openTxn?.open) throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${id} already has an open transaction`);
-    const txn = await this.serial(async () => {
+    const txn = await this.gate.serial(async () => {
       try {
         return await this.client.transaction();
       } catch (err) {
-        throw this.fail(err, `begin a transaction of ${id}`);
+        throw this.gate.fail(err, `begin a transaction of ${id}`);
       }
     });
     this.openTxn = new KafkaTransaction(this, txn, this.compression);
@@ -162,79 +144,45 @@ export class KafkaProducer implements Producer {
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.queue;
+    if (!(await this.gate.close())) return;
     await this.client.disconnect().catch((err: unknown) => this.host.logger.debug('producer disconnect failed', { error: String(err) }));
   }
 }
 
-/** A transaction's lifecycle, shared by both Kafka clients (./librdkafka/producer.ts). */
-export type TxnState = 'open' | 'committing' | 'aborting' | 'committed' | 'aborted' | 'failed';
-export const TXN_ALLOWED: Record<TxnState, ReadonlySet<'send' | 'sendOffsets' | 'commit' | 'abort'>> = {
-  open: new Set(['send', 'sendOffsets', 'commit', 'abort']),
-  committing: new Set(),
-  aborting: new Set(),
-  committed: new Set(),
-  aborted: new Set(),
-  // After a failed send or commit the only way forward is abort (as in Kafka's Java client).
-  failed: new Set(['abort']),
-};
-
 export class KafkaTransaction implements Transaction {
-  private state: TxnState = 'open';
+  private readonly life: TxnLifecycle;
 
   constructor(
     private readonly producer: KafkaProducer,
     private readonly txn: KafkaJsTransaction,
     private readonly compression: CT,
-  ) {}
+  ) {
+    this.life = new TxnLifecycle(this.producer.gate);
+  }
 
   get open(): boolean {
-    return this.state === 'open' || this.state === 'failed' || this.state === 'committing' || this.state === 'aborting';
-  }
-
-  private guard(op: 'send' | 'sendOffsets' | 'commit' | 'abort'): void {
-    this.producer.check();
-    if (!TXN_ALLOWED[this.state].has(op)) throw new RlstreamError('LOG_TRANSACTION_STATE', `cannot ${op} a transaction that is ${this.state}`);
-  }
-
-  private async run(op: 'send' | 'sendOffsets' | 'commit' | 'abort', what: string, fn: () => Promise<unknown>): Promise<void> {
-    this.guard(op);
-    await this.producer.serial(async () => {
-      this.guard(op);
-      if (op === 'commit') this.state = 'committing';
-      if (op === 'abort') this.state = 'aborting';
-      try {
-        await fn();
-      } catch (err) {
-        this.state = 'failed';
-        throw this.producer.fail(err, what);
-      }
-      if (op === 'commit') this.state = 'committed';
-      if (op === 'abort') this.state = 'aborted';
-    });
+    return this.life.open;
   }
 
   async send(topic: string, records: ProduceRecord[]): Promise<void> {
-    this.guard('send');
+    this.life.guard('send');
     const p = await this.producer.prepare(topic, records);
     for (const [from, to] of this.producer.chunks(p)) {
-      await this.run('send', `transactional send to ${topic}`, () => this.txn.send({ topic, messages: p.messages.slice(from, to), acks: -1, compression: this.compression }));
+      await this.life.run('send', `transactional send to ${topic}`, () => this.txn.send({ topic, messages: p.messages.slice(from, to), acks: -1, compression: this.compression }));
     }
   }
 
   async sendOffsets(groupId: string, offsets: TopicPartitionOffset[]): Promise<void> {
+    checkOffsets(offsets);
     const byTopic = new Map<string, { partition: number; offset: string }[]>();
     for (const o of offsets) {
-      if (!Number.isInteger(o.offset) || o.offset < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${o.topic}/${o.partition} must be a non-negative integer, got ${o.offset}`);
       byTopic.set(o.topic, [...(byTopic.get(o.topic) ?? []), { partition: o.partition, offset: String(o.offset) }]);
     }
     const topics = [...byTopic].map(([topic, partitions]) => ({ topic, partitions }));
     // kafkajs does not retry AddOffsetsToTxn: a transaction that only commits offsets, right after the previous
     // one, meets CONCURRENT_TRANSACTIONS (its markers are still being written). Adding the same offsets again is
     // harmless, so a busy coordinator is retried here, as Kafka's Java client does.
-    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () =>
+    await this.life.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () =>
       retry(() => this.txn.sendOffsets({ consumerGroupId: groupId, topics }), { retriable: isCoordinatorBusy, forMs: COORDINATOR_RETRY_MS, initialDelayMs: 20, maxDelayMs: 1000 }),
     );
   }
@@ -248,7 +196,7 @@ export class KafkaTransaction implements Transaction {
   async commit(): Promise<void> {
     const what = `commit transaction of ${this.producer.transactionalId}`;
     try {
-      await this.run('commit', what, () => this.txn.commit());
+      await this.life.run('commit', what, () => this.txn.commit());
     } catch (err) {
       if (!(err instanceof RlstreamError) || err.code === 'LOG_FENCED' || !err.retriable) throw err;
       if (isCoordinatorBusy(err.cause)) throw new RlstreamError('LOG_UNAVAILABLE', `${what}: not committed, the coordinator was busy (${err.message})`, { cause: err, retriable: true });
@@ -257,6 +205,6 @@ export class KafkaTransaction implements Transaction {
   }
 
   async abort(): Promise<void> {
-    await this.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => this.txn.abort());
+    await this.life.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => this.txn.abort());
   }
 }

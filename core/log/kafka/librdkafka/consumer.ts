@@ -15,6 +15,8 @@ import { retry } from '../../../retry.ts';
 import type { Logger } from '../../../telemetry.ts';
 import type { Consumer, ConsumerOptions, Headers, LogRecord, PollOptions, TopicPartitionOffset } from '../../types.ts';
 import type { CompiledKafkaLogOptions } from '../options.ts';
+import { partitionKey as key, PartitionQueues, pollLimits } from '../partition-queues.ts';
+import { Positions } from '../positions.ts';
 import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdMessage, RdTopicPartition } from './binding.ts';
 import { fromRdKafka, isRdRebalance, RD, rdCall } from './errors.ts';
 
@@ -28,8 +30,6 @@ export interface RdConsumerHost {
   readonly logger: Logger;
 }
 
-const DEFAULT_MAX_RECORDS = 500;
-const DEFAULT_TIMEOUT_MS = 1000;
 /** Records per consume call of the pump. */
 const PUMP_BATCH = 4096;
 /**
@@ -43,8 +43,6 @@ const INVALID_OFFSET = -1001;
 /** Headers of a record without any: one shared frozen object rather than an empty one per record. */
 const NO_HEADERS: Headers = Object.freeze({}) as Headers;
 const EMPTY = Buffer.alloc(0);
-
-const key = (topic: string, partition: number) => `${topic}\u0000${partition}`;
 
 /** The binding's message object, completed in place into a LogRecord (no second object per record). */
 function toRecord(m: RdMessage): LogRecord {
@@ -63,9 +61,8 @@ function toRecord(m: RdMessage): LogRecord {
 }
 
 export class RdKafkaConsumer implements Consumer {
-  private readonly queues = new Map<string, LogRecord[]>();
-  private buffered = 0;
-  private readonly positions = new Map<string, TopicPartitionOffset>();
+  private readonly queues = new PartitionQueues();
+  private readonly positions = new Positions();
   /** Consume calls numbered from 1: records of a partition from a call numbered below its entry are stale. */
   private readonly validFrom = new Map<string, number>();
   private consumeSeq = 0;
@@ -74,12 +71,9 @@ export class RdKafkaConsumer implements Consumer {
   private inflight: Promise<void> = Promise.resolve();
   /** The pump starts no consume call before this resolves (a seek or an assignment is being applied). */
   private gate: Promise<void> = Promise.resolve();
-  private assigned: TopicPartitionOffset[] = [];
   private generation = 0;
-  private wake: (() => void) | null = null;
   private pumpWake: (() => void) | null = null;
   private failure: RlstreamError | null = null;
-  private rotate = 0;
   private closed = false;
   private pumping: Promise<void> = Promise.resolve();
   readonly client: RdClient;
@@ -145,9 +139,7 @@ export class RdKafkaConsumer implements Consumer {
   }
 
   private notify(): void {
-    const w = this.wake;
-    this.wake = null;
-    w?.();
+    this.queues.notify();
   }
 
   private wakePump(): void {
@@ -176,12 +168,12 @@ export class RdKafkaConsumer implements Consumer {
     while (!this.closed) {
       await this.gate;
       if (this.closed) return;
-      if (this.buffered >= this.maxBuffered) {
+      if (this.queues.size >= this.maxBuffered) {
         await this.sleepPump(PUMP_IDLE_MS);
         continue;
       }
       // Never more than the room left: the buffer stays within maxBufferedRecords.
-      const want = Math.min(PUMP_BATCH, this.maxBuffered - this.buffered);
+      const want = Math.min(PUMP_BATCH, this.maxBuffered - this.queues.size);
       const seq = ++this.consumeSeq;
       this.consuming = true;
       let messages: RdMessage[];
@@ -220,31 +212,23 @@ export class RdKafkaConsumer implements Consumer {
   }
 
   private accept(messages: RdMessage[], seq: number): void {
-    let added = 0;
     let k = '';
-    let q: LogRecord[] | undefined;
+    let run: LogRecord[] | null = null;
     let lastTopic = '';
     let lastPartition = -1;
     for (const m of messages) {
       if (m.partition !== lastPartition || m.topic !== lastTopic) {
+        if (run) this.queues.push(k, run);
         lastTopic = m.topic;
         lastPartition = m.partition;
         k = key(m.topic, m.partition);
         const from = this.validFrom.get(k);
-        if (!this.positions.has(k) || (from !== undefined && seq < from)) q = undefined;
-        else {
-          q = this.queues.get(k);
-          if (!q) this.queues.set(k, (q = []));
-        }
+        // Revoked, or fetched before a seek or assignment took effect: dropped.
+        run = !this.positions.has(k) || (from !== undefined && seq < from) ? null : [];
       }
-      if (!q) continue; // revoked, or fetched before a seek or assignment took effect
-      q.push(toRecord(m));
-      added++;
+      run?.push(toRecord(m));
     }
-    if (added > 0) {
-      this.buffered += added;
-      this.notify();
-    }
+    if (run) this.queues.push(k, run);
   }
 
   /**
@@ -275,9 +259,7 @@ export class RdKafkaConsumer implements Consumer {
   private onRebalance(err: RdError | undefined, assignment: RdTopicPartition[]): void {
     const generation = ++this.generation;
     this.queues.clear();
-    this.buffered = 0;
-    this.positions.clear();
-    this.assigned = [];
+    this.positions.reset();
     if (err?.code !== RD.ASSIGN_PARTITIONS) {
       try {
         this.client.unassign();
@@ -300,11 +282,11 @@ export class RdKafkaConsumer implements Consumer {
         () => {
           if (generation !== this.generation || this.closed) return;
           this.client.assign(next.map((tp) => ({ ...tp })));
-          for (const tp of next) this.positions.set(key(tp.topic, tp.partition), { ...tp });
+          this.positions.start(next);
         },
       );
       if (generation !== this.generation || this.closed) return;
-      this.assigned = next.sort((a, b) => (a.topic === b.topic ? a.partition - b.partition : a.topic < b.topic ? -1 : 1));
+      this.positions.publish(next);
       this.notify();
       this.wakePump();
     })().catch((e: unknown) => {
@@ -319,51 +301,17 @@ export class RdKafkaConsumer implements Consumer {
 
   /** Records fetched and not yet polled (for tests and metrics). */
   bufferedRecords(): number {
-    return this.buffered;
+    return this.queues.size;
   }
 
   async poll(options: PollOptions = {}): Promise<LogRecord[]> {
     this.check();
-    const max = options.maxRecords ?? DEFAULT_MAX_RECORDS;
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    if (!Number.isInteger(max) || max < 1) throw new RlstreamError('INPUT_INVALID', `poll maxRecords must be a positive integer, got ${max}`);
-    const deadline = Date.now() + timeoutMs;
-    while (this.buffered === 0 && !this.closed && !this.failure) {
-      const left = deadline - Date.now();
-      if (left <= 0) break;
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-        const timer = setTimeout(() => {
-          if (this.wake === done) this.wake = null;
-          resolve();
-        }, left);
-        this.wake = done;
-      });
-    }
+    const { max, timeoutMs } = pollLimits(options);
+    await this.queues.wait(timeoutMs, () => this.closed || this.failure !== null);
     this.check();
-    let out: LogRecord[] = [];
-    const keys = [...this.queues.keys()];
-    for (let i = 0; i < keys.length && out.length < max; i++) {
-      const k = keys[(i + this.rotate) % keys.length]!;
-      const q = this.queues.get(k)!;
-      if (q.length === 0) continue;
-      let taken: LogRecord[];
-      if (out.length === 0 && q.length <= max) {
-        // The common case, a whole queue: handed over as it is, no copy.
-        taken = q;
-        this.queues.set(k, []);
-      } else taken = q.splice(0, max - out.length);
-      out = out.length === 0 ? taken : out.concat(taken);
-      this.buffered -= taken.length;
-      const last = taken[taken.length - 1]!;
-      this.positions.set(k, { topic: last.topic, partition: last.partition, offset: last.offset + 1 });
-    }
-    this.rotate++;
+    const out = this.queues.take(max, (k, last) => this.positions.after(k, last));
     this.passMarkers();
-    if (this.buffered < this.maxBuffered) this.wakePump();
+    if (this.queues.size < this.maxBuffered) this.wakePump();
     return out;
   }
 
@@ -373,10 +321,10 @@ export class RdKafkaConsumer implements Consumer {
    * counts as consumed that are not queued here yet.
    */
   private passMarkers(): void {
-    if (this.consuming || this.assigned.length === 0) return;
+    if (this.consuming || !this.positions.published) return;
     const drained: RdTopicPartition[] = [];
     for (const [k, pos] of this.positions) {
-      if ((this.queues.get(k)?.length ?? 0) > 0 || this.validFrom.get(k) === Number.POSITIVE_INFINITY) continue;
+      if (this.queues.length(k) > 0 || this.validFrom.get(k) === Number.POSITIVE_INFINITY) continue;
       drained.push({ topic: pos.topic, partition: pos.partition });
     }
     if (drained.length === 0) return;
@@ -395,44 +343,27 @@ export class RdKafkaConsumer implements Consumer {
 
   async commit(offsets?: TopicPartitionOffset[]): Promise<void> {
     this.check();
-    const explicit = offsets !== undefined;
-    const list = offsets ?? this.assigned.map((a) => this.positions.get(key(a.topic, a.partition))).filter((p): p is TopicPartitionOffset => p !== undefined);
-    for (const o of list) {
-      if (!Number.isInteger(o.offset) || o.offset < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${o.topic}/${o.partition} must be a non-negative integer, got ${o.offset}`);
-    }
-    if (list.length === 0) return;
-    try {
-      await new Promise<void>((resolve, reject) => this.client.commitCb(list.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset })), (err) => (err ? reject(err) : resolve())));
-    } catch (err) {
-      // As in the kafkajs consumer: during a rebalance an implicit commit has nothing left to do.
-      if (isRdRebalance(err) && !explicit) {
-        this.host.logger.debug('commit skipped: the group is rebalancing', { groupId: this.options.groupId });
-        return;
-      }
-      if (isRdRebalance(err)) throw new RlstreamError('LOG_UNAVAILABLE', `commit of group ${this.options.groupId}: the group is rebalancing, retry after the next poll`, { cause: err, retriable: true });
-      throw fromRdKafka(err, `commit of group ${this.options.groupId}`);
-    }
+    await this.positions.commit(offsets, this.options.groupId, this.host.logger, {
+      send: (list) => new Promise<void>((resolve, reject) => this.client.commitCb(list.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset })), (err) => (err ? reject(err) : resolve()))),
+      isRebalance: isRdRebalance,
+      wrap: fromRdKafka,
+    });
   }
 
   async seek(topic: string, partition: number, offset: number): Promise<void> {
     this.check();
-    if (!Number.isInteger(offset) || offset < 0) throw new RlstreamError('INPUT_INVALID', `seek offset must be a non-negative integer, got ${offset}`);
-    const k = key(topic, partition);
-    if (!this.positions.has(k)) throw new RlstreamError('LOG_UNKNOWN_PARTITION', `${topic}/${partition} is not assigned to this consumer of group ${this.options.groupId}`);
-    this.buffered -= this.queues.get(k)?.length ?? 0;
-    this.queues.delete(k);
-    this.positions.set(k, { topic, partition, offset });
+    const k = this.positions.seekTo(topic, partition, offset, this.options.groupId);
+    this.queues.drop(k);
     await this.exclusive([k], () => new Promise<void>((resolve, reject) => this.client.seek({ topic, partition, offset }, 5000, (err) => (err ? reject(fromRdKafka(err, `seek ${topic}/${partition} to ${offset}`)) : resolve()))));
   }
 
   async seekToTimestamp(topic: string, timestampMs: number): Promise<void> {
     this.check();
-    const at = await this.host.offsetsForTimestamp(topic, timestampMs);
-    for (const o of at) if (this.positions.has(key(topic, o.partition))) await this.seek(topic, o.partition, o.offset);
+    for (const o of this.positions.held(topic, await this.host.offsetsForTimestamp(topic, timestampMs))) await this.seek(topic, o.partition, o.offset);
   }
 
   assignment(): TopicPartitionOffset[] {
-    return this.assigned.map((a) => this.positions.get(key(a.topic, a.partition)) ?? a).map((p) => ({ ...p }));
+    return this.positions.assignment();
   }
 
   async close(): Promise<void> {

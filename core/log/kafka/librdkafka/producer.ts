@@ -9,7 +9,9 @@ import { retry } from '../../../retry.ts';
 import type { Logger } from '../../../telemetry.ts';
 import { Partitioner } from '../../partitioner.ts';
 import type { ProduceRecord, Producer, ProducerOptions, RecordPosition, TopicPartitionOffset, Transaction } from '../../types.ts';
-import { TXN_ALLOWED, type TxnState } from '../producer.ts';
+import { checkOffsets } from '../offsets.ts';
+import { ProducerGate } from '../producer-gate.ts';
+import { TxnLifecycle } from '../transaction-state.ts';
 import type { RdConfig, RdDeliveryReport, RdError, RdKafka, RdKafkaConsumer, RdProducer } from './binding.ts';
 import { fromRdKafka, isRdCoordinatorBusy, RD, rdCall } from './errors.ts';
 
@@ -45,10 +47,8 @@ const RECORD_CAP_BYTES = 64 * 1024 * 1024;
 
 export class RdKafkaProducer implements Producer {
   private readonly partitioner = new Partitioner();
-  private queue: Promise<unknown> = Promise.resolve();
+  readonly gate = new ProducerGate(fromRdKafka);
   private openTxn: RdKafkaTransaction | null = null;
-  private fenced: RlstreamError | null = null;
-  private closed = false;
 
   private constructor(
     readonly host: RdProducerHost,
@@ -96,10 +96,10 @@ export class RdKafkaProducer implements Producer {
     client.setPollInBackground(true);
     if (transactional) {
       try {
-        await producer.serial(() => rdCall(`claim transactional id ${options.transactionalId}`, (cb) => client.initTransactions(TXN_CALL_MS, cb)));
+        await producer.gate.serial(() => rdCall(`claim transactional id ${options.transactionalId}`, (cb) => client.initTransactions(TXN_CALL_MS, cb)));
       } catch (err) {
         await producer.close();
-        throw producer.fail(err, `claim transactional id ${options.transactionalId}`);
+        throw producer.gate.fail(err, `claim transactional id ${options.transactionalId}`);
       }
     }
     return producer;
@@ -107,25 +107,6 @@ export class RdKafkaProducer implements Producer {
 
   get transactionalId(): string | undefined {
     return this.options.transactionalId;
-  }
-
-  /** Runs `fn` after every earlier call of this producer finished. */
-  serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(fn, fn);
-    this.queue = run.catch(() => {});
-    return run;
-  }
-
-  check(): void {
-    if (this.closed) throw new RlstreamError('LOG_CLOSED', 'producer is closed');
-    if (this.fenced) throw this.fenced;
-  }
-
-  /** Wraps a binding failure; a fenced producer stays fenced. */
-  fail(err: unknown, what: string): RlstreamError {
-    const e = fromRdKafka(err, what);
-    if (e.code === 'LOG_FENCED') this.fenced = e;
-    return e;
   }
 
   private onReport(err: RdError | null, report: RdDeliveryReport): void {
@@ -166,7 +147,7 @@ export class RdKafkaProducer implements Producer {
           break;
         } catch (err) {
           // librdkafka's queue is full: let its threads send some, then try again.
-          if ((err as { code?: number }).code !== RD.QUEUE_FULL) throw this.fail(err, `send to ${topic}`);
+          if ((err as { code?: number }).code !== RD.QUEUE_FULL) throw this.gate.fail(err, `send to ${topic}`);
           await new Promise((resolve) => setTimeout(resolve, 5));
         }
       }
@@ -174,13 +155,13 @@ export class RdKafkaProducer implements Producer {
   }
 
   async send(topic: string, records: ProduceRecord[]): Promise<RecordPosition[]> {
-    this.check();
+    this.gate.check();
     if (this.options.transactionalId !== undefined) {
       throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${this.options.transactionalId} is transactional: send inside a transaction`);
     }
     if (records.length === 0) return [];
-    return this.serial(async () => {
-      this.check();
+    return this.gate.serial(async () => {
+      this.gate.check();
       let done!: (err: RdError | null) => void;
       const delivered = new Promise<RdError | null>((resolve) => (done = resolve));
       const p: Pending = { positions: new Array<RecordPosition>(records.length), byPartition: new Map(), seen: new Map(), left: records.length, error: null, done };
@@ -192,21 +173,21 @@ export class RdKafkaProducer implements Producer {
       // Sent now rather than after linger.ms; its outcome is the delivery reports'.
       this.client.flush(30_000, () => {});
       const err = await delivered;
-      if (err) throw this.fail(err, `send to ${topic}`);
+      if (err) throw this.gate.fail(err, `send to ${topic}`);
       return p.positions;
     });
   }
 
   async transaction(): Promise<Transaction> {
-    this.check();
+    this.gate.check();
     const id = this.options.transactionalId;
     if (id === undefined) throw new RlstreamError('LOG_TRANSACTION_STATE', 'transactions need a producer created with a transactionalId');
     if (this.openTxn?.open) throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${id} already has an open transaction`);
-    await this.serial(async () => {
+    await this.gate.serial(async () => {
       try {
         await rdCall(`begin a transaction of ${id}`, (cb) => this.client.beginTransaction(cb));
       } catch (err) {
-        throw this.fail(err, `begin a transaction of ${id}`);
+        throw this.gate.fail(err, `begin a transaction of ${id}`);
       }
     });
     this.openTxn = new RdKafkaTransaction(this);
@@ -214,55 +195,31 @@ export class RdKafkaProducer implements Producer {
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.queue;
+    if (!(await this.gate.close())) return;
     await rdCall('disconnect a producer', (cb) => this.client.disconnect(5000, cb)).catch((err: unknown) => this.host.logger.debug('producer disconnect failed', { error: String(err) }));
   }
 }
 
 export class RdKafkaTransaction implements Transaction {
-  private state: TxnState = 'open';
+  private readonly life: TxnLifecycle;
 
-  constructor(private readonly producer: RdKafkaProducer) {}
+  constructor(private readonly producer: RdKafkaProducer) {
+    this.life = new TxnLifecycle(this.producer.gate);
+  }
 
   get open(): boolean {
-    return this.state === 'open' || this.state === 'failed' || this.state === 'committing' || this.state === 'aborting';
-  }
-
-  private guard(op: 'send' | 'sendOffsets' | 'commit' | 'abort'): void {
-    this.producer.check();
-    if (!TXN_ALLOWED[this.state].has(op)) throw new RlstreamError('LOG_TRANSACTION_STATE', `cannot ${op} a transaction that is ${this.state}`);
-  }
-
-  private async run(op: 'send' | 'sendOffsets' | 'commit' | 'abort', what: string, fn: () => Promise<unknown>): Promise<void> {
-    this.guard(op);
-    await this.producer.serial(async () => {
-      this.guard(op);
-      if (op === 'commit') this.state = 'committing';
-      if (op === 'abort') this.state = 'aborting';
-      try {
-        await fn();
-      } catch (err) {
-        this.state = 'failed';
-        throw this.producer.fail(err, what);
-      }
-      if (op === 'commit') this.state = 'committed';
-      if (op === 'abort') this.state = 'aborted';
-    });
+    return this.life.open;
   }
 
   async send(topic: string, records: ProduceRecord[]): Promise<void> {
-    await this.run('send', `transactional send to ${topic}`, () => this.producer.produce(topic, records, null));
+    await this.life.run('send', `transactional send to ${topic}`, () => this.producer.produce(topic, records, null));
   }
 
   async sendOffsets(groupId: string, offsets: TopicPartitionOffset[]): Promise<void> {
-    for (const o of offsets) {
-      if (!Number.isInteger(o.offset) || o.offset < 0) throw new RlstreamError('INPUT_INVALID', `offset for ${o.topic}/${o.partition} must be a non-negative integer, got ${o.offset}`);
-    }
+    checkOffsets(offsets);
     const consumer = await this.producer.host.groupConsumer(groupId);
     const list = offsets.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset }));
-    await this.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () =>
+    await this.life.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () =>
       retry(() => rdCall('send offsets', (cb) => this.producer.client.sendOffsetsToTransaction(list, consumer, TXN_CALL_MS, cb)), {
         retriable: (err) => isRdCoordinatorBusy((err as { cause?: unknown }).cause),
         forMs: COORDINATOR_RETRY_MS,
@@ -281,7 +238,7 @@ export class RdKafkaTransaction implements Transaction {
   async commit(): Promise<void> {
     const what = `commit transaction of ${this.producer.transactionalId}`;
     const commitOnce = () => new Promise<RdError | null>((resolve) => this.producer.client.commitTransaction(TXN_CALL_MS, (err) => resolve(err ?? null)));
-    await this.run('commit', what, async () => {
+    await this.life.run('commit', what, async () => {
       const until = Date.now() + COORDINATOR_RETRY_MS;
       for (;;) {
         const err = await commitOnce();
@@ -295,6 +252,6 @@ export class RdKafkaTransaction implements Transaction {
   }
 
   async abort(): Promise<void> {
-    await this.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => rdCall('abort', (cb) => this.producer.client.abortTransaction(TXN_CALL_MS, cb)));
+    await this.life.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => rdCall('abort', (cb) => this.producer.client.abortTransaction(TXN_CALL_MS, cb)));
   }
 }
