@@ -1,7 +1,11 @@
-// The one JSONL reader of the offline commands (score, advantage, tokenize): a byte stream in, one item per
-// non-blank line out, either the line's JSON object or why the line is bad, always with its 1-based line number.
+// The one JSONL reader: a byte stream in, one item per non-blank line out, either the line's JSON object or why
+// the line is bad, always with its 1-based line number. The offline commands (score, advantage, tokenize) report
+// each bad line and go on (BadLines); files read whole (dataset rows, preprocess input) stop at the first one
+// (readJsonlFile).
 // Lines are decoded as strict UTF-8: a malformed byte sequence would otherwise become U+FFFD and be scored,
 // tokenized or estimated as if the input had said so.
+import { createReadStream } from 'node:fs';
+import { RlstreamError } from './errors.ts';
 
 export type JsonlItem = { line: number; value: Record<string, unknown>; error?: undefined } | { line: number; error: string; value?: undefined };
 
@@ -47,6 +51,23 @@ export async function* readJsonl(input: AsyncIterable<Uint8Array | string> | Ite
   if (pending.length > 0) {
     const item = parseLine(Buffer.concat(pending), ++line, decoder);
     if (item) yield item;
+  }
+}
+
+/**
+ * Every JSON object of the JSONL file at `path`, with where it stands (`<path> line <n>`) for the caller's own
+ * errors; an unreadable file or the first bad line is INPUT_INVALID naming it.
+ */
+export async function* readJsonlFile(path: string): AsyncGenerator<{ value: Record<string, unknown>; where: string }> {
+  const input = createReadStream(path);
+  await new Promise<void>((resolve, reject) => {
+    input.once('open', () => resolve());
+    input.once('error', (e) => reject(new RlstreamError('INPUT_INVALID', `cannot read ${path}: ${e.message}`)));
+  });
+  for await (const item of readJsonl(input)) {
+    const where = `${path} line ${item.line}`;
+    if (item.error !== undefined) throw new RlstreamError('INPUT_INVALID', `${where}: ${item.error}`);
+    yield { value: item.value, where };
   }
 }
 

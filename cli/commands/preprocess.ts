@@ -2,12 +2,12 @@
 // [--limit N] [--agent-name tool_agent]`: raw GSM8K records ({question, answer}, as JSONL or as the dataset's
 // own Parquet) → the rows verl's GSM8K tool examples write (producers/dataset/verl-gsm8k.ts), as Parquet when
 // the output ends in .parquet, else JSONL. The output appears whole or not at all (a temporary file renamed).
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
 import { extname } from 'node:path';
-import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
+import { readJsonlFile } from '../../core/jsonl.ts';
 import { writeParquetRows } from '../../producers/dataset/parquet-writer.ts';
 import { verlGsm8kColumns, verlGsm8kRow, type VerlGsm8kRow } from '../../producers/dataset/verl-gsm8k.ts';
 
@@ -17,24 +17,7 @@ interface RawRecord {
 }
 
 async function* readRawJsonl(path: string): AsyncGenerator<{ raw: RawRecord; where: string }> {
-  const input = createReadStream(path, 'utf8');
-  await new Promise<void>((resolve, reject) => {
-    input.once('open', () => resolve());
-    input.once('error', (e) => reject(new RlstreamError('INPUT_INVALID', `cannot read ${path}: ${e.message}`)));
-  });
-  let n = 0;
-  for await (const line of createInterface({ input, crlfDelay: Infinity })) {
-    n++;
-    if (line.trim() === '') continue;
-    let raw: unknown;
-    try {
-      raw = JSON.parse(line);
-    } catch {
-      throw new RlstreamError('INPUT_INVALID', `${path} line ${n}: not valid JSON`);
-    }
-    if (raw === null || typeof raw !== 'object') throw new RlstreamError('INPUT_INVALID', `${path} line ${n}: expected an object with question and answer`);
-    yield { raw: raw as RawRecord, where: `${path} line ${n}` };
-  }
+  for await (const { value, where } of readJsonlFile(path)) yield { raw: value as unknown as RawRecord, where };
 }
 
 /** GSM8K's own Parquet files (openai/gsm8k main/*.parquet): columns question and answer. */

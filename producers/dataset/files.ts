@@ -1,27 +1,15 @@
 // Row sources from files: JSONL (one row per line) and Parquet (via hyparquet; nested columns such as
 // prompt: list<struct> come back as plain objects). Both validate every row and name it in errors.
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { extname } from 'node:path';
-import { createInterface } from 'node:readline';
 import { RlstreamError } from '../../core/errors.ts';
+import { readJsonlFile } from '../../core/jsonl.ts';
 import { validateRow, type DatasetRow } from './types.ts';
 
 export async function* readJsonlRows(path: string): AsyncGenerator<DatasetRow> {
   if (!existsSync(path)) throw new RlstreamError('INPUT_INVALID', `dataset file not found: ${path}`);
-  const lines = createInterface({ input: createReadStream(path, 'utf8'), crlfDelay: Infinity });
-  let n = 0;
-  for await (const line of lines) {
-    n++;
-    if (line.trim() === '') continue;
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(line);
-    } catch (cause) {
-      throw new RlstreamError('INPUT_INVALID', `${path} line ${n}: not valid JSON (${(cause as Error).message})`, { cause });
-    }
-    yield validateRow(parsed, `${path} line ${n}`);
-  }
+  for await (const { value, where } of readJsonlFile(path)) yield validateRow(value, where);
 }
 
 /** Parquet values that JSON-ify badly (bigint, typed arrays) turned into plain JSON values. */

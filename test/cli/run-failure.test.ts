@@ -34,7 +34,7 @@ test('a role that fails ends the run: exit 1 with its error as one line, every o
     assert.equal(signal, null, `the run did not exit after the failure; stderr:\n${stderr.slice(-3000)}`);
     assert.equal(code, 1, stderr);
     const lines = stderr.trim().split('\n');
-    assert.match(lines[lines.length - 1]!, new RegExp(`^rlstream: INPUT_INVALID: ${join(dir, 'train.jsonl')} line ${rows + 1}: not valid JSON`));
+    assert.match(lines[lines.length - 1]!, new RegExp(`^rlstream: INPUT_INVALID: ${join(dir, 'train.jsonl')} line ${rows + 1}: not JSON`));
     // Besides the run's own lines ("run: …" and plain progress lines), that one line: no stack frames, no warnings
     // from roles stopped under it.
     assert.deepEqual(lines.filter((l) => !/^(run: |(sft|eval|train) +\d+\/\d+ )/.test(l)), [lines[lines.length - 1]], stderr);

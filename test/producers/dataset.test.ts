@@ -62,7 +62,7 @@ describe('row sources', () => {
     writeFileSync(join(dir, 'b.jsonl'), JSON.stringify(good) + '\n' + JSON.stringify({ ...good, prompt: [] }) + '\n');
     await assert.rejects(collect(readJsonlRows(join(dir, 'b.jsonl'))), /b\.jsonl line 2: prompt must be a non-empty array/);
     writeFileSync(join(dir, 'c.jsonl'), '{oops\n');
-    await assert.rejects(collect(readJsonlRows(join(dir, 'c.jsonl'))), /c\.jsonl line 1: not valid JSON/);
+    await assert.rejects(collect(readJsonlRows(join(dir, 'c.jsonl'))), /c\.jsonl line 1: not JSON/);
     await assert.rejects(async () => readRows(join(dir, 'x.csv')), /unknown format/);
   });
 
