@@ -6,6 +6,7 @@
 // or while the in-flight budget is used up; new PolicyVersion events (checksum verified, then handed to
 // the backend) and Control events (pause, resume, set_staleness, stop) open or close it.
 import { setMaxListeners } from 'node:events';
+import type { Registry } from '../core/config/registry.ts';
 import { describeError, RlstreamError } from '../core/errors.ts';
 import { deriveId, newId } from '../core/ids.ts';
 import { follow, type Follower } from '../core/log/follow.ts';
@@ -14,12 +15,12 @@ import type { EventSerde } from '../core/serde/events.ts';
 import { silentLogger, type Logger } from '../core/telemetry.ts';
 import { TOPICS } from '../core/topics.ts';
 import type { Control, PolicyVersion, SamplingParams, Termination, Trajectory } from '../schemas/generated/types.ts';
-import type { InteractionRegistry } from './agent/interaction.ts';
+import type { Interaction } from './agent/interaction.ts';
 import { toEventMessages } from './agent/loops.ts';
 import { TrajectoryRecorder, type TrajectoryMeta } from './agent/recorder.ts';
-import { AgentRegistry } from './agent/registry.ts';
+import { agentLoops } from './agent/registry.ts';
 import { toolParser, toolParserNames } from './agent/tool-parser.ts';
-import type { AgentContext, AgentLimits } from './agent/types.ts';
+import type { AgentContext, AgentLimits, AgentLoop } from './agent/types.ts';
 import type { LlmBackend } from './backends/types.ts';
 import type { DatasetRow, RowSource } from './dataset/types.ts';
 import { Counters, LatencyReservoir } from './metrics.ts';
@@ -41,9 +42,9 @@ export interface RolloutWorkerDeps {
   /** Tools of the run (none by default). */
   tools?: ToolSet;
   /** User simulators by name (rows pick one with extra_info.interaction_kwargs.name). */
-  interactions?: InteractionRegistry;
+  interactions?: Registry<Interaction>;
   /** Agent loops (default: the built-ins). */
-  agents?: AgentRegistry;
+  agents?: Registry<AgentLoop>;
   /** A producer to share; by default the worker opens (and closes) its own. */
   producer?: Producer;
   /** Consume policy.versions and control (default true). */
@@ -106,7 +107,7 @@ export class RolloutWorker {
   readonly options: CompiledRolloutOptions;
   readonly workerId: string;
   private readonly logger: Logger;
-  private readonly agents: AgentRegistry;
+  private readonly agents: Registry<AgentLoop>;
   private readonly delta: DeltaTokenizer;
   private readonly counters = new Counters();
   private readonly trajLatency = new LatencyReservoir();
@@ -141,7 +142,7 @@ export class RolloutWorker {
     if (!toolParser(this.options.toolParser)) throw new RlstreamError('CONFIG_INVALID', `rollout.tool_parser: unknown parser "${this.options.toolParser}" (known: ${toolParserNames().join(', ')})`);
     this.workerId = deps.workerId ?? newId();
     this.logger = (deps.logger ?? silentLogger).child({ role: 'rollout', run_id: deps.runId, worker_id: this.workerId });
-    this.agents = deps.agents ?? AgentRegistry.withBuiltins();
+    this.agents = deps.agents ?? agentLoops.copy();
     if (!this.agents.has(this.options.defaultAgent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${this.options.defaultAgent}"`);
     this.delta = new DeltaTokenizer(deps.tokenizer, { ...this.options.templateKwargs });
     this.stalenessBound = this.options.stalenessBound;
@@ -415,7 +416,7 @@ export class RolloutWorker {
     const toolSession = toolSet ? toolSet.session(trajectoryId, extra.tools_kwargs ?? {}) : null;
     const ik = extra.interaction_kwargs;
     const interactionName = ik && typeof ik['name'] === 'string' ? ik['name'] : undefined;
-    const interaction = interactionName ? this.deps.interactions?.get(interactionName) : undefined;
+    const interaction = interactionName && this.deps.interactions?.has(interactionName) ? this.deps.interactions.get(interactionName) : undefined;
     const limits: AgentLimits = {
       maxAssistantTurns: this.options.maxAssistantTurns,
       maxUserTurns: this.options.maxUserTurns,

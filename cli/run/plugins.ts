@@ -3,12 +3,14 @@
 // agent loops and interactions. A missing module, export or registered name fails here, naming the config path.
 import { Type } from '@sinclair/typebox';
 import type { RunConfig } from '../../core/config.ts';
+import type { Registry } from '../../core/config/registry.ts';
 import { compileValue } from '../../core/config/validate.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { defaultRewards, loadRewardModule, RewardRegistry } from '../../consumers/reward/registry.ts';
 import type { RewardFn } from '../../consumers/reward/types.ts';
-import { interactions as registeredInteractions, InteractionRegistry } from '../../producers/agent/interaction.ts';
-import { AgentRegistry } from '../../producers/agent/registry.ts';
+import { interactions as registeredInteractions, type Interaction } from '../../producers/agent/interaction.ts';
+import { agentLoops } from '../../producers/agent/registry.ts';
+import type { AgentLoop } from '../../producers/agent/types.ts';
 import { tasks, type Task } from '../../producers/tasks.ts';
 
 export interface RunPlugins {
@@ -17,8 +19,8 @@ export interface RunPlugins {
   rewards: RewardRegistry;
   /** One reward function for every row (reward.name or reward.module), or null: by data_source. */
   rewardFn: RewardFn | null;
-  agents: AgentRegistry;
-  interactions: InteractionRegistry;
+  agents: Registry<AgentLoop>;
+  interactions: Registry<Interaction>;
 }
 
 export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
@@ -42,10 +44,10 @@ export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
     rewardFn = fn;
   }
 
-  const agents = AgentRegistry.withBuiltins();
-  for (const [name, ref] of Object.entries(config.rollout.agent_loops)) await agents.load(name, ref, config.baseDir);
+  const agents = agentLoops.copy();
+  for (const [name, ref] of Object.entries(config.rollout.agent_loops)) agents.register(name, await agentLoops.load(ref, config.baseDir, `rollout.agent_loops.${name}`));
   if (!agents.has(config.rollout.default_agent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${config.rollout.default_agent}" (known: ${agents.names().join(', ')})`);
-  const interactions = InteractionRegistry.withRegistered();
-  for (const [name, ref] of Object.entries(config.rollout.interactions)) interactions.add(await registeredInteractions.load(ref, config.baseDir, `rollout.interactions.${name}`), name);
+  const interactions = registeredInteractions.copy();
+  for (const [name, ref] of Object.entries(config.rollout.interactions)) interactions.register(name, await registeredInteractions.load(ref, config.baseDir, `rollout.interactions.${name}`));
   return { task, rewards, rewardFn, agents, interactions };
 }

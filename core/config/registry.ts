@@ -44,6 +44,16 @@ export class Registry<T> {
     return this;
   }
 
+  /**
+   * A registry of the same kind holding what this one holds now: a run adds its own plug-ins (from its config)
+   * to its copy, so they never leak into the process-wide registry another run in the process reads.
+   */
+  copy(): Registry<T> {
+    const r = new Registry<T>(this.kind, this.shape);
+    for (const [name, value] of this.entries) r.entries.set(name, value);
+    return r;
+  }
+
   has(name: string): boolean {
     return this.entries.has(name);
   }

@@ -55,32 +55,9 @@ export class Gsm8kInteraction implements Interaction {
 
 /**
  * Interactions (user simulators) by name, as rows name them in extra_info.interaction_kwargs.name: the
- * built-in gsm8k, and a run's own (`rollout.interactions: {name: {module, export}}`).
+ * built-in gsm8k, and a run's own (`rollout.interactions: {name: {module, export}}`, registered on the run's
+ * interactions.copy()).
  */
 export const interactions = new Registry<Interaction>('interaction', objectShape('an Interaction (an object with respond(), or a class of one)', ['respond'], { construct: true }));
-
-export class InteractionRegistry {
-  private readonly byName = new Map<string, Interaction>();
-
-  /** A registry holding every registered interaction. */
-  static withRegistered(): InteractionRegistry {
-    const r = new InteractionRegistry();
-    for (const name of interactions.names()) r.add(interactions.get(name), name);
-    return r;
-  }
-
-  add(interaction: Interaction, name = interaction.name): this {
-    this.byName.set(name, interaction);
-    return this;
-  }
-
-  get(name: string): Interaction | undefined {
-    return this.byName.get(name);
-  }
-
-  names(): string[] {
-    return [...this.byName.keys()];
-  }
-}
 
 interactions.register('gsm8k', new Gsm8kInteraction());

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { TOPICS } from '../../core/topics.ts';
 import type { Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
-import { Gsm8kInteraction, InteractionRegistry } from '../../producers/agent/interaction.ts';
+import { Gsm8kInteraction, interactions as registeredInteractions } from '../../producers/agent/interaction.ts';
 import { ScriptedBackend, type ScriptTurn } from '../../producers/backends/scripted.ts';
 import { gsm8kRow } from '../../producers/dataset/gsm8k.ts';
 import { verlGsm8kSolution } from '../../producers/dataset/verl-gsm8k.ts';
@@ -213,7 +213,7 @@ describe('tool agent on GSM8K with Qwen3', () => {
       const rec = records[0]!;
       const gt = verlGsm8kSolution(rec.answer);
       const backend = new ScriptedBackend({ tokenizer: tok, script: ({ turn }) => (turn === 0 ? 'I think it is 7.\n#### 7' : `Let me recheck: ${gt}.\n#### ${gt}`) });
-      const interactions = new InteractionRegistry().add(new Gsm8kInteraction());
+      const interactions = registeredInteractions.copy();
       const worker = new RolloutWorker(
         { runId: 'run-interaction', log: t.log, serde: t.serde, backend, tokenizer: tok, tools: new ToolSet().add(new CalculatorTool()), interactions, followPolicy: false },
         { staleness_bound: null },
