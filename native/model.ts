@@ -254,6 +254,17 @@ export class Model {
     return model;
   }
 
+  /**
+   * Replaces the weights in place from a safetensors file of the same shapes (on 'cuda' through the host mirror
+   * and one upload): a generation engine over this model takes a new policy version without a new model.
+   */
+  loadWeights(weightsPath: string): Promise<void> {
+    return this.queue('loadWeights', async (h) => {
+      readInto(weightsPath, this.parameters(), 'weights', this.config.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());
+      h.upload('params');
+    });
+  }
+
   private get h(): NativeModelHandle {
     if (!this.handle) invalid('model was disposed');
     return this.handle;
@@ -485,16 +496,17 @@ function readInto(path: string, target: Map<string, TensorView>, what: string, o
   const fd = openForRead(path);
   try {
     const { tensors, metadata } = readHeader(fd, path);
+    // Every name and shape is checked before any tensor is read, so a wrong file leaves the target untouched.
     for (const [name, view] of target) {
       const e = tensors.get(name);
       if (!e) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: ${what} tensor ${name} is missing`);
       if (e.shape.length !== view.shape.length || e.shape.some((d, i) => d !== view.shape[i]))
         throw new RlstreamError('WEIGHTS_FORMAT', `${path}: tensor ${name} has shape [${e.shape.join(', ')}], the config gives [${view.shape.join(', ')}]`);
-      readTensorInto(fd, path, name, e, view.data);
     }
     for (const name of tensors.keys())
       if (!target.has(name) && !optionalExtra.has(name) && !IGNORED_TENSOR.test(name))
         throw new RlstreamError('WEIGHTS_FORMAT', `${path}: unexpected tensor ${name} for this config`);
+    for (const [name, view] of target) readTensorInto(fd, path, name, tensors.get(name)!, view.data);
     for (const [name, view] of target)
       for (let i = 0; i < view.data.length; i++)
         if (!Number.isFinite(view.data[i])) throw new RlstreamError('NATIVE_NON_FINITE', `${path}: tensor ${name}[${i}] is not finite`);

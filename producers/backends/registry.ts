@@ -47,6 +47,12 @@ const BuiltinOptions = Type.Object(
     threads: Type.Integer({ minimum: 1, default: 1, description: 'onnxruntime intra-op threads per engine.' }),
     workers: Type.Integer({ minimum: 1, default: 1, description: 'Engines in worker threads sharing the running batch (workers × threads up to the core count).' }),
     kv_cache_bytes: Type.Integer({ minimum: 0, default: 256 * 1024 * 1024, description: 'Bytes of KV cache kept between the turns of sessions.' }),
+    device: Type.Union([Type.Literal('cpu'), Type.Literal('cuda')], {
+      default: 'cpu',
+      description:
+        "Where the policy runs: 'cpu' (onnxruntime-node) or 'cuda' (the native core's model on the GPU, max_batch KV-cache slots of max_len tokens, new versions written into it in place; rollout.interrupt next_turn or next_token; needs the addon built with RLSTREAM_CUDA=1).",
+    }),
+    max_len: Type.Optional(Type.Integer({ minimum: 1, description: "device cuda: tokens a KV-cache slot holds (a trajectory's whole context); default min(4096, max_position_embeddings)." })),
   },
   { additionalProperties: false },
 );
@@ -55,6 +61,15 @@ registerBackend('builtin', {
   options: BuiltinOptions,
   interrupts: ['next_turn', 'finish', 'next_token'],
   async create(o, env) {
+    if (o.device === 'cuda') {
+      const [{ cudaAvailable }, { NativePolicyBackend }] = await Promise.all([import('../../native/addon.ts'), import('../policy/native-backend.ts')]);
+      if (!cudaAvailable())
+        throw new RlstreamError('CONFIG_INVALID', 'backend.device: cuda needs the native addon built with RLSTREAM_CUDA=1 (RLSTREAM_CUDA=1 npm run build:native where nvcc is) and a GPU; or set backend.device: cpu');
+      return NativePolicyBackend.create(
+        { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
+        { device: 'cuda', maxBatch: o.max_batch, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), interrupt: env.interrupt, logger: env.logger.child({ role: 'policy' }) },
+      );
+    }
     const { BuiltinPolicyBackend } = await import('../policy/backend.ts');
     return BuiltinPolicyBackend.create(
       { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },

@@ -54,6 +54,7 @@ interface Run {
 interface Slot {
   session: string | null; // null: free
   tokens: number[]; // what the cache holds for it
+  version: number; // the weights that computed it
   busy: boolean;
   lastUse: number;
 }
@@ -66,7 +67,9 @@ export class NativeEngine {
   private readonly prefillCap: number;
   private readonly rows: Float32Array; // extend's output, [slots, V], reused every step
   private version: number;
-  private looping = false;
+  private looping: Promise<void> | null = null;
+  private paused = false; // a version swap is under way: no admissions, and the loop stops after its step
+  private drained: (() => void) | null = null;
   private closed = false;
   private clock = 0;
   private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0 };
@@ -76,7 +79,7 @@ export class NativeEngine {
     private readonly model: Model,
     private readonly opts: NativeEngineOptions,
   ) {
-    this.slots = Array.from({ length: opts.slots }, () => ({ session: null, tokens: [], busy: false, lastUse: 0 }));
+    this.slots = Array.from({ length: opts.slots }, () => ({ session: null, tokens: [], version: -1, busy: false, lastUse: 0 }));
     this.scratch = newScratch(model.config.vocab_size);
     this.version = opts.version ?? 0;
     this.prefillCap = opts.maxPrefillTokens ?? 4096;
@@ -90,9 +93,41 @@ export class NativeEngine {
     return { ...this.counters };
   }
 
-  /** The version tokens sampled from now on carry (the trainer updated the model's weights in place). */
+  /**
+   * The version tokens sampled from now on carry, when the model's weights were changed in place by its owner (a
+   * trainer in this process) between two steps. Sessions' cached tokens from other versions are dropped at their
+   * next turn; turns under way go on, their earlier tokens' K/V as the old weights computed them.
+   */
   setVersion(version: number): void {
     this.version = version;
+  }
+
+  /**
+   * Takes a new policy version whose weights `load` writes into the model, between steps. 'next_turn': admissions
+   * pause until the turns under way finish on the old weights, then it loads. 'next_token': it loads after the
+   * step in flight and the turns under way go on with the new weights, their context (prompt and tokens so far)
+   * prefilled again on them; each token keeps the version that sampled it. Sessions' cached tokens from older
+   * versions are dropped at their next turn.
+   */
+  async swap(version: number, load: () => Promise<void>, mode: 'next_turn' | 'next_token'): Promise<void> {
+    this.paused = true;
+    try {
+      if (mode === 'next_turn' && this.running.length > 0) await new Promise<void>((resolve) => (this.drained = resolve));
+      await this.looping;
+      await load();
+      this.version = version;
+      for (const r of this.running) {
+        this.model.kvTruncate(r.slot, 0);
+        const s = this.slots[r.slot]!;
+        s.tokens = [];
+        s.version = version;
+        r.feed = [...r.req.promptIds, ...r.tokens];
+      }
+    } finally {
+      this.paused = false;
+      this.drained = null;
+      void this.loop();
+    }
   }
 
   currentPolicyVersion(): number {
@@ -142,26 +177,28 @@ export class NativeEngine {
     this.running.length = 0;
   }
 
-  private async loop(): Promise<void> {
-    if (this.looping) return;
-    this.looping = true;
+  private loop(): Promise<void> {
+    this.looping ??= this.run().finally(() => (this.looping = null));
+    return this.looping;
+  }
+
+  private async run(): Promise<void> {
     try {
       await Promise.resolve(); // requests made in the same tick start in the same step
-      while (!this.closed && (this.waiting.length > 0 || this.running.length > 0)) await this.step();
+      // A swap stops the loop after its step ('next_token'), or once the running turns are done ('next_turn').
+      while (!this.closed && (this.paused ? this.drained !== null && this.running.length > 0 : this.waiting.length > 0 || this.running.length > 0)) await this.step();
     } catch (err) {
       const e = new RlstreamError('INTERNAL', `native generation step failed: ${describeError(err)}`, { cause: err });
       for (const r of [...this.waiting, ...this.running]) r.reject(e);
       this.waiting.length = 0;
       this.running.length = 0;
-    } finally {
-      this.looping = false;
     }
   }
 
   /** Admits what fits, runs one extend over every running request, samples, and retires the finished. */
   private async step(): Promise<void> {
     let prefill = 0;
-    while (this.waiting.length > 0) {
+    while (!this.paused && this.waiting.length > 0) {
       const run = this.waiting[0]!;
       if (prefill > 0 && prefill + run.req.promptIds.length > this.prefillCap) break;
       const slot = this.claim(run.req.sessionId);
@@ -170,7 +207,16 @@ export class NativeEngine {
       prefill += this.admit(run, slot);
     }
     for (const r of this.running.filter((x) => x.signal?.aborted)) this.retire(r, 'abort');
-    const active = [...this.running];
+    // Every decoding row, and prefills (new turns, contexts again after a swap) up to maxPrefillTokens a step.
+    const active: Run[] = [];
+    let budget = 0;
+    for (const r of this.running) {
+      if (r.feed.length > 1) {
+        if (budget > 0 && budget + r.feed.length > this.prefillCap) continue;
+        budget += r.feed.length;
+      }
+      active.push(r);
+    }
     if (active.length === 0) return;
     const B = active.length;
     const slots = new Int32Array(B);
@@ -230,7 +276,8 @@ export class NativeEngine {
   private admit(run: Run, slot: number): number {
     const s = this.slots[slot]!;
     const prompt = run.req.promptIds;
-    if (s.session !== (run.req.sessionId ?? null)) s.tokens = [];
+    if (s.session !== (run.req.sessionId ?? null) || s.version !== this.version) s.tokens = [];
+    s.version = this.version;
     let keep = 0;
     const limit = Math.min(s.tokens.length, prompt.length - 1);
     while (keep < limit && s.tokens[keep] === prompt[keep]) keep++;
@@ -253,6 +300,7 @@ export class NativeEngine {
     s.busy = false;
     s.lastUse = ++this.clock;
     if (s.session === null) s.tokens = []; // nothing to keep it for
+    if (this.running.length === 0) this.drained?.();
     run.resolve({
       tokenIds: run.tokens,
       logprobs: run.logprobs,

@@ -1,0 +1,92 @@
+// The built-in policy on the native core ('builtin' with device: cuda): the model in native memory (the GPU),
+// NativeEngine's continuous batching over its slot KV cache, and policy updates written into the same model in
+// place (weights read from the published safetensors, one upload; no export, no second model).
+import { RlstreamError } from '../../core/errors.ts';
+import { silentLogger, type Logger } from '../../core/telemetry.ts';
+import { Model, parseModelConfig, type DeviceKind } from '../../native/model.ts';
+import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
+import type { RolloutInterrupt } from './engine.ts';
+import { NativeEngine, type NativeEngineStats } from './native-engine.ts';
+
+export interface NativePolicyOptions {
+  device: DeviceKind;
+  /** Sequences decoded together, and KV-cache slots (running turns plus sessions kept for their next turn). */
+  maxBatch: number;
+  /** Tokens a slot holds (prompt and everything generated in a trajectory); default min(4096, max_position_embeddings). */
+  maxLen?: number;
+  interrupt: RolloutInterrupt;
+  server?: string;
+  logger?: Logger;
+}
+
+/** The interrupt modes in-place weights can honour ('finish' would need two versions of the weights at once). */
+export const NATIVE_INTERRUPTS: readonly RolloutInterrupt[] = Object.freeze(['next_turn', 'next_token']);
+
+export class NativePolicyBackend implements LlmBackend {
+  readonly name = 'builtin';
+  private updating: Promise<void> = Promise.resolve();
+
+  private constructor(
+    private readonly model: Model,
+    private readonly engine: NativeEngine,
+    private readonly interrupt: 'next_turn' | 'next_token',
+    private readonly logger: Logger,
+  ) {}
+
+  static create(source: { configJson: string; weightsPath: string; version: number }, o: NativePolicyOptions): NativePolicyBackend {
+    if (o.interrupt !== 'next_turn' && o.interrupt !== 'next_token')
+      throw new RlstreamError('CONFIG_INVALID', `rollout.interrupt: the built-in policy on device ${o.device} updates its weights in place and supports ${NATIVE_INTERRUPTS.join(' and ')}, not ${o.interrupt}`);
+    const config = parseModelConfig(JSON.parse(source.configJson));
+    const maxLen = o.maxLen ?? Math.min(4096, config.max_position_embeddings);
+    const model = Model.load(source.weightsPath, config, { device: o.device });
+    try {
+      const engine = new NativeEngine(model, { slots: o.maxBatch, maxLen, version: source.version, server: o.server ?? 'builtin' });
+      const logger = o.logger ?? silentLogger;
+      logger.info('built-in policy loaded on the native core', { version: source.version, device: o.device, slots: o.maxBatch, maxLen });
+      return new NativePolicyBackend(model, engine, o.interrupt, logger);
+    } catch (err) {
+      model.dispose();
+      throw err;
+    }
+  }
+
+  generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
+    return this.engine.generate(request, signal);
+  }
+
+  releaseSession(sessionId: string): void {
+    this.engine.releaseSession(sessionId);
+  }
+
+  /** Writes the new version's weights into the model between decode steps (rollout.interrupt decides when). */
+  updatePolicy(update: PolicyUpdate): Promise<void> {
+    const next = this.updating.then(async () => {
+      if (update.version <= this.engine.currentPolicyVersion()) {
+        this.logger.warn('ignoring a policy update that is not newer', { version: update.version, current: this.engine.currentPolicyVersion() });
+        return;
+      }
+      const config = parseModelConfig(JSON.parse(update.configJson));
+      const same = (Object.keys(config) as (keyof typeof config)[]).every((k) => config[k] === this.model.config[k]);
+      if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
+      const t0 = performance.now();
+      await this.engine.swap(update.version, () => this.model.loadWeights(update.weightsPath), this.interrupt);
+      this.logger.info('policy hot-swapped in place', { version: update.version, ms: Math.round(performance.now() - t0) });
+    });
+    this.updating = next.catch(() => {});
+    return next;
+  }
+
+  currentPolicyVersion(): number {
+    return this.engine.currentPolicyVersion();
+  }
+
+  stats(): NativeEngineStats {
+    return this.engine.stats();
+  }
+
+  async close(): Promise<void> {
+    await this.updating;
+    this.engine.close();
+    this.model.dispose();
+  }
+}

@@ -1,0 +1,103 @@
+// The built-in policy on the native core (producers/policy/native-backend.ts, NativeEngine.swap): a new policy
+// version written into the model in place, under rollout.interrupt next_token (the turn goes on with the new
+// weights, its context prefilled again) and next_turn (the turn finishes on the old ones first); the config's
+// device: cuda where CUDA is absent. Runs on the CPU device (the class takes the device; the config's path
+// is cuda only).
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { silentLogger } from '../../core/telemetry.ts';
+import { Model, cudaAvailable, nativeAvailable, type ModelConfig } from '../../native/index.ts';
+import { backends } from '../../producers/backends/registry.ts';
+import { NativePolicyBackend } from '../../producers/policy/native-backend.ts';
+import { NativeEngine } from '../../producers/policy/native-engine.ts';
+import type { SamplingParams } from '../../schemas/generated/types.ts';
+import { TINY, maxAbsDiff, pack } from './helpers.ts';
+
+const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
+const CFG: ModelConfig = { ...TINY, hidden_size: 32, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 61, max_position_embeddings: 128 };
+const sampling = (o: Partial<SamplingParams> = {}) => ({ temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 30, seed: 3, stop_token_ids: [], ...o }) as SamplingParams;
+
+async function forwardLogprobs(m: Model, prompt: number[], out: number[]): Promise<number[]> {
+  const { batch, targets } = pack([[...prompt, ...out]]);
+  const { logprobs } = await m.forward(batch, targets);
+  return Array.from(logprobs.slice(prompt.length - 1, prompt.length - 1 + out.length));
+}
+
+/** Resolves once the engine has run `n` steps. */
+async function afterSteps(engine: NativeEngine, n: number): Promise<void> {
+  while (engine.stats().steps < n) await new Promise((r) => setImmediate(r));
+}
+
+test("next_token: a turn under way goes on with the new weights in place, each token carrying its version's log-prob", { skip }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rls-native-swap-'));
+  try {
+    const v1 = Model.init(CFG, { seed: 2, threads: 2, initStd: 0.3 });
+    await v1.save(join(dir, 'v1.safetensors'));
+    const v0 = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3 });
+    const m = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3 });
+    const engine = new NativeEngine(m, { slots: 2, maxLen: 64 });
+    const prompt = [1, 2, 3, 4, 5, 6];
+    const turn = engine.generate({ requestId: 'a', sessionId: 's', promptIds: prompt, sampling: sampling() });
+    await afterSteps(engine, 8);
+    await engine.swap(1, () => m.loadWeights(join(dir, 'v1.safetensors')), 'next_token');
+    const r = await turn;
+    const k = r.policyVersions.indexOf(1);
+    assert.ok(k >= 8 && k < 30, `the swap landed mid-turn (first v1 token at ${k})`);
+    assert.ok(r.policyVersions.slice(k).every((v) => v === 1) && r.policyVersions.slice(0, k).every((v) => v === 0));
+    const old = await forwardLogprobs(v0, prompt, r.tokenIds);
+    const neu = await forwardLogprobs(v1, prompt, r.tokenIds);
+    assert.ok(maxAbsDiff(r.logprobs.slice(0, k), old.slice(0, k)) < 1e-5, 'tokens before the swap: the old weights');
+    assert.ok(maxAbsDiff(r.logprobs.slice(k), neu.slice(k)) < 1e-5, 'tokens after it: the new weights on the whole context');
+    assert.equal(engine.currentPolicyVersion(), 1);
+    engine.close();
+    for (const x of [m, v0, v1]) x.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('next_turn: the turn under way finishes on the old weights, the next turn of its session starts fresh on the new', { skip }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rls-native-swap-'));
+  try {
+    const v1 = Model.init(CFG, { seed: 2, threads: 2, initStd: 0.3 });
+    await v1.save(join(dir, 'v1.safetensors'));
+    const v0 = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3 });
+    await v0.save(join(dir, 'v0.safetensors'));
+    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, interrupt: 'next_turn', logger: silentLogger });
+    const prompt = [7, 8, 9];
+    const turn = backend.generate({ requestId: 'a', sessionId: 's', promptIds: prompt, sampling: sampling() });
+    await afterSteps((backend as unknown as { engine: NativeEngine }).engine, 5);
+    const update = backend.updatePolicy({ version: 1, weightsPath: join(dir, 'v1.safetensors'), configJson: JSON.stringify(CFG) });
+    const r = await turn;
+    await update;
+    assert.ok(r.policyVersions.every((v) => v === 0), 'the whole turn on v0');
+    assert.ok(maxAbsDiff(r.logprobs, await forwardLogprobs(v0, prompt, r.tokenIds)) < 1e-5);
+    const ctx = [...prompt, ...r.tokenIds, 11, 12];
+    const before = backend.stats().reusedTokens;
+    const r2 = await backend.generate({ requestId: 'b', sessionId: 's', promptIds: ctx, sampling: sampling({ max_new_tokens: 5 }) });
+    assert.equal(backend.stats().reusedTokens, before, "the session's v0 cache is not reused on v1");
+    assert.deepEqual(r2.policyVersions, [1, 1, 1, 1, 1]);
+    assert.ok(maxAbsDiff(r2.logprobs, await forwardLogprobs(v1, ctx, r2.tokenIds)) < 1e-5);
+    await assert.rejects(backend.updatePolicy({ version: 2, weightsPath: join(dir, 'v1.safetensors'), configJson: JSON.stringify({ ...CFG, hidden_size: 64 }) }), /changes the model architecture/);
+    assert.throws(
+      () => NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 1, interrupt: 'finish' }),
+      /supports next_turn and next_token, not finish/,
+    );
+    await backend.close();
+    v0.dispose();
+    v1.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('backend device: cuda without CUDA stops with the field and both fixes named', { skip: nativeAvailable() && !cudaAvailable() ? false : 'CUDA is available here (or the addon is not built)' }, async () => {
+  const plugin = backends.get('builtin');
+  await assert.rejects(
+    plugin.create({ max_batch: 4, threads: 1, workers: 1, kv_cache_bytes: 0, device: 'cuda' }, { configJson: JSON.stringify(CFG), initWeights: '/nonexistent', tokenizerDir: '', baseDir: '.', interrupt: 'next_turn', logger: silentLogger }),
+    /backend\.device: cuda needs the native addon built with RLSTREAM_CUDA=1 .* or set backend\.device: cpu/,
+  );
+});
