@@ -97,6 +97,8 @@ export interface ProcessorMetrics {
   aborted: number;
   /** Transactions run again after a retriable failure. */
   retried: number;
+  /** Wall time spent in transactions (begin to commit, retries included): what the loop waits on the log. */
+  transactionMs: number;
   counters: Record<string, number>;
 }
 
@@ -155,7 +157,7 @@ export class StreamProcessor {
   /** Restored checkpoints: records in [c, n) outside the held ranges were finished before a restart. */
   private readonly restored = new Map<string, Checkpoint>();
   private readonly known = new Set<string>();
-  private readonly m: ProcessorMetrics = { recordsIn: 0, recordsOut: 0, deadLettered: 0, skipped: 0, batches: 0, transactions: 0, aborted: 0, retried: 0, counters: {} };
+  private readonly m: ProcessorMetrics = { recordsIn: 0, recordsOut: 0, deadLettered: 0, skipped: 0, batches: 0, transactions: 0, aborted: 0, retried: 0, transactionMs: 0, counters: {} };
 
   constructor(options: ProcessorOptions) {
     this.opts = { maxBatchRecords: 500, maxBatchWaitMs: 0, pollTimeoutMs: 100, maxOutputBytes: 1 << 20, retryForMs: 180_000, ...options };
@@ -415,6 +417,7 @@ export class StreamProcessor {
    */
   private async transact(touched: { topic: string; partition: number }[], fill: (tx: Transaction) => Promise<void>): Promise<void> {
     let moved: string[] = [];
+    const t0 = performance.now();
     try {
       await retry(
         async (n) => {
@@ -445,6 +448,8 @@ export class StreamProcessor {
     } catch (err) {
       this.logger.error('transaction failed', { error: describeError(err), ...(moved.length > 0 ? { reassignedOrRewound: moved } : {}) });
       throw err;
+    } finally {
+      this.m.transactionMs += performance.now() - t0;
     }
   }
 
