@@ -3,7 +3,7 @@
 // file that holds the bytes; it is both the report (EmbeddedLog.damage(), `rlstream log repair`) and the
 // acknowledgement that lets a later open accept the gap instead of failing again. Readers skip a gap and count
 // it. Files that hold state (meta.json, checkpoint.json, damage.json) fail with an error naming the file.
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 
@@ -60,6 +60,15 @@ export function fsyncDir(dir: string): void {
     fsyncSync(fd);
   } finally {
     closeSync(fd);
+  }
+}
+
+/** Delete a file; one already gone is fine. */
+export function unlinkIfThere(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
 }
 

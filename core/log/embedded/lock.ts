@@ -5,9 +5,10 @@
 // which nothing else in the directory cleans up: two processes starting together each have their own, and the
 // one that wins the lock never deletes the other's.
 import { randomBytes } from 'node:crypto';
-import { linkSync, readFileSync, realpathSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, readFileSync, realpathSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
+import { unlinkIfThere } from './damage.ts';
 
 const heldHere = new Set<string>();
 
@@ -26,14 +27,6 @@ function holder(path: string): number | null {
     return Number.isFinite(pid) ? pid : null;
   } catch {
     return null;
-  }
-}
-
-function unlinkIfThere(path: string): void {
-  try {
-    unlinkSync(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
 }
 

@@ -5,12 +5,12 @@
 // (LOG_CORRUPT with the repair command) unless its damage ledger lists the gap; damaged frames found inside a
 // segment are quarantined (see segment.ts). A read-only open reads around both instead, in memory. Readers step
 // over gaps and count the offsets skipped.
-import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { isRlstreamError, RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import type { RecordChunk, RetentionOptions } from '../types.ts';
-import { corruptError, DamageLedger, type DamageRecord } from './damage.ts';
+import { corruptError, DamageLedger, type DamageRecord, unlinkIfThere } from './damage.ts';
 import { type EncodedBatch, FRAME, offsetAt } from './record-format.ts';
 import { Segment, type SegmentConfig, type SegmentDamage, segmentFileName } from './segment.ts';
 
@@ -31,14 +31,6 @@ export interface ReadCursor {
   pos: number;
   /** The partition's layout epoch pos was computed in (Partition.epoch); another epoch recomputes it. */
   epoch?: number;
-}
-
-function unlinkIfThere(path: string): void {
-  try {
-    unlinkSync(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
 }
 
 export class Partition {
