@@ -175,6 +175,10 @@ test('user code named by module/export: a missing module, a missing export and a
     await assert.rejects(r.load({ module: './reward.ts', export: 'weight' }, dir, 'reward'), /reward\.export: \.\/reward\.ts export "weight" is not a function/);
     r.register('one', () => 1);
     assert.throws(() => r.get('onee', 'reward.name'), /reward\.name: unknown reward function "onee" \(did you mean one\?\) \(known: one\)/);
+    // A run's copy takes its own plug-ins without adding them to the registry it was copied from.
+    const run = r.copy().register('two', () => 2);
+    assert.deepEqual([run.names(), r.names()], [['one', 'two'], ['one']]);
+    assert.throws(() => run.register('two', 'not a function' as never), /reward function "two" is not a function/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
