@@ -52,6 +52,11 @@ export interface RlPhaseFigures {
   trainer_compute_seconds: number;
   trainer_wait_seconds: number;
   tool_latency_ms: { p50: number; p99: number; max: number; count: number };
+  /**
+   * Rollout–trainer log-prob mismatch (|behaviour − recomputed| on trained tokens, before each update): the mean of
+   * the steps' means and the largest of their maxima. Numerics alone when the backend and trainer agree.
+   */
+  logprob_mismatch: { mean: number; max: number };
 }
 
 export interface MainJobSummary {
@@ -223,7 +228,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
 
     const plot = join(runDir, 'learning-curves.svg');
     writeFileSync(plot, curves(runId, steps, evals, { full: heldoutN, during: duringN }));
-    const toolRate = (s: TrainStep | undefined) => s?.metrics.find((m) => m.name === 'tool_success_rate')?.value ?? 0;
+    const toolRate = (s: TrainStep | undefined) => (s ? stepMetric(s, 'tool_success_rate') : 0);
     return finishRun(runDir, {
       run_id: runId,
       seed: config.run.seed,
@@ -248,6 +253,10 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
         trainer_compute_seconds: steps.reduce((n, s) => n + s.compute_ms, 0) / 1000,
         trainer_wait_seconds: steps.reduce((n, s) => n + s.wait_ms, 0) / 1000,
         tool_latency_ms: { p50: rollout.toolLatencyMs.p50, p99: rollout.toolLatencyMs.p99, max: rollout.toolLatencyMs.max, count: rollout.toolLatencyMs.count },
+        logprob_mismatch: {
+          mean: steps.reduce((n, s) => n + stepMetric(s, 'logprob_mismatch_mean'), 0) / Math.max(1, steps.length),
+          max: steps.reduce((n, s) => Math.max(n, stepMetric(s, 'logprob_mismatch_max')), 0),
+        },
       },
       plot,
       data_dir: runDir,
@@ -257,6 +266,11 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     for (const close of closers) await close().catch(() => {});
     await ctx.close();
   }
+}
+
+/** A named metric of a training step (0 when the step did not record it). */
+function stepMetric(s: TrainStep, name: string): number {
+  return s.metrics.find((m) => m.name === name)?.value ?? 0;
 }
 
 async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
@@ -270,7 +284,7 @@ async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
  * The per-step reward is noisy (a step is a few groups): its moving average is drawn over it.
  */
 export function curves(runId: string, steps: TrainStep[], evals: { step: number; accuracy: number }[], problems: { full: number; during: number }): string {
-  const metric = (s: TrainStep, name: string) => s.metrics.find((m) => m.name === name)?.value ?? 0;
+
   const point = (e: { step: number; accuracy: number }) => ({ x: e.step, y: e.accuracy });
   const isFull = (e: { step: number }, i: number) => e.step === 0 || i === evals.length - 1;
   const during = evals.filter((e, i) => !isFull(e, i));
@@ -284,7 +298,7 @@ export function curves(runId: string, steps: TrainStep[], evals: { step: number;
   return lineChartsSvg(`rlstream main job ${runId}`, 'training step', [
     { name: 'reward (mean of the step’s samples)', points: steps.map((s) => ({ x: s.step, y: s.reward_mean })), smooth: Math.max(3, Math.round(steps.length / 10)), yMin: 0, yMax: 1 },
     { name: 'held-out accuracy', lines: heldout, yMin: 0, yMax: 1 },
-    { name: 'tool-call success rate', points: steps.map((s) => ({ x: s.step, y: metric(s, 'tool_success_rate') })), yMin: 0, yMax: 1 },
+    { name: 'tool-call success rate', points: steps.map((s) => ({ x: s.step, y: stepMetric(s, 'tool_success_rate') })), yMin: 0, yMax: 1 },
     { name: 'staleness (mean policy-version lag)', points: steps.map((s) => ({ x: s.step, y: s.staleness_mean })) },
   ]);
 }
