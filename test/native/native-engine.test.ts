@@ -162,3 +162,24 @@ test('rows without top-k / top-p are drawn by the native core: the tokens sample
   assert.ok(maxAbsDiff(res[0]!.logprobs, await forwardLogprobs(m, prompt, res[0]!.tokenIds)) < 1e-5, 'T = 1: log-probs of the forward');
   m.dispose();
 });
+
+test("setVersion (weights changed in place by the model's owner): new tokens carry it and sessions' older caches are not reused", { skip }, async () => {
+  const m = Model.init(CFG, { seed: 9, threads: 2, initStd: 0.3 });
+  const engine = new NativeEngine(m, { slots: 2, maxLen: 64 });
+  const prompt = [2, 4, 6, 8];
+  const r1 = await engine.generate({ requestId: 'a', sessionId: 's', promptIds: prompt, sampling: sampling({ max_new_tokens: 5 }) });
+  assert.deepEqual(r1.policyVersions, [0, 0, 0, 0, 0]);
+  // a trainer step on the same model, then the version
+  const { batch, targets, mask } = pack([[...prompt, ...r1.tokenIds]]);
+  await m.backwardCrossEntropy(batch, targets, mask);
+  await m.adamwStep({ lr: 0.05, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
+  engine.setVersion(1);
+  const ctx = [...prompt, ...r1.tokenIds, 3];
+  const before = engine.stats().reusedTokens;
+  const r2 = await engine.generate({ requestId: 'b', sessionId: 's', promptIds: ctx, sampling: sampling({ max_new_tokens: 5 }) });
+  assert.equal(engine.stats().reusedTokens, before, 'the v0 cache of the session is recomputed');
+  assert.deepEqual(r2.policyVersions, [1, 1, 1, 1, 1]);
+  assert.ok(maxAbsDiff(r2.logprobs, await forwardLogprobs(m, ctx, r2.tokenIds)) < 1e-5, 'the updated weights');
+  engine.close();
+  m.dispose();
+});
