@@ -399,39 +399,48 @@ PolicyLossOptions step_loss_options() {
   return o;
 }
 
-struct StepInputs {
+// The one policy-loss step both the CUDA-vs-CPU check and the dump for torch_ref.py run: the model's shape, five
+// sequences (lengths 1 to 300) and per-token advantages, behaviour and reference log-probs, seeded. The batch and
+// the loss inputs point into its own vectors, so it is neither copied nor moved.
+struct StepProblem {
+  ModelConfig cfg = make_config(256, 2, 4, 2, 512, 1000, false, true);
+  Packed p;
   std::vector<float> adv, behav, ref;
-};
-StepInputs step_inputs(Rng& r, const Packed& p, int V) {
-  StepInputs s;
-  const size_t T = p.tokens.size();
-  for (size_t t = 0; t < T; t++) {
-    s.adv.push_back(r.normal());
-    s.behav.push_back((float)(-std::log((double)V) + 0.5 * r.normal()));
-    s.ref.push_back((float)(-std::log((double)V) + 0.5 * r.normal()));
+  Batch b;
+  PolicyLossInputs pin;
+  StepProblem() {
+    Rng r(7);
+    std::vector<std::vector<int32_t>> seqs;
+    for (int L : {1, 70, 128, 300, 13}) {
+      std::vector<int32_t> s(L);
+      for (auto& x : s) x = r.below(cfg.vocab_size);
+      seqs.push_back(s);
+    }
+    p = pack(seqs);
+    b = batch_of(p);
+    const double logV = std::log((double)cfg.vocab_size);
+    for (size_t t = 0; t < p.tokens.size(); t++) {
+      adv.push_back(r.normal());
+      behav.push_back((float)(-logV + 0.5 * r.normal()));
+      ref.push_back((float)(-logV + 0.5 * r.normal()));
+    }
+    pin.mask = p.mask.data();
+    pin.advantages = adv.data();
+    pin.behaviour = behav.data();
+    pin.ref = ref.data();
   }
-  return s;
-}
+  StepProblem(const StepProblem&) = delete;
+  StepProblem& operator=(const StepProblem&) = delete;
+};
 
 // Same model, same step on CPU and CUDA: log-probs, loss, every gradient tensor, the AdamW update.
 void check_model() {
   std::printf("\n== model: one policy-loss step on CUDA vs CPU ==\n");
-  const ModelConfig cfg = make_config(256, 2, 4, 2, 512, 1000, false, true);
-  Rng r(7);
-  std::vector<std::vector<int32_t>> seqs;
-  for (int L : {1, 70, 128, 300, 13}) {
-    std::vector<int32_t> s(L);
-    for (auto& x : s) x = r.below(cfg.vocab_size);
-    seqs.push_back(s);
-  }
-  const Packed p = pack(seqs);
-  const Batch b = batch_of(p);
-  const StepInputs in = step_inputs(r, p, cfg.vocab_size);
-  PolicyLossInputs pin;
-  pin.mask = p.mask.data();
-  pin.advantages = in.adv.data();
-  pin.behaviour = in.behav.data();
-  pin.ref = in.ref.data();
+  const StepProblem sp;
+  const ModelConfig& cfg = sp.cfg;
+  const Packed& p = sp.p;
+  const Batch& b = sp.b;
+  const PolicyLossInputs& pin = sp.pin;
   Model cpu(cfg, 8, 0, Device::Cpu), gpu(cfg, 8, 0, Device::Cuda);
   cpu.init_random(11, 0.05f);
   gpu.init_random(11, 0.05f);
@@ -475,22 +484,11 @@ void check_model() {
 
 // One policy-loss step dumped for torch_ref.py.
 void dump_step(const std::string& path) {
-  const ModelConfig cfg = make_config(256, 2, 4, 2, 512, 1000, false, true);
-  Rng r(7);
-  std::vector<std::vector<int32_t>> seqs;
-  for (int L : {1, 70, 128, 300, 13}) {
-    std::vector<int32_t> s(L);
-    for (auto& x : s) x = r.below(cfg.vocab_size);
-    seqs.push_back(s);
-  }
-  const Packed p = pack(seqs);
-  const Batch b = batch_of(p);
-  const StepInputs in = step_inputs(r, p, cfg.vocab_size);
-  PolicyLossInputs pin;
-  pin.mask = p.mask.data();
-  pin.advantages = in.adv.data();
-  pin.behaviour = in.behav.data();
-  pin.ref = in.ref.data();
+  const StepProblem sp;
+  const ModelConfig& cfg = sp.cfg;
+  const Packed& p = sp.p;
+  const Batch& b = sp.b;
+  const PolicyLossInputs& pin = sp.pin;
   const int T = b.T, V = cfg.vocab_size;
   StWriter w;
   w.meta["config"] = config_json(cfg);
@@ -500,9 +498,9 @@ void dump_step(const std::string& path) {
   w.i32("seq_starts", {(int64_t)p.starts.size()}, p.starts.data(), p.starts.size());
   w.i32("targets", {T}, p.targets.data(), T);
   w.f32("mask", {T}, p.mask.data(), T);
-  w.f32("advantages", {T}, in.adv.data(), T);
-  w.f32("behaviour", {T}, in.behav.data(), T);
-  w.f32("ref", {T}, in.ref.data(), T);
+  w.f32("advantages", {T}, sp.adv.data(), T);
+  w.f32("behaviour", {T}, sp.behav.data(), T);
+  w.f32("ref", {T}, sp.ref.data(), T);
   for (Device dev : {Device::Cuda, Device::Cpu}) {
     const std::string pre = dev == Device::Cuda ? "cuda." : "cpu.";
     Model m(cfg, 8, 0, dev);
