@@ -8,6 +8,7 @@ import { policyConfig, type PolicyModelConfig } from './config.ts';
 import type { EngineStats, RolloutInterrupt } from './engine.ts';
 import { InProcessEngine, type EngineSetup, type PolicyEngine } from './engine-host.ts';
 import { WorkerEngines } from './engine-workers.ts';
+import { PolicyUpdates } from './updates.ts';
 
 export interface BuiltinPolicyOptions {
   /** Most sequences decoded together (default 64). */
@@ -40,7 +41,7 @@ async function loadWeights(source: BuiltinPolicySource): Promise<TensorMap> {
 
 export class BuiltinPolicyBackend implements LlmBackend {
   readonly name = 'builtin';
-  private updating: Promise<void> = Promise.resolve();
+  private readonly updates: PolicyUpdates;
 
   private constructor(
     private config: PolicyModelConfig,
@@ -48,7 +49,9 @@ export class BuiltinPolicyBackend implements LlmBackend {
     private readonly logger: Logger,
     /** Engine worker threads serving generations (1: the engine runs in the caller's thread). */
     readonly workers: number,
-  ) {}
+  ) {
+    this.updates = new PolicyUpdates(() => engine.currentVersion(), logger);
+  }
 
   static async create(source: BuiltinPolicySource, options: BuiltinPolicyOptions = {}): Promise<BuiltinPolicyBackend> {
     const config = policyConfig(source.configJson);
@@ -74,11 +77,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
 
   /** Load a new version (export + new onnxruntime session) and switch to it; updates apply in order. */
   updatePolicy(update: PolicyUpdate): Promise<void> {
-    const next = this.updating.then(async () => {
-      if (update.version <= this.engine.currentVersion()) {
-        this.logger.warn('ignoring a policy update that is not newer', { version: update.version, current: this.engine.currentVersion() });
-        return;
-      }
+    return this.updates.apply(update, async () => {
       const config = policyConfig(update.configJson);
       if (!sameShape(config, this.config)) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
       const weights = await readSafetensors(update.weightsPath);
@@ -86,9 +85,6 @@ export class BuiltinPolicyBackend implements LlmBackend {
       this.config = config;
       this.logger.info('policy hot-swapped', { version: update.version, ...times });
     });
-    // A failed update must not block later ones.
-    this.updating = next.catch(() => {});
-    return next;
   }
 
   currentPolicyVersion(): number {
@@ -100,7 +96,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   }
 
   async close(): Promise<void> {
-    await this.updating;
+    await this.updates.settled();
     await this.engine.close();
   }
 }

@@ -7,6 +7,7 @@ import { Model, parseModelConfig, type DeviceKind } from '../../native/model.ts'
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
 import type { RolloutInterrupt } from './engine.ts';
 import { NativeEngine, type NativeEngineStats } from './native-engine.ts';
+import { PolicyUpdates } from './updates.ts';
 
 export interface NativePolicyOptions {
   device: DeviceKind;
@@ -24,14 +25,16 @@ export const NATIVE_INTERRUPTS: readonly RolloutInterrupt[] = Object.freeze(['ne
 
 export class NativePolicyBackend implements LlmBackend {
   readonly name = 'builtin';
-  private updating: Promise<void> = Promise.resolve();
+  private readonly updates: PolicyUpdates;
 
   private constructor(
     private readonly model: Model,
     private readonly engine: NativeEngine,
     private readonly interrupt: 'next_turn' | 'next_token',
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.updates = new PolicyUpdates(() => engine.currentPolicyVersion(), logger);
+  }
 
   static create(source: { configJson: string; weightsPath: string; version: number }, o: NativePolicyOptions): NativePolicyBackend {
     if (o.interrupt !== 'next_turn' && o.interrupt !== 'next_token')
@@ -60,11 +63,7 @@ export class NativePolicyBackend implements LlmBackend {
 
   /** Writes the new version's weights into the model between decode steps (rollout.interrupt decides when). */
   updatePolicy(update: PolicyUpdate): Promise<void> {
-    const next = this.updating.then(async () => {
-      if (update.version <= this.engine.currentPolicyVersion()) {
-        this.logger.warn('ignoring a policy update that is not newer', { version: update.version, current: this.engine.currentPolicyVersion() });
-        return;
-      }
+    return this.updates.apply(update, async () => {
       const config = parseModelConfig(JSON.parse(update.configJson));
       const same = (Object.keys(config) as (keyof typeof config)[]).every((k) => config[k] === this.model.config[k]);
       if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
@@ -72,8 +71,6 @@ export class NativePolicyBackend implements LlmBackend {
       await this.engine.swap(update.version, () => this.model.loadWeights(update.weightsPath), this.interrupt);
       this.logger.info('policy hot-swapped in place', { version: update.version, ms: Math.round(performance.now() - t0) });
     });
-    this.updating = next.catch(() => {});
-    return next;
   }
 
   currentPolicyVersion(): number {
@@ -85,7 +82,7 @@ export class NativePolicyBackend implements LlmBackend {
   }
 
   async close(): Promise<void> {
-    await this.updating;
+    await this.updates.settled();
     this.engine.close();
     this.model.dispose();
   }

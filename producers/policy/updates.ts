@@ -1,0 +1,33 @@
+// The order in which a built-in backend takes policy versions, whatever engine holds the weights: one update at
+// a time, in the order they arrive; a version not newer than the one served is skipped with a warning (a follower
+// that reopened its consumer reads versions again); a failed update is the caller's error and does not block the
+// updates after it.
+import type { Logger } from '../../core/telemetry.ts';
+import type { PolicyUpdate } from '../backends/types.ts';
+
+export class PolicyUpdates {
+  private tail: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly current: () => number,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Runs `load` after the updates before it, unless `update` is not newer than the version served then. */
+  apply(update: PolicyUpdate, load: () => Promise<void>): Promise<void> {
+    const next = this.tail.then(async () => {
+      if (update.version <= this.current()) {
+        this.logger.warn('ignoring a policy update that is not newer', { version: update.version, current: this.current() });
+        return;
+      }
+      await load();
+    });
+    this.tail = next.catch(() => {});
+    return next;
+  }
+
+  /** Resolves when every update applied so far has finished (failed ones included). */
+  settled(): Promise<void> {
+    return this.tail;
+  }
+}
