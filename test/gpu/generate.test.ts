@@ -7,7 +7,7 @@ import { test, type TestContext } from 'node:test';
 import { Model, cudaAvailable, nativeAvailable, type ModelConfig } from '../../native/index.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
-import { TINY, maxAbsDiff, pack, randomSeqs, rng } from '../native/helpers.ts';
+import { TINY, argmax, decodeGreedy, fullLogprobs, maxAbsDiff, one, pack, randomSeqs, rng } from '../native/helpers.ts';
 
 const built = nativeAvailable();
 const skip = !built ? 'native addon not built (npm run build:native)' : cudaAvailable() ? false : 'no CUDA: addon built without RLSTREAM_CUDA=1 or no GPU present';
@@ -17,16 +17,6 @@ const HD48: ModelConfig = { ...HD64, hidden_size: 96, num_attention_heads: 2, in
 // bf16 operands in every product: log-probs agree with fp32 to a few 1e-2 at these scales (cuda.test.ts: 1e-2 relative)
 const BF16_LOGPROB = 0.1;
 
-const one = (x: number) => Int32Array.of(x);
-function argmax(row: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
-  return best;
-}
-async function fullLogprobs(m: Model, seq: number[], from: number): Promise<Float32Array> {
-  const { batch, targets } = pack([seq]);
-  return (await m.forward(batch, targets)).logprobs.slice(from - 1, seq.length - 1);
-}
 function pair(cfg: ModelConfig, seed: number): { gpu: Model; cpu: Model } {
   return { gpu: Model.init(cfg, { seed, initStd: 0.1, device: 'cuda' }), cpu: Model.init(cfg, { seed, initStd: 0.1, threads: 4 }) };
 }
@@ -36,15 +26,9 @@ for (const [name, cfg] of [['head dim 64', HD64], ['head dim 48', HD48]] as cons
     const { gpu, cpu } = pair(cfg, 3);
     gpu.kvReserve(3, 600);
     const prompt = randomSeqs(rng(1), [300], cfg.vocab_size)[0]!;
-    let probs = await gpu.extend(one(2), one(prompt.length), Int32Array.from(prompt));
     const seq = [...prompt];
     const got: number[] = [];
-    for (let i = 0; i < 200; i++) {
-      const tok = argmax(probs);
-      got.push(Math.log(probs[tok]!));
-      seq.push(tok);
-      probs = await gpu.extend(one(2), one(1), one(tok));
-    }
+    await decodeGreedy(gpu, 2, await gpu.extend(one(2), one(prompt.length), Int32Array.from(prompt)), 200, seq, got);
     const dg = maxAbsDiff(got, await fullLogprobs(gpu, seq, prompt.length));
     const dc = maxAbsDiff(got, await fullLogprobs(cpu, seq, prompt.length));
     t.diagnostic(`${name}: 200 greedy tokens after a 300-token prompt: max |KV log-prob - forward| cuda ${dg.toExponential(2)}, cpu fp32 ${dc.toExponential(2)}`);

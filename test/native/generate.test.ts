@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
 import { Model, nativeAvailable, type ModelConfig } from '../../native/index.ts';
-import { TINY, maxAbsDiff, pack, randomSeqs, rng } from './helpers.ts';
+import { TINY, argmax, decodeGreedy, fullLogprobs, maxAbsDiff, one, pack, randomSeqs, rng } from './helpers.ts';
 
 const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
 const CFG: ModelConfig = { ...TINY, hidden_size: 32, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 61, max_position_embeddings: 128 };
@@ -15,34 +15,13 @@ function model(seed = 7): Model {
   return Model.init(CFG, { seed, threads: 2, initStd: 0.3 });
 }
 
-function argmax(row: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
-  return best;
-}
-
-/** Log-probs the full forward gives to each token of `seq` after position `from` (targets = next tokens). */
-async function fullLogprobs(m: Model, seq: number[], from: number): Promise<Float32Array> {
-  const { batch, targets } = pack([seq]);
-  const { logprobs } = await m.forward(batch, targets);
-  return logprobs.slice(from - 1, seq.length - 1);
-}
-
-const one = (x: number) => Int32Array.of(x);
-
 test('a greedy continuation through the KV cache has the log-probs of the full forward on the same tokens', { skip }, async () => {
   const m = model();
   m.kvReserve(2, 64);
   const prompt = randomSeqs(rng(1), [7], V)[0]!;
-  let probs = await m.extend(one(1), one(prompt.length), Int32Array.from(prompt));
   const seq = [...prompt];
   const got: number[] = [];
-  for (let i = 0; i < 20; i++) {
-    const tok = argmax(probs);
-    got.push(Math.log(probs[tok]!));
-    seq.push(tok);
-    probs = await m.extend(one(1), one(1), one(tok));
-  }
+  await decodeGreedy(m, 1, await m.extend(one(1), one(prompt.length), Int32Array.from(prompt)), 20, seq, got);
   assert.equal(m.kvLength(1), seq.length);
   assert.equal(m.kvLength(0), 0);
   const want = await fullLogprobs(m, seq, prompt.length);
@@ -131,29 +110,13 @@ test('a multi-turn slot (prefill, decode, prefill the next observation, decode) 
   const [p1, obs] = randomSeqs(rng(5), [12, 6], V) as [number[], number[]];
   const seq: number[] = [];
   const got: number[] = []; // log-prob of every token after the first prompt, in order, from the KV path
-  const turn = async (prefill: number[], decode: number) => {
-    let probs = await m.extend(one(0), one(prefill.length), Int32Array.from(prefill));
-    seq.push(...prefill);
-    for (let i = 0; i < decode; i++) {
-      const tok = argmax(probs);
-      got.push(Math.log(probs[tok]!));
-      seq.push(tok);
-      probs = await m.extend(one(0), one(1), one(tok));
-    }
-    return probs;
-  };
-  const last = await turn(p1, 8);
+  seq.push(...p1);
+  const last = await decodeGreedy(m, 0, await m.extend(one(0), one(p1.length), Int32Array.from(p1)), 8, seq, got);
   // the next observation's tokens: their log-probs under the previous turn's last distribution and then their own
   got.push(Math.log(last[obs[0]!]!));
   const second = await m.extend(one(0), one(obs.length), Int32Array.from(obs));
   seq.push(...obs);
-  let probs = second;
-  for (let i = 0; i < 8; i++) {
-    const tok = argmax(probs);
-    got.push(Math.log(probs[tok]!));
-    seq.push(tok);
-    probs = await m.extend(one(0), one(1), one(tok));
-  }
+  await decodeGreedy(m, 0, second, 8, seq, got);
   assert.equal(m.kvLength(0), seq.length);
   const full = await fullLogprobs(m, seq, p1.length);
   // KV-path log-probs exist for the decoded tokens and the first observation token; the rest of the observation

@@ -1,5 +1,5 @@
 // Shared fixtures of the native tests: tiny configs, packed batches, and comparisons against the reference.
-import type { ModelConfig, PackedBatch } from '../../native/index.ts';
+import type { Model, ModelConfig, PackedBatch } from '../../native/index.ts';
 
 export const TINY: ModelConfig = {
   hidden_size: 8,
@@ -42,4 +42,33 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let m = 0;
   for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
   return m;
+}
+
+/** One slot, one token: the per-slot arrays Model.extend takes. */
+export const one = (x: number): Int32Array => Int32Array.of(x);
+
+export function argmax(row: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
+  return best;
+}
+
+/** Log-probs the full forward gives to each token of `seq` after position `from` (targets = next tokens). */
+export async function fullLogprobs(m: Model, seq: number[], from: number): Promise<Float32Array> {
+  const { batch, targets } = pack([seq]);
+  return (await m.forward(batch, targets)).logprobs.slice(from - 1, seq.length - 1);
+}
+
+/**
+ * Greedy decoding of `steps` tokens in one slot through the KV cache, from `probs` (the distribution after what the
+ * slot holds): each token goes onto `seq` and its log-prob onto `logprobs`. Returns the distribution after the last.
+ */
+export async function decodeGreedy(m: Model, slot: number, probs: Float32Array, steps: number, seq: number[], logprobs: number[]): Promise<Float32Array> {
+  for (let i = 0; i < steps; i++) {
+    const tok = argmax(probs);
+    logprobs.push(Math.log(probs[tok]!));
+    seq.push(tok);
+    probs = await m.extend(one(slot), one(1), one(tok));
+  }
+  return probs;
 }
