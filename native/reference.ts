@@ -143,13 +143,13 @@ export function referenceForward(cfg: ModelConfig, p: RefParams, batch: PackedBa
 }
 
 /** verl agg_loss over packed sequences; sequences without masked tokens are left out of the seq-mean modes. */
-export function aggregate(values: ArrayLike<number>, mask: ArrayLike<number>, seqStarts: Int32Array, mode: NonNullable<PolicyLossOptions['aggregation']>): number {
+export function aggregate(values: ArrayLike<number>, responseMask: ArrayLike<number>, seqStarts: Int32Array, mode: NonNullable<PolicyLossOptions['aggregation']>): number {
   if (mode === 'token-mean') {
     let s = 0;
     let m = 0;
     for (let t = 0; t < values.length; t++) {
-      s += values[t]! * mask[t]!;
-      m += mask[t]!;
+      s += values[t]! * responseMask[t]!;
+      m += responseMask[t]!;
     }
     return m === 0 ? 0 : s / m;
   }
@@ -158,8 +158,8 @@ export function aggregate(values: ArrayLike<number>, mask: ArrayLike<number>, se
     let s = 0;
     let m = 0;
     for (let t = seqStarts[i]!; t < seqStarts[i + 1]!; t++) {
-      s += values[t]! * mask[t]!;
-      m += mask[t]!;
+      s += values[t]! * responseMask[t]!;
+      m += responseMask[t]!;
     }
     if (m === 0) continue;
     per.push(mode === 'seq-mean-token-sum' ? s : s / m);
@@ -257,13 +257,13 @@ export function referencePolicyLoss(cfg: ModelConfig, p: RefParams, batch: Packe
   return referencePolicyLossFromLogprobs(logprobs, entropy, inputs, batch.seqStarts, o, detached ?? logprobs).loss;
 }
 
-export function referenceCrossEntropy(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array, mask: Float32Array, lossScale = 1): number {
+export function referenceCrossEntropy(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array, responseMask: Float32Array, lossScale = 1): number {
   const { logprobs } = referenceForward(cfg, p, batch, targets);
   let s = 0;
   let m = 0;
   for (let t = 0; t < logprobs.length; t++) {
-    s -= logprobs[t]! * mask[t]!;
-    m += mask[t]!;
+    s -= logprobs[t]! * responseMask[t]!;
+    m += responseMask[t]!;
   }
   return m === 0 ? 0 : (lossScale * s) / m;
 }

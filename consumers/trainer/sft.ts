@@ -1,5 +1,5 @@
-// Supervised warm-up: cross-entropy on the tokens a demonstration's assistant wrote (mask 1), never on
-// prompt, tool or user tokens — the same masks the RL trainer uses. Sequences are packed like RL batches.
+// Supervised warm-up: cross-entropy on the tokens a demonstration's assistant wrote (response_mask 1), never on
+// prompt, tool or user tokens — the same response_mask the RL trainer uses. Sequences are packed like RL batches.
 import type { Model } from '../../native/model.ts';
 import { rng, shuffle } from '../../core/random.ts';
 import { packMicroBatches, type TrainSample } from './batch.ts';
@@ -7,8 +7,8 @@ import { packMicroBatches, type TrainSample } from './batch.ts';
 export interface SftExample {
   /** The whole conversation's tokens. */
   tokens: number[];
-  /** Per token: 1 where the token is trained on (assistant output), else 0. */
-  mask: number[];
+  /** Per token: 1 where the token is trained on (assistant output), else 0; a trajectory's response_mask. */
+  responseMask: number[];
 }
 
 export interface SftOptions {
@@ -33,12 +33,12 @@ export interface SftStepInfo {
 
 function toSample(e: SftExample, i: number): TrainSample {
   // A whole conversation is the "response" here: promptLength 0 would predict token 0 from nothing, so
-  // token 0 is the prompt and the rest is the response with the example's mask.
+  // token 0 is the prompt and the rest is the response with the example's responseMask.
   return {
     trajectoryId: String(i),
     tokens: e.tokens,
     promptLength: 1,
-    responseMask: e.mask.slice(1),
+    responseMask: e.responseMask.slice(1),
     advantages: [],
     behaviourLogprobs: [],
     staleness: 0,

@@ -1,6 +1,6 @@
 // SFT demonstrations for the calculator task, tokenized exactly as a rollout would hold them: the prompt
-// and tool responses (mask 0) through delta tokenization, and each assistant message as the tokens the
-// policy would generate after the generation prompt, up to and including the end-of-turn token (mask 1).
+// and tool responses (response_mask 0) through delta tokenization, and each assistant message as the tokens the
+// policy would generate after the generation prompt, up to and including the end-of-turn token (response_mask 1).
 import type { ChatTokenizer, ChatMessage } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../../producers/tokenizer/delta.ts';
 import type { SftExample } from '../../consumers/trainer/sft.ts';
@@ -25,15 +25,15 @@ export function demonstrationExample(tok: ChatTokenizer, problem: Problem, direc
   const delta = new DeltaTokenizer(tok);
   const messages = demonstration(problem, direct);
   const tokens: number[] = [];
-  const mask: number[] = [];
+  const responseMask: number[] = [];
   const push = (ids: number[], m: number) => {
     tokens.push(...ids);
-    for (let i = 0; i < ids.length; i++) mask.push(m);
+    for (let i = 0; i < ids.length; i++) responseMask.push(m);
   };
   push(delta.promptIds(messages.slice(0, 2), [CALCULATOR_TOOL]), 0);
   for (const msg of messages.slice(2)) {
     if (msg.role === 'assistant') push(tok.encode(assistantGenerationText(tok, msg)), 1);
     else push(delta.deltaIds([msg], true).ids, 0);
   }
-  return { tokens, mask };
+  return { tokens, responseMask };
 }

@@ -49,17 +49,17 @@ export function toolDemonstration(tok: ChatTokenizer, tools: ToolSet, row: Datas
   tool.create('demo', { ground_truth: gt });
   const reply = tool.execute('demo', { answer: gt }).text;
   const tokens: number[] = [];
-  const mask: number[] = [];
+  const responseMask: number[] = [];
   const push = (ids: number[], m: number) => {
     tokens.push(...ids);
-    for (let i = 0; i < ids.length; i++) mask.push(m);
+    for (let i = 0; i < ids.length; i++) responseMask.push(m);
   };
   push(delta.promptIds(row.prompt, tools.schemas()), 0);
   const call = `<tool_call>\n${JSON.stringify({ name: GSM8K_TOOL_NAME, arguments: { answer: gt } })}\n</tool_call>`;
   push(tok.encode(assistantGenerationText(tok, { role: 'assistant', content: call })), 1);
   push(delta.deltaIds([{ role: 'tool', content: reply, name: GSM8K_TOOL_NAME }], true).ids, 0);
   push(tok.encode(assistantGenerationText(tok, { role: 'assistant', content: `#### ${gt}` })), 1);
-  return { tokens, mask };
+  return { tokens, responseMask };
 }
 
 registerTask('gsm8k-tool', {

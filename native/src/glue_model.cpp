@@ -206,16 +206,16 @@ static BatchArgs batch_args(const Napi::CallbackInfo& info, const Model& m) {
   return a;
 }
 
-static View<float> mask_arg(const Napi::Value& v, const BatchArgs& a) {
-  View<float> mask = f32_arg(v, "mask");
-  check_length(mask.length, a.tokens.length, "mask");
-  check_finite(mask, "mask");
-  for (size_t t = 0; t < mask.length; t++) {
-    if (mask.data[t] < 0) invalid("mask[" + std::to_string(t) + "] is negative");
-    if (mask.data[t] != 0 && a.targets.data[t] < 0)
-      invalid("targets[" + std::to_string(t) + "] is -1 where mask[" + std::to_string(t) + "] is not 0");
+static View<float> response_mask_arg(const Napi::Value& v, const BatchArgs& a) {
+  View<float> response_mask = f32_arg(v, "response_mask");
+  check_length(response_mask.length, a.tokens.length, "response_mask");
+  check_finite(response_mask, "response_mask");
+  for (size_t t = 0; t < response_mask.length; t++) {
+    if (response_mask.data[t] < 0) invalid("response_mask[" + std::to_string(t) + "] is negative");
+    if (response_mask.data[t] != 0 && a.targets.data[t] < 0)
+      invalid("targets[" + std::to_string(t) + "] is -1 where response_mask[" + std::to_string(t) + "] is not 0");
   }
-  return mask;
+  return response_mask;
 }
 
 Napi::Promise ModelWrap::launch(Napi::Env env, std::function<void()> job, std::function<Napi::Value(Napi::Env)> done,
@@ -267,15 +267,15 @@ Napi::Value ModelWrap::Forward(const Napi::CallbackInfo& info) {
   });
 }
 
-// backwardCrossEntropy(tokens, seqStarts, targets, mask, lossScale) -> Promise<{ loss, tokens }>
+// backwardCrossEntropy(tokens, seqStarts, targets, response_mask, lossScale) -> Promise<{ loss, tokens }>
 Napi::Value ModelWrap::BackwardCrossEntropy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     Model& m = live("backwardCrossEntropy");
     BatchArgs a = batch_args(info, m);
-    View<float> mask = mask_arg(info[3], a);
+    View<float> response_mask = response_mask_arg(info[3], a);
     const double scale = num_arg(info[4], "options.lossScale");
-    auto loss = std::make_shared<CrossEntropyLoss>(mask.data, a.seq_starts.data, a.batch.S, a.batch.T, (float)scale);
+    auto loss = std::make_shared<CrossEntropyLoss>(response_mask.data, a.seq_starts.data, a.batch.S, a.batch.T, (float)scale);
     return launch_backward(
         env, a.batch, a.targets.data, loss, [loss] { return (double)loss->loss(); }, "cross-entropy loss",
         [loss](Napi::Env e) -> Napi::Value {
@@ -284,11 +284,11 @@ Napi::Value ModelWrap::BackwardCrossEntropy(const Napi::CallbackInfo& info) {
           r.Set("tokens", loss->tokens());
           return r;
         },
-        {a.tokens.holder, a.seq_starts.holder, a.targets.holder, mask.holder});
+        {a.tokens.holder, a.seq_starts.holder, a.targets.holder, response_mask.holder});
   });
 }
 
-// backwardPolicyLoss(tokens, seqStarts, targets, mask, advantages, behaviour, proximal|null, ref|null, options)
+// backwardPolicyLoss(tokens, seqStarts, targets, response_mask, advantages, behaviour, proximal|null, ref|null, options)
 // options: { loss ('ppo' | 'gspo' | 'cispo'), clipLow, clipHigh, dualClipC (0 = off), correction ('off' |
 // 'truncate' | 'mask'), correctionLevel ('token' | 'sequence'), iwCap, maskLow, maskHigh, klCoef, klType,
 // entropyCoef, aggregation, lossScale } all given (the TS layer fills defaults).
@@ -297,8 +297,8 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     Model& m = live("backwardPolicyLoss");
     BatchArgs a = batch_args(info, m);
-    View<float> mask = mask_arg(info[3], a);
-    std::vector<Napi::Value> keep{a.tokens.holder, a.seq_starts.holder, a.targets.holder, mask.holder};
+    View<float> response_mask = response_mask_arg(info[3], a);
+    std::vector<Napi::Value> keep{a.tokens.holder, a.seq_starts.holder, a.targets.holder, response_mask.holder};
     // One finite float per token, kept alive for the worker; an optional one may be null or undefined.
     auto per_token = [&](const Napi::Value& v, const char* what) -> const float* {
       View<float> x = f32_arg(v, what);
@@ -311,7 +311,7 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
       return v.IsNull() || v.IsUndefined() ? nullptr : per_token(v, what);
     };
     PolicyLossInputs in;
-    in.mask = mask.data;
+    in.response_mask = response_mask.data;
     in.advantages = per_token(info[4], "inputs.advantages");
     in.behaviour = per_token(info[5], "inputs.behaviourLogprobs");
     in.proximal = optional(info[6], "inputs.proximalLogprobs");

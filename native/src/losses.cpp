@@ -8,7 +8,7 @@
 
 namespace rls {
 
-std::vector<double> aggregation_weights(const float* mask, const int32_t* seq_starts, int S, int T, Agg agg,
+std::vector<double> aggregation_weights(const float* response_mask, const int32_t* seq_starts, int S, int T, Agg agg,
                                         double* tokens) {
   std::vector<double> w((size_t)T, 0.0);
   double total = 0, count = 0;
@@ -16,8 +16,8 @@ std::vector<double> aggregation_weights(const float* mask, const int32_t* seq_st
   for (int s = 0; s < S; s++) {
     double m = 0;
     for (int t = seq_starts[s]; t < seq_starts[s + 1]; t++) {
-      m += mask[t];
-      if (mask[t] != 0.f) count += 1;
+      m += response_mask[t];
+      if (response_mask[t] != 0.f) count += 1;
     }
     total += m;
     if (m != 0) seqs++;
@@ -25,22 +25,22 @@ std::vector<double> aggregation_weights(const float* mask, const int32_t* seq_st
   *tokens = count;
   for (int s = 0; s < S; s++) {
     double m = 0;
-    for (int t = seq_starts[s]; t < seq_starts[s + 1]; t++) m += mask[t];
+    for (int t = seq_starts[s]; t < seq_starts[s + 1]; t++) m += response_mask[t];
     if (m == 0) continue;
     for (int t = seq_starts[s]; t < seq_starts[s + 1]; t++) {
       switch (agg) {
-        case Agg::TokenMean: w[t] = mask[t] / total; break;
-        case Agg::SeqMeanTokenSum: w[t] = mask[t] / (double)seqs; break;
-        case Agg::SeqMeanTokenMean: w[t] = mask[t] / m / (double)seqs; break;
+        case Agg::TokenMean: w[t] = response_mask[t] / total; break;
+        case Agg::SeqMeanTokenSum: w[t] = response_mask[t] / (double)seqs; break;
+        case Agg::SeqMeanTokenMean: w[t] = response_mask[t] / m / (double)seqs; break;
       }
     }
   }
   return w;
 }
 
-CrossEntropyLoss::CrossEntropyLoss(const float* mask, const int32_t* seq_starts, int S, int T, float scale)
-    : mask_(mask), scale_(scale) {
-  w_ = aggregation_weights(mask, seq_starts, S, T, Agg::TokenMean, &tokens_);
+CrossEntropyLoss::CrossEntropyLoss(const float* response_mask, const int32_t* seq_starts, int S, int T, float scale)
+    : response_mask_(response_mask), scale_(scale) {
+  w_ = aggregation_weights(response_mask, seq_starts, S, T, Agg::TokenMean, &tokens_);
 }
 
 void CrossEntropyLoss::chunk(int t0, int n, const float* logp, const float*, float* dlogp, float* dent) {
@@ -128,8 +128,8 @@ PolicyLoss::PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& opt,
     : in_(in), o_(opt), entry_(&policy_loss_entry(opt.kind)) {
   // A cap <= 0 keeps its meaning from before the correction modes: no weight.
   if (o_.correction == CorrectionMode::Truncate && o_.iw_cap <= 0) o_.correction = CorrectionMode::Off;
-  w_ = aggregation_weights(in.mask, seq_starts, S, T, opt.agg, &tokens_);
-  for (int t = 0; t < T; t++) msum_ += in.mask[t];
+  w_ = aggregation_weights(in.response_mask, seq_starts, S, T, opt.agg, &tokens_);
+  for (int t = 0; t < T; t++) msum_ += in.response_mask[t];
   seq_of_.assign((size_t)T, 0);
   seq_m_.assign((size_t)S, 0);
   seq_x_.assign((size_t)S, 0);
@@ -138,14 +138,14 @@ PolicyLoss::PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& opt,
   for (int s = 0; s < S; s++)
     for (int t = seq_starts[s]; t < seq_starts[s + 1]; t++) {
       seq_of_[(size_t)t] = s;
-      seq_m_[(size_t)s] += in.mask[t];
-      if (in.proximal) seq_lw[(size_t)s] += in.mask[t] * ((double)in.proximal[t] - in.behaviour[t]);
+      seq_m_[(size_t)s] += in.response_mask[t];
+      if (in.proximal) seq_lw[(size_t)s] += in.response_mask[t] * ((double)in.proximal[t] - in.behaviour[t]);
     }
 
   // Rollout correction: the detached weight pi_prox / pi_behaviour of each token (or of its sequence).
   iw_.assign((size_t)T, 1.0);
   for (int t = 0; t < T; t++) {
-    const double m = in.mask[t];
+    const double m = in.response_mask[t];
     if (m == 0) continue;
     const double mw = m / msum_;  // weight of a plain masked mean (metrics)
     if (o_.correction == CorrectionMode::Off) {
@@ -176,7 +176,7 @@ void PolicyLoss::prepare(const float* logp) {
   std::fill(seq_g_.begin(), seq_g_.end(), 0.0);
   const size_t T = seq_of_.size();
   for (size_t t = 0; t < T; t++) {
-    const double m = in_.mask[t];
+    const double m = in_.response_mask[t];
     if (m == 0) continue;
     const double prox = in_.proximal ? in_.proximal[t] : in_.behaviour[t];
     seq_x_[(size_t)seq_of_[t]] += m * ((double)logp[t] - prox);
@@ -184,7 +184,7 @@ void PolicyLoss::prepare(const float* logp) {
   for (size_t s = 0; s < seq_x_.size(); s++)
     if (seq_m_[s] != 0) seq_x_[s] /= seq_m_[s];
   for (size_t t = 0; t < T; t++) {
-    if (in_.mask[t] == 0) continue;
+    if (in_.response_mask[t] == 0) continue;
     const size_t s = (size_t)seq_of_[t];
     seq_g_[s] += w_[t] * iw_[t] * entry_->kernel(seq_x_[s], in_.advantages[t], o_).dloss_dx;
   }
@@ -193,7 +193,7 @@ void PolicyLoss::prepare(const float* logp) {
 void PolicyLoss::chunk(int t0, int n, const float* logp, const float* ent, float* dlogp, float* dent) {
   for (int i = 0; i < n; i++) {
     const int t = t0 + i;
-    const double m = in_.mask[t];
+    const double m = in_.response_mask[t];
     if (m == 0) {
       dlogp[i] = 0.f;
       dent[i] = 0.f;

@@ -14,20 +14,20 @@ enum class Agg { TokenMean, SeqMeanTokenSum, SeqMeanTokenMean };
 enum class KlType { K1, K2, K3 };
 
 // Per-token weights a[t] such that agg(x) = sum_t a[t] * x[t] (verl agg_loss). Sequences without any masked token
-// are left out of the seq-mean modes (no 0/0). `tokens` = number of positions with mask != 0.
-std::vector<double> aggregation_weights(const float* mask, const int32_t* seq_starts, int S, int T, Agg agg,
+// are left out of the seq-mean modes (no 0/0). `tokens` = number of positions with response_mask != 0.
+std::vector<double> aggregation_weights(const float* response_mask, const int32_t* seq_starts, int S, int T, Agg agg,
                                         double* tokens);
 
 // Mean over masked tokens of -log p(target), times scale.
 class CrossEntropyLoss final : public TokenLoss {
  public:
-  CrossEntropyLoss(const float* mask, const int32_t* seq_starts, int S, int T, float scale);
+  CrossEntropyLoss(const float* response_mask, const int32_t* seq_starts, int S, int T, float scale);
   void chunk(int t0, int n, const float* logp, const float* ent, float* dlogp, float* dent) override;
   double loss() const { return loss_ * scale_; }
   double tokens() const { return tokens_; }
 
  private:
-  const float* mask_;
+  const float* response_mask_;
   std::vector<double> w_;
   double scale_, loss_ = 0, tokens_ = 0;
 };
@@ -57,7 +57,7 @@ struct PolicyLossOptions {
 };
 
 struct PolicyLossInputs {
-  const float* mask = nullptr;        // [T]
+  const float* response_mask = nullptr;        // [T]
   const float* advantages = nullptr;  // [T]
   const float* behaviour = nullptr;   // [T] log-probs of the policy that generated the tokens
   const float* proximal = nullptr;    // [T] or null (= behaviour: plain PPO)
@@ -103,7 +103,7 @@ class PolicyLoss final : public TokenLoss {
   std::vector<double> w_;   // aggregation weights
   std::vector<double> iw_;  // correction weights (0 where masked)
   std::vector<int> seq_of_;
-  std::vector<double> seq_m_, seq_x_, seq_g_;  // per sequence: mask sum, log-ratio, d pg / d x
+  std::vector<double> seq_m_, seq_x_, seq_g_;  // per sequence: response_mask sum, log-ratio, d pg / d x
   double tokens_ = 0, msum_ = 0;
   double pg_ = 0, ent_ = 0, kl_ = 0, clip_ = 0, dual_ = 0, akl_ = 0, iw_sum_ = 0, iw_max_ = 0, trunc_ = 0, masked_ = 0;
 };

@@ -41,7 +41,7 @@ test("device 'cuda' without CUDA fails with a precise error, never an abort", { 
 });
 
 test('one training step on cuda matches the same step on cpu (bf16 tolerances)', { skip: skipCuda }, async () => {
-  const { batch, targets, mask } = pack(randomSeqs(rng(3), [70, 1, 129, 40], CFG.vocab_size));
+  const { batch, targets, responseMask } = pack(randomSeqs(rng(3), [70, 1, 129, 40], CFG.vocab_size));
   const cpu = Model.init(CFG, { seed: 4, threads: 2, initStd: 0.05 });
   const gpu = Model.init(CFG, { seed: 4, initStd: 0.05, device: 'cuda' });
   assert.equal(gpu.device, 'cuda');
@@ -50,8 +50,8 @@ test('one training step on cuda matches the same step on cpu (bf16 tolerances)',
   const b = await gpu.forward(batch, targets);
   // bf16 operands in every product: ~1e-3 relative on log-probs (test/gpu/run.sh measures each kernel)
   assert.ok(relErr(b.logprobs, a.logprobs) < 1e-2, `log-probs rel err ${relErr(b.logprobs, a.logprobs)}`);
-  const la = await cpu.backwardCrossEntropy(batch, targets, mask);
-  const lb = await gpu.backwardCrossEntropy(batch, targets, mask);
+  const la = await cpu.backwardCrossEntropy(batch, targets, responseMask);
+  const lb = await gpu.backwardCrossEntropy(batch, targets, responseMask);
   assert.ok(Math.abs(la.loss - lb.loss) < 1e-2 * la.loss, `loss ${lb.loss} vs ${la.loss}`);
   for (const [n, g] of cpu.gradients()) assert.ok(relErr(gpu.gradients().get(n)!.data, g.data) < 5e-2, `${n}: gradient rel err ${relErr(gpu.gradients().get(n)!.data, g.data)}`);
   assert.ok(Math.abs(gpu.clipGradNorm(1) - cpu.clipGradNorm(1)) < 5e-2 * cpu.gradNorm());
@@ -64,9 +64,9 @@ test('one training step on cuda matches the same step on cpu (bf16 tolerances)',
 test('checkpoints are the same files on both devices: saved on cuda, loaded on cpu and back', { skip: skipCuda }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rls-cuda-'));
   try {
-    const { batch, targets, mask } = pack(randomSeqs(rng(5), [50, 30], CFG.vocab_size));
+    const { batch, targets, responseMask } = pack(randomSeqs(rng(5), [50, 30], CFG.vocab_size));
     const gpu = Model.init(CFG, { seed: 8, device: 'cuda' });
-    await gpu.backwardCrossEntropy(batch, targets, mask);
+    await gpu.backwardCrossEntropy(batch, targets, responseMask);
     await gpu.adamwStep({ lr: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
     await gpu.saveCheckpoint(dir);
     const cpu = await Model.loadCheckpoint(dir, { threads: 2 });
@@ -90,7 +90,7 @@ test('checkpoints are the same files on both devices: saved on cuda, loaded on c
 // gradients on the GPU as on the CPU. Inputs derive from the CPU log-probs, with ratios far enough from the clip
 // bounds that the clipped set is the same on both devices.
 test('every policy loss gives the same loss, metrics and gradients on cuda as on cpu', { skip: skipCuda }, async () => {
-  const { batch, targets, mask } = pack(randomSeqs(rng(11), [33, 65, 7, 90], CFG.vocab_size));
+  const { batch, targets, responseMask } = pack(randomSeqs(rng(11), [33, 65, 7, 90], CFG.vocab_size));
   const cpu = Model.init(CFG, { seed: 12, threads: 2, initStd: 0.05 });
   const gpu = Model.init(CFG, { seed: 12, initStd: 0.05, device: 'cuda' });
   const { logprobs } = await cpu.forward(batch, targets);
@@ -100,8 +100,8 @@ test('every policy loss gives the same loss, metrics and gradients on cuda as on
   const behav = prox.map((x) => x + (r() - 0.5) * 1.2);
   const ref = logprobs.map((x) => x + (r() - 0.5) * 0.2);
   const adv = logprobs.map(() => r() - 0.5);
-  for (let t = 0; t < logprobs.length; t++) if (!mask[t]) prox[t] = behav[t] = ref[t] = adv[t] = 0;
-  const inputs: PolicyLossInputs = { targets, responseMask: mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox, refLogprobs: ref };
+  for (let t = 0; t < logprobs.length; t++) if (!responseMask[t]) prox[t] = behav[t] = ref[t] = adv[t] = 0;
+  const inputs: PolicyLossInputs = { targets, responseMask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox, refLogprobs: ref };
   const cases: PolicyLossOptions[] = [
     { loss: 'ppo', clipLow: 0.2, clipHigh: 0.28, dualClipC: 3, correction: { mode: 'truncate', level: 'token', cap: 1.5 }, klCoef: 0.1, entropyCoef: 0.01 },
     { loss: 'gspo', clipLow: 3e-4, clipHigh: 4e-4, correction: { mode: 'mask', level: 'sequence', low: 0.01, high: 100 }, aggregation: 'seq-mean-token-mean', klCoef: 0.05, klType: 'k1' },
@@ -139,9 +139,9 @@ test('on cuda a packed sequence sees only itself, and two micro-batches at lossS
   const twice = Model.init(CFG, { seed: 21, initStd: 0.05, device: 'cuda' });
   const a = pack(seqs.slice(0, 2));
   const b = pack(seqs.slice(2));
-  await twice.backwardCrossEntropy(a.batch, a.targets, a.mask, { lossScale: 0.5 });
-  await twice.backwardCrossEntropy(b.batch, b.targets, b.mask, { lossScale: 0.5 });
-  const once = await gpu.backwardCrossEntropy(all.batch, all.targets, all.mask);
+  await twice.backwardCrossEntropy(a.batch, a.targets, a.responseMask, { lossScale: 0.5 });
+  await twice.backwardCrossEntropy(b.batch, b.targets, b.responseMask, { lossScale: 0.5 });
+  const once = await gpu.backwardCrossEntropy(all.batch, all.targets, all.responseMask);
   assert.ok(once.loss > 0);
   for (const [n, g] of twice.gradients()) assert.ok(relErr(g.data, gpu.gradients().get(n)!.data) < 2e-2, `${n}: accumulated vs one batch ${relErr(g.data, gpu.gradients().get(n)!.data)}`);
   gpu.dispose();

@@ -95,8 +95,8 @@ test('cuda: a multi-turn slot equals a fresh full forward; a trainer step is see
   assert.ok(d < BF16_LOGPROB, `${d}`);
   // a trainer step on the same model: the next extend (a fresh slot) sees the new weights, as the full forward does
   const before = await gpu.extend(one(1), one(20), Int32Array.from(seq.slice(0, 20)));
-  const { batch, targets, mask } = pack([seq]);
-  await gpu.backwardCrossEntropy(batch, targets, mask);
+  const { batch, targets, responseMask } = pack([seq]);
+  await gpu.backwardCrossEntropy(batch, targets, responseMask);
   await gpu.adamwStep({ lr: 0.02, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
   gpu.kvTruncate(1, 0);
   const after = await gpu.extend(one(1), one(20), Int32Array.from(seq.slice(0, 20)));

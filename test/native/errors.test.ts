@@ -78,7 +78,7 @@ test('the native config check catches what bypasses parseModelConfig', { skip },
 
 test('bad batches, shapes, ids and NaN inputs reject with precise messages', { skip }, async () => {
   const model = Model.init(TINY, { seed: 1, threads: 2 });
-  const { batch, targets, mask } = pack([[1, 2, 3, 4], [5, 6, 7]]);
+  const { batch, targets, responseMask } = pack([[1, 2, 3, 4], [5, 6, 7]]);
   const INV = 'NATIVE_INVALID_ARGUMENT';
   await assert.rejects(model.forward({ tokens: Int32Array.from([1, 2, 11, 4, 5, 6, 7]), seqStarts: batch.seqStarts }, targets), rejects(INV, /batch.tokens\[2\] = 11 is out of range \[0, 11\)/));
   await assert.rejects(model.forward({ tokens: Int32Array.from([1, 2, -3, 4, 5, 6, 7]), seqStarts: batch.seqStarts }, targets), rejects(INV, /batch.tokens\[2\] = -3/));
@@ -93,14 +93,14 @@ test('bad batches, shapes, ids and NaN inputs reject with precise messages', { s
   const long = new Int32Array(161);
   await assert.rejects(model.forward({ tokens: long, seqStarts: Int32Array.from([0, 161]) }, new Int32Array(161)), rejects(INV, /sequence 0 has length 161 > max_position_embeddings 160/));
 
-  await assert.rejects(model.backwardCrossEntropy(batch, targets, new Float32Array(7).fill(1)), rejects(INV, /targets\[3\] is -1 where mask\[3\] is not 0/));
-  const nanMask = Float32Array.from(mask);
+  await assert.rejects(model.backwardCrossEntropy(batch, targets, new Float32Array(7).fill(1)), rejects(INV, /targets\[3\] is -1 where response_mask\[3\] is not 0/));
+  const nanMask = Float32Array.from(responseMask);
   nanMask[1] = NaN;
   await assert.rejects(model.backwardCrossEntropy(batch, targets, nanMask), rejects('NATIVE_NON_FINITE', /mask\[1\] is NaN/));
-  await assert.rejects(model.backwardCrossEntropy(batch, targets, mask, { lossScale: Infinity }), rejects('NATIVE_NON_FINITE', /lossScale must be finite/));
+  await assert.rejects(model.backwardCrossEntropy(batch, targets, responseMask, { lossScale: Infinity }), rejects('NATIVE_NON_FINITE', /lossScale must be finite/));
 
   const T = 7;
-  const inputs: PolicyLossInputs = { targets, responseMask: mask, advantages: new Float32Array(T), behaviourLogprobs: new Float32Array(T).fill(-2) };
+  const inputs: PolicyLossInputs = { targets, responseMask, advantages: new Float32Array(T), behaviourLogprobs: new Float32Array(T).fill(-2) };
   const opts = { clipLow: 0.2, clipHigh: 0.2 };
   const adv = new Float32Array(T);
   adv[5] = Infinity;
@@ -134,9 +134,9 @@ test('a model larger than the machine is refused with an error, not an OOM kill'
 
 test('a model with non-finite weights gives NATIVE_NON_FINITE for the loss and the gradient norm', { skip }, async () => {
   const model = Model.init(TINY, { seed: 1, threads: 2 });
-  const { batch, targets, mask } = pack([[1, 2, 3, 4]]);
+  const { batch, targets, responseMask } = pack([[1, 2, 3, 4]]);
   model.parameters().get('model.norm.weight')!.data[0] = Infinity;
-  await assert.rejects(model.backwardCrossEntropy(batch, targets, mask), rejects('NATIVE_NON_FINITE', /cross-entropy loss is not finite/));
+  await assert.rejects(model.backwardCrossEntropy(batch, targets, responseMask), rejects('NATIVE_NON_FINITE', /cross-entropy loss is not finite/));
   assert.throws(() => model.clipGradNorm(1), rejects('NATIVE_NON_FINITE', /gradient norm is not finite/));
   model.dispose();
 });

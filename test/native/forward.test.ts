@@ -66,11 +66,11 @@ test('a packed sequence sees only itself: the same sequence twice gives the same
 
 test('same seed and thread count give bit-identical weights, log-probs, gradients and updates', { skip }, async () => {
   const cfg: ModelConfig = { ...TINY, hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 300, max_position_embeddings: 256 };
-  const { batch, targets, mask } = pack(randomSeqs(rng(7), [90, 40, 128], cfg.vocab_size));
+  const { batch, targets, responseMask } = pack(randomSeqs(rng(7), [90, 40, 128], cfg.vocab_size));
   const run = async (): Promise<{ lp: Float32Array; g: Float32Array; p: Float32Array; loss: number }> => {
     const m = Model.init(cfg, { seed: 42, threads: 2 });
     const { logprobs } = await m.forward(batch, targets);
-    const { loss } = await m.backwardCrossEntropy(batch, targets, mask);
+    const { loss } = await m.backwardCrossEntropy(batch, targets, responseMask);
     const g = Float32Array.from(m.gradients().get('model.layers.0.self_attn.k_proj.weight')!.data);
     await m.adamwStep({ lr: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
     const p = Float32Array.from(m.parameters().get('model.embed_tokens.weight')!.data);

@@ -136,8 +136,8 @@ test('a trainer step changes what the next extend computes, in place (no export,
   m.kvReserve(2, 32);
   const seq = randomSeqs(rng(9), [10], V)[0]!;
   const before = await m.extend(one(0), one(seq.length), Int32Array.from(seq));
-  const { batch, targets, mask } = pack([seq]);
-  await m.backwardCrossEntropy(batch, targets, mask);
+  const { batch, targets, responseMask } = pack([seq]);
+  await m.backwardCrossEntropy(batch, targets, responseMask);
   await m.adamwStep({ lr: 0.05, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
   const after = await m.extend(one(1), one(seq.length), Int32Array.from(seq));
   assert.ok(maxAbsDiff(before, after) > 1e-3, 'the update is visible to decoding');

@@ -52,29 +52,29 @@ function setup(cfg: ModelConfig, lengths: number[], seed: number) {
 }
 
 test('cross-entropy gradients match finite differences (GQA, q/k/v bias, untied head, chunked logits)', { skip }, async () => {
-  const { model, batch, targets, mask } = setup(TINY, [6, 4, 5], 7);
-  mask[2] = 0; // a masked-out position inside a sequence
-  await model.backwardCrossEntropy(batch, targets, mask, { lossScale: 0.7 });
+  const { model, batch, targets, responseMask } = setup(TINY, [6, 4, 5], 7);
+  responseMask[2] = 0; // a masked-out position inside a sequence
+  await model.backwardCrossEntropy(batch, targets, responseMask, { lossScale: 0.7 });
   const params = toReferenceParams(model.parameters());
-  check(model.gradients(), params, (p) => referenceCrossEntropy(TINY, p, batch, targets, mask, 0.7));
+  check(model.gradients(), params, (p) => referenceCrossEntropy(TINY, p, batch, targets, responseMask, 0.7));
   model.dispose();
 });
 
 test('cross-entropy gradients match finite differences (tied embeddings, multi-head, no bias)', { skip }, async () => {
   const cfg: ModelConfig = { ...TINY, tie_word_embeddings: true, num_key_value_heads: 4, attention_bias: false, num_hidden_layers: 1 };
-  const { model, batch, targets, mask } = setup(cfg, [9, 3], 8);
-  await model.backwardCrossEntropy(batch, targets, mask);
-  check(model.gradients(), toReferenceParams(model.parameters()), (p) => referenceCrossEntropy(cfg, p, batch, targets, mask));
+  const { model, batch, targets, responseMask } = setup(cfg, [9, 3], 8);
+  await model.backwardCrossEntropy(batch, targets, responseMask);
+  check(model.gradients(), toReferenceParams(model.parameters()), (p) => referenceCrossEntropy(cfg, p, batch, targets, responseMask));
   model.dispose();
 });
 
 test('cross-entropy gradients match finite differences with sequences spanning several attention blocks', { skip }, async () => {
   // the CPU attention works on 64-row blocks: 150 and 70 tokens exercise full, partial and off-diagonal blocks
   const cfg: ModelConfig = { ...TINY, max_position_embeddings: 256, num_hidden_layers: 1 };
-  const { model, batch, targets, mask } = setup(cfg, [150, 70], 13);
-  await model.backwardCrossEntropy(batch, targets, mask);
+  const { model, batch, targets, responseMask } = setup(cfg, [150, 70], 13);
+  await model.backwardCrossEntropy(batch, targets, responseMask);
   // the attention projections carry every attention block's gradient; the other tensors are covered above
-  check(model.gradients(), toReferenceParams(model.parameters()), (p) => referenceCrossEntropy(cfg, p, batch, targets, mask), /self_attn\.[qkv]_proj\.weight/);
+  check(model.gradients(), toReferenceParams(model.parameters()), (p) => referenceCrossEntropy(cfg, p, batch, targets, responseMask), /self_attn\.[qkv]_proj\.weight/);
   model.dispose();
 });
 
@@ -88,13 +88,13 @@ async function policyInputs(model: Model, d: ReturnType<typeof setup>, seed: num
   const ref = new Float32Array(T);
   const adv = new Float32Array(T);
   for (let t = 0; t < T; t++) {
-    if (d.mask[t] === 0) continue;
+    if (d.responseMask[t] === 0) continue;
     prox[t] = logprobs[t]! + (r() - 0.5) * 0.8;
     behav[t] = prox[t]! + (r() - 0.5) * 2;
     ref[t] = logprobs[t]! + (r() - 0.5) * 1.5;
     adv[t] = (r() - 0.5) * 4;
   }
-  return { targets: d.targets, responseMask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox, refLogprobs: ref };
+  return { targets: d.targets, responseMask: d.responseMask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox, refLogprobs: ref };
 }
 
 const VARIANTS: [string, PolicyLossOptions][] = [
@@ -108,7 +108,7 @@ const VARIANTS: [string, PolicyLossOptions][] = [
 // term would be checked).
 const LOSS_VARIANTS: [string, PolicyLossOptions][] = [
   ['gspo, seq-mean-token-mean, token truncate', { loss: 'gspo', clipLow: 0.05, clipHigh: 0.05, iwCap: 1.5, aggregation: 'seq-mean-token-mean' }],
-  ['gspo, token-mean, sequence mask, k3 KL', { loss: 'gspo', clipLow: 0.05, clipHigh: 0.05, correction: { mode: 'mask', level: 'sequence', low: 0.2, high: 5 }, klCoef: 0.1, aggregation: 'token-mean' }],
+  ['gspo, token-mean, sequence responseMask, k3 KL', { loss: 'gspo', clipLow: 0.05, clipHigh: 0.05, correction: { mode: 'mask', level: 'sequence', low: 0.2, high: 5 }, klCoef: 0.1, aggregation: 'token-mean' }],
   ['cispo, no lower bound, token mask', { loss: 'cispo', clipLow: 1, clipHigh: 0.2, correction: { mode: 'mask', low: 0.5, high: 2 }, aggregation: 'token-mean' }],
   ['cispo, seq-mean-token-sum, sequence truncate, entropy bonus', { loss: 'cispo', clipLow: 0.2, clipHigh: 0.28, correction: { mode: 'truncate', level: 'sequence', cap: 1.2 }, entropyCoef: 0.01, aggregation: 'seq-mean-token-sum' }],
   ['ppo, sequence truncate, dual clip', { clipLow: 0.2, clipHigh: 0.28, dualClipC: 3, correction: { mode: 'truncate', level: 'sequence', cap: 1.2 } }],

@@ -19,7 +19,7 @@ export const TINY: ModelConfig = {
 export { rng } from '../../core/random.ts';
 
 /** Packs sequences; targets[t] = next token of the same sequence, -1 at each sequence's last position. */
-export function pack(seqs: number[][]): { batch: PackedBatch; targets: Int32Array; mask: Float32Array } {
+export function pack(seqs: number[][]): { batch: PackedBatch; targets: Int32Array; responseMask: Float32Array } {
   const tokens = seqs.flat();
   const seqStarts = [0];
   const targets: number[] = [];
@@ -30,7 +30,7 @@ export function pack(seqs: number[][]): { batch: PackedBatch; targets: Int32Arra
   return {
     batch: { tokens: Int32Array.from(tokens), seqStarts: Int32Array.from(seqStarts) },
     targets: Int32Array.from(targets),
-    mask: Float32Array.from(targets.map((t) => (t >= 0 ? 1 : 0))),
+    responseMask: Float32Array.from(targets.map((t) => (t >= 0 ? 1 : 0))),
   };
 }
 

@@ -170,8 +170,8 @@ test("setVersion (weights changed in place by the model's owner): new tokens car
   const r1 = await engine.generate({ requestId: 'a', sessionId: 's', promptIds: prompt, sampling: sampling({ max_new_tokens: 5 }) });
   assert.deepEqual(r1.policyVersions, [0, 0, 0, 0, 0]);
   // a trainer step on the same model, then the version
-  const { batch, targets, mask } = pack([[...prompt, ...r1.tokenIds]]);
-  await m.backwardCrossEntropy(batch, targets, mask);
+  const { batch, targets, responseMask } = pack([[...prompt, ...r1.tokenIds]]);
+  await m.backwardCrossEntropy(batch, targets, responseMask);
   await m.adamwStep({ lr: 0.05, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
   engine.setVersion(1);
   const ctx = [...prompt, ...r1.tokenIds, 3];

@@ -17,8 +17,8 @@ async function fixture(seed: number, spread: number) {
   const prox = logprobs.map((x) => x + (r() - 0.5) * 0.4);
   const behav = prox.map((x) => x + (r() - 0.5) * spread);
   const adv = logprobs.map(() => r() - 0.5);
-  for (let t = 0; t < logprobs.length; t++) if (!d.mask[t]) prox[t] = behav[t] = adv[t] = 0;
-  const inputs: PolicyLossInputs = { targets: d.targets, responseMask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox };
+  for (let t = 0; t < logprobs.length; t++) if (!d.responseMask[t]) prox[t] = behav[t] = adv[t] = 0;
+  const inputs: PolicyLossInputs = { targets: d.targets, responseMask: d.responseMask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox };
   return { model, d, inputs, logprobs };
 }
 
@@ -68,8 +68,8 @@ test('each correction mode reports the fraction of tokens it truncated or masked
 test("CISPO keeps a gradient on tokens PPO's clip silences; GSPO clips whole sequences", { skip }, async () => {
   // Every ratio pi/pi_prox far above 1 + clipHigh with a positive advantage: PPO's clipped term is constant.
   const { model, d, inputs, logprobs } = await fixture(5, 0);
-  const prox = logprobs.map((x, t) => (d.mask[t] ? x - 1 : 0));
-  const adv = logprobs.map((_, t) => (d.mask[t] ? 1 : 0));
+  const prox = logprobs.map((x, t) => (d.responseMask[t] ? x - 1 : 0));
+  const adv = logprobs.map((_, t) => (d.responseMask[t] ? 1 : 0));
   const far: PolicyLossInputs = { ...inputs, advantages: adv, proximalLogprobs: prox, behaviourLogprobs: prox };
   const ppo = await model.backwardPolicyLoss(d.batch, far, { clipLow: 0.2, clipHigh: 0.2 });
   assert.ok(Math.abs(ppo.clipFraction - 1) < 1e-12);

@@ -21,13 +21,13 @@ test('a tiny model overfits a few packed sequences to near-zero loss', { skip },
     [3, 12, 6, 6, 0, 19, 5],
     [4, 7, 14, 21, 2, 2, 10, 10, 16],
   ];
-  const { batch, targets, mask } = pack(seqs);
+  const { batch, targets, responseMask } = pack(seqs);
   const model = Model.init(SMALL, { seed: 3, threads: 2 });
   let first = 0;
   let last = 0;
   for (let step = 0; step < 150; step++) {
     model.zeroGrad();
-    const { loss } = await model.backwardCrossEntropy(batch, targets, mask);
+    const { loss } = await model.backwardCrossEntropy(batch, targets, responseMask);
     if (step === 0) first = loss;
     last = loss;
     model.clipGradNorm(1.0);
@@ -41,7 +41,7 @@ test('a tiny model overfits a few packed sequences to near-zero loss', { skip },
 
 test('adamwStep follows PyTorch AdamW (decoupled decay, bias correction) over two steps', { skip }, async () => {
   const model = Model.init(TINY, { seed: 9, threads: 2, initStd: 0.3 });
-  const { batch, targets, mask } = pack(randomSeqs(rng(4), [6, 5], TINY.vocab_size));
+  const { batch, targets, responseMask } = pack(randomSeqs(rng(4), [6, 5], TINY.vocab_size));
   const opts: AdamWOptions = { lr: 0.05, beta1: 0.8, beta2: 0.9, eps: 1e-6, weightDecay: 0.3 };
   const name = 'model.layers.1.mlp.up_proj.weight';
   const p = Float64Array.from(model.parameters().get(name)!.data);
@@ -49,7 +49,7 @@ test('adamwStep follows PyTorch AdamW (decoupled decay, bias correction) over tw
   const v = new Float64Array(p.length);
   for (let step = 1; step <= 2; step++) {
     model.zeroGrad();
-    await model.backwardCrossEntropy(batch, targets, mask);
+    await model.backwardCrossEntropy(batch, targets, responseMask);
     const g = model.gradients().get(name)!.data;
     for (let i = 0; i < p.length; i++) {
       m[i] = opts.beta1 * m[i]! + (1 - opts.beta1) * g[i]!;
@@ -69,8 +69,8 @@ test('adamwStep follows PyTorch AdamW (decoupled decay, bias correction) over tw
 
 test('clipGradNorm returns the global norm and scales gradients down to maxNorm', { skip }, async () => {
   const model = Model.init(TINY, { seed: 1, threads: 2, initStd: 0.5 });
-  const { batch, targets, mask } = pack(randomSeqs(rng(5), [8], TINY.vocab_size));
-  await model.backwardCrossEntropy(batch, targets, mask);
+  const { batch, targets, responseMask } = pack(randomSeqs(rng(5), [8], TINY.vocab_size));
+  await model.backwardCrossEntropy(batch, targets, responseMask);
   let ss = 0;
   for (const t of model.gradients().values()) for (const x of t.data) ss += x * x;
   const norm = model.clipGradNorm(1e-3);
@@ -89,9 +89,9 @@ test('gradient accumulation: two micro-batches with lossScale 1/2 equal one pack
   const all = pack(seqs);
   const m1 = Model.init(SMALL, { seed: 5, threads: 2, initStd: 0.2 });
   const m2 = Model.init(SMALL, { seed: 5, threads: 2, initStd: 0.2 });
-  await m1.backwardCrossEntropy(a.batch, a.targets, a.mask, { lossScale: 0.5 });
-  await m1.backwardCrossEntropy(b.batch, b.targets, b.mask, { lossScale: 0.5 });
-  await m2.backwardCrossEntropy(all.batch, all.targets, all.mask);
+  await m1.backwardCrossEntropy(a.batch, a.targets, a.responseMask, { lossScale: 0.5 });
+  await m1.backwardCrossEntropy(b.batch, b.targets, b.responseMask, { lossScale: 0.5 });
+  await m2.backwardCrossEntropy(all.batch, all.targets, all.responseMask);
   for (const [name, g] of m1.gradients()) {
     const h = m2.gradients().get(name)!.data;
     const scale = Math.max(...h.map(Math.abs));
@@ -110,8 +110,8 @@ test('policy loss metrics: clip fraction, approximate KL, importance weights, to
   const prox = logprobs.map((x) => x + (r() - 0.5) * 0.6);
   const behav = prox.map((x) => x + (r() - 0.5) * 3);
   const adv = logprobs.map(() => r() - 0.5);
-  for (let t = 0; t < T; t++) if (!d.mask[t]) prox[t] = behav[t] = adv[t] = 0;
-  const met = await model.backwardPolicyLoss(d.batch, { targets: d.targets, responseMask: d.mask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox }, { clipLow: 0.2, clipHigh: 0.2 });
+  for (let t = 0; t < T; t++) if (!d.responseMask[t]) prox[t] = behav[t] = adv[t] = 0;
+  const met = await model.backwardPolicyLoss(d.batch, { targets: d.targets, responseMask: d.responseMask, advantages: adv, behaviourLogprobs: behav, proximalLogprobs: prox }, { clipLow: 0.2, clipHigh: 0.2 });
   let n = 0;
   let clip = 0;
   let akl = 0;
@@ -120,7 +120,7 @@ test('policy loss metrics: clip fraction, approximate KL, importance weights, to
   let trunc = 0;
   let ent = 0;
   for (let t = 0; t < T; t++) {
-    if (!d.mask[t]) continue;
+    if (!d.responseMask[t]) continue;
     n++;
     const ratio = Math.exp(logprobs[t]! - prox[t]!);
     if (-adv[t]! * Math.min(1.2, Math.max(0.8, ratio)) > -adv[t]! * ratio) clip++;
@@ -147,10 +147,10 @@ test('policy loss metrics: clip fraction, approximate KL, importance weights, to
 test('checkpoints hold weights, config, optimizer state and step: training resumes bit-identically', { skip }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-native-'));
   try {
-    const { batch, targets, mask } = pack(randomSeqs(rng(3), [9, 5], SMALL.vocab_size));
+    const { batch, targets, responseMask } = pack(randomSeqs(rng(3), [9, 5], SMALL.vocab_size));
     const trainStep = async (m: Model): Promise<void> => {
       m.zeroGrad();
-      await m.backwardCrossEntropy(batch, targets, mask);
+      await m.backwardCrossEntropy(batch, targets, responseMask);
       await m.adamwStep({ ...ADAM, weightDecay: 0.01 });
     };
     const a = Model.init(SMALL, { seed: 12, threads: 2 });
@@ -230,12 +230,12 @@ test('BF16 and F16 safetensors load by conversion to float32', { skip }, () => {
 test('long calls leave the event loop free and calls on one model are queued in order', { skip }, async () => {
   const cfg: ModelConfig = { ...SMALL, hidden_size: 256, intermediate_size: 768, num_hidden_layers: 4, vocab_size: 2000, max_position_embeddings: 1024 };
   const model = Model.init(cfg, { seed: 1, threads: 2 });
-  const { batch, targets, mask } = pack(randomSeqs(rng(1), [512, 512], cfg.vocab_size));
+  const { batch, targets, responseMask } = pack(randomSeqs(rng(1), [512, 512], cfg.vocab_size));
   let ticks = 0;
   const timer = setInterval(() => ticks++, 1);
   const t0 = Date.now();
   const order: string[] = [];
-  const p1 = model.backwardCrossEntropy(batch, targets, mask).then(() => order.push('backward'));
+  const p1 = model.backwardCrossEntropy(batch, targets, responseMask).then(() => order.push('backward'));
   const p2 = model.forward(batch, targets).then(() => order.push('forward'));
   const p3 = model.adamwStep(ADAM).then(() => order.push('step'));
   assert.throws(() => model.zeroGrad(), (e: unknown) => isRlstreamError(e, 'NATIVE_INVALID_ARGUMENT') && /still running/.test(e.message));

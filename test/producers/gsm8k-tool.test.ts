@@ -119,12 +119,12 @@ describe('the gsm8k-tool task', () => {
     const task = tasks.get('gsm8k-tool').create({ tool_config: GSM8K_TOOL_YAML }, { seed: 1, baseDir: REPO, dataset: { train: null, heldout: null, loader: null } });
     const [demo] = await task.sftExamples!(tok, { problems: 1, seed: 1, options: {} });
     assert.ok(demo);
-    assert.equal(demo.tokens.length, demo.mask.length);
-    const trained = tok.decode(demo.tokens.filter((_, i) => demo.mask[i] === 1));
+    assert.equal(demo.tokens.length, demo.responseMask.length);
+    const trained = tok.decode(demo.tokens.filter((_, i) => demo.responseMask[i] === 1));
     const parsed = toolParser('hermes')!.parse(trained.split('<|im_end|>')[0]!);
     assert.deepEqual(parsed.calls.map((c) => [c.name, JSON.parse(c.argumentsJson)]), [['calc_gsm8k_reward', { answer: '72' }]]);
     assert.match(trained, /#### 72<\|im_end\|>$/);
-    const observed = tok.decode(demo.tokens.filter((_, i) => demo.mask[i] === 0));
+    const observed = tok.decode(demo.tokens.filter((_, i) => demo.responseMask[i] === 0));
     assert.match(observed, /Current parsed answer='72' reward=1\.0/);
     assert.doesNotMatch(trained, /Current parsed/);
   });
