@@ -31,9 +31,17 @@ export function demonstrationExample(tok: ChatTokenizer, problem: Problem, direc
     for (let i = 0; i < ids.length; i++) responseMask.push(m);
   };
   push(delta.promptIds(messages.slice(0, 2), [CALCULATOR_TOOL]), 0);
+  // After an assistant message (which ends at the end-of-turn token), the observation opens with the template's
+  // text after that token, as a rollout's does.
+  let afterStop: string | null = null;
   for (const msg of messages.slice(2)) {
-    if (msg.role === 'assistant') push(tok.encode(assistantGenerationText(tok, msg)), 1);
-    else push(delta.deltaIds([msg], true).ids, 0);
+    if (msg.role === 'assistant') {
+      push(tok.encode(assistantGenerationText(tok, msg)), 1);
+      afterStop = tok.eosToken ?? null;
+    } else {
+      push(delta.deltaIds([msg], true, afterStop).ids, 0);
+      afterStop = null;
+    }
   }
   return { tokens, responseMask };
 }

@@ -57,7 +57,7 @@ export function toolDemonstration(tok: ChatTokenizer, tools: ToolSet, row: Datas
   push(delta.promptIds(row.prompt, tools.schemas()), 0);
   const call = `<tool_call>\n${JSON.stringify({ name: GSM8K_TOOL_NAME, arguments: { answer: gt } })}\n</tool_call>`;
   push(tok.encode(assistantGenerationText(tok, { role: 'assistant', content: call })), 1);
-  push(delta.deltaIds([{ role: 'tool', content: reply, name: GSM8K_TOOL_NAME }], true).ids, 0);
+  push(delta.deltaIds([{ role: 'tool', content: reply, name: GSM8K_TOOL_NAME }], true, tok.eosToken ?? null).ids, 0);
   push(tok.encode(assistantGenerationText(tok, { role: 'assistant', content: `#### ${gt}` })), 1);
   return { tokens, responseMask };
 }
