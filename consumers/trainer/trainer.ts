@@ -85,6 +85,12 @@ export class Trainer {
   private running: Promise<void> | null = null;
   /** Set when set_staleness lowered the bound, until a step fills with kept groups again. */
   private boundLowered = false;
+  /**
+   * Empty steps still allowed since the bound was lowered: the rollout gate may have started groups for up to
+   * (old bound - new bound) more versions than the new bound allows, and when all of them were trained or dropped
+   * only new versions reopen it. Bounded so that slow rollouts never see versions run ahead of them.
+   */
+  private emptyStepsOwed = 0;
   private readonly startedMs = Date.now();
   private readonly carry: LogRecord[] = [];
   private droppedSinceStep = 0;
@@ -175,7 +181,10 @@ export class Trainer {
   onControl(c: Control): void {
     if (c.run_id !== this.deps.runId || c.time_ms < this.startedMs - 1000) return;
     if (c.command === 'set_staleness' && c.staleness_bound !== null && c.staleness_bound >= 0) {
-      if (c.staleness_bound < this.stalenessBound) this.boundLowered = true;
+      if (c.staleness_bound < this.stalenessBound) {
+        this.boundLowered = true;
+        this.emptyStepsOwed += this.stalenessBound - c.staleness_bound;
+      }
       this.stalenessBound = c.staleness_bound;
       this.logger.info('control: staleness bound set', { staleness_bound: c.staleness_bound });
     } else if (c.command === 'stop') {
@@ -313,10 +322,17 @@ export class Trainer {
       }
       // After the bound was lowered (set_staleness), groups the rollouts started under the old bound are
       // dropped while their gate, which counted them, stays shut until a new version: waiting for
-      // groupsPerStep kept groups would wait forever, so the step takes what it kept.
-      const staleTail = (samples.length === 0 || this.boundLowered) && seen.size > 0 && [...seen.values()].every((g) => g.got >= g.expected) && performance.now() - lastArrival > STALE_TAIL_FLUSH_MS;
+      // groupsPerStep kept groups would wait forever, so the step takes what it kept. When every such group
+      // arrived before this step began, nothing comes at all: the step is then empty, and its new version is
+      // what reopens the gate.
+      const quiet = performance.now() - lastArrival > STALE_TAIL_FLUSH_MS && [...seen.values()].every((g) => g.got >= g.expected);
+      const emptyStep = seen.size === 0 && this.boundLowered && this.emptyStepsOwed > 0;
+      const staleTail = quiet && (seen.size > 0 ? samples.length === 0 || this.boundLowered : emptyStep);
       if (complete() || staleTail) {
-        if (complete()) this.boundLowered = false;
+        if (complete()) {
+          this.boundLowered = false;
+          this.emptyStepsOwed = 0;
+        } else if (seen.size === 0) this.emptyStepsOwed--;
         return { samples, offsets: this.stepOffsets(next), waitMs: performance.now() - t0 };
       }
     }
@@ -477,7 +493,8 @@ export class Trainer {
         const pv = this.policyVersionEvent(produced, this.version, step, stored, [{ name: 'reward_mean', value: stepEvent.reward_mean }]);
         await tx.send(TOPICS.policyVersions, [{ key: runId, value: serde.encode('PolicyVersion', pv) }]);
       }
-      await tx.sendOffsets(`${runId}.${GROUP_ID}`, offsets);
+      // An empty step (see collectBatch) consumed nothing: no offsets to commit.
+      if (offsets.length > 0) await tx.sendOffsets(`${runId}.${GROUP_ID}`, offsets);
       await tx.commit();
     } catch (err) {
       await tx.abort().catch(() => {});

@@ -177,3 +177,31 @@ test('the policy loss the options name is the one trained, and the step records 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('after set_staleness lowers the bound with nothing left to train, the trainer takes empty steps, (old - new) at most, so the rollout gate reopens', { timeout: 60_000 }, async () => {
+  // Every group the rollouts started under the old bound was trained before the command: no record comes, and the
+  // rollout gate (counting versions) stays shut until new versions; without them both ends would wait forever.
+  const { dir, logDir, weights } = await setUp([], 2);
+  const log = openEmbeddedLog({ dir: logDir });
+  try {
+    const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
+    const seen: TrainStep[] = [];
+    const trainer = tinyTrainer({ log, serde, runId: 'restart-test', dataDir: join(dir, 'data'), weights }, { max_steps: 10, threads: 1, groups_per_step: 1, staleness_bound: 3 }, { followControl: false, onStep: (s) => seen.push(s) });
+    await trainer.start();
+    trainer.onControl({ event_id: 'c1', time_ms: Date.now(), run_id: 'restart-test', command: 'set_staleness', staleness_bound: 1, reason: 'test', issued_by: null });
+    const running = trainer.run();
+    const t0 = Date.now();
+    while (seen.length < 2 && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 200));
+    // Two owed (3 - 1); a third would let versions run ahead of rollouts that are merely slow.
+    await new Promise((r) => setTimeout(r, 5_000));
+    trainer.stop();
+    await running;
+    await trainer.close();
+    assert.deepEqual(seen.map((s) => [s.step, s.trajectories, s.produced_version]), [[1, 0, 1], [2, 0, 2]]);
+    const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
+    assert.deepEqual(versions.map((v) => v.version), [0, 1, 2]);
+  } finally {
+    await log.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
