@@ -253,10 +253,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
         trainer_compute_seconds: steps.reduce((n, s) => n + s.compute_ms, 0) / 1000,
         trainer_wait_seconds: steps.reduce((n, s) => n + s.wait_ms, 0) / 1000,
         tool_latency_ms: { p50: rollout.toolLatencyMs.p50, p99: rollout.toolLatencyMs.p99, max: rollout.toolLatencyMs.max, count: rollout.toolLatencyMs.count },
-        logprob_mismatch: {
-          mean: steps.reduce((n, s) => n + stepMetric(s, 'logprob_mismatch_mean'), 0) / Math.max(1, steps.length),
-          max: steps.reduce((n, s) => Math.max(n, stepMetric(s, 'logprob_mismatch_max')), 0),
-        },
+        logprob_mismatch: logprobMismatchOf(steps),
       },
       plot,
       data_dir: runDir,
@@ -266,6 +263,18 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     for (const close of closers) await close().catch(() => {});
     await ctx.close();
   }
+}
+
+/**
+ * The run's rollout–trainer mismatch over the steps that trained on something: a step that only dropped stale
+ * samples, or an empty one after a lowered staleness bound, compared no token and would pull the mean to 0.
+ */
+function logprobMismatchOf(steps: TrainStep[]): { mean: number; max: number } {
+  const trained = steps.filter((s) => s.trajectories > 0);
+  return {
+    mean: trained.reduce((n, s) => n + stepMetric(s, 'logprob_mismatch_mean'), 0) / Math.max(1, trained.length),
+    max: trained.reduce((n, s) => Math.max(n, stepMetric(s, 'logprob_mismatch_max')), 0),
+  };
 }
 
 /** A named metric of a training step (0 when the step did not record it). */
@@ -284,7 +293,6 @@ async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
  * The per-step reward is noisy (a step is a few groups): its moving average is drawn over it.
  */
 export function curves(runId: string, steps: TrainStep[], evals: { step: number; accuracy: number }[], problems: { full: number; during: number }): string {
-
   const point = (e: { step: number; accuracy: number }) => ({ x: e.step, y: e.accuracy });
   const isFull = (e: { step: number }, i: number) => e.step === 0 || i === evals.length - 1;
   const during = evals.filter((e, i) => !isFull(e, i));

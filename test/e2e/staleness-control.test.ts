@@ -86,6 +86,9 @@ async function scenario(shape: Record<string, unknown>): Promise<void> {
     for (const d of dropped) assert.ok(d.staleness > 1, `${d.id} dropped at staleness ${d.staleness}, which the bound 1 allows`);
     // Stop: the run ended soon after the command, far short of max_steps.
     assert.ok(summary.steps >= stopAt && summary.steps < 30, `steps ${summary.steps}`);
+    // The mismatch figure of the JSON line counts the steps that trained: empty or stale-only steps compared nothing.
+    const { mean, max } = summary.rl.logprob_mismatch;
+    assert.ok(mean > 0 && Number.isFinite(max) && max >= mean, `logprob_mismatch ${mean} / ${max}`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
