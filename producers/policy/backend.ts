@@ -79,7 +79,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   updatePolicy(update: PolicyUpdate): Promise<void> {
     return this.updates.apply(update, async () => {
       const config = policyConfig(update.configJson);
-      if (!sameShape(config, this.config)) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
+      PolicyUpdates.checkArchitecture(update, sameShape(config, this.config));
       const weights = await readSafetensors(update.weightsPath);
       const times = await this.engine.load(config, weights, update.version);
       this.config = config;

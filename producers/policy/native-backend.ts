@@ -65,8 +65,7 @@ export class NativePolicyBackend implements LlmBackend {
   updatePolicy(update: PolicyUpdate): Promise<void> {
     return this.updates.apply(update, async () => {
       const config = parseModelConfig(JSON.parse(update.configJson));
-      const same = (Object.keys(config) as (keyof typeof config)[]).every((k) => config[k] === this.model.config[k]);
-      if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
+      PolicyUpdates.checkArchitecture(update, (Object.keys(config) as (keyof typeof config)[]).every((k) => config[k] === this.model.config[k]));
       const t0 = performance.now();
       await this.engine.swap(update.version, () => this.model.loadWeights(update.weightsPath), this.interrupt);
       this.logger.info('policy hot-swapped in place', { version: update.version, ms: Math.round(performance.now() - t0) });

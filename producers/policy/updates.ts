@@ -2,6 +2,7 @@
 // a time, in the order they arrive; a version not newer than the one served is skipped with a warning (a follower
 // that reopened its consumer reads versions again); a failed update is the caller's error and does not block the
 // updates after it.
+import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import type { PolicyUpdate } from '../backends/types.ts';
 
@@ -24,6 +25,11 @@ export class PolicyUpdates {
     });
     this.tail = next.catch(() => {});
     return next;
+  }
+
+  /** Refuses a version whose model architecture differs from the one served: built-in backends only swap weights. */
+  static checkArchitecture(update: PolicyUpdate, same: boolean): void {
+    if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
   }
 
   /** Resolves when every update applied so far has finished (failed ones included). */
