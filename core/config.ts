@@ -60,7 +60,9 @@ export interface ModelConfigFiles {
   /** Absolute paths, or null where the config does not set them. */
   config: string | null;
   tokenizer: string | null;
+  chatTemplate: string | null;
   init: string | null;
+  base: string | null;
 }
 
 export interface TaskConfig {
@@ -241,7 +243,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const admin = section('admin', AdminSection) ?? { port: 0 };
   const serveS = section('serve', ServeSection);
   const modelS = section('model', ModelSection);
-  const model: ModelConfigFiles = { config: nullablePath(modelS?.config ?? null, abs), tokenizer: nullablePath(modelS?.tokenizer ?? null, abs), init: nullablePath(modelS?.init ?? null, abs) };
+  const model: ModelConfigFiles = { config: nullablePath(modelS?.config ?? null, abs), tokenizer: nullablePath(modelS?.tokenizer ?? null, abs), chatTemplate: nullablePath(modelS?.chat_template ?? null, abs), init: nullablePath(modelS?.init ?? null, abs), base: nullablePath(modelS?.base ?? null, abs) };
 
   // The task: its common keys, plus the registered plug-in's own (a module task checks its own when loaded).
   const taskRaw = (raw['task'] ?? {}) as Record<string, unknown>;

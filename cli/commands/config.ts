@@ -21,7 +21,7 @@ export async function checkConfig(path: string, overrides: Record<string, unknow
   const problems: string[] = [];
   // Files the roles open at start-up: a typo in a path fails here rather than in a role (model.init may be
   // missing: the run trains it by SFT).
-  const files: [string, string | null][] = [['model.config', config.model.config], ['model.tokenizer', config.model.tokenizer], ['tools.config', config.tools.config], ['dataset.train', config.dataset.train], ['dataset.heldout', config.dataset.heldout]];
+  const files: [string, string | null][] = [['model.config', config.model.config], ['model.tokenizer', config.model.tokenizer], ['model.chat_template', config.model.chatTemplate], ['model.base', config.model.base], ['tools.config', config.tools.config], ['dataset.train', config.dataset.train], ['dataset.heldout', config.dataset.heldout]];
   for (const [field, p] of files) if (p !== null && !existsSync(p)) problems.push(`${field}: ${p} does not exist (paths are relative to the config file)`);
   try {
     await resolvePlugins(config);

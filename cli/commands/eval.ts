@@ -7,10 +7,9 @@ import { join, resolve } from 'node:path';
 import { loadRunConfig } from '../../core/config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
-import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { openRunContext } from '../run/context.ts';
 import { accuracy, heldoutRows } from '../run/evaluation.ts';
-import { createBackend, createWorker, modelFiles } from '../run/roles.ts';
+import { createBackend, createWorker, loadTokenizer, modelFiles } from '../run/roles.ts';
 import { collectSet } from './run.ts';
 import { numberOption } from '../options.ts';
 
@@ -39,7 +38,7 @@ export function register(program: Command): void {
       const ctx = await openRunContext(config, jsonLogger({ level: 'warn' }));
       const backend = await createBackend(ctx);
       try {
-        const worker = await createWorker(ctx, 'eval', backend, ChatTokenizer.load(modelFiles(ctx).tokenizerDir), { followPolicy: false });
+        const worker = await createWorker(ctx, 'eval', backend, loadTokenizer(modelFiles(ctx)), { followPolicy: false });
         const rows = await heldoutRows(ctx, opts.problems);
         const difficulty = config.task.options['heldout'] ?? null;
         const t0 = performance.now();

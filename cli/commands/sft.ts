@@ -17,7 +17,7 @@ export function register(program: Command): void {
     .description('supervised warm-up on demonstrations; writes a checkpoint directory under run.data_dir (or --out)')
     .argument('<config>', 'run configuration (YAML)')
     .option('--out <dir>', 'checkpoint directory to write, relative to the working directory (default: <run.data_dir>/sft-<seed>-<time>); --out examples/calculator/checkpoints/sft regenerates the shipped one')
-    .option('--from <weights>', 'continue from these weights (safetensors) instead of random initialisation')
+    .option('--from <weights>', 'begin from these weights (safetensors) instead of model.base or random initialisation')
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
     .action(async (configPath: string, opts: { out?: string; from?: string; set: Record<string, unknown> }) => {
       // SFT publishes nothing, but the run context opens a log: a throw-away one.

@@ -5,10 +5,9 @@ import type { Command } from 'commander';
 import { loadRunConfig } from '../../core/config.ts';
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
-import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { openRunContext, openRunTraces } from '../run/context.ts';
 import { evaluatePeriodically } from '../run/evaluation.ts';
-import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows } from '../run/roles.ts';
+import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, loadTokenizer, modelFiles, trainRows } from '../run/roles.ts';
 import { collectSet } from './run.ts';
 import { completedTrajectories } from '../../producers/resume.ts';
 
@@ -115,7 +114,7 @@ async function runRole(role: Role, configPath: string, overrides: Record<string,
         break;
       }
       case 'rollout': {
-        const tokenizer = ChatTokenizer.load(modelFiles(ctx).tokenizerDir);
+        const tokenizer = loadTokenizer(modelFiles(ctx));
         const backend = await createBackend(ctx);
         // A restarted worker walks the same rows: what already completed in the log is not run again.
         const completed = await completedTrajectories(ctx.log, ctx.serde, runId);

@@ -25,6 +25,8 @@ export interface ModelFiles {
   config: ModelConfig;
   configJson: string;
   tokenizerDir: string;
+  /** model.chat_template: a Jinja file replacing the tokenizer directory's template, or null. */
+  chatTemplate: string | null;
   /** Weights of version 0 (the warm start). */
   initWeights: string;
   /** The warm start as a checkpoint directory (weights + AdamW state, as `rlstream sft` writes), or null. */
@@ -52,7 +54,12 @@ export function modelFiles(ctx: RunContext): ModelFiles {
     throw new RlstreamError('CONFIG_INVALID', `model.config: ${configPath} cannot be read: ${(err as Error).message}`);
   }
   const config = parseModelConfig(raw);
-  return { config, configJson: JSON.stringify(raw), tokenizerDir: required(m.tokenizer, 'model.tokenizer'), ...initFiles(required(m.init, 'model.init')) };
+  return { config, configJson: JSON.stringify(raw), tokenizerDir: required(m.tokenizer, 'model.tokenizer'), chatTemplate: m.chatTemplate, ...initFiles(required(m.init, 'model.init')) };
+}
+
+/** The run's tokenizer: model.tokenizer's files with model.chat_template's template when one is set. */
+export function loadTokenizer(files: Pick<ModelFiles, 'tokenizerDir' | 'chatTemplate'>): ChatTokenizer {
+  return ChatTokenizer.load(files.tokenizerDir, files.chatTemplate);
 }
 
 export async function createReward(ctx: RunContext): Promise<StreamProcessor> {
@@ -115,6 +122,7 @@ export async function createBackend(ctx: RunContext): Promise<LlmBackend> {
     configJson: files?.configJson ?? '',
     initWeights: files?.initWeights ?? '',
     tokenizerDir: files?.tokenizerDir ?? ctx.config.model.tokenizer ?? '',
+    chatTemplate: ctx.config.model.chatTemplate,
     baseDir: ctx.config.baseDir,
     interrupt: ctx.config.rollout.interrupt,
     logger: ctx.logger,

@@ -14,10 +14,9 @@ import type { Trainer } from '../../consumers/trainer/trainer.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
 import { verifyPolicyVersion } from '../../producers/policy-sync.ts';
 import type { ServeLimits, ServeService } from '../../producers/serve/service.ts';
-import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
 import { openRunContext, type RunContext } from './context.ts';
-import { createAdvantage, createBackend, createReward, createTrainer, modelFiles } from './roles.ts';
+import { createAdvantage, createBackend, createReward, createTrainer, loadTokenizer, modelFiles } from './roles.ts';
 import { openServeEndpoint } from './serve-endpoint.ts';
 
 export { TOKENS_VARIABLE } from './serve-endpoint.ts';
@@ -88,7 +87,7 @@ export async function startServeJob(o: ServeJobOptions): Promise<ServeJob> {
   const ctx = await openRunContext(config, logger);
   const closers: (() => Promise<void>)[] = [];
   try {
-    const tokenizer = ChatTokenizer.load(modelFiles(ctx).tokenizerDir);
+    const tokenizer = loadTokenizer(modelFiles(ctx));
     const inner = await createBackend(ctx);
     closers.push(() => inner.close());
     const backend = o.wrapBackend ? o.wrapBackend(inner) : inner;

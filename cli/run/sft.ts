@@ -7,12 +7,11 @@ import { RlstreamError } from '../../core/errors.ts';
 import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
 import { runSft, type SftStepInfo } from '../../consumers/trainer/sft.ts';
 import { Model } from '../../native/model.ts';
-import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import type { RunContext } from './context.ts';
-import { modelFiles } from './roles.ts';
+import { initFiles, loadTokenizer, modelFiles } from './roles.ts';
 
 /**
- * Train on demonstrations (from random weights, or from `from`) and write a checkpoint directory `out`
+ * Train on demonstrations (from `from`, else model.base, else random weights) and write a checkpoint directory `out`
  * (model.safetensors, optimizer state, config.json), atomically.
  */
 export async function warmStart(ctx: RunContext, out: string, onStep?: (info: SftStepInfo, total: number) => void, from?: string): Promise<{ history: SftStepInfo[]; seconds: number }> {
@@ -22,11 +21,12 @@ export async function warmStart(ctx: RunContext, out: string, onStep?: (info: Sf
   const task = ctx.plugins.task;
   if (!task.sftExamples) throw new RlstreamError('CONFIG_INVALID', `model.init: ${out} does not exist and task ${ctx.config.task.name} has no SFT demonstrations to train it; point model.init at existing weights`);
   const total = stages.reduce((n, st) => n + st.steps, 0);
-  const tok = ChatTokenizer.load(files.tokenizerDir);
+  const tok = loadTokenizer(files);
   // The warm start trains where the RL steps will (trainer.device): on a GPU machine SFT is most of a run's compute.
   const device = ctx.config.trainer.device;
   checkTrainerDevice(device);
-  const model = from ? Model.load(from, files.config, { device }) : Model.init(files.config, { seed: stages[0]!.seed, device });
+  const base = from ?? (ctx.config.model.base === null ? undefined : initFiles(ctx.config.model.base).initWeights);
+  const model = base ? Model.load(base, files.config, { device }) : Model.init(files.config, { seed: stages[0]!.seed, device });
   try {
     const history: SftStepInfo[] = [];
     for (const o of stages) {

@@ -114,7 +114,9 @@ export const ModelSection = obj(
   {
     config: stringOrNull({ default: null, description: "The model's config.json (relative to the config file)." }),
     tokenizer: stringOrNull({ default: null, description: 'Tokenizer directory (tokenizer.json, chat template).' }),
+    chat_template: stringOrNull({ default: null, description: "A Jinja chat template file used instead of the tokenizer directory's own (verl's custom_chat_template, vLLM's --chat-template): e.g. a tool-call format for a model whose template has none." }),
     init: stringOrNull({ default: null, description: 'Warm start: a checkpoint directory (as `rlstream sft` writes) or a .safetensors file; trained by SFT when missing.' }),
+    base: stringOrNull({ default: null, description: "Pretrained weights the SFT warm start begins from when model.init does not exist (a .safetensors file or a checkpoint directory, e.g. what `rlstream import gguf` writes); null: SFT begins from random weights." }),
   },
   'The policy model (built-in backend and trainer).',
 );

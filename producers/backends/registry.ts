@@ -17,6 +17,8 @@ export interface BackendEnv {
   configJson: string;
   initWeights: string;
   tokenizerDir: string;
+  /** model.chat_template (absolute); absent or null: the tokenizer directory's own. */
+  chatTemplate?: string | null;
   /** Directory of the config file, for relative paths in options. */
   baseDir: string;
   /** rollout.interrupt: how a policy update reaches generations under way (one of the plug-in's `interrupts`). */
@@ -144,7 +146,7 @@ registerBackend('openai', {
       if (!apiKey) throw new RlstreamError('CONFIG_INVALID', `backend.api_key_env: the environment variable ${o.api_key_env} is not set`);
     }
     let tokenizer: ChatTokenizer | undefined;
-    const lazyTokenizer = env.tokenizerDir ? () => (tokenizer ??= ChatTokenizer.load(env.tokenizerDir)) : undefined;
+    const lazyTokenizer = env.tokenizerDir ? () => (tokenizer ??= ChatTokenizer.load(env.tokenizerDir, env.chatTemplate)) : undefined;
     // The generic API has no way to load weights: the servers keep serving what they started with.
     env.logger.warn('backend openai: the inference servers keep their own weights (no weight sync); training is off-policy, bounded by trainer.staleness_bound', { urls: o.urls });
     const servers = o.urls.map(

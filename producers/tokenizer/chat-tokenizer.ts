@@ -104,13 +104,17 @@ export class ChatTokenizer {
 
   /**
    * Load tokenizer.json and tokenizer_config.json from a directory. The chat template comes from
-   * tokenizer_config.json's `chat_template` (string, or the entry named "default"), else chat_template.jinja.
+   * tokenizer_config.json's `chat_template` (string, or the entry named "default"), else chat_template.jinja;
+   * `chatTemplateFile` (model.chat_template) replaces both.
    */
-  static load(dir: string): ChatTokenizer {
+  static load(dir: string, chatTemplateFile?: string | null): ChatTokenizer {
     const tokJson = readJson(join(dir, 'tokenizer.json'), 'tokenizer.json') as object;
     const config = readJson(join(dir, 'tokenizer_config.json'), 'tokenizer_config.json') as TokenizerConfig;
     let templateText: string | undefined;
-    if (typeof config.chat_template === 'string') templateText = config.chat_template;
+    if (chatTemplateFile) {
+      if (!existsSync(chatTemplateFile)) throw new RlstreamError('TOKENIZER', `model.chat_template: ${chatTemplateFile} not found (a Jinja file, relative to the config file)`);
+      templateText = readFileSync(chatTemplateFile, 'utf8');
+    } else if (typeof config.chat_template === 'string') templateText = config.chat_template;
     else if (Array.isArray(config.chat_template)) {
       templateText = (config.chat_template.find((t) => t.name === 'default') ?? config.chat_template[0])?.template;
     }
