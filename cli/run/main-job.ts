@@ -18,7 +18,7 @@ import { lineChartsSvg, type Line } from '../plot.ts';
 import { openRunContext, openRunTraces, type RunContext } from './context.ts';
 import { accuracy, heldoutRows } from './evaluation.ts';
 import { Progress } from './progress.ts';
-import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, modelFiles, trainRows, initFiles } from './roles.ts';
+import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, loadTokenizer, modelFiles, trainRows, initFiles } from './roles.ts';
 import { warmStart } from './sft.ts';
 import { chooseRun, finishRun, resumedState, type RunChoice } from './resume.ts';
 import { openServeEndpoint, TOKENS_VARIABLE, writeServeUrl, type ServeEndpoint } from './serve-endpoint.ts';
@@ -57,6 +57,12 @@ export interface RlPhaseFigures {
    * the steps' means and the largest of their maxima. Numerics alone when the backend and trainer agree.
    */
   logprob_mismatch: { mean: number; max: number };
+  /**
+   * A backend running its model in this process (backend.device cuda): seconds of the RL phase its forward steps
+   * took (evaluations during RL included) and its loading of new versions; with trainer_compute_seconds, how a
+   * GPU shared by both divides its time. null for backends elsewhere.
+   */
+  backend_seconds: { generate: number; load_weights: number } | null;
 }
 
 export interface MainJobSummary {
@@ -114,7 +120,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     }
 
     // 2. Roles.
-    const tokenizer = ChatTokenizer.load(files.tokenizerDir);
+    const tokenizer = loadTokenizer(files);
     const traces = await openRunTraces(ctx.config);
     if (traces) closers.push(() => traces.close());
     const reward = await createReward(ctx);
@@ -174,6 +180,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
 
     // 4. Asynchronous RL: rollouts, reward, advantage, trainer and sink run concurrently.
     const rlStart = performance.now();
+    const backendAtStart = backend.deviceSeconds?.();
     const running = [reward.run(), advantage.run(), ...(sink ? [sink.run()] : [])];
     const rollouts = worker.run(trainRows(ctx));
     // A worker that fails (a dataset line that is not a row, say) ends the run with its error; one that finishes its
@@ -202,6 +209,8 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     })();
     await Promise.race([trainerDone, rolloutsFailed, ...running.map((p) => p.then(() => Promise.reject(new Error('a stream processor stopped early'))))]);
     const rlSeconds = (performance.now() - rlStart) / 1000;
+    const backendAtEnd = backend.deviceSeconds?.();
+    const backendSeconds = backendAtStart && backendAtEnd ? { generate: backendAtEnd.generate - backendAtStart.generate, load_weights: backendAtEnd.loadWeights - backendAtStart.loadWeights } : null;
     // Training is over: the endpoint stops taking calls and completes its open trajectories (as aborted) while
     // the reward consumer still reads them, and leaves the backend to the final evaluation.
     await serve?.close();
@@ -254,6 +263,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
         trainer_wait_seconds: steps.reduce((n, s) => n + s.wait_ms, 0) / 1000,
         tool_latency_ms: { p50: rollout.toolLatencyMs.p50, p99: rollout.toolLatencyMs.p99, max: rollout.toolLatencyMs.max, count: rollout.toolLatencyMs.count },
         logprob_mismatch: logprobMismatchOf(steps),
+        backend_seconds: backendSeconds,
       },
       plot,
       data_dir: runDir,

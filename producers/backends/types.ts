@@ -43,5 +43,10 @@ export interface LlmBackend {
   updatePolicy?(update: PolicyUpdate): Promise<void>;
   /** Version new requests are generated with. */
   currentPolicyVersion(): number;
+  /**
+   * Backends whose model runs in this process: seconds so far spent in its forward steps and in loading new
+   * versions' weights (how a GPU shared with the trainer divides its time). Servers elsewhere leave it out.
+   */
+  deviceSeconds?(): { generate: number; loadWeights: number };
   close(): Promise<void>;
 }

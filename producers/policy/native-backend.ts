@@ -80,6 +80,11 @@ export class NativePolicyBackend implements LlmBackend {
     return this.engine.stats();
   }
 
+  deviceSeconds(): { generate: number; loadWeights: number } {
+    const s = this.engine.stats();
+    return { generate: s.computeMs / 1000, loadWeights: s.loadMs / 1000 };
+  }
+
   async close(): Promise<void> {
     await this.updates.settled();
     this.engine.close();

@@ -34,6 +34,10 @@ export interface NativeEngineStats {
   prefillTokens: number;
   /** Prompt tokens a request found already in its session's slot. */
   reusedTokens: number;
+  /** Milliseconds spent in the model's forward steps (on cuda: until their results reached the host). */
+  computeMs: number;
+  /** Milliseconds spent writing new versions' weights into the model. */
+  loadMs: number;
 }
 
 interface Run {
@@ -72,7 +76,7 @@ export class NativeEngine {
   private drained: (() => void) | null = null;
   private closed = false;
   private clock = 0;
-  private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0 };
+  private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, computeMs: 0, loadMs: 0 };
   readonly server: string;
 
   constructor(
@@ -114,7 +118,9 @@ export class NativeEngine {
     try {
       if (mode === 'next_turn' && this.running.length > 0) await new Promise<void>((resolve) => (this.drained = resolve));
       await this.looping;
+      const t0 = performance.now();
       await load();
+      this.counters.loadMs += performance.now() - t0;
       this.version = version;
       for (const r of this.running) {
         this.model.kvTruncate(r.slot, 0);
@@ -236,6 +242,7 @@ export class NativeEngine {
     // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
     // any truncated row brings every row to the host for sampleToken.
     let sampled: (b: number) => { token: number; logprob: number };
+    const t0 = performance.now();
     if (active.every((r) => isUntruncated(r.req.sampling, V))) {
       const u = Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next()));
       const out = await this.model.extendSample(slots, counts, Int32Array.from(toks), inv, u);
@@ -244,6 +251,7 @@ export class NativeEngine {
       const probs = await this.model.extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V));
       sampled = (b) => sampleToken(probs.subarray(b * V, (b + 1) * V), active[b]!.req.sampling, active[b]!.rng, this.scratch);
     }
+    this.counters.computeMs += performance.now() - t0;
     this.counters.steps++;
     active.forEach((r, b) => {
       const { token, logprob } = sampled(b);
