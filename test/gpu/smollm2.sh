@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# SmolLM2-135M-Instruct learning the calculator task on a GPU machine that has no Node and no network, and takes
+# at most 64 MiB per call: the 98 MB GGUF travels in two parts over consecutive calls, is imported there by
+# `rlstream import gguf`, and examples/calculator/config.smollm2.yaml runs on it (test/gpu/RESULTS.md).
+#   bash test/gpu/smollm2.sh split [GGUF]       # here: .rlstream/gguf-parts/part-aa, part-ab and SHA256SUMS
+#   (call 1) bash test/gpu/pack-node.sh build   # with carry .node-pack (pack-node.sh pack-run here first)
+#   (call 2) bash test/gpu/smollm2.sh receive   # with carry .rlstream/gguf-parts/part-aa
+#   (call 3) bash test/gpu/smollm2.sh receive && bash test/gpu/smollm2.sh import
+#                                               # with carry .rlstream/gguf-parts/part-ab and SHA256SUMS
+#   bash test/gpu/smollm2.sh run SEED [ARGS…]    # there: the main job, its JSON line and GPU utilization under $OUT
+# Consecutive calls find the same machine only while it is held (it goes back after a short idle time).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+step=${1:-}
+home=${RLSTREAM_NODE_HOME:-/tmp/rlstream-node}
+parts=.rlstream/gguf-parts
+kept="$home/gguf-parts"
+model_dir=.rlstream/models/smollm2
+config=examples/calculator/config.smollm2.yaml
+
+case "$step" in
+  split)
+    gguf=${2:-.infra/llama.cpp/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+    [ -f "$gguf" ] || { echo "split: no $gguf (bash infra/setup.sh downloads it)" >&2; exit 1; }
+    rm -rf "$parts" && mkdir -p "$parts"
+    split -n 2 -d -a 2 --additional-suffix= "$gguf" "$parts/part-"
+    mv "$parts/part-00" "$parts/part-aa" && mv "$parts/part-01" "$parts/part-ab"
+    (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") | awk '{print $1}' >"$parts/SHA256SUMS"
+    ls -l "$parts"
+    ;;
+  receive)
+    mkdir -p "$kept"
+    for f in "$parts"/*; do [ -f "$f" ] && cp "$f" "$kept/"; done
+    ls -l "$kept"
+    ;;
+  import)
+    [ -f "$kept/part-aa" ] && [ -f "$kept/part-ab" ] && [ -f "$kept/SHA256SUMS" ] || { echo "import: parts missing in $kept (receive both first)" >&2; exit 1; }
+    cat "$kept/part-aa" "$kept/part-ab" >"$home/model.gguf"
+    [ "$(sha256sum "$home/model.gguf" | awk '{print $1}')" = "$(cat "$kept/SHA256SUMS")" ] || { echo "import: checksum differs" >&2; exit 1; }
+    export PATH="$home/bin:$PATH"
+    [ -e node_modules ] || ln -s "$home/node_modules" node_modules
+    node --import tsx cli/main.ts import gguf "$home/model.gguf" --out "$model_dir"
+    ;;
+  run)
+    seed=${2:?run SEED}
+    shift 2
+    out=${OUT:-/tmp/smollm2-out}
+    mkdir -p "$out"
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 >"$out/gpu-seed$seed.csv" &
+    smi=$!
+    rc=0
+    bash test/gpu/pack-node.sh run .node-pack "$config" --new --set run.seed="$seed" "$@" >"$out/run-seed$seed.json" 2>"$out/run-seed$seed.err" || rc=$?
+    kill "$smi" 2>/dev/null || true
+    tail -c 3000 "$out/run-seed$seed.err" | grep -v '^\s*$' | tail -5
+    cat "$out/run-seed$seed.json"
+    awk -F', ' '{n++; u+=$1; if ($1>0) b++; if ($2>m) m=$2} END {if (n) printf "gpu: %d samples, utilization %.1f%% mean, non-zero %.0f%%, max %d MiB\n", n, u/n, 100*b/n, m}' "$out/gpu-seed$seed.csv"
+    exit "$rc"
+    ;;
+  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+esac
