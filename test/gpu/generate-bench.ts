@@ -1,11 +1,11 @@
-// Decode throughput of the native core's generation on one device, the SmolLM2-135M shape (random weights: speed
-// does not depend on their values): for each batch B, B slots are prefilled with `--context` random tokens, then
+// Decode throughput of the native core's generation on one device, the SmolLM2-135M shape or `--shape 500m`
+// (random weights: speed does not depend on their values): for each batch B, B slots are prefilled with `--context` random tokens, then
 // `--steps` decode steps are timed two ways: Model.extend alone (the model's step: forward over the KV cache,
 // softmax rows, the [B, V] rows copied to the host) and NativeEngine end to end (the same plus sampling in JS,
 // temperature 1), the latter as the difference between a run of steps+1 new tokens and a run of 1 so that both
 // count decode only. One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers the same way.
 // `--engine off` times Model.extend alone (with RLSTREAM_CUDA_SYNC=1 its per-kernel profile is GPU time).
-//   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--batches 1,64,256] [--context 512] [--steps 64] [--engine off]
+//   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--shape 135m|500m] [--batches 1,64,256] [--context 512] [--steps 64] [--engine off]
 import { Model, type ModelConfig } from '../../native/index.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
@@ -24,6 +24,21 @@ export const SMOLLM2_135M: ModelConfig = {
   attention_bias: false,
 };
 
+/** The training benchmark's 500M shape (Qwen2.5-0.5B's sizes: test/gpu/driver.cpp). */
+export const SHAPE_500M: ModelConfig = {
+  hidden_size: 896,
+  num_hidden_layers: 24,
+  num_attention_heads: 14,
+  num_key_value_heads: 2,
+  intermediate_size: 4864,
+  vocab_size: 151936,
+  rope_theta: 1000000,
+  rms_norm_eps: 1e-6,
+  tie_word_embeddings: true,
+  max_position_embeddings: 32768,
+  attention_bias: true,
+};
+
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : dflt;
@@ -33,12 +48,15 @@ const device = arg('device', 'cuda') as 'cpu' | 'cuda';
 const batches = arg('batches', '1,64,256').split(',').map(Number);
 const context = Number(arg('context', '512'));
 const steps = Number(arg('steps', '64'));
-const V = SMOLLM2_135M.vocab_size;
+const shapeName = arg('shape', '135m');
+if (shapeName !== '135m' && shapeName !== '500m') throw new Error(`--shape must be 135m or 500m, got ${shapeName}`);
+const shape = shapeName === '500m' ? SHAPE_500M : SMOLLM2_135M;
+const V = shape.vocab_size;
 let seed = 12345;
 const rand = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
 const randomTokens = (n: number) => Int32Array.from({ length: n }, () => Math.floor(rand() * V));
 
-const model = Model.init(SMOLLM2_135M, { seed: 1, initStd: 0.02, device });
+const model = Model.init(shape, { seed: 1, initStd: 0.02, device });
 // first use: activations and (on cuda) the bf16 weight copies are made here, not inside a timed phase
 model.kvReserve(1, context + 1);
 await model.extend(Int32Array.of(0), Int32Array.of(context), randomTokens(context));
@@ -78,9 +96,15 @@ for (const B of batches) {
   if (withEngine) await engineRun(2);
   const e1 = withEngine ? await engineRun(1) : NaN;
   const eN = withEngine ? await engineRun(steps + 1) : NaN;
+  // Bytes a decode step must read at least: the bf16 weight copies the products use (the tied embedding once, as
+  // the head) and every row's K and V so far (an fp32 cache): over HBM bandwidth, the step's lower bound.
+  const headDim = shape.hidden_size / shape.num_attention_heads;
+  const stepBytes = model.numParameters * 2 + B * context * shape.num_hidden_layers * 2 * shape.num_key_value_heads * headDim * 4;
   console.log(
     JSON.stringify({
       impl: `rlstream native (${device})`,
+      shape: shapeName,
+      stepBytes,
       batch: B,
       context,
       steps,
