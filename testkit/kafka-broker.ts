@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { canConnect, freePort } from './ports.ts';
+import { canConnect, freePorts } from './ports.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -30,7 +30,8 @@ export class PrivateBroker {
 
   /** Format a data directory under `dir` and start the broker; resolves once it accepts connections. */
   static async start(dir: string): Promise<PrivateBroker> {
-    const b = new PrivateBroker(dir, await freePort(), await freePort());
+    const [port, controllerPort] = await freePorts(2);
+    const b = new PrivateBroker(dir, port!, controllerPort!);
     mkdirSync(join(dir, 'log'), { recursive: true });
     writeFileSync(join(dir, 'server.properties'), b.properties());
     // A cluster id is 16 random bytes in URL-safe base64; one starting with '-' would read as an option.
