@@ -127,7 +127,10 @@ test('config check passes on every shipped config', async () => {
     assert.ok(files.some((f) => f.endsWith(join('examples', 'calculator', 'config.yaml'))));
     for (const f of files) {
       const { problems } = await checkConfig(f, {});
-      assert.deepEqual(problems, [], relative(ROOT, f));
+      // The SmolLM2 example reads the model `rlstream import gguf` writes under .rlstream/models/ (not shipped):
+      // in a clone that has not imported it, those paths are the only problems.
+      const imported = (p: string) => f.endsWith('config.smollm2.yaml') && /\.rlstream\/models\/smollm2.* does not exist/.test(p);
+      assert.deepEqual(problems.filter((p) => !imported(p)), [], relative(ROOT, f));
     }
   } finally {
     for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k];
