@@ -36,6 +36,7 @@ export interface NativeModelHandle {
   extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, outProbs: Float32Array): Promise<void>;
   extendSample(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, uniforms: Float64Array, outTokens: Int32Array, outLogprobs: Float32Array): Promise<void>;
   zeroGrad(): void;
+  copyParamsFrom(source: NativeModelHandle): void;
   gradNorm(): number;
   clipGradNorm(maxNorm: number): number;
   adamwStep(options: AdamWOptions): Promise<void>;

@@ -401,6 +401,16 @@ export class Model {
     this.sync('zeroGrad', (h) => h.zeroGrad());
   }
 
+  /**
+   * This model's weights become a copy of `source`'s (same shapes, same device), device to device: how a model
+   * that generates takes a version from a trainer's model in the same process without a file. Both models must
+   * be idle; kernels issued afterwards on either see the copy.
+   */
+  copyParamsFrom(source: Model): void {
+    if (source.pending > 0) invalid(`model.copyParamsFrom: ${source.pendingOp} is still running on the source model; await it first`);
+    this.sync('copyParamsFrom', (h) => h.copyParamsFrom(source.h));
+  }
+
   /** Global L2 norm of the accumulated gradients. */
   gradNorm(): number {
     return this.sync('gradNorm', (h) => h.gradNorm());

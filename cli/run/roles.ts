@@ -96,7 +96,7 @@ export function createTraceSink(ctx: RunContext, store: TraceStore): TraceSink {
   return new TraceSink({ log: ctx.log, serde: ctx.serde, store, groupId: `${ctx.config.run.id}.traces`, logger: ctx.logger.child({ role: 'traces' }), ...batch });
 }
 
-export function createTrainer(ctx: RunContext, runId: string, dataDir: string, onStep?: TrainerDeps['onStep'], extraMetrics?: TrainerDeps['extraMetrics']): Trainer {
+export function createTrainer(ctx: RunContext, runId: string, dataDir: string, onStep?: TrainerDeps['onStep'], extraMetrics?: TrainerDeps['extraMetrics'], onWeights?: TrainerDeps['onWeights']): Trainer {
   const files = modelFiles(ctx);
   return new Trainer({
     log: ctx.log,
@@ -111,6 +111,7 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
     logger: ctx.logger,
     ...(onStep ? { onStep } : {}),
     ...(extraMetrics ? { extraMetrics } : {}),
+    ...(onWeights ? { onWeights } : {}),
   });
 }
 

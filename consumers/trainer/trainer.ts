@@ -50,6 +50,12 @@ export interface TrainerDeps {
   extraMetrics?: () => NamedValue[];
   /** Follow the control topic (set_staleness, stop); default true. */
   followControl?: boolean;
+  /**
+   * Called with each new version's weights in the trainer's model, after they are stored and before their
+   * PolicyVersion is sent, while the model is idle: a generating model in this process (LlmBackend.stageWeights)
+   * copies them device to device instead of reading the stored file.
+   */
+  onWeights?: (version: number, model: Model) => void;
 }
 
 export interface TrainerCounters {
@@ -485,6 +491,7 @@ export class Trainer {
     };
     let stored: { path: string; checksum: string } | null = null;
     if (publish) stored = await storeWeights(this.weightsDir, (p) => this.model.save(p));
+    if (stored && produced !== null) this.deps.onWeights?.(produced, this.model);
     // 2. One transaction: the step, the new version and the offsets of every sample it consumed.
     const tx = await this.producer.transaction();
     try {

@@ -78,6 +78,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("extend", &ModelWrap::Extend),
                       InstanceMethod("extendSample", &ModelWrap::ExtendSample),
                       InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
+                      InstanceMethod("copyParamsFrom", &ModelWrap::CopyParamsFrom),
                       InstanceMethod("gradNorm", &ModelWrap::GradNorm),
                       InstanceMethod("clipGradNorm", &ModelWrap::ClipGradNorm),
                       InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
@@ -468,6 +469,17 @@ Napi::Value ModelWrap::ExtendSample(const Napi::CallbackInfo& info) {
 Napi::Value ModelWrap::ZeroGrad(const Napi::CallbackInfo& info) {
   return guard(info.Env(), [&]() -> Napi::Value {
     live("zeroGrad").zero_grad();
+    return info.Env().Undefined();
+  });
+}
+
+// copyParamsFrom(other NativeModel): this model's weights become a copy of other's, device to device.
+Napi::Value ModelWrap::CopyParamsFrom(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("copyParamsFrom");
+    if (!info[0].IsObject()) invalid("copyParamsFrom(model): model must be a NativeModel");
+    ModelWrap* other = ModelWrap::Unwrap(info[0].As<Napi::Object>());
+    m.copy_params_from(other->live("copyParamsFrom (source)"));
     return info.Env().Undefined();
   });
 }

@@ -34,6 +34,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Extend(const Napi::CallbackInfo& info);
   Napi::Value ExtendSample(const Napi::CallbackInfo& info);
   Napi::Value ZeroGrad(const Napi::CallbackInfo& info);
+  Napi::Value CopyParamsFrom(const Napi::CallbackInfo& info);
   Napi::Value GradNorm(const Napi::CallbackInfo& info);
   Napi::Value ClipGradNorm(const Napi::CallbackInfo& info);
   Napi::Value AdamwStep(const Napi::CallbackInfo& info);

@@ -157,6 +157,15 @@ void Model::download(BlockKind kind) {
   k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], nparams_);
 }
 
+void Model::copy_params_from(const Model& src) {
+  if (&src == this) return;
+  if (src.device_ != device_) invalid("copyParamsFrom: the source model is on another device");
+  if (src.nparams_ != nparams_ || src.tensors_.size() != tensors_.size()) invalid("copyParamsFrom: the source model has other shapes");
+  for (size_t i = 0; i < tensors_.size(); i++)
+    if (src.tensors_[i].shape != tensors_[i].shape) invalid("copyParamsFrom: tensor " + tensors_[i].name + " has another shape in the source model");
+  k_->copy(dev_[0], src.dev_[0], nparams_);
+}
+
 void Model::upload(BlockKind kind) {
   if (k_->host_visible()) return;
   k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), nparams_);

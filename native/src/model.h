@@ -87,6 +87,9 @@ class Model {
   void upload(BlockKind kind);
 
   void init_random(uint64_t seed, float std);
+  // The weights of another model of the same shapes on the same device, copied device to device (queued on the
+  // default stream, so kernels issued later on either model see the copy complete).
+  void copy_params_from(const Model& src);
   // Throws NativeError naming the problem: ids out of range, bad seq_starts, sequences too long.
   void validate_batch(const Batch& b) const;
 

@@ -27,6 +27,8 @@ export interface GenerateResult {
   retokenized?: { mismatch: boolean };
 }
 
+import type { Model } from '../../native/model.ts';
+
 export interface PolicyUpdate {
   version: number;
   /** Local path of the verified safetensors weights. */
@@ -48,5 +50,11 @@ export interface LlmBackend {
    * versions' weights (how a GPU shared with the trainer divides its time). Servers elsewhere leave it out.
    */
   deviceSeconds?(): { generate: number; loadWeights: number };
+  /**
+   * Backends whose model runs in this process: version `version`'s weights in a trainer's model here, offered
+   * before the version's update arrives (TrainerDeps.onWeights). A backend on the same device keeps a copy and
+   * takes the version from it; others ignore it and read the version's file.
+   */
+  stageWeights?(version: number, source: Model): void;
   close(): Promise<void>;
 }

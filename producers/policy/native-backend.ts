@@ -1,6 +1,7 @@
 // The built-in policy on the native core ('builtin' with device: cuda): the model in native memory (the GPU),
 // NativeEngine's continuous batching over its slot KV cache, and policy updates written into the same model in
-// place (weights read from the published safetensors, one upload; no export, no second model).
+// place: from the trainer's model by a device-to-device copy when the trainer runs in this process on the same
+// device (stageWeights), else from the published safetensors (one upload). No export.
 import { RlstreamError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { Model, parseModelConfig, type DeviceKind } from '../../native/model.ts';
@@ -26,6 +27,10 @@ export const NATIVE_INTERRUPTS: readonly RolloutInterrupt[] = Object.freeze(['ne
 export class NativePolicyBackend implements LlmBackend {
   readonly name = 'builtin';
   private readonly updates: PolicyUpdates;
+  /** The newest version a trainer here offered (stageWeights), as a device copy, and its number. */
+  private staging: Model | null = null;
+  private stagedVersion = -1;
+  private versionsFromDevice = 0;
 
   private constructor(
     private readonly model: Model,
@@ -67,9 +72,35 @@ export class NativePolicyBackend implements LlmBackend {
       const config = parseModelConfig(JSON.parse(update.configJson));
       PolicyUpdates.checkArchitecture(update, (Object.keys(config) as (keyof typeof config)[]).every((k) => config[k] === this.model.config[k]));
       const t0 = performance.now();
-      await this.engine.swap(update.version, () => this.model.loadWeights(update.weightsPath), this.interrupt);
+      await this.engine.swap(update.version, () => this.loadVersion(update), this.interrupt);
       this.logger.info('policy hot-swapped in place', { version: update.version, ms: Math.round(performance.now() - t0) });
     });
+  }
+
+  /**
+   * Keeps a device copy of a trainer's weights for `version` (the newest offered only), when the trainer's model
+   * is on this model's device: the version's update then copies it into the generating model, with no file read.
+   */
+  stageWeights(version: number, source: Model): void {
+    if (source.device !== this.model.device) return;
+    this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device });
+    this.staging.copyParamsFrom(source);
+    this.stagedVersion = version;
+  }
+
+  /** The version's weights into the model: from the staged copy when it holds that version, else from its file. */
+  private async loadVersion(update: PolicyUpdate): Promise<void> {
+    if (this.staging && this.stagedVersion === update.version) {
+      this.model.copyParamsFrom(this.staging);
+      this.versionsFromDevice++;
+      return;
+    }
+    await this.model.loadWeights(update.weightsPath);
+  }
+
+  /** Versions taken from the trainer's staged device copy rather than from their files. */
+  get stagedVersionsTaken(): number {
+    return this.versionsFromDevice;
   }
 
   currentPolicyVersion(): number {
@@ -89,5 +120,7 @@ export class NativePolicyBackend implements LlmBackend {
     await this.updates.settled();
     this.engine.close();
     this.model.dispose();
+    this.staging?.dispose();
+    this.staging = null;
   }
 }

@@ -1,7 +1,8 @@
 // The built-in policy on the native core (producers/policy/native-backend.ts, NativeEngine.swap): a new policy
 // version written into the model in place, under rollout.interrupt next_token (the turn goes on with the new
 // weights, its context prefilled again) and next_turn (the turn finishes on the old ones first); the config's
-// device: cuda where CUDA is absent. Runs on the CPU device (the class takes the device; the config's path
+// device: cuda where CUDA is absent; a version handed over from a trainer's model in the same process (stageWeights,
+// Model.copyParamsFrom) instead of its file. Runs on the CPU device (the class takes the device; the config's path
 // is cuda only).
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -89,6 +90,59 @@ test('next_turn: the turn under way finishes on the old weights, the next turn o
     await backend.close();
     v0.dispose();
     v1.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('Model.copyParamsFrom: the weights of another model of the same shapes, refused while it runs or when shapes differ', { skip }, async () => {
+  const src = Model.init(CFG, { seed: 4, threads: 2, initStd: 0.3 });
+  const dst = Model.init(CFG, { seed: 5, threads: 2, initStd: 0.3 });
+  const prompt = [3, 1, 4, 1, 5];
+  const out = [9, 2, 6, 5, 3, 5];
+  const want = await forwardLogprobs(src, prompt, out);
+  assert.ok(maxAbsDiff(await forwardLogprobs(dst, prompt, out), want) > 1e-3, 'the two models differ before the copy');
+  dst.copyParamsFrom(src);
+  assert.ok(maxAbsDiff(await forwardLogprobs(dst, prompt, out), want) < 1e-6, 'equal after it');
+  const running = src.forward(pack([[...prompt, ...out]]).batch, pack([[...prompt, ...out]]).targets);
+  assert.throws(() => dst.copyParamsFrom(src), /copyParamsFrom: forward is still running on the source model/);
+  await running;
+  const other = Model.init({ ...CFG, intermediate_size: 64 }, { seed: 1, threads: 2 });
+  assert.throws(() => dst.copyParamsFrom(other), /copyParamsFrom: the source model has other shapes/);
+  for (const m of [src, dst, other]) m.dispose();
+});
+
+test("stageWeights: a trainer's model in this process hands a version over device to device; an older version reads its file", { skip }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rls-native-stage-'));
+  try {
+    const v0 = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3 });
+    await v0.save(join(dir, 'v0.safetensors'));
+    const trainer = Model.init(CFG, { seed: 2, threads: 2, initStd: 0.3 });
+    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, interrupt: 'next_turn', logger: silentLogger });
+    const prompt = [7, 8, 9];
+    const config = JSON.stringify(CFG);
+    // Version 1 staged from the trainer's model: its update needs no file (the path does not exist).
+    backend.stageWeights(1, trainer);
+    await backend.updatePolicy({ version: 1, weightsPath: join(dir, 'missing-v1.safetensors'), configJson: config });
+    const r1 = await backend.generate({ requestId: 'a', promptIds: prompt, sampling: sampling({ max_new_tokens: 8 }) });
+    assert.deepEqual(r1.policyVersions, Array(8).fill(1));
+    assert.ok(maxAbsDiff(r1.logprobs, await forwardLogprobs(trainer, prompt, r1.tokenIds)) < 1e-5, "generated with the trainer's weights");
+    assert.equal(backend.stagedVersionsTaken, 1);
+    // The trainer moves on (version 3 staged) before version 2's update arrives: 2 comes from its file.
+    const v2 = Model.init(CFG, { seed: 3, threads: 2, initStd: 0.3 });
+    await v2.save(join(dir, 'v2.safetensors'));
+    const v3 = Model.init(CFG, { seed: 6, threads: 2, initStd: 0.3 });
+    backend.stageWeights(3, v3);
+    await backend.updatePolicy({ version: 2, weightsPath: join(dir, 'v2.safetensors'), configJson: config });
+    const r2 = await backend.generate({ requestId: 'b', promptIds: prompt, sampling: sampling({ max_new_tokens: 8 }) });
+    assert.ok(maxAbsDiff(r2.logprobs, await forwardLogprobs(v2, prompt, r2.tokenIds)) < 1e-5, "version 2's weights, from its file");
+    assert.equal(backend.stagedVersionsTaken, 1);
+    await backend.updatePolicy({ version: 3, weightsPath: join(dir, 'missing-v3.safetensors'), configJson: config });
+    const r3 = await backend.generate({ requestId: 'c', promptIds: prompt, sampling: sampling({ max_new_tokens: 8 }) });
+    assert.ok(maxAbsDiff(r3.logprobs, await forwardLogprobs(v3, prompt, r3.tokenIds)) < 1e-5);
+    assert.equal(backend.stagedVersionsTaken, 2);
+    await backend.close();
+    for (const m of [v0, trainer, v2, v3]) m.dispose();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

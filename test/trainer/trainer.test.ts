@@ -13,6 +13,8 @@ import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { Trainer } from '../../consumers/trainer/trainer.ts';
 import type { PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
+import { readSafetensors } from '../../core/weights/safetensors.ts';
+import type { Model } from '../../native/index.ts';
 import { TINY_CONFIG, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
 
 const PROCESS = join(import.meta.dirname, 'fixtures', 'trainer-process.ts');
@@ -91,7 +93,7 @@ test('trainer killed with SIGKILL at random moments resumes with no sample reuse
 });
 
 /** Run an in-process trainer over the set-up log until it stops (max_steps); the log stays open for reading back. */
-async function trainInProcess(dir: string, logDir: string, weights: string, options: Record<string, unknown>, extra: { modelConfigJson?: string } = {}): Promise<{ log: EventLog; serde: EventSerde; trainer: Trainer; seen: TrainStep[] }> {
+async function trainInProcess(dir: string, logDir: string, weights: string, options: Record<string, unknown>, extra: { modelConfigJson?: string; onWeights?: (version: number, model: Model) => void } = {}): Promise<{ log: EventLog; serde: EventSerde; trainer: Trainer; seen: TrainStep[] }> {
   const log = openEmbeddedLog({ dir: logDir });
   const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
   const seen: TrainStep[] = [];
@@ -154,6 +156,25 @@ test("every policy version carries the model's config.json as read (servers load
     await log.close();
     assert.deepEqual(versions.map((v) => v.version), [0, 1]);
     for (const v of versions) assert.equal(v.config_json, raw);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("onWeights offers each new version in the trainer's model, equal to the version's stored file", { timeout: 60_000 }, async () => {
+  const { dir, logDir, weights } = await setUp([{ g: 0 }, { g: 1 }], 2);
+  try {
+    const offered: { version: number; params: Record<string, Float32Array> }[] = [];
+    const onWeights = (version: number, model: Model) => offered.push({ version, params: Object.fromEntries([...model.parameters()].map(([k, v]) => [k, Float32Array.from(v.data)])) });
+    const { log, serde } = await trainInProcess(dir, logDir, weights, { groups_per_step: 1, max_steps: 2 }, { onWeights });
+    const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
+    await log.close();
+    assert.deepEqual(offered.map((o) => o.version), [1, 2], 'every produced version, not the initial one');
+    for (const o of offered) {
+      const stored = await readSafetensors(versions.find((v) => v.version === o.version)!.weights_uri);
+      for (const [name, t] of stored) assert.deepEqual(o.params[name], t.data, `version ${o.version} ${name}`);
+    }
+    assert.notDeepEqual(offered[0]!.params, offered[1]!.params);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
