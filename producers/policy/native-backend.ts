@@ -83,9 +83,16 @@ export class NativePolicyBackend implements LlmBackend {
    */
   stageWeights(version: number, source: Model): void {
     if (source.device !== this.model.device) return;
-    this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device });
-    this.staging.copyParamsFrom(source);
-    this.stagedVersion = version;
+    // Called from the trainer's step: a model that cannot be staged (other shapes, no memory) must not fail the
+    // step; its versions are then read from their files.
+    try {
+      this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device });
+      this.staging.copyParamsFrom(source);
+      this.stagedVersion = version;
+    } catch (err) {
+      this.stagedVersion = -1;
+      this.logger.warn('the trainer\'s weights cannot be staged on the device; versions are read from their files', { version, error: (err as Error).message });
+    }
   }
 
   /** The version's weights into the model: from the staged copy when it holds that version, else from its file. */

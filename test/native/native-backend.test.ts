@@ -141,6 +141,13 @@ test("stageWeights: a trainer's model in this process hands a version over devic
     const r3 = await backend.generate({ requestId: 'c', promptIds: prompt, sampling: sampling({ max_new_tokens: 8 }) });
     assert.ok(maxAbsDiff(r3.logprobs, await forwardLogprobs(v3, prompt, r3.tokenIds)) < 1e-5);
     assert.equal(backend.stagedVersionsTaken, 2);
+    // A trainer's model of other shapes is not staged (the trainer's step must not fail on it): its file is read.
+    const wide = Model.init({ ...CFG, intermediate_size: 64 }, { seed: 1, threads: 2 });
+    assert.doesNotThrow(() => backend.stageWeights(4, wide));
+    await v2.save(join(dir, 'v4.safetensors'));
+    await backend.updatePolicy({ version: 4, weightsPath: join(dir, 'v4.safetensors'), configJson: config });
+    assert.equal(backend.stagedVersionsTaken, 2);
+    wide.dispose();
     await backend.close();
     for (const m of [v0, trainer, v2, v3]) m.dispose();
   } finally {
