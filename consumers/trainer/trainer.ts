@@ -89,14 +89,14 @@ export class Trainer {
   private control: Follower | null = null;
   /** The step loop run() started, awaited by close(). */
   private running: Promise<void> | null = null;
-  /** Set when set_staleness lowered the bound, until a step fills with kept groups again. */
-  private boundLowered = false;
   /**
-   * Empty steps still allowed since the bound was lowered: the rollout gate may have started groups for up to
-   * (old bound - new bound) more versions than the new bound allows, and when all of them were trained or dropped
-   * only new versions reopen it. Bounded so that slow rollouts never see versions run ahead of them.
+   * After set_staleness lowered the bound at version v from `old` to `new`, the rollout gate (shut while
+   * groupsStarted >= (version + bound + 1) * groupsPerStep) may have started groups for versions up to v + old,
+   * and under the new bound reopens only at version v + old - new + 1. Until then a step may take stale-only or
+   * no samples (collect) when nothing else comes; a step that fills normally meanwhile counts towards it. Bounded
+   * so that rollouts that are merely slow never see versions run further ahead of them.
    */
-  private emptyStepsOwed = 0;
+  private catchUpToVersion = -1;
   private readonly startedMs = Date.now();
   private readonly carry: LogRecord[] = [];
   private droppedSinceStep = 0;
@@ -187,10 +187,7 @@ export class Trainer {
   onControl(c: Control): void {
     if (c.run_id !== this.deps.runId || c.time_ms < this.startedMs - 1000) return;
     if (c.command === 'set_staleness' && c.staleness_bound !== null && c.staleness_bound >= 0) {
-      if (c.staleness_bound < this.stalenessBound) {
-        this.boundLowered = true;
-        this.emptyStepsOwed += this.stalenessBound - c.staleness_bound;
-      }
+      if (c.staleness_bound < this.stalenessBound) this.catchUpToVersion = Math.max(this.catchUpToVersion, this.version + this.stalenessBound - c.staleness_bound + 1);
       this.stalenessBound = c.staleness_bound;
       this.logger.info('control: staleness bound set', { staleness_bound: c.staleness_bound });
     } else if (c.command === 'stop') {
@@ -332,15 +329,9 @@ export class Trainer {
       // arrived before this step began, nothing comes at all: the step is then empty, and its new version is
       // what reopens the gate.
       const quiet = performance.now() - lastArrival > STALE_TAIL_FLUSH_MS && [...seen.values()].every((g) => g.got >= g.expected);
-      const emptyStep = seen.size === 0 && this.boundLowered && this.emptyStepsOwed > 0;
-      const staleTail = quiet && (seen.size > 0 ? samples.length === 0 || this.boundLowered : emptyStep);
-      if (complete() || staleTail) {
-        if (complete()) {
-          this.boundLowered = false;
-          this.emptyStepsOwed = 0;
-        } else if (seen.size === 0) this.emptyStepsOwed--;
-        return { samples, offsets: this.stepOffsets(next), waitMs: performance.now() - t0 };
-      }
+      const catchingUp = this.version < this.catchUpToVersion;
+      const staleTail = quiet && (seen.size > 0 ? samples.length === 0 || catchingUp : catchingUp);
+      if (complete() || staleTail) return { samples, offsets: this.stepOffsets(next), waitMs: performance.now() - t0 };
     }
     return null;
   }

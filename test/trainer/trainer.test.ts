@@ -199,9 +199,11 @@ test('the policy loss the options name is the one trained, and the step records 
   }
 });
 
-test('after set_staleness lowers the bound with nothing left to train, the trainer takes empty steps, (old - new) at most, so the rollout gate reopens', { timeout: 60_000 }, async () => {
+test('after set_staleness lowers the bound with nothing left to train, the trainer takes empty steps up to the version that reopens the rollout gate', { timeout: 60_000 }, async () => {
   // Every group the rollouts started under the old bound was trained before the command: no record comes, and the
   // rollout gate (counting versions) stays shut until new versions; without them both ends would wait forever.
+  // Lowered at version 0 from 3 to 1, the gate may have started groups for versions up to 3 and reopens at version
+  // 0 + 3 - 1 + 1 = 3.
   const { dir, logDir, weights } = await setUp([], 2);
   const log = openEmbeddedLog({ dir: logDir });
   try {
@@ -212,15 +214,15 @@ test('after set_staleness lowers the bound with nothing left to train, the train
     trainer.onControl({ event_id: 'c1', time_ms: Date.now(), run_id: 'restart-test', command: 'set_staleness', staleness_bound: 1, reason: 'test', issued_by: null });
     const running = trainer.run();
     const t0 = Date.now();
-    while (seen.length < 2 && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 200));
-    // Two owed (3 - 1); a third would let versions run ahead of rollouts that are merely slow.
+    while (seen.length < 3 && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 200));
+    // A fourth would let versions run ahead of rollouts that are merely slow.
     await new Promise((r) => setTimeout(r, 5_000));
     trainer.stop();
     await running;
     await trainer.close();
-    assert.deepEqual(seen.map((s) => [s.step, s.trajectories, s.produced_version]), [[1, 0, 1], [2, 0, 2]]);
+    assert.deepEqual(seen.map((s) => [s.step, s.trajectories, s.produced_version]), [[1, 0, 1], [2, 0, 2], [3, 0, 3]]);
     const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
-    assert.deepEqual(versions.map((v) => v.version), [0, 1, 2]);
+    assert.deepEqual(versions.map((v) => v.version), [0, 1, 2, 3]);
   } finally {
     await log.close();
     rmSync(dir, { recursive: true, force: true });
