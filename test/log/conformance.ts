@@ -290,6 +290,23 @@ export function logConformance(name: string, factory: () => Promise<LogFixture>,
     await producer.close();
   });
 
+  it('a commit is what committed() reads as soon as commit() returns, every time', async (log) => {
+    const topic = uniqueName('conf-commit-read');
+    const groupId = uniqueName('g');
+    await log.createTopic({ name: topic, partitions: 1 });
+    const producer = await log.producer();
+    await producer.send(topic, Array.from({ length: 30 }, (_, i) => ({ value: Buffer.from(`r${i}`) })));
+    const consumer = await log.consumer({ groupId, topics: [topic] });
+    assert.equal((await pollUntil(consumer, 30, deadline)).length, 30);
+    // A client that acknowledges a commit when it is queued rather than written loses this race now and then.
+    for (let offset = 1; offset <= 30; offset++) {
+      await consumer.commit([{ topic, partition: 0, offset }]);
+      assert.deepEqual(await log.committed(groupId, topic), [{ topic, partition: 0, offset }]);
+    }
+    await consumer.close();
+    await producer.close();
+  });
+
   it('committed() lists only partitions with a committed offset', async (log) => {
     const topic = uniqueName('conf-nocommit');
     await log.createTopic({ name: topic, partitions: 2 });

@@ -40,6 +40,9 @@ const PUMP_BATCH = 4096;
  */
 const PUMP_IDLE_MS = 100;
 const INVALID_OFFSET = -1001;
+/** How long commit() waits for the coordinator to show a commit (see commitConfirmed), and each read's limit. */
+const COMMIT_CONFIRM_MS = 30_000;
+const COMMIT_READ_MS = 5_000;
 /** Headers of a record without any: one shared frozen object rather than an empty one per record. */
 const NO_HEADERS: Headers = Object.freeze({}) as Headers;
 const EMPTY = Buffer.alloc(0);
@@ -72,6 +75,9 @@ export class RdKafkaConsumer implements Consumer {
   /** The pump starts no consume call before this resolves (a seek or an assignment is being applied). */
   private gate: Promise<void> = Promise.resolve();
   private generation = 0;
+  /** Commits numbered from 1, and per partition the number of the newest commit that named it. */
+  private commits = 0;
+  private readonly commitSeq = new Map<string, number>();
   private pumpWake: (() => void) | null = null;
   private failure: RlstreamError | null = null;
   private closed = false;
@@ -344,10 +350,41 @@ export class RdKafkaConsumer implements Consumer {
   async commit(offsets?: TopicPartitionOffset[]): Promise<void> {
     this.check();
     await this.positions.commit(offsets, this.options.groupId, this.host.logger, {
-      send: (list) => new Promise<void>((resolve, reject) => this.client.commitCb(list.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset })), (err) => (err ? reject(err) : resolve()))),
+      send: (list) => this.commitConfirmed(list),
       isRebalance: isRdRebalance,
       wrap: fromRdKafka,
     });
+  }
+
+  /**
+   * Commits `list` and returns once the coordinator shows it. The binding's commitCb calls librdkafka's
+   * commitAsync, whose callback says the commit was queued, not written; its result comes only through
+   * offset_commit_cb, which librdkafka serves from consume calls the pump does not make while its buffer is
+   * full (a caller awaiting commit before its next poll would wait forever). So the commit is read back: an
+   * offset fetch asked after the commit was sent, until each partition shows its offset or a newer commit of
+   * this member replaced it. A rebalance meanwhile means the coordinator may have turned the commit away.
+   */
+  private async commitConfirmed(list: TopicPartitionOffset[]): Promise<void> {
+    const seq = ++this.commits;
+    for (const o of list) this.commitSeq.set(key(o.topic, o.partition), seq);
+    const generation = this.generation;
+    const toppars = (): RdTopicPartition[] => list.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset }));
+    await new Promise<void>((resolve, reject) => this.client.commitCb(toppars(), (err) => (err ? reject(err) : resolve())));
+    await retry(
+      async () => {
+        if (this.generation !== generation) throw Object.assign(new Error('the group rebalanced before the commit was confirmed'), { code: RD.REBALANCE_IN_PROGRESS });
+        const shown = await new Promise<RdTopicPartition[]>((resolve, reject) => this.client.committed(toppars(), COMMIT_READ_MS, (err, tps) => (err ? reject(err) : resolve(tps))));
+        const pending = list.filter((o) => {
+          if ((this.commitSeq.get(key(o.topic, o.partition)) ?? 0) > seq) return false;
+          return shown.find((t) => t.topic === o.topic && t.partition === o.partition)?.offset !== o.offset;
+        });
+        if (pending.length > 0) {
+          const what = pending.map((o) => `${o.topic}/${o.partition}@${o.offset}`).join(', ');
+          throw new RlstreamError('LOG_UNAVAILABLE', `commit of group ${this.options.groupId}: the coordinator does not show ${what} yet`, { retriable: true });
+        }
+      },
+      { forMs: COMMIT_CONFIRM_MS, initialDelayMs: 2, maxDelayMs: 200, retriable: (err) => !isRdRebalance(err) },
+    );
   }
 
   async seek(topic: string, partition: number, offset: number): Promise<void> {
