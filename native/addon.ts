@@ -31,6 +31,8 @@ export interface NativeModelHandle {
     options: CompiledPolicyLossOptions,
   ): Promise<PolicyLossMetrics>;
   kvReserve(slots: number, maxLen: number): void;
+  activationBytes(tokens: number): number;
+  kvBytes(slots: number, maxLen: number): number;
   kvLength(slot: number): number;
   kvTruncate(slot: number, length: number): void;
   extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, outProbs: Float32Array): Promise<void>;
@@ -58,6 +60,7 @@ export interface NativeAddon {
   nativeBlock?(payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array, keys: Int32Array): Promise<Buffer>;
   writeNativeBlock?(path: string, payload: Uint8Array, rows: number, layout: Int32Array, heads: Uint8Array, headEnds: Int32Array, keys: Int32Array): Promise<number>;
   cudaAvailable(): boolean;
+  cudaMemory(): { free: number; total: number } | null;
   backend: string;
 }
 
@@ -135,6 +138,11 @@ export function cudaAvailable(): boolean {
   } catch {
     return false;
   }
+}
+
+/** Free and total bytes of the GPU models with device 'cuda' use, or null where there is none. */
+export function cudaMemory(): { free: number; total: number } | null {
+  return cudaAvailable() ? native().cudaMemory() : null;
 }
 
 /** GFLOP/s of one n x n x n cblas_sgemm with the BLAS's own threads: this machine's practical fp32 peak. */

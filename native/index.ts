@@ -3,4 +3,4 @@
 // uses, so the embedded log and the trace sink never load the model's TypeScript.
 export * from './model.ts';
 export * from './codecs.ts';
-export { cudaAvailable, nativeAvailable, sgemmGflops } from './addon.ts';
+export { cudaAvailable, cudaMemory, nativeAvailable, sgemmGflops } from './addon.ts';

@@ -354,6 +354,16 @@ export class Model {
     this.sync('kvReserve', (h) => h.kvReserve(slots, maxLen));
   }
 
+  /** Bytes of the activations a step of `tokens` tokens allocates (where the kernels run). */
+  activationBytes(tokens: number): number {
+    return this.sync('activationBytes', (h) => h.activationBytes(tokens));
+  }
+
+  /** Bytes kvReserve(slots, maxLen) allocates. */
+  kvBytes(slots: number, maxLen: number): number {
+    return this.sync('kvBytes', (h) => h.kvBytes(slots, maxLen));
+  }
+
   /** Tokens cached in a slot. */
   kvLength(slot: number): number {
     return this.sync('kvLength', (h) => h.kvLength(slot));

@@ -874,4 +874,12 @@ int cuda_device_count() {
   return n;
 }
 
+bool cuda_memory(size_t* free_bytes, size_t* total_bytes) {
+  if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
 }  // namespace rls

@@ -15,6 +15,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("nativeBlock", Napi::Function::New(env, rls::NativeBlock));
   exports.Set("writeNativeBlock", Napi::Function::New(env, rls::WriteNativeBlock));
   exports.Set("cudaAvailable", Napi::Function::New(env, rls::CudaAvailable));
+  exports.Set("cudaMemory", Napi::Function::New(env, rls::CudaMemory));
 #ifdef RLSTREAM_CUDA
   exports.Set("backend", Napi::String::New(env, "cpu+cuda"));
 #else

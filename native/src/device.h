@@ -105,6 +105,8 @@ std::unique_ptr<Kernels> make_cpu_kernels(int threads);  // one per model (threa
 // scale, add_inplace or from_host writes over them. Throws NativeError when no GPU is usable.
 std::unique_ptr<Kernels> make_cuda_kernels();
 int cuda_device_count();  // 0 when the driver or a GPU is missing
+// Free and total memory of the current GPU (cudaMemGetInfo); false when there is none.
+bool cuda_memory(size_t* free_bytes, size_t* total_bytes);
 // Single-precision GEMM throughput of the BLAS on this machine: C[n,n] = A*B, iters times, with `threads`.
 double cpu_sgemm_gflops(int n, int iters, int threads);
 

@@ -28,6 +28,20 @@ Napi::Value CudaAvailable(const Napi::CallbackInfo& info) {
 #endif
 }
 
+// cudaMemory() -> { free, total } bytes of the GPU the CUDA layer uses, or null without one.
+Napi::Value CudaMemory(const Napi::CallbackInfo& info) {
+#ifdef RLSTREAM_CUDA
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cuda_memory(&free_bytes, &total_bytes)) {
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("free", Napi::Number::New(info.Env(), (double)free_bytes));
+    o.Set("total", Napi::Number::New(info.Env(), (double)total_bytes));
+    return o;
+  }
+#endif
+  return info.Env().Null();
+}
+
 // crc32(buf, crc) -> CRC-32 of buf continued from crc, as node:zlib's crc32 (the log's checksum).
 Napi::Value Crc32(const Napi::CallbackInfo& info) {
   return guard(info.Env(), [&]() -> Napi::Value {

@@ -5,6 +5,7 @@
 namespace rls {
 Napi::Value SgemmGflops(const Napi::CallbackInfo& info);
 Napi::Value CudaAvailable(const Napi::CallbackInfo& info);
+Napi::Value CudaMemory(const Napi::CallbackInfo& info);
 Napi::Value CheckFrames(const Napi::CallbackInfo& info);
 Napi::Value Crc32(const Napi::CallbackInfo& info);
 Napi::Value SealFrames(const Napi::CallbackInfo& info);

@@ -73,6 +73,8 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("backwardCrossEntropy", &ModelWrap::BackwardCrossEntropy),
                       InstanceMethod("backwardPolicyLoss", &ModelWrap::BackwardPolicyLoss),
                       InstanceMethod("kvReserve", &ModelWrap::KvReserve),
+                      InstanceMethod("activationBytes", &ModelWrap::ActivationBytes),
+                      InstanceMethod("kvBytes", &ModelWrap::KvBytes),
                       InstanceMethod("kvLength", &ModelWrap::KvLength),
                       InstanceMethod("kvTruncate", &ModelWrap::KvTruncate),
                       InstanceMethod("extend", &ModelWrap::Extend),
@@ -386,6 +388,20 @@ static int int_arg(const Napi::Value& v, const std::string& what) {
   const double d = num_arg(v, what);
   if (d != std::floor(d) || d < -2147483648.0 || d > 2147483647.0) invalid(what + " must be an integer, got " + std::to_string(d));
   return (int)d;
+}
+
+// activationBytes(tokens) -> bytes of the activations a step of that many tokens allocates.
+Napi::Value ModelWrap::ActivationBytes(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), live("activationBytes").activation_bytes(int_arg(info[0], "tokens")));
+  });
+}
+
+// kvBytes(slots, maxLen) -> bytes kvReserve(slots, maxLen) allocates.
+Napi::Value ModelWrap::KvBytes(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), live("kvBytes").kv_bytes(int_arg(info[0], "slots"), int_arg(info[1], "maxLen")));
+  });
 }
 
 // kvReserve(slots, maxLen): allocates the KV cache (replacing any previous one; every slot starts empty).

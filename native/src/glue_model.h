@@ -29,6 +29,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value BackwardCrossEntropy(const Napi::CallbackInfo& info);
   Napi::Value BackwardPolicyLoss(const Napi::CallbackInfo& info);
   Napi::Value KvReserve(const Napi::CallbackInfo& info);
+  Napi::Value ActivationBytes(const Napi::CallbackInfo& info);
+  Napi::Value KvBytes(const Napi::CallbackInfo& info);
   Napi::Value KvLength(const Napi::CallbackInfo& info);
   Napi::Value KvTruncate(const Napi::CallbackInfo& info);
   Napi::Value Extend(const Napi::CallbackInfo& info);

@@ -246,17 +246,16 @@ void Model::validate_batch(const Batch& b) const {
               std::to_string(cfg_.vocab_size) + ")");
 }
 
-void Model::ensure_acts(int T, int /*max_len*/) {
-  Acts& a = *a_;
-  if (a.cap >= T) return;
+// Every activation buffer of a T-token step, in one walk used both to size the block and to lay it out, so the
+// size a caller plans with (activation_bytes) is the size allocated.
+template <typename Give>
+void Model::walk_acts(int T, Acts& a, Give&& give) const {
   const size_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, QD = cfg_.q_dim(),
                KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, L = cfg_.num_hidden_layers, hd = cfg_.head_dim();
   const size_t t = T, ch = std::min<size_t>(chunk_, t);
-  auto al = [](size_t n) { return (n + 15) / 16 * 16; };
   a.resid.resize(L + 1);  // L+1 residual streams; resid[l] enters layer l
   a.layers.resize(L);
-  // Every buffer once, grouped by size: the same walk counts the floats, then points each buffer into the block.
-  auto walk = [&](auto&& give) {
+  {
     auto each = [&](size_t n, std::initializer_list<float**> slots) {
       for (float** slot : slots) give(*slot, n);
     };
@@ -276,9 +275,24 @@ void Model::ensure_acts(int T, int /*max_len*/) {
     each(t * KD, {&a.dk, &a.dv});
     each(t * I, {&a.dgate, &a.dup, &a.dact});
     each(ch * V, {&a.logits});
-  };
+  }
+}
+
+static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+
+double Model::activation_bytes(int T) const {
+  if (T < 1) invalid("activationBytes: tokens must be >= 1, got " + std::to_string(T));
+  Acts scratch;
   size_t total = 0;
-  walk([&](float*&, size_t n) { total += al(n); });
+  walk_acts(T, scratch, [&](float*&, size_t n) { total += align16(n); });
+  return (double)total * sizeof(float);
+}
+
+void Model::ensure_acts(int T, int /*max_len*/) {
+  Acts& a = *a_;
+  if (a.cap >= T) return;
+  size_t total = 0;
+  walk_acts(T, a, [&](float*&, size_t n) { total += align16(n); });
   check_fits((double)total * sizeof(float), "activations for this batch");
   // allocate before releasing: if this throws, the previous (smaller) activations stay valid
   float* fresh = k_->alloc(total);
@@ -286,9 +300,9 @@ void Model::ensure_acts(int T, int /*max_len*/) {
   a.mem = fresh;
   a.cap = T;
   float* p = a.mem;
-  walk([&](float*& slot, size_t n) {
+  walk_acts(T, a, [&](float*& slot, size_t n) {
     slot = p;
-    p += al(n);
+    p += align16(n);
   });
 }
 
@@ -455,7 +469,7 @@ void Model::kv_reserve(int slots, int max_len) {
   if (max_len < 1 || max_len > cfg_.max_position_embeddings)
     invalid("kv cache: maxLen must be in [1, max_position_embeddings = " + std::to_string(cfg_.max_position_embeddings) +
             "], got " + std::to_string(max_len));
-  const double floats = 2.0 * cfg_.num_hidden_layers * (double)slots * max_len * cfg_.kv_dim();
+  const double floats = kv_bytes(slots, max_len) / sizeof(float);
   if (k_->host_visible()) check_fits(floats * sizeof(float), "kv cache");
   if (kv_mem_) k_->release(kv_mem_);
   kv_mem_ = nullptr;
@@ -465,6 +479,10 @@ void Model::kv_reserve(int slots, int max_len) {
   kv_slots_ = slots;
   kv_max_len_ = max_len;
   kv_len_.assign((size_t)slots, 0);
+}
+
+double Model::kv_bytes(int slots, int max_len) const {
+  return 2.0 * cfg_.num_hidden_layers * (double)slots * max_len * cfg_.kv_dim() * sizeof(float);
 }
 
 static void check_slot(int slot, int slots) {

@@ -107,6 +107,10 @@ class Model {
   // a prefill is a count > 1, a decode step a count of 1, both in one call) and writes, for each b, the next-token
   // distribution after its last token, softmax(logits * inv_temp[b]), into probs[b, V] (host memory).
   void kv_reserve(int slots, int max_len);
+  // Bytes of the activations a T-token step allocates (extend, forward or training), so a caller can leave room
+  // for them before sizing a KV cache.
+  double activation_bytes(int T) const;
+  double kv_bytes(int slots, int max_len) const;  // what kv_reserve(slots, max_len) allocates
   int kv_slots() const { return kv_slots_; }
   int kv_max_len() const { return kv_max_len_; }
   int kv_length(int slot) const;
@@ -136,6 +140,8 @@ class Model {
  private:
   struct Acts;
   void ensure_acts(int T, int max_len);
+  template <typename Give>
+  void walk_acts(int T, Acts& a, Give&& give) const;
   // Through the KV cache when `cached` is given: token t at position cached->pos[t] of slot cached->slot[t].
   struct Cached {
     const int32_t* slot;

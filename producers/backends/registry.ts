@@ -52,9 +52,16 @@ const BuiltinOptions = Type.Object(
     device: Type.Union([Type.Literal('cpu'), Type.Literal('cuda')], {
       default: 'cpu',
       description:
-        "Where the policy runs: 'cpu' (onnxruntime-node) or 'cuda' (the native core's model on the GPU, max_batch KV-cache slots of max_len tokens, new versions written into it in place; rollout.interrupt next_turn or next_token; needs the addon built with RLSTREAM_CUDA=1).",
+        "Where the policy runs: 'cpu' (onnxruntime-node) or 'cuda' (the native core's model on the GPU, a KV cache of up to max_batch slots of max_len tokens sized by gpu_memory_utilization, new versions written into it in place; rollout.interrupt next_turn or next_token; needs the addon built with RLSTREAM_CUDA=1).",
     }),
     max_len: Type.Optional(Type.Integer({ minimum: 1, description: "device cuda: tokens a KV-cache slot holds (a trajectory's whole context); default min(4096, max_position_embeddings)." })),
+    gpu_memory_utilization: Type.Number({
+      exclusiveMinimum: 0,
+      maximum: 1,
+      default: 0.5,
+      description:
+        "device cuda: the share of the GPU's memory the policy may hold, as vLLM's gpu_memory_utilization: its weights, a step's activations and the KV cache, which gets the rest of the share (never more than is free once the weights are loaded, at most max_batch slots of max_len tokens). A trainer on the same GPU needs what is left.",
+    }),
   },
   { additionalProperties: false },
 );
@@ -69,7 +76,7 @@ registerBackend('builtin', {
         throw new RlstreamError('CONFIG_INVALID', 'backend.device: cuda needs the native addon built with RLSTREAM_CUDA=1 (RLSTREAM_CUDA=1 npm run build:native where nvcc is) and a GPU; or set backend.device: cpu');
       return NativePolicyBackend.create(
         { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
-        { device: 'cuda', maxBatch: o.max_batch, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), interrupt: env.interrupt, logger: env.logger.child({ role: 'policy' }) },
+        { device: 'cuda', maxBatch: o.max_batch, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), gpuMemoryUtilization: o.gpu_memory_utilization, interrupt: env.interrupt, logger: env.logger.child({ role: 'policy' }) },
       );
     }
     const { BuiltinPolicyBackend } = await import('../policy/backend.ts');

@@ -7,7 +7,9 @@ import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { Model, parseModelConfig, type DeviceKind } from '../../native/model.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
 import type { RolloutInterrupt } from './engine.ts';
-import { NativeEngine, type NativeEngineStats } from './native-engine.ts';
+import { cudaMemory } from '../../native/addon.ts';
+import { kvCacheSlots } from './kv-sizing.ts';
+import { DEFAULT_PREFILL_TOKENS, NativeEngine, type NativeEngineStats } from './native-engine.ts';
 import { PolicyUpdates } from './updates.ts';
 
 export interface NativePolicyOptions {
@@ -16,6 +18,11 @@ export interface NativePolicyOptions {
   maxBatch: number;
   /** Tokens a slot holds (prompt and everything generated in a trajectory); default min(4096, max_position_embeddings). */
   maxLen?: number;
+  /**
+   * device cuda: the share of the GPU's memory the policy may hold (weights, a step's activations, KV cache);
+   * the KV cache gets what is left of it, at most maxBatch slots (./kv-sizing.ts). Default 0.5.
+   */
+  gpuMemoryUtilization?: number;
   interrupt: RolloutInterrupt;
   server?: string;
   logger?: Logger;
@@ -46,11 +53,31 @@ export class NativePolicyBackend implements LlmBackend {
       throw new RlstreamError('CONFIG_INVALID', `rollout.interrupt: the built-in policy on device ${o.device} updates its weights in place and supports ${NATIVE_INTERRUPTS.join(' and ')}, not ${o.interrupt}`);
     const config = parseModelConfig(JSON.parse(source.configJson));
     const maxLen = o.maxLen ?? Math.min(4096, config.max_position_embeddings);
+    const logger = o.logger ?? silentLogger;
+    const before = o.device === 'cuda' ? cudaMemory() : null;
     const model = Model.load(source.weightsPath, config, { device: o.device });
     try {
-      const engine = new NativeEngine(model, { slots: o.maxBatch, maxLen, version: source.version, server: o.server ?? 'builtin' });
-      const logger = o.logger ?? silentLogger;
-      logger.info('built-in policy loaded on the native core', { version: source.version, device: o.device, slots: o.maxBatch, maxLen });
+      let slots = o.maxBatch;
+      let kvGiB: number | undefined;
+      const after = before ? cudaMemory() : null;
+      if (before && after) {
+        const sizing = kvCacheSlots({
+          totalBytes: after.total,
+          freeBeforeBytes: before.free,
+          freeAfterBytes: after.free,
+          utilization: o.gpuMemoryUtilization ?? 0.5,
+          stepBytes: model.activationBytes(DEFAULT_PREFILL_TOKENS + o.maxBatch),
+          slotBytes: model.kvBytes(1, maxLen),
+          maxBatch: o.maxBatch,
+          maxLen,
+        });
+        slots = sizing.slots;
+        kvGiB = model.kvBytes(slots, maxLen) / 1024 ** 3;
+        if (slots < o.maxBatch)
+          logger.warn('the KV cache holds fewer sequences than backend.max_batch: fewer decode together', { slots, maxBatch: o.maxBatch, maxLen, budgetGiB: sizing.budgetBytes / 1024 ** 3, fix: 'raise backend.gpu_memory_utilization or lower backend.max_len' });
+      }
+      const engine = new NativeEngine(model, { slots, maxLen, version: source.version, server: o.server ?? 'builtin' });
+      logger.info('built-in policy loaded on the native core', { version: source.version, device: o.device, slots, maxLen, ...(kvGiB !== undefined && { kvCacheGiB: Number(kvGiB.toFixed(2)) }) });
       return new NativePolicyBackend(model, engine, o.interrupt, logger);
     } catch (err) {
       model.dispose();

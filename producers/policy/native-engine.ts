@@ -13,13 +13,16 @@ import type { Model } from '../../native/model.ts';
 import type { FinishReason, GenerateRequest, GenerateResult } from '../backends/types.ts';
 import { inverseTemperature, isGreedy, isUntruncated, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
 
+/** Prompt tokens prefilled in one step unless maxPrefillTokens says otherwise. */
+export const DEFAULT_PREFILL_TOKENS = 4096;
+
 export interface NativeEngineOptions {
   /** Sequences held in the KV cache at once (running requests plus idle sessions kept for their next turn). */
   slots: number;
   /** Tokens a slot holds: context plus generated tokens of a session. */
   maxLen: number;
   /**
-   * Prompt tokens prefilled in one step (default 4096); a longer prompt still goes, alone. A step's activations
+   * Prompt tokens prefilled in one step (default DEFAULT_PREFILL_TOKENS); a longer prompt still goes, alone. A step's activations
    * are sized by its tokens, so this bounds the memory a burst of joining requests takes.
    */
   maxPrefillTokens?: number;
@@ -86,7 +89,7 @@ export class NativeEngine {
     this.slots = Array.from({ length: opts.slots }, () => ({ session: null, tokens: [], version: -1, busy: false, lastUse: 0 }));
     this.scratch = newScratch(model.config.vocab_size);
     this.version = opts.version ?? 0;
-    this.prefillCap = opts.maxPrefillTokens ?? 4096;
+    this.prefillCap = opts.maxPrefillTokens ?? DEFAULT_PREFILL_TOKENS;
     if (!Number.isInteger(this.prefillCap) || this.prefillCap < 1) throw new RlstreamError('CONFIG_INVALID', `maxPrefillTokens must be a positive integer, got ${String(opts.maxPrefillTokens)}`);
     this.server = opts.server ?? 'builtin-native';
     model.kvReserve(opts.slots, opts.maxLen);

@@ -4,8 +4,13 @@
 // message where the addon has no CUDA layer or no GPU is present (every CI machine).
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { Model, cudaAvailable, nativeAvailable, type ModelConfig } from '../../native/index.ts';
-import { NativeEngine } from '../../producers/policy/native-engine.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jsonLogger } from '../../core/telemetry.ts';
+import { Model, cudaAvailable, cudaMemory, nativeAvailable, type ModelConfig } from '../../native/index.ts';
+import { NativePolicyBackend } from '../../producers/policy/native-backend.ts';
+import { DEFAULT_PREFILL_TOKENS, NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { TINY, argmax, decodeGreedy, fullLogprobs, maxAbsDiff, one, pack, randomSeqs, rng } from '../native/helpers.ts';
 
@@ -173,3 +178,50 @@ test('cuda: extendSample draws on the GPU what sampleToken draws on the same row
   engine.close();
   m.dispose();
 });
+
+test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.gpu_memory_utilization gives it', { skip }, async (t: TestContext) => {
+  // Slots of 12 MiB (8 layers, 192 K/V dims, 1024 tokens), well above the allocator's 2 MiB pages.
+  const cfg: ModelConfig = { ...HD64, num_hidden_layers: 8, num_key_value_heads: 3, max_position_embeddings: 1024 };
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-kv-'));
+  try {
+    const weights = join(dir, 'w.safetensors');
+    const probe = Model.init(cfg, { seed: 5, initStd: 0.1 });
+    await probe.save(weights);
+    const slotBytes = probe.kvBytes(1, 1024);
+    const stepBytes = probe.activationBytes(DEFAULT_PREFILL_TOKENS + 64);
+    probe.dispose();
+    // What loading the model takes on this GPU (its four parameter blocks, the kernels' handles and workspaces).
+    const before = cudaMemory()!;
+    const loaded = Model.load(weights, cfg, { device: 'cuda' });
+    const weightsBytes = before.free - cudaMemory()!.free;
+    loaded.dispose();
+    const open = (utilization: number) => {
+      const lines: string[] = [];
+      const backend = NativePolicyBackend.create({ configJson: JSON.stringify(cfg), weightsPath: weights, version: 0 }, { device: 'cuda', maxBatch: 64, maxLen: 1024, gpuMemoryUtilization: utilization, interrupt: 'next_turn', logger: jsonLogger({ write: (l) => lines.push(l) }) });
+      const loaded = lines.map((l) => JSON.parse(l) as { msg: string; slots?: number; kvCacheGiB?: number }).find((l) => l.msg === 'built-in policy loaded on the native core')!;
+      return { backend, loaded, warned: lines.some((l) => l.includes('fewer sequences than backend.max_batch')) };
+    };
+    // A share far above what 64 slots need: max_batch slots.
+    const roomy = open(0.5);
+    assert.equal(roomy.loaded.slots, 64);
+    assert.equal(roomy.warned, false);
+    assert.ok(Math.abs(roomy.loaded.kvCacheGiB! - (64 * slotBytes) / 1024 ** 3) < 0.01);
+    await roomy.backend.close();
+    // A share that leaves about 10.5 slots after the weights and the step.
+    const mem = cudaMemory()!;
+    const share = (weightsBytes + stepBytes + 10.5 * slotBytes) / mem.total;
+    const tight = open(share);
+    t.diagnostic(`card ${(mem.total / 1024 ** 3).toFixed(1)} GiB, ${(mem.free / 1024 ** 3).toFixed(1)} free; model ${(weightsBytes / 1024 ** 2).toFixed(0)} MiB, step ${(stepBytes / 1024 ** 2).toFixed(0)} MiB; share ${share.toExponential(3)} -> ${tight.loaded.slots} slots of ${(slotBytes / 1024 ** 2).toFixed(1)} MiB`);
+    assert.ok(tight.loaded.slots! >= 9 && tight.loaded.slots! <= 11, String(tight.loaded.slots));
+    assert.equal(tight.warned, true);
+    // It still generates, with as many requests as slots at a time.
+    const res = await Promise.all(Array.from({ length: 16 }, (_, i) => tight.backend.generate({ requestId: `r${i}`, promptIds: [1, 2, 3, i], sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 8, seed: i, stop_token_ids: [] } as unknown as SamplingParams })));
+    assert.equal(res.filter((r) => r.tokenIds.length === 8).length, 16);
+    await tight.backend.close();
+    // A share below the weights and one step: refused at start-up, naming the field.
+    assert.throws(() => open(share / 4), /backend\.gpu_memory_utilization .*Raise backend\.gpu_memory_utilization/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
