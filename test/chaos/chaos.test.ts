@@ -1,5 +1,5 @@
 // Chaos on the distributed shape: every role (rollout, reward, advantage, trainer, traces) its own process on
-// Kafka (a private broker), the HTTP registry and ClickHouse; a random role is SIGKILLed every few seconds (30
+// Kafka (a private broker), the HTTP registry and ClickHouse; a random role is SIGKILLed every few seconds (20
 // kills, every role at least twice) and restarted. At the end every started trajectory is in the trainer's
 // consumed set exactly once or accounted for as aborted / dead-lettered, train steps and policy versions are
 // contiguous and unique, and ClickHouse holds no duplicate. On each Kafka client (log.client of every role).
@@ -13,7 +13,7 @@ import { auditRun, collectRun, stuck, stuckDetail, traceDuplicates } from '../..
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { progress, ROLES, type Role } from '../../testkit/harness.ts';
 
-const KILLS = 30;
+const KILLS = 20;
 
 function killPlan(seed: number): Role[] {
   let s = seed;
@@ -30,7 +30,7 @@ function killPlan(seed: number): Role[] {
 const registry = service('SCHEMA_REGISTRY_URL', 'chaos: SIGKILLed roles on Kafka');
 const clickhouseUrl = registry ? service('CLICKHOUSE_URL', 'chaos: SIGKILLed roles on Kafka') : null;
 for (const client of registry && clickhouseUrl ? kafkaClients('chaos: SIGKILLed roles on Kafka') : []) {
-  test(`30 SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace (${client})`, { timeout: 360_000 }, async (t) => {
+  test(`${KILLS} SIGKILLs of random roles: every trajectory consumed once, versions contiguous, no duplicate trace (${client})`, { timeout: 360_000 }, async (t) => {
     const t0 = Date.now();
     await withPrivateRun(t, 'chaos', { 'log.client': client }, async (s) => {
       const { log, run, sup } = s;
