@@ -2,15 +2,9 @@
 // listen on, and whether something already listens on one.
 import { createServer, Socket, type Server } from 'node:net';
 
+/** One free port (see freePorts: a service needing several must ask for them together). */
 export async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => res(typeof a === 'object' && a ? a.port : 0));
-    });
-  });
+  return (await freePorts(1))[0]!;
 }
 
 /**

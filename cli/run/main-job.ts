@@ -146,7 +146,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       // The dashboard charts held-out accuracy from the TrainStep stream: carry the latest evaluation.
       const last = evals[evals.length - 1];
       return last ? [{ name: 'heldout_accuracy', value: last.accuracy }, { name: 'heldout_accuracy_version', value: last.version }] : [];
-    }, backend.stageWeights ? (v, m) => backend.stageWeights!(v, m) : undefined);
+    }, backend.stageWeights?.bind(backend));
     await trainer.start();
     // On a failure (a role that throws, an evaluation that cannot finish) every role still running is stopped
     // before the stores and the log close under it: left running, their poll loops would retry LOG_CLOSED

@@ -330,7 +330,7 @@ export class Trainer {
       // what reopens the gate.
       const quiet = performance.now() - lastArrival > STALE_TAIL_FLUSH_MS && [...seen.values()].every((g) => g.got >= g.expected);
       const catchingUp = this.version < this.catchUpToVersion;
-      const staleTail = quiet && (seen.size > 0 ? samples.length === 0 || catchingUp : catchingUp);
+      const staleTail = quiet && (catchingUp || (seen.size > 0 && samples.length === 0));
       if (complete() || staleTail) return { samples, offsets: this.stepOffsets(next), waitMs: performance.now() - t0 };
     }
     return null;

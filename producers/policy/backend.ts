@@ -79,7 +79,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   updatePolicy(update: PolicyUpdate): Promise<void> {
     return this.updates.apply(update, async () => {
       const config = policyConfig(update.configJson);
-      PolicyUpdates.checkArchitecture(update, sameShape(config, this.config));
+      PolicyUpdates.checkArchitecture(update, config, this.config);
       const weights = await readSafetensors(update.weightsPath);
       const times = await this.engine.load(config, weights, update.version);
       this.config = config;
@@ -99,8 +99,4 @@ export class BuiltinPolicyBackend implements LlmBackend {
     await this.updates.settled();
     await this.engine.close();
   }
-}
-
-function sameShape(a: PolicyModelConfig, b: PolicyModelConfig): boolean {
-  return (Object.keys(a) as (keyof PolicyModelConfig)[]).every((k) => a[k] === b[k]);
 }

@@ -37,7 +37,6 @@ export class NativePolicyBackend implements LlmBackend {
   /** The newest version a trainer here offered (stageWeights), as a device copy, and its number. */
   private staging: Model | null = null;
   private stagedVersion = -1;
-  private versionsFromDevice = 0;
 
   private constructor(
     private readonly model: Model,
@@ -97,10 +96,11 @@ export class NativePolicyBackend implements LlmBackend {
   updatePolicy(update: PolicyUpdate): Promise<void> {
     return this.updates.apply(update, async () => {
       const config = parseModelConfig(JSON.parse(update.configJson));
-      PolicyUpdates.checkArchitecture(update, (Object.keys(config) as (keyof typeof config)[]).every((k) => config[k] === this.model.config[k]));
+      PolicyUpdates.checkArchitecture(update, config, this.model.config);
       const t0 = performance.now();
-      await this.engine.swap(update.version, () => this.loadVersion(update), this.interrupt);
-      this.logger.info('policy hot-swapped in place', { version: update.version, ms: Math.round(performance.now() - t0) });
+      let from = 'file';
+      await this.engine.swap(update.version, async () => void (from = await this.loadVersion(update)), this.interrupt);
+      this.logger.info('policy hot-swapped in place', { version: update.version, from, ms: Math.round(performance.now() - t0) });
     });
   }
 
@@ -123,18 +123,13 @@ export class NativePolicyBackend implements LlmBackend {
   }
 
   /** The version's weights into the model: from the staged copy when it holds that version, else from its file. */
-  private async loadVersion(update: PolicyUpdate): Promise<void> {
+  private async loadVersion(update: PolicyUpdate): Promise<'trainer' | 'file'> {
     if (this.staging && this.stagedVersion === update.version) {
       this.model.copyParamsFrom(this.staging);
-      this.versionsFromDevice++;
-      return;
+      return 'trainer';
     }
     await this.model.loadWeights(update.weightsPath);
-  }
-
-  /** Versions taken from the trainer's staged device copy rather than from their files. */
-  get stagedVersionsTaken(): number {
-    return this.versionsFromDevice;
+    return 'file';
   }
 
   currentPolicyVersion(): number {

@@ -27,8 +27,12 @@ export class PolicyUpdates {
     return next;
   }
 
-  /** Refuses a version whose model architecture differs from the one served: built-in backends only swap weights. */
-  static checkArchitecture(update: PolicyUpdate, same: boolean): void {
+  /**
+   * Refuses a version whose model config (`next`, parsed from the update) differs in any field from the one served:
+   * built-in backends only swap weights.
+   */
+  static checkArchitecture<C extends object>(update: PolicyUpdate, next: C, served: C): void {
+    const same = (Object.keys(next) as (keyof C)[]).every((k) => next[k] === served[k]);
     if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
   }
 

@@ -8,6 +8,7 @@
 #   bash test/gpu/pack-node.sh build [DIR]          # unpack to $RLSTREAM_NODE_HOME (default /tmp/rlstream-node), build
 #   bash test/gpu/pack-node.sh test [DIR] [FILES…]   # default: test/native/*.test.ts (not without-addon) + test/gpu/*.test.ts
 #   bash test/gpu/pack-node.sh run [DIR] [CONFIG] [ARGS…]  # rlstream run CONFIG (default examples/calculator/config.gpu.yaml)
+#   bash test/gpu/pack-node.sh cli DIR ARGS…       # rlstream ARGS… (any command, e.g. import gguf)
 # The archive holds: the node binary and its headers (include/node, without OpenSSL's, which no N-API addon
 # includes), OpenBLAS with its Fortran runtime and zlib's link name (the addon's CPU path links them), and the
 # node_modules closure of node-gyp, node-addon-api and tsx (the native tests import nothing else from npm;
@@ -145,15 +146,20 @@ run_tests() {
   node --import tsx --test --test-concurrency=1 "${files[@]}"
 }
 
-# The main job on the unpacked modules and the addon `build` made: `rlstream run CONFIG ARGS…` (its JSON line on stdout).
-run_main() {
+# The CLI on the unpacked modules and the addon `build` made: `rlstream ARGS…`.
+run_cli() {
   use
+  [ -f "$home/node_modules/onnxruntime-node/package.json" ] || { echo "$step: no run modules in $home (pack-run here, carry $dir, then build)" >&2; exit 1; }
+  node --import tsx cli/main.ts "$@"
+}
+
+# The main job: `rlstream run CONFIG ARGS…` (its JSON line on stdout).
+run_main() {
   shift
   [ $# -gt 0 ] && shift
-  [ -f "$home/node_modules/onnxruntime-node/package.json" ] || { echo "run: no run modules in $home (pack-run here, carry $dir, then build)" >&2; exit 1; }
   local config=${1:-$run_config}
   [ $# -gt 0 ] && shift
-  node --import tsx cli/main.ts run "$config" "$@"
+  run_cli run "$config" "$@"
 }
 
 case "$step" in
@@ -162,5 +168,6 @@ case "$step" in
   build) build ;;
   test) run_tests "$@" ;;
   run) run_main "$@" ;;
+  cli) shift; [ $# -gt 0 ] && shift; run_cli "$@" ;;
   *) sed -n '2,20p' "$0" >&2; exit 2 ;;
 esac

@@ -37,9 +37,7 @@ case "$step" in
     [ -f "$kept/part-aa" ] && [ -f "$kept/part-ab" ] && [ -f "$kept/SHA256SUMS" ] || { echo "import: parts missing in $kept (receive both first)" >&2; exit 1; }
     cat "$kept/part-aa" "$kept/part-ab" >"$home/model.gguf"
     [ "$(sha256sum "$home/model.gguf" | awk '{print $1}')" = "$(cat "$kept/SHA256SUMS")" ] || { echo "import: checksum differs" >&2; exit 1; }
-    export PATH="$home/bin:$PATH"
-    [ -e node_modules ] || ln -s "$home/node_modules" node_modules
-    node --import tsx cli/main.ts import gguf "$home/model.gguf" --out "$model_dir"
+    bash test/gpu/pack-node.sh cli .node-pack import gguf "$home/model.gguf" --out "$model_dir"
     ;;
   run)
     seed=${2:?run SEED}

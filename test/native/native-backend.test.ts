@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { silentLogger } from '../../core/telemetry.ts';
+import { jsonLogger, silentLogger } from '../../core/telemetry.ts';
 import { Model, cudaAvailable, nativeAvailable, type ModelConfig } from '../../native/index.ts';
 import { backends } from '../../producers/backends/registry.ts';
 import { NativePolicyBackend } from '../../producers/policy/native-backend.ts';
@@ -118,7 +118,10 @@ test("stageWeights: a trainer's model in this process hands a version over devic
     const v0 = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3 });
     await v0.save(join(dir, 'v0.safetensors'));
     const trainer = Model.init(CFG, { seed: 2, threads: 2, initStd: 0.3 });
-    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, interrupt: 'next_turn', logger: silentLogger });
+    const lines: string[] = [];
+    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, interrupt: 'next_turn', logger: jsonLogger({ write: (l) => lines.push(l) }) });
+    // Where each version's weights came from, as the hot-swap log line says.
+    const sources = () => lines.map((l) => JSON.parse(l) as { msg: string; version: number; from?: string }).filter((l) => l.msg === 'policy hot-swapped in place').map((l) => `${l.version}:${l.from}`);
     const prompt = [7, 8, 9];
     const config = JSON.stringify(CFG);
     // Version 1 staged from the trainer's model: its update needs no file (the path does not exist).
@@ -127,7 +130,7 @@ test("stageWeights: a trainer's model in this process hands a version over devic
     const r1 = await backend.generate({ requestId: 'a', promptIds: prompt, sampling: sampling({ max_new_tokens: 8 }) });
     assert.deepEqual(r1.policyVersions, Array(8).fill(1));
     assert.ok(maxAbsDiff(r1.logprobs, await forwardLogprobs(trainer, prompt, r1.tokenIds)) < 1e-5, "generated with the trainer's weights");
-    assert.equal(backend.stagedVersionsTaken, 1);
+    assert.deepEqual(sources(), ['1:trainer']);
     // The trainer moves on (version 3 staged) before version 2's update arrives: 2 comes from its file.
     const v2 = Model.init(CFG, { seed: 3, threads: 2, initStd: 0.3 });
     await v2.save(join(dir, 'v2.safetensors'));
@@ -136,17 +139,21 @@ test("stageWeights: a trainer's model in this process hands a version over devic
     await backend.updatePolicy({ version: 2, weightsPath: join(dir, 'v2.safetensors'), configJson: config });
     const r2 = await backend.generate({ requestId: 'b', promptIds: prompt, sampling: sampling({ max_new_tokens: 8 }) });
     assert.ok(maxAbsDiff(r2.logprobs, await forwardLogprobs(v2, prompt, r2.tokenIds)) < 1e-5, "version 2's weights, from its file");
-    assert.equal(backend.stagedVersionsTaken, 1);
+    assert.deepEqual(sources(), ['1:trainer', '2:file']);
     await backend.updatePolicy({ version: 3, weightsPath: join(dir, 'missing-v3.safetensors'), configJson: config });
     const r3 = await backend.generate({ requestId: 'c', promptIds: prompt, sampling: sampling({ max_new_tokens: 8 }) });
     assert.ok(maxAbsDiff(r3.logprobs, await forwardLogprobs(v3, prompt, r3.tokenIds)) < 1e-5);
-    assert.equal(backend.stagedVersionsTaken, 2);
+    assert.deepEqual(sources(), ['1:trainer', '2:file', '3:trainer']);
     // A trainer's model of other shapes is not staged (the trainer's step must not fail on it): its file is read.
     const wide = Model.init({ ...CFG, intermediate_size: 64 }, { seed: 1, threads: 2 });
     assert.doesNotThrow(() => backend.stageWeights(4, wide));
     await v2.save(join(dir, 'v4.safetensors'));
     await backend.updatePolicy({ version: 4, weightsPath: join(dir, 'v4.safetensors'), configJson: config });
-    assert.equal(backend.stagedVersionsTaken, 2);
+    assert.deepEqual(sources(), ['1:trainer', '2:file', '3:trainer', '4:file']);
+    assert.ok(lines.some((l) => l.includes('cannot be staged on the device')), 'the unstageable model is logged');
+    // The seconds the main job's JSON line reports (rl.backend_seconds): three generations and two file loads took some.
+    const spent = backend.deviceSeconds();
+    assert.ok(spent.generate > 0 && spent.loadWeights > 0, JSON.stringify(spent));
     wide.dispose();
     await backend.close();
     for (const m of [v0, trainer, v2, v3]) m.dispose();
