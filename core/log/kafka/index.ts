@@ -11,7 +11,7 @@ import { silentLogger } from '../../telemetry.ts';
 import type { Consumer, ConsumerOptions, EventLog, GroupLag, PartitionOffsets, Producer, ProducerOptions, TopicPartitionOffset, TopicSpec } from '../types.ts';
 import { checkTopicSpec } from '../topic-spec.ts';
 import { KafkaConsumer, type ConsumerHost } from './consumer.ts';
-import { fromKafka } from './errors.ts';
+import { fromKafka, isCoordinatorBusy } from './errors.ts';
 import { KAFKAJS_LEVEL, kafkajsLogCreator } from './logging.ts';
 import { compileKafkaLogOptions, type CompiledKafkaLogOptions, type KafkaLogOptions } from './options.ts';
 import { KafkaProducer, type ProducerHost } from './producer.ts';
@@ -201,18 +201,17 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
     }
   }
 
-  /** Committed offsets by partition (partitions without one are absent). */
+  /**
+   * Committed offsets by partition (partitions without one are absent). A group coordinator that is loading its
+   * partition of __consumer_offsets or has just moved turns the fetch away unanswered: asked again, for a while.
+   */
   private async committedMap(groupId: string, topic: string): Promise<Map<number, number>> {
     await this.partitionCount(topic);
     const admin = await this.adm();
-    try {
-      const [res] = await admin.fetchOffsets({ groupId, topics: [topic] });
-      const out = new Map<number, number>();
-      for (const p of res?.partitions ?? []) if (Number(p.offset) >= 0) out.set(p.partition, Number(p.offset));
-      return out;
-    } catch (err) {
-      throw fromKafka(err, `committed offsets of group ${groupId} on ${topic}`);
-    }
+    const [res] = await retryForAWhile(() => admin.fetchOffsets({ groupId, topics: [topic] }), isCoordinatorBusy, (err) => fromKafka(err, `committed offsets of group ${groupId} on ${topic}`));
+    const out = new Map<number, number>();
+    for (const p of res?.partitions ?? []) if (Number(p.offset) >= 0) out.set(p.partition, Number(p.offset));
+    return out;
   }
 
   async committed(groupId: string, topic: string): Promise<TopicPartitionOffset[]> {
