@@ -80,16 +80,23 @@ function rewardProcessor(log: EventLog, serde: EventSerde, topics: { input: stri
   return new StreamProcessor({ id: `retry-${topics.input}`, log, serde, inputTopics: [topics.input], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.output }), maxBatchRecords, deadLetterTopic: `${topics.input}-dlq` });
 }
 
+/** Waits until the processor's lag is 0; on a failure it stops the processor first (left running, it keeps the file's process alive). */
 async function waitDrained(p: StreamProcessor, running: Promise<void>, timeoutMs: number): Promise<void> {
   let failed: unknown = null;
   running.catch((err: unknown) => (failed = err));
   const until = Date.now() + timeoutMs;
-  while ((await p.lag()) > 0) {
+  try {
+    while ((await p.lag()) > 0) {
+      if (failed) throw failed;
+      if (Date.now() > until) throw new Error(`lag still ${await p.lag()} after ${timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
     if (failed) throw failed;
-    if (Date.now() > until) throw new Error(`lag still ${await p.lag()} after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 25));
+  } catch (err) {
+    await p.stop().catch(() => {});
+    await running.catch(() => {});
+    throw err;
   }
-  if (failed) throw failed;
 }
 
 test('retriable transaction failures are retried with a new producer; every output once', async () => {
