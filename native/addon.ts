@@ -50,7 +50,7 @@ export interface NativeModelHandle {
 export interface NativeAddon {
   NativeModel: new (
     config: ModelConfig,
-    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind },
+    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind; trainable: boolean },
   ) => NativeModelHandle;
   sgemmGflops(n: number, iters: number, threads: number): number;
   crc32(buf: Uint8Array, crc: number): number;

@@ -126,12 +126,14 @@ export interface InitOptions {
   threads?: number; // default: available parallelism
   initStd?: number; // default 0.02 (norms 1, biases 0)
   logitChunkTokens?: number; // tokens per logits chunk; default ~32 MiB of logits
+  trainable?: boolean; // default true; false: parameters only (a quarter of the memory), training calls throw
 }
 
 export interface LoadOptions {
   device?: DeviceKind; // default 'cpu'
   threads?: number;
   logitChunkTokens?: number;
+  trainable?: boolean; // default true; false: parameters only (a quarter of the memory), training calls throw
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -233,7 +235,7 @@ export class Model {
   static init(config: ModelConfig, options: InitOptions): Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.init');
-    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device };
+    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true };
     if (!Number.isInteger(opts.seed)) invalid(`Model.init: options.seed must be an integer, got ${String(opts.seed)}`);
     return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device);
   }
@@ -242,7 +244,7 @@ export class Model {
   static load(weightsPath: string, config: ModelConfig, options: LoadOptions = {}): Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.load');
-    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device }));
+    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true }));
     const model = new Model(cfg, handle, device);
     try {
       readInto(weightsPath, model.parameters(), 'weights', cfg.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());

@@ -90,7 +90,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("dispose", &ModelWrap::Dispose)});
 }
 
-// new NativeModel(config, { seed, threads, initStd, logitChunkTokens, random, device: 'cpu' | 'cuda' })
+// new NativeModel(config, { seed, threads, initStd, logitChunkTokens, random, device: 'cpu' | 'cuda', trainable })
 ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
   Napi::Env env = info.Env();
   guard(env, [&] {
@@ -106,7 +106,9 @@ ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWra
       if (d == "cuda") device = Device::Cuda;
       else if (d != "cpu") invalid("options.device must be 'cpu' or 'cuda'");
     }
-    model_ = std::make_unique<Model>(c, threads, chunk, device);
+    const Napi::Value tv = o.Get("trainable");
+    const bool trainable = tv.IsUndefined() || tv.ToBoolean().Value();
+    model_ = std::make_unique<Model>(c, threads, chunk, device, trainable);
     if (o.Get("random").ToBoolean().Value()) {
       const double seed = num_arg(o.Get("seed"), "options.seed");
       const double std_ = num_arg(o.Get("initStd"), "options.initStd");
@@ -146,6 +148,7 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
     else if (kind == "exp_avg") block = model_->adam_m(), bk = BlockKind::ExpAvg;
     else if (kind == "exp_avg_sq") block = model_->adam_v(), bk = BlockKind::ExpAvgSq;
     else invalid("tensors(kind): kind must be 'params', 'grads', 'exp_avg' or 'exp_avg_sq'");
+    if (bk != BlockKind::Params) model_->need_training("tensors");
     // A device model refreshes the host mirror first: the views are a snapshot of the device block.
     if (model_->device() != Device::Cpu) live("tensors").download(bk);
     const auto& ts = model_->tensors();
@@ -275,6 +278,7 @@ Napi::Value ModelWrap::BackwardCrossEntropy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     Model& m = live("backwardCrossEntropy");
+    m.need_training("backwardCrossEntropy");
     BatchArgs a = batch_args(info, m);
     View<float> response_mask = response_mask_arg(info[3], a);
     const double scale = num_arg(info[4], "options.lossScale");
@@ -299,6 +303,7 @@ Napi::Value ModelWrap::BackwardPolicyLoss(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     Model& m = live("backwardPolicyLoss");
+    m.need_training("backwardPolicyLoss");
     BatchArgs a = batch_args(info, m);
     View<float> response_mask = response_mask_arg(info[3], a);
     std::vector<Napi::Value> keep{a.tokens.holder, a.seq_starts.holder, a.targets.holder, response_mask.holder};
@@ -524,6 +529,7 @@ Napi::Value ModelWrap::AdamwStep(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     Model& m = live("adamwStep");
+    m.need_training("adamwStep");
     if (!info[0].IsObject()) invalid("options must be an object");
     Napi::Object o = info[0].As<Napi::Object>();
     AdamWParams p;

@@ -51,8 +51,8 @@ struct Model::Acts {
   }
 };
 
-Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device)
-    : cfg_(cfg), device_(device) {
+Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device, bool trainable)
+    : cfg_(cfg), device_(device), trainable_(trainable) {
   validate_config(cfg_);
   if (threads < 1 || threads > 256) invalid("threads must be in [1, 256], got " + std::to_string(threads));
   threads_ = threads;
@@ -103,19 +103,22 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
   add("model.norm.weight", {H});
   if (!cfg_.tie_word_embeddings) add("lm_head.weight", {V, H});
 
-  check_fits(4.0 * sizeof(float) * (double)nparams_, "parameters, gradients and AdamW state");
+  const int blocks = trainable_ ? 4 : 1;
+  check_fits(blocks * sizeof(float) * (double)nparams_, trainable_ ? "parameters, gradients and AdamW state" : "parameters");
   // CPU blocks are plain aligned host memory freed with free(), so JS views may outlive the model (a device
   // layer would stage parameters through host copies instead).
   if (k_->host_visible()) {
     auto host_block = [&]() { return Block(k_->alloc(nparams_), [](float* q) { std::free(q); }); };
     params_ = host_block();
-    grads_ = host_block();
-    m_ = host_block();
-    v_ = host_block();
     dev_[0] = params_.get();
-    dev_[1] = grads_.get();
-    dev_[2] = m_.get();
-    dev_[3] = v_.get();
+    if (trainable_) {
+      grads_ = host_block();
+      m_ = host_block();
+      v_ = host_block();
+      dev_[1] = grads_.get();
+      dev_[2] = m_.get();
+      dev_[3] = v_.get();
+    }
   } else {
     // Host mirrors for JS views and files; the device holds the four blocks in one allocation.
     auto host_block = [&]() {
@@ -125,14 +128,16 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
       return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
     };
     params_ = host_block();
-    grads_ = host_block();
-    m_ = host_block();
-    v_ = host_block();
-    dmem_ = k_->alloc(4 * nparams_);
-    for (int i = 0; i < 4; i++) dev_[i] = dmem_ + (size_t)i * nparams_;
+    if (trainable_) {
+      grads_ = host_block();
+      m_ = host_block();
+      v_ = host_block();
+    }
+    dmem_ = k_->alloc((size_t)blocks * nparams_);
+    for (int i = 0; i < blocks; i++) dev_[i] = dmem_ + (size_t)i * nparams_;
   }
   P_ = bind(dev_[0]);
-  G_ = bind(dev_[1]);
+  if (trainable_) G_ = bind(dev_[1]);
   a_ = std::make_unique<Acts>();
   a_->k = k_.get();
 }
@@ -152,7 +157,13 @@ static Block& block_of(BlockKind kind, Block& p, Block& g, Block& m, Block& v) {
   }
 }
 
+void Model::need_training(const char* op) const {
+  if (!trainable_)
+    invalid(std::string(op) + ": this model was made for inference (parameters only): it has no gradients or optimizer state");
+}
+
 void Model::download(BlockKind kind) {
+  if (kind != BlockKind::Params) need_training("tensors");
   if (k_->host_visible()) return;
   k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], nparams_);
 }
@@ -167,6 +178,7 @@ void Model::copy_params_from(const Model& src) {
 }
 
 void Model::upload(BlockKind kind) {
+  if (kind != BlockKind::Params) need_training("upload");
   if (k_->host_visible()) return;
   k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), nparams_);
 }
@@ -393,6 +405,7 @@ void Model::forward_logits(const Batch& b, float* logits) {
 }
 
 void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& loss) {
+  need_training("backward");
   forward_trunk(b);
   Acts& a = *a_;
   Kernels& k = *k_;
@@ -565,9 +578,13 @@ void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int
   }
 }
 
-void Model::zero_grad() { k_->zero(dev_[1], nparams_); }
+void Model::zero_grad() {
+  need_training("zeroGrad");
+  k_->zero(dev_[1], nparams_);
+}
 
 double Model::grad_norm() {
+  need_training("gradNorm");
   k_->set_threads(threads_);
   double ss = 0;
   PROF(optimizer, ss = k_->sum_squares(dev_[1], nparams_));
@@ -575,11 +592,13 @@ double Model::grad_norm() {
 }
 
 void Model::scale_grads(float s) {
+  need_training("scaleGrads");
   k_->set_threads(threads_);
   PROF(optimizer, k_->scale(dev_[1], nparams_, s));
 }
 
 void Model::adamw_step(const AdamWParams& p) {
+  need_training("adamwStep");
   k_->set_threads(threads_);
   step_ += 1;
   const float bc1 = (float)(1.0 - std::pow((double)p.beta1, (double)step_));

@@ -66,7 +66,11 @@ enum class BlockKind { Params = 0, Grads = 1, ExpAvg = 2, ExpAvgSq = 3 };
 
 class Model {
  public:
-  Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device = Device::Cpu);
+  // trainable false: parameters only, no gradients or optimizer state (a generation-only model takes a quarter
+  // of the memory); every training call then throws NativeError.
+  Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device = Device::Cpu, bool trainable = true);
+  bool trainable() const { return trainable_; }
+  void need_training(const char* op) const;  // throws NativeError naming op on a model that is not trainable
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -160,6 +164,7 @@ class Model {
   size_t nparams_ = 0;
   Block params_, grads_, m_, v_;
   Device device_ = Device::Cpu;
+  bool trainable_ = true;
   float* dev_[4] = {nullptr, nullptr, nullptr, nullptr};  // where kernels read/write each block
   float* dmem_ = nullptr;                                  // the device allocation holding all four (Cuda)
   ParamPtrs P_, G_;

@@ -54,7 +54,7 @@ export class NativePolicyBackend implements LlmBackend {
     const maxLen = o.maxLen ?? Math.min(4096, config.max_position_embeddings);
     const logger = o.logger ?? silentLogger;
     const before = o.device === 'cuda' ? cudaMemory() : null;
-    const model = Model.load(source.weightsPath, config, { device: o.device });
+    const model = Model.load(source.weightsPath, config, { device: o.device, trainable: false });
     try {
       let slots = o.maxBatch;
       let kvGiB: number | undefined;
@@ -113,7 +113,7 @@ export class NativePolicyBackend implements LlmBackend {
     // Called from the trainer's step: a model that cannot be staged (other shapes, no memory) must not fail the
     // step; its versions are then read from their files.
     try {
-      this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device });
+      this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false });
       this.staging.copyParamsFrom(source);
       this.stagedVersion = version;
     } catch (err) {

@@ -189,12 +189,19 @@ test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.g
     await probe.save(weights);
     const slotBytes = probe.kvBytes(1, 1024);
     const stepBytes = probe.activationBytes(DEFAULT_PREFILL_TOKENS + 64);
+    const probeParams = probe.numParameters;
     probe.dispose();
-    // What loading the model takes on this GPU (its four parameter blocks, the kernels' handles and workspaces).
-    const before = cudaMemory()!;
-    const loaded = Model.load(weights, cfg, { device: 'cuda' });
-    const weightsBytes = before.free - cudaMemory()!.free;
-    loaded.dispose();
+    // What loading the model takes on this GPU (its blocks, the kernels' handles and workspaces): for generation
+    // as the backend loads it, and trainable.
+    const loadedBytes = (trainable: boolean): number => {
+      const before = cudaMemory()!.free;
+      const m = Model.load(weights, cfg, { device: 'cuda', trainable });
+      const used = before - cudaMemory()!.free;
+      m.dispose();
+      return used;
+    };
+    const weightsBytes = loadedBytes(false);
+    const trainableBytes = loadedBytes(true);
     const open = (utilization: number) => {
       const lines: string[] = [];
       const backend = NativePolicyBackend.create({ configJson: JSON.stringify(cfg), weightsPath: weights, version: 0 }, { device: 'cuda', maxBatch: 64, maxLen: 1024, gpuMemoryUtilization: utilization, interrupt: 'next_turn', logger: jsonLogger({ write: (l) => lines.push(l) }) });
@@ -211,7 +218,9 @@ test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.g
     const mem = cudaMemory()!;
     const share = (weightsBytes + stepBytes + 10.5 * slotBytes) / mem.total;
     const tight = open(share);
-    t.diagnostic(`card ${(mem.total / 1024 ** 3).toFixed(1)} GiB, ${(mem.free / 1024 ** 3).toFixed(1)} free; model ${(weightsBytes / 1024 ** 2).toFixed(0)} MiB, step ${(stepBytes / 1024 ** 2).toFixed(0)} MiB; share ${share.toExponential(3)} -> ${tight.loaded.slots} slots of ${(slotBytes / 1024 ** 2).toFixed(1)} MiB`);
+    // A generation-only model leaves out the gradients and both AdamW moments: three parameter blocks fewer.
+    assert.ok(trainableBytes - weightsBytes >= 3 * 4 * probeParams, `${trainableBytes} vs ${weightsBytes}`);
+    t.diagnostic(`card ${(mem.total / 1024 ** 3).toFixed(1)} GiB, ${(mem.free / 1024 ** 3).toFixed(1)} free; model ${(weightsBytes / 1024 ** 2).toFixed(0)} MiB (trainable ${(trainableBytes / 1024 ** 2).toFixed(0)}), step ${(stepBytes / 1024 ** 2).toFixed(0)} MiB; share ${share.toExponential(3)} -> ${tight.loaded.slots} slots of ${(slotBytes / 1024 ** 2).toFixed(1)} MiB`);
     assert.ok(tight.loaded.slots! >= 9 && tight.loaded.slots! <= 11, String(tight.loaded.slots));
     assert.equal(tight.warned, true);
     // It still generates, with as many requests as slots at a time.

@@ -163,3 +163,28 @@ test('malformed or mismatched weight files give WEIGHTS_FORMAT errors', { skip }
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a model made for inference only generates and reads its weights; every training call is refused by name', { skip }, async () => {
+  const full = Model.init(TINY, { seed: 4, threads: 1 });
+  const lean = Model.init(TINY, { seed: 4, threads: 1, trainable: false });
+  try {
+    assert.equal(lean.numParameters, full.numParameters);
+    for (const [name, t] of full.parameters()) assert.deepEqual(lean.parameters().get(name)!.data, t.data, name);
+    const { batch, targets, responseMask } = pack([[1, 2, 3, 4, 5]]);
+    assert.deepEqual((await lean.forward(batch, targets)).logprobs, (await full.forward(batch, targets)).logprobs);
+    lean.kvReserve(1, 16);
+    assert.equal((await lean.extend(Int32Array.of(0), Int32Array.of(3), Int32Array.of(1, 2, 3))).length, TINY.vocab_size);
+    const refused = rejects('NATIVE_INVALID_ARGUMENT', /made for inference \(parameters only\): it has no gradients or optimizer state/);
+    await assert.rejects(lean.backwardCrossEntropy(batch, targets, responseMask), refused);
+    assert.throws(() => lean.zeroGrad(), refused);
+    assert.throws(() => lean.gradNorm(), refused);
+    assert.throws(() => lean.gradients(), refused);
+    assert.throws(() => lean.optimizerState(), refused);
+    await assert.rejects(lean.adamwStep({ lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0 }), refused);
+    // The weights still move between models: a trainer's copy into a generation-only model.
+    lean.copyParamsFrom(full);
+  } finally {
+    full.dispose();
+    lean.dispose();
+  }
+});
