@@ -15,7 +15,7 @@ import { crc32 } from 'node:zlib';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import { crc32Combine } from './crc32-combine.ts';
-import { corruptError, fsyncDir, readJsonFile, writeFileDurably } from './damage.ts';
+import { corruptError, fsyncDir, readJsonFile, unlinkIfThere, writeFileDurably } from './damage.ts';
 
 export type OffsetTriple = [topic: string, partition: number, offset: number];
 
@@ -197,8 +197,9 @@ export class Journal {
         continue;
       }
       // Older generations are obsolete once the checkpoint names a newer one; an empty newer one is a
-      // checkpoint cut short before its rename.
-      if (!readOnly) unlinkSync(file);
+      // checkpoint cut short before its rename. An older one may vanish meanwhile: a checkpoint deletes the
+      // journal it replaces off the event loop, and a log of this directory closed just before may still be at it.
+      if (!readOnly) unlinkIfThere(file);
     }
     if (!readOnly && existsSync(this.checkpointPath + '.tmp')) unlinkSync(this.checkpointPath + '.tmp');
     const entries: JournalEntry[] = [];
