@@ -64,6 +64,11 @@ export interface TrainerCounters {
   skippedNonTrain: number;
   /** Samples of other runs sharing the topic (a shared Kafka cluster): never trained on. */
   skippedOtherRun: number;
+  /**
+   * Records read again after a rebalance handed a partition back from its committed offset while this trainer
+   * held what it had read past that (in a step or in the next batch): skipped, each was consumed once already.
+   */
+  redelivered: number;
 }
 
 const GROUP_ID = 'trainer';
@@ -102,7 +107,14 @@ export class Trainer {
   private droppedSinceStep = 0;
   /** Ids of the samples dropped as stale since the last step: recorded in the next TrainStep. */
   private droppedIds: string[] = [];
-  readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0, skippedOtherRun: 0 };
+  /**
+   * Per partition of the advantaged topic, the offset after the last record this trainer took (into a step, or
+   * dropped or skipped). The trainer is the group's only member, so a rebalance (Kafka's session expiring during
+   * a broker outage) gives the partitions straight back, from the committed offsets: the records between those
+   * and this point are already in a committed step, the step being collected, or the carry.
+   */
+  private readonly readThrough = new Map<number, number>();
+  readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0, skippedOtherRun: 0, redelivered: 0 };
   private readonly logger: Logger;
   /** This run's versions whose weights may still be in the store (version → checksum), for retention. */
   private readonly storedVersions = new Map<number, string>();
@@ -297,6 +309,11 @@ export class Trainer {
           break;
         }
         const r = records[i]!;
+        if (r.offset < (this.readThrough.get(r.partition) ?? 0)) {
+          if (this.counters.redelivered++ === 0) this.logger.warn('the log handed back records this trainer had already taken (a rebalance rewound a partition to its committed offset); skipping them', { partition: r.partition, offset: r.offset, takenThrough: this.readThrough.get(r.partition) });
+          continue;
+        }
+        this.readThrough.set(r.partition, r.offset + 1);
         next.set(r.partition, r.offset + 1);
         this.counters.consumed++;
         const d = await this.deps.serde.decode(r.value);
