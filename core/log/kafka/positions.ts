@@ -69,20 +69,27 @@ export class Positions extends Map<string, TopicPartitionOffset> {
     offsets: TopicPartitionOffset[] | undefined,
     groupId: string,
     logger: Logger,
-    client: { send(list: TopicPartitionOffset[]): Promise<void>; isRebalance(err: unknown): boolean; wrap(err: unknown, what: string): RlstreamError },
+    /**
+     * send commits the list; it resolves 'rebalanced' where it learns, other than from the library's error, that
+     * the group moved on before the coordinator wrote the commit.
+     */
+    client: { send(list: TopicPartitionOffset[]): Promise<void | 'rebalanced'>; isRebalance(err: unknown): boolean; wrap(err: unknown, what: string): RlstreamError },
   ): Promise<void> {
     const list = offsets ?? this.current();
     checkOffsets(list);
     if (list.length === 0) return;
+    let cause: unknown;
     try {
-      await client.send(list);
+      if ((await client.send(list)) !== 'rebalanced') return;
+      cause = new Error('the group rebalanced before the commit was confirmed');
     } catch (err) {
       if (!client.isRebalance(err)) throw client.wrap(err, `commit of group ${groupId}`);
-      if (offsets === undefined) {
-        logger.debug('commit skipped: the group is rebalancing', { groupId });
-        return;
-      }
-      throw new RlstreamError('LOG_UNAVAILABLE', `commit of group ${groupId}: the group is rebalancing, retry after the next poll`, { cause: err, retriable: true });
+      cause = err;
     }
+    if (offsets === undefined) {
+      logger.debug('commit skipped: the group is rebalancing', { groupId });
+      return;
+    }
+    throw new RlstreamError('LOG_UNAVAILABLE', `commit of group ${groupId}: the group is rebalancing, retry after the next poll`, { cause, retriable: true });
   }
 }

@@ -364,15 +364,15 @@ export class RdKafkaConsumer implements Consumer {
    * offset fetch asked after the commit was sent, until each partition shows its offset or a newer commit of
    * this member replaced it. A rebalance meanwhile means the coordinator may have turned the commit away.
    */
-  private async commitConfirmed(list: TopicPartitionOffset[]): Promise<void> {
+  private async commitConfirmed(list: TopicPartitionOffset[]): Promise<void | 'rebalanced'> {
     const seq = ++this.commits;
     for (const o of list) this.commitSeq.set(key(o.topic, o.partition), seq);
     const generation = this.generation;
     const toppars = (): RdTopicPartition[] => list.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset }));
     await new Promise<void>((resolve, reject) => this.client.commitCb(toppars(), (err) => (err ? reject(err) : resolve())));
-    await retry(
-      async () => {
-        if (this.generation !== generation) throw Object.assign(new Error('the group rebalanced before the commit was confirmed'), { code: RD.REBALANCE_IN_PROGRESS });
+    return retry(
+      async (): Promise<void | 'rebalanced'> => {
+        if (this.generation !== generation) return 'rebalanced';
         const shown = await new Promise<RdTopicPartition[]>((resolve, reject) => this.client.committed(toppars(), COMMIT_READ_MS, (err, tps) => (err ? reject(err) : resolve(tps))));
         const pending = list.filter((o) => {
           if ((this.commitSeq.get(key(o.topic, o.partition)) ?? 0) > seq) return false;
