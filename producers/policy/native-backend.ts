@@ -20,9 +20,9 @@ export interface NativePolicyOptions {
   maxLen?: number;
   /**
    * device cuda: the share of the GPU's memory the policy may hold (weights, a step's activations, KV cache);
-   * the KV cache gets what is left of it, at most maxBatch slots (./kv-sizing.ts). Default 0.5.
+   * the KV cache gets what is left of it, at most maxBatch slots (./kv-sizing.ts). Unused on the CPU.
    */
-  gpuMemoryUtilization?: number;
+  gpuMemoryUtilization: number;
   interrupt: RolloutInterrupt;
   server?: string;
   logger?: Logger;
@@ -64,7 +64,7 @@ export class NativePolicyBackend implements LlmBackend {
           totalBytes: after.total,
           freeBeforeBytes: before.free,
           freeAfterBytes: after.free,
-          utilization: o.gpuMemoryUtilization ?? 0.5,
+          utilization: o.gpuMemoryUtilization,
           stepBytes: model.activationBytes(DEFAULT_PREFILL_TOKENS + o.maxBatch),
           slotBytes: model.kvBytes(1, maxLen),
           maxBatch: o.maxBatch,

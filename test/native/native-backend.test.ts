@@ -67,7 +67,7 @@ test('next_turn: the turn under way finishes on the old weights, the next turn o
     await v1.save(join(dir, 'v1.safetensors'));
     const v0 = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3 });
     await v0.save(join(dir, 'v0.safetensors'));
-    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, interrupt: 'next_turn', logger: silentLogger });
+    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, gpuMemoryUtilization: 0.5, interrupt: 'next_turn', logger: silentLogger });
     const prompt = [7, 8, 9];
     const turn = backend.generate({ requestId: 'a', sessionId: 's', promptIds: prompt, sampling: sampling() });
     await afterSteps((backend as unknown as { engine: NativeEngine }).engine, 5);
@@ -84,7 +84,7 @@ test('next_turn: the turn under way finishes on the old weights, the next turn o
     assert.ok(maxAbsDiff(r2.logprobs, await forwardLogprobs(v1, ctx, r2.tokenIds)) < 1e-5);
     await assert.rejects(backend.updatePolicy({ version: 2, weightsPath: join(dir, 'v1.safetensors'), configJson: JSON.stringify({ ...CFG, hidden_size: 64 }) }), /changes the model architecture/);
     assert.throws(
-      () => NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 1, interrupt: 'finish' }),
+      () => NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 1, gpuMemoryUtilization: 0.5, interrupt: 'finish' }),
       /supports next_turn and next_token, not finish/,
     );
     await backend.close();
@@ -119,7 +119,7 @@ test("stageWeights: a trainer's model in this process hands a version over devic
     await v0.save(join(dir, 'v0.safetensors'));
     const trainer = Model.init(CFG, { seed: 2, threads: 2, initStd: 0.3 });
     const lines: string[] = [];
-    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, interrupt: 'next_turn', logger: jsonLogger({ write: (l) => lines.push(l) }) });
+    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: join(dir, 'v0.safetensors'), version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, gpuMemoryUtilization: 0.5, interrupt: 'next_turn', logger: jsonLogger({ write: (l) => lines.push(l) }) });
     // Where each version's weights came from, as the hot-swap log line says.
     const sources = () => lines.map((l) => JSON.parse(l) as { msg: string; version: number; from?: string }).filter((l) => l.msg === 'policy hot-swapped in place').map((l) => `${l.version}:${l.from}`);
     const prompt = [7, 8, 9];
