@@ -20,8 +20,13 @@ const program = new Command('rlstream')
   .description('Event-sourced streaming system for asynchronous, agentic RL of language models')
   .showHelpAfterError();
 
+// Each file registers the command of its name. A process started for one command (a role a supervisor restarts,
+// a test's child) loads that file alone: all of them bring in every role's libraries, seconds of start-up. Help
+// for the whole program, and a name no file has (commander then suggests one), load every file.
 const dir = join(dirname(fileURLToPath(import.meta.url)), 'commands');
-for (const file of readdirSync(dir).filter((f) => f.endsWith('.ts')).sort()) {
+const files = readdirSync(dir).filter((f) => f.endsWith('.ts')).sort();
+const named = files.find((f) => f === `${process.argv[2] ?? ''}.ts`);
+for (const file of named ? [named] : files) {
   const mod = (await import(pathToFileURL(join(dir, file)).href)) as Partial<CommandModule>;
   mod.register?.(program);
 }

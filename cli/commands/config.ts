@@ -7,7 +7,7 @@ import { stringify } from 'yaml';
 import { ConfigError, loadRunConfig, maskSecrets, type RunConfig } from '../../core/config.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { resolvePlugins } from '../run/plugins.ts';
-import { collectSet } from './run.ts';
+import { collectSet } from '../set-option.ts';
 
 /** Compile the config and resolve its plug-ins (user modules included); the problems, or none. */
 export async function checkConfig(path: string, overrides: Record<string, unknown>): Promise<{ config: RunConfig | null; problems: string[] }> {

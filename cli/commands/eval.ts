@@ -10,7 +10,7 @@ import { jsonLogger } from '../../core/telemetry.ts';
 import { openRunContext } from '../run/context.ts';
 import { accuracy, heldoutRows } from '../run/evaluation.ts';
 import { createBackend, createWorker, loadTokenizer, modelFiles } from '../run/roles.ts';
-import { collectSet } from './run.ts';
+import { collectSet } from '../set-option.ts';
 import { numberOption } from '../options.ts';
 
 export function register(program: Command): void {

@@ -1,16 +1,10 @@
 // `rlstream run <config>`: the main job on one machine (see cli/run/main-job.ts); prints one JSON line. Started
 // again after a crash, it resumes the newest unfinished run of the configuration (cli/run/resume.ts).
 import type { Command } from 'commander';
-import { parse } from 'yaml';
 import { RlstreamError } from '../../core/errors.ts';
 import { runMainJob } from '../run/main-job.ts';
+import { collectSet } from '../set-option.ts';
 import type { RunChoice } from '../run/resume.ts';
-
-export function collectSet(value: string, previous: Record<string, unknown>): Record<string, unknown> {
-  const eq = value.indexOf('=');
-  if (eq <= 0) throw new Error(`--set expects key.path=value, got ${JSON.stringify(value)}`);
-  return { ...previous, [value.slice(0, eq)]: parse(value.slice(eq + 1)) as unknown };
-}
 
 export function register(program: Command): void {
   program

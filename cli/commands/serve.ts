@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { startServeJob, TOKENS_VARIABLE } from '../run/serve-job.ts';
-import { collectSet } from './run.ts';
+import { collectSet } from '../set-option.ts';
 
 function positiveInt(value: string, what: string): number {
   const n = Number(value);

@@ -9,7 +9,7 @@ import { loadRunConfig } from '../../core/config.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openRunContext } from '../run/context.ts';
 import { warmStart } from '../run/sft.ts';
-import { collectSet } from './run.ts';
+import { collectSet } from '../set-option.ts';
 
 export function register(program: Command): void {
   program

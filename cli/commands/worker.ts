@@ -8,7 +8,7 @@ import { jsonLogger, type Logger } from '../../core/telemetry.ts';
 import { openRunContext, openRunTraces } from '../run/context.ts';
 import { evaluatePeriodically } from '../run/evaluation.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, loadTokenizer, modelFiles, trainRows } from '../run/roles.ts';
-import { collectSet } from './run.ts';
+import { collectSet } from '../set-option.ts';
 import { completedTrajectories } from '../../producers/resume.ts';
 
 export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
