@@ -1,7 +1,10 @@
 // The SchemaRegistry contract over HTTP, against any Confluent-compatible Schema Registry (Confluent's own,
 // Apicurio's /apis/ccompat/v7, Redpanda's) through @confluentinc/schemaregistry. Subjects and ids mean what
 // they mean in Confluent's API, so records framed here decode with any Confluent deserializer and back.
-import { SchemaRegistryClient, type SchemaInfo } from '@confluentinc/schemaregistry';
+// The client module itself, not the package's index: the index also loads the serializers and their encryption
+// rules (Google, Azure, AWS and HashiCorp KMS clients), a second of start-up for every process that talks to a
+// registry, and rlstream frames its records itself (./events.ts). The package has no exports map.
+import { SchemaRegistryClient, type SchemaInfo } from '@confluentinc/schemaregistry/dist/schemaregistry-client.js';
 import { RlstreamError } from '../errors.ts';
 import { retry } from '../retry.ts';
 import type { SchemaRegistry } from './registry.ts';

@@ -25,7 +25,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { CalculatorTool } from './calculator.ts';
 import { Gsm8kTool } from './gsm8k.ts';
-import { McpConnection, type McpServerConfig } from './mcp.ts';
+import type { McpServerConfig } from './mcp.ts';
 import { compileSimulatedLatency, withSimulatedLatency } from './simulated-latency.ts';
 import { ToolSet } from './tool-set.ts';
 import type { Tool } from './types.ts';
@@ -114,6 +114,8 @@ export async function toolSetFromYaml(text: string, options: { baseDir?: string;
           if (typeof config['url'] !== 'string') invalid(`${field}.config.url must be a string for the http transport`);
           server = { transport, url: config['url'] as string };
         } else invalid(`${field}.config.transport must be stdio or http`);
+        // The MCP SDK loads only for a config that names an MCP server: a third of a second of every role's start.
+        const { McpConnection } = await import('./mcp.ts');
         const conn = await McpConnection.connect(server!, { include: config['include'] as string[] | undefined });
         for (const t of conn.tools) set.add(delayed(t), { timeoutMs });
         continue;
