@@ -25,7 +25,9 @@ wait "$tsc_pid"
 mapfile -t serial < <(grep -v '^#' test/serial.txt | grep .)
 for f in "${serial[@]}"; do [ -f "$f" ] || { echo "test/serial.txt names $f, which does not exist" >&2; exit 1; }; done
 mapfile -t parallel < <(find test -name '*.test.ts' | sort | grep -vxF -f <(printf '%s\n' "${serial[@]}"))
+# Each part's report ends with its seconds per file (test/file-times.mjs).
+report=(--test-reporter=tap --test-reporter-destination=stdout --test-reporter=./test/file-times.mjs --test-reporter-destination=stdout)
 status=0
-node --import tsx --test --test-concurrency=2 --test-timeout=600000 "${parallel[@]}" || status=$?
-node --import tsx --test --test-concurrency=1 --test-timeout=600000 "${serial[@]}" || status=$?
+node --import tsx --test --test-concurrency=2 --test-timeout=600000 "${report[@]}" "${parallel[@]}" || status=$?
+node --import tsx --test --test-concurrency=1 --test-timeout=600000 "${report[@]}" "${serial[@]}" || status=$?
 exit "$status"
