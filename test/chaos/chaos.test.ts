@@ -13,7 +13,7 @@ import { auditRun, collectRun, stuck, stuckDetail, traceDuplicates } from '../..
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { progress, ROLES, type Role } from '../../testkit/harness.ts';
 
-const KILLS = 20;
+const KILLS = 16;
 
 function killPlan(seed: number): Role[] {
   let s = seed;
