@@ -115,6 +115,8 @@ export interface KernelProfile {
   elementwise: number;
   logits: number;
   optimizer: number;
+  /** Decode steps replayed as CUDA graphs, each whole (0 on the CPU, or with RLSTREAM_CUDA_GRAPHS=0). */
+  graph: number;
 }
 
 /** Where a model's kernels run. 'cuda' needs an addon built with RLSTREAM_CUDA=1 and a GPU (see cudaAvailable()). */

@@ -487,12 +487,15 @@ __global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, 
 
 // ---------------------------------------------------------------------------------------------------------------
 
-// A growable device buffer (grows only; freed with the kernels object).
+// A growable device buffer (grows only; freed with the kernels object). A reallocation bumps *gen (where set), so
+// that CUDA graphs captured over the old address are dropped.
 struct Scratch {
   void* p = nullptr;
   size_t bytes = 0;
+  uint64_t* gen = nullptr;
   void* get(size_t want) {
     if (want > bytes) {
+      if (gen) ++*gen;
       if (p) CUDA_CHECK(cudaFree(p));
       p = nullptr;
       bytes = 0;
@@ -533,8 +536,14 @@ class CudaKernels final : public Kernels {
     // cuBLAS on Hopper wants a workspace of 32 MiB for its fastest kernels.
     CUBLAS_CHECK(cublasSetWorkspace(blas_, ws_.get(32u << 20), 32u << 20));
     CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    for (Scratch* s : {&ws_, &ss_, &act_a_, &act_b_, &inv_, &att_, &colp_, &invt_, &samp_, &tokens_.dev, &pos_.dev,
+                       &seqs_.dev, &targets_.dev, &slot_.dev})
+      s->gen = &gen_;
   }
   ~CudaKernels() override {
+    graphs_.clear();
+    cap_.reset();
+    if (cap_stream_) cudaStreamDestroy(cap_stream_);
     for (auto& e : wcache_) cudaFree(e.second.p);
     if (blas_) cublasDestroy(blas_);
   }
@@ -558,6 +567,7 @@ class CudaKernels final : public Kernels {
     return static_cast<float*>(p);
   }
   void release(float* p) override {
+    ++gen_;  // graphs may have captured this address
     auto it = sizes_.find(p);
     if (it != sizes_.end()) {
       evict(p, it->second, true);
@@ -567,11 +577,11 @@ class CudaKernels final : public Kernels {
   }
   void zero(float* p, size_t n) override {
     evict(p, n);
-    CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
   }
   void copy(float* dst, const float* src, size_t n) override {
     evict(dst, n);
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
   }
   void to_host(float* host_dst, const float* src, size_t n) override {
     CUDA_CHECK(cudaMemcpy(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -582,17 +592,17 @@ class CudaKernels final : public Kernels {
   }
   void add_inplace(float* y, const float* x, size_t n) override {
     evict(y, n);
-    k_add<<<blocks_for(n, 256), 256>>>(y, x, n);
+    k_add<<<blocks_for(n, 256), 256, 0, stream_>>>(y, x, n);
     LAUNCH_CHECK("add_inplace");
   }
   void scale(float* x, size_t n, float s) override {
     evict(x, n);
-    k_scale<<<blocks_for(n, 256), 256>>>(x, n, s);
+    k_scale<<<blocks_for(n, 256), 256, 0, stream_>>>(x, n, s);
     LAUNCH_CHECK("scale");
   }
   double sum_squares(const float* x, size_t n) override {
     double* part = (double*)ss_.get(SS_BLOCKS * sizeof(double));
-    k_sum_squares<<<SS_BLOCKS, SS_THREADS>>>(part, x, n);
+    k_sum_squares<<<SS_BLOCKS, SS_THREADS, 0, stream_>>>(part, x, n);
     LAUNCH_CHECK("sum_squares");
     double h[SS_BLOCKS];
     CUDA_CHECK(cudaMemcpy(h, part, sizeof h, cudaMemcpyDeviceToHost));
@@ -602,26 +612,26 @@ class CudaKernels final : public Kernels {
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, int T, int H) override {
-    const int* d = tokens_.put(tokens, (size_t)T);
-    k_embedding_forward<<<T, 256>>>(out, d, wte, T, H);
+    const int* d = ints(tokens_, tokens, (size_t)T);
+    k_embedding_forward<<<T, 256, 0, stream_>>>(out, d, wte, T, H);
     LAUNCH_CHECK("embedding_forward");
     settle();
   }
   void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int T, int H) override {
     const int* d = tokens_.put(tokens, (size_t)T);
-    k_embedding_backward<<<T, 256>>>(dwte, dout, d, T, H);
+    k_embedding_backward<<<T, 256, 0, stream_>>>(dwte, dout, d, T, H);
     LAUNCH_CHECK("embedding_backward");
     settle();
   }
 
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int T, int C, float eps) override {
-    k_rmsnorm_forward<<<T, row_threads(C)>>>(out, rstd, inp, w, C, eps);
+    k_rmsnorm_forward<<<T, row_threads(C), 0, stream_>>>(out, rstd, inp, w, C, eps);
     LAUNCH_CHECK("rmsnorm_forward");
     settle();
   }
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                         int T, int C) override {
-    k_rmsnorm_backward_dx<<<T, row_threads(C)>>>(dinp, dout, inp, w, rstd, C);
+    k_rmsnorm_backward_dx<<<T, row_threads(C), 0, stream_>>>(dinp, dout, inp, w, rstd, C);
     LAUNCH_CHECK("rmsnorm_backward dx");
     colsum(dw, dout, inp, rstd, T, C);
     settle();
@@ -635,7 +645,7 @@ class CudaKernels final : public Kernels {
     // row-major out[N,OC] = inp[N,C] w[OC,C]^T  <=>  column-major out^T = w^T-view(T) * inp-view
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, W, C, A, C, accumulate ? 1.f : 0.f, out, OC);
     if (bias) {
-      k_add_bias<<<blocks_for((size_t)N * OC, 256), 256>>>(out, bias, N, OC);
+      k_add_bias<<<blocks_for((size_t)N * OC, 256), 256, 0, stream_>>>(out, bias, N, OC);
       LAUNCH_CHECK("matmul bias");
     }
     settle();
@@ -660,18 +670,21 @@ class CudaKernels final : public Kernels {
     std::vector<float> inv(half);
     for (int i = 0; i < half; i++) inv[i] = 1.0f / (float)std::pow(theta, (double)(2 * i) / (double)hd);
     float* dinv = (float*)inv_.get(half * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(dinv, inv.data(), half * sizeof(float), cudaMemcpyHostToDevice));
-    const int* dpos = pos_.put(pos, (size_t)T);
-    k_rope_table<<<blocks_for((size_t)T * half, 256), 256>>>(cosb, sinb, dpos, dinv, T, half);
+    if (inv != inv_host_) {  // the same table every step of a model: sent once
+      CUDA_CHECK(cudaMemcpy(dinv, inv.data(), half * sizeof(float), cudaMemcpyHostToDevice));
+      inv_host_ = inv;
+    }
+    const int* dpos = ints(pos_, pos, (size_t)T);
+    k_rope_table<<<blocks_for((size_t)T * half, 256), 256, 0, stream_>>>(cosb, sinb, dpos, dinv, T, half);
     LAUNCH_CHECK("rope_table");
   }
   void rope_forward(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) override {
-    k_rope<false><<<blocks_for((size_t)T * nh * hd / 2, 256), 256>>>(x, cosb, sinb, T, nh, hd);
+    k_rope<false><<<blocks_for((size_t)T * nh * hd / 2, 256), 256, 0, stream_>>>(x, cosb, sinb, T, nh, hd);
     LAUNCH_CHECK("rope_forward");
     settle();
   }
   void rope_backward(float* dx, const float* cosb, const float* sinb, int T, int nh, int hd) override {
-    k_rope<true><<<blocks_for((size_t)T * nh * hd / 2, 256), 256>>>(dx, cosb, sinb, T, nh, hd);
+    k_rope<true><<<blocks_for((size_t)T * nh * hd / 2, 256), 256, 0, stream_>>>(dx, cosb, sinb, T, nh, hd);
     LAUNCH_CHECK("rope_backward");
     settle();
   }
@@ -696,61 +709,67 @@ class CudaKernels final : public Kernels {
   }
 
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
-    k_swiglu_forward<<<blocks_for(n, 256), 256>>>(out, gate, up, n);
+    k_swiglu_forward<<<blocks_for(n, 256), 256, 0, stream_>>>(out, gate, up, n);
     LAUNCH_CHECK("swiglu_forward");
     settle();
   }
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
-    k_swiglu_backward<<<blocks_for(n, 256), 256>>>(dgate, dup, dout, gate, up, n);
+    k_swiglu_backward<<<blocks_for(n, 256), 256, 0, stream_>>>(dgate, dup, dout, gate, up, n);
     LAUNCH_CHECK("swiglu_backward");
     settle();
   }
 
   void logsoftmax_forward(float* logits, float* logp, float* ent, const int32_t* targets, int N, int V) override {
     const int* d = targets_.put(targets, (size_t)N);
-    k_logsoftmax_forward<<<N, LS_THREADS>>>(logits, logp, ent, d, V);
+    k_logsoftmax_forward<<<N, LS_THREADS, 0, stream_>>>(logits, logp, ent, d, V);
     LAUNCH_CHECK("logsoftmax_forward");
     settle();
   }
   void logsoftmax_backward(float* logprobs, const float* dlogp, const float* dent, const float* ent,
                            const int32_t* targets, int N, int V) override {
     const int* d = targets_.put(targets, (size_t)N);
-    k_logsoftmax_backward<<<N, LS_THREADS>>>(logprobs, dlogp, dent, ent, d, V);
+    k_logsoftmax_backward<<<N, LS_THREADS, 0, stream_>>>(logprobs, dlogp, dent, ent, d, V);
     LAUNCH_CHECK("logsoftmax_backward");
     settle();
   }
 
   void kv_store(float* kc, float* vc, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int T,
                 int KD, int max_len) override {
-    const int* ds = slot_.put(slot, (size_t)T);
-    const int* dp = pos_.put(pos, (size_t)T);
-    k_kv_store<<<blocks_for((size_t)T * KD, 256), 256>>>(kc, vc, k, v, ds, dp, T, KD, max_len);
+    const int* ds = ints(slot_, slot, (size_t)T);
+    const int* dp = ints(pos_, pos, (size_t)T);
+    k_kv_store<<<blocks_for((size_t)T * KD, 256), 256, 0, stream_>>>(kc, vc, k, v, ds, dp, T, KD, max_len);
     LAUNCH_CHECK("kv_store");
     settle();
   }
   void attention_cached(float* out, const float* q, const float* kc, const float* vc, const int32_t* slot,
                         const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) override {
-    const int* ds = slot_.put(slot, (size_t)T);
-    const int* dp = pos_.put(pos, (size_t)T);
+    const int* ds = ints(slot_, slot, (size_t)T);
+    const int* dp = ints(pos_, pos, (size_t)T);
     const dim3 grid(T, NH);
     const float sc = 1.0f / std::sqrt((float)hd);
     switch ((hd + 31) / 32) {
-      case 1: k_attention_cached<1><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
-      case 2: k_attention_cached<2><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
-      case 3: k_attention_cached<3><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
-      case 4: k_attention_cached<4><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 1: k_attention_cached<1><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 2: k_attention_cached<2><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 3: k_attention_cached<3><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 4: k_attention_cached<4><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
       case 5: case 6: case 7: case 8:
-        k_attention_cached<8><<<grid, AC_WARPS * 32>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+        k_attention_cached<8><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
       default: invalid("attention_cached: head dim " + std::to_string(hd) + " > 256 is not supported on cuda");
     }
     LAUNCH_CHECK("attention_cached");
     settle();
   }
   void softmax_rows(float* x, const float* inv_temp, int N, int V) override {
-    float* d = (float*)invt_.get(std::max(N, 1) * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(d, inv_temp, N * sizeof(float), cudaMemcpyHostToDevice));
-    k_softmax_rows<<<N, LS_THREADS>>>(x, d, V);
+    const float* d;
+    if (cap_) {
+      d = (const float*)stage_in(inv_temp, (size_t)N * sizeof(float));
+    } else {
+      float* dd = (float*)invt_.get(std::max(N, 1) * sizeof(float));
+      CUDA_CHECK(cudaMemcpy(dd, inv_temp, N * sizeof(float), cudaMemcpyHostToDevice));
+      d = dd;
+    }
+    k_softmax_rows<<<N, LS_THREADS, 0, stream_>>>(x, d, V);
     LAUNCH_CHECK("softmax_rows");
     settle();
   }
@@ -760,8 +779,16 @@ class CudaKernels final : public Kernels {
     double* du = (double*)buf;
     int* dt = (int*)(du + N);
     float* dl = (float*)(dt + N);
+    if (cap_) {
+      const double* su = (const double*)stage_in(u, (size_t)N * sizeof(double));
+      k_sample_rows<<<N, SR_THREADS, 0, stream_>>>(x, su, V, dt, dl);
+      LAUNCH_CHECK("sample_rows");
+      stage_out(token, dt, (size_t)N * sizeof(int));
+      stage_out(logp, dl, (size_t)N * sizeof(float));
+      return;
+    }
     CUDA_CHECK(cudaMemcpy(du, u, (size_t)N * sizeof(double), cudaMemcpyHostToDevice));
-    k_sample_rows<<<N, SR_THREADS>>>(x, du, V, dt, dl);
+    k_sample_rows<<<N, SR_THREADS, 0, stream_>>>(x, du, V, dt, dl);
     LAUNCH_CHECK("sample_rows");
     CUDA_CHECK(cudaMemcpy(token, dt, (size_t)N * sizeof(int), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(logp, dl, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
@@ -770,9 +797,87 @@ class CudaKernels final : public Kernels {
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
              float wd, float bc1, float bc2) override {
     evict(p, n);
-    k_adamw<<<blocks_for(n, 256), 256>>>(p, g, m, v, n, lr, beta1, beta2, eps, 1.f - lr * wd, lr / bc1, std::sqrt(bc2));
+    k_adamw<<<blocks_for(n, 256), 256, 0, stream_>>>(p, g, m, v, n, lr, beta1, beta2, eps, 1.f - lr * wd, lr / bc1, std::sqrt(bc2));
     LAUNCH_CHECK("adamw");
     settle();
+  }
+
+  // CUDA graphs (device.h). A capture runs on a stream of its own (non-blocking, so that work other threads queue
+  // on the legacy stream meanwhile neither joins nor breaks it); replays are launched on the legacy stream, in order
+  // with every other call of this object. Host inputs the captured kernels take are copied by memcpy nodes from
+  // pinned staging, refilled from the same host addresses before each replay; host outputs likewise after it.
+  bool graphs() const override { return graphs_on_ && !sync_; }
+  bool graph_ready(int id) override {
+    sync_gen();
+    return graphs_.count(id) != 0;
+  }
+  void capture_begin(size_t stage_bytes) override {
+    if (cap_) invalid("CUDA graph: a capture is already in progress");
+    sync_gen();
+    if (!cap_stream_) CUDA_CHECK(cudaStreamCreateWithFlags(&cap_stream_, cudaStreamNonBlocking));
+    auto g = std::make_unique<Graph>();
+    g->cap = std::max<size_t>(256, (stage_bytes + 255) / 256 * 256);
+    CUDA_CHECK(cudaHostAlloc((void**)&g->pin, g->cap, cudaHostAllocDefault));
+    CUDA_CHECK(cudaMalloc((void**)&g->dev, g->cap));
+    CUDA_CHECK(cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
+    refresh_weights();  // the graph must find every bf16 weight copy valid (none re-made inside it)
+    cap_used_ = 0;
+    cap_gen_ = gen_;
+    use_stream(cap_stream_);
+    const cudaError_t e = cudaStreamBeginCapture(cap_stream_, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      use_stream(nullptr);
+      cudaGetLastError();
+      ::rls::cuda::fail("cudaStreamBeginCapture", cudaGetErrorString(e), __FILE__, __LINE__);
+    }
+    cap_ = std::move(g);
+  }
+  void capture_end(int id) override {
+    if (!cap_) invalid("CUDA graph: no capture in progress");
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(cap_stream_, &graph);
+    use_stream(nullptr);
+    std::unique_ptr<Graph> g = std::move(cap_);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      ::rls::cuda::fail("cudaStreamEndCapture", cudaGetErrorString(e), __FILE__, __LINE__);
+    }
+    if (gen_ != cap_gen_) {  // something was reallocated while capturing: the graph may hold a freed address
+      cudaGraphDestroy(graph);
+      invalid("CUDA graph: a buffer was reallocated during the capture");
+    }
+    const cudaError_t ie = cudaGraphInstantiateWithFlags(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (ie != cudaSuccess) {
+      g->exec = nullptr;
+      cudaGetLastError();
+      ::rls::cuda::fail("cudaGraphInstantiate", cudaGetErrorString(ie), __FILE__, __LINE__);
+    }
+    graphs_[id] = std::move(g);
+  }
+  void capture_abort() override {
+    if (!cap_) return;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(cap_stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    use_stream(nullptr);
+    cap_.reset();
+  }
+  void replay(int id) override {
+    auto it = graphs_.find(id);
+    if (it == graphs_.end() || gen_ != graphs_gen_) invalid("CUDA graph: replay of a graph that is not ready");
+    Graph& g = *it->second;
+    CUDA_CHECK(cudaEventSynchronize(g.done));  // the last replay no longer reads or writes the pinned staging
+    refresh_weights();
+    for (const Xfer& x : g.in) std::memcpy(g.pin + x.off, x.host, x.bytes);
+    CUDA_CHECK(cudaGraphLaunch(g.exec, 0));
+    CUDA_CHECK(cudaEventRecord(g.done, 0));
+    if (!g.out.empty()) {
+      CUDA_CHECK(cudaEventSynchronize(g.done));
+      for (const Xfer& x : g.out) std::memcpy(x.host, g.pin + x.off, x.bytes);
+    }
   }
 
  private:
@@ -789,7 +894,7 @@ class CudaKernels final : public Kernels {
             int ldb, float beta, float* C, int ldc) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
-      if (beta == 0.f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), n));
+      if (beta == 0.f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), n, stream_));
       return;
     }
     const float alpha = 1.f;
@@ -799,7 +904,7 @@ class CudaKernels final : public Kernels {
 
   const bf16* to_bf16(Scratch& s, const float* x, size_t n) {
     bf16* y = (bf16*)s.get(std::max<size_t>(n, 1) * sizeof(bf16));
-    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256>>>(y, x, n);
+    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256, 0, stream_>>>(y, x, n);
     LAUNCH_CHECK("fp32 -> bf16");
     return y;
   }
@@ -814,6 +919,7 @@ class CudaKernels final : public Kernels {
     auto it = wcache_.find(w);
     if (it != wcache_.end() && it->second.n == n && it->second.valid) return it->second.p;
     if (it != wcache_.end() && it->second.n != n) {
+      ++gen_;
       cudaFree(it->second.p);
       wcache_.erase(it);
       it = wcache_.end();
@@ -823,7 +929,7 @@ class CudaKernels final : public Kernels {
       CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(bf16)));
       it = wcache_.emplace(w, Cached{(bf16*)p, n, false}).first;
     }
-    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256>>>(it->second.p, w, n);
+    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256, 0, stream_>>>(it->second.p, w, n);
     LAUNCH_CHECK("weight fp32 -> bf16");
     it->second.valid = true;
     return it->second.p;
@@ -835,10 +941,12 @@ class CudaKernels final : public Kernels {
       const float* a = it->first;
       if (a < e && p < a + it->second.n) {
         if (drop) {
+          ++gen_;
           cudaFree(it->second.p);
           it = wcache_.erase(it);
           continue;
         }
+        if (it->second.valid) stale_ = true;
         it->second.valid = false;
       }
       ++it;
@@ -850,13 +958,93 @@ class CudaKernels final : public Kernels {
   IntStage tokens_, pos_, seqs_, targets_, slot_;
   std::map<const float*, Cached> wcache_;
   std::map<const float*, size_t> sizes_;  // allocations made by alloc(), in floats
+  std::vector<float> inv_host_;           // the rotary inverse frequencies last sent to inv_
+
+  // --- CUDA graphs
+  cudaStream_t stream_ = nullptr;  // where launches go: the legacy stream, or the capture's stream while capturing
+  const bool graphs_on_ = !(std::getenv("RLSTREAM_CUDA_GRAPHS") != nullptr && std::getenv("RLSTREAM_CUDA_GRAPHS")[0] == '0');
+  struct Xfer {
+    void* host;
+    size_t off, bytes;
+  };
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    char* pin = nullptr;  // pinned host staging
+    char* dev = nullptr;  // its device side
+    size_t cap = 0;
+    std::vector<Xfer> in, out;
+    cudaEvent_t done = nullptr;
+    ~Graph() {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (done) cudaEventDestroy(done);
+      if (dev) cudaFree(dev);
+      if (pin) cudaFreeHost(pin);
+    }
+  };
+  std::map<int, std::unique_ptr<Graph>> graphs_;
+  std::unique_ptr<Graph> cap_;  // the graph being captured
+  size_t cap_used_ = 0;
+  cudaStream_t cap_stream_ = nullptr;
+  // Bumped whenever memory a graph could have captured goes away (release, a scratch buffer growing, a cached bf16
+  // weight freed): graphs made under another generation are dropped before the next replay.
+  uint64_t gen_ = 0, graphs_gen_ = 0, cap_gen_ = 0;
+  bool stale_ = false;  // some cached bf16 weight copy is out of date
+
+  void sync_gen() {
+    if (graphs_gen_ != gen_) {
+      graphs_.clear();
+      graphs_gen_ = gen_;
+    }
+  }
+  void use_stream(cudaStream_t s) {
+    stream_ = s;
+    CUBLAS_CHECK(cublasSetStream(blas_, s));
+    // cublasSetStream resets the workspace to cuBLAS's own pool (allocated on demand: not in a capture)
+    CUBLAS_CHECK(cublasSetWorkspace(blas_, ws_.p, ws_.bytes));
+  }
+  // The bf16 copies a graph reads are re-made in place (same address) when their fp32 weights were written since.
+  void refresh_weights() {
+    if (!stale_) return;
+    for (auto& e : wcache_)
+      if (!e.second.valid) {
+        k_to_bf16<<<blocks_for(e.second.n / 2 + 1, 256), 256, 0, stream_>>>(e.second.p, e.first, e.second.n);
+        LAUNCH_CHECK("weight fp32 -> bf16");
+        e.second.valid = true;
+      }
+    stale_ = false;
+  }
+  size_t take(size_t bytes) {
+    const size_t off = cap_used_, want = (bytes + 255) / 256 * 256;
+    if (off + want > cap_->cap) invalid("CUDA graph: staging for the captured inputs is full");
+    cap_used_ += want;
+    return off;
+  }
+  // While capturing: a host input of the step, copied in by the graph from pinned staging (one copy per address).
+  const void* stage_in(const void* host, size_t bytes) {
+    for (const Xfer& x : cap_->in)
+      if (x.host == host && x.bytes == bytes) return cap_->dev + x.off;
+    const size_t off = take(bytes);
+    std::memcpy(cap_->pin + off, host, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(cap_->dev + off, cap_->pin + off, bytes, cudaMemcpyHostToDevice, stream_));
+    cap_->in.push_back({const_cast<void*>(host), off, bytes});
+    return cap_->dev + off;
+  }
+  // While capturing: a host output, copied to pinned staging by the graph and to `host` after each replay.
+  void stage_out(void* host, const void* dsrc, size_t bytes) {
+    const size_t off = take(bytes);
+    CUDA_CHECK(cudaMemcpyAsync(cap_->pin + off, dsrc, bytes, cudaMemcpyDeviceToHost, stream_));
+    cap_->out.push_back({host, off, bytes});
+  }
+  const int* ints(IntStage& s, const int32_t* host, size_t n) {
+    return cap_ ? (const int*)stage_in(host, n * sizeof(int32_t)) : s.put(host, n);
+  }
 
   void colsum(float* dst, const float* a, const float* b, const float* rowscale, int T, int C) {
     float* part = (float*)colp_.get((size_t)COL_CHUNKS * C * sizeof(float));
     const dim3 grid((C + 255) / 256, COL_CHUNKS);
-    k_colsum_partial<<<grid, 256>>>(part, a, b, rowscale, T, C);
+    k_colsum_partial<<<grid, 256, 0, stream_>>>(part, a, b, rowscale, T, C);
     LAUNCH_CHECK("column sums (partial)");
-    k_colsum_finish<<<(C + 255) / 256, 256>>>(dst, part, C);
+    k_colsum_finish<<<(C + 255) / 256, 256, 0, stream_>>>(dst, part, C);
     LAUNCH_CHECK("column sums (finish)");
   }
 };

@@ -97,6 +97,20 @@ struct Kernels {
   // PyTorch AdamW: p *= 1 - lr*wd; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                      float eps, float wd, float bc1, float bc2) = 0;
+
+  // Replay of a repeated step as a recorded graph (CUDA graphs; the CPU has none: graphs() false, the rest unused).
+  // Between capture_begin and capture_end the calls are recorded as graph `id`, not run. Their host inputs (integer
+  // inputs, inv_temp, u) are re-read from the same host addresses at every replay(id), and their host outputs
+  // (sample_rows' token and logp) written there when replay returns; stage_bytes bounds their total size (plus 256
+  // a buffer). The caller runs the step once normally first, so that nothing is allocated while capturing.
+  // graph_ready(id) is false once anything a graph captured was freed or reallocated; weights written since the
+  // capture are seen by the next replay. A failed capture throws; capture_abort() then leaves capture mode.
+  virtual bool graphs() const { return false; }
+  virtual bool graph_ready(int /*id*/) { return false; }
+  virtual void capture_begin(size_t /*stage_bytes*/) {}
+  virtual void capture_end(int /*id*/) {}
+  virtual void capture_abort() {}
+  virtual void replay(int /*id*/) {}
 };
 
 std::unique_ptr<Kernels> make_cpu_kernels(int threads);  // one per model (thread count is per model)

@@ -564,13 +564,13 @@ Napi::Value ModelWrap::SetStep(const Napi::CallbackInfo& info) {
   });
 }
 
-// profile(reset) -> { matmul, attention, elementwise, logits, optimizer } seconds of kernel time
+// profile(reset) -> { matmul, attention, elementwise, logits, optimizer, graph } seconds of kernel time
 Napi::Value ModelWrap::Profile(const Napi::CallbackInfo& info) {
   return guard(info.Env(), [&]() -> Napi::Value {
     Model& m = live("profile");
     const double* p = m.profile();
     Napi::Object o = Napi::Object::New(info.Env());
-    const char* names[] = {"matmul", "attention", "elementwise", "logits", "optimizer"};
+    const char* names[] = {"matmul", "attention", "elementwise", "logits", "optimizer", "graph"};
     for (int i = 0; i < (int)Model::Phase::count; i++) o.Set(names[i], p[i]);
     if (info[0].ToBoolean().Value()) m.reset_profile();
     return o;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -28,6 +29,10 @@ static void check_fits(double bytes, const char* what) {
 // Times one kernel call into prof_[category] (wall clock; one steady_clock read per side, ~20 ns).
 #define PROF(cat, ...)                                                                         \
   do {                                                                                         \
+    if (!timing_) {                                                                            \
+      __VA_ARGS__;                                                                             \
+      break;                                                                                   \
+    }                                                                                          \
     const auto prof_t0_ = std::chrono::steady_clock::now();                                    \
     __VA_ARGS__;                                                                               \
     prof_[(int)Phase::cat] += std::chrono::duration<double>(std::chrono::steady_clock::now() - prof_t0_).count(); \
@@ -140,6 +145,7 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
   if (trainable_) G_ = bind(dev_[1]);
   a_ = std::make_unique<Acts>();
   a_->k = k_.get();
+  graphs_ = k_->graphs();
 }
 
 Model::~Model() {
@@ -333,7 +339,8 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
   else
     for (int s = 0; s < b.S; s++)
       for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
-  PROF(elementwise, k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, cfg_.rope_theta));
+  // (a cached call's own positions: the caller's array, at a fixed address while capturing a graph)
+  PROF(elementwise, k.rope_table(a.cosb, a.sinb, cached ? cached->pos : a.pos.data(), T, hd, cfg_.rope_theta));
 
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
   for (int l = 0; l < cfg_.num_hidden_layers; l++) {
@@ -543,18 +550,85 @@ void Model::validate_extend(const int32_t* slots, const int32_t* counts, int B, 
               std::to_string(cfg_.vocab_size) + ")");
 }
 
+struct Model::DecodeIO {
+  std::vector<int32_t> tokens, slot, pos, token;
+  std::vector<float> inv, logp;
+  std::vector<double> u;
+  explicit DecodeIO(int B) : tokens(B), slot(B), pos(B), token(B), inv(B), logp(B), u(B) {}
+};
+
+void Model::extend_head(const float* rows, int B, const float* inv_temp, float* probs, const double* u,
+                        int32_t* token, float* logp) {
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  Acts& a = *a_;
+  for (int b0 = 0; b0 < B; b0 += chunk_) {
+    const int n = std::min(chunk_, B - b0);
+    PROF(matmul, k_->matmul_forward(a.logits, rows + (size_t)b0 * H, P_.lm_head, nullptr, n, H, V, false));
+    PROF(logits, k_->softmax_rows(a.logits, inv_temp + b0, n, V));
+    if (probs)
+      PROF(logits, k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V));
+    else if (token)
+      PROF(logits, k_->sample_rows(a.logits, u + b0, n, V, token + b0, logp + b0));
+  }
+}
+
+void Model::capture_decode(int id, int B, bool rows) {
+  std::unique_ptr<DecodeIO>& slot = dio_[id];
+  if (!slot) slot = std::make_unique<DecodeIO>(B);
+  DecodeIO& io = *slot;
+  // tokens, slots, positions, inv_temp, u in; token, logp out; each rounded up to 256 bytes
+  const size_t stage = (size_t)B * (3 * sizeof(int32_t) + sizeof(float) + sizeof(double) + sizeof(int32_t) + sizeof(float)) + 16 * 256;
+  timing_ = false;
+  try {
+    k_->capture_begin(stage);
+    const Batch batch{io.tokens.data(), B, nullptr, 0};
+    const Cached c{io.slot.data(), io.pos.data()};
+    forward_trunk(batch, &c);
+    extend_head(a_->lnf, B, io.inv.data(), nullptr, io.u.data(), rows ? nullptr : io.token.data(), io.logp.data());
+    k_->capture_end(id);
+  } catch (const std::exception& e) {
+    k_->capture_abort();
+    graph_failed_.insert(id);
+    std::fprintf(stderr, "rlstream: decode steps of batch %d run without a CUDA graph: %s\n", B, e.what());
+  }
+  timing_ = true;
+}
+
 void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int32_t* tokens, int T,
                    const float* inv_temp, float* probs, const double* u, int32_t* token, float* logp) {
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
-  std::vector<int32_t> pos((size_t)T);
+  pos_.resize((size_t)T);
   kv_slot_of_.resize((size_t)T);
   for (int b = 0, t = 0; b < B; b++)
     for (int i = 0; i < counts[b]; i++, t++) {
       kv_slot_of_[t] = slots[b];
-      pos[t] = kv_len_[slots[b]] + i;
+      pos_[t] = kv_len_[slots[b]] + i;
     }
+  // A decode step (one token per slot) replays the CUDA graph of its batch size and kind, captured after the
+  // first such step ran normally (and again whenever memory it captured was reallocated).
+  const bool graphable = graphs_ && T == B && (!probs || B <= chunk_);
+  const int id = 2 * B + (probs ? 0 : 1);
+  if (graphable && !graph_failed_.count(id) && k_->graph_ready(id)) {
+    DecodeIO& io = *dio_.at(id);
+    std::copy(tokens, tokens + T, io.tokens.begin());
+    std::copy(kv_slot_of_.begin(), kv_slot_of_.end(), io.slot.begin());
+    std::copy(pos_.begin(), pos_.end(), io.pos.begin());
+    std::copy(inv_temp, inv_temp + B, io.inv.begin());
+    if (!probs) std::copy(u, u + B, io.u.begin());
+    const auto t0 = std::chrono::steady_clock::now();
+    k_->replay(id);
+    if (probs) {
+      k_->to_host(probs, a_->logits, (size_t)B * V);
+    } else {
+      std::copy(io.token.begin(), io.token.end(), token);
+      std::copy(io.logp.begin(), io.logp.end(), logp);
+    }
+    prof_[(int)Phase::graph] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int b = 0; b < B; b++) kv_len_[slots[b]] += 1;
+    return;
+  }
   const Batch batch{tokens, T, nullptr, 0};
-  const Cached c{kv_slot_of_.data(), pos.data()};
+  const Cached c{kv_slot_of_.data(), pos_.data()};
   forward_trunk(batch, &c);
   for (int b = 0; b < B; b++) kv_len_[slots[b]] += counts[b];
   Acts& a = *a_;
@@ -567,15 +641,8 @@ void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int
     }
     rows = a.dln;
   }
-  for (int b0 = 0; b0 < B; b0 += chunk_) {
-    const int n = std::min(chunk_, B - b0);
-    PROF(matmul, k_->matmul_forward(a.logits, rows + (size_t)b0 * H, P_.lm_head, nullptr, n, H, V, false));
-    PROF(logits, k_->softmax_rows(a.logits, inv_temp + b0, n, V));
-    if (probs)
-      PROF(logits, k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V));
-    else
-      PROF(logits, k_->sample_rows(a.logits, u + b0, n, V, token + b0, logp + b0));
-  }
+  extend_head(rows, B, inv_temp, probs, u, token, logp);
+  if (graphable && !graph_failed_.count(id)) capture_decode(id, B, probs != nullptr);
 }
 
 void Model::zero_grad() {

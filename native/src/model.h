@@ -3,6 +3,8 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,8 +134,9 @@ class Model {
   void scale_grads(float s);
   void adamw_step(const AdamWParams& p);
 
-  // Wall seconds spent per kind of kernel since construction (or reset): where a step's time goes.
-  enum class Phase { matmul, attention, elementwise, logits, optimizer, count };
+  // Wall seconds spent per kind of kernel since construction (or reset): where a step's time goes. `graph`: decode
+  // steps replayed as one CUDA graph each (the whole step, kernels of every kind, not split).
+  enum class Phase { matmul, attention, elementwise, logits, optimizer, graph, count };
   const double* profile() const { return prof_; }
   void reset_profile() {
     for (double& p : prof_) p = 0;
@@ -152,6 +155,14 @@ class Model {
     const int32_t* pos;
   };
   void forward_trunk(const Batch& b, const Cached* cached = nullptr);
+  // extend's head: logits of rows [B, H], softmax(logits * inv_temp), then the rows to probs (host) or one draw
+  // per row into token/logp; with neither (probs and token null), the rows stay in the logits buffer.
+  void extend_head(const float* rows, int B, const float* inv_temp, float* probs, const double* u, int32_t* token,
+                   float* logp);
+  // Decode steps (every count 1) as CUDA graphs, one per batch size and kind (rows to the host or sampled): the
+  // step's host inputs and outputs sit at fixed addresses the graph copies from and to.
+  struct DecodeIO;
+  void capture_decode(int id, int B, bool rows);
   void logits_chunk(int t0, int n);
   void logprobs_pass(int T, const int32_t* targets, float* logp, float* ent);
   ParamPtrs bind(float* base) const;
@@ -175,7 +186,12 @@ class Model {
   std::vector<int> kv_len_;
   std::vector<int32_t> kv_slot_of_;  // per token of an extend call
   std::vector<float> stage_;  // host staging of per-token loss values (device models)
-  double prof_[(int)Phase::count] = {0, 0, 0, 0, 0};
+  double prof_[(int)Phase::count] = {};
+  bool timing_ = true;  // off while capturing a graph (nothing runs then)
+  bool graphs_ = false;  // the kernels replay graphs (CUDA, unless RLSTREAM_CUDA_GRAPHS=0 or RLSTREAM_CUDA_SYNC=1)
+  std::vector<int32_t> pos_;  // per token of an extend call
+  std::map<int, std::unique_ptr<DecodeIO>> dio_;
+  std::set<int> graph_failed_;  // ids whose capture failed: decoded without a graph
 };
 
 }  // namespace rls

@@ -179,6 +179,67 @@ test('cuda: extendSample draws on the GPU what sampleToken draws on the same row
   m.dispose();
 });
 
+test('cuda: decode steps replayed as CUDA graphs equal them run without graphs, across weight updates and a new cache', { skip }, async (t: TestContext) => {
+  // b reads RLSTREAM_CUDA_GRAPHS=0 when its kernels are made: the reference path, launch by launch (a too, where the
+  // whole run has graphs off)
+  const graphsOn = process.env.RLSTREAM_CUDA_GRAPHS !== '0';
+  const cfgs: Array<[string, ModelConfig]> = [['hd64', HD64], ['hd48 (biases, untied head)', HD48]];
+  for (const [name, cfg] of cfgs) {
+    const a = Model.init(cfg, { seed: 41, initStd: 0.1, device: 'cuda' });
+    const prev = process.env.RLSTREAM_CUDA_GRAPHS;
+    process.env.RLSTREAM_CUDA_GRAPHS = '0';
+    let b: Model;
+    try {
+      b = Model.init(cfg, { seed: 41, initStd: 0.1, device: 'cuda' });
+    } finally {
+      if (prev === undefined) delete process.env.RLSTREAM_CUDA_GRAPHS;
+      else process.env.RLSTREAM_CUDA_GRAPHS = prev;
+    }
+    const other = Model.init(cfg, { seed: 42, initStd: 0.1, device: 'cuda' });
+    const V = cfg.vocab_size;
+    const r = rng(43);
+    let worst = 0;
+    let steps = 0;
+    const run = async (B: number, n: number) => {
+      for (const m of [a, b]) m.kvReserve(B, 96);
+      const prompts = randomSeqs(r, Array.from({ length: B }, (_, i) => 2 + ((i * 5) % 11)), V);
+      const slots = Int32Array.from({ length: B }, (_, i) => i);
+      const counts = Int32Array.from(prompts.map((p) => p.length));
+      const inv = Float32Array.from({ length: B }, (_, i) => [1, 2, 0.5][i % 3]!);
+      for (const m of [a, b]) await m.extend(slots, counts, Int32Array.from(prompts.flat()), inv);
+      const ones = new Int32Array(B).fill(1);
+      let feed = Int32Array.from({ length: B }, (_, i) => (i * 7) % V);
+      for (let i = 0; i < n; i++) {
+        if (i % 3 === 2) {
+          // the rows to the host (extend), the other steps drawn on the device (extendSample)
+          const [x, y] = [await a.extend(slots, ones, feed, inv), await b.extend(slots, ones, feed, inv)];
+          worst = Math.max(worst, maxAbsDiff(Array.from(x), Array.from(y)));
+          feed = Int32Array.from({ length: B }, (_, j) => argmax(x.subarray(j * V, (j + 1) * V)));
+        } else {
+          const u = Float64Array.from({ length: B }, (_, j) => (j % 4 === 0 ? -1 : r()));
+          const [x, y] = [await a.extendSample(slots, ones, feed, inv, u), await b.extendSample(slots, ones, feed, inv, u)];
+          assert.deepEqual(Array.from(x.tokens), Array.from(y.tokens), `${name}: step ${i} of batch ${B} drew other tokens`);
+          worst = Math.max(worst, maxAbsDiff(Array.from(x.logprobs), Array.from(y.logprobs)));
+          feed = x.tokens;
+        }
+        steps++;
+      }
+    };
+    await run(5, 9);
+    // new weights into both (a device copy over the fp32 parameters): the next replay sees them
+    a.copyParamsFrom(other);
+    b.copyParamsFrom(other);
+    await run(5, 6);
+    await run(3, 6); // another batch size, and a new cache (the graphs of the old one are dropped)
+    const graphS = a.profile().graph;
+    t.diagnostic(`${name}: ${steps} decode steps, graphs vs none: max |diff| ${worst.toExponential(2)}, graph replay ${(graphS * 1000).toFixed(2)} ms`);
+    assert.ok(worst < 1e-5, `${worst}`);
+    assert.ok(graphsOn ? graphS > 0 : graphS === 0, `graph replay seconds ${graphS}`);
+    assert.equal(b.profile().graph, 0);
+    for (const m of [a, b, other]) m.dispose();
+  }
+});
+
 test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.gpu_memory_utilization gives it', { skip }, async (t: TestContext) => {
   // Slots of 12 MiB (8 layers, 192 K/V dims, 1024 tokens), well above the allocator's 2 MiB pages.
   const cfg: ModelConfig = { ...HD64, num_hidden_layers: 8, num_key_value_heads: 3, max_position_embeddings: 1024 };
