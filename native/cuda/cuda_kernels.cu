@@ -296,12 +296,16 @@ __global__ void k_kv_store(float* kc, float* vc, const float* k, const float* v,
 // online softmax (lane i holds dims i, i+32, ... of q and of its value accumulator); the group's loads are issued
 // together so a warp waits on memory once per group, not once per key. The warps' partial (max, sum, acc) then
 // merge in shared memory. D = ceil(hd / 32) dims per lane. fp32 throughout (the cache is fp32).
-constexpr int AC_WARPS = 4, AC_KEYS = 4;
-template <int D>
-__global__ void __launch_bounds__(AC_WARPS * 32) k_attention_cached(float* out, const float* q, const float* kc,
-                                                                    const float* vc, const int* slot, const int* pos,
-                                                                    int NH, int NKV, int hd, int max_len, float scale) {
-  __shared__ float sm_m[AC_WARPS], sm_s[AC_WARPS], sm_acc[AC_WARPS][D * 32];
+// AC_WARPS warps a block where there are many blocks (prefill), AC_WARPS_FEW where there are few (a decode step of
+// a small batch: one block per head and row, so more warps share each row's keys). out16, where given, receives a
+// bf16 copy of out (the next product's operand).
+constexpr int AC_WARPS = 4, AC_WARPS_FEW = 16, AC_KEYS = 4;
+template <int D, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) k_attention_cached(float* out, bf16* out16, const float* q,
+                                                                    const float* kc, const float* vc, const int* slot,
+                                                                    const int* pos, int NH, int NKV, int hd,
+                                                                    int max_len, float scale) {
+  __shared__ float sm_m[WARPS], sm_s[WARPS], sm_acc[WARPS][D * 32];
   const int t = blockIdx.x, h = blockIdx.y, kh = h / (NH / NKV), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int QD = NH * hd, KD = NKV * hd, n = pos[t] + 1;
   float qr[D], acc[D];
@@ -313,7 +317,7 @@ __global__ void __launch_bounds__(AC_WARPS * 32) k_attention_cached(float* out, 
   }
   const size_t base = (size_t)slot[t] * max_len * KD + (size_t)kh * hd;
   float m = -INFINITY, s = 0.f;
-  for (int j0 = warp * AC_KEYS; j0 < n; j0 += AC_WARPS * AC_KEYS) {
+  for (int j0 = warp * AC_KEYS; j0 < n; j0 += WARPS * AC_KEYS) {
     float kr[AC_KEYS][D], vr[AC_KEYS][D], d[AC_KEYS];
 #pragma unroll
     for (int u = 0; u < AC_KEYS; u++) {
@@ -363,11 +367,11 @@ __global__ void __launch_bounds__(AC_WARPS * 32) k_attention_cached(float* out, 
   __syncthreads();
   if (warp != 0) return;
   float M = -INFINITY;
-  for (int w = 0; w < AC_WARPS; w++) M = fmaxf(M, sm_m[w]);
+  for (int w = 0; w < WARPS; w++) M = fmaxf(M, sm_m[w]);
   float S = 0.f, o[D];
 #pragma unroll
   for (int i = 0; i < D; i++) o[i] = 0.f;
-  for (int w = 0; w < AC_WARPS; w++) {
+  for (int w = 0; w < WARPS; w++) {
     const float f = sm_m[w] == -INFINITY ? 0.f : expf(sm_m[w] - M);  // a warp that saw no key contributes nothing
     S += sm_s[w] * f;
 #pragma unroll
@@ -376,7 +380,82 @@ __global__ void __launch_bounds__(AC_WARPS * 32) k_attention_cached(float* out, 
 #pragma unroll
   for (int i = 0; i < D; i++) {
     const int c = lane + 32 * i;
-    if (c < hd) out[(size_t)t * QD + (size_t)h * hd + c] = o[i] / S;
+    if (c < hd) {
+      const float y = o[i] / S;
+      out[(size_t)t * QD + (size_t)h * hd + c] = y;
+      if (out16) out16[(size_t)t * QD + (size_t)h * hd + c] = __float2bfloat16(y);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fused ops of the decode path (Kernels::fused_decode).
+
+// x = a + b (b null: x = a), out = rmsnorm(x) as k_rmsnorm_forward, and a bf16 copy of out; one block per row.
+__global__ void k_add_rmsnorm(float* x, float* out, bf16* out16, float* rstd, const float* a, const float* b,
+                              const float* w, int C, float eps) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  const float* xa = a + t * C;
+  const float* xb = b ? b + t * C : nullptr;
+  float* xx = x + t * C;
+  const bool write = xb != nullptr || xx != xa;
+  float ss = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = xb ? xa[c] + xb[c] : xa[c];
+    if (write) xx[c] = v;
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  const float r = rsqrtf(ss / C + eps);
+  if (threadIdx.x == 0) rstd[t] = r;
+  const float* src = write ? xx : xa;  // this thread's own entries, written above
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float y = w[c] * (src[c] * r);
+    out[t * C + c] = y;
+    out16[t * C + c] = __float2bfloat16(y);
+  }
+}
+
+// qkv[T, QD + 2 KD] (+ biases): q rotated into q[T, QD]; k rotated and v stored at (slot[t], pos[t]) of the caches.
+__global__ void k_qkv_rope_store(float* q, float* kc, float* vc, const float* qkv, const float* qb, const float* kb,
+                                 const float* vb, const float* cosb, const float* sinb, const int* slot, const int* pos,
+                                 int T, int NH, int NKV, int hd, int max_len) {
+  const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
+  const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
+  const size_t n = (size_t)T * per;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int t = (int)(i / per);
+    int r = (int)(i % per);
+    const float* row = qkv + (size_t)t * W;
+    const size_t at = ((size_t)slot[t] * max_len + pos[t]) * KD;
+    if (r < nq + nk) {
+      const bool isq = r < nq;
+      if (!isq) r -= nq;
+      const int j = r % half, c = (r / half) * hd + j;
+      const float* src = isq ? row : row + QD;
+      const float* bias = isq ? qb : kb;
+      const float a = src[c] + (bias ? bias[c] : 0.f), b = src[c + half] + (bias ? bias[c + half] : 0.f);
+      const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
+      float* dst = isq ? q + (size_t)t * QD : kc + at;
+      dst[c] = a * cs - b * sn;
+      dst[c + half] = b * cs + a * sn;
+    } else {
+      const int c = r - nq - nk;
+      vc[at + c] = row[QD + KD + c] + (vb ? vb[c] : 0.f);
+    }
+  }
+}
+
+// out[T, I] = silu(gu[t, :I]) * gu[t, I:], and a bf16 copy of out
+__global__ void k_swiglu_cat(float* out, bf16* out16, const float* gu, int T, int I) {
+  const size_t n = (size_t)T * I;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t t = i / I, j = i % I;
+    const float g = gu[t * 2 * I + j], u = gu[t * 2 * I + I + j];
+    const float y = g / (1.f + expf(-g)) * u;
+    out[i] = y;
+    out16[i] = __float2bfloat16(y);
   }
 }
 
@@ -536,8 +615,8 @@ class CudaKernels final : public Kernels {
     // cuBLAS on Hopper wants a workspace of 32 MiB for its fastest kernels.
     CUBLAS_CHECK(cublasSetWorkspace(blas_, ws_.get(32u << 20), 32u << 20));
     CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-    for (Scratch* s : {&ws_, &ss_, &act_a_, &act_b_, &inv_, &att_, &colp_, &invt_, &samp_, &tokens_.dev, &pos_.dev,
-                       &seqs_.dev, &targets_.dev, &slot_.dev})
+    for (Scratch* s : {&ws_, &ss_, &act_a_, &act_b_, &inv_, &att_, &colp_, &invt_, &samp_, &shadow_, &tokens_.dev,
+                       &pos_.dev, &seqs_.dev, &targets_.dev, &slot_.dev})
       s->gen = &gen_;
   }
   ~CudaKernels() override {
@@ -545,6 +624,7 @@ class CudaKernels final : public Kernels {
     cap_.reset();
     if (cap_stream_) cudaStreamDestroy(cap_stream_);
     for (auto& e : wcache_) cudaFree(e.second.p);
+    for (auto& e : wcat_) cudaFree(e.second.p);
     if (blas_) cublasDestroy(blas_);
   }
   const char* name() const override { return "cuda"; }
@@ -748,15 +828,27 @@ class CudaKernels final : public Kernels {
     const int* dp = ints(pos_, pos, (size_t)T);
     const dim3 grid(T, NH);
     const float sc = 1.0f / std::sqrt((float)hd);
+    bf16* o16 = nullptr;
+    if (fused_) {  // the o-projection's operand, picked up by matmul_cat(fresh)
+      o16 = (bf16*)shadow_.get(std::max<size_t>((size_t)T * NH * hd, 1) * sizeof(bf16));
+      shadow_src_ = out;
+      shadow_n_ = (size_t)T * NH * hd;
+    }
+    const bool few = (long)T * NH < 264;  // two blocks per SM of an H100/H200 or fewer
+#define RLS_AC(D)                                                                                                   \
+  if (few)                                                                                                          \
+    k_attention_cached<D, AC_WARPS_FEW><<<grid, AC_WARPS_FEW * 32, 0, stream_>>>(out, o16, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); \
+  else                                                                                                              \
+    k_attention_cached<D, AC_WARPS><<<grid, AC_WARPS * 32, 0, stream_>>>(out, o16, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc);
     switch ((hd + 31) / 32) {
-      case 1: k_attention_cached<1><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
-      case 2: k_attention_cached<2><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
-      case 3: k_attention_cached<3><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
-      case 4: k_attention_cached<4><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
-      case 5: case 6: case 7: case 8:
-        k_attention_cached<8><<<grid, AC_WARPS * 32, 0, stream_>>>(out, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); break;
+      case 1: RLS_AC(1) break;
+      case 2: RLS_AC(2) break;
+      case 3: RLS_AC(3) break;
+      case 4: RLS_AC(4) break;
+      case 5: case 6: case 7: case 8: RLS_AC(8) break;
       default: invalid("attention_cached: head dim " + std::to_string(hd) + " > 256 is not supported on cuda");
     }
+#undef RLS_AC
     LAUNCH_CHECK("attention_cached");
     settle();
   }
@@ -799,6 +891,49 @@ class CudaKernels final : public Kernels {
     evict(p, n);
     k_adamw<<<blocks_for(n, 256), 256, 0, stream_>>>(p, g, m, v, n, lr, beta1, beta2, eps, 1.f - lr * wd, lr / bc1, std::sqrt(bc2));
     LAUNCH_CHECK("adamw");
+    settle();
+  }
+
+  // Fused decode ops (device.h). The producers (add_rmsnorm, swiglu_cat, attention_cached) leave a bf16 copy of
+  // their output in shadow_, which matmul_cat(fresh) takes as its operand instead of converting the fp32 one.
+  bool fused_decode() const override { return fused_; }
+  void add_rmsnorm(float* x, float* out, float* rstd, const float* a, const float* b, const float* w, int T, int C,
+                   float eps) override {
+    bf16* o16 = (bf16*)shadow_.get(std::max<size_t>((size_t)T * C, 1) * sizeof(bf16));
+    shadow_src_ = out;
+    shadow_n_ = (size_t)T * C;
+    k_add_rmsnorm<<<T, row_threads(C), 0, stream_>>>(x, out, o16, rstd, a, b, w, C, eps);
+    LAUNCH_CHECK("add_rmsnorm");
+    settle();
+  }
+  void matmul_cat(float* out, const float* inp, const float* w0, int oc0, const float* w1, int oc1, const float* w2,
+                  int oc2, int N, int C, bool fresh) override {
+    const size_t nin = (size_t)N * C;
+    const bf16* A = fresh && inp == shadow_src_ && nin == shadow_n_ ? (const bf16*)shadow_.p : to_bf16(act_a_, inp, nin);
+    const int OC = oc0 + oc1 + oc2;
+    const bf16* W = oc1 || oc2 ? weight_cat(w0, (size_t)oc0 * C, w1, (size_t)oc1 * C, w2, (size_t)oc2 * C)
+                               : weight_bf16(w0, (size_t)oc0 * C);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, W, C, A, C, 0.f, out, OC);
+    settle();
+  }
+  void qkv_rope_store(float* q, float* kc, float* vc, const float* qkv, const float* qb, const float* kb,
+                      const float* vb, const float* cosb, const float* sinb, const int32_t* slot, const int32_t* pos,
+                      int T, int NH, int NKV, int hd, int max_len) override {
+    const int* ds = ints(slot_, slot, (size_t)T);
+    const int* dp = ints(pos_, pos, (size_t)T);
+    const size_t n = (size_t)T * ((NH + NKV) * (hd / 2) + NKV * hd);
+    k_qkv_rope_store<<<blocks_for(n, 256), 256, 0, stream_>>>(q, kc, vc, qkv, qb, kb, vb, cosb, sinb, ds, dp, T, NH,
+                                                              NKV, hd, max_len);
+    LAUNCH_CHECK("qkv_rope_store");
+    settle();
+  }
+  void swiglu_cat(float* out, const float* gu, int T, int I) override {
+    const size_t n = (size_t)T * I;
+    bf16* o16 = (bf16*)shadow_.get(std::max<size_t>(n, 1) * sizeof(bf16));
+    shadow_src_ = out;
+    shadow_n_ = n;
+    k_swiglu_cat<<<blocks_for(n, 256), 256, 0, stream_>>>(out, o16, gu, T, I);
+    LAUNCH_CHECK("swiglu_cat");
     settle();
   }
 
@@ -934,9 +1069,64 @@ class CudaKernels final : public Kernels {
     it->second.valid = true;
     return it->second.p;
   }
+  // One bf16 matrix of up to three weights stacked by rows ([w0; w1; w2]: q, k and v, or gate and up), cached like
+  // weight_bf16 (keyed by w0, apart from the single copies).
+  struct Cat {
+    bf16* p;
+    const float* src[3];
+    size_t n[3];
+    bool valid;
+    bool overlaps(const float* a, const float* e) const {
+      for (int i = 0; i < 3; i++)
+        if (n[i] && src[i] < e && a < src[i] + n[i]) return true;
+      return false;
+    }
+    void convert(cudaStream_t st) const {
+      size_t off = 0;
+      for (int i = 0; i < 3; i++) {
+        if (!n[i]) continue;
+        k_to_bf16<<<blocks_for(n[i] / 2 + 1, 256), 256, 0, st>>>(p + off, src[i], n[i]);
+        LAUNCH_CHECK("weights fp32 -> bf16 (stacked)");
+        off += n[i];
+      }
+    }
+  };
+  const bf16* weight_cat(const float* w0, size_t n0, const float* w1, size_t n1, const float* w2, size_t n2) {
+    auto it = wcat_.find(w0);
+    const bool same = it != wcat_.end() && it->second.src[1] == w1 && it->second.src[2] == w2 &&
+                      it->second.n[0] == n0 && it->second.n[1] == n1 && it->second.n[2] == n2;
+    if (same && it->second.valid) return it->second.p;
+    if (it != wcat_.end() && !same) {
+      ++gen_;
+      cudaFree(it->second.p);
+      wcat_.erase(it);
+      it = wcat_.end();
+    }
+    if (it == wcat_.end()) {
+      void* p = nullptr;
+      CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n0 + n1 + n2, 1) * sizeof(bf16)));
+      it = wcat_.emplace(w0, Cat{(bf16*)p, {w0, w1, w2}, {n0, n1, n2}, false}).first;
+    }
+    it->second.convert(stream_);
+    it->second.valid = true;
+    return it->second.p;
+  }
   // Cached copies overlapping [p, p+n) become stale; with drop, they are freed (their source memory is going away).
   void evict(const float* p, size_t n, bool drop = false) {
     const float* e = p + n;
+    for (auto it = wcat_.begin(); it != wcat_.end();) {
+      if (it->second.overlaps(p, e)) {
+        if (drop) {
+          ++gen_;
+          cudaFree(it->second.p);
+          it = wcat_.erase(it);
+          continue;
+        }
+        if (it->second.valid) stale_ = true;
+        it->second.valid = false;
+      }
+      ++it;
+    }
     for (auto it = wcache_.begin(); it != wcache_.end();) {
       const float* a = it->first;
       if (a < e && p < a + it->second.n) {
@@ -959,6 +1149,12 @@ class CudaKernels final : public Kernels {
   std::map<const float*, Cached> wcache_;
   std::map<const float*, size_t> sizes_;  // allocations made by alloc(), in floats
   std::vector<float> inv_host_;           // the rotary inverse frequencies last sent to inv_
+  std::map<const float*, Cat> wcat_;      // stacked weights (matmul_cat)
+  // RLSTREAM_CUDA_FUSED=0: Model's extend runs the plain ops (fused_decode() false), for parity and measurement.
+  const bool fused_ = !(std::getenv("RLSTREAM_CUDA_FUSED") != nullptr && std::getenv("RLSTREAM_CUDA_FUSED")[0] == '0');
+  Scratch shadow_;                        // bf16 copy of the last fused producer's output
+  const float* shadow_src_ = nullptr;
+  size_t shadow_n_ = 0;
 
   // --- CUDA graphs
   cudaStream_t stream_ = nullptr;  // where launches go: the legacy stream, or the capture's stream while capturing
@@ -1009,6 +1205,11 @@ class CudaKernels final : public Kernels {
       if (!e.second.valid) {
         k_to_bf16<<<blocks_for(e.second.n / 2 + 1, 256), 256, 0, stream_>>>(e.second.p, e.first, e.second.n);
         LAUNCH_CHECK("weight fp32 -> bf16");
+        e.second.valid = true;
+      }
+    for (auto& e : wcat_)
+      if (!e.second.valid) {
+        e.second.convert(stream_);
         e.second.valid = true;
       }
     stale_ = false;

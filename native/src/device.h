@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+
+#include "errors.h"
 
 namespace rls {
 
@@ -98,6 +101,27 @@ struct Kernels {
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                      float eps, float wd, float bc1, float bc2) = 0;
 
+  // Fused ops of the decode path (Model::extend), used where fused_decode() is true (CUDA); the CPU runs the plain
+  // ops above instead and has none of these.
+  virtual bool fused_decode() const { return false; }
+  // x[T,C] = a + b (b null: x = a; x may be a), out = rmsnorm(x) with rstd as rmsnorm_forward.
+  virtual void add_rmsnorm(float* x, float* out, float* rstd, const float* a, const float* b, const float* w, int T,
+                           int C, float eps) { unsupported("add_rmsnorm"); }
+  // out[N, oc0+oc1+oc2] = inp[N,C] * [w0; w1; w2]^T, w1 and w2 null where oc1 and oc2 are 0. fresh: inp is the
+  // output of the call just before (add_rmsnorm, swiglu_cat or attention_cached), which may keep it in the
+  // products' precision for this call.
+  virtual void matmul_cat(float* out, const float* inp, const float* w0, int oc0, const float* w1, int oc1,
+                          const float* w2, int oc2, int N, int C, bool fresh) { unsupported("matmul_cat"); }
+  // From qkv[T, QD + 2 KD] plus biases (each may be null): q[T, QD] rotated (rope_forward), k rotated and v
+  // stored into the caches at (slot[t], pos[t]) as kv_store does.
+  virtual void qkv_rope_store(float* q, float* kc, float* vc, const float* qkv, const float* qb, const float* kb,
+                              const float* vb, const float* cosb, const float* sinb, const int32_t* slot,
+                              const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) {
+    unsupported("qkv_rope_store");
+  }
+  // out[T,I] = silu(gu[t, 0:I]) * gu[t, I:2I]
+  virtual void swiglu_cat(float* out, const float* gu, int T, int I) { unsupported("swiglu_cat"); }
+
   // Replay of a repeated step as a recorded graph (CUDA graphs; the CPU has none: graphs() false, the rest unused).
   // Between capture_begin and capture_end the calls are recorded as graph `id`, not run. Their host inputs (integer
   // inputs, inv_temp, u) are re-read from the same host addresses at every replay(id), and their host outputs
@@ -111,6 +135,11 @@ struct Kernels {
   virtual void capture_end(int /*id*/) {}
   virtual void capture_abort() {}
   virtual void replay(int /*id*/) {}
+
+ protected:
+  [[noreturn]] void unsupported(const char* op) const {
+    throw NativeError(ErrCode::InvalidArgument, std::string(op) + ": not implemented on device '" + name() + "'");
+  }
 };
 
 std::unique_ptr<Kernels> make_cpu_kernels(int threads);  // one per model (thread count is per model)

@@ -146,6 +146,8 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
   a_ = std::make_unique<Acts>();
   a_->k = k_.get();
   graphs_ = k_->graphs();
+  const char* g = std::getenv("RLSTREAM_CUDA_GRAPHS");
+  graph_log_ = graphs_ && g && g[0] == '2';
 }
 
 Model::~Model() {
@@ -324,7 +326,52 @@ void Model::ensure_acts(int T, int /*max_len*/) {
   });
 }
 
+// extend's trunk on a device with fused decode ops: per layer one norm (with the residual add before it), one
+// product for q, k and v together, rotary and the cache append in one kernel, attention, the o product, the second
+// norm with its residual, one product for gate and up, SwiGLU, the down product. Same arithmetic as the plain ops.
+void Model::forward_fused(const Batch& b, const Cached& c) {
+  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
+            NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim(),
+            L = cfg_.num_hidden_layers;
+  const float eps = (float)cfg_.rms_norm_eps;
+  ensure_acts(T, 0);
+  Acts& a = *a_;
+  Kernels& k = *k_;
+  // Its own buffers are the backward's scratch, unused in an extend (so activation_bytes is the same): q|k|v rows
+  // [T, QD+2KD] over dq, datt, dk, dv (laid out one after the other), gate|up rows [T, 2I] over dgate, dup, dact,
+  // the product before each residual add [T, H] over dres.
+  float* qkv = a.dq;
+  float* gu = a.dgate;
+  float* tmp = a.dres;
+  if (a.dv + (size_t)a.cap * KD < qkv + (size_t)T * (QD + 2 * KD) || a.dact + (size_t)a.cap * I < gu + (size_t)T * 2 * I)
+    invalid("extend: the fused decode path's buffers do not fit the backward scratch");
+  PROF(elementwise, k.rope_table(a.cosb, a.sinb, c.pos, T, hd, cfg_.rope_theta));
+  PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
+  for (int l = 0; l < L; l++) {
+    const LayerPtrs& w = P_.layers[l];
+    auto& x = a.layers[l];
+    float* kc = kv_mem_ + (size_t)l * 2 * kv_slots_ * kv_max_len_ * KD;
+    float* vc = kc + (size_t)kv_slots_ * kv_max_len_ * KD;
+    // resid[l] = mid + down product of the layer before (tmp); resid[0] is the embedding
+    if (l == 0)
+      PROF(elementwise, k.add_rmsnorm(a.resid[0], x.ln1, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
+    else
+      PROF(elementwise, k.add_rmsnorm(a.resid[l], x.ln1, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
+    PROF(matmul, k.matmul_cat(qkv, x.ln1, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, true));
+    PROF(elementwise, k.qkv_rope_store(x.q, kc, vc, qkv, w.q_b, w.k_b, w.v_b, a.cosb, a.sinb, c.slot, c.pos, T, NH,
+                                       NKV, hd, kv_max_len_));
+    PROF(attention, k.attention_cached(x.att, x.q, kc, vc, c.slot, c.pos, T, NH, NKV, hd, kv_max_len_));
+    PROF(matmul, k.matmul_cat(tmp, x.att, w.o_w, H, nullptr, 0, nullptr, 0, T, QD, true));
+    PROF(elementwise, k.add_rmsnorm(x.mid, x.ln2, x.rstd2, a.resid[l], tmp, w.ln2_w, T, H, eps));
+    PROF(matmul, k.matmul_cat(gu, x.ln2, w.gate_w, I, w.up_w, I, nullptr, 0, T, H, true));
+    PROF(elementwise, k.swiglu_cat(x.act, gu, T, I));
+    PROF(matmul, k.matmul_cat(tmp, x.act, w.down_w, H, nullptr, 0, nullptr, 0, T, I, true));
+  }
+  PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, a.layers[L - 1].mid, tmp, P_.norm_w, T, H, eps));
+}
+
 void Model::forward_trunk(const Batch& b, const Cached* cached) {
+  if (cached && k_->fused_decode()) return forward_fused(b, *cached);
   const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
             NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
   const float eps = (float)cfg_.rms_norm_eps;
@@ -563,7 +610,10 @@ void Model::extend_head(const float* rows, int B, const float* inv_temp, float* 
   Acts& a = *a_;
   for (int b0 = 0; b0 < B; b0 += chunk_) {
     const int n = std::min(chunk_, B - b0);
-    PROF(matmul, k_->matmul_forward(a.logits, rows + (size_t)b0 * H, P_.lm_head, nullptr, n, H, V, false));
+    if (k_->fused_decode())  // the final norm's rows (decode) are still in the products' precision
+      PROF(matmul, k_->matmul_cat(a.logits, rows + (size_t)b0 * H, P_.lm_head, V, nullptr, 0, nullptr, 0, n, H, rows == a.lnf));
+    else
+      PROF(matmul, k_->matmul_forward(a.logits, rows + (size_t)b0 * H, P_.lm_head, nullptr, n, H, V, false));
     PROF(logits, k_->softmax_rows(a.logits, inv_temp + b0, n, V));
     if (probs)
       PROF(logits, k_->to_host(probs + (size_t)b0 * V, a.logits, (size_t)n * V));
@@ -579,6 +629,7 @@ void Model::capture_decode(int id, int B, bool rows) {
   // tokens, slots, positions, inv_temp, u in; token, logp out; each rounded up to 256 bytes
   const size_t stage = (size_t)B * (3 * sizeof(int32_t) + sizeof(float) + sizeof(double) + sizeof(int32_t) + sizeof(float)) + 16 * 256;
   timing_ = false;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     k_->capture_begin(stage);
     const Batch batch{io.tokens.data(), B, nullptr, 0};
@@ -586,6 +637,9 @@ void Model::capture_decode(int id, int B, bool rows) {
     forward_trunk(batch, &c);
     extend_head(a_->lnf, B, io.inv.data(), nullptr, io.u.data(), rows ? nullptr : io.token.data(), io.logp.data());
     k_->capture_end(id);
+    if (graph_log_)
+      std::fprintf(stderr, "rlstream: decode graph captured: batch %d, %s, %.2f ms\n", B, rows ? "rows" : "sampled",
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::exception& e) {
     k_->capture_abort();
     graph_failed_.insert(id);
@@ -642,7 +696,8 @@ void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int
     rows = a.dln;
   }
   extend_head(rows, B, inv_temp, probs, u, token, logp);
-  if (graphable && !graph_failed_.count(id)) capture_decode(id, B, probs != nullptr);
+  // captured on the second such step of a batch size (a size seen once, as while requests join, costs no capture)
+  if (graphable && !graph_failed_.count(id) && ++eager_steps_[id] >= 2) capture_decode(id, B, probs != nullptr);
 }
 
 void Model::zero_grad() {

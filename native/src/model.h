@@ -155,6 +155,7 @@ class Model {
     const int32_t* pos;
   };
   void forward_trunk(const Batch& b, const Cached* cached = nullptr);
+  void forward_fused(const Batch& b, const Cached& c);  // extend's trunk where the kernels have fused decode ops
   // extend's head: logits of rows [B, H], softmax(logits * inv_temp), then the rows to probs (host) or one draw
   // per row into token/logp; with neither (probs and token null), the rows stay in the logits buffer.
   void extend_head(const float* rows, int B, const float* inv_temp, float* probs, const double* u, int32_t* token,
@@ -192,6 +193,8 @@ class Model {
   std::vector<int32_t> pos_;  // per token of an extend call
   std::map<int, std::unique_ptr<DecodeIO>> dio_;
   std::set<int> graph_failed_;  // ids whose capture failed: decoded without a graph
+  std::map<int, int> eager_steps_;  // decode steps run without a graph, per id
+  bool graph_log_ = false;          // RLSTREAM_CUDA_GRAPHS=2: each capture on stderr
 };
 
 }  // namespace rls
