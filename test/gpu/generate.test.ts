@@ -208,7 +208,7 @@ test('cuda: decode steps replayed as CUDA graphs equal them run without graphs, 
       const inv = Float32Array.from({ length: B }, (_, i) => [1, 2, 0.5][i % 3]!);
       for (const m of [a, b]) await m.extend(slots, counts, Int32Array.from(prompts.flat()), inv);
       const ones = new Int32Array(B).fill(1);
-      let feed = Int32Array.from({ length: B }, (_, i) => (i * 7) % V);
+      let feed: Int32Array = Int32Array.from({ length: B }, (_, i) => (i * 7) % V);
       for (let i = 0; i < n; i++) {
         if (i % 3 === 2) {
           // the rows to the host (extend), the other steps drawn on the device (extendSample)
