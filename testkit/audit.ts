@@ -114,11 +114,10 @@ export async function collectRun(log: EventLog, serde: EventSerde, runId: string
 }
 
 /** Diagnosis of trajectories stuck before the advantage consumer: their records on `rewarded`, its committed offsets and checkpoints. */
-export async function stuckDetail(log: EventLog, serde: EventSerde, runId: string, ids: string[]): Promise<string> {
-  if (ids.length === 0) return '';
-  const want = new Set(ids);
+/** Where records of the given trajectories sit on a topic: `id/group@partition:offset`, committed or not. */
+async function positionsOf(log: EventLog, serde: EventSerde, topic: string, want: Set<string>, readCommitted: boolean): Promise<string[]> {
   const at: string[] = [];
-  const consumer = await log.consumer({ groupId: `audit-${newId()}`, topics: [TOPICS.rewarded], readCommitted: true, fromBeginning: true });
+  const consumer = await log.consumer({ groupId: `audit-${newId()}`, topics: [topic], readCommitted, fromBeginning: true });
   let idle = 0;
   while (idle < 8) {
     const batch = await consumer.poll({ maxRecords: 2000, timeoutMs: 300 });
@@ -126,14 +125,28 @@ export async function stuckDetail(log: EventLog, serde: EventSerde, runId: strin
     for (const r of batch) {
       const ev = await tryDecode(serde, r.value);
       const t = (ev?.value as { trajectory?: { trajectory_id: string; group_id: string } } | undefined)?.trajectory;
-      if (t && want.has(t.trajectory_id)) at.push(`${t.trajectory_id.slice(0, 6)}/${t.group_id.slice(0, 6)}@${r.partition}:${r.offset}`);
+      if (t && want.has(t.trajectory_id)) at.push(`${ev!.name}:${t.trajectory_id.slice(0, 6)}/${t.group_id.slice(0, 6)}@${r.partition}:${r.offset}`);
     }
   }
   await consumer.close();
-  const committed = await log.committed(`${runId}.advantage`, TOPICS.rewarded);
+  return at;
+}
+
+/**
+ * For trajectories stuck before a stage (`reward`: completed but not rewarded; `advantage`: rewarded but not
+ * advantaged): where their input records are, any outputs of theirs including those of aborted transactions,
+ * the stage's committed offsets and its last checkpoints.
+ */
+export async function stuckDetail(log: EventLog, serde: EventSerde, runId: string, stage: 'reward' | 'advantage', ids: string[]): Promise<string> {
+  if (ids.length === 0) return '';
+  const want = new Set(ids);
+  const [input, output] = stage === 'reward' ? [TOPICS.rolloutEvents, TOPICS.rewarded] : [TOPICS.rewarded, TOPICS.advantaged];
+  const inputs = await positionsOf(log, serde, input, want, true);
+  const outputs = await positionsOf(log, serde, output, want, false);
+  const committed = await log.committed(`${runId}.${stage}`, input);
   const state: string[] = [];
-  await readTopic(log, `_state.${runId}.advantage`, async (v) => void state.push(v.toString()));
-  return `rewarded ${at.join(' ')}; committed ${JSON.stringify(committed)}; last checkpoints ${state.slice(-6).join(' ')}`;
+  if (stage === 'advantage') await readTopic(log, `_state.${runId}.advantage`, async (v) => void state.push(v.toString()));
+  return `${stage}: inputs ${inputs.join(' ')}; outputs, aborted included ${outputs.join(' ') || 'none'}; committed ${JSON.stringify(committed)}${state.length > 0 ? `; last checkpoints ${state.slice(-6).join(' ')}` : ''}`;
 }
 
 /** Where the trajectories that did not reach the trainer stopped. */

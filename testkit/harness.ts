@@ -2,7 +2,7 @@
 // process (on a private Kafka broker, the shared registry and ClickHouse), started, SIGKILLed and restarted by
 // the test; and the audit that reads the log and ClickHouse back at the end.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { createWriteStream, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { newId } from '../core/ids.ts';
@@ -60,10 +60,23 @@ export class RoleProcess {
       env: { ...process.env, CHAOS_KAFKA: run.brokers, RLSTREAM_LOG_LEVEL: process.env['RLSTREAM_LOG_LEVEL'] ?? 'warn' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const keep = (d: Buffer) => (this.tail = (this.tail + d.toString()).slice(-64_000));
+    // RLSTREAM_ROLE_LOGS=<dir>: every life's whole output goes to <dir>/<role>.log as well (the tail kept here is
+    // what a failure message shows; a stall's cause is often further back).
+    const logs = process.env['RLSTREAM_ROLE_LOGS'];
+    const file = logs ? createWriteStream(join(logs, `${role}.log`), { flags: 'a' }) : null;
+    file?.write(`--- ${role} pid ${this.child.pid} started ${new Date(this.startedAt).toISOString()}\n`);
+    const keep = (d: Buffer) => {
+      this.tail = (this.tail + d.toString()).slice(-64_000);
+      file?.write(d);
+    };
     this.child.stdout!.on('data', keep);
     this.child.stderr!.on('data', keep);
-    this.exited = new Promise((res) => this.child.once('exit', (code, signal) => res({ code, signal })));
+    this.exited = new Promise((res) =>
+      this.child.once('exit', (code, signal) => {
+        file?.end(`--- ${role} pid ${this.child.pid} exited code ${code} signal ${signal} ${new Date().toISOString()}\n`);
+        res({ code, signal });
+      }),
+    );
   }
 
   get running(): boolean {

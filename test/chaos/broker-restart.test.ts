@@ -52,7 +52,10 @@ for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart
       const where = stuck(records);
       // Where trajectories stopped before the trainer: their records on rewarded with the advantage consumer's
       // offsets and checkpoints, and any dead letters of theirs.
-      const detail = audit.consumedOnce === audit.started ? '' : await stuckDetail(log, serde, run.runId, where['notAdvantaged']!).catch((e: unknown) => String(e));
+      const detail =
+        audit.consumedOnce === audit.started
+          ? ''
+          : [await stuckDetail(log, serde, run.runId, 'reward', where['notRewarded']!).catch((e: unknown) => String(e)), await stuckDetail(log, serde, run.runId, 'advantage', where['notAdvantaged']!).catch((e: unknown) => String(e))].join('; ');
       const lost = new Set(Object.values(where).flat());
       const deadOfLost = records.deadLetters.filter((d) => d.trajectoryId !== null && lost.has(d.trajectoryId)).map((d) => `${d.consumer} ${d.errorCode}`);
       const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(where)}; ${detail}; dead letters of those ${JSON.stringify(deadOfLost)}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}; rollout: ${rolloutTail}; ${processorNotes}`;

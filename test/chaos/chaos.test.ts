@@ -70,7 +70,7 @@ for (const client of registry && clickhouseUrl ? kafkaClients('chaos: SIGKILLed 
         `(${killSecs.toFixed(0)}s of kills, ${((Date.now() - t0) / 1000).toFixed(0)}s in all; progress when the kills ended ${JSON.stringify(mid)}, at the end ${JSON.stringify(p)}; ` +
         `crashes: ${sup.crashes.join(' | ')}; audit ${JSON.stringify(audit)}; stuck ${JSON.stringify(stuck(records))})`;
       const st = stuck(records);
-      if (st['notAdvantaged']!.length > 0) process.stderr.write(`# chaos stuck: ${await stuckDetail(log, serde, run.runId, st['notAdvantaged']!)}\n`);
+      if (st['notAdvantaged']!.length > 0) process.stderr.write(`# chaos stuck: ${await stuckDetail(log, serde, run.runId, 'advantage', st['notAdvantaged']!)}\n`);
       assert.ok(rolloutDone, `the rollout worker did not finish its dataset ${diag}`);
       assert.ok(consumed >= started, `the trainer did not consume every trajectory: ${consumed} of ${started} ${diag}`);
       const traces = await traceDuplicates(clickhouseUrl!, run.database, run.runId);
