@@ -291,6 +291,7 @@ export class Trainer {
     const next = new Map<number, number>();
     const t0 = performance.now();
     let lastArrival = t0;
+    let lastNote = t0;
     const complete = () => {
       let kept = 0;
       for (const g of seen.values()) {
@@ -302,6 +303,11 @@ export class Trainer {
     while (!this.stopped) {
       const records = this.carry.length > 0 ? this.carry.splice(0) : await this.consumer.poll({ maxRecords: 256, timeoutMs: 200 });
       if (records.length > 0) lastArrival = performance.now();
+      else if (performance.now() - lastNote > 5000) {
+        lastNote = performance.now();
+        const groups = [...seen.values()];
+        this.logger.debug('waiting for samples', { step: this.step + 1, samples: samples.length, groups: groups.length, complete: groups.filter((g) => g.got >= g.expected).length, assignment: this.consumer.assignment().map((a) => `${a.topic}/${a.partition}@${a.offset}`).join(',') });
+      }
       for (let i = 0; i < records.length; i++) {
         if (complete()) {
           // The rest waits for the next step; it stays uncommitted until that step is durable.
@@ -501,6 +507,7 @@ export class Trainer {
     if (publish) stored = await storeWeights(this.weightsDir, (p) => this.model.save(p));
     if (stored && produced !== null) this.deps.onWeights?.(produced, this.model);
     // 2. One transaction: the step, the new version and the offsets of every sample it consumed.
+    this.logger.debug('committing step', { step, offsets: offsets.map((o) => `${o.partition}@${o.offset}`).join(',') });
     const tx = await this.producer.transaction();
     try {
       await tx.send(TOPICS.trainSteps, [{ key: runId, value: serde.encode('TrainStep', stepEvent) }]);

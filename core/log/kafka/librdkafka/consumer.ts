@@ -266,6 +266,8 @@ export class RdKafkaConsumer implements Consumer {
     const generation = ++this.generation;
     this.queues.clear();
     this.positions.reset();
+    const parts = assignment.map((tp) => `${tp.topic}/${tp.partition}`).join(',');
+    this.host.logger.debug('rebalance', { groupId: this.options.groupId, generation, event: err?.code === RD.ASSIGN_PARTITIONS ? 'assign' : 'revoke', code: err?.code, partitions: parts });
     if (err?.code !== RD.ASSIGN_PARTITIONS) {
       try {
         this.client.unassign();
@@ -282,7 +284,10 @@ export class RdKafkaConsumer implements Consumer {
         const starts = await retry(() => this.host.startOffsets(this.options.groupId, topic, partitions, this.options.fromBeginning !== false), { forMs: 30_000, initialDelayMs: 100, maxDelayMs: 1000 });
         for (const partition of partitions) next.push({ topic, partition, offset: starts.get(partition) ?? 0 });
       }
-      if (generation !== this.generation || this.closed) return;
+      if (generation !== this.generation || this.closed) {
+        this.host.logger.debug('assignment superseded before assigning', { groupId: this.options.groupId, generation, now: this.generation });
+        return;
+      }
       await this.exclusive(
         next.map((tp) => key(tp.topic, tp.partition)),
         () => {
@@ -291,8 +296,12 @@ export class RdKafkaConsumer implements Consumer {
           this.positions.start(next);
         },
       );
-      if (generation !== this.generation || this.closed) return;
+      if (generation !== this.generation || this.closed) {
+        this.host.logger.debug('assignment superseded', { groupId: this.options.groupId, generation, now: this.generation });
+        return;
+      }
       this.positions.publish(next);
+      this.host.logger.debug('assigned', { groupId: this.options.groupId, generation, offsets: next.map((o) => `${o.topic}/${o.partition}@${o.offset}`).join(',') });
       this.notify();
       this.wakePump();
     })().catch((e: unknown) => {
