@@ -4,7 +4,7 @@
 // plain send() then waits for every record's delivery report, which carries its offset. A transactional send
 // waits for nothing: commitTransaction flushes the transaction's records and fails if any of them failed, so
 // its producer asks for no delivery reports at all (one JS callback per record saved).
-import { RlstreamError } from '../../../errors.ts';
+import { RlstreamError, describeError } from '../../../errors.ts';
 import { retry } from '../../../retry.ts';
 import type { Logger } from '../../../telemetry.ts';
 import { Partitioner } from '../../partitioner.ts';
@@ -49,6 +49,8 @@ export class RdKafkaProducer implements Producer {
   private readonly partitioner = new Partitioner();
   readonly gate = new ProducerGate(fromRdKafka);
   private openTxn: RdKafkaTransaction | null = null;
+  /** Connection errors librdkafka reported (broker down, transport failures): a transaction across one is checked. */
+  disturbances = 0;
 
   private constructor(
     readonly host: RdProducerHost,
@@ -84,8 +86,11 @@ export class RdKafkaProducer implements Producer {
       config['transaction.timeout.ms'] = host.transactionTimeoutMs;
     }
     const client = new rd.Producer(config);
-    client.on('event.error', (err: RdError) => host.logger.debug('librdkafka producer error', { error: String(err.message), code: err.code }));
     const producer = new RdKafkaProducer(host, client, options);
+    client.on('event.error', (err: RdError) => {
+      producer.disturbances++;
+      host.logger.debug('librdkafka producer error', { error: String(err.message), code: err.code });
+    });
     if (!transactional) client.on('delivery-report', (err: RdError | null, report: RdDeliveryReport) => producer.onReport(err, report));
     try {
       await rdCall('connect a producer', (cb) => client.connect(null, cb));
@@ -185,7 +190,7 @@ export class RdKafkaProducer implements Producer {
     if (this.openTxn?.open) throw new RlstreamError('LOG_TRANSACTION_STATE', `producer ${id} already has an open transaction`);
     await this.gate.serial(async () => {
       try {
-        await rdCall(`begin a transaction of ${id}`, (cb) => this.client.beginTransaction(cb));
+        await timed(this.host.logger, 'begin', () => rdCall(`begin a transaction of ${id}`, (cb) => this.client.beginTransaction(cb)));
       } catch (err) {
         throw this.gate.fail(err, `begin a transaction of ${id}`);
       }
@@ -200,11 +205,34 @@ export class RdKafkaProducer implements Producer {
   }
 }
 
+/** Runs a transactional call and logs (debug) how long it took and how it ended: where a stalled role waits. */
+async function timed<T>(logger: Logger, what: string, fn: () => Promise<T>): Promise<T> {
+  const t0 = performance.now();
+  try {
+    const out = await fn();
+    // commitTransaction's callback hands its error over as a value (see commit).
+    const error = (out as { message?: unknown } | null)?.message;
+    logger.debug(error === undefined ? 'transaction call' : 'transaction call failed', { what, ms: Math.round(performance.now() - t0), ...(error === undefined ? {} : { error: String(error) }) });
+    return out;
+  } catch (err) {
+    logger.debug('transaction call failed', { what, ms: Math.round(performance.now() - t0), error: String((err as Error).message) });
+    throw err;
+  }
+}
+
+/** How long a commit that spanned a broker outage waits for the group to show its offsets (see confirm). */
+const CONFIRM_MS = 30_000;
+const CONFIRM_READ_MS = 5_000;
+
 export class RdKafkaTransaction implements Transaction {
   private readonly life: TxnLifecycle;
+  private readonly disturbancesAtBegin: number;
+  /** The offsets sent with this transaction, by group. */
+  private readonly offsets = new Map<string, TopicPartitionOffset[]>();
 
   constructor(private readonly producer: RdKafkaProducer) {
     this.life = new TxnLifecycle(this.producer.gate);
+    this.disturbancesAtBegin = producer.disturbances;
   }
 
   get open(): boolean {
@@ -219,8 +247,9 @@ export class RdKafkaTransaction implements Transaction {
     checkOffsets(offsets);
     const consumer = await this.producer.host.groupConsumer(groupId);
     const list = offsets.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset }));
+    this.offsets.set(groupId, [...(this.offsets.get(groupId) ?? []), ...list]);
     await this.life.run('sendOffsets', `send offsets of group ${groupId} in a transaction`, () =>
-      retry(() => rdCall('send offsets', (cb) => this.producer.client.sendOffsetsToTransaction(list, consumer, TXN_CALL_MS, cb)), {
+      retry(() => timed(this.producer.host.logger, 'sendOffsets', () => rdCall('send offsets', (cb) => this.producer.client.sendOffsetsToTransaction(list, consumer, TXN_CALL_MS, cb))), {
         retriable: (err) => isRdCoordinatorBusy((err as { cause?: unknown }).cause),
         forMs: COORDINATOR_RETRY_MS,
         initialDelayMs: 20,
@@ -237,12 +266,15 @@ export class RdKafkaTransaction implements Transaction {
    */
   async commit(): Promise<void> {
     const what = `commit transaction of ${this.producer.transactionalId}`;
-    const commitOnce = () => new Promise<RdError | null>((resolve) => this.producer.client.commitTransaction(TXN_CALL_MS, (err) => resolve(err ?? null)));
+    const commitOnce = () => timed(this.producer.host.logger, 'commit', () => new Promise<RdError | null>((resolve) => this.producer.client.commitTransaction(TXN_CALL_MS, (err) => resolve(err ?? null))));
     await this.life.run('commit', what, async () => {
       const until = Date.now() + COORDINATOR_RETRY_MS;
       for (;;) {
         const err = await commitOnce();
-        if (!err) return;
+        if (!err) {
+          if (this.producer.disturbances !== this.disturbancesAtBegin) await this.confirm(what);
+          return;
+        }
         if (err.isFatal || err.code === RD.FENCED || err.code === RD.PRODUCER_FENCED) throw err;
         if (err.isTxnRequiresAbort) throw new RlstreamError('LOG_UNAVAILABLE', `${what}: not committed (${err.message})`, { cause: err, retriable: true });
         if (!err.isRetriable || Date.now() > until) throw new RlstreamError('LOG_UNAVAILABLE', `${what}: outcome unknown (${err.message})`, { cause: err, retriable: false });
@@ -251,7 +283,36 @@ export class RdKafkaTransaction implements Transaction {
     });
   }
 
+  /**
+   * A commit librdkafka reported done across a broker outage has been seen not to hold: the broker restarted, the
+   * transaction's outputs stayed uncommitted and its offsets were not in the group, and the producer's next
+   * transaction waited on it forever. So such a commit is read back: the group must show this transaction's
+   * offsets (an offset fetch that waits for pending transactional offsets, as a read_committed client's does).
+   * If it does not within CONFIRM_MS, the outcome is unknown and the producer unusable: the error is not
+   * retriable, so the role stops and a restart resumes from what the log holds (its new producer's
+   * initTransactions ends whatever this one left open).
+   */
+  private async confirm(what: string): Promise<void> {
+    for (const [groupId, list] of this.offsets) {
+      const consumer = await this.producer.host.groupConsumer(groupId);
+      const toppars = () => list.map((o) => ({ topic: o.topic, partition: o.partition }));
+      try {
+        await retry(
+          async () => {
+            const shown = await new Promise<{ topic: string; partition: number; offset?: number }[]>((resolve, reject) => consumer.committed(toppars(), CONFIRM_READ_MS, (err, tps) => (err ? reject(err) : resolve(tps))));
+            const missing = list.filter((o) => (shown.find((t) => t.topic === o.topic && t.partition === o.partition)?.offset ?? -1) < o.offset);
+            if (missing.length > 0) throw new RlstreamError('LOG_UNAVAILABLE', `group ${groupId} shows ${missing.map((o) => `${o.topic}/${o.partition} below ${o.offset}`).join(', ')}`, { retriable: true });
+          },
+          { forMs: CONFIRM_MS, initialDelayMs: 50, maxDelayMs: 1000, retriable: () => true },
+        );
+      } catch (err) {
+        throw new RlstreamError('LOG_UNAVAILABLE', `${what}: reported done across a broker outage, but ${describeError(err)}; outcome unknown, stopping so that a restart resumes from the log`, { cause: err, retriable: false });
+      }
+      this.producer.host.logger.info('transaction across a broker outage confirmed', { transactionalId: this.producer.transactionalId, groupId });
+    }
+  }
+
   async abort(): Promise<void> {
-    await this.life.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => rdCall('abort', (cb) => this.producer.client.abortTransaction(TXN_CALL_MS, cb)));
+    await this.life.run('abort', `abort transaction of ${this.producer.transactionalId}`, () => timed(this.producer.host.logger, 'abort', () => rdCall('abort', (cb) => this.producer.client.abortTransaction(TXN_CALL_MS, cb))));
   }
 }
