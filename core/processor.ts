@@ -129,15 +129,22 @@ function inRanges(ranges: [number, number][], o: number): boolean {
   return false;
 }
 
-/** A bounded set of recently seen ids, for dropping duplicate inputs (oldest forgotten first). */
+/**
+ * A bounded set of recently seen ids with the record each came in (oldest forgotten first), for dropping
+ * duplicate inputs: the same id in another record. The same record read again is not a duplicate: a processor
+ * reads a record twice only when the log rewound its partition to a committed offset below it, which means the
+ * transaction holding the first reading's outputs did not commit, so it must be handled again.
+ */
 export class RecentIds {
-  private readonly ids = new Set<string>();
+  private readonly ids = new Map<string, string>();
   constructor(private readonly capacity = 100_000) {}
-  /** True when the id was already seen; records it otherwise. */
-  seen(id: string): boolean {
-    if (this.ids.has(id)) return true;
-    this.ids.add(id);
-    if (this.ids.size > this.capacity) this.ids.delete(this.ids.values().next().value as string);
+  /** True when the id was already seen in another record; records it otherwise. */
+  seen(id: string, record: { topic: string; partition: number; offset: number }): boolean {
+    const at = `${record.topic}:${record.partition}:${record.offset}`;
+    const first = this.ids.get(id);
+    if (first !== undefined) return first !== at;
+    this.ids.set(id, at);
+    if (this.ids.size > this.capacity) this.ids.delete(this.ids.keys().next().value as string);
     return false;
   }
 }

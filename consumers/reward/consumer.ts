@@ -56,7 +56,7 @@ export class RewardHandler implements ProcessorHandler {
   /** One record without a model; a throw dead-letters it (the processor does). */
   private async scoreOne(input: InputRecord, ctx: ProcessContext): Promise<void> {
     const ev = input.event.value as TrajectoryCompleted;
-    if (this.seen.seen(ev.event_id)) return ctx.count('duplicates');
+    if (this.seen.seen(ev.event_id, input.record)) return this.duplicate(input, ctx);
     const { outcome, fnName } = await this.outcome(ev.trajectory);
     this.emitReward(input, ev.trajectory, outcome!, fnName, [], ctx);
   }
@@ -66,8 +66,8 @@ export class RewardHandler implements ProcessorHandler {
     const ready: { input: InputRecord; traj: Trajectory; outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }[] = [];
     for (const input of inputs) {
       const ev = input.event.value as TrajectoryCompleted;
-      if (this.seen.seen(ev.event_id)) {
-        ctx.count('duplicates');
+      if (this.seen.seen(ev.event_id, input.record)) {
+        this.duplicate(input, ctx);
         continue;
       }
       try {
@@ -96,6 +96,12 @@ export class RewardHandler implements ProcessorHandler {
         ctx.deadLetter(r.input.record, err);
       }
     });
+  }
+
+  private duplicate(input: InputRecord, ctx: ProcessContext): void {
+    ctx.count('duplicates');
+    const ev = input.event.value as TrajectoryCompleted;
+    ctx.logger.debug('duplicate input dropped', { eventId: ev.event_id, trajectoryId: ev.trajectory.trajectory_id, topic: input.record.topic, partition: input.record.partition, offset: input.record.offset });
   }
 
   private emitReward(input: InputRecord, traj: Trajectory, outcome: ReturnType<typeof normalizeOutcome>, fnName: string, extra: NamedValue[], ctx: ProcessContext): void {

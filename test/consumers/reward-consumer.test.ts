@@ -13,7 +13,7 @@ import { RewardRegistry } from '../../consumers/reward/registry.ts';
 import { gsm8kReward } from '../../consumers/reward/gsm8k.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
-import type { StreamProcessor } from '../../core/processor.ts';
+import { RecentIds, type StreamProcessor } from '../../core/processor.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { DeadLetter, RewardedTrajectory, TurnCompleted } from '../../schemas/generated/types.ts';
@@ -163,4 +163,19 @@ test('a batched ONNX reward model scores token ids (padding masked), as a compon
   assert.ok((proc.metrics().counters['model_batches'] ?? 0) <= 4, 'trajectories were scored in batches');
   await model.close();
   await log.close();
+});
+
+test('duplicate inputs: the same id in another record is one, the same record read again is not', () => {
+  const ids = new RecentIds(2);
+  const at = (offset: number) => ({ topic: TOPICS.rolloutEvents, partition: 1, offset });
+  assert.equal(ids.seen('a', at(5)), false);
+  // Read again after a rewind (its first reading's transaction did not commit): handled again.
+  assert.equal(ids.seen('a', at(5)), false);
+  // The same event written twice (a producer's retry): dropped.
+  assert.equal(ids.seen('a', at(9)), true);
+  assert.equal(ids.seen('a', { ...at(5), partition: 2 }), true);
+  // Bounded: the oldest id is forgotten.
+  ids.seen('b', at(6));
+  ids.seen('c', at(7));
+  assert.equal(ids.seen('a', at(9)), false);
 });
