@@ -391,7 +391,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_attention_cached(float* out, bf1
 // ---------------------------------------------------------------------------------------------------------------
 // Fused ops of the decode path (Kernels::fused_decode).
 
-// x = a + b (b null: x = a), out = rmsnorm(x) as k_rmsnorm_forward, and a bf16 copy of out; one block per row.
+// x = a + b (b null: x = a), out = rmsnorm(x) as k_rmsnorm_forward (out null: not written), and a bf16 copy of
+// out; one block per row.
 __global__ void k_add_rmsnorm(float* x, float* out, bf16* out16, float* rstd, const float* a, const float* b,
                               const float* w, int C, float eps) {
   __shared__ float red[32];
@@ -412,7 +413,7 @@ __global__ void k_add_rmsnorm(float* x, float* out, bf16* out16, float* rstd, co
   const float* src = write ? xx : xa;  // this thread's own entries, written above
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float y = w[c] * (src[c] * r);
-    out[t * C + c] = y;
+    if (out) out[t * C + c] = y;
     out16[t * C + c] = __float2bfloat16(y);
   }
 }
@@ -456,6 +457,107 @@ __global__ void k_swiglu_cat(float* out, bf16* out16, const float* gu, int T, in
     const float y = g / (1.f + expf(-g)) * u;
     out[i] = y;
     out16[i] = __float2bfloat16(y);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fused ops of the training step (Kernels::fused_train).
+
+// qkv[T, QD + 2 KD] (+ biases) -> q[T, QD], k[T, KD] rotated, v[T, KD]
+__global__ void k_qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
+                                 const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
+  const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
+  const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
+  const size_t n = (size_t)T * per;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int t = (int)(i / per);
+    int r = (int)(i % per);
+    const float* row = qkv + (size_t)t * W;
+    if (r < nq + nk) {
+      const bool isq = r < nq;
+      if (!isq) r -= nq;
+      const int j = r % half, c = (r / half) * hd + j;
+      const float* src = isq ? row : row + QD;
+      const float* bias = isq ? qb : kb;
+      const float a = src[c] + (bias ? bias[c] : 0.f), b = src[c + half] + (bias ? bias[c + half] : 0.f);
+      const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
+      float* dst = isq ? q + (size_t)t * QD : k + (size_t)t * KD;
+      dst[c] = a * cs - b * sn;
+      dst[c + half] = b * cs + a * sn;
+    } else {
+      const int c = r - nq - nk;
+      v[(size_t)t * KD + c] = row[QD + KD + c] + (vb ? vb[c] : 0.f);
+    }
+  }
+}
+
+// dq, dk rotated back in place (WRITE: only where their bias gradients need them), dqkv16 = bf16 [dq | dk | dv]
+template <bool WRITE>
+__global__ void k_qkv_rope_back16(bf16* dqkv16, float* dq, float* dk, const float* dv, const float* cosb,
+                                  const float* sinb, int T, int NH, int NKV, int hd) {
+  const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
+  const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
+  const size_t n = (size_t)T * per;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int t = (int)(i / per);
+    int r = (int)(i % per);
+    bf16* row = dqkv16 + (size_t)t * W;
+    if (r < nq + nk) {
+      const bool isq = r < nq;
+      if (!isq) r -= nq;
+      const int j = r % half, c = (r / half) * hd + j;
+      float* src = isq ? dq + (size_t)t * QD : dk + (size_t)t * KD;
+      const float a = src[c], b = src[c + half];
+      const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
+      const float x = a * cs + b * sn, y = b * cs - a * sn;
+      if (WRITE) {
+        src[c] = x;
+        src[c + half] = y;
+      }
+      bf16* dst = isq ? row : row + QD;
+      dst[c] = __float2bfloat16(x);
+      dst[c + half] = __float2bfloat16(y);
+    } else {
+      const int c = r - nq - nk;
+      row[QD + KD + c] = __float2bfloat16(dv[(size_t)t * KD + c]);
+    }
+  }
+}
+
+// out16[T, I] = silu(gu[t, :I]) * gu[t, I:]
+__global__ void k_swiglu16(bf16* out16, const float* gu, int T, int I) {
+  const size_t n = (size_t)T * I;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t t = i / I, j = i % I;
+    const float g = gu[t * 2 * I + j], u = gu[t * 2 * I + I + j];
+    out16[i] = __float2bfloat16(g / (1.f + expf(-g)) * u);
+  }
+}
+// dgu16[T, 2I] = [dgate | dup] as k_swiglu_backward
+__global__ void k_swiglu_back16(bf16* dgu16, const float* dout, const float* gu, int T, int I) {
+  const size_t n = (size_t)T * I;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t t = i / I, j = i % I;
+    const float g = gu[t * 2 * I + j], u = gu[t * 2 * I + I + j], sg = 1.f / (1.f + expf(-g)), d = dout[i];
+    dgu16[t * 2 * I + I + j] = __float2bfloat16(d * g * sg);
+    dgu16[t * 2 * I + j] = __float2bfloat16(d * u * sg * (1.f + g * (1.f - sg)));
+  }
+}
+// k_rmsnorm_backward_dx, and a bf16 copy of the updated dinp
+__global__ void k_rmsnorm_backward16(float* dinp, bf16* dinp16, const float* dout, const float* inp, const float* w,
+                                     const float* rstd, int C) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  const float* x = inp + t * C;
+  const float* dy = dout + t * C;
+  const float r = rstd[t];
+  float m = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) m += dy[c] * w[c] * x[c] * r;
+  m = block_sum(m, red) / C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float y = dinp[t * C + c] + r * (dy[c] * w[c] - x[c] * r * m);
+    dinp[t * C + c] = y;
+    dinp16[t * C + c] = __float2bfloat16(y);
   }
 }
 
@@ -937,6 +1039,93 @@ class CudaKernels final : public Kernels {
     settle();
   }
 
+  // Fused training ops (device.h): every bf16 operand is written by its producer, q|k|v and gate|up are one
+  // product each, forward and backward, on the stacked bf16 weights the decode path uses too.
+  bool fused_train() const override { return fused_; }
+  void add_rmsnorm16(float* x, uint16_t* out16, float* rstd, const float* a, const float* b, const float* w, int T,
+                     int C, float eps) override {
+    k_add_rmsnorm<<<T, row_threads(C), 0, stream_>>>(x, nullptr, (bf16*)out16, rstd, a, b, w, C, eps);
+    LAUNCH_CHECK("add_rmsnorm16");
+    settle();
+  }
+  const bf16* stacked(const float* w0, int oc0, const float* w1, int oc1, const float* w2, int oc2, int C) {
+    return oc1 || oc2 ? weight_cat(w0, (size_t)oc0 * C, w1, (size_t)oc1 * C, w2, (size_t)oc2 * C)
+                      : weight_bf16(w0, (size_t)oc0 * C);
+  }
+  void matmul16(float* out, const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1, const float* w2,
+                int oc2, int N, int C, bool accumulate) override {
+    const int OC = oc0 + oc1 + oc2;
+    const bf16* W = stacked(w0, oc0, w1, oc1, w2, oc2, C);
+    evict(out, (size_t)N * OC);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, W, C, (const bf16*)inp16, C, accumulate ? 1.f : 0.f, out, OC);
+    settle();
+  }
+  void matmul16_backward(float* dinp, float* dw0, float* dw1, float* dw2, const uint16_t* dout16,
+                         const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1, const float* w2,
+                         int oc2, int N, int C) override {
+    const int OC = oc0 + oc1 + oc2;
+    const bf16* dO = (const bf16*)dout16;
+    const bf16* A = (const bf16*)inp16;
+    if (dinp) {
+      const bf16* W = stacked(w0, oc0, w1, oc1, w2, oc2, C);
+      evict(dinp, (size_t)N * C);
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, W, C, dO, OC, 0.f, dinp, C);
+    }
+    // dw_i[oc_i, C] += dout[:, cols of i]^T inp: one product where the gradients lie one after the other
+    const bool contiguous = (!oc1 || dw1 == dw0 + (size_t)oc0 * C) && (!oc2 || dw2 == dw1 + (size_t)oc1 * C);
+    if (contiguous) {
+      gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, A, C, dO, OC, 1.f, dw0, C);
+    } else {
+      float* dw[3] = {dw0, dw1, dw2};
+      const int oc[3] = {oc0, oc1, oc2};
+      for (int i = 0, off = 0; i < 3; off += oc[i], i++)
+        if (oc[i]) gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, oc[i], N, A, C, dO + off, OC, 1.f, dw[i], C);
+    }
+    settle();
+  }
+  void qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
+                      const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) override {
+    const size_t n = (size_t)T * ((NH + NKV) * (hd / 2) + NKV * hd);
+    k_qkv_rope_split<<<blocks_for(n, 256), 256, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
+    LAUNCH_CHECK("qkv_rope_split");
+    settle();
+  }
+  void qkv_rope_back16(uint16_t* dqkv16, float* dq, float* dk, const float* dv, float* dqb, float* dkb, float* dvb,
+                       const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) override {
+    const size_t n = (size_t)T * ((NH + NKV) * (hd / 2) + NKV * hd);
+    if (dqb || dkb)
+      k_qkv_rope_back16<true><<<blocks_for(n, 256), 256, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
+    else
+      k_qkv_rope_back16<false><<<blocks_for(n, 256), 256, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
+    LAUNCH_CHECK("qkv_rope_back16");
+    if (dqb) colsum(dqb, dq, nullptr, nullptr, T, NH * hd);
+    if (dkb) colsum(dkb, dk, nullptr, nullptr, T, NKV * hd);
+    if (dvb) colsum(dvb, dv, nullptr, nullptr, T, NKV * hd);
+    settle();
+  }
+  void swiglu16(uint16_t* out16, const float* gu, int T, int I) override {
+    k_swiglu16<<<blocks_for((size_t)T * I, 256), 256, 0, stream_>>>((bf16*)out16, gu, T, I);
+    LAUNCH_CHECK("swiglu16");
+    settle();
+  }
+  void swiglu_back16(uint16_t* dgu16, const float* dout, const float* gu, int T, int I) override {
+    k_swiglu_back16<<<blocks_for((size_t)T * I, 256), 256, 0, stream_>>>((bf16*)dgu16, dout, gu, T, I);
+    LAUNCH_CHECK("swiglu_back16");
+    settle();
+  }
+  void rmsnorm_backward16(float* dinp, uint16_t* dinp16, float* dw, const float* dout, const float* inp, const float* w,
+                          const float* rstd, int T, int C) override {
+    k_rmsnorm_backward16<<<T, row_threads(C), 0, stream_>>>(dinp, (bf16*)dinp16, dout, inp, w, rstd, C);
+    LAUNCH_CHECK("rmsnorm_backward16");
+    colsum(dw, dout, inp, rstd, T, C);
+    settle();
+  }
+  void bf16_copy(uint16_t* dst, const float* src, size_t n) override {
+    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256, 0, stream_>>>((bf16*)dst, src, n);
+    LAUNCH_CHECK("fp32 -> bf16");
+    settle();
+  }
+
   // CUDA graphs (device.h). A capture runs on a stream of its own (non-blocking, so that work other threads queue
   // on the legacy stream meanwhile neither joins nor breaks it); replays are launched on the legacy stream, in order
   // with every other call of this object. Host inputs the captured kernels take are copied by memcpy nodes from
@@ -1150,7 +1339,8 @@ class CudaKernels final : public Kernels {
   std::map<const float*, size_t> sizes_;  // allocations made by alloc(), in floats
   std::vector<float> inv_host_;           // the rotary inverse frequencies last sent to inv_
   std::map<const float*, Cat> wcat_;      // stacked weights (matmul_cat)
-  // RLSTREAM_CUDA_FUSED=0: Model's extend runs the plain ops (fused_decode() false), for parity and measurement.
+  // RLSTREAM_CUDA_FUSED=0: Model runs the plain ops (fused_decode() and fused_train() false) for extend and the
+  // training step, for parity and measurement.
   const bool fused_ = !(std::getenv("RLSTREAM_CUDA_FUSED") != nullptr && std::getenv("RLSTREAM_CUDA_FUSED")[0] == '0');
   Scratch shadow_;                        // bf16 copy of the last fused producer's output
   const float* shadow_src_ = nullptr;

@@ -122,6 +122,46 @@ struct Kernels {
   // out[T,I] = silu(gu[t, 0:I]) * gu[t, I:2I]
   virtual void swiglu_cat(float* out, const float* gu, int T, int I) { unsupported("swiglu_cat"); }
 
+  // Fused ops of the training step (forward_trunk without a cache, forward_backward), used where fused_train() is
+  // true (CUDA, unless RLSTREAM_CUDA_FUSED=0); the CPU runs the plain ops. Buffers typed uint16_t* hold bf16 (the
+  // products' operands, written by the op that produces them, so no product converts its input). The stacked
+  // weights [w0; w1; w2] take oc0 + oc1 + oc2 output columns, w1 and w2 null where oc1 and oc2 are 0.
+  virtual bool fused_train() const { return false; }
+  // add_rmsnorm with only the bf16 copy of the norm's output: x = a + b (b null: x = a), out16 = rmsnorm(x).
+  virtual void add_rmsnorm16(float* x, uint16_t* out16, float* rstd, const float* a, const float* b, const float* w,
+                             int T, int C, float eps) { unsupported("add_rmsnorm16"); }
+  // out[N, OC] (= or +=) inp16[N, C] * [w0; w1; w2]^T
+  virtual void matmul16(float* out, const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1,
+                        const float* w2, int oc2, int N, int C, bool accumulate) { unsupported("matmul16"); }
+  // Backward of matmul16 given dout16[N, OC]: dinp[N, C] = dout16 * [w0; w1; w2] (skipped when dinp is null);
+  // dw_i[oc_i, C] += (columns of w_i in dout16)^T * inp16.
+  virtual void matmul16_backward(float* dinp, float* dw0, float* dw1, float* dw2, const uint16_t* dout16,
+                                 const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1,
+                                 const float* w2, int oc2, int N, int C) { unsupported("matmul16_backward"); }
+  // From qkv[T, QD + 2 KD] plus biases (each may be null): q[T, QD] and k[T, KD] rotated (rope_forward), v[T, KD].
+  virtual void qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
+                              const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
+    unsupported("qkv_rope_split");
+  }
+  // dq, dk rotated back in place (rope_backward), dqkv16[T, QD + 2 KD] = [dq | dk | dv]; bias gradients (each may be
+  // null) += column sums of dq, dk, dv.
+  virtual void qkv_rope_back16(uint16_t* dqkv16, float* dq, float* dk, const float* dv, float* dqb, float* dkb,
+                               float* dvb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
+    unsupported("qkv_rope_back16");
+  }
+  // out16[T, I] = silu(gu[t, 0:I]) * gu[t, I:2I]
+  virtual void swiglu16(uint16_t* out16, const float* gu, int T, int I) { unsupported("swiglu16"); }
+  // dgu16[T, 2I] = [dgate | dup] (swiglu_backward) given dout[T, I]
+  virtual void swiglu_back16(uint16_t* dgu16, const float* dout, const float* gu, int T, int I) {
+    unsupported("swiglu_back16");
+  }
+  // rmsnorm_backward, and dinp16 = the updated dinp in bf16.
+  virtual void rmsnorm_backward16(float* dinp, uint16_t* dinp16, float* dw, const float* dout, const float* inp,
+                                  const float* w, const float* rstd, int T, int C) {
+    unsupported("rmsnorm_backward16");
+  }
+  virtual void bf16_copy(uint16_t* dst, const float* src, size_t n) { unsupported("bf16_copy"); }  // dst = bf16(src)
+
   // Replay of a repeated step as a recorded graph (CUDA graphs; the CPU has none: graphs() false, the rest unused).
   // Between capture_begin and capture_end the calls are recorded as graph `id`, not run. Their host inputs (integer
   // inputs, inv_temp, u) are re-read from the same host addresses at every replay(id), and their host outputs

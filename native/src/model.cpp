@@ -44,11 +44,18 @@ struct Model::Acts {
   Kernels* k = nullptr;
   struct Layer {
     float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
+    // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I];
+    // the products' operands are kept in bf16 (uint16_t bit patterns) instead: ln1h, ln2h [T, H], acth [T, I],
+    // atth [T, QD] (att stays fp32 for the attention backward).
+    float *ln1h = nullptr, *ln2h = nullptr, *acth = nullptr, *atth = nullptr;
   };
   std::vector<float*> resid;  // L+1 residual streams [T,H]; resid[l] enters layer l
   std::vector<Layer> layers;
   float *lnf, *rstdf, *cosb, *sinb;
   float *dres, *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dact;  // backward scratch
+  // fused training's bf16 backward scratch (instead of dgate, dup): d resid [T, H], d gate|up [T, 2I], d q|k|v
+  // [T, QD + 2KD]
+  float *dres16 = nullptr, *dgu16 = nullptr, *dqkv16 = nullptr;
   float *logits, *logp, *ent, *dlogp, *dent;                    // loss head: logits [chunk,V], the rest [T]
   std::vector<int32_t> pos;
   ~Acts() {
@@ -145,6 +152,7 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
   if (trainable_) G_ = bind(dev_[1]);
   a_ = std::make_unique<Acts>();
   a_->k = k_.get();
+  fused_train_ = k_->fused_train();
   graphs_ = k_->graphs();
   const char* g = std::getenv("RLSTREAM_CUDA_GRAPHS");
   graph_log_ = graphs_ && g && g[0] == '2';
@@ -279,21 +287,40 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
     auto each = [&](size_t n, std::initializer_list<float**> slots) {
       for (float** slot : slots) give(*slot, n);
     };
+    auto half = [](size_t n) { return (n + 1) / 2; };  // floats holding n bf16
     for (auto& r : a.resid) give(r, t * H);
     for (auto& l : a.layers) {
-      each(t * H, {&l.ln1, &l.mid, &l.ln2});
+      if (fused_train_) {
+        each(t * H, {&l.mid});
+        each(half(t * H), {&l.ln1h, &l.ln2h});
+      } else {
+        each(t * H, {&l.ln1, &l.mid, &l.ln2});
+      }
       each(t, {&l.rstd1, &l.rstd2});
       each(t * QD, {&l.q, &l.att});
       each(t * KD, {&l.k, &l.v});
       each(NH * t, {&l.lse});
-      each(t * I, {&l.gate, &l.up, &l.act});
+      if (fused_train_) {
+        each(2 * t * I, {&l.gate});
+        each(half(t * I), {&l.acth});
+        each(half(t * QD), {&l.atth});
+      } else {
+        each(t * I, {&l.gate, &l.up, &l.act});
+      }
     }
     each(t * H, {&a.lnf, &a.dres, &a.dln});
     each(t, {&a.rstdf, &a.logp, &a.ent, &a.dlogp, &a.dent});
     each(t * hd / 2, {&a.cosb, &a.sinb});
     each(t * QD, {&a.dq, &a.datt});
     each(t * KD, {&a.dk, &a.dv});
-    each(t * I, {&a.dgate, &a.dup, &a.dact});
+    if (fused_train_) {
+      each(t * I, {&a.dact});
+      each(half(t * H), {&a.dres16});
+      each(half(2 * t * I), {&a.dgu16});
+      each(half(t * (QD + 2 * KD)), {&a.dqkv16});
+    } else {
+      each(t * I, {&a.dgate, &a.dup, &a.dact});
+    }
     each(ch * V, {&a.logits});
   }
 }
@@ -338,12 +365,12 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
   Acts& a = *a_;
   Kernels& k = *k_;
   // Its own buffers are the backward's scratch, unused in an extend (so activation_bytes is the same): q|k|v rows
-  // [T, QD+2KD] over dq, datt, dk, dv (laid out one after the other), gate|up rows [T, 2I] over dgate, dup, dact,
-  // the product before each residual add [T, H] over dres.
+  // [T, QD+2KD] over dq, datt, dk, dv (laid out one after the other), the product before each residual add [T, H]
+  // over dres; gate|up rows [T, 2I] in the layer's gate (the fused training layout, walk_acts).
   float* qkv = a.dq;
-  float* gu = a.dgate;
   float* tmp = a.dres;
-  if (a.dv + (size_t)a.cap * KD < qkv + (size_t)T * (QD + 2 * KD) || a.dact + (size_t)a.cap * I < gu + (size_t)T * 2 * I)
+  if (!fused_train_) invalid("extend: the fused decode path needs the fused training layout");
+  if (a.dv + (size_t)a.cap * KD < qkv + (size_t)T * (QD + 2 * KD))
     invalid("extend: the fused decode path's buffers do not fit the backward scratch");
   PROF(elementwise, k.rope_table(a.cosb, a.sinb, c.pos, T, hd, cfg_.rope_theta));
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
@@ -353,25 +380,72 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
     float* kc = kv_mem_ + (size_t)l * 2 * kv_slots_ * kv_max_len_ * KD;
     float* vc = kc + (size_t)kv_slots_ * kv_max_len_ * KD;
     // resid[l] = mid + down product of the layer before (tmp); resid[0] is the embedding
+    uint16_t *ln1h = (uint16_t*)x.ln1h, *ln2h = (uint16_t*)x.ln2h, *acth = (uint16_t*)x.acth;
+    float* gu = x.gate;
     if (l == 0)
-      PROF(elementwise, k.add_rmsnorm(a.resid[0], x.ln1, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
+      PROF(elementwise, k.add_rmsnorm16(a.resid[0], ln1h, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
     else
-      PROF(elementwise, k.add_rmsnorm(a.resid[l], x.ln1, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
-    PROF(matmul, k.matmul_cat(qkv, x.ln1, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, true));
+      PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
+    PROF(matmul, k.matmul16(qkv, ln1h, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, false));
     PROF(elementwise, k.qkv_rope_store(x.q, kc, vc, qkv, w.q_b, w.k_b, w.v_b, a.cosb, a.sinb, c.slot, c.pos, T, NH,
                                        NKV, hd, kv_max_len_));
     PROF(attention, k.attention_cached(x.att, x.q, kc, vc, c.slot, c.pos, T, NH, NKV, hd, kv_max_len_));
     PROF(matmul, k.matmul_cat(tmp, x.att, w.o_w, H, nullptr, 0, nullptr, 0, T, QD, true));
-    PROF(elementwise, k.add_rmsnorm(x.mid, x.ln2, x.rstd2, a.resid[l], tmp, w.ln2_w, T, H, eps));
-    PROF(matmul, k.matmul_cat(gu, x.ln2, w.gate_w, I, w.up_w, I, nullptr, 0, T, H, true));
-    PROF(elementwise, k.swiglu_cat(x.act, gu, T, I));
-    PROF(matmul, k.matmul_cat(tmp, x.act, w.down_w, H, nullptr, 0, nullptr, 0, T, I, true));
+    PROF(elementwise, k.add_rmsnorm16(x.mid, ln2h, x.rstd2, a.resid[l], tmp, w.ln2_w, T, H, eps));
+    PROF(matmul, k.matmul16(gu, ln2h, w.gate_w, I, w.up_w, I, nullptr, 0, T, H, false));
+    PROF(elementwise, k.swiglu16(acth, gu, T, I));
+    PROF(matmul, k.matmul16(tmp, acth, w.down_w, H, nullptr, 0, nullptr, 0, T, I, false));
+  }
+  PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, a.layers[L - 1].mid, tmp, P_.norm_w, T, H, eps));
+}
+
+// The training forward on a device with fused training ops: per layer the first norm with the residual add before
+// it (writing the bf16 operand only), one product for q|k|v, rotary and the split in one kernel, attention (and
+// its bf16 copy), the o product, the second norm with its residual, one product for gate|up, SwiGLU into bf16, the
+// down product. resid[l+1] = mid + down product is formed by the next norm. Same arithmetic as the plain ops.
+void Model::forward_train_fused(const Batch& b) {
+  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
+            NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim(),
+            L = cfg_.num_hidden_layers;
+  const float eps = (float)cfg_.rms_norm_eps;
+  ensure_acts(T, 0);
+  Acts& a = *a_;
+  Kernels& k = *k_;
+  // q|k|v rows [T, QD+2KD] over the backward's dq, datt, dk, dv; the product before each residual add over dres
+  float* qkv = a.dq;
+  float* tmp = a.dres;
+  if (a.dv + (size_t)a.cap * KD < qkv + (size_t)T * (QD + 2 * KD))
+    invalid("forward: the fused path's buffers do not fit the backward scratch");
+  a.pos.resize(T);
+  for (int s = 0; s < b.S; s++)
+    for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
+  PROF(elementwise, k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, cfg_.rope_theta));
+  PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
+  for (int l = 0; l < L; l++) {
+    const LayerPtrs& w = P_.layers[l];
+    auto& x = a.layers[l];
+    uint16_t *ln1h = (uint16_t*)x.ln1h, *ln2h = (uint16_t*)x.ln2h, *acth = (uint16_t*)x.acth,
+             *atth = (uint16_t*)x.atth;
+    if (l == 0)
+      PROF(elementwise, k.add_rmsnorm16(a.resid[0], ln1h, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
+    else
+      PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
+    PROF(matmul, k.matmul16(qkv, ln1h, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, false));
+    PROF(elementwise, k.qkv_rope_split(x.q, x.k, x.v, qkv, w.q_b, w.k_b, w.v_b, a.cosb, a.sinb, T, NH, NKV, hd));
+    PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
+    PROF(elementwise, k.bf16_copy(atth, x.att, (size_t)T * QD));
+    PROF(matmul, k.matmul16(tmp, atth, w.o_w, H, nullptr, 0, nullptr, 0, T, QD, false));
+    PROF(elementwise, k.add_rmsnorm16(x.mid, ln2h, x.rstd2, a.resid[l], tmp, w.ln2_w, T, H, eps));
+    PROF(matmul, k.matmul16(x.gate, ln2h, w.gate_w, I, w.up_w, I, nullptr, 0, T, H, false));
+    PROF(elementwise, k.swiglu16(acth, x.gate, T, I));
+    PROF(matmul, k.matmul16(tmp, acth, w.down_w, H, nullptr, 0, nullptr, 0, T, I, false));
   }
   PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, a.layers[L - 1].mid, tmp, P_.norm_w, T, H, eps));
 }
 
 void Model::forward_trunk(const Batch& b, const Cached* cached) {
   if (cached && k_->fused_decode()) return forward_fused(b, *cached);
+  if (!cached && fused_train_) return forward_train_fused(b);
   const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
             NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
   const float eps = (float)cfg_.rms_norm_eps;
@@ -502,6 +576,34 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
     PROF(matmul, k.matmul_backward(a.dln + (size_t)t0 * H, G_.lm_head, nullptr, a.logits, xf, P_.lm_head, n, H, V));
   }
   PROF(elementwise, k.zero(a.dres, (size_t)T * H));
+  if (fused_train_) {
+    // The layers in reverse with the fused ops: every product's gradient operand in bf16 from the op producing it,
+    // one product each for d(q|k|v) and d(gate|up) and for their weights' gradients.
+    uint16_t *dres16 = (uint16_t*)a.dres16, *dgu16 = (uint16_t*)a.dgu16, *dqkv16 = (uint16_t*)a.dqkv16;
+    PROF(elementwise, k.rmsnorm_backward16(a.dres, dres16, G_.norm_w, a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H));
+    for (int l = L - 1; l >= 0; l--) {
+      const LayerPtrs& w = P_.layers[l];
+      const LayerPtrs& g = G_.layers[l];
+      auto& x = a.layers[l];
+      PROF(matmul, k.matmul16_backward(a.dact, g.down_w, nullptr, nullptr, dres16, (uint16_t*)x.acth, w.down_w, H,
+                                       nullptr, 0, nullptr, 0, T, I));
+      PROF(elementwise, k.swiglu_back16(dgu16, a.dact, x.gate, T, I));
+      PROF(matmul, k.matmul16_backward(a.dln, g.gate_w, g.up_w, nullptr, dgu16, (uint16_t*)x.ln2h, w.gate_w, I, w.up_w,
+                                       I, nullptr, 0, T, H));
+      PROF(elementwise, k.rmsnorm_backward16(a.dres, dres16, g.ln2_w, a.dln, x.mid, w.ln2_w, x.rstd2, T, H));
+      PROF(matmul, k.matmul16_backward(a.datt, g.o_w, nullptr, nullptr, dres16, (uint16_t*)x.atth, w.o_w, H, nullptr,
+                                       0, nullptr, 0, T, QD));
+      PROF(attention, k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T,
+                                           NH, NKV, hd));
+      PROF(elementwise, k.qkv_rope_back16(dqkv16, a.dq, a.dk, a.dv, g.q_b, g.k_b, g.v_b, a.cosb, a.sinb, T, NH, NKV,
+                                          hd));
+      PROF(matmul, k.matmul16_backward(a.dln, g.q_w, g.k_w, g.v_w, dqkv16, (uint16_t*)x.ln1h, w.q_w, QD, w.k_w, KD,
+                                       w.v_w, KD, T, H));
+      PROF(elementwise, k.rmsnorm_backward16(a.dres, dres16, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H));
+    }
+    PROF(elementwise, k.embedding_backward(G_.embed, a.dres, b.tokens, T, H));
+    return;
+  }
   PROF(elementwise, k.rmsnorm_backward(a.dres, G_.norm_w, a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H));
 
   for (int l = L - 1; l >= 0; l--) {

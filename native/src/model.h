@@ -156,6 +156,7 @@ class Model {
   };
   void forward_trunk(const Batch& b, const Cached* cached = nullptr);
   void forward_fused(const Batch& b, const Cached& c);  // extend's trunk where the kernels have fused decode ops
+  void forward_train_fused(const Batch& b);             // the trunk without a cache where they have fused training ops
   // extend's head: logits of rows [B, H], softmax(logits * inv_temp), then the rows to probs (host) or one draw
   // per row into token/logp; with neither (probs and token null), the rows stay in the logits buffer.
   void extend_head(const float* rows, int B, const float* inv_temp, float* probs, const double* u, int32_t* token,
@@ -188,6 +189,7 @@ class Model {
   std::vector<int32_t> kv_slot_of_;  // per token of an extend call
   std::vector<float> stage_;  // host staging of per-token loss values (device models)
   double prof_[(int)Phase::count] = {};
+  bool fused_train_ = false;  // the kernels have fused training ops (Kernels::fused_train): Acts laid out for them
   bool timing_ = true;  // off while capturing a graph (nothing runs then)
   bool graphs_ = false;  // the kernels replay graphs (CUDA, unless RLSTREAM_CUDA_GRAPHS=0 or RLSTREAM_CUDA_SYNC=1)
   std::vector<int32_t> pos_;  // per token of an extend call

@@ -424,7 +424,7 @@ struct StepProblem {
       behav.push_back((float)(-logV + 0.5 * r.normal()));
       ref.push_back((float)(-logV + 0.5 * r.normal()));
     }
-    pin.mask = p.mask.data();
+    pin.response_mask = p.mask.data();
     pin.advantages = adv.data();
     pin.behaviour = behav.data();
     pin.ref = ref.data();
@@ -640,7 +640,7 @@ void bench(const std::vector<std::string>& names, int iters) {
     b.seq_starts = starts.data();
     b.S = bm.seqs;
     PolicyLossInputs pin;
-    pin.mask = mask.data();
+    pin.response_mask = mask.data();
     pin.advantages = adv.data();
     pin.behaviour = behav.data();
     PolicyLossOptions opt;
