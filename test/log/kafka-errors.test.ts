@@ -1,11 +1,15 @@
 // How kafkajs failures are classified (core/log/kafka/errors.ts), which decides what the stream processors
 // retry: a busy transaction coordinator (CONCURRENT_TRANSACTIONS and friends) is retriable even when kafkajs
 // wraps it after its own retries; fencing and transaction-state errors are not. Errors are built with kafkajs's
-// own classes and the descriptors its protocol table uses; no broker needed.
+// own classes and the descriptors its protocol table uses; no broker needed. And the deadline librdkafka's
+// transactional calls run under (core/log/kafka/librdkafka/errors.ts), which turns a call that never answers into
+// an error a role stops on.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import kafkajs from 'kafkajs';
 import { fromKafka, isCoordinatorBusy } from '../../core/log/kafka/errors.ts';
+import { withDeadline } from '../../core/log/kafka/librdkafka/errors.ts';
+import type { RlstreamError } from '../../core/errors.ts';
 
 // kafkajs is CommonJS: its classes are properties of the default export.
 const { KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded, KafkaJSProtocolError } = kafkajs;
@@ -45,4 +49,17 @@ test('fencing and transaction-state errors are not retriable, wrapped or not', (
   assert.equal(state.code, 'LOG_TRANSACTION_STATE');
   assert.equal(state.retriable, false);
   assert.equal(isCoordinatorBusy(protocol('INVALID_TXN_STATE', 48, false)), false);
+});
+
+test('a librdkafka call that never answers fails at its deadline, not retriable; one that answers passes through', async () => {
+  const t0 = Date.now();
+  await assert.rejects(withDeadline('transactional sendOffsets', 150, new Promise(() => {})), (e: RlstreamError) => {
+    assert.equal(e.code, 'LOG_UNAVAILABLE');
+    assert.equal(e.retriable, false);
+    assert.match(e.message, /transactional sendOffsets: librdkafka did not answer within 150 ms/);
+    return true;
+  });
+  assert.ok(Date.now() - t0 >= 140, 'waited for the deadline');
+  assert.equal(await withDeadline('commit', 10_000, Promise.resolve(7)), 7);
+  await assert.rejects(withDeadline('commit', 10_000, Promise.reject(new Error('broker said no'))), /broker said no/);
 });

@@ -18,7 +18,7 @@ import type { CompiledKafkaLogOptions } from '../options.ts';
 import { partitionKey as key, PartitionQueues, pollLimits } from '../partition-queues.ts';
 import { Positions } from '../positions.ts';
 import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdMessage, RdTopicPartition } from './binding.ts';
-import { fromRdKafka, isRdRebalance, RD, rdCall } from './errors.ts';
+import { fromRdKafka, isRdRebalance, RD, rdCall, withDeadline } from './errors.ts';
 
 /** What a consumer needs from the log that owns it. */
 export interface RdConsumerHost {
@@ -419,6 +419,7 @@ export class RdKafkaConsumer implements Consumer {
     this.notify();
     this.wakePump();
     await this.pumping;
-    await rdCall('disconnect', (cb) => this.client.disconnect(cb)).catch((err: unknown) => this.host.logger.debug('consumer disconnect failed', { error: String(err) }));
+    // Left after 10 s: a client stuck in librdkafka must not keep a stopping role alive.
+    await withDeadline('disconnect a consumer', 10_000, rdCall('disconnect', (cb) => this.client.disconnect(cb))).catch((err: unknown) => this.host.logger.debug('consumer disconnect failed', { error: String(err) }));
   }
 }

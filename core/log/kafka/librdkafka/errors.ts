@@ -101,3 +101,17 @@ export function rdCall<T = void>(what: string, call: (cb: (err: RdError | null |
     }
   });
 }
+
+/**
+ * `call`, or a failure once `ms` pass without an answer. librdkafka's transactional calls take their own time
+ * limit, yet one was seen never to call back across a broker restart (a trainer waited in sendOffsetsToTransaction
+ * for minutes and could not stop): the deadline turns that into an error a role stops on (not retriable: the
+ * producer's state is unknown), so that a restart resumes from the log.
+ */
+export function withDeadline<T>(what: string, ms: number, call: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RlstreamError('LOG_UNAVAILABLE', `${what}: librdkafka did not answer within ${ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${ms} ms`}; its state is unknown, so this client stops`, { retriable: false })), ms);
+  });
+  return Promise.race([call, expired]).finally(() => clearTimeout(timer));
+}

@@ -8,7 +8,7 @@ import type { Consumer, ConsumerOptions, Producer, ProducerOptions, TopicPartiti
 import type { CompiledKafkaLogOptions } from '../options.ts';
 import { loadRdKafka, type RdConfig, type RdKafka, type RdKafkaConsumer as RdClient } from './binding.ts';
 import { RdKafkaConsumer } from './consumer.ts';
-import { rdCall } from './errors.ts';
+import { rdCall, withDeadline } from './errors.ts';
 import { RdKafkaProducer } from './producer.ts';
 
 /** What the librdkafka clients need from the log that owns them. */
@@ -140,7 +140,7 @@ export class RdKafkaClients {
     await Promise.all(
       idle.map(async (p) => {
         const c = await p.catch(() => null);
-        if (c) await rdCall('disconnect', (cb) => c.disconnect(cb)).catch(() => {});
+        if (c) await withDeadline('disconnect a consumer', 10_000, rdCall('disconnect', (cb) => c.disconnect(cb))).catch(() => {});
       }),
     );
   }

@@ -13,7 +13,7 @@ import { checkOffsets } from '../offsets.ts';
 import { ProducerGate } from '../producer-gate.ts';
 import { TxnLifecycle } from '../transaction-state.ts';
 import type { RdConfig, RdDeliveryReport, RdError, RdKafka, RdKafkaConsumer, RdProducer } from './binding.ts';
-import { fromRdKafka, isRdCoordinatorBusy, RD, rdCall } from './errors.ts';
+import { fromRdKafka, isRdCoordinatorBusy, RD, rdCall, withDeadline } from './errors.ts';
 
 /** What a producer needs from the log that owns it. */
 export interface RdProducerHost {
@@ -42,6 +42,10 @@ interface Pending {
 const COORDINATOR_RETRY_MS = 30_000;
 /** librdkafka's own time limit for a transactional call (init, commit, abort, offsets). */
 const TXN_CALL_MS = 30_000;
+/** Ours, past librdkafka's: a call still unanswered then is not coming back (see withDeadline). */
+const TXN_DEADLINE_MS = TXN_CALL_MS + 10_000;
+/** How long closing waits for librdkafka's disconnect before leaving it. */
+const CLOSE_MS = 10_000;
 /** librdkafka's own cap on one request: far above any broker's record limit (Kafka's default is 1 MiB), so the broker decides. */
 const RECORD_CAP_BYTES = 64 * 1024 * 1024;
 
@@ -101,7 +105,7 @@ export class RdKafkaProducer implements Producer {
     client.setPollInBackground(true);
     if (transactional) {
       try {
-        await producer.gate.serial(() => rdCall(`claim transactional id ${options.transactionalId}`, (cb) => client.initTransactions(TXN_CALL_MS, cb)));
+        await producer.gate.serial(() => timed(host.logger, 'init', () => rdCall(`claim transactional id ${options.transactionalId}`, (cb) => client.initTransactions(TXN_CALL_MS, cb))));
       } catch (err) {
         await producer.close();
         throw producer.gate.fail(err, `claim transactional id ${options.transactionalId}`);
@@ -201,15 +205,18 @@ export class RdKafkaProducer implements Producer {
 
   async close(): Promise<void> {
     if (!(await this.gate.close())) return;
-    await rdCall('disconnect a producer', (cb) => this.client.disconnect(5000, cb)).catch((err: unknown) => this.host.logger.debug('producer disconnect failed', { error: String(err) }));
+    await withDeadline('disconnect a producer', CLOSE_MS, rdCall('disconnect a producer', (cb) => this.client.disconnect(5000, cb))).catch((err: unknown) => this.host.logger.debug('producer disconnect failed', { error: String(err) }));
   }
 }
 
-/** Runs a transactional call and logs (debug) how long it took and how it ended: where a stalled role waits. */
+/**
+ * Runs a transactional call under TXN_DEADLINE_MS and logs (debug) how long it took and how it ended: where a
+ * stalled role waits.
+ */
 async function timed<T>(logger: Logger, what: string, fn: () => Promise<T>): Promise<T> {
   const t0 = performance.now();
   try {
-    const out = await fn();
+    const out = await withDeadline(`transactional ${what}`, TXN_DEADLINE_MS, fn());
     // commitTransaction's callback hands its error over as a value (see commit).
     const error = (out as { message?: unknown } | null)?.message;
     logger.debug(error === undefined ? 'transaction call' : 'transaction call failed', { what, ms: Math.round(performance.now() - t0), ...(error === undefined ? {} : { error: String(error) }) });
