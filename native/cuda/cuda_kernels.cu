@@ -278,6 +278,37 @@ __global__ void __launch_bounds__(LS_THREADS) k_logsoftmax_backward(float* lp, c
   }
 }
 
+// k_logsoftmax_backward into a bf16 copy (dz16), the log-probabilities left as they are
+__global__ void __launch_bounds__(LS_THREADS) k_logsoftmax_backward16(bf16* dz16, const float* lp, const float* dlogp,
+                                                                      const float* dent, const float* ent,
+                                                                      const int* targets, int V) {
+  const size_t n = blockIdx.x;
+  const float* z = lp + n * V;
+  bf16* dz = dz16 + n * V;
+  const float a = dlogp[n], b = dent[n], H = ent[n];
+  const int tgt = targets[n];
+  if ((V & 3) == 0) {
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dz);
+    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+      float4 v = z4[i];
+      float* e = &v.x;
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const float p = __expf(e[u]);
+        e[u] = -a * p - b * p * (e[u] + H) + (4 * i + u == tgt ? a : 0.f);
+      }
+      d2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+      d2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+      const float p = __expf(z[i]);
+      dz[i] = __float2bfloat16(-a * p - b * p * (z[i] + H) + (i == tgt ? a : 0.f));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Decoding over the slot KV cache.
 
@@ -1118,6 +1149,19 @@ class CudaKernels final : public Kernels {
     k_rmsnorm_backward16<<<T, row_threads(C), 0, stream_>>>(dinp, (bf16*)dinp16, dout, inp, w, rstd, C);
     LAUNCH_CHECK("rmsnorm_backward16");
     colsum(dw, dout, inp, rstd, T, C);
+    settle();
+  }
+  void logits_backward16(float* dinp, float* dw, const float* logprobs, const float* dlogp, const float* dent,
+                         const float* ent, const int32_t* targets, const float* inp, const float* w, int N, int C,
+                         int V) override {
+    const int* d = targets_.put(targets, (size_t)N);
+    bf16* dz = (bf16*)act_b_.get(std::max<size_t>((size_t)N * V, 1) * sizeof(bf16));
+    k_logsoftmax_backward16<<<N, LS_THREADS, 0, stream_>>>(dz, logprobs, dlogp, dent, ent, d, V);
+    LAUNCH_CHECK("logsoftmax_backward16");
+    const bf16* W = weight_bf16(w, (size_t)V * C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, W, C, dz, V, 1.f, dinp, C);
+    const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, A, C, dz, V, 1.f, dw, C);
     settle();
   }
   void bf16_copy(uint16_t* dst, const float* src, size_t n) override {

@@ -160,6 +160,11 @@ struct Kernels {
                                   const float* w, const float* rstd, int T, int C) {
     unsupported("rmsnorm_backward16");
   }
+  // logsoftmax_backward and then matmul_backward(dinp, dw, nullptr, dlogits, inp, w, N, C, V) (the lm_head), with
+  // dlogits only in bf16: logprobs is left as it is.
+  virtual void logits_backward16(float* dinp, float* dw, const float* logprobs, const float* dlogp, const float* dent,
+                                 const float* ent, const int32_t* targets, const float* inp, const float* w, int N,
+                                 int C, int V) { unsupported("logits_backward16"); }
   virtual void bf16_copy(uint16_t* dst, const float* src, size_t n) { unsupported("bf16_copy"); }  // dst = bf16(src)
 
   // Replay of a repeated step as a recorded graph (CUDA graphs; the CPU has none: graphs() false, the rest unused).

@@ -572,6 +572,11 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
       k_->from_host(a.dlogp, hdl, (size_t)n);
       k_->from_host(a.dent, hde, (size_t)n);
     }
+    if (fused_train_) {  // dlogits in bf16 only, straight into the lm_head's products (counted as logits)
+      PROF(logits, k.logits_backward16(a.dln + (size_t)t0 * H, G_.lm_head, a.logits, a.dlogp, a.dent, a.ent + t0,
+                                       targets + t0, xf, P_.lm_head, n, H, V));
+      continue;
+    }
     PROF(logits, k.logsoftmax_backward(a.logits, a.dlogp, a.dent, a.ent + t0, targets + t0, n, V));
     PROF(matmul, k.matmul_backward(a.dln + (size_t)t0 * H, G_.lm_head, nullptr, a.logits, xf, P_.lm_head, n, H, V));
   }

@@ -246,7 +246,8 @@ test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.g
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-kv-'));
   try {
     const weights = join(dir, 'w.safetensors');
-    const probe = Model.init(cfg, { seed: 5, initStd: 0.1 });
+    // on cuda: the step's activations are laid out for the device's fused ops there (activationBytes differs)
+    const probe = Model.init(cfg, { seed: 5, initStd: 0.1, device: 'cuda' });
     await probe.save(weights);
     const slotBytes = probe.kvBytes(1, 1024);
     const stepBytes = probe.activationBytes(DEFAULT_PREFILL_TOKENS + 64);
