@@ -71,12 +71,9 @@ export class RoleProcess {
     };
     this.child.stdout!.on('data', keep);
     this.child.stderr!.on('data', keep);
-    this.exited = new Promise((res) =>
-      this.child.once('exit', (code, signal) => {
-        file?.end(`--- ${role} pid ${this.child.pid} exited code ${code} signal ${signal} ${new Date().toISOString()}\n`);
-        res({ code, signal });
-      }),
-    );
+    this.exited = new Promise((res) => this.child.once('exit', (code, signal) => res({ code, signal })));
+    // 'close' comes after the last output ('exit' may come before it): the file ends there.
+    this.child.once('close', (code, signal) => file?.end(`--- ${role} pid ${this.child.pid} exited code ${code} signal ${signal} ${new Date().toISOString()}\n`));
   }
 
   get running(): boolean {
