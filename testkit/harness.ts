@@ -2,7 +2,7 @@
 // process (on a private Kafka broker, the shared registry and ClickHouse), started, SIGKILLed and restarted by
 // the test; and the audit that reads the log and ClickHouse back at the end.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdtempSync, readFileSync } from 'node:fs';
+import { createWriteStream, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { newId } from '../core/ids.ts';
@@ -63,7 +63,10 @@ export class RoleProcess {
     // RLSTREAM_ROLE_LOGS=<dir>: every life's whole output goes to <dir>/<role>.log as well (the tail kept here is
     // what a failure message shows; a stall's cause is often further back).
     const logs = process.env['RLSTREAM_ROLE_LOGS'];
+    if (logs) mkdirSync(logs, { recursive: true });
     const file = logs ? createWriteStream(join(logs, `${role}.log`), { flags: 'a' }) : null;
+    // A log file that cannot be written must not fail the test it only records.
+    file?.on('error', (err) => process.stderr.write(`# role log ${role}: ${err.message}\n`));
     file?.write(`--- ${role} pid ${this.child.pid} started ${new Date(this.startedAt).toISOString()}\n`);
     const keep = (d: Buffer) => {
       this.tail = (this.tail + d.toString()).slice(-64_000);
