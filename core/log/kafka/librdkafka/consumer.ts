@@ -19,7 +19,6 @@ import { partitionKey as key, PartitionQueues, pollLimits } from '../partition-q
 import { Positions } from '../positions.ts';
 import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdMessage, RdTopicPartition } from './binding.ts';
 import { fromRdKafka, isRdRebalance, RD, rdCall, withDeadline } from './errors.ts';
-import { readBack } from './read-back.ts';
 
 /** What a consumer needs from the log that owns it. */
 export interface RdConsumerHost {
@@ -41,6 +40,9 @@ const PUMP_BATCH = 4096;
  */
 const PUMP_IDLE_MS = 100;
 const INVALID_OFFSET = -1001;
+/** How long commit() waits for the coordinator to show a commit (see commitConfirmed), and each read's limit. */
+const COMMIT_CONFIRM_MS = 30_000;
+const COMMIT_READ_MS = 5_000;
 /** Headers of a record without any: one shared frozen object rather than an empty one per record. */
 const NO_HEADERS: Headers = Object.freeze({}) as Headers;
 const EMPTY = Buffer.alloc(0);
@@ -377,15 +379,21 @@ export class RdKafkaConsumer implements Consumer {
     const generation = this.generation;
     const toppars = (): RdTopicPartition[] => list.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset }));
     await new Promise<void>((resolve, reject) => this.client.commitCb(toppars(), (err) => (err ? reject(err) : resolve())));
-    return readBack(this.client, list, {
-      groupId: this.options.groupId,
-      stop: () => (this.generation !== generation ? 'rebalanced' : undefined),
-      // A newer commit of this member replaced the offset: nothing of this one to wait for.
-      pending: (o, shown) => (this.commitSeq.get(key(o.topic, o.partition)) ?? 0) <= seq && shown !== o.offset,
-      retriable: (err) => !isRdRebalance(err),
-      initialDelayMs: 2,
-      maxDelayMs: 200,
-    });
+    return retry(
+      async (): Promise<void | 'rebalanced'> => {
+        if (this.generation !== generation) return 'rebalanced';
+        const shown = await new Promise<RdTopicPartition[]>((resolve, reject) => this.client.committed(toppars(), COMMIT_READ_MS, (err, tps) => (err ? reject(err) : resolve(tps))));
+        const pending = list.filter((o) => {
+          if ((this.commitSeq.get(key(o.topic, o.partition)) ?? 0) > seq) return false;
+          return shown.find((t) => t.topic === o.topic && t.partition === o.partition)?.offset !== o.offset;
+        });
+        if (pending.length > 0) {
+          const what = pending.map((o) => `${o.topic}/${o.partition}@${o.offset}`).join(', ');
+          throw new RlstreamError('LOG_UNAVAILABLE', `commit of group ${this.options.groupId}: the coordinator does not show ${what} yet`, { retriable: true });
+        }
+      },
+      { forMs: COMMIT_CONFIRM_MS, initialDelayMs: 2, maxDelayMs: 200, retriable: (err) => !isRdRebalance(err) },
+    );
   }
 
   async seek(topic: string, partition: number, offset: number): Promise<void> {

@@ -14,7 +14,6 @@ import { ProducerGate } from '../producer-gate.ts';
 import { TxnLifecycle } from '../transaction-state.ts';
 import type { RdConfig, RdDeliveryReport, RdError, RdKafka, RdKafkaConsumer, RdProducer } from './binding.ts';
 import { fromRdKafka, isRdCoordinatorBusy, RD, rdCall, withDeadline } from './errors.ts';
-import { readBack } from './read-back.ts';
 
 /** What a producer needs from the log that owns it. */
 export interface RdProducerHost {
@@ -228,6 +227,10 @@ async function timed<T>(logger: Logger, what: string, fn: () => Promise<T>): Pro
   }
 }
 
+/** How long a commit that spanned a broker outage waits for the group to show its offsets (see confirm). */
+const CONFIRM_MS = 30_000;
+const CONFIRM_READ_MS = 5_000;
+
 export class RdKafkaTransaction implements Transaction {
   private readonly life: TxnLifecycle;
   private readonly disturbancesAtBegin: number;
@@ -292,15 +295,23 @@ export class RdKafkaTransaction implements Transaction {
    * transaction's outputs stayed uncommitted and its offsets were not in the group, and the producer's next
    * transaction waited on it forever. So such a commit is read back: the group must show this transaction's
    * offsets (an offset fetch that waits for pending transactional offsets, as a read_committed client's does).
-   * If it does not within READ_BACK_MS, the outcome is unknown and the producer unusable: the error is not
+   * If it does not within CONFIRM_MS, the outcome is unknown and the producer unusable: the error is not
    * retriable, so the role stops and a restart resumes from what the log holds (its new producer's
    * initTransactions ends whatever this one left open).
    */
   private async confirm(what: string): Promise<void> {
     for (const [groupId, list] of this.offsets) {
       const consumer = await this.producer.host.groupConsumer(groupId);
+      const toppars = () => list.map((o) => ({ topic: o.topic, partition: o.partition }));
       try {
-        await readBack(consumer, list, { groupId, pending: (o, shown) => (shown ?? -1) < o.offset, initialDelayMs: 50, maxDelayMs: 1000 });
+        await retry(
+          async () => {
+            const shown = await new Promise<{ topic: string; partition: number; offset?: number }[]>((resolve, reject) => consumer.committed(toppars(), CONFIRM_READ_MS, (err, tps) => (err ? reject(err) : resolve(tps))));
+            const missing = list.filter((o) => (shown.find((t) => t.topic === o.topic && t.partition === o.partition)?.offset ?? -1) < o.offset);
+            if (missing.length > 0) throw new RlstreamError('LOG_UNAVAILABLE', `group ${groupId} shows ${missing.map((o) => `${o.topic}/${o.partition} below ${o.offset}`).join(', ')}`, { retriable: true });
+          },
+          { forMs: CONFIRM_MS, initialDelayMs: 50, maxDelayMs: 1000, retriable: () => true },
+        );
       } catch (err) {
         throw new RlstreamError('LOG_UNAVAILABLE', `${what}: reported done across a broker outage, but ${describeError(err)}; outcome unknown, stopping so that a restart resumes from the log`, { cause: err, retriable: false });
       }
