@@ -43,6 +43,13 @@ export async function newRun(name: string, brokers: string, extra: Record<string
   return { runId, dir, database, brokers, sets: Object.entries(sets).flatMap(([k, v]) => ['--set', `${k}=${v}`]) };
 }
 
+export interface RoleOutputOptions {
+  /** The role's RLSTREAM_LOG_LEVEL (default: this process's, else warn). */
+  logLevel?: string;
+  /** Called with each whole line the role writes. */
+  onLine?: (line: string) => void;
+}
+
 /** One life of a role process. */
 export class RoleProcess {
   readonly child: ChildProcess;
@@ -54,10 +61,11 @@ export class RoleProcess {
     readonly role: Role,
     run: RunSetup,
     extraArgs: string[] = [],
+    options: RoleOutputOptions = {},
   ) {
     this.child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'cli/main.ts'), 'worker', role, CONFIG, ...run.sets, ...extraArgs], {
       cwd: ROOT,
-      env: { ...process.env, CHAOS_KAFKA: run.brokers, RLSTREAM_LOG_LEVEL: process.env['RLSTREAM_LOG_LEVEL'] ?? 'warn' },
+      env: { ...process.env, CHAOS_KAFKA: run.brokers, RLSTREAM_LOG_LEVEL: options.logLevel ?? process.env['RLSTREAM_LOG_LEVEL'] ?? 'warn' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     // RLSTREAM_ROLE_LOGS=<dir>: every life's whole output goes to <dir>/<role>.log as well (the tail kept here is
@@ -68,9 +76,14 @@ export class RoleProcess {
     // A log file that cannot be written must not fail the test it only records.
     file?.on('error', (err) => process.stderr.write(`# role log ${role}: ${err.message}\n`));
     file?.write(`--- ${role} pid ${this.child.pid} started ${new Date(this.startedAt).toISOString()}\n`);
+    let partial = '';
     const keep = (d: Buffer) => {
       this.tail = (this.tail + d.toString()).slice(-64_000);
       file?.write(d);
+      if (!options.onLine) return;
+      const lines = (partial + d.toString()).split('\n');
+      partial = lines.pop()!;
+      for (const l of lines) options.onLine(l);
     };
     this.child.stdout!.on('data', keep);
     this.child.stderr!.on('data', keep);
@@ -136,18 +149,37 @@ export class Supervisor {
   readonly crashes: string[] = [];
   finishing = false;
   private closed = false;
+  private story: { logLevel: string; keep: RegExp; lines: Map<Role, string[]> } | null = null;
 
   constructor(
     private readonly run: RunSetup,
     private readonly roles: readonly Role[] = ROLES,
   ) {}
 
+  /**
+   * Before start(): run the roles at `logLevel` and keep, across every life of each role, the lines that match
+   * `keep` (with each life's start and exit), so a failure can tell what each role did, restarts included.
+   */
+  keepStory(logLevel: string, keep: RegExp): void {
+    this.story = { logLevel, keep, lines: new Map() };
+  }
+
+  /** The kept lines of a role (see keepStory). */
+  storyOf(role: Role): string[] {
+    return this.story?.lines.get(role) ?? [];
+  }
+
   start(): void {
     for (const r of this.roles) this.spawn(r);
   }
 
   private spawn(role: Role): void {
-    const p = new RoleProcess(role, this.run);
+    const story = this.story;
+    const lines = story ? (story.lines.get(role) ?? []) : [];
+    story?.lines.set(role, lines);
+    const p = new RoleProcess(role, this.run, [], story ? { logLevel: story.logLevel, onLine: (l) => story.keep.test(l) && lines.push(l) } : {});
+    lines.push(`${new Date().toISOString()} ${role} pid ${p.child.pid} started`);
+    void p.exited.then(({ code, signal }) => lines.push(`${new Date().toISOString()} ${role} pid ${p.child.pid} exited ${code ?? signal}`));
     this.starts[role]++;
     this.procs.set(role, p);
     void p.exited.then(({ code, signal }) => {

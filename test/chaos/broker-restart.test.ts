@@ -12,6 +12,22 @@ import { auditRun, collectRun, consumedIds, stuck, stuckDetail } from '../../tes
 import { drainRun, withPrivateRun } from './scenario.ts';
 import { openRunLog, progress } from '../../testkit/harness.ts';
 
+// What each role did, across its restarts, for a failure: restores, the trainer's commits, assignments and their
+// offsets, transactions retried or confirmed, and the error a role exited with.
+const STORY = /^rlstream:|"msg":"(restored from the log|restore: no progress[^"]*|resumed from checkpoint|committing step|published initial policy version|assigned|restored checkpoint|checkpoint[^"]*|transaction across a broker outage confirmed|transaction failed; retrying it with a new producer|could not resolve start offsets after a group join)"/;
+
+/** A kept line, shortened: time, pid, message and the fields that say where. */
+function brief(line: string): string {
+  if (!line.startsWith('{')) return line.slice(0, 300);
+  try {
+    const o = JSON.parse(line) as Record<string, unknown>;
+    const at = ['step', 'version', 'topic', 'end', 'offsets', 'groupId', 'error'].filter((k) => o[k] !== undefined).map((k) => `${k}=${typeof o[k] === 'string' ? (o[k] as string).slice(0, 160) : JSON.stringify(o[k])}`);
+    return `${String(o['t']).slice(11, 23)} ${String(o['pid'])} ${String(o['msg'])} ${at.join(' ')}`;
+  } catch {
+    return line.slice(0, 300);
+  }
+}
+
 const registry = service('SCHEMA_REGISTRY_URL', 'Kafka broker restart mid-run');
 for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart mid-run') ? kafkaClients('Kafka broker restart mid-run') : []) {
   test(`Kafka stopped and restarted mid-run: the pipeline resumes and nothing is lost (${client})`, { timeout: 240_000 }, async (t) => {
@@ -19,6 +35,7 @@ for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart
     await withPrivateRun(t, 'restart', { 'task.train_rows': 12, 'log.client': client }, async (s) => {
       const { broker, run, sup } = s;
       let log = s.log;
+      sup.keepStory('debug', STORY);
       sup.start();
       // Stop the broker once training is under way (some trajectories consumed, more still to come).
       const serde = await new EventSerde(await openRegistryFor(log, { url: registry! })).init();
@@ -58,13 +75,14 @@ for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart
           : [await stuckDetail(log, serde, run.runId, 'reward', where['notRewarded']!).catch((e: unknown) => String(e)), await stuckDetail(log, serde, run.runId, 'advantage', where['notAdvantaged']!).catch((e: unknown) => String(e))].join('; ');
       const lost = new Set(Object.values(where).flat());
       const deadOfLost = records.deadLetters.filter((d) => d.trajectoryId !== null && lost.has(d.trajectoryId)).map((d) => `${d.consumer} ${d.errorCode}`);
+      const story = (['trainer', 'reward', 'advantage'] as const).map((role) => `${role}:\n${sup.storyOf(role).map(brief).join('\n')}`).join('\n');
       const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(where)}; ${detail}; dead letters of those ${JSON.stringify(deadOfLost)}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}; rollout: ${rolloutTail}; ${processorNotes}`;
       assert.ok(before >= 4 && before < started, `the broker did not stop mid-run (${before} consumed of ${started})`);
       assert.ok(done, `the rollout worker did not finish after the restart; ${diag}`);
       assert.equal(started, 48, 'every row started its group');
-      assert.ok(consumed >= started, `${consumed} of ${started} consumed; ${diag}`);
+      assert.ok(consumed >= started, `${consumed} of ${started} consumed; what the roles did:\n${story}\n${diag}`);
       // The problems first: CI shows the end of its log, and the roles' output in diag is long.
-      assert.deepEqual(audit.problems, [], `${audit.problems.slice(0, 10).join('; ')}; ${diag}`);
+      assert.deepEqual(audit.problems, [], `${audit.problems.slice(0, 10).join('; ')}; what the roles did:\n${story}\n${diag}`);
       assert.equal(audit.consumedOnce, audit.started, `nothing lost, nothing aborted; ${JSON.stringify(audit)}`);
     });
   });

@@ -165,6 +165,7 @@ export class KafkaConsumer implements Consumer {
         this.client.seek({ topic: tp.topic, partition: tp.partition, offset: String(tp.offset) });
       }
       this.positions.publish(next);
+      this.host.logger.debug('assigned', { groupId: this.options.groupId, generation, offsets: next.map((o) => `${o.topic}/${o.partition}@${o.offset}`).join(',') });
       this.notify();
     })().catch((err: unknown) => {
       // A failed lookup leaves the member without a published assignment; the next join retries.
