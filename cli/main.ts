@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import { describeError } from '../core/errors.ts';
+import { exitNow, stuckCalls } from '../core/stuck-calls.ts';
 
 export interface CommandModule {
   register(program: Command): void;
@@ -37,3 +38,5 @@ try {
   console.error(`rlstream: ${describeError(err)}`);
   process.exitCode = process.exitCode || 1;
 }
+// A call given up on still holds a thread that the normal end of the process would wait for (core/stuck-calls.ts).
+if (stuckCalls().length > 0) exitNow(Number(process.exitCode ?? 0));

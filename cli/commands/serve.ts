@@ -1,6 +1,7 @@
 // `rlstream serve <config>`: the OpenAI-compatible endpoint that records every call as trajectory events in the
 // run's log (see docs/serve.md). Runs until SIGTERM / SIGINT; open trajectories then complete as aborted.
 import type { Command } from 'commander';
+import { exitNow } from '../../core/stuck-calls.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { startServeJob, TOKENS_VARIABLE } from '../run/serve-job.ts';
@@ -53,6 +54,6 @@ export function register(program: Command): void {
         process.once('SIGINT', resolve);
       });
       await job.close();
-      process.exit(0);
+      exitNow(0);
     });
 }

@@ -4,6 +4,7 @@
 import type { Command } from 'commander';
 import { loadRunConfig } from '../../core/config.ts';
 import { RlstreamError, describeError } from '../../core/errors.ts';
+import { exitNow } from '../../core/stuck-calls.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
 import { openRunContext, openRunTraces } from '../run/context.ts';
 import { evaluatePeriodically } from '../run/evaluation.ts';
@@ -30,7 +31,7 @@ class Shutdown {
     const handler = (signal: NodeJS.Signals) => {
       if (this.requested) {
         logger.warn('second signal: exiting without a clean stop', { signal });
-        process.exit(1);
+        exitNow(1);
       }
       this.requested = true;
       logger.info('stopping on signal', { signal });
@@ -163,8 +164,8 @@ export function register(program: Command): void {
         // A role process ends with its role: client connections or timers left behind by a failed start must
         // not keep a dead role alive, where a supervisor would not restart it.
         process.stderr.write(`rlstream: ${describeError(err)}\n`);
-        process.exit(1);
+        exitNow(1);
       }
-      process.exit(0);
+      exitNow(0);
     });
 }

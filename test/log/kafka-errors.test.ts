@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import kafkajs from 'kafkajs';
 import { fromKafka, isCoordinatorBusy } from '../../core/log/kafka/errors.ts';
 import { withDeadline } from '../../core/log/kafka/librdkafka/errors.ts';
+import { stuckCalls } from '../../core/stuck-calls.ts';
 import type { RlstreamError } from '../../core/errors.ts';
 
 // kafkajs is CommonJS: its classes are properties of the default export.
@@ -60,6 +61,13 @@ test('a librdkafka call that never answers fails at its deadline, not retriable;
     return true;
   });
   assert.ok(Date.now() - t0 >= 140, 'waited for the deadline');
+  // The abandoned call still holds a thread: the process's exit must not wait for it (core/stuck-calls.ts).
+  assert.ok(stuckCalls().includes('librdkafka transactional sendOffsets'), JSON.stringify(stuckCalls()));
+  // One that answers after its deadline is forgotten once it does.
+  await assert.rejects(withDeadline('late commit', 50, new Promise((r) => setTimeout(r, 200))), /late commit: librdkafka did not answer within 50 ms/);
+  assert.ok(stuckCalls().includes('librdkafka late commit'));
+  await new Promise((r) => setTimeout(r, 250));
+  assert.ok(!stuckCalls().includes('librdkafka late commit'), JSON.stringify(stuckCalls()));
   assert.equal(await withDeadline('commit', 10_000, Promise.resolve(7)), 7);
   await assert.rejects(withDeadline('commit', 10_000, Promise.reject(new Error('broker said no'))), /broker said no/);
 });

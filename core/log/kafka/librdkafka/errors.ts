@@ -2,6 +2,7 @@
 // fatal / retriable / transaction-requires-abort flags) into the RlstreamError catalogue, as ../errors.ts does
 // for kafkajs: fencing is LOG_FENCED, losing the brokers LOG_UNAVAILABLE and retriable.
 import { RlstreamError, type ErrorCode } from '../../../errors.ts';
+import { markStuck } from '../../../stuck-calls.ts';
 import type { RdError } from './binding.ts';
 
 /** librdkafka's codes used here (rdkafka.h, rd_kafka_resp_err_t). */
@@ -110,8 +111,18 @@ export function rdCall<T = void>(what: string, call: (cb: (err: RdError | null |
  */
 export function withDeadline<T>(what: string, ms: number, call: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
+  let settled = false;
+  let release: (() => void) | null = null;
+  void call.then(
+    () => ((settled = true), release?.()),
+    () => ((settled = true), release?.()),
+  );
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RlstreamError('LOG_UNAVAILABLE', `${what}: librdkafka did not answer within ${ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${ms} ms`}; its state is unknown, so this client stops`, { retriable: false })), ms);
+    timer = setTimeout(() => {
+      // The call still holds a thread of libuv's pool: the process must not wait for it at exit (core/stuck-calls.ts).
+      if (!settled) release = markStuck(`librdkafka ${what}`);
+      reject(new RlstreamError('LOG_UNAVAILABLE', `${what}: librdkafka did not answer within ${ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${ms} ms`}; its state is unknown, so this client stops`, { retriable: false }));
+    }, ms);
   });
   return Promise.race([call, expired]).finally(() => clearTimeout(timer));
 }
