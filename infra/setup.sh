@@ -103,28 +103,38 @@ if $embedded_only; then exit 0; fi
 # afterwards (290 MB to about 20 MB): only the addon and librdkafka's shared libraries are loaded.
 # A fresh clone has an empty .infra/: the built binding is also kept in the per-user cache, as llama.cpp's server is
 # (infra/llama-server.sh), so that each clone on this machine copies it instead of building it again.
+# librdkafka is built with the patches in infra/kafka-native/ (each says what it changes and why); .complete holds
+# the checksum of their diffs (not of the prose above them), so a changed or added patch rebuilds it.
 kjs="$D/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
 kjs_cache="${RLSTREAM_CACHE_DIR:-$HOME/.cache/rlstream}/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
-if [ ! -f "$kjs/.complete" ] && [ -f "$kjs_cache/.complete" ]; then
+kjs_patches=("$PWD"/infra/kafka-native/*.patch)
+kjs_stamp="patches $(for p in "${kjs_patches[@]}"; do sed -n '/^--- /,$p' "$p"; done | sha256sum | cut -c1-16)"
+kjs_built() { [ -f "$1/.complete" ] && [ "$(cat "$1/.complete")" = "$kjs_stamp" ]; }
+if ! kjs_built "$kjs" && kjs_built "$kjs_cache"; then
   step "copying librdkafka's Node binding $KAFKA_JAVASCRIPT_VERSION from $kjs_cache"
   rm -rf "$kjs" && mkdir -p "$(dirname "$kjs")" && cp -a "$kjs_cache" "$kjs" &&
     node -e 'require(process.argv[1])' "$kjs/node_modules/@confluentinc/kafka-javascript" 2>/dev/null || rm -rf "$kjs"
   step_done
 fi
-if [ ! -f "$kjs/.complete" ]; then
-  step "building librdkafka and @confluentinc/kafka-javascript $KAFKA_JAVASCRIPT_VERSION from source (about 5 minutes on 2 busy cores, log in $D/kafka-javascript.log)"
+if ! kjs_built "$kjs"; then
+  step "building librdkafka (with ${#kjs_patches[@]} patch(es) from infra/kafka-native/) and @confluentinc/kafka-javascript $KAFKA_JAVASCRIPT_VERSION from source (about 5 minutes on 2 busy cores, log in $D/kafka-javascript.log)"
   rm -rf "$kjs"
-  mkdir -p "$kjs"
+  mkdir -p "$kjs/src"
   echo '{ "name": "rlstream-kafka-native", "private": true }' >"$kjs/package.json"
-  if (cd "$kjs" && npm_config_build_from_source=true CKJS_LINKING=dynamic nice -n 10 \
-    npm install --no-audit --no-fund --no-save --no-package-lock --loglevel=error "@confluentinc/kafka-javascript@$KAFKA_JAVASCRIPT_VERSION") >"$D/kafka-javascript.log" 2>&1 &&
+  # The package's tarball, unpacked, patched and packed again (npm installs a folder as a link, a tarball as a copy).
+  if (cd "$kjs" && npm pack --silent "@confluentinc/kafka-javascript@$KAFKA_JAVASCRIPT_VERSION" >pack.name &&
+    tar -xzf "$(cat pack.name)" -C src && rm "$(cat pack.name)" &&
+    for p in "${kjs_patches[@]}"; do patch -s -p1 -d src/package/deps/librdkafka <"$p" || exit 1; done &&
+    tar -czf patched.tgz -C src package && rm -rf src pack.name &&
+    npm_config_build_from_source=true CKJS_LINKING=dynamic nice -n 10 \
+      npm install --no-audit --no-fund --no-save --no-package-lock --loglevel=error ./patched.tgz && rm patched.tgz) >"$D/kafka-javascript.log" 2>&1 &&
     node -e 'const k = require(process.argv[1]); if (!k.features.includes("ssl")) throw new Error("built without TLS (libssl-dev missing?)")' "$kjs/node_modules/@confluentinc/kafka-javascript" >>"$D/kafka-javascript.log" 2>&1; then
     pkg="$kjs/node_modules/@confluentinc/kafka-javascript"
     rm -rf "$pkg/deps/librdkafka" "$pkg/build/deps/include" "$pkg/build/deps/pkgconfig" "$pkg/build/Release/obj.target" "$pkg/build/Release/.deps"
     rm -f "$pkg"/build/deps/*.a
     strip --strip-unneeded "$pkg"/build/deps/*.so.1 "$pkg"/build/Release/*.node 2>/dev/null || true
     node -e 'require(process.argv[1])' "$pkg"
-    touch "$kjs/.complete"
+    echo "$kjs_stamp" >"$kjs/.complete"
     { rm -rf "$kjs_cache" && mkdir -p "$(dirname "$kjs_cache")" && cp -a "$kjs" "$kjs_cache"; } || true
     step_done
   else
