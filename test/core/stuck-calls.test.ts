@@ -42,13 +42,10 @@ test('exitNow ends a process whose stuck call holds a pool thread; process.exit 
   const plain = await child(fifo, 'process.exit(1);', 4000);
   assert.equal(plain.end, 'alive', `process.exit with a blocked pool thread: ${plain.end}`);
 
-  // With the call recorded as stuck, exitNow ends it at once, saying why.
-  const t0 = Date.now();
+  // With the call recorded as stuck, exitNow ends it, saying why (a process still alive after 15 s reads 'alive').
   const marked = await child(fifo, `markStuck('transactional sendOffsets'); exitNow(1);`, 15_000);
   assert.equal(marked.end, 'SIGKILL', marked.stderr);
   assert.match(marked.stderr, /ending with SIGKILL instead of exit code 1: 1 native call\(s\) never returned \(transactional sendOffsets\)/);
-  assert.ok(Date.now() - t0 < 15_000);
-
 });
 
 test('exitNow exits with its code when no call is stuck, or the stuck one came back', async () => {
