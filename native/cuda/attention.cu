@@ -1,11 +1,11 @@
-// Causal grouped-query attention for packed variable-length sequences on the GPU, FlashAttention style: tiles of 64
-// queries x 64 keys in shared memory, bf16 tensor-core products (WMMA) with fp32 accumulation, softmax in fp32, and no
-// [T, T] matrix anywhere. The forward makes two passes over the keys (row max and sum first, then P V with the final
-// log-sum-exp), so the output accumulators never need rescaling; the backward recomputes P from q, k and lse, one
-// kernel for dQ (per query tile) and one for dK/dV (per key tile and query head, partials summed over each group).
-// Head dims 64 and 128 take the tensor-core path; any other (even) head dim a plain fp32 path.
+// Causal grouped-query attention for packed variable-length sequences on the GPU, FlashAttention-2 style: tiles of
+// 64 queries x 64 keys, bf16 tensor-core products (mma.sync m16n8k16) with fp32 accumulation, softmax in fp32, and no
+// [T, T] matrix anywhere. Scores, probabilities and output accumulators stay in registers: the accumulator layout of
+// one product is the operand layout of the next, so a warp's P (or dS) feeds P V (or dS K) without a trip through
+// shared memory. The forward makes one pass over the keys with an online softmax; the backward recomputes P from q,
+// k and lse, one kernel for dQ (per query tile) and one for dK/dV (per key tile and key head, summed over the group's
+// query heads in registers). Head dims 64 and 128 take the tensor-core path; any other (even) head dim a plain fp32 path.
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include <cmath>
 #include <cstdint>
@@ -17,26 +17,108 @@ namespace rls::cuda {
 
 namespace {
 
-using namespace nvcuda;
 using bf16 = __nv_bfloat16;
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 constexpr int BQ = 64, BK = 64, NW = 4, NT = NW * 32;
 constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-// Shared-memory geometry. Row strides are padded (8 bf16, 4 floats) against bank conflicts and keep every WMMA
-// pointer 32-byte aligned.
+// Shared-memory tiles, bf16, row-major [64 tokens][LDT]. Row strides are padded by 8 elements: a row is then 4 banks
+// further on, so the 8 x 4 lanes of a fragment load (row lane/4, word lane%4) and the 8 rows of an ldmatrix phase hit
+// 32 different banks, and every row stays 16-byte aligned as ldmatrix needs.
 template <int D>
 struct Geo {
-  static constexpr int LDT = D + 8;                  // bf16 tile [64][LDT]
-  static constexpr int SW = (D > BK ? D : BK) + 4;   // fp32 per-warp scratch [16][SW]
-  static constexpr int LDP = BK + 8;                 // bf16 per-warp probabilities [16][LDP]
+  static constexpr int LDT = D + 8;
   static constexpr size_t tile = (size_t)64 * LDT * sizeof(bf16);
-  static constexpr size_t sbuf = (size_t)NW * 16 * SW * sizeof(float);
-  static constexpr size_t pbuf = (size_t)NW * 16 * LDP * sizeof(bf16);
 };
 
-// 64 rows x D of fp32 (row stride ld) into a bf16 tile; rows >= `rows` are zero.
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// c[4] += a (16x16, row-major fragment) * b (16x8, column fragment). Fragment layouts (PTX ISA, m16n8k16): with
+// g = lane/4 and t = lane%4, a = {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}, b = {(k 2t..2t+1, n g),
+// (k 2t+8.., n g)}, c = {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
+__device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The A operand of rows 16w.. of a row-major smem tile, k-step kk.
+template <int D>
+__device__ __forceinline__ void frag_a(uint32_t* a, const bf16* tile, int row0, int kk, int g, int t) {
+  const bf16* p = tile + (row0 + g) * Geo<D>::LDT + kk * 16 + t * 2;
+  a[0] = ld32(p);
+  a[1] = ld32(p + 8 * Geo<D>::LDT);
+  a[2] = ld32(p + 8);
+  a[3] = ld32(p + 8 * Geo<D>::LDT + 8);
+}
+
+// The A operand of 16 rows (row0..row0+15, those >= n zero) of an fp32 [*, ld] matrix in global memory, k-step kk.
+template <int D>
+__device__ __forceinline__ void frag_a_global(uint32_t* a, const float* src, int ld, int row0, int n, int kk, int g,
+                                              int t) {
+  const int c = kk * 16 + t * 2, ra = row0 + g, rb = ra + 8;
+  const float2 z = make_float2(0.f, 0.f);
+  const float2 x0 = ra < n ? *reinterpret_cast<const float2*>(src + (size_t)ra * ld + c) : z;
+  const float2 x1 = rb < n ? *reinterpret_cast<const float2*>(src + (size_t)rb * ld + c) : z;
+  const float2 x2 = ra < n ? *reinterpret_cast<const float2*>(src + (size_t)ra * ld + c + 8) : z;
+  const float2 x3 = rb < n ? *reinterpret_cast<const float2*>(src + (size_t)rb * ld + c + 8) : z;
+  a[0] = pack(x0.x, x0.y);
+  a[1] = pack(x1.x, x1.y);
+  a[2] = pack(x2.x, x2.y);
+  a[3] = pack(x3.x, x3.y);
+}
+
+// acc[8][4] (16 rows x 64 columns) = A (16 x D, fragments a[D/16]) * tile^T, tile a row-major [64][LDT] smem tile whose
+// rows are the columns of the result.
+template <int D>
+__device__ __forceinline__ void mm_abt(float (*acc)[4], const uint32_t (*a)[4], const bf16* tile, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const bf16* p = tile + (j * 8 + g) * Geo<D>::LDT + t * 2;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) mma(acc[j], a[kk], ld32(p + kk * 16), ld32(p + kk * 16 + 8));
+  }
+}
+
+// The B operands of two adjacent n-tiles (columns n0..n0+15) for k-step kk of a product over the rows of a
+// row-major smem tile: ldmatrix .trans hands each lane the (k 2t..2t+1, n g) pairs that lie in one column. Lanes 8i..8i+7
+// give the row addresses of 8x8 matrix i: rows +8 for i odd, columns +8 for i >= 2; b = {b0, b1} of n0, then of n0+8.
+template <int D>
+__device__ __forceinline__ void frag_b_trans(uint32_t* b, const bf16* tile, int kk, int n0, int lane) {
+  const int mat = lane >> 3;
+  const bf16* p = tile + (kk * 16 + (mat & 1) * 8 + (lane & 7)) * Geo<D>::LDT + n0 + (mat >> 1) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+
+// acc[D/8][4] (16 x D) += P (16 x 64, the accumulator layout of mm_abt, values p[8][4]) * M, M a row-major [64][LDT]
+// smem tile (its rows are the product's k). The accumulator fragment pairs of P are its A operand fragments.
+template <int D>
+__device__ __forceinline__ void mm_pv(float (*acc)[4], const float (*p)[4], const bf16* m, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) {
+    const uint32_t a[4] = {pack(p[2 * kk][0], p[2 * kk][1]), pack(p[2 * kk][2], p[2 * kk][3]),
+                           pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt += 2) {
+      uint32_t b[4];
+      frag_b_trans<D>(b, m, kk, nt * 8, lane);
+      mma(acc[nt], a, b[0], b[1]);
+      mma(acc[nt + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// 64 rows x D of fp32 (row stride ld) into a row-major bf16 tile; rows >= `rows` are zero.
 template <int D>
 __device__ __forceinline__ void load_tile(bf16* dst, const float* src, int ld, int rows) {
   constexpr int V4 = D / 4;
@@ -50,169 +132,120 @@ __device__ __forceinline__ void load_tile(bf16* dst, const float* src, int ld, i
   }
 }
 
-// out[16][64] (fp32, stride SW) = a[16][D] * b[64][D]^T, both bf16 tiles of stride LDT. One warp.
-template <int D>
-__device__ __forceinline__ void mm_abt(float* out, const bf16* a, const bf16* b) {
-#pragma unroll
-  for (int c = 0; c < 64 / 16; c++) {
-    Acc acc;
-    wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
-      wmma::load_matrix_sync(fa, a + kk * 16, Geo<D>::LDT);
-      wmma::load_matrix_sync(fb, b + c * 16 * Geo<D>::LDT + kk * 16, Geo<D>::LDT);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(out + c * 16, acc, Geo<D>::SW, wmma::mem_row_major);
-  }
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
-
-// acc[D/16] (16 x D) += p[16][64] (bf16, stride LDP) * m[64][D] (bf16 tile). One warp.
-template <int D>
-__device__ __forceinline__ void mm_acc(Acc* acc, const bf16* p, const bf16* m) {
-#pragma unroll
-  for (int c = 0; c < 64 / 16; c++) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-    wmma::load_matrix_sync(fa, p + c * 16, Geo<D>::LDP);
-#pragma unroll
-    for (int d = 0; d < D / 16; d++) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
-      wmma::load_matrix_sync(fb, m + c * 16 * Geo<D>::LDT + d * 16, Geo<D>::LDT);
-      wmma::mma_sync(acc[d], fa, fb, acc[d]);
-    }
-  }
-}
-
-// Writes the warp's 16 x D accumulator rows (times mul) to dst (row stride ld); rows >= rows_valid are skipped.
-template <int D>
-__device__ __forceinline__ void store_rows(float* scratch, Acc* acc, float* dst, int ld, int rows_valid, float mul) {
-#pragma unroll
-  for (int d = 0; d < D / 16; d++) wmma::store_matrix_sync(scratch + d * 16, acc[d], Geo<D>::SW, wmma::mem_row_major);
-  __syncwarp();
-  const int lane = threadIdx.x & 31;
-  for (int idx = lane; idx < 16 * D; idx += 32) {
-    const int r = idx / D, c = idx - r * D;
-    if (r < rows_valid) dst[(size_t)r * ld + c] = scratch[r * Geo<D>::SW + c] * mul;
-  }
-  __syncwarp();
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 // Where a block of the tensor-core kernels works: sequence blockIdx.z (rows s0 .. s0+n-1 of the packed batch), query
-// head h = blockIdx.y and its key head kh. Warp w owns rows 16w .. 16w+15 of the block's tile; lanes 2r and 2r+1
-// share row r, 32 columns each (half).
+// head h = blockIdx.y and its key head kh; warp w owns rows 16w .. 16w+15 of the block's tile, and a lane rows g and
+// g+8 of those (g = lane/4, t = lane%4 as in the fragments).
 struct Place {
-  int s0, n, h, kh, QD, KD, warp, r, half;
+  int s0, n, h, kh, QD, KD, warp, g, t;
 };
 
 template <int D>
 __device__ __forceinline__ Place place(const int* seq_starts, int NH, int NKV) {
-  const int s = blockIdx.z, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int s = blockIdx.z, h = blockIdx.y, lane = threadIdx.x & 31;
   const int s0 = seq_starts[s];
-  return {s0, seq_starts[s + 1] - s0, h, h / (NH / NKV), NH * D, NKV * D, warp, lane >> 1, lane & 1};
+  return {s0, seq_starts[s + 1] - s0, h, h / (NH / NKV), NH * D, NKV * D, (int)threadIdx.x >> 5, lane >> 2, lane & 3};
 }
 
-// Key tile j0 of key head kh (and its value tile, where vs is given) into shared memory, between two barriers: the
-// first lets every warp finish with the previous tile, the second publishes this one.
+// Writes a warp's 16 x D accumulator (times mul) to dst rows row0.. (row stride ld); rows >= n are skipped.
 template <int D>
-__device__ __forceinline__ void stage_keys(bf16* ks, bf16* vs, const float* k, const float* v, const Place& p, int j0) {
-  __syncthreads();
-  const size_t off = (size_t)(p.s0 + j0) * p.KD + (size_t)p.kh * D;
-  load_tile<D>(ks, k + off, p.KD, min(BK, p.n - j0));
-  if (vs) load_tile<D>(vs, v + off, p.KD, min(BK, p.n - j0));
-  __syncthreads();
+__device__ __forceinline__ void store_acc(float* dst, int ld, const float (*acc)[4], int row0, int n, int g, int t,
+                                          float mul_a, float mul_b) {
+  const int ra = row0 + g, rb = ra + 8;
+#pragma unroll
+  for (int nt = 0; nt < D / 8; nt++) {
+    const int c = nt * 8 + t * 2;
+    if (ra < n) *reinterpret_cast<float2*>(dst + (size_t)ra * ld + c) = make_float2(acc[nt][0] * mul_a, acc[nt][1] * mul_a);
+    if (rb < n) *reinterpret_cast<float2*>(dst + (size_t)rb * ld + c) = make_float2(acc[nt][2] * mul_b, acc[nt][3] * mul_b);
+  }
 }
 
-// This warp's 16 x 64 scores (fp32, in sw) of its queries qw against key tile j0, staged first (with its values
-// where vs is given); returns the 32 columns of this lane's row.
-template <int D>
-__device__ __forceinline__ const float* tile_scores(float* sw, const bf16* qw, bf16* ks, bf16* vs, const float* k,
-                                                    const float* v, const Place& p, int j0) {
-  stage_keys<D>(ks, vs, k, v, p, j0);
-  mm_abt<D>(sw, qw, ks);
-  __syncwarp();
-  return sw + p.r * Geo<D>::SW + p.half * 32;
-}
-
-// Shared memory of the two backward kernels: four bf16 tiles (queries, dO, keys, values), then two fp32 scratch
-// blocks of 16 rows per warp (scores and dP, this warp's rows given here), then `rest` for what each kernel adds.
-struct BwdSmem {
-  bf16 *qs, *dos, *ks, *vs;
-  float *sw, *dw;
-  unsigned char* rest;
-};
-
-template <int D>
-__device__ __forceinline__ BwdSmem bwd_smem(unsigned char* smem, int warp) {
-  using G = Geo<D>;
-  float* sb = reinterpret_cast<float*>(smem + 4 * G::tile);
-  float* db = reinterpret_cast<float*>(smem + 4 * G::tile + G::sbuf);
-  return {reinterpret_cast<bf16*>(smem), reinterpret_cast<bf16*>(smem + G::tile),
-          reinterpret_cast<bf16*>(smem + 2 * G::tile), reinterpret_cast<bf16*>(smem + 3 * G::tile),
-          sb + warp * 16 * G::SW, db + warp * 16 * G::SW, smem + 4 * G::tile + 2 * G::sbuf};
-}
-
-// Grid (query tiles, NH, S), last tile first (it has the most keys). Each warp owns 16 query rows; within a warp,
-// lanes 2r and 2r+1 share row r of the score block, 32 columns each.
+// Grid (query tiles, NH, S), last tile first (it has the most keys). One pass over the key tiles up to the diagonal
+// with an online softmax in base 2 (exp2f is one instruction): each row's running max m and sum l, the output
+// rescaled when m grows.
 template <int D>
 __global__ void __launch_bounds__(NT) fwd_tc(float* out, float* lse, const float* q, const float* k, const float* v,
                                              const int* seq_starts, int T, int NH, int NKV, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
-  using G = Geo<D>;
-  bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = reinterpret_cast<bf16*>(smem + G::tile);
-  bf16* vs = reinterpret_cast<bf16*>(smem + 2 * G::tile);
-  float* sb = reinterpret_cast<float*>(smem + 3 * G::tile);
-  bf16* pb = reinterpret_cast<bf16*>(smem + 3 * G::tile + G::sbuf);
-  const Place P = place<D>(seq_starts, NH, NKV);
-  const auto [s0, n, h, kh, QD, KD, warp, r, half] = P;
-  const int tile = gridDim.x - 1 - blockIdx.x, i0 = tile * BQ;
+  bf16* ks = reinterpret_cast<bf16*>(smem);
+  bf16* vs = reinterpret_cast<bf16*>(smem + Geo<D>::tile);
+  const auto [s0, n, h, kh, QD, KD, warp, g, t] = place<D>(seq_starts, NH, NKV);
+  const int lane = threadIdx.x & 31, tile = gridDim.x - 1 - blockIdx.x, i0 = tile * BQ;
   if (i0 >= n) return;
-  const int qi = i0 + warp * 16 + r;
-  float* sw = sb + warp * 16 * G::SW;
-  bf16* pw = pb + warp * 16 * G::LDP;
-  const bf16* qw = qs + warp * 16 * G::LDT;
-  const float sl2 = scale * LOG2E;  // softmax in base 2: exp2f is one instruction
-  load_tile<D>(qs, q + (size_t)(s0 + i0) * QD + (size_t)h * D, QD, min(BQ, n - i0));
-
-  // Pass 1: row max and sum. Every key tile up to the diagonal has at least one visible key in every row (key j0 of
-  // an earlier tile, key i0 of the diagonal one), so m is finite after the first tile.
-  float m = -INFINITY, l = 0.f;
-  for (int kt = 0; kt <= tile; kt++) {
-    const int j0 = kt * BK;
-    const float* row = tile_scores<D>(sw, qw, ks, nullptr, k, nullptr, P, j0);
-    const int jb = j0 + half * 32;
-    float mx = -INFINITY;
-    for (int c = 0; c < 32; c++)
-      if (jb + c <= qi) mx = fmaxf(mx, row[c] * sl2);
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float mn = fmaxf(m, mx);
-    float sum = 0.f;
-    for (int c = 0; c < 32; c++)
-      if (jb + c <= qi) sum += exp2f(row[c] * sl2 - mn);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * exp2f(m - mn) + sum;
-    m = mn;
-    __syncwarp();
-  }
-  const float L2 = m + log2f(l);
-
-  // Pass 2: O = P V with P final (exp of score minus the log-sum-exp).
-  Acc acc[D / 16];
+  const int row0 = i0 + warp * 16, ra = row0 + g, rb = ra + 8;
+  const float sl2 = scale * LOG2E;
+  uint32_t qf[D / 16][4];
+  const float* qsrc = q + (size_t)s0 * QD + (size_t)h * D;
 #pragma unroll
-  for (int d = 0; d < D / 16; d++) wmma::fill_fragment(acc[d], 0.f);
+  for (int kk = 0; kk < D / 16; kk++) frag_a_global<D>(qf[kk], qsrc, QD, row0, n, kk, g, t);
+  float o[D / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  // Every key tile up to the diagonal has a visible key in every row (key j0 of an earlier tile, key i0 of the
+  // diagonal one), so the running max is finite after the first tile and exp2f(m_old - m_new) is 0 there.
+  float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;  // l: this lane's share of its rows' sums
   for (int kt = 0; kt <= tile; kt++) {
     const int j0 = kt * BK;
-    const float* row = tile_scores<D>(sw, qw, ks, vs, k, v, P, j0);
-    bf16* prow = pw + r * G::LDP + half * 32;
-    const int jb = j0 + half * 32;
-    for (int c = 0; c < 32; c++) prow[c] = __float2bfloat16(jb + c <= qi ? exp2f(row[c] * sl2 - L2) : 0.f);
-    __syncwarp();
-    mm_acc<D>(acc, pw, vs);
+    __syncthreads();
+    const size_t off = (size_t)(s0 + j0) * KD + (size_t)kh * D;
+    load_tile<D>(ks, k + off, KD, min(BK, n - j0));
+    load_tile<D>(vs, v + off, KD, min(BK, n - j0));
+    __syncthreads();
+    float s[8][4];
+    mm_abt<D>(s, qf, ks, g, t);
+    const bool diag = kt == tile;
+    float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const int key = j0 + j * 8 + t * 2 + (c & 1);
+        float x = s[j][c] * sl2;
+        if (diag && key > (c < 2 ? ra : rb)) x = -INFINITY;
+        s[j][c] = x;
+        if (c < 2) xa = fmaxf(xa, x);
+        else xb = fmaxf(xb, x);
+      }
+    const float na = fmaxf(ma, quad_max(xa)), nb = fmaxf(mb, quad_max(xb));
+    const float aa = exp2f(ma - na), ab = exp2f(mb - nb);
+    ma = na;
+    mb = nb;
+    float sa = 0.f, sb = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      s[j][0] = exp2f(s[j][0] - na);
+      s[j][1] = exp2f(s[j][1] - na);
+      s[j][2] = exp2f(s[j][2] - nb);
+      s[j][3] = exp2f(s[j][3] - nb);
+      sa += s[j][0] + s[j][1];
+      sb += s[j][2] + s[j][3];
+    }
+    la = la * aa + sa;
+    lb = lb * ab + sb;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+      o[nt][0] *= aa;
+      o[nt][1] *= aa;
+      o[nt][2] *= ab;
+      o[nt][3] *= ab;
+    }
+    mm_pv<D>(o, s, vs, lane);
   }
-  store_rows<D>(sw, acc, out + (size_t)(s0 + i0 + warp * 16) * QD + (size_t)h * D, QD, n - (i0 + warp * 16), 1.f);
-  if (half == 0 && qi < n) lse[(size_t)h * T + s0 + qi] = L2 * LN2;
+  la = quad_sum(la);
+  lb = quad_sum(lb);
+  store_acc<D>(out + (size_t)s0 * QD + (size_t)h * D, QD, o, row0, n, g, t, 1.f / la, 1.f / lb);
+  if (t == 0) {
+    if (ra < n) lse[(size_t)h * T + s0 + ra] = (ma + log2f(la)) * LN2;
+    if (rb < n) lse[(size_t)h * T + s0 + rb] = (mb + log2f(lb)) * LN2;
+  }
 }
 
 // D[h, t] = sum_d dO[t, h, d] * O[t, h, d], one warp per (t, h).
@@ -229,128 +262,129 @@ __global__ void rowdot(float* dbuf, const float* dout, const float* out, int T, 
   if (lane == 0) dbuf[(size_t)h * T + t] = s;
 }
 
-// dQ per query tile: dS = P (dP - D) with P = exp(S - lse), dQ = scale dS K.
+// dQ per query tile: dS = P (dP - D) with P = exp(S - lse), dQ = scale dS K. The warp's queries and dO stay in
+// registers as A operands; each key tile is staged row-major (keys and values: the B operands of S = Q K^T and
+// dP = dO V^T directly, and of dS K through ldmatrix .trans).
 template <int D>
 __global__ void __launch_bounds__(NT) dq_tc(float* dq, const float* dout, const float* q, const float* k,
                                             const float* v, const float* lse, const float* dbuf,
                                             const int* seq_starts, int T, int NH, int NKV, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
-  using G = Geo<D>;
-  const Place P = place<D>(seq_starts, NH, NKV);
-  const auto [s0, n, h, kh, QD, KD, warp, r, half] = P;
-  const auto [qs, dos, ks, vs, sw, dw, rest] = bwd_smem<D>(smem, warp);
-  bf16* pw = reinterpret_cast<bf16*>(rest) + warp * 16 * G::LDP;
-  const int tile = gridDim.x - 1 - blockIdx.x, i0 = tile * BQ;
+  bf16* ks = reinterpret_cast<bf16*>(smem);
+  bf16* vs = reinterpret_cast<bf16*>(smem + Geo<D>::tile);
+  const auto [s0, n, h, kh, QD, KD, warp, g, t] = place<D>(seq_starts, NH, NKV);
+  const int lane = threadIdx.x & 31, tile = gridDim.x - 1 - blockIdx.x, i0 = tile * BQ;
   if (i0 >= n) return;
-  const int qi = i0 + warp * 16 + r;
+  const int row0 = i0 + warp * 16, ra = row0 + g, rb = ra + 8;
   const float sl2 = scale * LOG2E;
-  const size_t qoff = (size_t)(s0 + i0) * QD + (size_t)h * D;
-  load_tile<D>(qs, q + qoff, QD, min(BQ, n - i0));
-  load_tile<D>(dos, dout + qoff, QD, min(BQ, n - i0));
-  const bool live = qi < n;
-  const float Lr = live ? lse[(size_t)h * T + s0 + qi] * LOG2E : 0.f;
-  const float Dr = live ? dbuf[(size_t)h * T + s0 + qi] : 0.f;
-  Acc acc[D / 16];
+  const size_t qoff = (size_t)s0 * QD + (size_t)h * D;
+  uint32_t qf[D / 16][4], df[D / 16][4];
 #pragma unroll
-  for (int d = 0; d < D / 16; d++) wmma::fill_fragment(acc[d], 0.f);
+  for (int kk = 0; kk < D / 16; kk++) {
+    frag_a_global<D>(qf[kk], q + qoff, QD, row0, n, kk, g, t);
+    frag_a_global<D>(df[kk], dout + qoff, QD, row0, n, kk, g, t);
+  }
+  const float La = ra < n ? lse[(size_t)h * T + s0 + ra] * LOG2E : 0.f;
+  const float Lb = rb < n ? lse[(size_t)h * T + s0 + rb] * LOG2E : 0.f;
+  const float Da = ra < n ? dbuf[(size_t)h * T + s0 + ra] : 0.f;
+  const float Db = rb < n ? dbuf[(size_t)h * T + s0 + rb] : 0.f;
+  float acc[D / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
   for (int kt = 0; kt <= tile; kt++) {
     const int j0 = kt * BK;
-    stage_keys<D>(ks, vs, k, v, P, j0);
-    mm_abt<D>(sw, qs + warp * 16 * G::LDT, ks);
-    mm_abt<D>(dw, dos + warp * 16 * G::LDT, vs);
-    __syncwarp();
-    const float* row = sw + r * G::SW + half * 32;
-    const float* dprow = dw + r * G::SW + half * 32;
-    bf16* prow = pw + r * G::LDP + half * 32;
-    const int jb = j0 + half * 32;
-    for (int c = 0; c < 32; c++) {
-      float ds = 0.f;
-      if (live && jb + c <= qi) ds = exp2f(row[c] * sl2 - Lr) * (dprow[c] - Dr);
-      prow[c] = __float2bfloat16(ds);
-    }
-    __syncwarp();
-    mm_acc<D>(acc, pw, ks);
+    __syncthreads();
+    const size_t off = (size_t)(s0 + j0) * KD + (size_t)kh * D;
+    load_tile<D>(ks, k + off, KD, min(BK, n - j0));
+    load_tile<D>(vs, v + off, KD, min(BK, n - j0));
+    __syncthreads();
+    float s[8][4], dp[8][4];
+    mm_abt<D>(s, qf, ks, g, t);
+    mm_abt<D>(dp, df, vs, g, t);
+    const bool diag = kt == tile;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const int key = j0 + j * 8 + t * 2 + (c & 1), row = c < 2 ? ra : rb;
+        const float ds = exp2f(s[j][c] * sl2 - (c < 2 ? La : Lb)) * (dp[j][c] - (c < 2 ? Da : Db));
+        s[j][c] = (row < n && !(diag && key > row)) ? ds : 0.f;
+      }
+    mm_pv<D>(acc, s, ks, lane);
   }
-  store_rows<D>(sw, acc, dq + (size_t)(s0 + i0 + warp * 16) * QD + (size_t)h * D, QD, n - (i0 + warp * 16), scale);
+  store_acc<D>(dq + qoff, QD, acc, row0, n, g, t, scale, scale);
 }
 
-// dK, dV per key tile and query head: S^T and dP^T computed directly (rows are keys), dV += P^T dO, dK += dS^T Q.
-// Output rows go to out_k/out_v with stride ldo at column offset (per_qhead ? h : kh) * D.
+// dK, dV per key tile and key head, the transposed problem: the warp's 16 keys are the rows, S^T = K Q^T and
+// dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q, summed over every query tile at or after the key tile and every
+// query head of the group in registers (deterministic, no atomics, no partials). Each (query tile, head) is staged
+// row-major: the B operands of the first two products directly, of the last two through ldmatrix .trans.
 template <int D>
-__global__ void __launch_bounds__(NT) dkv_tc(float* out_k, float* out_v, int ldo, int per_qhead, const float* dout,
-                                             const float* q, const float* k, const float* v, const float* lse,
-                                             const float* dbuf, const int* seq_starts, int T, int NH, int NKV,
-                                             float scale) {
+__global__ void __launch_bounds__(NT) dkv_tc(float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                             const float* v, const float* lse, const float* dbuf,
+                                             const int* seq_starts, int T, int NH, int NKV, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   using G = Geo<D>;
-  const Place P = place<D>(seq_starts, NH, NKV);
-  const auto [s0, n, h, kh, QD, KD, warp, r, half] = P;
-  const auto [qs, dos, ks, vs, sw, dw, rest] = bwd_smem<D>(smem, warp);
-  bf16* ptw = reinterpret_cast<bf16*>(rest) + warp * 16 * G::LDP;           // P^T, this warp's 16 keys
-  bf16* dsw = reinterpret_cast<bf16*>(rest + G::pbuf) + warp * 16 * G::LDP;  // dS^T
-  float* lse_s = reinterpret_cast<float*>(rest + 2 * G::pbuf);              // the query tile's lse and D
+  bf16* ks = reinterpret_cast<bf16*>(smem);
+  bf16* vs = reinterpret_cast<bf16*>(smem + G::tile);
+  bf16* qs = reinterpret_cast<bf16*>(smem + 2 * G::tile);
+  bf16* dos = reinterpret_cast<bf16*>(smem + 3 * G::tile);
+  float* lse_s = reinterpret_cast<float*>(smem + 4 * G::tile);  // the staged query tile's lse and D
   float* d_s = lse_s + 64;
+  const int s = blockIdx.z, kh = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2,
+            t = lane & 3, group = NH / NKV, QD = NH * D, KD = NKV * D;
+  const int s0 = seq_starts[s], n = seq_starts[s + 1] - s0;
   const int kt = blockIdx.x, j0 = kt * BK;  // key tile 0 has the most queries: first
   if (j0 >= n) return;
-  const int kj = j0 + warp * 16 + r;
+  const int row0 = j0 + warp * 16, ka = row0 + g, kb = ka + 8;
   const float sl2 = scale * LOG2E;
-  stage_keys<D>(ks, vs, k, v, P, j0);
-  Acc ak[D / 16], av[D / 16];
+  const size_t koff = (size_t)(s0 + j0) * KD + (size_t)kh * D;
+  load_tile<D>(ks, k + koff, KD, min(BK, n - j0));
+  load_tile<D>(vs, v + koff, KD, min(BK, n - j0));
+  float ak[D / 8][4], av[D / 8][4];
 #pragma unroll
-  for (int d = 0; d < D / 16; d++) {
-    wmma::fill_fragment(ak[d], 0.f);
-    wmma::fill_fragment(av[d], 0.f);
-  }
+  for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) ak[nt][c] = av[nt][c] = 0.f;
   const int ntq = (n + BQ - 1) / BQ;
-  for (int qt = kt; qt < ntq; qt++) {
-    const int i0 = qt * BQ;
-    __syncthreads();
-    const size_t qoff = (size_t)(s0 + i0) * QD + (size_t)h * D;
-    load_tile<D>(qs, q + qoff, QD, min(BQ, n - i0));
-    load_tile<D>(dos, dout + qoff, QD, min(BQ, n - i0));
-    if (threadIdx.x < 64) {
-      const int i = i0 + threadIdx.x;
-      lse_s[threadIdx.x] = i < n ? lse[(size_t)h * T + s0 + i] * LOG2E : 0.f;
-      d_s[threadIdx.x] = i < n ? dbuf[(size_t)h * T + s0 + i] : 0.f;
-    }
-    __syncthreads();
-    mm_abt<D>(sw, ks + warp * 16 * G::LDT, qs);   // S^T: 16 keys x 64 queries
-    mm_abt<D>(dw, vs + warp * 16 * G::LDT, dos);  // dP^T
-    __syncwarp();
-    const float* row = sw + r * G::SW + half * 32;
-    const float* dprow = dw + r * G::SW + half * 32;
-    bf16* ptrow = ptw + r * G::LDP + half * 32;
-    bf16* dsrow = dsw + r * G::LDP + half * 32;
-    for (int c = 0; c < 32; c++) {
-      const int col = half * 32 + c, i = i0 + col;
-      float p = 0.f, ds = 0.f;
-      if (i < n && i >= kj) {
-        p = exp2f(row[c] * sl2 - lse_s[col]);
-        ds = p * (dprow[c] - d_s[col]);
+  for (int qt = kt; qt < ntq; qt++)
+    for (int h = kh * group; h < (kh + 1) * group; h++) {
+      const int i0 = qt * BQ, rows = min(BQ, n - i0);
+      __syncthreads();
+      const size_t qoff = (size_t)(s0 + i0) * QD + (size_t)h * D;
+      load_tile<D>(qs, q + qoff, QD, rows);
+      load_tile<D>(dos, dout + qoff, QD, rows);
+      if (threadIdx.x < 64) {
+        const int i = i0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < n ? lse[(size_t)h * T + s0 + i] * LOG2E : 0.f;
+        d_s[threadIdx.x] = i < n ? dbuf[(size_t)h * T + s0 + i] : 0.f;
       }
-      ptrow[c] = __float2bfloat16(p);
-      dsrow[c] = __float2bfloat16(ds);
+      __syncthreads();
+      float st[8][4], dpt[8][4];
+      {
+        uint32_t a[D / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) frag_a<D>(a[kk], ks, warp * 16, kk, g, t);
+        mm_abt<D>(st, a, qs, g, t);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) frag_a<D>(a[kk], vs, warp * 16, kk, g, t);
+        mm_abt<D>(dpt, a, dos, g, t);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          const int col = j * 8 + t * 2 + (c & 1), i = i0 + col, key = c < 2 ? ka : kb;
+          float p = 0.f;
+          if (i < n && i >= key) p = exp2f(st[j][c] * sl2 - lse_s[col]);
+          st[j][c] = p;
+          dpt[j][c] = p * (dpt[j][c] - d_s[col]);
+        }
+      mm_pv<D>(av, st, dos, lane);
+      mm_pv<D>(ak, dpt, qs, lane);
     }
-    __syncwarp();
-    mm_acc<D>(av, ptw, dos);
-    mm_acc<D>(ak, dsw, qs);
-  }
-  const int off = (per_qhead ? h : kh) * D, rows = n - (j0 + warp * 16);
-  store_rows<D>(sw, ak, out_k + (size_t)(s0 + j0 + warp * 16) * ldo + off, ldo, rows, scale);
-  store_rows<D>(sw, av, out_v + (size_t)(s0 + j0 + warp * 16) * ldo + off, ldo, rows, 1.f);
-}
-
-// dst[t, kh*D + d] = sum over the group's query heads g of src[t, (kh*G + g)*D + d]
-__global__ void group_sum(float* dst, const float* src, int T, int NH, int NKV, int D) {
-  const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  const long KD = (long)NKV * D;
-  if (idx >= (long)T * KD) return;
-  const long t = idx / KD;
-  const int rem = (int)(idx - t * KD), kh = rem / D, d = rem - kh * D, G = NH / NKV;
-  const float* p = src + t * NH * D + (size_t)kh * G * D + d;
-  float acc = 0.f;
-  for (int g = 0; g < G; g++) acc += p[(size_t)g * D];
-  dst[idx] = acc;
+  store_acc<D>(dk + (size_t)s0 * KD + (size_t)kh * D, KD, ak, row0, n, g, t, scale, scale);
+  store_acc<D>(dv + (size_t)s0 * KD + (size_t)kh * D, KD, av, row0, n, g, t, 1.f, 1.f);
 }
 
 // ---- plain fp32 path (any even head dim): one thread per (token, head) ----
@@ -441,15 +475,15 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 template <int D>
 constexpr size_t fwd_smem() {
-  return 3 * Geo<D>::tile + Geo<D>::sbuf + Geo<D>::pbuf;
+  return 2 * Geo<D>::tile;
 }
 template <int D>
 constexpr size_t dq_smem() {
-  return 4 * Geo<D>::tile + 2 * Geo<D>::sbuf + Geo<D>::pbuf;
+  return 2 * Geo<D>::tile;
 }
 template <int D>
 constexpr size_t dkv_smem() {
-  return 4 * Geo<D>::tile + 2 * Geo<D>::sbuf + 2 * Geo<D>::pbuf + 128 * sizeof(float);
+  return 4 * Geo<D>::tile + 128 * sizeof(float);
 }
 
 // Kernels over 48 KiB of shared memory must raise their limit once per process.
@@ -473,28 +507,16 @@ void fwd_launch(float* out, float* lse, const float* q, const float* k, const fl
 }
 
 template <int D>
-void bwd_launch(float* dq, float* dk, float* dv, float* dbuf, float* part, const float* dout, const float* q,
-                const float* k, const float* v, const float* lse, const int* seq_starts, int S, int max_len, int T,
-                int NH, int NKV, float scale, cudaStream_t st) {
+void bwd_launch(float* dq, float* dk, float* dv, const float* dbuf, const float* dout, const float* q, const float* k,
+                const float* v, const float* lse, const int* seq_starts, int S, int max_len, int T, int NH, int NKV,
+                float scale, cudaStream_t st) {
   raise_smem_limits<D>();
   const dim3 gq((max_len + BQ - 1) / BQ, NH, S);
   dq_tc<D><<<gq, NT, dq_smem<D>(), st>>>(dq, dout, q, k, v, lse, dbuf, seq_starts, T, NH, NKV, scale);
   LAUNCH_CHECK("attention backward dQ (tensor cores)");
-  const dim3 gk((max_len + BK - 1) / BK, NH, S);
-  if (NH == NKV) {
-    dkv_tc<D><<<gk, NT, dkv_smem<D>(), st>>>(dk, dv, NKV * D, 0, dout, q, k, v, lse, dbuf, seq_starts, T, NH, NKV, scale);
-    LAUNCH_CHECK("attention backward dK/dV (tensor cores)");
-  } else {
-    float* pk = part;
-    float* pv = part + (size_t)T * NH * D;
-    dkv_tc<D><<<gk, NT, dkv_smem<D>(), st>>>(pk, pv, NH * D, 1, dout, q, k, v, lse, dbuf, seq_starts, T, NH, NKV, scale);
-    LAUNCH_CHECK("attention backward dK/dV (tensor cores)");
-    const long n = (long)T * NKV * D;
-    group_sum<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(dk, pk, T, NH, NKV, D);
-    LAUNCH_CHECK("attention backward group sum dK");
-    group_sum<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(dv, pv, T, NH, NKV, D);
-    LAUNCH_CHECK("attention backward group sum dV");
-  }
+  const dim3 gk((max_len + BK - 1) / BK, NKV, S);
+  dkv_tc<D><<<gk, NT, dkv_smem<D>(), st>>>(dk, dv, dout, q, k, v, lse, dbuf, seq_starts, T, NH, NKV, scale);
+  LAUNCH_CHECK("attention backward dK/dV (tensor cores)");
 }
 
 bool tensor_core_path(int hd, std::initializer_list<const void*> ptrs) {
@@ -506,9 +528,7 @@ bool tensor_core_path(int hd, std::initializer_list<const void*> ptrs) {
 
 }  // namespace
 
-size_t attention_backward_scratch(int T, int NH, int NKV, int hd) {
-  return (size_t)NH * T + (NH != NKV ? (size_t)2 * T * NH * hd : 0);
-}
+size_t attention_backward_scratch(int T, int NH) { return (size_t)NH * T; }
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* seq_starts,
                        int S, int max_len, int T, int NH, int NKV, int hd, cudaStream_t st) {
@@ -528,13 +548,12 @@ void attention_backward(float* dq, float* dk, float* dv, float* scratch, const f
                         int max_len, int T, int NH, int NKV, int hd, cudaStream_t st) {
   const float scale = 1.0f / std::sqrt((float)hd);
   float* dbuf = scratch;
-  float* part = scratch + (size_t)NH * T;
   const long rows = (long)T * NH;
   rowdot<<<(unsigned)((rows * 32 + 255) / 256), 256, 0, st>>>(dbuf, dout, out, T, NH, hd);
   LAUNCH_CHECK("attention backward rowsum(dO*O)");
   if (tensor_core_path(hd, {dq, dk, dv, dout, q, k, v})) {
-    if (hd == 64) bwd_launch<64>(dq, dk, dv, dbuf, part, dout, q, k, v, lse, seq_starts, S, max_len, T, NH, NKV, scale, st);
-    else bwd_launch<128>(dq, dk, dv, dbuf, part, dout, q, k, v, lse, seq_starts, S, max_len, T, NH, NKV, scale, st);
+    if (hd == 64) bwd_launch<64>(dq, dk, dv, dbuf, dout, q, k, v, lse, seq_starts, S, max_len, T, NH, NKV, scale, st);
+    else bwd_launch<128>(dq, dk, dv, dbuf, dout, q, k, v, lse, seq_starts, S, max_len, T, NH, NKV, scale, st);
     return;
   }
   dq_plain<<<(unsigned)((rows + 127) / 128), 128, 0, st>>>(dq, dout, q, k, v, lse, dbuf, seq_starts, S, T, NH, NKV, hd, scale);

@@ -5,9 +5,8 @@
 
 namespace rls::cuda {
 
-// Scratch the backward needs: [NH*T] floats for rowsum(dO*O), and 2*T*NH*hd floats for per-query-head dK/dV
-// partials when NH > NKV (summed over each group afterwards: deterministic, no atomics).
-size_t attention_backward_scratch(int T, int NH, int NKV, int hd);
+// Scratch the backward needs: [NH*T] floats for rowsum(dO*O).
+size_t attention_backward_scratch(int T, int NH);
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* seq_starts,
                        int S, int max_len, int T, int NH, int NKV, int hd, cudaStream_t st);

@@ -916,7 +916,7 @@ class CudaKernels final : public Kernels {
     int max_len = 0;
     for (int s = 0; s < S; s++) max_len = std::max(max_len, seq_starts[s + 1] - seq_starts[s]);
     const int* d = seqs_.put(seq_starts, (size_t)S + 1);
-    float* scratch = (float*)att_.get(cuda::attention_backward_scratch(T, NH, NKV, hd) * sizeof(float));
+    float* scratch = (float*)att_.get(cuda::attention_backward_scratch(T, NH) * sizeof(float));
     cuda::attention_backward(dq, dk, dv, scratch, dout, q, k, v, out, lse, d, S, max_len, T, NH, NKV, hd, 0);
     settle();
   }

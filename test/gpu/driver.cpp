@@ -170,8 +170,9 @@ void check_kernels() {
     cpu->matmul_forward(o.data(), x.data(), w2.data(), nullptr, N, C, OC, false);
     report("matmul_forward after the weight changed (cache)", compare(od.host(), o), TOL_BF16);
   }
-  // packed sequences: lengths 1, 64, 70, 128, 129 and a long one
-  const std::vector<int> lens = {1, 64, 70, 128, 129, 400};
+  // packed sequences: lengths 1, 64, 70, 128, 129 and a long one; an odd total, so that NH*T floats of per-row
+  // scratch can end off a 16-byte boundary
+  const std::vector<int> lens = {1, 64, 70, 128, 129, 401};
   std::vector<int32_t> starts = {0}, pos;
   for (int L : lens) {
     starts.push_back(starts.back() + L);
@@ -194,11 +195,11 @@ void check_kernels() {
     cpu->rope_backward(x.data(), cb.data(), sb.data(), T, nh, hd);
     report("rope_backward", compare(xd.host(), x), TOL_FP32);
   }
-  // attention: tensor-core path (hd 64, 128) with GQA, MHA and MQA; fp32 path (hd 8, 40)
+  // attention: tensor-core path (hd 64, 128) with GQA, MHA and MQA (an odd head count among them); fp32 path (hd 8, 40)
   struct AttCase {
     int NH, NKV, hd;
   };
-  for (AttCase c : {AttCase{8, 2, 64}, AttCase{4, 4, 64}, AttCase{6, 1, 128}, AttCase{4, 2, 8}, AttCase{6, 3, 40}}) {
+  for (AttCase c : {AttCase{8, 2, 64}, AttCase{4, 4, 64}, AttCase{3, 1, 64}, AttCase{6, 1, 128}, AttCase{4, 2, 8}, AttCase{6, 3, 40}}) {
     const int QD = c.NH * c.hd, KD = c.NKV * c.hd;
     auto q = randn(r, (size_t)T * QD), k = randn(r, (size_t)T * KD), v = randn(r, (size_t)T * KD),
          dout = randn(r, (size_t)T * QD);
@@ -246,12 +247,14 @@ void check_kernels() {
     K->logsoftmax_forward(zd.p, lpd.p, ed.p, tg.data(), N, V);
     cpu->logsoftmax_forward(z.data(), lp.data(), e.data(), tg.data(), N, V);
     const std::string tag = " V=" + std::to_string(V);
-    report("logsoftmax_forward log-probs (all)" + tag, compare(zd.host(), z), TOL_FP32);
-    report("logsoftmax_forward logp[target]" + tag, compare(lpd.host(), lp), TOL_FP32);
-    report("logsoftmax_forward entropy" + tag, compare(ed.host(), e), TOL_FP32 * 5);
+    // Both sides sum V fp32 terms in different orders; their rounding differences grow like sqrt(V).
+    const double red = std::max(1.0, std::sqrt(V / 1000.0));
+    report("logsoftmax_forward log-probs (all)" + tag, compare(zd.host(), z), TOL_FP32 * red);
+    report("logsoftmax_forward logp[target]" + tag, compare(lpd.host(), lp), TOL_FP32 * red);
+    report("logsoftmax_forward entropy" + tag, compare(ed.host(), e), TOL_FP32 * 5 * red);
     K->logsoftmax_backward(zd.p, dlpd.p, dentd.p, ed.p, tg.data(), N, V);
     cpu->logsoftmax_backward(z.data(), dlp.data(), dent.data(), e.data(), tg.data(), N, V);
-    report("logsoftmax_backward dlogits" + tag, compare(zd.host(), z), TOL_FP32 * 5);
+    report("logsoftmax_backward dlogits" + tag, compare(zd.host(), z), TOL_FP32 * 5 * red);
   }
   {  // AdamW
     const size_t n = 300001;
