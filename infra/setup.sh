@@ -107,7 +107,8 @@ if $embedded_only; then exit 0; fi
 # the checksum of their diffs (not of the prose above them), so a changed or added patch rebuilds it.
 kjs="$D/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
 kjs_cache="${RLSTREAM_CACHE_DIR:-$HOME/.cache/rlstream}/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
-kjs_patches=("$PWD"/infra/kafka-native/*.patch)
+kjs_patches=()
+for p in "$PWD"/infra/kafka-native/*.patch; do [ -f "$p" ] && kjs_patches+=("$p"); done  # none: a stock build
 kjs_stamp="patches $(for p in "${kjs_patches[@]}"; do sed -n '/^--- /,$p' "$p"; done | sha256sum | cut -c1-16)"
 kjs_built() { [ -f "$1/.complete" ] && [ "$(cat "$1/.complete")" = "$kjs_stamp" ]; }
 if ! kjs_built "$kjs" && kjs_built "$kjs_cache"; then

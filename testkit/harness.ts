@@ -76,17 +76,20 @@ export class RoleProcess {
     // A log file that cannot be written must not fail the test it only records.
     file?.on('error', (err) => process.stderr.write(`# role log ${role}: ${err.message}\n`));
     file?.write(`--- ${role} pid ${this.child.pid} started ${new Date(this.startedAt).toISOString()}\n`);
-    let partial = '';
-    const keep = (d: Buffer) => {
-      this.tail = (this.tail + d.toString()).slice(-64_000);
-      file?.write(d);
-      if (!options.onLine) return;
-      const lines = (partial + d.toString()).split('\n');
-      partial = lines.pop()!;
-      for (const l of lines) options.onLine(l);
+    // Each stream keeps its own unfinished last line: a chunk of stderr may arrive in the middle of a stdout line.
+    const keeper = () => {
+      let partial = '';
+      return (d: Buffer) => {
+        this.tail = (this.tail + d.toString()).slice(-64_000);
+        file?.write(d);
+        if (!options.onLine) return;
+        const lines = (partial + d.toString()).split('\n');
+        partial = lines.pop()!;
+        for (const l of lines) options.onLine(l);
+      };
     };
-    this.child.stdout!.on('data', keep);
-    this.child.stderr!.on('data', keep);
+    this.child.stdout!.on('data', keeper());
+    this.child.stderr!.on('data', keeper());
     this.exited = new Promise((res) => this.child.once('exit', (code, signal) => res({ code, signal })));
     // 'close' comes after the last output ('exit' may come before it): the file ends there.
     this.child.once('close', (code, signal) => file?.end(`--- ${role} pid ${this.child.pid} exited code ${code} signal ${signal} ${new Date().toISOString()}\n`));
