@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
 import { newId } from '../core/ids.ts';
 import { Model, parseModelConfig } from '../native/model.ts';
 import { openKafkaLog } from '../core/log/kafka/index.ts';
@@ -76,20 +77,15 @@ export class RoleProcess {
     // A log file that cannot be written must not fail the test it only records.
     file?.on('error', (err) => process.stderr.write(`# role log ${role}: ${err.message}\n`));
     file?.write(`--- ${role} pid ${this.child.pid} started ${new Date(this.startedAt).toISOString()}\n`);
-    // Each stream keeps its own unfinished last line: a chunk of stderr may arrive in the middle of a stdout line.
-    const keeper = () => {
-      let partial = '';
-      return (d: Buffer) => {
-        this.tail = (this.tail + d.toString()).slice(-64_000);
-        file?.write(d);
-        if (!options.onLine) return;
-        const lines = (partial + d.toString()).split('\n');
-        partial = lines.pop()!;
-        for (const l of lines) options.onLine(l);
-      };
+    const keep = (d: Buffer) => {
+      this.tail = (this.tail + d.toString()).slice(-64_000);
+      file?.write(d);
     };
-    this.child.stdout!.on('data', keeper());
-    this.child.stderr!.on('data', keeper());
+    this.child.stdout!.on('data', keep);
+    this.child.stderr!.on('data', keep);
+    // Whole lines per stream (a stderr chunk may arrive in the middle of a stdout line), characters decoded across
+    // chunks, the last unterminated line given at the end.
+    if (options.onLine) for (const s of [this.child.stdout!, this.child.stderr!]) createInterface({ input: s, crlfDelay: Infinity }).on('line', options.onLine);
     this.exited = new Promise((res) => this.child.once('exit', (code, signal) => res({ code, signal })));
     // 'close' comes after the last output ('exit' may come before it): the file ends there.
     this.child.once('close', (code, signal) => file?.end(`--- ${role} pid ${this.child.pid} exited code ${code} signal ${signal} ${new Date().toISOString()}\n`));
