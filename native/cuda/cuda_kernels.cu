@@ -555,7 +555,6 @@ __global__ void k_qkv_rope_back16(bf16* dqkv16, float* dq, float* dk, const floa
   }
 }
 
-// out16[T, I] = silu(gu[t, :I]) * gu[t, I:]
 // V consecutive floats (V = 4: one 16-byte load) and V bf16 (one 8-byte store); the callers take V = 4 whenever the
 // row length is a multiple of 4, so that these memory-bound kernels move whole vectors and divide once per V columns.
 template <int V>

@@ -170,8 +170,8 @@ void check_kernels() {
     cpu->matmul_forward(o.data(), x.data(), w2.data(), nullptr, N, C, OC, false);
     report("matmul_forward after the weight changed (cache)", compare(od.host(), o), TOL_BF16);
   }
-  // packed sequences: lengths 1, 64, 70, 128, 129 and a long one; an odd total, so that NH*T floats of per-row
-  // scratch can end off a 16-byte boundary
+  // packed sequences: lengths 1, 64, 70, 128, 129 and a long one; an odd total, so that buffers of one float per
+  // (head, token) have odd lengths and whatever follows them in a scratch block starts off a 16-byte boundary
   const std::vector<int> lens = {1, 64, 70, 128, 129, 401};
   std::vector<int32_t> starts = {0}, pos;
   for (int L : lens) {
