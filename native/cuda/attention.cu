@@ -167,13 +167,26 @@ __device__ __forceinline__ void store_acc(float* dst, int ld, const float (*acc)
     if (rb < n) *reinterpret_cast<float2*>(dst + (size_t)rb * ld + c) = make_float2(acc[nt][2] * mul_b, acc[nt][3] * mul_b);
   }
 }
+// the same into bf16 (a pair of columns per 32-bit store)
+template <int D>
+__device__ __forceinline__ void store_acc(bf16* dst, int ld, const float (*acc)[4], int row0, int n, int g, int t,
+                                          float mul_a, float mul_b) {
+  const int ra = row0 + g, rb = ra + 8;
+#pragma unroll
+  for (int nt = 0; nt < D / 8; nt++) {
+    const int c = nt * 8 + t * 2;
+    if (ra < n) *reinterpret_cast<uint32_t*>(dst + (size_t)ra * ld + c) = pack(acc[nt][0] * mul_a, acc[nt][1] * mul_a);
+    if (rb < n) *reinterpret_cast<uint32_t*>(dst + (size_t)rb * ld + c) = pack(acc[nt][2] * mul_b, acc[nt][3] * mul_b);
+  }
+}
 
 // Grid (query tiles, NH, S), last tile first (it has the most keys). One pass over the key tiles up to the diagonal
 // with an online softmax in base 2 (exp2f is one instruction): each row's running max m and sum l, the output
 // rescaled when m grows.
 template <int D>
-__global__ void __launch_bounds__(NT) fwd_tc(float* out, float* lse, const float* q, const float* k, const float* v,
-                                             const int* seq_starts, int T, int NH, int NKV, float scale) {
+__global__ void __launch_bounds__(NT) fwd_tc(float* out, bf16* out16, float* lse, const float* q, const float* k,
+                                             const float* v, const int* seq_starts, int T, int NH, int NKV,
+                                             float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
   bf16* vs = reinterpret_cast<bf16*>(smem + Geo<D>::tile);
@@ -242,24 +255,32 @@ __global__ void __launch_bounds__(NT) fwd_tc(float* out, float* lse, const float
   la = quad_sum(la);
   lb = quad_sum(lb);
   store_acc<D>(out + (size_t)s0 * QD + (size_t)h * D, QD, o, row0, n, g, t, 1.f / la, 1.f / lb);
+  if (out16) store_acc<D>(out16 + (size_t)s0 * QD + (size_t)h * D, QD, o, row0, n, g, t, 1.f / la, 1.f / lb);
   if (t == 0) {
     if (ra < n) lse[(size_t)h * T + s0 + ra] = (ma + log2f(la)) * LN2;
     if (rb < n) lse[(size_t)h * T + s0 + rb] = (mb + log2f(lb)) * LN2;
   }
 }
 
-// D[h, t] = sum_d dO[t, h, d] * O[t, h, d], one warp per (t, h).
+// D[h, t] = sum_d dO[t, h, d] * O[t, h, d], one group of R lanes per (t, h): with V4 (R = hd / 4, 16-byte aligned
+// rows) each lane takes one float4 of each; otherwise a warp (R = 32) strides over the row.
+template <int R, bool V4>
 __global__ void rowdot(float* dbuf, const float* dout, const float* out, int T, int NH, int hd) {
-  const long w = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (w >= (long)T * NH) return;
-  const int t = (int)(w / NH), h = (int)(w % NH);
-  const float* a = dout + (size_t)t * NH * hd + (size_t)h * hd;
-  const float* b = out + (size_t)t * NH * hd + (size_t)h * hd;
+  const long w = ((long)blockIdx.x * blockDim.x + threadIdx.x) / R;
+  const int lane = threadIdx.x % R;
+  const bool live = w < (long)T * NH;
+  const size_t off = live ? (size_t)w * hd : 0;  // (t, h) rows are consecutive: row w = t * NH + h
   float s = 0.f;
-  for (int i = lane; i < hd; i += 32) s += a[i] * b[i];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (lane == 0) dbuf[(size_t)h * T + t] = s;
+  if (live) {
+    if (V4) {
+      const float4 a = reinterpret_cast<const float4*>(dout + off)[lane], b = reinterpret_cast<const float4*>(out + off)[lane];
+      s = a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    } else {
+      for (int i = lane; i < hd; i += R) s += dout[off + i] * out[off + i];
+    }
+  }
+  for (int o = R / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (live && lane == 0) dbuf[(size_t)(w % NH) * T + w / NH] = s;
 }
 
 // dQ per query tile: dS = P (dP - D) with P = exp(S - lse), dQ = scale dS K. The warp's queries and dO stay in
@@ -498,11 +519,11 @@ void raise_smem_limits() {
 }
 
 template <int D>
-void fwd_launch(float* out, float* lse, const float* q, const float* k, const float* v, const int* seq_starts, int S,
-                int max_len, int T, int NH, int NKV, float scale, cudaStream_t st) {
+void fwd_launch(float* out, bf16* out16, float* lse, const float* q, const float* k, const float* v,
+                const int* seq_starts, int S, int max_len, int T, int NH, int NKV, float scale, cudaStream_t st) {
   raise_smem_limits<D>();
   const dim3 grid((max_len + BQ - 1) / BQ, NH, S);
-  fwd_tc<D><<<grid, NT, fwd_smem<D>(), st>>>(out, lse, q, k, v, seq_starts, T, NH, NKV, scale);
+  fwd_tc<D><<<grid, NT, fwd_smem<D>(), st>>>(out, out16, lse, q, k, v, seq_starts, T, NH, NKV, scale);
   LAUNCH_CHECK("attention forward (tensor cores)");
 }
 
@@ -530,17 +551,18 @@ bool tensor_core_path(int hd, std::initializer_list<const void*> ptrs) {
 
 size_t attention_backward_scratch(int T, int NH) { return (size_t)NH * T; }
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* seq_starts,
-                       int S, int max_len, int T, int NH, int NKV, int hd, cudaStream_t st) {
+bool attention_forward(float* out, bf16* out16, float* lse, const float* q, const float* k, const float* v,
+                       const int* seq_starts, int S, int max_len, int T, int NH, int NKV, int hd, cudaStream_t st) {
   const float scale = 1.0f / std::sqrt((float)hd);
   if (tensor_core_path(hd, {out, q, k, v})) {
-    if (hd == 64) fwd_launch<64>(out, lse, q, k, v, seq_starts, S, max_len, T, NH, NKV, scale, st);
-    else fwd_launch<128>(out, lse, q, k, v, seq_starts, S, max_len, T, NH, NKV, scale, st);
-    return;
+    if (hd == 64) fwd_launch<64>(out, out16, lse, q, k, v, seq_starts, S, max_len, T, NH, NKV, scale, st);
+    else fwd_launch<128>(out, out16, lse, q, k, v, seq_starts, S, max_len, T, NH, NKV, scale, st);
+    return out16 != nullptr;
   }
   const long n = (long)T * NH;
   fwd_plain<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(out, lse, q, k, v, seq_starts, S, T, NH, NKV, hd, scale);
   LAUNCH_CHECK("attention forward (fp32)");
+  return false;
 }
 
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
@@ -549,7 +571,13 @@ void attention_backward(float* dq, float* dk, float* dv, float* scratch, const f
   const float scale = 1.0f / std::sqrt((float)hd);
   float* dbuf = scratch;
   const long rows = (long)T * NH;
-  rowdot<<<(unsigned)((rows * 32 + 255) / 256), 256, 0, st>>>(dbuf, dout, out, T, NH, hd);
+  const bool a16 = aligned16(dout) && aligned16(out);
+  if (hd == 64 && a16)
+    rowdot<16, true><<<(unsigned)((rows * 16 + 255) / 256), 256, 0, st>>>(dbuf, dout, out, T, NH, hd);
+  else if (hd == 128 && a16)
+    rowdot<32, true><<<(unsigned)((rows * 32 + 255) / 256), 256, 0, st>>>(dbuf, dout, out, T, NH, hd);
+  else
+    rowdot<32, false><<<(unsigned)((rows * 32 + 255) / 256), 256, 0, st>>>(dbuf, dout, out, T, NH, hd);
   LAUNCH_CHECK("attention backward rowsum(dO*O)");
   if (tensor_core_path(hd, {dq, dk, dv, dout, q, k, v})) {
     if (hd == 64) bwd_launch<64>(dq, dk, dv, dbuf, dout, q, k, v, lse, seq_starts, S, max_len, T, NH, NKV, scale, st);

@@ -30,6 +30,53 @@ unsigned blocks_for(size_t n, int per) { return (unsigned)std::min<size_t>((n + 
 // ---------------------------------------------------------------------------------------------------------------
 // elementwise
 
+// V consecutive floats or bf16 moved as one access (V = 4 floats or 8 bf16: 16 bytes), so that the memory-bound
+// kernels below move whole vectors; their callers take the widest V that divides the row length.
+template <int V> struct Word16;  // V bf16 as one memory word
+template <> struct Word16<1> { using T = unsigned short; };
+template <> struct Word16<2> { using T = uint32_t; };
+template <> struct Word16<4> { using T = uint2; };
+template <> struct Word16<8> { using T = uint4; };
+template <int V>
+__device__ __forceinline__ void load_v(float* x, const float* p) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int e = 0; e < V; e += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + e);
+      x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; e++) x[e] = p[e];
+  }
+}
+template <int V>
+__device__ __forceinline__ void store_v(float* p, const float* x) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int e = 0; e < V; e += 4) *reinterpret_cast<float4*>(p + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; e++) p[e] = x[e];
+  }
+}
+template <int V>
+__device__ __forceinline__ void load_v(float* x, const bf16* p) {
+  const typename Word16<V>::T w = *reinterpret_cast<const typename Word16<V>::T*>(p);
+  const bf16* h = reinterpret_cast<const bf16*>(&w);
+#pragma unroll
+  for (int e = 0; e < V; e++) x[e] = __bfloat162float(h[e]);
+}
+template <int V>
+__device__ __forceinline__ void store_v(bf16* p, const float* x) {
+  typename Word16<V>::T w;
+  bf16* h = reinterpret_cast<bf16*>(&w);
+#pragma unroll
+  for (int e = 0; e < V; e++) h[e] = __float2bfloat16(x[e]);
+  *reinterpret_cast<typename Word16<V>::T*>(p) = w;
+}
+
+
 __global__ void k_add(float* y, const float* x, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] += x[i];
 }
@@ -96,7 +143,8 @@ __global__ void k_rmsnorm_forward(float* out, float* rstd, const float* inp, con
   if (threadIdx.x == 0) rstd[t] = r;
   for (int c = threadIdx.x; c < C; c += blockDim.x) out[t * C + c] = w[c] * (x[c] * r);
 }
-__global__ void k_rmsnorm_backward_dx(float* dinp, const float* dout, const float* inp, const float* w,
+// dinp += the row's rmsnorm backward; dinp16 (where set) = bf16 of the updated dinp
+__global__ void k_rmsnorm_backward_dx(float* dinp, bf16* dinp16, const float* dout, const float* inp, const float* w,
                                       const float* rstd, int C) {
   __shared__ float red[32];
   const size_t t = blockIdx.x;
@@ -106,7 +154,11 @@ __global__ void k_rmsnorm_backward_dx(float* dinp, const float* dout, const floa
   float m = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) m += dy[c] * w[c] * x[c] * r;
   m = block_sum(m, red) / C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) dinp[t * C + c] += r * (dy[c] * w[c] - x[c] * r * m);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float y = dinp[t * C + c] + r * (dy[c] * w[c] - x[c] * r * m);
+    dinp[t * C + c] = y;
+    if (dinp16) dinp16[t * C + c] = __float2bfloat16(y);
+  }
 }
 // Column sums in two deterministic stages: part[chunk][c] over a range of rows, then dst[c] += sum over chunks.
 constexpr int COL_CHUNKS = 64;
@@ -123,11 +175,19 @@ __global__ void k_colsum_partial(float* part, const float* a, const float* b, co
   }
   part[(size_t)ch * C + c] = s;
 }
-__global__ void k_colsum_finish(float* dst, const float* part, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+// dst[c] += the sum of part[0..chunks)[c]: a block of 32 columns x 8 rows of threads, each row of threads summing
+// every 8th chunk, then those 8 sums in order (a fixed order: deterministic)
+constexpr int CF_COLS = 32, CF_ROWS = 8;
+__global__ void k_colsum_finish(float* dst, const float* part, int C, int chunks) {
+  __shared__ float red[CF_ROWS][CF_COLS];
+  const int c = blockIdx.x * CF_COLS + threadIdx.x;
   float s = 0.f;
-  for (int ch = 0; ch < COL_CHUNKS; ch++) s += part[(size_t)ch * C + c];
+  if (c < C)
+    for (int ch = threadIdx.y; ch < chunks; ch += CF_ROWS) s += part[(size_t)ch * C + c];
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int r = 1; r < CF_ROWS; r++) s += red[r][threadIdx.x];
   dst[c] += s;
 }
 
@@ -278,33 +338,65 @@ __global__ void __launch_bounds__(LS_THREADS) k_logsoftmax_backward(float* lp, c
   }
 }
 
-// k_logsoftmax_backward into a bf16 copy (dz16), the log-probabilities left as they are
-__global__ void __launch_bounds__(LS_THREADS) k_logsoftmax_backward16(bf16* dz16, const float* lp, const float* dlogp,
-                                                                      const float* dent, const float* ent,
-                                                                      const int* targets, int V) {
+// The training step's loss head on bf16 logits z16 (as autocast computes them): one read for the log-sum-exp,
+// entropy and target log-prob of a row, and one for its dlogits, written over the logits in bf16 (nothing fp32 of
+// size [N, V] is kept). V8 is V % 8 == 0 (16-byte loads of 8 logits).
+template <bool V8>
+__global__ void __launch_bounds__(LS_THREADS) k_logsoftmax16(const bf16* z16, float* lse, float* logp, float* ent,
+                                                            const int* targets, int V) {
+  __shared__ MSE red[LS_THREADS / 32];
   const size_t n = blockIdx.x;
-  const float* z = lp + n * V;
-  bf16* dz = dz16 + n * V;
-  const float a = dlogp[n], b = dent[n], H = ent[n];
+  const bf16* z = z16 + n * V;
   const int tgt = targets[n];
-  if ((V & 3) == 0) {
-    const float4* z4 = reinterpret_cast<const float4*>(z);
-    __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dz);
-    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
-      float4 v = z4[i];
-      float* e = &v.x;
+  MSE a{-INFINITY, 0.f, 0.f};
+  if constexpr (V8) {
+    for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+      float v[8];
+      load_v<8>(v, z + i);
 #pragma unroll
-      for (int u = 0; u < 4; u++) {
-        const float p = __expf(e[u]);
-        e[u] = -a * p - b * p * (e[u] + H) + (4 * i + u == tgt ? a : 0.f);
+      for (int u = 0; u < 8; u++) a = mse_add(a, v[u]);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) a = mse_add(a, __bfloat162float(z[i]));
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    MSE b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o), __shfl_xor_sync(0xffffffffu, a.e, o)};
+    a = mse_merge(a, b);
+  }
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  MSE r = red[0];
+  for (int i = 1; i < LS_THREADS / 32; i++) r = mse_merge(r, red[i]);
+  const float lsum = logf(r.s), l = r.m + lsum;
+  lse[n] = l;
+  ent[n] = lsum - r.e / r.s;
+  logp[n] = tgt >= 0 ? __bfloat162float(z[tgt]) - l : 0.f;
+}
+// dz_i = dlogp (1[i = target] - p_i) - dent p_i (log p_i + H) with log p_i = z_i - lse, over z16 in place
+template <bool V8>
+__global__ void __launch_bounds__(LS_THREADS) k_dlogits16(bf16* z16, const float* lse, const float* dlogp,
+                                                         const float* dent, const float* ent, const int* targets,
+                                                         int V) {
+  const size_t n = blockIdx.x;
+  bf16* z = z16 + n * V;
+  const float a = dlogp[n], b = dent[n], H = ent[n], l = lse[n];
+  const int tgt = targets[n];
+  if constexpr (V8) {
+    for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+      float v[8];
+      load_v<8>(v, z + i);
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        const float lp = v[u] - l, p = __expf(lp);
+        v[u] = -a * p - b * p * (lp + H) + (i + u == tgt ? a : 0.f);
       }
-      d2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
-      d2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+      store_v<8>(z + i, v);
     }
   } else {
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
-      const float p = __expf(z[i]);
-      dz[i] = __float2bfloat16(-a * p - b * p * (z[i] + H) + (i == tgt ? a : 0.f));
+      const float lp = __bfloat162float(z[i]) - l, p = __expf(lp);
+      z[i] = __float2bfloat16(-a * p - b * p * (lp + H) + (i == tgt ? a : 0.f));
     }
   }
 }
@@ -494,30 +586,34 @@ __global__ void k_swiglu_cat(float* out, bf16* out16, const float* gu, int T, in
 // ---------------------------------------------------------------------------------------------------------------
 // Fused ops of the training step (Kernels::fused_train).
 
+// The two rotary kernels of the training step take a token row per block (blocks_for rows, then grid-stride), its
+// threads the row's rotation pairs and v columns: no 64-bit division per element.
+constexpr int ROPE_THREADS = 128;
+
 // qkv[T, QD + 2 KD] (+ biases) -> q[T, QD], k[T, KD] rotated, v[T, KD]
 __global__ void k_qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
                                  const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
   const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
   const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
-  const size_t n = (size_t)T * per;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const int t = (int)(i / per);
-    int r = (int)(i % per);
-    const float* row = qkv + (size_t)t * W;
-    if (r < nq + nk) {
-      const bool isq = r < nq;
-      if (!isq) r -= nq;
-      const int j = r % half, c = (r / half) * hd + j;
-      const float* src = isq ? row : row + QD;
-      const float* bias = isq ? qb : kb;
-      const float a = src[c] + (bias ? bias[c] : 0.f), b = src[c + half] + (bias ? bias[c + half] : 0.f);
-      const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
-      float* dst = isq ? q + (size_t)t * QD : k + (size_t)t * KD;
-      dst[c] = a * cs - b * sn;
-      dst[c + half] = b * cs + a * sn;
-    } else {
-      const int c = r - nq - nk;
-      v[(size_t)t * KD + c] = row[QD + KD + c] + (vb ? vb[c] : 0.f);
+  for (int t = blockIdx.x; t < T; t += gridDim.x) {
+    for (int i = threadIdx.x; i < per; i += blockDim.x) {
+      int r = i;
+      const float* row = qkv + (size_t)t * W;
+      if (r < nq + nk) {
+        const bool isq = r < nq;
+        if (!isq) r -= nq;
+        const int j = r % half, c = (r / half) * hd + j;
+        const float* src = isq ? row : row + QD;
+        const float* bias = isq ? qb : kb;
+        const float a = src[c] + (bias ? bias[c] : 0.f), b = src[c + half] + (bias ? bias[c + half] : 0.f);
+        const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
+        float* dst = isq ? q + (size_t)t * QD : k + (size_t)t * KD;
+        dst[c] = a * cs - b * sn;
+        dst[c + half] = b * cs + a * sn;
+      } else {
+        const int c = r - nq - nk;
+        v[(size_t)t * KD + c] = row[QD + KD + c] + (vb ? vb[c] : 0.f);
+      }
     }
   }
 }
@@ -528,60 +624,36 @@ __global__ void k_qkv_rope_back16(bf16* dqkv16, float* dq, float* dk, const floa
                                   const float* sinb, int T, int NH, int NKV, int hd) {
   const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
   const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
-  const size_t n = (size_t)T * per;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const int t = (int)(i / per);
-    int r = (int)(i % per);
-    bf16* row = dqkv16 + (size_t)t * W;
-    if (r < nq + nk) {
-      const bool isq = r < nq;
-      if (!isq) r -= nq;
-      const int j = r % half, c = (r / half) * hd + j;
-      float* src = isq ? dq + (size_t)t * QD : dk + (size_t)t * KD;
-      const float a = src[c], b = src[c + half];
-      const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
-      const float x = a * cs + b * sn, y = b * cs - a * sn;
-      if (WRITE) {
-        src[c] = x;
-        src[c + half] = y;
+  for (int t = blockIdx.x; t < T; t += gridDim.x) {
+    for (int i = threadIdx.x; i < per; i += blockDim.x) {
+      int r = i;
+      bf16* row = dqkv16 + (size_t)t * W;
+      if (r < nq + nk) {
+        const bool isq = r < nq;
+        if (!isq) r -= nq;
+        const int j = r % half, c = (r / half) * hd + j;
+        float* src = isq ? dq + (size_t)t * QD : dk + (size_t)t * KD;
+        const float a = src[c], b = src[c + half];
+        const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
+        const float x = a * cs + b * sn, y = b * cs - a * sn;
+        if (WRITE) {
+          src[c] = x;
+          src[c + half] = y;
+        }
+        bf16* dst = isq ? row : row + QD;
+        dst[c] = __float2bfloat16(x);
+        dst[c + half] = __float2bfloat16(y);
+      } else {
+        const int c = r - nq - nk;
+        row[QD + KD + c] = __float2bfloat16(dv[(size_t)t * KD + c]);
       }
-      bf16* dst = isq ? row : row + QD;
-      dst[c] = __float2bfloat16(x);
-      dst[c + half] = __float2bfloat16(y);
-    } else {
-      const int c = r - nq - nk;
-      row[QD + KD + c] = __float2bfloat16(dv[(size_t)t * KD + c]);
     }
   }
 }
 
-// V consecutive floats (V = 4: one 16-byte load) and V bf16 (one 8-byte store); the callers take V = 4 whenever the
-// row length is a multiple of 4, so that these memory-bound kernels move whole vectors and divide once per V columns.
+// out16[T, I] = silu(gate) * up from gu16[T, 2I] = [gate | up], V columns per thread.
 template <int V>
-__device__ __forceinline__ void load_v(float* x, const float* p) {
-  if constexpr (V == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  } else {
-    x[0] = p[0];
-  }
-}
-template <int V>
-__device__ __forceinline__ void store_v16(bf16* p, const float* x) {
-  if constexpr (V == 4) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(x[0], x[1]), b = __floats2bfloat162_rn(x[2], x[3]);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t*>(&a);
-    u.y = *reinterpret_cast<uint32_t*>(&b);
-    *reinterpret_cast<uint2*>(p) = u;
-  } else {
-    p[0] = __float2bfloat16(x[0]);
-  }
-}
-
-// out16[T, I] = silu(gate) * up from gu[T, 2I] = [gate | up], V columns per thread.
-template <int V>
-__global__ void k_swiglu16(bf16* out16, const float* gu, int T, int I) {
+__global__ void k_swiglu16(bf16* out16, const bf16* gu, int T, int I) {
   const size_t IV = I / V, n = (size_t)T * IV;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const size_t t = i / IV, j = (i - t * IV) * V;
@@ -590,12 +662,12 @@ __global__ void k_swiglu16(bf16* out16, const float* gu, int T, int I) {
     load_v<V>(u, gu + t * 2 * I + I + j);
 #pragma unroll
     for (int e = 0; e < V; e++) y[e] = g[e] / (1.f + expf(-g[e])) * u[e];
-    store_v16<V>(out16 + t * I + j, y);
+    store_v<V>(out16 + t * I + j, y);
   }
 }
-// dgu16[T, 2I] = [dgate | dup] as k_swiglu_backward, V columns per thread
+// dgu16[T, 2I] = [dgate | dup] as k_swiglu_backward given dout16[T, I], V columns per thread
 template <int V>
-__global__ void k_swiglu_back16(bf16* dgu16, const float* dout, const float* gu, int T, int I) {
+__global__ void k_swiglu_back16(bf16* dgu16, const bf16* dout, const bf16* gu, int T, int I) {
   const size_t IV = I / V, n = (size_t)T * IV;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const size_t t = i / IV, j = (i - t * IV) * V;
@@ -609,25 +681,119 @@ __global__ void k_swiglu_back16(bf16* dgu16, const float* dout, const float* gu,
       du[e] = d[e] * g[e] * sg;
       dg[e] = d[e] * u[e] * sg * (1.f + g[e] * (1.f - sg));
     }
-    store_v16<V>(dgu16 + t * 2 * I + j, dg);
-    store_v16<V>(dgu16 + t * 2 * I + I + j, du);
+    store_v<V>(dgu16 + t * 2 * I + j, dg);
+    store_v<V>(dgu16 + t * 2 * I + I + j, du);
   }
 }
-// k_rmsnorm_backward_dx, and a bf16 copy of the updated dinp
-__global__ void k_rmsnorm_backward16(float* dinp, bf16* dinp16, const float* dout, const float* inp, const float* w,
-                                     const float* rstd, int C) {
-  __shared__ float red[32];
-  const size_t t = blockIdx.x;
-  const float* x = inp + t * C;
-  const float* dy = dout + t * C;
-  const float r = rstd[t];
-  float m = 0.f;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) m += dy[c] * w[c] * x[c] * r;
-  m = block_sum(m, red) / C;
+
+// Row kernels for rows of C floats with C % 4 == 0 and C <= 128 K (every model shape here): one warp per row, lane l
+// holding columns 4 (32 k + l) .. 4 (32 k + l) + 3 in registers, no block-wide synchronisation per row. Other rows
+// take the one-block-per-row kernels (k_add_rmsnorm, k_rmsnorm_backward_dx).
+constexpr int ROW_WARPS = 8, ROW_K_MAX = 8;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// k_add_rmsnorm, a warp per row
+template <int K>
+__global__ void __launch_bounds__(ROW_WARPS * 32) k_add_rmsnorm_rows(float* x, float* out, bf16* out16, float* rstd,
+                                                                    const float* a, const float* b, const float* w,
+                                                                    int T, int C, float eps) {
+  const int lane = threadIdx.x & 31, t = blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+  if (t >= T) return;
+  const size_t o = (size_t)t * C;
+  const bool write = b != nullptr || x != a;
+  float v[K][4];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int c = (k * 32 + lane) * 4;
+    if (c >= C) continue;
+    load_v<4>(v[k], a + o + c);
+    if (b) {
+      float e[4];
+      load_v<4>(e, b + o + c);
+#pragma unroll
+      for (int i = 0; i < 4; i++) v[k][i] += e[i];
+    }
+    if (write) store_v<4>(x + o + c, v[k]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) ss += v[k][i] * v[k][i];
+  }
+  const float r = rsqrtf(warp_sum(ss) / C + eps);
+  if (lane == 0) rstd[t] = r;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int c = (k * 32 + lane) * 4;
+    if (c >= C) continue;
+    float wv[4], y[4];
+    load_v<4>(wv, w + c);
+#pragma unroll
+    for (int i = 0; i < 4; i++) y[i] = wv[i] * (v[k][i] * r);
+    if (out) store_v<4>(out + o + c, y);
+    store_v<4>(out16 + o + c, y);
+  }
+}
+
+// k_rmsnorm_backward_dx over warps of rows, and the weight gradient's partial column sums in the same pass:
+// part[blockIdx.x][c] = sum over the block's rows of dout * inp * rstd (k_colsum_finish adds the blocks up). Each
+// block takes a fixed range of rows and its warps the rows within it in a fixed order: deterministic sums.
+template <int K>
+__global__ void __launch_bounds__(ROW_WARPS * 32) k_rmsnorm_back_rows(float* dinp, bf16* dinp16, float* part,
+                                                                     const float* dout, const float* inp,
+                                                                     const float* w, const float* rstd, int T, int C) {
+  __shared__ float red[ROW_WARPS][K * 128];
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+  const int t0 = (int)((long)T * blockIdx.x / gridDim.x), t1 = (int)((long)T * (blockIdx.x + 1) / gridDim.x);
+  float acc[K][4];
+#pragma unroll
+  for (int k = 0; k < K; k++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[k][i] = 0.f;
+  for (int t = t0 + wi; t < t1; t += ROW_WARPS) {
+    const size_t o = (size_t)t * C;
+    const float r = rstd[t];
+    float x[K][4], dy[K][4];
+    float m = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int c = (k * 32 + lane) * 4;
+      if (c >= C) continue;
+      float wv[4];
+      load_v<4>(x[k], inp + o + c);
+      load_v<4>(dy[k], dout + o + c);
+      load_v<4>(wv, w + c);
+#pragma unroll
+      for (int i = 0; i < 4; i++) m += dy[k][i] * wv[i] * x[k][i] * r;
+    }
+    m = warp_sum(m) / C;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int c = (k * 32 + lane) * 4;
+      if (c >= C) continue;
+      float wv[4], d[4];
+      load_v<4>(wv, w + c);
+      load_v<4>(d, dinp + o + c);
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        d[i] += r * (dy[k][i] * wv[i] - x[k][i] * r * m);
+        acc[k][i] += dy[k][i] * x[k][i] * r;
+      }
+      store_v<4>(dinp + o + c, d);
+      if (dinp16) store_v<4>(dinp16 + o + c, d);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; k++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) red[wi][(k * 32 + lane) * 4 + i] = acc[k][i];
+  __syncthreads();
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float y = dinp[t * C + c] + r * (dy[c] * w[c] - x[c] * r * m);
-    dinp[t * C + c] = y;
-    dinp16[t * C + c] = __float2bfloat16(y);
+    float sum = 0.f;
+    for (int j = 0; j < ROW_WARPS; j++) sum += red[j][c];
+    part[(size_t)blockIdx.x * C + c] = sum;
   }
 }
 
@@ -883,9 +1049,7 @@ class CudaKernels final : public Kernels {
   }
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                         int T, int C) override {
-    k_rmsnorm_backward_dx<<<T, row_threads(C), 0, stream_>>>(dinp, dout, inp, w, rstd, C);
-    LAUNCH_CHECK("rmsnorm_backward dx");
-    colsum(dw, dout, inp, rstd, T, C);
+    rmsnorm_back(dinp, nullptr, dw, dout, inp, w, rstd, T, C);
     settle();
   }
 
@@ -943,11 +1107,7 @@ class CudaKernels final : public Kernels {
 
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const int32_t* seq_starts, int S, int T, int NH, int NKV, int hd) override {
-    int max_len = 0;
-    for (int s = 0; s < S; s++) max_len = std::max(max_len, seq_starts[s + 1] - seq_starts[s]);
-    const int* d = seqs_.put(seq_starts, (size_t)S + 1);
-    cuda::attention_forward(out, lse, q, k, v, d, S, max_len, T, NH, NKV, hd, 0);
-    settle();
+    attention_forward16(out, nullptr, lse, q, k, v, seq_starts, S, T, NH, NKV, hd);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, const int32_t* seq_starts, int S, int T,
@@ -1074,8 +1234,7 @@ class CudaKernels final : public Kernels {
     bf16* o16 = (bf16*)shadow_.get(std::max<size_t>((size_t)T * C, 1) * sizeof(bf16));
     shadow_src_ = out;
     shadow_n_ = (size_t)T * C;
-    k_add_rmsnorm<<<T, row_threads(C), 0, stream_>>>(x, out, o16, rstd, a, b, w, C, eps);
-    LAUNCH_CHECK("add_rmsnorm");
+    add_rmsnorm_any(x, out, o16, rstd, a, b, w, T, C, eps);
     settle();
   }
   void matmul_cat(float* out, const float* inp, const float* w0, int oc0, const float* w1, int oc1, const float* w2,
@@ -1114,8 +1273,7 @@ class CudaKernels final : public Kernels {
   bool fused_train() const override { return fused_; }
   void add_rmsnorm16(float* x, uint16_t* out16, float* rstd, const float* a, const float* b, const float* w, int T,
                      int C, float eps) override {
-    k_add_rmsnorm<<<T, row_threads(C), 0, stream_>>>(x, nullptr, (bf16*)out16, rstd, a, b, w, C, eps);
-    LAUNCH_CHECK("add_rmsnorm16");
+    add_rmsnorm_any(x, nullptr, (bf16*)out16, rstd, a, b, w, T, C, eps);
     settle();
   }
   const bf16* stacked(const float* w0, int oc0, const float* w1, int oc1, const float* w2, int oc2, int C) {
@@ -1130,16 +1288,27 @@ class CudaKernels final : public Kernels {
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, W, C, (const bf16*)inp16, C, accumulate ? 1.f : 0.f, out, OC);
     settle();
   }
-  void matmul16_backward(float* dinp, float* dw0, float* dw1, float* dw2, const uint16_t* dout16,
+  void matmul16_to16(uint16_t* out16, const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1,
+                     const float* w2, int oc2, int N, int C) override {
+    const int OC = oc0 + oc1 + oc2;
+    const bf16* W = stacked(w0, oc0, w1, oc1, w2, oc2, C);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, W, C, (const bf16*)inp16, C, 0.f, out16, OC, CUDA_R_16BF);
+    settle();
+  }
+  void matmul16_backward(float* dinp, uint16_t* dinp16, float* dw0, float* dw1, float* dw2, const uint16_t* dout16,
                          const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1, const float* w2,
                          int oc2, int N, int C) override {
     const int OC = oc0 + oc1 + oc2;
     const bf16* dO = (const bf16*)dout16;
     const bf16* A = (const bf16*)inp16;
-    if (dinp) {
+    if (dinp || dinp16) {
       const bf16* W = stacked(w0, oc0, w1, oc1, w2, oc2, C);
-      evict(dinp, (size_t)N * C);
-      gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, W, C, dO, OC, 0.f, dinp, C);
+      if (dinp) {
+        evict(dinp, (size_t)N * C);
+        gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, W, C, dO, OC, 0.f, dinp, C);
+      } else {
+        gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, W, C, dO, OC, 0.f, dinp16, C, CUDA_R_16BF);
+      }
     }
     // dw_i[oc_i, C] += dout[:, cols of i]^T inp: one product where the gradients lie one after the other
     const bool contiguous = (!oc1 || dw1 == dw0 + (size_t)oc0 * C) && (!oc2 || dw2 == dw1 + (size_t)oc1 * C);
@@ -1155,60 +1324,79 @@ class CudaKernels final : public Kernels {
   }
   void qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
                       const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) override {
-    const size_t n = (size_t)T * ((NH + NKV) * (hd / 2) + NKV * hd);
-    k_qkv_rope_split<<<blocks_for(n, 256), 256, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
+    k_qkv_rope_split<<<blocks_for(T, 1), ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
     LAUNCH_CHECK("qkv_rope_split");
     settle();
   }
   void qkv_rope_back16(uint16_t* dqkv16, float* dq, float* dk, const float* dv, float* dqb, float* dkb, float* dvb,
                        const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) override {
-    const size_t n = (size_t)T * ((NH + NKV) * (hd / 2) + NKV * hd);
+    const unsigned grid = blocks_for(T, 1);
     if (dqb || dkb)
-      k_qkv_rope_back16<true><<<blocks_for(n, 256), 256, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
+      k_qkv_rope_back16<true><<<grid, ROPE_THREADS, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
     else
-      k_qkv_rope_back16<false><<<blocks_for(n, 256), 256, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
+      k_qkv_rope_back16<false><<<grid, ROPE_THREADS, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
     LAUNCH_CHECK("qkv_rope_back16");
     if (dqb) colsum(dqb, dq, nullptr, nullptr, T, NH * hd);
     if (dkb) colsum(dkb, dk, nullptr, nullptr, T, NKV * hd);
     if (dvb) colsum(dvb, dv, nullptr, nullptr, T, NKV * hd);
     settle();
   }
-  void swiglu16(uint16_t* out16, const float* gu, int T, int I) override {
-    if (I % 4 == 0) k_swiglu16<4><<<blocks_for((size_t)T * I / 4, 256), 256, 0, stream_>>>((bf16*)out16, gu, T, I);
+  void swiglu16(uint16_t* out16, const uint16_t* gu16, int T, int I) override {
+    const bf16* gu = (const bf16*)gu16;
+    if (I % 8 == 0) k_swiglu16<8><<<blocks_for((size_t)T * I / 8, 256), 256, 0, stream_>>>((bf16*)out16, gu, T, I);
     else k_swiglu16<1><<<blocks_for((size_t)T * I, 256), 256, 0, stream_>>>((bf16*)out16, gu, T, I);
     LAUNCH_CHECK("swiglu16");
     settle();
   }
-  void swiglu_back16(uint16_t* dgu16, const float* dout, const float* gu, int T, int I) override {
-    if (I % 4 == 0)
-      k_swiglu_back16<4><<<blocks_for((size_t)T * I / 4, 256), 256, 0, stream_>>>((bf16*)dgu16, dout, gu, T, I);
-    else k_swiglu_back16<1><<<blocks_for((size_t)T * I, 256), 256, 0, stream_>>>((bf16*)dgu16, dout, gu, T, I);
+  void swiglu_back16(uint16_t* dgu16, const uint16_t* dout16, const uint16_t* gu16, int T, int I) override {
+    const bf16 *d = (const bf16*)dout16, *gu = (const bf16*)gu16;
+    if (I % 8 == 0)
+      k_swiglu_back16<8><<<blocks_for((size_t)T * I / 8, 256), 256, 0, stream_>>>((bf16*)dgu16, d, gu, T, I);
+    else k_swiglu_back16<1><<<blocks_for((size_t)T * I, 256), 256, 0, stream_>>>((bf16*)dgu16, d, gu, T, I);
     LAUNCH_CHECK("swiglu_back16");
     settle();
   }
   void rmsnorm_backward16(float* dinp, uint16_t* dinp16, float* dw, const float* dout, const float* inp, const float* w,
                           const float* rstd, int T, int C) override {
-    k_rmsnorm_backward16<<<T, row_threads(C), 0, stream_>>>(dinp, (bf16*)dinp16, dout, inp, w, rstd, C);
-    LAUNCH_CHECK("rmsnorm_backward16");
-    colsum(dw, dout, inp, rstd, T, C);
+    rmsnorm_back(dinp, (bf16*)dinp16, dw, dout, inp, w, rstd, T, C);
     settle();
   }
-  void logits_backward16(float* dinp, float* dw, const float* logprobs, const float* dlogp, const float* dent,
-                         const float* ent, const int32_t* targets, const float* inp, const float* w, int N, int C,
-                         int V) override {
+  void logits16_forward(uint16_t* z16, float* lse, float* logp, float* ent, const float* inp, const float* w,
+                        const int32_t* targets, int N, int C, int V) override {
     const int* d = targets_.put(targets, (size_t)N);
-    bf16* dz = (bf16*)act_b_.get(std::max<size_t>((size_t)N * V, 1) * sizeof(bf16));
-    k_logsoftmax_backward16<<<N, LS_THREADS, 0, stream_>>>(dz, logprobs, dlogp, dent, ent, d, V);
-    LAUNCH_CHECK("logsoftmax_backward16");
+    const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
+    const bf16* W = weight_bf16(w, (size_t)V * C);
+    // row-major z16[N, V] = inp[N, C] w[V, C]^T
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, W, C, A, C, 0.f, z16, V, CUDA_R_16BF);
+    if (V % 8 == 0) k_logsoftmax16<true><<<N, LS_THREADS, 0, stream_>>>((const bf16*)z16, lse, logp, ent, d, V);
+    else k_logsoftmax16<false><<<N, LS_THREADS, 0, stream_>>>((const bf16*)z16, lse, logp, ent, d, V);
+    LAUNCH_CHECK("logsoftmax16");
+    settle();
+  }
+  void logits16_backward(float* dinp, float* dw, uint16_t* z16, const float* lse, const float* dlogp,
+                         const float* dent, const float* ent, const int32_t* targets, const float* inp, const float* w,
+                         int N, int C, int V) override {
+    const int* d = targets_.put(targets, (size_t)N);
+    bf16* dz = (bf16*)z16;
+    if (V % 8 == 0) k_dlogits16<true><<<N, LS_THREADS, 0, stream_>>>(dz, lse, dlogp, dent, ent, d, V);
+    else k_dlogits16<false><<<N, LS_THREADS, 0, stream_>>>(dz, lse, dlogp, dent, ent, d, V);
+    LAUNCH_CHECK("dlogits16");
     const bf16* W = weight_bf16(w, (size_t)V * C);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, W, C, dz, V, 1.f, dinp, C);
     const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, A, C, dz, V, 1.f, dw, C);
     settle();
   }
-  void bf16_copy(uint16_t* dst, const float* src, size_t n) override {
-    k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256, 0, stream_>>>((bf16*)dst, src, n);
-    LAUNCH_CHECK("fp32 -> bf16");
+  void attention_forward16(float* out, uint16_t* out16, float* lse, const float* q, const float* k, const float* v,
+                           const int32_t* seq_starts, int S, int T, int NH, int NKV, int hd) override {
+    int max_len = 0;
+    for (int s = 0; s < S; s++) max_len = std::max(max_len, seq_starts[s + 1] - seq_starts[s]);
+    const int* d = seqs_.put(seq_starts, (size_t)S + 1);
+    if (!cuda::attention_forward(out, (bf16*)out16, lse, q, k, v, d, S, max_len, T, NH, NKV, hd, 0) && out16) {
+      const size_t n = (size_t)T * NH * hd;
+      k_to_bf16<<<blocks_for(n / 2 + 1, 256), 256, 0, stream_>>>((bf16*)out16, out, n);
+      LAUNCH_CHECK("attention output -> bf16");
+    }
     settle();
   }
 
@@ -1299,17 +1487,69 @@ class CudaKernels final : public Kernels {
   const bool sync_ = std::getenv("RLSTREAM_CUDA_SYNC") != nullptr && std::getenv("RLSTREAM_CUDA_SYNC")[0] == '1';
 
   static int row_threads(int C) { return C >= 1024 ? 512 : C >= 256 ? 256 : 128; }
+  // K of the warp-per-row kernels for rows of C floats (columns per lane / 4, rounded up to an instantiated one),
+  // 0 where they do not apply
+  static int row_k(int C) {
+    if (C % 4 != 0 || C > 128 * ROW_K_MAX) return 0;
+    const int k = (C + 127) / 128;
+    return k <= 2 ? k : k <= 4 ? 4 : k <= 6 ? 6 : 8;
+  }
+  // blocks of the rmsnorm backward over rows: its weight gradient's partial sums are ROW_BLOCKS x C floats
+  static constexpr int ROW_BLOCKS = 512;
 
+  void add_rmsnorm_any(float* x, float* out, bf16* out16, float* rstd, const float* a, const float* b, const float* w,
+                       int T, int C, float eps) {
+    const unsigned grid = (unsigned)((T + ROW_WARPS - 1) / ROW_WARPS);
+#define RLS_ROWS(K) \
+  k_add_rmsnorm_rows<K><<<grid, ROW_WARPS * 32, 0, stream_>>>(x, out, out16, rstd, a, b, w, T, C, eps)
+    switch (row_k(C)) {
+      case 1: RLS_ROWS(1); break;
+      case 2: RLS_ROWS(2); break;
+      case 4: RLS_ROWS(4); break;
+      case 6: RLS_ROWS(6); break;
+      case 8: RLS_ROWS(8); break;
+      default: k_add_rmsnorm<<<T, row_threads(C), 0, stream_>>>(x, out, out16, rstd, a, b, w, C, eps);
+    }
+#undef RLS_ROWS
+    LAUNCH_CHECK("add_rmsnorm");
+  }
+  // dinp += rmsnorm backward (dinp16, where set: its bf16), dw += column sums of dout * inp * rstd
+  void rmsnorm_back(float* dinp, bf16* dinp16, float* dw, const float* dout, const float* inp, const float* w,
+                    const float* rstd, int T, int C) {
+    const int k = row_k(C);
+    if (k == 0) {
+      k_rmsnorm_backward_dx<<<T, row_threads(C), 0, stream_>>>(dinp, dinp16, dout, inp, w, rstd, C);
+      LAUNCH_CHECK("rmsnorm_backward dx");
+      colsum(dw, dout, inp, rstd, T, C);
+      return;
+    }
+    float* part = (float*)colp_.get(std::max<size_t>((size_t)ROW_BLOCKS, COL_CHUNKS) * C * sizeof(float));
+#define RLS_ROWS(K) \
+  k_rmsnorm_back_rows<K><<<ROW_BLOCKS, ROW_WARPS * 32, 0, stream_>>>(dinp, dinp16, part, dout, inp, w, rstd, T, C)
+    switch (k) {
+      case 1: RLS_ROWS(1); break;
+      case 2: RLS_ROWS(2); break;
+      case 4: RLS_ROWS(4); break;
+      case 6: RLS_ROWS(6); break;
+      default: RLS_ROWS(8); break;
+    }
+#undef RLS_ROWS
+    LAUNCH_CHECK("rmsnorm backward rows");
+    colsum_finish(dw, part, C, ROW_BLOCKS);
+  }
+
+  // C (column-major, fp32 or bf16 by ctype) = A * B + beta C, bf16 operands, fp32 accumulation
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* A, int lda, const bf16* B,
-            int ldb, float beta, float* C, int ldc) {
+            int ldb, float beta, void* C, int ldc, cudaDataType_t ctype = CUDA_R_32F) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
-      if (beta == 0.f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), n, stream_));
+      const size_t es = ctype == CUDA_R_32F ? sizeof(float) : sizeof(bf16);
+      if (beta == 0.f) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * es, 0, (size_t)m * es, n, stream_));
       return;
     }
     const float alpha = 1.f;
     CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
-                              CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              ctype, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   const bf16* to_bf16(Scratch& s, const float* x, size_t n) {
@@ -1516,13 +1756,16 @@ class CudaKernels final : public Kernels {
     return cap_ ? (const int*)stage_in(host, n * sizeof(int32_t)) : s.put(host, n);
   }
 
+  void colsum_finish(float* dst, const float* part, int C, int chunks) {
+    k_colsum_finish<<<(C + CF_COLS - 1) / CF_COLS, dim3(CF_COLS, CF_ROWS), 0, stream_>>>(dst, part, C, chunks);
+    LAUNCH_CHECK("column sums (finish)");
+  }
   void colsum(float* dst, const float* a, const float* b, const float* rowscale, int T, int C) {
-    float* part = (float*)colp_.get((size_t)COL_CHUNKS * C * sizeof(float));
+    float* part = (float*)colp_.get(std::max<size_t>((size_t)ROW_BLOCKS, COL_CHUNKS) * C * sizeof(float));
     const dim3 grid((C + 255) / 256, COL_CHUNKS);
     k_colsum_partial<<<grid, 256, 0, stream_>>>(part, a, b, rowscale, T, C);
     LAUNCH_CHECK("column sums (partial)");
-    k_colsum_finish<<<(C + 255) / 256, 256, 0, stream_>>>(dst, part, C);
-    LAUNCH_CHECK("column sums (finish)");
+    colsum_finish(dst, part, C, COL_CHUNKS);
   }
 };
 

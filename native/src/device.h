@@ -133,11 +133,16 @@ struct Kernels {
   // out[N, OC] (= or +=) inp16[N, C] * [w0; w1; w2]^T
   virtual void matmul16(float* out, const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1,
                         const float* w2, int oc2, int N, int C, bool accumulate) { unsupported("matmul16"); }
-  // Backward of matmul16 given dout16[N, OC]: dinp[N, C] = dout16 * [w0; w1; w2] (skipped when dinp is null);
-  // dw_i[oc_i, C] += (columns of w_i in dout16)^T * inp16.
-  virtual void matmul16_backward(float* dinp, float* dw0, float* dw1, float* dw2, const uint16_t* dout16,
-                                 const uint16_t* inp16, const float* w0, int oc0, const float* w1, int oc1,
-                                 const float* w2, int oc2, int N, int C) { unsupported("matmul16_backward"); }
+  // out16[N, OC] = bf16(inp16[N, C] * [w0; w1; w2]^T), accumulated in fp32: a product whose only reader wants bf16.
+  virtual void matmul16_to16(uint16_t* out16, const uint16_t* inp16, const float* w0, int oc0, const float* w1,
+                             int oc1, const float* w2, int oc2, int N, int C) { unsupported("matmul16_to16"); }
+  // Backward of matmul16 given dout16[N, OC]: dinp[N, C] = dout16 * [w0; w1; w2], or its bf16 into dinp16 where
+  // dinp is null (neither: skipped); dw_i[oc_i, C] += (columns of w_i in dout16)^T * inp16.
+  virtual void matmul16_backward(float* dinp, uint16_t* dinp16, float* dw0, float* dw1, float* dw2,
+                                 const uint16_t* dout16, const uint16_t* inp16, const float* w0, int oc0,
+                                 const float* w1, int oc1, const float* w2, int oc2, int N, int C) {
+    unsupported("matmul16_backward");
+  }
   // From qkv[T, QD + 2 KD] plus biases (each may be null): q[T, QD] and k[T, KD] rotated (rope_forward), v[T, KD].
   virtual void qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
                               const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
@@ -149,10 +154,10 @@ struct Kernels {
                                float* dvb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
     unsupported("qkv_rope_back16");
   }
-  // out16[T, I] = silu(gu[t, 0:I]) * gu[t, I:2I]
-  virtual void swiglu16(uint16_t* out16, const float* gu, int T, int I) { unsupported("swiglu16"); }
-  // dgu16[T, 2I] = [dgate | dup] (swiglu_backward) given dout[T, I]
-  virtual void swiglu_back16(uint16_t* dgu16, const float* dout, const float* gu, int T, int I) {
+  // out16[T, I] = silu(gu16[t, 0:I]) * gu16[t, I:2I] (gate|up in bf16, as matmul16_to16 writes them)
+  virtual void swiglu16(uint16_t* out16, const uint16_t* gu16, int T, int I) { unsupported("swiglu16"); }
+  // dgu16[T, 2I] = [dgate | dup] (swiglu_backward) given dout16[T, I]
+  virtual void swiglu_back16(uint16_t* dgu16, const uint16_t* dout16, const uint16_t* gu16, int T, int I) {
     unsupported("swiglu_back16");
   }
   // rmsnorm_backward, and dinp16 = the updated dinp in bf16.
@@ -160,12 +165,24 @@ struct Kernels {
                                   const float* w, const float* rstd, int T, int C) {
     unsupported("rmsnorm_backward16");
   }
-  // logsoftmax_backward and then matmul_backward(dinp, dw, nullptr, dlogits, inp, w, N, C, V) (the lm_head), with
-  // dlogits only in bf16: logprobs is left as it is.
-  virtual void logits_backward16(float* dinp, float* dw, const float* logprobs, const float* dlogp, const float* dent,
-                                 const float* ent, const int32_t* targets, const float* inp, const float* w, int N,
-                                 int C, int V) { unsupported("logits_backward16"); }
-  virtual void bf16_copy(uint16_t* dst, const float* src, size_t n) { unsupported("bf16_copy"); }  // dst = bf16(src)
+  // The loss head on bf16 logits: z16[N, V] = bf16(inp * w^T) (the lm_head), then per row its log-sum-exp
+  // lse[N], entropy ent[N] and the target's log-prob logp[N] (0 where the target is < 0), as logsoftmax_forward.
+  virtual void logits16_forward(uint16_t* z16, float* lse, float* logp, float* ent, const float* inp, const float* w,
+                                const int32_t* targets, int N, int C, int V) {
+    unsupported("logits16_forward");
+  }
+  // Its backward: dlogits (logsoftmax_backward) over z16 in place, in bf16, then dinp += dlogits * w and
+  // dw += dlogits^T * inp.
+  virtual void logits16_backward(float* dinp, float* dw, uint16_t* z16, const float* lse, const float* dlogp,
+                                 const float* dent, const float* ent, const int32_t* targets, const float* inp,
+                                 const float* w, int N, int C, int V) {
+    unsupported("logits16_backward");
+  }
+  // attention_forward, and out16 = bf16(out)
+  virtual void attention_forward16(float* out, uint16_t* out16, float* lse, const float* q, const float* k,
+                                   const float* v, const int32_t* seq_starts, int S, int T, int NH, int NKV, int hd) {
+    unsupported("attention_forward16");
+  }
 
   // Replay of a repeated step as a recorded graph (CUDA graphs; the CPU has none: graphs() false, the rest unused).
   // Between capture_begin and capture_end the calls are recorded as graph `id`, not run. Their host inputs (integer

@@ -44,8 +44,8 @@ struct Model::Acts {
   Kernels* k = nullptr;
   struct Layer {
     float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
-    // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I];
-    // the products' operands are kept in bf16 (uint16_t bit patterns) instead: ln1h, ln2h [T, H], acth [T, I],
+    // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I] in
+    // bf16 (uint16_t bit patterns), and the products' operands are kept in bf16 too: ln1h, ln2h [T, H], acth [T, I],
     // atth [T, QD] (att stays fp32 for the attention backward).
     float *ln1h = nullptr, *ln2h = nullptr, *acth = nullptr, *atth = nullptr;
   };
@@ -54,9 +54,10 @@ struct Model::Acts {
   float *lnf, *rstdf, *cosb, *sinb;
   float *dres, *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dact;  // backward scratch
   // fused training's bf16 backward scratch (instead of dgate, dup): d resid [T, H], d gate|up [T, 2I], d q|k|v
-  // [T, QD + 2KD]
+  // [T, QD + 2KD]; dact is bf16 there too
   float *dres16 = nullptr, *dgu16 = nullptr, *dqkv16 = nullptr;
   float *logits, *logp, *ent, *dlogp, *dent;                    // loss head: logits [chunk,V], the rest [T]
+  float* zlse = nullptr;  // fused training: the log-sum-exp of each row of a chunk of bf16 logits [chunk]
   std::vector<int32_t> pos;
   ~Acts() {
     if (mem) k->release(mem);
@@ -301,7 +302,7 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
       each(t * KD, {&l.k, &l.v});
       each(NH * t, {&l.lse});
       if (fused_train_) {
-        each(2 * t * I, {&l.gate});
+        each(half(2 * t * I), {&l.gate});
         each(half(t * I), {&l.acth});
         each(half(t * QD), {&l.atth});
       } else {
@@ -314,10 +315,11 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
     each(t * QD, {&a.dq, &a.datt});
     each(t * KD, {&a.dk, &a.dv});
     if (fused_train_) {
-      each(t * I, {&a.dact});
+      each(half(t * I), {&a.dact});
       each(half(t * H), {&a.dres16});
       each(half(2 * t * I), {&a.dgu16});
       each(half(t * (QD + 2 * KD)), {&a.dqkv16});
+      each(ch, {&a.zlse});
     } else {
       each(t * I, {&a.dgate, &a.dup, &a.dact});
     }
@@ -381,7 +383,7 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
     float* vc = kc + (size_t)kv_slots_ * kv_max_len_ * KD;
     // resid[l] = mid + down product of the layer before (tmp); resid[0] is the embedding
     uint16_t *ln1h = (uint16_t*)x.ln1h, *ln2h = (uint16_t*)x.ln2h, *acth = (uint16_t*)x.acth;
-    float* gu = x.gate;
+    uint16_t* gu = (uint16_t*)x.gate;
     if (l == 0)
       PROF(elementwise, k.add_rmsnorm16(a.resid[0], ln1h, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
     else
@@ -392,7 +394,7 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
     PROF(attention, k.attention_cached(x.att, x.q, kc, vc, c.slot, c.pos, T, NH, NKV, hd, kv_max_len_));
     PROF(matmul, k.matmul_cat(tmp, x.att, w.o_w, H, nullptr, 0, nullptr, 0, T, QD, true));
     PROF(elementwise, k.add_rmsnorm16(x.mid, ln2h, x.rstd2, a.resid[l], tmp, w.ln2_w, T, H, eps));
-    PROF(matmul, k.matmul16(gu, ln2h, w.gate_w, I, w.up_w, I, nullptr, 0, T, H, false));
+    PROF(matmul, k.matmul16_to16(gu, ln2h, w.gate_w, I, w.up_w, I, nullptr, 0, T, H));
     PROF(elementwise, k.swiglu16(acth, gu, T, I));
     PROF(matmul, k.matmul16(tmp, acth, w.down_w, H, nullptr, 0, nullptr, 0, T, I, false));
   }
@@ -425,19 +427,18 @@ void Model::forward_train_fused(const Batch& b) {
     const LayerPtrs& w = P_.layers[l];
     auto& x = a.layers[l];
     uint16_t *ln1h = (uint16_t*)x.ln1h, *ln2h = (uint16_t*)x.ln2h, *acth = (uint16_t*)x.acth,
-             *atth = (uint16_t*)x.atth;
+             *atth = (uint16_t*)x.atth, *gu = (uint16_t*)x.gate;
     if (l == 0)
       PROF(elementwise, k.add_rmsnorm16(a.resid[0], ln1h, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
     else
       PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
     PROF(matmul, k.matmul16(qkv, ln1h, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, false));
     PROF(elementwise, k.qkv_rope_split(x.q, x.k, x.v, qkv, w.q_b, w.k_b, w.v_b, a.cosb, a.sinb, T, NH, NKV, hd));
-    PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
-    PROF(elementwise, k.bf16_copy(atth, x.att, (size_t)T * QD));
+    PROF(attention, k.attention_forward16(x.att, atth, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
     PROF(matmul, k.matmul16(tmp, atth, w.o_w, H, nullptr, 0, nullptr, 0, T, QD, false));
     PROF(elementwise, k.add_rmsnorm16(x.mid, ln2h, x.rstd2, a.resid[l], tmp, w.ln2_w, T, H, eps));
-    PROF(matmul, k.matmul16(x.gate, ln2h, w.gate_w, I, w.up_w, I, nullptr, 0, T, H, false));
-    PROF(elementwise, k.swiglu16(acth, x.gate, T, I));
+    PROF(matmul, k.matmul16_to16(gu, ln2h, w.gate_w, I, w.up_w, I, nullptr, 0, T, H));
+    PROF(elementwise, k.swiglu16(acth, gu, T, I));
     PROF(matmul, k.matmul16(tmp, acth, w.down_w, H, nullptr, 0, nullptr, 0, T, I, false));
   }
   PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, a.layers[L - 1].mid, tmp, P_.norm_w, T, H, eps));
@@ -504,9 +505,22 @@ void Model::logits_chunk(int t0, int n) {
 void Model::logprobs_pass(int T, const int32_t* targets, float* logp, float* ent) {
   for (int t0 = 0; t0 < T; t0 += chunk_) {
     const int n = std::min(chunk_, T - t0);
-    logits_chunk(t0, n);
-    PROF(logits, k_->logsoftmax_forward(a_->logits, logp + t0, ent + t0, targets + t0, n, cfg_.vocab_size));
+    logsoftmax_chunk(t0, n, targets + t0, logp + t0, ent + t0);
   }
+}
+
+// Log-prob of each target and entropy of tokens [t0, t0+n). With the fused training ops the logits stay bf16 in the
+// chunk buffer (their log-sum-exp in zlse) for logits16_backward; otherwise they are fp32 and replaced by their
+// log-probs (logsoftmax_forward).
+void Model::logsoftmax_chunk(int t0, int n, const int32_t* targets, float* logp, float* ent) {
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (fused_train_) {
+    PROF(logits, k_->logits16_forward((uint16_t*)a_->logits, a_->zlse, logp, ent, a_->lnf + (size_t)t0 * H,
+                                      P_.lm_head, targets, n, H, V));
+    return;
+  }
+  logits_chunk(t0, n);
+  PROF(logits, k_->logsoftmax_forward(a_->logits, logp, ent, targets, n, V));
 }
 
 void Model::forward_logprobs(const Batch& b, const int32_t* targets, float* logp, float* ent) {
@@ -558,8 +572,7 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
   for (int t0 = 0; t0 < T; t0 += chunk_) {
     const int n = std::min(chunk_, T - t0);
     const float* xf = a.lnf + (size_t)t0 * H;
-    logits_chunk(t0, n);
-    PROF(logits, k.logsoftmax_forward(a.logits, a.logp + t0, a.ent + t0, targets + t0, n, V));
+    logsoftmax_chunk(t0, n, targets + t0, a.logp + t0, a.ent + t0);
     if (k_->host_visible()) {
       loss.chunk(t0, n, a.logp + t0, a.ent + t0, a.dlogp, a.dent);
     } else {
@@ -573,8 +586,8 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
       k_->from_host(a.dent, hde, (size_t)n);
     }
     if (fused_train_) {  // dlogits in bf16 only, straight into the lm_head's products (counted as logits)
-      PROF(logits, k.logits_backward16(a.dln + (size_t)t0 * H, G_.lm_head, a.logits, a.dlogp, a.dent, a.ent + t0,
-                                       targets + t0, xf, P_.lm_head, n, H, V));
+      PROF(logits, k.logits16_backward(a.dln + (size_t)t0 * H, G_.lm_head, (uint16_t*)a.logits, a.zlse, a.dlogp,
+                                       a.dent, a.ent + t0, targets + t0, xf, P_.lm_head, n, H, V));
       continue;
     }
     PROF(logits, k.logsoftmax_backward(a.logits, a.dlogp, a.dent, a.ent + t0, targets + t0, n, V));
@@ -584,25 +597,26 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
   if (fused_train_) {
     // The layers in reverse with the fused ops: every product's gradient operand in bf16 from the op producing it,
     // one product each for d(q|k|v) and d(gate|up) and for their weights' gradients.
-    uint16_t *dres16 = (uint16_t*)a.dres16, *dgu16 = (uint16_t*)a.dgu16, *dqkv16 = (uint16_t*)a.dqkv16;
+    uint16_t *dres16 = (uint16_t*)a.dres16, *dgu16 = (uint16_t*)a.dgu16, *dqkv16 = (uint16_t*)a.dqkv16,
+             *dact16 = (uint16_t*)a.dact;
     PROF(elementwise, k.rmsnorm_backward16(a.dres, dres16, G_.norm_w, a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H));
     for (int l = L - 1; l >= 0; l--) {
       const LayerPtrs& w = P_.layers[l];
       const LayerPtrs& g = G_.layers[l];
       auto& x = a.layers[l];
-      PROF(matmul, k.matmul16_backward(a.dact, g.down_w, nullptr, nullptr, dres16, (uint16_t*)x.acth, w.down_w, H,
-                                       nullptr, 0, nullptr, 0, T, I));
-      PROF(elementwise, k.swiglu_back16(dgu16, a.dact, x.gate, T, I));
-      PROF(matmul, k.matmul16_backward(a.dln, g.gate_w, g.up_w, nullptr, dgu16, (uint16_t*)x.ln2h, w.gate_w, I, w.up_w,
+      PROF(matmul, k.matmul16_backward(nullptr, dact16, g.down_w, nullptr, nullptr, dres16, (uint16_t*)x.acth,
+                                       w.down_w, H, nullptr, 0, nullptr, 0, T, I));
+      PROF(elementwise, k.swiglu_back16(dgu16, dact16, (uint16_t*)x.gate, T, I));
+      PROF(matmul, k.matmul16_backward(a.dln, nullptr, g.gate_w, g.up_w, nullptr, dgu16, (uint16_t*)x.ln2h, w.gate_w, I, w.up_w,
                                        I, nullptr, 0, T, H));
       PROF(elementwise, k.rmsnorm_backward16(a.dres, dres16, g.ln2_w, a.dln, x.mid, w.ln2_w, x.rstd2, T, H));
-      PROF(matmul, k.matmul16_backward(a.datt, g.o_w, nullptr, nullptr, dres16, (uint16_t*)x.atth, w.o_w, H, nullptr,
+      PROF(matmul, k.matmul16_backward(a.datt, nullptr, g.o_w, nullptr, nullptr, dres16, (uint16_t*)x.atth, w.o_w, H, nullptr,
                                        0, nullptr, 0, T, QD));
       PROF(attention, k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T,
                                            NH, NKV, hd));
       PROF(elementwise, k.qkv_rope_back16(dqkv16, a.dq, a.dk, a.dv, g.q_b, g.k_b, g.v_b, a.cosb, a.sinb, T, NH, NKV,
                                           hd));
-      PROF(matmul, k.matmul16_backward(a.dln, g.q_w, g.k_w, g.v_w, dqkv16, (uint16_t*)x.ln1h, w.q_w, QD, w.k_w, KD,
+      PROF(matmul, k.matmul16_backward(a.dln, nullptr, g.q_w, g.k_w, g.v_w, dqkv16, (uint16_t*)x.ln1h, w.q_w, QD, w.k_w, KD,
                                        w.v_w, KD, T, H));
       PROF(elementwise, k.rmsnorm_backward16(a.dres, dres16, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H));
     }

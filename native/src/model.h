@@ -167,6 +167,7 @@ class Model {
   void capture_decode(int id, int B, bool rows);
   void logits_chunk(int t0, int n);
   void logprobs_pass(int T, const int32_t* targets, float* logp, float* ent);
+  void logsoftmax_chunk(int t0, int n, const int32_t* targets, float* logp, float* ent);
   ParamPtrs bind(float* base) const;
 
   ModelConfig cfg_;

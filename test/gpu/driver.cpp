@@ -217,6 +217,20 @@ void check_kernels() {
     const double tol = (c.hd == 64 || c.hd == 128) ? TOL_ATT : TOL_FP32 * 10;
     report("attention_forward out" + tag, compare(od.host(), o), tol);
     report("attention_forward lse" + tag, compare(ld.host(), l), tol);
+    {  // the training step's bf16 copy of out: from the same kernel (tensor cores) or converted after it
+      Dev o2(K, (size_t)T * QD), o16(K, ((size_t)T * QD + 1) / 2);
+      K->attention_forward16(o2.p, reinterpret_cast<uint16_t*>(o16.p), ld.p, qd.p, kd.p, vd.p, starts.data(), S, T,
+                             c.NH, c.NKV, c.hd);
+      const std::vector<float> of = o2.host(), packed = o16.host();
+      std::vector<float> wide(of.size());
+      for (size_t i = 0; i < of.size(); i++) {
+        uint16_t h;
+        std::memcpy(&h, reinterpret_cast<const char*>(packed.data()) + 2 * i, 2);
+        const uint32_t u = (uint32_t)h << 16;
+        std::memcpy(&wide[i], &u, 4);
+      }
+      report("attention_forward16 out16" + tag, compare(wide, of), 1.0 / 256);
+    }
     K->attention_backward(dqd.p, dkd.p, dvd.p, dod.p, qd.p, kd.p, vd.p, od.p, ld.p, starts.data(), S, T, c.NH, c.NKV, c.hd);
     cpu->attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
                             l.data(), starts.data(), S, T, c.NH, c.NKV, c.hd);
