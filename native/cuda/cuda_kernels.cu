@@ -30,8 +30,8 @@ unsigned blocks_for(size_t n, int per) { return (unsigned)std::min<size_t>((n + 
 // ---------------------------------------------------------------------------------------------------------------
 // elementwise
 
-// V consecutive floats or bf16 moved as one access (V = 4 floats or 8 bf16: 16 bytes), so that the memory-bound
-// kernels below move whole vectors; their callers take the widest V that divides the row length.
+// V consecutive floats or bf16 moved as one access (2 or 4 floats, up to 8 bf16: 16 bytes), so that the
+// memory-bound kernels below move whole vectors; their callers take the widest V that divides the row length.
 template <int V> struct Word16;  // V bf16 as one memory word
 template <> struct Word16<1> { using T = unsigned short; };
 template <> struct Word16<2> { using T = uint32_t; };
@@ -45,6 +45,9 @@ __device__ __forceinline__ void load_v(float* x, const float* p) {
       const float4 v = *reinterpret_cast<const float4*>(p + e);
       x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
     }
+  } else if constexpr (V == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
   } else {
 #pragma unroll
     for (int e = 0; e < V; e++) x[e] = p[e];
@@ -55,6 +58,8 @@ __device__ __forceinline__ void store_v(float* p, const float* x) {
   if constexpr (V % 4 == 0) {
 #pragma unroll
     for (int e = 0; e < V; e += 4) *reinterpret_cast<float4*>(p + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
+  } else if constexpr (V == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
   } else {
 #pragma unroll
     for (int e = 0; e < V; e++) p[e] = x[e];
@@ -587,65 +592,90 @@ __global__ void k_swiglu_cat(float* out, bf16* out16, const float* gu, int T, in
 // Fused ops of the training step (Kernels::fused_train).
 
 // The two rotary kernels of the training step take a token row per block (blocks_for rows, then grid-stride), its
-// threads the row's rotation pairs and v columns: no 64-bit division per element.
+// threads P adjacent rotation pairs or v columns each (P = 2 where hd % 4 == 0: 8-byte accesses), with no 64-bit
+// division per element.
 constexpr int ROPE_THREADS = 128;
 
 // qkv[T, QD + 2 KD] (+ biases) -> q[T, QD], k[T, KD] rotated, v[T, KD]
+template <int P>
 __global__ void k_qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
                                  const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
   const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
-  const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
+  const int nq = NH * half, nk = NKV * half, per = (nq + nk + KD) / P;
   for (int t = blockIdx.x; t < T; t += gridDim.x) {
+    const float* row = qkv + (size_t)t * W;
     for (int i = threadIdx.x; i < per; i += blockDim.x) {
-      int r = i;
-      const float* row = qkv + (size_t)t * W;
+      int r = i * P;
       if (r < nq + nk) {
         const bool isq = r < nq;
         if (!isq) r -= nq;
         const int j = r % half, c = (r / half) * hd + j;
         const float* src = isq ? row : row + QD;
         const float* bias = isq ? qb : kb;
-        const float a = src[c] + (bias ? bias[c] : 0.f), b = src[c + half] + (bias ? bias[c + half] : 0.f);
-        const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
+        float a[P], b[P], cs[P], sn[P], x[P], y[P];
+        load_v<P>(a, src + c);
+        load_v<P>(b, src + c + half);
+        load_v<P>(cs, cosb + (size_t)t * half + j);
+        load_v<P>(sn, sinb + (size_t)t * half + j);
+#pragma unroll
+        for (int e = 0; e < P; e++) {
+          if (bias) a[e] += bias[c + e], b[e] += bias[c + half + e];
+          x[e] = a[e] * cs[e] - b[e] * sn[e];
+          y[e] = b[e] * cs[e] + a[e] * sn[e];
+        }
         float* dst = isq ? q + (size_t)t * QD : k + (size_t)t * KD;
-        dst[c] = a * cs - b * sn;
-        dst[c + half] = b * cs + a * sn;
+        store_v<P>(dst + c, x);
+        store_v<P>(dst + c + half, y);
       } else {
         const int c = r - nq - nk;
-        v[(size_t)t * KD + c] = row[QD + KD + c] + (vb ? vb[c] : 0.f);
+        float x[P];
+        load_v<P>(x, row + QD + KD + c);
+#pragma unroll
+        for (int e = 0; e < P; e++)
+          if (vb) x[e] += vb[c + e];
+        store_v<P>(v + (size_t)t * KD + c, x);
       }
     }
   }
 }
 
 // dq, dk rotated back in place (WRITE: only where their bias gradients need them), dqkv16 = bf16 [dq | dk | dv]
-template <bool WRITE>
+template <int P, bool WRITE>
 __global__ void k_qkv_rope_back16(bf16* dqkv16, float* dq, float* dk, const float* dv, const float* cosb,
                                   const float* sinb, int T, int NH, int NKV, int hd) {
   const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
-  const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
+  const int nq = NH * half, nk = NKV * half, per = (nq + nk + KD) / P;
   for (int t = blockIdx.x; t < T; t += gridDim.x) {
+    bf16* row = dqkv16 + (size_t)t * W;
     for (int i = threadIdx.x; i < per; i += blockDim.x) {
-      int r = i;
-      bf16* row = dqkv16 + (size_t)t * W;
+      int r = i * P;
       if (r < nq + nk) {
         const bool isq = r < nq;
         if (!isq) r -= nq;
         const int j = r % half, c = (r / half) * hd + j;
         float* src = isq ? dq + (size_t)t * QD : dk + (size_t)t * KD;
-        const float a = src[c], b = src[c + half];
-        const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
-        const float x = a * cs + b * sn, y = b * cs - a * sn;
+        float a[P], b[P], cs[P], sn[P], x[P], y[P];
+        load_v<P>(a, src + c);
+        load_v<P>(b, src + c + half);
+        load_v<P>(cs, cosb + (size_t)t * half + j);
+        load_v<P>(sn, sinb + (size_t)t * half + j);
+#pragma unroll
+        for (int e = 0; e < P; e++) {
+          x[e] = a[e] * cs[e] + b[e] * sn[e];
+          y[e] = b[e] * cs[e] - a[e] * sn[e];
+        }
         if (WRITE) {
-          src[c] = x;
-          src[c + half] = y;
+          store_v<P>(src + c, x);
+          store_v<P>(src + c + half, y);
         }
         bf16* dst = isq ? row : row + QD;
-        dst[c] = __float2bfloat16(x);
-        dst[c + half] = __float2bfloat16(y);
+        store_v<P>(dst + c, x);
+        store_v<P>(dst + c + half, y);
       } else {
         const int c = r - nq - nk;
-        row[QD + KD + c] = __float2bfloat16(dv[(size_t)t * KD + c]);
+        float x[P];
+        load_v<P>(x, dv + (size_t)t * KD + c);
+        store_v<P>(row + QD + KD + c, x);
       }
     }
   }
@@ -1324,17 +1354,27 @@ class CudaKernels final : public Kernels {
   }
   void qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
                       const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) override {
-    k_qkv_rope_split<<<blocks_for(T, 1), ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
+    if (hd % 4 == 0)
+      k_qkv_rope_split<2><<<blocks_for(T, 1), ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
+    else
+      k_qkv_rope_split<1><<<blocks_for(T, 1), ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
     LAUNCH_CHECK("qkv_rope_split");
     settle();
   }
   void qkv_rope_back16(uint16_t* dqkv16, float* dq, float* dk, const float* dv, float* dqb, float* dkb, float* dvb,
                        const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) override {
     const unsigned grid = blocks_for(T, 1);
-    if (dqb || dkb)
-      k_qkv_rope_back16<true><<<grid, ROPE_THREADS, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
-    else
-      k_qkv_rope_back16<false><<<grid, ROPE_THREADS, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd);
+#define RLS_BACK(P, W) \
+  k_qkv_rope_back16<P, W><<<grid, ROPE_THREADS, 0, stream_>>>((bf16*)dqkv16, dq, dk, dv, cosb, sinb, T, NH, NKV, hd)
+    const bool write = dqb || dkb;
+    if (hd % 4 == 0) {
+      if (write) RLS_BACK(2, true);
+      else RLS_BACK(2, false);
+    } else {
+      if (write) RLS_BACK(1, true);
+      else RLS_BACK(1, false);
+    }
+#undef RLS_BACK
     LAUNCH_CHECK("qkv_rope_back16");
     if (dqb) colsum(dqb, dq, nullptr, nullptr, T, NH * hd);
     if (dkb) colsum(dkb, dk, nullptr, nullptr, T, NKV * hd);
