@@ -12,6 +12,7 @@
 
 #include "attention.cuh"
 #include "check.cuh"
+#include "vec.cuh"
 
 namespace rls::cuda {
 
@@ -30,11 +31,6 @@ struct Geo {
   static constexpr int LDT = D + 8;
   static constexpr size_t tile = (size_t)64 * LDT * sizeof(bf16);
 };
-
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 __device__ __forceinline__ uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
@@ -60,7 +56,6 @@ __device__ __forceinline__ void frag_a(uint32_t* a, const bf16* tile, int row0, 
 }
 
 // The A operand of 16 rows (row0..row0+15, those >= n zero) of an fp32 [*, ld] matrix in global memory, k-step kk.
-template <int D>
 __device__ __forceinline__ void frag_a_global(uint32_t* a, const float* src, int ld, int row0, int n, int kk, int g,
                                               int t) {
   const int c = kk * 16 + t * 2, ra = row0 + g, rb = ra + 8;
@@ -142,17 +137,19 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 // Where a block of the tensor-core kernels works: sequence blockIdx.z (rows s0 .. s0+n-1 of the packed batch), query
-// head h = blockIdx.y and its key head kh; warp w owns rows 16w .. 16w+15 of the block's tile, and a lane rows g and
-// g+8 of those (g = lane/4, t = lane%4 as in the fragments).
+// head h = blockIdx.y and its key head kh (with KEY_GRID, blockIdx.y is kh and h is unused: dK/dV walks the group's
+// query heads itself); warp w owns rows 16w .. 16w+15 of the block's tile, and a lane rows g and g+8 of those
+// (g = lane/4, t = lane%4 as in the fragments).
 struct Place {
   int s0, n, h, kh, QD, KD, warp, g, t;
 };
 
-template <int D>
+template <int D, bool KEY_GRID = false>
 __device__ __forceinline__ Place place(const int* seq_starts, int NH, int NKV) {
-  const int s = blockIdx.z, h = blockIdx.y, lane = threadIdx.x & 31;
+  const int s = blockIdx.z, y = blockIdx.y, lane = threadIdx.x & 31;
   const int s0 = seq_starts[s];
-  return {s0, seq_starts[s + 1] - s0, h, h / (NH / NKV), NH * D, NKV * D, (int)threadIdx.x >> 5, lane >> 2, lane & 3};
+  return {s0, seq_starts[s + 1] - s0, y, KEY_GRID ? y : y / (NH / NKV), NH * D, NKV * D, (int)threadIdx.x >> 5,
+          lane >> 2, lane & 3};
 }
 
 // Writes a warp's 16 x D accumulator (times mul) to dst rows row0.. (row stride ld); rows >= n are skipped.
@@ -198,7 +195,7 @@ __global__ void __launch_bounds__(NT) fwd_tc(float* out, bf16* out16, float* lse
   uint32_t qf[D / 16][4];
   const float* qsrc = q + (size_t)s0 * QD + (size_t)h * D;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) frag_a_global<D>(qf[kk], qsrc, QD, row0, n, kk, g, t);
+  for (int kk = 0; kk < D / 16; kk++) frag_a_global(qf[kk], qsrc, QD, row0, n, kk, g, t);
   float o[D / 8][4];
 #pragma unroll
   for (int nt = 0; nt < D / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
@@ -302,8 +299,8 @@ __global__ void __launch_bounds__(NT) dq_tc(float* dq, const float* dout, const 
   uint32_t qf[D / 16][4], df[D / 16][4];
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
-    frag_a_global<D>(qf[kk], q + qoff, QD, row0, n, kk, g, t);
-    frag_a_global<D>(df[kk], dout + qoff, QD, row0, n, kk, g, t);
+    frag_a_global(qf[kk], q + qoff, QD, row0, n, kk, g, t);
+    frag_a_global(df[kk], dout + qoff, QD, row0, n, kk, g, t);
   }
   const float La = ra < n ? lse[(size_t)h * T + s0 + ra] * LOG2E : 0.f;
   const float Lb = rb < n ? lse[(size_t)h * T + s0 + rb] * LOG2E : 0.f;
@@ -352,9 +349,8 @@ __global__ void __launch_bounds__(NT) dkv_tc(float* dk, float* dv, const float* 
   bf16* dos = reinterpret_cast<bf16*>(smem + 3 * G::tile);
   float* lse_s = reinterpret_cast<float*>(smem + 4 * G::tile);  // the staged query tile's lse and D
   float* d_s = lse_s + 64;
-  const int s = blockIdx.z, kh = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2,
-            t = lane & 3, group = NH / NKV, QD = NH * D, KD = NKV * D;
-  const int s0 = seq_starts[s], n = seq_starts[s + 1] - s0;
+  [[maybe_unused]] const auto [s0, n, h, kh, QD, KD, warp, g, t] = place<D, true>(seq_starts, NH, NKV);
+  const int lane = threadIdx.x & 31, group = NH / NKV;
   const int kt = blockIdx.x, j0 = kt * BK;  // key tile 0 has the most queries: first
   if (j0 >= n) return;
   const int row0 = j0 + warp * 16, ka = row0 + g, kb = ka + 8;
