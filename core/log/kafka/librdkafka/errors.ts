@@ -111,16 +111,14 @@ export function rdCall<T = void>(what: string, call: (cb: (err: RdError | null |
  */
 export function withDeadline<T>(what: string, ms: number, call: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  let settled = false;
   let release: (() => void) | null = null;
-  void call.then(
-    () => ((settled = true), release?.()),
-    () => ((settled = true), release?.()),
-  );
+  const settled = () => release?.();
+  void call.then(settled, settled);
   const expired = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       // The call still holds a thread of libuv's pool: the process must not wait for it at exit (core/stuck-calls.ts).
-      if (!settled) release = markStuck(`librdkafka ${what}`);
+      // A call that settled first has cleared this timer (race -> finally) before any timer could run.
+      release = markStuck(`librdkafka ${what}`);
       reject(new RlstreamError('LOG_UNAVAILABLE', `${what}: librdkafka did not answer within ${ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${ms} ms`}; its state is unknown, so this client stops`, { retriable: false }));
     }, ms);
   });
