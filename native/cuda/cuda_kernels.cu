@@ -1,8 +1,9 @@
-// The CUDA implementation of the kernel interface (src/device.h): fp32 activations, master weights, gradients and
-// AdamW state in device memory; matrix products through cuBLAS on bf16 copies of their operands with fp32
-// accumulation (the recipe of autocast training); softmax, norms, rotary, SwiGLU and the optimizer in fp32. Every
-// runtime call and every launch is checked (check.cuh). Validated kernel by kernel against cpu_kernels.cpp
-// (test/gpu/driver.cpp).
+// The CUDA implementation of the kernel interface (src/device.h): activations, master weights, gradients and AdamW
+// state in device memory; matrix products through cuBLAS on bf16 operands with fp32 accumulation (the recipe of
+// autocast training); softmax, norms, rotary, SwiGLU and the optimizer compute in fp32. The plain ops keep fp32
+// activations; the fused training ops keep in bf16 what autocast keeps in bf16 (products' operands, gate|up, the
+// logits, some input gradients). Every runtime call and every launch is checked (check.cuh). Validated kernel by
+// kernel against cpu_kernels.cpp (test/gpu/driver.cpp) and step by step against PyTorch (test/gpu/torch_ref.py).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
