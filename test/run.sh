@@ -9,8 +9,12 @@ bash infra/setup.sh            # npm ci, native build, system packages: idempote
 source infra/env.sh            # service addresses (KAFKA_BROKERS, CLICKHOUSE_URL, SCHEMA_REGISTRY_URL)
 export RLSTREAM_REQUIRE_SERVICES=1   # a test needing a service fails instead of skipping
 
-trap 'bash infra/down.sh || true' EXIT
+# The tests' temporary files (mkdtemp under os.tmpdir(), roles' logs, browser profiles) go under one directory:
+# removed after a passing run so that repeated runs do not fill /tmp, kept after a failing one for the post-mortem.
+tests_tmp=$(mktemp -d "${TMPDIR:-/tmp}/rlstream-tests-XXXXXX")
+trap 'rc=$?; bash infra/down.sh || true; if [ "$rc" -eq 0 ]; then rm -rf "$tests_tmp"; else echo "test/run.sh: the tests temporary files are kept in $tests_tmp" >&2; fi' EXIT
 bash infra/up.sh
+export TMPDIR=$tests_tmp
 
 npx tsx schemas/codegen.ts --check
 # The typecheck and the lint side by side (one core each); either failing fails the run.
