@@ -152,28 +152,21 @@ __device__ __forceinline__ Place place(const int* seq_starts, int NH, int NKV) {
           lane >> 2, lane & 3};
 }
 
-// Writes a warp's 16 x D accumulator (times mul) to dst rows row0.. (row stride ld); rows >= n are skipped.
-template <int D>
-__device__ __forceinline__ void store_acc(float* dst, int ld, const float (*acc)[4], int row0, int n, int g, int t,
+// Two adjacent columns of a row, fp32 (8 bytes) or bf16 (one 32-bit word).
+__device__ __forceinline__ void store2(float* p, float x, float y) { *reinterpret_cast<float2*>(p) = make_float2(x, y); }
+__device__ __forceinline__ void store2(bf16* p, float x, float y) { *reinterpret_cast<uint32_t*>(p) = pack(x, y); }
+
+// Writes a warp's 16 x D accumulator (times mul) to dst rows row0.. (row stride ld), fp32 or bf16; rows >= n are
+// skipped.
+template <int D, typename Out>
+__device__ __forceinline__ void store_acc(Out* dst, int ld, const float (*acc)[4], int row0, int n, int g, int t,
                                           float mul_a, float mul_b) {
   const int ra = row0 + g, rb = ra + 8;
 #pragma unroll
   for (int nt = 0; nt < D / 8; nt++) {
     const int c = nt * 8 + t * 2;
-    if (ra < n) *reinterpret_cast<float2*>(dst + (size_t)ra * ld + c) = make_float2(acc[nt][0] * mul_a, acc[nt][1] * mul_a);
-    if (rb < n) *reinterpret_cast<float2*>(dst + (size_t)rb * ld + c) = make_float2(acc[nt][2] * mul_b, acc[nt][3] * mul_b);
-  }
-}
-// the same into bf16 (a pair of columns per 32-bit store)
-template <int D>
-__device__ __forceinline__ void store_acc(bf16* dst, int ld, const float (*acc)[4], int row0, int n, int g, int t,
-                                          float mul_a, float mul_b) {
-  const int ra = row0 + g, rb = ra + 8;
-#pragma unroll
-  for (int nt = 0; nt < D / 8; nt++) {
-    const int c = nt * 8 + t * 2;
-    if (ra < n) *reinterpret_cast<uint32_t*>(dst + (size_t)ra * ld + c) = pack(acc[nt][0] * mul_a, acc[nt][1] * mul_a);
-    if (rb < n) *reinterpret_cast<uint32_t*>(dst + (size_t)rb * ld + c) = pack(acc[nt][2] * mul_b, acc[nt][3] * mul_b);
+    if (ra < n) store2(dst + (size_t)ra * ld + c, acc[nt][0] * mul_a, acc[nt][1] * mul_a);
+    if (rb < n) store2(dst + (size_t)rb * ld + c, acc[nt][2] * mul_b, acc[nt][3] * mul_b);
   }
 }
 

@@ -498,36 +498,6 @@ __global__ void k_add_rmsnorm(float* x, float* out, bf16* out16, float* rstd, co
   }
 }
 
-// qkv[T, QD + 2 KD] (+ biases): q rotated into q[T, QD]; k rotated and v stored at (slot[t], pos[t]) of the caches.
-__global__ void k_qkv_rope_store(float* q, float* kc, float* vc, const float* qkv, const float* qb, const float* kb,
-                                 const float* vb, const float* cosb, const float* sinb, const int* slot, const int* pos,
-                                 int T, int NH, int NKV, int hd, int max_len) {
-  const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
-  const int nq = NH * half, nk = NKV * half, per = nq + nk + KD;
-  const size_t n = (size_t)T * per;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const int t = (int)(i / per);
-    int r = (int)(i % per);
-    const float* row = qkv + (size_t)t * W;
-    const size_t at = ((size_t)slot[t] * max_len + pos[t]) * KD;
-    if (r < nq + nk) {
-      const bool isq = r < nq;
-      if (!isq) r -= nq;
-      const int j = r % half, c = (r / half) * hd + j;
-      const float* src = isq ? row : row + QD;
-      const float* bias = isq ? qb : kb;
-      const float a = src[c] + (bias ? bias[c] : 0.f), b = src[c + half] + (bias ? bias[c + half] : 0.f);
-      const float cs = cosb[(size_t)t * half + j], sn = sinb[(size_t)t * half + j];
-      float* dst = isq ? q + (size_t)t * QD : kc + at;
-      dst[c] = a * cs - b * sn;
-      dst[c + half] = b * cs + a * sn;
-    } else {
-      const int c = r - nq - nk;
-      vc[at + c] = row[QD + KD + c] + (vb ? vb[c] : 0.f);
-    }
-  }
-}
-
 // out[T, I] = silu(gu[t, :I]) * gu[t, I:], and a bf16 copy of out
 __global__ void k_swiglu_cat(float* out, bf16* out16, const float* gu, int T, int I) {
   const size_t n = (size_t)T * I;
@@ -543,50 +513,70 @@ __global__ void k_swiglu_cat(float* out, bf16* out16, const float* gu, int T, in
 // ---------------------------------------------------------------------------------------------------------------
 // Fused ops of the training step (Kernels::fused_train).
 
-// The two rotary kernels of the training step take a token row per block (blocks_for rows, then grid-stride), its
-// threads P adjacent rotation pairs or v columns each (P = 2 where hd % 4 == 0: 8-byte accesses), with no 64-bit
-// division per element.
+// The rotary kernels take a token row per block (blocks_for rows, then grid-stride), its threads P adjacent items
+// each (P = 2 where hd % 4 == 0: 8-byte accesses), with no 64-bit division per element. A row of q|k|v is walked
+// as NH * half rotation pairs of q, NKV * half of k, then KD columns of v (qkv_item).
 constexpr int ROPE_THREADS = 128;
 
-// qkv[T, QD + 2 KD] (+ biases) -> q[T, QD], k[T, KD] rotated, v[T, KD]
+struct QkvItem {
+  int part, c, j;  // part 0 q, 1 k: the pair (c, c + half), table index j; part 2 v: column c
+};
+__device__ __forceinline__ QkvItem qkv_item(int r, int nq, int nk, int half, int hd) {
+  if (r >= nq + nk) return {2, r - nq - nk, 0};
+  const int part = r < nq ? 0 : 1;
+  if (part) r -= nq;
+  const int j = r % half;
+  return {part, (r / half) * hd + j, j};
+}
+// (x, y) = the pair (a, b) rotated by the table's (cos, sin), or back (BACK)
+template <int P, bool BACK>
+__device__ __forceinline__ void rotate(float* x, float* y, const float* a, const float* b, const float* cosb,
+                                       const float* sinb) {
+  float cs[P], sn[P];
+  load_v<P>(cs, cosb);
+  load_v<P>(sn, sinb);
+#pragma unroll
+  for (int e = 0; e < P; e++) {
+    x[e] = BACK ? a[e] * cs[e] + b[e] * sn[e] : a[e] * cs[e] - b[e] * sn[e];
+    y[e] = BACK ? b[e] * cs[e] - a[e] * sn[e] : b[e] * cs[e] + a[e] * sn[e];
+  }
+}
+
+// qkv[T, QD + 2 KD] (+ biases) -> q[T, QD] rotated, and k rotated and v at row t of k, v [T, KD] or, with slot set
+// (the decode path), at (slot[t], pos[t]) of the caches k, v [slots, max_len, KD]
 template <int P>
 __global__ void k_qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
-                                 const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
+                                 const float* vb, const float* cosb, const float* sinb, const int* slot, const int* pos,
+                                 int max_len, int T, int NH, int NKV, int hd) {
   const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
   const int nq = NH * half, nk = NKV * half, per = (nq + nk + KD) / P;
   for (int t = blockIdx.x; t < T; t += gridDim.x) {
     const float* row = qkv + (size_t)t * W;
+    const size_t kv = (slot ? (size_t)slot[t] * max_len + pos[t] : (size_t)t) * KD;
     for (int i = threadIdx.x; i < per; i += blockDim.x) {
-      int r = i * P;
-      if (r < nq + nk) {
-        const bool isq = r < nq;
-        if (!isq) r -= nq;
-        const int j = r % half, c = (r / half) * hd + j;
-        const float* src = isq ? row : row + QD;
-        const float* bias = isq ? qb : kb;
-        float a[P], b[P], cs[P], sn[P], x[P], y[P];
-        load_v<P>(a, src + c);
-        load_v<P>(b, src + c + half);
-        load_v<P>(cs, cosb + (size_t)t * half + j);
-        load_v<P>(sn, sinb + (size_t)t * half + j);
-#pragma unroll
-        for (int e = 0; e < P; e++) {
-          if (bias) a[e] += bias[c + e], b[e] += bias[c + half + e];
-          x[e] = a[e] * cs[e] - b[e] * sn[e];
-          y[e] = b[e] * cs[e] + a[e] * sn[e];
-        }
-        float* dst = isq ? q + (size_t)t * QD : k + (size_t)t * KD;
-        store_v<P>(dst + c, x);
-        store_v<P>(dst + c + half, y);
-      } else {
-        const int c = r - nq - nk;
+      const QkvItem it = qkv_item(i * P, nq, nk, half, hd);
+      const int c = it.c;
+      if (it.part == 2) {
         float x[P];
         load_v<P>(x, row + QD + KD + c);
 #pragma unroll
         for (int e = 0; e < P; e++)
           if (vb) x[e] += vb[c + e];
-        store_v<P>(v + (size_t)t * KD + c, x);
+        store_v<P>(v + kv + c, x);
+        continue;
       }
+      const float* src = it.part ? row + QD : row;
+      const float* bias = it.part ? kb : qb;
+      float a[P], b[P], x[P], y[P];
+      load_v<P>(a, src + c);
+      load_v<P>(b, src + c + half);
+#pragma unroll
+      for (int e = 0; e < P; e++)
+        if (bias) a[e] += bias[c + e], b[e] += bias[c + half + e];
+      rotate<P, false>(x, y, a, b, cosb + (size_t)t * half + it.j, sinb + (size_t)t * half + it.j);
+      float* dst = it.part ? k + kv : q + (size_t)t * QD;
+      store_v<P>(dst + c, x);
+      store_v<P>(dst + c + half, y);
     }
   }
 }
@@ -600,35 +590,26 @@ __global__ void k_qkv_rope_back16(bf16* dqkv16, float* dq, float* dk, const floa
   for (int t = blockIdx.x; t < T; t += gridDim.x) {
     bf16* row = dqkv16 + (size_t)t * W;
     for (int i = threadIdx.x; i < per; i += blockDim.x) {
-      int r = i * P;
-      if (r < nq + nk) {
-        const bool isq = r < nq;
-        if (!isq) r -= nq;
-        const int j = r % half, c = (r / half) * hd + j;
-        float* src = isq ? dq + (size_t)t * QD : dk + (size_t)t * KD;
-        float a[P], b[P], cs[P], sn[P], x[P], y[P];
-        load_v<P>(a, src + c);
-        load_v<P>(b, src + c + half);
-        load_v<P>(cs, cosb + (size_t)t * half + j);
-        load_v<P>(sn, sinb + (size_t)t * half + j);
-#pragma unroll
-        for (int e = 0; e < P; e++) {
-          x[e] = a[e] * cs[e] + b[e] * sn[e];
-          y[e] = b[e] * cs[e] - a[e] * sn[e];
-        }
-        if (WRITE) {
-          store_v<P>(src + c, x);
-          store_v<P>(src + c + half, y);
-        }
-        bf16* dst = isq ? row : row + QD;
-        store_v<P>(dst + c, x);
-        store_v<P>(dst + c + half, y);
-      } else {
-        const int c = r - nq - nk;
+      const QkvItem it = qkv_item(i * P, nq, nk, half, hd);
+      const int c = it.c;
+      if (it.part == 2) {
         float x[P];
         load_v<P>(x, dv + (size_t)t * KD + c);
         store_v<P>(row + QD + KD + c, x);
+        continue;
       }
+      float* src = it.part ? dk + (size_t)t * KD : dq + (size_t)t * QD;
+      float a[P], b[P], x[P], y[P];
+      load_v<P>(a, src + c);
+      load_v<P>(b, src + c + half);
+      rotate<P, true>(x, y, a, b, cosb + (size_t)t * half + it.j, sinb + (size_t)t * half + it.j);
+      if (WRITE) {
+        store_v<P>(src + c, x);
+        store_v<P>(src + c + half, y);
+      }
+      bf16* dst = it.part ? row + QD : row;
+      store_v<P>(dst + c, x);
+      store_v<P>(dst + c + half, y);
     }
   }
 }
@@ -1234,10 +1215,7 @@ class CudaKernels final : public Kernels {
                       int T, int NH, int NKV, int hd, int max_len) override {
     const int* ds = ints(slot_, slot, (size_t)T);
     const int* dp = ints(pos_, pos, (size_t)T);
-    const size_t n = (size_t)T * ((NH + NKV) * (hd / 2) + NKV * hd);
-    k_qkv_rope_store<<<blocks_for(n, 256), 256, 0, stream_>>>(q, kc, vc, qkv, qb, kb, vb, cosb, sinb, ds, dp, T, NH,
-                                                              NKV, hd, max_len);
-    LAUNCH_CHECK("qkv_rope_store");
+    qkv_rope(q, kc, vc, qkv, qb, kb, vb, cosb, sinb, ds, dp, max_len, T, NH, NKV, hd);
     settle();
   }
   void swiglu_cat(float* out, const float* gu, int T, int I) override {
@@ -1306,11 +1284,7 @@ class CudaKernels final : public Kernels {
   }
   void qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
                       const float* vb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) override {
-    if (hd % 4 == 0)
-      k_qkv_rope_split<2><<<blocks_for(T, 1), ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
-    else
-      k_qkv_rope_split<1><<<blocks_for(T, 1), ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, T, NH, NKV, hd);
-    LAUNCH_CHECK("qkv_rope_split");
+    qkv_rope(q, k, v, qkv, qb, kb, vb, cosb, sinb, nullptr, nullptr, 0, T, NH, NKV, hd);
     settle();
   }
   void qkv_rope_back16(uint16_t* dqkv16, float* dq, float* dk, const float* dv, float* dqb, float* dkb, float* dvb,
@@ -1479,6 +1453,24 @@ class CudaKernels final : public Kernels {
   const bool sync_ = std::getenv("RLSTREAM_CUDA_SYNC") != nullptr && std::getenv("RLSTREAM_CUDA_SYNC")[0] == '1';
 
   static int row_threads(int C) { return C >= 1024 ? 512 : C >= 256 ? 256 : 128; }
+
+  // k_qkv_rope_split: k and v into rows t of [T, KD] (slot null) or into the caches at (slot[t], pos[t])
+  void qkv_rope(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb, const float* vb,
+                const float* cosb, const float* sinb, const int* slot, const int* pos, int max_len, int T, int NH,
+                int NKV, int hd) {
+    const unsigned grid = blocks_for(T, 1);
+    if (hd % 4 == 0)
+      k_qkv_rope_split<2><<<grid, ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, slot, pos, max_len,
+                                                              T, NH, NKV, hd);
+    else
+      k_qkv_rope_split<1><<<grid, ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, slot, pos, max_len,
+                                                              T, NH, NKV, hd);
+    LAUNCH_CHECK("qkv rotary split");
+  }
+  // partial column sums: COL_CHUNKS x C floats for colsum, ROW_BLOCKS x C for the rmsnorm backward
+  float* col_partials(int C) {
+    return (float*)colp_.get(std::max<size_t>((size_t)ROW_BLOCKS, COL_CHUNKS) * C * sizeof(float));
+  }
   // K of the warp-per-row kernels for rows of C floats (columns per lane / 4, rounded up to an instantiated one),
   // 0 where they do not apply
   static int row_k(int C) {
@@ -1515,7 +1507,7 @@ class CudaKernels final : public Kernels {
       colsum(dw, dout, inp, rstd, T, C);
       return;
     }
-    float* part = (float*)colp_.get(std::max<size_t>((size_t)ROW_BLOCKS, COL_CHUNKS) * C * sizeof(float));
+    float* part = col_partials(C);
 #define RLS_ROWS(K) \
   k_rmsnorm_back_rows<K><<<ROW_BLOCKS, ROW_WARPS * 32, 0, stream_>>>(dinp, dinp16, part, dout, inp, w, rstd, T, C)
     switch (k) {
@@ -1753,7 +1745,7 @@ class CudaKernels final : public Kernels {
     LAUNCH_CHECK("column sums (finish)");
   }
   void colsum(float* dst, const float* a, const float* b, const float* rowscale, int T, int C) {
-    float* part = (float*)colp_.get(std::max<size_t>((size_t)ROW_BLOCKS, COL_CHUNKS) * C * sizeof(float));
+    float* part = col_partials(C);
     const dim3 grid((C + 255) / 256, COL_CHUNKS);
     k_colsum_partial<<<grid, 256, 0, stream_>>>(part, a, b, rowscale, T, C);
     LAUNCH_CHECK("column sums (partial)");
