@@ -57,6 +57,8 @@ export class RoleProcess {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   private tail = '';
   readonly startedAt = Date.now();
+  /** Set when the test (not the role itself) sent the signal that ends it. */
+  killedFromOutside = false;
 
   constructor(
     readonly role: Role,
@@ -100,7 +102,10 @@ export class RoleProcess {
   }
 
   async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
-    if (this.running) this.child.kill(signal);
+    if (this.running) {
+      this.killedFromOutside = true;
+      this.child.kill(signal);
+    }
     await this.exited;
   }
 }
@@ -184,10 +189,12 @@ export class Supervisor {
     void p.exited.then(({ code, signal }) => {
       if (this.closed || this.procs.get(role) !== p) return;
       if (code === 0 && role === 'rollout' && this.finishing) return void this.done.add(role);
-      if (signal !== 'SIGKILL' && code !== 0) {
+      // A SIGKILL this supervisor did not send is the role's own: the CLI ends that way when a native call never
+      // returned (it says so on its last lines), so it is a crash like an exit code.
+      if (code !== 0 && !(signal === 'SIGKILL' && p.killedFromOutside)) {
         // The error line the CLI prints, else (a role that died some other way) the end of its output.
         const said = p.output.split('\n').filter((l) => l.startsWith('rlstream:')).join(' ');
-        this.crashes.push(`${role} exited ${code}: ${said === '' ? p.output.slice(-1500) : said.slice(0, 300)}`);
+        this.crashes.push(`${role} exited ${code ?? signal}: ${said === '' ? p.output.slice(-1500) : said.slice(0, 300)}`);
       }
       setTimeout(() => !this.closed && this.spawn(role), 100);
     });

@@ -51,7 +51,9 @@ for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart
       const outage = (Date.now() - tDown) / 1000;
       log = s.log = await openRunLog(broker.brokers);
 
-      const { rolloutDone: done, started, consumed } = await drainRun(s, serde, 45_000);
+      // Longer than a role's deadline on a Kafka call that never returns (40 s) plus its restart: a role that
+      // stops on such a call is restarted, and the test waits for that recovery too.
+      const { rolloutDone: done, started, consumed } = await drainRun(s, serde, 90_000);
       const end = await progress(log, run.runId).catch(() => null);
       const trainerTail = sup.procs.get('trainer')?.output.slice(-1500) ?? '';
       const rolloutTail = sup.procs.get('rollout')?.output.slice(-1500) ?? '';

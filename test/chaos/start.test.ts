@@ -133,7 +133,7 @@ async function sigtermAll(sup: Supervisor): Promise<Record<string, string>> {
   await Promise.all(
     ROLES.map(async (role) => {
       const p = await current(sup, role);
-      const kill = setTimeout(() => p.child.kill('SIGKILL'), 30_000);
+      const kill = setTimeout(() => void p.kill('SIGKILL'), 30_000);
       p.child.kill('SIGTERM');
       const e = await p.exited;
       clearTimeout(kill);
@@ -149,7 +149,7 @@ async function sigtermEachAndAudit(log: Scenario['log'], run: Scenario['run'], s
   const ended: Record<string, string> = {};
   for (const role of ROLES as readonly Role[]) {
     const p = await current(sup, role);
-    const kill = setTimeout(() => p.child.kill('SIGKILL'), 30_000);
+    const kill = setTimeout(() => void p.kill('SIGKILL'), 30_000);
     p.child.kill('SIGTERM');
     const e = await p.exited;
     clearTimeout(kill);
