@@ -126,7 +126,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const reward = await createReward(ctx);
     const advantage = createAdvantage(ctx);
     const sink = traces ? createTraceSink(ctx, traces) : null;
-    const backend = await createBackend(ctx);
+    const backend = await createBackend(ctx, ctx.config.trainer.device);
     closers.push(() => backend.close());
     // A resumed run carries on from its log: its steps so far, and the trajectories not to run again.
     const prior = chosen.resumed ? await resumedState(ctx.log, ctx.serde, runId) : null;

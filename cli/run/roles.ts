@@ -13,6 +13,7 @@ import { Trainer, type TrainerDeps } from '../../consumers/trainer/trainer.ts';
 import { parseModelConfig, type ModelConfig } from '../../core/weights/model-config.ts';
 import { backends } from '../../producers/backends/registry.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
+import type { DeviceKind } from '../../native/index.ts';
 import type { RowSource } from '../../producers/dataset/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
@@ -115,8 +116,11 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
   });
 }
 
-/** The LLM backend `backend.name` names, with its options from the same section. */
-export async function createBackend(ctx: RunContext): Promise<LlmBackend> {
+/**
+ * The LLM backend `backend.name` names, with its options from the same section. `colocatedTrainer`: the device of a
+ * trainer in this process that will hand the backend its weights (the main job).
+ */
+export async function createBackend(ctx: RunContext, colocatedTrainer?: DeviceKind): Promise<LlmBackend> {
   const b = ctx.config.backend;
   const files = b.name === 'builtin' ? modelFiles(ctx) : null;
   return backends.get(b.name, 'backend.name').create(b.options, {
@@ -126,6 +130,7 @@ export async function createBackend(ctx: RunContext): Promise<LlmBackend> {
     chatTemplate: ctx.config.model.chatTemplate,
     baseDir: ctx.config.baseDir,
     interrupt: ctx.config.rollout.interrupt,
+    ...(colocatedTrainer ? { colocatedTrainer } : {}),
     logger: ctx.logger,
   });
 }

@@ -9,6 +9,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import type { RolloutInterrupt } from '../policy/engine.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
+import type { DeviceKind } from '../../native/index.ts';
 import type { LlmBackend } from './types.ts';
 
 /** What every backend may use from the run: the model's files, how rollouts take policy updates, and a logger. */
@@ -23,6 +24,11 @@ export interface BackendEnv {
   baseDir: string;
   /** rollout.interrupt: how a policy update reaches generations under way (one of the plug-in's `interrupts`). */
   interrupt: RolloutInterrupt;
+  /**
+   * Where a trainer in this same process runs (the main job's), which may hand its weights to the backend
+   * (LlmBackend.stageWeights); absent where the backend has a process of its own (a rollout worker, serve, eval).
+   */
+  colocatedTrainer?: DeviceKind;
   logger: Logger;
 }
 
@@ -60,7 +66,7 @@ const BuiltinOptions = Type.Object(
       maximum: 1,
       default: 0.5,
       description:
-        "device cuda: the share of the GPU's memory the policy may hold, as vLLM's gpu_memory_utilization: its weights, a step's activations and the KV cache, which gets the rest of the share (never more than is free once the weights are loaded, at most max_batch slots of max_len tokens). A trainer on the same GPU needs what is left.",
+        "device cuda: the share of the GPU's memory the policy may hold, as vLLM's gpu_memory_utilization: its weights, a step's activations, in the main job with trainer.device cuda the copy of the trainer's newest weights it is handed, and the KV cache, which gets the rest of the share (never more than is free once the weights are loaded, at most max_batch slots of max_len tokens). A trainer on the same GPU needs what is left.",
     }),
   },
   { additionalProperties: false },
@@ -76,7 +82,7 @@ registerBackend('builtin', {
         throw new RlstreamError('CONFIG_INVALID', 'backend.device: cuda needs the native addon built with RLSTREAM_CUDA=1 (RLSTREAM_CUDA=1 npm run build:native where nvcc is) and a GPU; or set backend.device: cpu');
       return NativePolicyBackend.create(
         { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
-        { device: 'cuda', maxBatch: o.max_batch, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), gpuMemoryUtilization: o.gpu_memory_utilization, interrupt: env.interrupt, logger: env.logger.child({ role: 'policy' }) },
+        { device: 'cuda', maxBatch: o.max_batch, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), gpuMemoryUtilization: o.gpu_memory_utilization, interrupt: env.interrupt, stagesTrainerWeights: env.colocatedTrainer === 'cuda', logger: env.logger.child({ role: 'policy' }) },
       );
     }
     const { BuiltinPolicyBackend } = await import('../policy/backend.ts');

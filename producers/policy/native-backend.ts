@@ -24,6 +24,11 @@ export interface NativePolicyOptions {
    */
   gpuMemoryUtilization: number;
   interrupt: RolloutInterrupt;
+  /**
+   * device cuda: a trainer in this process on the same device will offer its weights (stageWeights), so the
+   * policy's share plans for their copy. Default false (a rollout worker of its own process).
+   */
+  stagesTrainerWeights?: boolean;
   server?: string;
   logger?: Logger;
 }
@@ -65,6 +70,7 @@ export class NativePolicyBackend implements LlmBackend {
           freeBeforeBytes: before.free,
           freeAfterBytes: after.free,
           utilization: o.gpuMemoryUtilization,
+          trainerCopy: o.stagesTrainerWeights === true,
           stepBytes: model.activationBytes(DEFAULT_PREFILL_TOKENS + o.maxBatch),
           slotBytes: model.kvBytes(1, maxLen),
           maxBatch: o.maxBatch,
@@ -73,7 +79,7 @@ export class NativePolicyBackend implements LlmBackend {
         slots = sizing.slots;
         kvGiB = model.kvBytes(slots, maxLen) / 1024 ** 3;
         if (slots < o.maxBatch)
-          logger.warn('the KV cache holds fewer sequences than backend.max_batch: fewer decode together', { slots, maxBatch: o.maxBatch, maxLen, budgetGiB: sizing.budgetBytes / 1024 ** 3, fix: 'raise backend.gpu_memory_utilization or lower backend.max_len' });
+          logger.warn('the KV cache holds fewer sequences than backend.max_batch: fewer decode together', { slots, maxBatch: o.maxBatch, maxLen, budgetGiB: sizing.budgetBytes / 1024 ** 3, stagingGiB: sizing.stagingBytes / 1024 ** 3, fix: 'raise backend.gpu_memory_utilization or lower backend.max_len' });
       }
       const engine = new NativeEngine(model, { slots, maxLen, version: source.version, server: o.server ?? 'builtin' });
       logger.info('built-in policy loaded on the native core', { version: source.version, device: o.device, slots, maxLen, ...(kvGiB !== undefined && { kvCacheGiB: Number(kvGiB.toFixed(2)) }) });

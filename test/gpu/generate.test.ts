@@ -264,9 +264,9 @@ test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.g
     };
     const weightsBytes = loadedBytes(false);
     const trainableBytes = loadedBytes(true);
-    const open = (utilization: number) => {
+    const open = (utilization: number, stagesTrainerWeights = false) => {
       const lines: string[] = [];
-      const backend = NativePolicyBackend.create({ configJson: JSON.stringify(cfg), weightsPath: weights, version: 0 }, { device: 'cuda', maxBatch: 64, maxLen: 1024, gpuMemoryUtilization: utilization, interrupt: 'next_turn', logger: jsonLogger({ write: (l) => lines.push(l) }) });
+      const backend = NativePolicyBackend.create({ configJson: JSON.stringify(cfg), weightsPath: weights, version: 0 }, { device: 'cuda', maxBatch: 64, maxLen: 1024, gpuMemoryUtilization: utilization, interrupt: 'next_turn', stagesTrainerWeights, logger: jsonLogger({ write: (l) => lines.push(l) }) });
       const loaded = lines.map((l) => JSON.parse(l) as { msg: string; slots?: number; kvCacheGiB?: number }).find((l) => l.msg === 'built-in policy loaded on the native core')!;
       return { backend, loaded, warned: lines.some((l) => l.includes('fewer sequences than backend.max_batch')) };
     };
@@ -289,6 +289,20 @@ test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.g
     const res = await Promise.all(Array.from({ length: 16 }, (_, i) => tight.backend.generate({ requestId: `r${i}`, promptIds: [1, 2, 3, i], sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 8, seed: i, stop_token_ids: [] } as unknown as SamplingParams })));
     assert.equal(res.filter((r) => r.tokenIds.length === 8).length, 16);
     await tight.backend.close();
+    // With a trainer in the process staging its weights for the policy, the same slots take a copy of the weights
+    // more; once staged, the policy holds no more than its share (its step's activations are not allocated here).
+    const before = cudaMemory()!.free;
+    const staging = open(share + weightsBytes / mem.total, true);
+    assert.ok(staging.loaded.slots! >= 9 && staging.loaded.slots! <= 11, String(staging.loaded.slots));
+    const freeWithoutTrainer = cudaMemory()!.free;
+    const trainer = Model.init(cfg, { seed: 6, initStd: 0.1, device: 'cuda' });
+    const trainerBytes = freeWithoutTrainer - cudaMemory()!.free;
+    staging.backend.stageWeights(1, trainer);
+    const held = before - cudaMemory()!.free - trainerBytes;
+    t.diagnostic(`staging: ${staging.loaded.slots} slots; the policy holds ${(held / 1024 ** 2).toFixed(0)} MiB with the trainer's copy, its share less a step ${(((share + weightsBytes / mem.total) * mem.total - stepBytes) / 1024 ** 2).toFixed(0)} MiB`);
+    assert.ok(held <= (share + weightsBytes / mem.total) * mem.total - stepBytes + 16 * 1024 ** 2, `${held} bytes held`);
+    trainer.dispose();
+    await staging.backend.close();
     // A share below the weights and one step: refused at start-up, naming the field.
     assert.throws(() => open(share / 4), /backend\.gpu_memory_utilization .*Raise backend\.gpu_memory_utilization/);
   } finally {

@@ -11,7 +11,7 @@ import { TINY } from '../native/helpers.ts';
 
 const GiB = 1024 ** 3;
 // An 80 GiB card with 79 free, a policy whose weights take 2 GiB, steps of 4 GiB, slots of 0.05 GiB.
-const base: KvSizingInput = { totalBytes: 80 * GiB, freeBeforeBytes: 79 * GiB, freeAfterBytes: 77 * GiB, utilization: 0.5, stepBytes: 4 * GiB, slotBytes: 0.05 * GiB, maxBatch: 128, maxLen: 1024 };
+const base: KvSizingInput = { totalBytes: 80 * GiB, freeBeforeBytes: 79 * GiB, freeAfterBytes: 77 * GiB, utilization: 0.5, trainerCopy: false, stepBytes: 4 * GiB, slotBytes: 0.05 * GiB, maxBatch: 128, maxLen: 1024 };
 
 test('the KV cache takes max_batch slots when the share holds them', () => {
   const s = kvCacheSlots(base);
@@ -27,6 +27,19 @@ test('a smaller share, or less free memory than the share, gives fewer slots', (
   assert.equal(kvCacheSlots({ ...base, freeBeforeBytes: 9 * GiB, freeAfterBytes: 7 * GiB }).slots, 60);
   // Longer sequences: twice the bytes a slot, half the slots.
   assert.equal(kvCacheSlots({ ...base, utilization: 0.1, slotBytes: 0.1 * GiB, maxLen: 2048 }).slots, 20);
+});
+
+test('a trainer that stages its weights for the policy in the same process takes a copy of them out of the share', () => {
+  // 40 - 2 (weights) - 2 (the staged copy) - 4 = 32 GiB: still the 128 slots asked for.
+  const s = kvCacheSlots({ ...base, trainerCopy: true });
+  assert.equal(s.stagingBytes, 2 * GiB);
+  assert.equal(s.budgetBytes, 40 * GiB - 2 * GiB - 2 * GiB - 4 * GiB);
+  assert.equal(kvCacheSlots(base).stagingBytes, 0);
+  // 0.1 x 80 = 8 GiB: 8 - 2 - 2 - 4 = 0 GiB where 40 slots fitted without the copy; 0.125 x 80 = 10: 2 GiB = 40 slots.
+  assert.throws(() => kvCacheSlots({ ...base, utilization: 0.1, trainerCopy: true }), /the copy of the trainer's weights it stages \(2\.00 GiB\)/);
+  assert.equal(kvCacheSlots({ ...base, utilization: 0.125, trainerCopy: true }).slots, 40);
+  // Where free memory is what limits: 7 GiB free after the weights, less the copy and the step: 1 GiB = 20 slots.
+  assert.equal(kvCacheSlots({ ...base, freeBeforeBytes: 9 * GiB, freeAfterBytes: 7 * GiB, trainerCopy: true }).slots, 20);
 });
 
 test('a share that holds no slot fails at start-up naming the field and the fix', () => {
