@@ -12,7 +12,7 @@ import { RlstreamError } from './errors.ts';
 import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
 import { didYouMean } from './config/suggest.ts';
 import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
-import { DEFAULT_KAFKA_CLIENT, type KafkaClient } from './log/kafka/options.ts';
+import { DEFAULT_KAFKA_CLIENT, RDKAFKA_DEBUG_CONTEXTS, type KafkaClient } from './log/kafka/options.ts';
 import { RolloutSection } from '../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
 import { backends } from '../producers/backends/registry.ts';
@@ -33,7 +33,18 @@ export interface TopicRetentionConfig {
 
 export type LogConfig =
   | { kind: 'embedded'; dir: string; retention: TopicRetentionConfig }
-  | { kind: 'kafka'; brokers: string[]; client: KafkaClient; clientId: string; ssl: boolean; sasl: { mechanism: string; username: string; password: string } | null; retention: TopicRetentionConfig };
+  | {
+      kind: 'kafka';
+      brokers: string[];
+      client: KafkaClient;
+      clientId: string;
+      clientLogLevel: 'error' | 'warn' | 'info' | 'debug' | 'nothing';
+      /** librdkafka's debug contexts; null: none. */
+      clientDebug: string | null;
+      ssl: boolean;
+      sasl: { mechanism: string; username: string; password: string } | null;
+      retention: TopicRetentionConfig;
+    };
 
 /** The trace sink's batch (traces.batch_rows, traces.batch_bytes); unset fields take the store's default. */
 export interface TraceBatchConfig {
@@ -215,7 +226,23 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
       const list = typeof brokers === 'string' ? brokers.split(',').map((b) => b.trim()) : Array.isArray(brokers) ? brokers.map(String) : [];
       if (!list.every((b) => /^[^:\s]+:\d+$/.test(b))) issues.push({ path: 'log.brokers', message: `must be host:port entries (got ${JSON.stringify(brokers)})` });
       const sasl = v['sasl'] as { mechanism: string; username: string; password: string } | undefined;
-      log = { kind: 'kafka', brokers: list, client: (v['client'] as KafkaClient | undefined) ?? DEFAULT_KAFKA_CLIENT, clientId: String(v['client_id']), ssl: v['ssl'] === true, sasl: sasl ?? null, retention };
+      const client = (v['client'] as KafkaClient | undefined) ?? DEFAULT_KAFKA_CLIENT;
+      const debug = typeof v['client_debug'] === 'string' && v['client_debug'] !== '' ? v['client_debug'].split(',').map((c) => c.trim()) : null;
+      const unknown = (debug ?? []).filter((c) => !(RDKAFKA_DEBUG_CONTEXTS as readonly string[]).includes(c));
+      if (debug && client !== 'librdkafka') issues.push({ path: 'log.client_debug', message: `is librdkafka's debug setting and log.client is ${client}: remove it, or set log.client: librdkafka` });
+      else if (unknown.length > 0)
+        issues.push({ path: 'log.client_debug', message: `names ${unknown.map((c) => JSON.stringify(c)).join(', ')}: use librdkafka debug contexts from ${RDKAFKA_DEBUG_CONTEXTS.join(', ')} ('conf' and 'all' would log secrets)` });
+      log = {
+        kind: 'kafka',
+        brokers: list,
+        client,
+        clientId: String(v['client_id']),
+        clientLogLevel: (v['client_log_level'] as 'error' | 'warn' | 'info' | 'debug' | 'nothing' | undefined) ?? 'warn',
+        clientDebug: debug ? debug.join(',') : null,
+        ssl: v['ssl'] === true,
+        sasl: sasl ?? null,
+        retention,
+      };
     } else log = { kind: 'embedded', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/log`, retention };
   }
 

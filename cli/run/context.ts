@@ -32,7 +32,16 @@ export async function openRunContext(config: RunConfig, logger: Logger): Promise
   const log = await openLog(
     lc.kind === 'embedded'
       ? { kind: 'embedded', dir: lc.dir }
-      : { kind: 'kafka', brokers: lc.brokers, client: lc.client, clientId: lc.clientId, ssl: lc.ssl, ...(lc.sasl ? { sasl: lc.sasl } : {}) },
+      : {
+          kind: 'kafka',
+          brokers: lc.brokers,
+          client: lc.client,
+          clientId: lc.clientId,
+          clientLogLevel: lc.clientLogLevel,
+          ...(lc.clientDebug !== null ? { clientDebug: lc.clientDebug } : {}),
+          ssl: lc.ssl,
+          ...(lc.sasl ? { sasl: lc.sasl } : {}),
+        },
     logger.child({ component: 'log' }),
   );
   const registry: SchemaRegistry =

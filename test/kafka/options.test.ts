@@ -114,3 +114,23 @@ test('choosing librdkafka without its build fails at open, naming the command th
     rmSync(empty, { recursive: true, force: true });
   }
 });
+
+test("log.client_debug takes librdkafka's debug contexts, raises the client's log level, and refuses what would log secrets", async () => {
+  const o = compileKafkaLogOptions({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'eos, broker,cgrp' });
+  assert.equal(o.clientDebug, 'eos,broker,cgrp');
+  assert.equal(o.clientLogLevel, 'debug');
+  assert.equal(compileKafkaLogOptions({ brokers: ['b:1'], client: 'librdkafka' }).clientDebug, null);
+  configError({ brokers: ['b:1'], client: 'kafkajs', clientDebug: 'broker' }, /^log\.clientDebug is librdkafka's debug setting; log\.client is kafkajs: remove it, or set log\.client: librdkafka$/);
+  configError({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'broker,conf' }, /^log\.clientDebug names "conf", not among librdkafka's debug contexts that may be logged: generic, broker/);
+  configError({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'all' }, /names "all"/);
+  // The run config's keys: named as the YAML file spells them.
+  const { compileRunConfig } = await import('../../core/config.ts');
+  const run = compileRunConfig({ log: { kind: 'kafka', brokers: 'b:1', client_debug: 'eos,cgrp', client_log_level: 'info' } }, '/tmp');
+  assert.ok(run.log.kind === 'kafka' && run.log.clientDebug === 'eos,cgrp' && run.log.clientLogLevel === 'info');
+  for (const [log, message] of [
+    [{ kind: 'kafka', brokers: 'b:1', client: 'kafkajs', client_debug: 'eos' }, /log\.client_debug: is librdkafka's debug setting and log\.client is kafkajs/],
+    [{ kind: 'kafka', brokers: 'b:1', client_debug: 'eos,coord' }, /log\.client_debug: names "coord": use librdkafka debug contexts from generic, broker/],
+    [{ kind: 'kafka', brokers: 'b:1', client_log_level: 'trace' }, /log\.client_log_level/],
+  ] as const)
+    assert.throws(() => compileRunConfig({ log }, '/tmp'), (e) => e instanceof Error && message.test(e.message), JSON.stringify(log));
+});

@@ -56,8 +56,13 @@ export interface KafkaLogOptions {
   transactionTimeoutMs?: number;
   /** Bytes per produce request, split across requests when a send is larger (default 1 MiB). */
   maxRequestBytes?: number;
-  /** kafkajs's own log level routed into our Logger (default 'warn'). */
+  /** The client library's own log lines at this level and above, routed into our Logger (default 'warn'). */
   clientLogLevel?: 'error' | 'warn' | 'info' | 'debug' | 'nothing';
+  /**
+   * librdkafka only: its debug contexts (its `debug` setting, e.g. 'eos,broker,cgrp'), logged at debug level
+   * through our Logger; clientLogLevel becomes 'debug'. Default none.
+   */
+  clientDebug?: string;
 }
 
 export interface CompiledKafkaLogOptions {
@@ -76,6 +81,8 @@ export interface CompiledKafkaLogOptions {
   readonly transactionTimeoutMs: number;
   readonly maxRequestBytes: number;
   readonly clientLogLevel: 'error' | 'warn' | 'info' | 'debug' | 'nothing';
+  /** librdkafka's debug contexts, comma-separated; null: none. */
+  readonly clientDebug: string | null;
 }
 
 const KNOWN = new Set([
@@ -95,7 +102,24 @@ const KNOWN = new Set([
   'transactionTimeoutMs',
   'maxRequestBytes',
   'clientLogLevel',
+  'clientDebug',
 ]);
+
+/**
+ * librdkafka's debug contexts that may be asked for. 'conf' and 'all' are left out: they log the client's whole
+ * configuration at start-up, and a secret must never reach a log.
+ */
+export const RDKAFKA_DEBUG_CONTEXTS = ['generic', 'broker', 'topic', 'metadata', 'feature', 'queue', 'msg', 'protocol', 'cgrp', 'security', 'fetch', 'interceptor', 'plugin', 'consumer', 'admin', 'eos', 'assignor', 'telemetry'] as const;
+
+function compileClientDebug(v: unknown, client: KafkaClient): string | null {
+  if (v === undefined || v === null || v === '') return null;
+  if (typeof v !== 'string') throw invalid('clientDebug', `must be a comma-separated list of librdkafka debug contexts, got ${describe(v)}`);
+  if (client !== 'librdkafka') throw invalid('clientDebug', `is librdkafka's debug setting; log.client is ${client}: remove it, or set log.client: librdkafka`);
+  const contexts = v.split(',').map((c) => c.trim());
+  const bad = contexts.filter((c) => !(RDKAFKA_DEBUG_CONTEXTS as readonly string[]).includes(c));
+  if (bad.length > 0) throw invalid('clientDebug', `names ${bad.map((c) => JSON.stringify(c)).join(', ')}, not among librdkafka's debug contexts that may be logged: ${RDKAFKA_DEBUG_CONTEXTS.join(', ')}`);
+  return contexts.join(',');
+}
 const BROKER = /^[A-Za-z0-9._-]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/;
 
 function invalid(field: string, message: string): RlstreamError {
@@ -168,9 +192,11 @@ export function compileKafkaLogOptions(input: unknown): CompiledKafkaLogOptions 
   const heartbeatIntervalMs = int(o, 'heartbeatIntervalMs', 1000, 100);
   const sessionTimeoutMs = int(o, 'sessionTimeoutMs', 10_000, 1000);
   if (heartbeatIntervalMs * 3 > sessionTimeoutMs) throw invalid('heartbeatIntervalMs', `(${heartbeatIntervalMs}) must be at most a third of sessionTimeoutMs (${sessionTimeoutMs})`);
+  const client = oneOf(o, 'client', KAFKA_CLIENTS, DEFAULT_KAFKA_CLIENT);
+  const clientDebug = compileClientDebug(o['clientDebug'], client);
   return Object.freeze({
     brokers: Object.freeze([...(brokers as string[])]),
-    client: oneOf(o, 'client', KAFKA_CLIENTS, DEFAULT_KAFKA_CLIENT),
+    client,
     clientId,
     ssl: compileSsl(o['ssl']),
     sasl,
@@ -183,6 +209,7 @@ export function compileKafkaLogOptions(input: unknown): CompiledKafkaLogOptions 
     maxWaitTimeMs: int(o, 'maxWaitTimeMs', 100, 0),
     transactionTimeoutMs: int(o, 'transactionTimeoutMs', 60_000, 1000),
     maxRequestBytes: int(o, 'maxRequestBytes', 1024 * 1024, 1024),
-    clientLogLevel: oneOf(o, 'clientLogLevel', ['error', 'warn', 'info', 'debug', 'nothing'] as const, 'warn'),
+    clientLogLevel: clientDebug !== null ? 'debug' : oneOf(o, 'clientLogLevel', ['error', 'warn', 'info', 'debug', 'nothing'] as const, 'warn'),
+    clientDebug,
   });
 }

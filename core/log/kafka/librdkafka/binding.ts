@@ -51,10 +51,19 @@ export interface RdDeliveryReport {
 
 type Config = Record<string, string | number | boolean | ((...args: never[]) => void)>;
 
+/** One of librdkafka's log lines: syslog severity (0-7), facility, text, and the client's librdkafka name. */
+export interface RdLogEvent {
+  severity: number;
+  fac: string;
+  message: string;
+  name: string;
+}
+
 interface RdClient {
   connect(options: null | { timeout?: number }, cb: (err: RdError | null | undefined) => void): void;
   isConnected(): boolean;
   on(event: 'event.error', listener: (err: RdError) => void): void;
+  on(event: 'event.log', listener: (e: RdLogEvent) => void): void;
 }
 
 export interface RdKafkaConsumer extends RdClient {
@@ -79,7 +88,9 @@ export interface RdProducer extends RdClient {
   /** Flushes for up to `timeout` ms, then destroys the client. */
   disconnect(timeout: number, cb: (err: RdError | null | undefined) => void): void;
   produce(topic: string, partition: number, value: Buffer, key: Buffer | string | null, timestamp: number | null, opaque: unknown, headers: { [name: string]: Buffer }[] | undefined): void;
-  on(event: 'delivery-report' | 'event.error', listener: ((err: RdError | null, report: RdDeliveryReport) => void) | ((err: RdError) => void)): void;
+  on(event: 'event.error', listener: (err: RdError) => void): void;
+  on(event: 'event.log', listener: (e: RdLogEvent) => void): void;
+  on(event: 'delivery-report', listener: (err: RdError | null, report: RdDeliveryReport) => void): void;
   setPollInBackground(on: boolean): void;
   setPollInterval(ms: number): void;
   flush(timeout: number, cb: (err: RdError | null) => void): void;

@@ -19,6 +19,7 @@ import { partitionKey as key, PartitionQueues, pollLimits } from '../partition-q
 import { Positions } from '../positions.ts';
 import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdMessage, RdTopicPartition } from './binding.ts';
 import { fromRdKafka, isRdRebalance, RD, rdCall, withDeadline } from './errors.ts';
+import { routeRdLogs } from './log-events.ts';
 
 /** What a consumer needs from the log that owns it. */
 export interface RdConsumerHost {
@@ -111,6 +112,7 @@ export class RdKafkaConsumer implements Consumer {
       queue_non_empty_cb: () => this.wakePump(),
     });
     this.client.on('event.error', (err) => this.onError(err));
+    routeRdLogs(this.client, host.logger, `consumer of group ${options.groupId}`);
   }
 
   static async open(host: RdConsumerHost, rd: RdKafka, options: ConsumerOptions): Promise<RdKafkaConsumer> {

@@ -9,6 +9,7 @@ import type { CompiledKafkaLogOptions } from '../options.ts';
 import { loadRdKafka, type RdConfig, type RdKafka, type RdKafkaConsumer as RdClient } from './binding.ts';
 import { RdKafkaConsumer } from './consumer.ts';
 import { rdCall, withDeadline } from './errors.ts';
+import { routeRdLogs } from './log-events.ts';
 import { RdKafkaProducer } from './producer.ts';
 
 /** What the librdkafka clients need from the log that owns them. */
@@ -32,6 +33,7 @@ export function rdBaseConfig(o: CompiledKafkaLogOptions): RdConfig {
     'socket.timeout.ms': Math.max(10, o.requestTimeoutMs),
     log_level: LOG_LEVELS[o.clientLogLevel],
   };
+  if (o.clientDebug !== null) c['debug'] = o.clientDebug;
   const ssl = o.ssl !== false;
   if (o.ssl !== false && o.ssl !== true) {
     if (o.ssl.ca !== undefined) c['ssl.ca.pem'] = Array.isArray(o.ssl.ca) ? o.ssl.ca.join('\n') : (o.ssl.ca as string);
@@ -125,6 +127,7 @@ export class RdKafkaClients {
     if (!p) {
       p = (async () => {
         const c = new this.rd.KafkaConsumer({ ...this.base, 'group.id': groupId, 'enable.auto.commit': false });
+        routeRdLogs(c, this.host.logger, `offsets of group ${groupId}`);
         await rdCall(`connect a consumer of group ${groupId}`, (cb) => c.connect(null, cb));
         return c;
       })();

@@ -14,6 +14,7 @@ import { ProducerGate } from '../producer-gate.ts';
 import { TxnLifecycle } from '../transaction-state.ts';
 import type { RdConfig, RdDeliveryReport, RdError, RdKafka, RdKafkaConsumer, RdProducer } from './binding.ts';
 import { fromRdKafka, isRdCoordinatorBusy, RD, rdCall, withDeadline } from './errors.ts';
+import { routeRdLogs } from './log-events.ts';
 
 /** What a producer needs from the log that owns it. */
 export interface RdProducerHost {
@@ -90,6 +91,7 @@ export class RdKafkaProducer implements Producer {
       config['transaction.timeout.ms'] = host.transactionTimeoutMs;
     }
     const client = new rd.Producer(config);
+    routeRdLogs(client, host.logger, transactional ? `producer ${options.transactionalId!}` : 'producer');
     const producer = new RdKafkaProducer(host, client, options);
     client.on('event.error', (err: RdError) => {
       producer.disturbances++;
