@@ -59,7 +59,7 @@ for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart
       const rolloutTail = sup.procs.get('rollout')?.output.slice(-1500) ?? '';
       // The stream processors' warnings and errors (transactions retried or failed, rebalances), for a failure.
       const processorNotes = (['reward', 'advantage'] as const)
-        .map((role) => `${role}: ${(sup.procs.get(role)?.output ?? '').split('\n').filter((l) => /"level":"(warn|error)"/.test(l) && !/kafkajs/.test(l)).slice(-12).join('\n')}`)
+        .map((role) => `${role}: ${(sup.procs.get(role)?.output ?? '').split('\n').filter((l) => /"level":"(warn|error)"/.test(l) && !/kafkajs|"fac":/.test(l)).slice(-12).join('\n')}`)
         .join('\n');
       await sup.stopAll();
       const records = await collectRun(log, serde, run.runId);
