@@ -12,7 +12,7 @@ import { RlstreamError } from './errors.ts';
 import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
 import { didYouMean } from './config/suggest.ts';
 import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
-import { DEFAULT_KAFKA_CLIENT, RDKAFKA_DEBUG_CONTEXTS, type KafkaClient } from './log/kafka/options.ts';
+import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from './log/kafka/options.ts';
 import { RolloutSection } from '../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
 import { backends } from '../producers/backends/registry.ts';
@@ -38,7 +38,7 @@ export type LogConfig =
       brokers: string[];
       client: KafkaClient;
       clientId: string;
-      clientLogLevel: 'error' | 'warn' | 'info' | 'debug' | 'nothing';
+      clientLogLevel: KafkaClientLogLevel;
       /** librdkafka's debug contexts; null: none. */
       clientDebug: string | null;
       ssl: boolean;
@@ -227,18 +227,15 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
       if (!list.every((b) => /^[^:\s]+:\d+$/.test(b))) issues.push({ path: 'log.brokers', message: `must be host:port entries (got ${JSON.stringify(brokers)})` });
       const sasl = v['sasl'] as { mechanism: string; username: string; password: string } | undefined;
       const client = (v['client'] as KafkaClient | undefined) ?? DEFAULT_KAFKA_CLIENT;
-      const debug = typeof v['client_debug'] === 'string' && v['client_debug'] !== '' ? v['client_debug'].split(',').map((c) => c.trim()) : null;
-      const unknown = (debug ?? []).filter((c) => !(RDKAFKA_DEBUG_CONTEXTS as readonly string[]).includes(c));
-      if (debug && client !== 'librdkafka') issues.push({ path: 'log.client_debug', message: `is librdkafka's debug setting and log.client is ${client}: remove it, or set log.client: librdkafka` });
-      else if (unknown.length > 0)
-        issues.push({ path: 'log.client_debug', message: `names ${unknown.map((c) => JSON.stringify(c)).join(', ')}: use librdkafka debug contexts from ${RDKAFKA_DEBUG_CONTEXTS.join(', ')} ('conf' and 'all' would log secrets)` });
+      const debug = parseClientDebug(v['client_debug'], client);
+      if ('problem' in debug) issues.push({ path: 'log.client_debug', message: debug.problem });
       log = {
         kind: 'kafka',
         brokers: list,
         client,
         clientId: String(v['client_id']),
-        clientLogLevel: (v['client_log_level'] as 'error' | 'warn' | 'info' | 'debug' | 'nothing' | undefined) ?? 'warn',
-        clientDebug: debug ? debug.join(',') : null,
+        clientLogLevel: (v['client_log_level'] as KafkaClientLogLevel | undefined) ?? 'warn',
+        clientDebug: 'contexts' in debug ? debug.contexts : null,
         ssl: v['ssl'] === true,
         sasl: sasl ?? null,
         retention,

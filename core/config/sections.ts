@@ -4,7 +4,7 @@
 // looked up by its name when the config is compiled (core/config.ts).
 import { Type, type TObject, type TProperties } from '@sinclair/typebox';
 import { intOrNull, oneOf, stringOrNull } from './validate.ts';
-import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENTS, RDKAFKA_DEBUG_CONTEXTS } from '../log/kafka/options.ts';
+import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENT_LOG_LEVELS, KAFKA_CLIENTS, RDKAFKA_DEBUG_CONTEXTS } from '../log/kafka/options.ts';
 
 const obj = <P extends TProperties>(properties: P, description: string) => Type.Object(properties, { additionalProperties: false, default: {}, description });
 
@@ -44,7 +44,7 @@ export const LOG_KINDS: Record<string, TObject> = {
         description: 'Client library: kafkajs (pure JavaScript) or librdkafka (@confluentinc/kafka-javascript; `bash infra/setup.sh --kafka-native` builds it). Which to choose and why: docs/kafka.md.',
       }),
       client_id: Type.String({ minLength: 1, default: 'rlstream', description: 'Kafka client id.' }),
-      client_log_level: oneOf(['error', 'warn', 'info', 'debug', 'nothing'] as const, { default: 'warn', description: "The Kafka library's own log lines at this level and above, in the role's log." }),
+      client_log_level: oneOf(KAFKA_CLIENT_LOG_LEVELS, { default: 'warn', description: "The Kafka library's own log lines at this level and above, in the role's log." }),
       client_debug: stringOrNull({
         default: null,
         description: `log.client librdkafka: its debug contexts, comma-separated (e.g. "eos,broker,cgrp" for transactions, connections and the consumer group), in the role's log at debug level (RLSTREAM_LOG_LEVEL=debug shows them); one of ${RDKAFKA_DEBUG_CONTEXTS.join(', ')}. 'conf' and 'all' would log secrets and are refused.`,

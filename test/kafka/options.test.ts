@@ -120,8 +120,8 @@ test("log.client_debug takes librdkafka's debug contexts, raises the client's lo
   assert.equal(o.clientDebug, 'eos,broker,cgrp');
   assert.equal(o.clientLogLevel, 'debug');
   assert.equal(compileKafkaLogOptions({ brokers: ['b:1'], client: 'librdkafka' }).clientDebug, null);
-  configError({ brokers: ['b:1'], client: 'kafkajs', clientDebug: 'broker' }, /^log\.clientDebug is librdkafka's debug setting; log\.client is kafkajs: remove it, or set log\.client: librdkafka$/);
-  configError({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'broker,conf' }, /^log\.clientDebug names "conf", not among librdkafka's debug contexts that may be logged: generic, broker/);
+  configError({ brokers: ['b:1'], client: 'kafkajs', clientDebug: 'broker' }, /^log\.clientDebug is librdkafka's debug setting and log\.client is kafkajs: remove it, or set log\.client: librdkafka$/);
+  configError({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'broker,conf' }, /^log\.clientDebug names "conf": use librdkafka debug contexts from generic, broker/);
   configError({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'all' }, /names "all"/);
   // The run config's keys: named as the YAML file spells them.
   const { compileRunConfig } = await import('../../core/config.ts');

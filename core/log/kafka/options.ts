@@ -10,6 +10,9 @@ export type KafkaClient = 'kafkajs' | 'librdkafka';
 export const KAFKA_CLIENTS: readonly KafkaClient[] = ['kafkajs', 'librdkafka'];
 /** The client when the configuration names none: the faster one on this project's benchmarks (docs/kafka.md). */
 export const DEFAULT_KAFKA_CLIENT: KafkaClient = 'librdkafka';
+/** How much of the client library's own log reaches ours. */
+export const KAFKA_CLIENT_LOG_LEVELS = ['error', 'warn', 'info', 'debug', 'nothing'] as const;
+export type KafkaClientLogLevel = (typeof KAFKA_CLIENT_LOG_LEVELS)[number];
 
 export interface KafkaSslOptions {
   /** Verify the broker's certificate (default true). */
@@ -57,7 +60,7 @@ export interface KafkaLogOptions {
   /** Bytes per produce request, split across requests when a send is larger (default 1 MiB). */
   maxRequestBytes?: number;
   /** The client library's own log lines at this level and above, routed into our Logger (default 'warn'). */
-  clientLogLevel?: 'error' | 'warn' | 'info' | 'debug' | 'nothing';
+  clientLogLevel?: KafkaClientLogLevel;
   /**
    * librdkafka only: its debug contexts (its `debug` setting, e.g. 'eos,broker,cgrp'), logged at debug level
    * through our Logger; clientLogLevel becomes 'debug'. Default none.
@@ -80,7 +83,7 @@ export interface CompiledKafkaLogOptions {
   readonly maxWaitTimeMs: number;
   readonly transactionTimeoutMs: number;
   readonly maxRequestBytes: number;
-  readonly clientLogLevel: 'error' | 'warn' | 'info' | 'debug' | 'nothing';
+  readonly clientLogLevel: KafkaClientLogLevel;
   /** librdkafka's debug contexts, comma-separated; null: none. */
   readonly clientDebug: string | null;
 }
@@ -111,14 +114,18 @@ const KNOWN = new Set([
  */
 export const RDKAFKA_DEBUG_CONTEXTS = ['generic', 'broker', 'topic', 'metadata', 'feature', 'queue', 'msg', 'protocol', 'cgrp', 'security', 'fetch', 'interceptor', 'plugin', 'consumer', 'admin', 'eos', 'assignor', 'telemetry'] as const;
 
-function compileClientDebug(v: unknown, client: KafkaClient): string | null {
-  if (v === undefined || v === null || v === '') return null;
-  if (typeof v !== 'string') throw invalid('clientDebug', `must be a comma-separated list of librdkafka debug contexts, got ${describe(v)}`);
-  if (client !== 'librdkafka') throw invalid('clientDebug', `is librdkafka's debug setting; log.client is ${client}: remove it, or set log.client: librdkafka`);
+/**
+ * librdkafka's debug setting from a comma-separated list: the contexts normalised (null for none), or what is wrong
+ * with it (said after the field's name, which the caller spells as its input does).
+ */
+export function parseClientDebug(v: unknown, client: KafkaClient): { contexts: string | null } | { problem: string } {
+  if (v === undefined || v === null || v === '') return { contexts: null };
+  if (typeof v !== 'string') return { problem: `must be a comma-separated list of librdkafka debug contexts, got ${describe(v)}` };
+  if (client !== 'librdkafka') return { problem: `is librdkafka's debug setting and log.client is ${client}: remove it, or set log.client: librdkafka` };
   const contexts = v.split(',').map((c) => c.trim());
   const bad = contexts.filter((c) => !(RDKAFKA_DEBUG_CONTEXTS as readonly string[]).includes(c));
-  if (bad.length > 0) throw invalid('clientDebug', `names ${bad.map((c) => JSON.stringify(c)).join(', ')}, not among librdkafka's debug contexts that may be logged: ${RDKAFKA_DEBUG_CONTEXTS.join(', ')}`);
-  return contexts.join(',');
+  if (bad.length > 0) return { problem: `names ${bad.map((c) => JSON.stringify(c)).join(', ')}: use librdkafka debug contexts from ${RDKAFKA_DEBUG_CONTEXTS.join(', ')} ('conf' and 'all' would log secrets)` };
+  return { contexts: contexts.join(',') };
 }
 const BROKER = /^[A-Za-z0-9._-]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/;
 
@@ -193,7 +200,9 @@ export function compileKafkaLogOptions(input: unknown): CompiledKafkaLogOptions 
   const sessionTimeoutMs = int(o, 'sessionTimeoutMs', 10_000, 1000);
   if (heartbeatIntervalMs * 3 > sessionTimeoutMs) throw invalid('heartbeatIntervalMs', `(${heartbeatIntervalMs}) must be at most a third of sessionTimeoutMs (${sessionTimeoutMs})`);
   const client = oneOf(o, 'client', KAFKA_CLIENTS, DEFAULT_KAFKA_CLIENT);
-  const clientDebug = compileClientDebug(o['clientDebug'], client);
+  const debug = parseClientDebug(o['clientDebug'], client);
+  if ('problem' in debug) throw invalid('clientDebug', debug.problem);
+  const clientDebug = debug.contexts;
   return Object.freeze({
     brokers: Object.freeze([...(brokers as string[])]),
     client,
@@ -209,7 +218,7 @@ export function compileKafkaLogOptions(input: unknown): CompiledKafkaLogOptions 
     maxWaitTimeMs: int(o, 'maxWaitTimeMs', 100, 0),
     transactionTimeoutMs: int(o, 'transactionTimeoutMs', 60_000, 1000),
     maxRequestBytes: int(o, 'maxRequestBytes', 1024 * 1024, 1024),
-    clientLogLevel: clientDebug !== null ? 'debug' : oneOf(o, 'clientLogLevel', ['error', 'warn', 'info', 'debug', 'nothing'] as const, 'warn'),
+    clientLogLevel: clientDebug !== null ? 'debug' : oneOf(o, 'clientLogLevel', KAFKA_CLIENT_LOG_LEVELS, 'warn'),
     clientDebug,
   });
 }
