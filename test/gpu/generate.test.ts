@@ -289,8 +289,9 @@ test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.g
     const res = await Promise.all(Array.from({ length: 16 }, (_, i) => tight.backend.generate({ requestId: `r${i}`, promptIds: [1, 2, 3, i], sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 8, seed: i, stop_token_ids: [] } as unknown as SamplingParams })));
     assert.equal(res.filter((r) => r.tokenIds.length === 8).length, 16);
     await tight.backend.close();
-    // With a trainer in the process staging its weights for the policy, the same slots take a copy of the weights
-    // more; once staged, the policy holds no more than its share (its step's activations are not allocated here).
+    // A trainer in the process that stages its weights for the policy: the same slots need a share larger by one
+    // copy of the weights, and once the copy is made the policy holds no more than that share less a step (the
+    // step's activations are allocated at the first generation, and there is none here).
     const before = cudaMemory()!.free;
     const staging = open(share + weightsBytes / mem.total, true);
     assert.ok(staging.loaded.slots! >= 9 && staging.loaded.slots! <= 11, String(staging.loaded.slots));
