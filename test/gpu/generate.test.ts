@@ -22,8 +22,8 @@ const HD48: ModelConfig = { ...HD64, hidden_size: 96, num_attention_heads: 2, in
 // bf16 operands in every product: log-probs agree with fp32 to a few 1e-2 at these scales (cuda.test.ts: 1e-2 relative)
 const BF16_LOGPROB = 0.1;
 
-function pair(cfg: ModelConfig, seed: number): { gpu: Model; cpu: Model } {
-  return { gpu: Model.init(cfg, { seed, initStd: 0.1, device: 'cuda' }), cpu: Model.init(cfg, { seed, initStd: 0.1, threads: 4 }) };
+function pair(cfg: ModelConfig, seed: number, initStd = 0.1): { gpu: Model; cpu: Model } {
+  return { gpu: Model.init(cfg, { seed, initStd, device: 'cuda' }), cpu: Model.init(cfg, { seed, initStd, threads: 4 }) };
 }
 
 for (const [name, cfg] of [['head dim 64', HD64], ['head dim 48', HD48]] as const) {
@@ -42,6 +42,51 @@ for (const [name, cfg] of [['head dim 64', HD64], ['head dim 48', HD48]] as cons
     cpu.dispose();
   });
 }
+
+// The cached attention's layouts: head dims 32, 64 and 128 fill a lane's 1, 2 or 4 dims, 160 takes the 8-dim
+// kernel with lanes past the head idle, 42 leaves some idle in its last dim; query heads per key head 1, 7 and 8. A
+// step of one slot has few blocks (16 warps a head share its keys), a step of 300 slots many (4 warps a head).
+const LAYOUTS: Array<[string, ModelConfig]> = [
+  ['hd128, 8 heads on 1 key head', { ...HD64, hidden_size: 1024, num_attention_heads: 8, num_key_value_heads: 1, intermediate_size: 256 }],
+  ['hd64, 14 heads on 2 key heads', { ...HD64, hidden_size: 896, num_attention_heads: 14, num_key_value_heads: 2, intermediate_size: 256 }],
+  ['hd32, 4 heads on 4 key heads', { ...HD64, hidden_size: 128, num_attention_heads: 4, num_key_value_heads: 4 }],
+  ['hd160, 2 heads on 1 key head', { ...HD64, hidden_size: 320, num_attention_heads: 2, num_key_value_heads: 1 }],
+  ['hd42, 2 heads on 1 key head', { ...HD64, hidden_size: 84, num_attention_heads: 2, num_key_value_heads: 1 }],
+];
+test('cuda: every attention layout decodes as the full forward, and a step of one slot as a step of 300', { skip }, async (t: TestContext) => {
+  for (const [name, cfg] of LAYOUTS) {
+    // weights scaled so that the activations are as large as HD64's (the bf16 tolerance below is set at that scale)
+    const { gpu, cpu } = pair(cfg, 11, 0.1 * Math.sqrt(HD64.hidden_size / cfg.hidden_size));
+    const V = cfg.vocab_size;
+    const r = rng(12);
+    const S = 300;
+    gpu.kvReserve(S + 1, 200);
+    // one slot: greedy through the cache against the CPU's full forward
+    const prompt = randomSeqs(r, [150], V)[0]!;
+    const seq = [...prompt];
+    const got: number[] = [];
+    await decodeGreedy(gpu, S, await gpu.extend(one(S), one(prompt.length), Int32Array.from(prompt)), 30, seq, got);
+    const dg = maxAbsDiff(got, await fullLogprobs(gpu, seq, prompt.length));
+    const dc = maxAbsDiff(got, await fullLogprobs(cpu, seq, prompt.length));
+    // S slots of different lengths, one decode step together, against each slot's step alone
+    const prompts = randomSeqs(r, Array.from({ length: S }, (_, i) => 20 + (i * 37) % 150), V);
+    const slots = Int32Array.from({ length: S }, (_, i) => i);
+    await gpu.extend(slots, Int32Array.from(prompts.map((x) => x.length)), Int32Array.from(prompts.flat()));
+    const feed = Int32Array.from({ length: S }, (_, i) => (i * 7) % V);
+    const together = await gpu.extend(slots, new Int32Array(S).fill(1), feed);
+    let worst = 0;
+    for (const b of [0, 1, 150, S - 1]) {
+      gpu.kvTruncate(b, prompts[b]!.length);
+      const alone = await gpu.extend(one(b), one(1), one(feed[b]!));
+      worst = Math.max(worst, maxAbsDiff(alone, together.subarray(b * V, (b + 1) * V)));
+    }
+    t.diagnostic(`${name}: max |KV log-prob - forward| cuda ${dg.toExponential(2)}, cpu fp32 ${dc.toExponential(2)}; ${S} slots together vs alone: max |probability difference| ${worst.toExponential(2)}`);
+    assert.ok(dg < BF16_LOGPROB && dc < BF16_LOGPROB, `${name}: cuda ${dg}, cpu ${dc}`);
+    assert.ok(worst < 1e-3, `${name}: together vs alone ${worst}`);
+    gpu.dispose();
+    cpu.dispose();
+  }
+});
 
 test('cuda: slots of different lengths decoded in one batch equal each decoded alone', { skip }, async (t: TestContext) => {
   const V = HD64.vocab_size;
