@@ -10,6 +10,7 @@ import { openRegistryFor } from '../../core/serde/open.ts';
 import { kafkaClients, service } from '../kafka/services.ts';
 import { auditRun, collectRun, consumedIds, stuck, stuckDetail } from '../../testkit/audit.ts';
 import { drainRun, withPrivateRun } from './scenario.ts';
+import { TXN_DEADLINE_MS } from '../../core/log/kafka/librdkafka/producer.ts';
 import { openRunLog, progress } from '../../testkit/harness.ts';
 
 // What each role did, across its restarts, for a failure: restores, the trainer's commits, assignments and their
@@ -51,9 +52,9 @@ for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart
       const outage = (Date.now() - tDown) / 1000;
       log = s.log = await openRunLog(broker.brokers);
 
-      // Longer than a role's deadline on a Kafka call that never returns (40 s) plus its restart: a role that
-      // stops on such a call is restarted, and the test waits for that recovery too.
-      const { rolloutDone: done, started, consumed } = await drainRun(s, serde, 90_000);
+      // Longer than a role's deadline on a Kafka call that never returns plus its restart: a role that stops on
+      // such a call is restarted, and the test waits for that recovery too.
+      const { rolloutDone: done, started, consumed } = await drainRun(s, serde, TXN_DEADLINE_MS + 50_000);
       const end = await progress(log, run.runId).catch(() => null);
       const trainerTail = sup.procs.get('trainer')?.output.slice(-1500) ?? '';
       const rolloutTail = sup.procs.get('rollout')?.output.slice(-1500) ?? '';

@@ -44,7 +44,7 @@ const COORDINATOR_RETRY_MS = 30_000;
 /** librdkafka's own time limit for a transactional call (init, commit, abort, offsets). */
 const TXN_CALL_MS = 30_000;
 /** Ours, past librdkafka's: a call still unanswered then is not coming back (see withDeadline). */
-const TXN_DEADLINE_MS = TXN_CALL_MS + 10_000;
+export const TXN_DEADLINE_MS = TXN_CALL_MS + 10_000;
 /** How long closing waits for librdkafka's disconnect before leaving it. */
 const CLOSE_MS = 10_000;
 /** librdkafka's own cap on one request: far above any broker's record limit (Kafka's default is 1 MiB), so the broker decides. */
