@@ -103,8 +103,9 @@ if $embedded_only; then exit 0; fi
 # afterwards (290 MB to about 20 MB): only the addon and librdkafka's shared libraries are loaded.
 # A fresh clone has an empty .infra/: the built binding is also kept in the per-user cache, as llama.cpp's server is
 # (infra/llama-server.sh), so that each clone on this machine copies it instead of building it again.
-# librdkafka is built with the patches in infra/kafka-native/ (each says what it changes and why); .complete holds
-# the checksum of their diffs (not of the prose above them), so a changed or added patch rebuilds it.
+# librdkafka and the binding are built with the patches in infra/kafka-native/ (each says what it changes and why:
+# binding-*.patch apply to the package, the others to its bundled librdkafka); .complete holds the checksum of
+# their diffs (not of the prose above them), so a changed or added patch rebuilds it.
 kjs="$D/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
 kjs_cache="${RLSTREAM_CACHE_DIR:-$HOME/.cache/rlstream}/kafka-javascript/$KAFKA_JAVASCRIPT_VERSION"
 kjs_patches=()
@@ -118,14 +119,17 @@ if ! kjs_built "$kjs" && kjs_built "$kjs_cache"; then
   step_done
 fi
 if ! kjs_built "$kjs"; then
-  step "building librdkafka (with ${#kjs_patches[@]} patch(es) from infra/kafka-native/) and @confluentinc/kafka-javascript $KAFKA_JAVASCRIPT_VERSION from source (about 5 minutes on 2 busy cores, log in $D/kafka-javascript.log)"
+  step "building librdkafka and @confluentinc/kafka-javascript $KAFKA_JAVASCRIPT_VERSION from source, with ${#kjs_patches[@]} patch(es) from infra/kafka-native/ (about 5 minutes on 2 busy cores, log in $D/kafka-javascript.log)"
   rm -rf "$kjs"
   mkdir -p "$kjs/src"
   echo '{ "name": "rlstream-kafka-native", "private": true }' >"$kjs/package.json"
   # The package's tarball, unpacked, patched and packed again (npm installs a folder as a link, a tarball as a copy).
   if (cd "$kjs" && npm pack --silent "@confluentinc/kafka-javascript@$KAFKA_JAVASCRIPT_VERSION" >pack.name &&
     tar -xzf "$(cat pack.name)" -C src && rm "$(cat pack.name)" &&
-    for p in "${kjs_patches[@]}"; do patch -s -p1 -d src/package/deps/librdkafka <"$p" || exit 1; done &&
+    for p in "${kjs_patches[@]}"; do
+      case "$(basename "$p")" in binding-*) at=src/package ;; *) at=src/package/deps/librdkafka ;; esac
+      patch -s -p1 -d "$at" <"$p" || exit 1
+    done &&
     tar -czf patched.tgz -C src package && rm -rf src pack.name &&
     npm_config_build_from_source=true CKJS_LINKING=dynamic nice -n 10 \
       npm install --no-audit --no-fund --no-save --no-package-lock --loglevel=error ./patched.tgz && rm patched.tgz) >"$D/kafka-javascript.log" 2>&1 &&

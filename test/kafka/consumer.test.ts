@@ -1,12 +1,14 @@
 // Kafka consumer behaviour beyond the shared conformance suite: bounded buffering (kafkajs: a partition is
 // paused when its unpolled records reach maxBufferedRecords, and resumed as poll drains it; librdkafka: the pump
-// takes no more than that from librdkafka's queue) and compression, on each client.
+// takes no more than that from librdkafka's queue) and compression, on each client; librdkafka's packed consume
+// against the stock one.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { silentLogger } from '../../core/telemetry.ts';
 import { openKafkaLog } from '../../core/log/kafka/index.ts';
 import type { KafkaConsumer } from '../../core/log/kafka/consumer.ts';
+import { loadRdKafka } from '../../core/log/kafka/librdkafka/binding.ts';
 import type { RdKafkaConsumer } from '../../core/log/kafka/librdkafka/consumer.ts';
 import type { Consumer, EventLog, LogRecord } from '../../core/log/types.ts';
 import { pollUntil, uniqueName } from '../log/conformance.ts';
@@ -101,6 +103,58 @@ for (const client of brokers ? kafkaClients('librdkafka consumer backpressure an
       assert.equal(consumer.bufferedRecords(), 50, 'the buffer is full and no larger');
       await drainInOrder(consumer, got);
       await consumer.close();
+    } finally {
+      await log.close();
+    }
+  });
+
+  test(`records read as packed batches equal those the stock binding's consume gives one object each (${client})`, async () => {
+    // infra/setup.sh builds the binding with consumeBatch (infra/kafka-native/binding-consume-batch.patch); a stock
+    // install of the package has only consume, which the consumer then uses. Both are read here: the second
+    // consumer opens with consumeBatch taken off the binding's prototype.
+    const proto = loadRdKafka().KafkaConsumer.prototype as { consumeBatch?: unknown };
+    const packed = proto.consumeBatch;
+    assert.equal(typeof packed, 'function', 'this build of the binding has no consumeBatch: run bash infra/setup.sh --kafka-native');
+    const log = await openKafkaLog({ brokers: brokerList(brokers!), client }, silentLogger);
+    try {
+      const topic = uniqueName('packed');
+      await log.createTopic({ name: topic, partitions: 3 });
+      const producer = await log.producer();
+      const sent = Array.from({ length: 600 }, (_, i) => ({
+        key: i % 5 === 0 ? null : i % 5 === 1 ? Buffer.from([0, 255, i & 255]) : `key-${i % 13}`,
+        value: i % 50 === 0 ? Buffer.alloc(0) : randomBytes(1 + ((i * 37) % 3000)),
+        headers: i % 3 === 0 ? { trace: Buffer.from(`t${i}`), 'content-type': Buffer.from('avro'), empty: Buffer.alloc(0) } : undefined,
+        timestamp: 1_700_000_000_000 + i,
+      }));
+      for (let i = 0; i < sent.length; i += 150) await producer.send(topic, sent.slice(i, i + 150));
+      await producer.close();
+      const read = async (): Promise<LogRecord[]> => {
+        const consumer = await log.consumer({ groupId: uniqueName('g'), topics: [topic] });
+        const got = await pollUntil(consumer, sent.length, 20_000);
+        await consumer.close();
+        return got.sort((a, b) => a.partition - b.partition || a.offset - b.offset);
+      };
+      const viaBatch = await read();
+      delete proto.consumeBatch;
+      let viaObjects: LogRecord[];
+      try {
+        viaObjects = await read();
+      } finally {
+        proto.consumeBatch = packed;
+      }
+      assert.equal(viaBatch.length, sent.length);
+      // the LogRecord's fields (the stock path's records also carry the binding's own, such as size and leaderEpoch)
+      const plain = (r: LogRecord) => ({
+        topic: r.topic,
+        partition: r.partition,
+        offset: r.offset,
+        timestamp: r.timestamp,
+        key: r.key && [...r.key],
+        value: [...r.value],
+        headers: Object.fromEntries(Object.entries(r.headers).map(([k, v]) => [k, [...v]])),
+      });
+      assert.deepEqual(viaBatch.map(plain), viaObjects.map(plain));
+      assert.ok(viaBatch.some((r) => Object.keys(r.headers).length === 3) && viaBatch.some((r) => r.key === null) && viaBatch.some((r) => r.value.length === 0));
     } finally {
       await log.close();
     }

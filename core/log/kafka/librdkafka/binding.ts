@@ -42,6 +42,13 @@ export interface RdMessage {
   size: number;
 }
 
+/** What consumeBatch hands over: the topics its messages name, then per message 40 bytes of metadata and its bytes. */
+export interface RdBatch {
+  topics: string[];
+  meta: Buffer;
+  data: Buffer;
+}
+
 export interface RdDeliveryReport {
   topic: string;
   partition: number;
@@ -74,6 +81,8 @@ export interface RdKafkaConsumer extends RdClient {
   unassign(): void;
   assignments(): RdTopicPartition[];
   consume(n: number, cb: RdCallback<RdMessage[]>): void;
+  /** Up to n messages as one packed batch (batch.ts); only in a build with infra/kafka-native/binding-consume-batch.patch. */
+  consumeBatch?(n: number, cb: RdCallback<RdBatch>): void;
   setDefaultConsumeTimeout(ms: number): void;
   setDefaultIsTimeoutOnlyForFirstMessage(only: boolean): void;
   position(toppars?: RdTopicPartition[]): RdTopicPartition[];

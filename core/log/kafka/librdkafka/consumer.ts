@@ -18,6 +18,7 @@ import type { CompiledKafkaLogOptions } from '../options.ts';
 import { partitionKey as key, PartitionQueues, pollLimits } from '../partition-queues.ts';
 import { Positions } from '../positions.ts';
 import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdMessage, RdTopicPartition } from './binding.ts';
+import { unpackBatch } from './batch.ts';
 import { fromRdKafka, isRdRebalance, RD, rdCall, withDeadline } from './errors.ts';
 import { routeRdLogs } from './log-events.ts';
 
@@ -184,9 +185,9 @@ export class RdKafkaConsumer implements Consumer {
       const want = Math.min(PUMP_BATCH, this.maxBuffered - this.queues.size);
       const seq = ++this.consumeSeq;
       this.consuming = true;
-      let messages: RdMessage[];
+      let messages: LogRecord[];
       try {
-        const call = new Promise<RdMessage[]>((resolve, reject) => this.client.consume(want, (err, m) => (err ? reject(err) : resolve(m))));
+        const call = this.consume(want);
         this.inflight = call.then(
           () => {},
           () => {},
@@ -219,7 +220,14 @@ export class RdKafkaConsumer implements Consumer {
     }
   }
 
-  private accept(messages: RdMessage[], seq: number): void {
+  /** Up to n records from librdkafka's queue: packed (batch.ts) where the build has consumeBatch, else one object each. */
+  private consume(n: number): Promise<LogRecord[]> {
+    const client = this.client;
+    if (client.consumeBatch) return new Promise((resolve, reject) => client.consumeBatch!(n, (err, b) => (err ? reject(err) : resolve(unpackBatch(b)))));
+    return new Promise((resolve, reject) => client.consume(n, (err, m) => (err ? reject(err) : resolve(m.map(toRecord)))));
+  }
+
+  private accept(messages: LogRecord[], seq: number): void {
     let k = '';
     let run: LogRecord[] | null = null;
     let lastTopic = '';
@@ -234,7 +242,7 @@ export class RdKafkaConsumer implements Consumer {
         // Revoked, or fetched before a seek or assignment took effect: dropped.
         run = !this.positions.has(k) || (from !== undefined && seq < from) ? null : [];
       }
-      run?.push(toRecord(m));
+      run?.push(m);
     }
     if (run) this.queues.push(k, run);
   }
