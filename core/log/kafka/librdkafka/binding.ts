@@ -81,7 +81,7 @@ export interface RdKafkaConsumer extends RdClient {
   unassign(): void;
   assignments(): RdTopicPartition[];
   consume(n: number, cb: RdCallback<RdMessage[]>): void;
-  /** Up to n messages as one packed batch (batch.ts); only in a build with infra/kafka-native/binding-consume-batch.patch. */
+  /** Up to n messages as one packed batch (records.ts); only in a build with infra/kafka-native/binding-consume-batch.patch. */
   consumeBatch?(n: number, cb: RdCallback<RdBatch>): void;
   setDefaultConsumeTimeout(ms: number): void;
   setDefaultIsTimeoutOnlyForFirstMessage(only: boolean): void;

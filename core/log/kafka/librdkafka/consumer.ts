@@ -13,12 +13,12 @@
 import { RlstreamError } from '../../../errors.ts';
 import { retry } from '../../../retry.ts';
 import type { Logger } from '../../../telemetry.ts';
-import type { Consumer, ConsumerOptions, Headers, LogRecord, PollOptions, TopicPartitionOffset } from '../../types.ts';
+import type { Consumer, ConsumerOptions, LogRecord, PollOptions, TopicPartitionOffset } from '../../types.ts';
 import type { CompiledKafkaLogOptions } from '../options.ts';
 import { partitionKey as key, PartitionQueues, pollLimits } from '../partition-queues.ts';
 import { Positions } from '../positions.ts';
-import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdMessage, RdTopicPartition } from './binding.ts';
-import { unpackBatch } from './batch.ts';
+import type { RdConfig, RdError, RdKafka, RdKafkaConsumer as RdClient, RdTopicPartition } from './binding.ts';
+import { toRecord, unpackBatch } from './records.ts';
 import { fromRdKafka, isRdRebalance, RD, rdCall, withDeadline } from './errors.ts';
 import { routeRdLogs } from './log-events.ts';
 
@@ -45,26 +45,6 @@ const INVALID_OFFSET = -1001;
 /** How long commit() waits for the coordinator to show a commit (see commitConfirmed), and each read's limit. */
 const COMMIT_CONFIRM_MS = 30_000;
 const COMMIT_READ_MS = 5_000;
-/** Headers of a record without any: one shared frozen object rather than an empty one per record. */
-const NO_HEADERS: Headers = Object.freeze({}) as Headers;
-const EMPTY = Buffer.alloc(0);
-
-/** The binding's message object, completed in place into a LogRecord (no second object per record). */
-function toRecord(m: RdMessage): LogRecord {
-  const r = m as unknown as LogRecord & { headers: Headers | { [name: string]: Buffer }[] | undefined };
-  const h = m.headers;
-  if (h === undefined) r.headers = NO_HEADERS;
-  else {
-    const out: Headers = {};
-    for (const entry of h) for (const name in entry) out[name] = entry[name]!;
-    r.headers = out;
-  }
-  if (m.value === null) r.value = EMPTY;
-  if (m.key === undefined) r.key = null;
-  if (typeof m.timestamp !== 'number') r.timestamp = 0;
-  return r;
-}
-
 export class RdKafkaConsumer implements Consumer {
   private readonly queues = new PartitionQueues();
   private readonly positions = new Positions();
@@ -86,6 +66,11 @@ export class RdKafkaConsumer implements Consumer {
   private pumping: Promise<void> = Promise.resolve();
   readonly client: RdClient;
   private readonly maxBuffered: number;
+  /**
+   * RLSTREAM_RDKAFKA_PACKED=0 (read when the consumer opens): the stock per-message consume even where the build
+   * has consumeBatch, to measure one against the other (docs/kafka.md, "A JavaScript object per record").
+   */
+  private readonly packed = process.env['RLSTREAM_RDKAFKA_PACKED'] !== '0';
 
   private constructor(
     private readonly host: RdConsumerHost,
@@ -220,10 +205,10 @@ export class RdKafkaConsumer implements Consumer {
     }
   }
 
-  /** Up to n records from librdkafka's queue: packed (batch.ts) where the build has consumeBatch, else one object each. */
+  /** Up to n records from librdkafka's queue: packed (records.ts) where the build has consumeBatch, else one object each. */
   private consume(n: number): Promise<LogRecord[]> {
     const client = this.client;
-    if (client.consumeBatch) return new Promise((resolve, reject) => client.consumeBatch!(n, (err, b) => (err ? reject(err) : resolve(unpackBatch(b)))));
+    if (this.packed && client.consumeBatch) return new Promise((resolve, reject) => client.consumeBatch!(n, (err, b) => (err ? reject(err) : resolve(unpackBatch(b)))));
     return new Promise((resolve, reject) => client.consume(n, (err, m) => (err ? reject(err) : resolve(m.map(toRecord)))));
   }
 

@@ -1,14 +1,33 @@
-// Records from a packed consume batch: infra/kafka-native/binding-consume-batch.patch adds consumeBatch() to the
-// binding, which copies up to n messages on its worker thread into one metadata block and one data block instead
-// of building a JavaScript object per message (eight property sets each) on the main thread. Keys, values and
-// header values are views into the data block, as a kafkajs record's are into its fetch response.
+// LogRecords from the binding's two consume calls. consumeBatch (infra/kafka-native/binding-consume-batch.patch)
+// copies up to n messages on its worker thread into one metadata block and one data block, where the stock consume
+// builds a JavaScript object per message (eight property sets each) on the main thread. A packed record's key,
+// value and header values are views into the data block, as a kafkajs record's are into its fetch response.
 import type { Headers, LogRecord } from '../../types.ts';
-import type { RdBatch } from './binding.ts';
+import type { RdBatch, RdMessage } from './binding.ts';
 
 /** Bytes of metadata per message (the patch's RLS_BATCH_META). */
 const META = 40;
+/** Headers of a record without any: one shared frozen object rather than an empty one per record. */
 const NO_HEADERS: Headers = Object.freeze({}) as Headers;
 const EMPTY: Buffer = Buffer.alloc(0);
+
+/** The stock consume's message object, completed in place into a LogRecord (no second object per record). */
+export function toRecord(m: RdMessage): LogRecord {
+  const r = m as unknown as LogRecord & { headers: Headers | { [name: string]: Buffer }[] | undefined };
+  const h = m.headers;
+  if (h === undefined) r.headers = NO_HEADERS;
+  else {
+    const out: Headers = {};
+    for (const entry of h) for (const name in entry) out[name] = entry[name]!;
+    r.headers = out;
+  }
+  if (m.value === null) r.value = EMPTY;
+  if (m.key === undefined) r.key = null;
+  if (typeof m.timestamp !== 'number') r.timestamp = 0;
+  return r;
+}
+
+/** consumeBatch's block, record by record. */
 
 export function unpackBatch(batch: RdBatch): LogRecord[] {
   const { topics, meta, data } = batch;
