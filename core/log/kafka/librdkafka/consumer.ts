@@ -96,8 +96,8 @@ export class RdKafkaConsumer implements Consumer {
       'fetch.max.bytes': 16 * 1024 * 1024,
       // librdkafka stops fetching a partition whose records fill its queue (queued.max.messages.kbytes) and looks
       // again only after this backoff, 1 s by default: a consumer reading faster than one fetch a second then sat
-      // idle most of the time (a drain of 770-byte records ran at 160k records/s against 500k+ with 10 ms). 0 spins
-      // the broker thread at a full core while nothing is polled; 10 ms costs nothing measurable there.
+      // idle most of the time (docs/kafka.md, "Where the time goes"). 0 spins the broker thread at a full core
+      // while nothing is polled; 10 ms costs nothing measurable there.
       'fetch.queue.backoff.ms': 10,
       rebalance_cb: (err: RdError | undefined, assignment: RdTopicPartition[]) => this.onRebalance(err, assignment),
       queue_non_empty_cb: () => this.wakePump(),
