@@ -1,10 +1,12 @@
 // Benchmark dispatcher: `npm run bench -- <name> [args]` (default: pipeline) imports bench/<name>.ts, runs its
 // exported main(args), prints what it prints, and writes the report main() returns, with the git revision, the
 // machine's description and a speed probe at start and end, to bench/out/<name>-<timestamp>.json (bench/harness.ts).
+// With KAFKA_BROKERS set, the Kafka topics it made are deleted when it ends, even when it fails.
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { probe, writeReport } from './harness.ts';
+import { benchTopics, deleteNewBenchTopics } from './kafka-topics.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 // No name: the whole-pipeline report.
@@ -19,6 +21,13 @@ if (typeof mod.main !== 'function') {
   process.exit(2);
 }
 const args = process.argv.slice(3);
+// Topics a benchmark makes on Kafka go when it ends (bench/kafka-topics.ts).
+const brokers = process.env['KAFKA_BROKERS']?.split(',').filter((b) => b !== '') ?? [];
+const before = brokers.length > 0 ? await benchTopics(brokers).catch(() => null) : null;
 const start = probe();
-const report = await mod.main(args);
-console.log(`report: ${writeReport(name, args, start, report)}`);
+try {
+  const report = await mod.main(args);
+  console.log(`report: ${writeReport(name, args, start, report)}`);
+} finally {
+  if (before) await deleteNewBenchTopics(brokers, before);
+}

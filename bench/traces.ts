@@ -281,9 +281,6 @@ async function drainOnce(spec: string, dir: string, sinkLog: SinkLog, from: Drai
   };
 }
 
-/** Kafka topics the bench made (the copies of the sink's log), deleted when it ends. */
-const kafkaTopics: string[] = [];
-
 /**
  * Copies the recorded log into Kafka under topics of its own (`<prefix><topic>`), untimed, through the replay's
  * log copy (schemas registered in the registry at SCHEMA_REGISTRY_URL, which the drain reads them from).
@@ -299,12 +296,8 @@ async function copyToKafka(sinkLog: SinkLog, brokers: string[]): Promise<DrainSo
       const topics = Object.values(TOPICS).filter((t) => t !== TOPICS.schemas);
       const target = new LogCopyTarget({ log: source, registry: sourceRegistry }, { log: kafka, registry: kafkaRegistry, describe: 'kafka' }, (t) => prefix + t);
       const serde = await new EventSerde(sourceRegistry).init();
-      const end = await ReplayJob.start({ log: source, serde, target, topics })
-        .done.finally(async () => {
-          // The topics the copy made (one for each with records, at the source's retention: none), deleted at the end
-          // even when the copy failed part way.
-          kafkaTopics.push(...(await kafka.listTopics()).map((t) => t.name).filter((n) => n.startsWith(prefix)));
-        });
+      // The topics the copy makes (one for each with records) are deleted when the benchmark ends (bench/main.ts).
+      const end = await ReplayJob.start({ log: source, serde, target, topics }).done;
       if (end.state !== 'done' || end.written !== sinkLog.records) throw new Error(`copying the sink's log into Kafka ended ${end.state} with ${end.written} of ${sinkLog.records} records: ${end.error ?? ''}`);
     } finally {
       await kafkaRegistry.close();
@@ -315,21 +308,6 @@ async function copyToKafka(sinkLog: SinkLog, brokers: string[]): Promise<DrainSo
     await source.close();
   }
   return { log: `kafka://${brokers.join(',')}`, prefix, source: 'Kafka (kafkajs)' };
-}
-
-async function deleteKafkaTopics(brokers: string[]): Promise<void> {
-  if (kafkaTopics.length === 0) return;
-  // The EventLog contract has no topic deletion (no role needs one); the bench cleans up with kafkajs's admin.
-  const { Kafka, logLevel } = await import('kafkajs');
-  const admin = new Kafka({ brokers, logLevel: logLevel.NOTHING }).admin();
-  try {
-    await admin.connect();
-    await admin.deleteTopics({ topics: kafkaTopics.splice(0) });
-  } catch (e) {
-    console.error(`could not delete the bench's Kafka topics: ${String(e)}`);
-  } finally {
-    await admin.disconnect();
-  }
 }
 
 interface EngineReport {
@@ -607,7 +585,6 @@ export async function main(args: string[]): Promise<unknown> {
     };
   } finally {
     await dropServerDatabases();
-    await deleteKafkaTopics(brokers);
     rmSync(dir, { recursive: true, force: true });
   }
 }
