@@ -77,6 +77,12 @@ if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
       say "WARNING: npm ci refused ($(grep -m1 -E 'npm (error|ERR!) (Missing|Invalid|code)' "$D/npm-ci.log" || echo "see $D/npm-ci.log")); running npm install"
       npm install --no-audit --no-fund --loglevel=error
     fi
+    # npm skips an optional dependency it fails to unpack and still exits 0; chDB's native library is one, and
+    # without it the embedded trace store cannot open. Seen when the disk was full (ENOSPC while unpacking).
+    if ! node -e "import('chdb').then(() => process.exit(0), () => process.exit(1))" 2>/dev/null; then
+      say "chDB's native library did not install (npm skips an optional package it cannot unpack: disk full? $(df -h . | awk 'NR==2 {print $4}') free here; npm's debug log in ~/.npm/_logs has the reason)"
+      exit 1
+    fi
     step_done
     cp package-lock.json "$stamp"
   fi
