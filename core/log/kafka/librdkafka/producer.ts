@@ -70,10 +70,11 @@ export class RdKafkaProducer implements Producer {
       acks: -1,
       'enable.idempotence': options.idempotent !== false,
       'compression.codec': compression,
-      // A commit (and send(), see there) flushes, which sends at once whatever linger.ms says. A short linger
-      // only costs: an idle producer's broker thread then woke every few ms (a 2 ms linger cost a third of a
-      // core between transactions).
-      'linger.ms': transactional ? 50 : 20,
+      // A commit (and send(), see there) flushes, which sends at once whatever linger.ms says. In a transaction a
+      // short linger lets the outputs go out while the offsets' round trips run, so the commit has less left to
+      // wait for (docs/kafka.md, "Where the time goes"); 2 ms woke an idle broker thread often enough to cost a
+      // third of a core, 5 ms costs what 50 ms does.
+      'linger.ms': transactional ? 5 : 20,
       // Batches as large as the kafkajs client's requests; one record larger than that still goes (alone), and the
       // broker's message.max.bytes decides, as with kafkajs: librdkafka's own cap would refuse it before sending.
       'batch.size': host.maxRequestBytes,
