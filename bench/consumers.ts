@@ -14,10 +14,9 @@
 // topics, WARMUP_GROUPS groups, the same processors' code) so that the timed pass is not mostly JIT
 // compilation; the timed pass then covers every record from the first poll to the last commit. Besides
 // wall-clock throughput, the CPU time of the process per trajectory is reported: on a shared machine wall
-// time also counts other processes' load, CPU time much less so. The share of the stage with a transaction in
-// flight (begin to commit, on Kafka the round trips to the broker), the share the loop waited for one with its
-// next batch already handled (what the processor waits on the log rather than computes), and the time of one
-// are printed too. Before each timed stage the embedded log is
+// time also counts other processes' load, CPU time much less so. The share of the stage the processor spent in
+// its transactions (begin to commit, on Kafka the round trips to the broker) and the time of one are printed too:
+// what the processors wait on the log rather than compute. Before each timed stage the embedded log is
 // flushed (outside the timing): under fsync 'transaction' segments become durable at journal checkpoints, and
 // the stage's first checkpoint would otherwise also write out what earlier phases left in the page cache (the
 // produced input, the previous stage's output), charging their disk time to this stage (docs/benchmarks.md);
@@ -52,10 +51,8 @@ interface Row {
   /** CPU time of the whole process (every thread) per trajectory. */
   cpuUsPerTraj: number;
   transactions: number;
-  /** Share of the stage's wall time with a transaction in flight (begin to commit; the next batch is handled meanwhile). */
+  /** Share of the stage's wall time the processor spent waiting in its transactions (begin to commit). */
   inTransactions: number;
-  /** Share of the stage the loop waited, its next batch handled, for a transaction to end. */
-  waitingOnTransactions: number;
   msPerTransaction: number;
 }
 
@@ -64,7 +61,6 @@ interface Timed {
   cpuUs: number;
   transactions: number;
   transactionMs: number;
-  commitWaitMs: number;
   recordsOut: number;
 }
 
@@ -95,7 +91,7 @@ async function timeProcessor(p: StreamProcessor, total: number): Promise<Timed> 
   await running;
   const m = p.metrics();
   if (m.recordsOut !== total) throw new Error(`${m.recordsOut} outputs for ${total} trajectories (dead-lettered ${m.deadLettered})`);
-  return { seconds, cpuUs: cpu.user + cpu.system, transactions: m.transactions, transactionMs: m.transactionMs, commitWaitMs: m.commitWaitMs, recordsOut: m.recordsOut };
+  return { seconds, cpuUs: cpu.user + cpu.system, transactions: m.transactions, transactionMs: m.transactionMs, recordsOut: m.recordsOut };
 }
 
 /** One pass over fresh topics: produce the groups, then time the reward stage, then the advantage stage. */
@@ -126,7 +122,6 @@ async function pass(kind: string, log: EventLog, serde: EventSerde, groups: numb
     cpuUsPerTraj: t.cpuUs / total,
     transactions: t.transactions,
     inTransactions: t.transactionMs / 1000 / t.seconds,
-    waitingOnTransactions: t.commitWaitMs / 1000 / t.seconds,
     msPerTransaction: t.transactionMs / Math.max(1, t.transactions),
   });
   const reward = new StreamProcessor({ id: `bench-reward-${s}`, log, serde, inputTopics: [topics.in], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.rewarded }), deadLetterTopic: topics.dlq, maxBatchRecords: BATCH.reward });
@@ -212,17 +207,16 @@ export async function main(args: string[]): Promise<unknown> {
   const cpuUsPerTraj = summarize(stageRecs, (x) => x.cpuUsPerTraj);
   const seconds = summarize(stageRecs, (x) => x.seconds);
   const inTransactions = summarize(stageRecs, (x) => x.inTransactions * 100);
-  const waiting = summarize(stageRecs, (x) => x.waitingOnTransactions * 100);
   const msPerTransaction = summarize(stageRecs, (x) => x.msPerTransaction);
   console.log(`\ntransactions of up to ${BATCH.reward} (reward) / ${BATCH.advantage} (advantage) records; median [min–max] over ${rounds} rounds`);
-  console.log('log               stage              trajectories  seconds             traj/s              tokens/s (M)       cpu µs/traj         in txns %          waits %            ms/txn');
+  console.log('log               stage              trajectories  seconds             traj/s              tokens/s (M)       cpu µs/traj         in txns %          ms/txn');
   const short: string[] = [];
   for (const key of Object.keys(trajPerSec)) {
     const [log, stage] = key.split('|') as [string, string];
     const tps = trajPerSec[key]!;
     if (seconds[key]!.min < MIN_STAGE_S) short.push(`${log} ${stage} (shortest ${seconds[key]!.min.toFixed(1)} s)`);
     const tok = { ...tps, median: (tps.median * TOKENS) / 1e6, min: (tps.min * TOKENS) / 1e6, max: (tps.max * TOKENS) / 1e6 };
-    console.log(`${log.padEnd(17)} ${stage.padEnd(18)} ${String(groupsOf[log]! * GROUP).padStart(12)}  ${fmtStats(seconds[key]!, 2).padEnd(19)} ${fmtStats(tps, 0).padEnd(19)} ${fmtStats(tok, 2).padEnd(18)} ${fmtStats(cpuUsPerTraj[key]!, 0).padEnd(19)} ${fmtStats(inTransactions[key]!, 0).padEnd(18)} ${fmtStats(waiting[key]!, 0).padEnd(18)} ${fmtStats(msPerTransaction[key]!, 0)}`);
+    console.log(`${log.padEnd(17)} ${stage.padEnd(18)} ${String(groupsOf[log]! * GROUP).padStart(12)}  ${fmtStats(seconds[key]!, 2).padEnd(19)} ${fmtStats(tps, 0).padEnd(19)} ${fmtStats(tok, 2).padEnd(18)} ${fmtStats(cpuUsPerTraj[key]!, 0).padEnd(19)} ${fmtStats(inTransactions[key]!, 0).padEnd(18)} ${fmtStats(msPerTransaction[key]!, 0)}`);
   }
   if (short.length > 0) console.log(`short stages (< ${MIN_STAGE_S} s; raise groups for a figure to quote): ${short.join(', ')}`);
   const speed = probeSummary(recs);
@@ -231,7 +225,7 @@ export async function main(args: string[]): Promise<unknown> {
   return {
     options: { groups: groupsOf, rounds, warmupGroups, quick },
     serde,
-    summary: { trajPerSec, cpuUsPerTraj, seconds, inTransactions, waitingOnTransactions: waiting, msPerTransaction },
+    summary: { trajPerSec, cpuUsPerTraj, seconds, inTransactions, msPerTransaction },
     shortStages: short,
     machineSpeed: speed,
     rounds: recs,
