@@ -2,10 +2,6 @@
 // loop: poll a batch → decode → handler → one transaction carrying the outputs, the dead letters, the
 // handler's checkpoints and the consumed offsets.
 // Because outputs and offsets commit together, a crash at any moment neither loses nor duplicates output.
-// The next batch is polled and handled while the previous one's transaction commits (on Kafka, round trips the
-// loop would otherwise wait on with nothing to do); transactions still run one at a time, in batch order, and
-// a batch's contents are fixed before its transaction begins, so what commits is what a strictly sequential
-// loop would commit.
 //
 // Stateful handlers (the advantage consumer holds open groups) report the offsets they still hold
 // (`pending`). The committed offset never passes the earliest held record, so a restart re-reads it; and a
@@ -101,13 +97,8 @@ export interface ProcessorMetrics {
   aborted: number;
   /** Transactions run again after a retriable failure. */
   retried: number;
-  /**
-   * Wall time spent in transactions (begin to commit, retries included). The next batch is handled meanwhile,
-   * so the loop waits only for commitWaitMs of it.
-   */
+  /** Wall time spent in transactions (begin to commit, retries included): what the loop waits on the log. */
   transactionMs: number;
-  /** Wall time the loop waited, its next batch handled, for the previous batch's transaction to end. */
-  commitWaitMs: number;
   counters: Record<string, number>;
 }
 
@@ -167,20 +158,13 @@ export class StreamProcessor {
   private consumer: Consumer | undefined;
   private producer: Producer | undefined;
   private stopping = false;
-  /** The polling and handling of the next batch while a transaction is in flight (see transact's retry). */
-  private handling: Promise<unknown> | null = null;
-  /**
-   * Partitions whose records came again below the offset already read, since the transaction in flight began:
-   * the partition was rewound (a rebalance) while that transaction was open.
-   */
-  private readonly rewound = new Set<string>();
   private running: Promise<void> | undefined;
   /** Next offset to read per partition, from what was polled. */
   private readonly next = new Map<string, { topic: string; partition: number; offset: number }>();
   /** Restored checkpoints: records in [c, n) outside the held ranges were finished before a restart. */
   private readonly restored = new Map<string, Checkpoint>();
   private readonly known = new Set<string>();
-  private readonly m: ProcessorMetrics = { recordsIn: 0, recordsOut: 0, deadLettered: 0, skipped: 0, batches: 0, transactions: 0, aborted: 0, retried: 0, transactionMs: 0, commitWaitMs: 0, counters: {} };
+  private readonly m: ProcessorMetrics = { recordsIn: 0, recordsOut: 0, deadLettered: 0, skipped: 0, batches: 0, transactions: 0, aborted: 0, retried: 0, transactionMs: 0, counters: {} };
 
   constructor(options: ProcessorOptions) {
     this.opts = { maxBatchRecords: 500, maxBatchWaitMs: 0, pollTimeoutMs: 100, maxOutputBytes: 1 << 20, retryForMs: 180_000, ...options };
@@ -222,44 +206,13 @@ export class StreamProcessor {
     this.producer = await this.newProducer();
     this.consumer = await log.consumer({ groupId: id, topics: this.opts.inputTopics, readCommitted: true });
     this.logger.info('processor started', { inputs: this.opts.inputTopics, stateful: this.stateful });
-    // The previous batch's transaction, settled to its failure (undefined once it committed).
-    let inFlight: Promise<unknown> | null = null;
-    const settle = async (): Promise<void> => {
-      if (!inFlight) return;
-      const t0 = performance.now();
-      const failure = await inFlight;
-      inFlight = null;
-      this.m.commitWaitMs += performance.now() - t0;
-      if (failure !== undefined) throw failure;
-    };
     try {
       while (!this.stopping) {
-        const next = (async () => {
-          const records = await this.collect();
-          return this.stopping && records.length === 0 ? null : await this.step(records);
-        })();
-        this.handling = inFlight ? next : null;
-        let commit: (() => Promise<void>) | null;
-        try {
-          commit = await next;
-        } finally {
-          this.handling = null;
-        }
-        await settle();
-        if (commit === null) {
-          if (this.stopping) break;
-          continue;
-        }
-        this.rewound.clear();
-        inFlight = commit().then(
-          () => undefined,
-          (err: unknown) => err,
-        );
+        const records = await this.collect();
+        if (this.stopping && records.length === 0) break;
+        await this.step(records);
       }
-      await settle();
     } finally {
-      // A failure above leaves the transaction in flight to end before its producer closes.
-      await inFlight;
       await this.consumer.close().catch(() => {});
       await this.producer.close().catch(() => {});
       this.logger.info('processor stopped', { ...this.metrics() });
@@ -282,11 +235,8 @@ export class StreamProcessor {
     return batch;
   }
 
-  /**
-   * One batch: handle it; returns its transaction (everything it produced, committed together), its contents
-   * taken now, or null when there is nothing to commit.
-   */
-  private async step(records: LogRecord[]): Promise<(() => Promise<void>) | null> {
+  /** One batch: handle, then commit everything it produced in one transaction. */
+  private async step(records: LogRecord[]): Promise<void> {
     const outputs = new Map<string, ProduceRecord[]>();
     const failures: { record: LogRecord; error: unknown }[] = [];
     const dirty = new Map<string, { topic: string; partition: number }>();
@@ -335,7 +285,6 @@ export class StreamProcessor {
       const key = tpKey(record.topic, record.partition);
       this.known.add(key);
       dirty.set(key, record);
-      if (record.offset < (this.next.get(key)?.offset ?? 0)) this.rewound.add(key);
       this.next.set(key, { topic: record.topic, partition: record.partition, offset: record.offset + 1 });
       this.m.recordsIn++;
       const cp = this.restored.get(key);
@@ -371,8 +320,8 @@ export class StreamProcessor {
       const at = positions.get(key);
       if (next && at !== undefined && at > next.offset) next.offset = at;
     }
-    if (dirty.size === 0 && outputs.size === 0 && failures.length === 0) return null;
-    return this.transactionOf(outputs, failures, [...dirty.values()]);
+    if (dirty.size === 0 && outputs.size === 0 && failures.length === 0) return;
+    await this.commit(outputs, failures, [...dirty.values()]);
   }
 
   /**
@@ -413,21 +362,14 @@ export class StreamProcessor {
     return event;
   }
 
-  /**
-   * The batch's transaction: its offsets and checkpoints are taken now, before the next batch moves them on; the
-   * returned function runs it.
-   */
-  private transactionOf(outputs: Map<string, ProduceRecord[]>, failures: { record: LogRecord; error: unknown }[], touched: { topic: string; partition: number }[]): () => Promise<void> {
+  private async commit(outputs: Map<string, ProduceRecord[]>, failures: { record: LogRecord; error: unknown }[], touched: { topic: string; partition: number }[]): Promise<void> {
     const offsets: TopicPartitionOffset[] = [];
     const checkpoints: ProduceRecord[] = [];
     const written = new Map<string, Checkpoint>();
-    /** Where this batch ended, per partition it read. */
-    const ends = new Map<string, number>();
     for (const { topic, partition } of touched) {
       const key = tpKey(topic, partition);
       const next = this.next.get(key)?.offset;
       if (next === undefined) continue;
-      ends.set(key, next);
       if (!this.stateful) {
         offsets.push({ topic, partition, offset: next });
         continue;
@@ -447,23 +389,22 @@ export class StreamProcessor {
       checkpoints.push({ key, value: Buffer.from(JSON.stringify(cp)), partition: 0 });
     }
 
-    return async () => {
-      await this.transact(ends, async (tx) => {
-        for (const [topic, records] of outputs) await tx.send(topic, records);
-        await sendDeadLetters(tx, this.opts.serde, this.opts.id, failures, this.opts.deadLetterTopic ?? TOPICS.deadLetter);
-        if (checkpoints.length > 0) await tx.send(this.stateTopic, checkpoints);
-        if (offsets.length > 0) await tx.sendOffsets(this.opts.id, offsets);
-      });
-      this.m.transactions++;
-      for (const list of outputs.values()) this.m.recordsOut += list.length;
-      this.m.deadLettered += failures.length;
-      for (const f of failures) this.logger.warn('dead-lettered', { topic: f.record.topic, partition: f.record.partition, offset: f.record.offset, error: describeError(f.error) });
-      // A restored checkpoint is needed until everything it covers has been read again (as of this batch).
-      for (const key of written.keys()) {
-        const old = this.restored.get(key);
-        if (old && old.n <= (ends.get(key) ?? 0)) this.restored.delete(key);
-      }
-    };
+    await this.transact(touched, async (tx) => {
+      for (const [topic, records] of outputs) await tx.send(topic, records);
+      await sendDeadLetters(tx, this.opts.serde, this.opts.id, failures, this.opts.deadLetterTopic ?? TOPICS.deadLetter);
+      if (checkpoints.length > 0) await tx.send(this.stateTopic, checkpoints);
+      if (offsets.length > 0) await tx.sendOffsets(this.opts.id, offsets);
+    });
+    this.m.transactions++;
+    for (const list of outputs.values()) this.m.recordsOut += list.length;
+    this.m.deadLettered += failures.length;
+    for (const f of failures) this.logger.warn('dead-lettered', { topic: f.record.topic, partition: f.record.partition, offset: f.record.offset, error: describeError(f.error) });
+    // A restored checkpoint is needed until everything it covers has been read again.
+    for (const key of written.keys()) {
+      const old = this.restored.get(key);
+      const next = this.next.get(key)?.offset ?? 0;
+      if (old && old.n <= next) this.restored.delete(key);
+    }
   }
 
   private newProducer(): Promise<Producer> {
@@ -481,7 +422,7 @@ export class StreamProcessor {
    * outage, the partitions moved or were rewound to the committed offsets) the batch would be read again, so
    * the processor stops instead. Other failures stop it too: a restart resumes from the committed offsets.
    */
-  private async transact(ends: Map<string, number>, fill: (tx: Transaction) => Promise<void>): Promise<void> {
+  private async transact(touched: { topic: string; partition: number }[], fill: (tx: Transaction) => Promise<void>): Promise<void> {
     let moved: string[] = [];
     const t0 = performance.now();
     try {
@@ -503,8 +444,8 @@ export class StreamProcessor {
         },
         {
           forMs: this.opts.retryForMs,
-          onRetry: async (err, { delayMs }) => {
-            moved = await this.movedSinceBatch(ends);
+          onRetry: (err, { delayMs }) => {
+            moved = this.movedSinceBatch(touched);
             if (moved.length > 0 || this.stopping) throw err;
             this.m.retried++;
             this.logger.warn('transaction failed; retrying it with a new producer', { error: describeError(err), retryInMs: delayMs });
@@ -524,16 +465,10 @@ export class StreamProcessor {
     return new Map(this.consumer!.assignment().map((a) => [tpKey(a.topic, a.partition), a.offset]));
   }
 
-  /**
-   * Partitions of the batch (where it ended in each) that this consumer no longer reads on from there: taken
-   * from it by a rebalance, or rewound below the batch's end (see transact). The next batch may be being polled
-   * and handled meanwhile; that is awaited first, and the loop polls nothing more until this transaction ends.
-   * A rewind that the next batch has already read past shows in the records it read again (rewound).
-   */
-  private async movedSinceBatch(ends: Map<string, number>): Promise<string[]> {
-    await this.handling?.catch(() => {});
+  /** Partitions of the batch this consumer no longer reads from right after the batch (see transact). */
+  private movedSinceBatch(touched: { topic: string; partition: number }[]): string[] {
     const positions = this.positions();
-    return [...ends].filter(([key, end]) => this.rewound.has(key) || (positions.get(key) ?? -1) < end).map(([key]) => key);
+    return touched.map((t) => tpKey(t.topic, t.partition)).filter((key) => this.next.has(key) && positions.get(key) !== this.next.get(key)!.offset);
   }
 
   /** Partitions another member now owns: drop their state (that member restores it from the checkpoint). */

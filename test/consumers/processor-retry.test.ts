@@ -3,8 +3,6 @@
 // Kafka with back-to-back offsets-only transactions, which meet CONCURRENT_TRANSACTIONS from the coordinator
 // (the previous transaction's markers are still being written; the reward consumer commits such transactions
 // whenever a batch holds only events it skips).
-// The loop handles the next batch while a transaction commits: the tests hold a transaction open until the next
-// batch is handled, and check that it still commits once, is retried, or stops when its partitions moved.
 import { after, test } from 'node:test';
 import { rmSync } from 'node:fs';
 import assert from 'node:assert/strict';
@@ -161,92 +159,6 @@ test('no retry once the batch\u2019s partitions moved to another member: the pro
     return new RlstreamError('LOG_UNAVAILABLE', 'injected: coordinator busy', { retriable: true });
   });
   const p = new StreamProcessor({ id, log, serde, inputTopics: [topics.input], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.output }), maxBatchRecords: 20 });
-  await assert.rejects(p.run(), /injected: coordinator busy/);
-  assert.equal(p.metrics().retried, 0);
-  assert.equal((await readAll<RewardedTrajectory>(base, serde, topics.output)).length, 0);
-  assert.equal(await p.lag(), 20);
-  await joined!.close();
-  await base.close();
-});
-
-/** Resolves once `cond` holds, checking every 10 ms; rejects after `ms`, naming `what`. */
-async function until(cond: () => boolean, ms: number, what: string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-test('the next batch is handled while the previous batch\u2019s transaction commits; every output once', { timeout: 30_000 }, async () => {
-  const serde = await newSerde();
-  const base = await openLog({ kind: 'embedded', dir: retryDir() });
-  const topics = await setup(base, serde, 20);
-  let p: StreamProcessor | null = null;
-  let overlapped = false;
-  const { log } = withFault(base, async (op) => {
-    // The first commit waits until the loop has handled the batch after it: a loop that waited on the commit
-    // first would never get there, and this would time out.
-    if (op === 'commit' && !overlapped) {
-      await until(() => (p?.metrics().batches ?? 0) >= 2, 10_000, 'the second batch handled while the first transaction commits');
-      overlapped = true;
-    }
-    return null;
-  });
-  p = rewardProcessor(log, serde, topics, 5);
-  const running = p.run();
-  await waitDrained(p, running, 20_000);
-  await p.stop();
-  await running;
-  assert.ok(overlapped);
-  const m = p.metrics();
-  assert.equal(m.retried, 0);
-  assert.ok(m.transactions >= 4, `${m.transactions} transactions`);
-  const out = await readAll<RewardedTrajectory>(base, serde, topics.output);
-  assert.equal(out.length, 20);
-  assert.equal(new Set(out.map((o) => o.trajectory.trajectory_id)).size, 20, 'no duplicates');
-  await base.close();
-});
-
-test('a transaction that fails while the next batch is handled is retried once that batch is handled; every output once', { timeout: 30_000 }, async () => {
-  const serde = await newSerde();
-  const base = await openLog({ kind: 'embedded', dir: retryDir() });
-  const topics = await setup(base, serde, 20);
-  let p: StreamProcessor | null = null;
-  let failed = false;
-  const { log } = withFault(base, async (op) => {
-    if (op !== 'sendOffsets' || failed) return null;
-    await until(() => (p?.metrics().batches ?? 0) >= 2, 10_000, 'the second batch handled while the first transaction is open');
-    failed = true;
-    return new RlstreamError('LOG_UNAVAILABLE', 'injected: coordinator busy', { retriable: true });
-  });
-  p = rewardProcessor(log, serde, topics, 5);
-  const running = p.run();
-  await waitDrained(p, running, 20_000);
-  await p.stop();
-  await running;
-  assert.equal(p.metrics().retried, 1);
-  const out = await readAll<RewardedTrajectory>(base, serde, topics.output);
-  assert.equal(out.length, 20);
-  assert.equal(new Set(out.map((o) => o.trajectory.trajectory_id)).size, 20, 'no duplicates');
-  await base.close();
-});
-
-test('no retry of a transaction whose partitions moved while the next poll ran: the processor stops, committing nothing', { timeout: 30_000 }, async () => {
-  const serde = await newSerde();
-  const base = await openLog({ kind: 'embedded', dir: retryDir() });
-  const topics = await setup(base, serde, 20);
-  const id = `retry-${topics.input}`;
-  let p: StreamProcessor | null = null;
-  let joined: Awaited<ReturnType<EventLog['consumer']>> | null = null;
-  const { log } = withFault(base, async (op) => {
-    if (op !== 'sendOffsets' || joined) return null;
-    // The first batch holds all 20 records (both partitions); the next poll finds nothing, and is done first.
-    await until(() => (p?.metrics().batches ?? 0) >= 2, 10_000, 'the next poll done while the first transaction is open');
-    joined = await base.consumer({ groupId: id, topics: [topics.input] });
-    return new RlstreamError('LOG_UNAVAILABLE', 'injected: coordinator busy', { retriable: true });
-  });
-  p = new StreamProcessor({ id, log, serde, inputTopics: [topics.input], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.output }), maxBatchRecords: 20 });
   await assert.rejects(p.run(), /injected: coordinator busy/);
   assert.equal(p.metrics().retried, 0);
   assert.equal((await readAll<RewardedTrajectory>(base, serde, topics.output)).length, 0);
