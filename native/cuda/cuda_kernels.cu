@@ -361,28 +361,192 @@ __global__ void __launch_bounds__(LS_THREADS) k_dlogits16(bf16* z16, const float
 // ---------------------------------------------------------------------------------------------------------------
 // Decoding over the slot KV cache.
 
-__global__ void k_kv_store(float* kc, float* vc, const float* k, const float* v, const int* slot, const int* pos,
+__global__ void k_kv_store(bf16* kc, bf16* vc, const float* k, const float* v, const int* slot, const int* pos,
                            int T, int KD, int max_len) {
   const size_t n = (size_t)T * KD;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const int t = (int)(i / KD), c = (int)(i % KD);
     const size_t at = ((size_t)slot[t] * max_len + pos[t]) * KD + c;
-    kc[at] = k[i];
-    vc[at] = v[i];
+    kc[at] = __float2bfloat16(k[i]);
+    vc[at] = __float2bfloat16(v[i]);
+  }
+}
+
+// Decode attention where the head dim is 8 * LPK (32, 64 or 128) and a key head serves at most G query heads: one
+// block per (query token, key head) scores all of that head's query heads, so each cached key and value is read
+// once. LPK lanes hold one key's row, 8 dims each as one 16-byte load, so a warp reads 32 / LPK whole rows per load
+// with no lane idle; each such lane group runs its own online softmax over the keys it visits (the dot products
+// reduced over LPK lanes only), and the groups and then the warps merge once at the end. U keys a group are loaded
+// together so a warp waits on memory once per U keys. out16, where given, receives a bf16 copy of out.
+// Where (token, key head) pairs are too few to fill the multiprocessors, blockIdx.z splits each row's keys over
+// gridDim.z blocks: each writes its unnormalised result (max, sum, weighted values) to part, and the last of them to
+// finish (counted in cnt, which it sets back to 0 for the next call) merges them.
+template <int LPK, int G>
+__global__ void __launch_bounds__(G >= 8 ? 256 : 512)
+    k_attention_cached16(float* out, bf16* out16, const float* q, const bf16* kc, const bf16* vc, const int* slot,
+                         const int* pos, int NH, int NKV, int max_len, float scale, float* part, int* cnt) {
+  constexpr int HD = 8 * LPK, KPW = 32 / LPK, U = G >= 8 ? 2 : 4;
+  extern __shared__ float sm[];  // per warp: m[G], s[G], acc[G][HD]
+  __shared__ bool last;
+  const int warps = blockDim.x >> 5, t = blockIdx.x, kh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gq = NH / NKV, sub = lane / LPK, part_ = lane % LPK, QD = NH * HD, KD = NKV * HD, ns = gridDim.z;
+  // this block's keys [lo, n): a share of the row's pos[t] + 1, in whole rounds of the block's loads
+  const int keys = pos[t] + 1, step = warps * KPW * U, share = ((keys + ns - 1) / ns + step - 1) / step * step;
+  const int lo = blockIdx.z * share, n = min(keys, lo + share);
+  float qr[G][8], acc[G][8], m[G], s[G];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    if (g < gq) {
+      load_v<4>(qr[g], q + (size_t)t * QD + (size_t)(kh * gq + g) * HD + part_ * 8);
+      load_v<4>(qr[g] + 4, q + (size_t)t * QD + (size_t)(kh * gq + g) * HD + part_ * 8 + 4);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      qr[g][e] = g < gq ? qr[g][e] * scale : 0.f;
+      acc[g][e] = 0.f;
+    }
+    m[g] = -INFINITY;
+    s[g] = 0.f;
+  }
+  const bf16* kb = kc + (size_t)slot[t] * max_len * KD + (size_t)kh * HD + part_ * 8;
+  const bf16* vb = vc + (size_t)slot[t] * max_len * KD + (size_t)kh * HD + part_ * 8;
+  for (int j0 = lo + warp * KPW * U; j0 < n; j0 += step) {
+    uint4 kw[U], vw[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int j = j0 + u * KPW + sub;
+      kw[u] = j < n ? *reinterpret_cast<const uint4*>(kb + (size_t)j * KD) : make_uint4(0, 0, 0, 0);
+      vw[u] = j < n ? *reinterpret_cast<const uint4*>(vb + (size_t)j * KD) : make_uint4(0, 0, 0, 0);
+    }
+    float d[U][G];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float kf[8];
+      load_v<8>(kf, reinterpret_cast<const bf16*>(&kw[u]));
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        float x = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) x += qr[g][e] * kf[e];
+        d[u][g] = x;
+      }
+    }
+#pragma unroll
+    for (int o = LPK / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int g = 0; g < G; g++) d[u][g] += __shfl_xor_sync(0xffffffffu, d[u][g], o);
+    float vf[U][8];
+#pragma unroll
+    for (int u = 0; u < U; u++) load_v<8>(vf[u], reinterpret_cast<const bf16*>(&vw[u]));
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      float mn = m[g];
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        if (j0 + u * KPW + sub < n) mn = fmaxf(mn, d[u][g]);
+      if (mn == -INFINITY) continue;  // this group has no key in this round (nor before)
+      const float f = __expf(m[g] - mn);  // m = -inf: f = 0
+      s[g] *= f;
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[g][e] *= f;
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const float p = j0 + u * KPW + sub < n ? __expf(d[u][g] - mn) : 0.f;
+        s[g] += p;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[g][e] += p * vf[u][e];
+      }
+      m[g] = mn;
+    }
+  }
+  // the warp's lane groups into the first (lanes 0..LPK-1)
+#pragma unroll
+  for (int o = LPK; o < 32; o <<= 1)
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[g], o), so = __shfl_xor_sync(0xffffffffu, s[g], o);
+      const float M = fmaxf(m[g], mo);
+      const float fa = m[g] == -INFINITY ? 0.f : __expf(m[g] - M), fb = mo == -INFINITY ? 0.f : __expf(mo - M);
+      s[g] = s[g] * fa + so * fb;
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[g][e] = acc[g][e] * fa + __shfl_xor_sync(0xffffffffu, acc[g][e], o) * fb;
+      m[g] = M;
+    }
+  float* wm = sm + (size_t)warp * G * (HD + 2);
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      if (part_ == 0) wm[g] = m[g], wm[G + g] = s[g];
+#pragma unroll
+      for (int e = 0; e < 8; e++) wm[2 * G + g * HD + part_ * 8 + e] = acc[g][e];
+    }
+  }
+  __syncthreads();
+  // the warps' results merged; with one block a row, normalised into out, else into this block's part
+  const size_t row = (size_t)t * NKV + kh;
+  float* mine = ns > 1 ? part + (row * ns + blockIdx.z) * G * (HD + 2) : nullptr;
+  for (int i = threadIdx.x; i < gq * HD; i += blockDim.x) {
+    const int g = i / HD, c = i % HD;
+    float M = -INFINITY;
+    for (int w = 0; w < warps; w++) M = fmaxf(M, sm[(size_t)w * G * (HD + 2) + g]);
+    float S = 0.f, o = 0.f;
+    for (int w = 0; w < warps; w++) {
+      const float* x = sm + (size_t)w * G * (HD + 2);
+      const float f = x[g] == -INFINITY ? 0.f : __expf(x[g] - M);  // a warp that saw no key contributes nothing
+      S += x[G + g] * f;
+      o += x[2 * G + g * HD + c] * f;
+    }
+    if (mine) {
+      if (c == 0) mine[g] = M, mine[G + g] = S;
+      mine[2 * G + g * HD + c] = o;
+      continue;
+    }
+    const size_t at = (size_t)t * QD + (size_t)(kh * gq + g) * HD + c;
+    out[at] = o / S;
+    if (out16) out16[at] = __float2bfloat16(o / S);
+  }
+  if (!mine) return;
+  __threadfence();  // this block's part is visible before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(cnt + row, 1) == ns - 1;
+    if (last) cnt[row] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* all = part + row * ns * G * (HD + 2);
+  for (int i = threadIdx.x; i < gq * HD; i += blockDim.x) {
+    const int g = i / HD, c = i % HD;
+    float M = -INFINITY;
+    for (int z = 0; z < ns; z++) M = fmaxf(M, __ldcg(all + (size_t)z * G * (HD + 2) + g));
+    float S = 0.f, o = 0.f;
+    for (int z = 0; z < ns; z++) {
+      const float* x = all + (size_t)z * G * (HD + 2);
+      const float mz = __ldcg(x + g);
+      const float f = mz == -INFINITY ? 0.f : __expf(mz - M);  // a block that had no key contributes nothing
+      S += __ldcg(x + G + g) * f;
+      o += __ldcg(x + 2 * G + g * HD + c) * f;
+    }
+    const size_t at = (size_t)t * QD + (size_t)(kh * gq + g) * HD + c;
+    out[at] = o / S;
+    if (out16) out16[at] = __float2bfloat16(o / S);
   }
 }
 
 // One block per (query token, head); each warp walks every AC_WARPS-th group of AC_KEYS keys of the slot with an
 // online softmax (lane i holds dims i, i+32, ... of q and of its value accumulator); the group's loads are issued
 // together so a warp waits on memory once per group, not once per key. The warps' partial (max, sum, acc) then
-// merge in shared memory. D = ceil(hd / 32) dims per lane. fp32 throughout (the cache is fp32).
+// merge in shared memory. D = ceil(hd / 32) dims per lane; the head dims k_attention_cached16 does not take.
 // AC_WARPS warps a block where there are many blocks (prefill), AC_WARPS_FEW where there are few (a decode step of
 // a small batch: one block per head and row, so more warps share each row's keys). out16, where given, receives a
 // bf16 copy of out (the next product's operand).
 constexpr int AC_WARPS = 4, AC_WARPS_FEW = 16, AC_KEYS = 4;
 template <int D, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) k_attention_cached(float* out, bf16* out16, const float* q,
-                                                                    const float* kc, const float* vc, const int* slot,
+                                                                    const bf16* kc, const bf16* vc, const int* slot,
                                                                     const int* pos, int NH, int NKV, int hd,
                                                                     int max_len, float scale) {
   __shared__ float sm_m[WARPS], sm_s[WARPS], sm_acc[WARPS][D * 32];
@@ -402,13 +566,13 @@ __global__ void __launch_bounds__(WARPS * 32) k_attention_cached(float* out, bf1
 #pragma unroll
     for (int u = 0; u < AC_KEYS; u++) {
       const bool ok = j0 + u < n;
-      const float* kj = kc + base + (size_t)(j0 + u) * KD;
-      const float* vj = vc + base + (size_t)(j0 + u) * KD;
+      const bf16* kj = kc + base + (size_t)(j0 + u) * KD;
+      const bf16* vj = vc + base + (size_t)(j0 + u) * KD;
 #pragma unroll
       for (int i = 0; i < D; i++) {
         const int c = lane + 32 * i;
-        kr[u][i] = ok && c < hd ? kj[c] : 0.f;
-        vr[u][i] = ok && c < hd ? vj[c] : 0.f;
+        kr[u][i] = ok && c < hd ? __bfloat162float(kj[c]) : 0.f;
+        vr[u][i] = ok && c < hd ? __bfloat162float(vj[c]) : 0.f;
       }
     }
 #pragma unroll
@@ -542,10 +706,10 @@ __device__ __forceinline__ void rotate(float* x, float* y, const float* a, const
   }
 }
 
-// qkv[T, QD + 2 KD] (+ biases) -> q[T, QD] rotated, and k rotated and v at row t of k, v [T, KD] or, with slot set
-// (the decode path), at (slot[t], pos[t]) of the caches k, v [slots, max_len, KD]
-template <int P>
-__global__ void k_qkv_rope_split(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb,
+// qkv[T, QD + 2 KD] (+ biases) -> q[T, QD] rotated, and k rotated and v at row t of k, v [T, KD] (fp32) or, with
+// slot set (the decode path), at (slot[t], pos[t]) of the caches k, v [slots, max_len, KD] (bf16)
+template <int P, typename KV>
+__global__ void k_qkv_rope_split(float* q, KV* k, KV* v, const float* qkv, const float* qb, const float* kb,
                                  const float* vb, const float* cosb, const float* sinb, const int* slot, const int* pos,
                                  int max_len, int T, int NH, int NKV, int hd) {
   const int half = hd / 2, QD = NH * hd, KD = NKV * hd, W = QD + 2 * KD;
@@ -574,9 +738,13 @@ __global__ void k_qkv_rope_split(float* q, float* k, float* v, const float* qkv,
       for (int e = 0; e < P; e++)
         if (bias) a[e] += bias[c + e], b[e] += bias[c + half + e];
       rotate<P, false>(x, y, a, b, cosb + (size_t)t * half + it.j, sinb + (size_t)t * half + it.j);
-      float* dst = it.part ? k + kv : q + (size_t)t * QD;
-      store_v<P>(dst + c, x);
-      store_v<P>(dst + c + half, y);
+      if (it.part) {
+        store_v<P>(k + kv + c, x);
+        store_v<P>(k + kv + c + half, y);
+      } else {
+        store_v<P>(q + (size_t)t * QD + c, x);
+        store_v<P>(q + (size_t)t * QD + c + half, y);
+      }
     }
   }
 }
@@ -916,7 +1084,7 @@ class CudaKernels final : public Kernels {
     // cuBLAS on Hopper wants a workspace of 32 MiB for its fastest kernels.
     CUBLAS_CHECK(cublasSetWorkspace(blas_, ws_.get(32u << 20), 32u << 20));
     CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-    for (Scratch* s : {&ws_, &ss_, &act_a_, &act_b_, &inv_, &att_, &colp_, &invt_, &samp_, &shadow_, &tokens_.dev,
+    for (Scratch* s : {&ws_, &ss_, &act_a_, &act_b_, &inv_, &att_, &colp_, &invt_, &samp_, &shadow_, &att_part_, &att_cnt_, &tokens_.dev,
                        &pos_.dev, &seqs_.dev, &targets_.dev, &slot_.dev})
       s->gen = &gen_;
   }
@@ -1109,19 +1277,21 @@ class CudaKernels final : public Kernels {
     settle();
   }
 
-  void kv_store(float* kc, float* vc, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int T,
+  size_t kv_elem_bytes() const override { return sizeof(bf16); }
+  void kv_store(void* kc, void* vc, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int T,
                 int KD, int max_len) override {
     const int* ds = ints(slot_, slot, (size_t)T);
     const int* dp = ints(pos_, pos, (size_t)T);
-    k_kv_store<<<blocks_for((size_t)T * KD, 256), 256, 0, stream_>>>(kc, vc, k, v, ds, dp, T, KD, max_len);
+    k_kv_store<<<blocks_for((size_t)T * KD, 256), 256, 0, stream_>>>((bf16*)kc, (bf16*)vc, k, v, ds, dp, T, KD,
+                                                                     max_len);
     LAUNCH_CHECK("kv_store");
     settle();
   }
-  void attention_cached(float* out, const float* q, const float* kc, const float* vc, const int32_t* slot,
+  void attention_cached(float* out, const float* q, const void* kcache, const void* vcache, const int32_t* slot,
                         const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) override {
     const int* ds = ints(slot_, slot, (size_t)T);
     const int* dp = ints(pos_, pos, (size_t)T);
-    const dim3 grid(T, NH);
+    const bf16 *kc = (const bf16*)kcache, *vc = (const bf16*)vcache;
     const float sc = 1.0f / std::sqrt((float)hd);
     bf16* o16 = nullptr;
     if (fused_) {  // the o-projection's operand, picked up by matmul_cat(fresh)
@@ -1129,7 +1299,54 @@ class CudaKernels final : public Kernels {
       shadow_src_ = out;
       shadow_n_ = (size_t)T * NH * hd;
     }
-    const bool few = (long)T * NH < 264;  // two blocks per SM of an H100/H200 or fewer
+    const int gq = NH / NKV, lpk = hd == 32 ? 4 : hd == 64 ? 8 : hd == 128 ? 16 : 0;
+    if (lpk && gq <= 8) {
+      // Warps a block: many where there are few blocks (a decode step of a small batch, so more warps share each
+      // row's keys), fewer as the blocks fill the multiprocessors.
+      const long rows = (long)T * NKV;
+      const int G = gq <= 1 ? 1 : gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
+      // 8 warps a block; 4 where the blocks are many (a prefill). A step of fewer than 16 rows (a decode step of a
+      // batch of a few) also splits each row's keys over up to 4 blocks, but never below one round of a block's
+      // loads; the split depends on max_len, not on the lengths, so a captured graph stays right as they grow. (On
+      // an H200 at 512-token contexts, no split was best from 64 rows up, 2 to 4 blocks a row at 2 or 3 rows.)
+      int warps = rows <= 8L * sms() ? 8 : 4, ns = 1;
+      if (rows < 16) {
+        const int round = warps * (32 / lpk) * (G >= 8 ? 2 : 4);
+        ns = (int)std::max<long>(1, std::min<long>({(16 + rows - 1) / rows, 4L, (max_len + round - 1) / round}));
+      }
+      if (G == 8) warps = std::min(warps, 8);
+      float* part = nullptr;
+      int* cnt = nullptr;
+      if (ns > 1) {
+        part = (float*)att_part_.get((size_t)rows * ns * G * (hd + 2) * sizeof(float));
+        const size_t had = att_cnt_.bytes;  // a new allocation (which may reuse the old address) starts at 0
+        cnt = (int*)att_cnt_.get((size_t)rows * sizeof(int));
+        if (att_cnt_.bytes != had) CUDA_CHECK(cudaMemsetAsync(cnt, 0, att_cnt_.bytes, stream_));
+      }
+      const size_t smem = (size_t)warps * G * (hd + 2) * sizeof(float);
+      const dim3 grid(T, NKV, ns);
+#define RLS_AC16(L, GG) \
+  k_attention_cached16<L, GG><<<grid, warps * 32, smem, stream_>>>(out, o16, q, kc, vc, ds, dp, NH, NKV, max_len, sc, part, cnt)
+#define RLS_AC16_G(L)                    \
+  switch (G) {                           \
+    case 1: RLS_AC16(L, 1); break;       \
+    case 2: RLS_AC16(L, 2); break;       \
+    case 4: RLS_AC16(L, 4); break;       \
+    default: RLS_AC16(L, 8); break;      \
+  }
+      switch (lpk) {
+        case 4: RLS_AC16_G(4) break;
+        case 8: RLS_AC16_G(8) break;
+        default: RLS_AC16_G(16) break;
+      }
+#undef RLS_AC16_G
+#undef RLS_AC16
+      LAUNCH_CHECK("attention_cached");
+      settle();
+      return;
+    }
+    const dim3 grid(T, NH);
+    const bool few = (long)T * NH < 2L * sms();
 #define RLS_AC(D)                                                                                                   \
   if (few)                                                                                                          \
     k_attention_cached<D, AC_WARPS_FEW><<<grid, AC_WARPS_FEW * 32, 0, stream_>>>(out, o16, q, kc, vc, ds, dp, NH, NKV, hd, max_len, sc); \
@@ -1210,12 +1427,12 @@ class CudaKernels final : public Kernels {
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, W, C, A, C, 0.f, out, OC);
     settle();
   }
-  void qkv_rope_store(float* q, float* kc, float* vc, const float* qkv, const float* qb, const float* kb,
+  void qkv_rope_store(float* q, void* kc, void* vc, const float* qkv, const float* qb, const float* kb,
                       const float* vb, const float* cosb, const float* sinb, const int32_t* slot, const int32_t* pos,
                       int T, int NH, int NKV, int hd, int max_len) override {
     const int* ds = ints(slot_, slot, (size_t)T);
     const int* dp = ints(pos_, pos, (size_t)T);
-    qkv_rope(q, kc, vc, qkv, qb, kb, vb, cosb, sinb, ds, dp, max_len, T, NH, NKV, hd);
+    qkv_rope(q, (bf16*)kc, (bf16*)vc, qkv, qb, kb, vb, cosb, sinb, ds, dp, max_len, T, NH, NKV, hd);
     settle();
   }
   void swiglu_cat(float* out, const float* gu, int T, int I) override {
@@ -1453,17 +1670,23 @@ class CudaKernels final : public Kernels {
   const bool sync_ = std::getenv("RLSTREAM_CUDA_SYNC") != nullptr && std::getenv("RLSTREAM_CUDA_SYNC")[0] == '1';
 
   static int row_threads(int C) { return C >= 1024 ? 512 : C >= 256 ? 256 : 128; }
+  int sms() {
+    if (sms_ == 0) CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0));
+    return sms_;
+  }
+  int sms_ = 0;  // multiprocessors of the device
 
   // k_qkv_rope_split: k and v into rows t of [T, KD] (slot null) or into the caches at (slot[t], pos[t])
-  void qkv_rope(float* q, float* k, float* v, const float* qkv, const float* qb, const float* kb, const float* vb,
+  template <typename KV>
+  void qkv_rope(float* q, KV* k, KV* v, const float* qkv, const float* qb, const float* kb, const float* vb,
                 const float* cosb, const float* sinb, const int* slot, const int* pos, int max_len, int T, int NH,
                 int NKV, int hd) {
     const unsigned grid = blocks_for(T, 1);
     if (hd % 4 == 0)
-      k_qkv_rope_split<2><<<grid, ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, slot, pos, max_len,
+      k_qkv_rope_split<2, KV><<<grid, ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, slot, pos, max_len,
                                                               T, NH, NKV, hd);
     else
-      k_qkv_rope_split<1><<<grid, ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, slot, pos, max_len,
+      k_qkv_rope_split<1, KV><<<grid, ROPE_THREADS, 0, stream_>>>(q, k, v, qkv, qb, kb, vb, cosb, sinb, slot, pos, max_len,
                                                               T, NH, NKV, hd);
     LAUNCH_CHECK("qkv rotary split");
   }
@@ -1653,6 +1876,7 @@ class CudaKernels final : public Kernels {
   // training step, for parity and measurement.
   const bool fused_ = !(std::getenv("RLSTREAM_CUDA_FUSED") != nullptr && std::getenv("RLSTREAM_CUDA_FUSED")[0] == '0');
   Scratch shadow_;                        // bf16 copy of the last fused producer's output
+  Scratch att_part_, att_cnt_;            // the split decode attention's partial results and counters
   const float* shadow_src_ = nullptr;
   size_t shadow_n_ = 0;
 

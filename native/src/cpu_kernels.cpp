@@ -394,8 +394,9 @@ class CpuKernels final : public Kernels {
     }
   }
 
-  void kv_store(float* kc, float* vc, const float* k, const float* v, const int32_t* slot, const int32_t* pos, int T,
-                int KD, int max_len) override {
+  void kv_store(void* kcache, void* vcache, const float* k, const float* v, const int32_t* slot, const int32_t* pos,
+                int T, int KD, int max_len) override {
+    float *kc = (float*)kcache, *vc = (float*)vcache;
     for (int t = 0; t < T; t++) {
       const size_t at = ((size_t)slot[t] * max_len + pos[t]) * KD;
       std::memcpy(kc + at, k + (size_t)t * KD, (size_t)KD * sizeof(float));
@@ -404,8 +405,9 @@ class CpuKernels final : public Kernels {
   }
   // One (query token, head) per item: scores against the slot's keys 0..pos, softmax, weighted sum of values. The
   // same arithmetic per row as attention_forward (scaled dot products, max-shifted vexp, sum, then divide).
-  void attention_cached(float* out, const float* q, const float* kc, const float* vc, const int32_t* slot,
+  void attention_cached(float* out, const float* q, const void* kcache, const void* vcache, const int32_t* slot,
                         const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) override {
+    const float *kc = (const float*)kcache, *vc = (const float*)vcache;
     const int QD = NH * hd, KD = NKV * hd, group = NH / NKV;
     const float sc = 1.0f / std::sqrt((float)hd);
     const long ni = (long)T * NH;

@@ -66,14 +66,17 @@ struct Kernels {
                                   const float* v, const float* out, const float* lse, const int32_t* seq_starts, int S,
                                   int T, int NH, int NKV, int hd) = 0;
 
-  // Incremental decoding over a slot-based KV cache. kc/vc [slots, max_len, NKV*hd] (one layer); token t of a call
-  // belongs to slot[t] at position pos[t] (host pointers, like every integer input).
+  // Incremental decoding over a slot-based KV cache. kc/vc [slots, max_len, NKV*hd] (one layer) of elements of
+  // kv_elem_bytes() bytes: fp32 on the CPU, bf16 on CUDA (half the bytes a decode step reads, as the cache of
+  // transformers' bf16 models); token t of a call belongs to slot[t] at position pos[t] (host pointers, like every
+  // integer input).
+  virtual size_t kv_elem_bytes() const { return sizeof(float); }
   // kc[slot[t], pos[t], :] = k[t, :], vc likewise; k/v [T, NKV*hd].
-  virtual void kv_store(float* kc, float* vc, const float* k, const float* v, const int32_t* slot,
+  virtual void kv_store(void* kc, void* vc, const float* k, const float* v, const int32_t* slot,
                         const int32_t* pos, int T, int KD, int max_len) = 0;
   // out[t, head h] = softmax(q[t,h] . kc[slot[t], j, kv head of h] / sqrt(hd), j = 0..pos[t]) . vc[...]: each query
   // sees its slot's keys up to and including its own position (stored by kv_store first). q/out [T, NH*hd].
-  virtual void attention_cached(float* out, const float* q, const float* kc, const float* vc, const int32_t* slot,
+  virtual void attention_cached(float* out, const float* q, const void* kc, const void* vc, const int32_t* slot,
                                 const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) = 0;
   // x[N,V] replaced by softmax(x[n,:] * inv_temp[n]) row by row (inv_temp: N host floats).
   virtual void softmax_rows(float* x, const float* inv_temp, int N, int V) = 0;
@@ -114,7 +117,7 @@ struct Kernels {
                           const float* w2, int oc2, int N, int C, bool fresh) { unsupported("matmul_cat"); }
   // From qkv[T, QD + 2 KD] plus biases (each may be null): q[T, QD] rotated (rope_forward), k rotated and v
   // stored into the caches at (slot[t], pos[t]) as kv_store does.
-  virtual void qkv_rope_store(float* q, float* kc, float* vc, const float* qkv, const float* qb, const float* kb,
+  virtual void qkv_rope_store(float* q, void* kc, void* vc, const float* qkv, const float* qb, const float* kb,
                               const float* vb, const float* cosb, const float* sinb, const int32_t* slot,
                               const int32_t* pos, int T, int NH, int NKV, int hd, int max_len) {
     unsupported("qkv_rope_store");

@@ -379,8 +379,7 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
   for (int l = 0; l < L; l++) {
     const LayerPtrs& w = P_.layers[l];
     auto& x = a.layers[l];
-    float* kc = kv_mem_ + (size_t)l * 2 * kv_slots_ * kv_max_len_ * KD;
-    float* vc = kc + (size_t)kv_slots_ * kv_max_len_ * KD;
+    void *kc = kv_layer(l, 0), *vc = kv_layer(l, 1);
     // resid[l] = mid + down product of the layer before (tmp); resid[0] is the embedding
     uint16_t *ln1h = (uint16_t*)x.ln1h, *ln2h = (uint16_t*)x.ln2h, *acth = (uint16_t*)x.acth;
     uint16_t* gu = (uint16_t*)x.gate;
@@ -475,8 +474,7 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
     PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
     PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
     if (cached) {
-      float* kc = kv_mem_ + (size_t)l * 2 * kv_slots_ * kv_max_len_ * KD;
-      float* vc = kc + (size_t)kv_slots_ * kv_max_len_ * KD;
+      void *kc = kv_layer(l, 0), *vc = kv_layer(l, 1);
       PROF(attention, k.kv_store(kc, vc, x.k, x.v, cached->slot, cached->pos, T, KD, kv_max_len_));
       PROF(attention, k.attention_cached(x.att, x.q, kc, vc, cached->slot, cached->pos, T, NH, NKV, hd, kv_max_len_));
     } else {
@@ -657,7 +655,7 @@ void Model::kv_reserve(int slots, int max_len) {
   if (max_len < 1 || max_len > cfg_.max_position_embeddings)
     invalid("kv cache: maxLen must be in [1, max_position_embeddings = " + std::to_string(cfg_.max_position_embeddings) +
             "], got " + std::to_string(max_len));
-  const double floats = kv_bytes(slots, max_len) / sizeof(float);
+  const double floats = std::ceil(kv_bytes(slots, max_len) / sizeof(float));
   if (k_->host_visible()) check_fits(floats * sizeof(float), "kv cache");
   if (kv_mem_) k_->release(kv_mem_);
   kv_mem_ = nullptr;
@@ -670,7 +668,12 @@ void Model::kv_reserve(int slots, int max_len) {
 }
 
 double Model::kv_bytes(int slots, int max_len) const {
-  return 2.0 * cfg_.num_hidden_layers * (double)slots * max_len * cfg_.kv_dim() * sizeof(float);
+  return 2.0 * cfg_.num_hidden_layers * (double)slots * max_len * cfg_.kv_dim() * k_->kv_elem_bytes();
+}
+
+void* Model::kv_layer(int l, int which) const {
+  const size_t one = (size_t)kv_slots_ * kv_max_len_ * cfg_.kv_dim() * k_->kv_elem_bytes();
+  return (char*)kv_mem_ + (2 * (size_t)l + which) * one;
 }
 
 static void check_slot(int slot, int slots) {

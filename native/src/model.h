@@ -184,7 +184,8 @@ class Model {
   ParamPtrs P_, G_;
   int64_t step_ = 0;
   std::unique_ptr<Acts> a_;
-  float* kv_mem_ = nullptr;  // [L][2][slots][max_len][KD]
+  float* kv_mem_ = nullptr;  // [L][2][slots][max_len][KD] of Kernels::kv_elem_bytes() each
+  void* kv_layer(int l, int which) const;  // layer l's K (which 0) or V (1) cache
   int kv_slots_ = 0, kv_max_len_ = 0;
   std::vector<int> kv_len_;
   std::vector<int32_t> kv_slot_of_;  // per token of an extend call

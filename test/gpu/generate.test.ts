@@ -43,9 +43,10 @@ for (const [name, cfg] of [['head dim 64', HD64], ['head dim 48', HD48]] as cons
   });
 }
 
-// The cached attention's layouts: head dims 32, 64 and 128 fill a lane's 1, 2 or 4 dims, 160 takes the 8-dim
-// kernel with lanes past the head idle, 42 leaves some idle in its last dim; query heads per key head 1, 7 and 8. A
-// step of one slot has few blocks (16 warps a head share its keys), a step of 300 slots many (4 warps a head).
+// The cached attention's layouts: head dims 32, 64 and 128 take the kernel where 4, 8 or 16 lanes hold a key's row
+// (1, 7 and 8 query heads a key head: its 1-, 8- and 8-head variants); 160 and 42 take the lane-per-dim kernel (160
+// with lanes past the head idle, 42 with some idle in its last dim). A step of one slot splits each row's keys over
+// blocks that merge their results; a step of 300 slots does not.
 const LAYOUTS: Array<[string, ModelConfig]> = [
   ['hd128, 8 heads on 1 key head', { ...HD64, hidden_size: 1024, num_attention_heads: 8, num_key_value_heads: 1, intermediate_size: 256 }],
   ['hd64, 14 heads on 2 key heads', { ...HD64, hidden_size: 896, num_attention_heads: 14, num_key_value_heads: 2, intermediate_size: 256 }],
