@@ -1,13 +1,16 @@
 // Decode throughput of the native core's generation on one device, the SmolLM2-135M shape or `--shape 500m`
 // (random weights: speed does not depend on their values): for each batch B, B slots are prefilled with `--context` random tokens, then
-// `--steps` decode steps are timed two ways: Model.extend alone (the model's step: forward over the KV cache,
-// softmax rows, the [B, V] rows copied to the host) and NativeEngine end to end (the same plus sampling in JS,
-// temperature 1), the latter as the difference between a run of steps+1 new tokens and a run of 1 so that both
-// count decode only. One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers the same way.
+// `--steps` decode steps are timed three ways: Model.extend alone (the model's step: forward over the KV cache,
+// softmax rows, the [B, V] rows copied to the host), a decode loop on Model.extendSample (the call the engine
+// makes: tokens drawn on the device, only they and their log-probs come back, each step's tokens fed to the next)
+// and NativeEngine end to end (extendSample plus the engine's own work, temperature 1), the last as the difference
+// between a run of steps+1 new tokens and a run of 1 so that it counts decode only (its prefill steps carry the
+// decoding rows of requests admitted before them, so it also counts those rows' share of mixed, ungraphed steps). One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers
+// the same way.
 // `--engine off` times Model.extend alone (with RLSTREAM_CUDA_SYNC=1 its per-kernel profile is GPU time).
 //   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--shape 135m|500m] [--batches 1,64,256] [--context 512] [--steps 64] [--engine off]
 import { Model, type ModelConfig } from '../../native/index.ts';
-import { NativeEngine } from '../../producers/policy/native-engine.ts';
+import { DEFAULT_PREFILL_TOKENS, NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
 export const SMOLLM2_135M: ModelConfig = {
@@ -83,6 +86,20 @@ for (const B of batches) {
   // Kernel wall time per kind in a step (GPU time when RLSTREAM_CUDA_SYNC=1 makes each kernel wait; `logits`
   // includes the rows' copy to the host); the rest of the step is host work (N-API, JS, launches).
   const prof = Object.fromEntries(Object.entries(model.profile(true)).map(([k, v]) => [k, +((v / steps) * 1000).toFixed(3)]));
+  // Model.extendSample alone
+  // (a decode loop: each step's sampled tokens are the next step's input)
+  const u = new Float64Array(B);
+  const drawn = async (fed: Int32Array): Promise<Int32Array> => {
+    for (let b = 0; b < B; b++) u[b] = rand();
+    return (await model.extendSample(slots, ones, fed, inv, u)).tokens;
+  };
+  for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  let fed: Int32Array = randomTokens(B);
+  for (let i = 0; i < 2; i++) fed = await drawn(fed); // warm-up
+  for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  const t2 = performance.now();
+  for (let i = 0; i < steps; i++) fed = await drawn(fed);
+  const sampleS = (performance.now() - t2) / 1000 / steps;
   // NativeEngine: prefill + n tokens, sampled at temperature 1
   const engineRun = async (n: number): Promise<number> => {
     const engine = new NativeEngine(model, { slots: B, maxLen: context + steps + 1 });
@@ -93,13 +110,15 @@ for (const B of batches) {
     return (performance.now() - t) / 1000;
   };
   const withEngine = arg('engine', 'on') !== 'off';
-  if (withEngine) await engineRun(2);
+  // The warm-up runs past the prefills (DEFAULT_PREFILL_TOKENS a step) into steps of B rows, so that the timed
+  // runs replay the batch's CUDA graph rather than capture it.
+  if (withEngine) await engineRun(Math.min(steps + 1, Math.ceil((B * context) / DEFAULT_PREFILL_TOKENS) + 4));
   const e1 = withEngine ? await engineRun(1) : NaN;
   const eN = withEngine ? await engineRun(steps + 1) : NaN;
   // Bytes a decode step must read at least: the bf16 weight copies the products use (the tied embedding once, as
-  // the head) and every row's K and V so far (an fp32 cache): over HBM bandwidth, the step's lower bound.
-  const headDim = shape.hidden_size / shape.num_attention_heads;
-  const stepBytes = model.numParameters * 2 + B * context * shape.num_hidden_layers * 2 * shape.num_key_value_heads * headDim * 4;
+  // the head) and every row's K and V so far (in the cache's own precision: bf16 on cuda, fp32 on the cpu): over HBM
+  // bandwidth, the step's lower bound.
+  const stepBytes = model.numParameters * 2 + B * model.kvBytes(1, context);
   console.log(
     JSON.stringify({
       impl: `rlstream native (${device})`,
@@ -111,6 +130,7 @@ for (const B of batches) {
       prefillTokensPerS: Math.round((B * context) / prefillS),
       extendStepMs: +(stepS * 1000).toFixed(3),
       extendTokensPerS: Math.round(B / stepS),
+      extendSampleStepMs: +(sampleS * 1000).toFixed(3),
       engineDecodeTokensPerS: Math.round((B * steps) / (eN - e1)),
       engineStepMs: +(((eN - e1) / steps) * 1000).toFixed(3),
       extendProfileMs: prof,
