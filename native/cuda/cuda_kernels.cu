@@ -1307,8 +1307,8 @@ class CudaKernels final : public Kernels {
       const int G = gq <= 1 ? 1 : gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
       // 8 warps a block; 4 where the blocks are many (a prefill). A step of fewer than 16 rows (a decode step of a
       // batch of a few) also splits each row's keys over up to 4 blocks, but never below one round of a block's
-      // loads; the split depends on max_len, not on the lengths, so a captured graph stays right as they grow. (On
-      // an H200 at 512-token contexts, no split was best from 64 rows up, 2 to 4 blocks a row at 2 or 3 rows.)
+      // loads; the split depends on max_len, not on the lengths, so a captured graph stays right as they grow. The
+      // choice is measured in test/gpu/RESULTS.md ("A bf16 KV cache and a decode attention ...").
       int warps = rows <= 8L * sms() ? 8 : 4, ns = 1;
       if (rows < 16) {
         const int round = warps * (32 / lpk) * (G >= 8 ? 2 : 4);
