@@ -32,6 +32,7 @@ import { RewardHandler } from '../consumers/reward/consumer.ts';
 import { AdvantageHandler } from '../consumers/advantage/consumer.ts';
 import { completed, newSerde, rewarded, tempDir, trajectory } from '../testkit/events.ts';
 import { commonFlags, fmtStats, interleaved, probeSummary, summarize, type Mode } from './harness.ts';
+import { runTopic } from './kafka-topics.ts';
 
 const TOKENS = 1000;
 const GROUP = 8;
@@ -97,7 +98,7 @@ async function timeProcessor(p: StreamProcessor, total: number): Promise<Timed> 
 /** One pass over fresh topics: produce the groups, then time the reward stage, then the advantage stage. */
 async function pass(kind: string, log: EventLog, serde: EventSerde, groups: number): Promise<Row[]> {
   const s = newId().slice(0, 8);
-  const topics = { in: `bench-in-${s}`, rewarded: `bench-rw-${s}`, advantaged: `bench-adv-${s}`, dlq: `bench-dlq-${s}` };
+  const topics = { in: runTopic('bench', `in-${s}`), rewarded: runTopic('bench', `rw-${s}`), advantaged: runTopic('bench', `adv-${s}`), dlq: runTopic('bench', `dlq-${s}`) };
   for (const t of Object.values(topics)) await log.createTopic({ name: t, partitions: 4 });
   const total = groups * GROUP;
   const p = await log.producer();
@@ -124,10 +125,10 @@ async function pass(kind: string, log: EventLog, serde: EventSerde, groups: numb
     inTransactions: t.transactionMs / 1000 / t.seconds,
     msPerTransaction: t.transactionMs / Math.max(1, t.transactions),
   });
-  const reward = new StreamProcessor({ id: `bench-reward-${s}`, log, serde, inputTopics: [topics.in], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.rewarded }), deadLetterTopic: topics.dlq, maxBatchRecords: BATCH.reward });
+  const reward = new StreamProcessor({ id: runTopic('bench', `reward-${s}`), log, serde, inputTopics: [topics.in], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.rewarded }), deadLetterTopic: topics.dlq, maxBatchRecords: BATCH.reward });
   settle();
   const rows = [row('reward', await timeProcessor(reward, total))];
-  const adv = new StreamProcessor({ id: `bench-adv-${s}`, log, serde, inputTopics: [topics.rewarded], accepts: ['RewardedTrajectory'], handler: new AdvantageHandler('advantage', { outputTopic: topics.advantaged }), deadLetterTopic: topics.dlq, maxBatchRecords: BATCH.advantage });
+  const adv = new StreamProcessor({ id: runTopic('bench', `adv-${s}`), log, serde, inputTopics: [topics.rewarded], accepts: ['RewardedTrajectory'], handler: new AdvantageHandler('advantage', { outputTopic: topics.advantaged }), deadLetterTopic: topics.dlq, maxBatchRecords: BATCH.advantage });
   settle();
   rows.push(row('advantage (grpo)', await timeProcessor(adv, total)));
   return rows;

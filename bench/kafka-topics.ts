@@ -2,9 +2,35 @@
 // writes fresh topics (a consumers run of 5,000 groups on both clients leaves about 8 GB), and a broker's
 // retention would keep them for a day: repeated runs filled this machine's disk. The EventLog contract has no
 // topic deletion (no role needs one), so this goes through kafkajs's admin client.
+//
+// Each benchmark process names its topics with a tag of its own (RUN_TAG, through runTopic), and only topics
+// carrying it are deleted, so that a benchmark running on the same cluster at the same time keeps its topics.
+// Stateful processors name their state topic `_state.<processor id>` (core/processor.ts), so a benchmark's
+// processor ids go through runTopic too.
+//
+// RLSTREAM_BENCH_KEEP_TOPICS=1 keeps them (the names are printed): a run's Kafka copy can then be drained again,
+// e.g. with bench/traces-sink-process.ts. Topics kept, or left by a process that was killed, are for manual
+// cleanup: BENCH_TOPIC matches every benchmark's.
+import { randomBytes } from 'node:crypto';
 
-/** Names the benchmarks give their topics (and the state topics of their stateful processors). */
+/** Names the benchmarks give their topics (and the state topics of their stateful processors), of any run. */
 export const BENCH_TOPIC = /^(_state\.)?(bench|pipe)-/;
+
+/** This process's tag, in the name of every topic its benchmarks make. */
+const RUN_TAG = randomBytes(4).toString('hex');
+/** Whether this process named any topic: a benchmark that named none has none to delete (no admin connection). */
+let named = false;
+
+/** The topics (or processor ids) of this process's run: `<family>-<RUN_TAG>-<name>`. */
+export function runTopic(family: 'bench' | 'pipe', name: string): string {
+  named = true;
+  return `${family}-${RUN_TAG}-${name}`;
+}
+
+/** The env var that keeps a benchmark's topics instead of deleting them. */
+export const KEEP_TOPICS_ENV = 'RLSTREAM_BENCH_KEEP_TOPICS';
+
+const keepTopics = () => (process.env[KEEP_TOPICS_ENV] ?? '') !== '' && process.env[KEEP_TOPICS_ENV] !== '0';
 
 async function withAdmin<T>(brokers: string[], fn: (admin: import('kafkajs').Admin) => Promise<T>): Promise<T> {
   const { Kafka, logLevel } = await import('kafkajs');
@@ -17,20 +43,27 @@ async function withAdmin<T>(brokers: string[], fn: (admin: import('kafkajs').Adm
   }
 }
 
-/** The benchmark-named topics on the cluster now. */
-export function benchTopics(brokers: string[]): Promise<Set<string>> {
-  return withAdmin(brokers, async (admin) => new Set((await admin.listTopics()).filter((t) => BENCH_TOPIC.test(t))));
-}
-
 /**
- * Deletes the benchmark-named topics that were not there before (`before`, from benchTopics): those this run
- * made, whatever it left behind when it failed. A failure to delete is printed, not thrown: the figures stand.
+ * Deletes this run's topics, state topics included, over one admin connection: all of them, or with `prefix`
+ * (a runTopic name) those under it. Several calls are harmless: a later one finds nothing left and deletes
+ * nothing. With RLSTREAM_BENCH_KEEP_TOPICS set (not 0) they are listed and kept. A failure to delete is printed,
+ * not thrown: the figures stand.
  */
-export async function deleteNewBenchTopics(brokers: string[], before: Set<string>): Promise<void> {
+export async function deleteRunTopics(brokers: string[], prefix?: string): Promise<void> {
+  if (brokers.length === 0 || !named) return;
+  const ours = (t: string) => {
+    const name = t.startsWith('_state.') ? t.slice('_state.'.length) : t;
+    return (name.startsWith(`bench-${RUN_TAG}-`) || name.startsWith(`pipe-${RUN_TAG}-`)) && name.startsWith(prefix ?? '');
+  };
+  const keep = keepTopics();
   try {
-    const made = [...(await benchTopics(brokers))].filter((t) => !before.has(t));
-    if (made.length > 0) await withAdmin(brokers, (admin) => admin.deleteTopics({ topics: made }));
+    const made = await withAdmin(brokers, async (admin) => {
+      const topics = (await admin.listTopics()).filter(ours);
+      if (topics.length > 0 && !keep) await admin.deleteTopics({ topics });
+      return topics;
+    });
+    if (keep && made.length > 0) console.log(`${KEEP_TOPICS_ENV} is set: kept the benchmark's Kafka topics ${made.join(', ')}`);
   } catch (e) {
-    console.error(`could not delete the benchmark's Kafka topics: ${String(e)}`);
+    console.error(`could not ${keep ? 'list' : 'delete'} the benchmark's Kafka topics: ${String(e)}`);
   }
 }

@@ -16,6 +16,7 @@ import type { KafkaClient } from '../core/log/kafka/options.ts';
 // lazily (a static import both ways breaks module initialisation order).
 import type { BenchOptions, BenchRow, LogTarget } from './log.ts';
 import { commonFlags } from './harness.ts';
+import { runTopic } from './kafka-topics.ts';
 
 const KAFKA_STORAGE = 'produce: broker page cache (flushing left to the OS); consume: page cache';
 
@@ -43,7 +44,7 @@ async function java(cls: string, args: string[]): Promise<string> {
 /** Kafka's own tools; their latency is per record (send to ack), ours per send() call of `batch` records. */
 async function perfTools(o: BenchOptions, label: string, producerProps: string[]): Promise<BenchRow> {
   const bootstrap = brokers().join(',');
-  const topic = `bench-tools-${randomBytes(4).toString('hex')}`;
+  const topic = runTopic('bench', `tools-${randomBytes(4).toString('hex')}`);
   const log = await openKafkaLog({ brokers: brokers() });
   await log.createTopic({ name: topic, partitions: o.partitions });
   await log.close();

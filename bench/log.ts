@@ -19,6 +19,7 @@ import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import type { EventLog } from '../core/log/types.ts';
 import { kafkaTargets } from './log-kafka.ts';
 import { commonFlags, fmtStats, interleaved, probeSummary, stats, summarize } from './harness.ts';
+import { runTopic } from './kafka-topics.ts';
 
 export interface BenchOptions {
   records: number;
@@ -62,7 +63,7 @@ function quantile(sorted: number[], q: number): number {
 
 /** Produce then consume `records` records through an EventLog; the topic is new and random. */
 export async function benchLog(log: EventLog, label: string, o: BenchOptions): Promise<BenchRow> {
-  const topic = `bench-${randomBytes(4).toString('hex')}`;
+  const topic = runTopic('bench', randomBytes(4).toString('hex'));
   await log.createTopic({ name: topic, partitions: o.partitions });
   const producer = await log.producer();
   const value = randomBytes(o.recordBytes);

@@ -1,12 +1,13 @@
 // Benchmark dispatcher: `npm run bench -- <name> [args]` (default: pipeline) imports bench/<name>.ts, runs its
 // exported main(args), prints what it prints, and writes the report main() returns, with the git revision, the
 // machine's description and a speed probe at start and end, to bench/out/<name>-<timestamp>.json (bench/harness.ts).
-// With KAFKA_BROKERS set, the Kafka topics it made are deleted when it ends, even when it fails.
+// With KAFKA_BROKERS set, the Kafka topics it made (those carrying this process's run tag) are deleted when it
+// ends, even when it fails; RLSTREAM_BENCH_KEEP_TOPICS=1 keeps them (bench/kafka-topics.ts).
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { probe, writeReport } from './harness.ts';
-import { benchTopics, deleteNewBenchTopics } from './kafka-topics.ts';
+import { deleteRunTopics } from './kafka-topics.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 // No name: the whole-pipeline report.
@@ -21,13 +22,11 @@ if (typeof mod.main !== 'function') {
   process.exit(2);
 }
 const args = process.argv.slice(3);
-// Topics a benchmark makes on Kafka go when it ends (bench/kafka-topics.ts).
-const brokers = process.env['KAFKA_BROKERS']?.split(',').filter((b) => b !== '') ?? [];
-const before = brokers.length > 0 ? await benchTopics(brokers).catch(() => null) : null;
 const start = probe();
 try {
   const report = await mod.main(args);
   console.log(`report: ${writeReport(name, args, start, report)}`);
 } finally {
-  if (before) await deleteNewBenchTopics(brokers, before);
+  // Topics a benchmark makes on Kafka go when it ends (bench/kafka-topics.ts).
+  await deleteRunTopics(process.env['KAFKA_BROKERS']?.split(',').filter((b) => b !== '') ?? []);
 }

@@ -32,6 +32,7 @@ import { PrivateBroker } from '../testkit/kafka-broker.ts';
 import { newRun, openRunLog, progress, ROLES, rssMiB, Supervisor } from '../testkit/harness.ts';
 import { dropDatabase } from '../testkit/audit.ts';
 import { commonFlags, fmtStats, interleaved, probeSummary, stats, summarize, type Stats } from './harness.ts';
+import { runTopic } from './kafka-topics.ts';
 
 const TOKENS = 1000;
 const GROUP = 8;
@@ -70,7 +71,7 @@ const quantile = (xs: number[], q: number) => {
 async function pipeline(kind: string, config: LogConfig, groups: number, serde: EventSerde, paceMs: number | null = null): Promise<{ row: PipelineRow; latencies: number[] }> {
   const log = await openLog(config);
   const s = newId().slice(0, 8);
-  const topics = { in: `pipe-in-${s}`, rewarded: `pipe-rw-${s}`, advantaged: `pipe-adv-${s}`, dlq: `pipe-dlq-${s}` };
+  const topics = { in: runTopic('pipe', `in-${s}`), rewarded: runTopic('pipe', `rw-${s}`), advantaged: runTopic('pipe', `adv-${s}`), dlq: runTopic('pipe', `dlq-${s}`) };
   for (const t of Object.values(topics)) await log.createTopic({ name: t, partitions: 4 });
   const total = groups * GROUP;
   const payloads = Array.from({ length: groups }, (_, g) =>
@@ -80,8 +81,8 @@ async function pipeline(kind: string, config: LogConfig, groups: number, serde: 
     }),
   );
   const bytes = payloads.flat().reduce((n, p) => n + p.value.length, 0);
-  const reward = new StreamProcessor({ id: `pipe-reward-${s}`, log, serde, inputTopics: [topics.in], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.rewarded }), deadLetterTopic: topics.dlq });
-  const adv = new StreamProcessor({ id: `pipe-adv-${s}`, log, serde, inputTopics: [topics.rewarded], accepts: ['RewardedTrajectory'], handler: new AdvantageHandler('advantage', { outputTopic: topics.advantaged }), deadLetterTopic: topics.dlq });
+  const reward = new StreamProcessor({ id: runTopic('pipe', `reward-${s}`), log, serde, inputTopics: [topics.in], accepts: ['TrajectoryCompleted'], handler: new RewardHandler('reward', { outputTopic: topics.rewarded }), deadLetterTopic: topics.dlq });
+  const adv = new StreamProcessor({ id: runTopic('pipe', `adv-${s}`), log, serde, inputTopics: [topics.rewarded], accepts: ['RewardedTrajectory'], handler: new AdvantageHandler('advantage', { outputTopic: topics.advantaged }), deadLetterTopic: topics.dlq });
   const trainer = await log.consumer({ groupId: `pipe-trainer-${s}`, topics: [topics.advantaged], readCommitted: true });
   const running = [reward.run(), adv.run()];
   const sentAt = new Map<string, number>();
@@ -150,7 +151,7 @@ async function kafkaTools(brokers: string, records: number, warmup: number, reco
   const libs = PrivateBroker.libs();
   if (!libs) throw new Error('Kafka jars are not installed');
   const java = async (cls: string, args: string[]) => (await run('java', ['-Xmx512m', '-cp', `${libs}/*`, cls, ...args], { maxBuffer: 1 << 26, timeout: 300_000 })).stdout;
-  const topic = `pipe-tools-${newId().slice(0, 8)}`;
+  const topic = runTopic('pipe', `tools-${newId().slice(0, 8)}`);
   const log = await openLog({ kind: 'kafka', brokers: [brokers] });
   await log.createTopic({ name: topic, partitions: 4 });
   await log.close();

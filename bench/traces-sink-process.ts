@@ -2,7 +2,8 @@
 // heap, its chDB instance and that instance's background work); bench/traces.ts starts it. Prints one JSON
 // line: counts, seconds and CPU by role. It leaves its database in place: bench/traces.ts drops it at the end.
 // The log is an embedded log's directory, or kafka://brokers (through kafkajs) or kafka+librdkafka://brokers
-// with the prefix the run's topics were copied under (the distributed shape).
+// with the prefix the run's topics were copied under (the distributed shape). A traces run deletes its copy when it
+// ends; run it with RLSTREAM_BENCH_KEEP_TOPICS=1 to keep the copy for this script to drain again (bench/kafka-topics.ts).
 // Usage: node --import tsx bench/traces-sink-process.ts <log dir | kafka://brokers | kafka+librdkafka://brokers> <store spec> <transcode: true|false> <database> [topic prefix]
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import { openLog } from '../core/log/open.ts';

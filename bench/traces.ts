@@ -20,7 +20,9 @@
 // The same log is drained with transcoding off too (decode, rowsOf, codec for every record), as the comparison.
 // With the server as a target and KAFKA_BROKERS set, the log is also copied into Kafka (under topics of its own,
 // untimed, schemas registered at SCHEMA_REGISTRY_URL) and the sink drains it from there into the server (the
-// distributed shape), through each Kafka client (kafkajs, librdkafka). The copy's topics are deleted at the end.
+// distributed shape), through each Kafka client (kafkajs, librdkafka). The copy's topics are deleted at the end,
+// by main() itself, so also when it is called from a script rather than through bench/main.ts; with
+// RLSTREAM_BENCH_KEEP_TOPICS=1 they are kept (their names printed), for bench/traces-sink-process.ts to drain again.
 // The drains and the engine print where the CPU went, per row (bench/cpu.ts): the main thread, chDB's insert and merge threads,
 // Node's other threads (GC, and libuv's pool, where chDB's queries start), a ClickHouse server on this machine, and the hypervisor's steal; their sum caps
 // what the machine's cores can take at that cost. Merges still running when a drain ends are not in it.
@@ -75,6 +77,7 @@ import { recordRun } from '../testkit/record-run.ts';
 import { cpuReport, describeCpu, sampleCpu, type CpuReport } from './cpu.ts';
 import { choice, int, names, parseFlags, ROUND_FLAGS } from './flags.ts';
 import { fmtStats, interleaved, probeSummary, summarize, type Mode } from './harness.ts';
+import { deleteRunTopics, runTopic } from './kafka-topics.ts';
 import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../testkit/synthetic-run.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -282,11 +285,11 @@ async function drainOnce(spec: string, dir: string, sinkLog: SinkLog, from: Drai
 }
 
 /**
- * Copies the recorded log into Kafka under topics of its own (`<prefix><topic>`), untimed, through the replay's
- * log copy (schemas registered in the registry at SCHEMA_REGISTRY_URL, which the drain reads them from).
+ * Copies the recorded log into Kafka under topics of its own (`<prefix><topic>`, `prefix` a runTopic name),
+ * untimed, through the replay's log copy (schemas registered in the registry at SCHEMA_REGISTRY_URL, which the
+ * drain reads them from).
  */
-async function copyToKafka(sinkLog: SinkLog, brokers: string[]): Promise<DrainSource> {
-  const prefix = `bench-traces-${randomBytes(4).toString('hex')}-`;
+async function copyToKafka(sinkLog: SinkLog, brokers: string[], prefix: string): Promise<DrainSource> {
   const source = openEmbeddedLog({ dir: sinkLog.dir, fsync: 'none' });
   const kafka = await openLog({ kind: 'kafka', brokers });
   try {
@@ -296,7 +299,7 @@ async function copyToKafka(sinkLog: SinkLog, brokers: string[]): Promise<DrainSo
       const topics = Object.values(TOPICS).filter((t) => t !== TOPICS.schemas);
       const target = new LogCopyTarget({ log: source, registry: sourceRegistry }, { log: kafka, registry: kafkaRegistry, describe: 'kafka' }, (t) => prefix + t);
       const serde = await new EventSerde(sourceRegistry).init();
-      // The topics the copy makes (one for each with records) are deleted when the benchmark ends (bench/main.ts).
+      // The topics the copy makes (one for each with records) are deleted when main() ends, even if it fails here.
       const end = await ReplayJob.start({ log: source, serde, target, topics }).done;
       if (end.state !== 'done' || end.written !== sinkLog.records) throw new Error(`copying the sink's log into Kafka ended ${end.state} with ${end.written} of ${sinkLog.records} records: ${end.error ?? ''}`);
     } finally {
@@ -484,6 +487,9 @@ export async function main(args: string[]): Promise<unknown> {
   const o = parseOptions(args);
   const brokers = (process.env['KAFKA_BROKERS'] ?? '').split(',').filter((b) => b);
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-traces-'));
+  // The Kafka copy's topics: deleted in the finally below (bench/kafka-topics.ts), not only by bench/main.ts's
+  // sweep, which then finds none of them left.
+  let kafkaPrefix: string | null = null;
   try {
     const specs: [string, string][] = [];
     for (const t of o.targets) {
@@ -500,8 +506,9 @@ export async function main(args: string[]): Promise<unknown> {
       console.log(`recording ${o.sinkTurns} turns into an embedded log (untimed), for every sink mode to drain…`);
       sinkLog = await recordSinkLog(dir, o.sinkTurns, o.tokens);
       if (o.kafkaSink && specs.some(([t]) => t === 'server')) {
-        console.log('copying the log into Kafka (untimed), for the sink to drain from there…');
-        kafkaCopy = await copyToKafka(sinkLog, brokers);
+        kafkaPrefix = runTopic('bench', `traces-${randomBytes(4).toString('hex')}-`);
+        console.log(`copying the log into Kafka under ${kafkaPrefix}* (untimed), for the sink to drain from there…`);
+        kafkaCopy = await copyToKafka(sinkLog, brokers, kafkaPrefix);
         if (!rdKafkaAvailable()) console.log('librdkafka is not built (bash infra/setup.sh --kafka-native): the drain from Kafka through it is skipped');
       }
     }
@@ -585,6 +592,7 @@ export async function main(args: string[]): Promise<unknown> {
     };
   } finally {
     await dropServerDatabases();
+    if (kafkaPrefix !== null) await deleteRunTopics(brokers, kafkaPrefix);
     rmSync(dir, { recursive: true, force: true });
   }
 }
