@@ -1,6 +1,6 @@
 // Shared fixtures of the stream-processor tests and the consumers benchmark: trajectories, events, and a
 // serde whose schema ids are the same in every process (a fresh MemoryRegistry registers in EVENT_NAMES order).
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryRegistry } from '../core/serde/registry.ts';
@@ -11,8 +11,20 @@ export async function newSerde(): Promise<EventSerde> {
   return new EventSerde(new MemoryRegistry()).init();
 }
 
+/** The directories tempDir made in this process. */
+const made: string[] = [];
+
+/**
+ * A fresh directory under the OS's temporary one, removed when the process exits (a test file's process, a
+ * benchmark's), whether its tests passed or not: callers need not remove it themselves.
+ */
 export function tempDir(prefix: string): string {
-  return mkdtempSync(join(tmpdir(), `rlstream-${prefix}-`));
+  const dir = mkdtempSync(join(tmpdir(), `rlstream-${prefix}-`));
+  if (made.push(dir) === 1)
+    process.once('exit', () => {
+      for (const d of made) rmSync(d, { recursive: true, force: true });
+    });
+  return dir;
 }
 
 export interface TrajectorySpec {

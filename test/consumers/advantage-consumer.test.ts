@@ -1,24 +1,15 @@
 // The advantage consumer on the embedded log: complete groups emitted with GRPO advantages and group stats,
 // partial groups on timeout (emit or drop), non-train splits skipped, dynamic sampling, duplicates ignored.
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import { createAdvantageProcessor, type AdvantageOptions } from '../../consumers/advantage/consumer.ts';
 import { openLog } from '../../core/log/open.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
 import { newSerde, rewarded, tempDir, trajectory } from '../../testkit/events.ts';
 
-/** The embedded logs' directories, removed when the file's tests are done (failed or not). */
-const dirs: string[] = [];
-after(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
 async function run(options: AdvantageOptions, inputs: { groupId: string; index: number; size: number; score: number; split?: string }[], waitMs = 0) {
-  const dir = tempDir('adv');
-  dirs.push(dir);
-  const log = await openLog({ kind: 'embedded', dir });
+  const log = await openLog({ kind: 'embedded', dir: tempDir('adv') });
   for (const name of Object.values(TOPICS)) await log.createTopic({ name, partitions: 2 });
   const serde = await newSerde();
   const p = await log.producer();

@@ -3,7 +3,6 @@
 // than train, a partial group and a late member are logged once with the reason instead of passing silently.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import { createAdvantageProcessor } from '../../consumers/advantage/consumer.ts';
 import { openLog } from '../../core/log/open.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
@@ -11,10 +10,8 @@ import { TOPICS } from '../../core/topics.ts';
 import type { AdvantagedTrajectory, DeadLetter } from '../../schemas/generated/types.ts';
 import { newSerde, rewarded, tempDir, trajectory } from '../../testkit/events.ts';
 
-test('bad group membership is dead-lettered with its reason; skipped and partial records are warned about', async (t) => {
-  const dir = tempDir('adv-contract');
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const log = await openLog({ kind: 'embedded', dir });
+test('bad group membership is dead-lettered with its reason; skipped and partial records are warned about', async () => {
+  const log = await openLog({ kind: 'embedded', dir: tempDir('adv-contract') });
   for (const name of Object.values(TOPICS)) await log.createTopic({ name, partitions: 1 });
   const serde = await newSerde();
   const p = await log.producer();

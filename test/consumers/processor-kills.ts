@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import { join } from 'node:path';
-import { appendFileSync, rmSync } from 'node:fs';
+import { appendFileSync } from 'node:fs';
 import { newId } from '../../core/ids.ts';
 import { openLog, type LogConfig } from '../../core/log/open.ts';
 import type { EventLog, ProduceRecord } from '../../core/log/types.ts';
@@ -97,11 +97,10 @@ async function killLoop(cfg: object, seed: number): Promise<number> {
 export function killTests(kind: 'embedded' | 'kafka'): void {
   const skip = kind === 'kafka' && !kafkaConfig() ? (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1' ? false : 'KAFKA_BROKERS is not set') : false;
 
-  test(`reward consumer: SIGKILL at random moments (${kind}), no output lost or duplicated`, { skip, timeout: 300_000 }, async (ctx) => {
+  test(`reward consumer: SIGKILL at random moments (${kind}), no output lost or duplicated`, { skip, timeout: 300_000 }, async () => {
     if (kind === 'kafka' && !kafkaConfig()) assert.fail('KAFKA_BROKERS is not set and RLSTREAM_REQUIRE_SERVICES=1');
     const serde = await newSerde();
     const config: LogConfig = kind === 'embedded' ? { kind: 'embedded', dir: tempDir('reward-kill') } : kafkaConfig()!;
-    if (config.kind === 'embedded') ctx.after(() => rmSync(config.dir, { recursive: true, force: true }));
     const suffix = newId().slice(0, 8);
     const topics = { input: `t-in-${suffix}`, output: `t-out-${suffix}`, deadLetter: `t-dlq-${suffix}` };
     const log = await openLog(config);
@@ -135,11 +134,10 @@ export function killTests(kind: 'embedded' | 'kafka'): void {
     await check.close();
   });
 
-  test(`advantage consumer: SIGKILL at random moments with interleaved and partial groups (${kind}), exactly once`, { skip, timeout: 300_000 }, async (ctx) => {
+  test(`advantage consumer: SIGKILL at random moments with interleaved and partial groups (${kind}), exactly once`, { skip, timeout: 300_000 }, async () => {
     if (kind === 'kafka' && !kafkaConfig()) assert.fail('KAFKA_BROKERS is not set and RLSTREAM_REQUIRE_SERVICES=1');
     const serde = await newSerde();
     const config: LogConfig = kind === 'embedded' ? { kind: 'embedded', dir: tempDir('adv-kill') } : kafkaConfig()!;
-    if (config.kind === 'embedded') ctx.after(() => rmSync(config.dir, { recursive: true, force: true }));
     const suffix = newId().slice(0, 8);
     const topics = { input: `t-in-${suffix}`, output: `t-out-${suffix}`, deadLetter: `t-dlq-${suffix}` };
     const log = await openLog(config);

@@ -3,8 +3,7 @@
 // Kafka with back-to-back offsets-only transactions, which meet CONCURRENT_TRANSACTIONS from the coordinator
 // (the previous transaction's markers are still being written; the reward consumer commits such transactions
 // whenever a batch holds only events it skips).
-import { after, test } from 'node:test';
-import { rmSync } from 'node:fs';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RewardHandler } from '../../consumers/reward/consumer.ts';
 import { RlstreamError } from '../../core/errors.ts';
@@ -100,20 +99,9 @@ async function waitDrained(p: StreamProcessor, running: Promise<void>, timeoutMs
   }
 }
 
-/** A fresh directory for an embedded log, removed when the file's tests are done. */
-const dirs: string[] = [];
-function retryDir(): string {
-  const dir = tempDir('retry');
-  dirs.push(dir);
-  return dir;
-}
-after(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
 test('retriable transaction failures are retried with a new producer; every output once', async () => {
   const serde = await newSerde();
-  const base = await openLog({ kind: 'embedded', dir: retryDir() });
+  const base = await openLog({ kind: 'embedded', dir: tempDir('retry') });
   let busy = 3;
   const { log, producersOpened } = withFault(base, (op) => (op === 'sendOffsets' && busy-- > 0 ? new RlstreamError('LOG_UNAVAILABLE', 'injected: coordinator busy', { retriable: true }) : null));
   const topics = await setup(base, serde, 20);
@@ -135,7 +123,7 @@ test('retriable transaction failures are retried with a new producer; every outp
 
 test('a commit whose outcome is unknown (not retriable) stops the processor with that error, committing nothing', async () => {
   const serde = await newSerde();
-  const base = await openLog({ kind: 'embedded', dir: retryDir() });
+  const base = await openLog({ kind: 'embedded', dir: tempDir('retry') });
   const { log } = withFault(base, (op) => (op === 'commit' ? new RlstreamError('LOG_UNAVAILABLE', 'injected: outcome unknown', { retriable: false }) : null));
   const topics = await setup(base, serde, 8);
   const p = rewardProcessor(log, serde, topics);
@@ -148,7 +136,7 @@ test('a commit whose outcome is unknown (not retriable) stops the processor with
 
 test('no retry once the batch\u2019s partitions moved to another member: the processor stops, committing nothing', { timeout: 30_000 }, async () => {
   const serde = await newSerde();
-  const base = await openLog({ kind: 'embedded', dir: retryDir() });
+  const base = await openLog({ kind: 'embedded', dir: tempDir('retry') });
   const topics = await setup(base, serde, 20);
   const id = `retry-${topics.input}`;
   let joined: Awaited<ReturnType<EventLog['consumer']>> | null = null;

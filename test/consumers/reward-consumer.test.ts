@@ -1,9 +1,9 @@
 // The reward consumer on the embedded log: rewards and components out, other event kinds ignored, throwing /
 // NaN rewards and undecodable records dead-lettered with their reason while the consumer goes on, and a
 // batched ONNX reward model (a tiny model this test builds with onnx-proto).
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import onnxProto from 'onnx-proto';
 const { onnx } = onnxProto;
@@ -19,19 +19,8 @@ import { TOPICS } from '../../core/topics.ts';
 import type { DeadLetter, RewardedTrajectory, TurnCompleted } from '../../schemas/generated/types.ts';
 import { completed, newSerde, tempDir, trajectory } from '../../testkit/events.ts';
 
-/** The test's directories (embedded logs, a model file), removed when the file's tests are done (failed or not). */
-const dirs: string[] = [];
-after(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-function testDir(prefix: string): string {
-  const dir = tempDir(prefix);
-  dirs.push(dir);
-  return dir;
-}
-
 async function setup(): Promise<{ log: EventLog; serde: EventSerde }> {
-  const log = await openLog({ kind: 'embedded', dir: testDir('reward') });
+  const log = await openLog({ kind: 'embedded', dir: tempDir('reward') });
   for (const name of Object.values(TOPICS)) await log.createTopic({ name, partitions: 2 });
   return { log, serde: await newSerde() };
 }
@@ -148,7 +137,7 @@ function reference(ids: number[], m: { E: number[][]; w: number[]; b: number }):
 }
 
 test('a batched ONNX reward model scores token ids (padding masked), as a component beside the rule-based outcome', async () => {
-  const path = join(testDir('rm'), 'tiny.onnx');
+  const path = join(tempDir('rm'), 'tiny.onnx');
   const ref = buildTinyModel(path, 1000, 8);
   const model = await OnnxRewardModel.load(path, { name: 'tiny' });
   const seqs = [[1, 2, 3], [5, 6, 7, 8, 9, 10], [42]];

@@ -2,7 +2,7 @@
 // registry and module loading, and the composition of components (tool, interaction, shaping).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { extractGsm8kAnswer, gsm8kScore } from '../../consumers/reward/gsm8k.ts';
 import { extractMathAnswer, mathNumericReward, numericEqual } from '../../consumers/reward/math_numeric.ts';
@@ -95,9 +95,8 @@ test('registerReward is one call; the registry names what it has when a data_sou
   assert.throws(() => r.require('nope'), (e: unknown) => isRlstreamError(e, 'REWARD_FAILED') && /no reward function for data_source "nope"/.test(e.message));
 });
 
-test('a user reward module is loaded by path and export name', async (t) => {
+test('a user reward module is loaded by path and export name', async () => {
   const dir = tempDir('rm');
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
   writeFileSync(join(dir, 'my_reward.mjs'), 'export function score(ds, sol, gt) { return { score: sol.includes(gt) ? 1 : 0, correct: sol.includes(gt) }; }\n');
   const fn = await loadRewardModule('my_reward.mjs', 'score', dir);
   assert.deepEqual(await fn('x', 'has 42', '42', {}), { score: 1, correct: true });

@@ -2,27 +2,18 @@
 // commands run as real processes.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { readJsonlRows, readParquetRows, readRows } from '../../producers/dataset/files.ts';
 import { gsm8kRow } from '../../producers/dataset/gsm8k.ts';
 import { verlGsm8kSolution } from '../../producers/dataset/verl-gsm8k.ts';
 import type { DatasetRow } from '../../producers/dataset/types.ts';
+import { tempDir } from '../../testkit/events.ts';
 import { GSM8K_DIR, QWEN3_DIR, REPO, gsm8kRecords, qwen3 } from './helpers.ts';
 
-/** A fresh directory, removed when the file's tests are done (failed or not). */
-const dirs: string[] = [];
-after(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-const tmp = () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-dataset-'));
-  dirs.push(dir);
-  return dir;
-};
+const tmp = () => tempDir('dataset');
 const cli = (args: string[], input?: string) => spawnSync(join(REPO, 'node_modules', '.bin', 'tsx'), [join(REPO, 'cli', 'main.ts'), ...args], { input, encoding: 'utf8', cwd: REPO });
 
 async function collect(it: AsyncIterable<DatasetRow>): Promise<DatasetRow[]> {
