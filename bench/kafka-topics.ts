@@ -21,10 +21,13 @@ const RUN_TAG = randomBytes(4).toString('hex');
 /** Whether this process named any topic: a benchmark that named none has none to delete (no admin connection). */
 let named = false;
 
+const FAMILIES = ['bench', 'pipe'] as const;
+const tagged = (family: (typeof FAMILIES)[number]) => `${family}-${RUN_TAG}-`;
+
 /** The topics (or processor ids) of this process's run: `<family>-<RUN_TAG>-<name>`. */
-export function runTopic(family: 'bench' | 'pipe', name: string): string {
+export function runTopic(family: (typeof FAMILIES)[number], name: string): string {
   named = true;
-  return `${family}-${RUN_TAG}-${name}`;
+  return tagged(family) + name;
 }
 
 /** The env var that keeps a benchmark's topics instead of deleting them. */
@@ -53,7 +56,7 @@ export async function deleteRunTopics(brokers: string[], prefix?: string): Promi
   if (brokers.length === 0 || !named) return;
   const ours = (t: string) => {
     const name = t.startsWith('_state.') ? t.slice('_state.'.length) : t;
-    return (name.startsWith(`bench-${RUN_TAG}-`) || name.startsWith(`pipe-${RUN_TAG}-`)) && name.startsWith(prefix ?? '');
+    return FAMILIES.some((f) => name.startsWith(tagged(f))) && name.startsWith(prefix ?? '');
   };
   const keep = keepTopics();
   try {
