@@ -5,8 +5,8 @@
 // makes: tokens drawn on the device, only they and their log-probs come back, each step's tokens fed to the next)
 // and NativeEngine end to end (extendSample plus the engine's own work, temperature 1), the last as the difference
 // between a run of steps+1 new tokens and a run of 1 so that it counts decode only (its prefill steps carry the
-// decoding rows of requests admitted before them, so it also counts those rows' share of mixed, ungraphed steps). One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers
-// the same way.
+// decoding rows of requests admitted before them, so it also counts those rows' share of mixed, ungraphed steps).
+// One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers the same way.
 // `--engine off` times Model.extend alone (with RLSTREAM_CUDA_SYNC=1 its per-kernel profile is GPU time).
 //   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--shape 135m|500m] [--batches 1,64,256] [--context 512] [--steps 64] [--engine off]
 import { Model, type ModelConfig } from '../../native/index.ts';
@@ -77,8 +77,12 @@ for (const B of batches) {
   const ones = new Int32Array(B).fill(1);
   const rows = new Float32Array(B * V);
   const inv = new Float32Array(B).fill(1);
+  // every slot back to its prompt, between the warm-ups and the timed steps
+  const rewind = () => {
+    for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  };
   for (let i = 0; i < 2; i++) await model.extend(slots, ones, randomTokens(B), inv, rows); // warm-up
-  for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  rewind();
   model.profile(true);
   const t1 = performance.now();
   for (let i = 0; i < steps; i++) await model.extend(slots, ones, randomTokens(B), inv, rows);
@@ -86,17 +90,16 @@ for (const B of batches) {
   // Kernel wall time per kind in a step (GPU time when RLSTREAM_CUDA_SYNC=1 makes each kernel wait; `logits`
   // includes the rows' copy to the host); the rest of the step is host work (N-API, JS, launches).
   const prof = Object.fromEntries(Object.entries(model.profile(true)).map(([k, v]) => [k, +((v / steps) * 1000).toFixed(3)]));
-  // Model.extendSample alone
-  // (a decode loop: each step's sampled tokens are the next step's input)
+  // Model.extendSample as a decode loop: each step's sampled tokens are the next step's input
   const u = new Float64Array(B);
   const drawn = async (fed: Int32Array): Promise<Int32Array> => {
     for (let b = 0; b < B; b++) u[b] = rand();
     return (await model.extendSample(slots, ones, fed, inv, u)).tokens;
   };
-  for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  rewind();
   let fed: Int32Array = randomTokens(B);
   for (let i = 0; i < 2; i++) fed = await drawn(fed); // warm-up
-  for (let b = 0; b < B; b++) model.kvTruncate(b, context);
+  rewind();
   const t2 = performance.now();
   for (let i = 0; i < steps; i++) fed = await drawn(fed);
   const sampleS = (performance.now() - t2) / 1000 / steps;
