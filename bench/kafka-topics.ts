@@ -33,6 +33,8 @@ export function runTopic(family: (typeof FAMILIES)[number], name: string): strin
 /** The env var that keeps a benchmark's topics instead of deleting them. */
 export const KEEP_TOPICS_ENV = 'RLSTREAM_BENCH_KEEP_TOPICS';
 
+const DELETE_TIMEOUT_MS = 60_000;
+
 const keepTopics = () => (process.env[KEEP_TOPICS_ENV] ?? '') !== '' && process.env[KEEP_TOPICS_ENV] !== '0';
 
 async function withAdmin<T>(brokers: string[], fn: (admin: import('kafkajs').Admin) => Promise<T>): Promise<T> {
@@ -62,7 +64,9 @@ export async function deleteRunTopics(brokers: string[], prefix?: string): Promi
   try {
     const made = await withAdmin(brokers, async (admin) => {
       const topics = (await admin.listTopics()).filter(ours);
-      if (topics.length > 0 && !keep) await admin.deleteTopics({ topics });
+      // kafkajs gives up, without a retry, when the controller has not answered within the timeout (5 s by
+      // default), which a loaded machine exceeds; the deletion itself is cheap, so wait for it.
+      if (topics.length > 0 && !keep) await admin.deleteTopics({ topics, timeout: DELETE_TIMEOUT_MS });
       return topics;
     });
     if (keep && made.length > 0) console.log(`${KEEP_TOPICS_ENV} is set: kept the benchmark's Kafka topics ${made.join(', ')}`);
