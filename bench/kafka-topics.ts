@@ -33,7 +33,7 @@ export function runTopic(family: (typeof FAMILIES)[number], name: string): strin
 /** The env var that keeps a benchmark's topics instead of deleting them. */
 export const KEEP_TOPICS_ENV = 'RLSTREAM_BENCH_KEEP_TOPICS';
 
-const DELETE_TIMEOUT_MS = 60_000;
+const DELETE_TIMEOUT_MS = 25_000;
 
 const keepTopics = () => (process.env[KEEP_TOPICS_ENV] ?? '') !== '' && process.env[KEEP_TOPICS_ENV] !== '0';
 
@@ -65,7 +65,8 @@ export async function deleteRunTopics(brokers: string[], prefix?: string): Promi
     const made = await withAdmin(brokers, async (admin) => {
       const topics = (await admin.listTopics()).filter(ours);
       // kafkajs gives up, without a retry, when the controller has not answered within the timeout (5 s by
-      // default), which a loaded machine exceeds; the deletion itself is cheap, so wait for it.
+      // default), which a loaded machine exceeds; the deletion itself is cheap, so wait for it (within kafkajs's
+      // request timeout of 30 s, after which the client gives up whatever the broker does).
       if (topics.length > 0 && !keep) await admin.deleteTopics({ topics, timeout: DELETE_TIMEOUT_MS });
       return topics;
     });

@@ -121,7 +121,10 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
     if (spec.retention?.maxBytes !== undefined) configEntries.push({ name: 'retention.bytes', value: String(spec.retention.maxBytes ?? -1) });
     let created: boolean;
     try {
-      created = await admin.createTopics({ topics: [{ topic: spec.name, numPartitions: spec.partitions, replicationFactor: -1, configEntries }], waitForLeaders: false });
+      // The broker's own wait for the controller: kafkajs's default of 5 s, which a loaded broker exceeds, ends in
+      // REQUEST_TIMED_OUT with no retry; this one ends before the client's request timeout does.
+      const timeout = Math.max(1000, this.options.requestTimeoutMs - 5000);
+      created = await admin.createTopics({ topics: [{ topic: spec.name, numPartitions: spec.partitions, replicationFactor: -1, configEntries }], waitForLeaders: false, timeout });
     } catch (err) {
       throw fromKafka(err, `create topic ${spec.name}`);
     }
