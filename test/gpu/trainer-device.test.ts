@@ -82,7 +82,7 @@ test("trainer.device 'cuda' without CUDA: a trainer process (rlstream worker tra
 const RUN = 'device-test';
 
 function setUp(groups: number): Promise<{ dir: string; logDir: string; weights: string }> {
-  return trainerInputs('rlstream-trainer-device-', RUN, Array.from({ length: groups }, (_, g) => ({ g })), 4);
+  return trainerInputs('trainer-device', RUN, Array.from({ length: groups }, (_, g) => ({ g })), 4);
 }
 
 /** A trainer over a fresh copy of the same samples, on `device`, to max_steps; its steps. */

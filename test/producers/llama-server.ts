@@ -2,14 +2,14 @@
 // started on a free port and stopped by the test. SmolLM2-135M-Instruct's tokenizer and chat template come
 // out of the same GGUF file the server loads (core/weights/gguf-tokenizer.ts), so both sides agree.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GgufFile } from '../../core/weights/gguf.ts';
 import { ggufTokenizer } from '../../core/weights/gguf-tokenizer.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { REPO } from './helpers.ts';
+import { tempDir } from '../../testkit/events.ts';
 
 const INFRA = process.env['RLSTREAM_INFRA_DIR'] ?? join(REPO, '.infra');
 const VERSION = process.env['LLAMA_CPP_PYTHON_VERSION'] ?? '0.3.36';
@@ -85,7 +85,7 @@ let tokenizerDir: string | undefined;
 export function smolTokenizerDir(): string {
   if (tokenizerDir) return tokenizerDir;
   const files = ggufTokenizer(GgufFile.open(SMOLLM2_GGUF));
-  const dir = mkdtempSync(join(tmpdir(), 'rlstream-smollm2-'));
+  const dir = tempDir('smollm2');
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(files.tokenizer));
   writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(files.config));
   tokenizerDir = dir;

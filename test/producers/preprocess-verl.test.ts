@@ -6,21 +6,21 @@
 // of each outcome goes through the real `rlstream` process (exit status, message, files left behind).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema, type SchemaTree } from 'hyparquet';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { preprocessGsm8k } from '../../cli/commands/preprocess.ts';
 import { REPO } from './helpers.ts';
+import { tempDir } from '../../testkit/events.ts';
 
 const DATA = join(REPO, 'examples', 'gsm8k-tool', 'data');
 const VARIANTS = [
   { name: 'gsm8k_tool_agent_loop.py', dir: DATA, agentName: 'tool_agent' as string | undefined },
   { name: 'gsm8k_multiturn_w_tool.py', dir: join(DATA, 'multiturn_w_tool'), agentName: undefined },
 ];
-const tmp = () => mkdtempSync(join(tmpdir(), 'rlstream-preprocess-'));
+const tmp = () => tempDir('preprocess');
 const cli = (args: string[]) => spawnSync(join(REPO, 'node_modules', '.bin', 'tsx'), [join(REPO, 'cli', 'main.ts'), ...args], { encoding: 'utf8', cwd: REPO });
 
 async function readParquet(path: string): Promise<{ rows: Record<string, unknown>[]; schema: unknown }> {

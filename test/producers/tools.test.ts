@@ -3,8 +3,7 @@
 // process (stdio and streamable HTTP).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { writeFileSync, mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { describe, test } from 'node:test';
@@ -15,6 +14,7 @@ import { ToolSet } from '../../producers/tools/tool-set.ts';
 import { StatefulTool, type ToolResult } from '../../producers/tools/types.ts';
 import type { ChatTool } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { REPO } from './helpers.ts';
+import { tempDir } from '../../testkit/events.ts';
 
 const FIXTURE = join(REPO, 'test', 'producers', 'fixtures', 'mcp-server.ts');
 const TSX = join(REPO, 'node_modules', '.bin', 'tsx');
@@ -125,7 +125,7 @@ describe('ToolSet', () => {
   });
 
   test('YAML config: built-in, schema override, module tool, bad entries named', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'rlstream-tools-'));
+    const dir = tempDir('tools');
     writeFileSync(
       join(dir, 'echo.ts'),
       `export default class Echo { constructor(c) { this.prefix = c.prefix ?? ''; this.schema = { type: 'function', function: { name: 'echo', parameters: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } } }; }

@@ -3,8 +3,7 @@
 // option errors. Uses the embedded log, the Qwen3 tokenizer and a ScriptedBackend (a test double).
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, test } from 'node:test';
@@ -19,6 +18,7 @@ import { CalculatorTool } from '../../producers/tools/calculator.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
 import { embeddedLog, qwen3, readTopic, type TestLog } from './helpers.ts';
+import { tempDir } from '../../testkit/events.ts';
 
 function row(i: number, agent = 'tool_agent'): DatasetRow {
   return {
@@ -129,7 +129,7 @@ async function policyVersion(dir: string, version: number, tamper = false): Prom
 describe('staleness gate, policy versions, control', () => {
   test('groups wait for new policy versions (published to the log), checksums verified', async () => {
     const t = await embeddedLog();
-    const dir = mkdtempSync(join(tmpdir(), 'rlstream-weights-'));
+    const dir = tempDir('weights');
     try {
       // bound 0, 2 groups per step: only 2 groups may start under version 0.
       const { w, backend } = worker(t, () => 'ok', { staleness_bound: 0, groups_per_step: 2, n: 2, poll_interval_ms: 20 }, { followPolicy: true });
@@ -239,7 +239,7 @@ describe('options and policy sync', () => {
   });
 
   test('verifyPolicyVersion: sha256 and URI forms', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'rlstream-weights-'));
+    const dir = tempDir('weights');
     const pv = await policyVersion(dir, 4);
     assert.equal((await verifyPolicyVersion(pv)).weightsPath, join(dir, 'weights-4.safetensors'));
     assert.equal((await verifyPolicyVersion({ ...pv, weights_uri: join(dir, 'weights-4.safetensors') })).version, 4);

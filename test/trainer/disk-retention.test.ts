@@ -120,7 +120,7 @@ test('a version a record not yet trained names keeps its weights until that reco
   // group 0 and publishes version 1; step 2 trains group 1 and publishes version 2, while group 2, read but not
   // consumed, still names version 1 (out of keep_versions = 1 and staleness_bound = 0); step 3 drops group 2 as
   // stale and publishes version 3 with unchanged weights, the same file as version 2.
-  const { dir, logDir, weights } = await trainerInputs('rlstream-disk-ref-', RUN, [{ g: 0 }, { g: 1, version: 1 }, { g: 2, version: 1 }], 2);
+  const { dir, logDir, weights } = await trainerInputs('disk-ref', RUN, [{ g: 0 }, { g: 1, version: 1 }, { g: 2, version: 1 }], 2);
   try {
     const log = openEmbeddedLog({ dir: logDir });
     const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();

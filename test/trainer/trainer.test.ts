@@ -20,7 +20,7 @@ import { TINY_CONFIG, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts
 const PROCESS = join(import.meta.dirname, 'fixtures', 'trainer-process.ts');
 
 function setUp(groups: { g: number; version?: number; split?: string }[], groupSize: number): Promise<{ dir: string; logDir: string; weights: string }> {
-  return trainerInputs('rlstream-trainer-', 'restart-test', groups, groupSize, 2);
+  return trainerInputs('trainer', 'restart-test', groups, groupSize, 2);
 }
 
 async function readAll<T>(log: EventLog, serde: EventSerde, topic: string, name: string): Promise<T[]> {
