@@ -2,9 +2,9 @@
 # One-time, idempotent installation of everything rlstream needs on this machine. Safe to run repeatedly:
 # each step checks whether its result is already there and prints nothing when it is. Installs:
 #   npm packages (npm ci when the lockfile changed), Debian packages (Java, Maven, ClickHouse, chromium, kcat,
-#   OpenBLAS), the native core build, Kafka's jars and the schema registry (Apicurio) through Maven, librdkafka's
-#   Node binding built from source (for `log.client: librdkafka`), and llama.cpp's server with a small model
-#   (infra/llama-server.sh).
+#   OpenBLAS; nvcc for the CUDA layer's build check), the native core build, Kafka's jars and the schema registry
+#   (Apicurio) through Maven, librdkafka's Node binding built from source (for `log.client: librdkafka`), and
+#   llama.cpp's server with a small model (infra/llama-server.sh).
 # Everything downloaded lives under .infra/ (gitignored) or ~/.m2.
 # `--embedded` installs only what the embedded default needs (npm packages, OpenBLAS, the native core):
 # that is what `npm start` runs; the test suite runs the full setup. `--kafka-native` builds only librdkafka's
@@ -99,6 +99,23 @@ if [ -f native/binding.gyp ]; then
 fi
 
 if $embedded_only; then exit 0; fi
+
+# --- nvcc, for the build check of the native core's CUDA layer (test/native/cuda-build.test.ts): no GPU here, but
+# the CUDA build must still compile, link and load. A CUDA install already present (CUDA_HOME, /usr/local/cuda,
+# nvcc on PATH) is used; else Debian's nvidia-cuda-toolkit (CUDA 11.8, which compiles for sm_90), from Debian's
+# non-free component, added for it when the sources lack it (about 1.6 GB to download, 2 minutes here).
+if ! { [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; } && [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
+  step "installing Debian's nvidia-cuda-toolkit (nvcc for the CUDA layer's build check; about 1.6 GB, log in $D/cuda-toolkit.log)"
+  {
+    if ! apt-cache policy nvidia-cuda-toolkit 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' |
+        "${sudo_cmd[@]}" tee /etc/apt/sources.list.d/rlstream-cuda-toolkit.sources >/dev/null
+      "${sudo_cmd[@]}" apt-get update -qq
+    fi
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit
+  } >"$D/cuda-toolkit.log" 2>&1 || say "WARNING: nvidia-cuda-toolkit did not install (see $D/cuda-toolkit.log): the CUDA layer's build check cannot run"
+  step_done
+fi
 
 # --- librdkafka's Node binding (@confluentinc/kafka-javascript), for `log.client: librdkafka`. Not an npm
 # dependency: its install script downloads a prebuilt binary from GitHub, then builds librdkafka from source,

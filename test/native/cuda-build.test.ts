@@ -1,0 +1,66 @@
+// The native core's CUDA layer builds, links and loads where nvcc is installed and no GPU is (every CI machine),
+// so that CUDA code that no longer compiles fails here rather than on the GPU machine. The addon is built with
+// RLSTREAM_CUDA=1 (native/binding.gyp, through npm as `npm run build:native` does) into a copy of native/, and
+// loaded in a child process: the CUDA layer is compiled in, no GPU is usable, device 'cuda' is refused with that
+// reason, and the same build still runs a model on the CPU. Skips without nvcc; fails instead under
+// RLSTREAM_REQUIRE_SERVICES=1 (infra/setup.sh installs Debian's nvidia-cuda-toolkit).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { cpSync, existsSync, symlinkSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { tempDir } from '../../testkit/events.ts';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** The CUDA install binding.gyp will use: CUDA_HOME, /usr/local/cuda, or the one whose nvcc is on PATH. */
+function cudaHome(): string | null {
+  for (const home of [process.env['CUDA_HOME'], '/usr/local/cuda']) if (home && existsSync(join(home, 'bin', 'nvcc'))) return home;
+  const which = spawnSync('sh', ['-c', 'command -v nvcc'], { encoding: 'utf8' });
+  return which.status === 0 && which.stdout.trim() !== '' ? dirname(dirname(which.stdout.trim())) : null;
+}
+
+const home = cudaHome();
+const required = process.env['RLSTREAM_REQUIRE_SERVICES'] === '1';
+const skip = home || required ? false : 'nvcc not found: the CUDA layer is not built here (bash infra/setup.sh installs it)';
+
+// What the child process checks, on the addon built with the CUDA layer: the raw addon, loaded from its path.
+const PROBE = `
+import { createRequire } from 'node:module';
+import { parseModelConfig } from ${JSON.stringify(join(ROOT, 'native/model.ts'))};
+const addon = createRequire(import.meta.url)(process.argv[1]);
+const cfg = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2,
+  intermediate_size: 128, vocab_size: 100, rope_theta: 10000, rms_norm_eps: 1e-5, tie_word_embeddings: true,
+  max_position_embeddings: 64, attention_bias: false });
+const make = (device) => new addon.NativeModel(cfg, { threads: 1, random: true, seed: 1, initStd: 0.02, device });
+let refused = null;
+try { make('cuda'); } catch (e) { refused = String(e.message); }
+const cpu = make('cpu');
+console.log(JSON.stringify({ backend: addon.backend, cuda: addon.cudaAvailable(), refused, cpuParameters: cpu.numParameters() }));
+`;
+
+test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with the reason, the CPU path runs', { skip, timeout: 900_000 }, () => {
+  assert.ok(home, 'nvcc is not installed (bash infra/setup.sh installs Debian nvidia-cuda-toolkit)');
+  const dir = tempDir('cuda-build');
+  for (const part of ['binding.gyp', 'src', 'cuda']) cpSync(join(ROOT, 'native', part), join(dir, 'native', part), { recursive: true });
+  // node-addon-api (binding.gyp's include dir) and node-gyp resolve from here; npm brings this machine's npm
+  // config (its nodedir, say) as for `npm run build:native`.
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  writeFileSync(join(dir, 'package.json'), '{ "private": true }\n');
+  const build = spawnSync('npm', ['exec', '--no', '--', 'node-gyp', 'rebuild', '--directory', 'native'], {
+    cwd: dir,
+    env: { ...process.env, RLSTREAM_CUDA: '1', CUDA_HOME: home },
+    encoding: 'utf8',
+    maxBuffer: 64 << 20,
+  });
+  assert.equal(build.status, 0, `the CUDA build failed:\n${(build.stdout + build.stderr).slice(-6000)}`);
+  const addon = join(dir, 'native/build/Release/rlstream_native.node');
+  const probe = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', PROBE, addon], { cwd: ROOT, encoding: 'utf8' });
+  assert.equal(probe.status, 0, probe.stderr);
+  const got = JSON.parse(probe.stdout.trim().split('\n').at(-1)!) as { backend: string; cuda: boolean; refused: string | null; cpuParameters: number };
+  assert.equal(got.backend, 'cpu+cuda', 'the CUDA layer is compiled in');
+  assert.equal(got.cuda, false, 'no GPU is usable on this machine');
+  assert.match(got.refused ?? '', /no CUDA GPU is usable on this machine/);
+  assert.ok(got.cpuParameters > 0, `a CPU model of the CUDA build has ${got.cpuParameters} parameters`);
+});
