@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createRequire, syncBuiltinESMExports } from 'node:module';
 import { join } from 'node:path';
 import { isRlstreamError } from '../../core/errors.ts';
 import { type EmbeddedLog, type EmbeddedLogOptions, openEmbeddedLog } from '../../core/log/embedded/index.ts';
@@ -393,6 +394,40 @@ test('a deleted journal, a checkpoint naming a journal that is not there, or an 
     assert.deepEqual(await repaired.committed('g', 't'), [{ topic: 't', partition: 0, offset: 200 }]);
     await repaired.close();
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('an older journal that vanishes while the open removes it (a closing log of the directory deleting it) is no damage', async () => {
+  // A checkpoint deletes the journal it replaces off the event loop, so a log of the same directory opened right
+  // after one closed can list that journal and find it gone when it removes it. node:fs's unlinkSync is made to
+  // delete such a file just before it is called on it (syncBuiltinESMExports carries the change to the log's
+  // named imports), which is that race, every time.
+  const dir = tempDir();
+  const fs = createRequire(import.meta.url)('node:fs') as typeof import('node:fs');
+  const realUnlink = fs.unlinkSync;
+  const vanished: string[] = [];
+  try {
+    await withCommits(dir, 200, 1024);
+    const cp = JSON.parse(readFileSync(join(dir, 'checkpoint.json'), 'utf8')) as { generation: number };
+    assert.ok(cp.generation > 0, 'checkpoints were written');
+    const older = join(dir, `journal-${String(cp.generation - 1).padStart(10, '0')}.log`);
+    writeFileSync(older, '');
+    fs.unlinkSync = (path: import('node:fs').PathLike) => {
+      if (String(path) === older && existsSync(older)) {
+        realUnlink(path);
+        vanished.push(String(path));
+      }
+      realUnlink(path);
+    };
+    syncBuiltinESMExports();
+    const log = open(dir);
+    assert.deepEqual(vanished, [older], 'the open tried to remove the older journal after it vanished');
+    assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 200 }]);
+    await log.close();
+  } finally {
+    fs.unlinkSync = realUnlink;
+    syncBuiltinESMExports();
     rmSync(dir, { recursive: true, force: true });
   }
 });
