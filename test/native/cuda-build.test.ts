@@ -2,7 +2,7 @@
 // so that CUDA code that no longer compiles fails here rather than on the GPU machine. The addon is built with
 // RLSTREAM_CUDA=1 (native/binding.gyp, through npm as `npm run build:native` does) into a copy of native/, and
 // loaded in a child process: the CUDA layer is compiled in, no GPU is usable, device 'cuda' is refused with that
-// reason, and the same build still runs a model on the CPU. Skips without nvcc; fails instead under
+// reason, and the same build still runs a model's forward on the CPU. Skips without nvcc; fails instead under
 // RLSTREAM_REQUIRE_SERVICES=1 (infra/setup.sh installs Debian's nvidia-cuda-toolkit).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -36,11 +36,13 @@ const cfg = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attent
 const make = (device) => new addon.NativeModel(cfg, { threads: 1, random: true, seed: 1, initStd: 0.02, device });
 let refused = null;
 try { make('cuda'); } catch (e) { refused = String(e.message); }
-const cpu = make('cpu');
-console.log(JSON.stringify({ backend: addon.backend, cuda: addon.cudaAvailable(), refused, cpuParameters: cpu.numParameters() }));
+// a forward of one 6-token sequence on the CPU: each token's log-prob of the next (a distribution over 100)
+const tokens = Int32Array.of(1, 2, 3, 4, 5, 6), logprobs = new Float32Array(6), entropy = new Float32Array(6);
+await make('cpu').forward(tokens, Int32Array.of(0, 6), Int32Array.of(2, 3, 4, 5, 6, 7), logprobs, entropy);
+console.log(JSON.stringify({ backend: addon.backend, cuda: addon.cudaAvailable(), refused, logprobs: [...logprobs], entropy: [...entropy] }));
 `;
 
-test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with the reason, the CPU path runs', { skip, timeout: 900_000 }, () => {
+test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with the reason, a CPU forward runs', { skip, timeout: 900_000 }, () => {
   assert.ok(home, 'nvcc is not installed (bash infra/setup.sh installs Debian nvidia-cuda-toolkit)');
   const dir = tempDir('cuda-build');
   for (const part of ['binding.gyp', 'src', 'cuda']) cpSync(join(ROOT, 'native', part), join(dir, 'native', part), { recursive: true });
@@ -58,9 +60,11 @@ test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with
   const addon = join(dir, 'native/build/Release/rlstream_native.node');
   const probe = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', PROBE, addon], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(probe.status, 0, probe.stderr);
-  const got = JSON.parse(probe.stdout.trim().split('\n').at(-1)!) as { backend: string; cuda: boolean; refused: string | null; cpuParameters: number };
+  const got = JSON.parse(probe.stdout.trim().split('\n').at(-1)!) as { backend: string; cuda: boolean; refused: string | null; logprobs: number[]; entropy: number[] };
   assert.equal(got.backend, 'cpu+cuda', 'the CUDA layer is compiled in');
   assert.equal(got.cuda, false, 'no GPU is usable on this machine');
   assert.match(got.refused ?? '', /no CUDA GPU is usable on this machine/);
-  assert.ok(got.cpuParameters > 0, `a CPU model of the CUDA build has ${got.cpuParameters} parameters`);
+  // near-uniform over 100 tokens at initStd 0.02: log-probs and entropies close to ln(1/100) and ln(100)
+  for (const lp of got.logprobs) assert.ok(Math.abs(lp + Math.log(100)) < 0.5, `CPU forward of the CUDA build: log-prob ${lp}`);
+  for (const h of got.entropy) assert.ok(Math.abs(h - Math.log(100)) < 0.5, `CPU forward of the CUDA build: entropy ${h}`);
 });
