@@ -114,7 +114,8 @@ for (const B of batches) {
   };
   const withEngine = arg('engine', 'on') !== 'off';
   // The warm-up runs past the prefills (DEFAULT_PREFILL_TOKENS a step) into steps of B rows, so that the timed
-  // runs replay the batch's CUDA graph rather than capture it.
+  // runs replay the graph of B rows rather than capture it. The timed run's tail still passes smaller batch sizes
+  // a second time (rows admitted in later prefill steps finish later), and their graphs are captured in it.
   if (withEngine) await engineRun(Math.min(steps + 1, Math.ceil((B * context) / DEFAULT_PREFILL_TOKENS) + 4));
   const e1 = withEngine ? await engineRun(1) : NaN;
   const eN = withEngine ? await engineRun(steps + 1) : NaN;

@@ -44,9 +44,9 @@ for (const [name, cfg] of [['head dim 64', HD64], ['head dim 48', HD48]] as cons
 }
 
 // The cached attention's layouts: head dims 32, 64 and 128 take the kernel where 4, 8 or 16 lanes hold a key's row
-// (1, 2, 7 and 8 query heads a key head: its 1-, 2-, 8- and 8-head variants; HD64's 3 take the 4-head one); 160 and 42 take the lane-per-dim kernel (160
-// with lanes past the head idle, 42 with some idle in its last dim). A step of one slot splits each row's keys over
-// blocks that merge their results; a step of 300 slots does not.
+// (1, 2, 7 and 8 query heads a key head: its 1-, 2-, 8- and 8-head variants; HD64's 3 take the 4-head one); 160
+// and 42 take the lane-per-dim kernel (160 with lanes past the head idle, 42 with some idle in its last dim). A
+// step of one slot splits each row's keys over blocks that merge their results; a step of 300 slots does not.
 const LAYOUTS: Array<[string, ModelConfig]> = [
   ['hd128, 8 heads on 1 key head', { ...HD64, hidden_size: 1024, num_attention_heads: 8, num_key_value_heads: 1, intermediate_size: 256 }],
   ['hd64, 14 heads on 2 key heads', { ...HD64, hidden_size: 896, num_attention_heads: 14, num_key_value_heads: 2, intermediate_size: 256 }],

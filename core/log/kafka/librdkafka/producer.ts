@@ -37,9 +37,9 @@ interface Pending {
 }
 
 /**
- * What a record carries through librdkafka to its delivery report: its send and its index there. The binding's
- * reports for one partition were seen out of produce order (CI: a 5-record send got 13, 14, 10, 11, 12), so a
- * report names its record rather than being matched by arrival order.
+ * What a record carries through librdkafka to its delivery report: its send and its index there. Reports for one
+ * partition can arrive out of produce order (a retried batch's after those of a batch sent after it), so a report
+ * names its record rather than being matched by arrival order.
  */
 interface Sent {
   pending: Pending;
