@@ -27,6 +27,13 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
+// Whether a switch of the environment is set to `value` (RLSTREAM_CUDA_FUSED=0, RLSTREAM_CUDA_SYNC=1 and the like).
+bool env_is(const char* name, char value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] == value;
+}
+bool env_off(const char* name) { return env_is(name, '0'); }
+
 unsigned blocks_for(size_t n, int per) { return (unsigned)std::min<size_t>((n + per - 1) / per, 1u << 30); }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -372,6 +379,36 @@ __global__ void k_kv_store(bf16* kc, bf16* vc, const float* k, const float* v, c
   }
 }
 
+// An online softmax's partial result for one query head and dim: the running max, the sum of exp(score - m) and
+// the values weighted by them (unnormalised).
+struct SoftmaxPart {
+  float m, s, o;
+};
+// Reads a partial result another block wrote past L1 (GLOBAL), or one in this block's shared memory.
+template <bool GLOBAL>
+__device__ __forceinline__ float ld_part(const float* p) {
+  if constexpr (GLOBAL) return __ldcg(p);
+  else return *p;
+}
+// The merge of n partial results of query head g at dim c, each laid out as m[G], s[G], acc[G][HD] (G * (HD + 2)
+// floats apart): the warps' in shared memory, or the blocks' of a split row. A part that saw no key (m = -inf)
+// contributes nothing.
+template <int G, int HD, bool GLOBAL>
+__device__ __forceinline__ SoftmaxPart merge_parts(const float* p, int n, int g, int c) {
+  constexpr int stride = G * (HD + 2);
+  float M = -INFINITY;
+  for (int z = 0; z < n; z++) M = fmaxf(M, ld_part<GLOBAL>(p + (size_t)z * stride + g));
+  float S = 0.f, o = 0.f;
+  for (int z = 0; z < n; z++) {
+    const float* x = p + (size_t)z * stride;
+    const float mz = ld_part<GLOBAL>(x + g);
+    const float f = mz == -INFINITY ? 0.f : __expf(mz - M);
+    S += ld_part<GLOBAL>(x + G + g) * f;
+    o += ld_part<GLOBAL>(x + 2 * G + g * HD + c) * f;
+  }
+  return {M, S, o};
+}
+
 // Decode attention where the head dim is 8 * LPK (32, 64 or 128) and a key head serves at most G query heads: one
 // block per (query token, key head) scores all of that head's query heads, so each cached key and value is read
 // once. LPK lanes hold one key's row, 8 dims each as one 16-byte load, so a warp reads 32 / LPK whole rows per load
@@ -487,25 +524,20 @@ __global__ void __launch_bounds__(G >= 8 ? 256 : 512)
   // the warps' results merged; with one block a row, normalised into out, else into this block's part
   const size_t row = (size_t)t * NKV + kh;
   float* mine = ns > 1 ? part + (row * ns + blockIdx.z) * G * (HD + 2) : nullptr;
+  const auto put = [&](int g, int c, const SoftmaxPart& r) {
+    const size_t at = (size_t)t * QD + (size_t)(kh * gq + g) * HD + c;
+    out[at] = r.o / r.s;
+    if (out16) out16[at] = __float2bfloat16(r.o / r.s);
+  };
   for (int i = threadIdx.x; i < gq * HD; i += blockDim.x) {
     const int g = i / HD, c = i % HD;
-    float M = -INFINITY;
-    for (int w = 0; w < warps; w++) M = fmaxf(M, sm[(size_t)w * G * (HD + 2) + g]);
-    float S = 0.f, o = 0.f;
-    for (int w = 0; w < warps; w++) {
-      const float* x = sm + (size_t)w * G * (HD + 2);
-      const float f = x[g] == -INFINITY ? 0.f : __expf(x[g] - M);  // a warp that saw no key contributes nothing
-      S += x[G + g] * f;
-      o += x[2 * G + g * HD + c] * f;
-    }
-    if (mine) {
-      if (c == 0) mine[g] = M, mine[G + g] = S;
-      mine[2 * G + g * HD + c] = o;
+    const SoftmaxPart r = merge_parts<G, HD, false>(sm, warps, g, c);
+    if (!mine) {
+      put(g, c, r);
       continue;
     }
-    const size_t at = (size_t)t * QD + (size_t)(kh * gq + g) * HD + c;
-    out[at] = o / S;
-    if (out16) out16[at] = __float2bfloat16(o / S);
+    if (c == 0) mine[g] = r.m, mine[G + g] = r.s;
+    mine[2 * G + g * HD + c] = r.o;
   }
   if (!mine) return;
   __threadfence();  // this block's part is visible before it is counted
@@ -520,19 +552,7 @@ __global__ void __launch_bounds__(G >= 8 ? 256 : 512)
   const float* all = part + row * ns * G * (HD + 2);
   for (int i = threadIdx.x; i < gq * HD; i += blockDim.x) {
     const int g = i / HD, c = i % HD;
-    float M = -INFINITY;
-    for (int z = 0; z < ns; z++) M = fmaxf(M, __ldcg(all + (size_t)z * G * (HD + 2) + g));
-    float S = 0.f, o = 0.f;
-    for (int z = 0; z < ns; z++) {
-      const float* x = all + (size_t)z * G * (HD + 2);
-      const float mz = __ldcg(x + g);
-      const float f = mz == -INFINITY ? 0.f : __expf(mz - M);  // a block that had no key contributes nothing
-      S += __ldcg(x + G + g) * f;
-      o += __ldcg(x + 2 * G + g * HD + c) * f;
-    }
-    const size_t at = (size_t)t * QD + (size_t)(kh * gq + g) * HD + c;
-    out[at] = o / S;
-    if (out16) out16[at] = __float2bfloat16(o / S);
+    put(g, c, merge_parts<G, HD, true>(all, ns, g, c));
   }
 }
 
@@ -1667,7 +1687,7 @@ class CudaKernels final : public Kernels {
   void settle() {
     if (sync_) CUDA_CHECK(cudaDeviceSynchronize());
   }
-  const bool sync_ = std::getenv("RLSTREAM_CUDA_SYNC") != nullptr && std::getenv("RLSTREAM_CUDA_SYNC")[0] == '1';
+  const bool sync_ = env_is("RLSTREAM_CUDA_SYNC", '1');
 
   static int row_threads(int C) { return C >= 1024 ? 512 : C >= 256 ? 256 : 128; }
   int sms() {
@@ -1874,7 +1894,7 @@ class CudaKernels final : public Kernels {
   std::map<const float*, Cat> wcat_;      // stacked weights (matmul_cat)
   // RLSTREAM_CUDA_FUSED=0: Model runs the plain ops (fused_decode() and fused_train() false) for extend and the
   // training step, for parity and measurement.
-  const bool fused_ = !(std::getenv("RLSTREAM_CUDA_FUSED") != nullptr && std::getenv("RLSTREAM_CUDA_FUSED")[0] == '0');
+  const bool fused_ = !env_off("RLSTREAM_CUDA_FUSED");
   Scratch shadow_;                        // bf16 copy of the last fused producer's output
   Scratch att_part_, att_cnt_;            // the split decode attention's partial results and counters
   const float* shadow_src_ = nullptr;
@@ -1882,7 +1902,7 @@ class CudaKernels final : public Kernels {
 
   // --- CUDA graphs
   cudaStream_t stream_ = nullptr;  // where launches go: the legacy stream, or the capture's stream while capturing
-  const bool graphs_on_ = !(std::getenv("RLSTREAM_CUDA_GRAPHS") != nullptr && std::getenv("RLSTREAM_CUDA_GRAPHS")[0] == '0');
+  const bool graphs_on_ = !env_off("RLSTREAM_CUDA_GRAPHS");
   struct Xfer {
     void* host;
     size_t off, bytes;
