@@ -103,12 +103,14 @@ if $embedded_only; then exit 0; fi
 # --- nvcc, for the build check of the native core's CUDA layer (test/native/cuda-build.test.ts): no GPU here, but
 # the CUDA build must still compile, link and load. A CUDA install already present (CUDA_HOME, /usr/local/cuda,
 # nvcc on PATH) is used; else Debian's nvidia-cuda-toolkit (CUDA 11.8, which compiles for sm_90), from Debian's
-# non-free component, added for it when the sources lack it (about 1.6 GB to download, 2 minutes here).
+# non-free component of this release, added for it when the sources lack it (about 1.6 GB to download; the install
+# took about 90 s here).
 if ! { [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; } && [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
   step "installing Debian's nvidia-cuda-toolkit (nvcc for the CUDA layer's build check; about 1.6 GB, log in $D/cuda-toolkit.log)"
   {
     if ! apt-cache policy nvidia-cuda-toolkit 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' |
+      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")" |
         "${sudo_cmd[@]}" tee /etc/apt/sources.list.d/rlstream-cuda-toolkit.sources >/dev/null
       "${sudo_cmd[@]}" apt-get update -qq
     fi
