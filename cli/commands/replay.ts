@@ -12,14 +12,13 @@ import { EventSerde } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
-import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
+import { advantageStage } from '../../consumers/advantage/stage.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
-import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type ReplayTarget } from '../../consumers/replay/targets.ts';
-import { defaultRewards, loadRewardModule } from '../../consumers/reward/registry.ts';
-import { resolvePlugins } from '../run/plugins.ts';
-import type { RewardFn } from '../../consumers/reward/types.ts';
+import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type DeriveOptions, type ReplayTarget } from '../../consumers/replay/targets.ts';
+import { rewardStageFor } from '../reward-stage.ts';
+import { runAdvantageStage } from '../run/plugins.ts';
 
 interface Opened {
   log: EventLog;
@@ -67,21 +66,6 @@ async function openSource(spec: string, readOnly = false, source = true): Promis
   return { log, registry, close: async () => (await registry.close(), await log.close()) };
 }
 
-/**
- * `path/to/module.ts#export` loads a user's function; otherwise a function registered by data source: the
- * built-ins, and with --config the run's task's own (the calculator's reward is its task's, not a built-in).
- */
-async function rewardFn(spec: string, configPath: string | undefined): Promise<{ fn: RewardFn; name: string }> {
-  if (spec.includes('#') || /\.(ts|js|mjs)$/.test(spec)) {
-    const [path, name] = spec.split('#');
-    return { fn: await loadRewardModule(path!, name ?? 'default'), name: spec };
-  }
-  const rewards = configPath ? (await resolvePlugins(loadRunConfig(configPath))).rewards : defaultRewards;
-  const fn = rewards.get(spec);
-  if (!fn) throw new RlstreamError('CONFIG_INVALID', `--reward ${spec}: no reward function for that data source (known: ${rewards.names().join(', ')})${configPath ? '' : "; a task's own rewards need the run's config: --config <config.yaml>"}`);
-  return { fn, name: spec };
-}
-
 export function register(program: Command): void {
   program
     .command('replay')
@@ -93,9 +77,9 @@ export function register(program: Command): void {
     .option('--topics <list>', 'comma-separated topics (default: all but _schemas)')
     .option('--store <target>', 'trace store for --into traces', process.env['RLSTREAM_TRACES'] ?? process.env['CLICKHOUSE_URL'] ?? 'chdb:.rlstream/traces')
     .option('--fresh', 'with --into traces: empty the trace tables first (rebuild from scratch)')
-    .option('--reward <fn>', 'recompute rewards with a registered function (by data source name) or module.ts#export')
+    .option('--reward <fn>', "recompute rewards: run (the run's own reward stage, with --config), a registered function (by data source name) or module.ts#export")
     .option('--estimator <name>', 'recompute advantages with this estimator (grpo, rloo, …)')
-    .option('--config <file>', "the run's config: advantages are recomputed with its advantage estimator and options (--estimator overrides the name), and its task's reward functions may be named in --reward")
+    .option('--config <file>', "the run's config: advantages are recomputed as its advantage stage computes them (estimator, options, dynamic sampling, partial groups; --estimator overrides the name), rewards with its shaping, and its task's reward functions may be named in --reward")
     .action(async (o: { log: string; from?: string; to?: string; into: string; topics?: string; store: string; fresh?: boolean; reward?: string; estimator?: string; config?: string }) => {
       const source = await openSource(o.log, !o.into.startsWith('topic:'));
       const closers: (() => Promise<void>)[] = [];
@@ -111,10 +95,11 @@ export function register(program: Command): void {
         } else if (o.into.startsWith('topic:')) {
           const advantage = o.config ? loadRunConfig(o.config).advantage : null;
           const estimator = o.estimator ?? advantage?.estimator;
-          const derive = {
-            ...(o.reward ? { reward: await rewardFn(o.reward, o.config) } : {}),
-            ...(estimator ? { estimator } : {}),
-            ...(advantage ? { estimatorOptions: estimatorOptions(advantage) } : {}),
+          const derive: DeriveOptions = {
+            label: [o.reward ?? '', estimator ?? ''].join('/'),
+            ...(o.reward ? { reward: await rewardStageFor(o.reward, o.config) } : {}),
+            ...(estimator ? { advantage: advantage ? runAdvantageStage(advantage, estimator) : advantageStage({ estimator }) } : {}),
+            ...(advantage ? { partialGroups: advantage.partialGroups } : {}),
           };
           target = await TopicTarget.open(source.log, o.into.slice(6), serde, derive);
         } else if (o.into.startsWith('jsonl:')) {
@@ -147,7 +132,14 @@ export function register(program: Command): void {
         bar?.update(end.read, { written: end.written });
         bar?.stop();
         // The SFT export says which successful trajectories it left out, and why (see JsonlTarget).
-        process.stdout.write(JSON.stringify(target instanceof JsonlTarget ? { ...end, skipped: target.skipped } : end) + '\n');
+        // A re-derivation says what the stages left out, as the run's consumers count it.
+        const extra =
+          target instanceof JsonlTarget
+            ? { skipped: target.skipped }
+            : target instanceof TopicTarget
+              ? { refused: target.refused, first_refusal: target.firstRefusal, filtered_groups: target.filteredGroups, skipped_not_train: target.skippedNotTrain, dropped_partial_groups: target.droppedPartialGroups }
+              : {};
+        process.stdout.write(JSON.stringify({ ...end, ...extra }) + '\n');
         if (end.state === 'failed') process.exitCode = 1;
       } finally {
         for (const c of closers.reverse()) await c();

@@ -7,6 +7,9 @@ import type { Registry } from '../../core/config/registry.ts';
 import { compileValue } from '../../core/config/validate.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { defaultRewards, loadRewardModule, RewardRegistry } from '../../consumers/reward/registry.ts';
+import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
+import { advantageStage, type AdvantageStage } from '../../consumers/advantage/stage.ts';
+import type { RewardStage } from '../../consumers/reward/stage.ts';
 import type { RewardFn } from '../../consumers/reward/types.ts';
 import { interactions as registeredInteractions, type Interaction } from '../../producers/agent/interaction.ts';
 import { agentLoops } from '../../producers/agent/registry.ts';
@@ -19,6 +22,8 @@ export interface RunPlugins {
   rewards: RewardRegistry;
   /** One reward function for every row (reward.name or reward.module), or null: by data_source. */
   rewardFn: RewardFn | null;
+  /** Its name in RewardInfo.reward_fn: reward.name, or "custom" for a module. */
+  rewardFnName: string;
   agents: Registry<AgentLoop>;
   interactions: Registry<Interaction>;
 }
@@ -49,5 +54,15 @@ export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
   if (!agents.has(config.rollout.default_agent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${config.rollout.default_agent}" (known: ${agents.names().join(', ')})`);
   const interactions = registeredInteractions.copy();
   for (const [name, ref] of Object.entries(config.rollout.interactions)) interactions.register(name, await registeredInteractions.load(ref, config.baseDir, `rollout.interactions.${name}`));
-  return { task, rewards, rewardFn, agents, interactions };
+  return { task, rewards, rewardFn, rewardFnName: r.name ?? 'custom', agents, interactions };
+}
+
+/** The run's reward stage (see consumers/reward/stage.ts): what its reward consumer scores with, and a replay of it. */
+export function runRewardStage(config: RunConfig, plugins: Pick<RunPlugins, 'rewards' | 'rewardFn' | 'rewardFnName'>): RewardStage {
+  return { registry: plugins.rewards, fn: plugins.rewardFn ? { fn: plugins.rewardFn, name: plugins.rewardFnName } : null, shaping: config.reward.shaping };
+}
+
+/** The run's advantage stage (see consumers/advantage/stage.ts); `estimator` replaces advantage.estimator. */
+export function runAdvantageStage(advantage: RunConfig['advantage'], estimator = advantage.estimator): AdvantageStage {
+  return advantageStage({ estimator, options: estimatorOptions(advantage), dynamicSampling: advantage.dynamicSampling });
 }

@@ -6,7 +6,6 @@ import { RlstreamError } from '../../core/errors.ts';
 import type { StreamProcessor } from '../../core/processor.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { createAdvantageProcessor } from '../../consumers/advantage/consumer.ts';
-import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { createRewardProcessor } from '../../consumers/reward/consumer.ts';
 import { TraceSink } from '../../consumers/traces/sink.ts';
 import { Trainer, type TrainerDeps } from '../../consumers/trainer/trainer.ts';
@@ -21,6 +20,7 @@ import type { RolloutOptions } from '../../producers/options.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
 import type { RunContext } from './context.ts';
+import { runAdvantageStage, runRewardStage } from './plugins.ts';
 
 export interface ModelFiles {
   config: ModelConfig;
@@ -64,29 +64,30 @@ export function loadTokenizer(files: Pick<ModelFiles, 'tokenizerDir' | 'chatTemp
 }
 
 export async function createReward(ctx: RunContext): Promise<StreamProcessor> {
-  const { rewards, rewardFn } = ctx.plugins;
+  const stage = runRewardStage(ctx.config, ctx.plugins);
   return createRewardProcessor({
     log: ctx.log,
     serde: ctx.serde,
     id: `${ctx.config.run.id}.reward`,
-    registry: rewards,
-    ...(rewardFn ? { fn: rewardFn } : {}),
-    shaping: ctx.config.reward.shaping,
+    registry: stage.registry,
+    ...(stage.fn ? { fn: stage.fn.fn, fnName: stage.fn.name } : {}),
+    shaping: stage.shaping,
     logger: ctx.logger.child({ role: 'reward' }),
   });
 }
 
 export function createAdvantage(ctx: RunContext): StreamProcessor {
   const a = ctx.config.advantage;
+  const stage = runAdvantageStage(a);
   return createAdvantageProcessor({
     log: ctx.log,
     serde: ctx.serde,
     id: `${ctx.config.run.id}.advantage`,
-    estimator: a.estimator,
-    estimatorOptions: estimatorOptions(ctx.config.advantage),
+    estimator: stage.estimator,
+    estimatorOptions: stage.options,
+    dynamicSampling: stage.dynamicSampling,
     groupTimeoutMs: a.groupTimeoutMs,
     partialGroups: a.partialGroups,
-    dynamicSampling: a.dynamicSampling,
     logger: ctx.logger.child({ role: 'advantage' }),
   });
 }

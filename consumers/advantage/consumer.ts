@@ -2,7 +2,8 @@
 // Groups are assembled by group_id and emitted when complete or timed out; the estimator (registry by name)
 // runs on the group; evaluation rollouts (dataset.split ≠ train) are skipped, with a warning naming the split the
 // first time. A member that cannot belong to its group (sample_index not below group_size, a group_size other
-// than its group's) is dead-lettered with the reason; partial and late groups are warned about. Open groups are
+// than its group's) is dead-lettered with the reason; partial and late groups are warned about. What a closed
+// group's members get is the advantage stage (stage.ts), which replay and `rlstream advantage` share. Open groups are
 // state the processor runtime protects: commits stay below held records and a restart skips what was already
 // emitted.
 import { RlstreamError } from '../../core/errors.ts';
@@ -13,8 +14,9 @@ import type { EventSerde } from '../../core/serde/events.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { RewardedTrajectory, Trajectory } from '../../schemas/generated/types.ts';
-import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, mean, stdUnbiased, type Estimator, type EstimatorOptions } from './estimators.ts';
+import type { EstimatorOptions } from './estimators.ts';
 import { GroupTable, type CloseReason, type OpenGroup } from './groups.ts';
+import { advantagedBody, advantageGroup, advantageStage, checkMember, getsAdvantage, rewardedSample, type AdvantageStage } from './stage.ts';
 
 export interface AdvantageOptions {
   /** Estimator name (grpo, grpo_no_std, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae). Default grpo. */
@@ -46,9 +48,7 @@ export interface AdvantageConsumerOptions extends AdvantageOptions {
 
 export class AdvantageHandler implements ProcessorHandler {
   private readonly groups = new GroupTable();
-  private readonly estimator: Estimator;
-  private readonly estimatorName: string;
-  private readonly estimatorOptions: EstimatorOptions;
+  private readonly stage: AdvantageStage;
   /** Reasons already logged: each kind is logged once with an example, then only counted. */
   private readonly warned = new Set<string>();
 
@@ -56,9 +56,7 @@ export class AdvantageHandler implements ProcessorHandler {
     private readonly id: string,
     private readonly options: AdvantageOptions = {},
   ) {
-    this.estimatorName = options.estimator ?? 'grpo';
-    this.estimator = getEstimator(this.estimatorName);
-    this.estimatorOptions = { ...DEFAULT_ESTIMATOR_OPTIONS, ...options.estimatorOptions };
+    this.stage = advantageStage({ ...(options.estimator ? { estimator: options.estimator } : {}), ...(options.estimatorOptions ? { options: options.estimatorOptions } : {}), dynamicSampling: options.dynamicSampling ?? false, critic: options.critic });
     if (options.partialGroups !== undefined && options.partialGroups !== 'drop' && options.partialGroups !== 'emit') {
       throw new RlstreamError('CONFIG_INVALID', `advantage.partialGroups must be drop or emit, got "${String(options.partialGroups)}"`);
     }
@@ -71,22 +69,14 @@ export class AdvantageHandler implements ProcessorHandler {
   handle(input: InputRecord, ctx: ProcessContext): void {
     const ev = input.event.value as RewardedTrajectory;
     const traj = ev.trajectory;
-    if (traj.dataset.split !== 'train') {
+    if (!getsAdvantage(traj)) {
       ctx.count('skipped_not_train');
       // Held-out rollouts are the run's own evaluations, skipped here by design: only another split is a mistake.
       if (traj.dataset.split !== 'heldout') this.warnOnce(`split:${traj.dataset.split}`, 'trajectory skipped: only dataset.split "train" gets advantages and is trained on (evaluation rollouts use "heldout")', { split: traj.dataset.split, trajectory_id: traj.trajectory_id });
       return;
     }
+    checkMember(ev);
     const size = Math.max(1, traj.group_size);
-    if (traj.sample_index < 0 || traj.sample_index >= size) {
-      throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: sample_index ${traj.sample_index} is not below group_size ${traj.group_size}; group_size must be the number of trajectories sent with group_id ${traj.group_id}, sample_index 0..group_size-1`);
-    }
-    // A non-finite reward (written by something other than our reward consumer, which refuses them) would
-    // turn the whole group's advantages into NaN: dead-letter the record instead.
-    if (!Number.isFinite(ev.reward.score)) throw new RlstreamError('REWARD_NON_FINITE', `trajectory ${traj.trajectory_id}: reward score ${ev.reward.score} is not finite`);
-    if (traj.response_mask.length !== traj.response_ids.length) {
-      throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: response_mask has ${traj.response_mask.length} entries for ${traj.response_ids.length} tokens`);
-    }
     if (this.groups.isClosed(traj.group_id)) {
       ctx.count('late_members');
       this.warnOnce('late', 'trajectory skipped: its group was already closed (complete, or timed out after advantage.group_timeout_ms); it gets no advantage', { group_id: traj.group_id, trajectory_id: traj.trajectory_id });
@@ -137,52 +127,23 @@ export class AdvantageHandler implements ProcessorHandler {
         return;
       }
     }
-    const scores = g.members.map((m) => m.event.reward.score);
-    if (this.options.dynamicSampling && scores.every((s) => s === scores[0])) {
-      ctx.count('filtered_groups');
-      ctx.count('filtered_members', g.members.length);
-      return;
-    }
-    let results;
+    let result;
     try {
-      results = this.estimator(
-        g.members.map((m) => ({
-          groupId: g.groupId,
-          score: m.event.reward.score,
-          responseMask: m.event.trajectory.response_mask,
-          tokenRewards: m.event.reward.token_rewards,
-          values: this.options.critic?.(m.event.trajectory) ?? null,
-        })),
-        this.estimatorOptions,
-      );
+      result = advantageGroup(this.stage, g.members, (m) => rewardedSample(this.stage, m.event), g.expected);
     } catch (err) {
       for (const m of g.members) ctx.deadLetter(m.record, err);
       return;
     }
-    const group = { group_size: g.members.length, expected_size: g.expected, reward_mean: mean(scores), reward_std: stdUnbiased(scores), partial };
+    if (result.filtered) {
+      ctx.count('filtered_groups');
+      ctx.count('filtered_members', g.members.length);
+      return;
+    }
     ctx.count('groups_emitted');
-    g.members.forEach((m, i) => {
-      const r = results[i]!;
-      ctx.emit(
-        {
-          topic: this.options.outputTopic ?? TOPICS.advantaged,
-          name: 'AdvantagedTrajectory',
-          key: g.groupId,
-          value: {
-            event_id: deriveId(m.event.event_id, this.id),
-            time_ms: ctx.now,
-            trajectory: m.event.trajectory,
-            reward: m.event.reward,
-            estimator: this.estimatorName,
-            // Float64Arrays as they are: the serde writes them like plain arrays (no copy into number[] first).
-            advantages: r.advantages,
-            returns: r.returns,
-            group,
-          },
-        },
-        m.record,
-      );
-    });
+    for (const { member: m, result: r } of result.members) {
+      const value = { event_id: deriveId(m.event.event_id, this.id), time_ms: ctx.now, ...advantagedBody(this.stage, m.event, r, result.stats) };
+      ctx.emit({ topic: this.options.outputTopic ?? TOPICS.advantaged, name: 'AdvantagedTrajectory', key: g.groupId, value }, m.record);
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // Offline advantages over JSON lines ({trajectory_id, group_id, reward, response_mask, token_rewards?,
-// values?}), the code path of `rlstream advantage`: every good line is one batch, as verl sees a batch.
-import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type EstimatorOptions, type EstimatorSample } from './estimators.ts';
+// values?}), the code path of `rlstream advantage`: every good line is one batch, as verl sees a batch; or, with
+// a run's config, each group on its own through the run's advantage stage (stage.ts), as its consumer computes it.
+import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type EstimatorOptions, type EstimatorResult, type EstimatorSample } from './estimators.ts';
+import { advantageGroup, type AdvantageStage } from './stage.ts';
 
 function numberArray(v: unknown, allow01: boolean): number[] | null {
   if (!Array.isArray(v)) return null;
@@ -64,6 +66,33 @@ export function advantageBatch(inputs: readonly AdvantageInput[], estimator: str
     if (overflow.has(i.sample.groupId)) return { line: i.line, error: `the rewards of group "${i.sample.groupId}" overflow its mean or standard deviation (keep |reward| well below 1e154)` };
     const advantages = Array.from(byLine.get(i.line)!.advantages);
     if (!advantages.every(Number.isFinite)) return { line: i.line, error: `${estimator} gave non-finite advantages (overflow in the estimator)` };
+    return { line: i.line, out: JSON.stringify({ ...i.row, advantages }) };
+  });
+}
+
+export type AdvantageLine = { line: number; out: string } | { line: number; error: string } | { line: number; filtered: string };
+
+/**
+ * Advantages as the run's advantage stage computes them: each group (lines sharing group_id, in line order) on
+ * its own, the group dynamic sampling filters left out (`filtered`, with the reason). Overflowing groups and
+ * non-finite advantages are errors, as in advantageBatch.
+ */
+export function advantageByStage(inputs: readonly AdvantageInput[], stage: AdvantageStage): AdvantageLine[] {
+  const overflow = overflowingGroups(inputs);
+  const groups = new Map<string, AdvantageInput[]>();
+  for (const i of inputs) if (!overflow.has(i.sample.groupId)) groups.set(i.sample.groupId, [...(groups.get(i.sample.groupId) ?? []), i]);
+  const results = new Map<number, EstimatorResult | 'filtered'>();
+  for (const members of groups.values()) {
+    const r = advantageGroup(stage, members, (m) => ({ sampleIndex: m.line, sample: m.sample }), members.length);
+    if (r.filtered) for (const m of members) results.set(m.line, 'filtered');
+    else for (const { member, result } of r.members) results.set(member.line, result);
+  }
+  return inputs.map((i) => {
+    if (overflow.has(i.sample.groupId)) return { line: i.line, error: `the rewards of group "${i.sample.groupId}" overflow its mean or standard deviation (keep |reward| well below 1e154)` };
+    const r = results.get(i.line)!;
+    if (r === 'filtered') return { line: i.line, filtered: `group "${i.sample.groupId}" left out by dynamic sampling (advantage.dynamic_sampling: its rewards are all equal)` };
+    const advantages = Array.from(r.advantages);
+    if (!advantages.every(Number.isFinite)) return { line: i.line, error: `${stage.estimator} gave non-finite advantages (overflow in the estimator)` };
     return { line: i.line, out: JSON.stringify({ ...i.row, advantages }) };
   });
 }

@@ -5,16 +5,15 @@
 import { createWriteStream } from 'node:fs';
 import { once } from 'node:events';
 import { deriveId } from '../../core/ids.ts';
-import { RlstreamError } from '../../core/errors.ts';
+import { describeError, RlstreamError } from '../../core/errors.ts';
 import type { EventLog, LogRecord, ProduceRecord, Producer, RecordChunk } from '../../core/log/types.ts';
-import { EventSerde, subjectOf, type DecodedEvent } from '../../core/serde/events.ts';
+import { EventSerde, subjectOf, type DecodedEvent, type Encodable } from '../../core/serde/events.ts';
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { EVENT_NAMES, isEventName } from '../../schemas/index.ts';
 import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, ToolCall, ToolCallCompleted, ToolSpec, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
-import { DEFAULT_ESTIMATOR_OPTIONS, getEstimator, type Estimator, type EstimatorOptions } from '../advantage/estimators.ts';
-import { composeReward, normalizeOutcome } from '../reward/shaping.ts';
-import type { RewardFn } from '../reward/types.ts';
+import { advantagedBody, advantageGroup, checkMember, getsAdvantage, rewardedSample, type AdvantageStage } from '../advantage/stage.ts';
+import { rewardTrajectory, type RewardStage } from '../reward/stage.ts';
 import { TraceIngest } from '../traces/ingest.ts';
 import { TraceWriter } from '../traces/writer.ts';
 
@@ -84,26 +83,34 @@ export class TracesTarget implements ReplayTarget {
 }
 
 export interface DeriveOptions {
-  /** Recompute rewards of TrajectoryCompleted events with this function (named `rewardName`). */
-  reward?: { fn: RewardFn; name: string };
-  /** Recompute advantages per complete group with this estimator. */
-  estimator?: string;
-  /** The estimator's options, as the run's advantage consumer had them (the run config's advantage section). */
-  estimatorOptions?: Partial<EstimatorOptions>;
+  /** Recompute the reward of every TrajectoryCompleted with this reward stage (the run's, see cli/commands/replay.ts). */
+  reward?: RewardStage;
+  /** Recompute advantages per group with this advantage stage. */
+  advantage?: AdvantageStage;
+  /** A group still incomplete at the end of the range: its members are dropped, or emitted as the run's consumer emits a timed-out group. Default drop. */
+  partialGroups?: 'drop' | 'emit';
+  /** Names this derivation in the derived events' ids, so another derivation of the same records gets other ids. */
+  label: string;
 }
 
 /**
- * Into a topic. With a reward function: RewardedTrajectory for every TrajectoryCompleted; with an estimator:
- * AdvantagedTrajectory for every complete group of rewarded trajectories (recomputed ones when a reward is
- * given, else the log's RewardedTrajectory events). With neither: the records are copied as they are.
+ * Into a topic. With a reward stage: RewardedTrajectory for every TrajectoryCompleted; with an advantage stage:
+ * AdvantagedTrajectory for every group of rewarded trajectories (recomputed ones when a reward stage is given,
+ * else the log's RewardedTrajectory events). With neither: the records are copied as they are. Rewards and
+ * advantages are computed by the same stage functions as the run's consumers; a record those refuse (the run's
+ * consumer dead-letters it) is counted in `refused`, with the first reason in `firstRefusal`.
  */
 export class TopicTarget implements ReplayTarget {
   readonly describe: string;
   written = 0;
-  private readonly groups = new Map<string, RewardedTrajectory[]>();
-  private readonly estimator: Estimator | null;
+  private readonly groups = new Map<string, { members: RewardedTrajectory[]; time: number }>();
   private out: ProduceRecord[] = [];
   droppedPartialGroups = 0;
+  /** Groups dynamic sampling filtered (all rewards equal), and trajectories of another split than train (no advantages). */
+  filteredGroups = 0;
+  skippedNotTrain = 0;
+  refused = 0;
+  firstRefusal: string | null = null;
 
   private constructor(
     private readonly producer: Producer,
@@ -112,7 +119,6 @@ export class TopicTarget implements ReplayTarget {
     private readonly options: DeriveOptions,
   ) {
     this.describe = `topic ${topic}`;
-    this.estimator = options.estimator ? getEstimator(options.estimator) : null;
   }
 
   static async open(log: EventLog, topic: string, serde: EventSerde, options: DeriveOptions, partitions = 1): Promise<TopicTarget> {
@@ -123,77 +129,79 @@ export class TopicTarget implements ReplayTarget {
     return new TopicTarget(await log.producer({ idempotent: true }), topic, serde, options);
   }
 
+  private refuse(err: unknown): void {
+    this.refused++;
+    this.firstRefusal ??= describeError(err);
+  }
+
   async accept(batch: { record: LogRecord; event: DecodedEvent | null }[]): Promise<void> {
-    const derive = this.options.reward || this.estimator;
+    const { reward, advantage } = this.options;
     for (const { record, event } of batch) {
-      if (!derive) {
+      if (!reward && !advantage) {
         this.out.push({ key: record.key, value: record.value, timestamp: record.timestamp, headers: record.headers });
         continue;
       }
       if (!event) continue;
-      if (this.options.reward && event.name === 'TrajectoryCompleted') {
+      if (reward && event.name === 'TrajectoryCompleted') {
         const t = event.value.trajectory;
-        const rewarded: RewardedTrajectory = {
-          event_id: deriveId(event.value.event_id, 'replay-reward', this.options.reward.name),
-          time_ms: record.timestamp,
-          trajectory: t,
-          reward: await this.score(t),
-        };
-        if (this.estimator) this.addToGroup(rewarded, record.timestamp);
+        let info: RewardInfo;
+        try {
+          info = await rewardTrajectory(reward, t);
+        } catch (err) {
+          this.refuse(err);
+          continue;
+        }
+        const rewarded: RewardedTrajectory = { event_id: deriveId(event.value.event_id, 'replay-reward', this.options.label), time_ms: record.timestamp, trajectory: t, reward: info };
+        if (advantage) this.addToGroup(rewarded, record.timestamp);
         else this.emit('RewardedTrajectory', rewarded, t.group_id, record.timestamp);
-      } else if (!this.options.reward && this.estimator && event.name === 'RewardedTrajectory') {
+      } else if (!reward && advantage && event.name === 'RewardedTrajectory') {
         this.addToGroup(event.value, record.timestamp);
       }
     }
     await this.send();
   }
 
-  private async score(t: Trajectory): Promise<RewardInfo> {
-    const { fn, name } = this.options.reward!;
-    let extra: Record<string, unknown> = {};
-    try {
-      extra = JSON.parse(t.extra_info_json || '{}') as Record<string, unknown>;
-    } catch {
-      // Malformed extra info is the data's problem, not the reward function's: score without it.
-    }
-    const value = await fn(t.data_source, t.response_text, t.ground_truth, extra);
-    return composeReward(t, normalizeOutcome(value, `reward function ${name}`), name);
-  }
-
   private addToGroup(r: RewardedTrajectory, time: number): void {
+    if (!getsAdvantage(r.trajectory)) {
+      this.skippedNotTrain++;
+      return;
+    }
+    try {
+      checkMember(r);
+    } catch (err) {
+      this.refuse(err);
+      return;
+    }
     const g = r.trajectory.group_id;
-    const members = this.groups.get(g) ?? [];
+    const open = this.groups.get(g) ?? { members: [], time };
     // The same trajectory twice (a duplicate in the log) counts once.
-    if (!members.some((m) => m.trajectory.trajectory_id === r.trajectory.trajectory_id)) members.push(r);
-    this.groups.set(g, members);
-    if (members.length < r.trajectory.group_size) return;
-    this.groups.delete(g);
-    members.sort((a, b) => a.trajectory.sample_index - b.trajectory.sample_index);
-    const results = this.estimator!(
-      members.map((m) => ({ groupId: g, score: m.reward.score, responseMask: m.trajectory.response_mask, tokenRewards: m.reward.token_rewards })),
-      { ...DEFAULT_ESTIMATOR_OPTIONS, ...this.options.estimatorOptions },
-    );
-    const scores = members.map((m) => m.reward.score);
-    const mean = scores.reduce((a, b) => a + b, 0) / scores.length;
-    const std = scores.length > 1 ? Math.sqrt(scores.reduce((a, b) => a + (b - mean) ** 2, 0) / (scores.length - 1)) : 0;
-    members.forEach((m, i) => {
-      const res = results[i]!;
-      const adv: AdvantagedTrajectory = {
-        event_id: deriveId(m.event_id, 'replay-advantage', this.options.estimator!),
-        time_ms: time,
-        trajectory: m.trajectory,
-        reward: m.reward,
-        estimator: this.options.estimator!,
-        advantages: Array.from(res.advantages),
-        returns: Array.from(res.returns),
-        group: { group_size: members.length, expected_size: m.trajectory.group_size, reward_mean: mean, reward_std: std, partial: false },
-      };
-      this.emit('AdvantagedTrajectory', adv, g, time);
-    });
+    if (!open.members.some((m) => m.trajectory.trajectory_id === r.trajectory.trajectory_id)) open.members.push(r);
+    this.groups.set(g, open);
+    if (open.members.length >= Math.max(1, r.trajectory.group_size)) this.closeGroup(g, time);
   }
 
-  private emit(name: 'RewardedTrajectory' | 'AdvantagedTrajectory', value: RewardedTrajectory | AdvantagedTrajectory, key: string, time: number): void {
-    this.out.push({ key, value: name === 'RewardedTrajectory' ? this.serde.encode(name, value as RewardedTrajectory) : this.serde.encode(name, value as AdvantagedTrajectory), timestamp: time });
+  private closeGroup(g: string, time: number): void {
+    const { members } = this.groups.get(g)!;
+    const stage = this.options.advantage!;
+    this.groups.delete(g);
+    let result;
+    try {
+      result = advantageGroup(stage, members, (m) => rewardedSample(stage, m), Math.max(1, members[0]!.trajectory.group_size));
+    } catch (err) {
+      for (let i = 0; i < members.length; i++) this.refuse(err);
+      return;
+    }
+    if (result.filtered) {
+      this.filteredGroups++;
+      return;
+    }
+    for (const { member, result: r } of result.members) {
+      this.emit('AdvantagedTrajectory', { event_id: deriveId(member.event_id, 'replay-advantage', this.options.label), time_ms: time, ...advantagedBody(stage, member, r, result.stats) }, g, time);
+    }
+  }
+
+  private emit(name: 'RewardedTrajectory' | 'AdvantagedTrajectory', value: RewardedTrajectory | Encodable<AdvantagedTrajectory>, key: string, time: number): void {
+    this.out.push({ key, value: name === 'RewardedTrajectory' ? this.serde.encode(name, value as RewardedTrajectory) : this.serde.encode(name, value as Encodable<AdvantagedTrajectory>), timestamp: time });
   }
 
   private async send(): Promise<void> {
@@ -205,8 +213,11 @@ export class TopicTarget implements ReplayTarget {
   }
 
   async finish(): Promise<void> {
+    const partial = [...this.groups];
+    if ((this.options.partialGroups ?? 'drop') === 'emit') for (const [g, { time }] of partial) this.closeGroup(g, time);
+    else this.droppedPartialGroups = partial.length;
+    this.groups.clear();
     await this.send();
-    this.droppedPartialGroups = this.groups.size;
     await this.producer.close();
   }
 }

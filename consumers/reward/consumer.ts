@@ -1,8 +1,9 @@
 // The reward consumer: TrajectoryCompleted (rollout.events) → RewardedTrajectory (rewarded, key group_id).
 // Rule-based functions by data_source (or one user function for all), an optional batched reward model, tool
 // and interaction rewards and shaping as named components; a reward an outside agent gave
-// (extra_info.external_reward) is the outcome as it is. A function that throws or returns NaN / Inf
-// dead-letters that record only; everything runs on the exactly-once processor runtime.
+// (extra_info.external_reward) is the outcome as it is. The scoring itself is the reward stage (stage.ts), which
+// replay and `rlstream score` share. A function that throws or returns NaN / Inf dead-letters that record only;
+// everything runs on the exactly-once processor runtime.
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import { deriveId } from '../../core/ids.ts';
 import type { EventLog } from '../../core/log/types.ts';
@@ -13,7 +14,8 @@ import { TOPICS } from '../../core/topics.ts';
 import type { NamedValue, Trajectory, TrajectoryCompleted } from '../../schemas/generated/types.ts';
 import type { BatchScorer } from './model.ts';
 import { defaultRewards, loadRewardModule, type RewardRegistry } from './registry.ts';
-import { composeReward, normalizeOutcome, type ShapingOptions } from './shaping.ts';
+import { composeReward, type ShapingOptions } from './shaping.ts';
+import { rewardOutcome, trajectoryInput, type Outcome, type RewardStage } from './stage.ts';
 import type { RewardFn } from './types.ts';
 
 export interface RewardConsumerOptions {
@@ -24,6 +26,8 @@ export interface RewardConsumerOptions {
   registry?: RewardRegistry;
   /** One function for every data_source (verl's custom_reward_function); overrides the registry. */
   fn?: RewardFn;
+  /** The name of `fn` in RewardInfo.reward_fn. Default "custom". */
+  fnName?: string;
   /** Or load it: config `reward.module` and its export name. */
   module?: { path: string; export?: string; baseDir?: string };
   shaping?: ShapingOptions;
@@ -38,7 +42,7 @@ export interface RewardConsumerOptions {
 
 export class RewardHandler implements ProcessorHandler {
   private readonly seen = new RecentIds();
-  private readonly registry: RewardRegistry;
+  private readonly stage: RewardStage;
   /** Without a reward model: each record is scored and emitted as soon as the processor has decoded it. */
   readonly handle?: (input: InputRecord, ctx: ProcessContext) => Promise<void>;
   /** With a reward model: the batch's trajectories go to the model together. */
@@ -46,9 +50,9 @@ export class RewardHandler implements ProcessorHandler {
 
   constructor(
     private readonly id: string,
-    private readonly options: Pick<RewardConsumerOptions, 'registry' | 'fn' | 'shaping' | 'model' | 'outputTopic'>,
+    private readonly options: Pick<RewardConsumerOptions, 'registry' | 'fn' | 'fnName' | 'shaping' | 'model' | 'outputTopic'>,
   ) {
-    this.registry = options.registry ?? defaultRewards;
+    this.stage = { registry: options.registry ?? defaultRewards, fn: options.fn ? { fn: options.fn, name: options.fnName ?? 'custom' } : null, shaping: options.shaping ?? {} };
     if (options.model) this.handleBatch = (inputs, ctx) => this.scoreBatch(inputs, ctx);
     else this.handle = (input, ctx) => this.scoreOne(input, ctx);
   }
@@ -63,7 +67,7 @@ export class RewardHandler implements ProcessorHandler {
 
   private async scoreBatch(inputs: InputRecord[], ctx: ProcessContext): Promise<void> {
     const model = this.options.model!;
-    const ready: { input: InputRecord; traj: Trajectory; outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }[] = [];
+    const ready: { input: InputRecord; traj: Trajectory; outcome: Outcome | null; fnName: string }[] = [];
     for (const input of inputs) {
       const ev = input.event.value as TrajectoryCompleted;
       if (this.seen.seen(ev.event_id, input.record)) {
@@ -104,8 +108,8 @@ export class RewardHandler implements ProcessorHandler {
     ctx.logger.debug('duplicate input dropped', { eventId: ev.event_id, trajectoryId: ev.trajectory.trajectory_id, topic: input.record.topic, partition: input.record.partition, offset: input.record.offset });
   }
 
-  private emitReward(input: InputRecord, traj: Trajectory, outcome: ReturnType<typeof normalizeOutcome>, fnName: string, extra: NamedValue[], ctx: ProcessContext): void {
-    const reward = composeReward(traj, outcome, fnName, this.options.shaping, extra);
+  private emitReward(input: InputRecord, traj: Trajectory, outcome: Outcome, fnName: string, extra: NamedValue[], ctx: ProcessContext): void {
+    const reward = composeReward(traj, outcome, fnName, this.stage.shaping, extra);
     const ev = input.event.value as TrajectoryCompleted;
     ctx.emit(
       {
@@ -118,28 +122,8 @@ export class RewardHandler implements ProcessorHandler {
     );
   }
 
-  private async outcome(traj: Trajectory): Promise<{ outcome: ReturnType<typeof normalizeOutcome> | null; fnName: string }> {
-    const external = externalReward(traj);
-    if (external !== null) return { outcome: normalizeOutcome(external, `the external reward of ${traj.trajectory_id}`), fnName: 'external' };
-    const fn = this.options.fn ?? this.registry.get(traj.data_source);
-    const fnName = this.options.fn ? 'custom' : traj.data_source;
-    if (!fn) {
-      if (this.options.model) return { outcome: null, fnName: '' };
-      this.registry.require(traj.data_source); // throws REWARD_FAILED naming what is registered
-    }
-    let extra: Record<string, unknown>;
-    try {
-      extra = JSON.parse(traj.extra_info_json || '{}') as Record<string, unknown>;
-    } catch {
-      throw new RlstreamError('INPUT_INVALID', `extra_info_json of ${traj.trajectory_id} is not JSON`);
-    }
-    let value;
-    try {
-      value = await fn!(traj.data_source, traj.response_text, traj.ground_truth, extra);
-    } catch (err) {
-      throw new RlstreamError('REWARD_FAILED', `reward function ${fnName} threw: ${describeError(err)}`, { cause: err });
-    }
-    return { outcome: normalizeOutcome(value, `reward function ${fnName}`), fnName };
+  private outcome(traj: Trajectory): Promise<{ outcome: Outcome | null; fnName: string }> {
+    return rewardOutcome(this.stage, trajectoryInput(traj), this.options.model !== undefined);
   }
 
   private async modelScores(trajs: Trajectory[], ctx: ProcessContext, inputs: InputRecord[]): Promise<number[] | undefined> {
@@ -160,25 +144,6 @@ export class RewardHandler implements ProcessorHandler {
       return undefined;
     }
   }
-}
-
-/**
- * The reward an outside agent gave the trajectory (`rlstream serve`'s complete route records it as
- * extra_info.external_reward): it is the outcome, and the data_source's function is not called. A value that is
- * there but not a number dead-letters the record instead of being scored some other way.
- */
-function externalReward(traj: Trajectory): number | null {
-  if (!traj.extra_info_json.includes('external_reward')) return null;
-  let extra: unknown;
-  try {
-    extra = JSON.parse(traj.extra_info_json);
-  } catch {
-    return null;
-  }
-  const v = (extra as Record<string, unknown> | null)?.['external_reward'];
-  if (v === undefined) return null;
-  if (typeof v !== 'number') throw new RlstreamError('INPUT_INVALID', `extra_info.external_reward of ${traj.trajectory_id} is ${JSON.stringify(v)}, not a number`);
-  return v;
 }
 
 export async function createRewardProcessor(options: RewardConsumerOptions): Promise<StreamProcessor> {

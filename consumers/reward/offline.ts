@@ -1,52 +1,41 @@
 // Offline scoring of JSON lines ({solution_str, ground_truth, data_source?, extra_info?}), the code path of
-// `rlstream score`: the same registry and validation as the reward consumer, without a log.
-import { RlstreamError } from '../../core/errors.ts';
-import { gsm8kReward, type Gsm8kMethod } from './gsm8k.ts';
+// `rlstream score`: the reward stage's outcome (stage.ts, as the reward consumer scores), without a log. Shaping
+// terms are counted from a trajectory's turns and tool calls, which a row does not have.
+import type { Gsm8kMethod } from './gsm8k.ts';
+import { gsm8kReward } from './gsm8k.ts';
 import { mathNumericReward } from './math_numeric.ts';
-import { defaultRewards, type RewardRegistry } from './registry.ts';
-import { normalizeOutcome } from './shaping.ts';
+import { rewardOutcome, type OutcomeInput, type RewardStage } from './stage.ts';
 import type { RewardFn } from './types.ts';
 
-export interface ScoreOptions {
-  reward: string;
+export interface BuiltinParams {
   method?: Gsm8kMethod;
   formatScore?: number;
   score?: number;
-  registry?: RewardRegistry;
 }
 
-/** The function `--reward <name>` names; gsm8k and math_numeric take the command's parameters. */
-export function offlineRewardFn(options: ScoreOptions): RewardFn {
-  const params = { formatScore: options.formatScore, score: options.score };
-  if (options.reward === 'gsm8k' || options.reward === 'openai/gsm8k') return gsm8kReward({ ...params, method: options.method });
-  if (options.reward === 'math_numeric') return mathNumericReward(params);
-  return (options.registry ?? defaultRewards).require(options.reward);
+/** The built-in functions that take `rlstream score`'s parameters (gsm8k, math_numeric); null for any other name. */
+export function parameterizedReward(name: string, params: BuiltinParams): RewardFn | null {
+  const p = { formatScore: params.formatScore, score: params.score };
+  if (name === 'gsm8k' || name === 'openai/gsm8k') return gsm8kReward({ ...p, method: params.method });
+  if (name === 'math_numeric') return mathNumericReward(p);
+  return null;
 }
 
-export interface ScoreInput {
-  row: Record<string, unknown>;
-  solution: string;
-  groundTruth: string;
-  extraInfo: Record<string, unknown>;
-}
-
-/** One JSONL row as a score input, or what is wrong with it. */
-export function scoreInput(r: Record<string, unknown>): ScoreInput | string {
+/** One JSONL row as an outcome input (`line` names it), or what is wrong with it. */
+export function scoreInput(r: Record<string, unknown>, line: number, stage: Pick<RewardStage, 'fn'>): { row: Record<string, unknown>; input: OutcomeInput } | string {
   if (typeof r['solution_str'] !== 'string') return '"solution_str" must be a string';
   if (typeof r['ground_truth'] !== 'string') return '"ground_truth" must be a string';
+  const ds = r['data_source'];
+  if (ds !== undefined && typeof ds !== 'string') return '"data_source" must be a string';
+  // Without one function for every row, the row's data_source picks it, as in the run.
+  if (ds === undefined && !stage.fn) return '"data_source" must be given: the run\'s reward picks its function by data source (or name one: --reward <name>)';
   const extra = r['extra_info'];
-  return { row: r, solution: r['solution_str'], groundTruth: r['ground_truth'], extraInfo: extra && typeof extra === 'object' ? (extra as Record<string, unknown>) : {} };
+  if (extra !== undefined && extra !== null && (typeof extra !== 'object' || Array.isArray(extra))) return '"extra_info" must be an object';
+  return { row: r, input: { id: `line ${line}`, dataSource: ds ?? stage.fn!.name, solution: r['solution_str'], groundTruth: r['ground_truth'], extraInfo: (extra ?? {}) as Record<string, unknown> } };
 }
 
-/** The row with "score" added, as a JSON line; throws (REWARD_FAILED) when the function throws or returns no score. */
-export async function scoreRow(fn: RewardFn, options: ScoreOptions, l: ScoreInput): Promise<string> {
-  const dataSource = typeof l.row['data_source'] === 'string' ? l.row['data_source'] : options.reward;
-  let value;
-  try {
-    value = await fn(dataSource, l.solution, l.groundTruth, l.extraInfo);
-  } catch (err) {
-    throw new RlstreamError('REWARD_FAILED', `reward ${options.reward} threw: ${(err as Error).message}`, { cause: err });
-  }
-  const { score } = normalizeOutcome(value, `reward ${options.reward}`);
-  return JSON.stringify({ ...l.row, score });
+/** The row with "score" added, as a JSON line; throws (REWARD_FAILED, REWARD_NON_FINITE, INPUT_INVALID) as the reward stage does. */
+export async function scoreRow(stage: RewardStage, l: { row: Record<string, unknown>; input: OutcomeInput }): Promise<string> {
+  const { outcome } = await rewardOutcome(stage, l.input);
+  return JSON.stringify({ ...l.row, score: outcome!.score });
 }

@@ -39,7 +39,7 @@ test('score reports malformed lines naming the line number, scores the others, a
   assert.match(bad.stderr, /--method must be strict or flexible/);
   const unknown = run(['score', '--reward', 'nope'], '{"solution_str":"1","ground_truth":"1"}\n');
   assert.notEqual(unknown.code, 0);
-  assert.match(unknown.stderr, /no reward function for data_source "nope"/);
+  assert.match(unknown.stderr, /--reward nope: no reward function for that data source \(known: .*gsm8k.*\); a task's own rewards .* need the run's config: --config/);
 });
 
 test('advantage --estimator grpo / rloo / gae adds per-token "advantages", 0 where the mask is 0', () => {

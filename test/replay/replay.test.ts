@@ -21,6 +21,8 @@ import { TraceSink } from '../../consumers/traces/sink.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget } from '../../consumers/replay/targets.ts';
+import { advantageStage } from '../../consumers/advantage/stage.ts';
+import { RewardRegistry } from '../../consumers/reward/registry.ts';
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
 import { recordRun, type Recorded } from '../../testkit/record-run.ts';
 import { targets } from '../traces/targets.ts';
@@ -154,10 +156,14 @@ test('SFT export: one chat per successful trajectory (those with a malformed too
 test('re-derived rewards and advantages into a new topic are deterministic across replays', async () => {
   const outputs: Buffer[][] = [];
   for (const topic of ['rewarded.v2.a', 'rewarded.v2.b']) {
-    const t = await TopicTarget.open(log, topic, serde, { reward: { name: 'always_one', fn: () => ({ score: 1, correct: true }) }, estimator: 'grpo' });
+    const t = await TopicTarget.open(log, topic, serde, { label: 'always_one', reward: { registry: new RewardRegistry(), fn: { name: 'always_one', fn: () => ({ score: 1, correct: true }) }, shaping: {} }, advantage: advantageStage({ estimator: 'grpo' }) });
     const end = await ReplayJob.start({ log, serde, target: t, topics: [TOPICS.rolloutEvents] }).done;
     assert.equal(end.state, 'done', end.error ?? '');
-    assert.equal(t.written, count('TrajectoryCompleted'));
+    // Held-out trajectories are evaluations: as in the run, they get no advantages.
+    const heldout = recorded.events.filter((e) => e.name === 'TrajectoryCompleted' && (e.value as { trajectory: { dataset: { split: string } } }).trajectory.dataset.split === 'heldout').length;
+    assert.ok(heldout > 0);
+    assert.equal(t.skippedNotTrain, heldout);
+    assert.equal(t.written, count('TrajectoryCompleted') - heldout);
     const consumer = await log.consumer({ groupId: `check-${topic}`, topics: [topic] });
     const recs: LogRecord[] = [];
     for (let i = 0; i < 20 && recs.length < t.written; i++) recs.push(...(await consumer.poll({ timeoutMs: 100 })));
@@ -175,7 +181,7 @@ test('re-derived rewards and advantages into a new topic are deterministic acros
 
 test("re-derived advantages use the run's estimator options, not the defaults", async () => {
   const advantaged = async (topic: string, estimatorOptions?: { normByStd: boolean }): Promise<AdvantagedTrajectory[]> => {
-    const t = await TopicTarget.open(log, topic, serde, { estimator: 'grpo', ...(estimatorOptions ? { estimatorOptions } : {}) });
+    const t = await TopicTarget.open(log, topic, serde, { label: topic, advantage: advantageStage({ estimator: 'grpo', ...(estimatorOptions ? { options: estimatorOptions } : {}) }) });
     const end = await ReplayJob.start({ log, serde, target: t, topics: [TOPICS.rewarded] }).done;
     assert.equal(end.state, 'done', end.error ?? '');
     const consumer = await log.consumer({ groupId: `check-${topic}`, topics: [topic] });
