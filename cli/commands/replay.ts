@@ -81,6 +81,8 @@ export function register(program: Command): void {
     .option('--estimator <name>', 'recompute advantages with this estimator (grpo, rloo, …)')
     .option('--config <file>', "the run's config: advantages are recomputed as its advantage stage computes them (estimator, options, dynamic sampling, partial groups; --estimator overrides the name), rewards with its shaping, and its task's reward functions may be named in --reward")
     .action(async (o: { log: string; from?: string; to?: string; into: string; topics?: string; store: string; fresh?: boolean; reward?: string; estimator?: string; config?: string }) => {
+      // The stages are resolved before the log is opened: a bad --reward or --config fails without touching it.
+      const reward = o.reward && o.into.startsWith('topic:') ? await rewardStageFor(o.reward, o.config) : undefined;
       const source = await openSource(o.log, !o.into.startsWith('topic:'));
       const closers: (() => Promise<void>)[] = [];
       try {
@@ -97,7 +99,7 @@ export function register(program: Command): void {
           const estimator = o.estimator ?? advantage?.estimator;
           const derive: DeriveOptions = {
             label: [o.reward ?? '', estimator ?? ''].join('/'),
-            ...(o.reward ? { reward: await rewardStageFor(o.reward, o.config) } : {}),
+            ...(reward ? { reward } : {}),
             ...(estimator ? { advantage: advantage ? runAdvantageStage(advantage, estimator) : advantageStage({ estimator }) } : {}),
             ...(advantage ? { partialGroups: advantage.partialGroups } : {}),
           };

@@ -11,7 +11,7 @@ import { EventSerde, subjectOf, type DecodedEvent, type Encodable } from '../../
 import type { SchemaRegistry } from '../../core/serde/registry.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { EVENT_NAMES, isEventName } from '../../schemas/index.ts';
-import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, ToolCall, ToolCallCompleted, ToolSpec, Trajectory, TurnCompleted } from '../../schemas/generated/types.ts';
+import type { AdvantagedTrajectory, Message, RewardInfo, RewardedTrajectory, ToolCall, ToolCallCompleted, ToolSpec, TurnCompleted } from '../../schemas/generated/types.ts';
 import { advantagedBody, advantageGroup, checkMember, getsAdvantage, rewardedSample, type AdvantageStage } from '../advantage/stage.ts';
 import { rewardTrajectory, type RewardStage } from '../reward/stage.ts';
 import { TraceIngest } from '../traces/ingest.ts';
