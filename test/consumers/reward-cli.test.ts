@@ -2,6 +2,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const BIN = join(import.meta.dirname, '../../bin/rlstream.js');
@@ -72,4 +74,57 @@ test('advantage reports malformed lines naming the line number, estimates the ot
   const unknown = run(['advantage', '--estimator', 'ppo2'], '');
   assert.notEqual(unknown.code, 0);
   assert.match(unknown.stderr, /unknown advantage estimator "ppo2"/);
+});
+
+const CALCULATOR_CONFIG = join(import.meta.dirname, '../../examples/calculator/config.yaml');
+
+test("score --config scores with the run's reward stage: its task's function by data_source, an outside reward as it is", () => {
+  const rows = [
+    { id: 1, data_source: 'rlstream/calculator', solution_str: 'The answer is 42.', ground_truth: '42' },
+    { id: 2, data_source: 'rlstream/calculator', solution_str: 'The answer is 41.', ground_truth: '42' },
+    { id: 3, data_source: 'rlstream/calculator', solution_str: 'The answer is 41.', ground_truth: '42', extra_info: { external_reward: 0.25 } },
+    { id: 4, solution_str: 'The answer is 42.', ground_truth: '42' },
+    { id: 5, data_source: 'rlstream/calculator', solution_str: 'x', ground_truth: '42', extra_info: { external_reward: 'high' } },
+  ].map((l) => JSON.stringify(l)).join('\n');
+  const byConfig = run(['score', '--config', CALCULATOR_CONFIG], rows);
+  assert.equal(byConfig.code, 1, byConfig.stderr);
+  const scores = byConfig.stdout.trim().split('\n').map((l) => JSON.parse(l) as { id: number; score: number });
+  assert.deepEqual(scores.map((s) => s.id), [1, 2, 3]);
+  assert.equal(scores[0]!.score, 1);
+  assert.ok(scores[1]!.score < 1);
+  assert.equal(scores[2]!.score, 0.25);
+  assert.match(byConfig.stderr, /line 4: "data_source" must be given/);
+  assert.match(byConfig.stderr, /line 5: .*external_reward of line 5 is "high", not a number/);
+  // The task's function named with --reward: rows need no data_source then.
+  const named = run(['score', '--reward', 'rlstream/calculator', '--config', CALCULATOR_CONFIG], '{"solution_str":"The answer is 7.","ground_truth":"7"}\n');
+  assert.equal(named.code, 0, named.stderr);
+  assert.equal((JSON.parse(named.stdout) as { score: number }).score, 1);
+  const neither = run(['score'], '');
+  assert.notEqual(neither.code, 0);
+  assert.match(neither.stderr, /score needs --reward <name> or --config/);
+});
+
+test("advantage --config computes each group as the run's advantage stage does: its estimator, options and dynamic sampling", () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-advantage-config-'));
+  try {
+    const config = join(dir, 'config.yaml');
+    writeFileSync(config, 'advantage:\n  estimator: grpo\n  norm_by_std: false\n  dynamic_sampling: true\n');
+    const input = [
+      { trajectory_id: 'a', group_id: 'g', reward: 1, response_mask: [1, 0] },
+      { trajectory_id: 'b', group_id: 'g', reward: 0, response_mask: [1] },
+      { trajectory_id: 'c', group_id: 'h', reward: 0.5, response_mask: [1] },
+      { trajectory_id: 'd', group_id: 'h', reward: 0.5, response_mask: [1] },
+    ].map((l) => JSON.stringify(l)).join('\n');
+    const r = run(['advantage', '--config', config], input);
+    assert.equal(r.code, 0, r.stderr);
+    // Dr.GRPO (norm_by_std false): reward minus the group mean; group h's equal rewards are left out.
+    assert.deepEqual(r.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { advantages: number[] }).advantages), [[0.5, 0], [-0.5]]);
+    assert.match(r.stderr, /line 3: group "h" left out by dynamic sampling/);
+    assert.match(r.stderr, /2 line\(s\) left out by dynamic sampling/);
+    // A flag overrides its key: rloo instead of the config's grpo.
+    const rloo = run(['advantage', '--config', config, '--estimator', 'rloo'], input);
+    assert.deepEqual(rloo.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { advantages: number[] }).advantages), [[1, 0], [-1]]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
