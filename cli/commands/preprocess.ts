@@ -1,12 +1,14 @@
 // `rlstream preprocess gsm8k --input train.jsonl|train.parquet --output rows.parquet|rows.jsonl [--split train]
 // [--limit N] [--agent-name tool_agent]`: raw GSM8K records ({question, answer}, as JSONL or as the dataset's
 // own Parquet) → the rows verl's GSM8K tool examples write (producers/dataset/verl-gsm8k.ts), as Parquet when
-// the output ends in .parquet, else JSONL. The output appears whole or not at all (a temporary file renamed).
+// the output ends in .parquet, else JSONL. The output appears whole or not at all (a temporary file renamed);
+// an existing output is replaced only with --force, and the input never.
 import { existsSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
 import { extname } from 'node:path';
 import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
+import { checkOutputPath } from '../output-path.ts';
 import { readJsonlFile } from '../../core/jsonl.ts';
 import { writeParquetRows } from '../../producers/dataset/parquet-writer.ts';
 import { verlGsm8kColumns, verlGsm8kRow, type VerlGsm8kRow } from '../../producers/dataset/verl-gsm8k.ts';
@@ -51,12 +53,15 @@ export interface PreprocessOptions {
   split: string;
   limit?: string;
   agentName?: string;
+  /** Replace an existing output. */
+  force?: boolean;
 }
 
 /** The command's work; returns the number of rows written. */
 export async function preprocessGsm8k(opts: PreprocessOptions): Promise<number> {
   const limit = opts.limit === undefined ? Infinity : Number(opts.limit);
   if (!(limit > 0)) throw new RlstreamError('INPUT_INVALID', '--limit must be a positive number');
+  checkOutputPath(opts.output, { option: '--output', forceFlag: '--force', force: opts.force === true, inputs: { '--input': opts.input } });
   const options = opts.agentName === undefined ? {} : { agentName: opts.agentName };
   const source = extname(opts.input).toLowerCase() === '.parquet' ? readRawParquet(opts.input) : readRawJsonl(opts.input);
   const rows: VerlGsm8kRow[] = [];
@@ -86,6 +91,7 @@ export function register(program: Command): void {
     .option('--split <name>', 'split recorded in extra_info.split', 'train')
     .option('--limit <n>', 'convert only the first n records')
     .option('--agent-name <name>', "add the agent_name column (verl's gsm8k_tool_agent_loop.py writes tool_agent)")
+    .option('--force', 'replace --output when it exists (it is never the --input)')
     .action(async (dataset: string, opts: PreprocessOptions) => {
       if (dataset !== 'gsm8k') throw new RlstreamError('INPUT_INVALID', `unknown dataset "${dataset}" (known: gsm8k)`);
       const n = await preprocessGsm8k(opts);

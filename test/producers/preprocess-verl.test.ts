@@ -6,7 +6,7 @@
 // of each outcome goes through the real `rlstream` process (exit status, message, files left behind).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema, type SchemaTree } from 'hyparquet';
@@ -103,5 +103,32 @@ describe("rlstream preprocess gsm8k writes verl's rows", () => {
     await assert.rejects(preprocessGsm8k({ input: join(dir, 'good.jsonl'), output: join(dir, 'missing', 'x.parquet'), split: 'train' }), /cannot write/);
     assert.deepEqual(readdirSync(dir).sort(), ['bad.parquet', 'good.jsonl', 'good.parquet', 'raw.jsonl']);
     assert.equal(existsSync(join(dir, 'x.parquet')), false);
+  });
+
+  test('the rlstream command never writes over its input, and over an existing output only with --force', async () => {
+    const dir = tmp();
+    const input = join(dir, 'f.jsonl');
+    const text = JSON.stringify({ question: 'What is 2+2?', answer: 'It is 4.\n#### 4' }) + '\n';
+    writeFileSync(input, text);
+    symlinkSync(input, join(dir, 'link.jsonl'));
+    for (const output of [input, join(dir, 'link.jsonl'), join(dir, '.', 'f.jsonl')]) {
+      for (const force of [[], ['--force']]) {
+        const r = cli(['preprocess', 'gsm8k', '--input', input, '--output', output, ...force]);
+        assert.notEqual(r.status, 0, `${output} ${force.join(' ')}`);
+        assert.match(r.stderr, /--output .* is the same file as --input .*: writing it would destroy the input/);
+        assert.equal(readFileSync(input, 'utf8'), text, 'the input is untouched');
+      }
+    }
+    const out = join(dir, 'rows.jsonl');
+    writeFileSync(out, 'precious\n');
+    const refused = cli(['preprocess', 'gsm8k', '--input', input, '--output', out]);
+    assert.notEqual(refused.status, 0);
+    assert.match(refused.stderr, /--output .*rows\.jsonl exists; --force replaces it/);
+    assert.equal(readFileSync(out, 'utf8'), 'precious\n');
+    const forced = cli(['preprocess', 'gsm8k', '--input', input, '--output', out, '--force']);
+    assert.equal(forced.status, 0, forced.stderr);
+    assert.match(readFileSync(out, 'utf8'), /What is 2\+2\?/);
+    const intoDir = cli(['preprocess', 'gsm8k', '--input', input, '--output', dir, '--force']);
+    assert.match(intoDir.stderr, /is a directory; name a file/);
   });
 });
