@@ -41,7 +41,7 @@ export interface ReplayProgress {
  * processors' `_state.<id>` checkpoints, which are JSON, Kafka's `__consumer_offsets`) and are no replay's
  * business; reading them only counted their records as undecodable.
  */
-function eventTopics(names: readonly string[]): string[] {
+export function eventTopics(names: readonly string[]): string[] {
   return names.filter((n) => !n.startsWith('_')).sort();
 }
 
@@ -113,7 +113,8 @@ export class ReplayJob {
     } catch (err) {
       this.p.state = 'failed';
       this.p.error = describeError(err);
-      await o.target.finish().catch(() => undefined);
+      // A target that can tell a failed replay from a finished one writes nothing then (the SFT export's file).
+      await (o.target.abort ? o.target.abort() : o.target.finish()).catch(() => undefined);
     }
     this.p.elapsedMs = Date.now() - this.p.startedAt;
     return this.progress();

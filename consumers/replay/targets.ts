@@ -3,6 +3,7 @@
 // Every derived event gets a derived id and the source record's timestamp as its time, so replaying the same
 // range twice produces the same events and idempotent consumers drop the second copy.
 import { createWriteStream } from 'node:fs';
+import { link, rename, rm } from 'node:fs/promises';
 import { once } from 'node:events';
 import { deriveId } from '../../core/ids.ts';
 import { describeError, RlstreamError } from '../../core/errors.ts';
@@ -32,6 +33,8 @@ export interface ReplayTarget {
   acceptChunks?(chunks: RecordChunk[]): Promise<void>;
   /** Everything accepted is written. */
   finish(): Promise<void>;
+  /** The replay failed: release what is held without completing the output (default: finish()). */
+  abort?(): Promise<void>;
   readonly written: number;
 }
 
@@ -255,32 +258,50 @@ function toolOf(t: ToolSpec): ChatTool {
   return { type: 'function', function: { name: t.name, description: t.description, parameters } };
 }
 
-/** Why a successful trajectory is left out of the SFT data (counted by reason). */
-export type SftSkipReason = 'parse_error' | 'tokenization_mismatch' | 'user_turn' | 'missing_tool_result' | 'missing_turn';
+/** Why a successful trajectory is left out of the SFT data (counted by reason); other_split: not of the split asked for. */
+export type SftSkipReason = 'other_split' | 'parse_error' | 'tokenization_mismatch' | 'user_turn' | 'missing_tool_result' | 'missing_turn';
+
+/** Which problems the SFT export takes: the training ones (the default), the held-out ones, or all. */
+export type SftSplit = 'train' | 'heldout' | 'all';
+
+export interface JsonlOptions {
+  /** Default train: held-out problems in SFT data would contaminate every later evaluation. */
+  split?: SftSplit;
+  /** Replace the file if it exists (else the export fails at the end rather than replace it). */
+  force?: boolean;
+}
 
 /**
  * Successful trajectories as a chat-format SFT dataset: one `{messages, tools}` line per trajectory whose
- * reward says correct (or, without `correct`, scored above 0), built from its TrajectoryStarted prompt, its
- * turns and its tool calls' results. The messages are the conversation exactly as the agent held it, so the
- * chat template renders them back to the trajectory's own token ids: an assistant message keeps the text the
- * model wrote (its tool-call blocks included; no separate `tool_calls`, which the template would render a
- * second time), and a tool message holds the tool's result (not the template's markup around it, which is
- * all a tool turn's decoded text is). Trajectories whose conversation the events cannot give back exactly are
- * left out and counted in `skipped`: a malformed tool call (SFT on it would teach it, and its error message
- * is not an event), a user turn from an interaction (its text is only in the tokens), a delta tokenization
- * that disagreed with the template. Lines are written at the end in (run, trajectory) order, so the file is the
- * same whatever the read order.
+ * reward says correct (or, without `correct`, scored above 0), of the split asked for (train unless told), built
+ * from its TrajectoryStarted prompt, its turns and its tool calls' results. The messages are the conversation
+ * exactly as the agent held it, so the chat template renders them back to the trajectory's own token ids: an
+ * assistant message keeps the text the model wrote (its tool-call blocks included; no separate `tool_calls`,
+ * which the template would render a second time), and a tool message holds the tool's result (not the
+ * template's markup around it, which is all a tool turn's decoded text is). Trajectories left out are counted
+ * in `skipped` by reason: another split (`skippedSplits` by name), or a conversation the events cannot give back
+ * exactly: a malformed tool call (SFT on it would teach it, and its error message is not an event), a user turn
+ * from an interaction (its text is only in the tokens), a delta tokenization that disagreed with the template.
+ * Lines are written at the end in (run, trajectory) order, so the file is the same whatever the read order; they
+ * go to a temporary file that replaces the target only when complete.
  */
 export class JsonlTarget implements ReplayTarget {
   readonly describe: string;
   written = 0;
-  readonly skipped: Record<SftSkipReason, number> = { parse_error: 0, tokenization_mismatch: 0, user_turn: 0, missing_tool_result: 0, missing_turn: 0 };
+  readonly skipped: Record<SftSkipReason, number> = { other_split: 0, parse_error: 0, tokenization_mismatch: 0, user_turn: 0, missing_tool_result: 0, missing_turn: 0 };
+  /** Successful trajectories left out as another split, by split name. */
+  readonly skippedSplits: Record<string, number> = {};
+  readonly split: SftSplit;
   private readonly started = new Map<string, { messages: Message[]; tools: ToolSpec[] }>();
   private readonly turns = new Map<string, TurnCompleted[]>();
   private readonly toolResults = new Map<string, Map<string, ToolCallCompleted>>();
-  private readonly success = new Map<string, { ok: boolean; turns: number }>();
+  private readonly success = new Map<string, { ok: boolean; turns: number; split: string }>();
 
-  constructor(private readonly file: string) {
+  constructor(
+    private readonly file: string,
+    private readonly options: JsonlOptions = {},
+  ) {
+    this.split = options.split ?? 'train';
     this.describe = `jsonl ${file}`;
   }
 
@@ -301,7 +322,7 @@ export class JsonlTarget implements ReplayTarget {
       } else if (event.name === 'RewardedTrajectory') {
         const r = event.value.reward;
         const t = event.value.trajectory;
-        this.success.set(`${t.run_id}/${t.trajectory_id}`, { ok: r.correct ?? r.score > 0, turns: t.num_turns });
+        this.success.set(`${t.run_id}/${t.trajectory_id}`, { ok: r.correct ?? r.score > 0, turns: t.num_turns, split: t.dataset.split });
       }
     }
   }
@@ -332,22 +353,47 @@ export class JsonlTarget implements ReplayTarget {
     return { messages, tools: start.tools.map(toolOf) };
   }
 
+  /** Nothing is written before finish(): a failed replay leaves no file. */
+  async abort(): Promise<void> {}
+
   async finish(): Promise<void> {
-    const out = createWriteStream(this.file);
-    const keys = [...this.success].filter(([k, s]) => s.ok && this.started.has(k) && this.turns.has(k)).map(([k]) => k).sort();
-    for (const k of keys) {
-      const chat = this.conversation(k);
-      if (typeof chat === 'string') {
-        this.skipped[chat]++;
-        continue;
+    const tmp = `${this.file}.${process.pid}.tmp`;
+    const out = createWriteStream(tmp, { flags: 'wx' });
+    try {
+      const keys = [...this.success].filter(([k, s]) => s.ok && this.started.has(k) && this.turns.has(k)).map(([k]) => k).sort();
+      for (const k of keys) {
+        const split = this.success.get(k)!.split;
+        if (this.split !== 'all' && split !== this.split) {
+          this.skipped.other_split++;
+          this.skippedSplits[split] = (this.skippedSplits[split] ?? 0) + 1;
+          continue;
+        }
+        const chat = this.conversation(k);
+        if (typeof chat === 'string') {
+          this.skipped[chat]++;
+          continue;
+        }
+        const line = chat.tools.length > 0 ? { messages: chat.messages, tools: chat.tools } : { messages: chat.messages };
+        if (!out.write(JSON.stringify(line) + '\n')) await once(out, 'drain');
+        this.written++;
       }
-      const line = chat.tools.length > 0 ? { messages: chat.messages, tools: chat.tools } : { messages: chat.messages };
-      if (!out.write(JSON.stringify(line) + '\n')) await once(out, 'drain');
-      this.written++;
+      out.end();
+      await once(out, 'finish');
+      // Without force, link() refuses a file that appeared meanwhile (EEXIST) where rename() would replace it.
+      if (this.options.force) await rename(tmp, this.file);
+      else await link(tmp, this.file);
+    } catch (err) {
+      out.destroy();
+      if (isErrno(err, 'EEXIST')) throw new RlstreamError('INPUT_INVALID', `--into jsonl:${this.file} exists; --force replaces it`);
+      throw err;
+    } finally {
+      await rm(tmp, { force: true });
     }
-    out.end();
-    await once(out, 'finish');
   }
+}
+
+function isErrno(err: unknown, code: string): boolean {
+  return err instanceof Error && (err as NodeJS.ErrnoException).code === code;
 }
 
 /**
