@@ -423,11 +423,27 @@ function applyOverrides(raw: unknown, overrides: Record<string, unknown>): unkno
   return root;
 }
 
-const SECRET = /password|secret|api_?key|(^|_)token$/i;
+// Key names whose values are secrets. `token` only as a whole word or suffix: max_tokens and tokenizer are not.
+const SECRET = /password|passwd|secret|api_?key|access_?key|private_?key|credential|authorization|(^|_)token$/i;
+const MASK = '********';
 
-/** The effective config with secrets (password, token, api_key, ... keys) masked, for printing and the admin API. */
+/**
+ * Credentials inside URLs, wherever a string holds one (`http://user:pass@host`, `sasl_ssl://token@broker`): the
+ * password is masked and the user kept, or, alone before the `@`, the user (often a token) is masked.
+ */
+export function maskUrlCredentials(text: string): string {
+  // Greedy to the last @ of the authority: a password with an unencoded @ is masked whole.
+  return text.replace(/\b([a-z][a-z0-9+._-]*:\/\/)([^\s/?#]+)@/gi, (_whole, scheme: string, userinfo: string) => {
+    const colon = userinfo.indexOf(':');
+    return colon < 0 ? `${scheme}${MASK}@` : `${scheme}${userinfo.slice(0, colon)}:${MASK}@`;
+  });
+}
+
+/** The effective config with secrets masked, for printing and the admin API: secret keys' values, and credentials in any URL. */
 export function maskSecrets(v: unknown, key = ''): unknown {
-  if (SECRET.test(key) && typeof v === 'string' && v !== '') return '********';
+  // Whatever a secret key holds (a string, a number, a mapping of parts) is masked whole.
+  if (SECRET.test(key) && v !== null && v !== undefined && v !== '') return MASK;
+  if (typeof v === 'string') return maskUrlCredentials(v);
   if (Array.isArray(v)) return v.map((x) => maskSecrets(x));
   if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, maskSecrets(x, k)]));
   return v;

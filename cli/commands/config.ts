@@ -1,12 +1,13 @@
 // `rlstream config check <file>` and `rlstream config print <file>`: the run config compiled exactly as a run
-// compiles it at start-up (with the same --set overrides). check lists every problem, each with its path and
-// fix, and exits 1; print writes the effective config, every default filled in, secrets masked.
-import { existsSync } from 'node:fs';
+// compiles it at start-up (with the same --set overrides), its plug-ins resolved and what start-up opens checked
+// (cli/run/preflight.ts). check lists every problem, each with its path and fix, and exits 1; print writes the
+// effective config, every default filled in, secrets masked.
 import type { Command } from 'commander';
 import { stringify } from 'yaml';
 import { ConfigError, loadRunConfig, maskSecrets, type RunConfig } from '../../core/config.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { resolvePlugins } from '../run/plugins.ts';
+import { pathProblems, startupProblems } from '../run/preflight.ts';
 import { collectSet } from '../set-option.ts';
 
 /** Compile the config and resolve its plug-ins (user modules included); the problems, or none. */
@@ -18,16 +19,14 @@ export async function checkConfig(path: string, overrides: Record<string, unknow
     if (err instanceof ConfigError) return { config: null, problems: err.issues.map((i) => `${i.path}: ${i.message}`) };
     return { config: null, problems: [isRlstreamError(err) ? err.message : describeError(err)] };
   }
-  const problems: string[] = [];
-  // Files the roles open at start-up: a typo in a path fails here rather than in a role (model.init may be
-  // missing: the run trains it by SFT).
-  const files: [string, string | null][] = [['model.config', config.model.config], ['model.tokenizer', config.model.tokenizer], ['model.chat_template', config.model.chatTemplate], ['model.base', config.model.base], ['tools.config', config.tools.config], ['dataset.train', config.dataset.train], ['dataset.heldout', config.dataset.heldout]];
-  for (const [field, p] of files) if (p !== null && !existsSync(p)) problems.push(`${field}: ${p} does not exist (paths are relative to the config file)`);
+  const problems = pathProblems(config);
+  let plugins;
   try {
-    await resolvePlugins(config);
+    plugins = await resolvePlugins(config);
   } catch (err) {
     problems.push(isRlstreamError(err) ? err.message : describeError(err));
   }
+  if (plugins) problems.push(...(await startupProblems(config, plugins)));
   return { config, problems };
 }
 

@@ -194,3 +194,25 @@ test('the serve section: off by default, every key compiled; an out-of-range por
   assert.deepEqual(set, { enabled: true, host: '0.0.0.0', port: 8100, model: 'policy', maxSessions: 8, idleTimeoutMs: 5000, bodyLimitBytes: 65536, dataSource: 'mine' });
   assert.ok(issues({ serve: { port: 70000 } }).some((m) => m.startsWith('serve.port: must be')), issues({ serve: { port: 70000 } }).join(' | '));
 });
+
+test('config print masks credentials wherever they appear: inside any URL, and under any secret-named key', async () => {
+  const { maskSecrets, maskUrlCredentials } = await import('../../core/config.ts');
+  const cli = (args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'cli', 'main.ts'), ...args], { encoding: 'utf8', cwd: ROOT });
+  const cfg = join(ROOT, 'examples', 'calculator', 'config.yaml');
+  const printed = cli(['config', 'print', cfg, '--set', 'traces.kind=clickhouse', '--set', 'traces.url=http://u:urlpass@ch:8123', '--set', 'registry.kind=http', '--set', 'registry.url=https://reguser:regpass@registry:8081']);
+  assert.equal(printed.status, 0, printed.stderr);
+  assert.doesNotMatch(printed.stdout, /urlpass|regpass/);
+  assert.match(printed.stdout, /url: http:\/\/u:\*{8}@ch:8123/);
+  assert.match(printed.stdout, /url: https:\/\/reguser:\*{8}@registry:8081/);
+  // Generated cases: every scheme, a user alone (often a token), a password holding @ and :, several URLs in one string.
+  for (const scheme of ['http', 'https', 'kafka', 'sasl_ssl', 'postgres+psycopg', 'ws']) {
+    for (const [userinfo, shown] of [['u:p', 'u:********'], ['tok3n', '********'], ['u:p@ss:w', 'u:********'], ['a%40b:c%3Ad', 'a%40b:********']]) {
+      assert.equal(maskUrlCredentials(`${scheme}://${userinfo}@host:1/p?q=x@y`), `${scheme}://${shown}@host:1/p?q=x@y`);
+    }
+  }
+  assert.equal(maskUrlCredentials('a http://x:1@h and ftp://y:2@i, not http://h/a@b'), 'a http://x:********@h and ftp://y:********@i, not http://h/a@b');
+  const masked = JSON.stringify(maskSecrets({ backend: { headers: { Authorization: 'Bearer abc' }, api_key: 'k', base_url: 'http://a:b@c' }, log: { sasl: { password: 1234 }, brokers: ['sasl_ssl://me:pw@k:9092'] }, rollout: { max_tokens: 5, stop_token_ids: [1] }, model: { tokenizer: 'tok' } }));
+  assert.doesNotMatch(masked, /abc|"k"|:b@|1234|:pw@/);
+  assert.match(masked, /"max_tokens":5,"stop_token_ids":\[1\]/);
+  assert.match(masked, /"tokenizer":"tok"/);
+});

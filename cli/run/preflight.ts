@@ -1,0 +1,108 @@
+// What a run opens at start-up, checked without starting it: the files and directories the config names (of
+// the right kind), the model files (model.config parsed, the tokenizer and chat template loaded, the warm start
+// there or trainable by the task's SFT), the tools (tools.config's classes resolved, or the
+// task's), and the datasets (the first training rows and every held-out row the run evaluates on, each
+// validated as the run reads it). `rlstream config check` reports these, so a config it passes starts. Not here:
+// trainer.device, which depends on the machine that trains, not on the config (consumers/trainer/device.ts).
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import type { RunConfig } from '../../core/config.ts';
+import { ConfigError } from '../../core/config/validate.ts';
+import { describeError, isRlstreamError } from '../../core/errors.ts';
+import { parseModelConfig } from '../../core/weights/model-config.ts';
+import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+import { loadToolConfig } from '../../producers/tools/config.ts';
+import type { RunPlugins } from './plugins.ts';
+import { initFiles } from './roles.ts';
+
+/** Training rows read (and validated) by the check: enough that a file in the wrong format fails, quick on any task. */
+const TRAIN_ROWS_CHECKED = 100;
+
+function message(err: unknown): string {
+  if (err instanceof ConfigError) return err.issues.map((i) => `${i.path}: ${i.message}`).join('; ');
+  return isRlstreamError(err) ? err.message : describeError(err);
+}
+
+/** A path the config names must be a file, or a directory, as its role opens it. */
+function pathProblem(field: string, p: string, kind: 'file' | 'directory'): string | null {
+  if (!existsSync(p)) return `${field}: ${p} does not exist (paths are relative to the config file)`;
+  const isDir = statSync(p).isDirectory();
+  if (kind === 'file' && isDir) return `${field}: ${p} is a directory; name a file`;
+  if (kind === 'directory' && !isDir) return `${field}: ${p} is a file; name a directory`;
+  return null;
+}
+
+/** Problems with the files and directories the config names (no plug-in needed). */
+export function pathProblems(config: RunConfig): string[] {
+  const m = config.model;
+  const expected: [string, string | null, 'file' | 'directory'][] = [
+    ['model.config', m.config, 'file'],
+    ['model.tokenizer', m.tokenizer, 'directory'],
+    ['model.chat_template', m.chatTemplate, 'file'],
+    ['tools.config', config.tools.config, 'file'],
+    ['dataset.train', config.dataset.train, 'file'],
+    ['dataset.heldout', config.dataset.heldout, 'file'],
+  ];
+  // model.base, like model.init, is a checkpoint directory or a .safetensors file.
+  if (m.base !== null) expected.push(['model.base', m.base.endsWith('.safetensors') ? m.base : initFiles(m.base).initWeights, 'file']);
+  return expected.flatMap(([field, p, kind]) => (p === null ? [] : [pathProblem(field, p, kind)].filter((x): x is string => x !== null)));
+}
+
+/** Problems the run would meet at start-up once its plug-ins resolved: model files, device, tools, datasets. */
+export async function startupProblems(config: RunConfig, plugins: RunPlugins): Promise<string[]> {
+  const problems: string[] = [];
+  const m = config.model;
+  const need = (field: string, v: string | null): v is string => {
+    if (v === null) problems.push(`${field}: not set; the trainer needs it (a path relative to the config file)`);
+    return v !== null;
+  };
+  if (need('model.config', m.config) && existsSync(m.config) && statSync(m.config).isFile()) {
+    try {
+      parseModelConfig(JSON.parse(readFileSync(m.config, 'utf8')));
+    } catch (err) {
+      problems.push(`model.config: ${m.config} is not a model configuration: ${message(err)}`);
+    }
+  }
+  if (need('model.tokenizer', m.tokenizer) && existsSync(m.tokenizer) && statSync(m.tokenizer).isDirectory()) {
+    try {
+      ChatTokenizer.load(m.tokenizer, m.chatTemplate);
+    } catch (err) {
+      problems.push(`model.tokenizer: ${m.tokenizer} cannot be loaded: ${message(err)}`);
+    }
+  }
+  if (need('model.init', m.init)) {
+    const { initWeights } = initFiles(m.init);
+    if (!existsSync(initWeights)) {
+      // The run trains a missing warm start by SFT, which needs the task's demonstrations.
+      if (!plugins.task.sftExamples) problems.push(`model.init: ${m.init} does not exist and task ${config.task.name} has no SFT demonstrations to train it; point model.init at existing weights`);
+    } else if (statSync(initWeights).isDirectory()) problems.push(`model.init: ${initWeights} is a directory; name a checkpoint directory holding model.safetensors, or a .safetensors file`);
+  }
+  try {
+    const tools = config.tools.config !== null ? (existsSync(config.tools.config) && statSync(config.tools.config).isFile() ? await loadToolConfig(config.tools.config) : null) : plugins.task.tools ? await plugins.task.tools() : null;
+    await tools?.close();
+  } catch (err) {
+    problems.push(`${config.tools.config !== null ? `tools.config (${config.tools.config})` : 'task tools'}: ${message(err)}`);
+  }
+  problems.push(...(await datasetProblems(config, plugins)));
+  return problems;
+}
+
+/** The rows the run reads first, validated as it reads them: a file in the wrong format fails here. */
+async function datasetProblems(config: RunConfig, plugins: RunPlugins): Promise<string[]> {
+  const problems: string[] = [];
+  const paths = [config.dataset.train, config.dataset.heldout];
+  if (paths.some((p) => p !== null && (!existsSync(p) || statSync(p).isDirectory()))) return problems; // reported by pathProblems
+  try {
+    let n = 0;
+    const cap = Math.min(TRAIN_ROWS_CHECKED, config.task.trainRows ?? Infinity);
+    for await (const _row of plugins.task.trainRows(0)) if (++n >= cap) break;
+    if (n === 0) problems.push(`dataset.train: task ${config.task.name} gives no training rows${config.dataset.train ? ` (${config.dataset.train} is empty)` : ''}`);
+  } catch (err) {
+    problems.push(message(err));
+  }
+  try {
+    await plugins.task.heldoutRows(config.task.heldoutProblems);
+  } catch (err) {
+    problems.push(message(err));
+  }
+  return problems;
+}
