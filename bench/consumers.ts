@@ -31,7 +31,8 @@ import type { EventSerde } from '../core/serde/events.ts';
 import { RewardHandler } from '../consumers/reward/consumer.ts';
 import { AdvantageHandler } from '../consumers/advantage/consumer.ts';
 import { completed, newSerde, rewarded, tempDir, trajectory } from '../testkit/events.ts';
-import { commonFlags, fmtStats, interleaved, probeSummary, summarize, type Mode } from './harness.ts';
+import { int, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, interleaved, probeSummary, summarize, type Mode } from './harness.ts';
 import { runTopic } from './kafka-topics.ts';
 
 const TOKENS = 1000;
@@ -173,10 +174,10 @@ async function serdeCost(): Promise<Record<string, number>> {
 }
 
 export async function main(args: string[]): Promise<unknown> {
-  const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
-  const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
-  const given = rest[0] === undefined ? null : Number(rest[0]);
-  if (given !== null && (!Number.isInteger(given) || given < 1)) throw new Error(`groups must be a positive integer, got ${rest[0]}`);
+  const { values: f, positional } = parseFlags(args, ROUND_FLAGS, { positionals: [['groups', int(1)]] });
+  const quick = f.quick === true;
+  const rounds = f.rounds ?? (quick ? 2 : 3);
+  const given = positional.groups ?? null;
   const kafkaGroups = given ?? (quick ? 20 : 1000);
   const groupsOf: Record<string, number> = { embedded: given ?? (quick ? 20 : 6000), 'kafka/kafkajs': kafkaGroups, 'kafka/librdkafka': kafkaGroups };
   const warmupGroups = quick ? 10 : WARMUP_GROUPS;

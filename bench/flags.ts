@@ -1,9 +1,15 @@
-// The benchmarks' one flag parser: each bench declares its flags (name → kind), Node's util.parseArgs splits the
-// arguments, and each kind checks its value, so a bad or unknown flag fails with the flag's name and the bench's
+// The benchmarks' one flag parser: each bench declares its flags (name → kind) and its positional sizes, Node's
+// util.parseArgs splits the arguments, and each kind checks its value, so a bad or unknown flag or a stray
+// argument fails (FlagError: bench/main.ts prints its one line and exits 2) with the flag's name and the bench's
 // flag list instead of running a long benchmark on a default. The flags several benches share are declared here
 // once: --quick/--rounds (every bench on the harness's rounds) and the main job's size (async, async-parity).
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+
+/** A bad command line: bench/main.ts prints the message alone (no stack) and exits 2. */
+export class FlagError extends Error {
+  override name = 'FlagError';
+}
 
 export interface Flag<T> {
   /** false: a switch (`--keep`), true: takes a value (`--steps 8` or `--steps=8`). */
@@ -15,14 +21,14 @@ export interface Flag<T> {
   parse(raw: string, flag: string): T;
 }
 
-function toInt(flag: string, raw: string, min: number): number {
+function toInt(flag: string, raw: string, min: number, max = Infinity): number {
   const x = Number(raw);
-  if (raw.trim() === '' || !Number.isInteger(x) || x < min) throw new Error(`${flag} must be an integer >= ${min} (got ${JSON.stringify(raw)})`);
+  if (raw.trim() === '' || !Number.isInteger(x) || x < min || x > max) throw new Error(`${flag} must be an integer ${max === Infinity ? `>= ${min}` : `in ${min}..${max}`} (got ${JSON.stringify(raw)})`);
   return x;
 }
 
-/** An integer of at least `min`. */
-export const int = (min: number): Flag<number> => ({ takesValue: true, hint: 'N', parse: (raw, flag) => toInt(flag, raw, min) });
+/** An integer of at least `min` (and at most `max`). */
+export const int = (min: number, max = Infinity): Flag<number> => ({ takesValue: true, hint: 'N', parse: (raw, flag) => toInt(flag, raw, min, max) });
 
 /** Comma-separated integers of at least `min` (`--bounds 0,2,4`). */
 export const ints = (min: number): Flag<number[]> => ({ takesValue: true, hint: 'N,N,…', parse: (raw, flag) => raw.split(',').map((x) => toInt(flag, x, min)) });
@@ -76,48 +82,59 @@ export function usage(flags: Flags): string {
     .join(' ');
 }
 
+/** The flag list printed with an error, positional sizes first: `[records] [batch] --rounds N …`. */
+function usageWith(flags: Flags, positionals: readonly (readonly [string, Flag<unknown>])[]): string {
+  return [...positionals.map(([name]) => `[${name}]`), usage(flags)].filter(Boolean).join(' ');
+}
+
 /**
- * Parse `args` against `flags`. A flag not given is absent from `values` (the bench picks its default, which may
- * depend on --quick). Strict by default: an unknown flag or a stray argument fails, with the flag list.
- * `passThrough`: arguments that are not among `flags` (another bench's flags, positional sizes) are returned in
- * `rest`, in order, for the bench to read.
+ * Parse `args` against `flags` (`--name value`, `--name=value`, switches) and up to `positionals.length` bare
+ * arguments, each named and checked by its kind (`log 20000 100`: records, batch). A flag or position not given is
+ * absent from `values` (the bench picks its default, which may depend on --quick). An unknown flag, an argument
+ * past the declared positions, a missing or bad value: FlagError naming it, with the flag list.
  */
-export function parseFlags<S extends Flags>(args: string[], flags: S, opts: { passThrough?: boolean } = {}): { values: FlagValues<S>; rest: string[] } {
+export function parseFlags<S extends Flags, P extends string = never>(
+  args: string[],
+  flags: S,
+  opts: { positionals?: readonly (readonly [P, Flag<number>])[] } = {},
+): { values: FlagValues<S>; positional: { [K in P]?: number } } {
+  const positionals = opts.positionals ?? [];
+  const list = usageWith(flags, positionals);
   const options = Object.fromEntries(Object.entries(flags).map(([name, f]) => [name, { type: f.takesValue ? ('string' as const) : ('boolean' as const) }]));
   let tokens;
   try {
-    ({ tokens } = parseArgs({ args, options, strict: !opts.passThrough, allowPositionals: opts.passThrough === true, tokens: true }));
+    ({ tokens } = parseArgs({ args, options, strict: true, allowPositionals: positionals.length > 0, tokens: true }));
   } catch (e) {
     const err = e as Error & { code?: string };
     if (!err.code?.startsWith('ERR_PARSE_ARGS')) throw e;
-    throw new Error(`${err.message.split(/\.\s/)[0]} (flags: ${usage(flags)})`);
+    throw new FlagError(`${err.message.split(/\.\s/)[0]} (flags: ${list})`);
   }
+  const checked = <T>(flag: Flag<T>, raw: string, name: string): T => {
+    try {
+      return flag.parse(raw, name);
+    } catch (e) {
+      throw new FlagError(`${(e as Error).message} (flags: ${list})`);
+    }
+  };
   const values: Record<string, unknown> = {};
-  const consumed = new Set<number>();
+  const positional: Record<string, number> = {};
+  let position = 0;
   for (const t of tokens) {
-    if (t.kind !== 'option' || !Object.hasOwn(flags, t.name)) continue;
-    const flag = flags[t.name]!;
-    consumed.add(t.index);
-    if (!flag.takesValue) {
-      values[t.name] = true;
+    if (t.kind === 'positional') {
+      const slot = positionals[position++];
+      if (!slot) throw new FlagError(`Unexpected argument '${t.value}' (flags: ${list})`);
+      positional[slot[0]] = checked(slot[1], t.value, slot[0]);
       continue;
     }
-    // Without strict (passThrough), parseArgs leaves a value-taking flag at the end without its value.
-    if (t.value === undefined) throw new Error(`--${t.name} needs a value (flags: ${usage(flags)})`);
-    if (!t.inlineValue) consumed.add(t.index + 1);
-    values[t.name] = flag.parse(t.value, `--${t.name}`);
+    if (t.kind !== 'option') continue;
+    const flag = flags[t.name]!;
+    values[t.name] = flag.takesValue ? checked(flag, t.value!, `--${t.name}`) : checked(flag, '', `--${t.name}`);
   }
-  return { values: values as FlagValues<S>, rest: args.filter((_, i) => !consumed.has(i)) };
+  return { values: values as FlagValues<S>, positional: positional as { [K in P]?: number } };
 }
 
 /** --quick (smoke size: proves the benchmark runs, its figures mean nothing) and --rounds N. */
 export const ROUND_FLAGS = { quick: bool, rounds: int(1) };
-
-/** The harness's common flags, the rest passed through for the bench to read (its positional sizes, its own flags). */
-export function commonFlags(args: string[], defaultRounds = 3): { quick: boolean; rounds: number; rest: string[] } {
-  const { values, rest } = parseFlags(args, ROUND_FLAGS, { passThrough: true });
-  return { quick: values.quick === true, rounds: values.rounds ?? defaultRounds, rest };
-}
 
 /** The size of a main-job run and its trainer's threads: the benches that run the main job (async, async-parity). */
 export const MAIN_JOB_FLAGS = {

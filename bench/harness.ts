@@ -172,7 +172,6 @@ export function probeSummary(records: { probe: Probe }[]): { sgemmGflops: Stats;
   };
 }
 
-export { commonFlags } from './flags.ts';
 
 /** Write bench/out/<name>-<timestamp>.json: revision, machine, arguments, probes before and after, the benchmark's own report. */
 export function writeReport(name: string, args: string[], startProbe: Probe, report: unknown): string {

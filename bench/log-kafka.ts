@@ -15,7 +15,7 @@ import type { KafkaClient } from '../core/log/kafka/options.ts';
 // Types only at load: bench/log.ts imports this module to build its targets, so its functions are loaded
 // lazily (a static import both ways breaks module initialisation order).
 import type { BenchOptions, BenchRow, LogTarget } from './log.ts';
-import { commonFlags } from './harness.ts';
+import { int, parseFlags, ROUND_FLAGS } from './flags.ts';
 import { runTopic } from './kafka-topics.ts';
 
 const KAFKA_STORAGE = 'produce: broker page cache (flushing left to the OS); consume: page cache';
@@ -167,9 +167,10 @@ export function kafkaTargets(): LogTarget[] {
 
 /** `npm run bench -- log-kafka [records] [batch] [--rounds R] [--quick]`: the Kafka rows only. */
 export async function main(args: string[] = []): Promise<unknown> {
-  const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
-  const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
-  const options: BenchOptions = { records: Number(rest[0] ?? (quick ? 2000 : 20_000)), recordBytes: 8192, batch: Number(rest[1] ?? 100), partitions: 4 };
+  const { values: f, positional } = parseFlags(args, ROUND_FLAGS, { positionals: [['records', int(1)], ['batch', int(1)]] });
+  const quick = f.quick === true;
+  const rounds = f.rounds ?? (quick ? 2 : 3);
+  const options: BenchOptions = { records: positional.records ?? (quick ? 2000 : 20_000), recordBytes: 8192, batch: positional.batch ?? 100, partitions: 4 };
   const { benchTargets, printTable, printRanges } = await import('./log.ts');
   const r = await benchTargets(kafkaTargets(), options, rounds);
   printTable(r.rows);

@@ -18,7 +18,8 @@ import { randomBytes } from 'node:crypto';
 import { openEmbeddedLog } from '../core/log/embedded/index.ts';
 import type { EventLog } from '../core/log/types.ts';
 import { kafkaTargets } from './log-kafka.ts';
-import { commonFlags, fmtStats, interleaved, probeSummary, stats, summarize } from './harness.ts';
+import { int, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, interleaved, probeSummary, stats, summarize } from './harness.ts';
 import { runTopic } from './kafka-topics.ts';
 
 export interface BenchOptions {
@@ -207,9 +208,10 @@ export function printRanges(ranges: Record<string, unknown>, rounds: number): vo
 
 /** `npm run bench -- log [records] [batch] [--rounds R] [--quick]`; defaults: 100,000 records of 8 KiB (~820 MB), batches of 100, 3 rounds. */
 export async function main(args: string[] = []): Promise<unknown> {
-  const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
-  const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
-  const options: BenchOptions = { records: Number(rest[0] ?? (quick ? 2000 : 100_000)), recordBytes: 8192, batch: Number(rest[1] ?? 100), partitions: 4 };
+  const { values: f, positional } = parseFlags(args, ROUND_FLAGS, { positionals: [['records', int(1)], ['batch', int(1)]] });
+  const quick = f.quick === true;
+  const rounds = f.rounds ?? (quick ? 2 : 3);
+  const options: BenchOptions = { records: positional.records ?? (quick ? 2000 : 100_000), recordBytes: 8192, batch: positional.batch ?? 100, partitions: 4 };
   const r = await benchTargets(targets, options, rounds);
   printTable(r.rows);
   printRanges(r.ranges, rounds);

@@ -8,7 +8,8 @@
 import { availableParallelism } from 'node:os';
 import { nativeAvailable, sgemmGflops } from '../native/addon.ts';
 import { Model, type ModelConfig } from '../native/model.ts';
-import { commonFlags, fmtStats, interleaved, probeSummary, stats, summarize, type Stats } from './harness.ts';
+import { int, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, interleaved, probeSummary, stats, summarize, type Stats } from './harness.ts';
 
 interface ModelRound {
   params: number;
@@ -96,15 +97,14 @@ async function measure(name: string, cfg: ModelConfig, seqs: number, len: number
 }
 
 export async function main(args: string[]): Promise<unknown> {
+  const { values: f } = parseFlags(args, { ...ROUND_FLAGS, threads: int(1) });
   if (!nativeAvailable()) {
     console.log('native addon not built: run `npm run build:native`');
     return { skipped: 'native addon not built' };
   }
-  const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
-  const rounds = quick && !args.includes('--rounds') ? 1 : roundsFlag;
-  const ti = rest.indexOf('--threads');
-  const threads = ti >= 0 ? Number(rest[ti + 1]) : availableParallelism();
-  if (!Number.isInteger(threads) || threads < 1) throw new Error(`--threads must be an integer >= 1 (got ${JSON.stringify(rest[ti + 1])})`);
+  const quick = f.quick === true;
+  const rounds = f.rounds ?? (quick ? 1 : 3);
+  const threads = f.threads ?? availableParallelism();
   console.log(`native training step, ${threads} thread(s); ${rounds} interleaved rounds of ${[PEAK, ...MODELS.map(([n]) => n)].join(', ')}${quick ? ' (--quick: smoke size, figures mean nothing)' : ''}`);
   const records = await interleaved<RoundResult>(
     [

@@ -31,7 +31,8 @@ import { completed, newSerde, trajectory } from '../testkit/events.ts';
 import { PrivateBroker } from '../testkit/kafka-broker.ts';
 import { newRun, openRunLog, progress, ROLES, rssMiB, Supervisor } from '../testkit/harness.ts';
 import { dropDatabase } from '../testkit/audit.ts';
-import { commonFlags, fmtStats, interleaved, probeSummary, stats, summarize, type Stats } from './harness.ts';
+import { bool, int, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, interleaved, probeSummary, stats, summarize, type Stats } from './harness.ts';
 import { runTopic } from './kafka-topics.ts';
 
 const TOKENS = 1000;
@@ -198,9 +199,10 @@ async function roleMemory(): Promise<Record<string, number | null> | null> {
 }
 
 export async function main(args: string[]): Promise<unknown> {
-  const { quick, rounds: roundsFlag, rest } = commonFlags(args, 3);
-  const rounds = quick && !args.includes('--rounds') ? 2 : roundsFlag;
-  const groups = Number(rest.find((a) => /^\d+$/.test(a)) ?? (quick ? 25 : 2500));
+  const { values: f, positional } = parseFlags(args, { ...ROUND_FLAGS, 'no-memory': bool }, { positionals: [['groups', int(1)]] });
+  const quick = f.quick === true;
+  const rounds = f.rounds ?? (quick ? 2 : 3);
+  const groups = positional.groups ?? (quick ? 25 : 2500);
   const latencyGroups = quick ? 10 : 200;
   const serde = await newSerde();
   const sample = serde.encode('TrajectoryCompleted', completed(trajectory({ groupId: 'g', index: 0, tokens: TOKENS, groupSize: GROUP })));
@@ -277,7 +279,7 @@ export async function main(args: string[]): Promise<unknown> {
   const speed = probeSummary(recs);
   console.log(`machine speed before each mode: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
   let memory: Record<string, number | null> | null = null;
-  if (!args.includes('--no-memory') && !quick) {
+  if (f['no-memory'] !== true && !quick) {
     memory = await roleMemory();
     if (memory) {
       console.log('\n(c) resident memory of each role (own process, distributed shape, tiny model), MiB at steady state (one run):');

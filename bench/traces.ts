@@ -75,7 +75,7 @@ import { rowsOf } from '../consumers/traces/rows.ts';
 import { TraceWriter, type WriterOptions } from '../consumers/traces/writer.ts';
 import { recordRun } from '../testkit/record-run.ts';
 import { cpuReport, describeCpu, sampleCpu, type CpuReport } from './cpu.ts';
-import { choice, int, names, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { choice, FlagError, int, names, parseFlags, ROUND_FLAGS } from './flags.ts';
 import { fmtStats, interleaved, probeSummary, summarize, type Mode } from './harness.ts';
 import { deleteRunTopics, runTopic } from './kafka-topics.ts';
 import { syntheticRun, syntheticTurnCount, type SyntheticRunOptions } from '../testkit/synthetic-run.ts';
@@ -454,13 +454,13 @@ export interface TracesOptions {
 export function parseOptions(args: string[]): TracesOptions {
   const { values: f } = parseFlags(args, FLAGS);
   if (f.rounds !== undefined && f['sink-runs'] !== undefined && f.rounds !== f['sink-runs']) {
-    throw new Error(`--sink-runs is the older name of --rounds (every mode runs once a round); give one (got --rounds ${f.rounds} --sink-runs ${f['sink-runs']})`);
+    throw new FlagError(`--sink-runs is the older name of --rounds (every mode runs once a round); give one (got --rounds ${f.rounds} --sink-runs ${f['sink-runs']})`);
   }
   const quick = f.quick === true;
   const server = Boolean(process.env['CLICKHOUSE_URL']);
   const brokers = Boolean(process.env['KAFKA_BROKERS']);
   const kafkaSink = (f['kafka-sink'] ?? (brokers && !quick ? 'true' : 'false')) === 'true';
-  if (kafkaSink && !brokers) throw new Error('--kafka-sink true needs KAFKA_BROKERS (source infra/env.sh)');
+  if (kafkaSink && !brokers) throw new FlagError('--kafka-sink true needs KAFKA_BROKERS (source infra/env.sh)');
   const targets = (f.targets ?? (server ? ['chdb', 'server'] : ['chdb'])) as TracesOptions['targets'];
   return {
     quick,
