@@ -102,7 +102,7 @@ test('SFT export: every successful trajectory, rendered with the template, gives
   assert.equal(end.state, 'done', end.error ?? '');
   assert.equal(end.undecodable, 0, 'internal topics are not replayed');
   const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { messages: ChatMessage[]; tools: ChatTool[] });
-  assert.deepEqual(target.skipped, { parse_error: 0, tokenization_mismatch: 0, user_turn: 0, missing_tool_result: 0, missing_turn: 0 });
+  assert.deepEqual(target.skipped, { other_split: 0, parse_error: 0, tokenization_mismatch: 0, user_turn: 0, missing_tool_result: 0, missing_turn: 0 });
   assert.equal(lines.length, trajectories.length);
   const matched = new Set<Trajectory>();
   for (const { messages, tools } of lines) {
