@@ -108,7 +108,10 @@ export class ReplayJob {
             }
           : undefined,
       );
-      await o.target.finish();
+      // A cancelled replay completes what it wrote, except in a target that writes its output whole at the end
+      // (the SFT export): a part of it would pass for all of it.
+      if (this.cancelRequested && o.target.abort) await o.target.abort();
+      else await o.target.finish();
       this.p.state = this.cancelRequested ? 'cancelled' : 'done';
     } catch (err) {
       this.p.state = 'failed';

@@ -33,7 +33,7 @@ export interface ReplayTarget {
   acceptChunks?(chunks: RecordChunk[]): Promise<void>;
   /** Everything accepted is written. */
   finish(): Promise<void>;
-  /** The replay failed: release what is held without completing the output (default: finish()). */
+  /** The replay failed or was cancelled: release what is held without completing the output (default: finish()). */
   abort?(): Promise<void>;
   readonly written: number;
 }
@@ -353,12 +353,12 @@ export class JsonlTarget implements ReplayTarget {
     return { messages, tools: start.tools.map(toolOf) };
   }
 
-  /** Nothing is written before finish(): a failed replay leaves no file. */
+  /** Nothing is written before finish(): a failed or cancelled replay leaves no file. */
   async abort(): Promise<void> {}
 
   async finish(): Promise<void> {
     const tmp = `${this.file}.${process.pid}.tmp`;
-    const out = createWriteStream(tmp, { flags: 'wx' });
+    const out = createWriteStream(tmp);
     try {
       const keys = [...this.success].filter(([k, s]) => s.ok && this.started.has(k) && this.turns.has(k)).map(([k]) => k).sort();
       for (const k of keys) {

@@ -5,7 +5,7 @@
 // existing topic needs --append; a flag for another target is refused, not ignored.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -154,4 +154,26 @@ test('--into topic: an existing topic that holds records needs --append; --rewar
   assert.equal(replay('--log', join(dir, 'a'), '--into', 'topic:rewarded.again', '--reward', 'math_numeric', '--topics', 'rollout.events', '--append').code, 0);
   const misplaced = replay('--log', join(dir, 'a'), '--into', `jsonl:${join(dir, 'r.jsonl')}`, '--reward', 'math_numeric');
   assert.match(misplaced.stderr, /--reward applies to --into topic:, not jsonl:/);
+});
+
+test('a cancelled or failed SFT export leaves no file: part of the data would pass for all of it', async () => {
+  const { ReplayJob } = await import('../../consumers/replay/job.ts');
+  const { JsonlTarget } = await import('../../consumers/replay/targets.ts');
+  const log = openEmbeddedLog({ dir: join(dir, 'a', 'log'), fsync: 'none' });
+  const registry = await EmbeddedRegistry.open(log);
+  try {
+    const serde = await new EventSerde(registry).init();
+    const file = join(dir, 'cancelled.jsonl');
+    const job = ReplayJob.start({ log, serde, target: new JsonlTarget(file) });
+    job.cancel();
+    assert.equal((await job.done).state, 'cancelled');
+    assert.equal(existsSync(file), false);
+    const done = await ReplayJob.start({ log, serde, target: new JsonlTarget(file) }).done;
+    assert.equal(done.state, 'done');
+    assert.ok(existsSync(file));
+    assert.deepEqual(readdirSync(dir).filter((f) => f.includes('.tmp')), [], 'no temporary file left');
+  } finally {
+    await registry.close();
+    await log.close();
+  }
 });
