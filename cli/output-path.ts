@@ -1,7 +1,7 @@
 // Where a command writes a file: never over an input, and over an existing file only when told (the flag that
 // allows it is named in the refusal). Checked before any work starts, so a refused command has read nothing.
-import { existsSync, statSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, realpathSync, statSync } from 'node:fs';
+import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { RlstreamError } from '../core/errors.ts';
 
 /** Whether two paths name the same file: the same inode when both exist (links included), else the same absolute path. */
@@ -32,4 +32,18 @@ export function checkOutputPath(output: string, c: OutputCheck): void {
   if (!existsSync(output)) return;
   if (statSync(output).isDirectory()) throw new RlstreamError('INPUT_INVALID', `${c.option} ${output} is a directory; name a file`);
   if (!c.force) throw new RlstreamError('INPUT_INVALID', `${c.option} ${output} exists; ${c.forceFlag} replaces it`);
+}
+
+/** The absolute path with links resolved as far as it exists (a file still to be written: its folder's links). */
+function realish(p: string): string {
+  const abs = resolve(p);
+  let head = abs;
+  while (!existsSync(head) && dirname(head) !== head) head = dirname(head);
+  return existsSync(head) ? join(realpathSync(head), relative(head, abs)) : abs;
+}
+
+/** Whether `path` lies inside the directory `dir` (or is it), links resolved: a link into the directory counts. */
+export function insideDir(path: string, dir: string): boolean {
+  const r = relative(realish(dir), realish(path));
+  return r === '' || (r !== '..' && !r.startsWith(`..${sep}`) && !isAbsolute(r));
 }

@@ -17,7 +17,7 @@ import { advantageStage } from '../../consumers/advantage/stage.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
-import { checkOutputPath, samePath } from '../output-path.ts';
+import { checkOutputPath, insideDir, samePath } from '../output-path.ts';
 import { logOwnership } from '../../consumers/replay/ownership.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type DeriveOptions, type ReplayTarget, type SftSplit } from '../../consumers/replay/targets.ts';
 import { rewardStageFor } from '../reward-stage.ts';
@@ -113,6 +113,7 @@ function destinationLog(spec: string, sourceSpec: string): string {
   if (existsSync(spec) && !(statSync(spec).isDirectory() && readdirSync(spec).length === 0)) dir = resolveEmbeddedLog(spec, undefined, '--into log:').log;
   const source = sourceSpec.startsWith('kafka://') ? null : resolveEmbeddedLog(sourceSpec, undefined).log;
   if (source !== null && samePath(dir, source)) throw new RlstreamError('INPUT_INVALID', `--into log:${spec} is the source log (--log ${sourceSpec}): a copy into itself would double every record`);
+  if (source !== null && (insideDir(dir, source) || insideDir(source, dir))) throw new RlstreamError('INPUT_INVALID', `--into log:${spec} and the source log (--log ${sourceSpec}) lie one inside the other: choose a directory outside it`);
   return dir;
 }
 
@@ -151,7 +152,12 @@ export function register(program: Command): void {
       checkFlags(o);
       // The stages are resolved before the log is opened: a bad --reward or --config fails without touching it.
       const reward = o.reward ? await rewardStageFor(o.reward, o.config) : undefined;
-      if (o.into.startsWith('jsonl:')) checkOutputPath(o.into.slice(6), { option: '--into jsonl:', forceFlag: '--force', force: o.force === true });
+      if (o.into.startsWith('jsonl:')) {
+        const file = o.into.slice(6);
+        const sourceDir = o.log.startsWith('kafka://') ? null : resolveEmbeddedLog(o.log, undefined).log;
+        if (sourceDir !== null && insideDir(file, sourceDir)) throw new RlstreamError('INPUT_INVALID', `--into jsonl:${file} lies inside the source log (--log ${o.log}): writing it would damage the log; choose a file outside it`);
+        checkOutputPath(file, { option: '--into jsonl:', forceFlag: '--force', force: o.force === true });
+      }
       const source = await openSource(o.log, !o.into.startsWith('topic:'));
       const closers: (() => Promise<void>)[] = [];
       try {

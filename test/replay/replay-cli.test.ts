@@ -5,7 +5,7 @@
 // existing topic needs --append; a flag for another target is refused, not ignored.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -96,6 +96,13 @@ test('--into jsonl: an existing file is refused naming --force, and replaced wit
   const forced = replay('--log', join(dir, 'a'), '--into', `jsonl:${file}`, '--force');
   assert.equal(forced.code, 0, forced.stderr);
   assert.match(readFileSync(file, 'utf8'), /"messages"/);
+  // A file inside the source log (a segment, even through a link) is refused whatever the flags.
+  symlinkSync(join(dir, 'a', 'log'), join(dir, 'log-link'));
+  for (const inside of [join(dir, 'a', 'log', 'export.jsonl'), join(dir, 'log-link', 'export.jsonl')]) {
+    const r = replay('--log', join(dir, 'a'), '--into', `jsonl:${inside}`, '--force');
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /lies inside the source log .*writing it would damage the log/);
+  }
   const misplaced = replay('--log', join(dir, 'a'), '--into', `log:${join(dir, 'copy-x')}`, '--force');
   assert.notEqual(misplaced.code, 0);
   assert.match(misplaced.stderr, /--force applies to --into jsonl:, not log:/);
@@ -108,6 +115,8 @@ test("--into log: refuses its own source always, a log holding records without -
   assert.match(own.stderr, /is the source log .*a copy into itself would double every record/);
   const viaRunDir = replay('--log', join(dir, 'a', 'log'), '--into', `log:${join(dir, 'a')}`, '--append');
   assert.match(viaRunDir.stderr, /is the source log/);
+  const nested = replay('--log', join(dir, 'a'), '--into', `log:${join(dir, 'a', 'log', 'copy')}`);
+  assert.match(nested.stderr, /lie one inside the other/);
 
   const plain = replay('--log', join(dir, 'a'), '--into', `log:${join(dir, 'b', 'log')}`);
   assert.notEqual(plain.code, 0);
