@@ -1,14 +1,16 @@
 // What a run opens at start-up, checked without starting it: the files and directories the config names (of
-// the right kind), the model files (model.config parsed, the tokenizer and chat template loaded, the warm start
-// there or trainable by the task's SFT), the tools (tools.config's classes resolved, or the
-// task's), and the datasets (the first training rows and every held-out row the run evaluates on, each
-// validated as the run reads it). `rlstream config check` reports these, so a config it passes starts. Not here:
-// trainer.device, which depends on the machine that trains, not on the config (consumers/trainer/device.ts).
-import { existsSync, readFileSync, statSync } from 'node:fs';
+// the right kind), the model files (model.config parsed, the tokenizer and chat template loaded, the warm start's
+// safetensors header read, or the warm start trainable by the task's SFT), the tools (tools.config's classes
+// resolved, or the task's), and the datasets (the first training rows and every held-out row the run evaluates
+// on, each validated as the run reads it). `rlstream config check` reports these, so a config it passes starts.
+// Not here: trainer.device, which depends on the machine that trains, not on the config
+// (consumers/trainer/device.ts).
+import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
 import type { RunConfig } from '../../core/config.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
+import { openForRead, readHeader } from '../../core/weights/safetensors.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
 import type { RunPlugins } from './plugins.ts';
@@ -75,6 +77,11 @@ export async function startupProblems(config: RunConfig, plugins: RunPlugins): P
       // The run trains a missing warm start by SFT, which needs the task's demonstrations.
       if (!plugins.task.sftExamples) problems.push(`model.init: ${m.init} does not exist and task ${config.task.name} has no SFT demonstrations to train it; point model.init at existing weights`);
     } else if (statSync(initWeights).isDirectory()) problems.push(`model.init: ${initWeights} is a directory; name a checkpoint directory holding model.safetensors, or a .safetensors file`);
+    else problems.push(...weightsProblem('model.init', initWeights));
+  }
+  if (m.base !== null) {
+    const { initWeights } = initFiles(m.base);
+    if (existsSync(initWeights) && statSync(initWeights).isFile()) problems.push(...weightsProblem('model.base', initWeights));
   }
   try {
     const tools = config.tools.config !== null ? (existsSync(config.tools.config) && statSync(config.tools.config).isFile() ? await loadToolConfig(config.tools.config) : null) : plugins.task.tools ? await plugins.task.tools() : null;
@@ -84,6 +91,20 @@ export async function startupProblems(config: RunConfig, plugins: RunPlugins): P
   }
   problems.push(...(await datasetProblems(config, plugins)));
   return problems;
+}
+
+/** A weights file whose safetensors header cannot be read (the file the trainer and the backend load first). */
+function weightsProblem(field: string, path: string): string[] {
+  let fd: number | null = null;
+  try {
+    fd = openForRead(path);
+    readHeader(fd, path);
+    return [];
+  } catch (err) {
+    return [`${field}: ${path} is not a safetensors file: ${message(err)}`];
+  } finally {
+    if (fd !== null) closeSync(fd);
+  }
 }
 
 /** The rows the run reads first, validated as it reads them: a file in the wrong format fails here. */

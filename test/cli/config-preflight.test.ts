@@ -75,7 +75,7 @@ test('datasets: /etc/passwd, a directory, an empty file and rows of the wrong sh
   assert.match(train[0]!, /wrong\.jsonl line 3: /);
 });
 
-test('model files: a model config that is not one and a tokenizer directory without its files', async () => {
+test('model files: a model config that is not one, a tokenizer directory without its files, weights that are not safetensors', async () => {
   writeFileSync(join(dir, 'model.json'), '{"hidden_size": "big"}');
   const model = await problems({ 'model.config': 'model.json' });
   assert.equal(model.length, 1, model.join('\n'));
@@ -85,4 +85,8 @@ test('model files: a model config that is not one and a tokenizer directory with
   assert.equal(tok.length, 1, tok.join('\n'));
   assert.match(tok[0]!, /^model\.tokenizer: \S+tok cannot be loaded: .*tokenizer\.json/);
   assert.deepEqual(await problems({ 'model.tokenizer': 'reward.ts' }), [`model.tokenizer: ${join(dir, 'reward.ts')} is a file; name a directory`]);
+  writeFileSync(join(dir, 'junk.safetensors'), 'not weights at all');
+  const weights = await problems({ 'model.init': 'junk.safetensors' });
+  assert.equal(weights.length, 1, weights.join('\n'));
+  assert.match(weights[0]!, /^model\.init: \S+junk\.safetensors is not a safetensors file: /);
 });
