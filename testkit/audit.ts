@@ -161,9 +161,9 @@ export async function stuckDetail(log: EventLog, serde: EventSerde, runId: strin
 /** Where the trajectories that did not reach the trainer stopped. */
 export function stuck(r: RunRecords): Record<string, string[]> {
   const out: Record<string, string[]> = { notCompleted: [], notRewarded: [], notAdvantaged: [], notConsumed: [] };
-  const done = consumedSamples(r);
+  const rerun = new Set([...r.completed.keys()].map((id) => r.sampleOf.get(id)));
   for (const id of r.started.keys()) {
-    if (!r.consumed.has(id) && done.has(r.sampleOf.get(id)!)) continue; // superseded
+    if (!r.completed.has(id) && rerun.has(r.sampleOf.get(id))) continue; // superseded: cut short, its sample rerun
     if (!r.completed.has(id)) out['notCompleted']!.push(id);
     else if (!r.rewarded.has(id)) out['notRewarded']!.push(id);
     else if (!r.advantaged.has(id)) out['notAdvantaged']!.push(id);
@@ -178,7 +178,7 @@ export interface AuditResult {
   consumedOnce: number;
   aborted: number;
   deadLettered: number;
-  /** Started trajectories cut short by a crash whose sample was consumed under the id of its rerun. */
+  /** Started trajectories cut short by a crash whose sample completed under the id of its rerun. */
   superseded: number;
   /** Violations, empty when the run is exact. */
   problems: string[];
@@ -215,6 +215,8 @@ export function auditRun(r: RunRecords): AuditResult {
   let superseded = 0;
   const samples = consumedSamples(r);
   for (const [sample, ids] of samples) if (ids.length > 1) problems.push(`sample ${sample} consumed under ${ids.length} trajectory ids (${ids.join(', ')})`);
+  // Samples that completed under some id: an attempt of theirs that never completed was cut short and rerun.
+  const rerun = new Set([...r.completed.keys()].map((id) => r.sampleOf.get(id)).filter((x): x is string => x !== undefined));
   const missing: string[] = [];
   for (const id of r.started.keys()) {
     const n = r.consumed.get(id) ?? 0;
@@ -222,7 +224,7 @@ export function auditRun(r: RunRecords): AuditResult {
     else if (n > 1) problems.push(`trajectory ${id} consumed ${n} times`);
     else if (r.aborted.has(id)) aborted++;
     else if (dead.has(id)) deadLettered++;
-    else if (!r.completed.has(id) && samples.has(r.sampleOf.get(id)!)) superseded++;
+    else if (!r.completed.has(id) && rerun.has(r.sampleOf.get(id)!)) superseded++;
     else missing.push(id);
   }
   if (missing.length > 0) problems.push(`${missing.length} started trajectories neither consumed, aborted, dead-lettered nor superseded (e.g. ${missing.slice(0, 3).join(', ')})`);
