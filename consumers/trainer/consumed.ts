@@ -2,18 +2,30 @@
 // as stale). A record of one of them that comes again — re-delivered after a damaged log was repaired, re-read
 // from a rewound offset, published twice by a producer — is skipped and counted instead of trained twice.
 //
-// It is part of the trainer's durable state: each step's checkpoint holds it (consumed.json, written before the
-// step's transaction commits), and a restart merges that with the ids the log's TrainSteps list, so either one
-// surviving damage is enough.
+// It is part of the trainer's durable state: each step's checkpoint holds its exact tier (consumed.json, written
+// before the step's transaction commits), and a restart merges that with the ids the log's TrainSteps list, so
+// either one surviving damage is enough for the exact tier; the older tier is rebuilt from the TrainSteps.
 //
-// Bounded by the staleness bound: a sample generated at policy version v trains only while v >= version - bound,
-// so below that horizon an id can never be trained again and is forgotten; the set holds about (bound + 1) steps'
-// trajectories. The horizon only rises: after set_staleness raises the bound, a sample below the horizon is still
-// dropped as stale, since whether it was trained before can no longer be told.
+// Two tiers, each bounded. The exact tier holds the ids a re-read record could still be trained under: a sample
+// generated at policy version v trains only while v >= version - bound, and a record read again carries the same
+// v, so below that horizon it is dropped as stale anyway; the tier holds about (bound + 1) steps' trajectories and
+// is what the checkpoint saves. The horizon only rises: after set_staleness raises the bound, a sample below it
+// is still dropped as stale, since whether it was trained before can no longer be told.
+// The older tier catches a trajectory generated again under an id already trained (a producer that re-runs a
+// trajectory without a new id, as the rollout worker did before reruns got new ids): that copy carries a new
+// version and passes the horizon. It keeps a 48-bit fingerprint of each id that left the exact tier, the newest
+// OLDER_CAPACITY of them (tens of MB at most; a false match is about 1 in 2^48 / OLDER_CAPACITY per record), and
+// is rebuilt on restart from the log's TrainSteps, which list every id a committed step took.
+import { createHash } from 'node:crypto';
 import { open, readFile, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 
 const FILE = 'consumed.json';
+const OLDER_CAPACITY = 1_000_000;
+
+function fingerprint(id: string): number {
+  return createHash('sha256').update(id).digest().readUIntBE(0, 6);
+}
 
 interface Saved {
   horizon: number;
@@ -22,6 +34,9 @@ interface Saved {
 }
 
 export class ConsumedTrajectories {
+  /** Fingerprints of ids below the horizon, oldest first (a Set iterates in insertion order). */
+  private readonly older = new Set<number>();
+
   private constructor(
     private horizonVersion: number,
     private readonly ids: Map<string, number>,
@@ -36,12 +51,13 @@ export class ConsumedTrajectories {
     return this.horizonVersion;
   }
 
-  get size(): number {
-    return this.ids.size;
+  /** Ids in the exact tier, and fingerprints in the older one. */
+  get size(): { exact: number; older: number } {
+    return { exact: this.ids.size, older: this.older.size };
   }
 
   has(trajectoryId: string): boolean {
-    return this.ids.has(trajectoryId);
+    return this.ids.has(trajectoryId) || (this.older.size > 0 && this.older.has(fingerprint(trajectoryId)));
   }
 
   belowHorizon(version: number): boolean {
@@ -52,14 +68,28 @@ export class ConsumedTrajectories {
   add(taken: Iterable<[string, number]>, version: number, bound: number): void {
     for (const [id, v] of taken) this.ids.set(id, Math.max(v, this.ids.get(id) ?? v));
     this.horizonVersion = Math.max(this.horizonVersion, version - bound);
-    for (const [id, v] of this.ids) if (v < this.horizonVersion) this.ids.delete(id);
+    for (const [id, v] of this.ids) {
+      if (v >= this.horizonVersion) continue;
+      this.ids.delete(id);
+      const f = fingerprint(id);
+      this.older.delete(f);
+      this.older.add(f);
+    }
+    for (const f of this.older) {
+      if (this.older.size <= OLDER_CAPACITY) break;
+      this.older.delete(f);
+    }
   }
 
-  copy(): ConsumedTrajectories {
-    return new ConsumedTrajectories(this.horizonVersion, new Map(this.ids));
+  /** The exact tier as `add` would leave it, without changing this set: what a step's checkpoint saves. */
+  exactAfter(taken: Iterable<[string, number]>, version: number, bound: number): ConsumedTrajectories {
+    const next = new ConsumedTrajectories(this.horizonVersion, new Map(this.ids));
+    next.add(taken, version, bound);
+    next.older.clear();
+    return next;
   }
 
-  /** Into a step's checkpoint directory, durably (temporary file, fsync, rename), before the step commits. */
+  /** The exact tier into a step's checkpoint directory, durably (temporary file, fsync, rename), before the step commits. */
   async save(dir: string): Promise<void> {
     const saved: Saved = { horizon: this.horizonVersion, ids: [...this.ids] };
     const tmp = join(dir, `${FILE}.tmp`);

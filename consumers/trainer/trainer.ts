@@ -180,7 +180,8 @@ export class Trainer {
       if (saved.problem !== null) this.logger.warn('the checkpoint\'s consumed set cannot be used; rebuilding it from the log\'s TrainSteps alone', { problem: saved.problem });
       this.consumed = saved.set ?? ConsumedTrajectories.empty();
       this.consumed.add(last.taken, this.version, this.stalenessBound);
-      this.logger.info('resumed from checkpoint', { step: this.step, version: this.version, consumed_ids: this.consumed.size, consumed_horizon: this.consumed.horizon, from_checkpoint: saved.set !== null });
+      const { exact, older } = this.consumed.size;
+      this.logger.info('resumed from checkpoint', { step: this.step, version: this.version, consumed_exact: exact, consumed_older: older, consumed_horizon: this.consumed.horizon, from_checkpoint: saved.set !== null });
     } else {
       this.model = this.deps.initialCheckpoint
         ? await Model.loadCheckpoint(this.deps.initialCheckpoint, on)
@@ -498,9 +499,7 @@ export class Trainer {
     const publish = step % options.publishEvery === 0;
     const produced = publish ? this.version + 1 : null;
     // The consumed set as of this step, in its checkpoint before the log says the step happened.
-    const consumed = this.consumed.copy();
-    consumed.add(this.taking, produced ?? this.version, this.stalenessBound);
-    await consumed.save(dir);
+    await this.consumed.exactAfter(this.taking, produced ?? this.version, this.stalenessBound).save(dir);
     const staleness = samples.map((s) => s.staleness);
     const toolCalls = samples.reduce((n, s) => n + s.toolCalls, 0);
     const toolErrors = samples.reduce((n, s) => n + s.toolErrors, 0);
@@ -568,7 +567,7 @@ export class Trainer {
     if (produced !== null) this.version = produced;
     this.droppedSinceStep = 0;
     this.droppedIds = [];
-    this.consumed = consumed;
+    this.consumed.add(this.taking, produced ?? this.version, this.stalenessBound);
     this.taking = new Map();
     this.alreadyConsumedSinceStep = 0;
     if (stored && produced !== null) this.storedVersions.set(produced, stored.checksum);

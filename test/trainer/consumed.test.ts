@@ -21,16 +21,17 @@ const SIZE = 2;
 
 const skippedMetric = (s: TrainStep) => s.metrics.find((m) => m.name === 'skipped_already_consumed')?.value;
 
-async function publish(log: EventLog, serde: EventSerde, groups: number[]): Promise<void> {
+/** Groups as the advantage consumer writes them; `version` (default 0) is the policy version they were generated at. */
+async function publish(log: EventLog, serde: EventSerde, groups: number[], version: Record<number, number> = {}): Promise<void> {
   const p = await log.producer();
-  for (const g of groups) await p.send(TOPICS.advantaged, advantagedRecords(serde, syntheticGroup(RUN, g, SIZE)));
+  for (const g of groups) await p.send(TOPICS.advantaged, advantagedRecords(serde, syntheticGroup(RUN, g, SIZE, version[g] ?? 0)));
   await p.close();
 }
 
 /** One life of a trainer on the log: it trains `steps` more steps (one group each), then closes. */
-async function life(log: EventLog, serde: EventSerde, dir: string, weights: string, steps: number): Promise<{ seen: TrainStep[]; alreadyConsumed: number }> {
+async function life(log: EventLog, serde: EventSerde, dir: string, weights: string, steps: number, bound = 4): Promise<{ seen: TrainStep[]; alreadyConsumed: number }> {
   const seen: TrainStep[] = [];
-  const trainer = tinyTrainer({ log, serde, runId: RUN, dataDir: join(dir, 'data'), weights }, { max_steps: 0, threads: 1, groups_per_step: 1, staleness_bound: 4 }, { followControl: false, onStep: (s) => seen.push(s) });
+  const trainer = tinyTrainer({ log, serde, runId: RUN, dataDir: join(dir, 'data'), weights }, { max_steps: 0, threads: 1, groups_per_step: 1, staleness_bound: bound }, { followControl: false, onStep: (s) => seen.push(s) });
   await trainer.start();
   const running = trainer.run();
   const t0 = Date.now();
@@ -69,11 +70,13 @@ test('records of trajectories already trained, published again, are skipped and 
     assert.equal(second.alreadyConsumed, 3 * SIZE);
     assert.equal(skippedMetric(second.seen[0]!), 3 * SIZE);
     // Life 3, with the checkpoint's set deleted (the second layer, the log's TrainSteps, holds) and a damaged one
-    // in an older checkpoint that is not read.
+    // in an older checkpoint that is not read. The bound is now 2 at version 4: groups 0 and 1 (steps at versions 0
+    // and 1) are below the horizon, and group 0 comes generated again under the same ids at version 4, where the
+    // staleness check lets it through; the older tier (fingerprints) catches it.
     rmSync(join(dir, 'data', 'trainer', 'step-4', 'consumed.json'));
     writeFileSync(join(dir, 'data', 'trainer', 'step-3', 'consumed.json'), '{"horizon":');
-    await publish(log, serde, [0, 1, 2, 3, 4]);
-    const third = await life(log, serde, dir, weights, 1);
+    await publish(log, serde, [0, 1, 2, 3, 4], { 0: 4, 4: 4 });
+    const third = await life(log, serde, dir, weights, 1, 2);
     assert.equal(third.alreadyConsumed, 4 * SIZE);
     const all = [...first.seen, ...second.seen, ...third.seen];
     const ids = all.flatMap((s) => s.trajectory_ids);
@@ -101,21 +104,23 @@ test('a damaged consumed set in the checkpoint the trainer resumes from is repor
     assert.equal(new Set([...next.seen[0]!.trajectory_ids]).size, SIZE);
     const loaded = await ConsumedTrajectories.load(join(dir, 'data', 'trainer', 'step-2'));
     assert.equal(loaded.problem, null);
-    assert.equal(loaded.set!.size, 2 * SIZE, 'the new checkpoint holds both groups again');
+    assert.equal(loaded.set!.size.exact, 2 * SIZE, 'the new checkpoint holds both groups again');
   } finally {
     await log.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test('the consumed set keeps every id still trainable under the staleness bound and forgets the older ones; its horizon only rises', async () => {
+test('the consumed set keeps every id still trainable under the staleness bound exactly, the older ones as fingerprints; its horizon only rises', async () => {
   const set = ConsumedTrajectories.empty();
   set.add([['a', 0], ['b', 1]], 1, 2);
   assert.ok(set.has('a') && set.has('b'));
   set.add([['c', 3]], 3, 2);
-  // Version 3, bound 2: a sample of version 1 may still train, one of version 0 never again.
+  // Version 3, bound 2: a sample of version 1 may still train, one of version 0 only as a copy generated again.
   assert.equal(set.horizon, 1);
-  assert.ok(!set.has('a'), 'below the horizon: forgotten');
+  assert.deepEqual(set.size, { exact: 2, older: 1 });
+  assert.ok(set.has('a'), 'below the horizon: still known, by fingerprint');
+  assert.ok(!set.has('d'));
   assert.ok(set.has('b') && set.has('c'));
   assert.ok(set.belowHorizon(0) && !set.belowHorizon(1));
   // A raised bound does not lower the horizon: whether version-0 samples were trained can no longer be told.
@@ -125,6 +130,7 @@ test('the consumed set keeps every id still trainable under the staleness bound 
   await set.save(dir);
   const back = await ConsumedTrajectories.load(dir);
   assert.equal(back.problem, null);
+  // The checkpoint holds the exact tier; the older one comes back from the log's TrainSteps.
   assert.deepEqual([back.set!.horizon, back.set!.has('b'), back.set!.has('c'), back.set!.has('a')], [1, true, true, false]);
   assert.deepEqual(await ConsumedTrajectories.load(join(dir, 'none')), { set: null, problem: null });
   writeFileSync(join(dir, 'consumed.json'), '{"horizon": 1, "ids": [["x"]]}');
