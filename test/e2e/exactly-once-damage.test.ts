@@ -130,8 +130,9 @@ test('rlstream run SIGKILLed ten times, its log damaged and repaired between liv
       // the step under way.
       const afterSteps = DAMAGE[i] !== undefined ? 1 + Math.floor(Math.random() * 2) : Math.floor(Math.random() * 3);
       const kill = i < KILLS ? { afterSteps, delayMs: Math.round(Math.random() * 2000) } : null;
+      const t0 = performance.now();
       const l = await life(dir, runIdBase, kill);
-      process.stderr.write(`# life ${i}: ${kill === null ? 'to the end' : `SIGKILL ${kill.delayMs} ms after ${kill.afterSteps} step(s) of its own`}, ${l.signal ?? `exit ${l.code}`}, steps it printed ${stepsPrinted(l.stderr).join(',') || 'none'}\n`);
+      process.stderr.write(`# life ${i}: ${kill === null ? 'to the end' : `SIGKILL ${kill.delayMs} ms after ${kill.afterSteps} step(s) of its own`}, ${l.signal ?? `exit ${l.code}`} after ${((performance.now() - t0) / 1000).toFixed(1)} s, steps it printed ${stepsPrinted(l.stderr).join(',') || 'none'}\n`);
       const runs = readdirSync(dir);
       assert.equal(runs.length, 1, `one run directory: ${runs.join(', ')}; life ${i}: ${l.stderr.slice(-2000)}`);
       runDir = join(dir, runs[0]!);
