@@ -42,8 +42,9 @@ export class ConsumedTrajectories {
     private readonly ids: Map<string, number>,
   ) {}
 
+  /** No horizon until a step sets one: a run's first samples may come from versions below 0 (tests, imports). */
   static empty(): ConsumedTrajectories {
-    return new ConsumedTrajectories(0, new Map());
+    return new ConsumedTrajectories(-Infinity, new Map());
   }
 
   /** The oldest policy version a sample may have been generated at and still be trained. */
