@@ -27,7 +27,7 @@ const CONFIG = join(ROOT, 'examples', 'calculator', 'config.yaml');
 const KILLS = 10;
 // Lives train a few steps each (a resumed trainer takes what was already advantaged at once): ten of them must
 // leave the run unfinished for the last one.
-const MAX_STEPS = 24;
+const MAX_STEPS = 30;
 const SETS = { 'trainer.max_steps': MAX_STEPS, 'trainer.groups_per_step': 2, 'rollout.n': 4, 'rollout.concurrency': 16, 'task.heldout_problems': 8, 'eval.problems': 4, 'eval.every_steps': 1000, 'advantage.group_timeout_ms': 10_000, 'traces.kind': 'none' };
 /** After which lives the log is damaged, and how (those lives run at least one step, so there are rollouts to damage). */
 const DAMAGE: Record<number, 'truncate' | 'delete'> = { 1: 'truncate', 3: 'delete', 5: 'truncate', 7: 'delete', 8: 'truncate' };
