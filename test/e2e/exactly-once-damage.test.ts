@@ -239,7 +239,7 @@ test('every record the damage destroyed is listed by rlstream log check', { todo
   const unlisted: string[] = [];
   for (const d of damages) {
     assert.ok(d.lost.length > 0, `${d.what} destroyed records`);
-    assert.equal(d.checkBefore.code, 1, `log check before repairing ${d.what}: ${d.checkBefore.stdout}`);
+    if (d.checkBefore.code !== 1) unlisted.push(`${d.what}: log check before the repair exited ${d.checkBefore.code}: ${d.checkBefore.stdout.trim().split('\n')[0]}`);
     const gaps = listedGaps(d.checkAfter.stdout);
     const missed = d.lost.filter((k) => {
       const [topic, partition, offset] = k.split('/');
