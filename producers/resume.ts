@@ -46,14 +46,15 @@ export async function readResumePoint(log: EventLog, serde: EventSerde, runId: s
     earlier = true;
     if (t.dataset.split === 'train') completed.add(sampleKey(t.group_id, t.sample_index));
   };
-  // Turns and tool calls are most of rollout.events: skipped by schema id without decoding.
-  await scan(log, serde, runId, TOPICS.rolloutEvents, ['TrajectoryStarted', 'TrajectoryCompleted'], false, (name, value) => {
-    if (name === 'TrajectoryCompleted') take((value as { trajectory: Trajectory }).trajectory);
-    else if ((value as { run_id: string }).run_id === runId) earlier = true;
-  });
-  for (const topic of [TOPICS.rewarded, TOPICS.advantaged]) {
-    await scan(log, serde, runId, topic, ['RewardedTrajectory', 'AdvantagedTrajectory'], true, (_, value) => take((value as { trajectory: Trajectory }).trajectory));
-  }
+  // The three topics at once: on Kafka each read starts with a group join, and a restart waits for the slowest.
+  await Promise.all([
+    // Turns and tool calls are most of rollout.events: skipped by schema id without decoding.
+    scan(log, serde, runId, TOPICS.rolloutEvents, ['TrajectoryStarted', 'TrajectoryCompleted'], false, (name, value) => {
+      if (name === 'TrajectoryCompleted') take((value as { trajectory: Trajectory }).trajectory);
+      else if ((value as { run_id: string }).run_id === runId) earlier = true;
+    }),
+    ...[TOPICS.rewarded, TOPICS.advantaged].map((topic) => scan(log, serde, runId, topic, ['RewardedTrajectory', 'AdvantagedTrajectory'], true, (_, value) => take((value as { trajectory: Trajectory }).trajectory))),
+  ]);
   return { completed, life: earlier ? newId() : null };
 }
 
