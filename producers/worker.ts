@@ -27,6 +27,7 @@ import { Counters, LatencyReservoir } from './metrics.ts';
 import { compileRolloutOptions, type CompiledRolloutOptions, type RolloutOptions } from './options.ts';
 import { verifyPolicyVersion } from './policy-sync.ts';
 import { EventPublisher } from './publisher.ts';
+import { sampleKey, sampleTrajectoryId, type ResumePoint } from './resume.ts';
 import type { ChatMessage, ChatTokenizer } from './tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from './tokenizer/delta.ts';
 import type { ToolSet } from './tools/tool-set.ts';
@@ -51,10 +52,11 @@ export interface RolloutWorkerDeps {
   followPolicy?: boolean;
   workerId?: string;
   /**
-   * Trajectory ids already completed in the log by an earlier life of this worker (producers/resume.ts):
-   * on a restart they are not run again, so a crash neither duplicates nor loses a trajectory.
+   * What earlier lives of this run completed, and this life's tag for trajectory ids (producers/resume.ts): on a
+   * restart completed samples are not run again and the others run under new ids, so a crash neither duplicates
+   * nor loses a trajectory, and no (trajectory, turn_index) is published in two versions.
    */
-  completed?: ReadonlySet<string>;
+  resume?: ResumePoint;
   logger?: Logger;
 }
 
@@ -311,7 +313,7 @@ export class RolloutWorker {
     // The n samples of a group share one prompt: render and tokenize it once.
     const prompt: PromptCache = {};
     for (let k = 0; k < n; k++) {
-      if (counted && this.deps.completed?.has(deriveId(groupId, 'trajectory', k))) {
+      if (counted && this.deps.resume?.completed.has(sampleKey(groupId, k))) {
         this.counters.add('trajectories_resumed_skipped');
         continue;
       }
@@ -354,7 +356,7 @@ export class RolloutWorker {
     const publisher = this.publisher!;
     const { runId, backend, tokenizer } = this.deps;
     const loop = this.agents.get(agentName);
-    const trajectoryId = deriveId(groupId, 'trajectory', sampleIndex);
+    const trajectoryId = sampleTrajectoryId(groupId, sampleIndex, this.deps.resume?.life ?? null);
     const t0 = performance.now();
     const messages: ChatMessage[] = row.prompt.map((m) => ({ ...m }));
     const toolSet = loop.usesTools ? this.deps.tools : undefined;

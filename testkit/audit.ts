@@ -1,6 +1,7 @@
 // The end-of-run audit of the fault tests: every started trajectory is in the trainer's consumed set
-// (TrainStep.trajectory_ids plus dropped_trajectory_ids) exactly once, or accounted for as aborted or
-// dead-lettered; steps and policy versions are contiguous and unique; ClickHouse holds no duplicate.
+// (TrainStep.trajectory_ids plus dropped_trajectory_ids) exactly once, or accounted for as aborted, dead-lettered
+// or superseded (cut short by a crash, its sample run again under a new id by the restarted worker); no sample is
+// consumed under two ids; steps and policy versions are contiguous and unique; ClickHouse holds no duplicate.
 import { newId } from '../core/ids.ts';
 import type { EventLog } from '../core/log/types.ts';
 import { readToEnd } from '../core/log/read-to-end.ts';
@@ -19,6 +20,8 @@ export interface DeadLetterInfo {
 
 export interface RunRecords {
   started: Map<string, number>;
+  /** The sample (group_id/sample_index) each started trajectory is. */
+  sampleOf: Map<string, string>;
   completed: Map<string, number>;
   aborted: Set<string>;
   /** Times each trajectory id appears in a committed TrainStep (trained or dropped as stale). */
@@ -58,23 +61,29 @@ async function tryDecode(serde: EventSerde, value: Buffer): Promise<DecodedEvent
 
 const bump = (m: Map<string, number>, k: string) => m.set(k, (m.get(k) ?? 0) + 1);
 
-/** Distinct ids of the run's started training trajectories. */
+/**
+ * Distinct samples (group_id/sample_index) of the run's started training trajectories: a sample cut short by a
+ * crash runs again under a new trajectory id, and is consumed once under one of them.
+ */
 export async function collectStarted(log: EventLog, serde: EventSerde, runId: string): Promise<Set<string>> {
-  const ids = new Set<string>();
+  const samples = new Set<string>();
   await readTopic(log, TOPICS.rolloutEvents, async (v) => {
     if (v.length >= 5 && v[0] === 0 && v.readUInt32BE(1) !== serde.schemaId('TrajectoryStarted')) return;
     const ev = await tryDecode(serde, v);
-    if (ev?.name === 'TrajectoryStarted' && ev.value.run_id === runId && ev.value.dataset.split === 'train') ids.add(ev.value.trajectory_id);
+    if (ev?.name === 'TrajectoryStarted' && ev.value.run_id === runId && ev.value.dataset.split === 'train') samples.add(`${ev.value.group_id}/${ev.value.sample_index}`);
   });
-  return ids;
+  return samples;
 }
 
 export async function collectRun(log: EventLog, serde: EventSerde, runId: string): Promise<RunRecords> {
-  const out: RunRecords = { started: new Map(), completed: new Map(), aborted: new Set(), consumed: new Map(), steps: [], versions: [], deadLetters: [], undecodable: 0, rewarded: new Map(), advantaged: new Map() };
+  const out: RunRecords = { started: new Map(), sampleOf: new Map(), completed: new Map(), aborted: new Set(), consumed: new Map(), steps: [], versions: [], deadLetters: [], undecodable: 0, rewarded: new Map(), advantaged: new Map() };
   await readTopic(log, TOPICS.rolloutEvents, async (v) => {
     const ev = await tryDecode(serde, v);
     if (!ev) return void out.undecodable++;
-    if (ev.name === 'TrajectoryStarted' && ev.value.run_id === runId && ev.value.dataset.split === 'train') bump(out.started, ev.value.trajectory_id);
+    if (ev.name === 'TrajectoryStarted' && ev.value.run_id === runId && ev.value.dataset.split === 'train') {
+      bump(out.started, ev.value.trajectory_id);
+      out.sampleOf.set(ev.value.trajectory_id, `${ev.value.group_id}/${ev.value.sample_index}`);
+    }
     if (ev.name === 'TrajectoryCompleted' && ev.value.trajectory.run_id === runId && ev.value.trajectory.dataset.split === 'train') {
       bump(out.completed, ev.value.trajectory.trajectory_id);
       if (ev.value.trajectory.termination === 'aborted') out.aborted.add(ev.value.trajectory.trajectory_id);
@@ -152,7 +161,9 @@ export async function stuckDetail(log: EventLog, serde: EventSerde, runId: strin
 /** Where the trajectories that did not reach the trainer stopped. */
 export function stuck(r: RunRecords): Record<string, string[]> {
   const out: Record<string, string[]> = { notCompleted: [], notRewarded: [], notAdvantaged: [], notConsumed: [] };
+  const rerun = new Set([...r.completed.keys()].map((id) => r.sampleOf.get(id)));
   for (const id of r.started.keys()) {
+    if (!r.completed.has(id) && rerun.has(r.sampleOf.get(id))) continue; // superseded: cut short, its sample rerun
     if (!r.completed.has(id)) out['notCompleted']!.push(id);
     else if (!r.rewarded.has(id)) out['notRewarded']!.push(id);
     else if (!r.advantaged.has(id)) out['notAdvantaged']!.push(id);
@@ -162,10 +173,13 @@ export function stuck(r: RunRecords): Record<string, string[]> {
 }
 
 export interface AuditResult {
+  /** Samples (group_id/sample_index) started: one per trajectory the dataset asked for, however often it ran. */
   started: number;
   consumedOnce: number;
   aborted: number;
   deadLettered: number;
+  /** Started trajectories cut short by a crash whose sample completed under the id of its rerun. */
+  superseded: number;
   /** Violations, empty when the run is exact. */
   problems: string[];
 }
@@ -180,6 +194,16 @@ export async function consumedIds(log: EventLog, serde: EventSerde, runId: strin
   return ids;
 }
 
+/** Samples (group_id/sample_index) consumed, each with the trajectory ids it was consumed under. */
+function consumedSamples(r: RunRecords): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const id of r.consumed.keys()) {
+    const sample = r.sampleOf.get(id);
+    if (sample !== undefined) out.set(sample, [...(out.get(sample) ?? []), id]);
+  }
+  return out;
+}
+
 /** Check the exactly-once accounting: steps must be 1..N once each, versions 0..N once each (publish_every 1). */
 export function auditRun(r: RunRecords): AuditResult {
   const maxSteps = r.steps.length;
@@ -188,6 +212,11 @@ export function auditRun(r: RunRecords): AuditResult {
   let once = 0;
   let aborted = 0;
   let deadLettered = 0;
+  let superseded = 0;
+  const samples = consumedSamples(r);
+  for (const [sample, ids] of samples) if (ids.length > 1) problems.push(`sample ${sample} consumed under ${ids.length} trajectory ids (${ids.join(', ')})`);
+  // Samples that completed under some id: an attempt of theirs that never completed was cut short and rerun.
+  const rerun = new Set([...r.completed.keys()].map((id) => r.sampleOf.get(id)).filter((x): x is string => x !== undefined));
   const missing: string[] = [];
   for (const id of r.started.keys()) {
     const n = r.consumed.get(id) ?? 0;
@@ -195,9 +224,10 @@ export function auditRun(r: RunRecords): AuditResult {
     else if (n > 1) problems.push(`trajectory ${id} consumed ${n} times`);
     else if (r.aborted.has(id)) aborted++;
     else if (dead.has(id)) deadLettered++;
+    else if (!r.completed.has(id) && rerun.has(r.sampleOf.get(id)!)) superseded++;
     else missing.push(id);
   }
-  if (missing.length > 0) problems.push(`${missing.length} started trajectories neither consumed, aborted nor dead-lettered (e.g. ${missing.slice(0, 3).join(', ')})`);
+  if (missing.length > 0) problems.push(`${missing.length} started trajectories neither consumed, aborted, dead-lettered nor superseded (e.g. ${missing.slice(0, 3).join(', ')})`);
   for (const id of r.consumed.keys()) if (!r.started.has(id)) problems.push(`trajectory ${id} consumed but never started`);
   const steps = [...r.steps].sort((a, b) => a - b);
   const wantSteps = Array.from({ length: maxSteps }, (_, i) => i + 1);
@@ -205,7 +235,7 @@ export function auditRun(r: RunRecords): AuditResult {
   const versions = [...r.versions].sort((a, b) => a - b);
   const wantVersions = Array.from({ length: maxSteps + 1 }, (_, i) => i);
   if (versions.length === 0 || JSON.stringify(versions) !== JSON.stringify(wantVersions)) problems.push(`policy versions are not contiguous from 0, once each: ${JSON.stringify(versions)}`);
-  return { started: r.started.size, consumedOnce: once, aborted, deadLettered, problems };
+  return { started: new Set(r.sampleOf.values()).size, consumedOnce: once, aborted, deadLettered, superseded, problems };
 }
 
 /** A query on the ClickHouse server over HTTP; rows as objects. */

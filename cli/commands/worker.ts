@@ -10,7 +10,7 @@ import { openRunContext, openRunTraces } from '../run/context.ts';
 import { evaluatePeriodically } from '../run/evaluation.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, loadTokenizer, modelFiles, trainRows } from '../run/roles.ts';
 import { collectSet } from '../set-option.ts';
-import { completedTrajectories } from '../../producers/resume.ts';
+import { readResumePoint } from '../../producers/resume.ts';
 
 export const ROLES = ['rollout', 'reward', 'advantage', 'trainer', 'traces'] as const;
 type Role = (typeof ROLES)[number];
@@ -117,10 +117,11 @@ async function runRole(role: Role, configPath: string, overrides: Record<string,
       case 'rollout': {
         const tokenizer = loadTokenizer(modelFiles(ctx));
         const backend = await createBackend(ctx);
-        // A restarted worker walks the same rows: what already completed in the log is not run again.
-        const completed = await completedTrajectories(ctx.log, ctx.serde, runId);
-        if (completed.size > 0) logger.info('resuming: trajectories already completed', { completed: completed.size });
-        const worker = await createWorker(ctx, runId, backend, tokenizer, { completed });
+        // A restarted worker walks the same rows: what already completed in the log is not run again, and what
+        // runs again gets new trajectory ids.
+        const resume = await readResumePoint(ctx.log, ctx.serde, runId);
+        if (resume.life !== null) logger.info('resuming: samples already completed', { completed: resume.completed.size });
+        const worker = await createWorker(ctx, runId, backend, tokenizer, { resume });
         // eval.every_versions: held-out evaluation of every k-th policy version this worker serves.
         const every = config.eval.everyVersions;
         const stopEval = every !== null ? await evaluatePeriodically(ctx, runId, backend, tokenizer, every, (version, correct, total) => logger.info('held-out evaluation', { version, correct, total })) : null;

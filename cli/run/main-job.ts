@@ -130,7 +130,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     closers.push(() => backend.close());
     // A resumed run carries on from its log: its steps so far, and the trajectories not to run again.
     const prior = chosen.resumed ? await resumedState(ctx.log, ctx.serde, runId) : null;
-    const worker = await createWorker(ctx, runId, backend, tokenizer, prior ? { completed: prior.completed } : {});
+    const worker = await createWorker(ctx, runId, backend, tokenizer, prior ? { resume: prior.resume } : {});
     // Evaluation gets its own worker that does not follow policy versions: the training worker hot-swaps the
     // shared backend, and evaluation must never wait at the staleness gate.
     const evaluator = await createWorker(ctx, runId, backend, tokenizer, { followPolicy: false });

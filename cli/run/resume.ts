@@ -15,7 +15,7 @@ import { newId } from '../../core/ids.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
-import { completedTrajectories } from '../../producers/resume.ts';
+import { readResumePoint, type ResumePoint } from '../../producers/resume.ts';
 
 export type RunChoice = { kind: 'new' } | { kind: 'auto' } | { kind: 'dir'; dir: string };
 
@@ -123,8 +123,8 @@ function writeAtomic(path: string, text: string): void {
 export interface ResumedState {
   /** The run's committed train steps, in order. */
   steps: TrainStep[];
-  /** Trajectories already completed: the rollout worker does not run them again. */
-  completed: Set<string>;
+  /** Samples already completed (not run again) and this life's tag for new trajectory ids. */
+  resume: ResumePoint;
   /** Held-out accuracy of the warm start, when an earlier life measured it (carried in the steps' metrics). */
   before: number | null;
   /** Held-out evaluations the steps carried: the first step of each new one. */
@@ -142,7 +142,7 @@ export async function resumedState(log: EventLog, serde: EventSerde, runId: stri
     if (!last || last.version !== version || last.accuracy !== acc) evals.push({ step: version === 0 ? 0 : s.step - 1, version, accuracy: acc });
   }
   const before = evals[0]?.version === 0 ? evals[0].accuracy : null;
-  return { steps, completed: await completedTrajectories(log, serde, runId), before, evals };
+  return { steps, resume: await readResumePoint(log, serde, runId, { resumed: true }), before, evals };
 }
 
 async function committedSteps(log: EventLog, serde: EventSerde, runId: string): Promise<TrainStep[]> {

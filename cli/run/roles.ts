@@ -17,6 +17,7 @@ import type { RowSource } from '../../producers/dataset/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
 import type { RolloutOptions } from '../../producers/options.ts';
+import type { ResumePoint } from '../../producers/resume.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
 import type { RunContext } from './context.ts';
@@ -161,9 +162,9 @@ export async function createTools(ctx: RunContext): Promise<ToolSet> {
   return task.tools ? task.tools() : new ToolSet();
 }
 
-export async function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean; completed?: ReadonlySet<string> } = {}): Promise<RolloutWorker> {
+export async function createWorker(ctx: RunContext, runId: string, backend: LlmBackend, tokenizer: ChatTokenizer, options: { followPolicy?: boolean; resume?: ResumePoint } = {}): Promise<RolloutWorker> {
   return new RolloutWorker(
-    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await createTools(ctx), agents: ctx.plugins.agents, interactions: ctx.plugins.interactions, logger: ctx.logger, followPolicy: options.followPolicy ?? true, ...(options.completed ? { completed: options.completed } : {}) },
+    { runId, log: ctx.log, serde: ctx.serde, backend, tokenizer, tools: await createTools(ctx), agents: ctx.plugins.agents, interactions: ctx.plugins.interactions, logger: ctx.logger, followPolicy: options.followPolicy ?? true, ...(options.resume ? { resume: options.resume } : {}) },
     rolloutOptions(ctx, tokenizer),
   );
 }

@@ -311,8 +311,11 @@ export class JsonlTarget implements ReplayTarget {
       if (event.name === 'TrajectoryStarted') this.started.set(`${event.value.run_id}/${event.value.trajectory_id}`, { messages: event.value.prompt_messages, tools: event.value.tools });
       else if (event.name === 'TurnCompleted') {
         const k = `${event.value.run_id}/${event.value.trajectory_id}`;
-        const list = this.turns.get(k) ?? [];
-        if (!list.some((t) => t.turn_index === event.value.turn_index)) list.push(event.value);
+        // One turn per index, the latest: a log written before a restarted worker gave the trajectories it ran again
+        // new ids holds a trajectory cut short by a crash and its rerun under one id, and the rerun (read later) is
+        // the one its TrajectoryCompleted assembles.
+        const list = (this.turns.get(k) ?? []).filter((t) => t.turn_index !== event.value.turn_index);
+        list.push(event.value);
         this.turns.set(k, list);
       } else if (event.name === 'ToolCallCompleted') {
         const k = `${event.value.run_id}/${event.value.trajectory_id}`;

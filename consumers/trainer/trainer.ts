@@ -17,6 +17,7 @@ import { TOPICS } from '../../core/topics.ts';
 import type { AdvantagedTrajectory, Control, NamedValue, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
 import { Model, type DeviceKind, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
+import { ConsumedTrajectories } from './consumed.ts';
 import { checkTrainerDevice } from './device.ts';
 import type { TrainerOptions } from './options.ts';
 import { policyLosses } from './policy-losses.ts';
@@ -69,6 +70,11 @@ export interface TrainerCounters {
    * held what it had read past that (in a step or in the next batch): skipped, each was consumed once already.
    */
   redelivered: number;
+  /**
+   * Records of trajectories a committed step had already taken (trained or dropped as stale), or that this step
+   * took already: skipped (consumed.ts). Each step counts its own in the TrainStep metric skipped_already_consumed.
+   */
+  alreadyConsumed: number;
 }
 
 const GROUP_ID = 'trainer';
@@ -114,7 +120,13 @@ export class Trainer {
    * and this point are already in a committed step, the step being collected, or the carry.
    */
   private readonly readThrough = new Map<number, number>();
-  readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0, skippedOtherRun: 0, redelivered: 0 };
+  readonly counters: TrainerCounters = { consumed: 0, droppedStale: 0, skippedNonTrain: 0, skippedOtherRun: 0, redelivered: 0, alreadyConsumed: 0 };
+  /** The trajectories of the committed steps, by id (durable in each step's checkpoint; consumed.ts). */
+  private consumed = ConsumedTrajectories.empty();
+  /** What the step being collected took (trained or dropped), id → generating version; cleared when it commits. */
+  private taking = new Map<string, number>();
+  /** Records skipped since the last step because their trajectory was consumed already. */
+  private alreadyConsumedSinceStep = 0;
   private readonly logger: Logger;
   /** This run's versions whose weights may still be in the store (version → checksum), for retention. */
   private readonly storedVersions = new Map<number, string>();
@@ -162,7 +174,14 @@ export class Trainer {
     if (this.step > 0) {
       const dir = join(this.ckptDir, `step-${this.step}`);
       this.model = await Model.loadCheckpoint(dir, on);
-      this.logger.info('resumed from checkpoint', { step: this.step, version: this.version });
+      // What the committed steps took: the checkpoint's set and the log's TrainSteps, merged, so that either one
+      // surviving damage is enough to skip a trajectory that comes again.
+      const saved = await ConsumedTrajectories.load(dir);
+      if (saved.problem !== null) this.logger.warn('the checkpoint\'s consumed set cannot be used; rebuilding it from the log\'s TrainSteps alone', { problem: saved.problem });
+      this.consumed = saved.set ?? ConsumedTrajectories.empty();
+      this.consumed.add(last.taken, this.version, this.stalenessBound);
+      const { exact, older } = this.consumed.size;
+      this.logger.info('resumed from checkpoint', { step: this.step, version: this.version, consumed_exact: exact, consumed_older: older, consumed_horizon: this.consumed.horizon, from_checkpoint: saved.set !== null });
     } else {
       this.model = this.deps.initialCheckpoint
         ? await Model.loadCheckpoint(this.deps.initialCheckpoint, on)
@@ -209,12 +228,19 @@ export class Trainer {
   }
 
   /** The last committed TrainStep and PolicyVersion of this run, read back from the log. */
-  private async lastCommitted(): Promise<{ step: number; version: number; versions: number }> {
+  private async lastCommitted(): Promise<{ step: number; version: number; versions: number; taken: [string, number][] }> {
     let step = 0;
     let version = 0;
     let versions = 0;
+    // Every trajectory a committed step took, with the step's policy version: the version the sample was
+    // generated at is at most that, so pruning by it (ConsumedTrajectories.add) keeps every id still needed.
+    const taken: [string, number][] = [];
+    const took = (e: TrainStep) => {
+      for (const id of e.trajectory_ids) taken.push([id, e.policy_version]);
+      for (const id of e.dropped_trajectory_ids) taken.push([id, e.policy_version]);
+    };
     for (const [topic, onEvent] of [
-      [TOPICS.trainSteps, (e: TrainStep) => (step = Math.max(step, e.step))],
+      [TOPICS.trainSteps, (e: TrainStep) => ((step = Math.max(step, e.step)), took(e))],
       [TOPICS.policyVersions, (e: PolicyVersion) => ((version = Math.max(version, e.version)), versions++, this.storedVersions.set(e.version, e.checksum))],
     ] as const) {
       const c = await this.deps.log.consumer({ groupId: `${this.deps.runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
@@ -232,7 +258,7 @@ export class Trainer {
       if (read.ended === 'idle') this.logger.warn('restore: no progress short of the listed end; taking what was read', { topic, positions: read.positions });
       this.logger.info('restored from the log', { topic, end: [...target], step, version });
     }
-    return { step, version, versions };
+    return { step, version, versions, taken };
   }
 
   private async publishVersion0(): Promise<void> {
@@ -287,7 +313,7 @@ export class Trainer {
   private async collectBatch(): Promise<{ samples: TrainSample[]; offsets: TopicPartitionOffset[]; waitMs: number } | null> {
     const { options } = this.deps;
     const samples: TrainSample[] = [];
-    const seen = new Map<string, { expected: number; got: number; kept: number }>();
+    const seen = new Map<string, { expected: number; got: number; kept: number; again: number }>();
     const next = new Map<number, number>();
     const t0 = performance.now();
     let lastArrival = t0;
@@ -333,11 +359,21 @@ export class Trainer {
           this.counters.skippedNonTrain++;
           continue;
         }
-        const g = seen.get(e.trajectory.group_id) ?? { expected: Math.max(1, e.group.group_size), got: 0, kept: 0 };
+        const g = seen.get(e.trajectory.group_id) ?? { expected: Math.max(1, e.group.group_size), got: 0, kept: 0, again: 0 };
         seen.set(e.trajectory.group_id, g);
         g.got++;
+        const id = e.trajectory.trajectory_id;
+        if (this.consumed.has(id) || this.taking.has(id)) {
+          // Counted towards its group's completeness (its group's other members may be new), never trained.
+          g.again++;
+          this.alreadyConsumedSinceStep++;
+          if (this.counters.alreadyConsumed++ === 0) this.logger.warn('a trajectory already taken by a committed step (or by this one) came again; skipping it, and every other such record (TrainStep metric skipped_already_consumed counts them)', { trajectory_id: id, partition: r.partition, offset: r.offset });
+          continue;
+        }
+        const version = e.trajectory.min_policy_version;
+        this.taking.set(id, version);
         const s = sampleFromEvent(e, this.version);
-        if (s.staleness > this.stalenessBound) {
+        if (s.staleness > this.stalenessBound || this.consumed.belowHorizon(version)) {
           this.counters.droppedStale++;
           this.droppedSinceStep++;
           this.droppedIds.push(s.trajectoryId);
@@ -353,7 +389,9 @@ export class Trainer {
       // what reopens the gate.
       const quiet = performance.now() - lastArrival > STALE_TAIL_FLUSH_MS && [...seen.values()].every((g) => g.got >= g.expected);
       const catchingUp = this.version < this.catchUpToVersion;
-      const staleTail = quiet && (catchingUp || (seen.size > 0 && samples.length === 0));
+      // Groups that only came again (every member consumed before) make no step of their own: their offsets are
+      // committed with the next one.
+      const staleTail = quiet && (catchingUp || (samples.length === 0 && [...seen.values()].some((g) => g.got > g.again)));
       if (complete() || staleTail) return { samples, offsets: this.stepOffsets(next), waitMs: performance.now() - t0 };
     }
     return null;
@@ -460,6 +498,8 @@ export class Trainer {
     // back the groups that could still train.
     const publish = step % options.publishEvery === 0;
     const produced = publish ? this.version + 1 : null;
+    // The consumed set as of this step, in its checkpoint before the log says the step happened.
+    await this.consumed.exactAfter(this.taking, produced ?? this.version, this.stalenessBound).save(dir);
     const staleness = samples.map((s) => s.staleness);
     const toolCalls = samples.reduce((n, s) => n + s.toolCalls, 0);
     const toolErrors = samples.reduce((n, s) => n + s.toolErrors, 0);
@@ -493,6 +533,7 @@ export class Trainer {
       compute_ms: computeMs,
       metrics: [
         { name: 'masked_tokens', value: maskedTokens },
+        { name: 'skipped_already_consumed', value: this.alreadyConsumedSinceStep },
         ...m.lossMetrics,
         { name: 'loss/correction/truncated_frac', value: m.iwTrunc },
         { name: 'loss/correction/masked_frac', value: m.iwMasked },
@@ -526,6 +567,9 @@ export class Trainer {
     if (produced !== null) this.version = produced;
     this.droppedSinceStep = 0;
     this.droppedIds = [];
+    this.consumed.add(this.taking, produced ?? this.version, this.stalenessBound);
+    this.taking = new Map();
+    this.alreadyConsumedSinceStep = 0;
     if (stored && produced !== null) this.storedVersions.set(produced, stored.checksum);
     await this.pruneCheckpoints();
     await this.pruneWeights();

@@ -77,7 +77,7 @@ for (const client of registry && clickhouseUrl ? kafkaClients('chaos: SIGKILLed 
       process.stderr.write(
         `# chaos (${client}): ${KILLS} kills in ${killSecs.toFixed(0)}s (${ROLES.map((r) => `${r} ${killed[r]}`).join(', ')}); starts ${JSON.stringify(sup.starts)}; ` +
           `progress when the kills ended ${JSON.stringify(mid)}; crashes (restarted) ${sup.crashes.length}; ` +
-          `${audit.started} started: ${audit.consumedOnce} consumed once, ${audit.aborted} aborted, ${audit.deadLettered} dead-lettered; ` +
+          `${audit.started} started: ${audit.consumedOnce} consumed once, ${audit.aborted} aborted, ${audit.deadLettered} dead-lettered, ${audit.superseded} superseded (rerun after a crash); ` +
           `rollout duplicates of TrajectoryCompleted ${[...records.completed.values()].filter((n) => n > 1).length}; traces ${JSON.stringify(traces.tables)}; ${((Date.now() - t0) / 1000).toFixed(0)}s\n`,
       );
       for (const r of ROLES) assert.ok(killed[r] >= 2, `${r} killed ${killed[r]} times`);

@@ -20,6 +20,7 @@ import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { JsonlTarget } from '../../consumers/replay/targets.ts';
+import type { DecodedEvent } from '../../core/serde/events.ts';
 import { calculatorTools, problemRow } from '../../examples/calculator/index.ts';
 import { MEDIUM, problems, take, type Problem } from '../../examples/calculator/task.ts';
 import { ScriptedBackend, type ScriptTurn } from '../../producers/backends/scripted.ts';
@@ -121,4 +122,32 @@ test('SFT export: every successful trajectory, rendered with the template, gives
   }
   assert.equal(matched.size, trajectories.length);
   assert.ok(trajectories.some((t) => t.num_tool_calls === 2) && trajectories.some((t) => t.num_tool_calls === 0));
+});
+
+test('SFT export of a log where a trajectory was cut short and rerun under the same id (logs before reruns got new ids): the rerun, read later, is exported', { timeout: 60_000 }, async () => {
+  const t = trajectories.find((x) => x.num_tool_calls === 1)!;
+  const events: { event: DecodedEvent | null }[] = [];
+  const consumer = await log.consumer({ groupId: `rerun-${Date.now()}`, topics: [TOPICS.rolloutEvents, TOPICS.rewarded], fromBeginning: true });
+  for (let idle = 0; idle < 3; ) {
+    const records = await consumer.poll({ maxRecords: 10_000, timeoutMs: 200 });
+    idle = records.length === 0 ? idle + 1 : 0;
+    for (const r of records) {
+      const e = await serde.decode(r.value);
+      const id = 'trajectory_id' in e.value ? e.value.trajectory_id : 'trajectory' in e.value ? e.value.trajectory.trajectory_id : null;
+      if (id === t.trajectory_id) events.push({ event: e });
+    }
+  }
+  await consumer.close();
+  const turn0 = events.find((e) => e.event?.name === 'TurnCompleted' && e.event.value.turn_index === 0)!.event as DecodedEvent & { name: 'TurnCompleted' };
+  // The first attempt's turn 0, published before the crash: another answer under the same (trajectory, turn_index).
+  const cut: DecodedEvent = { ...turn0, value: { ...turn0.value, text: 'The answer is 0.', token_ids: tok.encode('The answer is 0.'), tool_calls: [] } };
+  const started = events.findIndex((e) => e.event?.name === 'TrajectoryStarted');
+  events.splice(started + 1, 0, { event: cut });
+  const file = join(dir, 'rerun.jsonl');
+  const target = new JsonlTarget(file);
+  await target.accept(events);
+  await target.finish();
+  const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { messages: ChatMessage[]; tools: ChatTool[] });
+  assert.equal(lines.length, 1);
+  assert.deepEqual(tok.apply(lines[0]!.messages, { tools: lines[0]!.tools }), [...t.prompt_ids, ...t.response_ids], 'the rerun exported, token for token');
 });
