@@ -38,7 +38,8 @@ function holder(path: string): number | null {
 /** The command line of a process, for messages ('' when it cannot be read). */
 function commandOf(pid: number): string {
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ').slice(0, 200);
+    const line = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ').replace(/\s+/g, ' ');
+    return line.length > 120 ? `${line.slice(0, 117)}...` : line;
   } catch {
     return '';
   }
