@@ -489,3 +489,45 @@ test('a log written before the manifest opens, says so in its check, and is reco
     assert.ok(describeDamage(await checkLog(dir), 'check').problems > 0);
   });
 });
+
+/** The fixture's topic t written by a process killed (SIGKILL) instead of closing: its last rolls may be unlisted. */
+async function buildKilled(dir: string): Promise<void> {
+  const script = `
+    import { openEmbeddedLog } from ${JSON.stringify(join(import.meta.dirname, '../../core/log/embedded/index.ts'))};
+    const log = openEmbeddedLog({ dir: ${JSON.stringify(dir)}, segmentBytes: ${SEGMENT_BYTES} });
+    await log.createTopic({ name: 't', partitions: 1 });
+    const p = await log.producer();
+    for (let i = 0; i < 700; i += 50) await p.send('t', Array.from({ length: 50 }, (_, k) => ({ value: Buffer.from(\`t-0-record-\${i + k}-\`.padEnd(120, 'x')), partition: 0 })));
+    process.kill(process.pid, 'SIGKILL');`;
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'ignore', 'inherit'] });
+  assert.equal(await new Promise((resolve) => child.on('exit', (_code, signal) => resolve(signal))), 'SIGKILL');
+}
+
+test('a writer killed after rolls its manifest does not list yet: its segments are its own, and a segment deleted among them is still found exactly', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-manifest-killed-'));
+  try {
+    await buildKilled(dir);
+    const segs = segments(dir, 't', 0);
+    const listed = (JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as { clean: boolean; topics: Record<string, { partitions: { segments: unknown[] }[] }> }).topics['t']!.partitions[0]!.segments.length;
+    assert.ok(segs.length >= 5, `${segs.length} segments, ${listed} listed`);
+    const checked = await checkLog(dir);
+    assert.deepEqual(checked.foundNow, []);
+    assert.deepEqual(checked.extra, []);
+    assert.equal(checked.closedCleanly, false);
+    // A segment deleted before the last: listed or not, the gap it leaves is found with its exact range.
+    const gone = segs[segs.length - 2]!;
+    const range: Range = ['t', 0, frames(gone)[0]!.offset, frames(segs[segs.length - 1]!)[0]!.offset];
+    for (const ext of ['.log', '.index', '.timeindex']) unlinkSync(gone.replace(/\.log$/, ext));
+    assert.throws(() => open(dir), (e) => isRlstreamError(e, 'LOG_CORRUPT') && e.message.includes(`offsets ${range[2]} to ${range[3] - 1} of t/0 are lost`));
+    assert.deepEqual(ranges((await checkLog(dir)).foundNow), [range]);
+    assert.deepEqual(ranges((await repairLog(dir)).foundNow), [range]);
+    const log = open(dir);
+    const got = await readTopic(log, 't');
+    assert.equal(got.length, 700 - (range[3] - range[2]));
+    assert.ok(got.every((r) => r.value.equals(value('t', 0, r.offset))));
+    await log.close();
+    assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

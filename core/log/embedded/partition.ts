@@ -32,6 +32,11 @@ export interface PartitionExpectation {
   record: PartitionRecord | null;
   /** Why the partition's directory was not there before this open (its topic's or its own deleted). */
   goneReason?: string;
+  /**
+   * The manifest was written by a close. Otherwise its writer may have rolled segments after its last entry (the
+   * log writes the manifest a moment after a roll, not in it), so segments after the last one listed are its own.
+   */
+  clean?: boolean;
 }
 
 /** A file that holds no lost offsets but is not the log's: an extra segment, something of the wrong type. */
@@ -99,8 +104,11 @@ export class Partition {
     private readonly logger: Logger,
     public retention: RetentionOptions = {},
     expect: PartitionExpectation = { record: null },
-    /** Called when segments were added or are about to be deleted, after durable changed: the log writes its manifest. */
-    private readonly onLayout: () => void = () => {},
+    /**
+     * Called after durable changed: segments were added (the log writes its manifest soon) or are about to be
+     * deleted (`now`: it writes it before they go).
+     */
+    private readonly onLayout: (now: boolean) => void = () => {},
   ) {
     const rec = expect.record;
     const expectedHigh = rec ? highOf(rec) : 0;
@@ -124,7 +132,7 @@ export class Partition {
       }
       (m[2] === 'log' ? logBases : indexBases).add(Number(m[1]));
     }
-    if (rec) this.dropUnlisted(rec, logBases);
+    if (rec) this.dropUnlisted(rec, logBases, expect.clean === true);
     const bases = [...logBases].sort((a, b) => a - b);
     const listed = new Map((rec?.segments ?? []).map((s) => [s.base, s]));
     bases.forEach((base, i) => {
@@ -178,10 +186,11 @@ export class Partition {
    * listed is a retention cut short (the manifest forgets a segment before it is deleted); either is deleted.
    * Any other is not this log's: repair moves it aside, a read-only open does not read it, a plain open refuses.
    */
-  private dropUnlisted(rec: PartitionRecord, logBases: Set<number>): void {
+  private dropUnlisted(rec: PartitionRecord, logBases: Set<number>, clean: boolean): void {
     const listed = new Set(rec.segments.map((s) => s.base));
+    const lastListed = rec.segments[rec.segments.length - 1]!.base;
     const { readOnly, repair } = this.config;
-    for (const base of [...logBases].filter((b) => !listed.has(b))) {
+    for (const base of [...logBases].filter((b) => !listed.has(b) && (clean || b < lastListed))) {
       const file = join(this.dir, segmentFileName(base, '.log'));
       const leftover = statSync(file).size === 0 || (this.hasRetention && base < lowOf(rec));
       logBases.delete(base);
@@ -215,9 +224,13 @@ export class Partition {
       if (highOf(rec) > lowOf(rec)) missing.push({ from: lowOf(rec), to: highOf(rec), file: this.dir, reason: goneReason });
       return;
     }
-    for (const e of rec.segments) {
+    for (const [i, e] of rec.segments.entries()) {
       const file = join(this.dir, segmentFileName(e.base, '.log'));
       const seg = this.segments.find((s) => s.base === e.base);
+      // The last listed segment may have been rolled after the manifest's entry: then it ends where the next
+      // segment starts.
+      const after = seg && i === rec.segments.length - 1 ? this.segments[this.segments.indexOf(seg) + 1] : undefined;
+      const end = Math.max(e.next, after?.base ?? 0);
       if (!seg) {
         if (e.next > e.base) {
           const wrong = wrongKind.get(e.base);
@@ -227,12 +240,12 @@ export class Partition {
         continue;
       }
       const toEnd = seg.damage.find((d) => d.toOffset === null);
-      if (toEnd && toEnd.fromOffset < e.next) {
-        listedEnd.set(seg, e.next);
+      if (toEnd && toEnd.fromOffset < end) {
+        listedEnd.set(seg, end);
         continue;
       }
-      if (seg.next < e.next) {
-        missing.push({ from: seg.next, to: e.next, file, reason: `segment cut short: ${seg.size} bytes, ${e.bytes} were written` });
+      if (seg.next < end) {
+        missing.push({ from: seg.next, to: end, file, reason: `segment cut short: ${seg.size} bytes, ${after ? 'more than ' : ''}${e.bytes} were written` });
         continue;
       }
       if ((this.config.verify || this.config.repair) && e.crc !== null && seg.size === e.bytes && seg.damage.length === 0) {
@@ -276,7 +289,7 @@ export class Partition {
       if (seg.base < prev.next) {
         throw new RlstreamError('LOG_CORRUPT', `${seg.path('.log')}: starts at offset ${seg.base}, inside the previous segment (which ends at ${prev.next}): two segments hold the same offsets; move one of them out of ${this.dir}`);
       }
-      if (rec || seg.base === prev.next || prev.damage.some((d) => d.toOffset === null)) continue;
+      if (seg.base === prev.next || prev.damage.some((d) => d.toOffset === null)) continue;
       if (missing.some((m) => m.from >= prev.next && m.from < seg.base)) continue;
       missing.push({ from: prev.next, to: seg.base, file: join(this.dir, segmentFileName(prev.next, '.log')), reason: `segment file missing: offsets ${prev.next} to ${seg.base - 1} are in no segment` });
     }
@@ -400,7 +413,7 @@ export class Partition {
     this.segments.push(Segment.create(this.dir, old.next, this.config));
     // Every segment but the new, empty one is on disk now: the manifest lists them as they are.
     this.markDurable();
-    this.onLayout();
+    this.onLayout(false);
     this.applyRetention(Date.now());
   }
 
@@ -435,7 +448,7 @@ export class Partition {
       this.durable = { segments: this.durable.segments.filter((s) => s.base >= low) };
       if (this.durable.segments.length === 0) this.durable = this.snapshot(this.segments.slice(deleted));
     }
-    this.onLayout();
+    this.onLayout(true);
     for (const s of this.segments.splice(0, deleted)) s.delete();
     if (deleted > 0) this.logger.debug('embedded log: retention deleted segments', { topic: this.topic, partition: this.index, deleted, low: this.low });
     return deleted;
