@@ -491,13 +491,14 @@ test('a log written before the manifest opens, says so in its check, and is reco
 });
 
 /** The fixture's topic t written by a process killed (SIGKILL) instead of closing: its last rolls may be unlisted. */
-async function buildKilled(dir: string): Promise<void> {
+async function buildKilled(dir: string, waitMs = 0): Promise<void> {
   const script = `
     import { openEmbeddedLog } from ${JSON.stringify(join(import.meta.dirname, '../../core/log/embedded/index.ts'))};
     const log = openEmbeddedLog({ dir: ${JSON.stringify(dir)}, segmentBytes: ${SEGMENT_BYTES} });
     await log.createTopic({ name: 't', partitions: 1 });
     const p = await log.producer();
     for (let i = 0; i < 700; i += 50) await p.send('t', Array.from({ length: 50 }, (_, k) => ({ value: Buffer.from(\`t-0-record-\${i + k}-\`.padEnd(120, 'x')), partition: 0 })));
+    await new Promise((r) => setTimeout(r, ${waitMs}));
     process.kill(process.pid, 'SIGKILL');`;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'ignore', 'inherit'] });
   assert.equal(await new Promise((resolve) => child.on('exit', (_code, signal) => resolve(signal))), 'SIGKILL');
@@ -529,5 +530,39 @@ test('a writer killed after rolls its manifest does not list yet: its segments a
     assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a killed writer noted its high-water marks: on the same boot a cut below them is a loss with its exact range, not a torn tail; after a reboot the manifest alone decides', async () => {
+  for (const reboot of [false, true]) {
+    const dir = mkdtempSync(join(tmpdir(), 'rlstream-manifest-written-'));
+    try {
+      // Killed well after its last append: its marks were noted (within a second), its manifest lists less.
+      await buildKilled(dir, 1500);
+      const marks = JSON.parse(readFileSync(join(dir, 'written.json'), 'utf8')) as { bootId: string; highs: [string, number, number][] };
+      assert.deepEqual(marks.highs, [['t', 0, 700]]);
+      const segs = segments(dir, 't', 0);
+      const active = segs[segs.length - 1]!;
+      const fs = frames(active);
+      const cut = fs[Math.floor(fs.length / 2)]!;
+      truncateSync(active, cut.start + 3);
+      if (reboot) writeFileSync(join(dir, 'written.json'), JSON.stringify({ ...marks, bootId: 'another-boot' }));
+      const checked = await checkLog(dir);
+      if (reboot) {
+        // Without the marks a cut after the manifest's entries may be a machine crash's torn tail.
+        assert.deepEqual(checked.foundNow, []);
+        continue;
+      }
+      assert.deepEqual(ranges(checked.foundNow), [['t', 0, cut.offset, 700]]);
+      assert.throws(() => open(dir), (e) => isRlstreamError(e, 'LOG_CORRUPT') && e.message.includes(`offsets ${cut.offset} to 699 of t/0 are lost`));
+      assert.deepEqual(ranges((await repairLog(dir)).foundNow), [['t', 0, cut.offset, 700]]);
+      const log = open(dir);
+      assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 0, high: 700 }]);
+      assert.equal((await readTopic(log, 't')).length, cut.offset);
+      await log.close();
+      assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }
 });

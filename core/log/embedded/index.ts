@@ -33,6 +33,7 @@ import { Journal, type JournalEntry, type OffsetTriple, type TxnPart } from './j
 import { DirectoryLock, inspectLock, type LockState } from './lock.ts';
 import { type CompiledEmbeddedLogOptions, type EmbeddedLogOptions, compileEmbeddedLogOptions } from './options.ts';
 import { describeRange, type ExtraFile, Partition } from './partition.ts';
+import { forgetWritten, readWritten, writeWritten } from './written.ts';
 import { highOf, lowOf, type LogManifest, type ManifestState, type PartitionRecord, readManifest, type TopicRecord, writeManifest } from './manifest.ts';
 import { EmbeddedProducer, type PendingPart } from './producer.ts';
 import { type PlainRecord, batchFromBlob, batchSize, encodeBatch, encodedSize, readRecordAt } from './record-format.ts';
@@ -99,6 +100,9 @@ export class EmbeddedLog implements EventLog {
   private recovering = true;
   /** A write of the manifest due after a segment roll (layoutChanged). */
   private manifestTimer: NodeJS.Timeout | null = null;
+  /** A note of the partitions' high-water marks due after appends (written.ts). */
+  private writtenTimer: NodeJS.Timeout | null = null;
+  private writtenMark: (topic: string, partition: number) => number | undefined = () => undefined;
 
   private constructor(
     readonly options: CompiledEmbeddedLogOptions,
@@ -158,6 +162,7 @@ export class EmbeddedLog implements EventLog {
     const { manifest, state } = readManifest(dir, onDisk.some((n) => metaMarked(join(topicsDir, n))), this.options);
     this.manifestState = state;
     this.closedCleanly = manifest?.clean ?? null;
+    this.writtenMark = readWritten(dir);
     for (const name of [...new Set([...onDisk, ...Object.keys(manifest?.topics ?? {})])]) {
       const rec = manifest?.topics[name];
       const tdir = join(topicsDir, name);
@@ -223,7 +228,8 @@ export class EmbeddedLog implements EventLog {
 
   private openPartition(topic: string, index: number, retention: TopicSpec['retention'], record: PartitionRecord | null, goneReason: string | undefined): Partition {
     const dir = join(this.options.dir, 'topics', topic, String(index));
-    const expect = { record, clean: this.closedCleanly === true, ...(goneReason ? { goneReason } : {}) };
+    const written = record ? this.writtenMark(topic, index) : undefined;
+    const expect = { record, clean: this.closedCleanly === true, ...(goneReason ? { goneReason } : {}), ...(written !== undefined ? { written } : {}) };
     return new Partition(topic, index, dir, this.segmentConfig, this.logger, retention, expect, (now) => this.layoutChanged(now));
   }
 
@@ -268,6 +274,20 @@ export class EmbeddedLog implements EventLog {
       if (!this.closed) this.saveManifest(false);
     }, MANIFEST_DELAY_MS);
     this.manifestTimer.unref();
+  }
+
+  /** Note every partition's high-water mark in written.json within a second of appends (see written.ts). */
+  private noteWritten(): void {
+    if (this.writtenTimer || this.recovering || this.options.readOnly) return;
+    this.writtenTimer = setTimeout(() => {
+      this.writtenTimer = null;
+      if (this.closed) return;
+      writeWritten(
+        this.options.dir,
+        [...this.topics].flatMap(([name, t]) => t.partitions.map((p): [string, number, number] => [name, p.index, p.high])),
+      );
+    }, MANIFEST_DELAY_MS);
+    this.writtenTimer.unref();
   }
 
   /** Write the manifest from each partition's last durable entry (see manifest.ts). */
@@ -533,6 +553,7 @@ export class EmbeddedLog implements EventLog {
       which.forEach((i, k) => (out[i] = { topic, partition: index, offset: base + k }));
       if (this.options.fsync === 'always') partition.flush();
     }
+    this.noteWritten();
     return out;
   }
 
@@ -571,6 +592,7 @@ export class EmbeddedLog implements EventLog {
     const journalParts: TxnPart[] = batches.map(({ part, batch }) => ({ topic: part.topic, partition: part.partition, base: batch.baseOffset, blob: batch.buf, blobCrc: batch.crc }));
     this.journal.append({ kind: 'txn', transactionalId, offsets, parts: journalParts }, this.options.fsync !== 'none');
     for (const { partition, batch } of batches) partition.append(batch);
+    if (batches.length > 0) this.noteWritten();
     for (const [g, triples] of offsets) this.groups.setOffsets(g, triples);
     this.maybeCheckpoint();
   }
@@ -631,6 +653,8 @@ export class EmbeddedLog implements EventLog {
       // Every record written is listed: the next open takes any of them missing for damage, not a torn tail.
       for (const t of this.topics.values()) for (const p of t.partitions) p.markDurable();
       this.saveManifest(true);
+      if (this.writtenTimer) clearTimeout(this.writtenTimer);
+      forgetWritten(this.options.dir);
     }
     this.closed = true;
     for (const t of this.topics.values()) for (const p of t.partitions) p.close();

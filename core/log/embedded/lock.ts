@@ -10,7 +10,7 @@
 // which nothing else in the directory cleans up: two processes starting together each have their own, and the
 // one that wins the lock never deletes the other's.
 import { randomBytes } from 'node:crypto';
-import { closeSync, linkSync, openSync, readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, linkSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 import { fileKind, repairCommand, unlinkIfThere } from './damage.ts';
@@ -20,9 +20,14 @@ const heldHere = new Set<string>();
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  // A zombie (ended, not yet reaped by its parent) answers signal 0 but holds nothing any more.
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] !== 'Z';
+  } catch {
+    return true;
   }
 }
 
@@ -79,6 +84,16 @@ export interface LockState {
   /** The process's command line, when alive and readable. */
   command: string;
   why: string;
+  /** The LOCK was released or replaced while it was inspected: look again. */
+  changed?: boolean;
+}
+
+function inode(path: string): number | null {
+  try {
+    return lstatSync(path).ino;
+  } catch {
+    return null;
+  }
 }
 
 export function inspectLock(dir: string): LockState | null {
@@ -90,8 +105,12 @@ export function inspectLock(dir: string): LockState | null {
   if (pid === null) return { file, pid, state: 'unknown', command: '', why: 'it holds no pid' };
   if (pid === process.pid) return { file, pid, state: 'held', command: commandOf(pid), why: 'this process holds it' };
   if (!alive(pid)) return { file, pid, state: 'gone', command: '', why: `process ${pid} is gone (the next open takes the lock over)` };
+  const ino = inode(file);
   const holds = holdsLog(pid, dir);
   const command = commandOf(pid);
+  // A holder that released the lock while its files were looked at holds nothing any more: no verdict on a LOCK
+  // that changed meanwhile (another process may hold it now).
+  if (holds === false && (inode(file) !== ino || holder(file) !== pid)) return { file, pid, state: 'unknown', command, why: `the lock changed hands while process ${pid} was inspected`, changed: true };
   const named = `process ${pid}${command ? ` (${command})` : ''}`;
   if (holds === null) return { file, pid, state: 'unknown', command, why: `${named} is running and cannot be inspected (another user's?)` };
   if (holds) return { file, pid, state: 'held', command, why: `${named} has the log open` };
@@ -127,7 +146,7 @@ export class DirectoryLock {
     let fd = -1;
     let tookOver: LockState | null = null;
     try {
-      for (let attempt = 0; attempt < 5; attempt++) {
+      for (let attempt = 0, changed = 0; attempt < 5; attempt++) {
         // Written again on each attempt: cheap, and a temporary file removed by anyone (an operator's
         // cleanup) then costs one more attempt instead of an ENOENT crash.
         if (fd >= 0) closeSync(fd);
@@ -148,12 +167,18 @@ export class DirectoryLock {
         const pid = holder(path);
         if (pid !== null && pid !== process.pid && alive(pid)) {
           const state = inspectLock(dir);
-          if (state?.state !== 'stale' || !options.breakStale) {
+          if ((state === null || state.changed) && changed++ < 100) {
+            // Released (or passed on) while it was looked at: try again, without counting it as a failed attempt.
+            attempt--;
+            continue;
+          }
+          if (state === null) throw new RlstreamError('LOG_LOCKED', `log directory ${dir} is locked by process ${pid}`);
+          if (state.state !== 'stale' || !options.breakStale) {
             const fix =
-              state?.state === 'stale'
+              state.state === 'stale'
                 ? `: the lock is stale. Run \`${repairCommand(dir)}\` to take it over (it checks the log too), or delete ${path} once you are sure no rlstream process uses the log`
                 : '';
-            throw new RlstreamError('LOG_LOCKED', `log directory ${dir} is locked by process ${pid}${state ? `: ${state.why}` : ''}${fix}`);
+            throw new RlstreamError('LOG_LOCKED', `log directory ${dir} is locked by process ${state.pid ?? pid}: ${state.why}${fix}`);
           }
           tookOver = state;
         }

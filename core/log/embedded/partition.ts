@@ -37,6 +37,11 @@ export interface PartitionExpectation {
    * log writes the manifest a moment after a roll, not in it), so segments after the last one listed are its own.
    */
   clean?: boolean;
+  /**
+   * The partition's high-water mark as last noted by a writer on this boot of the machine (written.ts): records
+   * below it reached the page cache, which a process crash does not lose, so a cut below it is damage too.
+   */
+  written?: number;
 }
 
 /** A file that holds no lost offsets but is not the log's: an extra segment, something of the wrong type. */
@@ -111,7 +116,7 @@ export class Partition {
     private readonly onLayout: (now: boolean) => void = () => {},
   ) {
     const rec = expect.record;
-    const expectedHigh = rec ? highOf(rec) : 0;
+    const expectedHigh = rec ? Math.max(highOf(rec), expect.written ?? 0) : 0;
     const dirThere = existsSync(dir);
     // A plain open of a partition whose records are gone with its directory refuses, and creates nothing.
     const lostDir = !dirThere && rec !== null && expectedHigh > lowOf(rec);
@@ -153,7 +158,7 @@ export class Partition {
       else last.delete();
       this.segments.pop();
     }
-    this.checkComplete([...indexBases].filter((b) => !logBases.has(b)), rec, wrongKind, expect.goneReason);
+    this.checkComplete([...indexBases].filter((b) => !logBases.has(b)), rec, expectedHigh, wrongKind, expect.goneReason);
     const writable = !config.readOnly && this.refused.length === 0;
     // Offsets lost at the end stay used: the next record gets the offset after the last one ever written, so a
     // group's committed offset, or a reader's position, never lands on a different record.
@@ -219,9 +224,9 @@ export class Partition {
    * replaced by another file (same length, other bytes: found by verify), the whole partition when its directory
    * was gone. Damage to the end of a segment found by its scan runs to the segment's listed end.
    */
-  private compareWithManifest(rec: PartitionRecord, wrongKind: Map<number, string>, goneReason: string | undefined, missing: Loss[], listedEnd: Map<Segment, number>): void {
+  private compareWithManifest(rec: PartitionRecord, expectedHigh: number, wrongKind: Map<number, string>, goneReason: string | undefined, missing: Loss[], listedEnd: Map<Segment, number>): void {
     if (goneReason) {
-      if (highOf(rec) > lowOf(rec)) missing.push({ from: lowOf(rec), to: highOf(rec), file: this.dir, reason: goneReason });
+      if (expectedHigh > lowOf(rec)) missing.push({ from: lowOf(rec), to: expectedHigh, file: this.dir, reason: goneReason });
       return;
     }
     for (const [i, e] of rec.segments.entries()) {
@@ -255,17 +260,28 @@ export class Partition {
         }
       }
     }
+    // Records noted as written after the manifest's entries (Partition.expect.written) end the last segment.
+    const last = this.segments[this.segments.length - 1];
+    if (!last || last.next >= expectedHigh) return;
+    const toEnd = last.damage.find((d) => d.toOffset === null);
+    if (toEnd) {
+      listedEnd.set(last, Math.max(listedEnd.get(last) ?? 0, expectedHigh));
+      return;
+    }
+    const tail = missing.find((m) => m.from === last.next && !m.foreign);
+    if (tail) tail.to = Math.max(tail.to ?? 0, expectedHigh);
+    else missing.push({ from: last.next, to: expectedHigh, file: last.path('.log'), reason: `records written before the writer stopped are missing: the partition ends at ${last.next}, ${expectedHigh} were written` });
   }
 
   /**
    * Every offset below high is in a segment or in a listed gap; damaged frames found inside segments are
    * quarantined. What cannot be handled in this mode is refused (Partition.refused).
    */
-  private checkComplete(orphanBases: number[], rec: PartitionRecord | null, wrongKind: Map<number, string>, goneReason: string | undefined): void {
+  private checkComplete(orphanBases: number[], rec: PartitionRecord | null, expectedHigh: number, wrongKind: Map<number, string>, goneReason: string | undefined): void {
     const missing: Loss[] = [];
     // Where damage to the end of a segment stops: the end the manifest lists for it (else the next segment's base).
     const listedEnd = new Map<Segment, number>();
-    if (rec) this.compareWithManifest(rec, wrongKind, goneReason, missing, listedEnd);
+    if (rec) this.compareWithManifest(rec, expectedHigh, wrongKind, goneReason, missing, listedEnd);
     const firstBase = this.segments[0]?.base ?? Infinity;
     if (!rec) {
       for (const base of [...orphanBases, ...wrongKind.keys()]) {
