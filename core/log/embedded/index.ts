@@ -199,7 +199,7 @@ export class EmbeddedLog implements EventLog {
       throw new RlstreamError(
         'LOG_CORRUPT',
         `${dir}: the log's files do not hold what it wrote (${manifest ? 'its manifest.json lists every segment written' : 'found by its checks'}):\n${refused.map((r) => `  - ${r}`).join('\n')}\n` +
-          `Run \`${repairCommand(dir)}\` to list these losses in the partitions' damage.json (readers then skip them) and move aside what is not the log's own, then open it again; \`${repairCommand(dir).replace(' repair ', ' check ')}\` shows this report without writing anything.`,
+          `Run \`${repairCommand(dir)}\` to list these losses in the partitions' damage.json (readers then skip them) and move aside what is not the log's own, then run this command again (a resumed run goes on after the last offset written); \`${repairCommand(dir).replace(' repair ', ' check ')}\` shows this report without writing anything.`,
         { retriable: false },
       );
     }
@@ -214,7 +214,6 @@ export class EmbeddedLog implements EventLog {
       this.flush();
       this.journal.checkpoint(this.groups.snapshot());
     }
-    this.applyRetention();
     // What the files hold now is the record from here on; forced to disk first (an earlier process may have
     // left it in the page cache), so that the manifest never lists records a machine crash could take back.
     for (const p of parts) {
@@ -223,6 +222,8 @@ export class EmbeddedLog implements EventLog {
     }
     this.recovering = false;
     this.saveManifest(false);
+    // After the manifest: a deletion by retention is listed before it happens (Partition.applyRetention).
+    this.applyRetention();
     if (state !== 'present') for (const [name, t] of this.topics) writeFileDurably(join(topicsDir, name, 'meta.json'), JSON.stringify({ ...t.spec, manifest: true }));
   }
 

@@ -9,7 +9,7 @@
 // a first segment above 0 without retention. Damaged frames found inside a segment are quarantined (see
 // segment.ts) by any read-write open. Readers step over gaps and count the offsets skipped.
 import { existsSync, mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { isRlstreamError, RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import type { RecordChunk, RetentionOptions } from '../types.ts';
@@ -240,7 +240,7 @@ export class Partition {
         if (e.next > e.base) {
           const wrong = wrongKind.get(e.base);
           const reason = wrong ? 'segment file replaced by a directory (or another non-file)' : 'segment file missing';
-          missing.push({ from: e.base, to: e.next, file, reason, quarantine: wrong && this.config.repair ? asideName(wrong) : null });
+          missing.push({ from: e.base, to: e.next, file, reason, quarantine: wrong && this.config.repair ? basename(asideName(wrong)) : null });
         }
         continue;
       }
@@ -293,7 +293,7 @@ export class Partition {
         }
         const after = this.segments.find((s) => s.base > base);
         const wrong = wrongKind.get(base);
-        missing.push({ from: base, to: after?.base ?? null, file: join(this.dir, segmentFileName(base, '.log')), reason: wrong ? 'segment file replaced by a directory (or another non-file)' : 'segment file missing (its index is still there)', quarantine: wrong && this.config.repair ? asideName(wrong) : null });
+        missing.push({ from: base, to: after?.base ?? null, file: join(this.dir, segmentFileName(base, '.log')), reason: wrong ? 'segment file replaced by a directory (or another non-file)' : 'segment file missing (its index is still there)', quarantine: wrong && this.config.repair ? basename(asideName(wrong)) : null });
       }
       if (firstBase !== Infinity && firstBase > 0 && !this.hasRetention && !missing.some((m) => m.from === 0)) {
         missing.push({ from: 0, to: firstBase, file: join(this.dir, segmentFileName(0, '.log')), reason: `segment file missing: the first segment starts at offset ${firstBase} and the topic has no retention` });
@@ -335,7 +335,7 @@ export class Partition {
         const file = m.foreign.path('.log');
         renameSync(file, asideName(file));
         for (const ext of ['.index', '.timeindex']) unlinkIfThere(m.foreign.path(ext));
-        m.quarantine = asideName(file);
+        m.quarantine = basename(asideName(file));
       }
     }
     const records = unlisted.map((m): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: m.from, toOffset: m.to, bytes: 0, file: m.file, quarantine: m.quarantine ?? null, reason: m.reason, foundMs: now }));
