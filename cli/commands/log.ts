@@ -1,53 +1,47 @@
-// `rlstream log`: maintenance of an embedded log directory. `repair` quarantines whatever damage an open refuses
-// (see core/log/embedded/repair.ts) and prints what was lost; `check` reports damage without writing anything
-// and exits 1 when the log has lost records or cannot be opened.
+// `rlstream log`: maintenance of an embedded log directory. `check` compares the files with what the log says it
+// wrote (its manifest, checkpoint, journal and damage ledgers) and checks every record's frame, without writing:
+// every offset range lost and not yet repaired, every file that is not the log's own, committed offsets past
+// the end, a stale LOCK; exit 1 when there is any. `repair` quarantines all of it (see
+// core/log/embedded/repair.ts) and lists every range lost; `check` then exits 0, listing what was accepted.
 import type { Command } from 'commander';
 import { describeError } from '../../core/errors.ts';
+import { describeDamage } from '../../core/log/embedded/damage-report.ts';
 import type { DamageReport } from '../../core/log/embedded/index.ts';
 import { checkLog, repairLog } from '../../core/log/embedded/repair.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
 
-function summary(report: DamageReport): string {
-  const lines = report.gaps.map(
-    (g) => `  ${g.topic}/${g.partition} offsets ${g.fromOffset}..${g.toOffset === null ? 'end' : g.toOffset - 1}: ${g.reason} (${g.bytes} bytes${g.quarantine ? `, kept in ${g.quarantine}` : ''}; ${g.file})`,
-  );
-  for (const c of report.clamped) lines.push(`  group ${c.group} ${c.topic}/${c.partition}: committed offset ${c.from} past the end, moved back to ${c.to}`);
-  return lines.join('\n');
-}
+const warnLogger = (role: string) => jsonLogger({ level: 'warn', fields: { role }, write: (l) => process.stderr.write(l + '\n') });
 
 export function register(program: Command): void {
   const log = program.command('log').description('maintain an embedded event log directory');
   log
     .command('repair <dir>')
-    .description('open a damaged embedded log (a run directory or its log/), quarantining damaged records, missing segments and journal entries; prints what was lost')
+    .description('open a damaged embedded log (a run directory or its log/), listing every offset range lost in damage.json and moving aside what is not the log\'s own (damaged records, segments it did not write, files of the wrong type, a stale LOCK); prints every range lost')
     .action(async (given: string) => {
       // A run directory stands for its log/: opened as a log itself, an empty one would be created inside the run.
       const dir = resolveEmbeddedLog(given, undefined, 'log repair').log;
-      const report = await repairLog(dir, jsonLogger({ level: 'warn', fields: { role: 'log-repair' }, write: (l) => process.stderr.write(l + '\n') }));
-      const found = report.foundNow.length;
-      console.log(found === 0 && report.clamped.length === 0 ? `rlstream log repair: ${dir}: nothing to repair` : `rlstream log repair: ${dir}: ${found} damaged range(s) quarantined`);
-      if (report.gaps.length > 0 || report.clamped.length > 0) console.log(`gaps and moved offsets, as listed in the partitions' damage.json:\n${summary(report)}`);
+      const report = await repairLog(dir, warnLogger('log-repair'));
+      const { lines } = describeDamage(report, 'repair');
+      const nothing = report.foundNow.length === 0 && report.extra.length === 0 && report.clamped.length === 0 && !report.lock;
+      console.log(`rlstream log repair: ${dir}: ${nothing ? 'nothing to repair' : 'repaired'}${lines.length > 0 ? `\n${lines.join('\n')}` : ''}`);
     });
   log
     .command('check <dir>')
-    .description('check every record of an embedded log (a run directory or its log/) and report its damage, without writing to it; exit 1 when it has any or cannot be opened')
+    .description('compare an embedded log (a run directory or its log/) with what it wrote and check every record, without writing to it; lists every offset range lost, every file not its own, a stale LOCK; exit 1 when there is any or it cannot be opened')
     .action(async (given: string) => {
       let report: DamageReport;
       let dir = given;
       try {
         dir = resolveEmbeddedLog(given, undefined, 'log check').log;
-        report = await checkLog(dir, jsonLogger({ level: 'warn', fields: { role: 'log-check' }, write: (l) => process.stderr.write(l + '\n') }));
+        report = await checkLog(dir, warnLogger('log-check'));
       } catch (err) {
         console.log(`rlstream log check: ${dir}: ${describeError(err)}`);
         process.exitCode = 1;
         return;
       }
-      if (report.gaps.length === 0) {
-        console.log(`rlstream log check: ${dir}: no damage listed`);
-        return;
-      }
-      console.log(`rlstream log check: ${dir}: ${report.gaps.length} gap(s) of records lost to damage:\n${summary(report)}`);
-      process.exitCode = 1;
+      const { lines, problems } = describeDamage(report, 'check');
+      console.log(`rlstream log check: ${dir}: ${problems === 0 ? 'no damage found' : `${problems} problem(s) found; \`rlstream log repair ${dir}\` lists and quarantines them`}${lines.length > 0 ? `\n${lines.join('\n')}` : ''}`);
+      if (problems > 0) process.exitCode = 1;
     });
 }

@@ -27,7 +27,7 @@ test('log check and log repair on a run directory read its log/; a directory tha
 
     const check = rlstream('log', 'check', run);
     assert.equal(check.status, 0, check.stdout + check.stderr);
-    assert.equal(check.stdout.trim(), `rlstream log check: ${join(run, 'log')}: no damage listed`);
+    assert.equal(check.stdout.trim(), `rlstream log check: ${join(run, 'log')}: no damage found`);
     const repair = rlstream('log', 'repair', run);
     assert.equal(repair.status, 0, repair.stdout + repair.stderr);
     assert.equal(repair.stdout.trim(), `rlstream log repair: ${join(run, 'log')}: nothing to repair`);

@@ -5,6 +5,7 @@
 // records are readable and the loss is listed. Read-only opens are checked to write nothing.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,6 +17,7 @@ import { Registry } from 'prom-client';
 import { sendDamageDeadLetters } from '../../core/log/embedded/damage-letters.ts';
 import { registerLogDamageMetrics } from '../../core/log/embedded/damage-metrics.ts';
 import { checkLog, repairLog } from '../../core/log/embedded/repair.ts';
+import { describeDamage } from '../../core/log/embedded/damage-report.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -53,6 +55,31 @@ async function build(dir: string, n: number, options: Omit<EmbeddedLogOptions, '
     for (let i = 0; i < n; i += 100) await p.send('t', Array.from({ length: Math.min(100, n - i) }, (_, k) => ({ value: value(i + k), partition: part, timestamp: BASE_TS + i + k })));
   }
   await log.close();
+}
+
+/**
+ * build(), by a writer that is killed (SIGKILL) instead of closing the log: its manifest then lists the records
+ * only up to its last segment roll, and a cut after that is a torn tail, not a loss. `commit`: group g commits
+ * offset n of t/0 first.
+ */
+async function buildKilled(dir: string, n: number, options: Omit<EmbeddedLogOptions, 'dir'> = {}, commit = false): Promise<void> {
+  const script = `
+    import { openEmbeddedLog } from ${JSON.stringify(join(import.meta.dirname, '../../core/log/embedded/index.ts'))};
+    const log = openEmbeddedLog({ dir: ${JSON.stringify(dir)}, ...${JSON.stringify(options)} });
+    await log.createTopic({ name: 't', partitions: 1 });
+    const p = await log.producer();
+    for (let i = 0; i < ${n}; i += 100) {
+      await p.send('t', Array.from({ length: Math.min(100, ${n} - i) }, (_, k) => ({ value: Buffer.from(\`record-\${i + k}-\`.padEnd(120, 'x')), partition: 0, timestamp: ${BASE_TS} + i + k })));
+    }
+    if (${commit}) log.commitOffsets('g', [['t', 0, ${n}]]);
+    process.kill(process.pid, 'SIGKILL');`;
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const signal = await new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, sig) => resolve(sig)));
+  assert.equal(signal, 'SIGKILL', 'the writer was killed');
+  // Its note of the records written (written.json, made within a second of appends) may or may not have been
+  // made before the kill on a loaded machine: without it, as when a writer dies within a second of writing,
+  // the manifest alone says what was written.
+  rmSync(join(dir, 'written.json'), { force: true });
 }
 
 function partitionDir(dir: string, partition = 0): string {
@@ -180,20 +207,31 @@ test('ten random bytes flipped: every record none of them touched is readable, e
   }
 });
 
-test('a truncation mid-record: a torn tail in the active segment; in a sealed segment a typed error, then repair keeps the records after it', async () => {
+test('a truncation mid-record: a torn tail in the active segment of a killed writer is cut; after a clean close, or in a sealed segment, it is a loss refused, then repaired keeping the records after it', async () => {
   const dir = tempDir();
   try {
-    await build(dir, 600, { segmentBytes: 16 * 1024 });
+    await buildKilled(dir, 600, { segmentBytes: 16 * 1024 });
     const segs = segments(dir);
     assert.ok(segs.length >= 4, `${segs.length} segments`);
-    // Active segment: the cut record and what follows it were never whole; appends go on from there.
+    // Active segment of a writer that never closed: the records after its last roll are not in the manifest, so
+    // the cut record and what follows it may never have been whole (a crash mid-write); appends go on from there.
     const active = frames(segs[segs.length - 1]!);
     const cut = active[active.length - 3]!;
     truncateSync(segs[segs.length - 1]!, cut.start + 20);
     let log = open(dir);
     assert.equal((await log.offsets('t'))[0]!.high, cut.offset);
+    assert.deepEqual(log.damageReport().foundNow, []);
     checkIntact(await readAll(log), range(0, cut.offset));
     await log.close();
+    // Closed: the manifest lists every record now, and the same cut is a loss with its exact range.
+    const closed = frames(segs[segs.length - 1]!);
+    const last = closed[closed.length - 1]!;
+    truncateSync(segs[segs.length - 1]!, last.start + 20);
+    assert.throws(() => open(dir), (e) => corrupt(segs[segs.length - 1]!)(e) && (e as Error).message.includes(`offset ${last.offset} of t/0 are lost`));
+    assert.deepEqual(
+      (await repairLog(dir)).foundNow.map((d) => [d.fromOffset, d.toOffset]),
+      [[last.offset, cut.offset]],
+    );
     // A sealed segment cut mid-record: the records after the cut in it are gone, the segments after it are not.
     const sealed = frames(segs[1]!);
     const mid = sealed[Math.floor(sealed.length / 2)]!;
@@ -206,7 +244,8 @@ test('a truncation mid-record: a torn tail in the active segment; in a sealed se
       [[mid.offset, nextBase]],
     );
     log = open(dir);
-    checkIntact(await readAll(log), [...range(0, mid.offset), ...range(nextBase, cut.offset)]);
+    checkIntact(await readAll(log), [...range(0, mid.offset), ...range(nextBase, last.offset)]);
+    assert.equal((await log.offsets('t'))[0]!.high, cut.offset, 'the offset lost at the end is not given out again');
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -305,10 +344,16 @@ test('a deleted, edited or unparsable meta.json, or a deleted partition director
     try {
       await build(dir, 150, {}, 4);
       rmSync(partitionDir(dir, 2), { recursive: true });
-      assert.throws(() => open(dir), (e) => corrupt(partitionDir(dir, 2))(e) && /partitions 2 of topic t are gone/.test((e as Error).message));
-      await repairLog(dir);
+      assert.throws(() => open(dir), (e) => corrupt(partitionDir(dir, 2))(e) && /partition directory missing: offsets 0 to 149 of t\/2 are lost/.test((e as Error).message));
+      const report = await repairLog(dir);
+      assert.deepEqual(
+        report.foundNow.map((d) => [d.partition, d.fromOffset, d.toOffset]),
+        [[2, 0, 150]],
+      );
       const log = open(dir);
       assert.equal((await readAll(log)).length, 450);
+      // The partition goes on after the offsets it had: none is given to a second record.
+      assert.deepEqual((await log.offsets('t'))[2], { partition: 2, low: 150, high: 150 });
       await log.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -451,13 +496,19 @@ test('a flipped byte mid-journal fails the open; repair quarantines that entry a
   }
 });
 
-test('committed offsets past the end after a loss move back to the end, so records appended next are delivered', async () => {
+test('committed offsets past the end after a killed writer lost its tail move back to the end (a check reports them), so records appended next are delivered', async () => {
   const dir = tempDir();
   try {
-    await withCommits(dir, 300);
+    // The writer never closed: its records past the manifest's entry are a tail a crash may tear; only the
+    // group's committed offset shows that 300 records were there.
+    await buildKilled(dir, 300, {}, true);
     const [seg] = segments(dir);
     const cut = frames(seg!)[200]!;
     truncateSync(seg!, cut.start + 5);
+    const checked = await checkLog(dir);
+    assert.deepEqual(checked.clamped, [{ group: 'g', topic: 't', partition: 0, from: 300, to: 200 }]);
+    assert.ok(describeDamage(checked, 'check').lines.some((l) => /committed 300, the partition ends at 200 \(offsets 200\.\.299 lost\)/.test(l)));
+    assert.ok(describeDamage(checked, 'check').problems > 0, 'the check fails');
     const warnings: Warning[] = [];
     let log = open(dir, {}, warnings);
     assert.deepEqual(await log.committed('g', 't'), [{ topic: 't', partition: 0, offset: 200 }]);

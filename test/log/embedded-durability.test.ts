@@ -4,10 +4,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { appendFileSync, mkdtempSync, readdirSync, rmSync, statSync, truncateSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
+import { repairLog } from '../../core/log/embedded/repair.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { copiedRecord, readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
 import type { LogRecord, RecordChunk } from '../../core/log/types.ts';
@@ -84,7 +85,8 @@ test('a corrupt record is detected by its CRC on open of the active segment', as
     await log.close();
     const seg = join(dir, 'topics', 't', '0', segmentFiles(dir, 't', 0)[0]!);
     const size = statSync(seg).size;
-    // Flip the last record's last byte: recovery keeps the 4 records before it.
+    // Flip the last record's last byte: after a clean close that is a loss, not a torn tail; the 4 records
+    // before it are kept and offset 4 is not given out again.
     const { openSync, readSync, writeSync, closeSync } = await import('node:fs');
     const fd = openSync(seg, 'r+');
     const b = Buffer.alloc(1);
@@ -92,8 +94,14 @@ test('a corrupt record is detected by its CRC on open of the active segment', as
     b[0] = b[0]! ^ 0xff;
     writeSync(fd, b, 0, 1, size - 1);
     closeSync(fd);
+    assert.throws(() => openEmbeddedLog({ dir }), (e) => isRlstreamError(e, 'LOG_CORRUPT') && /CRC mismatch[^]*offset 4 of t\/0 are lost/.test(e.message));
+    assert.deepEqual(
+      (await repairLog(dir)).foundNow.map((d) => [d.fromOffset, d.toOffset]),
+      [[4, 5]],
+    );
     log = openEmbeddedLog({ dir });
-    assert.equal((await log.offsets('t'))[0]?.high, 4);
+    assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 0, high: 5 }]);
+    assert.equal((await pollUntil(await log.consumer({ groupId: 'r', topics: ['t'] }), 4, 5000)).length, 4);
     await log.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -106,6 +114,8 @@ test('a transaction journaled but only partly applied is completed on open (all-
     let log = openEmbeddedLog({ dir });
     await log.createTopic({ name: 'a', partitions: 1 });
     await log.createTopic({ name: 'b', partitions: 1 });
+    // What a writer that crashes from here on leaves as its manifest: the entries of its last layout change.
+    const crashed = readFileSync(join(dir, 'manifest.json'));
     const tp = await log.producer({ transactionalId: 'tx' });
     const txn = await tp.transaction();
     await txn.send('a', [{ value: Buffer.from('a0') }, { value: Buffer.from('a1') }]);
@@ -114,7 +124,8 @@ test('a transaction journaled but only partly applied is completed on open (all-
     await txn.commit();
     await log.close();
     // Simulate a crash after the journal entry but before partition b got its record, and with a's second
-    // record torn in half.
+    // record torn in half: the writer never closed, so its manifest is the one it wrote before the transaction.
+    writeFileSync(join(dir, 'manifest.json'), crashed);
     const segA = join(dir, 'topics', 'a', '0', segmentFiles(dir, 'a', 0)[0]!);
     truncateSync(segA, statSync(segA).size - 3);
     truncateSync(join(dir, 'topics', 'b', '0', segmentFiles(dir, 'b', 0)[0]!), 0);
@@ -135,13 +146,16 @@ test('a journaled transaction whose earlier records were lost is kept, at the ne
   try {
     let log = openEmbeddedLog({ dir, fsync: 'none' });
     await log.createTopic({ name: 'a', partitions: 1 });
+    const crashed = readFileSync(join(dir, 'manifest.json'));
     const plain = await log.producer();
     await plain.send('a', [{ value: Buffer.from('p0') }, { value: Buffer.from('p1') }]);
     const txn = await (await log.producer({ transactionalId: 'tx' })).transaction();
     await txn.send('a', [{ key: 'k', value: Buffer.from('t0'), headers: { h: Buffer.from('x') } }]);
     await txn.commit();
     await log.close();
-    // A machine crash with fsync 'none': the segment lost everything, the journal kept the transaction.
+    // A machine crash with fsync 'none': the segment lost everything, the journal kept the transaction, and the
+    // manifest is the one written before the records (the close that wrote the last one never happened).
+    writeFileSync(join(dir, 'manifest.json'), crashed);
     truncateSync(join(dir, 'topics', 'a', '0', segmentFiles(dir, 'a', 0)[0]!), 0);
     const warnings: string[] = [];
     log = openEmbeddedLog({ dir, fsync: 'none' }, jsonLogger({ level: 'warn', write: (l) => warnings.push(String((JSON.parse(l) as { msg: string }).msg)) }));
@@ -169,7 +183,6 @@ test('the directory lock refuses a second opener and names the holder pid', asyn
     assert.match(out, new RegExp(`^LOG_LOCKED .*process ${process.pid}`));
     await log.close();
     // A lock left by a dead process (here: a pid that cannot exist) is taken over.
-    const { writeFileSync } = await import('node:fs');
     writeFileSync(join(dir, 'LOCK'), '2147483646\n');
     const again = openEmbeddedLog({ dir });
     await again.close();
@@ -371,7 +384,7 @@ test('processes opening one log directory at the same moment each open it or get
           return out;
         }),
       );
-      for (const out of outs) assert.match(out, /^(opened|LOG_LOCKED log directory .* is locked by process \d+)$/, `round ${round}`);
+      for (const out of outs) assert.match(out, /^(opened|LOG_LOCKED log directory .* is locked by process \d+: process \d+ .* has the log open)$/, `round ${round}`);
       assert.ok(outs.includes('opened'), `round ${round}: someone opened the log`);
       assert.deepEqual(readdirSync(dir).filter((f) => f.startsWith('LOCK')), [], 'no lock or temporary file left behind');
     }

@@ -1,7 +1,7 @@
 // The damage of an embedded log as the commands show it: `rlstream replay` over a log with a flipped byte
 // replays every intact record and warns on stderr; over a log missing a segment it exits non-zero naming the
 // file and `rlstream log repair`; `rlstream log check` reports both without writing and `rlstream log repair` makes
-// the log readable again, listing what was lost.
+// the log readable again, listing what was lost, after which a check passes, listing the ranges it accepted.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -40,6 +40,7 @@ test('replay and log check/repair over a damaged embedded log report the damage;
     const serde = await new EventSerde(registry).init();
     await recordRun(log, serde, { runId: 'r', groups: 6, groupSize: 2, assistantTurns: 2, trajectoriesPerStep: 4, seed: 3 });
     const total = (await log.offsets(TOPICS.rolloutEvents)).reduce((n, o) => n + o.high, 0);
+    const high1 = (await log.offsets(TOPICS.rolloutEvents))[1]!.high;
     await registry.close();
     await log.close();
     const args = (n: number) => ['replay', '--log', logDir, '--topics', TOPICS.rolloutEvents, '--into', `log:${join(dir, `copy-${n}`)}`];
@@ -64,7 +65,7 @@ test('replay and log check/repair over a damaged embedded log report the damage;
 
     const check = await rlstream('log', 'check', logDir);
     assert.equal(check.code, 1);
-    assert.match(check.stdout, new RegExp(`1 gap\\(s\\)[^]*${TOPICS.rolloutEvents}/0 offsets (\\d+)\\.\\.\\1: `));
+    assert.match(check.stdout, new RegExp(`1 range\\(s\\) of records lost and not repaired \\(1 record\\):\\n  ${TOPICS.rolloutEvents}/0 offsets (\\d+)\\.\\.\\1 \\(1 record\\): `));
 
     // A segment file deleted: a writer's open refuses, naming it and the repair (here: a replay that writes into
     // the log); check reports it without writing.
@@ -73,22 +74,25 @@ test('replay and log check/repair over a damaged embedded log report the damage;
     unlinkSync(gone);
     const refused = await rlstream('replay', '--log', logDir, '--topics', TOPICS.rolloutEvents, '--into', 'topic:copy');
     assert.notEqual(refused.code, 0);
-    assert.match(refused.stderr, new RegExp(`LOG_CORRUPT: ${gone.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: segment file missing[^]*rlstream log repair ${logDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
+    assert.match(refused.stderr, new RegExp(`LOG_CORRUPT: [^]*${gone.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: segment file missing[^]*of ${TOPICS.rolloutEvents}/1 are lost[^]*rlstream log repair ${logDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
     const checkGone = await rlstream('log', 'check', logDir);
     assert.equal(checkGone.code, 1);
-    assert.match(checkGone.stdout, new RegExp(`2 gap\\(s\\)[^]*${TOPICS.rolloutEvents}/1 offsets 0\\.\\.end: segment file missing`));
+    // Partition 0's record was quarantined and listed by that open (accepted); partition 1's segment is a new loss.
+    const gone1 = `${TOPICS.rolloutEvents}/1 offsets 0\\.\\.${high1 - 1} \\(${high1} records\\): segment file missing`;
+    assert.match(checkGone.stdout, new RegExp(`1 range\\(s\\) of records lost and not repaired \\(${high1} records\\):\\n  ${gone1}[^]*1 range\\(s\\) lost earlier and accepted[^]*\\n  ${TOPICS.rolloutEvents}/0 offsets`));
 
     const repair = await rlstream('log', 'repair', logDir);
     assert.equal(repair.code, 0, repair.stderr);
     // The writer's open that refused had already quarantined partition 0's damaged record (recorded, so safe):
     // repair has the missing segment left.
-    assert.match(repair.stdout, /1 damaged range\(s\) quarantined/);
-    assert.match(repair.stdout, new RegExp(`${TOPICS.rolloutEvents}/1 offsets 0\\.\\.end: segment file missing`));
+    assert.match(repair.stdout, new RegExp(`1 range\\(s\\) of records lost \\(${high1} records\\), now listed in the partitions' damage.json and skipped by readers:\\n  ${gone1}`));
     const after = await rlstream(...args(3));
     assert.equal(after.code, 0, after.stderr);
-    const lost = (await rlstream('log', 'check', logDir)).stdout;
-    assert.match(lost, /2 gap\(s\)/);
-    assert.ok(replayed(after.stdout) < total - 1 && replayed(after.stdout) > 0);
+    // Repaired: the check passes, listing both ranges as accepted.
+    const lost = await rlstream('log', 'check', logDir);
+    assert.equal(lost.code, 0, lost.stdout);
+    assert.match(lost.stdout, /no damage found\n2 range\(s\) lost earlier and accepted/);
+    assert.equal(replayed(after.stdout), total - 1 - high1);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -8,6 +8,7 @@ import { deriveId } from '../../ids.ts';
 import type { EventSerde } from '../../serde/events.ts';
 import { TOPICS } from '../../topics.ts';
 import type { EventLog } from '../types.ts';
+import { fileKind } from './damage.ts';
 import { EmbeddedLog } from './index.ts';
 
 /** Bytes of a quarantine file carried in its dead letter; the file itself keeps them all. */
@@ -22,7 +23,8 @@ export async function sendDamageDeadLetters(log: EventLog, serde: EventSerde, to
   const now = Date.now();
   const records = found.map((d) => {
     const dir = join(log.options.dir, 'topics', d.topic, String(d.partition));
-    let bytes = d.quarantine ? readFileSync(join(dir, d.quarantine)) : Buffer.alloc(0);
+    // A quarantine can be a whole directory moved aside (one that stood where a segment belongs): no bytes then.
+    let bytes = d.quarantine && fileKind(join(dir, d.quarantine)) === 'file' ? readFileSync(join(dir, d.quarantine)) : Buffer.alloc(0);
     const cut = bytes.length > MAX_VALUE_BYTES;
     if (cut) bytes = bytes.subarray(0, MAX_VALUE_BYTES);
     const range = d.toOffset === null ? `offsets from ${d.fromOffset}` : `offsets ${d.fromOffset} to ${d.toOffset - 1}`;

@@ -3,7 +3,7 @@
 // file that holds the bytes; it is both the report (EmbeddedLog.damage(), `rlstream log repair`) and the
 // acknowledgement that lets a later open accept the gap instead of failing again. Readers skip a gap and count
 // it. Files that hold state (meta.json, checkpoint.json, damage.json) fail with an error naming the file.
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, lstatSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 
@@ -29,7 +29,7 @@ export interface DamageRecord {
 const LEDGER_FILE = 'damage.json';
 
 /** The command that quarantines damage explicitly, for error messages. */
-function repairCommand(logDir: string): string {
+export function repairCommand(logDir: string): string {
   return `rlstream log repair ${/[\s"'$`\\]/.test(logDir) ? JSON.stringify(logDir) : logDir}`;
 }
 
@@ -38,8 +38,39 @@ export function corruptError(logDir: string, file: string, what: string, repairD
   return new RlstreamError('LOG_CORRUPT', `${file}: ${what}. Run \`${repairCommand(logDir)}\` to ${repairDoes}`, cause === undefined ? {} : { cause });
 }
 
+/** What a path is on disk: a regular file, a directory, something else (a link, a socket, …), or nothing. */
+export type FileKind = 'file' | 'directory' | 'other' | 'missing';
+
+export function fileKind(path: string): FileKind {
+  try {
+    const st = lstatSync(path);
+    return st.isFile() ? 'file' : st.isDirectory() ? 'directory' : 'other';
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return 'missing';
+    throw err;
+  }
+}
+
+/** Where repair moves a path of the wrong type, out of the way of the log's own names. */
+export function asideName(path: string): string {
+  return `${path}.quarantine`;
+}
+
+/**
+ * LOG_CORRUPT for a path of the wrong type (a directory where a segment file belongs, a file where a partition
+ * directory belongs), instead of the raw EISDIR/ENOTDIR an open would otherwise meet; null when it is right.
+ */
+export function wrongKindError(logDir: string, path: string, want: 'file' | 'directory'): RlstreamError | null {
+  const kind = fileKind(path);
+  if (kind === want || kind === 'missing') return null;
+  const found = kind === 'other' ? 'neither a file nor a directory' : `a ${kind}`;
+  return corruptError(logDir, path, `is ${found} where the log keeps a ${want}`, `move it aside to ${asideName(path)}`);
+}
+
 /** A JSON state file, or LOG_CORRUPT naming it (never a bare SyntaxError). */
 export function readJsonFile(logDir: string, file: string, repairDoes: string): unknown {
+  const wrong = wrongKindError(logDir, file, 'file');
+  if (wrong) throw wrong;
   let text: string;
   try {
     text = readFileSync(file, 'utf8');

@@ -4,9 +4,10 @@
 // All file I/O is synchronous on purpose: an append or a commit runs start to end without another task in
 // between, which is what makes offsets assignment and transaction application atomic within the process.
 // Opening recovers: torn tails are cut, damaged records quarantined (damage.ts), and what cannot be recovered
-// without loss (a missing segment, journal or meta.json, a damaged checkpoint) fails with LOG_CORRUPT naming
-// the file and the repair command. Durability of each call: see EmbeddedLogOptions.fsync and core/log/types.ts.
-import { existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+// without loss fails with LOG_CORRUPT naming the file and the repair command: a missing journal or meta.json, a
+// damaged checkpoint, and whatever the files lack of what the manifest (manifest.json, manifest.ts) says was
+// written, all of it in one report. Durability of each call: see EmbeddedLogOptions.fsync and core/log/types.ts.
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { RlstreamError } from '../../errors.ts';
 import { type Logger, silentLogger } from '../../telemetry.ts';
@@ -26,17 +27,22 @@ import type {
 } from '../types.ts';
 import { checkTopicSpec } from '../topic-spec.ts';
 import { EmbeddedConsumer } from './consumer.ts';
-import { corruptError, type DamageRecord, fsyncDir, readJsonFile, writeFileDurably } from './damage.ts';
+import { asideName, corruptError, type DamageRecord, fileKind, fsyncDir, readJsonFile, repairCommand, wrongKindError, writeFileDurably } from './damage.ts';
 import { GroupCoordinator, type GroupMember } from './groups.ts';
 import { Journal, type JournalEntry, type OffsetTriple, type TxnPart } from './journal.ts';
-import { DirectoryLock } from './lock.ts';
+import { DirectoryLock, inspectLock, type LockState } from './lock.ts';
 import { type CompiledEmbeddedLogOptions, type EmbeddedLogOptions, compileEmbeddedLogOptions } from './options.ts';
-import { Partition } from './partition.ts';
+import { describeRange, type ExtraFile, Partition } from './partition.ts';
+import { forgetWritten, readWritten, writeWritten } from './written.ts';
+import { highOf, lowOf, type LogManifest, type ManifestState, type PartitionRecord, readManifest, type TopicRecord, writeManifest } from './manifest.ts';
 import { EmbeddedProducer, type PendingPart } from './producer.ts';
 import { type PlainRecord, batchFromBlob, batchSize, encodeBatch, encodedSize, readRecordAt } from './record-format.ts';
 
 export type { EmbeddedLogOptions, FsyncPolicy } from './options.ts';
 export type { DamageRecord } from './damage.ts';
+export type { ExtraFile } from './partition.ts';
+export type { ManifestState } from './manifest.ts';
+export type { LockState } from './lock.ts';
 
 /** What a log's files have lost, as found by this open and earlier ones (EmbeddedLog.damageReport). */
 export interface DamageReport {
@@ -48,7 +54,18 @@ export interface DamageReport {
   skipped: { topic: string; partition: number; offsets: number }[];
   /** Committed offsets that were past their partition's end on open and were moved back to it. */
   clamped: { group: string; topic: string; partition: number; from: number; to: number }[];
+  /** Files found that hold no lost records but are not the log's own (extra segments, wrong types), and their fate. */
+  extra: ExtraFile[];
+  /** How this open found the manifest: present, or the log predates it, or it was missing or damaged. */
+  manifest: ManifestState;
+  /** Whether the manifest found was written by a close (null: none found). */
+  closedCleanly: boolean | null;
+  /** The LOCK as this open found it: taken over from a stale holder (a repair), or, read-only, whoever holds it. */
+  lock: LockState | null;
 }
+
+/** How long after a segment roll the manifest lists it (see layoutChanged). */
+const MANIFEST_DELAY_MS = 1000;
 
 /** The reusable batch buffer is given back after a batch larger than this. */
 const ARENA_KEPT_BYTES = 32 * 1024 * 1024;
@@ -74,6 +91,18 @@ export class EmbeddedLog implements EventLog {
   private arena = Buffer.allocUnsafe(0);
 
   private readonly clamped: DamageReport['clamped'] = [];
+  /** Losses a read-write open refuses that belong to no open partition (a topic directory gone, of the wrong type). */
+  private readonly refusals: string[] = [];
+  private readonly extraFiles: ExtraFile[] = [];
+  private manifestState: ManifestState = 'present';
+  private closedCleanly: boolean | null = null;
+  /** While open recovers, layout changes do not write the manifest: the end of recovery writes it once. */
+  private recovering = true;
+  /** A write of the manifest due after a segment roll (layoutChanged). */
+  private manifestTimer: NodeJS.Timeout | null = null;
+  /** A note of the partitions' high-water marks due after appends (written.ts). */
+  private writtenTimer: NodeJS.Timeout | null = null;
+  private writtenMark: (topic: string, partition: number) => number | undefined = () => undefined;
 
   private constructor(
     readonly options: CompiledEmbeddedLogOptions,
@@ -97,7 +126,7 @@ export class EmbeddedLog implements EventLog {
       mkdirSync(join(options.dir, 'topics'), { recursive: true });
       fsyncDir(options.dir);
     }
-    const lock = options.readOnly ? null : DirectoryLock.acquire(options.dir);
+    const lock = options.readOnly ? null : DirectoryLock.acquire(options.dir, { breakStale: options.repair });
     try {
       const log = new EmbeddedLog(options, lock, logger.child({ component: 'embedded-log' }));
       log.recover();
@@ -125,25 +154,152 @@ export class EmbeddedLog implements EventLog {
   }
 
   private recover(): void {
-    const topicsDir = join(this.options.dir, 'topics');
-    const names = existsSync(topicsDir) ? readdirSync(topicsDir) : [];
-    for (const name of names) {
-      const spec = this.readTopicMeta(topicsDir, name);
+    const { dir, readOnly, repair } = this.options;
+    const topicsDir = join(dir, 'topics');
+    const wrongTopics = wrongKindError(dir, topicsDir, 'directory');
+    if (wrongTopics) throw wrongTopics;
+    const onDisk = existsSync(topicsDir) ? readdirSync(topicsDir).filter((n) => !n.endsWith('.quarantine')) : [];
+    const { manifest, state } = readManifest(dir, onDisk.some((n) => metaMarked(join(topicsDir, n))), this.options);
+    this.manifestState = state;
+    this.closedCleanly = manifest?.clean ?? null;
+    this.writtenMark = readWritten(dir);
+    for (const name of [...new Set([...onDisk, ...Object.keys(manifest?.topics ?? {})])]) {
+      const rec = manifest?.topics[name];
+      const tdir = join(topicsDir, name);
+      const kind = fileKind(tdir);
+      if (kind !== 'directory' && kind !== 'missing') {
+        const what = `is ${kind === 'file' ? 'a file' : 'not a directory'} where the directory of topic ${name} belongs`;
+        if (!readOnly && !repair) {
+          this.refusals.push(`${tdir}: ${what}`);
+          continue;
+        }
+        if (repair) renameSync(tdir, asideName(tdir));
+        this.extraFiles.push({ topic: name, partition: null, file: tdir, reason: what, quarantine: repair ? asideName(tdir) : null });
+      }
+      if (kind !== 'directory') {
+        if (rec) this.recoverMissingTopic(name, rec);
+        continue;
+      }
+      const spec = this.readTopicMeta(topicsDir, name, rec !== undefined);
       if (!spec) continue;
-      const partitions = Array.from({ length: spec.partitions }, (_, p) => new Partition(name, p, join(topicsDir, name, String(p)), this.segmentConfig, this.logger, spec.retention));
+      if (manifest && !rec) {
+        this.extraFiles.push({ topic: name, partition: null, file: tdir, reason: 'a topic the manifest does not list (kept, and listed from now on)', quarantine: null });
+        this.logger.warn('embedded log: a topic the manifest does not list; it is kept', { topic: name });
+      }
+      const partitions = Array.from({ length: spec.partitions }, (_, p) => {
+        const gone = existsSync(join(tdir, String(p))) ? undefined : 'partition directory missing';
+        return this.openPartition(name, p, spec.retention, rec?.partitions[p] ?? null, gone);
+      });
       this.topics.set(name, { spec, partitions });
     }
+    const parts = [...this.topics.values()].flatMap((t) => t.partitions);
+    const refused = [...this.refusals, ...parts.flatMap((p) => p.refused)];
+    if (refused.length > 0 && !readOnly && !repair) {
+      for (const p of parts) p.close();
+      throw new RlstreamError(
+        'LOG_CORRUPT',
+        `${dir}: the log's files do not hold what it wrote (${manifest ? 'its manifest.json lists every segment written' : 'found by its checks'}):\n${refused.map((r) => `  - ${r}`).join('\n')}\n` +
+          `Run \`${repairCommand(dir)}\` to list these losses in the partitions' damage.json (readers then skip them) and move aside what is not the log's own, then run this command again (a resumed run goes on after the last offset written); \`${repairCommand(dir).replace(' repair ', ' check ')}\` shows this report without writing anything.`,
+        { retriable: false },
+      );
+    }
+    this.extraFiles.push(...parts.flatMap((p) => p.extra));
     const { groups, entries } = this.journal.recover(this.topics.size > 0);
     for (const [g, triples] of Object.entries(groups)) this.groups.setOffsets(g, triples);
     for (const entry of entries) this.replay(entry);
     this.clampOffsets();
-    if (this.options.readOnly) return;
+    if (readOnly) return;
     // A repaired journal (or checkpoint) is retired at once: the checkpoint of what was recovered starts a new one.
     if (this.journal.repaired) {
       this.flush();
       this.journal.checkpoint(this.groups.snapshot());
     }
+    // What the files hold now is the record from here on; forced to disk first (an earlier process may have
+    // left it in the page cache), so that the manifest never lists records a machine crash could take back.
+    for (const p of parts) {
+      p.flush(true);
+      p.markDurable();
+    }
+    this.recovering = false;
+    this.saveManifest(false);
+    // After the manifest: a deletion by retention is listed before it happens (Partition.applyRetention).
     this.applyRetention();
+    if (state !== 'present') for (const [name, t] of this.topics) writeFileDurably(join(topicsDir, name, 'meta.json'), JSON.stringify({ ...t.spec, manifest: true }));
+  }
+
+  private openPartition(topic: string, index: number, retention: TopicSpec['retention'], record: PartitionRecord | null, goneReason: string | undefined): Partition {
+    const dir = join(this.options.dir, 'topics', topic, String(index));
+    const written = record ? this.writtenMark(topic, index) : undefined;
+    const expect = { record, clean: this.closedCleanly === true, ...(goneReason ? { goneReason } : {}), ...(written !== undefined ? { written } : {}) };
+    return new Partition(topic, index, dir, this.segmentConfig, this.logger, retention, expect, (now) => this.layoutChanged(now));
+  }
+
+  /**
+   * A topic the manifest lists whose directory is gone: each partition that held records lost them all. A plain
+   * open refuses; a repair creates the topic again (its partitions go on at their old high-water marks, the loss
+   * listed); a read-only open reports it. One that held nothing is created again without a word.
+   */
+  private recoverMissingTopic(name: string, rec: TopicRecord): void {
+    const { readOnly, repair } = this.options;
+    const tdir = join(this.options.dir, 'topics', name);
+    const lost = rec.partitions.flatMap((p, i) => (highOf(p) > lowOf(p) ? [`${tdir}: topic directory missing: ${describeRange(lowOf(p), highOf(p))} of ${name}/${i} are lost`] : []));
+    if (lost.length > 0 && !readOnly && !repair) {
+      this.refusals.push(...lost);
+      return;
+    }
+    const spec: TopicSpec = { name, partitions: rec.partitions.length, ...(rec.retention ? { retention: { ...rec.retention } } : {}) };
+    if (!readOnly) mkdirSync(tdir, { recursive: true });
+    const partitions = rec.partitions.map((p, i) => this.openPartition(name, i, spec.retention, p, 'topic directory missing'));
+    if (!readOnly) {
+      fsyncDir(tdir);
+      writeFileDurably(join(tdir, 'meta.json'), JSON.stringify({ ...spec, manifest: true }));
+      fsyncDir(join(this.options.dir, 'topics'));
+    }
+    this.topics.set(name, { spec, partitions });
+  }
+
+  /**
+   * A partition rolled a segment (`now` false) or is about to delete some (`now` true). A roll is listed a moment
+   * later, once for all the rolls meanwhile: a durable write in every roll costs small segments a third of their
+   * produce rate (measured with 1 MiB segments), and a roll not yet listed is recognised on open (Partition).
+   * A deletion is listed before it happens, or the next open would take it for a loss.
+   */
+  private layoutChanged(now: boolean): void {
+    if (this.recovering || this.options.readOnly || this.closed) return;
+    if (now) {
+      this.saveManifest(false);
+      return;
+    }
+    this.manifestTimer ??= setTimeout(() => {
+      this.manifestTimer = null;
+      if (!this.closed) this.saveManifest(false);
+    }, MANIFEST_DELAY_MS);
+    this.manifestTimer.unref();
+  }
+
+  /** Note every partition's high-water mark in written.json within a second of appends (see written.ts). */
+  private noteWritten(): void {
+    if (this.writtenTimer || this.recovering || this.options.readOnly) return;
+    this.writtenTimer = setTimeout(() => {
+      this.writtenTimer = null;
+      if (this.closed) return;
+      writeWritten(
+        this.options.dir,
+        [...this.topics].flatMap(([name, t]) => t.partitions.map((p): [string, number, number] => [name, p.index, p.high])),
+      );
+    }, MANIFEST_DELAY_MS);
+    this.writtenTimer.unref();
+  }
+
+  /** Write the manifest from each partition's last durable entry (see manifest.ts). */
+  private saveManifest(clean: boolean): void {
+    if (this.manifestTimer) clearTimeout(this.manifestTimer);
+    this.manifestTimer = null;
+    const topics: LogManifest['topics'] = {};
+    for (const [name, t] of this.topics) {
+      topics[name] = { partitions: t.partitions.map((p) => p.durable ?? p.snapshot()), ...(t.spec.retention ? { retention: t.spec.retention } : {}) };
+    }
+    writeManifest(this.options.dir, { version: 1, clean, topics });
   }
 
   /**
@@ -151,16 +307,25 @@ export class EmbeddedLog implements EventLog {
    * left by a crash inside createTopic (no meta.json, no records). Anything else that does not add up fails
    * with LOG_CORRUPT, or is rewritten from the partition directories when repairing.
    */
-  private readTopicMeta(topicsDir: string, name: string): TopicSpec | null {
+  private readTopicMeta(topicsDir: string, name: string, listed: boolean): TopicSpec | null {
     const dir = join(topicsDir, name);
     const metaPath = join(dir, 'meta.json');
-    const partitionDirs = readdirSync(dir).filter((f) => /^\d+$/.test(f)).map(Number);
-    const holding = partitionDirs.filter((p) => readdirSync(join(dir, String(p))).some((f) => /\.log$/.test(f) && statSync(join(dir, String(p), f)).size > 0));
+    const entries = readdirSync(dir, { withFileTypes: true }).filter((f) => /^\d+$/.test(f.name));
+    for (const f of entries.filter((e) => !e.isDirectory())) {
+      // A file where a partition directory belongs: moved aside by repair, and the partition is then missing.
+      const path = join(dir, f.name);
+      const what = `is ${f.isFile() ? 'a file' : 'not a directory'} where the directory of partition ${f.name} of topic ${name} belongs`;
+      if (!this.options.readOnly && !this.options.repair) throw wrongKindError(this.options.dir, path, 'directory')!;
+      if (this.options.repair) renameSync(path, asideName(path));
+      this.extraFiles.push({ topic: name, partition: Number(f.name), file: path, reason: what, quarantine: this.options.repair ? asideName(path) : null });
+    }
+    const partitionDirs = entries.filter((e) => e.isDirectory()).map((e) => Number(e.name));
+    const holding = partitionDirs.filter((p) => readdirSync(join(dir, String(p)), { withFileTypes: true }).some((f) => /\.log$/.test(f.name) && f.isFile() && fileSize(join(dir, String(p), f.name)) > 0));
     const count = partitionDirs.length === 0 ? 0 : Math.max(...partitionDirs) + 1;
     const rewrite = (why: string, retention?: TopicSpec['retention']): TopicSpec => {
       const spec: TopicSpec = { name, partitions: count, ...(retention ? { retention } : {}) };
       this.logger.warn('embedded log: meta.json rewritten from the partition directories', { file: metaPath, why, partitions: count });
-      writeFileDurably(metaPath, JSON.stringify(spec));
+      writeFileDurably(metaPath, JSON.stringify({ ...spec, manifest: true }));
       return spec;
     };
     const repairDoes = `write it anew with the ${count} partitions found in ${dir} (a retention setting it held is lost)`;
@@ -174,7 +339,8 @@ export class EmbeddedLog implements EventLog {
       const parsed = readJsonFile(this.options.dir, metaPath, repairDoes);
       const ok = typeof parsed === 'object' && parsed !== null && (parsed as TopicSpec).name === name && Number.isInteger((parsed as TopicSpec).partitions) && (parsed as TopicSpec).partitions > 0;
       if (!ok) throw corruptError(this.options.dir, metaPath, `is not the spec of topic ${name} ({ name, partitions >= 1, retention? })`, repairDoes);
-      spec = parsed as TopicSpec;
+      const { manifest: _marker, ...rest } = parsed as TopicSpec & { manifest?: unknown };
+      spec = rest;
     } catch (err) {
       if (this.options.repair) return rewrite('unreadable');
       throw err;
@@ -186,7 +352,8 @@ export class EmbeddedLog implements EventLog {
     }
     // createTopic makes every partition directory before meta.json: one missing now was deleted.
     const lost = Array.from({ length: spec.partitions }, (_, p) => p).filter((p) => !partitionDirs.includes(p));
-    if (lost.length > 0) {
+    // A topic the manifest lists: each missing partition reports its own lost range (Partition).
+    if (lost.length > 0 && !listed) {
       if (!this.options.repair) throw corruptError(this.options.dir, join(dir, String(lost[0])), `is missing: partitions ${lost.join(', ')} of topic ${name} are gone (their records are lost)`, 'create them empty');
       this.logger.warn('embedded log: partition directories missing, created empty', { topic: name, partitions: lost });
     }
@@ -221,6 +388,10 @@ export class EmbeddedLog implements EventLog {
       foundNow: parts.flatMap((p) => p.found),
       skipped: parts.filter((p) => p.gapOffsetsSkipped > 0).map((p) => ({ topic: p.topic, partition: p.index, offsets: p.gapOffsetsSkipped })),
       clamped: [...this.clamped],
+      extra: [...this.extraFiles],
+      manifest: this.manifestState,
+      closedCleanly: this.closedCleanly,
+      lock: this.lock ? this.lock.tookOver : this.options.readOnly ? inspectLock(this.options.dir) : null,
     };
   }
 
@@ -295,13 +466,16 @@ export class EmbeddedLog implements EventLog {
     const dir = join(this.options.dir, 'topics', spec.name);
     mkdirSync(dir, { recursive: true });
     const clean: TopicSpec = { name: spec.name, partitions: spec.partitions, ...(spec.retention ? { retention: { ...spec.retention } } : {}) };
-    const partitions = Array.from({ length: spec.partitions }, (_, p) => new Partition(spec.name, p, join(dir, String(p)), this.segmentConfig, this.logger, clean.retention));
+    const partitions = Array.from({ length: spec.partitions }, (_, p) => this.openPartition(spec.name, p, clean.retention, null, undefined));
+    for (const p of partitions) p.markDurable();
     // Durable before it is used: the partition directories (their segments fsynced their own directories),
-    // then meta.json by rename, then the topic's entry in topics/.
+    // then the manifest listing the topic, then meta.json by rename, then the topic's entry in topics/. A crash
+    // before meta.json leaves a topic directory without it and no records: the next open ignores it.
     fsyncDir(dir);
-    writeFileDurably(join(dir, 'meta.json'), JSON.stringify(clean));
-    fsyncDir(join(this.options.dir, 'topics'));
     this.topics.set(spec.name, { spec: clean, partitions });
+    this.saveManifest(false);
+    writeFileDurably(join(dir, 'meta.json'), JSON.stringify({ ...clean, manifest: true }));
+    fsyncDir(join(this.options.dir, 'topics'));
   }
 
   async listTopics(): Promise<TopicSpec[]> {
@@ -380,6 +554,7 @@ export class EmbeddedLog implements EventLog {
       which.forEach((i, k) => (out[i] = { topic, partition: index, offset: base + k }));
       if (this.options.fsync === 'always') partition.flush();
     }
+    this.noteWritten();
     return out;
   }
 
@@ -418,6 +593,7 @@ export class EmbeddedLog implements EventLog {
     const journalParts: TxnPart[] = batches.map(({ part, batch }) => ({ topic: part.topic, partition: part.partition, base: batch.baseOffset, blob: batch.buf, blobCrc: batch.crc }));
     this.journal.append({ kind: 'txn', transactionalId, offsets, parts: journalParts }, this.options.fsync !== 'none');
     for (const { partition, batch } of batches) partition.append(batch);
+    if (batches.length > 0) this.noteWritten();
     for (const [g, triples] of offsets) this.groups.setOffsets(g, triples);
     this.maybeCheckpoint();
   }
@@ -444,7 +620,15 @@ export class EmbeddedLog implements EventLog {
   private maybeCheckpoint(): void {
     if (this.journal.bytes <= this.options.journalMaxBytes) return;
     // The checkpoint forgets the journal's transaction records, so they must be on disk in their partitions.
-    if (this.options.fsync !== 'none') for (const t of this.topics.values()) for (const p of t.partitions) p.flush();
+    if (this.options.fsync !== 'none') {
+      for (const t of this.topics.values()) {
+        for (const p of t.partitions) {
+          p.flush();
+          p.markDurable();
+        }
+      }
+      this.saveManifest(false);
+    }
     this.journal.checkpoint(this.groups.snapshot());
   }
 
@@ -466,10 +650,34 @@ export class EmbeddedLog implements EventLog {
     for (const c of [...this.consumers]) await c.close();
     if (this.timer) clearInterval(this.timer);
     if (this.options.fsync !== 'none') this.flush();
+    if (!this.options.readOnly) {
+      // Every record written is listed: the next open takes any of them missing for damage, not a torn tail.
+      for (const t of this.topics.values()) for (const p of t.partitions) p.markDurable();
+      this.saveManifest(true);
+      if (this.writtenTimer) clearTimeout(this.writtenTimer);
+      forgetWritten(this.options.dir);
+    }
     this.closed = true;
     for (const t of this.topics.values()) for (const p of t.partitions) p.close();
     this.journal.close(this.options.fsync !== 'none');
     this.lock?.release();
+  }
+}
+
+/** Whether a topic's meta.json says the log had a manifest when it was written (see manifest.ts). */
+function metaMarked(topicDir: string): boolean {
+  try {
+    return (JSON.parse(readFileSync(join(topicDir, 'meta.json'), 'utf8')) as { manifest?: unknown }).manifest === true;
+  } catch {
+    return false;
+  }
+}
+
+function fileSize(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
   }
 }
 

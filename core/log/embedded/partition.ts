@@ -1,16 +1,20 @@
 // One topic-partition of the embedded log: an ordered list of segments, appends that roll to a new segment
 // by size, reads by offset and by timestamp, whole-segment retention, and the wake-up of waiting consumers.
-// On open it checks that its segments account for every offset: a gap between segments, a segment file gone
-// while its index is still there, or a first segment above 0 without retention is a missing segment, refused
-// (LOG_CORRUPT with the repair command) unless its damage ledger lists the gap; damaged frames found inside a
-// segment are quarantined (see segment.ts). A read-only open reads around both instead, in memory. Readers step
-// over gaps and count the offsets skipped.
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+// On open it checks that its segments hold what the log's manifest (manifest.ts) says was written: a segment
+// missing, cut short, replaced by another file or by a directory, the whole partition directory gone, an extra
+// segment nobody wrote. Each loss is an offset range; a read-write open refuses them (Partition.refused, which
+// the log reports together, naming the repair command) unless its damage ledger lists them already, a repair
+// lists and quarantines them, a read-only open reads around them and reports them. A log older than its
+// manifest is checked as before it: a gap between segments, a segment file gone while its index is still there,
+// a first segment above 0 without retention. Damaged frames found inside a segment are quarantined (see
+// segment.ts) by any read-write open. Readers step over gaps and count the offsets skipped.
+import { existsSync, mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { isRlstreamError, RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
 import type { RecordChunk, RetentionOptions } from '../types.ts';
-import { corruptError, DamageLedger, type DamageRecord, unlinkIfThere } from './damage.ts';
+import { asideName, DamageLedger, type DamageRecord, unlinkIfThere } from './damage.ts';
+import { highOf, lowOf, type PartitionRecord } from './manifest.ts';
 import { type EncodedBatch, FRAME, offsetAt } from './record-format.ts';
 import { Segment, type SegmentConfig, type SegmentDamage, segmentFileName } from './segment.ts';
 
@@ -18,11 +22,49 @@ export interface PartitionConfig extends SegmentConfig {
   segmentBytes: number;
   /** Quarantine every damage found, missing segments included, instead of refusing to open (`rlstream log repair`). */
   repair: boolean;
-  /** Rescan sealed segments on open too, whatever their indexes say. */
+  /** Rescan sealed segments on open too, whatever their indexes say, and check their CRC-32 against the manifest. */
   verify: boolean;
 }
 
+/** What the log expects of a partition when it opens it. */
+export interface PartitionExpectation {
+  /** The partition's entry in the log's manifest; null for a log older than its manifest. */
+  record: PartitionRecord | null;
+  /** Why the partition's directory was not there before this open (its topic's or its own deleted). */
+  goneReason?: string;
+  /**
+   * The manifest was written by a close. Otherwise its writer may have rolled segments after its last entry (the
+   * log writes the manifest a moment after a roll, not in it), so segments after the last one listed are its own.
+   */
+  clean?: boolean;
+  /**
+   * The partition's high-water mark as last noted by a writer on this boot of the machine (written.ts): records
+   * below it reached the page cache, which a process crash does not lose, so a cut below it is damage too.
+   */
+  written?: number;
+}
+
+/** A file that holds no lost offsets but is not the log's: an extra segment, something of the wrong type. */
+export interface ExtraFile {
+  topic: string;
+  partition: number | null;
+  file: string;
+  reason: string;
+  /** Where repair moved it (null: left in place, by a read-only open). */
+  quarantine: string | null;
+}
+
 const SEGMENT_FILE = /^(\d{20})\.(log|index|timeindex)$/;
+
+/** Offsets [from, to) lost, and why. `foreign`: a segment present but not written here, moved out by repair. */
+interface Loss {
+  from: number;
+  to: number | null;
+  file: string;
+  reason: string;
+  quarantine?: string | null;
+  foreign?: Segment;
+}
 
 /** Where a reader stands: the next offset and, when known, its exact place in a segment. */
 export interface ReadCursor {
@@ -33,17 +75,31 @@ export interface ReadCursor {
   epoch?: number;
 }
 
+function hex(n: number): string {
+  return `0x${n.toString(16).padStart(8, '0')}`;
+}
+
+export function describeRange(from: number, to: number | null): string {
+  return to === null ? `offsets from ${from}` : to - from === 1 ? `offset ${from}` : `offsets ${from} to ${to - 1}`;
+}
+
 export class Partition {
   private readonly segments: Segment[] = [];
   private waiters = new Set<() => void>();
   private readonly ledger: DamageLedger;
   /** Damage found and quarantined by this open (the ledger holds it too, with what earlier opens found). */
   readonly found: DamageRecord[] = [];
+  /** Losses a plain read-write open refuses (one line each): the log fails its open with all of them. */
+  readonly refused: string[] = [];
+  /** Files found that are not the log's own (extra segments, wrong types), with what became of them. */
+  readonly extra: ExtraFile[] = [];
   /** Offsets readers have stepped over because they fall in a gap (lost to damage). */
   gapOffsetsSkipped = 0;
   /** Bumped when a segment file is rewritten under readers (quarantine at read time): their positions are stale. */
   private epoch = 0;
   private readonly rescannedClean = new WeakSet<Segment>();
+  /** The partition's manifest entry as of the last time its data was on disk (markDurable). */
+  durable: PartitionRecord | null = null;
 
   constructor(
     readonly topic: string,
@@ -52,30 +108,111 @@ export class Partition {
     private readonly config: PartitionConfig,
     private readonly logger: Logger,
     public retention: RetentionOptions = {},
+    expect: PartitionExpectation = { record: null },
+    /**
+     * Called after durable changed: segments were added (the log writes its manifest soon) or are about to be
+     * deleted (`now`: it writes it before they go).
+     */
+    private readonly onLayout: (now: boolean) => void = () => {},
   ) {
-    if (!config.readOnly) mkdirSync(dir, { recursive: true });
+    const rec = expect.record;
+    const expectedHigh = rec ? Math.max(highOf(rec), expect.written ?? 0) : 0;
+    const dirThere = existsSync(dir);
+    // A plain open of a partition whose records are gone with its directory refuses, and creates nothing.
+    const lostDir = !dirThere && rec !== null && expectedHigh > lowOf(rec);
+    const refuses = lostDir && !config.readOnly && !config.repair;
+    if (!config.readOnly && !refuses) mkdirSync(dir, { recursive: true });
     this.ledger = DamageLedger.load(config.logDir, dir, config.repair);
-    const files = existsSync(dir) ? readdirSync(dir) : [];
+    const entries = dirThere ? readdirSync(dir, { withFileTypes: true }) : [];
     const logBases = new Set<number>();
     const indexBases = new Set<number>();
-    for (const f of files) {
-      const m = SEGMENT_FILE.exec(f);
-      if (m) (m[2] === 'log' ? logBases : indexBases).add(Number(m[1]));
+    const wrongKind = new Map<number, string>();
+    for (const f of entries) {
+      const m = SEGMENT_FILE.exec(f.name);
+      if (!m) continue;
+      if (!f.isFile()) {
+        this.setAside(join(dir, f.name), `is ${f.isDirectory() ? 'a directory' : 'not a regular file'} where a segment ${m[2] === 'log' ? 'file' : 'index'} belongs`);
+        if (m[2] === 'log') wrongKind.set(Number(m[1]), join(dir, f.name));
+        continue;
+      }
+      (m[2] === 'log' ? logBases : indexBases).add(Number(m[1]));
     }
+    if (rec) this.dropUnlisted(rec, logBases, expect.clean === true);
     const bases = [...logBases].sort((a, b) => a - b);
-    bases.forEach((base, i) => this.segments.push(Segment.open(dir, base, config, i === bases.length - 1, logger, config.repair || config.verify)));
+    const listed = new Map((rec?.segments ?? []).map((s) => [s.base, s]));
+    bases.forEach((base, i) => {
+      const last = i === bases.length - 1;
+      const seg = Segment.open(dir, base, config, last, logger, config.repair || config.verify, last && rec ? expectedHigh : 0);
+      const e = listed.get(base);
+      // The manifest's CRC stands for a segment of the length it lists (checked against the bytes by verify).
+      if (e && e.crc !== null && seg.crc === null && seg.size === e.bytes && seg.damage.length === 0) seg.crc = e.crc;
+      this.segments.push(seg);
+    });
     // A crash between creating a segment and writing to it can leave an empty active segment whose base
     // does not follow the previous one; fix by dropping it (unless a listed gap explains it).
     while (this.segments.length > 1) {
       const last = this.segments[this.segments.length - 1]!;
       const prev = this.segments[this.segments.length - 2]!;
-      if (last.base === prev.next || last.size > 0 || (last.base > prev.next && this.ledger.covers(prev.next, last.base))) break;
+      if (last.base === prev.next || last.size > 0 || (last.base > prev.next && this.ledger.covers(prev.next, last.base)) || listed.has(last.base)) break;
       if (config.readOnly) last.close();
       else last.delete();
       this.segments.pop();
     }
-    this.checkComplete([...indexBases].filter((b) => !logBases.has(b)));
-    if (this.segments.length === 0) this.segments.push(Segment.create(dir, 0, config));
+    this.checkComplete([...indexBases].filter((b) => !logBases.has(b)), rec, expectedHigh, wrongKind, expect.goneReason);
+    const writable = !config.readOnly && this.refused.length === 0;
+    // Offsets lost at the end stay used: the next record gets the offset after the last one ever written, so a
+    // group's committed offset, or a reader's position, never lands on a different record.
+    const resumeAt = rec && this.ledger.covers(this.segments[this.segments.length - 1]?.next ?? lowOf(rec), expectedHigh) ? expectedHigh : 0;
+    if (this.segments.length === 0) this.segments.push(Segment.create(dir, resumeAt, writable ? config : { ...config, readOnly: true }));
+    else if (writable && resumeAt > this.high) {
+      this.active.seal();
+      this.active.flush();
+      this.segments.push(Segment.create(dir, resumeAt, config));
+    }
+  }
+
+  /**
+   * A path of the wrong type (a directory named like a segment): a repair moves it aside, a read-only open
+   * leaves it, a plain open refuses. Either way it is listed.
+   */
+  private setAside(path: string, what: string): void {
+    const { readOnly, repair } = this.config;
+    if (!readOnly && !repair) this.refused.push(`${path}: ${what}`);
+    let quarantine: string | null = null;
+    if (repair) {
+      renameSync(path, asideName(path));
+      quarantine = asideName(path);
+    }
+    this.extra.push({ topic: this.topic, partition: this.index, file: path, reason: what, quarantine });
+  }
+
+  /**
+   * Segments on disk that the manifest does not list: an empty one is a roll cut short, one below the first
+   * listed is a retention cut short (the manifest forgets a segment before it is deleted); either is deleted.
+   * Any other is not this log's: repair moves it aside, a read-only open does not read it, a plain open refuses.
+   */
+  private dropUnlisted(rec: PartitionRecord, logBases: Set<number>, clean: boolean): void {
+    const listed = new Set(rec.segments.map((s) => s.base));
+    const lastListed = rec.segments[rec.segments.length - 1]!.base;
+    const { readOnly, repair } = this.config;
+    for (const base of [...logBases].filter((b) => !listed.has(b) && (clean || b < lastListed))) {
+      const file = join(this.dir, segmentFileName(base, '.log'));
+      const leftover = statSync(file).size === 0 || (this.hasRetention && base < lowOf(rec));
+      logBases.delete(base);
+      if (leftover) {
+        if (!readOnly) for (const ext of ['.index', '.timeindex', '.log']) unlinkIfThere(join(this.dir, segmentFileName(base, ext)));
+        continue;
+      }
+      const what = `a segment the manifest does not list (holds offsets from ${base}; not written by this log)`;
+      if (!readOnly && !repair) this.refused.push(`${file}: ${what}`);
+      let quarantine: string | null = null;
+      if (repair) {
+        renameSync(file, asideName(file));
+        for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(base, ext)));
+        quarantine = asideName(file);
+      }
+      this.extra.push({ topic: this.topic, partition: this.index, file, reason: what, quarantine });
+    }
   }
 
   private get hasRetention(): boolean {
@@ -83,24 +220,84 @@ export class Partition {
   }
 
   /**
-   * Every offset below high is in a segment or in a listed gap; damaged frames found inside segments are
-   * quarantined. What cannot be handled in this mode fails the open with the repair command.
+   * What the manifest lists and the files do not hold: each segment missing (or of the wrong type), cut short, or
+   * replaced by another file (same length, other bytes: found by verify), the whole partition when its directory
+   * was gone. Damage to the end of a segment found by its scan runs to the segment's listed end.
    */
-  private checkComplete(orphanBases: number[]): void {
-    const missing: { from: number; to: number | null; file: string; reason: string }[] = [];
-    const firstBase = this.segments[0]?.base ?? Infinity;
-    for (const base of orphanBases) {
-      // Retention deletes a segment's indexes before its .log, so indexes below the first segment are leftovers
-      // of a retention cut short; anywhere else, the .log is gone.
-      if (this.hasRetention && base < firstBase) {
-        if (!this.config.readOnly) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(base, ext)));
+  private compareWithManifest(rec: PartitionRecord, expectedHigh: number, wrongKind: Map<number, string>, goneReason: string | undefined, missing: Loss[], listedEnd: Map<Segment, number>): void {
+    if (goneReason) {
+      if (expectedHigh > lowOf(rec)) missing.push({ from: lowOf(rec), to: expectedHigh, file: this.dir, reason: goneReason });
+      return;
+    }
+    for (const [i, e] of rec.segments.entries()) {
+      const file = join(this.dir, segmentFileName(e.base, '.log'));
+      const seg = this.segments.find((s) => s.base === e.base);
+      // The last listed segment may have been rolled after the manifest's entry: then it ends where the next
+      // segment starts.
+      const after = seg && i === rec.segments.length - 1 ? this.segments[this.segments.indexOf(seg) + 1] : undefined;
+      const end = Math.max(e.next, after?.base ?? 0);
+      if (!seg) {
+        if (e.next > e.base) {
+          const wrong = wrongKind.get(e.base);
+          const reason = wrong ? 'segment file replaced by a directory (or another non-file)' : 'segment file missing';
+          missing.push({ from: e.base, to: e.next, file, reason, quarantine: wrong && this.config.repair ? basename(asideName(wrong)) : null });
+        }
         continue;
       }
-      const after = this.segments.find((s) => s.base > base);
-      missing.push({ from: base, to: after?.base ?? null, file: join(this.dir, segmentFileName(base, '.log')), reason: 'segment file missing (its index is still there)' });
+      const toEnd = seg.damage.find((d) => d.toOffset === null);
+      if (toEnd && toEnd.fromOffset < end) {
+        listedEnd.set(seg, end);
+        continue;
+      }
+      if (seg.next < end) {
+        missing.push({ from: seg.next, to: end, file, reason: `segment cut short: ${seg.size} bytes, ${after ? 'more than ' : ''}${e.bytes} were written` });
+        continue;
+      }
+      if ((this.config.verify || this.config.repair) && e.crc !== null && seg.size === e.bytes && seg.damage.length === 0) {
+        const crc = seg.fileCrc();
+        if (crc !== e.crc && e.next > e.base) {
+          missing.push({ from: e.base, to: e.next, file, reason: `segment replaced by another file: its CRC-32 is ${hex(crc)}, ${hex(e.crc)} was written (same length, every record frame valid)`, foreign: seg });
+        }
+      }
     }
-    if (firstBase !== Infinity && firstBase > 0 && !this.hasRetention && !missing.some((m) => m.from === 0)) {
-      missing.push({ from: 0, to: firstBase, file: join(this.dir, segmentFileName(0, '.log')), reason: `segment file missing: the first segment starts at offset ${firstBase} and the topic has no retention` });
+    // Records noted as written after the manifest's entries (Partition.expect.written) end the last segment.
+    const last = this.segments[this.segments.length - 1];
+    if (!last || last.next >= expectedHigh) return;
+    const toEnd = last.damage.find((d) => d.toOffset === null);
+    if (toEnd) {
+      listedEnd.set(last, Math.max(listedEnd.get(last) ?? 0, expectedHigh));
+      return;
+    }
+    const tail = missing.find((m) => m.from === last.next && !m.foreign);
+    if (tail) tail.to = Math.max(tail.to ?? 0, expectedHigh);
+    else missing.push({ from: last.next, to: expectedHigh, file: last.path('.log'), reason: `records written before the writer stopped are missing: the partition ends at ${last.next}, ${expectedHigh} were written` });
+  }
+
+  /**
+   * Every offset below high is in a segment or in a listed gap; damaged frames found inside segments are
+   * quarantined. What cannot be handled in this mode is refused (Partition.refused).
+   */
+  private checkComplete(orphanBases: number[], rec: PartitionRecord | null, expectedHigh: number, wrongKind: Map<number, string>, goneReason: string | undefined): void {
+    const missing: Loss[] = [];
+    // Where damage to the end of a segment stops: the end the manifest lists for it (else the next segment's base).
+    const listedEnd = new Map<Segment, number>();
+    if (rec) this.compareWithManifest(rec, expectedHigh, wrongKind, goneReason, missing, listedEnd);
+    const firstBase = this.segments[0]?.base ?? Infinity;
+    if (!rec) {
+      for (const base of [...orphanBases, ...wrongKind.keys()]) {
+        // Retention deletes a segment's indexes before its .log, so indexes below the first segment are leftovers
+        // of a retention cut short; anywhere else, the .log is gone.
+        if (this.hasRetention && base < firstBase && !wrongKind.has(base)) {
+          if (!this.config.readOnly) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(base, ext)));
+          continue;
+        }
+        const after = this.segments.find((s) => s.base > base);
+        const wrong = wrongKind.get(base);
+        missing.push({ from: base, to: after?.base ?? null, file: join(this.dir, segmentFileName(base, '.log')), reason: wrong ? 'segment file replaced by a directory (or another non-file)' : 'segment file missing (its index is still there)', quarantine: wrong && this.config.repair ? basename(asideName(wrong)) : null });
+      }
+      if (firstBase !== Infinity && firstBase > 0 && !this.hasRetention && !missing.some((m) => m.from === 0)) {
+        missing.push({ from: 0, to: firstBase, file: join(this.dir, segmentFileName(0, '.log')), reason: `segment file missing: the first segment starts at offset ${firstBase} and the topic has no retention` });
+      }
     }
     for (let i = 1; i < this.segments.length; i++) {
       const prev = this.segments[i - 1]!;
@@ -114,30 +311,39 @@ export class Partition {
     }
     const unlisted = missing.filter((m) => !this.ledger.covers(m.from, m.to ?? m.from + 1));
     const { readOnly, repair } = this.config;
-    for (const m of unlisted) {
-      if (!repair && !readOnly) {
-        throw corruptError(this.config.logDir, m.file, `${m.reason}; ${m.to === null ? `offsets from ${m.from}` : `offsets ${m.from} to ${m.to - 1}`} of ${this.topic}/${this.index} are lost`, 'accept the gap (it is listed in damage.json and readers skip it)');
-      }
-    }
     const damaged = this.segments.filter((s) => s.damage.length > 0);
     for (const seg of damaged) {
       const i = this.segments.indexOf(seg);
-      const nextBase = this.segments[i + 1]?.base ?? null;
+      const nextBase = listedEnd.get(seg) ?? this.segments[i + 1]?.base ?? null;
       for (const d of seg.damage) {
         if (d.toOffset !== null) continue;
         d.toOffset = nextBase;
-        if (!repair && !readOnly) {
-          throw corruptError(this.config.logDir, seg.path('.log'), `${d.problem} at byte ${d.pos}, and no valid record follows in the sealed segment (the frames cannot be re-synchronised)`, 'move the damaged bytes to a quarantine file');
-        }
+        if (!repair && !readOnly) this.refused.push(`${seg.path('.log')}: ${d.problem} at byte ${d.pos}, and no valid record follows in the segment: ${describeRange(d.fromOffset, d.toOffset)} of ${this.topic}/${this.index} are lost`);
       }
     }
+    if (!repair && !readOnly) {
+      for (const m of unlisted) this.refused.push(`${m.file}: ${m.reason}: ${describeRange(m.from, m.to)} of ${this.topic}/${this.index} are lost`);
+      // Refused: nothing of this partition is moved or listed; the repair does it all.
+      if (this.refused.length > 0) return;
+    }
     const now = Date.now();
-    const records = unlisted.map((m): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: m.from, toOffset: m.to, bytes: 0, file: m.file, quarantine: null, reason: m.reason, foundMs: now }));
+    for (const m of unlisted) {
+      if (!m.foreign) continue;
+      this.segments.splice(this.segments.indexOf(m.foreign), 1);
+      m.foreign.close();
+      if (repair) {
+        const file = m.foreign.path('.log');
+        renameSync(file, asideName(file));
+        for (const ext of ['.index', '.timeindex']) unlinkIfThere(m.foreign.path(ext));
+        m.quarantine = basename(asideName(file));
+      }
+    }
+    const records = unlisted.map((m): DamageRecord => ({ topic: this.topic, partition: this.index, fromOffset: m.from, toOffset: m.to, bytes: 0, file: m.file, quarantine: m.quarantine ?? null, reason: m.reason, foundMs: now }));
     if (records.length > 0) {
       // Read-only: the gap is reported, and readers step over it, but it is not written down.
       if (!readOnly) {
         this.ledger.add(records);
-        for (const m of unlisted) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(m.from, ext)));
+        for (const m of unlisted) if (!m.foreign) for (const ext of ['.index', '.timeindex']) unlinkIfThere(join(this.dir, segmentFileName(m.from, ext)));
       }
       this.found.push(...records);
     }
@@ -221,22 +427,45 @@ export class Partition {
     old.seal();
     old.flush();
     this.segments.push(Segment.create(this.dir, old.next, this.config));
+    // Every segment but the new, empty one is on disk now: the manifest lists them as they are.
+    this.markDurable();
+    this.onLayout(false);
     this.applyRetention(Date.now());
+  }
+
+  /** The partition's manifest entry as its files are now (CRCs that appends did not keep are computed). */
+  snapshot(segments = this.segments): PartitionRecord {
+    return { segments: segments.map((s) => ({ base: s.base, next: s.next, bytes: s.size, crc: s.crcNow() })) };
+  }
+
+  /** Take the manifest entry now: the caller has just made the partition's data durable (or closes the log). */
+  markDurable(): void {
+    this.durable = this.snapshot();
   }
 
   /** Delete whole old segments beyond the size or age limit; the active segment always stays. */
   applyRetention(now: number): number {
     let deleted = 0;
     const { maxBytes, maxAgeMs } = this.retention;
-    while (this.segments.length > 1) {
-      const oldest = this.segments[0]!;
-      const tooBig = maxBytes != null && this.bytes > maxBytes; // null or absent: no limit
+    let bytes = this.bytes;
+    while (deleted < this.segments.length - 1) {
+      const oldest = this.segments[deleted]!;
+      const tooBig = maxBytes != null && bytes > maxBytes; // null or absent: no limit
       const tooOld = maxAgeMs != null && oldest.maxTimestamp < now - maxAgeMs;
       if (!tooBig && !tooOld) break;
-      oldest.delete();
-      this.segments.shift();
+      bytes -= oldest.size;
       deleted++;
     }
+    if (deleted === 0) return 0;
+    // The manifest forgets the segments before they go: a crash in between leaves unlisted segments below the
+    // first listed one, which the next open deletes, never listed segments missing, which it would call a loss.
+    const low = this.segments[deleted]!.base;
+    if (this.durable) {
+      this.durable = { segments: this.durable.segments.filter((s) => s.base >= low) };
+      if (this.durable.segments.length === 0) this.durable = this.snapshot(this.segments.slice(deleted));
+    }
+    this.onLayout(true);
+    for (const s of this.segments.splice(0, deleted)) s.delete();
     if (deleted > 0) this.logger.debug('embedded log: retention deleted segments', { topic: this.topic, partition: this.index, deleted, low: this.low });
     return deleted;
   }
@@ -404,8 +633,9 @@ export class Partition {
     for (const w of ws) w();
   }
 
-  flush(): void {
-    this.active.flush();
+  /** Force the active segment's writes to disk (`force`: even those of an earlier process, not marked dirty here). */
+  flush(force = false): void {
+    this.active.flush(force);
   }
 
   close(): void {

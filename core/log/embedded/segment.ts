@@ -8,8 +8,10 @@
 // records after them at their offsets (the lost range becomes a gap, listed in the partition's damage ledger).
 import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, openSync, readFileSync, readSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
+import { crc32Combine } from './crc32-combine.ts';
 import { corruptError, fsyncDir, writeFileDurably } from './damage.ts';
 import { type EncodedBatch, FRAME, findNextFrame, frameProblem, peekOffset, peekTimestamp, recordSizeAt, validFrames } from './record-format.ts';
 
@@ -60,6 +62,11 @@ export class Segment {
   damage: SegmentDamage[] = [];
   /** Damaged byte ranges left in place (a read-only open cannot move them), in file order: reads step over them. */
   private holes: { pos: number; end: number }[] = [];
+  /**
+   * CRC-32 of the file's bytes [0, size), kept up to date by appends (combined from each batch's own CRC, so no
+   * byte is read twice); null when not known (a segment opened from disk), computed on demand by crcNow().
+   */
+  crc: number | null = null;
 
   private constructor(
     readonly dir: string,
@@ -81,6 +88,7 @@ export class Segment {
     // A read-only log never creates files: an empty partition has an empty segment in memory.
     if (config.readOnly) return new Segment(dir, base, config, false);
     const s = new Segment(dir, base, config);
+    s.crc = 0;
     s.indexFd = openSync(s.path('.index'), 'w+');
     s.timeFd = openSync(s.path('.timeindex'), 'w+');
     // The new files' names must survive a machine crash along with the records later fsynced into them.
@@ -94,10 +102,13 @@ export class Segment {
    * end with an entry for its last record; otherwise it is rescanned. Damage with valid frames after it is left
    * in `damage` for the partition to quarantine (or refuse); a sealed segment's damage that runs to its end is
    * listed too, with toOffset null. `full` rescans a sealed segment even with sane indexes (repair).
+   * `tornTailFrom`: in the active segment, only damage at or after this offset can be a torn tail (records the
+   * log's manifest does not list, written after its last entry); damage before it is damage to the end.
    */
-  static open(dir: string, base: number, config: SegmentConfig, active: boolean, logger: Logger, full = false): Segment {
+  static open(dir: string, base: number, config: SegmentConfig, active: boolean, logger: Logger, full = false, tornTailFrom = 0): Segment {
     const s = new Segment(dir, base, config);
     s.size = fstatSync(s.fd).size;
+    s.tornTailFrom = tornTailFrom;
     if (!active && !full && s.loadIndexes()) {
       if (!config.readOnly) {
         s.indexFd = openSync(s.path('.index'), 'r+');
@@ -152,7 +163,10 @@ export class Segment {
    * the next frame that verifies and the range is listed in `damage`. Damage with no valid frame after it is a
    * torn tail in the active segment (cut off, or ignored read-only) and damage to the end in a sealed one.
    */
+  private tornTailFrom = 0;
+
   private rebuild(active: boolean, logger: Logger): void {
+    this.crc = null;
     this.idxRel.length = this.idxPos.length = this.timeTs.length = this.timeRel.length = 0;
     this.lastIndexedPos = this.lastTimePos = -Infinity;
     this.maxTimestamp = -Infinity;
@@ -179,7 +193,7 @@ export class Segment {
       // Damage is rare: look for the next valid frame in the whole file, read once.
       whole ??= this.readAll(fileSize);
       const next = findNextFrame(whole, res.end + 1, res.end, expected, this.config.maxBodyBytes);
-      if (next < 0 && active) {
+      if (next < 0 && active && expected >= this.tornTailFrom) {
         end = res.end;
         if (this.config.readOnly) logger.warn('embedded log: ignoring torn tail (read-only open)', { file: this.path('.log'), at: res.end, bytes: fileSize - res.end, problem });
         else {
@@ -196,6 +210,26 @@ export class Segment {
     this.next = expected;
     // Index positions of a damaged file change when the damage is moved out; quarantine() rebuilds them.
     if (this.damage.length === 0) this.writeIndexFiles();
+  }
+
+  /** The CRC-32 of the file as it is now (read whole; holes and all). */
+  fileCrc(): number {
+    const size = fstatSync(this.fd).size;
+    const buf = Buffer.allocUnsafe(Math.min(SCAN_CHUNK, size));
+    let crc = 0;
+    for (let pos = 0; pos < size; ) {
+      const got = readSync(this.fd, buf, 0, Math.min(buf.length, size - pos), pos);
+      if (got <= 0) break;
+      crc = crc32(buf.subarray(0, got), crc);
+      pos += got;
+    }
+    return crc;
+  }
+
+  /** The CRC-32 of [0, size), computed once from the file when appends have not kept it. */
+  crcNow(): number {
+    this.crc ??= this.fileCrc();
+    return this.crc;
   }
 
   /** Leave the damage found in place and step over it when reading (a read-only open). */
@@ -352,6 +386,10 @@ export class Segment {
     const end = batch.ends[to - 1]!;
     if (batch.baseOffset + from !== this.next) throw new RlstreamError('INTERNAL', `append at offset ${batch.baseOffset + from}, segment expects ${this.next}`);
     writeSync(this.fd, batch.buf, start, end - start, this.size);
+    if (this.crc !== null) {
+      const whole = start === 0 && end === batch.buf.length;
+      this.crc = crc32Combine(this.crc, whole ? batch.crc : crc32(batch.buf.subarray(start, end)), end - start);
+    }
     const idxEntries: number[] = [];
     const timeEntries: number[] = [];
     for (let i = from; i < to; i++) {
@@ -507,6 +545,7 @@ export class Segment {
   truncateTo(offset: number): void {
     const pos = this.positionOf(offset);
     ftruncateSync(this.fd, pos);
+    this.crc = null;
     this.size = pos;
     const rel = offset - this.base;
     while (this.idxRel.length > 0 && this.idxRel[this.idxRel.length - 1]! >= rel) {
@@ -529,8 +568,8 @@ export class Segment {
     this.writeIndexFiles();
   }
 
-  flush(): void {
-    if (!this.dirty) return;
+  flush(force = false): void {
+    if (!this.dirty && !(force && this.fd >= 0)) return;
     fsyncSync(this.fd);
     this.dirty = false;
   }

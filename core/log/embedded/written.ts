@@ -1,0 +1,55 @@
+// written.json: each partition's high-water mark as a writer last noted it (a second after its appends at most),
+// with the id of the machine's boot. The manifest lists only what was on disk when it was written, so after a
+// writer is killed its last records are not listed there, and a cut among them would pass for a torn tail.
+// Records a process wrote to its files are in the page cache, which only a machine crash loses: on the same
+// boot, every record below these marks must be there, and a cut below them is damage. After a reboot, or
+// when the file is missing or unreadable, it says nothing and the manifest alone decides. It is written without
+// fsync (a machine crash makes it void anyway), so noting costs the writer almost nothing.
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { unlinkIfThere } from './damage.ts';
+
+const FILE = 'written.json';
+
+/** This boot of the machine (Linux); null where it cannot be told, and then written.json is never used. */
+export function bootId(): string | null {
+  try {
+    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || null;
+  } catch {
+    return null;
+  }
+}
+
+function key(topic: string, partition: number): string {
+  return `${topic}\u0000${partition}`;
+}
+
+/** The marks noted on this boot, by topic and partition; empty when there are none to trust. */
+export function readWritten(logDir: string): (topic: string, partition: number) => number | undefined {
+  const boot = bootId();
+  const marks = new Map<string, number>();
+  try {
+    const parsed = JSON.parse(readFileSync(join(logDir, FILE), 'utf8')) as { bootId?: unknown; highs?: unknown };
+    if (boot !== null && parsed.bootId === boot && Array.isArray(parsed.highs)) {
+      for (const h of parsed.highs as unknown[]) {
+        if (Array.isArray(h) && typeof h[0] === 'string' && Number.isSafeInteger(h[1]) && Number.isSafeInteger(h[2])) marks.set(key(h[0], h[1] as number), h[2] as number);
+      }
+    }
+  } catch {
+    /* none, or unreadable: no evidence */
+  }
+  return (topic, partition) => marks.get(key(topic, partition));
+}
+
+export function writeWritten(logDir: string, highs: [topic: string, partition: number, high: number][]): void {
+  const boot = bootId();
+  if (boot === null) return;
+  const path = join(logDir, FILE);
+  writeFileSync(`${path}.tmp`, JSON.stringify({ bootId: boot, highs }));
+  renameSync(`${path}.tmp`, path);
+}
+
+/** A clean close lists every record in the manifest: the marks are no longer needed. */
+export function forgetWritten(logDir: string): void {
+  unlinkIfThere(join(logDir, FILE));
+}
