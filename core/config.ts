@@ -126,6 +126,10 @@ export interface ServeConfig {
   maxSessions: number;
   idleTimeoutMs: number;
   bodyLimitBytes: number;
+  requestReadTimeoutMs: number;
+  maxPromptTokens: number | null;
+  maxSessionsPerToken: number | null;
+  maxCallsPerToken: number;
   dataSource: string | null;
 }
 
@@ -355,7 +359,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     registry,
     traces,
     admin,
-    serve: { enabled: sv.enabled, host: sv.host, port: sv.port, model: sv.model, maxSessions: sv.max_sessions, idleTimeoutMs: sv.idle_timeout_ms, bodyLimitBytes: sv.body_limit_bytes, dataSource: sv.data_source },
+    serve: { enabled: sv.enabled, host: sv.host, port: sv.port, model: sv.model, maxSessions: sv.max_sessions, idleTimeoutMs: sv.idle_timeout_ms, bodyLimitBytes: sv.body_limit_bytes, requestReadTimeoutMs: sv.request_read_timeout_ms, maxPromptTokens: sv.max_prompt_tokens, maxSessionsPerToken: sv.max_sessions_per_token, maxCallsPerToken: sv.max_calls_per_token, dataSource: sv.data_source },
     model,
     task,
     dataset,
