@@ -159,6 +159,11 @@ export const SftStageCommon = {
   seed: intOrNull({ default: null, description: 'Seed of the stage (default: run.seed + the stage index).' }),
 };
 
+export const InteractionSection = obj(
+  { config: stringOrNull({ default: null, description: "Interaction YAML in verl's shape (`interaction: [{name, class_name, config}]`, e.g. verl's gsm8k_interaction_config.yaml), relative to the config file: the run's interactions are then the file's (rows pick one by extra_info.interaction_kwargs.name), plus rollout.interactions. Default: the built-in gsm8k." }) },
+  'The interactions (user simulators) of multi-turn rows.',
+);
+
 export const ToolsSection = obj(
   { config: stringOrNull({ default: null, description: "Tool-config YAML (verl's shape), relative to the config file; default: the task's own tools." }) },
   'The tools offered to the agent loop.',
