@@ -16,6 +16,7 @@ import type { LlmBackend } from '../../producers/backends/types.ts';
 import { compileRolloutOptions } from '../../producers/options.ts';
 import { EventPublisher } from '../../producers/publisher.ts';
 import { buildServeServer } from '../../producers/serve/server.ts';
+import { TokenizeOffload } from '../../producers/serve/offload.ts';
 import { ServeService } from '../../producers/serve/service.ts';
 import type { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import type { Task } from '../../producers/tasks.ts';
@@ -55,7 +56,8 @@ function defaultDataSource(configured: string | null | undefined, task: Pick<Tas
 
 /** Listen with the serve section's settings (host, port, limits) on `backend`; `tokens` besides RLSTREAM_SERVE_TOKENS (tests). */
 export async function openServeEndpoint(ctx: RunContext, o: { backend: LlmBackend; tokenizer: ChatTokenizer; settings: ServeConfig; tokens?: TokenSpec[]; logger: Logger }): Promise<ServeEndpoint> {
-  const contextTokens = modelFiles(ctx).config.max_position_embeddings;
+  const files = modelFiles(ctx);
+  const contextTokens = files.config.max_position_embeddings;
   const { settings: s, logger } = o;
   const closers: (() => Promise<unknown>)[] = [];
   const closeAll = async () => {
@@ -85,6 +87,7 @@ export async function openServeEndpoint(ctx: RunContext, o: { backend: LlmBacken
       },
       dataSource: defaultDataSource(s.dataSource, ctx.plugins.task),
       datasetName: ctx.plugins.task.datasetName,
+      offload: new TokenizeOffload({ dir: files.tokenizerDir, chatTemplate: files.chatTemplate }),
       logger: logger.child({ role: 'serve' }),
     });
     closers.push(() => service.close());

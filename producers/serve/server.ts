@@ -150,7 +150,22 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
     // A client that trickles its headers or body is answered 408 and closed once this passes (Node's
     // requestTimeout covers receiving the request only, not generating the answer).
     requestTimeout: readTimeoutMs,
-    http: { headersTimeout: readTimeoutMs },
+    // Node checks the time-outs of open requests every connectionsCheckingInterval (30 s by default, longer than the
+    // time-out itself): a quarter of the time-out here, so a trickled request is closed soon after it.
+    http: { headersTimeout: readTimeoutMs, connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(readTimeoutMs / 4))) },
+    // Errors before a request reaches a route (the read time-out, a malformed request) in OpenAI's shape too.
+    clientErrorHandler: (err: Error & { code?: string }, socket) => {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return;
+      const [status, e] =
+        err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? (['408 Request Timeout', new ServeError('SRV_ERR_READ_TIMEOUT', { limit: readTimeoutMs })] as const)
+          : err.code === 'HPE_HEADER_OVERFLOW'
+            ? (['431 Request Header Fields Too Large', new ServeError('SRV_ERR_VALIDATION', { detail: 'the request headers are too large' })] as const)
+            : (['400 Bad Request', new ServeError('SRV_ERR_VALIDATION', { detail: 'the request is not valid HTTP' })] as const);
+      const body = JSON.stringify(e.body());
+      if (socket.writable) socket.write(`HTTP/1.1 ${status}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      socket.destroy();
+    },
     genReqId: (() => {
       let n = 0;
       return () => `req-${(++n).toString(36)}`;

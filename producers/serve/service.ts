@@ -17,6 +17,7 @@ import type { EventPublisher } from '../publisher.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../tokenizer/delta.ts';
 import { ServeError } from './errors.ts';
+import { OFFLOAD_MIN_CHARS, promptChars, type TokenizeOffload } from './offload.ts';
 import { templateMessage } from './openai.ts';
 import { ServeSession, conversationKey, type ClientMessage, type ServedTurn } from './session.ts';
 
@@ -48,6 +49,8 @@ export interface ServeServiceDeps {
   dataSource: string;
   /** Recorded in DatasetRef.name. */
   datasetName: string;
+  /** Where big prompts are tokenized, off the event loop (absent: all on it). */
+  offload?: TokenizeOffload;
   logger: Logger;
 }
 
@@ -154,8 +157,7 @@ export class ServeService {
       if (names !== had) throw new ServeError('SRV_ERR_TOOLS_CHANGED', { detail: `now [${names}], started with [${had}]` }, { param: 'tools' });
       return [await this.held_(call.holder, () => this.turn(existing, call, true))];
     }
-    const rendered = this.render(call);
-    return this.held_(call.holder, () => this.openAndServe([{ call, rendered }]));
+    return this.held_(call.holder, async () => this.openAndServe([{ call, rendered: await this.render(call) }]));
   }
 
   private find(call: ChatCall): ServeSession | null {
@@ -193,13 +195,17 @@ export class ServeService {
     if (call.prompts.length > 1 && (call.naming.trajectoryId !== undefined || call.naming.groupId !== undefined)) {
       throw new ServeError('SRV_ERR_GROUP', { detail: 'a list of prompts opens one group per prompt; name no trajectory or group' }, { param: 'prompt' });
     }
-    const opens = call.prompts.map((prompt) => {
-      const chat: ChatCall = { messages: [{ role: 'user', content: prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming, ...(call.holder !== undefined ? { holder: call.holder } : {}), turn: { ...call.turn, parseTools: false } };
-      const ids = this.deps.tokenizer.encode(prompt);
-      this.checkPromptLength(ids.length, call.prompts.length > 1 ? ` (prompt ${call.prompts.indexOf(prompt)})` : '');
-      return { call: chat, rendered: { prompt: [{ role: 'user', content: prompt }], ids } };
+    return this.held_(call.holder, async () => {
+      const opens = [];
+      for (const [i, prompt] of call.prompts.entries()) {
+        const chat: ChatCall = { messages: [{ role: 'user', content: prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming, ...(call.holder !== undefined ? { holder: call.holder } : {}), turn: { ...call.turn, parseTools: false } };
+        const offload = this.deps.offload;
+        const ids = offload && prompt.length >= OFFLOAD_MIN_CHARS ? await offload.text(prompt) : this.deps.tokenizer.encode(prompt);
+        this.checkPromptLength(ids.length, call.prompts.length > 1 ? ` (prompt ${i})` : '');
+        opens.push({ call: chat, rendered: { prompt: [{ role: 'user', content: prompt }], ids } });
+      }
+      return this.openAndServe(opens, true);
     });
-    return this.held_(call.holder, () => this.openAndServe(opens, true));
   }
 
   /** Count a call in flight against its holder's share while it runs. */
@@ -297,14 +303,19 @@ export class ServeService {
     return { ids: out, rollback };
   }
 
-  /** The prompt as the chat template renders it (once for all samples of a group), within the prompt limit. */
-  private render(call: ChatCall): { prompt: ChatMessage[]; ids: number[] } {
+  /**
+   * The prompt as the chat template renders it (once for all samples of a group), within the prompt limit; a big
+   * one in the tokenizer worker (the same template and tokenizer, without the delta tokenizer's caches).
+   */
+  private async render(call: ChatCall): Promise<{ prompt: ChatMessage[]; ids: number[] }> {
     const toolNames = new Map<string, string>();
     for (const m of call.messages) for (const c of m.tool_calls) toolNames.set(c.id, c.name);
     const prompt: ChatMessage[] = call.messages.map((m) => templateMessage(m, toolNames));
+    const tools = call.tools.length > 0 ? call.tools : null;
+    const offload = this.deps.offload;
     let ids: number[];
     try {
-      ids = this.delta.promptIds(prompt, call.tools.length > 0 ? call.tools : null);
+      ids = offload && promptChars(call.messages, call.tools) >= OFFLOAD_MIN_CHARS ? await offload.chat(prompt, tools, { ...this.deps.rollout.templateKwargs }) : this.delta.promptIds(prompt, tools);
     } catch (err) {
       throw new ServeError('SRV_ERR_VALIDATION', { detail: `the chat template cannot render these messages: ${describeError(err)}` }, { cause: err });
     }
@@ -482,6 +493,7 @@ export class ServeService {
     this.abort.abort();
     for (let i = 0; i < 100 && [...this.sessions.values()].some((s) => s.busy); i++) await new Promise((r) => setTimeout(r, 10));
     for (const s of [...this.sessions.values()]) await this.finish(s, 'aborted');
+    await this.deps.offload?.close();
     await this.deps.publisher.flush();
   }
 }
