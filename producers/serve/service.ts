@@ -201,7 +201,7 @@ export class ServeService {
         const chat: ChatCall = { messages: [{ role: 'user', content: prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming, ...(call.holder !== undefined ? { holder: call.holder } : {}), turn: { ...call.turn, parseTools: false } };
         const offload = this.deps.offload;
         const ids = offload && prompt.length >= OFFLOAD_MIN_CHARS ? await offload.text(prompt) : this.deps.tokenizer.encode(prompt);
-        this.checkPromptLength(ids.length, call.prompts.length > 1 ? ` (prompt ${i})` : '');
+        this.checkPromptLength(ids.length, 'prompt', call.prompts.length > 1 ? ` (prompt ${i})` : '');
         opens.push({ call: chat, rendered: { prompt: [{ role: 'user', content: prompt }], ids } });
       }
       return this.openAndServe(opens, true);
@@ -233,9 +233,9 @@ export class ServeService {
     if (h && h.sessions === 0 && h.calls === 0) this.held.delete(holder);
   }
 
-  private checkPromptLength(tokens: number, where = ''): void {
+  private checkPromptLength(tokens: number, param: 'messages' | 'prompt', where = ''): void {
     const limit = this.deps.limits.maxPromptTokens;
-    if (limit !== undefined && tokens > limit) throw new ServeError('SRV_ERR_PROMPT_TOO_LONG', { tokens, limit, detail: where }, { param: 'messages' });
+    if (limit !== undefined && tokens > limit) throw new ServeError('SRV_ERR_PROMPT_TOO_LONG', { tokens, limit, detail: where }, { param });
   }
 
   /**
@@ -319,7 +319,7 @@ export class ServeService {
     } catch (err) {
       throw new ServeError('SRV_ERR_VALIDATION', { detail: `the chat template cannot render these messages: ${describeError(err)}` }, { cause: err });
     }
-    this.checkPromptLength(ids.length);
+    this.checkPromptLength(ids.length, 'messages');
     return { prompt, ids };
   }
 

@@ -14,7 +14,7 @@ import type { TrajectoryMeta, TrajectoryRecorder } from '../agent/recorder.ts';
 import { appendObservation, generateTurn, type GeneratedTurn } from '../agent/steps.ts';
 import type { AgentContext } from '../agent/types.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
-import type { LlmBackend } from '../backends/types.ts';
+import type { GenerateRequest, GenerateResult, LlmBackend } from '../backends/types.ts';
 import { ServeError } from './errors.ts';
 import type { TurnOptions } from './service.ts';
 
@@ -271,12 +271,10 @@ export function cutAtStop(text: string, stops: readonly string[]): string {
  * depend on what came after it). The finish reason is then `stop`.
  */
 export function stopAt(backend: LlmBackend, stops: readonly string[], tokenizer: ChatTokenizer): LlmBackend {
-  return {
-    ...backend,
-    name: backend.name,
-    currentPolicyVersion: () => backend.currentPolicyVersion(),
-    close: () => backend.close(),
-    async generate(request, signal) {
+  // The backend itself for everything but generate (its methods, on its prototype, see it as `this`).
+  const wrapped = Object.create(backend) as LlmBackend;
+  return Object.assign(wrapped, {
+    async generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
       const out = await backend.generate(request, signal);
       const ids = out.tokenIds;
       const has = (k: number) => {
@@ -294,5 +292,5 @@ export function stopAt(backend: LlmBackend, stops: readonly string[], tokenizer:
       }
       return { ...out, tokenIds: ids.slice(0, lo), logprobs: out.logprobs.slice(0, lo), policyVersions: out.policyVersions.length === ids.length ? out.policyVersions.slice(0, lo) : out.policyVersions, finishReason: 'stop' };
     },
-  };
+  });
 }
