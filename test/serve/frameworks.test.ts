@@ -57,7 +57,9 @@ it('openai, LangGraph and openai-agents agents: one trajectory per conversation 
     close: () => inner.close(),
   });
   const total = FRAMEWORKS.length * PER_FRAMEWORK;
-  const { job, stop } = await startServe({ train: true, wrapBackend: capture, overrides: { 'trainer.max_steps': total / 2, 'trainer.groups_per_step': 2 } });
+  // Greedy decoding: the checkpoint then calls the calculator on these problems every time, so each framework's
+  // conversations go past their first call (the case a re-serialising client breaks) without depending on luck.
+  const { job, stop } = await startServe({ train: true, wrapBackend: capture, overrides: { 'trainer.max_steps': total / 2, 'trainer.groups_per_step': 2, 'rollout.sampling.temperature': 0 } });
   try {
     const list = take(problems(23, 'train', MEDIUM), total);
     const conversations: { framework: string; calls: string[]; termination: string | null }[] = [];
