@@ -11,7 +11,7 @@ import { parse } from 'yaml';
 import { RlstreamError } from './errors.ts';
 import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
 import { didYouMean } from './config/suggest.ts';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, TRACE_KINDS } from './config/sections.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './config/sections.ts';
 import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from './log/kafka/options.ts';
 import { RolloutSection } from '../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
@@ -126,6 +126,10 @@ export interface ServeConfig {
   maxSessions: number;
   idleTimeoutMs: number;
   bodyLimitBytes: number;
+  requestReadTimeoutMs: number;
+  maxPromptTokens: number | null;
+  maxSessionsPerToken: number | null;
+  maxCallsPerToken: number;
   dataSource: string | null;
 }
 
@@ -145,6 +149,7 @@ export interface RunConfig {
   rollout: Static<typeof RolloutSection>;
   backend: { name: string; options: Readonly<Record<string, unknown>> };
   tools: { config: string | null };
+  interaction: { config: string | null };
   reward: RewardConfig;
   advantage: AdvantageConfig;
   trainer: TrainerOptions;
@@ -153,7 +158,7 @@ export interface RunConfig {
   effective: Readonly<Record<string, unknown>>;
 }
 
-const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'serve', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'reward', 'advantage', 'trainer', 'eval'] as const;
+const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'serve', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'interaction', 'reward', 'advantage', 'trainer', 'eval'] as const;
 
 /** The top level: the known sections, each a mapping (its keys are checked by its own schema). */
 const TopLevel = Type.Object(Object.fromEntries(SECTIONS.map((s) => [s, Type.Optional(Type.Unsafe({ type: ['object', 'null'] }))])), { additionalProperties: false });
@@ -332,6 +337,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   }
 
   const toolsS = section('tools', ToolsSection);
+  const interactionS = section('interaction', InteractionSection);
   const rewardS = section('reward', RewardSection);
   if (rewardS?.name && rewardS.module) issues.push({ path: 'reward.name', message: 'give reward.name or reward.module, not both' });
   if (rewardS && rollout && rewardS.shaping.overlong_buffer_len >= rollout.response_length)
@@ -355,7 +361,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     registry,
     traces,
     admin,
-    serve: { enabled: sv.enabled, host: sv.host, port: sv.port, model: sv.model, maxSessions: sv.max_sessions, idleTimeoutMs: sv.idle_timeout_ms, bodyLimitBytes: sv.body_limit_bytes, dataSource: sv.data_source },
+    serve: { enabled: sv.enabled, host: sv.host, port: sv.port, model: sv.model, maxSessions: sv.max_sessions, idleTimeoutMs: sv.idle_timeout_ms, bodyLimitBytes: sv.body_limit_bytes, requestReadTimeoutMs: sv.request_read_timeout_ms, maxPromptTokens: sv.max_prompt_tokens, maxSessionsPerToken: sv.max_sessions_per_token, maxCallsPerToken: sv.max_calls_per_token, dataSource: sv.data_source },
     model,
     task,
     dataset,
@@ -363,6 +369,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     rollout: rollout!,
     backend,
     tools: { config: nullablePath(toolsS!.config, abs) },
+    interaction: { config: nullablePath(interactionS!.config, abs) },
     reward: {
       name: r.name,
       module: r.module === null ? null : abs(r.module),

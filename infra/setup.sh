@@ -239,6 +239,11 @@ python_venv schemathesis "$(fuzz_python)" schemathesis 'the admin fuzz test' sch
 python_venv python python3 'openai, confluent_kafka.schema_registry.avro' 'the Python agent and producer tests' \
   openai 'confluent-kafka[avro,schemaregistry]'
 
+# --- Agent frameworks a user would point at `rlstream serve`, pinned (test/serve/frameworks.test.ts drives each:
+# the openai client, LangGraph's ReAct agent on langchain-openai, the OpenAI Agents SDK).
+python_venv pyagents python3 'openai, langgraph.prebuilt, langchain_openai, agents' 'the agent framework test (test/serve/frameworks.test.ts)' \
+  openai==3.57.0 langgraph==1.2.24 langchain-openai==1.7.4 langchain-core==1.8.3 openai-agents==0.24.0
+
 # --- llama.cpp's server and SmolLM2-135M-Instruct, for the tests against a real inference server (built once,
 # about 12 minutes on 2 cores; cached under .infra/llama.cpp/).
 bash infra/llama-server.sh || say "WARNING: llama.cpp's server could not be installed (see above): the tests against it will be skipped"

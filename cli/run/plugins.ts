@@ -11,7 +11,8 @@ import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { advantageStage, type AdvantageStage } from '../../consumers/advantage/stage.ts';
 import type { RewardStage } from '../../consumers/reward/stage.ts';
 import type { RewardFn } from '../../consumers/reward/types.ts';
-import { interactions as registeredInteractions, type Interaction } from '../../producers/agent/interaction.ts';
+import { interactionRegistry, interactions as registeredInteractions, type Interaction } from '../../producers/agent/interaction.ts';
+import { loadInteractionConfig } from '../../producers/agent/interaction-config.ts';
 import { agentLoops } from '../../producers/agent/registry.ts';
 import type { AgentLoop } from '../../producers/agent/types.ts';
 import { tasks, type Task } from '../../producers/tasks.ts';
@@ -52,7 +53,9 @@ export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
   const agents = agentLoops.copy();
   for (const [name, ref] of Object.entries(config.rollout.agent_loops)) agents.register(name, await agentLoops.load(ref, config.baseDir, `rollout.agent_loops.${name}`));
   if (!agents.has(config.rollout.default_agent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${config.rollout.default_agent}" (known: ${agents.names().join(', ')})`);
-  const interactions = registeredInteractions.copy();
+  // verl's interaction YAML is the whole set, as in verl: it replaces the built-ins.
+  const interactions = config.interaction.config === null ? registeredInteractions.copy() : interactionRegistry();
+  if (config.interaction.config !== null) for (const [name, i] of await loadInteractionConfig(config.interaction.config)) interactions.register(name, i);
   for (const [name, ref] of Object.entries(config.rollout.interactions)) interactions.register(name, await registeredInteractions.load(ref, config.baseDir, `rollout.interactions.${name}`));
   return { task, rewards, rewardFn, rewardFnName: r.name ?? 'custom', agents, interactions };
 }

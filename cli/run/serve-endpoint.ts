@@ -16,11 +16,12 @@ import type { LlmBackend } from '../../producers/backends/types.ts';
 import { compileRolloutOptions } from '../../producers/options.ts';
 import { EventPublisher } from '../../producers/publisher.ts';
 import { buildServeServer } from '../../producers/serve/server.ts';
+import { TokenizeOffload } from '../../producers/serve/offload.ts';
 import { ServeService } from '../../producers/serve/service.ts';
 import type { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import type { Task } from '../../producers/tasks.ts';
 import type { RunContext } from './context.ts';
-import { rolloutOptions } from './roles.ts';
+import { modelFiles, rolloutOptions } from './roles.ts';
 
 export const TOKENS_VARIABLE = 'RLSTREAM_SERVE_TOKENS';
 
@@ -55,6 +56,8 @@ function defaultDataSource(configured: string | null | undefined, task: Pick<Tas
 
 /** Listen with the serve section's settings (host, port, limits) on `backend`; `tokens` besides RLSTREAM_SERVE_TOKENS (tests). */
 export async function openServeEndpoint(ctx: RunContext, o: { backend: LlmBackend; tokenizer: ChatTokenizer; settings: ServeConfig; tokens?: TokenSpec[]; logger: Logger }): Promise<ServeEndpoint> {
+  const files = modelFiles(ctx);
+  const contextTokens = files.config.max_position_embeddings;
   const { settings: s, logger } = o;
   const closers: (() => Promise<unknown>)[] = [];
   const closeAll = async () => {
@@ -65,21 +68,31 @@ export async function openServeEndpoint(ctx: RunContext, o: { backend: LlmBacken
     const producer = await ctx.log.producer();
     closers.push(() => producer.close());
     const publisher = new EventPublisher(producer, ctx.serde, TOPICS.rolloutEvents, logger.child({ component: 'serve' }));
+    const { store, generated } = serveTokens(o.tokens ?? []);
+    const rollout = compileRolloutOptions(rolloutOptions(ctx, o.tokenizer));
     const service = new ServeService({
       runId: ctx.config.run.id,
       backend: o.backend,
       tokenizer: o.tokenizer,
       publisher,
-      rollout: compileRolloutOptions(rolloutOptions(ctx, o.tokenizer)),
-      limits: { maxSessions: s.maxSessions, idleTimeoutMs: s.idleTimeoutMs },
+      rollout,
+      limits: {
+        maxSessions: s.maxSessions,
+        idleTimeoutMs: s.idleTimeoutMs,
+        // Each token's fair share of the sessions unless configured; one token may take them all.
+        maxSessionsPerToken: s.maxSessionsPerToken ?? Math.ceil(s.maxSessions / Math.max(1, store.size)),
+        maxCallsPerToken: s.maxCallsPerToken,
+        // The whole trajectory (prompt and response budget) must fit the model's context.
+        maxPromptTokens: s.maxPromptTokens ?? Math.max(1, contextTokens - rollout.responseLength),
+      },
       dataSource: defaultDataSource(s.dataSource, ctx.plugins.task),
       datasetName: ctx.plugins.task.datasetName,
+      offload: new TokenizeOffload({ dir: files.tokenizerDir, chatTemplate: files.chatTemplate }),
       logger: logger.child({ role: 'serve' }),
     });
     closers.push(() => service.close());
-    const { store, generated } = serveTokens(o.tokens ?? []);
     const model = s.model ?? ctx.config.run.id;
-    const app = await buildServeServer({ service, tokenizer: o.tokenizer, tokens: store, model, logger, bodyLimitBytes: s.bodyLimitBytes });
+    const app = await buildServeServer({ service, tokenizer: o.tokenizer, tokens: store, model, logger, bodyLimitBytes: s.bodyLimitBytes, requestReadTimeoutMs: s.requestReadTimeoutMs });
     closers.push(() => app.close());
     await app.listen({ host: s.host, port: s.port });
     const addr = app.server.address() as AddressInfo;

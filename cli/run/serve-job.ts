@@ -34,6 +34,7 @@ export interface ServeJobOptions {
   train?: boolean;
   limits?: Partial<ServeLimits>;
   bodyLimitBytes?: number;
+  requestReadTimeoutMs?: number;
   /** Recorded as data_source when a call names none (default: serve.data_source, else the task's one reward source, else its dataset name). */
   dataSource?: string;
   /** Tokens besides RLSTREAM_SERVE_TOKENS (tests); without any, one is generated. */
@@ -100,7 +101,11 @@ export async function startServeJob(o: ServeJobOptions): Promise<ServeJob> {
       model: o.model ?? c.model,
       maxSessions: o.limits?.maxSessions ?? c.maxSessions,
       idleTimeoutMs: o.limits?.idleTimeoutMs ?? c.idleTimeoutMs,
+      maxSessionsPerToken: o.limits?.maxSessionsPerToken ?? c.maxSessionsPerToken,
+      maxCallsPerToken: o.limits?.maxCallsPerToken ?? c.maxCallsPerToken,
+      maxPromptTokens: o.limits?.maxPromptTokens ?? c.maxPromptTokens,
       bodyLimitBytes: o.bodyLimitBytes ?? c.bodyLimitBytes,
+      requestReadTimeoutMs: o.requestReadTimeoutMs ?? c.requestReadTimeoutMs,
       dataSource: o.dataSource ?? c.dataSource,
     };
     const endpoint = await openServeEndpoint(ctx, { backend, tokenizer, settings, ...(o.tokens ? { tokens: o.tokens } : {}), logger });

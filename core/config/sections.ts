@@ -110,6 +110,10 @@ export const ServeSection = obj(
     max_sessions: positiveInt(1024, 'Trajectories open at once; a call that would open one more gets 429.'),
     idle_timeout_ms: positiveInt(600_000, 'A trajectory without a call for this long is completed as aborted.'),
     body_limit_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024, description: 'Largest request body (413 above).' }),
+    request_read_timeout_ms: positiveInt(30_000, 'A request whose headers and body are not all received within this is answered 408 and its connection closed (a trickled body holds no connection longer).'),
+    max_prompt_tokens: intOrNull({ minimum: 1, default: null, description: "Longest prompt in tokens; a longer one gets 400 naming the limit before anything is generated (null: what the model's context leaves to the response budget, max_position_embeddings - rollout.response_length)." }),
+    max_sessions_per_token: intOrNull({ minimum: 1, default: null, description: 'Trajectories one bearer token may hold open at once; a call beyond gets 429 (null: its fair share, max_sessions divided by the number of tokens, rounded up).' }),
+    max_calls_per_token: positiveInt(256, 'Calls one bearer token may have in flight at once; a call beyond gets 429.'),
     data_source: stringOrNull({ default: null, description: "data_source recorded when a call names none (the reward consumer scores by it; default: the data_source of the task's one reward function, else the task's dataset name)." }),
   },
   'The OpenAI-compatible endpoint that records every call as trajectories: its settings for `rlstream serve` (flags override them) and the main job\'s serve role.',
@@ -154,6 +158,11 @@ export const SftStageCommon = {
   grad_clip: Type.Number({ exclusiveMinimum: 0, default: 1, description: 'Gradient norm clip.' }),
   seed: intOrNull({ default: null, description: 'Seed of the stage (default: run.seed + the stage index).' }),
 };
+
+export const InteractionSection = obj(
+  { config: stringOrNull({ default: null, description: "Interaction YAML in verl's shape (`interaction: [{name, class_name, config}]`, e.g. verl's gsm8k_interaction_config.yaml), relative to the config file: the run's interactions are then the file's (rows pick one by extra_info.interaction_kwargs.name), plus rollout.interactions. Default: the built-in gsm8k." }) },
+  'The interactions (user simulators) of multi-turn rows.',
+);
 
 export const ToolsSection = obj(
   { config: stringOrNull({ default: null, description: "Tool-config YAML (verl's shape), relative to the config file; default: the task's own tools." }) },

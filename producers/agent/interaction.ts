@@ -2,7 +2,7 @@
 // turn without a tool call, the interaction reads the conversation and either ends it or answers as the
 // user (the answer becomes a user turn with loss mask 0); each answer carries a turn reward.
 import { objectShape, Registry } from '../../core/config/registry.ts';
-import { extractGsm8kAnswer } from '../../consumers/reward/gsm8k.ts';
+import { gsm8kScore } from '../../consumers/reward/gsm8k.ts';
 import type { ChatMessage } from '../tokenizer/chat-tokenizer.ts';
 
 export interface InteractionReply {
@@ -21,10 +21,11 @@ export interface Interaction {
 }
 
 /**
- * GSM8K / arithmetic user simulator (verl's Gsm8kInteraction): the last assistant message, prefixed with
- * `#### ` unless it starts with it, is scored by the GSM8K reward's strict rule; a correct answer ends the
- * dialogue with reward 1, a wrong or missing one is met with "try again" and reward 0, until the turn limits
- * stop the loop.
+ * GSM8K / arithmetic user simulator, scoring as verl's current Gsm8kInteraction does: the last assistant message,
+ * prefixed with `#### ` unless it starts with it, is scored by the GSM8K reward's flexible rule (the last
+ * number in it; format score 0, score 1). A correct answer ends the dialogue with reward 1 ("Your response is
+ * correct!"); otherwise the user asks for a reflection and another try, reward 0, until the turn limits stop
+ * the loop.
  */
 export class Gsm8kInteraction implements Interaction {
   readonly name: string;
@@ -38,18 +39,14 @@ export class Gsm8kInteraction implements Interaction {
     let lastAssistant = '';
     for (let i = messages.length - 1; i >= 0; i--) {
       if (messages[i]?.role === 'assistant') {
-        lastAssistant = messages[i]!.content;
+        lastAssistant = messages[i]!.content ?? '';
         break;
       }
     }
     const response = lastAssistant.startsWith('#### ') ? lastAssistant : `#### ${lastAssistant}`;
-    const answer = extractGsm8kAnswer(response, 'strict');
-    if (answer !== null && answer === truth) return { terminate: true, content: 'Your answer is correct.', reward: 1 };
-    const content =
-      answer === null
-        ? 'I could not find your final answer. Please end with a line of the form `#### <answer>`.'
-        : 'Your answer is wrong. Check each step (use the calculator) and try again, ending with `#### <answer>`.';
-    return { terminate: false, content, reward: 0 };
+    const reward = gsm8kScore(response, truth, { method: 'flexible', formatScore: 0, score: 1 });
+    if (reward === 1) return { terminate: true, content: 'Your response is correct!', reward };
+    return { terminate: false, content: 'Your response is incorrect! You need to reflect on your answer and try again.', reward };
   }
 }
 
@@ -58,6 +55,10 @@ export class Gsm8kInteraction implements Interaction {
  * built-in gsm8k, and a run's own (`rollout.interactions: {name: {module, export}}`, registered on the run's
  * interactions.copy()).
  */
-export const interactions = new Registry<Interaction>('interaction', objectShape('an Interaction (an object with respond(), or a class of one)', ['respond'], { construct: true }));
+export function interactionRegistry(): Registry<Interaction> {
+  return new Registry<Interaction>('interaction', objectShape('an Interaction (an object with respond(), or a class of one)', ['respond'], { construct: true }));
+}
+
+export const interactions = interactionRegistry();
 
 interactions.register('gsm8k', new Gsm8kInteraction());

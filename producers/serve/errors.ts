@@ -7,6 +7,9 @@ const SERVE_ERRORS = {
   SRV_ERR_UNAUTHENTICATED: { status: 401, type: 'authentication_error', message: 'a valid bearer token is required (Authorization: Bearer <token>)' },
   SRV_ERR_AUTH_LIMITED: { status: 429, type: 'rate_limit_error', message: 'too many failed authentications; retry in {after} s' },
   SRV_ERR_VALIDATION: { status: 400, type: 'invalid_request_error', message: 'invalid request: {detail}' },
+  SRV_ERR_PROMPT_TOO_LONG: { status: 400, type: 'invalid_request_error', message: 'the prompt is {tokens} tokens; this endpoint takes at most {limit} (serve.max_prompt_tokens){detail}' },
+  SRV_ERR_READ_TIMEOUT: { status: 408, type: 'invalid_request_error', message: 'the request was not received within {limit} ms (serve.request_read_timeout_ms)' },
+  SRV_ERR_FAIR_SHARE: { status: 429, type: 'rate_limit_error', message: 'this token holds {held} of its share of {share} {what}; complete some or retry later' },
   SRV_ERR_BAD_JSON: { status: 400, type: 'invalid_request_error', message: 'request body is not valid JSON' },
   SRV_ERR_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error', message: 'request body is larger than {limit} bytes' },
   SRV_ERR_MODEL: { status: 404, type: 'invalid_request_error', message: 'model {model} is not served here (served: {served})' },
@@ -27,14 +30,17 @@ export type ServeErrorCode = keyof typeof SERVE_ERRORS;
 
 export class ServeError extends CatalogueError<ServeErrorCode> {
   readonly type: string;
+  /** The request field the error is about (OpenAI's `param`), e.g. `messages[2].content` or `top_k`. */
+  readonly param: string | null;
 
-  constructor(code: ServeErrorCode, params: CatalogueParams = {}, options: { cause?: unknown } = {}) {
+  constructor(code: ServeErrorCode, params: CatalogueParams = {}, options: { cause?: unknown; param?: string | null } = {}) {
     super(SERVE_ERRORS, code, params, options);
     this.name = 'ServeError';
     this.type = SERVE_ERRORS[code].type;
+    this.param = options.param ?? null;
   }
 
-  body(): { error: { message: string; type: string; code: string; param: null } } {
-    return { error: { message: this.message, type: this.type, code: this.code, param: null } };
+  body(): { error: { message: string; type: string; code: string; param: string | null } } {
+    return { error: { message: this.message, type: this.type, code: this.code, param: this.param } };
   }
 }

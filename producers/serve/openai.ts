@@ -1,33 +1,62 @@
 // The OpenAI wire shapes the endpoint accepts and answers (TypeBox: validated on the way in, documented in
-// /openapi.json), and their conversion into the session's messages. Fields the OpenAI API has and this endpoint
-// ignores are allowed (SDKs send them); fields whose meaning it cannot honour are refused with a 400.
-import { Type, type Static } from '@sinclair/typebox';
+// /openapi.json), and their conversion into the session's messages. The request schemas are allow-lists: every
+// field of OpenAI's chat/completions and completions requests is listed with the values this endpoint honours
+// (a field it cannot honour accepts only its neutral value, or is refused by name, see REFUSED_FIELDS); a field
+// OpenAI does not have is refused by name too. Every number has a range the event contract can carry (int for
+// token counts and top_k, ±(2^53 - 2) for seed, an Avro long as avsc writes it), so a call is refused before any trajectory opens.
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import type { ChatMessage, ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { ServeError } from './errors.ts';
 import type { ClientMessage } from './session.ts';
 
-const open = { additionalProperties: true } as const;
+/** Avro `int` (SamplingParams.max_new_tokens, top_k): the largest value an event can carry. */
+export const INT32_MAX = 2 ** 31 - 1;
+/** The largest seed an event carries: avsc writes an Avro long from a JS number only within ±(2^53 - 2). */
+export const SEED_MAX = 2 ** 53 - 2;
+/** Most alternatives per token (OpenAI's own limit). */
+export const MAX_TOP_LOGPROBS = 20;
+/** Most stop strings (OpenAI's own limit). */
+export const MAX_STOP = 4;
 
+const open = { additionalProperties: true } as const;
+const closed = { additionalProperties: false } as const;
+/** A value or null; the description goes on both, so a refusal of the value can say why. */
+const nullable = <T extends TSchema>(t: T, description?: string) => Type.Optional(Type.Union([description ? ({ ...t, description } as T) : t, Type.Null()], description ? { description } : {}));
+
+/**
+ * Fields of OpenAI's requests this endpoint refuses whatever their value, with why (the 400 names the field and
+ * says this). Fields whose neutral value is accepted (frequency_penalty 0, …) are in the schemas instead.
+ */
+export const REFUSED_FIELDS: Readonly<Record<string, string>> = {
+  audio: 'audio output is not supported (text only)',
+  prediction: 'predicted outputs are not supported',
+  web_search_options: 'web search is not supported',
+  functions: 'the deprecated functions field is not supported; declare them in tools',
+  function_call: 'the deprecated function_call field is not supported; use tool_choice',
+};
+
+/** OpenAI's other content parts (images, audio, files, refusals in assistant content): refused by name. */
 const ContentPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) }, open);
 
 const ToolCallWire = Type.Object(
   {
-    id: Type.String({ maxLength: 200 }),
+    id: Type.String({ minLength: 1, maxLength: 200 }),
     type: Type.Optional(Type.Literal('function')),
-    function: Type.Object({ name: Type.String({ maxLength: 200 }), arguments: Type.String() }, open),
+    function: Type.Object({ name: Type.String({ minLength: 1, maxLength: 200 }), arguments: Type.String() }, closed),
   },
-  open,
+  closed,
 );
 
 const MessageWire = Type.Object(
   {
     role: Type.Union([Type.Literal('system'), Type.Literal('developer'), Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool')]),
-    content: Type.Optional(Type.Union([Type.String(), Type.Null(), Type.Array(ContentPart)])),
-    tool_calls: Type.Optional(Type.Union([Type.Array(ToolCallWire), Type.Null()])),
+    content: Type.Optional(Type.Union([Type.String(), Type.Null(), Type.Array(ContentPart, { maxItems: 4096 })])),
+    tool_calls: Type.Optional(Type.Union([Type.Array(ToolCallWire, { maxItems: 128 }), Type.Null()])),
     tool_call_id: Type.Optional(Type.Union([Type.String({ maxLength: 200 }), Type.Null()])),
-    name: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+    name: Type.Optional(Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'A participant name (templates do not render it).' })),
+    refusal: Type.Optional(Type.Null({ description: 'An assistant message as returned here (never a refusal).' })),
   },
-  open,
+  closed,
 );
 
 const ToolWire = Type.Object(
@@ -35,60 +64,91 @@ const ToolWire = Type.Object(
     type: Type.Literal('function'),
     function: Type.Object(
       {
-        name: Type.String({ minLength: 1, maxLength: 200 }),
+        name: Type.String({ minLength: 1, maxLength: 200, pattern: '^[A-Za-z0-9_.:-]+$' }),
         description: Type.Optional(Type.String()),
         parameters: Type.Optional(Type.Object({}, open)),
+        strict: nullable(Type.Boolean(), 'Accepted; the arguments are what the policy generated (never constrained to the schema): a policy in training is what learns to follow it.'),
       },
-      open,
+      closed,
     ),
   },
-  open,
+  closed,
 );
+
+const NamedToolChoice = Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: Type.String({ minLength: 1, maxLength: 200 }) }, closed) }, closed);
+
+const StreamOptions = Type.Object(
+  {
+    include_usage: nullable(Type.Boolean(), 'A last chunk with the usage and no choices.'),
+    include_obfuscation: nullable(Type.Literal(false), 'Only false: chunks are not padded.'),
+  },
+  closed,
+);
+
+const Stop = nullable(Type.Union([Type.String({ minLength: 1, maxLength: 256 }), Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { maxItems: MAX_STOP })]), `Up to ${MAX_STOP} strings; the text returned ends before the first one generated (the recorded tokens end with the token completing it).`);
 
 /** Sampling fields shared by both completion routes. */
 const samplingFields = {
-  model: Type.String({ description: 'The served model id (GET /v1/models).' }),
-  temperature: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 2 }), Type.Null()])),
-  top_p: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0, maximum: 1 }), Type.Null()])),
-  top_k: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: 'Extension: top-k sampling (0: off).' })),
-  max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()])),
-  max_completion_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()])),
-  seed: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
-  n: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 64 }), Type.Null()], { description: 'Samples of this prompt: on a new conversation, one trajectory each, together one group (group_size n).' })),
-  stream: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
-  stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String()), Type.Null()], { description: 'Not supported (a turn ends at the model\'s end-of-turn token); only empty values are accepted.' })),
-  user: Type.Optional(Type.String({ maxLength: 200 })),
-  metadata: Type.Optional(
-    Type.Union([
-      Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 4096 }), {
-        maxProperties: 16,
-        description: 'rlstream reads trajectory_id, group_id, group_size, sample_index, data_source, ground_truth, agent_name (all strings, as OpenAI metadata values are).',
-      }),
-      Type.Null(),
-    ]),
+  model: Type.String({ maxLength: 256, description: 'The served model id (GET /v1/models).' }),
+  temperature: nullable(Type.Number({ minimum: 0, maximum: 2 })),
+  top_p: nullable(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+  top_k: nullable(Type.Integer({ minimum: 0, maximum: INT32_MAX }), 'Extension: top-k sampling (0: off).'),
+  max_tokens: nullable(Type.Integer({ minimum: 1, maximum: INT32_MAX })),
+  seed: nullable(Type.Integer({ minimum: -SEED_MAX, maximum: SEED_MAX })),
+  n: nullable(Type.Integer({ minimum: 1, maximum: 64 }), 'Samples of this prompt: on a new conversation, one trajectory each, together one group (group_size n).'),
+  stream: nullable(Type.Boolean()),
+  stream_options: nullable(StreamOptions),
+  stop: Stop,
+  frequency_penalty: nullable(Type.Literal(0), 'Only 0: the policy samples as in training.'),
+  presence_penalty: nullable(Type.Literal(0), 'Only 0: the policy samples as in training.'),
+  logit_bias: nullable(Type.Object({}, { additionalProperties: false, description: 'Only {}: the policy samples as in training.' })),
+  user: Type.Optional(Type.String({ maxLength: 256 })),
+  metadata: nullable(
+    Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 4096 }), {
+      maxProperties: 16,
+      description: 'rlstream reads trajectory_id, group_id, group_size, sample_index, data_source, ground_truth, agent_name (all strings, as OpenAI metadata values are).',
+    }),
   ),
+  store: nullable(Type.Literal(true), 'Only true (or absent): every call is recorded for training.'),
+  service_tier: nullable(Type.Union([Type.Literal('auto'), Type.Literal('default')])),
+  prompt_cache_key: Type.Optional(Type.String({ maxLength: 1024, description: 'Accepted; the KV cache is kept per trajectory.' })),
+  safety_identifier: Type.Optional(Type.String({ maxLength: 256 })),
 };
 
 export const ChatCompletionRequest = Type.Object(
   {
     ...samplingFields,
     messages: Type.Array(MessageWire, { minItems: 1, maxItems: 4096 }),
-    tools: Type.Optional(Type.Union([Type.Array(ToolWire, { maxItems: 128 }), Type.Null()])),
-    tool_choice: Type.Optional(Type.Unknown({ description: "Only 'auto' (or absent) is honoured: the model decides." })),
-    logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+    max_completion_tokens: nullable(Type.Integer({ minimum: 1, maximum: INT32_MAX })),
+    tools: nullable(Type.Array(ToolWire, { maxItems: 128 })),
+    tool_choice: nullable(Type.Union([Type.Literal('auto'), Type.Literal('none'), Type.Literal('required'), NamedToolChoice]), 'auto: the policy decides; none: no tool call is parsed out of the turn (its text is the content). required and a named function are refused: a forced call would not be the policy\'s own output.'),
+    parallel_tool_calls: nullable(Type.Boolean(), 'false: at most one call per turn is returned.'),
+    logprobs: nullable(Type.Boolean()),
+    top_logprobs: nullable(Type.Integer({ minimum: 0, maximum: MAX_TOP_LOGPROBS }), 'Alternatives per token (needs logprobs: true).'),
+    response_format: nullable(Type.Object({ type: Type.Literal('text') }, closed), "Only {type: 'text'}: the output is never constrained to a schema."),
+    modalities: nullable(Type.Array(Type.Literal('text'), { minItems: 1, maxItems: 1 }), "Only ['text']."),
+    reasoning_effort: Type.Optional(Type.Null({ description: 'Not supported (only null): the policy has no reasoning budget.' })),
+    verbosity: Type.Optional(Type.Null({ description: 'Not supported (only null).' })),
   },
-  open,
+  closed,
 );
 export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>;
+
+/** A prompt of token ids: in OpenAI's reference, refused here by name (text only). */
+const TokenPrompt = Type.Array(Type.Integer({ minimum: 0, maximum: INT32_MAX }), { minItems: 1, maxItems: 1_000_000 });
 
 export const CompletionRequest = Type.Object(
   {
     ...samplingFields,
-    prompt: Type.Union([Type.String(), Type.Array(Type.String(), { minItems: 1, maxItems: 1 })], { description: 'One prompt (text, tokenized without a chat template).' }),
-    logprobs: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 0 }), Type.Null()], { description: 'Log-probs of the sampled tokens (0; alternatives are not computed).' })),
-    echo: Type.Optional(Type.Union([Type.Literal(false), Type.Null()])),
+    prompt: Type.Union([Type.String(), Type.Array(Type.String(), { minItems: 1, maxItems: 64 }), TokenPrompt, Type.Array(TokenPrompt, { minItems: 1, maxItems: 64 })], {
+      description: 'A text (tokenized without a chat template) or a list of texts: each prompt opens its own group of n samples; choice index = prompt index × n + sample. Token-id prompts are refused (send text).',
+    }),
+    logprobs: nullable(Type.Integer({ minimum: 0, maximum: MAX_TOP_LOGPROBS }), 'Log-probs of the sampled tokens, and this many alternatives each.'),
+    echo: nullable(Type.Literal(false), 'Only false: the prompt is not returned.'),
+    best_of: nullable(Type.Literal(1), 'Only 1: ask for n samples (one group) and rank them yourself.'),
+    suffix: Type.Optional(Type.Null({ description: 'Not supported (only null): no insertion.' })),
   },
-  open,
+  closed,
 );
 export type CompletionRequest = Static<typeof CompletionRequest>;
 
@@ -111,10 +171,9 @@ export const CompleteResponse = Type.Object({
   tokenization_mismatches: Type.Integer(),
 });
 
-export const ModelList = Type.Object({
-  object: Type.Literal('list'),
-  data: Type.Array(Type.Object({ id: Type.String(), object: Type.Literal('model'), created: Type.Integer(), owned_by: Type.String() })),
-});
+export const ModelObject = Type.Object({ id: Type.String(), object: Type.Literal('model'), created: Type.Integer(), owned_by: Type.String() });
+
+export const ModelList = Type.Object({ object: Type.Literal('list'), data: Type.Array(ModelObject) });
 
 const ChoiceExtension = Type.Object(
   {
@@ -152,16 +211,19 @@ export const CompletionResponse = Type.Object(
   open,
 );
 
-export const ErrorResponse = Type.Object({ error: Type.Object({ message: Type.String(), type: Type.String(), code: Type.String(), param: Type.Null() }) });
+export const ErrorResponse = Type.Object({ error: Type.Object({ message: Type.String(), type: Type.String(), code: Type.String(), param: Type.Union([Type.String(), Type.Null()], { description: 'The request field the error is about.' }) }) });
 
 type MessageWire = Static<typeof MessageWire>;
 
+/** Content as one text: null, absent, a string and a list of text parts are the same message when their text is. */
 function contentText(content: MessageWire['content'], where: string): string {
   if (content === undefined || content === null) return '';
   if (typeof content === 'string') return content;
   return content
     .map((p, i) => {
-      if (p.type !== 'text' || typeof p.text !== 'string') throw new ServeError('SRV_ERR_VALIDATION', { detail: `${where}.content[${i}]: only text parts are supported, got ${JSON.stringify(p.type)}` });
+      if (p.type !== 'text' || typeof p.text !== 'string') {
+        throw new ServeError('SRV_ERR_VALIDATION', { detail: `${where}.content[${i}].type: only text parts are supported, got ${JSON.stringify(p.type)}` }, { param: `${where}.content[${i}].type` });
+      }
       return p.text;
     })
     .join('');
@@ -171,7 +233,8 @@ function contentText(content: MessageWire['content'], where: string): string {
 export function clientMessage(m: MessageWire, i: number): ClientMessage {
   const where = `messages[${i}]`;
   const role = m.role === 'developer' ? 'system' : m.role;
-  if (role === 'tool' && (m.tool_call_id === undefined || m.tool_call_id === null)) throw new ServeError('SRV_ERR_VALIDATION', { detail: `${where}: a tool message needs tool_call_id` });
+  if (role === 'tool' && (m.tool_call_id === undefined || m.tool_call_id === null)) throw new ServeError('SRV_ERR_VALIDATION', { detail: `${where}.tool_call_id: a tool message needs one` }, { param: `${where}.tool_call_id` });
+  if (role !== 'assistant' && (m.tool_calls ?? []).length > 0) throw new ServeError('SRV_ERR_VALIDATION', { detail: `${where}.tool_calls: only an assistant message has tool calls` }, { param: `${where}.tool_calls` });
   return {
     role,
     content: contentText(m.content, where),
@@ -192,11 +255,23 @@ export function templateMessage(m: ClientMessage, toolNames: ReadonlyMap<string,
   return out;
 }
 
+/**
+ * The tools as templates read them, each with the keys OpenAI lets a client leave out given their meaning
+ * (description '', parameters an object schema with no properties, required [] when an object schema names
+ * none): a template may read any of them (the calculator's joins `parameters.required`).
+ */
 export function chatTools(tools: ChatCompletionRequest['tools']): ChatTool[] {
-  const list = (tools ?? []).map((t) => ({ type: 'function' as const, function: { name: t.function.name, ...(t.function.description !== undefined ? { description: t.function.description } : {}), parameters: t.function.parameters ?? { type: 'object', properties: {} } } }));
+  const list = (tools ?? []).map((t): ChatTool => {
+    const params: Record<string, unknown> = { ...(t.function.parameters ?? { type: 'object', properties: {} }) };
+    if (params['type'] === 'object') {
+      params['properties'] ??= {};
+      params['required'] ??= [];
+    }
+    return { type: 'function', function: { name: t.function.name, description: t.function.description ?? '', parameters: params } };
+  });
   const seen = new Set<string>();
-  for (const t of list) {
-    if (seen.has(t.function.name)) throw new ServeError('SRV_ERR_VALIDATION', { detail: `tool ${t.function.name} is declared twice` });
+  for (const [i, t] of list.entries()) {
+    if (seen.has(t.function.name)) throw new ServeError('SRV_ERR_VALIDATION', { detail: `tools[${i}].function.name: tool ${t.function.name} is declared twice` }, { param: `tools[${i}].function.name` });
     seen.add(t.function.name);
   }
   return list;

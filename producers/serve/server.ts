@@ -1,7 +1,10 @@
-// The OpenAI-compatible HTTP endpoint (Fastify): /v1/chat/completions (tools, streaming and not), /v1/completions,
-// /v1/models, POST /v1/trajectories/{id}/complete, the OpenAPI document at /openapi.json. Every route but
-// /openapi.json needs a bearer token (admin/auth.ts's TokenStore: sha256 digests, constant-time compare, failed
-// attempts limited per client before any hashing); bodies are size-limited; errors have OpenAI's shape.
+// The OpenAI-compatible HTTP endpoint (Fastify): /v1/chat/completions (tools, streaming and not), /v1/completions
+// (streaming and not, one prompt or a list), /v1/models and /v1/models/{model}, POST /v1/trajectories/{id}/complete,
+// the OpenAPI document at /openapi.json. Every route but /openapi.json needs a bearer token (admin/auth.ts's
+// TokenStore: sha256 digests, constant-time compare, failed attempts limited per client before any hashing);
+// bodies are size-limited and must arrive within the read time-out; bodies are validated as sent (validation.ts);
+// errors have OpenAI's shape, with `param` naming the field.
+import type { ErrorObject } from 'ajv';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import swagger from '@fastify/swagger';
 import { describeError } from '../../core/errors.ts';
@@ -22,8 +25,10 @@ import {
   CompletionResponse,
   ErrorResponse,
   ModelList,
+  ModelObject,
 } from './openai.ts';
-import type { ChoiceResult, ServeService, SessionNaming } from './service.ts';
+import { ANONYMOUS, type ChoiceResult, type ServeService, type SessionNaming, type TurnOptions } from './service.ts';
+import { serveValidatorCompiler, validationError } from './validation.ts';
 
 /** One sampled token's log-prob in OpenAI's chat shape (no alternatives: top_logprobs stays empty). */
 interface TokenLogprob {
@@ -32,6 +37,9 @@ interface TokenLogprob {
   bytes: number[];
   top_logprobs: never[];
 }
+
+/** Defaults of the limits (serve.* in the run config; docs/serve.md#limits). */
+export const SERVE_DEFAULTS = { bodyLimitBytes: 4 * 1024 * 1024, requestReadTimeoutMs: 30_000 } as const;
 
 export interface ServeServerOptions {
   service: ServeService;
@@ -42,6 +50,8 @@ export interface ServeServerOptions {
   logger: Logger;
   /** Largest request body in bytes (default 4 MiB: a long agent conversation is sent whole on every call). */
   bodyLimitBytes?: number;
+  /** A request (headers and body) not received within this is answered 408 and its connection closed (default 30 s). */
+  requestReadTimeoutMs?: number;
   /** Failed authentications per minute per client before 429 (default 30). */
   authFailuresPerMinute?: number;
 }
@@ -94,8 +104,8 @@ function naming(request: FastifyRequest, metadata: Record<string, string> | null
 
 function toServeError(err: unknown, request: FastifyRequest): ServeError {
   if (err instanceof ServeError) return err;
-  const fe = err as Partial<FastifyError> & { validation?: unknown };
-  if (fe.validation) return new ServeError('SRV_ERR_VALIDATION', { detail: fe.message ?? 'schema validation failed' }, { cause: err });
+  const fe = err as Partial<FastifyError> & { validation?: ErrorObject[] };
+  if (fe.validation) return validationError(fe.validation, err);
   if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new ServeError('SRV_ERR_BODY_TOO_LARGE', { limit: request.routeOptions.bodyLimit ?? 0 }, { cause: err });
   if (fe.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || (err instanceof SyntaxError && fe.statusCode === 400)) return new ServeError('SRV_ERR_BAD_JSON', {}, { cause: err });
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) return new ServeError('SRV_ERR_VALIDATION', { detail: fe.message ?? 'bad request' }, { cause: err });
@@ -125,13 +135,46 @@ function usage(results: ChoiceResult[]): { prompt_tokens: number; completion_tok
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }
 
+/** Stop strings as a list (OpenAI takes one string or a list). */
+function stopList(stop: string | string[] | null | undefined): string[] {
+  if (stop === undefined || stop === null) return [];
+  return typeof stop === 'string' ? [stop] : stop;
+}
+
 export async function buildServeServer(o: ServeServerOptions): Promise<FastifyInstance> {
   const { service, tokenizer, tokens, logger } = o;
-  const app = Fastify({ logger: false, bodyLimit: o.bodyLimitBytes ?? 4 * 1024 * 1024, requestTimeout: 0, genReqId: (() => {
-    let n = 0;
-    return () => `req-${(++n).toString(36)}`;
-  })() });
+  const readTimeoutMs = o.requestReadTimeoutMs ?? SERVE_DEFAULTS.requestReadTimeoutMs;
+  const app = Fastify({
+    logger: false,
+    bodyLimit: o.bodyLimitBytes ?? SERVE_DEFAULTS.bodyLimitBytes,
+    // A client that trickles its headers or body is answered 408 and closed once this passes (Node's
+    // requestTimeout covers receiving the request only, not generating the answer).
+    requestTimeout: readTimeoutMs,
+    // Node checks the time-outs of open requests every connectionsCheckingInterval (30 s by default, longer than the
+    // time-out itself): a quarter of the time-out here, so a trickled request is closed soon after it.
+    http: { headersTimeout: readTimeoutMs, connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(readTimeoutMs / 4))) },
+    // Errors before a request reaches a route (the read time-out, a malformed request) in OpenAI's shape too.
+    clientErrorHandler: (err: Error & { code?: string }, socket) => {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return;
+      const [status, e] =
+        err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? (['408 Request Timeout', new ServeError('SRV_ERR_READ_TIMEOUT', { limit: readTimeoutMs })] as const)
+          : err.code === 'HPE_HEADER_OVERFLOW'
+            ? (['431 Request Header Fields Too Large', new ServeError('SRV_ERR_VALIDATION', { detail: 'the request headers are too large' })] as const)
+            : (['400 Bad Request', new ServeError('SRV_ERR_VALIDATION', { detail: 'the request is not valid HTTP' })] as const);
+      const body = JSON.stringify(e.body());
+      if (socket.writable) socket.write(`HTTP/1.1 ${status}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      socket.destroy();
+    },
+    genReqId: (() => {
+      let n = 0;
+      return () => `req-${(++n).toString(36)}`;
+    })(),
+  });
+  app.setValidatorCompiler(serveValidatorCompiler());
   const authFailures = new AuthFailureLimiter(o.authFailuresPerMinute ?? 30, 60_000);
+  const holders = new WeakMap<FastifyRequest, string>();
+  const holderOf = (request: FastifyRequest) => holders.get(request) ?? ANONYMOUS;
 
   const logprobsOf = (ids: readonly number[], lps: readonly number[]): { content: TokenLogprob[] } => ({
     content: ids.map((id, i) => {
@@ -140,8 +183,13 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
     }),
   });
   const checkModel = (model: string) => {
-    if (model !== o.model) throw new ServeError('SRV_ERR_MODEL', { model: JSON.stringify(model), served: o.model });
+    if (model !== o.model) throw new ServeError('SRV_ERR_MODEL', { model: JSON.stringify(model), served: o.model }, { param: 'model' });
   };
+  /** What both completion routes check the same way before a trajectory opens. */
+  const common = (body: { stream?: boolean | null; stream_options?: unknown; n?: number | null }) => {
+    if (body.stream_options !== undefined && body.stream_options !== null && body.stream !== true) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'stream_options: only with stream: true' }, { param: 'stream_options' });
+  };
+  const includeUsage = (body: { stream_options?: { include_usage?: boolean | null } | null }) => body.stream_options?.include_usage === true;
 
   app.setErrorHandler((err: unknown, request: FastifyRequest, reply: FastifyReply) => {
     const e = toServeError(err, request);
@@ -163,10 +211,12 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
     const wait = authFailures.retryAfterMs(request.ip);
     if (wait > 0) throw new ServeError('SRV_ERR_AUTH_LIMITED', { after: Math.ceil(wait / 1000) });
     const token = bearerToken(request.headers.authorization);
-    if (token === null || tokens.verify(token) === null) {
+    const principal = token === null ? null : tokens.verify(token);
+    if (principal === null) {
       authFailures.fail(request.ip);
       throw new ServeError('SRV_ERR_UNAUTHENTICATED');
     }
+    holders.set(request, principal.name);
   });
 
   await app.register(swagger, {
@@ -179,25 +229,34 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  const errors = { 400: ErrorResponse, 401: ErrorResponse, 404: ErrorResponse, 409: ErrorResponse, 413: ErrorResponse, 429: ErrorResponse, 503: ErrorResponse };
+  const errors = { 400: ErrorResponse, 401: ErrorResponse, 404: ErrorResponse, 408: ErrorResponse, 409: ErrorResponse, 413: ErrorResponse, 429: ErrorResponse, 503: ErrorResponse };
+  const modelObject = () => ({ id: o.model, object: 'model' as const, created: 0, owned_by: 'rlstream' });
 
-  app.get('/v1/models', { schema: { summary: 'The served model', response: { 200: ModelList, 401: ErrorResponse } } }, async () => ({
-    object: 'list' as const,
-    data: [{ id: o.model, object: 'model' as const, created: 0, owned_by: 'rlstream' }],
-  }));
+  app.get('/v1/models', { schema: { summary: 'The served model', response: { 200: ModelList, 401: ErrorResponse } } }, async () => ({ object: 'list' as const, data: [modelObject()] }));
+  app.get(
+    '/v1/models/:model',
+    { schema: { summary: 'The served model by id (models.retrieve)', params: { type: 'object', properties: { model: { type: 'string', maxLength: 256 } }, required: ['model'] }, response: { 200: ModelObject, 401: ErrorResponse, 404: ErrorResponse } } },
+    async (request) => {
+      checkModel((request.params as { model: string }).model);
+      return modelObject();
+    },
+  );
 
   app.post('/v1/chat/completions', { schema: { summary: 'Chat completion, recorded as a turn of a trajectory', body: ChatCompletionRequest, response: { 200: ChatCompletionResponse, ...errors } } }, async (request, reply) => {
     const body = request.body as ChatCompletionRequest;
     checkModel(body.model);
-    if (body.stop !== undefined && body.stop !== null && (typeof body.stop === 'string' ? body.stop !== '' : body.stop.length > 0)) {
-      throw new ServeError('SRV_ERR_VALIDATION', { detail: "stop sequences are not supported: a turn ends at the model's end-of-turn token" });
-    }
+    common(body);
     const tc = body.tool_choice;
-    if (tc !== undefined && tc !== null && tc !== 'auto' && !(tc === 'none' && (body.tools ?? []).length === 0)) {
-      throw new ServeError('SRV_ERR_VALIDATION', { detail: "tool_choice: only 'auto' is supported (the policy decides, as in training)" });
+    if (tc === 'required' || (typeof tc === 'object' && tc !== null)) {
+      throw new ServeError('SRV_ERR_VALIDATION', { detail: "tool_choice: only 'auto' and 'none' are honoured; a call forced by the endpoint would not be the policy's own output (offer only the tools it may call instead)" }, { param: 'tool_choice' });
     }
+    if ((body.top_logprobs ?? 0) > 0) {
+      if (body.logprobs !== true) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'top_logprobs: needs logprobs: true' }, { param: 'top_logprobs' });
+      throw new ServeError('SRV_ERR_VALIDATION', { detail: 'top_logprobs: alternatives are not computed by this backend; only 0 is honoured' }, { param: 'top_logprobs' });
+    }
+    const turn: TurnOptions = { stop: stopList(body.stop), ...(tc === 'none' ? { parseTools: false } : {}), ...(body.parallel_tool_calls === false ? { maxCalls: 1 } : {}) };
     const messages = body.messages.map(clientMessage);
-    const results = await service.chat({ messages, tools: chatTools(body.tools), sampling: service.sampling(body), n: body.n ?? 1, naming: naming(request, body.metadata) });
+    const results = await service.chat({ messages, tools: chatTools(body.tools), sampling: service.sampling(body), n: body.n ?? 1, naming: naming(request, body.metadata), holder: holderOf(request), turn });
     const id = `chatcmpl-${newId()}`;
     const created = Math.floor(Date.now() / 1000);
     void reply.header(NAMING_HEADERS.trajectoryId, results[0]!.session.id).header(NAMING_HEADERS.groupId, results[0]!.session.meta.groupId);
@@ -214,11 +273,14 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
     if (!body.stream) return { id, object: 'chat.completion' as const, created, model: o.model, choices, usage: usage(results) };
 
     // Server-sent events in OpenAI's chunk shape. The backend returns a turn whole, so each choice is sent as one
-    // chunk with its role, content and tool calls, then one with its finish reason; the stream ends with [DONE].
+    // chunk with its role, content and tool calls, then one with its finish reason; with
+    // stream_options.include_usage a last chunk has the usage and no choices (every other chunk `usage: null`, as
+    // OpenAI sends them); the stream ends with [DONE].
+    const withUsage = includeUsage(body);
     reply.hijack();
     reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', [NAMING_HEADERS.trajectoryId]: results[0]!.session.id, [NAMING_HEADERS.groupId]: results[0]!.session.meta.groupId });
     const send = (chunk: unknown) => reply.raw.write(`data: ${JSON.stringify(chunk)}\n\n`);
-    const base = { id, object: 'chat.completion.chunk', created, model: o.model };
+    const base = { id, object: 'chat.completion.chunk', created, model: o.model, ...(withUsage ? { usage: null } : {}) };
     for (const c of choices) {
       const m = c.message as Record<string, unknown>;
       const delta: Record<string, unknown> = { role: 'assistant', content: m['content'] ?? null };
@@ -227,37 +289,52 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
       send({ ...base, choices: [{ index: c.index, delta, logprobs: c.logprobs, finish_reason: null }] });
       send({ ...base, choices: [{ index: c.index, delta: {}, logprobs: null, finish_reason: c.finish_reason, rlstream: c.rlstream }] });
     }
-    send({ ...base, choices: [], usage: usage(results) });
+    if (withUsage) send({ ...base, choices: [], usage: usage(results) });
     reply.raw.end('data: [DONE]\n\n');
     return reply;
   });
 
-  app.post('/v1/completions', { schema: { summary: 'Text completion (no chat template), recorded as a one-turn trajectory unless named', body: CompletionRequest, response: { 200: CompletionResponse, ...errors } } }, async (request) => {
+  app.post('/v1/completions', { schema: { summary: 'Text completion (no chat template), each prompt recorded as a group of one-turn trajectories', body: CompletionRequest, response: { 200: CompletionResponse, ...errors } } }, async (request, reply) => {
     const body = request.body as CompletionRequest;
     checkModel(body.model);
-    if (body.stream) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'stream is supported on /v1/chat/completions only' });
-    if (body.stop !== undefined && body.stop !== null && (typeof body.stop === 'string' ? body.stop !== '' : body.stop.length > 0)) {
-      throw new ServeError('SRV_ERR_VALIDATION', { detail: "stop sequences are not supported: generation ends at the model's end-of-sequence token" });
+    common(body);
+    const prompts = typeof body.prompt === 'string' ? [body.prompt] : body.prompt;
+    if (prompts.some((p) => typeof p !== 'string')) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'prompt: token-id prompts are not accepted; send text' }, { param: 'prompt' });
+    if ((body.logprobs ?? 0) > 0) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'logprobs: alternatives are not computed by this backend; only 0 (the sampled tokens\' log-probs) is honoured' }, { param: 'logprobs' });
+    const results = await service.text({ prompts: prompts as string[], sampling: service.sampling(body), n: body.n ?? 1, naming: naming(request, body.metadata), holder: holderOf(request), turn: { stop: stopList(body.stop) } });
+    const id = `cmpl-${newId()}`;
+    const created = Math.floor(Date.now() / 1000);
+    const choices = results.map((r, index) => {
+      const gen = r.served?.turn.gen;
+      const text = r.served?.message.content ?? '';
+      let logprobs: Record<string, unknown> | null = null;
+      if (body.logprobs === 0 && gen) {
+        const tokensText = gen.tokenIds.map((t) => tokenizer.decode([t]));
+        const offsets: number[] = [];
+        let at = 0;
+        for (const t of tokensText) {
+          offsets.push(at);
+          at += t.length;
+        }
+        // Tokens past the returned text (a stop string's) are in the record, not in the answer.
+        const keep = offsets.filter((x) => x < text.length || x === 0).length;
+        logprobs = { tokens: tokensText.slice(0, keep), token_logprobs: gen.logprobs.slice(0, keep), top_logprobs: null, text_offset: offsets.slice(0, keep) };
+      }
+      return { index, text, logprobs, finish_reason: gen?.finishReason === 'length' || !r.served ? 'length' : 'stop', rlstream: extension(r) };
+    });
+    if (!body.stream) return { id, object: 'text_completion' as const, created, model: o.model, choices, usage: usage(results) };
+    const withUsage = includeUsage(body);
+    reply.hijack();
+    reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    const send = (chunk: unknown) => reply.raw.write(`data: ${JSON.stringify(chunk)}\n\n`);
+    const base = { id, object: 'text_completion', created, model: o.model, ...(withUsage ? { usage: null } : {}) };
+    for (const c of choices) {
+      send({ ...base, choices: [{ index: c.index, text: c.text, logprobs: c.logprobs, finish_reason: null }] });
+      send({ ...base, choices: [{ index: c.index, text: '', logprobs: null, finish_reason: c.finish_reason, rlstream: c.rlstream }] });
     }
-    const prompt = typeof body.prompt === 'string' ? body.prompt : body.prompt[0]!;
-    const results = await service.text({ prompt, sampling: service.sampling(body), n: body.n ?? 1, naming: naming(request, body.metadata) });
-    return {
-      id: `cmpl-${newId()}`,
-      object: 'text_completion' as const,
-      created: Math.floor(Date.now() / 1000),
-      model: o.model,
-      choices: results.map((r, index) => {
-        const gen = r.served?.turn.gen;
-        return {
-          index,
-          text: r.served?.turn.text ?? '',
-          logprobs: body.logprobs === 0 && gen ? { tokens: gen.tokenIds.map((t) => tokenizer.decode([t])), token_logprobs: gen.logprobs, top_logprobs: null, text_offset: null } : null,
-          finish_reason: r.served?.turn.gen.finishReason === 'length' || !r.served ? 'length' : 'stop',
-          rlstream: extension(r),
-        };
-      }),
-      usage: usage(results),
-    };
+    if (withUsage) send({ ...base, choices: [], usage: usage(results) });
+    reply.raw.end('data: [DONE]\n\n');
+    return reply;
   });
 
   app.post(

@@ -17,6 +17,7 @@ import type { EventPublisher } from '../publisher.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../tokenizer/delta.ts';
 import { ServeError } from './errors.ts';
+import { OFFLOAD_MIN_CHARS, promptChars, type TokenizeOffload } from './offload.ts';
 import { templateMessage } from './openai.ts';
 import { ServeSession, conversationKey, type ClientMessage, type ServedTurn } from './session.ts';
 
@@ -25,7 +26,16 @@ export interface ServeLimits {
   maxSessions: number;
   /** A trajectory without a call for this long is completed as `aborted`. Default 600 000 ms. */
   idleTimeoutMs: number;
+  /** Trajectories one token may hold open at once (its fair share of maxSessions; 429 above). Default maxSessions. */
+  maxSessionsPerToken?: number;
+  /** Calls one token may have in flight at once (429 above). Default 256. */
+  maxCallsPerToken?: number;
+  /** Longest prompt in tokens; a longer one is refused with 400 before anything is generated. Default: no limit here. */
+  maxPromptTokens?: number;
 }
+
+/** Who makes a call: the name of its bearer token (fair shares are counted per holder). */
+export const ANONYMOUS = '';
 
 export interface ServeServiceDeps {
   runId: string;
@@ -39,6 +49,8 @@ export interface ServeServiceDeps {
   dataSource: string;
   /** Recorded in DatasetRef.name. */
   datasetName: string;
+  /** Where big prompts are tokenized, off the event loop (absent: all on it). */
+  offload?: TokenizeOffload;
   logger: Logger;
 }
 
@@ -60,6 +72,20 @@ export interface ChatCall {
   sampling: SamplingParams;
   n: number;
   naming: SessionNaming;
+  /** The token holder making the call (fair shares). */
+  holder?: string;
+  /** What this call's turn may return, besides the sampling: see TurnOptions. */
+  turn?: TurnOptions;
+}
+
+/** Per-call options of a generated turn (OpenAI's stop, tool_choice none, parallel_tool_calls false). */
+export interface TurnOptions {
+  /** The returned text ends before the first of these the policy generated; generation ends at the token completing it. */
+  stop?: readonly string[];
+  /** false: no tool call is read out of the turn (tool_choice none); its text is the content. */
+  parseTools?: boolean;
+  /** At most this many calls are returned (parallel_tool_calls false: 1). */
+  maxCalls?: number;
 }
 
 export interface ChoiceResult {
@@ -80,6 +106,8 @@ export class ServeService {
   private readonly byConversation = new Map<string, string>();
   private readonly done = new Map<string, Termination>();
   private readonly nextIndex = new Map<string, number>();
+  /** Per token holder: trajectories open and calls in flight (their fair shares). */
+  private readonly held = new Map<string, { sessions: number; calls: number }>();
   private readonly delta: DeltaTokenizer;
   private readonly abort = new AbortController();
   private readonly sweeper: NodeJS.Timeout;
@@ -123,14 +151,13 @@ export class ServeService {
   async chat(call: ChatCall): Promise<ChoiceResult[]> {
     const existing = this.find(call);
     if (existing) {
-      if (call.n !== 1) throw new ServeError('SRV_ERR_GROUP', { detail: 'n > 1 opens a group of new trajectories; a continued trajectory takes n = 1' });
+      if (call.n !== 1) throw new ServeError('SRV_ERR_GROUP', { detail: 'n > 1 opens a group of new trajectories; a continued trajectory takes n = 1' }, { param: 'n' });
       const names = call.tools.map((t) => t.function.name).join(',');
       const had = existing.ctx.tools.map((t) => t.function.name).join(',');
-      if (names !== had) throw new ServeError('SRV_ERR_TOOLS_CHANGED', { detail: `now [${names}], started with [${had}]` });
-      return [await this.turn(existing, call, true)];
+      if (names !== had) throw new ServeError('SRV_ERR_TOOLS_CHANGED', { detail: `now [${names}], started with [${had}]` }, { param: 'tools' });
+      return [await this.held_(call.holder, () => this.turn(existing, call, true))];
     }
-    const sessions = this.open(call);
-    return Promise.all(sessions.map((s) => this.turn(s, call, false)));
+    return this.held_(call.holder, async () => this.openAndServe([{ call, rendered: await this.render(call) }]));
   }
 
   private find(call: ChatCall): ServeSession | null {
@@ -142,7 +169,8 @@ export class ServeService {
       if (t) throw new ServeError('SRV_ERR_TRAJECTORY_DONE', { id, termination: t });
       return null;
     }
-    // Unnamed: the conversation up to its last assistant message is the key of the trajectory that answered it.
+    // Unnamed: the conversation up to its last assistant message is the key of the trajectory that answered it
+    // (compared as values: see conversationKey).
     let last = -1;
     for (let i = call.messages.length - 1; i >= 0; i--) {
       if (call.messages[i]!.role === 'assistant') {
@@ -156,61 +184,143 @@ export class ServeService {
   }
 
   /**
-   * One text completion: the prompt is tokenized as it is (no chat template) and opens new trajectories (n of
-   * them, one group); each stays open for its reward until completed or timed out.
+   * Text completions: each prompt is tokenized as it is (no chat template) and opens its own group of n
+   * trajectories; each stays open for its reward until completed or timed out. All open, or none does.
    */
-  async text(call: { prompt: string; sampling: SamplingParams; n: number; naming: SessionNaming }): Promise<ChoiceResult[]> {
+  async text(call: { prompts: readonly string[]; sampling: SamplingParams; n: number; naming: SessionNaming; holder?: string; turn?: TurnOptions }): Promise<ChoiceResult[]> {
     const id = call.naming.trajectoryId;
     if (id !== undefined && (this.sessions.has(id) || this.done.has(id))) {
       throw new ServeError('SRV_ERR_HISTORY', { detail: `a text completion opens a new trajectory and ${id} exists; continue a conversation on /v1/chat/completions` });
     }
-    const chat: ChatCall = { messages: [{ role: 'user', content: call.prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming };
-    const sessions = this.open(chat, { prompt: [{ role: 'user', content: call.prompt }], ids: this.deps.tokenizer.encode(call.prompt) });
-    // Raw text has no tool protocol: nothing is parsed out of it as a call.
-    for (const s of sessions) s.parseTools = false;
-    return Promise.all(sessions.map((s) => this.turn(s, chat, false)));
+    if (call.prompts.length > 1 && (call.naming.trajectoryId !== undefined || call.naming.groupId !== undefined)) {
+      throw new ServeError('SRV_ERR_GROUP', { detail: 'a list of prompts opens one group per prompt; name no trajectory or group' }, { param: 'prompt' });
+    }
+    return this.held_(call.holder, async () => {
+      const opens = [];
+      for (const [i, prompt] of call.prompts.entries()) {
+        const chat: ChatCall = { messages: [{ role: 'user', content: prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming, ...(call.holder !== undefined ? { holder: call.holder } : {}), turn: { ...call.turn, parseTools: false } };
+        const offload = this.deps.offload;
+        const ids = offload && prompt.length >= OFFLOAD_MIN_CHARS ? await offload.text(prompt) : this.deps.tokenizer.encode(prompt);
+        this.checkPromptLength(ids.length, 'prompt', call.prompts.length > 1 ? ` (prompt ${i})` : '');
+        opens.push({ call: chat, rendered: { prompt: [{ role: 'user', content: prompt }], ids } });
+      }
+      return this.openAndServe(opens, true);
+    });
   }
 
-  private open(call: ChatCall, rendered?: { prompt: ChatMessage[]; ids: number[] }): ServeSession[] {
-    const { naming, n } = call;
+  /** Count a call in flight against its holder's share while it runs. */
+  private async held_<T>(holder: string | undefined, run: () => Promise<T>): Promise<T> {
+    const h = this.holding(holder ?? ANONYMOUS);
+    const share = this.deps.limits.maxCallsPerToken ?? 256;
+    if (h.calls >= share) throw new ServeError('SRV_ERR_FAIR_SHARE', { held: h.calls, share, what: 'calls in flight' });
+    h.calls++;
+    try {
+      return await run();
+    } finally {
+      h.calls--;
+      this.release(holder ?? ANONYMOUS);
+    }
+  }
+
+  private holding(holder: string): { sessions: number; calls: number } {
+    let h = this.held.get(holder);
+    if (!h) this.held.set(holder, (h = { sessions: 0, calls: 0 }));
+    return h;
+  }
+
+  private release(holder: string): void {
+    const h = this.held.get(holder);
+    if (h && h.sessions === 0 && h.calls === 0) this.held.delete(holder);
+  }
+
+  private checkPromptLength(tokens: number, param: 'messages' | 'prompt', where = ''): void {
+    const limit = this.deps.limits.maxPromptTokens;
+    if (limit !== undefined && tokens > limit) throw new ServeError('SRV_ERR_PROMPT_TOO_LONG', { tokens, limit, detail: where }, { param });
+  }
+
+  /**
+   * Open the trajectories of one or more prompts (a group of n each) and generate their first turns. Every check
+   * comes before anything opens; a trajectory whose first turn fails is dropped (its slot freed, nothing
+   * published: its TrajectoryStarted goes out with its first turn), and when any fails the call fails whole:
+   * the others that did start are completed as `error` (the client never learned their ids).
+   */
+  private async openAndServe(opens: { call: ChatCall; rendered: { prompt: ChatMessage[]; ids: number[] } }[], text = false): Promise<ChoiceResult[]> {
     if (this.closed) throw new ServeError('SRV_ERR_BACKEND', { detail: 'the endpoint is shutting down' });
-    if (naming.trajectoryId !== undefined && n > 1) throw new ServeError('SRV_ERR_GROUP', { detail: 'a named trajectory is one sample; name the group (X-Rlstream-Group) or leave the trajectory unnamed with n > 1' });
-    if (this.sessions.size + n > this.deps.limits.maxSessions) throw new ServeError('SRV_ERR_SESSIONS_FULL', { limit: this.deps.limits.maxSessions });
+    const total = opens.reduce((a, o) => a + o.call.n, 0);
+    if (this.sessions.size + total > this.deps.limits.maxSessions) throw new ServeError('SRV_ERR_SESSIONS_FULL', { limit: this.deps.limits.maxSessions });
+    const holder = opens[0]!.call.holder ?? ANONYMOUS;
+    const h = this.holding(holder);
+    const share = this.deps.limits.maxSessionsPerToken ?? this.deps.limits.maxSessions;
+    if (h.sessions + total > share) throw new ServeError('SRV_ERR_FAIR_SHARE', { held: h.sessions, share, what: 'open trajectories' });
+    const plans: (typeof opens[number] & ReturnType<ServeService['plan']>)[] = [];
+    try {
+      for (const o of opens) plans.push({ ...o, ...this.plan(o.call) });
+    } catch (err) {
+      for (const p of plans) p.rollback();
+      throw err;
+    }
+    const sessions = plans.flatMap((p, k) => p.ids.map((ids) => ({ session: this.create(p.call, p.rendered.prompt, p.rendered.ids, ids), call: p.call, plan: k })));
+    if (text) for (const s of sessions) s.session.parseTools = false;
+    const settled = await Promise.allSettled(sessions.map((s) => this.turn(s.session, s.call, false)));
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (!failed) return settled.map((r) => (r as PromiseFulfilledResult<ChoiceResult>).value);
+    for (const { session } of sessions) await this.finish(session, 'error');
+    // A group none of whose samples started gives its indices back (a retry fills them).
+    for (const [k, p] of plans.entries()) if (!sessions.some((s) => s.plan === k && s.session.started)) p.rollback();
+    throw failed.reason;
+  }
+
+  /** The ids of a new group's samples, checked (group bounds, ids free) before anything opens. */
+  private plan(call: ChatCall): { ids: { trajectoryId: string; groupId: string; sampleIndex: number; groupSize: number }[]; rollback: () => void } {
+    const { naming, n } = call;
+    if (naming.trajectoryId !== undefined && n > 1) throw new ServeError('SRV_ERR_GROUP', { detail: 'a named trajectory is one sample; name the group (X-Rlstream-Group) or leave the trajectory unnamed with n > 1' }, { param: 'n' });
     const groupId = naming.groupId ?? newId();
     const groupSize = naming.groupSize ?? n;
-    let first = naming.sampleIndex;
-    if (first === undefined) {
-      first = naming.groupId === undefined ? 0 : (this.nextIndex.get(groupId) ?? 0);
-      if (naming.groupId !== undefined) {
+    const first = naming.sampleIndex ?? (naming.groupId === undefined ? 0 : (this.nextIndex.get(groupId) ?? 0));
+    if (first + n > groupSize) throw new ServeError('SRV_ERR_GROUP', { detail: `samples ${first}..${first + n - 1} do not fit a group of ${groupSize}` });
+    const out: { trajectoryId: string; groupId: string; sampleIndex: number; groupSize: number }[] = [];
+    for (let k = 0; k < n; k++) {
+      const sampleIndex = first + k;
+      const trajectoryId = naming.trajectoryId ?? deriveId(groupId, 'trajectory', sampleIndex);
+      if (this.sessions.has(trajectoryId) || this.done.has(trajectoryId)) throw new ServeError('SRV_ERR_GROUP', { detail: `sample ${sampleIndex} of group ${groupId} already exists (trajectory ${trajectoryId})` });
+      out.push({ trajectoryId, groupId, sampleIndex, groupSize });
+    }
+    // Only now, with the call accepted: a refused call takes no sample index of a named group.
+    if (naming.groupId !== undefined && naming.sampleIndex === undefined) {
+      if (first + n >= groupSize) this.nextIndex.delete(groupId);
+      else {
         this.nextIndex.set(groupId, first + n);
         // Groups a client names and never fills must not grow the table without bound.
         if (this.nextIndex.size > REMEMBERED) this.nextIndex.delete(this.nextIndex.keys().next().value!);
       }
     }
-    if (first + n > groupSize) throw new ServeError('SRV_ERR_GROUP', { detail: `samples ${first}..${first + n - 1} do not fit a group of ${groupSize}` });
-    if (naming.groupId !== undefined && first + n >= groupSize) this.nextIndex.delete(groupId);
-
-    const { prompt, ids: promptIds } = rendered ?? this.render(call);
-    const out: ServeSession[] = [];
-    for (let k = 0; k < n; k++) {
-      const sampleIndex = first + k;
-      const trajectoryId = naming.trajectoryId ?? deriveId(groupId, 'trajectory', sampleIndex);
-      if (this.sessions.has(trajectoryId) || this.done.has(trajectoryId)) throw new ServeError('SRV_ERR_GROUP', { detail: `sample ${sampleIndex} of group ${groupId} already exists (trajectory ${trajectoryId})` });
-      out.push(this.create(call, prompt, promptIds, { trajectoryId, groupId, sampleIndex, groupSize }));
-    }
-    return out;
+    // A call that fails gives its sample indices back, unless a later call of the group took the next ones.
+    const rollback = () => {
+      if (naming.groupId === undefined || naming.sampleIndex !== undefined) return;
+      const now = this.nextIndex.get(groupId);
+      if (now === first + n || (now === undefined && first + n >= groupSize)) this.nextIndex.set(groupId, first);
+    };
+    return { ids: out, rollback };
   }
 
-  /** The prompt as the chat template renders it (once for all samples of a group). */
-  private render(call: ChatCall): { prompt: ChatMessage[]; ids: number[] } {
+  /**
+   * The prompt as the chat template renders it (once for all samples of a group), within the prompt limit; a big
+   * one in the tokenizer worker (the same template and tokenizer, without the delta tokenizer's caches).
+   */
+  private async render(call: ChatCall): Promise<{ prompt: ChatMessage[]; ids: number[] }> {
     const toolNames = new Map<string, string>();
     for (const m of call.messages) for (const c of m.tool_calls) toolNames.set(c.id, c.name);
     const prompt: ChatMessage[] = call.messages.map((m) => templateMessage(m, toolNames));
+    const tools = call.tools.length > 0 ? call.tools : null;
+    const offload = this.deps.offload;
+    let ids: number[];
     try {
-      return { prompt, ids: this.delta.promptIds(prompt, call.tools.length > 0 ? call.tools : null) };
+      ids = offload && promptChars(call.messages, call.tools) >= OFFLOAD_MIN_CHARS ? await offload.chat(prompt, tools, { ...this.deps.rollout.templateKwargs }) : this.delta.promptIds(prompt, tools);
     } catch (err) {
       throw new ServeError('SRV_ERR_VALIDATION', { detail: `the chat template cannot render these messages: ${describeError(err)}` }, { cause: err });
     }
+    this.checkPromptLength(ids.length, 'messages');
+    return { prompt, ids };
   }
 
   private create(call: ChatCall, prompt: ChatMessage[], promptIds: number[], ids: { trajectoryId: string; groupId: string; sampleIndex: number; groupSize: number }): ServeSession {
@@ -227,9 +337,25 @@ export class ServeService {
       extraInfoJson: JSON.stringify({ source: 'serve' }),
     };
     const publisher = this.deps.publisher;
+    // TrajectoryStarted goes out just before the first turn's event: a trajectory whose first call fails
+    // publishes nothing at all.
+    let session: ServeSession | null = null;
+    const start = () => {
+      if (session && !session.started) {
+        // Encoding throws before anything is queued: a trajectory whose start cannot be written stays unstarted.
+        publisher.fire('TrajectoryStarted', ids.groupId, session.startedEvent(policyVersion));
+        session.started = true;
+      }
+    };
     const recorder = new TrajectoryRecorder(meta, promptIds, this.deps.tokenizer, {
-      turn: (ev) => publisher.fire('TurnCompleted', ids.groupId, ev),
-      toolCall: (ev) => publisher.fire('ToolCallCompleted', ids.groupId, ev),
+      turn: (ev) => {
+        start();
+        publisher.fire('TurnCompleted', ids.groupId, ev);
+      },
+      toolCall: (ev) => {
+        start();
+        publisher.fire('ToolCallCompleted', ids.groupId, ev);
+      },
     });
     const limits: AgentLimits = {
       maxAssistantTurns: o.maxAssistantTurns,
@@ -257,10 +383,11 @@ export class ServeService {
       logger: this.deps.logger,
       count: (name, by) => this.counters.add(name, by),
     };
-    const session = new ServeSession(ctx, call.messages, new Set(call.tools.map((t) => t.function.name)), this.deps.logger);
+    const policyVersion = this.deps.backend.currentPolicyVersion();
+    session = new ServeSession(ctx, call.messages, new Set(call.tools.map((t) => t.function.name)), this.deps.logger, call.holder ?? ANONYMOUS);
     this.sessions.set(session.id, session);
+    this.holding(session.holder).sessions++;
     this.counters.add('trajectories_started');
-    publisher.fire('TrajectoryStarted', ids.groupId, session.startedEvent(this.deps.backend.currentPolicyVersion()));
     return session;
   }
 
@@ -276,7 +403,7 @@ export class ServeService {
       const promptTokens = session.recorder.promptIds.length + session.recorder.responseLength;
       let served: ServedTurn | null;
       try {
-        served = await session.generate({ ...call.sampling, stop_token_ids: [...call.sampling.stop_token_ids] }, this.abort.signal);
+        served = await session.generate({ ...call.sampling, stop_token_ids: [...call.sampling.stop_token_ids] }, this.abort.signal, call.turn ?? {});
       } catch (err) {
         if (this.abort.signal.aborted) throw new ServeError('SRV_ERR_BACKEND', { detail: 'the endpoint is shutting down' }, { cause: err });
         throw new ServeError('SRV_ERR_BACKEND', { detail: describeError(err) }, { cause: err });
@@ -314,14 +441,26 @@ export class ServeService {
     return session;
   }
 
+  /**
+   * The one way a trajectory ends: its slot is freed, and a trajectory that started (published its
+   * TrajectoryStarted with its first turn) publishes TrajectoryCompleted. One that never started publishes
+   * nothing and is forgotten: a client may open it again under the same name.
+   */
   private async finish(session: ServeSession, termination: Termination): Promise<Termination> {
     if (session.completed) return session.completed;
     session.completed = termination;
     this.sessions.delete(session.id);
     this.byConversation.delete(session.key());
+    const h = this.holding(session.holder);
+    h.sessions--;
+    this.release(session.holder);
+    this.deps.backend.releaseSession?.(session.id);
+    if (!session.started) {
+      this.counters.add('trajectories_dropped');
+      return termination;
+    }
     this.done.set(session.id, termination);
     if (this.done.size > REMEMBERED) this.done.delete(this.done.keys().next().value!);
-    this.deps.backend.releaseSession?.(session.id);
     const trajectory = session.recorder.finish(termination, session.ctx.limits.responseLength);
     this.counters.add(`termination_${termination}`);
     this.counters.add('trajectories_completed');
@@ -354,6 +493,7 @@ export class ServeService {
     this.abort.abort();
     for (let i = 0; i < 100 && [...this.sessions.values()].some((s) => s.busy); i++) await new Promise((r) => setTimeout(r, 10));
     for (const s of [...this.sessions.values()]) await this.finish(s, 'aborted');
+    await this.deps.offload?.close();
     await this.deps.publisher.flush();
   }
 }

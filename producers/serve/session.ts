@@ -13,8 +13,10 @@ import { toEventMessages } from '../agent/loops.ts';
 import type { TrajectoryMeta, TrajectoryRecorder } from '../agent/recorder.ts';
 import { appendObservation, generateTurn, type GeneratedTurn } from '../agent/steps.ts';
 import type { AgentContext } from '../agent/types.ts';
-import type { ChatMessage, ChatTool } from '../tokenizer/chat-tokenizer.ts';
+import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
+import type { GenerateRequest, GenerateResult, LlmBackend } from '../backends/types.ts';
 import { ServeError } from './errors.ts';
+import type { TurnOptions } from './service.ts';
 
 /** A message as the client sees it (and sends back): what identity checks compare. */
 export interface ClientMessage {
@@ -29,33 +31,52 @@ function keyHash(tools: readonly ChatTool[]): Hash {
   return createHash('sha256').update(JSON.stringify(tools.map((t) => t.function.name)));
 }
 
-function hashMessage(h: Hash, m: ClientMessage): void {
-  h.update('\u0000' + JSON.stringify([m.role, m.content, m.tool_calls, m.tool_call_id]));
+/**
+ * A JSON text as a value: parsed and written back with sorted keys and no spacing, so two serialisations of the
+ * same arguments (LangChain's `{"a": 1}` for the policy's `{"a":1}`, keys in another order, 1.0 for 1) are one.
+ * Text that is not JSON stays itself, marked so that it never equals a JSON value's form.
+ */
+export function canonicalJson(text: string): string {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return '\u0001' + text;
+  }
+  const write = (v: unknown): string => {
+    if (Array.isArray(v)) return `[${v.map(write).join(',')}]`;
+    if (v !== null && typeof v === 'object') {
+      const o = v as Record<string, unknown>;
+      return `{${Object.keys(o).sort().map((k) => `${JSON.stringify(k)}:${write(o[k])}`).join(',')}}`;
+    }
+    return JSON.stringify(v);
+  };
+  return write(value);
 }
 
-/** The canonical key of a conversation as the client sees it (the per-conversation session lookup). */
+/** A message as a value: what a conversation's key hashes and what the history check compares. */
+function canonicalMessage(m: ClientMessage): string {
+  return JSON.stringify([m.role, m.content, m.tool_calls.map((c) => [c.id, c.name, canonicalJson(c.arguments)]), m.tool_call_id]);
+}
+
+function hashMessage(h: Hash, m: ClientMessage): void {
+  h.update('\u0000' + canonicalMessage(m));
+}
+
+/**
+ * The key of a conversation as the client sees it (the per-conversation session lookup), over its messages as
+ * values: whatever client serialised them (argument spacing and key order, content as a string or as text
+ * parts, null or empty content), the same conversation has the same key.
+ */
 export function conversationKey(tools: readonly ChatTool[], messages: readonly ClientMessage[]): string {
   const h = keyHash(tools);
   for (const m of messages) hashMessage(h, m);
   return h.digest('base64url');
 }
 
+/** The one comparison the history check and the lookup key share. */
 function sameMessage(a: ClientMessage, b: ClientMessage): boolean {
-  if (a.role !== b.role || a.content !== b.content || a.tool_call_id !== b.tool_call_id || a.tool_calls.length !== b.tool_calls.length) return false;
-  // Arguments are compared as JSON values: an SDK may re-serialise them with other spacing.
-  return a.tool_calls.every((c, i) => {
-    const d = b.tool_calls[i]!;
-    return c.id === d.id && c.name === d.name && jsonEqual(c.arguments, d.arguments);
-  });
-}
-
-function jsonEqual(a: string, b: string): boolean {
-  if (a === b) return true;
-  try {
-    return JSON.stringify(JSON.parse(a)) === JSON.stringify(JSON.parse(b));
-  } catch {
-    return false;
-  }
+  return canonicalMessage(a) === canonicalMessage(b);
 }
 
 /** A generated turn as the endpoint answers it. */
@@ -85,12 +106,16 @@ export class ServeSession {
   completed: Termination | null = null;
   /** Read tool calls out of generated turns (chat); text completions do not. */
   parseTools = true;
+  /** Its TrajectoryStarted is published (with its first turn): only then does its end publish anything. */
+  started = false;
 
   constructor(
     readonly ctx: AgentContext,
     prompt: readonly ClientMessage[],
     readonly declaredTools: ReadonlySet<string>,
     private readonly logger: Logger,
+    /** The token holder that opened it (fair shares). */
+    readonly holder: string,
   ) {
     this.running = keyHash(ctx.tools);
     this.append(prompt);
@@ -192,11 +217,19 @@ export class ServeSession {
     return appended;
   }
 
-  /** Generate the next assistant turn with this call's sampling; null when the response budget is spent. */
-  async generate(sampling: SamplingParams, signal: AbortSignal): Promise<ServedTurn | null> {
-    const ctx: AgentContext = { ...this.ctx, sampling, signal };
-    const turn = await generateTurn(ctx, this.parseTools);
+  /**
+   * Generate the next assistant turn with this call's sampling and options; null when the response budget is
+   * spent. With stop strings the turn ends at the token that completes the first one generated: the tokens
+   * recorded are exactly those generated up to it, and the text returned ends before it.
+   */
+  async generate(sampling: SamplingParams, signal: AbortSignal, options: TurnOptions = {}): Promise<ServedTurn | null> {
+    const stops = options.stop ?? [];
+    const backend = stops.length === 0 ? this.ctx.backend : stopAt(this.ctx.backend, stops, this.ctx.tokenizer);
+    const limits = options.maxCalls === undefined ? this.ctx.limits : { ...this.ctx.limits, maxParallelToolCalls: Math.min(options.maxCalls, this.ctx.limits.maxParallelToolCalls) };
+    const ctx: AgentContext = { ...this.ctx, sampling, signal, backend, limits };
+    const turn = await generateTurn(ctx, this.parseTools && options.parseTools !== false);
     if (!turn) return null;
+    if (stops.length > 0) turn.parsed.content = cutAtStop(turn.parsed.content, stops);
     const calls: ToolCall[] = [];
     const refused: ToolCall[] = [];
     for (const c of turn.calls) (this.declaredTools.has(c.name) ? calls : refused).push(c);
@@ -219,4 +252,45 @@ export class ServeSession {
     if (refused.length > 0) this.logger.debug('tool call refused: tool not declared', { trajectory_id: this.id, tools: refused.map((c) => c.name) });
     return { turn, calls, refused, message };
   }
+}
+
+/** The text before the first stop string in it (all of it when none occurs). */
+export function cutAtStop(text: string, stops: readonly string[]): string {
+  let end = text.length;
+  for (const s of stops) {
+    const i = text.indexOf(s);
+    if (i >= 0 && i < end) end = i;
+  }
+  return text.slice(0, end);
+}
+
+/**
+ * A backend whose turns end at the token that completes the first stop string generated (OpenAI's `stop`): the
+ * backend generates the whole turn, and what follows that token is dropped before anything records it, so the
+ * recorded tokens and their log-probs are a prefix of what the policy sampled (sampling a prefix does not
+ * depend on what came after it). The finish reason is then `stop`.
+ */
+export function stopAt(backend: LlmBackend, stops: readonly string[], tokenizer: ChatTokenizer): LlmBackend {
+  // The backend itself for everything but generate (its methods, on its prototype, see it as `this`).
+  const wrapped = Object.create(backend) as LlmBackend;
+  return Object.assign(wrapped, {
+    async generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
+      const out = await backend.generate(request, signal);
+      const ids = out.tokenIds;
+      const has = (k: number) => {
+        const text = tokenizer.decode(ids.slice(0, k));
+        return cutAtStop(text, stops).length < text.length;
+      };
+      if (ids.length === 0 || !has(ids.length)) return out;
+      // The shortest prefix whose text holds a stop string (a longer prefix's text extends a shorter one's).
+      let lo = 1;
+      let hi = ids.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (has(mid)) hi = mid;
+        else lo = mid + 1;
+      }
+      return { ...out, tokenIds: ids.slice(0, lo), logprobs: out.logprobs.slice(0, lo), policyVersions: out.policyVersions.length === ids.length ? out.policyVersions.slice(0, lo) : out.policyVersions, finishReason: 'stop' };
+    },
+  });
 }

@@ -189,9 +189,10 @@ test('user code named by module/export: a missing module, a missing export and a
 
 test('the serve section: off by default, every key compiled; an out-of-range port is refused naming it', () => {
   const dflt = compileRunConfig({}, '/tmp').serve;
-  assert.deepEqual(dflt, { enabled: false, host: '127.0.0.1', port: 0, model: null, maxSessions: 1024, idleTimeoutMs: 600_000, bodyLimitBytes: 4 * 1024 * 1024, dataSource: null });
-  const set = compileRunConfig({ serve: { enabled: true, host: '0.0.0.0', port: 8100, model: 'policy', max_sessions: 8, idle_timeout_ms: 5000, body_limit_bytes: 65536, data_source: 'mine' } }, '/tmp').serve;
-  assert.deepEqual(set, { enabled: true, host: '0.0.0.0', port: 8100, model: 'policy', maxSessions: 8, idleTimeoutMs: 5000, bodyLimitBytes: 65536, dataSource: 'mine' });
+  assert.deepEqual(dflt, { enabled: false, host: '127.0.0.1', port: 0, model: null, maxSessions: 1024, idleTimeoutMs: 600_000, bodyLimitBytes: 4 * 1024 * 1024, requestReadTimeoutMs: 30_000, maxPromptTokens: null, maxSessionsPerToken: null, maxCallsPerToken: 256, dataSource: null });
+  const set = compileRunConfig({ serve: { enabled: true, host: '0.0.0.0', port: 8100, model: 'policy', max_sessions: 8, idle_timeout_ms: 5000, body_limit_bytes: 65536, request_read_timeout_ms: 2000, max_prompt_tokens: 300, max_sessions_per_token: 2, max_calls_per_token: 3, data_source: 'mine' } }, '/tmp').serve;
+  assert.deepEqual(set, { enabled: true, host: '0.0.0.0', port: 8100, model: 'policy', maxSessions: 8, idleTimeoutMs: 5000, bodyLimitBytes: 65536, requestReadTimeoutMs: 2000, maxPromptTokens: 300, maxSessionsPerToken: 2, maxCallsPerToken: 3, dataSource: 'mine' });
+  assert.ok(issues({ serve: { max_calls_per_token: 0 } }).some((m) => m.startsWith('serve.max_calls_per_token: must be')));
   assert.ok(issues({ serve: { port: 70000 } }).some((m) => m.startsWith('serve.port: must be')), issues({ serve: { port: 70000 } }).join(' | '));
 });
 

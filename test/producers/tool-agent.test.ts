@@ -227,19 +227,24 @@ describe('tool agent on GSM8K with Qwen3', () => {
       const userStart = traj.turn_offsets[1]!;
       const userEnd = traj.turn_offsets[2]!;
       assert.ok(traj.response_mask.slice(userStart, userEnd).every((m) => m === 0));
-      assert.match(tok.decode(traj.response_ids.slice(userStart, userEnd)), /^\n<\|im_start\|>user\nYour answer is wrong/);
+      assert.match(tok.decode(traj.response_ids.slice(userStart, userEnd)), /^\n<\|im_start\|>user\nYour response is incorrect! You need to reflect on your answer and try again\./);
     } finally {
       await t.cleanup();
     }
   });
 });
 
-test("the GSM8K interaction scores the last assistant message as verl's does: prefixed with '#### ', strict, compared as text", () => {
+test("the GSM8K interaction scores the last assistant message as verl's current one does: prefixed with '#### ', flexible (the last number), compared as text", () => {
   const gsm8k = new Gsm8kInteraction();
   const reply = (content: string) => gsm8k.respond('i', [{ role: 'user', content: 'q' }, { role: 'assistant', content }], { ground_truth: '18' });
-  assert.deepEqual([reply('18').terminate, reply('18').reward], [true, 1]); // a bare number becomes "#### 18"
+  assert.deepEqual([reply('18').terminate, reply('18').reward, reply('18').content], [true, 1, 'Your response is correct!']); // a bare number becomes "#### 18"
   assert.equal(reply('so 3 + 15\n#### 18').reward, 1);
+  // Flexible: the last number counts wherever it is (the strict rule of verl before July 2025 gave these 0).
+  assert.equal(reply('3 + 15 makes 18 apples').reward, 1);
+  assert.equal(reply('#### 17, no wait, it is 18').reward, 1);
+  assert.equal(reply('it is 18, not 17').reward, 0);
   assert.equal(reply('#### 18.00').reward, 0); // strings, not numbers
-  assert.match(reply('#### 17').content, /wrong/);
-  assert.match(reply('no idea').content, /could not find/);
+  assert.equal(reply('The answer is 18.').reward, 0); // verl's number class takes the final dot: "18." is not "18"
+  assert.deepEqual([reply('#### 17').terminate, reply('#### 17').content], [false, 'Your response is incorrect! You need to reflect on your answer and try again.']);
+  assert.equal(reply('no idea').reward, 0);
 });

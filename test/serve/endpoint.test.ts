@@ -33,7 +33,7 @@ describe('rlstream serve (scripted backend)', () => {
   const scripted = new ScriptedBackend({ tokenizer: TOKENIZER, script: ({ turn }) => (turn === 0 ? CALL : 'The answer is 5.') });
 
   before(async () => {
-    ({ job, stop } = await startServe({ wrapBackend: () => scripted, limits: { maxSessions: 6, idleTimeoutMs: 400 }, bodyLimitBytes: 64 * 1024 }));
+    ({ job, stop } = await startServe({ wrapBackend: () => scripted, limits: { maxSessions: 6, idleTimeoutMs: 5_000 }, bodyLimitBytes: 64 * 1024 }));
   });
   after(async () => stop());
 
@@ -197,8 +197,9 @@ describe('rlstream serve (scripted backend)', () => {
     const full = await call(job, 'POST', '/v1/chat/completions', { model: 'calculator', messages: PROMPT, tools: [CALCULATOR] });
     assert.equal(full.status, 429);
     assert.equal((full.json['error'] as { code: string }).code, 'SRV_ERR_SESSIONS_FULL');
-    // Idle past the time-out (400 ms here): completed as aborted, freeing room.
-    await new Promise((r) => setTimeout(r, 1200));
+    // Idle past the time-out (5 s here, long enough that the other tests' trajectories outlive a loaded machine's
+    // pauses): the sweeper completes them as aborted, freeing room.
+    await new Promise((r) => setTimeout(r, 6_500));
     const late = await call(job, 'POST', `/v1/trajectories/${ids[0]}/complete`, {});
     assert.equal(late.status, 409);
     assert.match((late.json['error'] as { message: string }).message, /aborted/);
