@@ -1,0 +1,32 @@
+// Messages between the admin (or CLI) process and its SQL sandbox process (worker.ts), one JSON object a line
+// on the child's fd 3. Nothing else crosses: the child starts with an empty environment and is told what to
+// read here, so no secret of the parent can reach it by accident.
+
+/** Where the sandbox reads trace data: a snapshot directory of a chDB store, or a ClickHouse server. */
+export type SandboxTarget = { kind: 'chdb' } | { kind: 'server'; url: string; username?: string; password?: string };
+
+export type ToSandbox =
+  | { id: number; op: 'init'; target: SandboxTarget; dir: string }
+  | { id: number; op: 'functions' }
+  | { id: number; op: 'parse'; sql: string }
+  | { id: number; op: 'open'; dir: string }
+  | { id: number; op: 'run'; sql: string; database: string; settings: Record<string, string> };
+
+export type FromSandbox =
+  | { id: number; ok: true; value: unknown }
+  | { id: number; ok: false; error: string }
+  | { id: 0; ok: true; value: 'ready' };
+
+/** One row of system.functions: how the engine names a function and what it is an alias of. */
+export interface FunctionInfo {
+  name: string;
+  aliasTo: string;
+  caseInsensitive: boolean;
+  isAggregate: boolean;
+}
+
+/** What the engine made of a text: its own formatting (proof of a single statement) and its syntax tree. */
+export interface Parsed {
+  formatted: string;
+  ast: string;
+}
