@@ -5,12 +5,14 @@
 /** Where the sandbox reads trace data: a snapshot directory of a chDB store, or a ClickHouse server. */
 export type SandboxTarget = { kind: 'chdb' } | { kind: 'server'; url: string; username?: string; password?: string };
 
-export type ToSandbox =
-  | { id: number; op: 'init'; target: SandboxTarget; dir: string }
-  | { id: number; op: 'functions' }
-  | { id: number; op: 'parse'; sql: string }
-  | { id: number; op: 'open'; dir: string }
-  | { id: number; op: 'run'; sql: string; database: string; settings: Record<string, string> };
+export type SandboxRequest =
+  | { op: 'init'; target: SandboxTarget; dir: string }
+  | { op: 'functions' }
+  | { op: 'parse'; sql: string }
+  | { op: 'open'; dir: string }
+  | { op: 'run'; sql: string; database: string; settings: Record<string, string> };
+
+export type ToSandbox = SandboxRequest & { id: number };
 
 export type FromSandbox =
   | { id: number; ok: true; value: unknown }

@@ -15,7 +15,7 @@ import type { Readable, Duplex } from 'node:stream';
 import { RlstreamError } from '../../errors.ts';
 import { checkParsed, SqlRefusedError, type FunctionCatalogue } from '../sql-check.ts';
 import { compileLimits, limitSettings, parseJsonResult, singleStatement, type QueryLimits, type QueryResult } from '../store.ts';
-import type { FromSandbox, FunctionInfo, Parsed, SandboxTarget, ToSandbox } from './protocol.ts';
+import type { FromSandbox, FunctionInfo, Parsed, SandboxRequest, SandboxTarget, ToSandbox } from './protocol.ts';
 import { sandboxCommand, type Isolation } from './spawn.ts';
 import { snapshotStore } from './snapshot.ts';
 
@@ -109,7 +109,7 @@ class SandboxProcess {
     });
   }
 
-  call(m: Omit<ToSandbox, 'id'>, timeoutMs: number): Promise<unknown> {
+  call(m: SandboxRequest, timeoutMs: number): Promise<unknown> {
     if (this.exited) return Promise.reject(new RlstreamError('TRACE_STORE', `the query's sandbox process ended (${this.exited})`));
     const id = ++this.seq;
     return new Promise((resolve, reject) => {
@@ -121,7 +121,7 @@ class SandboxProcess {
         resolve: (v) => (clearTimeout(timer), resolve(v)),
         reject: (e) => (clearTimeout(timer), reject(e)),
       });
-      this.channel.write(JSON.stringify({ ...m, id }) + '\n');
+      this.channel.write(JSON.stringify({ ...m, id } satisfies ToSandbox) + '\n');
     });
   }
 

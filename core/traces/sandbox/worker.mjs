@@ -6,7 +6,11 @@
 // this directory but chdb, so the sandbox needs only this directory and node_modules. Plain JavaScript: the
 // sandbox runs node alone, with no TypeScript loader (whose compiler is a binary of its own); the messages are
 // typed in protocol.ts.
+/* global fetch */
 import { Socket } from 'node:net';
+import { Buffer } from 'node:buffer';
+import process from 'node:process';
+import { URL, URLSearchParams } from 'node:url';
 import { Session, drainPending } from 'chdb';
 
 const channel = new Socket({ fd: 3, readable: true, writable: true });
