@@ -65,7 +65,7 @@ export class ServerTraceStore implements TraceStore {
     /** The server's origin, without credentials. */
     private readonly url: string,
     /** Who untrusted queries run as: the reader's credentials where given, else the store's own. */
-    private readonly reader: { username?: string; password?: string },
+    private readonly reader: { username?: string; password?: string; readonlySetting: boolean },
   ) {
     this.client = client;
     this.database = database;
@@ -98,6 +98,8 @@ export class ServerTraceStore implements TraceStore {
       const store = new ServerTraceStore(createClient({ ...common, database }), database, target, url.origin, {
         ...(reader.username === undefined ? {} : { username: reader.username }),
         ...(reader.password === undefined ? {} : { password: reader.password }),
+        // A reader's profile is read-only itself, and a read-only 18.16 profile refuses readonly in the URL.
+        readonlySetting: options.reader === undefined,
       });
       store.dialect = dialectOf(version);
       await store.loadColumnTypes();

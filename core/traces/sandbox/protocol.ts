@@ -3,7 +3,10 @@
 // read here, so no secret of the parent can reach it by accident.
 
 /** Where the sandbox reads trace data: a snapshot directory of a chDB store, or a ClickHouse server. */
-export type SandboxTarget = { kind: 'chdb' } | { kind: 'server'; url: string; username?: string; password?: string };
+export type SandboxTarget =
+  | { kind: 'chdb' }
+  /** readonlySetting: send readonly=1 with the query (false for a reader whose profile is read-only itself). */
+  | { kind: 'server'; url: string; username?: string; password?: string; readonlySetting: boolean };
 
 export type SandboxRequest =
   | { op: 'init'; target: SandboxTarget; dir: string }

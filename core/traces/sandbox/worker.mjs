@@ -14,7 +14,7 @@ import { URL, URLSearchParams } from 'node:url';
 import { Session, drainPending } from 'chdb';
 
 const channel = new Socket({ fd: 3, readable: true, writable: true });
-/** @type {{ kind: 'chdb' } | { kind: 'server', url: string, username?: string, password?: string }} */
+/** @type {{ kind: 'chdb' } | { kind: 'server', url: string, username?: string, password?: string, readonlySetting: boolean }} */
 let target = { kind: 'chdb' };
 let dir = '';
 /** chDB connections on `dir`, one per set of settings (a connection's settings are fixed when it opens). */
@@ -77,12 +77,12 @@ async function functions() {
   return rows.map((/** @type {[string, string, number, number]} */ [name, aliasTo, ci, agg]) => ({ name, aliasTo, caseInsensitive: Number(ci) === 1, isAggregate: Number(agg) === 1 }));
 }
 
-/** @param {{ url: string, username?: string, password?: string }} t @param {string} sql @param {string} database @param {Record<string, string>} settings */
+/** @param {{ url: string, username?: string, password?: string, readonlySetting: boolean }} t @param {string} sql @param {string} database @param {Record<string, string>} settings */
 async function runOnServer(t, sql, database, settings) {
   const url = new URL(t.url);
   url.username = '';
   url.password = '';
-  const params = new URLSearchParams({ database, default_format: 'JSON', output_format_json_quote_64bit_integers: '0', ...settings });
+  const params = new URLSearchParams({ database, default_format: 'JSON', output_format_json_quote_64bit_integers: '0', ...settings, ...(t.readonlySetting ? { readonly: '1' } : {}) });
   /** @type {Record<string, string>} */
   const headers = {};
   if (t.username !== undefined) headers['authorization'] = 'Basic ' + Buffer.from(`${t.username}:${t.password ?? ''}`).toString('base64');
