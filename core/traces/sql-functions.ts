@@ -15,12 +15,13 @@
 // filesystem*), settings (getSetting*, getServerSetting, getMergeTreeSetting, getMacro), the host and the
 // session (hostName, FQDN, uptime, currentUser, queryID, serverUUID, getClientHTTPHeader, tcpPort),
 // dictionaries and joins by name (dictGet*, joinGet*, region*), models and AI (naiveBayesClassifier,
-// catboostEvaluate, evalMLMethod, ai*), introspection, encryption, geo, sleep and sleepEachRow, Keeper
-// (generateSerialID), and the engine's internal functions (names starting with an underscore).
-// `lambda` is the parser's own node for `x -> …` (its body is checked like any other call).
+// catboostEvaluate, evalMLMethod, ai*), introspection, encryption, geo, Keeper (generateSerialID), and the
+// engine's internal functions (names starting with an underscore).
+// `lambda` is the parser's own node for `x -> …` (its body is checked like any other call); sleep and
+// sleepEachRow only spend time, which the time limit bounds as it does any slow query.
 
 export const ALLOWED_FUNCTIONS: ReadonlySet<string> = new Set([
-  'lambda',
+  'lambda', 'sleep', 'sleepEachRow',
   'CAST', 'CRC32', 'CRC32IEEE', 'CRC64', 'DATE', 'IPv4CIDRToRange', 'IPv4NumToString', 'IPv4NumToStringClassC',
   'IPv4StringToNum', 'IPv4StringToNumOrDefault', 'IPv4StringToNumOrNull', 'IPv4ToIPv6', 'IPv6CIDRToRange',
   'IPv6NumToString', 'IPv6StringToNum', 'IPv6StringToNumOrDefault', 'IPv6StringToNumOrNull', 'JSONAllPaths',

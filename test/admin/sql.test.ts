@@ -99,8 +99,16 @@ async function sqlLimits(app: FastifyInstance, report: (line: string) => void) {
     clearInterval(sampler);
   }
   peak = Math.max(peak, process.memoryUsage().rss);
-  report(`RSS ${Math.round(base / 2 ** 20)} MiB before, ${Math.round(peak / 2 ** 20)} MiB at most during the over-limit queries`);
+  report(`RSS ${Math.round(base / 2 ** 20)} MiB before, ${Math.round(peak / 2 ** 20)} MiB at most during the over-limit queries, one at a time`);
   assert.ok(peak - base < RSS_GROWTH_BOUND, `RSS grew by ${Math.round((peak - base) / 2 ** 20)} MiB (bound ${RSS_GROWTH_BOUND / 2 ** 20} MiB)`);
+  // The pool's most at once: 2 running at their memory limit and 8 waiting (the 11th is a 429).
+  const memoryProbe = OVER_LIMIT[2]![0];
+  let concurrentPeak = process.memoryUsage().rss;
+  const sampler2 = setInterval(() => (concurrentPeak = Math.max(concurrentPeak, process.memoryUsage().rss)), 5);
+  const codes = await Promise.all(Array.from({ length: 11 }, () => post(app, memoryProbe).then((r) => r.code ?? String(r.status)))).finally(() => clearInterval(sampler2));
+  report(`RSS ${Math.round(base / 2 ** 20)} MiB before, ${Math.round(concurrentPeak / 2 ** 20)} MiB at most with 11 memory probes sent at once (${codes.join(' ')})`);
+  assert.ok(codes.every((c) => c === 'ADM_ERR_SQL_LIMIT' || c === 'ADM_ERR_BUSY'), codes.join(' '));
+  assert.ok(concurrentPeak - base < RSS_GROWTH_BOUND, `RSS grew by ${Math.round((concurrentPeak - base) / 2 ** 20)} MiB with the pool full`);
   // FORMAT clauses: the route always answers JSON, so another format is a client mistake, not a 500 or `rows: []`.
   for (const format of ['Native', 'Pretty', 'RowBinary', 'Parquet', 'XML', 'Vertical', 'CSV', 'TSV', 'JSONEachRow', 'Null']) {
     const r = await post(app, `SELECT 1 AS one FORMAT ${format}`);

@@ -56,7 +56,7 @@ export function corpus(secret: string, outfile: (i: number) => string): Probe[] 
   const forbidden = [
     ['file', `'${secret}'`], ['file', "'/proc/self/environ'"], ['url', "'http://127.0.0.1:1/', 'CSV', 'a String'"], ['getSetting', "'max_memory_usage'"],
     ['getServerSetting', "'user_files_path'"], ['hostName', ''], ['getMacro', "'x'"], ['dictGet', "'d', 'a', 1"], ['joinGet', "'t', 'a', 1"],
-    ['filesystemAvailable', ''], ['currentUser', ''], ['sleep', '1'], ['getClientHTTPHeader', "'x'"], ['uptime', ''], ['serverUUID', ''],
+    ['filesystemAvailable', ''], ['currentUser', ''], ['getSettingOrDefault', "'x', 1"], ['getClientHTTPHeader', "'x'"], ['uptime', ''], ['serverUUID', ''],
   ];
   for (const [fn, args] of forbidden) {
     const c = `${fn}(${args})`;
@@ -146,7 +146,7 @@ export function corpus(secret: string, outfile: (i: number) => string): Probe[] 
     ['SELECT evalMLMethod(1)', 'evalMLMethod'],
     ['SELECT naiveBayesClassifier(\'m\', \'x\')', 'a model by name'],
     ['SELECT generateSerialID(\'x\')', 'Keeper'],
-    ['SELECT sleepEachRow(1) FROM numbers(100)', 'sleepEachRow'],
+    ['SELECT getOSKernelVersion()', 'the host kernel'],
     ['SELECT * FROM generateRandom(\'a String\')', 'generateRandom'],
     ['SELECT * FROM numbers(1, file(\'/etc/passwd\'))', 'numbers with a call argument'],
     ['SELECT * FROM zeros(length(\'x\'))', 'zeros with a call argument'],
