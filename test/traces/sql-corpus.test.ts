@@ -2,6 +2,7 @@
 // ClickHouse server of CLICKHOUSE_URL, through the store's queryReadonly (what `rlstream query` calls) and, on
 // chDB, through the admin SQL route with a read token. Each must be refused or answer with no secret (a token
 // in a 0600 file and in this process's environment, /etc/passwd, an environment); no probe writes a file.
+import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,6 +12,7 @@ import { buildAdminServer } from '../../admin/server.ts';
 import { newId } from '../../core/ids.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { auth, fixture, READ_TOKEN, TOKENS } from '../admin/helpers.ts';
+import { openTraceStore } from '../../core/traces/open.ts';
 import { corpus } from './sql-corpus.ts';
 import { targets } from './targets.ts';
 
@@ -80,3 +82,59 @@ test('chdb: through the admin SQL route, every probe is a 4xx or answers without
   assert.equal(res.statusCode, 403, res.body);
   assert.match(res.body, /ADM_ERR_SQL_REFUSED.*file/);
 });
+
+const BIN = join(import.meta.dirname, '..', '..', 'bin', 'rlstream.js');
+
+/** `rlstream query --store <store> --format json <sql>` as a real process, with a token in its environment. */
+function cli(store: string, sql: string): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [BIN, 'query', '--store', store, '--format', 'json', sql], { env: { ...process.env, RLSTREAM_ADMIN_TOKENS: `control:${TOKEN}` }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('exit', (code) => resolve({ code, out }));
+  });
+}
+
+// A sample (every 50th probe and the issue's own spellings): a process per probe costs seconds.
+const SAMPLE = [
+  ...probes.filter((_p, i) => i % 50 === 0).map((p) => p.sql),
+  `SELECT “file”('${secret}')`,
+  `SELECT $$'$$ AS a, file('${secret}') -- '`,
+  `SELECT /* /* */ ' */ file('${secret}') -- '`,
+  `SELECT file\u00a0('${secret}')`,
+  `SELECT a FROM (SELECT $$X$$ AS a, $$'$$ AS b) INTO OUTFILE '${outfile(4000)}' TRUNCATE FORMAT RawBLOB -- '`,
+];
+
+for (const target of targets()) {
+  test(`${target.name}: rlstream query refuses the sample or answers without a secret`, { skip: target.skip ?? false, timeout: 600_000 }, async (t) => {
+    const url = process.env['CLICKHOUSE_URL'];
+    let store: string;
+    if (target.name === 'chdb') {
+      store = `chdb:${join(dir, 'cli-chdb')}`;
+      const s = await openTraceStore(store);
+      await s.close();
+    } else {
+      store = `${url}#corpus_cli_${process.pid}`;
+      const s = await openTraceStore(store);
+      t.after(async () => {
+        const again = await openTraceStore(store, { migrate: false });
+        await again.exec(`DROP DATABASE IF EXISTS corpus_cli_${process.pid}`);
+        await again.close();
+      });
+      await s.close();
+    }
+    const leaked: string[] = [];
+    let refused = 0;
+    for (const sql of SAMPLE) {
+      const r = await cli(store, sql);
+      if (r.code !== 0) refused++;
+      if (leaks(r.out)) leaked.push(`${JSON.stringify(sql)} => ${r.out.slice(0, 200)}`);
+    }
+    t.diagnostic(`${SAMPLE.length} probes through rlstream query: ${refused} refused (exit code not 0)`);
+    assert.deepEqual(leaked, []);
+    assert.deepEqual(outfiles.filter((f) => f && existsSync(f)), [], 'no probe wrote a file');
+    const ok = await cli(store, 'SELECT count() AS n FROM tool_calls');
+    assert.equal(ok.code, 0, ok.out);
+  });
+}
