@@ -102,3 +102,40 @@ test('with the check off, the sandbox alone keeps files, the environment and the
   assert.equal(await attempt('SELECT count() AS n FROM tool_calls'), '[{"n":1}]', 'the next query runs');
   for (const a of answers) assert.equal(a.includes(TOKEN), false, a);
 });
+
+test('the snapshot follows the store: each write is seen by the next query, also while inserts and merges run', { timeout: 300_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-sandbox-snapshot-'));
+  const store = await openTraceStore(`chdb:${join(dir, 'chdb')}`);
+  t.after(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const row = (i: number) => ({ run_id: 'r', trajectory_id: `t${i}`, group_id: 'g', turn_index: 0, call_id: 'c', tool_name: 'calc', arguments_json: '{}', status: 'ok', result_text: '1', latency_ms: 1, reward: 0, metric_names: [], metric_values: [], event_id: `e${i}`, time: Date.now(), _version: 1 });
+  const count = async () => Number((await store.queryReadonly('SELECT count() AS n FROM tool_calls FINAL')).rows[0]!['n']);
+  // Write-then-read rounds: each query after a write gets a process of its own with a new snapshot.
+  for (let i = 0; i < 10; i++) {
+    await store.insert('tool_calls', [row(i)]);
+    assert.equal(await count(), i + 1, `after insert ${i + 1}`);
+  }
+  // Inserts and a merge while queries snapshot the directory: every query answers, and never less than before.
+  let written = 10;
+  const writer = (async () => {
+    for (let i = 10; i < 40; i++) {
+      await store.insert('tool_calls', [row(i)]);
+      written = i + 1;
+      if (i % 10 === 0) await store.exec('OPTIMIZE TABLE tool_calls FINAL');
+    }
+  })();
+  let last = 10;
+  const seen: number[] = [];
+  while (written < 40) {
+    const before = written;
+    const n = await count();
+    assert.ok(n >= last && n >= before && n <= 40, `count ${n} after ${last} (written ${before})`);
+    last = n;
+    seen.push(n);
+  }
+  await writer;
+  assert.equal(await count(), 40);
+  t.diagnostic(`counts seen while writing: ${seen.join(' ')}`);
+});

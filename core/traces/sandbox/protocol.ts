@@ -12,7 +12,6 @@ export type SandboxRequest =
   | { op: 'init'; target: SandboxTarget; dir: string }
   | { op: 'functions' }
   | { op: 'parse'; sql: string }
-  | { op: 'open'; dir: string }
   | { op: 'run'; sql: string; database: string; settings: Record<string, string> };
 
 export type ToSandbox = SandboxRequest & { id: number };

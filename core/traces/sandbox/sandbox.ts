@@ -1,9 +1,10 @@
 // Untrusted SQL (the admin SQL route, named queries run for a user, `rlstream query`) runs here: in a separate
 // process that holds nothing of the caller's (spawn.ts), after a check of what the engine itself parsed
 // (../sql-check.ts). Per query:
-// 1. the sandbox's engine parses the text (formatQuery: one statement; EXPLAIN AST: its tree) and this process
+// 1. chDB: a process reads one snapshot of the store, linked for it (snapshot.ts) before its first query;
+//    after the store writes, the next query gets a new process (acquire);
+// 2. the sandbox's engine parses the text (formatQuery: one statement; EXPLAIN AST: its tree) and this process
 //    checks the tree against the allow-lists; a refusal is SqlRefusedError, nothing runs;
-// 2. chDB: when the store has written since the sandbox's snapshot, a new snapshot is linked (snapshot.ts);
 // 3. the sandbox runs the same text, with readonly=1 and the limits as engine settings, and this process stops
 //    it (kills the process) when it overruns its time. A query that ends its process (its memory past the
 //    process limit) fails alone; the next query starts a new process.
@@ -41,7 +42,8 @@ export interface SqlSandboxOptions {
 
 /** Process memory besides the query's own: node, the TypeScript loader and the engine (measured: README). */
 export const SANDBOX_BASE_BYTES = 1024 << 20;
-const PARSE_TIMEOUT_MS = 15_000;
+/** For the sandbox's own steps (start, parse, opening a snapshot): generous, as a loaded machine is slow. */
+const PARSE_TIMEOUT_MS = 60_000;
 /** Time past the engine's own max_execution_time before the process is killed. */
 const KILL_GRACE_MS = 5_000;
 const START_TIMEOUT_MS = 30_000;
@@ -61,13 +63,15 @@ class SandboxProcess {
   exited: string | null = null;
   /** The store write count of the snapshot it reads (-1: none yet). */
   snapshotWrites = -1;
-  snapshots = 0;
+  /** The engine's data directory: a chDB store's snapshot, or (server) the parser's empty directory. */
+  readonly dataDir: string;
 
   constructor(
     readonly scratch: string,
     readonly isolation: Isolation,
     command: ReturnType<typeof sandboxCommand>,
   ) {
+    this.dataDir = join(scratch, 'data');
     this.child = spawn(command.command, command.args, command.options);
     this.channel = this.child.stdio[3] as Duplex;
     for (const s of [this.child.stdout, this.child.stderr] as Readable[]) {
@@ -103,7 +107,7 @@ class SandboxProcess {
     });
     this.channel.on('error', () => {});
     this.child.on('exit', (code, signal) => {
-      this.exited = signal ? `killed by ${signal}` : `exit code ${code}`;
+      this.exited ??= signal ? `killed by ${signal}` : `exit code ${code}`;
       for (const p of this.pending.values()) p.reject(new RlstreamError('TRACE_STORE', `the query's sandbox process ended (${this.exited})`));
       this.pending.clear();
     });
@@ -115,7 +119,8 @@ class SandboxProcess {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.kill();
-        reject(new RlstreamError('TRACE_STORE', `TIMEOUT_EXCEEDED: the sandbox stopped the query after ${Math.round(timeoutMs / 1000)} s (its process was killed)`));
+        const what = m.op === 'run' ? 'TIMEOUT_EXCEEDED: the sandbox stopped the query' : `the sandbox's ${m.op} step did not end`;
+        reject(new RlstreamError('TRACE_STORE', `${what} after ${Math.round(timeoutMs / 1000)} s (its process was killed)`));
       }, timeoutMs);
       this.pending.set(id, {
         resolve: (v) => (clearTimeout(timer), resolve(v)),
@@ -126,7 +131,11 @@ class SandboxProcess {
   }
 
   kill(): void {
-    if (!this.exited) this.child.kill('SIGKILL');
+    if (this.exited) return;
+    // Marked at once: the exit event comes later, and the process must not be handed out meanwhile.
+    this.exited = 'killed by this process';
+    if (process.env['RLSTREAM_SQL_SANDBOX_DEBUG']) process.stderr.write(`sandbox output: ${this.output}\n`);
+    this.child.kill('SIGKILL');
   }
 }
 
@@ -146,20 +155,18 @@ export class SqlSandbox {
     const p = await this.acquire();
     let healthy = true;
     try {
+      const store = this.options.store;
+      if (store && p.snapshotWrites < 0) {
+        // The process's one data directory, linked before its engine opens it (see acquire).
+        const writes = store.writes();
+        snapshotStore(store.dir, p.dataDir, this.owner());
+        p.snapshotWrites = writes;
+      }
       const parsed = (await p.call({ op: 'parse', sql: text }, PARSE_TIMEOUT_MS).catch((err: unknown) => {
         if (/Multi-statements are not allowed/.test((err as Error).message)) throw new SqlRefusedError('refused', 'several statements in one query');
         throw err;
       })) as Parsed;
       if (this.options.check !== false) checkParsed(parsed, await this.functions(p), this.options.database);
-      const store = this.options.store;
-      if (store && p.snapshotWrites !== store.writes()) {
-        const writes = store.writes();
-        const dir = join(p.scratch, `snapshot-${++p.snapshots}`);
-        snapshotStore(store.dir, dir, this.owner());
-        await p.call({ op: 'open', dir }, PARSE_TIMEOUT_MS);
-        if (p.snapshots > 1) rmSync(join(p.scratch, `snapshot-${p.snapshots - 1}`), { recursive: true, force: true });
-        p.snapshotWrites = writes;
-      }
       const json = (await p.call({ op: 'run', sql: text, database: this.options.database, settings: limitSettings(l) }, l.maxSeconds * 1000 + KILL_GRACE_MS)) as string;
       return parseJsonResult(json);
     } catch (err) {
@@ -180,8 +187,15 @@ export class SqlSandbox {
     return this.catalogue;
   }
 
+  /**
+   * An idle process whose snapshot is current, else a new one. chDB binds one data directory per process and
+   * hung, now and then, opening a second one after closing the first (measured: once in ~30 reopens), so a
+   * process reads one snapshot all its life: after the store has written, its idle processes are replaced.
+   */
   private async acquire(): Promise<SandboxProcess> {
     if (this.closed) throw new RlstreamError('TRACE_STORE', 'the SQL sandbox is closed');
+    const store = this.options.store;
+    for (const stale of this.idle.filter((p) => store && p.snapshotWrites >= 0 && p.snapshotWrites !== store.writes())) this.retire(stale);
     const free = this.idle.pop();
     if (free) return free;
     if (this.all.size >= (this.options.processes ?? 2)) return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
@@ -220,8 +234,7 @@ export class SqlSandbox {
     this.all.add(p);
     try {
       await p.ready;
-      const dir = join(scratch, 'engine');
-      await p.call({ op: 'init', target: this.options.target, dir }, PARSE_TIMEOUT_MS);
+      await p.call({ op: 'init', target: this.options.target, dir: p.dataDir }, PARSE_TIMEOUT_MS);
     } catch (err) {
       this.retire(p);
       throw err;

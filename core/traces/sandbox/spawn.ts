@@ -1,5 +1,5 @@
 // How the SQL sandbox process is started. Always: an empty environment, no inherited descriptors but the
-// message channel (fd 3), process limits (prlimit: data segment, file size, descriptors, no core files).
+// message channel (fd 3), process limits (prlimit: data segment, file size, 1024 descriptors, no core files).
 // Then, by what this machine has:
 // - 'bwrap' (bubblewrap installed): new user, mount, PID, IPC, UTS and (for chDB) network namespaces; the file
 //   system it sees is /usr and the libraries read-only, node_modules and this directory read-only, an empty
@@ -75,7 +75,7 @@ export function sandboxCommand(scratch: string, limits: SandboxLimits, network: 
   const owner = root ? SANDBOX_USER : null;
   const entry = join(HERE, 'worker.mjs');
   const node = realpathSync(process.execPath);
-  const prlimit = [`--data=${limits.dataBytes}`, `--fsize=${limits.fileBytes}`, '--nofile=256', '--core=0', '--'];
+  const prlimit = [`--data=${limits.dataBytes}`, `--fsize=${limits.fileBytes}`, '--nofile=1024', '--core=0', '--'];
   const options: SpawnOptions = { env: {}, cwd: scratch, stdio: ['ignore', 'pipe', 'pipe', 'pipe'], ...(owner ?? {}) };
   if (isolation === 'uid') return { isolation, command: 'prlimit', args: [...prlimit, node, entry], options, owner };
   const nm = nodeModules();

@@ -103,10 +103,6 @@ async function handle(m) {
       return functions();
     case 'parse':
       return parse(m.sql);
-    case 'open':
-      await closeSessions();
-      dir = m.dir;
-      return null;
     case 'run':
       if (target.kind === 'server') return runOnServer(target, m.sql, m.database, m.settings);
       // USE is a session's state; the text itself cannot name another database unchecked.
