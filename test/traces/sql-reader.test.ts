@@ -56,6 +56,26 @@ test('ClickHouse 18.16: the reader user alone keeps untrusted SQL to the trace d
   const store = await openTraceStore(`${url}#rlstream`, { reader: READER, migrate: false });
   t.after(() => store.close());
   assert.deepEqual((await store.queryReadonly('SELECT count() AS n FROM tool_calls')).rows, [{ n: 1 }]);
+  // Where chDB's lexer and 18.16's differ (nested comments, heredocs: 18.16 has neither), the server is sent
+  // chDB's rendering of what it parsed: the url() that 18.16 alone would see never reaches it (this reader's
+  // readonly=2 profile would run it). A listener stands for a host inside the network.
+  let connections = 0;
+  const listener = createServer((socket) => {
+    connections++;
+    socket.destroy();
+  });
+  await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+  t.after(() => listener.close());
+  const target = `http://127.0.0.1:${(listener.address() as { port: number }).port}/`;
+  for (const sql of [
+    `SELECT count() AS n FROM tool_calls /* /* */ , url('${target}', 'CSV', 'a String') -- */`,
+    `SELECT count() AS n FROM tool_calls /* /* */ UNION ALL SELECT count() FROM url('${target}', 'CSV', 'a String') -- */`,
+    `SELECT $$ /* $$ AS a FROM tool_calls, url('${target}', 'CSV', 'a String') -- */`,
+  ]) {
+    const r = await store.queryReadonly(sql).then((x) => JSON.stringify(x.rows), (e: Error) => `ERROR ${e.message}`);
+    t.diagnostic(`${sql.slice(0, 60)}… => ${r.slice(0, 120)}`);
+  }
+  assert.equal(connections, 0, 'the server never fetched the URL');
 
   const unchecked = new SqlSandbox({ target: { kind: 'server', url, ...READER, readonlySetting: false }, database: 'rlstream', check: false });
   t.after(() => unchecked.close());
@@ -65,7 +85,8 @@ test('ClickHouse 18.16: the reader user alone keeps untrusted SQL to the trace d
     assert.match(await run(sql), /ERROR .*Access denied to database/, sql);
   }
   for (const sql of ["INSERT INTO tool_calls (run_id) VALUES ('x')", 'CREATE TABLE evil (a UInt8) ENGINE = Memory', 'DROP TABLE tool_calls', 'ALTER TABLE tool_calls DELETE WHERE 1', 'SET readonly = 0']) {
-    assert.match(await run(sql), /ERROR .*(readonly|read-only|Access denied|Cannot)/i, sql);
+    // (chDB renders ALTER … DELETE in a form 18.16 cannot parse: a syntax error, so it never runs either.)
+    assert.match(await run(sql), /ERROR .*(readonly|read-only|Access denied|Cannot|Syntax error)/i, sql);
   }
   assert.deepEqual((await admin.query('SELECT count() AS n FROM tool_calls')).rows, [{ n: 1 }], 'the data is unchanged');
   // What 18.16 lets this user do: layer 1 refuses each of these (test/traces/sql-corpus.test.ts).

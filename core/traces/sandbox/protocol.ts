@@ -11,7 +11,8 @@ export type SandboxTarget =
 export type SandboxRequest =
   | { op: 'init'; target: SandboxTarget; dir: string }
   | { op: 'functions' }
-  | { op: 'parse'; sql: string }
+  /** reformat: the tree is of formatQuery's rendering (what then runs), for a server of another version. */
+  | { op: 'parse'; sql: string; reformat: boolean }
   | { op: 'run'; sql: string; database: string; settings: Record<string, string> };
 
 export type ToSandbox = SandboxRequest & { id: number };

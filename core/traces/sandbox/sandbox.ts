@@ -162,12 +162,15 @@ export class SqlSandbox {
         snapshotStore(store.dir, p.dataDir, this.owner());
         p.snapshotWrites = writes;
       }
-      const parsed = (await p.call({ op: 'parse', sql: text }, PARSE_TIMEOUT_MS).catch((err: unknown) => {
+      // A server (18.16 here) does not share chDB's lexer (heredocs, nested comments, Unicode quotes): it is sent
+      // chDB's own rendering of the text, and that rendering is what was parsed and checked.
+      const reformat = this.options.target.kind === 'server';
+      const parsed = (await p.call({ op: 'parse', sql: text, reformat }, PARSE_TIMEOUT_MS).catch((err: unknown) => {
         if (/Multi-statements are not allowed/.test((err as Error).message)) throw new SqlRefusedError('refused', 'several statements in one query');
         throw err;
       })) as Parsed;
       if (this.options.check !== false) checkParsed(parsed, await this.functions(p), this.options.database);
-      const json = (await p.call({ op: 'run', sql: text, database: this.options.database, settings: limitSettings(l) }, l.maxSeconds * 1000 + KILL_GRACE_MS)) as string;
+      const json = (await p.call({ op: 'run', sql: reformat ? parsed.formatted : text, database: this.options.database, settings: limitSettings(l) }, l.maxSeconds * 1000 + KILL_GRACE_MS)) as string;
       return parseJsonResult(json);
     } catch (err) {
       healthy = !p.exited;

@@ -62,12 +62,15 @@ async function text(sql, format, settings = {}) {
   }
 }
 
-/** @param {string} sql */
-async function parse(sql) {
+/** @param {string} sql @param {boolean} reformat */
+async function parse(sql, reformat) {
   // formatQuery parses exactly one statement from a literal (no way out of the literal): a text with a second
   // statement anywhere fails here, before EXPLAIN AST sees it.
   const formatted = (await text(`SELECT formatQuery(${literal(sql)})`, 'TabSeparatedRaw')).replace(/\n$/, '');
-  const ast = await text(`EXPLAIN AST ${sql}`, 'TabSeparated');
+  // reformat (a server of another version runs it): the tree is of the engine's own rendering, which is then
+  // the text that runs, so comments, heredocs and quote characters that the other version's lexer could read
+  // differently never reach it.
+  const ast = await text(`EXPLAIN AST ${reformat ? formatted : sql}`, 'TabSeparated');
   return { formatted, ast };
 }
 
@@ -102,7 +105,7 @@ async function handle(m) {
     case 'functions':
       return functions();
     case 'parse':
-      return parse(m.sql);
+      return parse(m.sql, m.reformat === true);
     case 'run':
       if (target.kind === 'server') return runOnServer(target, m.sql, m.database, m.settings);
       // USE is a session's state; the text itself cannot name another database unchecked.
