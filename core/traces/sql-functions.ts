@@ -11,7 +11,8 @@
 // less those that make output without bound from nothing or keep state (random strings, fuzzBits, snowflake
 // and UUIDv7 generators, the time-series tag store, naiveBayesNgrams, convertCharset); and from 'Other' only
 // the functions that read nothing but their arguments or the block (formatting, type names, running
-// differences, throwIf, transform, currentDatabase, version). Not on it, on purpose: files (file,
+// differences, throwIf, transform, currentDatabase, version). Not arrayReduce, arrayReduceInRanges or
+// initializeAggregation: they call an aggregate named by a string, past this list. Not on it, on purpose: files (file,
 // filesystem*), settings (getSetting*, getServerSetting, getMergeTreeSetting, getMacro), the host and the
 // session (hostName, FQDN, uptime, currentUser, queryID, serverUUID, getClientHTTPHeader, tcpPort),
 // dictionaries and joins by name (dictGet*, joinGet*, region*), models and AI (naiveBayesClassifier,
@@ -53,8 +54,7 @@ export const ALLOWED_FUNCTIONS: ReadonlySet<string> = new Set([
   'arrayJoin', 'arrayLast', 'arrayLastIndex', 'arrayLastOrNull', 'arrayLevenshteinDistance',
   'arrayLevenshteinDistanceWeighted', 'arrayMap', 'arrayMax', 'arrayMin', 'arrayNormalizedGini',
   'arrayPartialReverseSort', 'arrayPartialShuffle', 'arrayPartialSort', 'arrayPopBack', 'arrayPopFront',
-  'arrayProduct', 'arrayPushBack', 'arrayPushFront', 'arrayROCAUC', 'arrayReduce', 'arrayReduceInRanges',
-  'arrayRemove', 'arrayResize', 'arrayReverse', 'arrayReverseFill', 'arrayReverseSort', 'arrayReverseSplit',
+  'arrayProduct', 'arrayPushBack', 'arrayPushFront', 'arrayROCAUC',   'arrayRemove', 'arrayResize', 'arrayReverse', 'arrayReverseFill', 'arrayReverseSort', 'arrayReverseSplit',
   'arrayRotateLeft', 'arrayRotateRight', 'arrayShiftLeft', 'arrayShiftRight', 'arrayShingles', 'arrayShuffle',
   'arraySimilarity', 'arraySlice', 'arraySort', 'arraySplit', 'arrayStringConcat', 'arraySum',
   'arraySymmetricDifference', 'arrayTopK', 'arrayTranspose', 'arrayUnion', 'arrayUniq', 'arrayWithConstant',
@@ -115,7 +115,7 @@ export const ALLOWED_FUNCTIONS: ReadonlySet<string> = new Set([
   'hasTokenCaseInsensitiveOrNull', 'hasTokenOrNull', 'hex', 'highlight', 'hilbertDecode', 'hilbertEncode',
   'histogram', 'hiveHash', 'hop', 'hopEnd', 'hopStart', 'hypot', 'icebergHash', 'identity', 'if', 'ifNotFinite',
   'ifNull', 'ignore', 'ilike', 'in', 'inIgnoreSet', 'indexHint', 'indexOf', 'indexOfAssumeSorted', 'initcap',
-  'initcapUTF8', 'initializeAggregation', 'intDiv', 'intDivOrNull', 'intDivOrZero', 'intExp10', 'intExp2',
+  'initcapUTF8', 'intDiv', 'intDivOrNull', 'intDivOrZero', 'intExp10', 'intExp2',
   'intHash32', 'intHash64', 'intervalLengthSum', 'isConstant', 'isDecimalOverflow', 'isDistinctFrom',
   'isDynamicElementInSharedData', 'isFinite', 'isIPAddressInRange', 'isIPv4String', 'isIPv6String', 'isInfinite',
   'isNaN', 'isNotDistinctFrom', 'isNotNull', 'isNull', 'isNullable', 'isPrime', 'isProbablePrime', 'isValidASCII',

@@ -173,7 +173,8 @@ export class SqlSandbox {
       const json = (await p.call({ op: 'run', sql: reformat ? parsed.formatted : text, database: this.options.database, settings: limitSettings(l) }, l.maxSeconds * 1000 + KILL_GRACE_MS)) as string;
       return parseJsonResult(json);
     } catch (err) {
-      healthy = !p.exited;
+      // A process whose engine cannot open its directory any more answers nothing again.
+      healthy = !p.exited && !/Failed to create connection/.test((err as Error).message);
       throw err;
     } finally {
       this.release(p, healthy);

@@ -51,15 +51,10 @@ async function closeSessions() {
 
 /** @param {string} sql @param {string} format @param {Record<string, string>} [settings] @returns {Promise<string>} */
 async function text(sql, format, settings = {}) {
-  const s = session(settings);
-  try {
-    return (await s.queryAsync(sql, { format })).text();
-  } catch (err) {
-    // A failed connection can hold a partial result; a fresh one costs about a millisecond.
-    s.close();
-    sessions.delete(JSON.stringify(settings));
-    throw err;
-  }
+  // A connection is kept after a failed statement: closing and reopening one on the same directory failed
+  // for every later query of the process ("Failed to create connection"), and a failed statement leaves no
+  // output behind when the text holds one statement (formatQuery proved that first).
+  return (await session(settings).queryAsync(sql, { format })).text();
 }
 
 /** @param {string} sql @param {boolean} reformat */
