@@ -77,6 +77,7 @@ test('chdb: through the admin SQL route, every probe is a 4xx or answers without
     return res.statusCode === 200 ? res.body : `ERROR ${res.body}`;
   }, t);
   t.diagnostic(`statuses: ${JSON.stringify(Object.fromEntries(statuses))}`);
+  assert.deepEqual([...statuses.keys()].filter((s) => s >= 500), [], 'no probe is a server error');
   // A query that reads outside is refused by name, as a 403.
   const res = await app.inject({ method: 'POST', url: '/api/traces/sql', headers: auth(READ_TOKEN), payload: { sql: 'SELECT “file”(\'/etc/passwd\')' } });
   assert.equal(res.statusCode, 403, res.body);
