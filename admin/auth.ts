@@ -2,6 +2,7 @@
 // is hashed and compared against every stored digest with timingSafeEqual (no early exit), so neither the
 // comparison nor the loop leaks how much of a token matched or which entry it was.
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
 import { RlstreamError } from '../core/errors.ts';
 import { takeFromEnvironment } from './environ.ts';
 
@@ -70,7 +71,7 @@ export function allows(principal: Principal, access: Role): boolean {
  * Parses RLSTREAM_ADMIN_TOKENS: comma-separated entries `role:token` (role read or control); a bare token is a
  * read token, so a token pasted without thought can never stop a run.
  */
-export function parseTokenList(text: string): TokenSpec[] {
+export function parseTokenList(text: string, source = 'RLSTREAM_ADMIN_TOKENS'): TokenSpec[] {
   const specs: TokenSpec[] = [];
   for (const [i, raw] of text.split(',').entries()) {
     const entry = raw.trim();
@@ -78,21 +79,50 @@ export function parseTokenList(text: string): TokenSpec[] {
     const colon = entry.indexOf(':');
     const role = colon > 0 ? entry.slice(0, colon) : 'read';
     const token = colon > 0 ? entry.slice(colon + 1) : entry;
-    if (role !== 'read' && role !== 'control') throw new RlstreamError('CONFIG_INVALID', `RLSTREAM_ADMIN_TOKENS entry ${i + 1}: role must be read or control, got ${role}`);
+    if (role !== 'read' && role !== 'control') throw new RlstreamError('CONFIG_INVALID', `${source} entry ${i + 1}: role must be read or control, got ${role}`);
     specs.push({ token, role, name: `${role}#${specs.length + 1}` });
   }
   return specs;
 }
 
 export const TOKENS_VARIABLE = 'RLSTREAM_ADMIN_TOKENS';
+/** The file of tokens (the preferred way: the tokens then never pass through an environment). */
+export const TOKENS_FILE_VARIABLE = 'RLSTREAM_ADMIN_TOKENS_FILE';
 
 /**
- * The tokens of RLSTREAM_ADMIN_TOKENS in `env`. From process.env (the default) the variable is removed as it
- * is read (admin/environ.ts): this process runs user SQL, and a control token must not stay readable in its
- * environment.
+ * The tokens of a token file: `role:token` entries (as RLSTREAM_ADMIN_TOKENS), one a line or comma-separated,
+ * `#` comments. The file must be its owner's alone (mode 0600 or stricter), as ssh demands of a key.
+ */
+export function readTokenFile(path: string, what = '--token-file'): TokenSpec[] {
+  let mode: number;
+  let text: string;
+  try {
+    const st = statSync(path);
+    if (!st.isFile()) throw new RlstreamError('CONFIG_INVALID', `${what} ${path} is not a file`);
+    mode = st.mode & 0o777;
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    if (err instanceof RlstreamError) throw err;
+    throw new RlstreamError('CONFIG_INVALID', `${what} ${path} cannot be read: ${(err as Error).message}`);
+  }
+  if ((mode & 0o077) !== 0) {
+    throw new RlstreamError('CONFIG_INVALID', `${what} ${path} is readable or writable by others (mode ${mode.toString(8).padStart(4, '0')}): chmod 600 ${path}`);
+  }
+  const entries = text.split('\n').map((l) => l.replace(/#.*$/, '').trim()).filter((l) => l !== '');
+  const specs = parseTokenList(entries.join(','), `${what} ${path}`);
+  if (specs.length === 0) throw new RlstreamError('CONFIG_INVALID', `${what} ${path} holds no token`);
+  return specs;
+}
+
+/**
+ * The tokens of RLSTREAM_ADMIN_TOKENS and of the file RLSTREAM_ADMIN_TOKENS_FILE names, in `env`. From
+ * process.env (the default) both are removed as they are read (admin/environ.ts; the CLI removes them before
+ * anything else runs: cli/secrets-first.ts), so no token stays readable in this process's environment.
  */
 export function envTokens(env?: Record<string, string | undefined>): TokenSpec[] {
-  return parseTokenList((env ? env[TOKENS_VARIABLE] : takeFromEnvironment(TOKENS_VARIABLE)) ?? '');
+  const take = (name: string) => (env ? env[name] : takeFromEnvironment(name));
+  const file = take(TOKENS_FILE_VARIABLE);
+  return [...parseTokenList(take(TOKENS_VARIABLE) ?? ''), ...(file ? readTokenFile(file, TOKENS_FILE_VARIABLE) : [])];
 }
 
 /** The token of an `Authorization: Bearer <token>` header, or null. */

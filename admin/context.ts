@@ -122,7 +122,7 @@ export interface AdminTraceStore {
   namedQueries(): NamedQueryInfo[];
   /** Throws RlstreamError INPUT_INVALID on an unknown name or bad parameters. */
   runNamed(name: string, params: Record<string, unknown>, limits: QueryLimits): Promise<QueryResult>;
-  /** Runs SQL with ClickHouse's readonly=1 and the limits as settings; the server refuses writes and SET. */
+  /** Runs untrusted SQL: checked on the engine's parse, then in the SQL sandbox (core/traces/sandbox/) with the limits. */
   queryReadonly(sql: string, limits: QueryLimits): Promise<QueryResult>;
   trajectory(trajectoryId: string): Promise<TrajectoryDetail | null>;
   toolCalls(filter: { runId?: string; limit: number; status?: string }): Promise<ToolCallRow[]>;

@@ -56,3 +56,11 @@ export function takeFromEnvironment(name: string): string | undefined {
   scrubInitialEnvironment(name);
   return value;
 }
+
+/** Variables that hold tokens or name their files: every rlstream process takes them out first (cli/secrets-first.ts). */
+export const SECRET_VARIABLES = ['RLSTREAM_ADMIN_TOKENS', 'RLSTREAM_ADMIN_TOKENS_FILE', 'RLSTREAM_SERVE_TOKENS', 'RLSTREAM_SERVE_TOKENS_FILE', 'RLSTREAM_ADMIN_TOKEN'];
+
+/** Takes every secret variable out of the environment (their values stay available to takeFromEnvironment). */
+export function takeSecretsFromEnvironment(): void {
+  for (const name of SECRET_VARIABLES) takeFromEnvironment(name);
+}

@@ -24,6 +24,8 @@ export interface ServeAdminOptions {
   host?: string;
   port?: number;
   corsOrigins?: string[];
+  /** Tokens besides those of RLSTREAM_ADMIN_TOKENS(_FILE) (`rlstream admin --token-file`). */
+  tokens?: TokenSpec[];
   /** Token texts for the trajectory view (from the run's tokenizer); without it the dashboard shows ids. */
   tokenTexts?: TokenTexts;
 }
@@ -44,7 +46,7 @@ export async function serveAdmin(o: ServeAdminOptions): Promise<ServedAdmin> {
   let tokens: TokenSpec[] = [];
   let generatedToken: string | null = null;
   // Read (and removed from the environment) here; the server gets the tokens, not the variable.
-  const fromEnv = envTokens();
+  const fromEnv = [...(o.tokens ?? []), ...envTokens()];
   if (fromEnv.length === 0) {
     generatedToken = randomBytes(24).toString('base64url');
     tokens = [{ token: generatedToken, role: 'control', name: 'generated' }];

@@ -1,13 +1,14 @@
 // Turns a ClickHouse failure of a user's query into a catalogue error: a refused write or setting change is
 // ADM_ERR_SQL_REFUSED, a broken query ADM_ERR_SQL_INVALID, an exceeded row/byte/time limit ADM_ERR_SQL_LIMIT.
 // ClickHouse (server and chDB) put `Code: <n>` and the error's name in their messages; both are matched.
+import { SqlRefusedError } from '../core/traces/sql-check.ts';
 import { AdminError } from './errors.ts';
 
 // https://github.com/ClickHouse/ClickHouse/blob/master/src/Common/ErrorCodes.cpp (numbers stable since 18.x)
 const REFUSED = new Set([164 /* READONLY */, 497 /* ACCESS_DENIED */, 446 /* FUNCTION_NOT_ALLOWED */]);
-const LIMIT = new Set([158 /* TOO_MANY_ROWS */, 159 /* TIMEOUT_EXCEEDED */, 160 /* TOO_SLOW */, 241 /* MEMORY_LIMIT_EXCEEDED */, 307 /* TOO_MANY_BYTES */, 394 /* QUERY_WAS_CANCELLED */, 396 /* TOO_MANY_ROWS_OR_BYTES */]);
+const LIMIT = new Set([158 /* TOO_MANY_ROWS */, 159 /* TIMEOUT_EXCEEDED */, 160 /* TOO_SLOW */, 173 /* CANNOT_ALLOCATE_MEMORY: the sandbox process's own limit */, 241 /* MEMORY_LIMIT_EXCEEDED */, 307 /* TOO_MANY_BYTES */, 394 /* QUERY_WAS_CANCELLED */, 396 /* TOO_MANY_ROWS_OR_BYTES */]);
 const REFUSED_NAMES = /\b(READONLY|ACCESS_DENIED|FUNCTION_NOT_ALLOWED)\b|readonly mode|not allowed in readonly|read-only query refused:/i;
-const LIMIT_NAMES = /\b(TOO_MANY_ROWS|TOO_MANY_BYTES|TOO_MANY_ROWS_OR_BYTES|TIMEOUT_EXCEEDED|TOO_SLOW|MEMORY_LIMIT_EXCEEDED|QUERY_WAS_CANCELLED)\b|Limit for (result|rows|bytes)|Timeout exceeded/i;
+const LIMIT_NAMES = /\b(TOO_MANY_ROWS|TOO_MANY_BYTES|TOO_MANY_ROWS_OR_BYTES|TIMEOUT_EXCEEDED|TOO_SLOW|MEMORY_LIMIT_EXCEEDED|CANNOT_ALLOCATE_MEMORY|QUERY_WAS_CANCELLED)\b|Limit for (result|rows|bytes)|Timeout exceeded/i;
 
 /** The first line of a ClickHouse message, without the stack trace and version banner. */
 function shortMessage(message: string): string {
@@ -32,6 +33,8 @@ function messagesOf(err: unknown): string {
 
 /** A catalogue error for a failed user query, or null when the failure does not look like ClickHouse's. */
 export function classifyQueryError(err: unknown): AdminError | null {
+  // The check of the parsed tree (core/traces/sql-check.ts) names what it refused.
+  if (err instanceof SqlRefusedError) return new AdminError(err.kind === 'refused' ? 'ADM_ERR_SQL_REFUSED' : 'ADM_ERR_SQL_INVALID', { detail: err.why }, { cause: err });
   const text = messagesOf(err);
   const m = /Code:\s*(\d+)/.exec(text);
   const code = m ? Number(m[1]) : null;

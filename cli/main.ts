@@ -1,5 +1,6 @@
 // The `rlstream` command. Each subcommand lives in cli/commands/<name>.ts and exports
 // `register(program)`; they are discovered here so adding a command touches no shared file.
+import './secrets-first.ts';
 import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';

@@ -5,6 +5,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { describeError, RlstreamError } from '../core/errors.ts';
+import { takeFromEnvironment } from '../admin/environ.ts';
 import { openTraceStore } from '../core/traces/open.ts';
 import { runNamed, type NamedQueries } from '../core/traces/queries.ts';
 import type { QueryLimits, QueryResult, TraceStore } from '../core/traces/store.ts';
@@ -107,7 +108,7 @@ export class AdminApiSource implements TraceSource {
     const link = readFileSync(file, 'utf8').trim();
     const m = /^(https?:\/\/[^/]+)\/dashboard\/(?:#token=(.+))?$/.exec(link);
     if (!m) return null;
-    return new AdminApiSource(m[1]!, m[2] ?? process.env['RLSTREAM_ADMIN_TOKEN'] ?? null, runDir);
+    return new AdminApiSource(m[1]!, m[2] ?? takeFromEnvironment('RLSTREAM_ADMIN_TOKEN') ?? null, runDir);
   }
 
   /** Whether the admin answers for this run now (an ended run's admin-url points at nothing, or another process). */

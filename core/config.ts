@@ -55,7 +55,7 @@ export interface TraceBatchConfig {
 export type TracesConfig =
   | { kind: 'chdb'; dir: string; batch: TraceBatchConfig; ttlDays: number | null }
   /** username and password: '' when not set (the URL's user:password@, else the server's default user). */
-  | { kind: 'clickhouse'; url: string; username: string; password: string; database: string; batch: TraceBatchConfig }
+  | { kind: 'clickhouse'; url: string; username: string; password: string; readerUsername: string; readerPassword: string; database: string; batch: TraceBatchConfig }
   | { kind: 'none' };
 
 export type RegistryConfig = { kind: 'embedded' } | { kind: 'http'; url: string };
@@ -265,7 +265,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
       issues.push({ path: 'traces.ttl_days', message: 'is not supported by the clickhouse trace store: ClickHouse server 18.16 has no table TTL (added in 19.6). Remove it (null), use kind: chdb, or drop old monthly partitions with ALTER TABLE … DROP PARTITION' });
     }
     if (trS.name === 'none') traces = { kind: 'none' };
-    else if (trS.name === 'clickhouse') traces = { kind: 'clickhouse', url: String(v['url']), username: String(v['username']), password: String(v['password']), database: String(v['database']), batch };
+    else if (trS.name === 'clickhouse') traces = { kind: 'clickhouse', url: String(v['url']), username: String(v['username']), password: String(v['password']), readerUsername: String(v['reader_username']), readerPassword: String(v['reader_password']), database: String(v['database']), batch };
     else traces = { kind: 'chdb', dir: typeof v['dir'] === 'string' ? abs(v['dir']) : `${run.dataDir}/chdb`, batch, ttlDays: typeof v['ttl_days'] === 'number' ? v['ttl_days'] : null };
   }
 

@@ -40,8 +40,8 @@ if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
 # package:command — a package counts as present when its command is on PATH (Java or Maven may come from
 # elsewhere than Debian), or, without a command, when dpkg knows it.
 packages=(default-jre-headless:java maven:mvn libopenblas-dev: zlib1g-dev: libssl-dev: clickhouse-server:clickhouse-server
-  clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl cmake:cmake g++:g++ make:make)
-if $embedded_only; then packages=(libopenblas-dev: zlib1g-dev:); fi
+  clickhouse-client:clickhouse-client chromium:chromium kcat:kcat curl:curl cmake:cmake g++:g++ make:make bubblewrap:bwrap)
+if $embedded_only; then packages=(libopenblas-dev: zlib1g-dev: bubblewrap:bwrap); fi
 if $kafka_native_only; then packages=(zlib1g-dev: libssl-dev: g++:g++ make:make python3:python3); fi
 missing=()
 for entry in "${packages[@]}"; do

@@ -1,13 +1,12 @@
 // Trace queries: the trace store's named queries by name with parameters, read-only SQL with row, byte, time,
-// memory and rows-read limits (ClickHouse settings under readonly=1 inside the store's queryReadonly, behind
-// core/traces/sql-guard.ts), and the tool-call table the dashboard shows. User queries run in the server's
-// bounded pool (admin/query-pool.ts).
+// memory and rows-read limits (the store's queryReadonly: checked on the engine's own parse, then run in the
+// SQL sandbox process under readonly=1 with the limits as settings: core/traces/sandbox/), and the tool-call
+// table the dashboard shows. User queries run in the server's bounded pool (admin/query-pool.ts).
 import { Type, type Static } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AdminTraceStore, QueryLimits } from '../context.ts';
 import { AdminError } from '../errors.ts';
 import { classifyQueryError } from '../sql-errors.ts';
-import { guardReadonlySql } from '../sql-guard.ts';
 import { AnyObject, responses } from '../schemas.ts';
 
 const QueryResultSchema = Type.Object(
@@ -107,20 +106,20 @@ const traces: FastifyPluginAsync = async (app) => {
         tags: ['traces'],
         summary: 'Run read-only SQL on the trace tables',
         description:
-          'One SELECT, WITH, EXPLAIN, DESCRIBE, EXISTS or SHOW TABLES|COLUMNS|CREATE|DATABASES statement over the trace tables, run with ' +
-          'ClickHouse readonly=1 and the limits as settings (rows and bytes of the result, time, 256 MiB of memory, 100 million rows read), ' +
-          'none of which the query can change. Refused with ADM_ERR_SQL_REFUSED (403): writes, DDL, SET/SETTINGS, INTO OUTFILE, KILL, ' +
-          'functions that read files, URLs, other servers or server settings (file(), url(), remote(), getSetting() …) and system tables ' +
-          'other than system.one, numbers, zeros, columns, functions, table_functions, data_type_families, formats and time_zones. ' +
-          'A FORMAT clause is ADM_ERR_SQL_INVALID (400): results are always JSON. 64-bit integers are JSON numbers, exact up to 2^53; ' +
-          'select toString(x) where more digits matter.',
+          'One SELECT, WITH, EXPLAIN, DESCRIBE, EXISTS TABLE or SHOW TABLES|COLUMNS|CREATE TABLE statement over the trace tables. The ' +
+          "engine parses it first and the parsed tree is checked against allow-lists: functions from a reviewed list (by canonical name), " +
+          'the trace database and a few system tables (one, numbers, zeros, functions, table_functions, data_type_families, formats, ' +
+          'time_zones), numbers()/zeros() as the only table functions. Everything else is refused with ADM_ERR_SQL_REFUSED (403) naming ' +
+          'what was refused: writes, DDL, SET/SETTINGS, INTO OUTFILE, several statements, KILL, file(), url(), getSetting() … ' +
+          'It then runs in a sandbox process with readonly=1 and the limits as settings (rows and bytes of the result, time, 256 MiB of ' +
+          'memory, 100 million rows read). A FORMAT clause is ADM_ERR_SQL_INVALID (400): results are always JSON. 64-bit integers are ' +
+          'JSON numbers, exact up to 2^53; select toString(x) where more digits matter.',
         body: SqlBody,
         response: responses(Type.Ref('QueryResult')),
       },
     },
     async (req) => {
       const lim = limits(req.body);
-      guardReadonlySql(req.body.sql);
       const result = await userQuery(() => store().queryReadonly(req.body.sql, lim));
       return { ...result, limits: lim };
     },

@@ -1,7 +1,8 @@
 // `rlstream admin`: serves the admin API and dashboard for a run's log and traces, on Kafka + ClickHouse or on the
 // embedded default (an embedded log directory is locked by the process that writes it, so for a live embedded
-// run the main job serves the admin itself). Tokens come from RLSTREAM_ADMIN_TOKENS; without any, a control token
-// is generated for this process and printed once, inside the dashboard link.
+// run the main job serves the admin itself). Tokens come from --token-file, RLSTREAM_ADMIN_TOKENS_FILE or
+// RLSTREAM_ADMIN_TOKENS; without any, a control token is generated for this process and printed once, inside
+// the dashboard link.
 import { dirname } from 'node:path';
 import type { Command } from 'commander';
 import { RlstreamError } from '../../core/errors.ts';
@@ -15,6 +16,7 @@ import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { MemoryRunRegistry } from '../../admin/run-registry.ts';
+import { readTokenFile } from '../../admin/auth.ts';
 import { serveAdmin } from '../../admin/serve.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
 import { isUnfinishedRun } from '../run/resume.ts';
@@ -62,7 +64,8 @@ export function register(program: Command): void {
     .option('--host <addr>', 'address to bind', '127.0.0.1')
     .option('--cors <origins>', 'comma-separated origins allowed by CORS (off by default)')
     .option('--tokenizer <dir>', "the run's tokenizer (e.g. examples/calculator/tokenizer): the trajectory view then shows each token's text, not only its id")
-    .action(async (opts: { log: string; traces?: string; port: string; host: string; cors?: string; tokenizer?: string }) => {
+    .option('--token-file <path>', 'the API tokens, `read:<token>` / `control:<token>` one a line (mode 0600); also RLSTREAM_ADMIN_TOKENS_FILE')
+    .action(async (opts: { log: string; traces?: string; port: string; host: string; cors?: string; tokenizer?: string; tokenFile?: string }) => {
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RlstreamError('CONFIG_INVALID', `--port must be 0..65535, got ${opts.port}`);
       const logger = jsonLogger({ fields: { role: 'admin' } });
@@ -86,7 +89,7 @@ export function register(program: Command): void {
         const runs = new MemoryRunRegistry(log.kind === 'embedded' ? ended : 'running');
         const tok = opts.tokenizer ? ChatTokenizer.load(opts.tokenizer) : null;
         const tokenTexts = tok ? (ids: readonly number[]) => ids.map((id) => tok.decode([id])) : undefined;
-        const server = await serveAdmin({ log, serde, store, logger, runs, host: opts.host, port, ...(tokenTexts ? { tokenTexts } : {}), ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) }).catch((err: unknown) => {
+        const server = await serveAdmin({ log, serde, store, logger, runs, host: opts.host, port, ...(opts.tokenFile ? { tokens: readTokenFile(opts.tokenFile) } : {}), ...(tokenTexts ? { tokenTexts } : {}), ...(opts.cors ? { corsOrigins: opts.cors.split(',').map((s) => s.trim()).filter(Boolean) } : {}) }).catch((err: unknown) => {
           throw listenError(err, opts.host, port);
         });
         console.log(`rlstream admin: API ${server.url}/api  docs ${server.url}/docs  dashboard ${server.url}/dashboard/`);

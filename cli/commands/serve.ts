@@ -1,6 +1,7 @@
 // `rlstream serve <config>`: the OpenAI-compatible endpoint that records every call as trajectory events in the
 // run's log (see docs/serve.md). Runs until SIGTERM / SIGINT; open trajectories then complete as aborted.
 import type { Command } from 'commander';
+import { readTokenFile } from '../../admin/auth.ts';
 import { exitNow } from '../../core/stuck-calls.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
@@ -27,8 +28,9 @@ export function register(program: Command): void {
     .option('--idle-timeout-ms <n>', 'a trajectory idle this long completes as aborted (default: serve.idle_timeout_ms, 600000)')
     .option('--body-limit-bytes <n>', 'largest request body (default: serve.body_limit_bytes, 4 MiB)')
     .option('--data-source <name>', "data_source recorded when a call names none (the reward consumer scores by it)")
+    .option('--token-file <path>', 'tokens clients authenticate with, one a line (mode 0600); also RLSTREAM_SERVE_TOKENS_FILE')
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
-    .action(async (configPath: string, opts: { port?: string; host?: string; model?: string; train?: boolean; maxSessions?: string; idleTimeoutMs?: string; bodyLimitBytes?: string; dataSource?: string; set: Record<string, unknown> }) => {
+    .action(async (configPath: string, opts: { tokenFile?: string; port?: string; host?: string; model?: string; train?: boolean; maxSessions?: string; idleTimeoutMs?: string; bodyLimitBytes?: string; dataSource?: string; set: Record<string, unknown> }) => {
       const logger = jsonLogger({ fields: { role: 'serve', pid: process.pid } });
       const limits = {
         ...(opts.maxSessions !== undefined ? { maxSessions: Math.max(1, positiveInt(opts.maxSessions, '--max-sessions')) } : {}),
@@ -44,6 +46,7 @@ export function register(program: Command): void {
         limits,
         ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: Math.max(1024, positiveInt(opts.bodyLimitBytes, '--body-limit-bytes')) } : {}),
         ...(opts.dataSource ? { dataSource: opts.dataSource } : {}),
+        ...(opts.tokenFile ? { tokens: readTokenFile(opts.tokenFile) } : {}),
         logger,
       });
       // The generated token goes to the terminal once, never to the log.

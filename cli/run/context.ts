@@ -99,5 +99,6 @@ export async function openRunTraces(config: RunConfig): Promise<TraceStore | nul
     await applyTraceTtl(store, 'rlstream', t.ttlDays);
     return store;
   }
-  return openTraceStore(`${t.url}#${t.database}`, { ...(t.username === '' ? {} : { username: t.username }), ...(t.password === '' ? {} : { password: t.password }) });
+  const reader = t.readerUsername === '' ? {} : { reader: { username: t.readerUsername, password: t.readerPassword } };
+  return openTraceStore(`${t.url}#${t.database}`, { ...(t.username === '' ? {} : { username: t.username }), ...(t.password === '' ? {} : { password: t.password }), ...reader });
 }

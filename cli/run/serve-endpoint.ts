@@ -10,7 +10,7 @@ import type { ServeConfig } from '../../core/config.ts';
 import { describeError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { parseTokenList, TokenStore, type TokenSpec } from '../../admin/auth.ts';
+import { parseTokenList, readTokenFile, TokenStore, type TokenSpec } from '../../admin/auth.ts';
 import { takeFromEnvironment } from '../../admin/environ.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
 import { compileRolloutOptions } from '../../producers/options.ts';
@@ -24,6 +24,8 @@ import type { RunContext } from './context.ts';
 import { modelFiles, rolloutOptions } from './roles.ts';
 
 export const TOKENS_VARIABLE = 'RLSTREAM_SERVE_TOKENS';
+/** The file of serve tokens (one `token` or `read:token` a line, 0600), the preferred way. */
+export const TOKENS_FILE_VARIABLE = 'RLSTREAM_SERVE_TOKENS_FILE';
 
 export interface ServeEndpoint {
   /** http://host:port (the OpenAI base URL is `${url}/v1`). */
@@ -38,7 +40,8 @@ export interface ServeEndpoint {
 
 function serveTokens(extra: TokenSpec[]): { store: TokenStore; generated: string | null } {
   // Read and removed from the environment, as the admin server's tokens are.
-  const specs = [...extra, ...parseTokenList(takeFromEnvironment(TOKENS_VARIABLE) ?? '')];
+  const file = takeFromEnvironment(TOKENS_FILE_VARIABLE);
+  const specs = [...extra, ...parseTokenList(takeFromEnvironment(TOKENS_VARIABLE) ?? '', TOKENS_VARIABLE), ...(file ? readTokenFile(file, TOKENS_FILE_VARIABLE) : [])];
   if (specs.length > 0) return { store: new TokenStore(specs), generated: null };
   const generated = randomBytes(24).toString('base64url');
   return { store: new TokenStore([{ token: generated, role: 'read', name: 'generated' }]), generated };

@@ -85,6 +85,8 @@ export const TRACE_KINDS: Record<string, TObject> = {
       url: Type.String({ pattern: '^https?://', description: 'ClickHouse server HTTP URL.' }),
       username: Type.String({ default: '', description: "User (default: the URL's user, else the server's default user)." }),
       password: Type.String({ default: '', description: 'Password; write "${VAR}" to keep it out of the file.' }),
+      reader_username: Type.String({ default: '', description: "User untrusted SQL (the admin's SQL route, named queries) runs as: SELECT on the trace database only, read-only profile (docs/sql-security.md). Default: username." }),
+      reader_password: Type.String({ default: '', description: 'Password of reader_username; write "${VAR}" to keep it out of the file.' }),
       database: Type.String({ minLength: 1, default: 'rlstream', description: 'Database of the trace tables.' }),
       ...traceBatch,
       ...ttlDays('Must stay null: the supported ClickHouse server (18.16) has no table TTL (added in 19.6); drop old monthly partitions with ALTER TABLE … DROP PARTITION instead.'),

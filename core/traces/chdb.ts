@@ -2,11 +2,9 @@
 // zero-setup shape). libchdb binds one data directory per process, so a second store on another directory
 // is refused with a clear error while the first is open.
 //
-// Read-only queries run on separate connections to the same directory that were opened with readonly=1 and
-// the limits as engine arguments: every statement on such a connection, including the second statement of
-// a multi-statement text, is refused by the engine if it writes, and SETTINGS/SET cannot lift the limits.
-// Each such connection has its own queue, so a slow user query never holds the store's own queries (readiness
-// pings, the dashboard's reads, migrations).
+// Untrusted and limited queries (queryReadonly, query with limits) never run in this process: they go to the
+// SQL sandbox (sandbox/sandbox.ts), a separate process that reads a snapshot of this directory, after the
+// check of what its engine parsed (sql-check.ts).
 import { Session, drainPending } from 'chdb';
 import { mkdirSync, mkdtempSync, rmSync, existsSync, accessSync, constants } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
@@ -17,20 +15,11 @@ import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
 import { NativeBlocks, withoutLowCardinality } from './native-block.ts';
-import { guardReadonlySql } from './sql-guard.ts';
-import { compileLimits, limitSettings, parseJsonResult, singleStatement, toJsonEachRow, traceError, type CompiledLimits, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
+import { SqlSandbox } from './sandbox/sandbox.ts';
+import { parseJsonResult, singleStatement, toJsonEachRow, traceError, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
 
 let openDir: string | null = null;
 
-/** A read-only connection (opened on first use, again after a failure) and the queue of its queries. */
-interface Reader {
-  session: Session | null;
-  args: string[];
-  chain: Promise<unknown>;
-  queued: number;
-}
-/** Read-only connections per set of limits: two user queries run at once, as the admin server's pool allows. */
-const READ_LANES = 2;
 /** Insert connections per store: one per core of the machines this runs on (more only queue for CPU). */
 const INSERT_LANES = 2;
 let openCount = 0;
@@ -54,8 +43,9 @@ export class ChdbTraceStore implements TraceStore {
   readonly target: string;
   private readonly dir: string;
   private session: Session | null;
-  /** Read-only connections by limits (each connection's limits are fixed when it opens), each with its queue. */
-  private readonly readers = new Map<string, Reader[]>();
+  /** The sandbox of untrusted queries (started on first use) and this store's count of writes it snapshots by. */
+  private sandbox: SqlSandbox | null = null;
+  private writes = 0;
   /** chDB runs one query per connection at a time; a chain keeps ours in order. */
   private chain: Promise<unknown> = Promise.resolve();
   /**
@@ -179,6 +169,7 @@ export class ChdbTraceStore implements TraceStore {
           `INSERT INTO ${quoteIdent(this.database)}.${quoteIdent(table)} (${names}) SELECT * FROM ${source} SETTINGS optimize_on_insert = 0`,
           { format: 'TabSeparated' },
         );
+        this.writes++;
         this.bytesSent += bytes;
       } catch (err) {
         throw traceError(`insert of ${rows} rows into ${table} failed`, err);
@@ -210,6 +201,7 @@ export class ChdbTraceStore implements TraceStore {
     await this.serial(async () => {
       try {
         await session.insert({ table: name, values: jsonEachRow, format: 'JSONEachRow' });
+        this.writes++;
         this.bytesSent += jsonEachRow.length;
       } catch (err) {
         throw traceError(`insert of ${rows} rows into ${table} failed`, err);
@@ -223,6 +215,7 @@ export class ChdbTraceStore implements TraceStore {
       try {
         await this.use(session);
         await session.queryAsync(sql, { format: 'TabSeparated' });
+        this.writes++;
       } catch (err) {
         throw traceError('statement failed', err);
       }
@@ -244,30 +237,9 @@ export class ChdbTraceStore implements TraceStore {
   }
 
   async queryReadonly(sql: string, limits?: QueryLimits): Promise<QueryResult> {
-    const l = compileLimits(limits);
-    const text = singleStatement(sql);
-    guardReadonlySql(text);
-    const key = JSON.stringify(l);
-    const r = this.reader(key, l);
-    const run = async () => {
-      this.live();
-      const reader = (r.session ??= new Session(this.dir, { connectionArgs: r.args }));
-      try {
-        // A user may have switched databases on this connection; USE is allowed in readonly mode.
-        await this.use(reader);
-        return parseJsonResult((await reader.queryAsync(text, { format: 'JSON' })).text());
-      } catch (err) {
-        // After a failed multi-statement text a connection can still hold an earlier statement's output;
-        // a fresh connection costs about a millisecond, so a failed one is never reused.
-        reader.close();
-        r.session = null;
-        throw traceError('read-only query refused or failed', err);
-      }
-    };
-    r.queued++;
-    const next = r.chain.then(run, run);
-    r.chain = next.catch(() => undefined).finally(() => r.queued--);
-    return next;
+    this.live();
+    this.sandbox ??= new SqlSandbox({ target: { kind: 'chdb' }, database: this.database, store: { dir: this.dir, writes: () => this.writes } });
+    return this.sandbox.query(sql, limits);
   }
 
   /** Sessions on one directory may share a connection, and with it the current database: name ours first. */
@@ -275,28 +247,13 @@ export class ChdbTraceStore implements TraceStore {
     if (this.databaseReady) await session.queryAsync(`USE ${quoteIdent(this.database)}`, { format: 'TabSeparated' });
   }
 
-  /** The reader of these limits with the shortest queue; a second opens while the first is busy. */
-  private reader(key: string, l: CompiledLimits): Reader {
-    this.live();
-    const lanes = this.readers.get(key) ?? [];
-    this.readers.set(key, lanes);
-    let r = lanes.reduce<Reader | null>((best, x) => (best === null || x.queued < best.queued ? x : best), null);
-    if (!r || (r.queued > 0 && lanes.length < READ_LANES)) {
-      r = { session: null, args: ['--readonly=1', ...Object.entries(limitSettings(l)).map(([k, v]) => `--${k}=${v}`)], chain: Promise.resolve(), queued: 0 };
-      lanes.push(r);
-    }
-    return r;
-  }
-
   async close(): Promise<void> {
     if (!this.session) return;
     await this.chain;
     await Promise.all(this.lanes.map((l) => l.chain));
     for (const l of this.lanes.splice(0)) l.session.close();
-    const readers = [...this.readers.values()].flat();
-    await Promise.all(readers.map((r) => r.chain));
-    for (const r of readers) r.session?.close();
-    this.readers.clear();
+    await this.sandbox?.close();
+    this.sandbox = null;
     this.session.close();
     this.session = null;
     if (this.spoolDir) rmSync(this.spoolDir, { recursive: true, force: true });

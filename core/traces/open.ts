@@ -12,6 +12,8 @@ export interface OpenStoreOptions {
   /** Server credentials, where they are not in the URL (chDB has none). */
   username?: string;
   password?: string;
+  /** Server: the user untrusted SQL runs as (SELECT on the trace database only); default the credentials above. */
+  reader?: { username: string; password: string };
 }
 
 export function parseStoreTarget(target: string): { kind: 'chdb' | 'server'; location: string; database?: string } {
@@ -45,6 +47,7 @@ traceStores.register('server', {
       ...(o.database ? { database: o.database } : {}),
       ...(o.username === undefined ? {} : { username: o.username }),
       ...(o.password === undefined ? {} : { password: o.password }),
+      ...(o.reader === undefined ? {} : { reader: o.reader }),
     }),
 });
 

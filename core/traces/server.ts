@@ -7,10 +7,10 @@ import { ClickHouseLogLevel, createClient, type ClickHouseClient, type ClickHous
 import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
-import { guardReadonlySql } from './sql-guard.ts';
+import { SqlSandbox } from './sandbox/sandbox.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
 import { NativeBlocks } from './native-block.ts';
-import { compileLimits, limitSettings, parseJsonResult, singleStatement, toJsonEachRow, traceError, type Dialect, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
+import { parseJsonResult, singleStatement, toJsonEachRow, traceError, type Dialect, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
 
 export interface ServerStoreOptions {
   /** http(s)://host:port, optionally with user:password@ (never logged). */
@@ -22,6 +22,8 @@ export interface ServerStoreOptions {
   /** Credentials (config traces.username and traces.password); they take precedence over the URL's. */
   username?: string;
   password?: string;
+  /** Credentials untrusted queries run with (a user with SELECT on the trace database only: infra/clickhouse/users.d). */
+  reader?: { username?: string; password?: string };
 }
 
 /** The dialect a server version string needs. */
@@ -54,8 +56,17 @@ export class ServerTraceStore implements TraceStore {
   private readonly codecs = new RowBinaryCodecs(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
   /** Payload bytes sent by insert()/insertRaw() (benchmarks report MB/s from it). */
   bytesSent = 0;
+  private sandbox: SqlSandbox | null = null;
 
-  private constructor(client: ClickHouseClient, database: string, target: string) {
+  private constructor(
+    client: ClickHouseClient,
+    database: string,
+    target: string,
+    /** The server's origin, without credentials. */
+    private readonly url: string,
+    /** Who untrusted queries run as: the reader's credentials where given, else the store's own. */
+    private readonly reader: { username?: string; password?: string; readonlySetting: boolean },
+  ) {
     this.client = client;
     this.database = database;
     this.target = target;
@@ -82,7 +93,14 @@ export class ServerTraceStore implements TraceStore {
       const rs = await boot.query({ query: 'SELECT version() AS v', format: 'JSONEachRow' });
       const version = ((await rs.json()) as { v: string }[])[0]?.v ?? '';
       await boot.command({ query: `CREATE DATABASE IF NOT EXISTS ${quoteIdent(database)}` });
-      const store = new ServerTraceStore(createClient({ ...common, database }), database, target);
+      const own = { username: options.username ?? (decodeURIComponent(url.username) || undefined), password: options.password ?? (decodeURIComponent(url.password) || undefined) };
+      const reader = options.reader ?? own;
+      const store = new ServerTraceStore(createClient({ ...common, database }), database, target, url.origin, {
+        ...(reader.username === undefined ? {} : { username: reader.username }),
+        ...(reader.password === undefined ? {} : { password: reader.password }),
+        // A reader's profile is read-only itself, and a read-only 18.16 profile refuses readonly in the URL.
+        readonlySetting: options.reader === undefined,
+      });
       store.dialect = dialectOf(version);
       await store.loadColumnTypes();
       return store;
@@ -186,17 +204,18 @@ export class ServerTraceStore implements TraceStore {
   }
 
   async query(sql: string, options: QueryOptions = {}): Promise<QueryResult> {
-    const settings: ClickHouseSettings = { ...OUTPUT, ...(options.limits ? (limitSettings(compileLimits(options.limits)) as ClickHouseSettings) : {}) };
-    return this.run(singleStatement(sql), settings, 'query failed');
+    // Our own queries with limits (named queries, run for a user) take the read-only path.
+    if (options.limits) return this.queryReadonly(sql, options.limits);
+    return this.run(singleStatement(sql), OUTPUT, 'query failed');
   }
 
   async queryReadonly(sql: string, limits?: QueryLimits): Promise<QueryResult> {
-    // Settings travel in the request URL and apply together: readonly=1 then forbids the query itself from
-    // changing any of them (SETTINGS clause or SET), and the server accepts one statement per request.
-    const settings = { ...OUTPUT, ...limitSettings(compileLimits(limits)), readonly: '1' } as ClickHouseSettings;
-    const text = singleStatement(sql);
-    guardReadonlySql(text);
-    return this.run(text, settings, 'read-only query refused or failed');
+    // In the SQL sandbox (sandbox/sandbox.ts): parsed and checked there, then sent by that process with the
+    // reader's credentials, readonly=1 and the limits in the request URL (settings that apply together: readonly=1
+    // forbids the query itself to change any of them, and the server accepts one statement per request).
+    this.live();
+    this.sandbox ??= new SqlSandbox({ target: { kind: 'server', url: this.url, ...this.reader }, database: this.database });
+    return this.sandbox.query(sql, limits);
   }
 
   private async run(query: string, settings: ClickHouseSettings, what: string): Promise<QueryResult> {
@@ -213,6 +232,8 @@ export class ServerTraceStore implements TraceStore {
   }
 
   async close(): Promise<void> {
+    await this.sandbox?.close();
+    this.sandbox = null;
     const c = this.client;
     this.client = null;
     await c?.close();

@@ -37,9 +37,8 @@ export interface QueryLimits {
   /** result_overflow_mode: 'throw' (default) fails the query, 'break' returns a truncated result. */
   overflow?: 'throw' | 'break';
   /**
-   * max_memory_usage of the query, bytes; default 256 MiB. On chDB the query runs inside this process (in the
-   * single-process run, beside the trainer), and memory the engine freed stays in its allocator: a query
-   * stopped at the limit leaves the process about that much larger.
+   * max_memory_usage of the query, bytes; default 256 MiB. The query runs in the SQL sandbox process
+   * (sandbox/), not in the caller's, whose own process limit (prlimit) is above this one.
    */
   maxMemoryBytes?: number;
   /** max_rows_to_read over all tables the query reads (read_overflow_mode throw); default 100 million. */
@@ -103,7 +102,7 @@ export interface QueryResult {
 }
 
 export interface QueryOptions {
-  /** Limits for trusted queries too (named queries); none unless given. */
+  /** Limits (named queries): the query then runs as queryReadonly does, checked and in the sandbox. */
   limits?: QueryLimits;
 }
 
@@ -141,11 +140,12 @@ export interface TraceStore {
   insertEncoded(codec: TableCodec, payload: Buffer, rows: number): Promise<void>;
   /** Insert pre-serialized JSONEachRow lines (the bulk path of the benchmark and of replay). */
   insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void>;
-  /** Trusted SQL (ours: named queries, migrations, tests). One statement. */
+  /** Trusted SQL (ours: migrations, the dashboard's reads, tests). One statement. With limits (named queries) it takes queryReadonly's path. */
   query(sql: string, options?: QueryOptions): Promise<QueryResult>;
   /**
-   * Untrusted SQL (the admin SQL route, `rlstream query`): run with readonly=1 and the limits as engine
-   * settings, so writes, DDL, SET and table functions are refused by ClickHouse itself.
+   * Untrusted SQL (the admin SQL route, `rlstream query`, named queries with a user's parameters): checked on
+   * the engine's own parse (sql-check.ts; a refusal is SqlRefusedError), then run in the SQL sandbox process
+   * (sandbox/) with readonly=1 and the limits as engine settings.
    */
   queryReadonly(sql: string, limits?: QueryLimits): Promise<QueryResult>;
   /** Trusted statement without a result (DDL, OPTIMIZE). */

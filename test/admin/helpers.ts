@@ -99,10 +99,10 @@ export interface AdminProcess {
 /** `rlstream admin` on logDir and tracesDir (null: what the command finds beside the log, as for a run directory)
  * as a real process, `tokens` in RLSTREAM_ADMIN_TOKENS; resolves with the API's URL once the process prints it,
  * and rejects with its stderr if it exits first. */
-export async function startAdmin(logDir: string, tracesDir: string | null, tokens: string): Promise<AdminProcess> {
+export async function startAdmin(logDir: string, tracesDir: string | null, tokens: string, extra: { args?: string[]; env?: Record<string, string> } = {}): Promise<AdminProcess> {
   const traces = tracesDir === null ? [] : ['--traces', tracesDir];
-  const child = spawn(process.execPath, [BIN, 'admin', '--log', logDir, ...traces, '--port', '0'], {
-    env: { ...process.env, RLSTREAM_ADMIN_TOKENS: tokens, RLSTREAM_LOG_LEVEL: 'warn' },
+  const child = spawn(process.execPath, [BIN, 'admin', '--log', logDir, ...traces, '--port', '0', ...(extra.args ?? [])], {
+    env: { ...process.env, RLSTREAM_ADMIN_TOKENS: tokens, RLSTREAM_LOG_LEVEL: 'warn', ...extra.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

@@ -1,5 +1,6 @@
 // queryReadonly itself refuses what readonly=1 lets through on chDB (INTO OUTFILE writes a host file, KILL
 // stops other sessions' queries), on both targets, so every caller is covered and not only the admin route.
+// The words inside a literal are data: the check reads the engine's parse, not the text.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, rmSync } from 'node:fs';
@@ -7,18 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isRlstreamError } from '../../core/errors.ts';
 import { newId } from '../../core/ids.ts';
-import { blankLiteralsAndComments, readonlySqlRefusal } from '../../core/traces/sql-guard.ts';
 import { targets } from './targets.ts';
-
-test('the guard reads through literals, quoted names and comments', () => {
-  assert.equal(readonlySqlRefusal("SELECT 'INTO OUTFILE' AS s -- KILL QUERY"), null);
-  assert.equal(readonlySqlRefusal('SELECT 1 AS `into outfile`'), null);
-  assert.match(readonlySqlRefusal("select 1 into\n  outfile '/tmp/x'") ?? '', /OUTFILE/);
-  assert.match(readonlySqlRefusal('SELECT 1 /* x */ INTO /* y */ OUTFILE \'/tmp/x\'') ?? '', /OUTFILE/);
-  assert.match(readonlySqlRefusal('kill   query where 1') ?? '', /KILL/);
-  assert.match(readonlySqlRefusal('KILL MUTATION WHERE 1') ?? '', /KILL/);
-  assert.equal(blankLiteralsAndComments("a 'b\\'c' d"), 'a   d');
-});
 
 for (const target of targets()) {
   test(`${target.name}: queryReadonly refuses INTO OUTFILE (no file written) and KILL`, { skip: target.skip ?? false }, async () => {
