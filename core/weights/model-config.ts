@@ -283,3 +283,31 @@ export function hfConfigJson(c: ParsedModelConfig, dtype: 'float32' | 'bfloat16'
   }
   return out;
 }
+
+/**
+ * Rotary inverse frequencies [head_dim / 2], rounded to float32 step by step as transformers computes them (its
+ * default and llama3 rope types), as the native core does (ModelConfig::rope_inv_freq): the built-in ONNX policy's
+ * tables use them, so both engines rotate by the same angles.
+ */
+export function ropeInvFreq(c: ParsedModelConfig): Float32Array {
+  const hd = c.head_dim;
+  const f = Math.fround;
+  const inv = new Float32Array(hd / 2);
+  for (let i = 0; i < hd / 2; i++) inv[i] = f(1 / f(Math.pow(c.rope_theta, f(f(2 * i) / f(hd)))));
+  const r = c.rope_scaling;
+  if (r) {
+    const lowWavelen = r.original_max_position_embeddings / r.low_freq_factor;
+    const highWavelen = r.original_max_position_embeddings / r.high_freq_factor;
+    for (let i = 0; i < inv.length; i++) {
+      const x = inv[i]!;
+      const wavelen = f(f(2 * Math.PI) / x);
+      let g = wavelen > lowWavelen ? f(x / f(r.factor)) : x;
+      if (!(wavelen < highWavelen) && !(wavelen > lowWavelen)) {
+        const smooth = f(f(f(f(r.original_max_position_embeddings) / wavelen) - f(r.low_freq_factor)) / f(f(r.high_freq_factor) - f(r.low_freq_factor)));
+        g = f(f(f(f(1 - smooth) * g) / f(r.factor)) + f(smooth * g));
+      }
+      inv[i] = g;
+    }
+  }
+  return inv;
+}
