@@ -241,3 +241,53 @@ export async function writeHfDir(dir: string, tensors: Iterable<[string, Tensor]
 export async function modelDirFiles(dir: string): Promise<string[]> {
   return (await readdir(dir)).sort();
 }
+
+/** What a model directory's generation_config.json says about sampling: its stop ids and sampling defaults. */
+export interface GenerationDefaults {
+  /** eos_token_id (a number or a list): every id ends a generation. */
+  eosTokenIds: number[];
+  temperature: number | null;
+  topP: number | null;
+  topK: number | null;
+  /** The file read, or null where the directory has none. */
+  source: string | null;
+}
+
+/**
+ * Reads `<dir>/generation_config.json` where it exists (a missing file gives no defaults). A value of the wrong
+ * type is an error naming the file and the key, not a silent default.
+ */
+export function readGenerationDefaults(dir: string): GenerationDefaults {
+  const path = join(dir, 'generation_config.json');
+  const none: GenerationDefaults = { eosTokenIds: [], temperature: null, topP: null, topK: null, source: null };
+  if (!existsSync(path)) return none;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new RlstreamError('CONFIG_INVALID', `${path}: ${(err as Error).message}`, { cause: err });
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new RlstreamError('CONFIG_INVALID', `${path}: not a JSON object`);
+  const o = raw as Record<string, unknown>;
+  const fail = (k: string, what: string): never => {
+    throw new RlstreamError('CONFIG_INVALID', `${path}: ${k} ${what}, got ${JSON.stringify(o[k])}`);
+  };
+  const eos = o['eos_token_id'];
+  const ids = eos === undefined || eos === null ? [] : Array.isArray(eos) ? eos : [eos];
+  for (const id of ids) if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) fail('eos_token_id', 'must be a token id or a list of them');
+  const optNum = (k: string, ok: (x: number) => boolean, what: string): number | null => {
+    const v = o[k];
+    if (v === undefined || v === null) return null;
+    if (typeof v !== 'number' || !ok(v)) fail(k, what);
+    return v as number;
+  };
+  // do_sample false means greedy decoding whatever temperature says (transformers' rule)
+  const greedy = o['do_sample'] === false;
+  return {
+    eosTokenIds: ids as number[],
+    temperature: greedy ? 0 : optNum('temperature', (x) => x >= 0, 'must be a number >= 0'),
+    topP: greedy ? null : optNum('top_p', (x) => x > 0 && x <= 1, 'must be in (0, 1]'),
+    topK: greedy ? null : optNum('top_k', (x) => Number.isInteger(x) && x >= 0, 'must be an integer >= 0'),
+    source: path,
+  };
+}

@@ -207,7 +207,10 @@ export function parseModelConfig(json: unknown): ParsedModelConfig {
     if (o['sliding_window'] !== undefined && o['sliding_window'] !== null) window = int('sliding_window');
     if (o['use_sliding_window'] !== undefined) invalid('use_sliding_window is not a Mistral key (sliding_window alone sets the window)');
   } else if (fam === 'qwen2' || fam === 'qwen3') {
-    if (bool('use_sliding_window', false)) window = int('sliding_window');
+    if (bool('use_sliding_window', false)) {
+      if (o['sliding_window'] === undefined || o['sliding_window'] === null) invalid('use_sliding_window is true but sliding_window is not set');
+      window = int('sliding_window');
+    }
     else only('sliding_window', (v) => typeof v === 'number', 'a number or null');
   } else {
     for (const k of ['sliding_window', 'use_sliding_window']) if (o[k] !== undefined && o[k] !== null && o[k] !== false) invalid(`${k} is not a Llama key`);
