@@ -4,9 +4,10 @@
 // writer of a directory (writeHfDir: shards, index, config.json, generation_config.json and the tokenizer files),
 // used by `rlstream export` and the inference servers' weight-sync directories alike.
 import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
-import { copyFile, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { copyFile, link, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { RlstreamError } from '../errors.ts';
+import { hfConfigOf } from './model-config.ts';
 import { openForRead, readHeader, readTensorInto, writeSafetensors, type Tensor, type TensorEntry, type TensorMap, type WriteDtype } from './safetensors.ts';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
@@ -165,8 +166,9 @@ export function readWeights(path: string): TensorMap {
 }
 
 export interface HfDirOptions {
-  /** config.json's text (written with torch_dtype / dtype set to what the shards hold). */
+  /** config.json's text (written with torch_dtype / dtype set to what the weights hold; see hfConfigOf). */
   configJson: string;
+  /** What the weights hold (for a linked file: what it was written in). */
   dtype: WriteDtype;
   /** Largest shard in bytes (transformers' max_shard_size; default 5 GB, as save_pretrained's default). */
   maxShardBytes?: number;
@@ -205,24 +207,34 @@ export function planShards(tensors: [string, Tensor][], dtype: WriteDtype, maxSh
  * generation_config.json and the tokenizer files. Written into a temporary directory beside `dir` and renamed into
  * place, so `dir` is never half written; an existing `dir` is refused unless `force`.
  */
-export async function writeHfDir(dir: string, tensors: Iterable<[string, Tensor]>, o: HfDirOptions): Promise<void> {
+export async function writeHfDir(dir: string, weights: { tensors: Iterable<[string, Tensor]> } | { file: string }, o: HfDirOptions): Promise<void> {
   if (existsSync(dir) && !o.force) throw new RlstreamError('CONFIG_INVALID', `${dir} exists; choose another directory or pass --force to replace it`);
-  const list = [...tensors];
-  const plan = planShards(list, o.dtype, o.maxShardBytes ?? 5e9);
-  const byName = new Map(list);
   await mkdir(dirname(dir), { recursive: true });
   const tmp = join(dirname(dir), `.${basename(dir)}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`);
   await mkdir(tmp);
   try {
-    const meta = o.metadata ?? { format: 'pt' };
-    for (const s of plan) await writeSafetensors(join(tmp, s.file), s.names.map((n) => [n, byName.get(n)!] as [string, Tensor]), meta, o.dtype);
-    if (plan.length > 1) {
-      const weight_map: Record<string, string> = {};
-      for (const s of plan) for (const n of s.names) weight_map[n] = s.file;
-      const total_size = plan.reduce((a, s) => a + s.bytes, 0);
-      await writeFile(join(tmp, INDEX_FILE), JSON.stringify({ metadata: { total_size }, weight_map }, null, 2) + '\n');
+    if ('file' in weights) {
+      // one safetensors file as model.safetensors, hard-linked (copied across file systems): a weight-sync
+      // directory per version costs no disk
+      await link(weights.file, join(tmp, SINGLE_FILE)).catch(async (err: NodeJS.ErrnoException) => {
+        if (err.code === 'EXDEV' || err.code === 'EPERM') await copyFile(weights.file, join(tmp, SINGLE_FILE));
+        else throw err;
+      });
+    } else {
+      const list = [...weights.tensors];
+      const plan = planShards(list, o.dtype, o.maxShardBytes ?? 5e9);
+      const byName = new Map(list);
+      const meta = o.metadata ?? { format: 'pt' };
+      for (const s of plan) await writeSafetensors(join(tmp, s.file), s.names.map((n) => [n, byName.get(n)!] as [string, Tensor]), meta, o.dtype);
+      if (plan.length > 1) {
+        const weight_map: Record<string, string> = {};
+        for (const s of plan) for (const n of s.names) weight_map[n] = s.file;
+        const total_size = plan.reduce((a, s) => a + s.bytes, 0);
+        await writeFile(join(tmp, INDEX_FILE), JSON.stringify({ metadata: { total_size }, weight_map }, null, 2) + '\n');
+      }
     }
-    const cfg = JSON.parse(o.configJson) as Record<string, unknown>;
+    // config.json as the model came (every key kept), its family named as rlstream runs it, its dtype the files'
+    const cfg = hfConfigOf(o.configJson);
     const dt = o.dtype === 'BF16' ? 'bfloat16' : 'float32';
     if ('dtype' in cfg) cfg['dtype'] = dt;
     cfg['torch_dtype'] = dt;
@@ -237,10 +249,6 @@ export async function writeHfDir(dir: string, tensors: Iterable<[string, Tensor]
   }
 }
 
-/** The files of a model directory (for listings and tests). */
-export async function modelDirFiles(dir: string): Promise<string[]> {
-  return (await readdir(dir)).sort();
-}
 
 /** What a model directory's generation_config.json says about sampling: its stop ids and sampling defaults. */
 export interface GenerationDefaults {

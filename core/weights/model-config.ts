@@ -254,6 +254,20 @@ export function maxSequence(c: ParsedModelConfig): number {
 }
 
 /**
+ * A config.json to write back (export, weight-sync directories): the model's own, every key kept, with its family
+ * named as rlstream runs it (architectures and model_type: a legacy rlstream config of model_type llama with q/k/v
+ * biases is a Qwen2 model to transformers).
+ */
+export function hfConfigOf(configJson: string): Record<string, unknown> {
+  const raw = JSON.parse(configJson) as Record<string, unknown>;
+  const c = parseModelConfig(raw);
+  const out: Record<string, unknown> = { ...raw, architectures: [MODEL_FAMILIES[c.model_type]], model_type: c.model_type };
+  // Qwen2 has no attention_bias key (its q/k/v always carry biases)
+  if (c.model_type === 'qwen2') delete out['attention_bias'];
+  return out;
+}
+
+/**
  * config.json for a parsed config, in the keys transformers (4.x and 5.x) reads for its family: what rlstream
  * writes for a model it made (random initialisation, SFT, a GGUF import). A model that came from a directory is
  * written back with that directory's own config.json instead (export keeps every key it had).
