@@ -15,5 +15,7 @@ export PATH="$home/bin:$PATH" LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_
 rm -rf "$work" && mkdir -p "$work" "$OUT"
 python3 test/gpu/hf_parity.py make "$work"
 node --import tsx test/gpu/hf-parity.ts "$work" cpu,cuda
-python3 test/gpu/hf_parity.py compare "$work" >"$OUT/parity-stdout.json"
+status=0
+python3 test/gpu/hf_parity.py compare "$work" >"$OUT/parity-stdout.json" || status=$?
 cp "$work/parity.json" "$OUT/parity.json"
+exit $status

@@ -98,6 +98,13 @@ for (const fam of ['llama', 'qwen2', 'qwen3', 'mistral']) {
     const { model, result } = await run(join(root, `${fam}-bf16`), 'cuda', false, null);
     r['cuda-bf16'] = result;
     model.dispose();
+    // the CUDA layer's plain ops (RLSTREAM_CUDA_FUSED=0, read as a model's kernels are made): the q/k norms of its
+    // unfused forward and backward
+    process.env['RLSTREAM_CUDA_FUSED'] = '0';
+    const plain = await run(join(root, fam), 'cuda', true, join(root, `ours-grads-${fam}-cuda-plain.safetensors`));
+    delete process.env['RLSTREAM_CUDA_FUSED'];
+    r['cuda-plain'] = plain.result;
+    plain.model.dispose();
   }
   results[fam] = r;
 }

@@ -8,10 +8,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { tempDir } from '../../testkit/events.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -63,7 +63,9 @@ function nodeGyp(): { cmd: string; args: string[] } {
 
 test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with the reason, a CPU forward runs', { skip, timeout: 900_000 }, () => {
   assert.ok(home, 'nvcc is not installed (bash infra/setup.sh installs Debian nvidia-cuda-toolkit)');
-  const dir = tempDir('cuda-build');
+  // (not testkit's tempDir: it loads the event schemas, whose npm modules the GPU machine's pack does not carry)
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-cuda-build-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
   for (const part of ['binding.gyp', 'src', 'cuda']) cpSync(join(ROOT, 'native', part), join(dir, 'native', part), { recursive: true });
   // node-addon-api (binding.gyp's include dir) and node-gyp resolve from here; npm brings this machine's npm
   // config (its nodedir, say) as for `npm run build:native`.
