@@ -2,7 +2,7 @@
 // documented default, compiled once into a frozen, fully specified object. Errors name the field.
 import { Type } from '@sinclair/typebox';
 import { RlstreamError } from '../core/errors.ts';
-import { intOrNull, numberOrNull, oneOf } from '../core/config/validate.ts';
+import { intOrNull, numberOrNull, oneOf, stringOrNull } from '../core/config/validate.ts';
 import type { SamplingParams } from '../schemas/generated/types.ts';
 import type { TokenizationCheckMode } from './tokenizer/delta.ts';
 
@@ -36,7 +36,7 @@ export interface RolloutOptions {
    */
   tokenization_check_every?: number;
   /** Tool-call parser by name. Default 'hermes'. */
-  tool_parser?: string;
+  tool_parser?: string | null;
   /** Loop for rows without agent_name. Default 'single_turn'. */
   default_agent?: string;
   /** Sampling; max_new_tokens (undefined or null) defaults to response_length. Defaults: temperature 1, top_p 1, top_k 0 (off), no seed. */
@@ -164,7 +164,7 @@ export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRol
     maxToolErrors: posInt(o, 'max_tool_errors', 4),
     tokenizationCheck: check,
     tokenizationCheckEvery: posInt(o, 'tokenization_check_every', 8),
-    toolParser: str('tool_parser', 'hermes'),
+    toolParser: o['tool_parser'] === null ? 'hermes' : str('tool_parser', 'hermes'),
     defaultAgent: str('default_agent', 'single_turn'),
     sampling: Object.freeze(sampling),
     epochs,
@@ -192,7 +192,7 @@ export const RolloutSection = Type.Object(
     max_tool_errors: Type.Integer({ minimum: 1, default: 4, description: 'Failed tool calls before a trajectory stops with tool_error_limit.' }),
     tokenization_check: oneOf(['ignore_strippable', 'strict', 'off'] as const, { default: 'ignore_strippable', description: 'Delta vs full re-tokenization check of tool and user turns.' }),
     tokenization_check_every: Type.Integer({ minimum: 1, default: 8, description: 'Run the tokenization check on every N-th trajectory (1: all).' }),
-    tool_parser: Type.String({ minLength: 1, default: 'hermes', description: 'Tool-call parser by name.' }),
+    tool_parser: stringOrNull({ default: null, description: "Tool-call parser by name: hermes (Qwen2.5, Qwen3), llama3_json (Llama 3.1+), mistral; null: the model family's (model.config's model_type), hermes without one." }),
     default_agent: Type.String({ minLength: 1, default: 'single_turn', description: 'Agent loop for rows without agent_name (single_turn, tool_agent, or one of agent_loops).' }),
     agent_loops: Type.Record(
       Type.String(),

@@ -18,6 +18,7 @@ import type { DeviceKind } from '../../native/index.ts';
 import type { RowSource } from '../../producers/dataset/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
+import { toolParserForFamily } from '../../producers/agent/tool-parser.ts';
 import type { RolloutOptions } from '../../producers/options.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
@@ -153,8 +154,11 @@ export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): Rollo
   // config leaves null.
   const gen = readGenerationDefaults(ctx.config.model.base !== null && isModelDir(ctx.config.model.base) ? ctx.config.model.base : tokenizer.dir);
   const stop = sampling.stop_token_ids ?? [...new Set([...(tokenizer.eosTokenId !== null ? [tokenizer.eosTokenId] : []), ...gen.eosTokenIds])];
+  // the tool-call format of the model's family (its chat template's), unless rollout.tool_parser names one
+  const family = ctx.config.model.config !== null && existsSync(ctx.config.model.config) ? parseModelConfig(readFileSync(ctx.config.model.config, 'utf8')).model_type : null;
   return {
     ...r,
+    tool_parser: r.tool_parser ?? toolParserForFamily(family),
     sampling: { ...sampling, temperature: sampling.temperature ?? gen.temperature ?? 1, top_p: sampling.top_p ?? gen.topP ?? 1, top_k: sampling.top_k ?? gen.topK ?? 0, stop_token_ids: stop },
     groups_per_step: ctx.config.trainer.groupsPerStep,
     staleness_bound: ctx.config.trainer.stalenessBound,
