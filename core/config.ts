@@ -5,10 +5,11 @@
 // together (ConfigError), so `rlstream config check` lists them all. Keys are snake_case in YAML; the
 // compiled objects are what the roles take, with no casts in between.
 import { readFileSync } from 'node:fs';
-import { dirname, isAbsolute, resolve } from 'node:path';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { Type, type Static, type TObject, type TSchema } from '@sinclair/typebox';
 import { parse } from 'yaml';
 import { RlstreamError } from './errors.ts';
+import { isModelDir } from './weights/hf-dir.ts';
 import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
 import { didYouMean } from './config/suggest.ts';
 import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './config/sections.ts';
@@ -273,6 +274,13 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const serveS = section('serve', ServeSection);
   const modelS = section('model', ModelSection);
   const model: ModelConfigFiles = { config: nullablePath(modelS?.config ?? null, abs), tokenizer: nullablePath(modelS?.tokenizer ?? null, abs), chatTemplate: nullablePath(modelS?.chat_template ?? null, abs), init: nullablePath(modelS?.init ?? null, abs), base: nullablePath(modelS?.base ?? null, abs) };
+  // model.base naming a Hugging Face model directory is all a model needs: its config.json, its tokenizer and chat
+  // template, and its weights as the warm start, each where the config does not name another.
+  if (model.base !== null && isModelDir(model.base)) {
+    model.config ??= join(model.base, 'config.json');
+    model.tokenizer ??= model.base;
+    model.init ??= model.base;
+  }
 
   // The task: its common keys, plus the registered plug-in's own (a module task checks its own when loaded).
   const taskRaw = (raw['task'] ?? {}) as Record<string, unknown>;

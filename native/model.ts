@@ -2,12 +2,13 @@
 // options, AdamW), option compilation with exact validation messages, and Model (init, load, forward, the two
 // losses' backward passes, gradient clipping, AdamW, weights and checkpoints as safetensors).
 // Shapes: T tokens in a packed batch of S sequences; every per-token array has length T.
-import { mkdirSync, readFileSync, renameSync, writeFileSync, closeSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { RlstreamError } from '../core/errors.ts';
-import { parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
-import { openForRead, readHeader, readTensorInto, writeSafetensors } from '../core/weights/safetensors.ts';
+import { hfConfigJson, parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
+import { openWeights } from '../core/weights/hf-dir.ts';
+import { writeSafetensors } from '../core/weights/safetensors.ts';
 import { call, callAsync, native, type NativeModelHandle, type NativeTensor } from './addon.ts';
 
 /** The model's shape, as a checkpoint's config.json gives it (parsed in core/weights/model-config.ts). */
@@ -242,7 +243,7 @@ export class Model {
     return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device);
   }
 
-  /** Loads weights (F32, BF16 or F16) from a safetensors file with Hugging Face tensor names. */
+  /** Loads weights (F32, BF16 or F16) with Hugging Face tensor names: a safetensors file or a model directory (shards and index). */
   static load(weightsPath: string, config: ModelConfig, options: LoadOptions = {}): Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.load');
@@ -466,7 +467,7 @@ export class Model {
       for (const [n, t] of expAvgSq) opt.push([`exp_avg_sq.${n}`, t]);
       await writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) }, options.optimizerDtype ?? 'F32');
       const tmp = join(dir, `config.json.tmp-${process.pid}`);
-      writeFileSync(tmp, JSON.stringify({ architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_act: 'silu', torch_dtype: 'float32', ...this.config }, null, 2));
+      writeFileSync(tmp, JSON.stringify(hfConfigJson(parseModelConfig(this.config)), null, 2));
       renameSync(tmp, join(dir, 'config.json'));
     });
   }
@@ -515,14 +516,17 @@ function views(ts: NativeTensor[]): Map<string, TensorView> {
   return m;
 }
 
-/** Fills `target` from a safetensors file: every tensor must be there with its shape; returns the metadata. */
+/**
+ * Fills `target` from weights (a safetensors file, or a model directory with its shards): every tensor must be there
+ * with its shape; returns the metadata.
+ */
 function readInto(path: string, target: Map<string, TensorView>, what: string, optionalExtra: Set<string>): Record<string, string> {
-  const fd = openForRead(path);
+  const w = openWeights(path);
   try {
-    const { tensors, metadata } = readHeader(fd, path);
+    const tensors = w.tensors;
     // Every name and shape is checked before any tensor is read, so a wrong file leaves the target untouched.
     for (const [name, view] of target) {
-      const e = tensors.get(name);
+      const e = tensors.get(name)?.entry;
       if (!e) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: ${what} tensor ${name} is missing`);
       if (e.shape.length !== view.shape.length || e.shape.some((d, i) => d !== view.shape[i]))
         throw new RlstreamError('WEIGHTS_FORMAT', `${path}: tensor ${name} has shape [${e.shape.join(', ')}], the config gives [${view.shape.join(', ')}]`);
@@ -530,12 +534,12 @@ function readInto(path: string, target: Map<string, TensorView>, what: string, o
     for (const name of tensors.keys())
       if (!target.has(name) && !optionalExtra.has(name) && !IGNORED_TENSOR.test(name))
         throw new RlstreamError('WEIGHTS_FORMAT', `${path}: unexpected tensor ${name} for this config`);
-    for (const [name, view] of target) readTensorInto(fd, path, name, tensors.get(name)!, view.data);
+    for (const [name, view] of target) w.read(name, view.data);
     for (const [name, view] of target)
       for (let i = 0; i < view.data.length; i++)
         if (!Number.isFinite(view.data[i])) throw new RlstreamError('NATIVE_NON_FINITE', `${path}: tensor ${name}[${i}] is not finite`);
-    return metadata;
+    return w.metadata;
   } finally {
-    closeSync(fd);
+    w.close();
   }
 }

@@ -41,13 +41,37 @@ function rmsnorm(x: Float64Array, N: number, C: number, w: Float64Array, eps: nu
   return y;
 }
 
-// HF rotary (rotate_half): x' = x cos + rotate_half(x) sin, angle = pos * theta^(-2i/d) rounded like float32 HF.
-function rope(x: Float64Array, T: number, heads: number, d: number, pos: Int32Array, theta: number): void {
+// Rotary inverse frequencies theta^(-2i/d), rounded like float32 HF; with Llama 3.1's scaling (rope_scaling
+// rope_type llama3) the long wavelengths are divided by `factor`, the short kept and the band between interpolated
+// linearly in 1/wavelength (Meta's apply_scaling).
+function invFreq(cfg: ModelConfig, d: number): number[] {
+  const out: number[] = [];
+  const r = cfg.rope_scaling ?? null;
+  for (let i = 0; i < d / 2; i++) {
+    const f = Math.fround(1 / Math.fround(Math.pow(cfg.rope_theta, (2 * i) / d)));
+    if (!r) {
+      out.push(f);
+      continue;
+    }
+    const wavelen = (2 * Math.PI) / f;
+    const low = r.original_max_position_embeddings / r.low_freq_factor;
+    const high = r.original_max_position_embeddings / r.high_freq_factor;
+    if (wavelen < high) out.push(f);
+    else if (wavelen > low) out.push(Math.fround(f / r.factor));
+    else {
+      const smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      out.push(Math.fround((1 - smooth) * (f / r.factor) + smooth * f));
+    }
+  }
+  return out;
+}
+
+// HF rotary (rotate_half): x' = x cos + rotate_half(x) sin, angle = pos * inv_freq rounded like float32 HF.
+function rope(x: Float64Array, T: number, heads: number, d: number, pos: Int32Array, inv: number[]): void {
   const half = d / 2;
   for (let t = 0; t < T; t++)
     for (let i = 0; i < half; i++) {
-      const inv = Math.fround(1 / Math.fround(Math.pow(theta, (2 * i) / d)));
-      const ang = Math.fround(pos[t]! * inv);
+      const ang = Math.fround(pos[t]! * inv[i]!);
       const c = Math.cos(ang);
       const s = Math.sin(ang);
       for (let h = 0; h < heads; h++) {
@@ -66,7 +90,8 @@ export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBat
   const H = cfg.hidden_size;
   const NH = cfg.num_attention_heads;
   const NKV = cfg.num_key_value_heads;
-  const d = H / NH;
+  const d = cfg.head_dim ?? H / NH;
+  const inv = invFreq(cfg, d);
   const I = cfg.intermediate_size;
   const V = cfg.vocab_size;
   const eps = cfg.rms_norm_eps;
@@ -88,8 +113,13 @@ export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBat
     const q = linear(h, T, H, get(p, pre + 'self_attn.q_proj.weight'), NH * d, bias('self_attn.q_proj.bias'));
     const k = linear(h, T, H, get(p, pre + 'self_attn.k_proj.weight'), NKV * d, bias('self_attn.k_proj.bias'));
     const v = linear(h, T, H, get(p, pre + 'self_attn.v_proj.weight'), NKV * d, bias('self_attn.v_proj.bias'));
-    rope(q, T, NH, d, pos, cfg.rope_theta);
-    rope(k, T, NKV, d, pos, cfg.rope_theta);
+    if (cfg.model_type === 'qwen3') {
+      // Qwen3: each head of q and k RMS-normalised (weights [d]) before the rotation
+      q.set(rmsnorm(q, T * NH, d, get(p, pre + 'self_attn.q_norm.weight'), eps));
+      k.set(rmsnorm(k, T * NKV, d, get(p, pre + 'self_attn.k_norm.weight'), eps));
+    }
+    rope(q, T, NH, d, pos, inv);
+    rope(k, T, NKV, d, pos, inv);
     const att = new Float64Array(T * NH * d);
     for (let hh = 0; hh < NH; hh++) {
       const kh = Math.floor(hh / (NH / NKV));

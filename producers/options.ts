@@ -2,7 +2,7 @@
 // documented default, compiled once into a frozen, fully specified object. Errors name the field.
 import { Type } from '@sinclair/typebox';
 import { RlstreamError } from '../core/errors.ts';
-import { intOrNull, oneOf } from '../core/config/validate.ts';
+import { intOrNull, numberOrNull, oneOf, stringOrNull } from '../core/config/validate.ts';
 import type { SamplingParams } from '../schemas/generated/types.ts';
 import type { TokenizationCheckMode } from './tokenizer/delta.ts';
 
@@ -36,11 +36,12 @@ export interface RolloutOptions {
    */
   tokenization_check_every?: number;
   /** Tool-call parser by name. Default 'hermes'. */
-  tool_parser?: string;
+  tool_parser?: string | null;
   /** Loop for rows without agent_name. Default 'single_turn'. */
   default_agent?: string;
   /** Sampling; max_new_tokens (undefined or null) defaults to response_length. Defaults: temperature 1, top_p 1, top_k 0 (off), no seed. */
-  sampling?: Partial<Omit<SamplingParams, 'max_new_tokens'>> & { max_new_tokens?: number | null };
+  /** null temperature, top_p or top_k: the default (1, 1, 0; a run fills them from the model directory first). */
+  sampling?: Partial<Omit<SamplingParams, 'max_new_tokens' | 'temperature' | 'top_p' | 'top_k'>> & { max_new_tokens?: number | null; temperature?: number | null; top_p?: number | null; top_k?: number | null };
   /** Passes over a finite dataset; null repeats forever. Default 1. */
   epochs?: number | null;
   /** Name recorded in DatasetRef. Default 'dataset'. */
@@ -128,7 +129,7 @@ export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRol
   };
   const s: Record<string, unknown> = { ...((o['sampling'] ?? {}) as Record<string, unknown>) };
   if (typeof o['sampling'] !== 'undefined' && (typeof o['sampling'] !== 'object' || o['sampling'] === null || Array.isArray(o['sampling']))) fail('sampling', 'must be a mapping');
-  if (s['max_new_tokens'] === null) delete s['max_new_tokens'];
+  for (const k of ['max_new_tokens', 'temperature', 'top_p', 'top_k']) if (s[k] === null) delete s[k];
   const sf = (field: string, dflt: number, ok: (x: number) => boolean, what: string) => {
     try {
       return num(s, field, dflt, ok, what);
@@ -163,7 +164,7 @@ export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRol
     maxToolErrors: posInt(o, 'max_tool_errors', 4),
     tokenizationCheck: check,
     tokenizationCheckEvery: posInt(o, 'tokenization_check_every', 8),
-    toolParser: str('tool_parser', 'hermes'),
+    toolParser: o['tool_parser'] === null ? 'hermes' : str('tool_parser', 'hermes'),
     defaultAgent: str('default_agent', 'single_turn'),
     sampling: Object.freeze(sampling),
     epochs,
@@ -191,7 +192,7 @@ export const RolloutSection = Type.Object(
     max_tool_errors: Type.Integer({ minimum: 1, default: 4, description: 'Failed tool calls before a trajectory stops with tool_error_limit.' }),
     tokenization_check: oneOf(['ignore_strippable', 'strict', 'off'] as const, { default: 'ignore_strippable', description: 'Delta vs full re-tokenization check of tool and user turns.' }),
     tokenization_check_every: Type.Integer({ minimum: 1, default: 8, description: 'Run the tokenization check on every N-th trajectory (1: all).' }),
-    tool_parser: Type.String({ minLength: 1, default: 'hermes', description: 'Tool-call parser by name.' }),
+    tool_parser: stringOrNull({ default: null, description: "Tool-call parser by name: hermes (Qwen2.5, Qwen3), llama3_json (Llama 3.1+), mistral; null: the model family's (model.config's model_type), hermes without one." }),
     default_agent: Type.String({ minLength: 1, default: 'single_turn', description: 'Agent loop for rows without agent_name (single_turn, tool_agent, or one of agent_loops).' }),
     agent_loops: Type.Record(
       Type.String(),
@@ -205,9 +206,9 @@ export const RolloutSection = Type.Object(
     ),
     sampling: Type.Object(
       {
-        temperature: Type.Number({ minimum: 0, default: 1, description: 'Sampling temperature (0: greedy).' }),
-        top_p: Type.Number({ exclusiveMinimum: 0, maximum: 1, default: 1, description: 'Nucleus sampling mass.' }),
-        top_k: Type.Integer({ minimum: 0, default: 0, description: 'Top-k (0: off).' }),
+        temperature: numberOrNull({ minimum: 0, default: null, description: "Sampling temperature (0: greedy; null: the model directory's generation_config.json, else 1)." }),
+        top_p: numberOrNull({ exclusiveMinimum: 0, maximum: 1, default: null, description: "Nucleus sampling mass (null: the model directory's generation_config.json, else 1)." }),
+        top_k: intOrNull({ minimum: 0, default: null, description: "Top-k (0: off; null: generation_config.json's, else 0)." }),
         max_new_tokens: intOrNull({ minimum: 1, default: null, description: 'Tokens per generate call (default: response_length).' }),
         seed: intOrNull({ default: null, description: 'Sampling seed (null: none).' }),
         stop_token_ids: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { description: "Stop tokens (default: the tokenizer's end-of-sequence token)." })),

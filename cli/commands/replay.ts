@@ -4,70 +4,19 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import type { Command } from 'commander';
 import { SingleBar, Presets } from 'cli-progress';
 import { loadRunConfig } from '../../core/config.ts';
-import { isRlstreamError, RlstreamError } from '../../core/errors.ts';
-import { openLog } from '../../core/log/open.ts';
-import type { EventLog } from '../../core/log/types.ts';
-import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
-import { openRegistryFor } from '../../core/serde/open.ts';
+import { RlstreamError } from '../../core/errors.ts';
 import { EventSerde } from '../../core/serde/events.ts';
-import type { SchemaRegistry } from '../../core/serde/registry.ts';
-import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import { advantageStage } from '../../consumers/advantage/stage.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { parsePosition } from '../../consumers/replay/range.ts';
+import { openSource, type Opened } from '../log-source.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
 import { checkOutputPath, insideDir, samePath } from '../output-path.ts';
 import { logOwnership } from '../../consumers/replay/ownership.ts';
 import { JsonlTarget, LogCopyTarget, TopicTarget, TracesTarget, type DeriveOptions, type ReplayTarget, type SftSplit } from '../../consumers/replay/targets.ts';
 import { rewardStageFor } from '../reward-stage.ts';
 import { runAdvantageStage } from '../run/plugins.ts';
-
-interface Opened {
-  log: EventLog;
-  registry: SchemaRegistry;
-  close(): Promise<void>;
-}
-
-/**
- * A log and its schema registry: embedded (registry in `_schemas`) or Kafka (registry at SCHEMA_REGISTRY_URL).
- * `readOnly`: the replay writes nothing into this log (see the embedded branch).
- */
-async function openSource(spec: string, readOnly = false, source = true): Promise<Opened> {
-  if (spec.startsWith('kafka://')) {
-    const brokers = spec.slice('kafka://'.length).split(',').filter(Boolean);
-    const log = await openLog({ kind: 'kafka', brokers });
-    const registry = await openRegistryFor(log).catch(async (err: unknown) => {
-      await log.close();
-      throw err;
-    });
-    return { log, registry, close: async () => (await registry.close(), await log.close()) };
-  }
-  // A source must exist, and a run directory stands for its log/ (opening it as a log would create an empty
-  // one there and replay nothing); a destination log may be created.
-  const dir = source ? resolveEmbeddedLog(spec, undefined).log : spec;
-  // Warnings to stderr: damage the open finds and gaps the readers skip must not pass silently.
-  const logger = jsonLogger({ level: 'warn', fields: { role: 'replay' } });
-  if (readOnly) {
-    // Opened read-only when nothing is written into it: damage is read around and reported rather than
-    // rewritten, and a running job's log needs no lock. Unless this version's schemas are not all registered
-    // in it yet (registering writes): then it is opened as a writer.
-    const log = await openLog({ kind: 'embedded', dir, readOnly: true }, logger);
-    let registry: EmbeddedRegistry | null = null;
-    try {
-      const r = (registry = await EmbeddedRegistry.open(log));
-      await new EventSerde(r).init();
-      return { log, registry: r, close: async () => (await r.close(), await log.close()) };
-    } catch (err) {
-      await registry?.close();
-      await log.close();
-      if (!isRlstreamError(err, 'LOG_READ_ONLY')) throw err;
-    }
-  }
-  const log = await openLog({ kind: 'embedded', dir }, logger);
-  const registry = await EmbeddedRegistry.open(log);
-  return { log, registry, close: async () => (await registry.close(), await log.close()) };
-}
 
 interface ReplayOpts {
   log: string;

@@ -10,6 +10,7 @@ import type { RunConfig } from '../../core/config.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
+import { isModelDir } from '../../core/weights/hf-dir.ts';
 import { openForRead, readHeader } from '../../core/weights/safetensors.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
@@ -45,7 +46,8 @@ export function pathProblems(config: RunConfig): string[] {
     ['dataset.heldout', config.dataset.heldout, 'file'],
   ];
   // model.base, like model.init, is a checkpoint directory or a .safetensors file.
-  if (m.base !== null) expected.push(['model.base', m.base.endsWith('.safetensors') ? m.base : initFiles(m.base).initWeights, 'file']);
+  // (a checkpoint directory, a Hugging Face model directory, or a .safetensors file); checkModel reads its headers.
+  if (m.base !== null) expected.push(['model.base', m.base, m.base.endsWith('.safetensors') ? 'file' : 'directory']);
   return expected.flatMap(([field, p, kind]) => (p === null ? [] : [pathProblem(field, p, kind)].filter((x): x is string => x !== null)));
 }
 
@@ -76,8 +78,8 @@ export async function startupProblems(config: RunConfig, plugins: RunPlugins): P
     if (!existsSync(initWeights)) {
       // The run trains a missing warm start by SFT, which needs the task's demonstrations.
       if (!plugins.task.sftExamples) problems.push(`model.init: ${m.init} does not exist and task ${config.task.name} has no SFT demonstrations to train it; point model.init at existing weights`);
-    } else if (statSync(initWeights).isDirectory()) problems.push(`model.init: ${initWeights} is a directory; name a checkpoint directory holding model.safetensors, or a .safetensors file`);
-    else problems.push(...weightsProblem('model.init', initWeights));
+    } else if (statSync(initWeights).isDirectory() && !isModelDir(initWeights)) problems.push(`model.init: ${initWeights} is a directory; name a checkpoint directory holding model.safetensors, a Hugging Face model directory, or a .safetensors file`);
+    else if (!statSync(initWeights).isDirectory()) problems.push(...weightsProblem('model.init', initWeights));
   }
   if (m.base !== null) {
     const { initWeights } = initFiles(m.base);

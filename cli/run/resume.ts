@@ -30,10 +30,12 @@ export interface ChosenRun {
 const RUN_FILE = 'run.json';
 const SUMMARY_FILE = 'summary.json';
 
-interface RunFile {
+export interface RunFile {
   run_id: string;
   config_hash: string;
   created_at: string;
+  /** Where the model came from (absolute paths or null), so `rlstream export` can copy its tokenizer files. */
+  model?: { base: string | null; tokenizer: string | null; chat_template: string | null };
 }
 
 /** A digest of the effective configuration: a run is resumed only by the configuration that started it. */
@@ -41,7 +43,7 @@ function configHash(config: RunConfig): string {
   return createHash('sha256').update(JSON.stringify(config.effective)).digest('hex').slice(0, 16);
 }
 
-function readRunFile(dir: string): RunFile | null {
+export function readRunFile(dir: string): RunFile | null {
   try {
     const v = JSON.parse(readFileSync(join(dir, RUN_FILE), 'utf8')) as Partial<RunFile>;
     return typeof v.run_id === 'string' && typeof v.config_hash === 'string' ? (v as RunFile) : null;
@@ -83,7 +85,8 @@ export function chooseRun(config: RunConfig, choice: RunChoice, now = new Date()
   const runId = `${prefix}${now.toISOString().replace(/[-:.TZ]/g, '').slice(0, 14)}`;
   const runDir = join(config.run.dataDir, runId);
   mkdirSync(runDir, { recursive: true });
-  writeAtomic(join(runDir, RUN_FILE), JSON.stringify({ run_id: runId, config_hash: hash, created_at: now.toISOString() } satisfies RunFile) + '\n');
+  const model = { base: config.model.base, tokenizer: config.model.tokenizer, chat_template: config.model.chatTemplate };
+  writeAtomic(join(runDir, RUN_FILE), JSON.stringify({ run_id: runId, config_hash: hash, created_at: now.toISOString(), model } satisfies RunFile) + '\n');
   const why = choice.kind === 'new' ? 'as --new asked' : 'no unfinished run of this configuration';
   return { runId, runDir, resumed: false, message: `starting run ${runId} in ${runDir} (${why})` };
 }

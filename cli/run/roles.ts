@@ -1,6 +1,6 @@
 // Each role of rlstream built from the compiled run config and a RunContext, so the main job (all roles in
 // one process) and `rlstream worker <role>` (one role per process) assemble roles exactly the same way.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
 import type { StreamProcessor } from '../../core/processor.ts';
@@ -9,6 +9,7 @@ import { createAdvantageProcessor } from '../../consumers/advantage/consumer.ts'
 import { createRewardProcessor } from '../../consumers/reward/consumer.ts';
 import { TraceSink } from '../../consumers/traces/sink.ts';
 import { Trainer, type TrainerDeps } from '../../consumers/trainer/trainer.ts';
+import { isModelDir, readGenerationDefaults } from '../../core/weights/hf-dir.ts';
 import { parseModelConfig, type ModelConfig } from '../../core/weights/model-config.ts';
 import { backends } from '../../producers/backends/registry.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
@@ -16,6 +17,7 @@ import type { DeviceKind } from '../../native/index.ts';
 import type { RowSource } from '../../producers/dataset/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
+import { toolParserForFamily } from '../../producers/agent/tool-parser.ts';
 import type { RolloutOptions } from '../../producers/options.ts';
 import type { ResumePoint } from '../../producers/resume.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
@@ -35,10 +37,15 @@ export interface ModelFiles {
   initCheckpoint: string | null;
 }
 
-/** `model.init` names a checkpoint directory (model.safetensors + optimizer state) or a safetensors file. */
+/**
+ * `model.init` names a checkpoint directory (model.safetensors + optimizer state, as `rlstream sft` writes), a Hugging
+ * Face model directory (weights only, sharded or not: loaded as they are, the optimizer starting fresh) or a
+ * safetensors file.
+ */
 export function initFiles(init: string): { initWeights: string; initCheckpoint: string | null } {
-  const isFile = init.endsWith('.safetensors');
-  return isFile ? { initWeights: init, initCheckpoint: null } : { initWeights: join(init, 'model.safetensors'), initCheckpoint: init };
+  if (init.endsWith('.safetensors')) return { initWeights: init, initCheckpoint: null };
+  if (isModelDir(init) && !existsSync(join(init, 'optimizer.safetensors'))) return { initWeights: init, initCheckpoint: null };
+  return { initWeights: join(init, 'model.safetensors'), initCheckpoint: init };
 }
 
 function required(value: string | null, field: string): string {
@@ -144,10 +151,17 @@ export async function createBackend(ctx: RunContext, colocatedTrainer?: DeviceKi
 export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): RolloutOptions {
   // interrupt is the backend's (createBackend): the worker takes each turn on whatever version serves it.
   const { agent_loops: _loops, interactions: _interactions, interrupt: _interrupt, sampling, ...r } = ctx.config.rollout;
-  const stop = sampling.stop_token_ids ?? (tokenizer.eosTokenId !== null ? [tokenizer.eosTokenId] : []);
+  // Defaults from the model directory (model.base's generation_config.json, else the tokenizer directory's): its
+  // eos ids stop generation beside the tokenizer's end-of-sequence token, and its sampling values fill what the
+  // config leaves null.
+  const gen = readGenerationDefaults(ctx.config.model.base !== null && isModelDir(ctx.config.model.base) ? ctx.config.model.base : tokenizer.dir);
+  const stop = sampling.stop_token_ids ?? [...new Set([...(tokenizer.eosTokenId !== null ? [tokenizer.eosTokenId] : []), ...gen.eosTokenIds])];
+  // the tool-call format of the model's family (its chat template's), unless rollout.tool_parser names one
+  const family = ctx.config.model.config !== null && existsSync(ctx.config.model.config) ? parseModelConfig(readFileSync(ctx.config.model.config, 'utf8')).model_type : null;
   return {
     ...r,
-    sampling: { ...sampling, stop_token_ids: stop },
+    tool_parser: r.tool_parser ?? toolParserForFamily(family),
+    sampling: { ...sampling, temperature: sampling.temperature ?? gen.temperature ?? 1, top_p: sampling.top_p ?? gen.topP ?? 1, top_k: sampling.top_k ?? gen.topK ?? 0, stop_token_ids: stop },
     groups_per_step: ctx.config.trainer.groupsPerStep,
     staleness_bound: ctx.config.trainer.stalenessBound,
     dataset_name: ctx.plugins.task.datasetName,

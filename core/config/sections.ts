@@ -127,7 +127,7 @@ export const ModelSection = obj(
     tokenizer: stringOrNull({ default: null, description: 'Tokenizer directory (tokenizer.json, chat template).' }),
     chat_template: stringOrNull({ default: null, description: "A Jinja chat template file used instead of the tokenizer directory's own (verl's custom_chat_template, vLLM's --chat-template): e.g. a tool-call format for a model whose template has none." }),
     init: stringOrNull({ default: null, description: 'Warm start: a checkpoint directory (as `rlstream sft` writes) or a .safetensors file; trained by SFT when missing.' }),
-    base: stringOrNull({ default: null, description: "Pretrained weights the SFT warm start begins from when model.init does not exist (a .safetensors file or a checkpoint directory, e.g. what `rlstream import gguf` writes); null: SFT begins from random weights." }),
+    base: stringOrNull({ default: null, description: "Pretrained weights: a Hugging Face model directory (config.json, sharded safetensors with model.safetensors.index.json, tokenizer files, generation_config.json; docs/models.md), a .safetensors file or a checkpoint directory. A model directory is all a config needs: model.config, model.tokenizer and model.init default to it, and its generation_config.json gives the stop tokens and sampling defaults. Where model.init is set and does not exist, the SFT warm start begins from it; null: from random weights." }),
   },
   'The policy model (built-in backend and trainer).',
 );

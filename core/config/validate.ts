@@ -170,7 +170,7 @@ export function intOrNull(options: { minimum?: number; default: number | null; d
 }
 
 /** A number or null. */
-export function numberOrNull(options: { minimum?: number; exclusiveMinimum?: number; default: number | null; description: string }) {
+export function numberOrNull(options: { minimum?: number; exclusiveMinimum?: number; maximum?: number; default: number | null; description: string }) {
   return Type.Unsafe<number | null>({ type: ['number', 'null'], ...options });
 }
 

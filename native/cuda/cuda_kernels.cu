@@ -170,6 +170,40 @@ __global__ void k_rope_table(float* cosb, float* sinb, const int* pos, const flo
     sinb[i] = (float)sin((double)ang);
   }
 }
+// Per-head RMSNorm (q_norm / k_norm), one warp per head row (t, h) of rows with a stride of ld floats
+__global__ void k_head_rmsnorm(float* x, int ld, float* saved, float* rstd, const float* w, int T, int nh, int hd,
+                               float eps) {
+  const long row = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= (long)T * nh) return;
+  float* v = x + (size_t)(row / nh) * ld + (size_t)(row % nh) * hd;
+  float ss = 0.f;
+  for (int i = lane; i < hd; i += 32) {
+    const float a = v[i];
+    ss += a * a;
+    if (saved) saved[(size_t)row * hd + i] = a;
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float r = rsqrtf(ss / hd + eps);
+  if (lane == 0) rstd[row] = r;
+  for (int i = lane; i < hd; i += 32) v[i] = w[i] * (v[i] * r);
+}
+// its input gradient in place (the weight's gradient is a column sum, taken before)
+__global__ void k_head_rmsnorm_back(float* dx, int ld, const float* saved, const float* w, const float* rstd, int T,
+                                    int nh, int hd) {
+  const long row = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= (long)T * nh) return;
+  float* dy = dx + (size_t)(row / nh) * ld + (size_t)(row % nh) * hd;
+  const float* xs = saved + (size_t)row * hd;
+  const float r = rstd[row];
+  float m = 0.f;
+  for (int i = lane; i < hd; i += 32) m += dy[i] * w[i] * xs[i] * r;
+  for (int o = 16; o > 0; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
+  m /= hd;
+  for (int i = lane; i < hd; i += 32) dy[i] = r * (dy[i] * w[i] - xs[i] * r * m);
+}
+
 template <bool INVERSE>
 __global__ void k_rope(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) {
   const int half = hd / 2;
@@ -790,7 +824,12 @@ __global__ void k_qkv_rope_back16(bf16* dqkv16, float* dq, float* dk, const floa
       float a[P], b[P], x[P], y[P];
       load_v<P>(a, src + c);
       load_v<P>(b, src + c + half);
-      rotate<P, true>(x, y, a, b, cosb + (size_t)t * half + it.j, sinb + (size_t)t * half + it.j);
+      if (cosb) {
+        rotate<P, true>(x, y, a, b, cosb + (size_t)t * half + it.j, sinb + (size_t)t * half + it.j);
+      } else {  // rotated back already (q/k norms between)
+#pragma unroll
+        for (int e = 0; e < P; e++) x[e] = a[e], y[e] = b[e];
+      }
       if (WRITE) {
         store_v<P>(src + c, x);
         store_v<P>(src + c + half, y);
@@ -1232,10 +1271,27 @@ class CudaKernels final : public Kernels {
     settle();
   }
 
-  void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, double theta) override {
+  void head_rmsnorm(float* x, int ld, float* saved, float* rstd, const float* w, int T, int nh, int hd,
+                    float eps) override {
+    const long rows = (long)T * nh;
+    k_head_rmsnorm<<<blocks_for((size_t)rows * 32, 256), 256, 0, stream_>>>(x, ld, saved, rstd, w, T, nh, hd, eps);
+    LAUNCH_CHECK("head_rmsnorm");
+    settle();
+  }
+  void head_rmsnorm_backward(float* dx, int ld, float* dw, const float* saved, const float* w, const float* rstd,
+                             int T, int nh, int hd) override {
+    // the weight's gradient from d out (rows of hd floats one after the other: ld must be nh * hd here)
+    if (ld != nh * hd) invalid("head_rmsnorm_backward: the CUDA layer takes d out as contiguous heads");
+    colsum(dw, dx, saved, rstd, T * nh, hd);
+    const long rows = (long)T * nh;
+    k_head_rmsnorm_back<<<blocks_for((size_t)rows * 32, 256), 256, 0, stream_>>>(dx, ld, saved, w, rstd, T, nh, hd);
+    LAUNCH_CHECK("head_rmsnorm_backward");
+    settle();
+  }
+
+  void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, const float* inv_freq) override {
     const int half = hd / 2;
-    std::vector<float> inv(half);
-    for (int i = 0; i < half; i++) inv[i] = 1.0f / (float)std::pow(theta, (double)(2 * i) / (double)hd);
+    std::vector<float> inv(inv_freq, inv_freq + half);
     float* dinv = (float*)inv_.get(half * sizeof(float));
     if (inv != inv_host_) {  // the same table every step of a model: sent once
       CUDA_CHECK(cudaMemcpy(dinv, inv.data(), half * sizeof(float), cudaMemcpyHostToDevice));

@@ -165,6 +165,49 @@ class CpuKernels final : public Kernels {
     }
   }
 
+  void head_rmsnorm(float* x, int ld, float* saved, float* rstd, const float* w, int T, int nh, int hd,
+                    float eps) override {
+#pragma omp parallel for num_threads(nt_) schedule(static) if (T > 16)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < nh; h++) {
+        float* v = x + (size_t)t * ld + (size_t)h * hd;
+        if (saved) std::memcpy(saved + ((size_t)t * nh + h) * hd, v, hd * sizeof(float));
+        const float r = 1.0f / std::sqrt(dot(v, v, hd) / hd + eps);
+        rstd[(size_t)t * nh + h] = r;
+#pragma omp simd
+        for (int i = 0; i < hd; i++) v[i] = w[i] * (v[i] * r);
+      }
+  }
+  void head_rmsnorm_backward(float* dx, int ld, float* dw, const float* saved, const float* w, const float* rstd,
+                             int T, int nh, int hd) override {
+    // dw first (it needs d out), each thread a column range over every row in order: deterministic
+    const int nb = std::max(1, std::min(nt_, hd / 8));
+#pragma omp parallel for num_threads(nt_) schedule(static) if (nb > 1)
+    for (int b = 0; b < nb; b++) {
+      const int c0 = (int)((long)hd * b / nb), c1 = (int)((long)hd * (b + 1) / nb);
+      for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+          const float* dy = dx + (size_t)t * ld + (size_t)h * hd;
+          const float* xs = saved + ((size_t)t * nh + h) * hd;
+          const float r = rstd[(size_t)t * nh + h];
+          for (int i = c0; i < c1; i++) dw[i] += dy[i] * xs[i] * r;
+        }
+    }
+#pragma omp parallel for num_threads(nt_) schedule(static) if (T > 16)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < nh; h++) {
+        float* dy = dx + (size_t)t * ld + (size_t)h * hd;
+        const float* xs = saved + ((size_t)t * nh + h) * hd;
+        const float r = rstd[(size_t)t * nh + h];
+        float m = 0.f;
+#pragma omp simd reduction(+ : m)
+        for (int i = 0; i < hd; i++) m += dy[i] * w[i] * xs[i] * r;
+        m /= hd;
+#pragma omp simd
+        for (int i = 0; i < hd; i++) dy[i] = r * (dy[i] * w[i] - xs[i] * r * m);
+      }
+  }
+
   // C[M,N] = op(A) op(B) + beta C, split into nt_ blocks of rows (M) or columns (N); K is never split.
   void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb, float beta,
             float* Cm, int ldc) {
@@ -222,11 +265,9 @@ class CpuKernels final : public Kernels {
     }
   }
 
-  void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, double theta) override {
+  void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, const float* inv) override {
     const int half = hd / 2;
-    std::vector<float> inv(half);
-    // float32 like HF: inv_freq = 1 / theta^(2i/hd), freqs = pos * inv_freq, both rounded to float
-    for (int i = 0; i < half; i++) inv[i] = 1.0f / (float)std::pow(theta, (double)(2 * i) / (double)hd);
+    // float32 like HF: freqs = pos * inv_freq rounded to float
 #pragma omp parallel for num_threads(nt_) schedule(static) if (T > 64)
     for (int t = 0; t < T; t++)
       for (int i = 0; i < half; i++) {

@@ -51,11 +51,21 @@ struct Kernels {
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                                int N, int C, int OC) = 0;
 
-  // cos/sin tables [T, hd/2] for positions pos[T]: angle = pos * theta^(-2i/hd) (HF rotary, float32 like HF).
-  virtual void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, double theta) = 0;
+  // cos/sin tables [T, hd/2] for positions pos[T]: angle = pos * inv_freq[i] (HF rotary, float32 like HF), with
+  // inv_freq [hd/2] host floats (ModelConfig::rope_inv_freq: theta^(-2i/hd), scaled where rope_scaling says so).
+  virtual void rope_table(float* cosb, float* sinb, const int32_t* pos, int T, int hd, const float* inv_freq) = 0;
   // x[T, nh*hd] rotated in place (rotate_half convention); backward applies the inverse rotation to the gradient.
   virtual void rope_forward(float* x, const float* cosb, const float* sinb, int T, int nh, int hd) = 0;
   virtual void rope_backward(float* dx, const float* cosb, const float* sinb, int T, int nh, int hd) = 0;
+
+  // Per-head RMSNorm (Qwen3's q_norm / k_norm): in rows t of x with a stride of ld floats, each of the nh heads
+  // x[t, h*hd : (h+1)*hd] is replaced by rmsnorm(head) * w[hd] (as rmsnorm_forward); the heads' inputs are kept in
+  // saved[T, nh*hd] (where not null) and their rstd[T*nh] for the backward.
+  virtual void head_rmsnorm(float* x, int ld, float* saved, float* rstd, const float* w, int T, int nh, int hd,
+                            float eps) = 0;
+  // Its backward in place: dx (rows of stride ld) holds d out on entry and d in on return; dw += sum d out * x̂.
+  virtual void head_rmsnorm_backward(float* dx, int ld, float* dw, const float* saved, const float* w,
+                                     const float* rstd, int T, int nh, int hd) = 0;
 
   // Causal grouped-query attention inside each packed sequence [seq_starts[s], seq_starts[s+1]).
   // q/out [T, NH*hd], k/v [T, NKV*hd], lse [NH, T] (log-sum-exp of each score row, kept for backward).
@@ -152,7 +162,8 @@ struct Kernels {
     unsupported("qkv_rope_split");
   }
   // dq, dk rotated back in place (rope_backward), dqkv16[T, QD + 2 KD] = [dq | dk | dv]; bias gradients (each may be
-  // null) += column sums of dq, dk, dv.
+  // null) += column sums of dq, dk, dv. cosb null: dq and dk are taken as they are (rotated back already, by a
+  // caller with q/k norms between the product and the rotation).
   virtual void qkv_rope_back16(uint16_t* dqkv16, float* dq, float* dk, const float* dv, float* dqb, float* dkb,
                                float* dvb, const float* cosb, const float* sinb, int T, int NH, int NKV, int hd) {
     unsupported("qkv_rope_back16");

@@ -44,6 +44,32 @@ ModelConfig config_from_js(const Napi::Value& v) {
   c.tie_word_embeddings = flag("tie_word_embeddings", false);
   c.max_position_embeddings = integer("max_position_embeddings");
   c.attention_bias = flag("attention_bias", false);
+  // Keys of core/weights/model-config.ts (HF names): head_dim, model_type (qwen3: per-head q/k norms),
+  // sliding_window (null: none), rope_scaling (null or { rope_type: 'llama3', factor, ... }).
+  auto optional_int = [&](const char* key) {
+    Napi::Value x = o.Get(key);
+    return x.IsUndefined() || x.IsNull() ? 0 : integer(key);
+  };
+  c.head_dim_set = optional_int("head_dim");
+  c.sliding_window = optional_int("sliding_window");
+  Napi::Value mt = o.Get("model_type");
+  c.qk_norm = mt.IsString() && mt.As<Napi::String>().Utf8Value() == "qwen3";
+  Napi::Value rs = o.Get("rope_scaling");
+  if (!rs.IsUndefined() && !rs.IsNull()) {
+    if (!rs.IsObject()) invalid("config.rope_scaling must be an object or null");
+    Napi::Object r = rs.As<Napi::Object>();
+    Napi::Value type = r.Get("rope_type");
+    if (!type.IsString() || type.As<Napi::String>().Utf8Value() != "llama3")
+      invalid("config.rope_scaling.rope_type must be 'llama3' (the one scaling supported)");
+    c.rope_scaling = 1;
+    c.rope_factor = num_arg(r.Get("factor"), "config.rope_scaling.factor");
+    c.rope_low_freq_factor = num_arg(r.Get("low_freq_factor"), "config.rope_scaling.low_freq_factor");
+    c.rope_high_freq_factor = num_arg(r.Get("high_freq_factor"), "config.rope_scaling.high_freq_factor");
+    const double om = num_arg(r.Get("original_max_position_embeddings"), "config.rope_scaling.original_max_position_embeddings");
+    if (om != std::floor(om) || om < 1 || om > (1 << 24))
+      invalid("config.rope_scaling.original_max_position_embeddings must be a positive integer");
+    c.rope_original_max_position_embeddings = (int)om;
+  }
   validate_config(c);
   return c;
 }

@@ -44,6 +44,8 @@ struct Model::Acts {
   Kernels* k = nullptr;
   struct Layer {
     float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
+    // q/k norms (qk_norm): the heads' inputs [T, QD] and [T, KD], and their rstd [T * NH], [T * NKV]
+    float *qpre = nullptr, *kpre = nullptr, *qrstd = nullptr, *krstd = nullptr;
     // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I] in
     // bf16 (uint16_t bit patterns), and the products' operands are kept in bf16 too: ln1h, ln2h [T, H], acth [T, I],
     // atth [T, QD] (att stays fp32 for the attention backward).
@@ -67,6 +69,7 @@ struct Model::Acts {
 Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device, bool trainable)
     : cfg_(cfg), device_(device), trainable_(trainable) {
   validate_config(cfg_);
+  inv_freq_ = cfg_.rope_inv_freq();
   if (threads < 1 || threads > 256) invalid("threads must be in [1, 256], got " + std::to_string(threads));
   threads_ = threads;
   // Keep one chunk of logits around 32 MiB, but at least 16 tokens per GEMM. A GPU wants large GEMMs and has the
@@ -108,6 +111,10 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
     add(p + "self_attn.v_proj.weight", {KD, H});
     if (cfg_.attention_bias) add(p + "self_attn.v_proj.bias", {KD});
     add(p + "self_attn.o_proj.weight", {H, QD});
+    if (cfg_.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {(int64_t)cfg_.head_dim()});
+      add(p + "self_attn.k_norm.weight", {(int64_t)cfg_.head_dim()});
+    }
     add(p + "post_attention_layernorm.weight", {H});
     add(p + "mlp.gate_proj.weight", {I, H});
     add(p + "mlp.up_proj.weight", {I, H});
@@ -215,6 +222,10 @@ ParamPtrs Model::bind(float* base) const {
     L.v_w = next();
     L.v_b = cfg_.attention_bias ? next() : nullptr;
     L.o_w = next();
+    if (cfg_.qk_norm) {
+      L.q_norm = next();
+      L.k_norm = next();
+    }
     L.ln2_w = next();
     L.gate_w = next();
     L.up_w = next();
@@ -239,7 +250,8 @@ void Model::init_random(uint64_t seed, float std) {
   float* base = params_.get();
   for (const auto& t : tensors_) {
     float* p = base + t.offset;
-    const bool norm = t.name.find("layernorm") != std::string::npos || t.name == "model.norm.weight";
+    const bool norm = t.name.find("layernorm") != std::string::npos || t.name == "model.norm.weight" ||
+                      t.name.find("_norm.weight") != std::string::npos;
     const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
     for (size_t i = 0; i < t.numel; i++) {
       if (norm) p[i] = 1.0f;
@@ -262,9 +274,11 @@ void Model::validate_batch(const Batch& b) const {
     if (e <= a)
       invalid("batch.seqStarts must be strictly increasing: seqStarts[" + std::to_string(s + 1) + "] = " +
               std::to_string(e) + " <= seqStarts[" + std::to_string(s) + "] = " + std::to_string(a));
-    if (e - a > cfg_.max_position_embeddings)
-      invalid("sequence " + std::to_string(s) + " has length " + std::to_string(e - a) +
-              " > max_position_embeddings " + std::to_string(cfg_.max_position_embeddings));
+    if (e - a > cfg_.max_sequence())
+      invalid("sequence " + std::to_string(s) + " has length " + std::to_string(e - a) + " > " +
+              (cfg_.max_sequence() < cfg_.max_position_embeddings
+                   ? "sliding_window " + std::to_string(cfg_.sliding_window) + " (attention beyond the window is not supported)"
+                   : "max_position_embeddings " + std::to_string(cfg_.max_position_embeddings)));
   }
   if (b.seq_starts[b.S] != b.T)
     invalid("batch.seqStarts must end at the number of tokens " + std::to_string(b.T) + ", got " +
@@ -298,6 +312,12 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
         each(t * H, {&l.ln1, &l.mid, &l.ln2});
       }
       each(t, {&l.rstd1, &l.rstd2});
+      if (cfg_.qk_norm) {
+        each(t * QD, {&l.qpre});
+        each(t * KD, {&l.kpre});
+        each(NH * t, {&l.qrstd});
+        each(t * cfg_.num_key_value_heads, {&l.krstd});
+      }
       each(t * QD, {&l.q, &l.att});
       each(t * KD, {&l.k, &l.v});
       each(NH * t, {&l.lse});
@@ -374,7 +394,7 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
   if (!fused_train_) invalid("extend: the fused decode path needs the fused training layout");
   if (a.dv + (size_t)a.cap * KD < qkv + (size_t)T * (QD + 2 * KD))
     invalid("extend: the fused decode path's buffers do not fit the backward scratch");
-  PROF(elementwise, k.rope_table(a.cosb, a.sinb, c.pos, T, hd, cfg_.rope_theta));
+  PROF(elementwise, k.rope_table(a.cosb, a.sinb, c.pos, T, hd, inv_freq_.data()));
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
   for (int l = 0; l < L; l++) {
     const LayerPtrs& w = P_.layers[l];
@@ -388,6 +408,10 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
     else
       PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
     PROF(matmul, k.matmul16(qkv, ln1h, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, false));
+    if (cfg_.qk_norm) {  // in place in the q|k|v rows, before the rotation (nothing kept: no backward)
+      PROF(elementwise, k.head_rmsnorm(qkv, QD + 2 * KD, nullptr, x.qrstd, w.q_norm, T, NH, hd, eps));
+      PROF(elementwise, k.head_rmsnorm(qkv + QD, QD + 2 * KD, nullptr, x.krstd, w.k_norm, T, NKV, hd, eps));
+    }
     PROF(elementwise, k.qkv_rope_store(x.q, kc, vc, qkv, w.q_b, w.k_b, w.v_b, a.cosb, a.sinb, c.slot, c.pos, T, NH,
                                        NKV, hd, kv_max_len_));
     PROF(attention, k.attention_cached(x.att, x.q, kc, vc, c.slot, c.pos, T, NH, NKV, hd, kv_max_len_));
@@ -420,7 +444,7 @@ void Model::forward_train_fused(const Batch& b) {
   a.pos.resize(T);
   for (int s = 0; s < b.S; s++)
     for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
-  PROF(elementwise, k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, cfg_.rope_theta));
+  PROF(elementwise, k.rope_table(a.cosb, a.sinb, a.pos.data(), T, hd, inv_freq_.data()));
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
   for (int l = 0; l < L; l++) {
     const LayerPtrs& w = P_.layers[l];
@@ -432,6 +456,10 @@ void Model::forward_train_fused(const Batch& b) {
     else
       PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
     PROF(matmul, k.matmul16(qkv, ln1h, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, false));
+    if (cfg_.qk_norm) {  // in place in the q|k|v rows, their inputs kept for the backward
+      PROF(elementwise, k.head_rmsnorm(qkv, QD + 2 * KD, x.qpre, x.qrstd, w.q_norm, T, NH, hd, eps));
+      PROF(elementwise, k.head_rmsnorm(qkv + QD, QD + 2 * KD, x.kpre, x.krstd, w.k_norm, T, NKV, hd, eps));
+    }
     PROF(elementwise, k.qkv_rope_split(x.q, x.k, x.v, qkv, w.q_b, w.k_b, w.v_b, a.cosb, a.sinb, T, NH, NKV, hd));
     PROF(attention, k.attention_forward16(x.att, atth, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
     PROF(matmul, k.matmul16(tmp, atth, w.o_w, H, nullptr, 0, nullptr, 0, T, QD, false));
@@ -461,7 +489,7 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
     for (int s = 0; s < b.S; s++)
       for (int t = b.seq_starts[s]; t < b.seq_starts[s + 1]; t++) a.pos[t] = t - b.seq_starts[s];
   // (a cached call's own positions: the caller's array, at a fixed address while capturing a graph)
-  PROF(elementwise, k.rope_table(a.cosb, a.sinb, cached ? cached->pos : a.pos.data(), T, hd, cfg_.rope_theta));
+  PROF(elementwise, k.rope_table(a.cosb, a.sinb, cached ? cached->pos : a.pos.data(), T, hd, inv_freq_.data()));
 
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
   for (int l = 0; l < cfg_.num_hidden_layers; l++) {
@@ -471,6 +499,10 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
     PROF(matmul, k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false));
     PROF(matmul, k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false));
     PROF(matmul, k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false));
+    if (cfg_.qk_norm) {
+      PROF(elementwise, k.head_rmsnorm(x.q, QD, x.qpre, x.qrstd, w.q_norm, T, NH, hd, eps));
+      PROF(elementwise, k.head_rmsnorm(x.k, KD, x.kpre, x.krstd, w.k_norm, T, NKV, hd, eps));
+    }
     PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
     PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
     if (cached) {
@@ -612,8 +644,17 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
                                        0, nullptr, 0, T, QD));
       PROF(attention, k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T,
                                            NH, NKV, hd));
-      PROF(elementwise, k.qkv_rope_back16(dqkv16, a.dq, a.dk, a.dv, g.q_b, g.k_b, g.v_b, a.cosb, a.sinb, T, NH, NKV,
-                                          hd));
+      if (cfg_.qk_norm) {  // rotated back, through the norms, then packed as they are
+        PROF(elementwise, k.rope_backward(a.dq, a.cosb, a.sinb, T, NH, hd));
+        PROF(elementwise, k.rope_backward(a.dk, a.cosb, a.sinb, T, NKV, hd));
+        PROF(elementwise, k.head_rmsnorm_backward(a.dq, QD, g.q_norm, x.qpre, w.q_norm, x.qrstd, T, NH, hd));
+        PROF(elementwise, k.head_rmsnorm_backward(a.dk, KD, g.k_norm, x.kpre, w.k_norm, x.krstd, T, NKV, hd));
+        PROF(elementwise, k.qkv_rope_back16(dqkv16, a.dq, a.dk, a.dv, g.q_b, g.k_b, g.v_b, nullptr, nullptr, T, NH,
+                                            NKV, hd));
+      } else {
+        PROF(elementwise, k.qkv_rope_back16(dqkv16, a.dq, a.dk, a.dv, g.q_b, g.k_b, g.v_b, a.cosb, a.sinb, T, NH,
+                                            NKV, hd));
+      }
       PROF(matmul, k.matmul16_backward(a.dln, nullptr, g.q_w, g.k_w, g.v_w, dqkv16, (uint16_t*)x.ln1h, w.q_w, QD, w.k_w, KD,
                                        w.v_w, KD, T, H));
       PROF(elementwise, k.rmsnorm_backward16(a.dres, dres16, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H));
@@ -641,6 +682,10 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
     PROF(attention, k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T, NH, NKV, hd));
     PROF(elementwise, k.rope_backward(a.dq, a.cosb, a.sinb, T, NH, hd));
     PROF(elementwise, k.rope_backward(a.dk, a.cosb, a.sinb, T, NKV, hd));
+    if (cfg_.qk_norm) {
+      PROF(elementwise, k.head_rmsnorm_backward(a.dq, QD, g.q_norm, x.qpre, w.q_norm, x.qrstd, T, NH, hd));
+      PROF(elementwise, k.head_rmsnorm_backward(a.dk, KD, g.k_norm, x.kpre, w.k_norm, x.krstd, T, NKV, hd));
+    }
     PROF(elementwise, k.zero(a.dln, (size_t)T * H));
     PROF(matmul, k.matmul_backward(a.dln, g.q_w, g.q_b, a.dq, x.ln1, w.q_w, T, H, QD));
     PROF(matmul, k.matmul_backward(a.dln, g.k_w, g.k_b, a.dk, x.ln1, w.k_w, T, H, KD));
@@ -707,6 +752,10 @@ void Model::validate_extend(const int32_t* slots, const int32_t* counts, int B, 
     if (seen[s]) invalid("extend: slot " + std::to_string(s) + " appears twice in one call");
     seen[s] = 1;
     if (counts[b] < 1) invalid("extend: counts[" + std::to_string(b) + "] must be >= 1, got " + std::to_string(counts[b]));
+    if (cfg_.max_sequence() < cfg_.max_position_embeddings && (long)kv_len_[s] + counts[b] > cfg_.max_sequence())
+      invalid("extend: slot " + std::to_string(s) + " would hold " + std::to_string(kv_len_[s] + counts[b]) +
+              " tokens, more than sliding_window " + std::to_string(cfg_.sliding_window) +
+              " (attention beyond the window is not supported)");
     if ((long)kv_len_[s] + counts[b] > kv_max_len_)
       invalid("extend: slot " + std::to_string(s) + " holds " + std::to_string(kv_len_[s]) + " tokens; " +
               std::to_string(counts[b]) + " more exceed maxLen " + std::to_string(kv_max_len_));

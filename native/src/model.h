@@ -25,6 +25,7 @@ struct TensorInfo {
 
 struct LayerPtrs {
   float *ln1_w, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *ln2_w, *gate_w, *up_w, *down_w;
+  float *q_norm = nullptr, *k_norm = nullptr;  // Qwen3's per-head norms [head_dim] (qk_norm)
 };
 // Pointers into one block. lm_head aliases embed when the embeddings are tied.
 struct ParamPtrs {
@@ -171,6 +172,7 @@ class Model {
   ParamPtrs bind(float* base) const;
 
   ModelConfig cfg_;
+  std::vector<float> inv_freq_;  // rotary inverse frequencies [head_dim / 2] (cfg_.rope_inv_freq())
   int threads_;
   int chunk_;
   std::unique_ptr<Kernels> k_;

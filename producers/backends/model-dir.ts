@@ -3,27 +3,34 @@
 // read every *.safetensors of the directory they are given, and the trainer's weights store keeps all kept
 // versions side by side in one directory, so a server needs a directory of its own per version. The weights
 // are hard-linked (copied only across file systems), so a version costs no extra disk.
-import { copyFile, link, mkdir, readdir, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, readdir, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { writeHfDir } from '../../core/weights/hf-dir.ts';
 import type { PolicyUpdate } from './types.ts';
 
 const SERVED = 'served';
 
-/** `<weights dir>/served/v<version>/` holding config.json and model.safetensors; idempotent. */
-export async function versionModelDir(update: PolicyUpdate): Promise<string> {
+/**
+ * `<weights dir>/served/v<version>/` holding config.json and model.safetensors, written by the one Hugging Face
+ * directory writer (core/weights/hf-dir.ts, also `rlstream export`'s); idempotent.
+ */
+export function versionModelDir(update: PolicyUpdate): Promise<string> {
   const dir = join(dirname(update.weightsPath), SERVED, `v${update.version}`);
-  await mkdir(dir, { recursive: true });
-  await writeFile(join(dir, 'config.json'), update.configJson);
-  const target = join(dir, 'model.safetensors');
-  try {
-    await link(update.weightsPath, target);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EXDEV' || code === 'EPERM') await copyFile(update.weightsPath, target);
-    else if (code !== 'EEXIST') throw err;
+  // the servers of one backend take a version at once: one write of its directory, the others wait on it
+  let p = writing.get(dir);
+  if (!p) {
+    p = (async () => {
+      if (existsSync(join(dir, 'config.json')) && existsSync(join(dir, 'model.safetensors'))) return dir;
+      await mkdir(dirname(dir), { recursive: true });
+      await writeHfDir(dir, { file: update.weightsPath }, { configJson: update.configJson, dtype: 'F32', force: true });
+      return dir;
+    })().finally(() => writing.delete(dir));
+    writing.set(dir, p);
   }
-  return dir;
+  return p;
 }
+const writing = new Map<string, Promise<string>>();
 
 /** Delete the directories of versions older than `version` (no server loads them again). */
 export async function pruneVersionModelDirs(update: PolicyUpdate): Promise<void> {

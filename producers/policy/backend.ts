@@ -2,6 +2,7 @@
 // this machine, with continuous batching, kept per-session KV caches and hot-swapped policy versions.
 import { RlstreamError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
+import { readWeights } from '../../core/weights/hf-dir.ts';
 import { readSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
 import { policyConfig, type PolicyModelConfig } from './config.ts';
@@ -36,7 +37,7 @@ export type BuiltinPolicySource =
   | { configJson: string; weights: TensorMap; version: number };
 
 async function loadWeights(source: BuiltinPolicySource): Promise<TensorMap> {
-  return 'weights' in source ? source.weights : readSafetensors(source.weightsPath);
+  return 'weights' in source ? source.weights : readWeights(source.weightsPath);
 }
 
 export class BuiltinPolicyBackend implements LlmBackend {

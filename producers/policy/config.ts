@@ -1,7 +1,7 @@
 // The built-in policy's model configuration (the checkpoint's config.json in the export's and engine's terms),
 // plus the HF tensor names and shapes the built-in policy expects.
 import { RlstreamError } from '../../core/errors.ts';
-import { parseModelConfig } from '../../core/weights/model-config.ts';
+import { maxSequence, parseModelConfig, ropeInvFreq } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 
 export interface PolicyModelConfig {
@@ -17,6 +17,10 @@ export interface PolicyModelConfig {
   readonly tieWordEmbeddings: boolean;
   readonly maxPositions: number;
   readonly attentionBias: boolean;
+  /** Qwen3: per-head RMSNorm of q and k (q_norm, k_norm) before the rotation. */
+  readonly qkNorm: boolean;
+  /** Rotary inverse frequencies [headDim / 2] (rope scaling applied). */
+  readonly ropeInvFreq: Float32Array;
 }
 
 /**
@@ -30,22 +34,24 @@ export function policyConfig(json: unknown): PolicyModelConfig {
     numLayers: c.num_hidden_layers,
     numHeads: c.num_attention_heads,
     numKvHeads: c.num_key_value_heads,
-    headDim: c.hidden_size / c.num_attention_heads,
+    headDim: c.head_dim,
     intermediateSize: c.intermediate_size,
     vocabSize: c.vocab_size,
     ropeTheta: c.rope_theta,
     rmsNormEps: c.rms_norm_eps,
     tieWordEmbeddings: c.tie_word_embeddings,
-    maxPositions: c.max_position_embeddings,
+    maxPositions: maxSequence(c),
     attentionBias: c.attention_bias,
+    qkNorm: c.model_type === 'qwen3',
+    ropeInvFreq: ropeInvFreq(c),
   });
 }
 
 /** The config.json text for a PolicyModelConfig (HF key names), e.g. for tests and benchmarks. */
 export function configToJson(c: PolicyModelConfig): string {
   return JSON.stringify({
-    architectures: ['LlamaForCausalLM'],
-    model_type: 'llama',
+    architectures: [c.qkNorm ? 'Qwen3ForCausalLM' : c.attentionBias ? 'Qwen2ForCausalLM' : 'LlamaForCausalLM'],
+    model_type: c.qkNorm ? 'qwen3' : c.attentionBias ? 'qwen2' : 'llama',
     hidden_size: c.hiddenSize,
     num_hidden_layers: c.numLayers,
     num_attention_heads: c.numHeads,
@@ -79,6 +85,10 @@ export function expectedTensors(c: PolicyModelConfig): Map<string, number[]> {
       m.set(p + 'self_attn.q_proj.bias', [q]);
       m.set(p + 'self_attn.k_proj.bias', [kv]);
       m.set(p + 'self_attn.v_proj.bias', [kv]);
+    }
+    if (c.qkNorm) {
+      m.set(p + 'self_attn.q_norm.weight', [c.headDim]);
+      m.set(p + 'self_attn.k_norm.weight', [c.headDim]);
     }
     m.set(p + 'post_attention_layernorm.weight', [E]);
     m.set(p + 'mlp.gate_proj.weight', [c.intermediateSize, E]);

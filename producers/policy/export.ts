@@ -65,7 +65,7 @@ export function ropeTables(c: PolicyModelConfig): { cos: Float32Array; sinSigned
   const sinSigned = new Float32Array(c.maxPositions * D);
   for (let p = 0; p < c.maxPositions; p++) {
     for (let i = 0; i < half; i++) {
-      const angle = p / Math.pow(c.ropeTheta, (2 * i) / D);
+      const angle = p * c.ropeInvFreq[i]!;
       const cs = Math.cos(angle);
       const sn = Math.sin(angle);
       cos[p * D + i] = cs;
@@ -178,11 +178,23 @@ export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: Outpu
       splitPastNew = g.op('Concat', [pastLen, decode ? g.ints([1]) : g.op('Shape', [ids], { start: 1, end: 2 })], { axis: 0 });
     }
     const h = rmsNorm(x, p + 'input_layernorm.weight');
-    const projQk = projection(h, p + 'qk', ropeHeads * D, stacked(p, [['self_attn.q_proj', H * D, scale], ['self_attn.k_proj', KVH * D, 1]]));
+    // Qwen3's per-head q/k norms come between the projection and the rotation, so there the attention scale is
+    // folded into q_norm's weights instead of q_proj's columns.
+    const projQk = projection(h, p + 'qk', ropeHeads * D, stacked(p, [['self_attn.q_proj', H * D, c.qkNorm ? 1 : scale], ['self_attn.k_proj', KVH * D, 1]]));
     const projV = projection(h, p + 'v', KVH * D, stacked(p, [['self_attn.v_proj', KVH * D, 1]]));
     // Heads-first: [B, heads, D] in decode (S = 1), [B, heads, S, D] otherwise.
     const byHead = (x: string, n: number, out?: string) => (decode ? g.op('Reshape', [x, g.ints([0, n, D])], {}, out) : g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, n, D])])], { perm: [0, 2, 1, 3] }, out));
-    const qk = byHead(projQk, ropeHeads);
+    let qk = byHead(projQk, ropeHeads);
+    if (c.qkNorm) {
+      // one weight row per head: q_norm * scale for the q heads, k_norm for the k heads; [heads, D] broadcast over
+      // the batch (decode) or [heads, 1, D] over the sequence too
+      const wqk = new Float32Array(ropeHeads * D);
+      for (let hh = 0; hh < ropeHeads; hh++)
+        for (let e = 0; e < D; e++) wqk[hh * D + e] = hh < H ? w(p + 'self_attn.q_norm.weight')[e]! * scale : w(p + 'self_attn.k_norm.weight')[e]!;
+      const ms = g.op('ReduceMean', [g.op('Pow', [qk, g.scalar(2)])], { axes: [-1], keepdims: 1 });
+      const normed = g.op('Div', [qk, g.op('Sqrt', [g.op('Add', [ms, eps])])]);
+      qk = g.op('Mul', [normed, g.weight(p + 'qk_norm', decode ? [ropeHeads, D] : [ropeHeads, 1, D], wqk)]);
+    }
     const rotated = g.op('Add', [g.op('Mul', [qk, cosB]), g.op('Mul', [g.op('MatMul', [qk, swapHalvesW]), sinB])]);
     const [q, k] = g.ops('Split', [rotated, qkSplit], { axis: 1 }, [`q_${l}`, newKeyName(l)]) as [string, string];
     // Decode: K/V are [B, KVH, D] here (one token per row), reshaped for attention and concatenated for output.

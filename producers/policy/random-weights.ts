@@ -10,7 +10,7 @@ export function randomWeights(c: PolicyModelConfig, seed = 0, std = 0.02): Tenso
   for (const [name, shape] of expectedTensors(c)) {
     const n = shape.reduce((a, b) => a * b, 1);
     const data = new Float32Array(n);
-    if (name.endsWith('layernorm.weight') || name === 'model.norm.weight') {
+    if (name.endsWith('norm.weight')) {
       // Near-one norm gains, perturbed so a wrong norm placement shows up in parity tests.
       for (let i = 0; i < n; i++) data[i] = 1 + 0.1 * rng.normal();
     } else if (name === 'model.embed_tokens.weight' || name === 'lm_head.weight') {

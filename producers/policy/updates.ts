@@ -2,6 +2,7 @@
 // a time, in the order they arrive; a version not newer than the one served is skipped with a warning (a follower
 // that reopened its consumer reads versions again); a failed update is the caller's error and does not block the
 // updates after it.
+import { isDeepStrictEqual } from 'node:util';
 import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import type { PolicyUpdate } from '../backends/types.ts';
@@ -32,7 +33,8 @@ export class PolicyUpdates {
    * built-in backends only swap weights.
    */
   static checkArchitecture<C extends object>(update: PolicyUpdate, next: C, served: C): void {
-    const same = (Object.keys(next) as (keyof C)[]).every((k) => next[k] === served[k]);
+    // by value: a config holds arrays and objects (rotary tables, rope_scaling) parsed anew for every update
+    const same = (Object.keys(next) as (keyof C)[]).every((k) => isDeepStrictEqual(next[k], served[k]));
     if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
   }
 

@@ -183,8 +183,13 @@ void check_kernels() {
     const int hd = 64, nh = 6;
     std::vector<float> cb((size_t)T * hd / 2), sb((size_t)T * hd / 2);
     Dev cd(K, cb.size()), sd(K, sb.size());
-    K->rope_table(cd.p, sd.p, pos.data(), T, hd, theta);
-    cpu->rope_table(cb.data(), sb.data(), pos.data(), T, hd, theta);
+    rls::ModelConfig rc;
+    rc.hidden_size = hd * nh;
+    rc.num_attention_heads = nh;
+    rc.rope_theta = theta;
+    const std::vector<float> inv = rc.rope_inv_freq();
+    K->rope_table(cd.p, sd.p, pos.data(), T, hd, inv.data());
+    cpu->rope_table(cb.data(), sb.data(), pos.data(), T, hd, inv.data());
     report("rope_table theta=" + std::to_string((int)theta), compare(cd.host(), cb), TOL_FP32);
     auto x = randn(r, (size_t)T * nh * hd);
     Dev xd(K, x);
@@ -194,6 +199,20 @@ void check_kernels() {
     K->rope_backward(xd.p, cd.p, sd.p, T, nh, hd);
     cpu->rope_backward(x.data(), cb.data(), sb.data(), T, nh, hd);
     report("rope_backward", compare(xd.host(), x), TOL_FP32);
+  }
+  {  // per-head q/k norms (Qwen3): in rows of a wider q|k|v layout and in contiguous rows, forward and backward
+    const int hd = 128, nh = 6, ld = nh * hd + 2 * 2 * hd;
+    auto x = randn(r, (size_t)T * ld), w = randn(r, hd), dy = randn(r, (size_t)T * nh * hd);
+    std::vector<float> saved((size_t)T * nh * hd), rstd((size_t)T * nh), dw(hd, 0.f);
+    Dev xd(K, x), wd(K, w), savedd(K, saved.size()), rstdd(K, rstd.size()), dyd(K, dy), dwd(K, dw);
+    K->head_rmsnorm(xd.p, ld, savedd.p, rstdd.p, wd.p, T, nh, hd, 1e-6f);
+    cpu->head_rmsnorm(x.data(), ld, saved.data(), rstd.data(), w.data(), T, nh, hd, 1e-6f);
+    report("head_rmsnorm (strided rows)", compare(xd.host(), x), TOL_FP32);
+    report("head_rmsnorm saved input", compare(savedd.host(), saved), 0);
+    K->head_rmsnorm_backward(dyd.p, nh * hd, dwd.p, savedd.p, wd.p, rstdd.p, T, nh, hd);
+    cpu->head_rmsnorm_backward(dy.data(), nh * hd, dw.data(), saved.data(), w.data(), rstd.data(), T, nh, hd);
+    report("head_rmsnorm_backward dx", compare(dyd.host(), dy), TOL_FP32);
+    report("head_rmsnorm_backward dw", compare(dwd.host(), dw), 1e-4);
   }
   // attention: tensor-core path (hd 64, 128) with GQA, MHA and MQA (an odd head count among them); fp32 path (hd 8, 40)
   struct AttCase {

@@ -52,7 +52,7 @@ test('the safetensors hold the Hugging Face tensors, q/k rows back in rotate-hal
   assert.deepEqual(
     { ...parseModelConfig(config) },
     { hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 64, vocab_size: model.tokens.length,
-      rope_theta: 10000, rms_norm_eps: Math.fround(1e-5), tie_word_embeddings: true, max_position_embeddings: 64, attention_bias: false },
+      rope_theta: 10000, rms_norm_eps: Math.fround(1e-5), tie_word_embeddings: true, max_position_embeddings: 64, attention_bias: false, model_type: 'llama', head_dim: 8, rope_scaling: null, sliding_window: null },
   );
   assert.deepEqual([config['architectures'], config['model_type'], config['bos_token_id'], config['eos_token_id']], [['LlamaForCausalLM'], 'llama', 1, 2]);
 });

@@ -1,16 +1,17 @@
-// The native core's CUDA layer builds, links and loads where nvcc is installed and no GPU is (every CI machine),
-// so that CUDA code that no longer compiles fails here rather than on the GPU machine. The addon is built with
-// RLSTREAM_CUDA=1 (native/binding.gyp, through npm as `npm run build:native` does) into a copy of native/, and
-// loaded in a child process: the CUDA layer is compiled in, no GPU is usable, device 'cuda' is refused with that
-// reason, and the same build still runs a model's forward on the CPU. Skips without nvcc; fails instead under
-// RLSTREAM_REQUIRE_SERVICES=1 (infra/setup.sh installs Debian's nvidia-cuda-toolkit).
+// The native core's CUDA layer builds, links and loads where nvcc is installed, so that CUDA code that no longer
+// compiles fails here rather than on the GPU machine. The addon is built with RLSTREAM_CUDA=1 (native/binding.gyp,
+// through npm as `npm run build:native` does, or node-gyp directly where there is no npm: the GPU machine's Node
+// comes from test/gpu/pack-node.sh without it) into a copy of native/, and loaded in a child process. Where no GPU is
+// usable (every CI machine) device 'cuda' is refused with that reason; where nvidia-smi lists one, a CUDA forward
+// runs and agrees with the CPU's. Either way the same build runs a model's forward on the CPU. Skips without nvcc;
+// fails instead under RLSTREAM_REQUIRE_SERVICES=1 (infra/setup.sh installs Debian's nvidia-cuda-toolkit).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { tempDir } from '../../testkit/events.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -24,6 +25,8 @@ function cudaHome(): string | null {
 const home = cudaHome();
 const required = process.env['RLSTREAM_REQUIRE_SERVICES'] === '1';
 const skip = home || required ? false : 'nvcc not found: the CUDA layer is not built here (bash infra/setup.sh installs it)';
+// Whether this machine has a GPU, asked of the driver, not of the build under test
+const hasGpu = spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8' }).status === 0;
 
 // What the child process checks, on the addon built with the CUDA layer: the raw addon, loaded from its path.
 const PROBE = `
@@ -34,36 +37,63 @@ const cfg = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attent
   intermediate_size: 128, vocab_size: 100, rope_theta: 10000, rms_norm_eps: 1e-5, tie_word_embeddings: true,
   max_position_embeddings: 64, attention_bias: false });
 const make = (device) => new addon.NativeModel(cfg, { threads: 1, random: true, seed: 1, initStd: 0.02, device });
-let refused = null;
-try { make('cuda'); } catch (e) { refused = String(e.message); }
-// a forward of one 6-token sequence on the CPU: each token's log-prob of the next (a distribution over 100)
+let refused = null, gpu = null;
+try { gpu = make('cuda'); } catch (e) { refused = String(e.message); }
+// a forward of one 6-token sequence on the CPU (and on the GPU where there is one): each token's log-prob of the
+// next (a distribution over 100); the same seed gives both models the same weights
 const tokens = Int32Array.of(1, 2, 3, 4, 5, 6), logprobs = new Float32Array(6), entropy = new Float32Array(6);
 await make('cpu').forward(tokens, Int32Array.of(0, 6), Int32Array.of(2, 3, 4, 5, 6, 7), logprobs, entropy);
-console.log(JSON.stringify({ backend: addon.backend, cuda: addon.cudaAvailable(), refused, logprobs: [...logprobs], entropy: [...entropy] }));
+let cudaLogprobs = null;
+if (gpu) {
+  const lp = new Float32Array(6), ent = new Float32Array(6);
+  await gpu.forward(tokens, Int32Array.of(0, 6), Int32Array.of(2, 3, 4, 5, 6, 7), lp, ent);
+  cudaLogprobs = [...lp];
+}
+console.log(JSON.stringify({ backend: addon.backend, cuda: addon.cudaAvailable(), refused, logprobs: [...logprobs], entropy: [...entropy], cudaLogprobs }));
 `;
+
+/** node-gyp as `npm run build:native` runs it, or directly where this machine's Node came without npm. */
+function nodeGyp(): { cmd: string; args: string[] } {
+  if (spawnSync('npm', ['--version'], { encoding: 'utf8' }).status === 0) return { cmd: 'npm', args: ['exec', '--no', '--', 'node-gyp'] };
+  // Node's own headers beside its binary (pack-node.sh unpacks include/node there), as pack-node.sh's build uses
+  const prefix = dirname(dirname(process.execPath));
+  const nodedir = existsSync(join(prefix, 'include', 'node', 'node_api.h')) ? [`--nodedir=${prefix}`] : [];
+  return { cmd: process.execPath, args: [join(ROOT, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'), ...nodedir] };
+}
 
 test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with the reason, a CPU forward runs', { skip, timeout: 900_000 }, () => {
   assert.ok(home, 'nvcc is not installed (bash infra/setup.sh installs Debian nvidia-cuda-toolkit)');
-  const dir = tempDir('cuda-build');
+  // (not testkit's tempDir: it loads the event schemas, whose npm modules the GPU machine's pack does not carry)
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-cuda-build-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
   for (const part of ['binding.gyp', 'src', 'cuda']) cpSync(join(ROOT, 'native', part), join(dir, 'native', part), { recursive: true });
   // node-addon-api (binding.gyp's include dir) and node-gyp resolve from here; npm brings this machine's npm
   // config (its nodedir, say) as for `npm run build:native`.
   symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
   writeFileSync(join(dir, 'package.json'), '{ "private": true }\n');
-  const build = spawnSync('npm', ['exec', '--no', '--', 'node-gyp', 'rebuild', '--directory', 'native'], {
+  const gyp = nodeGyp();
+  const build = spawnSync(gyp.cmd, [...gyp.args, 'rebuild', '--directory', 'native'], {
     cwd: dir,
     env: { ...process.env, RLSTREAM_CUDA: '1', CUDA_HOME: home },
     encoding: 'utf8',
     maxBuffer: 64 << 20,
   });
-  assert.equal(build.status, 0, `the CUDA build failed:\n${(build.stdout + build.stderr).slice(-6000)}`);
+  // (a build that could not start has no output, only its error)
+  assert.equal(build.status, 0, `the CUDA build failed:\n${`${build.error ? `${String(build.error)}\n` : ''}${build.stdout ?? ''}${build.stderr ?? ''}`.slice(-6000)}`);
   const addon = join(dir, 'native/build/Release/rlstream_native.node');
   const probe = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', PROBE, addon], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(probe.status, 0, probe.stderr);
-  const got = JSON.parse(probe.stdout.trim().split('\n').at(-1)!) as { backend: string; cuda: boolean; refused: string | null; logprobs: number[]; entropy: number[] };
+  const got = JSON.parse(probe.stdout.trim().split('\n').at(-1)!) as { backend: string; cuda: boolean; refused: string | null; logprobs: number[]; entropy: number[]; cudaLogprobs: number[] | null };
   assert.equal(got.backend, 'cpu+cuda', 'the CUDA layer is compiled in');
-  assert.equal(got.cuda, false, 'no GPU is usable on this machine');
-  assert.match(got.refused ?? '', /no CUDA GPU is usable on this machine/);
+  if (hasGpu) {
+    assert.equal(got.cuda, true, 'nvidia-smi lists a GPU: the CUDA build must find it usable');
+    assert.equal(got.refused, null);
+    // bf16 products on the GPU against fp32 on the CPU, same weights: equal to well within bf16's rounding
+    for (let i = 0; i < 6; i++) assert.ok(Math.abs(got.cudaLogprobs![i]! - got.logprobs[i]!) < 1e-2, `token ${i}: cuda ${got.cudaLogprobs![i]} vs cpu ${got.logprobs[i]}`);
+  } else {
+    assert.equal(got.cuda, false, 'no GPU is usable on this machine');
+    assert.match(got.refused ?? '', /no CUDA GPU is usable on this machine/);
+  }
   // near-uniform over 100 tokens at initStd 0.02: log-probs and entropies close to ln(1/100) and ln(100)
   for (const lp of got.logprobs) assert.ok(Math.abs(lp + Math.log(100)) < 0.5, `CPU forward of the CUDA build: log-prob ${lp}`);
   for (const h of got.entropy) assert.ok(Math.abs(h - Math.log(100)) < 0.5, `CPU forward of the CUDA build: entropy ${h}`);

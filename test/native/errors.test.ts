@@ -30,9 +30,10 @@ test('configs that do not add up are rejected naming the field', () => {
     [{ ...TINY, rms_norm_eps: -1 }, /rms_norm_eps must be in \(0, 1\)/],
     [{ ...TINY, rope_theta: 'x' }, /rope_theta must be a finite number/],
     [{ ...TINY, tie_word_embeddings: 'yes' }, /tie_word_embeddings must be a boolean/],
-    [{ ...TINY, hidden_size: 12, num_attention_heads: 4 }, /head dimension .* must be even/],
-    [{ ...TINY, head_dim: 128 }, /head_dim \(128\)/],
-    [{ ...TINY, rope_scaling: { type: 'linear', factor: 2 } }, /rope_scaling is not supported/],
+    [{ ...TINY, hidden_size: 12, num_attention_heads: 4 }, /head_dim 3 must be even/],
+    [{ ...TINY, hidden_size: 10 }, /hidden_size \(10\) is not divisible by num_attention_heads \(4\); set head_dim/],
+    [{ ...TINY, head_dim: 7 }, /head_dim 7 must be even/],
+    [{ ...TINY, rope_scaling: { type: 'linear', factor: 2 } }, /rope_scaling.rope_type "linear" is not supported/],
     [{ ...TINY, max_position_embeddings: undefined }, /max_position_embeddings is missing/],
   ];
   for (const [cfg, re] of bad) assert.throws(() => parseModelConfig(cfg), rejects('CONFIG_INVALID', re));

@@ -12,6 +12,10 @@ const CONFIGS: [string, ModelConfig][] = [
   ['GQA + bias + untied', TINY],
   ['MHA + tied, no bias', { ...TINY, num_key_value_heads: 4, tie_word_embeddings: true, attention_bias: false }],
   ['MQA, 3 layers, theta 1e6', { ...TINY, num_key_value_heads: 1, num_hidden_layers: 3, rope_theta: 1e6, hidden_size: 16, intermediate_size: 20 }],
+  ['Qwen3: per-head q/k norms, head_dim 6 != hidden/heads', { ...TINY, model_type: 'qwen3', attention_bias: false, head_dim: 6 }],
+  // inv_freq of head_dim 8 at theta 1e4 has wavelengths 6.3, 63 and 628+: one of each band (kept, interpolated,
+  // divided by factor) for original_max_position_embeddings 64
+  ['Llama 3.1 rope scaling (all three bands), head_dim 8', { ...TINY, attention_bias: false, head_dim: 8, rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 64 } }],
 ];
 
 for (const [label, cfg] of CONFIGS) {
@@ -104,4 +108,19 @@ test('parameters() are zero-copy views with HF names and shapes', { skip }, asyn
   assert.ok(Math.abs(after - Math.log(1 / 11)) < 1e-6);
   model.dispose();
   assert.equal(p.get('lm_head.weight')!.data[0], 0); // views stay valid after dispose
+});
+
+test('a sliding window bounds the sequences a model runs (attention within it is exact; beyond it refused by name)', { skip }, async () => {
+  const cfg: ModelConfig = { ...TINY, attention_bias: false, model_type: 'mistral', sliding_window: 8 };
+  const model = Model.init(cfg, { seed: 2, threads: 1, initStd: 0.5, trainable: false });
+  const ok = pack(randomSeqs(rng(3), [8, 8], cfg.vocab_size));
+  const out = await model.forward(ok.batch, ok.targets);
+  const ref = referenceForward(cfg, toReferenceParams(model.parameters()), ok.batch, ok.targets);
+  assert.ok(maxAbsDiff(out.logprobs, ref.logprobs) < 1e-4);
+  const long = pack(randomSeqs(rng(3), [9], cfg.vocab_size));
+  await assert.rejects(model.forward(long.batch, long.targets), /length 9 > sliding_window 8 \(attention beyond the window is not supported\)/);
+  model.kvReserve(1, 16);
+  await model.extend(Int32Array.of(0), Int32Array.of(8), Int32Array.from({ length: 8 }, (_, i) => i), Float32Array.of(1));
+  await assert.rejects(model.extend(Int32Array.of(0), Int32Array.of(1), Int32Array.of(3), Float32Array.of(1)), /more than sliding_window 8/);
+  model.dispose();
 });

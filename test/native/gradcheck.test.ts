@@ -68,6 +68,22 @@ test('cross-entropy gradients match finite differences (tied embeddings, multi-h
   model.dispose();
 });
 
+test('cross-entropy gradients match finite differences (Qwen3 q/k norms, head_dim != hidden/heads, Llama 3.1 rope scaling)', { skip }, async () => {
+  const cfg: ModelConfig = {
+    ...TINY,
+    model_type: 'qwen3',
+    attention_bias: false,
+    head_dim: 8,
+    rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 64 },
+  };
+  const { model, batch, targets, responseMask } = setup(cfg, [7, 5], 21);
+  await model.backwardCrossEntropy(batch, targets, responseMask);
+  const names = [...model.gradients().keys()];
+  assert.ok(names.includes('model.layers.1.self_attn.q_norm.weight') && names.includes('model.layers.1.self_attn.k_norm.weight'));
+  check(model.gradients(), toReferenceParams(model.parameters()), (p) => referenceCrossEntropy(cfg, p, batch, targets, responseMask));
+  model.dispose();
+});
+
 test('cross-entropy gradients match finite differences with sequences spanning several attention blocks', { skip }, async () => {
   // the CPU attention works on 64-row blocks: 150 and 70 tokens exercise full, partial and off-diagonal blocks
   const cfg: ModelConfig = { ...TINY, max_position_embeddings: 256, num_hidden_layers: 1 };

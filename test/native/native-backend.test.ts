@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { jsonLogger, silentLogger } from '../../core/telemetry.ts';
 import { Model, cudaAvailable, nativeAvailable, type ModelConfig } from '../../native/index.ts';
-import { backends } from '../../producers/backends/registry.ts';
 import { NativePolicyBackend } from '../../producers/policy/native-backend.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
@@ -163,6 +162,9 @@ test("stageWeights: a trainer's model in this process hands a version over devic
 });
 
 test('backend device: cuda without CUDA stops with the field and both fixes named', { skip: nativeAvailable() && !cudaAvailable() ? false : 'CUDA is available here (or the addon is not built)' }, async () => {
+  // imported here, where it runs: the registry loads typebox, which the GPU machine's pack (test/gpu/pack-node.sh)
+  // does not carry, and there CUDA is available and this test skipped
+  const { backends } = await import('../../producers/backends/registry.ts');
   const plugin = backends.get('builtin');
   await assert.rejects(
     plugin.create({ max_batch: 4, threads: 1, workers: 1, kv_cache_bytes: 0, device: 'cuda' }, { configJson: JSON.stringify(CFG), initWeights: '/nonexistent', tokenizerDir: '', baseDir: '.', interrupt: 'next_turn', logger: silentLogger }),

@@ -74,6 +74,41 @@ test('ONNX log-probs match the native core forward on the same weights (1e-4)', 
   model.dispose();
 });
 
+// Qwen3 (per-head q/k norms, head_dim 12 while hidden/heads is 8) with Llama 3.1's rope scaling, in the
+// transformers-5 config layout: the ONNX graph against the native core, whose gradients the float64 reference checks.
+const QWEN3_JSON = { architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 12, intermediate_size: 48, vocab_size: 100, max_position_embeddings: 128, attention_bias: false, rms_norm_eps: 1e-6, rope_parameters: { rope_type: 'llama3', rope_theta: 10000, factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 32 } };
+
+test('ONNX log-probs match the native core: Qwen3 q/k norms, head_dim != hidden/heads, llama3 rope scaling', async (t) => {
+  if (!nativeAvailable()) {
+    t.skip('native addon not built (npm run build:native)');
+    return;
+  }
+  const c = policyConfig(QWEN3_JSON);
+  assert.equal(c.qkNorm, true);
+  const model = Model.init(QWEN3_JSON as never, { seed: 3, threads: 1 });
+  const w = randomWeights(c, 5);
+  for (const [name, view] of model.parameters()) view.data.set(w.get(name)!.data);
+  const seqs = [[...tokens, ...tokens, ...tokens, ...tokens, ...tokens], [7, 8, 9]]; // 60 positions: past the 32 of the scaling's bands
+  const flat = seqs.flat();
+  const seqStarts = Int32Array.from([0, seqs[0]!.length, flat.length]);
+  const targets = new Int32Array(flat.length).fill(-1);
+  seqs.forEach((s, i) => s.slice(1).forEach((tok, j) => (targets[seqStarts[i]! + j] = tok)));
+  const native = await model.forward({ tokens: Int32Array.from(flat), seqStarts }, targets);
+  const runner = await PolicyRunner.create(c, model.parameters(), 1, { mode: 'all' });
+  const onnx = await scoreSequences(runner, seqs);
+  const nativePerSeq = seqs.map((s, i) => native.logprobs.subarray(seqStarts[i]!, seqStarts[i]! + s.length - 1));
+  const m = logprobMismatch(nativePerSeq.flatMap((a) => Array.from(a)), onnx.flatMap((a) => Array.from(a)));
+  console.log(`qwen3 + llama3 rope, native vs onnxruntime: ${m.count} tokens, max |Δlogprob| ${m.maxAbs.toExponential(2)}`);
+  assert.ok(m.maxAbs < TOL, `max |Δ| ${m.maxAbs}`);
+  // the same check with the q/k norms left out of the graph fails: the comparison sees them
+  const broken = await PolicyRunner.create({ ...c, qkNorm: false }, model.parameters(), 1, { mode: 'all' });
+  const off = await scoreSequences(broken, seqs);
+  assert.ok(logprobMismatch(nativePerSeq.flatMap((a) => Array.from(a)), off.flatMap((a) => Array.from(a))).maxAbs > 100 * TOL);
+  await broken.release();
+  await runner.release();
+  model.dispose();
+});
+
 test('prefill + KV-cache decode steps give the same log-probs as the full forward', async () => {
   const c = qwen;
   const w = randomWeights(c, 2);

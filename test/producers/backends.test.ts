@@ -118,6 +118,9 @@ async function fake(kind: 'sglang' | 'vllm'): Promise<Fake> {
   return f;
 }
 
+// A model's config.json as a policy version carries it (servers loading a version need its architectures).
+const MODEL_CONFIG = JSON.stringify({ architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: 8, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1, intermediate_size: 16, vocab_size: 32, max_position_embeddings: 64, rope_theta: 10000, rms_norm_eps: 1e-6, tie_word_embeddings: true });
+
 describe('SGLang /generate client (fake server)', () => {
   test('request shape and parsed tokens, log-probs, finish reason', async () => {
     const f = await fake('sglang');
@@ -174,7 +177,7 @@ describe("vLLM weight sync: reload_weights through /collective_rpc (fake vLLM se
     const weightsPath = join(store, `${'ab'.repeat(31)}${String(n++).padStart(2, '0')}.safetensors`);
     writeFileSync(weightsPath, `weights of version ${version}`);
     writeFileSync(join(store, `${'cd'.repeat(32)}.safetensors`), 'another kept version');
-    return { version, weightsPath, configJson: '{"architectures":["LlamaForCausalLM"]}' };
+    return { version, weightsPath, configJson: MODEL_CONFIG };
   }
 
   test("update_config -> reload_weights -> reset_prefix_cache, then tokens carry the new version", async () => {
@@ -196,7 +199,8 @@ describe("vLLM weight sync: reload_weights through /collective_rpc (fake vLLM se
     // The directory vLLM reads holds this version only, as a Hugging Face model directory.
     assert.deepEqual(readdirSync(dir).sort(), ['config.json', 'model.safetensors']);
     assert.equal(readFileSync(join(dir, 'model.safetensors'), 'utf8'), 'weights of version 4');
-    assert.equal(readFileSync(join(dir, 'config.json'), 'utf8'), update.configJson);
+    // the model's config.json with every key kept, the weights' dtype added (the one directory writer's output)
+    assert.deepEqual(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')), { ...JSON.parse(update.configJson), torch_dtype: 'float32' });
     assert.equal(m.currentPolicyVersion(), 4);
     assert.deepEqual((await m.generate(req('2'))).policyVersions, [4, 4]);
     // The next version's directory replaces this one.
@@ -270,7 +274,7 @@ describe('SGLang weight sync (fake SGLang server)', () => {
     const weightsPath = join(store, `${'ef'.repeat(32)}.safetensors`);
     writeFileSync(weightsPath, 'v7');
     writeFileSync(join(store, `${'12'.repeat(32)}.safetensors`), 'another kept version');
-    await new SglangServer(f.url, { weightSync: 'update_weights_from_disk' }).updateWeights({ version: 7, weightsPath, configJson: '{}' });
+    await new SglangServer(f.url, { weightSync: 'update_weights_from_disk' }).updateWeights({ version: 7, weightsPath, configJson: MODEL_CONFIG });
     assert.deepEqual(f.posts.map((p) => [p.path, JSON.parse(p.body)]), [['/update_weights_from_disk', { model_path: join(store, 'served', 'v7') }]]);
     assert.deepEqual(readdirSync(join(store, 'served', 'v7')).sort(), ['config.json', 'model.safetensors']);
     rmSync(store, { recursive: true, force: true });

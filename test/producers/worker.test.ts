@@ -231,7 +231,7 @@ describe('options and policy sync', () => {
     assert.throws(() => compileRolloutOptions({ sampling: { top_p: 2 } }), /rollout\.sampling\.top_p must be in \(0, 1\]/);
     assert.throws(() => compileRolloutOptions({ max_turns: 3 } as never), /rollout\.max_turns is not a rollout option/);
     const deps = { runId: 'r', log: {} as never, serde: {} as never, backend: {} as never, tokenizer: {} as never, tools: new ToolSet() };
-    assert.throws(() => new RolloutWorker(deps, { tool_parser: 'qwen_xml' }), /rollout\.tool_parser: unknown parser "qwen_xml" \(known: hermes\)/);
+    assert.throws(() => new RolloutWorker(deps, { tool_parser: 'qwen_xml' }), /rollout\.tool_parser: unknown parser "qwen_xml" \(known: hermes, llama3_json, mistral\)/);
     const o = compileRolloutOptions({ response_length: 256 });
     assert.equal(o.sampling.max_new_tokens, 256);
     assert.equal(o.maxInflightTrajectories, 128);

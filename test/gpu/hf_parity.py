@@ -1,0 +1,221 @@
+"""rlstream against Hugging Face transformers on model directories of each family, with no download: transformers
+builds a small random model of each family from its config and save_pretrained(max_shard_size=...) writes it as a
+sharded directory (fp32, and bf16 beside it); this script computes transformers' side, test/gpu/hf-parity.ts
+rlstream's (CPU fp32 and CUDA) on the same directories, and `compare` puts them side by side.
+  python3 test/gpu/hf_parity.py make DIR        # directories + reference.json + grads-<family>.safetensors
+  node --import tsx test/gpu/hf-parity.ts DIR   # rlstream.json (+ exported/<family>: a trained step, exported)
+  python3 test/gpu/hf_parity.py compare DIR     # parity.json and the table of docs/models.md
+The reference: per-token log-probs of 3 packed sequences (39, 64 and 300 tokens), the whole next-token distribution
+after each sequence's last token, the policy-loss gradient of every tensor (PPO surrogate at ratio 1, token-mean,
+advantages +-1 on the second half of each sequence: d loss = -mean(A * d log p)), and 48 greedy tokens after two
+16-token prompts; in fp32 (TF32 off) and with the bf16 directory loaded in bf16.
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file, load_file
+
+FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
+LENGTHS = [39, 64, 300]
+VOCAB = 1024
+
+
+def build(family):
+    import transformers as tf
+    common = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=4, max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+    if family == "llama":
+        # Llama 3.1's rope scaling; wavelengths of head_dim 32 at theta 5e5 fall in all three bands of 256 / 4..256
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+        cfg = tf.LlamaConfig(**common, tie_word_embeddings=False, rope_parameters=rope)
+        model = tf.LlamaForCausalLM(cfg)
+    elif family == "qwen2":
+        cfg = tf.Qwen2Config(**common, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        model = tf.Qwen2ForCausalLM(cfg)
+    elif family == "qwen3":
+        # head_dim 64 while hidden / heads is 32, as Qwen3 does
+        cfg = tf.Qwen3Config(**common, head_dim=64, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        model = tf.Qwen3ForCausalLM(cfg)
+    else:
+        cfg = tf.MistralConfig(**common, sliding_window=512, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        model = tf.MistralForCausalLM(cfg)
+    # transformers' init (std 0.02) gives near-uniform outputs, where a wrong term hides: larger weights, norms
+    # away from 1, biases away from 0
+    g = torch.Generator().manual_seed(FAMILIES.index(family) + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif "embed_tokens" in name or "lm_head" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.06 * torch.randn(p.shape, generator=g))
+    return model.float().eval()
+
+
+def inputs():
+    g = torch.Generator().manual_seed(7)
+    seqs = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in LENGTHS]
+    adv = [[0.0] * (n // 2) + [1.0 if torch.rand(1, generator=g).item() < 0.5 else -1.0 for _ in range(n - n // 2)] for n in LENGTHS]
+    prompts = [s[:16] for s in seqs[:2]]
+    return seqs, adv, prompts
+
+
+def reference(model, seqs, adv, prompts, grads):
+    out = {"logprobs": [], "last": [], "greedy": []}
+    model.zero_grad()
+    ntok = sum(1 for a in adv for x in a[:-1] if x != 0)
+    for s, a in zip(seqs, adv):
+        ids = torch.tensor([s], device="cuda")
+        logits = model(ids).logits[0].float()
+        lp = torch.log_softmax(logits.double(), -1)
+        tgt = torch.tensor(s[1:], device="cuda")
+        tok = lp[:-1].gather(1, tgt[:, None])[:, 0]
+        out["logprobs"].append(tok.tolist())
+        out["last"].append(lp[-1].tolist())
+        if grads:
+            # the PPO surrogate at ratio 1 (rlstream's behaviour log-probs are its own): -A * exp(lp - lp.detach())
+            lpf = torch.log_softmax(logits, -1)[:-1].gather(1, tgt[:, None])[:, 0]
+            A = torch.tensor(a[:-1], device="cuda")
+            loss = -(A * torch.exp(lpf - lpf.detach())).sum() / ntok
+            loss.backward()
+    # no end-of-sequence: every step is the arg-max over the whole vocabulary, as rlstream's greedy loop takes it
+    model.generation_config.eos_token_id = None
+    out["margin"] = []
+    for p in prompts:
+        ids = torch.tensor([p], device="cuda")
+        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48, do_sample=False, pad_token_id=0,
+                             output_scores=True, return_dict_in_generate=True)
+        out["greedy"].append(gen.sequences[0, len(p):].tolist())
+        # how far each step's arg-max is ahead of the runner-up (log-prob): a smaller gap than the arithmetic's
+        # rounding lets another engine take the other token there
+        top2 = [torch.log_softmax(sc[0].double(), -1).topk(2).values.tolist() for sc in gen.scores]
+        out["margin"].append([a - b for a, b in top2])
+    return out
+
+
+def make(root):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    import transformers
+    seqs, adv, prompts = inputs()
+    ref = {"transformers": transformers.__version__, "torch": torch.__version__, "seqs": seqs, "advantages": adv, "prompts": prompts, "families": {}}
+    for fam in FAMILIES:
+        model = build(fam)
+        d32, d16 = os.path.join(root, fam), os.path.join(root, fam + "-bf16")
+        model.save_pretrained(d32, max_shard_size="2MB")
+        m16 = build(fam).to(torch.bfloat16)
+        m16.save_pretrained(d16, max_shard_size="1MB")
+        model = model.to("cuda")
+        r32 = reference(model, seqs, adv, prompts, True)
+        save_file({n: p.grad.detach().float().cpu().contiguous() for n, p in model.named_parameters() if p.grad is not None}, os.path.join(root, f"grads-{fam}.safetensors"))
+        m16 = transformers.AutoModelForCausalLM.from_pretrained(d16, dtype=torch.bfloat16).to("cuda").eval()
+        with torch.no_grad():
+            r16 = reference(m16, seqs, adv, prompts, False)
+        ref["families"][fam] = {"fp32": r32, "bf16": r16, "files": sorted(os.listdir(d32))}
+        print(f"make: {fam}: {sum(p.numel() for p in model.parameters())} parameters, files {sorted(os.listdir(d32))}", flush=True)
+    with open(os.path.join(root, "reference.json"), "w") as f:
+        json.dump(ref, f)
+
+
+def roundtrip(root):
+    """transformers loads each directory rlstream exported (a trained step) and scores the sequences."""
+    import transformers
+    torch.backends.cuda.matmul.allow_tf32 = False
+    seqs, _, _ = inputs()
+    out = {}
+    for fam in FAMILIES:
+        d = os.path.join(root, "exported", fam)
+        if not os.path.isdir(d):
+            continue
+        m = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).to("cuda").eval()
+        lps = []
+        with torch.no_grad():
+            for s in seqs:
+                lp = torch.log_softmax(m(torch.tensor([s], device="cuda")).logits[0].double(), -1)
+                lps.append(lp[:-1].gather(1, torch.tensor(s[1:], device="cuda")[:, None])[:, 0].tolist())
+        out[fam] = {"logprobs": lps, "class": type(m).__name__}
+    return out
+
+
+def flat(xs):
+    return [v for x in xs for v in x]
+
+
+def maxdiff(a, b):
+    return max(abs(x - y) for x, y in zip(flat(a), flat(b)))
+
+
+def compare(root):
+    ref = json.load(open(os.path.join(root, "reference.json")))
+    ours = json.load(open(os.path.join(root, "rlstream.json")))
+    rt = roundtrip(root)
+    rows = []
+    ok = True
+    for fam in FAMILIES:
+        r, o = ref["families"][fam], ours["families"][fam]
+        grads = load_file(os.path.join(root, f"grads-{fam}.safetensors"))
+        # transformers against itself: its bf16 model (the bf16 directory) against its fp32 one, the scale of what
+        # bf16 arithmetic moves; rlstream's CUDA layer (bf16 products) is held to twice that
+        noise = {"logprob_max_abs": maxdiff(r["bf16"]["logprobs"], r["fp32"]["logprobs"]), "last_dist_max_abs": maxdiff(r["bf16"]["last"], r["fp32"]["last"])}
+        rows.append({"family": fam, "rlstream": "(transformers bf16)", "transformers": "fp32", **noise,
+                     "greedy_match": sum(1 for a, b in zip(flat(r["bf16"]["greedy"]), flat(r["fp32"]["greedy"])) if a == b), "greedy_total": len(flat(r["fp32"]["greedy"]))})
+        for run in ["cpu", "cuda", "cuda-plain", "cuda-bf16"]:
+            if run not in o:
+                continue
+            x = o[run]
+            base = r["bf16"] if run == "cuda-bf16" else r["fp32"]
+            row = {"family": fam, "rlstream": run, "transformers": "bf16" if run == "cuda-bf16" else "fp32",
+                   "logprob_max_abs": maxdiff(x["logprobs"], base["logprobs"]),
+                   "last_dist_max_abs": maxdiff(x["last"], base["last"]),
+                   "greedy_match": sum(1 for a, b in zip(flat(x["greedy"]), flat(base["greedy"])) if a == b),
+                   "greedy_prefix": [next((i for i, (a, b) in enumerate(zip(p, q)) if a != b), len(p)) for p, q in zip(x["greedy"], base["greedy"])],
+                   "greedy_total": len(flat(base["greedy"]))}
+            # where the greedy tokens part, transformers' gap between its two best tokens at that step
+            row["margin_at_divergence"] = [base["margin"][i][k] for i, k in enumerate(row["greedy_prefix"]) if k < len(base["margin"][i])]
+            gfile = os.path.join(root, f"ours-grads-{fam}-{run}.safetensors")
+            if os.path.exists(gfile):
+                mine = load_file(gfile)
+                # per tensor ||ours - theirs|| / ||theirs||, the worst tensor; a tied head's gradient is the embedding's
+                worst, name_w = 0.0, None
+                for name, g in grads.items():
+                    e = (mine[name].flatten() - g.flatten()).norm().item() / max(g.norm().item(), 1e-30)
+                    if e > worst:
+                        worst, name_w = e, name
+                row["grad_rel_max"], row["grad_worst_tensor"] = worst, name_w
+                row["grad_tensors"] = len(grads)
+            # tolerances: fp32 against fp32 to 1e-4 (log-probs, log-distribution, gradient relative) and every greedy
+            # token; bf16 products to twice transformers' own bf16 gap, 5% on the gradient, and greedy tokens
+            # parting only where transformers' top two were closer than that gap
+            if run == "cpu":
+                row["pass"] = row["logprob_max_abs"] < 1e-4 and row["last_dist_max_abs"] < 1e-4 and row.get("grad_rel_max", 0) < 1e-4 and row["greedy_match"] == row["greedy_total"]
+            else:
+                tol = 2 * max(noise["logprob_max_abs"], noise["last_dist_max_abs"])
+                row["tolerance"] = tol
+                row["pass"] = row["logprob_max_abs"] < tol and row["last_dist_max_abs"] < tol and row.get("grad_rel_max", 0) < 0.05 and all(m < tol for m in row["margin_at_divergence"])
+            ok = ok and row["pass"]
+            rows.append(row)
+        if fam in rt:
+            e = maxdiff(o["export_logprobs"], rt[fam]["logprobs"])
+            rows.append({"family": fam, "rlstream": "export (cpu, after a step)", "transformers": f"fp32 {rt[fam]['class']}.from_pretrained",
+                         "logprob_max_abs": e, "pass": e < 1e-4})
+            ok = ok and e < 1e-4
+    res = {"transformers": ref["transformers"], "torch": ref["torch"], "node": ours.get("node"), "pass": ok, "rows": rows}
+    with open(os.path.join(root, "parity.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps(res, indent=1))
+    for x in rows:
+        print(f"| {x['family']} | {x['rlstream']} | {x['transformers']} | {x['logprob_max_abs']:.1e} | {x.get('last_dist_max_abs', float('nan')):.1e} | "
+              f"{x.get('grad_rel_max', float('nan')):.1e} | {x.get('greedy_match', '')}/{x.get('greedy_total', '')} | {x.get('pass', '')} |", file=sys.stderr)
+    if not ok:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    {"make": make, "compare": compare}[sys.argv[1]](sys.argv[2])
