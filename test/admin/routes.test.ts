@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildAdminServer } from '../../admin/server.ts';
 import { TOPICS } from '../../core/topics.ts';
+import { rowsOf } from '../../consumers/traces/rows.ts';
 import { auth, CONTROL_TOKEN, fixture, READ_TOKEN, TOKENS, type Fixture } from './helpers.ts';
 import { syntheticRun, type RunningRun } from './synthetic-run.ts';
 
@@ -292,6 +293,24 @@ describe('trajectories', () => {
     assert.equal(t.toolCalls[0]!.resultText, '15'); // sample 1 of step 0: 3 * 5
     assert.equal(t.reward, 1);
     assert.equal(t.termination, 'stop');
+    // Step 0 trained on it (its trajectory_ids name it).
+    assert.deepEqual([json(res)['split'], json(res)['training']], ['train', { outcome: 'trained', step: 0 }]);
+  });
+  test('a held-out trajectory is never reported trained; one a step dropped as stale says so', async () => {
+    const t = Date.now();
+    const start = (id: string, split: string) => ({
+      run_id: run.runId, trajectory_id: id, group_id: `g-${id}`, sample_index: 0, group_size: 1, agent_name: 'tool_agent', data_source: 'calculator',
+      dataset_name: 'synthetic', split, dataset_index: 0, prompt_roles: ['user'], prompt_contents: ['2+2?'], prompt_token_ids: [50], tool_names: [], tools_json: '[]',
+      sampling_json: '{}', policy_version: 3, ground_truth: '4', extra_info_json: '{}', event_id: `s-${id}`, time: t, _version: t,
+    });
+    await f.store!.insert('trajectory_starts', [start('heldout-1', 'heldout'), start('stale-1', 'train')]);
+    const step = run.evaluations.length; // any step number the synthetic run has not written
+    const ts = { event_id: 'ts-stale', time_ms: t, run_id: run.runId, step: 100 + step, policy_version: 3, produced_version: null, trajectories: 0, tokens: 0, trajectory_ids: [], loss: 0, pg_loss: 0, kl: 0, entropy: 0, clip_fraction: 0, approx_kl: 0, grad_norm: 0, learning_rate: 0, reward_mean: 0, staleness_mean: 0, staleness_max: 0, iw_mean: 1, iw_max: 1, iw_truncated_fraction: 0, dropped_stale: 1, wait_ms: 0, compute_ms: 0, metrics: [], dropped_trajectory_ids: ['stale-1'] };
+    for (const r of rowsOf({ name: 'TrainStep', value: ts })) await f.store!.insert(r.table, [r.row]);
+    const heldout = json(await app.inject({ url: '/api/trajectories/heldout-1', headers: R }));
+    assert.deepEqual([heldout['split'], heldout['training']], ['heldout', null]);
+    const stale = json(await app.inject({ url: '/api/trajectories/stale-1', headers: R }));
+    assert.deepEqual([stale['split'], stale['training']], ['train', { outcome: 'dropped', step: 100 + step }]);
   });
   test('unknown id 404, malformed id 400', async () => {
     assertError(await app.inject({ url: '/api/trajectories/0000', headers: R }), 404, 'ADM_ERR_NOT_FOUND');

@@ -7,6 +7,7 @@ import type { EventLog, Producer } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { TOPICS } from '../../core/topics.ts';
+import { rowsOf } from '../../consumers/traces/rows.ts';
 import type { Evaluation, ToolCallCompleted, TrainStep, TrajectoryStarted, TurnCompleted } from '../../schemas/generated/types.ts';
 
 export interface RunningRun {
@@ -156,6 +157,8 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
     // The warm start is evaluated before the first step, and each new version after the step that produced it.
     if (x === 0) await evaluation(0, 0, 'initial');
     await producer.send(TOPICS.trainSteps, [{ key: runId, value: o.serde.encode('TrainStep', ts) }]);
+    // Its row as the trace sink writes it: the trajectories it trained on are named there.
+    for (const r of rowsOf({ name: 'TrainStep', value: ts })) await o.traces?.insert(r.table, [r.row]);
     if (ts.produced_version !== null) {
       version = ts.produced_version;
       await producer.send(TOPICS.policyVersions, [{
