@@ -306,7 +306,7 @@ describe('trajectories', () => {
     await f.store!.insert('trajectory_starts', [start('heldout-1', 'heldout'), start('stale-1', 'train')]);
     const step = run.evaluations.length; // any step number the synthetic run has not written
     const ts = { event_id: 'ts-stale', time_ms: t, run_id: run.runId, step: 100 + step, policy_version: 3, produced_version: null, trajectories: 0, tokens: 0, trajectory_ids: [], loss: 0, pg_loss: 0, kl: 0, entropy: 0, clip_fraction: 0, approx_kl: 0, grad_norm: 0, learning_rate: 0, reward_mean: 0, staleness_mean: 0, staleness_max: 0, iw_mean: 1, iw_max: 1, iw_truncated_fraction: 0, dropped_stale: 1, wait_ms: 0, compute_ms: 0, metrics: [], dropped_trajectory_ids: ['stale-1'] };
-    for (const r of rowsOf({ name: 'TrainStep', value: ts })) await f.store!.insert(r.table, [r.row]);
+    for (const r of rowsOf({ name: 'TrainStep', value: ts, schemaId: 0 })) await f.store!.insert(r.table, [r.row]);
     const heldout = json(await app.inject({ url: '/api/trajectories/heldout-1', headers: R }));
     assert.deepEqual([heldout['split'], heldout['training']], ['heldout', null]);
     const stale = json(await app.inject({ url: '/api/trajectories/stale-1', headers: R }));

@@ -158,7 +158,7 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
     if (x === 0) await evaluation(0, 0, 'initial');
     await producer.send(TOPICS.trainSteps, [{ key: runId, value: o.serde.encode('TrainStep', ts) }]);
     // Its row as the trace sink writes it: the trajectories it trained on are named there.
-    for (const r of rowsOf({ name: 'TrainStep', value: ts })) await o.traces?.insert(r.table, [r.row]);
+    for (const r of rowsOf({ name: 'TrainStep', value: ts, schemaId: 0 })) await o.traces?.insert(r.table, [r.row]);
     if (ts.produced_version !== null) {
       version = ts.produced_version;
       await producer.send(TOPICS.policyVersions, [{

@@ -250,7 +250,7 @@ describe('options and policy sync', () => {
       const held = w.holdingPolicy(async (version) => {
         await producer.send(TOPICS.policyVersions, [{ key: 'run-w', value: t.serde.encode('PolicyVersion', await policyVersion(dir, 1)) }]);
         // The follower reads version 1 (and a pause sent meanwhile) but applies no version until the hold ends.
-        await producer.send(TOPICS.control, [{ key: 'run-w', value: t.serde.encode('Control', { event_id: 'c-hold', time_ms: Date.now(), run_id: 'run-w', command: 'pause', reason: 'test', issued_by: null }) }]);
+        await producer.send(TOPICS.control, [{ key: 'run-w', value: t.serde.encode('Control', { event_id: 'c-hold', time_ms: Date.now(), run_id: 'run-w', command: 'pause', staleness_bound: null, reason: 'test', issued_by: null }) }]);
         await until(() => w.snapshot().paused);
         assert.equal(backend.currentPolicyVersion(), version);
         await released;
