@@ -102,6 +102,13 @@ export interface TrajectoryDetail {
   termination: string | null;
   reward: number | null;
   correct: boolean | null;
+  /** The dataset split its row came from ('train', 'heldout', …); null when its start is not in the store. */
+  split: string | null;
+  /**
+   * What the trainer did with it, from the train steps: 'trained' (in a step's trajectory_ids), 'dropped' (consumed
+   * as too stale), or null when no step names it (a held-out evaluation, or not consumed yet). `step` is that step.
+   */
+  training: { outcome: 'trained' | 'dropped'; step: number } | null;
   promptText: string;
   promptTokenIds: number[];
   turns: TrajectoryTurn[];

@@ -82,12 +82,14 @@ export function adminTraceStore(store: TraceStore, named: NamedQuerySource = COR
     },
     async trajectory(id): Promise<TrajectoryDetail | null> {
       const p = { id };
-      const [starts, turns, calls, rewards, done] = await Promise.all([
+      const [starts, turns, calls, rewards, done, trained, dropped] = await Promise.all([
         q('SELECT * FROM trajectory_starts FINAL WHERE trajectory_id = {id:String} LIMIT 1', p),
         q('SELECT * FROM turns FINAL WHERE trajectory_id = {id:String} ORDER BY turn_index', p),
         q('SELECT * FROM tool_calls FINAL WHERE trajectory_id = {id:String} ORDER BY turn_index, call_id', p),
         q('SELECT score, correct FROM rewards FINAL WHERE trajectory_id = {id:String} ORDER BY time DESC LIMIT 1', p),
         q('SELECT termination FROM trajectories FINAL WHERE trajectory_id = {id:String} LIMIT 1', p),
+        q('SELECT step FROM train_steps FINAL WHERE has(trajectory_ids, {id:String}) ORDER BY step LIMIT 1', p),
+        q('SELECT step FROM train_steps FINAL WHERE has(dropped_trajectory_ids, {id:String}) ORDER BY step LIMIT 1', p),
       ]);
       const s = starts[0];
       const first = s ?? turns[0] ?? calls[0];
@@ -102,6 +104,8 @@ export function adminTraceStore(store: TraceStore, named: NamedQuerySource = COR
         termination: done[0] ? str(done[0]['termination']) : null,
         reward: reward ? num(reward['score']) : null,
         correct: reward && reward['correct'] !== null && reward['correct'] !== undefined ? num(reward['correct']) === 1 : null,
+        split: s ? str(s['split']) : null,
+        training: trained[0] ? { outcome: 'trained', step: num(trained[0]['step']) } : dropped[0] ? { outcome: 'dropped', step: num(dropped[0]['step']) } : null,
         promptText: arr(s?.['prompt_contents'], str).join('\n'),
         promptTokenIds: arr(s?.['prompt_token_ids'], num),
         turns: turns.map(

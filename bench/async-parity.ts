@@ -78,6 +78,12 @@ interface ChildSpec {
   overrides: Record<string, unknown>;
 }
 
+/** A share solved that the run measured: null means the evaluation had no problems, which this benchmark never sets up. */
+function measured(accuracy: number | null): number {
+  if (accuracy === null) throw new Error('an evaluation of the benchmark measured no problems (task.heldout_problems 0?)');
+  return accuracy;
+}
+
 interface CurvePoint {
   step: number;
   version: number;
@@ -179,10 +185,6 @@ const metric = (s: TrainStep, name: string) => s.metrics.find((m) => m.name === 
 /** The child: one run's main job in this process. */
 async function child(spec: ChildSpec): Promise<void> {
   const steps: ChildResult['steps'] = [];
-  const curve: CurvePoint[] = [];
-  // The main job carries its latest held-out evaluation on each TrainStep (for the dashboard): a new version
-  // there is a new point of the curve, measured at the step the evaluation started.
-  let seenVersion = -1;
   const summary = await runMainJob({
     configPath: CONFIG,
     overrides: spec.overrides,
@@ -199,14 +201,10 @@ async function child(spec: ChildSpec): Promise<void> {
         masked: metric(s, 'loss/correction/masked_frac') ?? 0,
         reward: s.reward_mean,
       });
-      const acc = metric(s, 'heldout_accuracy');
-      const version = metric(s, 'heldout_accuracy_version');
-      if (acc !== undefined && version !== undefined && version !== seenVersion && version > 0) {
-        seenVersion = version;
-        curve.push({ step: version, version, accuracy: acc });
-      }
     },
   });
+  // The evaluations during RL, each of one version, drawn at the step that produced it.
+  const curve = summary.evaluations.filter((e) => e.phase === 'periodic').map((e) => ({ step: e.step ?? e.policy_version, version: e.policy_version, accuracy: measured(e.accuracy) }));
   const result: ChildResult = { summary, steps, curve };
   writeBenchChildResult(RESULT, result);
 }
@@ -221,7 +219,7 @@ function toResult(m: ModeSpec, seed: number, r: ChildResult): RunResult {
   const curve: CurvePoint[] = [
     ...(summary.heldout_accuracy_before !== null ? [{ step: 0, version: 0, accuracy: summary.heldout_accuracy_before }] : []),
     ...r.curve.filter((p) => p.version < summary.steps),
-    { step: summary.steps, version: summary.policy_versions - 1, accuracy: summary.heldout_accuracy_after },
+    { step: summary.steps, version: summary.policy_versions - 1, accuracy: measured(summary.heldout_accuracy_after) },
   ];
   return {
     mode: m.name,
@@ -229,7 +227,7 @@ function toResult(m: ModeSpec, seed: number, r: ChildResult): RunResult {
     bound: m.bound,
     seed,
     heldoutBefore: summary.heldout_accuracy_before,
-    heldoutAfter: summary.heldout_accuracy_after,
+    heldoutAfter: measured(summary.heldout_accuracy_after),
     curve,
     rlSeconds: summary.rl.seconds,
     jobSeconds: summary.wall_seconds,

@@ -260,7 +260,8 @@ function toResult(bound: number, trainerThreads: number, r: ChildResult): ModeRe
     stalenessMean: steps.reduce((a, s) => a + s.stalenessMean * s.trajectories, 0) / Math.max(1, trained),
     stalenessMax: Math.max(0, ...steps.map((s) => s.stalenessMax)),
     droppedStale: summary.dropped_stale,
-    heldoutAccuracy: summary.heldout_accuracy_after,
+    // The calculator task always has held-out problems: null (none measured) would be a broken run.
+    heldoutAccuracy: summary.heldout_accuracy_after ?? (() => { throw new Error('the final evaluation measured no problems'); })(),
     heldoutProblems: summary.heldout_problems,
     speedup: null,
     check: r.check,

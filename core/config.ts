@@ -116,6 +116,7 @@ export interface EvalConfig {
   everySteps: number;
   problems: number | null;
   everyVersions: number | null;
+  successThreshold: number;
 }
 
 /** The OpenAI-compatible endpoint (serve section); null model / dataSource: the run id / the task's dataset name. */
@@ -394,7 +395,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     },
     advantage: { estimator: a.estimator, gamma: a.gamma, lam: a.lam, epsilon: a.epsilon, normByStd: a.norm_by_std, groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
     trainer: compileTrainerOptions(trainerS),
-    eval: { everySteps: e.every_steps, problems: e.problems, everyVersions: e.every_versions },
+    eval: { everySteps: e.every_steps, problems: e.problems, everyVersions: e.every_versions, successThreshold: e.success_threshold },
     effective,
   });
 }

@@ -218,6 +218,28 @@ export class RolloutWorker {
     return groups.flat();
   }
 
+  /**
+   * Run `fn` with the backend held at the version it serves now (passed to fn): no new policy version is applied
+   * until fn settles, so an evaluation run inside it is of that one version. Rollouts go on meanwhile, on that
+   * version; versions that arrive are applied after it, newest first.
+   */
+  async holdingPolicy<T>(fn: (version: number) => Promise<T>): Promise<T> {
+    this.holds++;
+    const held = this.applying.then(() => fn(this.deps.backend.currentPolicyVersion()));
+    this.applying = held.then(
+      () => undefined,
+      () => undefined,
+    );
+    try {
+      return await held;
+    } finally {
+      this.holds--;
+    }
+  }
+
+  /** Holds queued or running: the follower does not wait for a version's application meanwhile. */
+  private holds = 0;
+
   /** Stop starting groups; `abort` ends in-flight trajectories now (termination 'aborted'). */
   async stop(options: { abort?: boolean } = {}): Promise<void> {
     this.stopping = true;
@@ -545,7 +567,10 @@ export class RolloutWorker {
         this.onControl(ev.value);
       }
     }
-    if (newest) await this.onPolicyVersion(newest);
+    if (!newest) return;
+    const applied = this.onPolicyVersion(newest);
+    // While a hold is on, the follower goes on reading: a stop or a pause must not wait for an evaluation.
+    if (this.holds === 0) await applied;
   }
 
   // ---- metrics -----------------------------------------------------------------------------------

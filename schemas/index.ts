@@ -19,6 +19,7 @@ export const EVENT_NAMES = [
   'TrainStep',
   'Control',
   'DeadLetter',
+  'Evaluation',
 ] as const;
 export type EventName = (typeof EVENT_NAMES)[number];
 

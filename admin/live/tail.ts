@@ -1,4 +1,4 @@
-// Follows the run-level topics (train steps, policy versions, control) and keeps the recent history of each
+// Follows the run-level topics (train steps and evaluations, policy versions, control) and keeps the recent history of each
 // run in memory: the data behind the train-step and policy-version routes and the dashboard's live charts.
 // It reads with its own throw-away consumer group and never commits, so it moves no role's offsets.
 import { newId } from '../../core/ids.ts';
@@ -7,12 +7,14 @@ import type { EventSerde } from '../../core/serde/events.ts';
 import { describeError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { Control, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
+import type { Control, Evaluation, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
 import type { RunStatus } from '../context.ts';
 
 export interface RunHistory {
   runId: string;
   steps: TrainStep[];
+  /** Every Evaluation event of the run, in log order: each of one policy version on a named problem set. */
+  evaluations: Evaluation[];
   versions: PolicyVersion[];
   controls: Control[];
   status: RunStatus;
@@ -106,7 +108,7 @@ export class LiveTail {
   private history(runId: string, timeMs: number): RunHistory {
     let h = this.runs.get(runId);
     if (!h) {
-      h = { runId, steps: [], versions: [], controls: [], status: 'running', stalenessBound: null, firstSeenMs: timeMs, lastEventMs: timeMs };
+      h = { runId, steps: [], evaluations: [], versions: [], controls: [], status: 'running', stalenessBound: null, firstSeenMs: timeMs, lastEventMs: timeMs };
       this.runs.set(runId, h);
     }
     h.lastEventMs = Math.max(h.lastEventMs, timeMs);
@@ -117,6 +119,9 @@ export class LiveTail {
     switch (event.name) {
       case 'TrainStep':
         pushBounded(this.history(event.value.run_id, event.value.time_ms).steps, event.value, this.maxPerRun);
+        break;
+      case 'Evaluation':
+        pushBounded(this.history(event.value.run_id, event.value.time_ms).evaluations, event.value, this.maxPerRun);
         break;
       case 'PolicyVersion':
         pushBounded(this.history(event.value.run_id, event.value.time_ms).versions, event.value, this.maxPerRun);

@@ -9,7 +9,7 @@ const TOKEN_KEY = 'rlstream.adminToken';
 const COLORS = ['#2563eb', '#dc2626', '#059669', '#d97706', '#7c3aed'];
 const MAX_TOKENS_SHOWN = 4000;
 
-const state = { runId: null, steps: [], lastStep: undefined, timer: null, polling: false, config: null };
+const state = { runId: null, steps: [], evaluations: [], lastStep: undefined, timer: null, polling: false, config: null };
 const $ = (id) => document.getElementById(id);
 
 function takeTokenFromFragment() {
@@ -63,11 +63,43 @@ function seriesOf(field, pick) {
   return state.steps.map((s) => [xIsTime ? s.time_ms : s.step, pick ? pick(s) : s[field]]).filter((p) => p[1] !== null && p[1] !== undefined);
 }
 
-function drawCharts(lag) {
+/**
+ * Held-out accuracy (share solved), one line per problem set, a dot on every evaluation: each is drawn at the step
+ * that produced its version (or when it ran, on the time axis) and nowhere else — nothing is carried between them.
+ */
+function heldoutSeries(xIsTime) {
+  const sets = [...new Set(state.evaluations.map((e) => e.problem_set))];
+  return sets.map((set, i) => ({
+    name: set,
+    color: COLORS[(2 + i) % COLORS.length],
+    points: state.evaluations
+      .filter((e) => e.problem_set === set && e.accuracy !== null && (xIsTime || e.step !== null))
+      .map((e) => [xIsTime ? e.time_ms : e.step, e.accuracy])
+      .sort((a, b) => a[0] - b[0]),
+  }));
+}
+
+/** The run's result in words: its final evaluation, else the latest one, each with its version and problem set. */
+function showHeldout() {
+  const evals = state.evaluations;
+  const final = [...evals].reverse().find((e) => e.phase === 'final');
+  const shown = final || evals[evals.length - 1];
+  if (!shown) {
+    $('heldout-result').textContent = 'no evaluation yet';
+    return;
+  }
+  const at = `v${shown.policy_version}` + (shown.step === null ? '' : ` (step ${shown.step})`);
+  const acc = shown.accuracy === null ? '—' : `${(shown.accuracy * 100).toFixed(1)}%`;
+  const reward = shown.mean_reward === null ? '—' : shown.mean_reward.toFixed(3);
+  $('heldout-result').textContent = `${final ? 'final' : 'latest'}: ${at} · ${shown.solved}/${shown.n} solved = ${acc} · mean reward ${reward} · ${shown.problem_set}`;
+}
+
+function drawCharts(lag, lagNote) {
   const xIsTime = $('x-axis').value === 'time';
   const line = (id, series) => window.rlCharts.drawLineChart($(id), series, { xIsTime });
   line('chart-reward', [{ name: 'reward', color: COLORS[0], points: seriesOf('reward_mean') }]);
-  line('chart-heldout', [{ name: 'accuracy', color: COLORS[2], points: seriesOf('heldout_accuracy') }]);
+  window.rlCharts.drawLineChart($('chart-heldout'), heldoutSeries(xIsTime), { xIsTime, markers: true, empty: 'no evaluation yet' });
+  showHeldout();
   const kl = seriesOf('kl');
   window.rlCharts.drawLineChart($('chart-kl'), [{ name: 'kl', color: COLORS[1], points: kl }], { xIsTime, off: klOff(kl) });
   line('chart-entropy', [{ name: 'entropy', color: COLORS[4], points: seriesOf('entropy') }]);
@@ -76,7 +108,7 @@ function drawCharts(lag) {
     { name: 'max', color: COLORS[1], points: seriesOf('staleness_max') },
   ]);
   line('chart-throughput', [{ name: 'tokens/s', color: COLORS[0], points: seriesOf('tokens_per_s') }]);
-  if (lag) drawLag(lag);
+  if (lag) drawLag(lag, lagNote);
 }
 
 /**
@@ -96,9 +128,9 @@ function roleOf(groupId) {
 
 /**
  * Lag per partition of rollout.events, one colour per reading role (reward, traces, …) named in the legend;
- * each bar is labelled with its partition only. Without declared readers: how much each partition holds.
+ * each bar is labelled with its partition only. Without a reader there is no lag: the server's note says why.
  */
-function drawLag(lag) {
+function drawLag(lag, note) {
   const roles = [...new Set(lag.filter((l) => l.groupId).map((l) => roleOf(l.groupId)))];
   const color = (l) => (l.groupId ? COLORS[roles.indexOf(roleOf(l.groupId)) % COLORS.length] : COLORS[0]);
   const sorted = [...lag].sort((a, b) => a.partition - b.partition || roles.indexOf(a.groupId && roleOf(a.groupId)) - roles.indexOf(b.groupId && roleOf(b.groupId)));
@@ -110,7 +142,7 @@ function drawLag(lag) {
     title: l.groupId ? `${roleOf(l.groupId)} · partition ${l.partition}: ${l.lag} behind of ${l.high}` : `partition ${l.partition}: ${l.high} records`,
   }));
   const legend = roles.length ? roles.map((r, i) => ({ name: `${r} lag`, color: COLORS[i % COLORS.length] })) : [{ name: 'records', color: COLORS[0] }];
-  window.rlCharts.drawBarChart($('chart-lag'), bars, { legend, yLabel: roles.length ? 'behind' : 'records' });
+  window.rlCharts.drawBarChart($('chart-lag'), bars, { legend, yLabel: roles.length ? 'behind' : 'records', empty: note || undefined });
 }
 
 // ---- tool calls ----
@@ -166,6 +198,14 @@ function visible(text) {
   return t.trim() === '' ? '·'.repeat(Math.max(1, t.length)) : t;
 }
 
+/** Whether the trainer learned from the trajectory: a held-out one never, others when a step names them. */
+function trainingText(t) {
+  if (t.training && t.training.outcome === 'trained') return `trained at step ${t.training.step}`;
+  if (t.training && t.training.outcome === 'dropped') return `not trained: dropped as too stale at step ${t.training.step}`;
+  if (t.split && t.split !== 'train') return `not trained: ${t.split} split (evaluation only)`;
+  return 'not trained (yet): no train step names it';
+}
+
 function renderTrajectory(t) {
   const root = $('trajectory');
   root.replaceChildren();
@@ -173,14 +213,18 @@ function renderTrajectory(t) {
     ` · reward ${t.reward === null ? '—' : t.reward}${t.correct === null ? '' : t.correct ? ' (correct)' : ' (wrong)'}` +
     ` · termination ${t.termination || '—'}`);
   root.appendChild(head);
+  const training = div('turn-head training', trainingText(t));
+  training.id = 'trajectory-training';
+  root.appendChild(training);
   const prompt = div('turn prompt');
   prompt.appendChild(div('turn-head', `prompt · ${t.promptTokenIds.length} tokens`));
   prompt.appendChild(div('turn-text', t.promptText));
   root.appendChild(prompt);
   for (const turn of t.turns) {
     const box = div(`turn ${turn.role}`);
-    const trained = turn.lossMask.reduce((a, m) => a + m, 0);
-    box.appendChild(div('turn-head', `turn ${turn.index} · ${turn.role} · ${turn.tokenIds.length} tokens (${trained} trained)` + (turn.policyVersion >= 0 ? ` · policy v${turn.policyVersion}` : '')));
+    const inLoss = turn.lossMask.reduce((a, m) => a + m, 0);
+    // Mask 1 marks the tokens a step would train on; whether one did is the trajectory's line above.
+    box.appendChild(div('turn-head', `turn ${turn.index} · ${turn.role} · ${turn.tokenIds.length} tokens (${inLoss} in the loss mask)` + (turn.policyVersion >= 0 ? ` · policy v${turn.policyVersion}` : '')));
     box.appendChild(div('turn-text', turn.text));
     const toks = div(turn.tokenTexts ? 'tokens' : 'tokens ids');
     const n = Math.min(turn.tokenIds.length, MAX_TOKENS_SHOWN);
@@ -249,7 +293,8 @@ async function poll() {
       state.steps.push(...live.steps);
       state.lastStep = live.steps[live.steps.length - 1].step;
     }
-    drawCharts(live.rolloutLag);
+    state.evaluations = live.evaluations || [];
+    drawCharts(live.rolloutLag, live.rolloutLagNote);
     await refreshToolCalls();
     $('live-indicator').classList.toggle('on');
     message('');
@@ -268,6 +313,7 @@ function stopPolling() {
 function selectRun(id) {
   state.runId = id;
   state.steps = [];
+  state.evaluations = [];
   state.lastStep = undefined;
   state.config = null;
   // The run's config says what is off (KL without a reference model); a run known only from its events has none.

@@ -47,8 +47,9 @@ function drawLegend(svg, entries) {
 }
 
 /**
- * series: [{ name, color, points: [[x, y], ...] }] (null y values are skipped); options: { xIsTime, off }:
- * `off` is a reason the quantity is not measured (e.g. "KL off"), shown instead of a flat line of zeros.
+ * series: [{ name, color, points: [[x, y], ...] }] (null y values are skipped); options: { xIsTime, off, markers,
+ * empty }: `off` is a reason the quantity is not measured (e.g. "KL off"), shown instead of a flat line of zeros;
+ * `markers` puts a dot on every point (sparse measurements), not only the last; `empty` is the text with no data.
  */
 function drawLineChart(svg, series, options) {
   clear(svg);
@@ -64,7 +65,7 @@ function drawLineChart(svg, series, options) {
   }
   delete svg.dataset.off;
   if (all.length === 0) {
-    svg.appendChild(el('text', { class: 'empty', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'no data yet'));
+    svg.appendChild(el('text', { class: 'empty', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, opts.empty || 'no data yet'));
     svg.dataset.points = '0';
     return;
   }
@@ -86,8 +87,9 @@ function drawLineChart(svg, series, options) {
     count += pts.length;
     const d = pts.map((p, k) => `${k === 0 ? 'M' : 'L'}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(' ');
     svg.appendChild(el('path', { class: 'series', d, stroke: s.color, 'data-series': s.name, 'data-points': pts.length }));
-    const last = pts[pts.length - 1];
-    svg.appendChild(el('circle', { class: 'point', cx: sx(last[0]).toFixed(1), cy: sy(last[1]).toFixed(1), r: 2.5, fill: s.color }));
+    for (const p of opts.markers ? pts : [pts[pts.length - 1]]) {
+      svg.appendChild(el('circle', { class: 'point', cx: sx(p[0]).toFixed(1), cy: sy(p[1]).toFixed(1), r: 2.5, fill: s.color, 'data-x': p[0], 'data-y': p[1] }));
+    }
   });
   if (series.length > 1) drawLegend(svg, series);
   svg.dataset.points = String(count);
@@ -95,7 +97,7 @@ function drawLineChart(svg, series, options) {
 
 /**
  * bars: [{ label, value, high, color }]: value drawn solid (lag) in the bar's colour, high drawn faint behind it
- * (partition size); options: { legend: [{ name, color }], yLabel }. Labels are short (a partition number):
+ * (partition size); options: { legend: [{ name, color }], yLabel, empty }. Labels are short (a partition number):
  * what the colours mean goes in the legend, not into every label.
  */
 function drawBarChart(svg, bars, options) {
@@ -103,7 +105,7 @@ function drawBarChart(svg, bars, options) {
   const opts = options || {};
   svg.appendChild(el('line', { class: 'axis', x1: PAD.left, y1: H - PAD.bottom, x2: W - PAD.right, y2: H - PAD.bottom }));
   if (bars.length === 0) {
-    svg.appendChild(el('text', { class: 'empty', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'no rollout partitions yet'));
+    svg.appendChild(el('text', { class: 'empty', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, opts.empty || 'no rollout partitions yet'));
     svg.dataset.bars = '0';
     return;
   }

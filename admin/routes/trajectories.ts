@@ -36,6 +36,13 @@ const Trajectory = Type.Object(
     termination: Nullable(Type.String()),
     reward: Nullable(Type.Number()),
     correct: Nullable(Type.Boolean()),
+    split: Nullable(Type.String({ description: "The dataset split of its row ('train', 'heldout', …)." })),
+    training: Nullable(
+      Type.Object(
+        { outcome: Type.Union([Type.Literal('trained'), Type.Literal('dropped')]), step: Type.Integer() },
+        { description: 'The train step that trained it, or dropped it as too stale; null when no step names it (held out, or not consumed yet).' },
+      ),
+    ),
     promptText: Type.String(),
     promptTokenIds: Type.Array(Type.Integer()),
     turns: Type.Array(Turn),

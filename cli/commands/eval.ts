@@ -8,7 +8,7 @@ import { loadRunConfig } from '../../core/config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openRunContext } from '../run/context.ts';
-import { accuracy, heldoutRows } from '../run/evaluation.ts';
+import { accuracyOf, heldoutSet, outcomeOf, score, solvedRule } from '../run/evaluation.ts';
 import { createBackend, createWorker, loadTokenizer, modelFiles } from '../run/roles.ts';
 import { collectSet } from '../set-option.ts';
 import { numberOption } from '../options.ts';
@@ -39,19 +39,34 @@ export function register(program: Command): void {
       const backend = await createBackend(ctx);
       try {
         const worker = await createWorker(ctx, 'eval', backend, loadTokenizer(modelFiles(ctx)), { followPolicy: false });
-        const rows = await heldoutRows(ctx, opts.problems);
+        const set = await heldoutSet(ctx, opts.problems);
         const difficulty = config.task.options['heldout'] ?? null;
         const t0 = performance.now();
-        const trajectories = await worker.evaluate(rows);
+        const trajectories = await worker.evaluate(set.rows);
         await worker.stop();
         const toolCalls = trajectories.reduce((n, t) => n + t.num_tool_calls, 0);
-        const failed: typeof trajectories = [];
-        for (const t of trajectories) if (failed.length < opts.failures && (await accuracy(ctx.plugins, [t])) === 0) failed.push(t);
+        const threshold = config.eval.successThreshold;
+        const { scored, outcomes } = await score(ctx.plugins, threshold, trajectories);
+        const failed = trajectories.filter((_, i) => !outcomes[i]!.solved).slice(0, opts.failures);
         for (const t of failed) {
           const extra = JSON.parse(t.extra_info_json) as { expression?: string };
-          console.log(JSON.stringify({ expected_expression: extra.expression, ground_truth: t.ground_truth, response: t.response_text }));
+          const { reward } = await outcomeOf(ctx.plugins, threshold, t);
+          console.log(JSON.stringify({ expected_expression: extra.expression, ground_truth: t.ground_truth, reward, response: t.response_text }));
         }
-        console.log(JSON.stringify({ accuracy: await accuracy(ctx.plugins, trajectories), problems: rows.length, difficulty, tool_calls_per_problem: toolCalls / rows.length, seconds: (performance.now() - t0) / 1000, example: trajectories[0]?.response_text }));
+        // accuracy is the share solved; mean_reward (partial credit included) is reported beside it, by its own name.
+        console.log(JSON.stringify({
+          accuracy: accuracyOf(scored),
+          solved: scored.solved,
+          problems: scored.n,
+          problem_set: set.name,
+          solved_rule: solvedRule(ctx.plugins, threshold),
+          mean_reward: scored.mean_reward,
+          per_difficulty: scored.per_difficulty,
+          difficulty,
+          tool_calls_per_problem: toolCalls / Math.max(1, scored.n),
+          seconds: (performance.now() - t0) / 1000,
+          example: trajectories[0]?.response_text,
+        }));
       } finally {
         await backend.close();
         await ctx.close();

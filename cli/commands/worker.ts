@@ -124,7 +124,7 @@ async function runRole(role: Role, configPath: string, overrides: Record<string,
         const worker = await createWorker(ctx, runId, backend, tokenizer, { resume });
         // eval.every_versions: held-out evaluation of every k-th policy version this worker serves.
         const every = config.eval.everyVersions;
-        const stopEval = every !== null ? await evaluatePeriodically(ctx, runId, backend, tokenizer, every, (version, correct, total) => logger.info('held-out evaluation', { version, correct, total })) : null;
+        const stopEval = every !== null ? await evaluatePeriodically(ctx, runId, backend, tokenizer, worker, every, (e) => logger.info('held-out evaluation', { version: e.policy_version, problem_set: e.problem_set, solved: e.solved, n: e.n, mean_reward: e.mean_reward })) : null;
         shutdown.set(async () => {
           await stopEval?.();
           await worker.stop({ abort: true });

@@ -11,12 +11,12 @@ import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
-import type { TrainStep } from '../../schemas/generated/types.ts';
+import type { Evaluation, TrainStep } from '../../schemas/generated/types.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { lineChartsSvg, type Line } from '../plot.ts';
 import { openRunContext, openRunTraces, type RunContext } from './context.ts';
-import { accuracy, heldoutRows } from './evaluation.ts';
+import { accuracyOf, describeEvaluation, evaluateVersion, heldoutSet, type EvaluationPhase, type ProblemSet } from './evaluation.ts';
 import { Progress } from './progress.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, loadTokenizer, modelFiles, trainRows, initFiles } from './roles.ts';
 import { warmStart } from './sft.ts';
@@ -65,13 +65,34 @@ export interface RlPhaseFigures {
   backend_seconds: { generate: number; load_weights: number } | null;
 }
 
+/** One evaluation as the summary lists it (the Evaluation event's figures, with the share solved). */
+export interface EvaluationFigures {
+  phase: string;
+  policy_version: number;
+  step: number | null;
+  problem_set: string;
+  n: number;
+  solved: number;
+  /** solved / n: the share of the problems solved. */
+  accuracy: number | null;
+  /** Mean outcome reward of the reward function (no shaping): not a share solved. */
+  mean_reward: number;
+}
+
 export interface MainJobSummary {
   run_id: string;
   seed: number;
-  /** null when the run skipped the initial evaluation. */
+  /** Share of heldout_problem_set solved by the warm start; null when the run skipped the initial evaluation. */
   heldout_accuracy_before: number | null;
-  heldout_accuracy_after: number;
+  /** Share of heldout_problem_set solved by the final policy. */
+  heldout_accuracy_after: number | null;
+  /** Mean outcome reward over the same problems, before and after (partial credit counts here, not above). */
+  heldout_mean_reward_before: number | null;
+  heldout_mean_reward_after: number;
   heldout_problems: number;
+  heldout_problem_set: string;
+  /** Every evaluation of the run, in order: each of one policy version on a named problem set. */
+  evaluations: EvaluationFigures[];
   steps: number;
   trajectories: number;
   policy_versions: number;
@@ -136,17 +157,18 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const evaluator = await createWorker(ctx, runId, backend, tokenizer, { followPolicy: false });
     const topt = ctx.config.trainer;
     const steps: TrainStep[] = [...(prior?.steps ?? [])];
-    const evals: { step: number; version: number; accuracy: number }[] = [...(prior?.evals ?? [])];
+    const evaluations: Evaluation[] = [...(prior?.evaluations ?? [])];
+    // The step that produced each version: an evaluation is drawn at its version's step.
+    const stepOfVersion = new Map<number, number>([[0, 0]]);
+    const noteStep = (s: TrainStep) => s.produced_version !== null && stepOfVersion.set(s.produced_version, s.step);
+    steps.forEach(noteStep);
     const stepBar = progress.bar('train', topt.maxSteps);
     const trainer = createTrainer(ctx, runId, runDir, (s) => {
       steps.push(s);
+      noteStep(s);
       options.onTrainStep?.(s);
       stepBar.update(s.step, topt.maxSteps, `v${s.produced_version ?? s.policy_version} reward ${s.reward_mean.toFixed(2)} stale ${s.staleness_mean.toFixed(1)}`);
-    }, () => {
-      // The dashboard charts held-out accuracy from the TrainStep stream: carry the latest evaluation.
-      const last = evals[evals.length - 1];
-      return last ? [{ name: 'heldout_accuracy', value: last.accuracy }, { name: 'heldout_accuracy_version', value: last.version }] : [];
-    }, backend.stageWeights?.bind(backend));
+    }, undefined, backend.stageWeights?.bind(backend));
     await trainer.start();
     // On a failure (a role that throws, an evaluation that cannot finish) every role still running is stopped
     // before the stores and the log close under it: left running, their poll loops would retry LOG_CLOSED
@@ -165,18 +187,20 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const serve = ctx.config.serve.enabled ? await startServe(ctx, backend, tokenizer, runDir, config.run.id) : null;
     if (serve) closers.unshift(() => serve.close());
 
-    // 3. Held-out accuracy of the warm start.
-    const heldoutN = ctx.config.task.heldoutProblems;
-    const duringN = ctx.config.eval.problems ?? Math.min(100, heldoutN);
+    // 3. Held-out accuracy of the warm start. Every evaluation is of one version (the training worker holds the
+    // shared backend meanwhile) and becomes an Evaluation event; the summary, the curves and the dashboard read those.
+    const heldout = await heldoutSet(ctx);
+    const during = duringSet(heldout, ctx.config.eval.problems);
     const everySteps = ctx.config.eval.everySteps;
-    const heldout = await heldoutRows(ctx, heldoutN);
-    const evalBar = progress.bar('eval', heldoutN);
-    let before: number | null = prior?.before ?? null;
-    if (options.initialEval !== false && before === null) {
-      before = await accuracy(ctx.plugins, await evaluator.evaluate(heldout));
-      evals.push({ step: 0, version: 0, accuracy: before });
-      evalBar.update(heldoutN, heldoutN, `before ${(before * 100).toFixed(1)}%`);
-    }
+    const evalBar = progress.bar('eval', heldout.rows.length);
+    const evaluate = async (set: ProblemSet, phase: EvaluationPhase): Promise<Evaluation> => {
+      const e = await evaluateVersion(ctx, { runId, evaluator, swapper: worker, backend, set, phase, stepOf: (v) => stepOfVersion.get(v) ?? null });
+      evaluations.push(e);
+      evalBar.update(e.n, set.rows.length, `${phase}: ${describeEvaluation(e)}`);
+      return e;
+    };
+    let initial = evaluations.find((e) => e.phase === 'initial') ?? null;
+    if (options.initialEval !== false && initial === null) initial = await evaluate(heldout, 'initial');
 
     // 4. Asynchronous RL: rollouts, reward, advantage, trainer and sink run concurrently.
     const rlStart = performance.now();
@@ -195,9 +219,9 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
           lastEval = s;
           const version = trainer.currentVersion;
           evalChain = evalChain.then(async () => {
-            const acc = await accuracy(ctx.plugins, await evaluator.evaluate(heldout.slice(0, duringN)));
-            evals.push({ step: s, version, accuracy: acc });
-            evalBar.update(heldoutN, heldoutN, `step ${s}: ${(acc * 100).toFixed(1)}%`);
+            // The version the trainer has just published, once the training worker has applied it.
+            await waitFor(() => backend.currentPolicyVersion() >= version, 60_000);
+            await evaluate(during, 'periodic');
           });
         }
       }, 250);
@@ -222,10 +246,8 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     await evalChain;
 
     // 5. Held-out accuracy of the final policy.
-    const after = await accuracy(ctx.plugins, await evaluator.evaluate(heldout));
+    const final = await evaluate(heldout, 'final');
     await evaluator.stop();
-    evals.push({ step: trainer.currentStep, version: trainer.currentVersion, accuracy: after });
-    evalBar.update(heldoutN, heldoutN, `after ${(after * 100).toFixed(1)}%`);
 
     // 6. Let the sink catch up so the traces hold the whole run, then stop everything.
     await Promise.all([reward.stop(), advantage.stop()]);
@@ -236,14 +258,18 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     progress.stop();
 
     const plot = join(runDir, 'learning-curves.svg');
-    writeFileSync(plot, curves(runId, steps, evals, { full: heldoutN, during: duringN }));
+    writeFileSync(plot, curves(runId, steps, evaluations));
     const toolRate = (s: TrainStep | undefined) => (s ? stepMetric(s, 'tool_success_rate') : 0);
     return finishRun(runDir, {
       run_id: runId,
       seed: config.run.seed,
-      heldout_accuracy_before: before,
-      heldout_accuracy_after: after,
-      heldout_problems: heldout.length,
+      heldout_accuracy_before: initial ? accuracyOf(initial) : null,
+      heldout_accuracy_after: accuracyOf(final),
+      heldout_mean_reward_before: initial ? initial.mean_reward : null,
+      heldout_mean_reward_after: final.mean_reward,
+      heldout_problems: heldout.rows.length,
+      heldout_problem_set: heldout.name,
+      evaluations: evaluations.map(figures),
       steps: trainer.currentStep,
       trajectories: steps.reduce((n, s) => n + s.trajectories, 0),
       policy_versions: trainer.currentVersion + 1,
@@ -297,25 +323,39 @@ async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
   while (!cond() && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
 }
 
+/** The problems evaluated during RL: the whole held-out set, or its first eval.problems rows under their own name. */
+export function duringSet(heldout: ProblemSet, problems: number | null): ProblemSet {
+  if (problems === null || problems >= heldout.rows.length) return heldout;
+  return { name: heldout.name.replace(/\[0:\d+\]$/, '') + `[0:${problems}]`, rows: heldout.rows.slice(0, problems) };
+}
+
+function figures(e: Evaluation): EvaluationFigures {
+  return { phase: e.phase, policy_version: e.policy_version, step: e.step, problem_set: e.problem_set, n: e.n, solved: e.solved, accuracy: accuracyOf(e), mean_reward: e.mean_reward };
+}
+
+const SET_COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#9467bd'];
+
 /**
- * The learning curves. Held-out accuracy is measured on all task.heldout_problems before and after RL, and on
- * the first eval.problems of them during RL: the two kinds are drawn apart and named, not joined by one line.
- * The per-step reward is noisy (a step is a few groups): its moving average is drawn over it.
+ * The learning curves, from the run's train steps and Evaluation events. Each evaluation is drawn at the step that
+ * produced its version (its version when that is unknown); evaluations on different problem sets are different
+ * lines, each named by its set, and the share solved and the mean reward are different panels. The per-step
+ * reward is noisy (a step is a few groups): its moving average is drawn over it.
  */
-export function curves(runId: string, steps: TrainStep[], evals: { step: number; accuracy: number }[], problems: { full: number; during: number }): string {
-  const point = (e: { step: number; accuracy: number }) => ({ x: e.step, y: e.accuracy });
-  const isFull = (e: { step: number }, i: number) => e.step === 0 || i === evals.length - 1;
-  const during = evals.filter((e, i) => !isFull(e, i));
-  const heldout: Line[] =
-    problems.full === problems.during || during.length === 0
-      ? [{ label: `${problems.full} problems`, points: evals.map(point) }]
-      : [
-          { label: `during RL: first ${problems.during} problems`, points: during.map(point), color: '#ff7f0e' },
-          { label: `before / after RL: all ${problems.full} problems`, points: evals.filter(isFull).map(point), noPath: true },
-        ];
+export function curves(runId: string, steps: TrainStep[], evaluations: readonly Evaluation[]): string {
+  const sets = [...new Set(evaluations.map((e) => e.problem_set))];
+  const perSet = (y: (e: Evaluation) => number | null): Line[] =>
+    sets.map((set, i) => ({
+      label: set,
+      color: SET_COLORS[i % SET_COLORS.length]!,
+      points: evaluations
+        .filter((e) => e.problem_set === set && y(e) !== null)
+        .map((e) => ({ x: e.step ?? e.policy_version, y: y(e)! }))
+        .sort((a, b) => a.x - b.x),
+    }));
   return lineChartsSvg(`rlstream main job ${runId}`, 'training step', [
     { name: 'reward (mean of the step’s samples)', points: steps.map((s) => ({ x: s.step, y: s.reward_mean })), smooth: Math.max(3, Math.round(steps.length / 10)), yMin: 0, yMax: 1 },
-    { name: 'held-out accuracy', lines: heldout, yMin: 0, yMax: 1 },
+    { name: 'held-out accuracy (share solved), at the evaluated version', lines: perSet(accuracyOf), yMin: 0, yMax: 1 },
+    { name: 'held-out mean reward, same evaluations', lines: perSet((e) => (e.n === 0 ? null : e.mean_reward)) },
     { name: 'tool-call success rate', points: steps.map((s) => ({ x: s.step, y: stepMetric(s, 'tool_success_rate') })), yMin: 0, yMax: 1 },
     { name: 'staleness (mean policy-version lag)', points: steps.map((s) => ({ x: s.step, y: s.staleness_mean })) },
   ]);

@@ -14,7 +14,7 @@ import { readToEnd } from '../../core/log/read-to-end.ts';
 import { newId } from '../../core/ids.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { TrainStep } from '../../schemas/generated/types.ts';
+import type { Evaluation, TrainStep } from '../../schemas/generated/types.ts';
 import { readResumePoint, type ResumePoint } from '../../producers/resume.ts';
 
 export type RunChoice = { kind: 'new' } | { kind: 'auto' } | { kind: 'dir'; dir: string };
@@ -128,30 +128,20 @@ export interface ResumedState {
   steps: TrainStep[];
   /** Samples already completed (not run again) and this life's tag for new trajectory ids. */
   resume: ResumePoint;
-  /** Held-out accuracy of the warm start, when an earlier life measured it (carried in the steps' metrics). */
-  before: number | null;
-  /** Held-out evaluations the steps carried: the first step of each new one. */
-  evals: { step: number; version: number; accuracy: number }[];
+  /** The Evaluation events of earlier lives, in log order (the initial one among them, when it was measured). */
+  evaluations: Evaluation[];
 }
 
 export async function resumedState(log: EventLog, serde: EventSerde, runId: string): Promise<ResumedState> {
-  const steps = await committedSteps(log, serde, runId);
-  const evals: ResumedState['evals'] = [];
-  for (const s of steps) {
-    const acc = s.metrics.find((m) => m.name === 'heldout_accuracy')?.value;
-    const version = s.metrics.find((m) => m.name === 'heldout_accuracy_version')?.value;
-    if (acc === undefined || version === undefined) continue;
-    const last = evals[evals.length - 1];
-    if (!last || last.version !== version || last.accuracy !== acc) evals.push({ step: version === 0 ? 0 : s.step - 1, version, accuracy: acc });
-  }
-  const before = evals[0]?.version === 0 ? evals[0].accuracy : null;
-  return { steps, resume: await readResumePoint(log, serde, runId, { resumed: true }), before, evals };
+  const { steps, evaluations } = await committedSteps(log, serde, runId);
+  return { steps, resume: await readResumePoint(log, serde, runId, { resumed: true }), evaluations };
 }
 
-async function committedSteps(log: EventLog, serde: EventSerde, runId: string): Promise<TrainStep[]> {
+async function committedSteps(log: EventLog, serde: EventSerde, runId: string): Promise<{ steps: TrainStep[]; evaluations: Evaluation[] }> {
   const ends = await log.offsets(TOPICS.trainSteps).catch(() => []);
   const target = new Map(ends.filter((p) => p.high > p.low).map((p) => [p.partition, p.high]));
   const byStep = new Map<number, TrainStep>();
+  const evaluations: Evaluation[] = [];
   if (target.size > 0) {
     const consumer = await log.consumer({ groupId: `main-resume-${basename(runId)}-${newId()}`, topics: [TOPICS.trainSteps], readCommitted: true, fromBeginning: true });
     try {
@@ -159,11 +149,12 @@ async function committedSteps(log: EventLog, serde: EventSerde, runId: string): 
         for (const r of records) {
           const ev = await serde.decode(r.value);
           if (ev.name === 'TrainStep' && ev.value.run_id === runId) byStep.set(ev.value.step, ev.value);
+          if (ev.name === 'Evaluation' && ev.value.run_id === runId) evaluations.push(ev.value);
         }
       }, { what: 'resume: train steps', timeoutMs: 60_000 });
     } finally {
       await consumer.close().catch(() => {});
     }
   }
-  return [...byStep.values()].sort((a, b) => a.step - b.step);
+  return { steps: [...byStep.values()].sort((a, b) => a.step - b.step), evaluations };
 }

@@ -26,7 +26,7 @@ function values(v: NamedValue[]): number[] {
   return v.map((x) => x.value);
 }
 
-/** The rows one event becomes (one row for every event type today). */
+/** The rows one event becomes (one row for every event type but Evaluation, which has no table). */
 export function rowsOf(ev: DecodedEvent): TraceRow[] {
   switch (ev.name) {
     case 'TrajectoryStarted': {
@@ -249,6 +249,9 @@ export function rowsOf(ev: DecodedEvent): TraceRow[] {
         },
       ];
     }
+    case 'Evaluation':
+      // No trace table yet: evaluations are read from the log (train.steps), as the dashboard and the main job do.
+      return [];
     case 'DeadLetter': {
       const e = ev.value;
       return [{ table: 'dead_letters', row: deadLetterRow(e.consumer, e.source_topic, e.source_partition, e.source_offset, e.error_code, e.error, e.key, e.value, e.event_id, e.time_ms) }];

@@ -208,7 +208,8 @@ export const AdvantageSection = obj(
 export const EvalSection = obj(
   {
     every_steps: positiveInt(10, 'Main job: evaluate the held-out rows every this many training steps.'),
-    problems: intOrNull({ minimum: 1, default: null, description: 'Held-out rows per evaluation during RL (default: min(100, task.heldout_problems)).' }),
+    problems: intOrNull({ minimum: 1, default: null, description: 'Held-out rows per evaluation during RL: the first this many of the task.heldout_problems, a set of its own name; null: all of them, the same problems as before and after RL.' }),
+    success_threshold: Type.Number({ default: 1, description: "A held-out problem counts as solved when the task's own check says so; without one, when the reward function's correct flag says so; without that, when its reward is at least this (partial credit below it is not a solve)." }),
     every_versions: intOrNull({ minimum: 1, default: null, description: '`rlstream worker rollout`: evaluate every k-th policy version it serves (null: never).' }),
   },
   'Held-out evaluation during a run.',

@@ -44,6 +44,18 @@ function arr<T>(v: unknown): T[] {
   return Array.isArray(v) ? (v as T[]) : [];
 }
 
+/** ", policy v3"; nothing for a turn no policy generated (a tool's or a user's turn records -1). */
+function version(v: unknown): string {
+  const n = Number(v);
+  return Number.isFinite(n) && n >= 0 ? `, policy v${n}` : '';
+}
+
+/** ", 1702.7 ms": a latency to a tenth of a millisecond (the store keeps a float's every digit). */
+function ms(v: unknown): string {
+  const n = Number(v);
+  return v === null || v === undefined || !Number.isFinite(n) ? '' : `, ${n.toFixed(1)} ms`;
+}
+
 /** One trajectory as text, turn by turn. */
 export async function renderTrajectory(store: TraceStore | NamedQueries, trajectoryId: string, options: RenderOptions = {}): Promise<string> {
   const params = { id: trajectoryId, run: options.run ?? '' };
@@ -56,6 +68,8 @@ export async function renderTrajectory(store: TraceStore | NamedQueries, traject
     lines.push(
       `trajectory ${trajectoryId}  run ${String(p['run_id'])}  group ${String(p['group_id'])}#${String(p['sample_index'])}  ${String(p['data_source'])}/${String(p['split'])}  policy v${String(p['policy_version'])}`,
     );
+    // The loss mask says what a step would train on; a trajectory of another split is never trained at all.
+    if (p['split'] !== undefined && p['split'] !== null && p['split'] !== '' && p['split'] !== 'train') lines.push(`${String(p['split'])} split: evaluation only, never trained`);
     lines.push(`outcome: ${String(p['termination'] || '(not completed)')}  reward ${String(p['score'] ?? '-')}  correct ${String(p['correct'] ?? '-')}  ground truth ${JSON.stringify(p['ground_truth'])}`);
     const roles = arr<string>(p['prompt_roles']);
     const contents = arr<string>(p['prompt_contents']);
@@ -66,7 +80,7 @@ export async function renderTrajectory(store: TraceStore | NamedQueries, traject
     const ids = arr<number>(t['token_ids']);
     const mask = arr<number>(t['loss_mask']);
     lines.push(
-      `--- turn ${String(t['turn_index'])} ${String(t['role'])}: ${ids.length} tokens, ${String(t['trained_tokens'])} trained, policy v${String(t['policy_version'])}, ${String(t['latency_ms'])} ms${t['finish_reason'] ? `, finish ${String(t['finish_reason'])}` : ''}${t['tokenization_mismatch'] ? ', TOKEN/TEXT MISMATCH' : ''}`,
+      `--- turn ${String(t['turn_index'])} ${String(t['role'])}: ${ids.length} tokens, ${String(t['trained_tokens'])} in the loss mask${version(t['policy_version'])}${ms(t['latency_ms'])}${t['finish_reason'] ? `, finish ${String(t['finish_reason'])}` : ''}${t['tokenization_mismatch'] ? ', TOKEN/TEXT MISMATCH' : ''}`,
     );
     lines.push(String(t['text']));
     if (options.decode) {
@@ -80,7 +94,7 @@ export async function renderTrajectory(store: TraceStore | NamedQueries, traject
     const status = arr<string>(t['tool_status']);
     const results = arr<string>(t['tool_results']);
     const lat = arr<number>(t['tool_latency_ms']);
-    names.forEach((n, i) => lines.push(`  call ${n}(${args[i] ?? ''}) → ${status[i] ?? 'no result'}${lat[i] !== undefined ? ` in ${lat[i]} ms` : ''}: ${cell(results[i] ?? '', 200)}`));
+    names.forEach((n, i) => lines.push(`  call ${n}(${args[i] ?? ''}) → ${status[i] ?? 'no result'}${lat[i] !== undefined ? ` in${ms(lat[i]).slice(1)}` : ''}: ${cell(results[i] ?? '', 200)}`));
   }
   return lines.join('\n');
 }

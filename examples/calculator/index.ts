@@ -25,20 +25,21 @@ export function difficultyByName(name: unknown, field: string): Difficulty {
   throw new Error(`${field} must be "easy", "medium" or "hard" (got ${JSON.stringify(name)})`);
 }
 
-export function problemRow(p: Problem, index: number): DatasetRow {
+/** A problem as a dataset row; `difficulty` goes into extra_info, where evaluations break their figures down by it. */
+export function problemRow(p: Problem, index: number, difficulty?: Difficulty): DatasetRow {
   return {
     data_source: CALCULATOR_DATA_SOURCE,
     agent_name: 'tool_agent',
     prompt: promptMessages(p),
     reward_model: { style: 'rule', ground_truth: String(p.answer) },
-    extra_info: { split: p.split, index, expression: p.expression, steps: p.steps },
+    extra_info: { split: p.split, index, expression: p.expression, steps: p.steps, ...(difficulty ? { difficulty } : {}) },
   };
 }
 
 /** An unbounded, seeded stream of rows of one split. */
 export function* problemRows(seed: number, split: Split, difficulty: Difficulty): Generator<DatasetRow> {
   let i = 0;
-  for (const p of problems(seed, split, difficulty)) yield problemRow(p, i++);
+  for (const p of problems(seed, split, difficulty)) yield problemRow(p, i++, difficulty);
 }
 
 export const TOOLS_YAML = join(dirname(fileURLToPath(import.meta.url)), 'tools.yaml');

@@ -282,6 +282,41 @@ export interface DeadLetter {
   value: Buffer;
 }
 
+/** One evaluation of one policy version on a named set of problems: the numbers every report of it reads (log, learning curves, dashboard, the run's summary). */
+export interface Evaluation {
+  event_id: string;
+  time_ms: number;
+  run_id: string;
+  /** The one policy version that generated every evaluated trajectory. */
+  policy_version: number;
+  /** The training step that produced that version (0: the warm start); null when the evaluator does not know it. */
+  step: null | number;
+  /** initial (the warm start, before RL), periodic (during RL), final (after the last step), checkpoint (rlstream eval). */
+  phase: string;
+  /** Name of the problems evaluated: the dataset, its split and the rows, e.g. calculator/heldout[0:200]. */
+  problem_set: string;
+  /** Problems evaluated (one greedy trajectory each). */
+  n: number;
+  /** Problems the task counts as solved (solved_rule). */
+  solved: number;
+  /** What counted as solved: the task's own check, the reward function's correct flag, or reward >= the success threshold. */
+  solved_rule: string;
+  /** Mean outcome reward of the reward function over the n problems (no shaping). */
+  mean_reward: number;
+  /** The same figures by the rows' extra_info.difficulty (empty when the rows name none). */
+  per_difficulty: EvaluationSlice[];
+  /** The evaluated trajectories (dataset split heldout), for audits. */
+  trajectory_ids: string[];
+}
+
+export interface EvaluationSlice {
+  /** The rows' extra_info.difficulty. */
+  difficulty: string;
+  n: number;
+  solved: number;
+  mean_reward: number;
+}
+
 export interface EventTypes {
   TrajectoryStarted: TrajectoryStarted;
   TurnCompleted: TurnCompleted;
@@ -293,4 +328,5 @@ export interface EventTypes {
   TrainStep: TrainStep;
   Control: Control;
   DeadLetter: DeadLetter;
+  Evaluation: Evaluation;
 }

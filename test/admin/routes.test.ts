@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildAdminServer } from '../../admin/server.ts';
 import { TOPICS } from '../../core/topics.ts';
+import { rowsOf } from '../../consumers/traces/rows.ts';
 import { auth, CONTROL_TOKEN, fixture, READ_TOKEN, TOKENS, type Fixture } from './helpers.ts';
 import { syntheticRun, type RunningRun } from './synthetic-run.ts';
 
@@ -83,7 +84,8 @@ describe('log', () => {
     assert.equal(rollout.partitions, 4);
     assert.equal(rollout.records, 4 * 2 * 5); // 4 steps × 2 trajectories × 5 events
     const one = json(await app.inject({ url: `/api/topics/${TOPICS.trainSteps}`, headers: R }));
-    assert.deepEqual(one['offsets'], [{ partition: 0, low: 0, high: 4, records: 4 }]);
+    // 4 steps and 3 evaluations (the warm start, v1, v2).
+    assert.deepEqual(one['offsets'], [{ partition: 0, low: 0, high: 7, records: 7 }]);
   });
   test('unknown topic 404, invalid name 400', async () => {
     assertError(await app.inject({ url: '/api/topics/no.such.topic', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
@@ -108,19 +110,38 @@ describe('log', () => {
     assertError(await app.inject({ url: '/api/consumer-groups/other/lag', headers: R }), 400, 'ADM_ERR_VALIDATION');
     assertError(await app.inject({ url: '/api/consumer-groups/other/lag?topic=nope', headers: R }), 404, 'ADM_ERR_NOT_FOUND');
     const ok = json(await app.inject({ url: `/api/consumer-groups/other/lag?topic=${TOPICS.trainSteps}`, headers: R }));
-    assert.equal(ok['total'], 4);
+    assert.equal(ok['total'], 7);
   });
 });
 
 describe('training', () => {
-  test('train steps with derived throughput and held-out accuracy; paging', async () => {
+  test('train steps with derived throughput and no held-out accuracy of their own; paging', async () => {
     const steps = json(await app.inject({ url: `/api/runs/${run.runId}/train-steps`, headers: R }))['steps'] as Record<string, unknown>[];
     assert.deepEqual(steps.map((s) => s['step']), [0, 1, 2, 3]);
     assert.equal(typeof steps[1]!['tokens_per_s'], 'number');
-    assert.ok(Math.abs((steps[2]!['heldout_accuracy'] as number) - 0.17) < 1e-9);
+    // Step 2 produced no version and nothing evaluated it: it has no accuracy, not the last one carried forward.
+    assert.ok(steps.every((s) => !('heldout_accuracy' in s)));
     assert.equal('trajectory_ids' in steps[0]!, false, 'the id lists stay out of the API');
     const after1 = json(await app.inject({ url: `/api/runs/${run.runId}/train-steps?after=1&limit=1`, headers: R }))['steps'] as { step: number }[];
     assert.deepEqual(after1.map((s) => s.step), [3]);
+  });
+  test('evaluations: each at its version and the step that produced it; share solved and mean reward apart', async () => {
+    const evals = json(await app.inject({ url: `/api/runs/${run.runId}/evaluations`, headers: R }))['evaluations'] as Record<string, unknown>[];
+    assert.deepEqual(evals.map((e) => [e['phase'], e['policy_version'], e['step']]), [
+      ['initial', 0, 0],
+      // v1's event left its step out: the version's PolicyVersion says step 1.
+      ['periodic', 1, 1],
+      ['periodic', 2, 3],
+    ]);
+    for (const [i, e] of evals.entries()) {
+      const w = run.evaluations[i]!;
+      assert.equal(e['accuracy'], w.solved / w.n, 'accuracy is the share solved');
+      assert.equal(e['mean_reward'], w.mean_reward);
+      assert.notEqual(e['accuracy'], e['mean_reward'], 'partial credit shows in the mean reward, not in the accuracy');
+      assert.equal(e['problem_set'], 'synthetic/heldout[0:20]');
+    }
+    const live = json(await app.inject({ url: `/api/runs/${run.runId}/live?after=2`, headers: R }));
+    assert.deepEqual(live['evaluations'], evals, 'live carries every evaluation whatever steps it pages');
   });
   test('policy versions', async () => {
     const versions = json(await app.inject({ url: `/api/runs/${run.runId}/policy-versions`, headers: R }))['versions'] as { version: number; parent: number }[];
@@ -133,6 +154,27 @@ describe('training', () => {
     const lag = live['rolloutLag'] as { groupId: string; partition: number }[];
     assert.deepEqual(lag.map((l) => l.partition).sort(), [0, 1, 2, 3]);
     assert.ok(lag.every((l) => l.groupId === 'reward-consumer'));
+    assert.equal(live['rolloutLagNote'], null);
+  });
+  test('live: a run known only from the log shows the lag of its own groups that read, never partition sizes', async () => {
+    const other = await syntheticRun({ log: f.log, serde: f.serde, runId: 'found-in-log' });
+    await other.step();
+    await other.stop();
+    for (let i = 0; i < 50 && !app.admin.tail?.get('found-in-log'); i++) await app.admin.tail!.waitForRecords(200);
+    const none = json(await app.inject({ url: '/api/runs/found-in-log/live', headers: R }));
+    assert.deepEqual(none['rolloutLag'], []);
+    assert.match(none['rolloutLagNote'] as string, /no consumer group of run found-in-log has read rollout\.events/);
+    // Its reward role's group (named as the main job names it) reads part of the topic: that is the lag shown.
+    const c = await f.log.consumer({ groupId: 'found-in-log.reward', topics: [TOPICS.rolloutEvents] });
+    const got = await c.poll({ maxRecords: 5, timeoutMs: 500 });
+    await c.commit();
+    await c.close();
+    const live = json(await app.inject({ url: '/api/runs/found-in-log/live', headers: R }));
+    const lag = live['rolloutLag'] as { groupId: string; lag: number; high: number }[];
+    assert.ok(lag.length > 0 && lag.every((l) => l.groupId === 'found-in-log.reward'));
+    const total = lag.reduce((n, l) => n + l.high, 0);
+    assert.equal(lag.reduce((n, l) => n + l.lag, 0), total - got.length, 'what the group has not read');
+    assert.equal(live['rolloutLagNote'], null);
   });
   test('bad paging is 400, unknown run 404', async () => {
     assertError(await app.inject({ url: `/api/runs/${run.runId}/train-steps?limit=0`, headers: R }), 400, 'ADM_ERR_VALIDATION');
@@ -251,6 +293,24 @@ describe('trajectories', () => {
     assert.equal(t.toolCalls[0]!.resultText, '15'); // sample 1 of step 0: 3 * 5
     assert.equal(t.reward, 1);
     assert.equal(t.termination, 'stop');
+    // Step 0 trained on it (its trajectory_ids name it).
+    assert.deepEqual([json(res)['split'], json(res)['training']], ['train', { outcome: 'trained', step: 0 }]);
+  });
+  test('a held-out trajectory is never reported trained; one a step dropped as stale says so', async () => {
+    const t = Date.now();
+    const start = (id: string, split: string) => ({
+      run_id: run.runId, trajectory_id: id, group_id: `g-${id}`, sample_index: 0, group_size: 1, agent_name: 'tool_agent', data_source: 'calculator',
+      dataset_name: 'synthetic', split, dataset_index: 0, prompt_roles: ['user'], prompt_contents: ['2+2?'], prompt_token_ids: [50], tool_names: [], tools_json: '[]',
+      sampling_json: '{}', policy_version: 3, ground_truth: '4', extra_info_json: '{}', event_id: `s-${id}`, time: t, _version: t,
+    });
+    await f.store!.insert('trajectory_starts', [start('heldout-1', 'heldout'), start('stale-1', 'train')]);
+    const step = run.evaluations.length; // any step number the synthetic run has not written
+    const ts = { event_id: 'ts-stale', time_ms: t, run_id: run.runId, step: 100 + step, policy_version: 3, produced_version: null, trajectories: 0, tokens: 0, trajectory_ids: [], loss: 0, pg_loss: 0, kl: 0, entropy: 0, clip_fraction: 0, approx_kl: 0, grad_norm: 0, learning_rate: 0, reward_mean: 0, staleness_mean: 0, staleness_max: 0, iw_mean: 1, iw_max: 1, iw_truncated_fraction: 0, dropped_stale: 1, wait_ms: 0, compute_ms: 0, metrics: [], dropped_trajectory_ids: ['stale-1'] };
+    for (const r of rowsOf({ name: 'TrainStep', value: ts, schemaId: 0 })) await f.store!.insert(r.table, [r.row]);
+    const heldout = json(await app.inject({ url: '/api/trajectories/heldout-1', headers: R }));
+    assert.deepEqual([heldout['split'], heldout['training']], ['heldout', null]);
+    const stale = json(await app.inject({ url: '/api/trajectories/stale-1', headers: R }));
+    assert.deepEqual([stale['split'], stale['training']], ['train', { outcome: 'dropped', step: 100 + step }]);
   });
   test('unknown id 404, malformed id 400', async () => {
     assertError(await app.inject({ url: '/api/trajectories/0000', headers: R }), 404, 'ADM_ERR_NOT_FOUND');

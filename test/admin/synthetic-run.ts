@@ -1,5 +1,5 @@
 // A stand-in for a running job, for the admin tests: writes a synthetic but schema-valid stream of a run's
-// events (rollout events keyed by group, train steps, policy versions) into an event log over time, and the
+// events (rollout events keyed by group, train steps, evaluations, policy versions) into an event log over time, and the
 // matching rows into a trace store (as the trace sink would). The interface is what the tests need from a
 // "running run" — runId, step(), start()/stop(), trajectoryIds — so the real main job can replace it.
 import { newId, deriveId } from '../../core/ids.ts';
@@ -7,11 +7,14 @@ import type { EventLog, Producer } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { ToolCallCompleted, TrainStep, TrajectoryStarted, TurnCompleted } from '../../schemas/generated/types.ts';
+import { rowsOf } from '../../consumers/traces/rows.ts';
+import type { Evaluation, ToolCallCompleted, TrainStep, TrajectoryStarted, TurnCompleted } from '../../schemas/generated/types.ts';
 
 export interface RunningRun {
   readonly runId: string;
   readonly trajectoryIds: string[];
+  /** The Evaluation events written so far (on train.steps, with the steps). */
+  readonly evaluations: Evaluation[];
   readonly stepsWritten: number;
   /** Write one training step's worth of events now. */
   step(): Promise<void>;
@@ -46,6 +49,7 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
   const producer: Producer = await o.log.producer();
   const trajectoryIds: string[] = [];
   let stepNo = 0;
+  const evaluations: Evaluation[] = [];
   let version = 0;
   let timer: NodeJS.Timeout | null = null;
   let inFlight: Promise<void> = Promise.resolve();
@@ -121,6 +125,20 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
     }
   }
 
+  /**
+   * An Evaluation of `v` on 20 problems: solved 2 + 4v; a partial-credit reward (0.1 for a wrong answer) makes the
+   * mean reward differ from the share solved, as it does for such a task.
+   */
+  async function evaluation(v: number, step: number | null, phase: string): Promise<void> {
+    const solved = Math.min(20, 2 + 4 * v);
+    const e: Evaluation = {
+      event_id: newId(), time_ms: Date.now(), run_id: runId, policy_version: v, step, phase, problem_set: 'synthetic/heldout[0:20]', n: 20, solved,
+      solved_rule: "the task's check", mean_reward: (solved + 0.1 * (20 - solved)) / 20, per_difficulty: [{ difficulty: 'medium', n: 20, solved, mean_reward: (solved + 0.1 * (20 - solved)) / 20 }], trajectory_ids: [],
+    };
+    evaluations.push(e);
+    await producer.send(TOPICS.trainSteps, [{ key: runId, value: o.serde.encode('Evaluation', e) }]);
+  }
+
   async function step(): Promise<void> {
     const now = Date.now();
     const groupId = deriveId(runId, 'group', stepNo);
@@ -134,9 +152,13 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
       pg_loss: 0.5 / (1 + x / 5), kl: 0.002 * x + Math.abs(wobble) / 10, entropy: 2.1 - 0.03 * x + wobble, clip_fraction: 0.05, approx_kl: 0.001 * x,
       grad_norm: 1.2 + wobble, learning_rate: 1e-5, reward_mean: Math.min(1, 0.2 + 0.04 * x + wobble), staleness_mean: (x % 3) / 2, staleness_max: x % 3,
       iw_mean: 1, iw_max: 1.4, iw_truncated_fraction: 0.01, dropped_stale: 0, dropped_trajectory_ids: [], wait_ms: 5, compute_ms: 40,
-      metrics: [{ name: 'heldout_accuracy', value: Math.min(1, 0.1 + 0.035 * x) }],
+      metrics: [],
     };
+    // The warm start is evaluated before the first step, and each new version after the step that produced it.
+    if (x === 0) await evaluation(0, 0, 'initial');
     await producer.send(TOPICS.trainSteps, [{ key: runId, value: o.serde.encode('TrainStep', ts) }]);
+    // Its row as the trace sink writes it: the trajectories it trained on are named there.
+    for (const r of rowsOf({ name: 'TrainStep', value: ts, schemaId: 0 })) await o.traces?.insert(r.table, [r.row]);
     if (ts.produced_version !== null) {
       version = ts.produced_version;
       await producer.send(TOPICS.policyVersions, [{
@@ -146,6 +168,8 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
           checksum: deriveId('w', version).padEnd(64, '0'), format: 'safetensors', config_json: '{}', metrics: [],
         }),
       }]);
+      // Odd versions leave the step out: a reader takes it from the version's PolicyVersion.
+      await evaluation(version, version % 2 === 1 ? null : x, 'periodic');
     }
     stepNo++;
   }
@@ -153,6 +177,7 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
   return {
     runId,
     trajectoryIds,
+    evaluations,
     get stepsWritten() {
       return stepNo;
     },

@@ -238,6 +238,38 @@ describe('options and policy sync', () => {
     assert.ok(Object.isFrozen(o));
   });
 
+  test('holdingPolicy: no version is applied while an evaluation holds the backend; a pause sent meanwhile is still read', async () => {
+    const t = await embeddedLog();
+    const dir = tempDir('weights');
+    try {
+      const { w, backend } = worker(t, () => 'ok', { staleness_bound: null, poll_interval_ms: 20 }, { followPolicy: true });
+      const running = w.run(Array.from({ length: 2 }, (_, i) => row(i, 'single_turn')));
+      const producer = await t.log.producer();
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      const held = w.holdingPolicy(async (version) => {
+        await producer.send(TOPICS.policyVersions, [{ key: 'run-w', value: t.serde.encode('PolicyVersion', await policyVersion(dir, 1)) }]);
+        // The follower reads version 1 (and a pause sent meanwhile) but applies no version until the hold ends.
+        await producer.send(TOPICS.control, [{ key: 'run-w', value: t.serde.encode('Control', { event_id: 'c-hold', time_ms: Date.now(), run_id: 'run-w', command: 'pause', staleness_bound: null, reason: 'test', issued_by: null }) }]);
+        await until(() => w.snapshot().paused);
+        assert.equal(backend.currentPolicyVersion(), version);
+        await released;
+        return version;
+      });
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(backend.currentPolicyVersion(), 0, 'still the held version');
+      release();
+      assert.equal(await held, 0);
+      await until(() => backend.currentPolicyVersion() === 1);
+      w.resume();
+      await running;
+      await producer.close();
+      await w.stop();
+    } finally {
+      await t.cleanup();
+    }
+  });
+
   test('verifyPolicyVersion: sha256 and URI forms', async () => {
     const dir = tempDir('weights');
     const pv = await policyVersion(dir, 4);
