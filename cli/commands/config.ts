@@ -2,7 +2,7 @@
 // compiles it at start-up (with the same --set overrides), its plug-ins resolved and what start-up opens checked
 // (cli/run/preflight.ts). check lists every problem, each with its path and fix, and exits 1; print writes the
 // effective config, every default filled in, secrets masked.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import type { Command } from 'commander';
 import { stringify } from 'yaml';
 import { ConfigError, loadRunConfig, maskSecrets, type RunConfig } from '../../core/config.ts';
@@ -51,8 +51,9 @@ function checkModel(config: RunConfig): string[] {
     const pc = policyConfig(json);
     expected = expectedTensors(pc);
     tied = pc.tieWordEmbeddings;
-  } catch (err) {
-    return [`model.config: ${m.config}: ${isRlstreamError(err) ? err.message : describeError(err)}`];
+  } catch {
+    // startupProblems (cli/run/preflight.ts) already names a model.config that does not parse.
+    return [];
   }
   const problems: string[] = [];
   const seen = new Set<string>();
@@ -75,7 +76,8 @@ function checkModel(config: RunConfig): string[] {
         w.close();
       }
     } catch (err) {
-      problems.push(`${field}: ${isRlstreamError(err) ? err.message : describeError(err)}`);
+      // A single file whose header does not read is already named by startupProblems (cli/run/preflight.ts).
+      if (!statSync(weights).isFile()) problems.push(`${field}: ${isRlstreamError(err) ? err.message : describeError(err)}`);
     }
   }
   if (m.base !== null && isModelDir(m.base)) {

@@ -237,7 +237,10 @@ test('model.base: <dir> is all a config needs; config check reads its config, in
     const model = join(dir, 'qwen3-tiny');
     writeTinyModelDir(model, { family: 'qwen3', shards: 2 });
     const file = join(dir, 'run.yaml');
-    writeFileSync(file, 'model:\n  base: qwen3-tiny\nlog:\n  kind: embedded\ntraces:\n  kind: none\n');
+    // A run needs rows to train on (config check reads the first ones); the model comes from model.base alone.
+    const row = { data_source: 'counting', prompt: [{ role: 'user', content: 'Ana has 3 pens and gets 4 more. How many?' }], reward_model: { style: 'rule', ground_truth: '7' } };
+    writeFileSync(join(dir, 'train.jsonl'), `${JSON.stringify(row)}\n`);
+    writeFileSync(file, 'model:\n  base: qwen3-tiny\ndataset:\n  train: train.jsonl\nlog:\n  kind: embedded\ntraces:\n  kind: none\n');
     const c = loadRunConfig(file);
     assert.deepEqual([c.model.config, c.model.tokenizer, c.model.init], [join(model, 'config.json'), model, model]);
     assert.deepEqual((await checkConfig(file, {})).problems, []);
@@ -245,7 +248,7 @@ test('model.base: <dir> is all a config needs; config check reads its config, in
     const cfgPath = join(model, 'config.json');
     const good = readFileSync(cfgPath, 'utf8');
     writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(good), rope_scaling: { rope_type: 'yarn', factor: 4 } }));
-    assert.deepEqual((await checkConfig(file, {})).problems, [`model.config: ${cfgPath}: model config: rope_scaling.rope_type "yarn" is not supported (default or llama3)`]);
+    assert.deepEqual((await checkConfig(file, {})).problems, [`model.config: ${cfgPath} is not a model configuration: model config: rope_scaling.rope_type "yarn" is not supported (default or llama3)`]);
     // ... weights that do not fit the config (another width) ...
     writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(good), intermediate_size: 40 }));
     const problems = (await checkConfig(file, {})).problems;
