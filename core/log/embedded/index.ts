@@ -100,8 +100,6 @@ export class EmbeddedLog implements EventLog {
   private recovering = true;
   /** A write of the manifest due after a segment roll (layoutChanged). */
   private manifestTimer: NodeJS.Timeout | null = null;
-  /** A note of the partitions' high-water marks due after appends (written.ts). */
-  private writtenTimer: NodeJS.Timeout | null = null;
   private writtenMark: (topic: string, partition: number) => number | undefined = () => undefined;
 
   private constructor(
@@ -277,18 +275,18 @@ export class EmbeddedLog implements EventLog {
     this.manifestTimer.unref();
   }
 
-  /** Note every partition's high-water mark in written.json within a second of appends (see written.ts). */
+  /**
+   * Note every partition's high-water mark in written.json right after each append (see written.ts). Its
+   * segment bytes are already in the page cache (a plain write) when the mark is written, so a SIGKILL leaves a
+   * mark at most one append behind what the files hold, never ahead of it. A timer that noted a second later left
+   * the last second's records unlisted, and a cut among them passed for a torn tail.
+   */
   private noteWritten(): void {
-    if (this.writtenTimer || this.recovering || this.options.readOnly) return;
-    this.writtenTimer = setTimeout(() => {
-      this.writtenTimer = null;
-      if (this.closed) return;
-      writeWritten(
-        this.options.dir,
-        [...this.topics].flatMap(([name, t]) => t.partitions.map((p): [string, number, number] => [name, p.index, p.high])),
-      );
-    }, MANIFEST_DELAY_MS);
-    this.writtenTimer.unref();
+    if (this.recovering || this.options.readOnly || this.closed) return;
+    writeWritten(
+      this.options.dir,
+      [...this.topics].flatMap(([name, t]) => t.partitions.map((p): [string, number, number] => [name, p.index, p.high])),
+    );
   }
 
   /** Write the manifest from each partition's last durable entry (see manifest.ts). */
@@ -654,7 +652,6 @@ export class EmbeddedLog implements EventLog {
       // Every record written is listed: the next open takes any of them missing for damage, not a torn tail.
       for (const t of this.topics.values()) for (const p of t.partitions) p.markDurable();
       this.saveManifest(true);
-      if (this.writtenTimer) clearTimeout(this.writtenTimer);
       forgetWritten(this.options.dir);
     }
     this.closed = true;

@@ -1,18 +1,27 @@
-// written.json: each partition's high-water mark as a writer last noted it (a second after its appends at most),
+// written.json: each partition's high-water mark as a writer noted it after each append (a plain write
+// and rename: the segment bytes are written first, so the mark is never ahead of them),
 // with the id of the machine's boot. The manifest lists only what was on disk when it was written, so after a
 // writer is killed its last records are not listed there, and a cut among them would pass for a torn tail.
 // Records a process wrote to its files are in the page cache, which only a machine crash loses: on the same
 // boot, every record below these marks must be there, and a cut below them is damage. After a reboot, or
 // when the file is missing or unreadable, it says nothing and the manifest alone decides. It is written without
-// fsync (a machine crash makes it void anyway), so noting costs the writer almost nothing.
+// fsync (a machine crash makes it void anyway), so noting costs the writer a small file write per append.
+// What is left: a SIGKILL between an append's segment write and its note leaves that one append unlisted.
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { unlinkIfThere } from './damage.ts';
 
 const FILE = 'written.json';
 
+let boot: string | null | undefined;
+
 /** This boot of the machine (Linux); null where it cannot be told, and then written.json is never used. */
 export function bootId(): string | null {
+  if (boot === undefined) boot = readBootId();
+  return boot;
+}
+
+function readBootId(): string | null {
   try {
     return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || null;
   } catch {
@@ -26,11 +35,11 @@ function key(topic: string, partition: number): string {
 
 /** The marks noted on this boot, by topic and partition; empty when there are none to trust. */
 export function readWritten(logDir: string): (topic: string, partition: number) => number | undefined {
-  const boot = bootId();
+  const thisBoot = bootId();
   const marks = new Map<string, number>();
   try {
     const parsed = JSON.parse(readFileSync(join(logDir, FILE), 'utf8')) as { bootId?: unknown; highs?: unknown };
-    if (boot !== null && parsed.bootId === boot && Array.isArray(parsed.highs)) {
+    if (thisBoot !== null && parsed.bootId === thisBoot && Array.isArray(parsed.highs)) {
       for (const h of parsed.highs as unknown[]) {
         if (Array.isArray(h) && typeof h[0] === 'string' && Number.isSafeInteger(h[1]) && Number.isSafeInteger(h[2])) marks.set(key(h[0], h[1] as number), h[2] as number);
       }
@@ -42,10 +51,10 @@ export function readWritten(logDir: string): (topic: string, partition: number) 
 }
 
 export function writeWritten(logDir: string, highs: [topic: string, partition: number, high: number][]): void {
-  const boot = bootId();
-  if (boot === null) return;
+  const thisBoot = bootId();
+  if (thisBoot === null) return;
   const path = join(logDir, FILE);
-  writeFileSync(`${path}.tmp`, JSON.stringify({ bootId: boot, highs }));
+  writeFileSync(`${path}.tmp`, JSON.stringify({ bootId: thisBoot, highs }));
   renameSync(`${path}.tmp`, path);
 }
 
