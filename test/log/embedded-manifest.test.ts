@@ -565,3 +565,24 @@ test('a killed writer noted its high-water marks: on the same boot a cut below t
     }
   }
 });
+
+test('a killed writer whose every segment file is deleted: the loss runs to the last record it wrote, and offsets go on after it', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-manifest-allgone-'));
+  try {
+    await buildKilled(dir);
+    const listed = (JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as { topics: Record<string, { partitions: { segments: { next: number }[] }[] }> }).topics['t']!.partitions[0]!.segments;
+    // The manifest lists fewer records than were written: only the marks say where the loss ends.
+    assert.ok(listed[listed.length - 1]!.next < 700, `the manifest lists up to ${listed[listed.length - 1]!.next}`);
+    for (const seg of segments(dir, 't', 0)) unlinkSync(seg);
+    assert.deepEqual(ranges((await checkLog(dir)).foundNow), [['t', 0, 0, 700]]);
+    assert.deepEqual(ranges((await repairLog(dir)).foundNow), [['t', 0, 0, 700]]);
+    const log = open(dir);
+    assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 700, high: 700 }]);
+    const p = await log.producer();
+    assert.equal((await p.send('t', [{ value: Buffer.from('after'), partition: 0 }]))[0]!.offset, 700);
+    await log.close();
+    assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
