@@ -491,14 +491,13 @@ test('a log written before the manifest opens, says so in its check, and is reco
 });
 
 /** The fixture's topic t written by a process killed (SIGKILL) instead of closing: its last rolls may be unlisted. */
-async function buildKilled(dir: string, waitMs = 0): Promise<void> {
+async function buildKilled(dir: string): Promise<void> {
   const script = `
     import { openEmbeddedLog } from ${JSON.stringify(join(import.meta.dirname, '../../core/log/embedded/index.ts'))};
     const log = openEmbeddedLog({ dir: ${JSON.stringify(dir)}, segmentBytes: ${SEGMENT_BYTES} });
     await log.createTopic({ name: 't', partitions: 1 });
     const p = await log.producer();
     for (let i = 0; i < 700; i += 50) await p.send('t', Array.from({ length: 50 }, (_, k) => ({ value: Buffer.from(\`t-0-record-\${i + k}-\`.padEnd(120, 'x')), partition: 0 })));
-    await new Promise((r) => setTimeout(r, ${waitMs}));
     process.kill(process.pid, 'SIGKILL');`;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'ignore', 'inherit'] });
   assert.equal(await new Promise((resolve) => child.on('exit', (_code, signal) => resolve(signal))), 'SIGKILL');
@@ -537,8 +536,8 @@ test('a killed writer noted its high-water marks: on the same boot a cut below t
   for (const reboot of [false, true]) {
     const dir = mkdtempSync(join(tmpdir(), 'rlstream-manifest-written-'));
     try {
-      // Killed well after its last append: its marks were noted (within a second), its manifest lists less.
-      await buildKilled(dir, 1500);
+      // Killed right after its last append: its marks were noted with each append, its manifest lists less.
+      await buildKilled(dir);
       const marks = JSON.parse(readFileSync(join(dir, 'written.json'), 'utf8')) as { bootId: string; highs: [string, number, number][] };
       assert.deepEqual(marks.highs, [['t', 0, 700]]);
       const segs = segments(dir, 't', 0);
@@ -564,5 +563,26 @@ test('a killed writer noted its high-water marks: on the same boot a cut below t
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  }
+});
+
+test('a killed writer whose every segment file is deleted: the loss runs to the last record it wrote, and offsets go on after it', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlstream-manifest-allgone-'));
+  try {
+    await buildKilled(dir);
+    const listed = (JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as { topics: Record<string, { partitions: { segments: { next: number }[] }[] }> }).topics['t']!.partitions[0]!.segments;
+    // The manifest lists fewer records than were written: only the marks say where the loss ends.
+    assert.ok(listed[listed.length - 1]!.next < 700, `the manifest lists up to ${listed[listed.length - 1]!.next}`);
+    for (const seg of segments(dir, 't', 0)) unlinkSync(seg);
+    assert.deepEqual(ranges((await checkLog(dir)).foundNow), [['t', 0, 0, 700]]);
+    assert.deepEqual(ranges((await repairLog(dir)).foundNow), [['t', 0, 0, 700]]);
+    const log = open(dir);
+    assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 700, high: 700 }]);
+    const p = await log.producer();
+    assert.equal((await p.send('t', [{ value: Buffer.from('after'), partition: 0 }]))[0]!.offset, 700);
+    await log.close();
+    assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });

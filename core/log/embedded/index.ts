@@ -33,7 +33,7 @@ import { Journal, type JournalEntry, type OffsetTriple, type TxnPart } from './j
 import { DirectoryLock, inspectLock, type LockState } from './lock.ts';
 import { type CompiledEmbeddedLogOptions, type EmbeddedLogOptions, compileEmbeddedLogOptions } from './options.ts';
 import { describeRange, type ExtraFile, Partition } from './partition.ts';
-import { forgetWritten, readWritten, writeWritten } from './written.ts';
+import { readWritten, WrittenNotes } from './written.ts';
 import { highOf, lowOf, type LogManifest, type ManifestState, type PartitionRecord, readManifest, type TopicRecord, writeManifest } from './manifest.ts';
 import { EmbeddedProducer, type PendingPart } from './producer.ts';
 import { type PlainRecord, batchFromBlob, batchSize, encodeBatch, encodedSize, readRecordAt } from './record-format.ts';
@@ -100,9 +100,8 @@ export class EmbeddedLog implements EventLog {
   private recovering = true;
   /** A write of the manifest due after a segment roll (layoutChanged). */
   private manifestTimer: NodeJS.Timeout | null = null;
-  /** A note of the partitions' high-water marks due after appends (written.ts). */
-  private writtenTimer: NodeJS.Timeout | null = null;
   private writtenMark: (topic: string, partition: number) => number | undefined = () => undefined;
+  private readonly writtenNotes: WrittenNotes;
 
   private constructor(
     readonly options: CompiledEmbeddedLogOptions,
@@ -111,6 +110,7 @@ export class EmbeddedLog implements EventLog {
   ) {
     this.groups = new GroupCoordinator((t) => this.topic(t).partitions.length);
     this.journal = new Journal(options.dir, logger, { readOnly: options.readOnly, repair: options.repair });
+    this.writtenNotes = new WrittenNotes(options.dir);
   }
 
   /**
@@ -277,18 +277,16 @@ export class EmbeddedLog implements EventLog {
     this.manifestTimer.unref();
   }
 
-  /** Note every partition's high-water mark in written.json within a second of appends (see written.ts). */
+  /**
+   * Note every partition's high-water mark in written.json right after each append (see written.ts). Its
+   * segment bytes are already in the page cache (a plain write) when the mark is written, so a SIGKILL leaves a
+   * mark at most one append behind what the files hold, never ahead of it.
+   */
   private noteWritten(): void {
-    if (this.writtenTimer || this.recovering || this.options.readOnly) return;
-    this.writtenTimer = setTimeout(() => {
-      this.writtenTimer = null;
-      if (this.closed) return;
-      writeWritten(
-        this.options.dir,
-        [...this.topics].flatMap(([name, t]) => t.partitions.map((p): [string, number, number] => [name, p.index, p.high])),
-      );
-    }, MANIFEST_DELAY_MS);
-    this.writtenTimer.unref();
+    if (this.recovering || this.options.readOnly || this.closed) return;
+    this.writtenNotes.note(
+      [...this.topics].flatMap(([name, t]) => t.partitions.map((p): [string, number, number] => [name, p.index, p.high])),
+    );
   }
 
   /** Write the manifest from each partition's last durable entry (see manifest.ts). */
@@ -654,8 +652,7 @@ export class EmbeddedLog implements EventLog {
       // Every record written is listed: the next open takes any of them missing for damage, not a torn tail.
       for (const t of this.topics.values()) for (const p of t.partitions) p.markDurable();
       this.saveManifest(true);
-      if (this.writtenTimer) clearTimeout(this.writtenTimer);
-      forgetWritten(this.options.dir);
+      this.writtenNotes.forget();
     }
     this.closed = true;
     for (const t of this.topics.values()) for (const p of t.partitions) p.close();

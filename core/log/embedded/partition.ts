@@ -262,7 +262,17 @@ export class Partition {
     }
     // Records noted as written after the manifest's entries (Partition.expect.written) end the last segment.
     const last = this.segments[this.segments.length - 1];
-    if (!last || last.next >= expectedHigh) return;
+    if (!last) {
+      // No segment file left: the loss of the last listed segment runs to the last record written, not to the
+      // manifest's entry for it (a killed writer appended after it).
+      const listedHigh = highOf(rec);
+      if (expectedHigh <= listedHigh) return;
+      const tail = missing.find((m) => m.to === listedHigh && !m.foreign);
+      if (tail) tail.to = expectedHigh;
+      else missing.push({ from: listedHigh, to: expectedHigh, file: join(this.dir, segmentFileName(listedHigh, '.log')), reason: `records written before the writer stopped are missing: no segment file is left, ${expectedHigh} were written` });
+      return;
+    }
+    if (last.next >= expectedHigh) return;
     const toEnd = last.damage.find((d) => d.toOffset === null);
     if (toEnd) {
       listedEnd.set(last, Math.max(listedEnd.get(last) ?? 0, expectedHigh));

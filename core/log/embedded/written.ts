@@ -1,18 +1,29 @@
-// written.json: each partition's high-water mark as a writer last noted it (a second after its appends at most),
-// with the id of the machine's boot. The manifest lists only what was on disk when it was written, so after a
-// writer is killed its last records are not listed there, and a cut among them would pass for a torn tail.
-// Records a process wrote to its files are in the page cache, which only a machine crash loses: on the same
-// boot, every record below these marks must be there, and a cut below them is damage. After a reboot, or
-// when the file is missing or unreadable, it says nothing and the manifest alone decides. It is written without
-// fsync (a machine crash makes it void anyway), so noting costs the writer almost nothing.
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+// written.json: each partition's high-water mark as a writer noted it after each append, with the id of the
+// machine's boot. The manifest lists only what was on disk when it was written, so after a writer is killed its
+// last records are not listed there, and a cut among them would pass for a torn tail. Records a process wrote to
+// its files are in the page cache, which only a machine crash loses: on the same boot, every record below these
+// marks must be there, and a cut below them is damage. After a reboot, or when the file is missing, unreadable or
+// fails its CRC, it says nothing and the manifest alone decides.
+// The note follows the segment's write() (never ahead of what the files hold) and is one write() in place into a
+// file the writer keeps open, padded to its longest content (no fsync: a machine crash makes it void anyway; no
+// rename: a note per append must cost little). A write cut short by a kill fails the CRC and says nothing.
+// What is left: a SIGKILL between an append's segment write and its note leaves that one append unlisted.
+import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { unlinkIfThere } from './damage.ts';
 
 const FILE = 'written.json';
 
+let boot: string | null | undefined;
+
 /** This boot of the machine (Linux); null where it cannot be told, and then written.json is never used. */
 export function bootId(): string | null {
+  if (boot === undefined) boot = readBootId();
+  return boot;
+}
+
+function readBootId(): string | null {
   try {
     return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || null;
   } catch {
@@ -26,11 +37,11 @@ function key(topic: string, partition: number): string {
 
 /** The marks noted on this boot, by topic and partition; empty when there are none to trust. */
 export function readWritten(logDir: string): (topic: string, partition: number) => number | undefined {
-  const boot = bootId();
+  const thisBoot = bootId();
   const marks = new Map<string, number>();
   try {
-    const parsed = JSON.parse(readFileSync(join(logDir, FILE), 'utf8')) as { bootId?: unknown; highs?: unknown };
-    if (boot !== null && parsed.bootId === boot && Array.isArray(parsed.highs)) {
+    const parsed = JSON.parse(readFileSync(join(logDir, FILE), 'utf8')) as { bootId?: unknown; crc?: unknown; highs?: unknown };
+    if (thisBoot !== null && parsed.bootId === thisBoot && Array.isArray(parsed.highs) && parsed.crc === crc32(JSON.stringify(parsed.highs))) {
       for (const h of parsed.highs as unknown[]) {
         if (Array.isArray(h) && typeof h[0] === 'string' && Number.isSafeInteger(h[1]) && Number.isSafeInteger(h[2])) marks.set(key(h[0], h[1] as number), h[2] as number);
       }
@@ -41,15 +52,28 @@ export function readWritten(logDir: string): (topic: string, partition: number) 
   return (topic, partition) => marks.get(key(topic, partition));
 }
 
-export function writeWritten(logDir: string, highs: [topic: string, partition: number, high: number][]): void {
-  const boot = bootId();
-  if (boot === null) return;
-  const path = join(logDir, FILE);
-  writeFileSync(`${path}.tmp`, JSON.stringify({ bootId: boot, highs }));
-  renameSync(`${path}.tmp`, path);
-}
+/** A writer's written.json, open from its first note to its close. */
+export class WrittenNotes {
+  private fd: number | null = null;
+  private length = 0;
 
-/** A clean close lists every record in the manifest: the marks are no longer needed. */
-export function forgetWritten(logDir: string): void {
-  unlinkIfThere(join(logDir, FILE));
+  constructor(private readonly logDir: string) {}
+
+  note(highs: [topic: string, partition: number, high: number][]): void {
+    const thisBoot = bootId();
+    if (thisBoot === null) return;
+    // The previous writer's marks were read by this open (readWritten) before its first append: 'w' drops them.
+    if (this.fd === null) this.fd = openSync(join(this.logDir, FILE), 'w');
+    const h = JSON.stringify(highs);
+    const buf = Buffer.from(`{"bootId":${JSON.stringify(thisBoot)},"crc":${crc32(h)},"highs":${h}}`.padEnd(this.length, ' '));
+    writeSync(this.fd, buf, 0, buf.length, 0);
+    this.length = buf.length;
+  }
+
+  /** A clean close lists every record in the manifest: the marks are no longer needed. */
+  forget(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+    unlinkIfThere(join(this.logDir, FILE));
+  }
 }
