@@ -9,9 +9,9 @@
 //    it (kills the process) when it overruns its time. A query that ends its process (its memory past the
 //    process limit) fails alone; the next query starts a new process.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { chownSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type { Readable, Duplex } from 'node:stream';
 import { RlstreamError } from '../../errors.ts';
 import { checkParsed, SqlRefusedError, type FunctionCatalogue } from '../sql-check.ts';
@@ -139,6 +139,29 @@ class SandboxProcess {
   }
 }
 
+/**
+ * Where scratch directories go: the temporary directory, unless the sandbox runs as another user and cannot walk
+ * that path (a private TMPDIR, as test/run.sh and many CI systems give, is 0700): then the system's /tmp, which
+ * every user can walk. The scratch directory itself is given to the sandbox's user.
+ */
+function scratchParent(otherUser: boolean): string {
+  const dir = tmpdir();
+  if (!otherUser || walkableByOthers(dir)) return dir;
+  if (walkableByOthers('/tmp')) return '/tmp';
+  throw new RlstreamError('TRACE_STORE', `the SQL sandbox runs as nobody and can reach neither ${dir} nor /tmp (each directory on the path needs o+x)`);
+}
+
+function walkableByOthers(path: string): boolean {
+  for (let d = resolve(path); ; d = dirname(d)) {
+    try {
+      if ((statSync(d).mode & 0o001) === 0) return false;
+    } catch {
+      return false;
+    }
+    if (dirname(d) === d) return true;
+  }
+}
+
 export class SqlSandbox {
   private readonly idle: SandboxProcess[] = [];
   private readonly all = new Set<SandboxProcess>();
@@ -231,7 +254,8 @@ export class SqlSandbox {
     // In the temporary directory, whose path every user can walk (a store's own directory may be private: the
     // snapshot's links give the sandbox its files, not its path). On another file system than the store's,
     // the snapshot copies (snapshot.ts).
-    const scratch = mkdtempSync(join(tmpdir(), 'rlstream-sql-sandbox-'));
+    const owner = this.owner();
+    const scratch = mkdtempSync(join(scratchParent(owner !== null), 'rlstream-sql-sandbox-'));
     const command = sandboxCommand(scratch, { dataBytes: SANDBOX_BASE_BYTES + (this.options.memoryBytes ?? 512 << 20), fileBytes: 1 << 30 }, this.options.target.kind === 'server');
     if (command.owner) chownSync(scratch, command.owner.uid, command.owner.gid);
     const p = new SandboxProcess(scratch, command.isolation, command);
