@@ -45,7 +45,8 @@ describe('GSM8K preprocessing', () => {
     const rows = await collect(readRows(out));
     assert.equal(rows.length, 50);
     assert.ok(rows.every((x) => x.extra_info?.split === 'test' && /^-?\d+(\.\d+)?$/.test(x.reward_model.ground_truth)));
-    const bad = cli(['preprocess', 'gsm8k', '--input', '/nonexistent.jsonl', '--output', out]);
+    // A fresh output path: an existing one is refused first (without --force), which is not what this checks.
+    const bad = cli(['preprocess', 'gsm8k', '--input', '/nonexistent.jsonl', '--output', join(tmp(), 'other.jsonl')]);
     assert.notEqual(bad.status, 0);
     assert.match(bad.stderr, /cannot read/);
   });
