@@ -15,7 +15,8 @@ import type { LlmBackend } from '../../producers/backends/types.ts';
 import type { TrainStep, TrajectoryCompleted, TrajectoryStarted, TurnCompleted } from '../../schemas/generated/types.ts';
 import { startServe, TOKEN, topicEvents } from './helpers.ts';
 
-const PYTHON = join(import.meta.dirname, '../../.infra/pyagents/bin/python');
+// Where infra/setup.sh installs it: RLSTREAM_INFRA_DIR (infra/env.sh), by default the checkout's .infra/.
+const PYTHON = join(process.env['RLSTREAM_INFRA_DIR'] ?? join(import.meta.dirname, '../../.infra'), 'pyagents/bin/python');
 const FRAMEWORKS = ['openai', 'langgraph', 'agents'] as const;
 const PER_FRAMEWORK = 2;
 

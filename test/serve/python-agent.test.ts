@@ -16,7 +16,8 @@ import { startServe, TOKEN, topicEvents } from './helpers.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
 /** infra/setup.sh installs the openai package into this venv; a python3 with it installed works too. */
-const VENV_PYTHON = join(ROOT, '.infra/python/bin/python');
+// Where infra/setup.sh installs it: RLSTREAM_INFRA_DIR (infra/env.sh), by default the checkout's .infra/.
+const VENV_PYTHON = join(process.env['RLSTREAM_INFRA_DIR'] ?? join(ROOT, '.infra'), 'python/bin/python');
 
 function findPython(): string | null {
   if (existsSync(VENV_PYTHON)) return VENV_PYTHON;

@@ -24,7 +24,8 @@ import type { AdvantagedTrajectory, RewardedTrajectory, TrainStep } from '../../
 import { PrivateBroker } from '../../testkit/kafka-broker.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
-const VENV_PYTHON = join(ROOT, '.infra/python/bin/python');
+// Where infra/setup.sh installs it: RLSTREAM_INFRA_DIR (infra/env.sh), by default the checkout's .infra/.
+const VENV_PYTHON = join(process.env['RLSTREAM_INFRA_DIR'] ?? join(ROOT, '.infra'), 'python/bin/python');
 const python = existsSync(VENV_PYTHON) ? VENV_PYTHON : spawnSync('python3', ['--version']).status === 0 ? 'python3' : null;
 const registryUrl = process.env['SCHEMA_REGISTRY_URL'];
 const missing = python === null ? 'no python3 on this machine' : !registryUrl || !PrivateBroker.libs() ? 'needs the schema registry (SCHEMA_REGISTRY_URL) and the Kafka jars (bash infra/setup.sh)' : null;
