@@ -61,9 +61,13 @@ async function life(dataDir: string, runIdBase: string, kill: Kill | null, extra
   return out;
 }
 
-/** Keys of a JSON value, recursively, with the type of each leaf: the shape of the summary line. */
+/**
+ * Keys of a JSON value, recursively, with the type of each leaf: the shape of the summary line. An array's items
+ * count as one shape (`[]`): a longer run lists more evaluations, which is not another shape.
+ */
 function shape(v: unknown, at = ''): string[] {
   if (v === null || typeof v !== 'object') return [`${at}:${v === null ? 'null' : typeof v}`];
+  if (Array.isArray(v)) return [...new Set(v.flatMap((x) => shape(x, `${at}[]`)))].sort();
   return Object.entries(v as Record<string, unknown>).flatMap(([k, x]) => shape(x, `${at}.${k}`)).sort();
 }
 
