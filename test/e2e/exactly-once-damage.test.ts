@@ -32,7 +32,9 @@ const KILLS = 10;
 // Lives train a few steps each (a resumed trainer takes what was already advantaged at once; a printed line may
 // cover several steps): ten of them must leave the run unfinished for the last one. Two runs reached steps 19 and
 // 23 in their first ten lives.
-const MAX_STEPS = 36;
+// Enough steps that ten lives (each killed within its first steps) never finish the run on a quiet machine, where
+// a step takes a fraction of a second; the last life runs the rest.
+const MAX_STEPS = 80;
 const SETS = { 'trainer.max_steps': MAX_STEPS, 'trainer.groups_per_step': 2, 'rollout.n': 4, 'rollout.concurrency': 16, 'task.heldout_problems': 8, 'eval.problems': 4, 'eval.every_steps': 1000, 'advantage.group_timeout_ms': 10_000, 'traces.kind': 'none' };
 /** After which lives the log is damaged, and how (those lives run at least one step, so there are rollouts to damage). */
 const DAMAGE: Record<number, 'truncate' | 'delete'> = { 1: 'truncate', 3: 'delete', 5: 'truncate', 7: 'delete', 8: 'truncate' };
@@ -139,7 +141,7 @@ test('rlstream run SIGKILLed ten times, its log damaged and repaired between liv
       // Kills land anywhere from start-up (evaluation, first rollouts) to a life's third step, at a random moment of
       // the step under way.
       const afterSteps = DAMAGE[i] !== undefined ? 1 + Math.floor(Math.random() * 2) : Math.floor(Math.random() * 3);
-      const kill = i < KILLS ? { afterSteps, delayMs: Math.round(Math.random() * 2000) } : null;
+      const kill = i < KILLS ? { afterSteps, delayMs: Math.round(Math.random() * 1000) } : null;
       const t0 = performance.now();
       const l = await life(dir, runIdBase, kill);
       process.stderr.write(`# life ${i}: ${kill === null ? 'to the end' : `SIGKILL ${kill.delayMs} ms after ${kill.afterSteps} step(s) of its own`}, ${l.signal ?? `exit ${l.code}`} after ${((performance.now() - t0) / 1000).toFixed(1)} s, steps it printed ${stepsPrinted(l.stderr).join(',') || 'none'}\n`);
