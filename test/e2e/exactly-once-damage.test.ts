@@ -9,12 +9,11 @@
 // life's time, and the clean check after the repair runs in-process (the same checkLog the command prints).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync, statSync, truncateSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { newId } from '../../core/ids.ts';
 import { describeDamage } from '../../core/log/embedded/damage-report.ts';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
@@ -25,6 +24,7 @@ import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { readTopic } from '../../testkit/audit.ts';
+import { runLife, stepsPrinted, type Kill, type Life } from '../../testkit/run-life.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CONFIG = join(ROOT, 'examples', 'calculator', 'config.yaml');
@@ -39,32 +39,8 @@ const SETS = { 'trainer.max_steps': MAX_STEPS, 'trainer.groups_per_step': 2, 'ro
 /** After which lives the log is damaged, and how (those lives run at least one step, so there are rollouts to damage). */
 const DAMAGE: Record<number, 'truncate' | 'delete'> = { 1: 'truncate', 3: 'delete', 5: 'truncate', 7: 'delete', 8: 'truncate' };
 
-interface Life {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-const stepsPrinted = (stderr: string): number[] => [...stderr.matchAll(/^train\s+(\d+)\//gm)].map((m) => Number(m[1]));
-
-/** One life of `rlstream run`, SIGKILLed `delayMs` after it trained `afterSteps` steps of its own (null: to the end). */
-async function life(dataDir: string, runIdBase: string, kill: { afterSteps: number; delayMs: number } | null): Promise<Life> {
-  const sets = Object.entries({ ...SETS, 'run.id': runIdBase, 'run.data_dir': dataDir }).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'cli/main.ts'), 'run', CONFIG, '--no-admin', '--no-progress', ...sets], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  const out: Life = { code: null, signal: null, stdout: '', stderr: '' };
-  child.stdout.on('data', (d: Buffer) => (out.stdout += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (out.stderr += d.toString()));
-  const exited = new Promise<void>((res) => child.once('exit', (code, signal) => ((out.code = code), (out.signal = signal), res())));
-  if (kill !== null) {
-    while (!/^run: /m.test(out.stderr) && child.exitCode === null) await sleep(20);
-    while (stepsPrinted(out.stderr).length < kill.afterSteps && child.exitCode === null) await sleep(20);
-    await Promise.race([sleep(kill.delayMs), exited]);
-    child.kill('SIGKILL');
-  }
-  await exited;
-  return out;
-}
+/** One life of `rlstream run` in `dataDir` (testkit/run-life.ts). */
+const life = (dataDir: string, runIdBase: string, kill: Kill | null): Promise<Life> => runLife(CONFIG, { ...SETS, 'run.id': runIdBase, 'run.data_dir': dataDir }, kill);
 
 function cli(...args: string[]): { code: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'cli/main.ts'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });

@@ -4,16 +4,15 @@
 // contiguous, with no trajectory in two steps, and the final JSON line has the shape of an uninterrupted run's.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { collectRun, readTopic } from '../../testkit/audit.ts';
+import { runLife, stepsPrinted, type Kill, type Life } from '../../testkit/run-life.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CONFIG = join(ROOT, 'examples', 'calculator', 'config.yaml');
@@ -23,43 +22,11 @@ const MAX_STEPS = 40;
 const KILLS = 3;
 const SETS = { 'trainer.max_steps': MAX_STEPS, 'trainer.groups_per_step': 2, 'rollout.n': 4, 'rollout.concurrency': 16, 'task.heldout_problems': 8, 'eval.problems': 4, 'eval.every_steps': 10 };
 
-interface Life {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-/**
- * When a life is killed: once it has trained `afterSteps` steps of its own (0: once it has said which run it
- * works on), plus `delayMs`. Drawn from the life's own progress rather than the clock, so a kill lands inside
- * the run whether the machine is fast or slow, and each life leaves most of the run to the next.
- */
-interface Kill {
-  afterSteps: number;
-  delayMs: number;
-}
-
-const stepsPrinted = (stderr: string): number[] => [...stderr.matchAll(/^train\s+(\d+)\//gm)].map((m) => Number(m[1]));
 const lastStep = (stderr: string): number => Math.max(0, ...stepsPrinted(stderr));
 
-/** One life of `rlstream run`; SIGKILLed at `kill` when given. */
-async function life(dataDir: string, runIdBase: string, kill: Kill | null, extra: Record<string, number> = {}): Promise<Life> {
-  const sets = Object.entries({ ...SETS, ...extra, 'run.id': runIdBase, 'run.data_dir': dataDir }).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'cli/main.ts'), 'run', CONFIG, '--no-admin', '--no-progress', ...sets], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  const out: Life = { code: null, signal: null, stdout: '', stderr: '' };
-  child.stdout.on('data', (d: Buffer) => (out.stdout += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (out.stderr += d.toString()));
-  const exited = new Promise<void>((res) => child.once('exit', (code, signal) => ((out.code = code), (out.signal = signal), res())));
-  if (kill !== null) {
-    while (!/^run: /m.test(out.stderr) && child.exitCode === null) await sleep(20);
-    while (stepsPrinted(out.stderr).length < kill.afterSteps && child.exitCode === null) await sleep(20);
-    await Promise.race([sleep(kill.delayMs), exited]);
-    child.kill('SIGKILL');
-  }
-  await exited;
-  return out;
-}
+/** One life of `rlstream run` in `dataDir` (testkit/run-life.ts); `extra` overrides the test's settings. */
+const life = (dataDir: string, runIdBase: string, kill: Kill | null, extra: Record<string, number> = {}): Promise<Life> =>
+  runLife(CONFIG, { ...SETS, ...extra, 'run.id': runIdBase, 'run.data_dir': dataDir }, kill);
 
 /**
  * Keys of a JSON value, recursively, with the type of each leaf: the shape of the summary line. An array's items
