@@ -10,15 +10,15 @@ Environment: RLSTREAM_URL, RLSTREAM_TOKEN, RLSTREAM_MODEL, RLSTREAM_PROBLEMS (JS
 RLSTREAM_N (samples per problem), RLSTREAM_MAX_TURNS.
 """
 
-import ast
 import json
-import operator
 import os
 import re
 import sys
 import urllib.request
 
 from openai import OpenAI
+
+from calc import calculate  # test/serve/calc.py, beside this script
 
 URL = os.environ["RLSTREAM_URL"]
 TOKEN = os.environ["RLSTREAM_TOKEN"]
@@ -43,29 +43,12 @@ TOOLS = [
     }
 ]
 
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
-def evaluate(node):
-    """Arithmetic only: numbers, + - * /, unary minus, parentheses (never eval of model output)."""
-    if isinstance(node, ast.Expression):
-        return evaluate(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in OPS:
-        return OPS[type(node.op)](evaluate(node.left), evaluate(node.right))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -evaluate(node.operand)
-    raise ValueError("unsupported expression")
-
-
 def calculator(arguments):
     try:
-        expr = json.loads(arguments)["expression"]
-        value = evaluate(ast.parse(str(expr), mode="eval"))
-        return str(int(value)) if float(value).is_integer() else str(value)
+        expression = json.loads(arguments)["expression"]
     except Exception as err:  # the model reads the error, as with any tool
         return f"Error: {err}"
+    return calculate(expression)
 
 
 def complete(trajectory_id, body):

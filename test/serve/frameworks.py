@@ -12,15 +12,15 @@ Environment: RLSTREAM_URL, RLSTREAM_TOKEN, RLSTREAM_MODEL, RLSTREAM_PROBLEMS (JS
 RLSTREAM_MAX_TURNS, FRAMEWORK.
 """
 
-import ast
 import json
-import operator
 import os
 import sys
 import urllib.error
 import urllib.request
 
 import httpx
+
+from calc import calculate  # test/serve/calc.py, beside this script
 
 URL = os.environ["RLSTREAM_URL"]
 TOKEN = os.environ["RLSTREAM_TOKEN"]
@@ -29,30 +29,6 @@ PROBLEMS = json.loads(os.environ["RLSTREAM_PROBLEMS"])
 MAX_TURNS = int(os.environ.get("RLSTREAM_MAX_TURNS", "3"))
 FRAMEWORK = os.environ["FRAMEWORK"]
 SYSTEM = "Use the calculator, then answer."
-
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
-def evaluate(node):
-    """Arithmetic only: numbers, + - * /, unary minus, parentheses (never eval of model output)."""
-    if isinstance(node, ast.Expression):
-        return evaluate(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in OPS:
-        return OPS[type(node.op)](evaluate(node.left), evaluate(node.right))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -evaluate(node.operand)
-    raise ValueError("unsupported expression")
-
-
-def calculate(expression: str) -> str:
-    try:
-        value = evaluate(ast.parse(str(expression), mode="eval"))
-        return str(int(value)) if float(value).is_integer() else str(value)
-    except Exception as err:  # the model reads the error, as with any tool
-        return f"Error: {err}"
-
 
 # Which trajectory served each call of the current conversation (read from the response headers).
 served = []
