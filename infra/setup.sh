@@ -88,12 +88,22 @@ if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
   fi
 fi
 
-# --- native core: rebuild when a source is newer than the built addon.
+# --- native core: rebuild when a source is newer than the built addon; the same sources built before on this
+# machine (infra/native-key.sh) are copied from the per-user cache instead.
 if [ -f native/binding.gyp ]; then
   addon=$(ls native/build/Release/*.node 2>/dev/null | head -n1 || true)
   if [ -z "$addon" ] || [ -n "$(find native -path native/build -prune -o -type f \( -name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name '*.cu' -o -name 'binding.gyp' \) -newer "$addon" -print -quit)" ]; then
-    step "building the native core (C++, about 1 minute on 2 cores, log in $D/native-build.log)"
-    npm run --silent build:native >"$D/native-build.log" 2>&1 || { cat "$D/native-build.log" >&2; exit 1; }
+    key=$(bash infra/native-key.sh)
+    cached="${RLSTREAM_CACHE_DIR:-$HOME/.cache/rlstream}/native/$key/rlstream_native.node"
+    if [ -f "$cached" ]; then
+      step "copying the native core built from these same sources from $(dirname "$cached")"
+      mkdir -p native/build/Release && cp "$cached" native/build/Release/rlstream_native.node
+    else
+      step "building the native core (C++, about 1 minute on 2 cores, log in $D/native-build.log)"
+      npm run --silent build:native >"$D/native-build.log" 2>&1 || { cat "$D/native-build.log" >&2; exit 1; }
+      # (the cache is a convenience: a full disk must not fail the setup)
+      { mkdir -p "$(dirname "$cached")" && cp native/build/Release/rlstream_native.node "$cached.tmp" && mv "$cached.tmp" "$cached"; } || true
+    fi
     step_done
   fi
 fi

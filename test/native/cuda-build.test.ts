@@ -5,11 +5,13 @@
 // usable (every CI machine) device 'cuda' is refused with that reason; where nvidia-smi lists one, a CUDA forward
 // runs and agrees with the CPU's. Either way the same build runs a model's forward on the CPU. Skips without nvcc;
 // fails instead under RLSTREAM_REQUIRE_SERVICES=1 (infra/setup.sh installs Debian's nvidia-cuda-toolkit).
+// A build of the same sources with the same compilers and Node done before on this machine (its key:
+// infra/native-key.sh) is copied from the per-user cache instead of compiled again; the probe always runs.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { homedir, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -61,7 +63,7 @@ function nodeGyp(): { cmd: string; args: string[] } {
   return { cmd: process.execPath, args: [join(ROOT, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'), ...nodedir] };
 }
 
-test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with the reason, a CPU forward runs', { skip, timeout: 900_000 }, () => {
+test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with the reason, a CPU forward runs', { skip, timeout: 900_000 }, (t) => {
   assert.ok(home, 'nvcc is not installed (bash infra/setup.sh installs Debian nvidia-cuda-toolkit)');
   // (not testkit's tempDir: it loads the event schemas, whose npm modules the GPU machine's pack does not carry)
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-cuda-build-'));
@@ -71,16 +73,30 @@ test('the CUDA layer builds with nvcc and loads without a GPU: cuda refused with
   // config (its nodedir, say) as for `npm run build:native`.
   symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
   writeFileSync(join(dir, 'package.json'), '{ "private": true }\n');
-  const gyp = nodeGyp();
-  const build = spawnSync(gyp.cmd, [...gyp.args, 'rebuild', '--directory', 'native'], {
-    cwd: dir,
-    env: { ...process.env, RLSTREAM_CUDA: '1', CUDA_HOME: home },
-    encoding: 'utf8',
-    maxBuffer: 64 << 20,
-  });
-  // (a build that could not start has no output, only its error)
-  assert.equal(build.status, 0, `the CUDA build failed:\n${`${build.error ? `${String(build.error)}\n` : ''}${build.stdout ?? ''}${build.stderr ?? ''}`.slice(-6000)}`);
   const addon = join(dir, 'native/build/Release/rlstream_native.node');
+  // The same sources, compilers and Node built before on this machine: that build is this one (infra/native-key.sh)
+  const env = { ...process.env, RLSTREAM_CUDA: '1', CUDA_HOME: home!, NODE: process.execPath };
+  const key = spawnSync('bash', [join(ROOT, 'infra/native-key.sh'), ROOT], { env, encoding: 'utf8' });
+  const cached = key.status === 0 ? join(process.env['RLSTREAM_CACHE_DIR'] ?? join(homedir(), '.cache', 'rlstream'), 'native', key.stdout.trim(), 'rlstream_native.node') : null;
+  if (cached && existsSync(cached)) {
+    t.diagnostic(`the CUDA build of these sources is in ${dirname(cached)}: not compiled again`);
+    mkdirSync(dirname(addon), { recursive: true });
+    copyFileSync(cached, addon);
+  } else {
+    const gyp = nodeGyp();
+    const build = spawnSync(gyp.cmd, [...gyp.args, 'rebuild', '--directory', 'native'], { cwd: dir, env, encoding: 'utf8', maxBuffer: 64 << 20 });
+    // (a build that could not start has no output, only its error)
+    assert.equal(build.status, 0, `the CUDA build failed:\n${`${build.error ? `${String(build.error)}\n` : ''}${build.stdout ?? ''}${build.stderr ?? ''}`.slice(-6000)}`);
+    if (cached) {
+      try {
+        mkdirSync(dirname(cached), { recursive: true });
+        copyFileSync(addon, `${cached}.tmp`);
+        renameSync(`${cached}.tmp`, cached);
+      } catch {
+        // the cache only saves time: a read-only or full home must not fail the check
+      }
+    }
+  }
   const probe = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', PROBE, addon], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(probe.status, 0, probe.stderr);
   const got = JSON.parse(probe.stdout.trim().split('\n').at(-1)!) as { backend: string; cuda: boolean; refused: string | null; logprobs: number[]; entropy: number[]; cudaLogprobs: number[] | null };
