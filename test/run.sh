@@ -25,13 +25,28 @@ npx eslint . || lint=$?
 wait "$tsc_pid"
 [ "$lint" -eq 0 ] || exit "$lint"
 
-# Two files at a time, then the ones test/serial.txt names one at a time (it says why).
-mapfile -t serial < <(grep -v '^#' test/serial.txt | grep .)
-for f in "${serial[@]}"; do [ -f "$f" ] || { echo "test/serial.txt names $f, which does not exist" >&2; exit 1; }; done
+# Two files at a time, then the ones test/serial.txt names: its two lanes side by side, each one file at a time
+# (it says why). A lane's report goes to a file and is printed when both lanes are done, so they do not interleave.
+mapfile -t listed < <(grep -v '^#' test/serial.txt | grep .)
+serial=() services_lane=() embedded_lane=() lane=services
+for f in "${listed[@]}"; do
+  if [ "$f" = '[embedded]' ]; then lane=embedded; continue; fi
+  [ -f "$f" ] || { echo "test/serial.txt names $f, which does not exist" >&2; exit 1; }
+  serial+=("$f")
+  if [ "$lane" = services ]; then services_lane+=("$f"); else embedded_lane+=("$f"); fi
+done
 mapfile -t parallel < <(find test -name '*.test.ts' | sort | grep -vxF -f <(printf '%s\n' "${serial[@]}"))
 # Each part's report ends with its seconds per file (test/file-times.mjs).
 report=(--test-reporter=tap --test-reporter-destination=stdout --test-reporter=./test/file-times.mjs --test-reporter-destination=stdout)
 status=0
 node --import tsx --test --test-concurrency=2 --test-timeout=600000 "${report[@]}" "${parallel[@]}" || status=$?
-node --import tsx --test --test-concurrency=1 --test-timeout=600000 "${report[@]}" "${serial[@]}" || status=$?
+lane_pids=()
+for lane in services embedded; do
+  declare -n files="${lane}_lane"
+  node --import tsx --test --test-concurrency=1 --test-timeout=600000 "${report[@]}" "${files[@]}" >"$tests_tmp/lane-$lane.tap" 2>&1 &
+  lane_pids+=($!)
+  unset -n files
+done
+for i in 0 1; do wait "${lane_pids[$i]}" || status=$?; done
+for lane in services embedded; do echo "# serial lane: $lane"; cat "$tests_tmp/lane-$lane.tap"; done
 exit "$status"
