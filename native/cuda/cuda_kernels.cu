@@ -452,35 +452,28 @@ __device__ __forceinline__ SoftmaxPart merge_parts(const float* p, int n, int g,
 // Where (token, key head) pairs are too few to fill the multiprocessors, blockIdx.z splits each row's keys over
 // gridDim.z blocks: each writes its unnormalised result (max, sum, weighted values) to part, and the last of them to
 // finish (counted in cnt, which it sets back to 0 for the next call) merges them.
-// hgs > 1 splits a key head's query heads over hgs blocks of up to G heads each (blockIdx.x = token * hgs + group):
-// a block of G = 8 heads of 128 dims holds 209 registers a thread, one block (8 warps) a multiprocessor, too few
-// loads in flight to stream the cache; two blocks of 4 heads hold 128 and fit twice the warps, reading each key twice
-// (neighbouring blocks, so the second read is meant to come from L2).
 template <int LPK, int G>
 __global__ void __launch_bounds__(G >= 8 ? 256 : 512)
     k_attention_cached16(float* out, bf16* out16, const float* q, const bf16* kc, const bf16* vc, const int* slot,
-                         const int* pos, int NH, int NKV, int max_len, float scale, float* part, int* cnt, int hgs) {
+                         const int* pos, int NH, int NKV, int max_len, float scale, float* part, int* cnt) {
   constexpr int HD = 8 * LPK, KPW = 32 / LPK, U = G >= 8 ? 2 : 4;
   extern __shared__ float sm[];  // per warp: m[G], s[G], acc[G][HD]
   __shared__ bool last;
-  const int warps = blockDim.x >> 5, t = blockIdx.x / hgs, hg = blockIdx.x % hgs, kh = blockIdx.y, warp = threadIdx.x >> 5,
-            lane = threadIdx.x & 31;
-  // this block's query heads of the key head: g0 .. g0 + ng - 1
-  const int gq = NH / NKV, g0 = hg * G, ng = min(G, gq - g0), sub = lane / LPK, part_ = lane % LPK, QD = NH * HD,
-            KD = NKV * HD, ns = gridDim.z;
+  const int warps = blockDim.x >> 5, t = blockIdx.x, kh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gq = NH / NKV, sub = lane / LPK, part_ = lane % LPK, QD = NH * HD, KD = NKV * HD, ns = gridDim.z;
   // this block's keys [lo, n): a share of the row's pos[t] + 1, in whole rounds of the block's loads
   const int keys = pos[t] + 1, step = warps * KPW * U, share = ((keys + ns - 1) / ns + step - 1) / step * step;
   const int lo = blockIdx.z * share, n = min(keys, lo + share);
   float qr[G][8], acc[G][8], m[G], s[G];
 #pragma unroll
   for (int g = 0; g < G; g++) {
-    if (g < ng) {
-      load_v<4>(qr[g], q + (size_t)t * QD + (size_t)(kh * gq + g0 + g) * HD + part_ * 8);
-      load_v<4>(qr[g] + 4, q + (size_t)t * QD + (size_t)(kh * gq + g0 + g) * HD + part_ * 8 + 4);
+    if (g < gq) {
+      load_v<4>(qr[g], q + (size_t)t * QD + (size_t)(kh * gq + g) * HD + part_ * 8);
+      load_v<4>(qr[g] + 4, q + (size_t)t * QD + (size_t)(kh * gq + g) * HD + part_ * 8 + 4);
     }
 #pragma unroll
     for (int e = 0; e < 8; e++) {
-      qr[g][e] = g < ng ? qr[g][e] * scale : 0.f;
+      qr[g][e] = g < gq ? qr[g][e] * scale : 0.f;
       acc[g][e] = 0.f;
     }
     m[g] = -INFINITY;
@@ -563,14 +556,14 @@ __global__ void __launch_bounds__(G >= 8 ? 256 : 512)
   }
   __syncthreads();
   // the warps' results merged; with one block a row, normalised into out, else into this block's part
-  const size_t row = ((size_t)t * NKV + kh) * hgs + hg;
+  const size_t row = (size_t)t * NKV + kh;
   float* mine = ns > 1 ? part + (row * ns + blockIdx.z) * G * (HD + 2) : nullptr;
   const auto put = [&](int g, int c, const SoftmaxPart& r) {
-    const size_t at = (size_t)t * QD + (size_t)(kh * gq + g0 + g) * HD + c;
+    const size_t at = (size_t)t * QD + (size_t)(kh * gq + g) * HD + c;
     out[at] = r.o / r.s;
     if (out16) out16[at] = __float2bfloat16(r.o / r.s);
   };
-  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
+  for (int i = threadIdx.x; i < gq * HD; i += blockDim.x) {
     const int g = i / HD, c = i % HD;
     const SoftmaxPart r = merge_parts<G, HD, false>(sm, warps, g, c);
     if (!mine) {
@@ -591,7 +584,7 @@ __global__ void __launch_bounds__(G >= 8 ? 256 : 512)
   if (!last) return;
   __threadfence();
   const float* all = part + row * ns * G * (HD + 2);
-  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
+  for (int i = threadIdx.x; i < gq * HD; i += blockDim.x) {
     const int g = i / HD, c = i % HD;
     put(g, c, merge_parts<G, HD, true>(all, ns, g, c));
   }
@@ -1387,9 +1380,7 @@ class CudaKernels final : public Kernels {
       // Warps a block: many where there are few blocks (a decode step of a small batch, so more warps share each
       // row's keys), fewer as the blocks fill the multiprocessors.
       const long rows = (long)T * NKV;
-      // RLSTREAM_CUDA_AC_HEADS=4: more than 4 query heads a key head go to two blocks of up to 4 (see the kernel)
-      const int hgs = gq > 4 && env_is("RLSTREAM_CUDA_AC_HEADS", '4') ? 2 : 1;
-      const int G = hgs > 1 ? 4 : gq <= 1 ? 1 : gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
+      const int G = gq <= 1 ? 1 : gq <= 2 ? 2 : gq <= 4 ? 4 : 8;
       // 8 warps a block; 4 where the blocks are many (a prefill). A step of fewer than 16 rows (a decode step of a
       // batch of a few) also splits each row's keys over up to 4 blocks, but never below one round of a block's
       // loads; the split depends on max_len, not on the lengths, so a captured graph stays right as they grow. The
@@ -1403,15 +1394,15 @@ class CudaKernels final : public Kernels {
       float* part = nullptr;
       int* cnt = nullptr;
       if (ns > 1) {
-        part = (float*)att_part_.get((size_t)rows * hgs * ns * G * (hd + 2) * sizeof(float));
+        part = (float*)att_part_.get((size_t)rows * ns * G * (hd + 2) * sizeof(float));
         const size_t had = att_cnt_.bytes;  // a new allocation (which may reuse the old address) starts at 0
-        cnt = (int*)att_cnt_.get((size_t)rows * hgs * sizeof(int));
+        cnt = (int*)att_cnt_.get((size_t)rows * sizeof(int));
         if (att_cnt_.bytes != had) CUDA_CHECK(cudaMemsetAsync(cnt, 0, att_cnt_.bytes, stream_));
       }
       const size_t smem = (size_t)warps * G * (hd + 2) * sizeof(float);
-      const dim3 grid(T * hgs, NKV, ns);
+      const dim3 grid(T, NKV, ns);
 #define RLS_AC16(L, GG) \
-  k_attention_cached16<L, GG><<<grid, warps * 32, smem, stream_>>>(out, o16, q, kc, vc, ds, dp, NH, NKV, max_len, sc, part, cnt, hgs)
+  k_attention_cached16<L, GG><<<grid, warps * 32, smem, stream_>>>(out, o16, q, kc, vc, ds, dp, NH, NKV, max_len, sc, part, cnt)
 #define RLS_AC16_G(L)                    \
   switch (G) {                           \
     case 1: RLS_AC16(L, 1); break;       \
