@@ -6,6 +6,8 @@
 #   bash test/gpu/decode-7b.sh hf OUTDIR [S]     # generate_hf.py --shape 7b, cases begun within S s (default 110)
 #   bash test/gpu/decode-7b.sh busy OUTDIR NAME [DIR] [ARGS…]  # gpu_busy.py around `rlstream run config.gpu.yaml
 #                                                # --set backend.device=cuda ARGS…` (NVML utilization every 100 ms)
+# Durations seen on one H200 (RESULTS.md, 2026-11-29): the 7B model's init 95 s in each of ours/profile, `ours`
+# about 4 minutes in all, `hf` about a minute a compiled batch size plus the eager cases; `busy` 10 s a run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:?usage: decode-7b.sh ours|profile|hf|busy OUTDIR}
