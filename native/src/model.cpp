@@ -3,6 +3,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "errors.h"
 
@@ -238,30 +241,59 @@ ParamPtrs Model::bind(float* base) const {
 }
 
 void Model::init_random(uint64_t seed, float std) {
-  // splitmix64 + Box-Muller: the same weights for a seed on every platform and thread count.
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  auto next_u = [&]() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  // splitmix64 + Box-Muller: the same weights for a seed on every platform and thread count. splitmix64's k-th draw
+  // is a function of k alone, so the r-th random element (counting only the tensors drawn at random, in order)
+  // takes draws 2r+1 and 2r+2 wherever it is computed: the tensors are cut into ranges filled on threads_ threads
+  // (a 7B model's 7.6e9 draws one after another take minutes), with the weights of the one-after-another order.
+  const uint64_t s0 = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  auto draw = [s0](uint64_t k) {
+    uint64_t z = s0 + k * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     return ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
   };
+  struct Range {
+    float* p;
+    size_t n;
+    int kind;         // 0 random, 1 one (norm weights), 2 zero (biases)
+    uint64_t first;   // index of the range's first random element
+  };
+  std::vector<Range> ranges;
+  const size_t piece = (size_t)1 << 22;
+  uint64_t r = 0;
   float* base = params_.get();
   for (const auto& t : tensors_) {
-    float* p = base + t.offset;
     const bool norm = t.name.find("layernorm") != std::string::npos || t.name == "model.norm.weight" ||
                       t.name.find("_norm.weight") != std::string::npos;
     const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
-    for (size_t i = 0; i < t.numel; i++) {
-      if (norm) p[i] = 1.0f;
-      else if (bias) p[i] = 0.0f;
-      else {
-        const double u1 = next_u(), u2 = next_u();
-        p[i] = (float)(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-      }
+    const int kind = norm ? 1 : bias ? 2 : 0;
+    for (size_t a = 0; a < t.numel; a += piece) {
+      const size_t n = std::min(piece, t.numel - a);
+      ranges.push_back({base + t.offset + a, n, kind, r});
+      if (kind == 0) r += n;
     }
   }
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    for (size_t i; (i = next.fetch_add(1)) < ranges.size();) {
+      const Range& g = ranges[i];
+      for (size_t j = 0; j < g.n; j++) {
+        if (g.kind == 1) g.p[j] = 1.0f;
+        else if (g.kind == 2) g.p[j] = 0.0f;
+        else {
+          const uint64_t k = 2 * (g.first + j);
+          const double u1 = draw(k + 1), u2 = draw(k + 2);
+          g.p[j] = (float)(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+        }
+      }
+    }
+  };
+  const int n = (int)std::min<size_t>((size_t)threads_, ranges.size());
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; i++) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
   upload(BlockKind::Params);
 }
 

@@ -1,6 +1,7 @@
 // Generation on the native core's own model (native/model.ts): continuous batching over its slot KV cache. Every
 // step is one Model.extend call that prefills the requests joining (only the tokens their slot does not hold yet)
-// and decodes one token for every running request; requests leave as they finish. Sampling follows the built-in
+// and decodes one token for every running request; requests leave as they finish, handed back once the next step
+// is on its way (their owners' code then overlaps the device's work). Sampling follows the built-in
 // policy's rule and log-prob convention (sampler.ts): rows without top-k / top-p are drawn by the native core
 // where the probabilities are (extendSample, one uniform from the request's Rng), others by sampleToken on the
 // rows extend returns, softmax(logits / T). A session keeps its slot between turns, so a later turn whose context
@@ -70,6 +71,8 @@ export class NativeEngine {
   private readonly slots: Slot[];
   private readonly waiting: Run[] = [];
   private readonly running: Run[] = [];
+  /** Turns finished by the last step, resolved once the next step is launched (handBack). */
+  private readonly finished: { run: Run; result: GenerateResult }[] = [];
   private readonly scratch: { order: Int32Array };
   private readonly prefillCap: number;
   private readonly rows: Float32Array; // extend's output, [slots, V], reused every step
@@ -180,6 +183,7 @@ export class NativeEngine {
 
   close(): void {
     this.closed = true;
+    this.handBack(); // turns already finished keep their results
     const err = new RlstreamError('BACKEND_UNAVAILABLE', 'the native engine was closed');
     for (const r of [...this.waiting, ...this.running]) r.reject(err);
     this.waiting.length = 0;
@@ -187,16 +191,29 @@ export class NativeEngine {
   }
 
   private loop(): Promise<void> {
-    this.looping ??= this.run().finally(() => (this.looping = null));
+    // A turn handed back by the loop's last step may start its next one after the loop decided to stop but
+    // before it ended: the loop then starts again (with nothing running, a waiting turn always finds a slot).
+    this.looping ??= this.run().finally(() => {
+      this.looping = null;
+      if (this.continues()) void this.loop();
+    });
     return this.looping;
   }
 
   private async run(): Promise<void> {
     try {
       await Promise.resolve(); // requests made in the same tick start in the same step
-      // A swap stops the loop after its step ('next_token'), or once the running turns are done ('next_turn').
-      while (!this.closed && (this.paused ? this.drained !== null && this.running.length > 0 : this.waiting.length > 0 || this.running.length > 0)) await this.step();
+      // Each step is launched before the turns the last one finished are handed back: their owners' code (an agent
+      // loop's parsing, tool calls, the next turn's prompt) then runs while the device computes the next step,
+      // instead of between two steps with the device idle. A turn that owner starts joins the step after.
+      let inflight: Promise<void> | null = null;
+      do {
+        if (inflight) await inflight;
+        inflight = this.continues() ? this.launch() : null;
+        this.handBack();
+      } while (inflight);
     } catch (err) {
+      this.handBack();
       const e = new RlstreamError('INTERNAL', `native generation step failed: ${describeError(err)}`, { cause: err });
       for (const r of [...this.waiting, ...this.running]) r.reject(e);
       this.waiting.length = 0;
@@ -204,8 +221,22 @@ export class NativeEngine {
     }
   }
 
-  /** Admits what fits, runs one extend over every running request, samples, and retires the finished. */
-  private async step(): Promise<void> {
+  /** Whether the loop takes another step. A swap stops it after its step ('next_token'), or once the running turns are done ('next_turn'). */
+  private continues(): boolean {
+    return !this.closed && (this.paused ? this.drained !== null && this.running.length > 0 : this.waiting.length > 0 || this.running.length > 0);
+  }
+
+  /** Resolves the turns that finished (retire keeps them until the next step is on its way). */
+  private handBack(): void {
+    const done = this.finished.splice(0);
+    for (const f of done) f.run.resolve(f.result);
+  }
+
+  /**
+   * Admits what fits and starts one extend over every running request; the promise samples, and retires the
+   * finished. null when no row can run.
+   */
+  private launch(): Promise<void> | null {
     let prefill = 0;
     while (!this.paused && this.waiting.length > 0) {
       const run = this.waiting[0]!;
@@ -226,7 +257,7 @@ export class NativeEngine {
       }
       active.push(r);
     }
-    if (active.length === 0) return;
+    if (active.length === 0) return null;
     const B = active.length;
     const slots = new Int32Array(B);
     const counts = new Int32Array(B);
@@ -241,29 +272,31 @@ export class NativeEngine {
       if (r.feed.length > 1 || r.tokens.length === 0) this.counters.prefillTokens += r.feed.length;
       else this.counters.decodeTokens += 1;
     });
+    // the weights this step reads: an owner's setVersion while it runs names the weights of later steps
+    const version = this.version;
     const V = this.model.config.vocab_size;
     // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
     // any truncated row brings every row to the host for sampleToken.
-    let sampled: (b: number) => { token: number; logprob: number };
     const t0 = performance.now();
-    if (active.every((r) => isUntruncated(r.req.sampling, V))) {
-      const u = Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next()));
-      const out = await this.model.extendSample(slots, counts, Int32Array.from(toks), inv, u);
-      sampled = (b) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! });
-    } else {
-      const probs = await this.model.extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V));
-      sampled = (b) => sampleToken(probs.subarray(b * V, (b + 1) * V), active[b]!.req.sampling, active[b]!.rng, this.scratch);
-    }
-    this.counters.computeMs += performance.now() - t0;
-    this.counters.steps++;
-    active.forEach((r, b) => {
-      const { token, logprob } = sampled(b);
-      r.tokens.push(token);
-      r.logprobs.push(logprob);
-      r.versions.push(this.version);
-      r.feed = [token];
-      const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
-      if (reason) this.retire(r, reason);
+    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = active.every((r) => isUntruncated(r.req.sampling, V))
+      ? this.model
+          .extendSample(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
+          .then((out) => (b: number) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! }))
+      : this.model
+          .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V))
+          .then((probs) => (b: number) => sampleToken(probs.subarray(b * V, (b + 1) * V), active[b]!.req.sampling, active[b]!.rng, this.scratch));
+    return sampledRows.then((sampled) => {
+      this.counters.computeMs += performance.now() - t0;
+      this.counters.steps++;
+      active.forEach((r, b) => {
+        const { token, logprob } = sampled(b);
+        r.tokens.push(token);
+        r.logprobs.push(logprob);
+        r.versions.push(version);
+        r.feed = [token];
+        const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
+        if (reason) this.retire(r, reason);
+      });
     });
   }
 
@@ -312,13 +345,16 @@ export class NativeEngine {
     s.lastUse = ++this.clock;
     if (s.session === null) s.tokens = []; // nothing to keep it for
     if (this.running.length === 0) this.drained?.();
-    run.resolve({
-      tokenIds: run.tokens,
-      logprobs: run.logprobs,
-      finishReason: reason,
-      policyVersions: run.versions,
-      server: this.server,
-      latencyMs: performance.now() - run.t0,
+    this.finished.push({
+      run,
+      result: {
+        tokenIds: run.tokens,
+        logprobs: run.logprobs,
+        finishReason: reason,
+        policyVersions: run.versions,
+        server: this.server,
+        latencyMs: performance.now() - run.t0,
+      },
     });
   }
 }

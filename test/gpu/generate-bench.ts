@@ -1,5 +1,5 @@
-// Decode throughput of the native core's generation on one device, the SmolLM2-135M shape or `--shape 500m`
-// (random weights: speed does not depend on their values): for each batch B, B slots are prefilled with `--context` random tokens, then
+// Decode throughput of the native core's generation on one device, the SmolLM2-135M shape, `--shape 500m` or
+// `--shape 7b` (Qwen2.5-7B's sizes; random weights, generation-only: speed does not depend on their values): for each batch B, B slots are prefilled with `--context` random tokens, then
 // `--steps` decode steps are timed three ways: Model.extend alone (the model's step: forward over the KV cache,
 // softmax rows, the [B, V] rows copied to the host), a decode loop on Model.extendSample (the call the engine
 // makes: tokens drawn on the device, only they and their log-probs come back, each step's tokens fed to the next)
@@ -8,8 +8,14 @@
 // decoding rows of requests admitted before them, so it also counts those rows' share of mixed, ungraphed steps).
 // One JSON line per batch on stdout. test/gpu/generate_hf.py measures transformers the same way.
 // `--engine off` times Model.extend alone (with RLSTREAM_CUDA_SYNC=1 its per-kernel profile is GPU time).
-//   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--shape 135m|500m] [--batches 1,64,256] [--context 512] [--steps 64] [--engine off]
+// `--engine-batches 1,64` limits the engine runs (each prefills the batch three times: minutes at 7B and batch 256).
+// On cuda it also prints how many slots of context + steps + 1 tokens the built-in policy's sizing
+// (producers/policy/kv-sizing.ts) gives this model at `--gpu-memory-utilization` (default 0.9; the rest is the
+// trainer's share), from the card's free memory before and after the model loaded.
+//   node --import tsx test/gpu/generate-bench.ts [--device cuda] [--shape 135m|500m|7b] [--batches 1,64,256] [--context 512] [--steps 64] [--engine off] [--engine-batches 1,64]
 import { Model, type ModelConfig } from '../../native/index.ts';
+import { cudaMemory } from '../../native/addon.ts';
+import { kvCacheSlots } from '../../producers/policy/kv-sizing.ts';
 import { DEFAULT_PREFILL_TOKENS, NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
@@ -42,6 +48,23 @@ export const SHAPE_500M: ModelConfig = {
   attention_bias: true,
 };
 
+/** Qwen2.5-7B's sizes (its config.json): 28 layers, 28 query and 4 key heads of 128 dims, an untied head. */
+export const SHAPE_7B: ModelConfig = {
+  hidden_size: 3584,
+  num_hidden_layers: 28,
+  num_attention_heads: 28,
+  num_key_value_heads: 4,
+  intermediate_size: 18944,
+  vocab_size: 152064,
+  rope_theta: 1000000,
+  rms_norm_eps: 1e-6,
+  tie_word_embeddings: false,
+  max_position_embeddings: 32768,
+  attention_bias: true,
+};
+
+const SHAPES: Record<string, ModelConfig> = { '135m': SMOLLM2_135M, '500m': SHAPE_500M, '7b': SHAPE_7B };
+
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : dflt;
@@ -52,17 +75,54 @@ const batches = arg('batches', '1,64,256').split(',').map(Number);
 const context = Number(arg('context', '512'));
 const steps = Number(arg('steps', '64'));
 const shapeName = arg('shape', '135m');
-if (shapeName !== '135m' && shapeName !== '500m') throw new Error(`--shape must be 135m or 500m, got ${shapeName}`);
-const shape = shapeName === '500m' ? SHAPE_500M : SMOLLM2_135M;
+const shape = SHAPES[shapeName];
+if (!shape) throw new Error(`--shape must be one of ${Object.keys(SHAPES).join(', ')}, got ${shapeName}`);
+const engineBatches = new Set(arg('engine-batches', batches.join(',')).split(',').map(Number));
+const utilization = Number(arg('gpu-memory-utilization', '0.9'));
 const V = shape.vocab_size;
 let seed = 12345;
 const rand = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
 const randomTokens = (n: number) => Int32Array.from({ length: n }, () => Math.floor(rand() * V));
 
-const model = Model.init(shape, { seed: 1, initStd: 0.02, device });
+const memBefore = device === 'cuda' ? cudaMemory() : null;
+const tInit = performance.now();
+// generation-only (no gradients or AdamW moments): a 7B model's fp32 parameters and their bf16 copies fit beside a
+// cache of 256 rows of 2k tokens
+const model = Model.init(shape, { seed: 1, initStd: 0.02, device, trainable: false });
+const initS = (performance.now() - tInit) / 1000;
 // first use: activations and (on cuda) the bf16 weight copies are made here, not inside a timed phase
 model.kvReserve(1, context + 1);
 await model.extend(Int32Array.of(0), Int32Array.of(context), randomTokens(context));
+const memAfter = device === 'cuda' ? cudaMemory() : null;
+if (memBefore && memAfter) {
+  const maxLen = context + steps + 1;
+  const maxBatch = Math.max(...batches);
+  const sizing = kvCacheSlots({
+    totalBytes: memAfter.total,
+    freeBeforeBytes: memBefore.free,
+    freeAfterBytes: memAfter.free,
+    utilization,
+    trainerCopy: false,
+    stepBytes: model.activationBytes(DEFAULT_PREFILL_TOKENS + maxBatch),
+    slotBytes: model.kvBytes(1, maxLen),
+    maxBatch: 4096,
+    maxLen,
+  });
+  console.log(
+    JSON.stringify({
+      shape: shapeName,
+      parameters: model.numParameters,
+      initS: +initS.toFixed(1),
+      gpuTotalGiB: +(memAfter.total / 1024 ** 3).toFixed(1),
+      loadedGiB: +(sizing.weightsBytes / 1024 ** 3).toFixed(2),
+      gpuMemoryUtilization: utilization,
+      kvSlotsOfMaxLen: sizing.slots,
+      maxLen,
+      slotMiB: +(model.kvBytes(1, maxLen) / 1024 ** 2).toFixed(1),
+    }),
+  );
+  if (sizing.slots < maxBatch) throw new Error(`gpu_memory_utilization ${utilization} gives ${sizing.slots} slots of ${maxLen} tokens, fewer than batch ${maxBatch}`);
+}
 for (const B of batches) {
   // Model.extend alone
   model.kvReserve(B, context + steps + 1);
@@ -112,17 +172,18 @@ for (const B of batches) {
     engine.close();
     return (performance.now() - t) / 1000;
   };
-  const withEngine = arg('engine', 'on') !== 'off';
+  const withEngine = arg('engine', 'on') !== 'off' && engineBatches.has(B);
   // The warm-up runs past the prefills (DEFAULT_PREFILL_TOKENS a step) into steps of B rows, so that the timed
   // runs replay the graph of B rows rather than capture it. The timed run's tail still passes smaller batch sizes
   // a second time (rows admitted in later prefill steps finish later), and their graphs are captured in it.
   if (withEngine) await engineRun(Math.min(steps + 1, Math.ceil((B * context) / DEFAULT_PREFILL_TOKENS) + 4));
   const e1 = withEngine ? await engineRun(1) : NaN;
   const eN = withEngine ? await engineRun(steps + 1) : NaN;
-  // Bytes a decode step must read at least: the bf16 weight copies the products use (the tied embedding once, as
-  // the head) and every row's K and V so far (in the cache's own precision: bf16 on cuda, fp32 on the cpu): over HBM
-  // bandwidth, the step's lower bound.
-  const stepBytes = model.numParameters * 2 + B * model.kvBytes(1, context);
+  // Bytes a decode step must read at least: the bf16 weight copies the products use (a tied embedding once, as
+  // the head; an untied one not at all: a step reads B of its rows) and every row's K and V so far (in the cache's
+  // own precision: bf16 on cuda, fp32 on the cpu): over HBM bandwidth, the step's lower bound.
+  const embedding = shape.tie_word_embeddings ? 0 : shape.vocab_size * shape.hidden_size;
+  const stepBytes = (model.numParameters - embedding) * 2 + B * model.kvBytes(1, context);
   console.log(
     JSON.stringify({
       impl: `rlstream native (${device})`,

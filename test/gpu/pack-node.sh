@@ -93,10 +93,15 @@ pack_run() {
     --set trainer.max_steps=2 --set eval.every_steps=1 --set task.heldout_problems=8 \
     --set rollout.concurrency=16 --set run.data_dir="$data" >"$stage/run.out" 2>&1 ||
     { tail -20 "$stage/run.out" >&2; echo "pack-run: the traced run failed" >&2; exit 1; }
-  grep -v ENOENT "$trace" | grep -o "\"$PWD/node_modules/[^\"]*\"" | tr -d '"' | sed "s#^$PWD/##" | sort -u |
-    while read -r f; do [ -f "$f" ] && echo "$f"; done >"$list"
+  # node_modules may be a link (a git worktree sharing another checkout's): the process opens the files at the
+  # link's target, so both spellings are matched and the files are read from the target's parent
+  local real
+  real=$(readlink -f node_modules)
+  grep -v ENOENT "$trace" | grep -oE "\"($PWD/node_modules|$real)/[^\"]*\"" | tr -d '"' |
+    sed -e "s#^$PWD/##" -e "s#^$(dirname "$real")/##" | sort -u |
+    while read -r f; do [ -f "$(dirname "$real")/$f" ] && echo "$f"; done >"$list"
   grep -q onnxruntime_binding.node "$list" || { echo "pack-run: the traced run did not load onnxruntime-node" >&2; exit 1; }
-  tar -cf - -T "$list" | xz -6 -T0 >"$run_archive.tmp"
+  tar -C "$(dirname "$real")" -cf - -T "$list" | xz -6 -T0 >"$run_archive.tmp"
   mv "$run_archive.tmp" "$run_archive"
   echo "pack-run: $run_archive ($(du -h "$run_archive" | cut -f1); $(wc -l <"$list") files of $(cut -d/ -f2 "$list" | sort -u | wc -l) package scopes/names; with $(du -h "$archive" | cut -f1) of $archive)"
 }

@@ -1,5 +1,6 @@
 // Forward of the native core: log-probs and entropies against the float64 reference, packing (a sequence gives the
-// same log-probs alone or packed with others), and bit-identical results for a seed and a thread count.
+// same log-probs alone or packed with others), bit-identical results for a seed and a thread count, and random
+// init's weights the same at any thread count.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Model, nativeAvailable, type ModelConfig } from '../../native/index.ts';
@@ -90,6 +91,46 @@ test('same seed and thread count give bit-identical weights, log-probs, gradient
   const other = Model.init(cfg, { seed: 43, threads: 2 });
   assert.notDeepEqual(other.parameters().get('model.embed_tokens.weight')!.data.slice(0, 8), a.p.slice(0, 8));
   other.dispose();
+});
+
+// splitmix64's k-th draw and the Box-Muller value of the r-th random element (draws 2r+1 and 2r+2), as
+// Model::init_random defines them, recomputed here in float64 JavaScript.
+function initValue(seed: number, r: number, std: number): number {
+  const M = (1n << 64n) - 1n;
+  const s0 = (BigInt(seed) * 0x9e3779b97f4a7c15n + 0x632be59bd9b4e019n) & M;
+  const draw = (k: bigint): number => {
+    let z = (s0 + k * 0x9e3779b97f4a7c15n) & M;
+    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
+    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
+    z ^= z >> 31n;
+    return (Number(z >> 11n) + 0.5) * (1 / 9007199254740992);
+  };
+  const k = 2n * BigInt(r);
+  return std * Math.sqrt(-2 * Math.log(draw(k + 1n))) * Math.cos(6.283185307179586 * draw(k + 2n));
+}
+
+test('random init: the same weights at any thread count, each element the draw of its place in the serial order', { skip }, () => {
+  // an embedding of 4.5M elements spans two of the ranges the threads fill (2^22 each); biases and norms are not drawn
+  const cfg: ModelConfig = { ...TINY, vocab_size: 70001, hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 16 };
+  const std = 0.02;
+  const views = [1, 3, 8].map((threads) => {
+    const m = Model.init(cfg, { seed: 77, threads, initStd: std });
+    const p = m.parameters();
+    return { m, p };
+  });
+  const [one, ...others] = views;
+  for (const o of others)
+    for (const [name, v] of one!.p) assert.deepEqual(o.p.get(name)!.data, v.data, `${name}: another thread count, other weights`);
+  const embed = one!.p.get('model.embed_tokens.weight')!.data;
+  const near = (got: number, want: number, what: string) => assert.ok(Math.abs(got - want) <= 1e-6 * Math.abs(want) + 1e-12, `${what}: ${got} vs ${want}`);
+  // the embedding is the first tensor: element i is random element i; either side of the ranges' border, and the last
+  for (const i of [0, 1, (1 << 22) - 1, 1 << 22, embed.length - 1]) near(embed[i]!, initValue(77, i, std), `embed[${i}]`);
+  // the first layer's norm is all ones and its q bias zeros; q_proj's first element is random element V*H (the
+  // draws skip norms and biases)
+  assert.ok(one!.p.get('model.layers.0.input_layernorm.weight')!.data.every((x) => x === 1));
+  assert.ok(one!.p.get('model.layers.0.self_attn.q_proj.bias')!.data.every((x) => x === 0));
+  near(one!.p.get('model.layers.0.self_attn.q_proj.weight')!.data[0]!, initValue(77, embed.length, std), 'q_proj[0]');
+  for (const v of views) v.m.dispose();
 });
 
 test('parameters() are zero-copy views with HF names and shapes', { skip }, async () => {

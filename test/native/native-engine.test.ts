@@ -1,7 +1,7 @@
 // The generation engine on the native core (producers/policy/native-engine.ts) on the CPU device: sampled tokens'
 // log-probs against the model's full forward, seeded sampling, stop tokens and max_new_tokens, continuous batching
 // (more requests than slots, joining and leaving) equal to each request alone, and a session's next turn reusing
-// its slot.
+// its slot, and finished turns handed back with the next step already launched.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Model, nativeAvailable, type ModelConfig } from '../../native/index.ts';
@@ -180,6 +180,33 @@ test("setVersion (weights changed in place by the model's owner): new tokens car
   assert.equal(engine.stats().reusedTokens, before, 'the v0 cache of the session is recomputed');
   assert.deepEqual(r2.policyVersions, [1, 1, 1, 1, 1]);
   assert.ok(maxAbsDiff(r2.logprobs, await forwardLogprobs(m, ctx, r2.tokenIds)) < 1e-5, 'the updated weights');
+  engine.close();
+  m.dispose();
+});
+
+test("a finished turn is handed back with the next step already running; that step's tokens carry the version it read", { skip }, async () => {
+  const m = Model.init(CFG, { seed: 10, threads: 2, initStd: 0.3 });
+  const engine = new NativeEngine(m, { slots: 2, maxLen: 64 });
+  let busyWhenHandedBack = false;
+  const short = engine.generate({ requestId: 'a', promptIds: [1, 2, 3], sampling: sampling({ max_new_tokens: 2 }) }).then((r) => {
+    // the owner's code runs while the device computes the other turn's next step (the model refuses a sync call)
+    busyWhenHandedBack = (() => {
+      try {
+        m.activationBytes(1);
+        return false;
+      } catch (e) {
+        return /is still running/.test(String(e));
+      }
+    })();
+    engine.setVersion(1);
+    return r;
+  });
+  const long = engine.generate({ requestId: 'b', promptIds: [4, 5, 6, 7], sampling: sampling({ max_new_tokens: 6 }) });
+  const [a, b] = await Promise.all([short, long]);
+  assert.equal(a.tokenIds.length, 2);
+  assert.ok(busyWhenHandedBack, 'the next step was launched before the finished turn was handed back');
+  // steps 1-2 sampled both turns' first two tokens; step 3 was under way when setVersion(1) ran
+  assert.deepEqual(b.policyVersions, [0, 0, 0, 1, 1, 1]);
   engine.close();
   m.dispose();
 });
