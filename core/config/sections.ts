@@ -183,7 +183,7 @@ export const RewardSection = obj(
         max_turns_penalty: nonNegative(0, 'Subtracted when the trajectory ended at the turn limit.'),
         overlong_buffer_len: Type.Integer({ minimum: 0, default: 0, description: "DAPO soft overlong punishment: the last N response tokens before rollout.response_length cost up to overlong_penalty_factor, linearly (component shaping.overlong; 0: off). Must be below response_length." }),
         overlong_penalty_factor: nonNegative(1, 'The overlong penalty at the length limit.'),
-        mask_truncated: Type.Boolean({ default: false, description: 'DAPO overlong filtering: a trajectory cut at the token limit is kept out of the loss (marked by the component shaping.truncated_masked, value 0).' }),
+        mask_truncated: Type.Boolean({ default: false, description: 'DAPO overlong filtering: a trajectory cut at the token limit is kept out of the loss (RewardInfo.exclude_from_loss).' }),
       },
       'Shaping terms, each recorded as a named reward component.',
     ),
