@@ -2,7 +2,7 @@
 // or user code, its own options checked), the reward function (registered or user code), and the user's
 // agent loops and interactions. A missing module, export or registered name fails here, naming the config path.
 import { Type } from '@sinclair/typebox';
-import type { RunConfig } from '../../core/config.ts';
+import type { RunConfig } from '../config/run-config.ts';
 import type { Registry } from '../../core/config/registry.ts';
 import { compileValue } from '../../core/config/validate.ts';
 import { RlstreamError } from '../../core/errors.ts';
@@ -10,7 +10,7 @@ import { defaultRewards, loadRewardModule, RewardRegistry } from '../../consumer
 import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { advantageStage, type AdvantageStage } from '../../consumers/advantage/stage.ts';
 import type { RewardStage } from '../../consumers/reward/stage.ts';
-import type { RewardFn } from '../../consumers/reward/types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 import { interactionRegistry, interactions as registeredInteractions, type Interaction } from '../../producers/agent/interaction.ts';
 import { loadInteractionConfig } from '../../producers/agent/interaction-config.ts';
 import { agentLoops } from '../../producers/agent/registry.ts';

@@ -1,11 +1,11 @@
 // Offline scoring of JSON lines ({solution_str, ground_truth, data_source?, extra_info?, external_reward?}), the code path of
 // `rlstream score`: the reward stage's outcome (stage.ts, as the reward consumer scores), without a log. Shaping
 // terms are counted from a trajectory's turns and tool calls, which a row does not have.
-import type { Gsm8kMethod } from './gsm8k.ts';
-import { gsm8kReward } from './gsm8k.ts';
-import { mathNumericReward } from './math_numeric.ts';
+import type { Gsm8kMethod } from '../../core/tasks/gsm8k.ts';
+import { gsm8kReward } from '../../core/tasks/gsm8k.ts';
+import { mathNumericReward } from '../../core/tasks/math-numeric.ts';
 import { rewardOutcome, type OutcomeInput, type RewardStage } from './stage.ts';
-import type { RewardFn } from './types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 
 export interface BuiltinParams {
   method?: Gsm8kMethod;

@@ -3,7 +3,7 @@
 // can always tell where a reward came from).
 import { RlstreamError } from '../../core/errors.ts';
 import type { NamedValue, RewardInfo, Trajectory } from '../../schemas/generated/types.ts';
-import type { RewardValue } from './types.ts';
+import type { RewardValue } from '../../core/tasks/reward-fn.ts';
 
 export interface ShapingOptions {
   /** Added once per successful tool call. Default 0. */

@@ -6,7 +6,7 @@ import { RlstreamError, describeError } from '../../core/errors.ts';
 import type { RewardInfo, Trajectory } from '../../schemas/generated/types.ts';
 import type { RewardRegistry } from './registry.ts';
 import { composeReward, normalizeOutcome, type ShapingOptions } from './shaping.ts';
-import type { RewardFn } from './types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 
 export interface RewardStage {
   /** Functions by data_source: the built-ins and the run's task's. */

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { accuracyOf, score, solvedRule, versionOf } from '../../cli/run/evaluation.ts';
 import type { RunPlugins } from '../../cli/run/plugins.ts';
 import { RewardRegistry } from '../../consumers/reward/registry.ts';
-import type { RewardFn } from '../../consumers/reward/types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { tasks, type Task } from '../../producers/tasks.ts';
 import type { Trajectory } from '../../schemas/generated/types.ts';
