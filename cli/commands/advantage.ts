@@ -5,7 +5,7 @@
 import type { Command } from 'commander';
 import { advantageBatch, advantageByStage, advantageInput, type AdvantageInput, type AdvantageLine } from '../../consumers/advantage/offline.ts';
 import { estimatorNames, getEstimator, type EstimatorOptions } from '../../consumers/advantage/estimators.ts';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../config/run-config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { BadLines, readJsonl } from '../../core/jsonl.ts';
 import { numberOption } from '../options.ts';

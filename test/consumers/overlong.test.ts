@@ -3,7 +3,7 @@
 // RewardInfo.exclude_from_loss; a trajectory so marked trains on no token, whatever its components are named.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compileRunConfig, ConfigError } from '../../core/config.ts';
+import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
 import { composeReward, overlongPenalty } from '../../consumers/reward/shaping.ts';
 import { eventType } from '../../schemas/index.ts';
 import { packMicroBatches, sampleFromEvent } from '../../consumers/trainer/batch.ts';

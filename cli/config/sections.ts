@@ -1,10 +1,10 @@
 // The schema of every section of a run config, snake_case as written in YAML, each key with its type, range,
 // default and meaning (docs/configuration.md is generated from these). Sections whose keys depend on a
 // plug-in (log, registry, traces, backend, task) have a fixed part here and the plug-in's own options,
-// looked up by its name when the config is compiled (core/config.ts).
+// looked up by its name when the config is compiled (cli/config/run-config.ts).
 import { Type, type TObject, type TProperties } from '@sinclair/typebox';
-import { intOrNull, oneOf, stringOrNull } from './validate.ts';
-import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENT_LOG_LEVELS, KAFKA_CLIENTS, RDKAFKA_DEBUG_CONTEXTS } from '../log/kafka/options.ts';
+import { intOrNull, oneOf, stringOrNull } from '../../core/config/validate.ts';
+import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENT_LOG_LEVELS, KAFKA_CLIENTS, RDKAFKA_DEBUG_CONTEXTS } from '../../core/log/kafka/options.ts';
 
 const obj = <P extends TProperties>(properties: P, description: string) => Type.Object(properties, { additionalProperties: false, default: {}, description });
 

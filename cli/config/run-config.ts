@@ -1,5 +1,5 @@
 // The run configuration: one YAML file for both shapes (embedded and distributed), compiled once at start-up
-// into a frozen, fully specified RunConfig before any role starts. Every section has a schema (core/config/
+// into a frozen, fully specified RunConfig before any role starts. Every section has a schema (cli/config/
 // sections.ts and the roles' option files); plug-in sections (log, registry, traces, backend, task) take the
 // chosen plug-in's own options. Every problem is collected, each naming its path and the fix, and reported
 // together (ConfigError), so `rlstream config check` lists them all. Keys are snake_case in YAML; the
@@ -8,21 +8,21 @@ import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { Type, type Static, type TObject, type TSchema } from '@sinclair/typebox';
 import { parse } from 'yaml';
-import { RlstreamError } from './errors.ts';
-import { isModelDir } from './weights/hf-dir.ts';
-import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
-import { didYouMean } from './config/suggest.ts';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './config/sections.ts';
-import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from './log/kafka/options.ts';
-import { RolloutSection } from '../producers/options.ts';
-import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
-import { backends } from '../producers/backends/registry.ts';
-import { tasks, type DatasetFiles } from '../producers/tasks.ts';
-import { estimators } from '../consumers/advantage/estimators.ts';
-import type { ShapingOptions } from '../consumers/reward/shaping.ts';
-import type { SftOptions } from '../consumers/trainer/sft.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import { isModelDir } from '../../core/weights/hf-dir.ts';
+import { check, ConfigError, type ConfigIssue } from '../../core/config/validate.ts';
+import { didYouMean } from '../../core/config/suggest.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './sections.ts';
+import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from '../../core/log/kafka/options.ts';
+import { RolloutSection } from '../../producers/options.ts';
+import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../../consumers/trainer/options.ts';
+import { backends } from '../../producers/backends/registry.ts';
+import { tasks, type DatasetFiles } from '../../producers/tasks.ts';
+import { estimators } from '../../consumers/advantage/estimators.ts';
+import type { ShapingOptions } from '../../consumers/reward/shaping.ts';
+import type { SftOptions } from '../../consumers/trainer/sft.ts';
 // The tasks shipped with rlstream register themselves here, so a config can name them.
-import '../examples/index.ts';
+import '../../examples/index.ts';
 
 export { ConfigError, type ConfigIssue };
 
