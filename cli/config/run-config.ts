@@ -18,7 +18,7 @@ import { RolloutSection } from '../../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../../consumers/trainer/options.ts';
 import { backends } from '../../producers/backends/registry.ts';
 import { tasks, type DatasetFiles } from '../../producers/tasks.ts';
-import { estimators } from '../../consumers/advantage/estimators.ts';
+import { estimators, type EstimatorOptions } from '../../consumers/advantage/estimators.ts';
 import type { ShapingOptions } from '../../consumers/reward/shaping.ts';
 import type { SftOptions } from '../../consumers/trainer/sft.ts';
 // The tasks shipped with rlstream register themselves here, so a config can name them.
@@ -103,10 +103,8 @@ export interface RewardConfig {
 
 export interface AdvantageConfig {
   estimator: string;
-  gamma: number;
-  lam: number;
-  epsilon: number;
-  normByStd: boolean;
+  /** Every registered estimator's options (its advantage.<name> section, compiled), by name. */
+  options: Readonly<Record<string, EstimatorOptions>>;
   groupTimeoutMs: number;
   partialGroups: 'drop' | 'emit';
   dynamicSampling: boolean;
@@ -393,7 +391,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
         maskTruncated: r.shaping.mask_truncated,
       },
     },
-    advantage: { estimator: a.estimator, gamma: a.gamma, lam: a.lam, epsilon: a.epsilon, normByStd: a.norm_by_std, groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
+    advantage: { estimator: a.estimator, options: Object.fromEntries(estimators.names().map((n) => [n, estimators.get(n).compile((a as Record<string, unknown>)[n], `advantage.${n}`)])), groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
     trainer: compileTrainerOptions(trainerS),
     eval: { everySteps: e.every_steps, problems: e.problems, everyVersions: e.every_versions, successThreshold: e.success_threshold },
     effective,

@@ -5,6 +5,7 @@
 import { Type, type TObject, type TProperties } from '@sinclair/typebox';
 import { intOrNull, oneOf, stringOrNull } from '../../core/config/validate.ts';
 import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENT_LOG_LEVELS, KAFKA_CLIENTS, RDKAFKA_DEBUG_CONTEXTS } from '../../core/log/kafka/options.ts';
+import { estimators } from '../../consumers/advantage/estimators.ts';
 
 const obj = <P extends TProperties>(properties: P, description: string) => Type.Object(properties, { additionalProperties: false, default: {}, description });
 
@@ -193,11 +194,9 @@ export const RewardSection = obj(
 
 export const AdvantageSection = obj(
   {
-    estimator: Type.String({ minLength: 1, default: 'grpo', description: 'Advantage estimator by registered name (grpo, grpo_no_std, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae).' }),
-    gamma: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'Discount (GAE, REINFORCE++).' }),
-    lam: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'GAE lambda.' }),
-    epsilon: Type.Number({ exclusiveMinimum: 0, default: 1e-6, description: 'Added to the group std before dividing (GRPO).' }),
-    norm_by_std: Type.Boolean({ default: true, description: 'GRPO divides by the group std (false: Dr.GRPO).' }),
+    estimator: Type.String({ minLength: 1, default: 'grpo', description: `Advantage estimator by registered name (${estimators.names().join(', ')}); its options are the section of the same name below.` }),
+    // Each registered estimator's own section (advantage.<name>), as trainer.<loss> for the policy losses.
+    ...Object.fromEntries(estimators.names().map((n) => [n, estimators.get(n).options])),
     group_timeout_ms: positiveInt(60_000, 'A group still incomplete this long after its first member arrived is closed.'),
     partial_groups: oneOf(['emit', 'drop'] as const, { default: 'emit', description: 'What a closed incomplete group does: emit the members present, or drop them.' }),
     dynamic_sampling: Type.Boolean({ default: false, description: "Drop groups whose rewards are all equal (DAPO's dynamic sampling)." }),

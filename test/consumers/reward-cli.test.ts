@@ -108,7 +108,7 @@ test("advantage --config computes each group as the run's advantage stage does: 
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-advantage-config-'));
   try {
     const config = join(dir, 'config.yaml');
-    writeFileSync(config, 'advantage:\n  estimator: grpo\n  norm_by_std: false\n  dynamic_sampling: true\n');
+    writeFileSync(config, 'advantage:\n  estimator: grpo\n  grpo:\n    norm_by_std: false\n  dynamic_sampling: true\n');
     const input = [
       { trajectory_id: 'a', group_id: 'g', reward: 1, response_mask: [1, 0] },
       { trajectory_id: 'b', group_id: 'g', reward: 0, response_mask: [1] },
