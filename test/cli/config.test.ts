@@ -41,7 +41,7 @@ const SECTIONS: [string, Record<string, unknown>, string, unknown][] = [
   ['backend', { name: 'builtin' }, 'workers', 'two'],
   ['tools', {}, 'config', 1],
   ['reward', {}, 'shaping', 'on'],
-  ['advantage', {}, 'gamma', 'high'],
+  ['advantage', {}, 'group_timeout_ms', 'soon'],
   ['trainer', {}, 'learning_rate', 'fast'],
   ['eval', {}, 'every_steps', 'often'],
 ];
