@@ -8,7 +8,7 @@ import type { EventLog } from '../core/log/types.ts';
 import type { EventSerde } from '../core/serde/events.ts';
 import type { Logger } from '../core/telemetry.ts';
 import type { TraceStore } from '../core/traces/store.ts';
-import { envTokens, type TokenSpec } from './auth.ts';
+import { envTokens, type TokenSpec } from '../core/auth/tokens.ts';
 import { controlPublisher } from './control.ts';
 import { LogReplayManager } from './replay-manager.ts';
 import { MemoryRunRegistry } from './run-registry.ts';

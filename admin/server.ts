@@ -11,7 +11,7 @@ import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { isRlstreamError, describeError } from '../core/errors.ts';
-import { allows, AuthFailureLimiter, bearerToken, envTokens, TokenStore, type Access, type Principal, type TokenSpec } from './auth.ts';
+import { allows, AuthFailureLimiter, bearerToken, envTokens, TokenStore, type Access, type Principal, type TokenSpec } from '../core/auth/tokens.ts';
 import type { AdminContext, QueryLimits } from './context.ts';
 import { AdminError, isAdminError } from './errors.ts';
 import { LiveTail, type LiveTailOptions } from './live/tail.ts';
@@ -31,7 +31,7 @@ import metricsRoutes from './routes/metrics.ts';
 import dashboardRoutes from './routes/dashboard.ts';
 
 export interface AdminServerOptions {
-  /** Tokens in addition to those of RLSTREAM_ADMIN_TOKENS (see admin/auth.ts parseTokenList). */
+  /** Tokens in addition to those of RLSTREAM_ADMIN_TOKENS (see core/auth/tokens.ts parseTokenList). */
   tokens?: TokenSpec[];
   /** Environment to read RLSTREAM_ADMIN_TOKENS from (default process.env, from which it is then removed). */
   env?: Record<string, string | undefined>;

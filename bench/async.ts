@@ -25,7 +25,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadRunConfig } from '../core/config.ts';
+import { loadRunConfig } from '../cli/config/run-config.ts';
 import { openTraceStore } from '../core/traces/open.ts';
 import { runMainJob, type MainJobSummary } from '../cli/run/main-job.ts';
 import type { TrainStep } from '../schemas/generated/types.ts';

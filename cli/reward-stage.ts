@@ -1,10 +1,10 @@
 // The reward stage a command names with --reward and --config (replay, score): `run` is the run's own stage,
 // any other name one function in it. One resolution, so both commands take the same names.
-import { loadRunConfig } from '../core/config.ts';
+import { loadRunConfig } from './config/run-config.ts';
 import { RlstreamError } from '../core/errors.ts';
 import { defaultRewards, loadRewardModule } from '../consumers/reward/registry.ts';
 import type { RewardStage } from '../consumers/reward/stage.ts';
-import type { RewardFn } from '../consumers/reward/types.ts';
+import type { RewardFn } from '../core/tasks/reward-fn.ts';
 import { resolvePlugins, runRewardStage } from './run/plugins.ts';
 
 /**

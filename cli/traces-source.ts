@@ -5,7 +5,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { describeError, RlstreamError } from '../core/errors.ts';
-import { takeFromEnvironment } from '../admin/environ.ts';
+import { takeFromEnvironment } from '../core/auth/environ.ts';
 import { openTraceStore } from '../core/traces/open.ts';
 import { runNamed, type NamedQueries } from '../core/traces/queries.ts';
 import type { QueryLimits, QueryResult, TraceStore } from '../core/traces/store.ts';

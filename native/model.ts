@@ -49,6 +49,22 @@ export type RolloutCorrection =
   | { mode: 'truncate'; level?: 'token' | 'sequence'; cap: number }
   | { mode: 'mask'; level?: 'token' | 'sequence'; low: number; high: number };
 
+/**
+ * The defaults of the options every policy loss shares, in one place: compilePolicyLossOptions fills them, and the
+ * trainer's config schema (consumers/trainer/options.ts) shows them as its defaults. The clip bounds have none
+ * here: each loss's registry entry (consumers/trainer/policy-losses.ts) has its own. The C++ side has none at all
+ * (native/src/losses.h): the glue passes it every value.
+ */
+export const POLICY_LOSS_DEFAULTS = Object.freeze({
+  loss: 'ppo' as PolicyLossName,
+  correction: Object.freeze({ mode: 'truncate', level: 'token', cap: 2 } as const),
+  klCoef: 0,
+  klType: 'k3' as 'k1' | 'k2' | 'k3',
+  entropyCoef: 0,
+  aggregation: 'token-mean' as 'token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-mean',
+  lossScale: 1,
+});
+
 export interface PolicyLossOptions {
   loss?: PolicyLossName; // default 'ppo'
   clipLow: number; // ratio lower bound 1 - clipLow (cispo: of the IS weight; 1 = no lower bound)
@@ -158,7 +174,8 @@ export function compilePolicyLossOptions(o: PolicyLossOptions): CompiledPolicyLo
     if (typeof v !== 'number' || !Number.isFinite(v)) invalid(`policy loss options: ${k} must be a finite number, got ${String(v)}`);
     return v;
   };
-  const loss = o.loss ?? 'ppo';
+  const D = POLICY_LOSS_DEFAULTS;
+  const loss = o.loss ?? D.loss;
   if (!POLICY_LOSS_NAMES.includes(loss)) invalid(`policy loss options: loss must be one of ${POLICY_LOSS_NAMES.join(', ')}, got ${String(loss)}`);
   const clipLow = fin('clipLow', o.clipLow);
   const clipHigh = fin('clipHigh', o.clipHigh);
@@ -170,23 +187,23 @@ export function compilePolicyLossOptions(o: PolicyLossOptions): CompiledPolicyLo
     invalid(`policy loss options: dualClipC must be > 1 (or null), got ${dual}`);
   if (dual !== 0 && loss !== 'ppo') invalid(`policy loss options: dualClipC applies to the ppo loss only (loss is ${loss})`);
   if (o.correction !== undefined && o.iwCap !== undefined) invalid('policy loss options: give iwCap or correction, not both');
-  const c: RolloutCorrection = o.correction ?? (o.iwCap === null ? { mode: 'off' } : { mode: 'truncate', cap: o.iwCap ?? 2 });
+  const c: RolloutCorrection = o.correction ?? (o.iwCap === null ? { mode: 'off' } : o.iwCap === undefined ? D.correction : { mode: 'truncate', cap: o.iwCap });
   if (!['off', 'truncate', 'mask'].includes(c.mode)) invalid(`policy loss options: correction.mode must be 'off', 'truncate' or 'mask', got ${String(c.mode)}`);
-  const level = c.mode === 'off' ? 'token' : (c.level ?? 'token');
+  const level = c.mode === 'off' ? 'token' : (c.level ?? D.correction.level);
   if (level !== 'token' && level !== 'sequence') invalid(`policy loss options: correction.level must be 'token' or 'sequence', got ${String(level)}`);
   const iwCap = c.mode === 'truncate' ? fin(o.correction ? 'correction.cap' : 'iwCap', c.cap) : 0;
   if (c.mode === 'truncate' && iwCap <= 0) invalid(`policy loss options: ${o.correction ? 'correction.cap' : 'iwCap'} must be > 0 (or null to disable), got ${iwCap}`);
   const maskLow = c.mode === 'mask' ? fin('correction.low', c.low) : 0;
   const maskHigh = c.mode === 'mask' ? fin('correction.high', c.high) : 0;
   if (c.mode === 'mask' && !(maskLow >= 0 && maskLow < maskHigh)) invalid(`policy loss options: correction needs 0 <= low < high, got [${maskLow}, ${maskHigh}]`);
-  const klCoef = fin('klCoef', o.klCoef ?? 0);
+  const klCoef = fin('klCoef', o.klCoef ?? D.klCoef);
   if (klCoef < 0) invalid(`policy loss options: klCoef must be >= 0, got ${klCoef}`);
-  const klType = o.klType ?? 'k3';
+  const klType = o.klType ?? D.klType;
   if (!['k1', 'k2', 'k3'].includes(klType)) invalid(`policy loss options: klType must be 'k1', 'k2' or 'k3', got ${String(klType)}`);
-  const aggregation = o.aggregation ?? 'token-mean';
+  const aggregation = o.aggregation ?? D.aggregation;
   if (!['token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'].includes(aggregation))
     invalid(`policy loss options: aggregation must be 'token-mean', 'seq-mean-token-sum' or 'seq-mean-token-mean', got ${String(aggregation)}`);
-  return Object.freeze({
+  const compiled: CompiledPolicyLossOptions = Object.freeze({
     loss,
     clipLow,
     clipHigh,
@@ -198,10 +215,31 @@ export function compilePolicyLossOptions(o: PolicyLossOptions): CompiledPolicyLo
     maskHigh,
     klCoef,
     klType,
-    entropyCoef: fin('entropyCoef', o.entropyCoef ?? 0),
+    entropyCoef: fin('entropyCoef', o.entropyCoef ?? D.entropyCoef),
     aggregation,
-    lossScale: fin('lossScale', o.lossScale ?? 1),
+    lossScale: lossScaleOf(o.lossScale ?? D.lossScale),
   });
+  COMPILED.add(compiled);
+  return compiled;
+}
+
+/** Options compilePolicyLossOptions made: backwardPolicyLoss takes them as they are, without compiling again. */
+const COMPILED = new WeakSet<CompiledPolicyLossOptions>();
+
+function lossScaleOf(v: unknown): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) invalid(`policy loss options: lossScale must be a finite number >= 0, got ${String(v)}`);
+  return v;
+}
+
+/**
+ * Compiled options with another loss scale (a micro-batch's share of its mini-batch): the trainer compiles its
+ * options once at start-up and scales them per micro-batch, checking only the scale.
+ */
+export function withLossScale(o: CompiledPolicyLossOptions, lossScale: number): CompiledPolicyLossOptions {
+  if (!COMPILED.has(o)) invalid('withLossScale takes options from compilePolicyLossOptions');
+  const scaled = Object.freeze({ ...o, lossScale: lossScaleOf(lossScale) });
+  COMPILED.add(scaled);
+  return scaled;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -328,8 +366,8 @@ export class Model {
   }
 
   /** Forward + backward of the RL policy loss; gradients are accumulated. */
-  backwardPolicyLoss(batch: PackedBatch, inputs: PolicyLossInputs, options: PolicyLossOptions): Promise<PolicyLossMetrics> {
-    const o = compilePolicyLossOptions(options);
+  backwardPolicyLoss(batch: PackedBatch, inputs: PolicyLossInputs, options: PolicyLossOptions | CompiledPolicyLossOptions): Promise<PolicyLossMetrics> {
+    const o = COMPILED.has(options as CompiledPolicyLossOptions) ? (options as CompiledPolicyLossOptions) : compilePolicyLossOptions(options as PolicyLossOptions);
     return this.queue('backwardPolicyLoss', (h) =>
       h.backwardPolicyLoss(
         batch.tokens,

@@ -2,6 +2,7 @@
 // documented default, compiled once into a frozen, fully specified object. Errors name the field.
 import { Type } from '@sinclair/typebox';
 import { RlstreamError } from '../core/errors.ts';
+import { DEFAULT_STALENESS_BOUND } from '../core/staleness.ts';
 import { intOrNull, numberOrNull, oneOf, stringOrNull } from '../core/config/validate.ts';
 import type { SamplingParams } from '../schemas/generated/types.ts';
 import type { TokenizationCheckMode } from './tokenizer/delta.ts';
@@ -15,7 +16,7 @@ export interface RolloutOptions {
   max_inflight_trajectories?: number | null;
   /** Groups the trainer takes per step (for the staleness gate). Default 1. */
   groups_per_step?: number;
-  /** Policy versions a sample may lag (AReaL's max off-policyness); null turns the gate off. Default 1. */
+  /** Policy versions a sample may lag (AReaL's max off-policyness); null turns the gate off. Default: the run's (core/staleness.ts). */
   staleness_bound?: number | null;
   /** Generated turns per trajectory. Default 8. */
   max_assistant_turns?: number;
@@ -109,7 +110,7 @@ export function compileRolloutOptions(options: RolloutOptions = {}): CompiledRol
   for (const k of Object.keys(o)) if (!KNOWN.has(k)) fail(k, `is not a rollout option (known: ${[...KNOWN].join(', ')})`);
   const concurrency = posInt(o, 'concurrency', 64);
   const responseLength = posInt(o, 'response_length', 1024);
-  let stalenessBound: number | null = 1;
+  let stalenessBound: number | null = DEFAULT_STALENESS_BOUND;
   if (o['staleness_bound'] === null) stalenessBound = null;
   else if (o['staleness_bound'] !== undefined) {
     const v = o['staleness_bound'];

@@ -6,8 +6,8 @@
 import { Type, type Static, type TObject } from '@sinclair/typebox';
 import { objectShape, Registry } from '../core/config/registry.ts';
 import { RlstreamError } from '../core/errors.ts';
-import type { SftExample } from '../consumers/trainer/sft.ts';
-import type { RewardFn } from '../consumers/reward/types.ts';
+import type { SftExample } from '../core/tasks/demonstration.ts';
+import type { RewardFn } from '../core/tasks/reward-fn.ts';
 import type { Trajectory } from '../schemas/generated/types.ts';
 import { loaderFor } from './dataset/loaders.ts';
 import type { DatasetRow, RowSource } from './dataset/types.ts';

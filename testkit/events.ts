@@ -51,7 +51,8 @@ type SingleTurnConstants =
   | 'tool_rewards'
   | 'interaction_rewards'
   | 'termination'
-  | 'tool_ms';
+  | 'tool_ms'
+  | 'external_reward';
 
 /** A single-turn trajectory from the fields that vary. */
 export function singleTurnTrajectory(fields: Omit<Trajectory, SingleTurnConstants>): Trajectory {
@@ -69,6 +70,7 @@ export function singleTurnTrajectory(fields: Omit<Trajectory, SingleTurnConstant
     interaction_rewards: [],
     termination: 'stop',
     tool_ms: 0,
+    external_reward: null,
   };
 }
 
@@ -103,6 +105,6 @@ export function completed(t: Trajectory): TrajectoryCompleted {
 }
 
 export function rewarded(t: Trajectory, score: number): RewardedTrajectory {
-  const reward: RewardInfo = { score, components: [{ name: 'outcome', value: score }], reward_fn: 'test', correct: score > 0, token_rewards: null };
+  const reward: RewardInfo = { score, components: [{ name: 'outcome', value: score }], reward_fn: 'test', correct: score > 0, token_rewards: null, exclude_from_loss: false };
   return { event_id: `rw-${t.trajectory_id}`, time_ms: 3, trajectory: t, reward };
 }

@@ -223,9 +223,10 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
         completed_ms: now,
         generation_ms: genMs,
         tool_ms: toolMs,
+        external_reward: null,
       };
       yield { topic: TOPICS.rolloutEvents, key: groupId, name: 'TrajectoryCompleted', value: { event_id: deriveId(tid, 'completed'), time_ms: tick(), trajectory } };
-      const reward = { score: correct ? 1 : 0, components: [{ name: 'outcome', value: correct ? 1 : 0 }], reward_fn: 'calculator', correct, token_rewards: null };
+      const reward = { score: correct ? 1 : 0, components: [{ name: 'outcome', value: correct ? 1 : 0 }], reward_fn: 'calculator', correct, token_rewards: null, exclude_from_loss: false };
       yield { topic: TOPICS.rewarded, key: groupId, name: 'RewardedTrajectory', value: { event_id: deriveId(tid, 'rewarded', 'calculator'), time_ms: tick(), trajectory, reward } };
       if (!heldout) {
         const adv = correct ? 0.5 : -0.5;

@@ -16,7 +16,7 @@ import { jsonLogger } from '../../core/telemetry.ts';
 import { openTraceStore } from '../../core/traces/open.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { MemoryRunRegistry } from '../../admin/run-registry.ts';
-import { readTokenFile } from '../../admin/auth.ts';
+import { readTokenFile } from '../../core/auth/tokens.ts';
 import { serveAdmin } from '../../admin/serve.ts';
 import { resolveEmbeddedLog } from '../run-dir.ts';
 import { isUnfinishedRun } from '../run/resume.ts';

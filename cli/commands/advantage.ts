@@ -5,7 +5,7 @@
 import type { Command } from 'commander';
 import { advantageBatch, advantageByStage, advantageInput, type AdvantageInput, type AdvantageLine } from '../../consumers/advantage/offline.ts';
 import { estimatorNames, getEstimator, type EstimatorOptions } from '../../consumers/advantage/estimators.ts';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../config/run-config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { BadLines, readJsonl } from '../../core/jsonl.ts';
 import { numberOption } from '../options.ts';
@@ -24,7 +24,7 @@ export function register(program: Command): void {
     .command('advantage')
     .description('advantages for JSON lines from stdin ({trajectory_id, group_id, reward, response_mask}); all lines are one batch, or with --config each group as the run computes it')
     .option('--estimator <name>', `estimator: ${estimatorNames().join(', ')} (with --config: the config's advantage.estimator unless given)`)
-    .option('--config <file>', "a run's config: its advantage stage (estimator, gamma, lam, epsilon, norm_by_std, dynamic sampling), each group on its own as its consumer computes it; a flag given overrides its key")
+    .option('--config <file>', "a run's config: its advantage stage (estimator, its advantage.<estimator> options, dynamic sampling), each group on its own as its consumer computes it; a flag given overrides its key")
     .option('--gamma <x>', 'discount (gae, reinforce_plus_plus); default 1', numberOption('--gamma'))
     .option('--lambda <x>', 'GAE lambda; default 1', numberOption('--lambda'))
     .option('--epsilon <x>', 'added to the group std (grpo); default 1e-6', numberOption('--epsilon'))

@@ -5,7 +5,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import type { Command } from 'commander';
 import { stringify } from 'yaml';
-import { ConfigError, loadRunConfig, maskSecrets, type RunConfig } from '../../core/config.ts';
+import { ConfigError, loadRunConfig, maskSecrets, type RunConfig } from '../config/run-config.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { isModelDir, openWeights, readGenerationDefaults } from '../../core/weights/hf-dir.ts';
 import { expectedTensors, policyConfig } from '../../producers/policy/config.ts';

@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../config/run-config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openRunContext } from '../run/context.ts';

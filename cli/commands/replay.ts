@@ -3,7 +3,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import type { Command } from 'commander';
 import { SingleBar, Presets } from 'cli-progress';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../config/run-config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { openTraceStore } from '../../core/traces/open.ts';

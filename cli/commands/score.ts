@@ -12,7 +12,7 @@ import { rewardStageFor } from '../reward-stage.ts';
 export function register(program: Command): void {
   program
     .command('score')
-    .description('score JSON lines from stdin ({solution_str, ground_truth, data_source?, extra_info?}); prints each line with "score" added')
+    .description('score JSON lines from stdin ({solution_str, ground_truth, data_source?, extra_info?, external_reward?: an outside reward taken as the score}); prints each line with "score" added')
     .option('--reward <name>', "reward function: gsm8k, math_numeric, a registered data_source, module.ts#export, or run (the config's own; the default with --config)")
     .option('--config <file>', "a run's config: its reward (reward.name / reward.module, else its task's function for each row's data_source), and its task's functions may be named in --reward")
     .option('--method <method>', 'gsm8k answer extraction: strict or flexible', 'strict')

@@ -1,7 +1,7 @@
 // `rlstream serve <config>`: the OpenAI-compatible endpoint that records every call as trajectory events in the
 // run's log (see docs/serve.md). Runs until SIGTERM / SIGINT; open trajectories then complete as aborted.
 import type { Command } from 'commander';
-import { readTokenFile } from '../../admin/auth.ts';
+import { readTokenFile } from '../../core/auth/tokens.ts';
 import { exitNow } from '../../core/stuck-calls.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../config/run-config.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { openRunContext } from '../run/context.ts';
 import { warmStart } from '../run/sft.ts';

@@ -2,7 +2,7 @@
 // registry, ClickHouse server), built exactly as the main job builds it. Runs until SIGTERM / SIGINT, or until
 // the trainer reaches trainer.max_steps; a killed process resumes from the log on restart.
 import type { Command } from 'commander';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../config/run-config.ts';
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import { exitNow } from '../../core/stuck-calls.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';

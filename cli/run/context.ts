@@ -1,6 +1,6 @@
 // Opens what every role of a run shares, from the run config: the event log, the schema registry and
 // serde, and the trace store. Used by the main job (all roles in one process) and `rlstream worker`.
-import type { RunConfig, TopicRetentionConfig } from '../../core/config.ts';
+import type { RunConfig, TopicRetentionConfig } from '../config/run-config.ts';
 import { sendDamageDeadLetters } from '../../core/log/embedded/damage-letters.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';

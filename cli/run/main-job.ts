@@ -4,7 +4,7 @@
 // after asynchronous GRPO, draws the learning curves and returns the figures; nothing is written by hand.
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadRunConfig, maskSecrets } from '../../core/config.ts';
+import { loadRunConfig, maskSecrets } from '../config/run-config.ts';
 import { describeError } from '../../core/errors.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { checkTrainerDevice } from '../../consumers/trainer/device.ts';

@@ -2,15 +2,14 @@
 // or user code, its own options checked), the reward function (registered or user code), and the user's
 // agent loops and interactions. A missing module, export or registered name fails here, naming the config path.
 import { Type } from '@sinclair/typebox';
-import type { RunConfig } from '../../core/config.ts';
+import type { RunConfig } from '../config/run-config.ts';
 import type { Registry } from '../../core/config/registry.ts';
 import { compileValue } from '../../core/config/validate.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import { defaultRewards, loadRewardModule, RewardRegistry } from '../../consumers/reward/registry.ts';
-import { estimatorOptions } from '../../consumers/advantage/estimators.ts';
 import { advantageStage, type AdvantageStage } from '../../consumers/advantage/stage.ts';
 import type { RewardStage } from '../../consumers/reward/stage.ts';
-import type { RewardFn } from '../../consumers/reward/types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 import { interactionRegistry, interactions as registeredInteractions, type Interaction } from '../../producers/agent/interaction.ts';
 import { loadInteractionConfig } from '../../producers/agent/interaction-config.ts';
 import { agentLoops } from '../../producers/agent/registry.ts';
@@ -67,5 +66,5 @@ export function runRewardStage(config: RunConfig, plugins: Pick<RunPlugins, 'rew
 
 /** The run's advantage stage (see consumers/advantage/stage.ts); `estimator` replaces advantage.estimator. */
 export function runAdvantageStage(advantage: RunConfig['advantage'], estimator = advantage.estimator): AdvantageStage {
-  return advantageStage({ estimator, options: estimatorOptions(advantage), dynamicSampling: advantage.dynamicSampling });
+  return advantageStage({ estimator, options: advantage.options[estimator], dynamicSampling: advantage.dynamicSampling });
 }

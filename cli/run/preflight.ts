@@ -6,7 +6,7 @@
 // Not here: trainer.device, which depends on the machine that trains, not on the config
 // (consumers/trainer/device.ts).
 import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
-import type { RunConfig } from '../../core/config.ts';
+import type { RunConfig } from '../config/run-config.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';

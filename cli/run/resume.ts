@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
-import type { RunConfig } from '../../core/config.ts';
+import type { RunConfig } from '../config/run-config.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';

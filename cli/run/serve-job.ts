@@ -3,13 +3,13 @@
 // versions followed and handed to the backend, and, with `train`, the reward, advantage and trainer roles in
 // the same process (the embedded log belongs to one process, so an outside agent's run trains beside it).
 import type { FastifyInstance } from 'fastify';
-import { loadRunConfig, type ServeConfig } from '../../core/config.ts';
+import { loadRunConfig, type ServeConfig } from '../config/run-config.ts';
 import { describeError } from '../../core/errors.ts';
 import { follow } from '../../core/log/follow.ts';
 import type { StreamProcessor } from '../../core/processor.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { TokenSpec } from '../../admin/auth.ts';
+import type { TokenSpec } from '../../core/auth/tokens.ts';
 import type { Trainer } from '../../consumers/trainer/trainer.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
 import { verifyPolicyVersion } from '../../producers/policy-sync.ts';
@@ -21,7 +21,7 @@ import { openServeEndpoint } from './serve-endpoint.ts';
 
 export { TOKENS_VARIABLE } from './serve-endpoint.ts';
 
-/** Each setting left out takes the config's serve section (core/config/sections.ts). */
+/** Each setting left out takes the config's serve section (cli/config/sections.ts). */
 export interface ServeJobOptions {
   configPath: string;
   overrides?: Record<string, unknown>;

@@ -13,13 +13,13 @@ import { StreamProcessor, type InputRecord, type ProcessContext, type ProcessorH
 import type { EventSerde } from '../../core/serde/events.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
-import type { RewardedTrajectory, Trajectory } from '../../schemas/generated/types.ts';
+import type { RewardedTrajectory } from '../../schemas/generated/types.ts';
 import type { EstimatorOptions } from './estimators.ts';
 import { GroupTable, type CloseReason, type OpenGroup } from './groups.ts';
 import { advantagedBody, advantageGroup, advantageStage, checkMember, getsAdvantage, rewardedSample, type AdvantageStage } from './stage.ts';
 
 export interface AdvantageOptions {
-  /** Estimator name (grpo, grpo_no_std, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae). Default grpo. */
+  /** Estimator name, as registered (estimators.ts). Default grpo. */
   estimator?: string;
   estimatorOptions?: Partial<EstimatorOptions>;
   /** A group still incomplete this long after its first member arrived is closed. Default 60 000 ms. */
@@ -30,8 +30,6 @@ export interface AdvantageOptions {
   maxOpenGroups?: number;
   /** Drop groups whose rewards are all equal (DAPO's dynamic sampling). Default false. */
   dynamicSampling?: boolean;
-  /** Critic values per response token (GAE); 0 when absent. */
-  critic?: (traj: Trajectory) => ArrayLike<number> | null;
   outputTopic?: string;
   /** Where the reasons of skipped, partial and late records are logged. */
   logger?: Logger;
@@ -56,7 +54,7 @@ export class AdvantageHandler implements ProcessorHandler {
     private readonly id: string,
     private readonly options: AdvantageOptions = {},
   ) {
-    this.stage = advantageStage({ ...(options.estimator ? { estimator: options.estimator } : {}), ...(options.estimatorOptions ? { options: options.estimatorOptions } : {}), dynamicSampling: options.dynamicSampling ?? false, critic: options.critic });
+    this.stage = advantageStage({ ...(options.estimator ? { estimator: options.estimator } : {}), ...(options.estimatorOptions ? { options: options.estimatorOptions } : {}), dynamicSampling: options.dynamicSampling ?? false });
     if (options.partialGroups !== undefined && options.partialGroups !== 'drop' && options.partialGroups !== 'emit') {
       throw new RlstreamError('CONFIG_INVALID', `advantage.partialGroups must be drop or emit, got "${String(options.partialGroups)}"`);
     }

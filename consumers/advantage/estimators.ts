@@ -2,7 +2,9 @@
 // (verl/trainer/ppo/core_algos.py). A batch is a list of samples; samples sharing a groupId are one prompt's
 // group. Shapes: every per-token array has the sample's response length L_i (no padding: ragged batches).
 // Where verl and rlstream differ on purpose, the function says so.
-import { functionShape, Registry } from '../../core/config/registry.ts';
+import { Type, type TObject, type TProperties } from '@sinclair/typebox';
+import { Registry, type RegistryShape } from '../../core/config/registry.ts';
+import { compileValue } from '../../core/config/validate.ts';
 import { RlstreamError } from '../../core/errors.ts';
 
 export interface EstimatorSample {
@@ -13,7 +15,7 @@ export interface EstimatorSample {
   responseMask: ArrayLike<number>;
   /** Per-token rewards; when absent the score sits on the last token whose mask is 1. */
   tokenRewards?: ArrayLike<number> | null;
-  /** Critic values per token (GAE); 0 when absent. */
+  /** Value estimates per token (GAE); 0 when absent. The pipeline has no critic (its GAE runs on values 0); `rlstream advantage` rows may carry them. */
   values?: ArrayLike<number> | null;
 }
 
@@ -35,22 +37,63 @@ export interface EstimatorResult {
 
 export type Estimator = (batch: readonly EstimatorSample[], options: EstimatorOptions) => EstimatorResult[];
 
-export const DEFAULT_ESTIMATOR_OPTIONS: EstimatorOptions = Object.freeze({ gamma: 1, lam: 1, epsilon: 1e-6, normByStd: true });
+/**
+ * Every option an estimator may read, as written in its `advantage.<name>` section, each with its one default (the
+ * docs and DEFAULT_ESTIMATOR_OPTIONS come from here).
+ */
+const OPTION_SCHEMAS = {
+  gamma: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'Discount.' }),
+  lam: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'GAE lambda.' }),
+  epsilon: Type.Number({ exclusiveMinimum: 0, default: 1e-6, description: 'Added to the group std before dividing.' }),
+  norm_by_std: Type.Boolean({ default: true, description: 'Divide by the group std (false: Dr.GRPO, as grpo_no_std).' }),
+} as const;
 
-/** The estimator's options out of a run config's advantage section: what its consumer and a replay of it use. */
-export function estimatorOptions(advantage: EstimatorOptions): EstimatorOptions {
-  return { gamma: advantage.gamma, lam: advantage.lam, epsilon: advantage.epsilon, normByStd: advantage.normByStd };
+export type EstimatorOptionKey = keyof typeof OPTION_SCHEMAS;
+
+export const DEFAULT_ESTIMATOR_OPTIONS: EstimatorOptions = Object.freeze({
+  gamma: OPTION_SCHEMAS.gamma.default,
+  lam: OPTION_SCHEMAS.lam.default,
+  epsilon: OPTION_SCHEMAS.epsilon.default,
+  normByStd: OPTION_SCHEMAS.norm_by_std.default,
+});
+
+/** A registered estimator: the function, its section's schema (the options it reads) and their compilation. */
+export interface RegisteredEstimator {
+  estimate: Estimator;
+  /** The `advantage.<name>` section: the options the estimator reads, snake_case with defaults. */
+  options: TObject;
+  /** The section (validated, defaults filled) as EstimatorOptions; options it does not read keep their defaults. */
+  compile(section: unknown, path: string): EstimatorOptions;
 }
 
-/** Estimators by name (`advantage.estimator`); the policy-loss registry follows the same pattern. */
-export const estimators = new Registry<Estimator>('advantage estimator', functionShape('a function (batch, options) => {advantages, returns}[]'));
+const shape: RegistryShape<RegisteredEstimator> = {
+  description: 'an object { estimate, options, compile } (registerEstimator(name, fn, reads) makes one)',
+  accept: (v) => {
+    const e = v as Partial<RegisteredEstimator> | null;
+    return e && typeof e === 'object' && typeof e.estimate === 'function' && typeof e.compile === 'function' && e.options !== undefined ? (e as RegisteredEstimator) : null;
+  },
+};
 
-export function registerEstimator(name: string, fn: Estimator): void {
-  estimators.register(name, fn);
+/** Estimators by name (`advantage.estimator`, its options `advantage.<name>`), as the policy losses are registered. */
+export const estimators = new Registry<RegisteredEstimator>('advantage estimator', shape);
+
+/** Register an estimator that reads the options `reads` (its `advantage.<name>` section offers those keys only). */
+export function registerEstimator(name: string, estimate: Estimator, reads: readonly EstimatorOptionKey[] = []): void {
+  const properties: TProperties = Object.fromEntries(reads.map((k) => [k, OPTION_SCHEMAS[k]]));
+  const options = Type.Object(properties, { additionalProperties: false, default: {}, description: `Options of the ${name} estimator${reads.length ? '' : ' (it reads none)'}.` });
+  estimators.register(name, {
+    estimate,
+    options,
+    compile: (section, path) => {
+      const v = compileValue(options, section ?? {}, path) as Partial<Record<EstimatorOptionKey, number | boolean>>;
+      const d = DEFAULT_ESTIMATOR_OPTIONS;
+      return Object.freeze({ gamma: (v.gamma as number | undefined) ?? d.gamma, lam: (v.lam as number | undefined) ?? d.lam, epsilon: (v.epsilon as number | undefined) ?? d.epsilon, normByStd: (v.norm_by_std as boolean | undefined) ?? d.normByStd });
+    },
+  });
 }
 
 export function getEstimator(name: string): Estimator {
-  return estimators.get(name, 'advantage.estimator');
+  return estimators.get(name, 'advantage.estimator').estimate;
 }
 
 export function estimatorNames(): string[] {
@@ -250,9 +293,9 @@ export const gae: Estimator = (batch, { gamma, lam }) => {
   return batch.map((_, i) => ({ advantages: adv[i]!, returns: rets[i]! }));
 };
 
-registerEstimator('grpo', grpo);
+registerEstimator('grpo', grpo, ['epsilon', 'norm_by_std']);
 registerEstimator('grpo_no_std', grpoNoStd);
 registerEstimator('rloo', rloo);
-registerEstimator('reinforce_plus_plus', reinforcePlusPlus);
+registerEstimator('reinforce_plus_plus', reinforcePlusPlus, ['gamma']);
 registerEstimator('reinforce_plus_plus_baseline', reinforcePlusPlusBaseline);
-registerEstimator('gae', gae);
+registerEstimator('gae', gae, ['gamma', 'lam']);

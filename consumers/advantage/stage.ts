@@ -13,14 +13,12 @@ export interface AdvantageStage {
   options: EstimatorOptions;
   /** Drop groups whose rewards are all equal (advantage.dynamic_sampling). */
   dynamicSampling: boolean;
-  /** Critic values per response token (GAE); 0 when absent. */
-  critic?: ((traj: Trajectory) => ArrayLike<number> | null) | undefined;
 }
 
 /** A stage with the defaults of the advantage section (grpo, no dynamic sampling) but for what is given. */
 export function advantageStage(s: Partial<Omit<AdvantageStage, 'options'>> & { options?: Partial<EstimatorOptions> } = {}): AdvantageStage {
   getEstimator(s.estimator ?? 'grpo'); // an unknown name fails here, naming the known ones
-  return { estimator: s.estimator ?? 'grpo', options: { ...DEFAULT_ESTIMATOR_OPTIONS, ...s.options }, dynamicSampling: s.dynamicSampling ?? false, critic: s.critic };
+  return { estimator: s.estimator ?? 'grpo', options: { ...DEFAULT_ESTIMATOR_OPTIONS, ...s.options }, dynamicSampling: s.dynamicSampling ?? false };
 }
 
 /** Only the train split gets advantages and is trained on; held-out rollouts are the run's evaluations. */
@@ -57,7 +55,7 @@ export type GroupResult<M> = { filtered: true } | { filtered: false; stats: Grou
 /** A rewarded trajectory as a member of its group. */
 export function rewardedSample(stage: AdvantageStage, ev: RewardedTrajectory): MemberSample {
   const t = ev.trajectory;
-  return { sampleIndex: t.sample_index, sample: { groupId: t.group_id, score: ev.reward.score, responseMask: t.response_mask, tokenRewards: ev.reward.token_rewards, values: stage.critic?.(t) ?? null } };
+  return { sampleIndex: t.sample_index, sample: { groupId: t.group_id, score: ev.reward.score, responseMask: t.response_mask, tokenRewards: ev.reward.token_rewards, values: null } };
 }
 
 /**

@@ -104,7 +104,7 @@ export class ReplayJob {
         o.target.acceptChunks && o.target.needsEvents === false
           ? async (chunks) => {
               await o.target.acceptChunks!(chunks);
-              for (const c of chunks) this.p.read += c.starts.length;
+              for (const c of chunks) this.p.read += c.count;
             }
           : undefined,
       );

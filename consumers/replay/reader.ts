@@ -61,11 +61,11 @@ export async function readRange(
           const end = endOf.get(k);
           if (end === undefined || !position.has(k)) continue;
           // A chunk's records have consecutive offsets: the range's end cuts it at one place.
-          const starts = c.starts.subarray(0, Math.max(0, Math.min(c.starts.length, end - c.firstOffset)));
-          if (starts.length === 0) continue;
-          chunks.push({ ...c, starts });
-          position.set(k, c.firstOffset + starts.length);
-          kept += starts.length;
+          const head = c.head(end - c.firstOffset);
+          if (head.count === 0) continue;
+          chunks.push(head);
+          position.set(k, c.firstOffset + head.count);
+          kept += head.count;
         }
         // onChunks is done with the bytes when it resolves: the log may read into them again.
         hand = () => onChunks(chunks).then(() => consumer.releaseChunks?.(polled));

@@ -16,7 +16,7 @@ import type { BatchScorer } from './model.ts';
 import { defaultRewards, loadRewardModule, type RewardRegistry } from './registry.ts';
 import { composeReward, type ShapingOptions } from './shaping.ts';
 import { rewardOutcome, trajectoryInput, type Outcome, type RewardStage } from './stage.ts';
-import type { RewardFn } from './types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 
 export interface RewardConsumerOptions {
   log: EventLog;

@@ -1,11 +1,11 @@
-// Offline scoring of JSON lines ({solution_str, ground_truth, data_source?, extra_info?}), the code path of
+// Offline scoring of JSON lines ({solution_str, ground_truth, data_source?, extra_info?, external_reward?}), the code path of
 // `rlstream score`: the reward stage's outcome (stage.ts, as the reward consumer scores), without a log. Shaping
 // terms are counted from a trajectory's turns and tool calls, which a row does not have.
-import type { Gsm8kMethod } from './gsm8k.ts';
-import { gsm8kReward } from './gsm8k.ts';
-import { mathNumericReward } from './math_numeric.ts';
+import type { Gsm8kMethod } from '../../core/tasks/gsm8k.ts';
+import { gsm8kReward } from '../../core/tasks/gsm8k.ts';
+import { mathNumericReward } from '../../core/tasks/math-numeric.ts';
 import { rewardOutcome, type OutcomeInput, type RewardStage } from './stage.ts';
-import type { RewardFn } from './types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 
 export interface BuiltinParams {
   method?: Gsm8kMethod;
@@ -31,7 +31,10 @@ export function scoreInput(r: Record<string, unknown>, line: number, stage: Pick
   if (ds === undefined && !stage.fn) return '"data_source" must be given: the run\'s reward picks its function by data source (or name one: --reward <name>)';
   const extra = r['extra_info'];
   if (extra !== undefined && extra !== null && (typeof extra !== 'object' || Array.isArray(extra))) return '"extra_info" must be an object';
-  return { row: r, input: { id: `line ${line}`, dataSource: ds ?? stage.fn!.name, solution: r['solution_str'], groundTruth: r['ground_truth'], extraInfo: (extra ?? {}) as Record<string, unknown> } };
+  // An outside reward has the name it has in the event contract (Trajectory.external_reward); null or absent: scored.
+  const external = r['external_reward'];
+  if (external !== undefined && external !== null && typeof external !== 'number') return `"external_reward" must be a number or null (got ${JSON.stringify(external)})`;
+  return { row: r, input: { id: `line ${line}`, dataSource: ds ?? stage.fn!.name, solution: r['solution_str'], groundTruth: r['ground_truth'], extraInfo: (extra ?? {}) as Record<string, unknown>, externalReward: external ?? null } };
 }
 
 /** The row with "score" added, as a JSON line; throws (REWARD_FAILED, REWARD_NON_FINITE, INPUT_INVALID) as the reward stage does. */

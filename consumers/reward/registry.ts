@@ -2,9 +2,9 @@
 // a task (the built-in calculator task, a user's module) adds its reward without touching this file.
 import { functionShape, Registry } from '../../core/config/registry.ts';
 import { RlstreamError } from '../../core/errors.ts';
-import { gsm8kReward } from './gsm8k.ts';
-import { mathNumericReward } from './math_numeric.ts';
-import type { RewardFn } from './types.ts';
+import { gsm8kReward } from '../../core/tasks/gsm8k.ts';
+import { mathNumericReward } from '../../core/tasks/math-numeric.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 
 export class RewardRegistry {
   private readonly fns = new Map<string, RewardFn>();

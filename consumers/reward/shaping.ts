@@ -3,7 +3,7 @@
 // can always tell where a reward came from).
 import { RlstreamError } from '../../core/errors.ts';
 import type { NamedValue, RewardInfo, Trajectory } from '../../schemas/generated/types.ts';
-import type { RewardValue } from './types.ts';
+import type { RewardValue } from '../../core/tasks/reward-fn.ts';
 
 export interface ShapingOptions {
   /** Added once per successful tool call. Default 0. */
@@ -20,12 +20,9 @@ export interface ShapingOptions {
   overlongPenaltyFactor?: number;
   /** The rollout's response_length (the limit the buffer ends at); needed with overlongBufferLen. */
   maxResponseLength?: number;
-  /** DAPO's overlong filtering: a trajectory cut at the token limit is kept out of the loss (TRUNCATED_MASKED). */
+  /** DAPO's overlong filtering: a trajectory cut at the token limit is kept out of the loss (RewardInfo.exclude_from_loss). */
   maskTruncated?: boolean;
 }
-
-/** The component that marks a trajectory cut at the token limit as kept out of the loss (its value is 0). */
-export const TRUNCATED_MASKED = 'shaping.truncated_masked';
 
 /** DAPO's soft overlong penalty of a response of `length` tokens: 0 before the buffer, -factor at or past the limit. */
 export function overlongPenalty(length: number, maxLength: number, bufferLen: number, factor: number): number {
@@ -87,8 +84,9 @@ export function composeReward(
     const p = overlongPenalty(traj.response_ids.length, shaping.maxResponseLength, shaping.overlongBufferLen, shaping.overlongPenaltyFactor ?? 1);
     if (p < 0) components.push({ name: 'shaping.overlong', value: p });
   }
-  if (shaping.maskTruncated && traj.termination === 'max_tokens') components.push({ name: TRUNCATED_MASKED, value: 0 });
   const score = sum(components.map((c) => c.value));
   if (!Number.isFinite(score)) throw new RlstreamError('REWARD_NON_FINITE', `reward of ${traj.trajectory_id} sums to ${score}`);
-  return { score, components, reward_fn: rewardFn, correct: outcome.correct, token_rewards: null };
+  // The contract carries the exclusion as a field of its own, so the trainer never reads meaning into a component's name.
+  const excludeFromLoss = shaping.maskTruncated === true && traj.termination === 'max_tokens';
+  return { score, components, reward_fn: rewardFn, correct: outcome.correct, token_rewards: null, exclude_from_loss: excludeFromLoss };
 }

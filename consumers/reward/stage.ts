@@ -6,7 +6,7 @@ import { RlstreamError, describeError } from '../../core/errors.ts';
 import type { RewardInfo, Trajectory } from '../../schemas/generated/types.ts';
 import type { RewardRegistry } from './registry.ts';
 import { composeReward, normalizeOutcome, type ShapingOptions } from './shaping.ts';
-import type { RewardFn } from './types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 
 export interface RewardStage {
   /** Functions by data_source: the built-ins and the run's task's. */
@@ -26,6 +26,8 @@ export interface OutcomeInput {
   solution: string;
   groundTruth: string;
   extraInfo: Record<string, unknown>;
+  /** The outcome an outside agent gave (Trajectory.external_reward): it is the outcome, and no function is called. */
+  externalReward: number | null;
 }
 
 /** A trajectory's fields as an outcome input; extra_info_json that is not a JSON object is INPUT_INVALID. */
@@ -37,19 +39,7 @@ export function trajectoryInput(traj: Trajectory): OutcomeInput {
     throw new RlstreamError('INPUT_INVALID', `extra_info_json of ${traj.trajectory_id} is not JSON`);
   }
   if (extra === null || typeof extra !== 'object' || Array.isArray(extra)) throw new RlstreamError('INPUT_INVALID', `extra_info_json of ${traj.trajectory_id} is not a JSON object`);
-  return { id: traj.trajectory_id, dataSource: traj.data_source, solution: traj.response_text, groundTruth: traj.ground_truth, extraInfo: extra as Record<string, unknown> };
-}
-
-/**
- * The reward an outside agent gave (`rlstream serve`'s complete route records it as extra_info.external_reward):
- * it is the outcome, and no function is called. A value that is there but not a number is INPUT_INVALID rather
- * than scored some other way.
- */
-export function externalReward(input: OutcomeInput): number | null {
-  const v = input.extraInfo['external_reward'];
-  if (v === undefined) return null;
-  if (typeof v !== 'number') throw new RlstreamError('INPUT_INVALID', `extra_info.external_reward of ${input.id} is ${JSON.stringify(v)}, not a number`);
-  return v;
+  return { id: traj.trajectory_id, dataSource: traj.data_source, solution: traj.response_text, groundTruth: traj.ground_truth, extraInfo: extra as Record<string, unknown>, externalReward: traj.external_reward };
 }
 
 /**
@@ -57,8 +47,7 @@ export function externalReward(input: OutcomeInput): number | null {
  * model scores the response instead) and the outcome is null; otherwise REWARD_FAILED names what is registered.
  */
 export async function rewardOutcome(stage: Pick<RewardStage, 'registry' | 'fn'>, input: OutcomeInput, optional = false): Promise<{ outcome: Outcome | null; fnName: string }> {
-  const external = externalReward(input);
-  if (external !== null) return { outcome: normalizeOutcome(external, `the external reward of ${input.id}`), fnName: 'external' };
+  if (input.externalReward !== null) return { outcome: normalizeOutcome(input.externalReward, `the external reward of ${input.id}`), fnName: 'external' };
   const fn = stage.fn?.fn ?? stage.registry.get(input.dataSource);
   const fnName = stage.fn?.name ?? input.dataSource;
   if (!fn) {

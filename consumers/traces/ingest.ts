@@ -8,7 +8,6 @@
 import { deriveId } from '../../core/ids.ts';
 import { errorCodeOf } from '../../core/deadletter.ts';
 import { describeError } from '../../core/errors.ts';
-import { copiedRecord, readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
 import type { LogRecord, RecordChunk } from '../../core/log/types.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
@@ -101,7 +100,7 @@ export class TraceIngest {
   }
 
   /**
-   * Add the rows of the records in these chunks of the embedded log. Records with a transcoder are read in
+   * Add the rows of the records in these chunks (EventLog's pollChunks). Records with a transcoder are read in
    * place, a native call per chunk and event; only the others become LogRecords, for the general path, with
    * their bytes copied out: once this resolves nothing refers to the chunks, and the caller may release them.
    */
@@ -109,13 +108,13 @@ export class TraceIngest {
     await this.prepare();
     const general: LogRecord[] = [];
     for (const chunk of chunks) {
-      const { buf, starts } = chunk;
+      const { buf } = chunk;
       const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
-      const record = (i: number) => copiedRecord(readRecordAt(view, buf, starts[i]!, chunk.topic, chunk.partition));
+      const record = (i: number) => chunk.record(i);
       for (const s of this.spans.values()) s.count = 0;
-      for (let i = 0; i < starts.length; i++) {
-        const at = valueStartAt(view, starts[i]!);
-        const length = view.getUint32(at - 4);
+      for (let i = 0; i < chunk.count; i++) {
+        const at = chunk.valueStart(i);
+        const length = chunk.valueLength(i);
         const t = this.transcoderOf(this.serde.currentEventAt(view, at, length));
         if (t) this.spansOf(t).add(buf.byteOffset + at, length, i);
         else general.push(record(i));

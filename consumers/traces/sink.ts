@@ -102,8 +102,8 @@ export class TraceSink {
       const chunks = await consumer.pollChunks(poll);
       await this.ingest.addChunks(chunks);
       for (const c of chunks) {
-        this.setPosition(c.topic, c.partition, c.firstOffset + c.starts.length);
-        count += c.starts.length;
+        this.setPosition(c.topic, c.partition, c.firstOffset + c.count);
+        count += c.count;
       }
       consumer.releaseChunks?.(chunks); // their rows are encoded, or copied out for the general path
     } else {

@@ -3,7 +3,6 @@
 // (response_mask, advantages, behaviour log-probs) shifts left by one onto the prompt's last position.
 // Sequences are packed back to back without padding; a micro-batch holds at most `maxTokens` tokens.
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
-import { TRUNCATED_MASKED } from '../reward/shaping.ts';
 
 export interface TrainSample {
   trajectoryId: string;
@@ -39,8 +38,8 @@ export function sampleFromEvent(e: AdvantagedTrajectory, trainerVersion: number)
     trajectoryId: t.trajectory_id,
     tokens: [...t.prompt_ids, ...t.response_ids],
     promptLength: t.prompt_ids.length,
-    // A truncated trajectory the reward marked (DAPO overlong filtering) trains on no token.
-    responseMask: e.reward.components.some((c) => c.name === TRUNCATED_MASKED) ? t.response_mask.map(() => 0) : t.response_mask,
+    // A trajectory the reward role kept out of the loss (e.g. DAPO overlong filtering) trains on no token.
+    responseMask: e.reward.exclude_from_loss ? t.response_mask.map(() => 0) : t.response_mask,
     advantages: e.advantages,
     behaviourLogprobs: t.response_logprobs,
     staleness: trainerVersion - t.min_policy_version,

@@ -2,7 +2,8 @@
 // and its compilation into a frozen, fully specified TrainerOptions; every validation message names the field.
 import { Type } from '@sinclair/typebox';
 import { compileValue, ConfigError, oneOf } from '../../core/config/validate.ts';
-import type { DeviceKind, RolloutCorrection } from '../../native/index.ts';
+import { DEFAULT_STALENESS_BOUND } from '../../core/staleness.ts';
+import { compilePolicyLossOptions, POLICY_LOSS_DEFAULTS, type CompiledPolicyLossOptions, type DeviceKind, type RolloutCorrection } from '../../native/index.ts';
 import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
 
 export interface TrainerOptions {
@@ -29,6 +30,8 @@ export interface TrainerOptions {
   klType: 'k1' | 'k2' | 'k3';
   entropyCoef: number;
   aggregation: 'token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-mean';
+  /** The native loss options of the fields above, compiled once at start-up (a micro-batch only scales them: withLossScale). */
+  lossOptions: CompiledPolicyLossOptions;
   /** Publish a PolicyVersion every k steps. */
   publishEvery: number;
   /** Stop after this many steps (0 = unbounded). */
@@ -42,8 +45,10 @@ export interface TrainerOptions {
   device: DeviceKind;
 }
 
-const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
-  stalenessBound: 2,
+// The schema's defaults. The policy loss's own options have theirs in its registry entry (policy-losses.ts), the
+// options every loss shares in native/model.ts (POLICY_LOSS_DEFAULTS), the staleness bound in core/staleness.ts.
+const TRAINER_DEFAULTS = Object.freeze({
+  stalenessBound: DEFAULT_STALENESS_BOUND,
   groupsPerStep: 8,
   maxTokensPerMicroBatch: 4096,
   miniBatches: 1,
@@ -54,18 +59,17 @@ const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   adamEps: 1e-8,
   weightDecay: 0,
   gradClip: 1.0,
-  policyLoss: Object.freeze({ name: 'ppo', loss: 'ppo', clipLow: 0.2, clipHigh: 0.28, dualClipC: 3 }),
-  rolloutCorrection: Object.freeze({ mode: 'truncate', level: 'token', cap: 2 }),
-  klCoef: 0,
-  klType: 'k3',
-  entropyCoef: 0,
-  aggregation: 'token-mean',
+  policyLoss: POLICY_LOSS_DEFAULTS.loss,
+  klCoef: POLICY_LOSS_DEFAULTS.klCoef,
+  klType: POLICY_LOSS_DEFAULTS.klType,
+  entropyCoef: POLICY_LOSS_DEFAULTS.entropyCoef,
+  aggregation: POLICY_LOSS_DEFAULTS.aggregation,
   publishEvery: 1,
   maxSteps: 0,
   keepCheckpoints: 2,
   keepVersions: 2,
   threads: 1,
-  device: 'cpu',
+  device: 'cpu' as DeviceKind,
 });
 
 /** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
@@ -75,6 +79,16 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
   const c = t.rollout_correction;
   const lossSections: Record<string, unknown> = { ...t };
   if (c.mode === 'mask' && !(c.low < c.high)) throw new ConfigError([{ path: `${path}.rollout_correction`, message: `low (${c.low}) must be below high (${c.high})` }]);
+  const policyLoss = Object.freeze({ name: t.policy_loss, ...loss.compile(lossSections[t.policy_loss], `${path}.${t.policy_loss}`) });
+  const rolloutCorrection: RolloutCorrection = Object.freeze(
+    c.mode === 'off' ? { mode: 'off' as const } : c.mode === 'truncate' ? { mode: 'truncate' as const, level: c.level, cap: c.cap } : { mode: 'mask' as const, level: c.level, low: c.low, high: c.high },
+  );
+  let lossOptions: CompiledPolicyLossOptions;
+  try {
+    lossOptions = compilePolicyLossOptions({ loss: policyLoss.loss, clipLow: policyLoss.clipLow, clipHigh: policyLoss.clipHigh, dualClipC: policyLoss.dualClipC, correction: rolloutCorrection, klCoef: t.kl_coef, klType: t.kl_type, entropyCoef: t.entropy_coef, aggregation: t.aggregation });
+  } catch (err) {
+    throw new ConfigError([{ path, message: (err as Error).message }]);
+  }
   return Object.freeze({
     stalenessBound: t.staleness_bound,
     groupsPerStep: t.groups_per_step,
@@ -87,14 +101,13 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     adamEps: t.adam_eps,
     weightDecay: t.weight_decay,
     gradClip: t.grad_clip,
-    policyLoss: Object.freeze({ name: t.policy_loss, ...loss.compile(lossSections[t.policy_loss], `${path}.${t.policy_loss}`) }),
-    rolloutCorrection: Object.freeze(
-      c.mode === 'off' ? { mode: 'off' as const } : c.mode === 'truncate' ? { mode: 'truncate' as const, level: c.level, cap: c.cap } : { mode: 'mask' as const, level: c.level, low: c.low, high: c.high },
-    ),
+    policyLoss,
+    rolloutCorrection,
     klCoef: t.kl_coef,
     klType: t.kl_type,
     entropyCoef: t.entropy_coef,
     aggregation: t.aggregation,
+    lossOptions,
     publishEvery: t.publish_every,
     maxSteps: t.max_steps,
     keepCheckpoints: t.keep_checkpoints,
@@ -108,9 +121,9 @@ const d = TRAINER_DEFAULTS;
 
 const RolloutCorrectionSection = Type.Object(
   {
-    mode: oneOf(['off', 'truncate', 'mask'] as const, { default: 'truncate', description: "How the weight w = π_prox/π_behaviour of the decoupled objective corrects the rollout's mismatch: 'truncate' trains with min(w, cap) (TIS), 'mask' with w where low ≤ w ≤ high and drops the rest (MIS, IcePop), 'off' with 1 (plain PPO)." }),
-    level: oneOf(['token', 'sequence'] as const, { default: 'token', description: "Weight per token, or per sequence (the product of its token weights; 'mask' then drops whole sequences)." }),
-    cap: Type.Number({ exclusiveMinimum: 0, default: 2, description: "'truncate': the cap C." }),
+    mode: oneOf(['off', 'truncate', 'mask'] as const, { default: POLICY_LOSS_DEFAULTS.correction.mode, description: "How the weight w = π_prox/π_behaviour of the decoupled objective corrects the rollout's mismatch: 'truncate' trains with min(w, cap) (TIS), 'mask' with w where low ≤ w ≤ high and drops the rest (MIS, IcePop), 'off' with 1 (plain PPO)." }),
+    level: oneOf(['token', 'sequence'] as const, { default: POLICY_LOSS_DEFAULTS.correction.level, description: "Weight per token, or per sequence (the product of its token weights; 'mask' then drops whole sequences)." }),
+    cap: Type.Number({ exclusiveMinimum: 0, default: POLICY_LOSS_DEFAULTS.correction.cap, description: "'truncate': the cap C." }),
     low: Type.Number({ minimum: 0, default: 0.5, description: "'mask': the lowest weight kept." }),
     high: Type.Number({ exclusiveMinimum: 0, default: 2, description: "'mask': the highest weight kept." }),
   },
@@ -134,7 +147,7 @@ export const TrainerSection = Type.Object(
     adam_eps: Type.Number({ exclusiveMinimum: 0, default: d.adamEps, description: 'AdamW epsilon.' }),
     weight_decay: Type.Number({ minimum: 0, default: d.weightDecay, description: 'AdamW weight decay.' }),
     grad_clip: Type.Number({ exclusiveMinimum: 0, default: d.gradClip, description: 'Gradient norm clip.' }),
-    policy_loss: oneOf(policyLosses.names(), { default: d.policyLoss.name, description: 'The policy loss (a registered loss); its options are the section of the same name below.' }),
+    policy_loss: oneOf(policyLosses.names(), { default: d.policyLoss, description: 'The policy loss (a registered loss); its options are the section of the same name below.' }),
     ...Object.fromEntries(policyLosses.names().map((n) => [n, policyLosses.get(n).options])),
     rollout_correction: RolloutCorrectionSection,
     kl_coef: Type.Number({ minimum: 0, default: d.klCoef, description: 'KL penalty to the warm-start policy (0: off, no reference model kept).' }),

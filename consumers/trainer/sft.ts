@@ -2,14 +2,8 @@
 // prompt, tool or user tokens — the same response_mask the RL trainer uses. Sequences are packed like RL batches.
 import type { Model } from '../../native/model.ts';
 import { rng, shuffle } from '../../core/random.ts';
+import type { SftExample } from '../../core/tasks/demonstration.ts';
 import { packMicroBatches, type TrainSample } from './batch.ts';
-
-export interface SftExample {
-  /** The whole conversation's tokens. */
-  tokens: number[];
-  /** Per token: 1 where the token is trained on (assistant output), else 0; a trajectory's response_mask. */
-  responseMask: number[];
-}
 
 export interface SftOptions {
   steps: number;

@@ -15,7 +15,7 @@ import type { Logger } from '../../core/telemetry.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { AdvantagedTrajectory, Control, NamedValue, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { Model, type DeviceKind, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
+import { Model, withLossScale, type DeviceKind, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
 import { ConsumedTrajectories } from './consumed.ts';
 import { checkTrainerDevice } from './device.ts';
@@ -441,18 +441,8 @@ export class Trainer {
           const metrics: PolicyLossMetrics = await this.model.backwardPolicyLoss(
             mb,
             { targets: mb.targets, responseMask: mb.responseMask, advantages: mb.advantages, behaviourLogprobs: mb.behaviourLogprobs, proximalLogprobs: prox[k]!, ...(ref ? { refLogprobs: ref[k]! } : {}) },
-            {
-              loss: loss.loss,
-              clipLow: loss.clipLow,
-              clipHigh: loss.clipHigh,
-              dualClipC: loss.dualClipC,
-              correction: options.rolloutCorrection,
-              klCoef: options.klCoef,
-              klType: options.klType,
-              entropyCoef: options.entropyCoef,
-              aggregation: options.aggregation,
-              lossScale: mb.maskedTokens / chunkMasked,
-            },
+            // Compiled once with the options (compileTrainerOptions); a micro-batch only sets its share.
+            withLossScale(options.lossOptions, mb.maskedTokens / chunkMasked),
           );
           const w = mb.maskedTokens / (totalMasked * options.ppoEpochs || 1);
           sums.loss += metrics.loss * w;

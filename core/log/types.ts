@@ -132,18 +132,27 @@ export interface PollOptions {
 }
 
 /**
- * Records of one partition as the embedded log keeps them: whole, CRC-checked frames back to back (the format of
- * core/log/embedded/record-format.ts, whose readRecordAt gives a record's LogRecord), for a consumer that reads
- * records in bulk without building a LogRecord each.
+ * Records of one partition, in offset order, read in bulk into one buffer (the embedded log's pollChunks), for a
+ * consumer that reads records without building a LogRecord each. The chunk says where each record's value lies;
+ * how records are framed in buf is the log's own business.
  */
 export interface RecordChunk {
-  topic: string;
-  partition: number;
+  readonly topic: string;
+  readonly partition: number;
   /** Offset of the first record; each next record has the next offset. */
-  firstOffset: number;
-  buf: Buffer;
-  /** Where each record's frame starts in buf, in offset order. */
-  starts: Int32Array;
+  readonly firstOffset: number;
+  /** Records in the chunk. */
+  readonly count: number;
+  /** The bytes the records lie in (chunks of one read may share its ArrayBuffer). */
+  readonly buf: Buffer;
+  /** Where record i's value starts in buf. */
+  valueStart(i: number): number;
+  /** The length of record i's value. */
+  valueLength(i: number): number;
+  /** Record i as a LogRecord whose buffers are its own copies (still valid after releaseChunks). */
+  record(i: number): LogRecord;
+  /** The chunk's first `count` records. */
+  head(count: number): RecordChunk;
 }
 
 export interface Consumer {

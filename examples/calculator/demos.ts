@@ -3,7 +3,7 @@
 // policy would generate after the generation prompt, up to and including the end-of-turn token (response_mask 1).
 import type { ChatTokenizer, ChatMessage } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../../producers/tokenizer/delta.ts';
-import type { SftExample } from '../../consumers/trainer/sft.ts';
+import type { SftExample } from '../../core/tasks/demonstration.ts';
 import { CALCULATOR_TOOL, demonstration } from './conversation.ts';
 import type { Problem } from './task.ts';
 

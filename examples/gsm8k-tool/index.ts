@@ -6,12 +6,12 @@
 import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Type } from '@sinclair/typebox';
-import { extractGsm8kAnswer, gsm8kReward } from '../../consumers/reward/gsm8k.ts';
+import { extractGsm8kAnswer, gsm8kReward } from '../../core/tasks/gsm8k.ts';
 import { loaderFor } from '../../producers/dataset/loaders.ts';
 import type { DatasetRow, RowSource } from '../../producers/dataset/types.ts';
 import { VERL_GSM8K_DATA_SOURCE } from '../../producers/dataset/verl-gsm8k.ts';
 import { registerTask } from '../../producers/tasks.ts';
-import type { SftExample } from '../../consumers/trainer/sft.ts';
+import type { SftExample } from '../../core/tasks/demonstration.ts';
 import type { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../../producers/tokenizer/delta.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';

@@ -41,19 +41,22 @@ enum class PolicyLossKind { Ppo, Gspo, Cispo };
 enum class CorrectionMode { Off, Truncate, Mask };  // Off: w = 1; Truncate: min(w, cap); Mask: w in [low, high], else 0
 enum class CorrectionLevel { Token, Sequence };
 
+// No member has a default: every value comes from the compiled TypeScript options (native/model.ts
+// compilePolicyLossOptions, the trainer's config), where each default lives once; the glue sets every field, and
+// test/config/defaults.test.ts checks that this struct stays without defaults.
 struct PolicyLossOptions {
-  PolicyLossKind kind = PolicyLossKind::Ppo;
-  double clip_low = 0.2, clip_high = 0.2;
-  double dual_clip_c = 0;  // ppo only; <= 0: off; otherwise > 1
-  CorrectionMode correction = CorrectionMode::Truncate;
-  CorrectionLevel correction_level = CorrectionLevel::Token;
-  double iw_cap = 2;                       // Truncate; <= 0: Off
-  double mask_low = 0.5, mask_high = 2.0;  // Mask
-  double kl_coef = 0;
-  KlType kl_type = KlType::K3;
-  double entropy_coef = 0;
-  Agg agg = Agg::TokenMean;
-  double scale = 1;
+  PolicyLossKind kind;
+  double clip_low, clip_high;
+  double dual_clip_c;  // ppo only; <= 0: off; otherwise > 1
+  CorrectionMode correction;
+  CorrectionLevel correction_level;
+  double iw_cap;               // Truncate; <= 0: Off
+  double mask_low, mask_high;  // Mask
+  double kl_coef;
+  KlType kl_type;
+  double entropy_coef;
+  Agg agg;
+  double scale;
 };
 
 struct PolicyLossInputs {

@@ -2,7 +2,7 @@
 // turn without a tool call, the interaction reads the conversation and either ends it or answers as the
 // user (the answer becomes a user turn with loss mask 0); each answer carries a turn reward.
 import { objectShape, Registry } from '../../core/config/registry.ts';
-import { gsm8kScore } from '../../consumers/reward/gsm8k.ts';
+import { gsm8kScore } from '../../core/tasks/gsm8k.ts';
 import type { ChatMessage } from '../tokenizer/chat-tokenizer.ts';
 
 export interface InteractionReply {

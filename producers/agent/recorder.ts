@@ -19,6 +19,8 @@ export interface TrajectoryMeta {
   dataset: DatasetRef;
   groundTruth: string;
   extraInfoJson: string;
+  /** The outcome reward an outside agent gave (rlstream serve); Trajectory.external_reward. Absent: null, scored. */
+  externalReward?: number | null;
 }
 
 /** Where events go (the worker publishes them in the order given). */
@@ -219,6 +221,7 @@ export class TrajectoryRecorder {
       completed_ms: Date.now(),
       generation_ms: this.generationMs,
       tool_ms: this.toolMs,
+      external_reward: this.meta.externalReward ?? null,
     };
   }
 }

@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP endpoint (Fastify): /v1/chat/completions (tools, streaming and not), /v1/completions
 // (streaming and not, one prompt or a list), /v1/models and /v1/models/{model}, POST /v1/trajectories/{id}/complete,
-// the OpenAPI document at /openapi.json. Every route but /openapi.json needs a bearer token (admin/auth.ts's
+// the OpenAPI document at /openapi.json. Every route but /openapi.json needs a bearer token (core/auth/tokens.ts's
 // TokenStore: sha256 digests, constant-time compare, failed attempts limited per client before any hashing);
 // bodies are size-limited and must arrive within the read time-out; bodies are validated as sent (validation.ts);
 // errors have OpenAI's shape, with `param` naming the field.
@@ -10,7 +10,7 @@ import swagger from '@fastify/swagger';
 import { describeError } from '../../core/errors.ts';
 import { newId } from '../../core/ids.ts';
 import type { Logger } from '../../core/telemetry.ts';
-import { AuthFailureLimiter, bearerToken, type TokenStore } from '../../admin/auth.ts';
+import { AuthFailureLimiter, bearerToken, type TokenStore } from '../../core/auth/tokens.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import { ServeError } from './errors.ts';
 import {

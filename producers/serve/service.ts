@@ -434,8 +434,8 @@ export class ServeService {
     if (options.groundTruth !== undefined) meta.groundTruth = options.groundTruth;
     if (options.reward !== undefined && options.reward !== null) {
       if (!Number.isFinite(options.reward)) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'reward must be a finite number' });
-      // The reward consumer takes extra_info.external_reward as the outcome instead of scoring the text.
-      meta.extraInfoJson = JSON.stringify({ ...(JSON.parse(meta.extraInfoJson) as object), external_reward: options.reward });
+      // Trajectory.external_reward: the reward role takes it as the outcome instead of scoring the text.
+      meta.externalReward = options.reward;
     }
     await this.finish(session, options.termination ?? 'stop');
     return session;

@@ -5,7 +5,7 @@
 // instance's previous one, else -0.05. The instance lives for the trajectory (verl's BaseTool lifecycle), so a
 // resubmitted correct answer is penalised; verl's current ToolAgentLoop creates a fresh instance per call, where
 // "improved" reduces to "correct".
-import { extractGsm8kAnswer } from '../../consumers/reward/gsm8k.ts';
+import { extractGsm8kAnswer } from '../../core/tasks/gsm8k.ts';
 import type { ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { StatefulTool, type ToolResult } from './types.ts';
 

@@ -158,6 +158,8 @@ export interface Trajectory {
   completed_ms: number;
   generation_ms: number;
   tool_ms: number;
+  /** The outcome reward an outside agent gave (rlstream serve's complete route): the reward role takes it as the outcome instead of scoring the text; null: scored by the reward function. */
+  external_reward: null | number;
 }
 
 export type Termination = 'stop' | 'max_turns' | 'max_tokens' | 'tool_error_limit' | 'aborted' | 'error';
@@ -179,6 +181,8 @@ export interface RewardInfo {
   correct: null | boolean;
   /** Per response token, for estimators that use them (GAE). */
   token_rewards: null | number[];
+  /** The trajectory is kept out of the policy loss (its response_mask counts as all 0 in training), e.g. DAPO's overlong filtering (reward.shaping.mask_truncated) of a response cut at the token limit. */
+  exclude_from_loss: boolean;
 }
 
 export interface AdvantagedTrajectory {

@@ -4,7 +4,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
-import { bearerToken, parseTokenList, TokenStore } from '../../admin/auth.ts';
+import { bearerToken, parseTokenList, TokenStore } from '../../core/auth/tokens.ts';
 import { buildAdminServer } from '../../admin/server.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { jsonLogger } from '../../core/telemetry.ts';

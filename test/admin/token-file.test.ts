@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { envTokens, readTokenFile } from '../../admin/auth.ts';
-import { SECRET_VARIABLES } from '../../admin/environ.ts';
+import { envTokens, readTokenFile } from '../../core/auth/tokens.ts';
+import { SECRET_VARIABLES } from '../../core/auth/environ.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { recordRun, startAdmin } from './helpers.ts';
 

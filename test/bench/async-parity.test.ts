@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { SETTINGS, meanSd } from '../../bench/async-parity.ts';
 
 const CONFIG = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.yaml');

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { compileRunConfig, ConfigError } from '../../core/config.ts';
+import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
 import { composeReward } from '../../consumers/reward/shaping.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { compileRolloutOptions } from '../../producers/options.ts';
@@ -41,7 +41,7 @@ const SECTIONS: [string, Record<string, unknown>, string, unknown][] = [
   ['backend', { name: 'builtin' }, 'workers', 'two'],
   ['tools', {}, 'config', 1],
   ['reward', {}, 'shaping', 'on'],
-  ['advantage', {}, 'gamma', 'high'],
+  ['advantage', {}, 'group_timeout_ms', 'soon'],
   ['trainer', {}, 'learning_rate', 'fast'],
   ['eval', {}, 'every_steps', 'often'],
 ];
@@ -159,7 +159,7 @@ test('rlstream config check lists every problem with its path and exits 1; print
 });
 
 test('docs/configuration.md is what the schemas generate (npm run docs:config)', async () => {
-  const { renderConfigDocs, DOC_PATH } = await import('../../core/config/docs.ts');
+  const { renderConfigDocs, DOC_PATH } = await import('../../cli/config/docs.ts');
   const { readFileSync } = await import('node:fs');
   assert.equal(readFileSync(DOC_PATH, 'utf8'), renderConfigDocs(), 'docs/configuration.md is stale: run npm run docs:config');
 });
@@ -197,7 +197,7 @@ test('the serve section: off by default, every key compiled; an out-of-range por
 });
 
 test('config print masks credentials wherever they appear: inside any URL, and under any secret-named key', async () => {
-  const { maskSecrets, maskUrlCredentials } = await import('../../core/config.ts');
+  const { maskSecrets, maskUrlCredentials } = await import('../../cli/config/run-config.ts');
   const cli = (args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'cli', 'main.ts'), ...args], { encoding: 'utf8', cwd: ROOT });
   const cfg = join(ROOT, 'examples', 'calculator', 'config.yaml');
   const printed = cli(['config', 'print', cfg, '--set', 'traces.kind=clickhouse', '--set', 'traces.url=http://u:urlpass@ch:8123', '--set', 'registry.kind=http', '--set', 'registry.url=https://reguser:regpass@registry:8081']);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { accuracyOf, score, solvedRule, versionOf } from '../../cli/run/evaluation.ts';
 import type { RunPlugins } from '../../cli/run/plugins.ts';
 import { RewardRegistry } from '../../consumers/reward/registry.ts';
-import type { RewardFn } from '../../consumers/reward/types.ts';
+import type { RewardFn } from '../../core/tasks/reward-fn.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { tasks, type Task } from '../../producers/tasks.ts';
 import type { Trajectory } from '../../schemas/generated/types.ts';
@@ -20,7 +20,7 @@ function trajectory(i: number, answer: string, truth: string, versions: [number,
     dataset: { name: 'd', split: 'heldout', index: i }, ground_truth: truth, extra_info_json: JSON.stringify(difficulty ? { difficulty } : {}),
     prompt_ids: [1], response_ids: [2], response_mask: [1], response_logprobs: [-1], response_policy_versions: [versions[0]], turn_offsets: [0], turn_roles: ['assistant'],
     response_text: `The answer is ${answer}.`, num_turns: 1, num_tool_calls: 0, num_tool_errors: 0, num_invalid_tool_calls: 0, tool_rewards: [], interaction_rewards: [],
-    termination: 'stop', min_policy_version: versions[0], max_policy_version: versions[1], started_ms: 0, completed_ms: 1, generation_ms: 1, tool_ms: 0,
+    termination: 'stop', min_policy_version: versions[0], max_policy_version: versions[1], started_ms: 0, completed_ms: 1, generation_ms: 1, tool_ms: 0, external_reward: null,
   };
 }
 

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { chooseRun, finishRun, isFinished } from '../../cli/run/resume.ts';
 

@@ -1,10 +1,11 @@
 // DAPO's overlong handling from config: the soft overlong penalty over the last overlong_buffer_len tokens before
-// rollout.response_length, and overlong filtering (mask_truncated), both recorded as reward components; a
-// trajectory the reward marks as masked trains on no token.
+// rollout.response_length (a reward component), and overlong filtering (mask_truncated), which sets the contract's
+// RewardInfo.exclude_from_loss; a trajectory so marked trains on no token, whatever its components are named.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compileRunConfig, ConfigError } from '../../core/config.ts';
-import { composeReward, overlongPenalty, TRUNCATED_MASKED } from '../../consumers/reward/shaping.ts';
+import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
+import { composeReward, overlongPenalty } from '../../consumers/reward/shaping.ts';
+import { eventType } from '../../schemas/index.ts';
 import { packMicroBatches, sampleFromEvent } from '../../consumers/trainer/batch.ts';
 import { trajectory } from '../../testkit/events.ts';
 import type { AdvantagedTrajectory, Trajectory } from '../../schemas/generated/types.ts';
@@ -48,9 +49,11 @@ test('mask_truncated marks a trajectory cut at the token limit, and the trainer 
   const shaping = shapingOf({ mask_truncated: true }, 64);
   const cut = composeReward(traj(24, 'max_tokens'), outcome, 'f', shaping);
   const done = composeReward(traj(24, 'stop'), outcome, 'f', shaping);
-  assert.deepEqual(cut.components.find((c) => c.name === TRUNCATED_MASKED), { name: TRUNCATED_MASKED, value: 0 });
-  assert.equal(done.components.some((c) => c.name === TRUNCATED_MASKED), false);
-  assert.equal(composeReward(traj(24, 'max_tokens'), outcome, 'f', shapingOf({}, 64)).components.some((c) => c.name === TRUNCATED_MASKED), false, 'off by default');
+  assert.equal(cut.exclude_from_loss, true);
+  assert.equal(done.exclude_from_loss, false);
+  assert.equal(composeReward(traj(24, 'max_tokens'), outcome, 'f', shapingOf({}, 64)).exclude_from_loss, false, 'off by default');
+  // The exclusion is no component: the score and components of a cut trajectory are those of an uncut one.
+  assert.deepEqual([cut.score, cut.components], [done.score, done.components]);
 
   const event = (t: Trajectory, reward: typeof cut): AdvantagedTrajectory => ({ trajectory: t, reward, advantages: t.response_mask.map((m) => m * 0.5) }) as unknown as AdvantagedTrajectory;
   const samples = [sampleFromEvent(event(traj(24, 'max_tokens'), cut), 3), sampleFromEvent(event(traj(24, 'stop'), done), 3)];
@@ -58,6 +61,20 @@ test('mask_truncated marks a trajectory cut at the token limit, and the trainer 
   const kept = samples[1]!.responseMask.reduce((a, b) => a + b, 0);
   assert.ok(kept > 0);
   assert.equal(packMicroBatches(samples, 4096).reduce((n, mb) => n + mb.maskedTokens, 0), kept);
+});
+
+test('the exclusion crosses to the trainer as the Avro field, and a component name carries no meaning', () => {
+  const shaping = shapingOf({ mask_truncated: true }, 64);
+  const type = eventType('AdvantagedTrajectory');
+  const through = (t: Trajectory, reward: ReturnType<typeof composeReward>): AdvantagedTrajectory =>
+    type.fromBuffer(type.toBuffer({ event_id: 'e', time_ms: 1, trajectory: t, reward, estimator: 'grpo', advantages: t.response_mask.map((m) => m * 0.5), returns: t.response_mask.map(() => 0), group: { group_size: 1, expected_size: 1, reward_mean: 1, reward_std: 0, partial: false } })) as AdvantagedTrajectory;
+  const cut = through(traj(24, 'max_tokens'), composeReward(traj(24, 'max_tokens'), outcome, 'f', shaping));
+  assert.equal(cut.reward.exclude_from_loss, true);
+  assert.equal(sampleFromEvent(cut, 3).responseMask.reduce((a, b) => a + b, 0), 0);
+  // A reward function that names a component as the old marker did excludes nothing: only the field does.
+  const named = composeReward(traj(24, 'stop'), { components: [{ name: 'outcome', value: 1 }, { name: 'shaping.truncated_masked', value: 0 }], correct: true }, 'f', shaping);
+  assert.equal(named.exclude_from_loss, false);
+  assert.ok(sampleFromEvent(through(traj(24, 'stop'), named), 3).responseMask.reduce((a, b) => a + b, 0) > 0);
 });
 
 test('an overlong buffer as long as the response limit fails naming the field', () => {

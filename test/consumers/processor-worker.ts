@@ -8,7 +8,7 @@ import { StreamProcessor, type ProcessorHandler } from '../../core/processor.ts'
 import { AdvantageHandler } from '../../consumers/advantage/consumer.ts';
 import { RewardHandler } from '../../consumers/reward/consumer.ts';
 import { RewardRegistry } from '../../consumers/reward/registry.ts';
-import { gsm8kReward } from '../../consumers/reward/gsm8k.ts';
+import { gsm8kReward } from '../../core/tasks/gsm8k.ts';
 import { jsonLogger, silentLogger } from '../../core/telemetry.ts';
 import { newSerde } from '../../testkit/events.ts';
 

@@ -82,9 +82,9 @@ test("score --config scores with the run's reward stage: its task's function by 
   const rows = [
     { id: 1, data_source: 'rlstream/calculator', solution_str: 'The answer is 42.', ground_truth: '42' },
     { id: 2, data_source: 'rlstream/calculator', solution_str: 'The answer is 41.', ground_truth: '42' },
-    { id: 3, data_source: 'rlstream/calculator', solution_str: 'The answer is 41.', ground_truth: '42', extra_info: { external_reward: 0.25 } },
+    { id: 3, data_source: 'rlstream/calculator', solution_str: 'The answer is 41.', ground_truth: '42', external_reward: 0.25 },
     { id: 4, solution_str: 'The answer is 42.', ground_truth: '42' },
-    { id: 5, data_source: 'rlstream/calculator', solution_str: 'x', ground_truth: '42', extra_info: { external_reward: 'high' } },
+    { id: 5, data_source: 'rlstream/calculator', solution_str: 'x', ground_truth: '42', external_reward: 'high' },
   ].map((l) => JSON.stringify(l)).join('\n');
   const byConfig = run(['score', '--config', CALCULATOR_CONFIG], rows);
   assert.equal(byConfig.code, 1, byConfig.stderr);
@@ -94,7 +94,7 @@ test("score --config scores with the run's reward stage: its task's function by 
   assert.ok(scores[1]!.score < 1);
   assert.equal(scores[2]!.score, 0.25);
   assert.match(byConfig.stderr, /line 4: "data_source" must be given/);
-  assert.match(byConfig.stderr, /line 5: .*external_reward of line 5 is "high", not a number/);
+  assert.match(byConfig.stderr, /line 5: "external_reward" must be a number or null \(got "high"\)/);
   // The task's function named with --reward: rows need no data_source then.
   const named = run(['score', '--reward', 'rlstream/calculator', '--config', CALCULATOR_CONFIG], '{"solution_str":"The answer is 7.","ground_truth":"7"}\n');
   assert.equal(named.code, 0, named.stderr);
@@ -108,7 +108,7 @@ test("advantage --config computes each group as the run's advantage stage does: 
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-advantage-config-'));
   try {
     const config = join(dir, 'config.yaml');
-    writeFileSync(config, 'advantage:\n  estimator: grpo\n  norm_by_std: false\n  dynamic_sampling: true\n');
+    writeFileSync(config, 'advantage:\n  estimator: grpo\n  grpo:\n    norm_by_std: false\n  dynamic_sampling: true\n');
     const input = [
       { trajectory_id: 'a', group_id: 'g', reward: 1, response_mask: [1, 0] },
       { trajectory_id: 'b', group_id: 'g', reward: 0, response_mask: [1] },

@@ -10,7 +10,7 @@ const { onnx } = onnxProto;
 import { createRewardProcessor } from '../../consumers/reward/consumer.ts';
 import { OnnxRewardModel } from '../../consumers/reward/model.ts';
 import { RewardRegistry } from '../../consumers/reward/registry.ts';
-import { gsm8kReward } from '../../consumers/reward/gsm8k.ts';
+import { gsm8kReward } from '../../core/tasks/gsm8k.ts';
 import { openLog } from '../../core/log/open.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { RecentIds, type StreamProcessor } from '../../core/processor.ts';

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { runMainJob } from '../../cli/run/main-job.ts';
 import { openRunContext } from '../../cli/run/context.ts';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';

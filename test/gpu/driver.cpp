@@ -423,17 +423,27 @@ Batch batch_of(const Packed& p) {
 }
 
 // The policy loss of the step check: PPO clip (0.2 / 0.28), KL k3 to a reference (0.05), entropy bonus 0.01, token mean.
-PolicyLossOptions step_loss_options() {
+// PolicyLossOptions has no defaults (native/src/losses.h): every field is set here.
+PolicyLossOptions loss_options(double clip_low, double clip_high, double kl_coef, double entropy_coef) {
   PolicyLossOptions o;
-  o.clip_low = 0.2;
-  o.clip_high = 0.28;
+  o.kind = PolicyLossKind::Ppo;
+  o.clip_low = clip_low;
+  o.clip_high = clip_high;
+  o.dual_clip_c = 0;
+  o.correction = CorrectionMode::Off;
+  o.correction_level = CorrectionLevel::Token;
   o.iw_cap = 0;
-  o.kl_coef = 0.05;
+  o.mask_low = 0;
+  o.mask_high = 0;
+  o.kl_coef = kl_coef;
   o.kl_type = KlType::K3;
-  o.entropy_coef = 0.01;
+  o.entropy_coef = entropy_coef;
   o.agg = Agg::TokenMean;
+  o.scale = 1;
   return o;
 }
+
+PolicyLossOptions step_loss_options() { return loss_options(0.2, 0.28, 0.05, 0.01); }
 
 // The one policy-loss step both the CUDA-vs-CPU check and the dump for torch_ref.py run: the model's shape, five
 // sequences (lengths 1 to 300) and per-token advantages, behaviour and reference log-probs, seeded. The batch and
@@ -679,11 +689,7 @@ void bench(const std::vector<std::string>& names, int iters) {
     pin.response_mask = mask.data();
     pin.advantages = adv.data();
     pin.behaviour = behav.data();
-    PolicyLossOptions opt;
-    opt.clip_low = 0.2;
-    opt.clip_high = 0.28;
-    opt.iw_cap = 0;
-    opt.entropy_coef = 1e-3;
+    const PolicyLossOptions opt = loss_options(0.2, 0.28, 0, 1e-3);
     Model m(cfg, 8, 0, Device::Cuda);
     m.init_random(1, 0.02f);
     AdamWParams ap;

@@ -87,7 +87,7 @@ test('an unreachable cluster fails at open with LOG_UNAVAILABLE (retriable), thr
 test('log.client picks the client library; an unknown one fails the run config naming the field', async () => {
   assert.equal(compileKafkaLogOptions({ brokers: ['b:1'], client: 'librdkafka' }).client, 'librdkafka');
   configError({ brokers: ['b:1'], client: 'rdkafka' }, /^log\.client must be one of kafkajs, librdkafka, got "rdkafka"$/);
-  const { compileRunConfig } = await import('../../core/config.ts');
+  const { compileRunConfig } = await import('../../cli/config/run-config.ts');
   assert.throws(
     () => compileRunConfig({ log: { kind: 'kafka', brokers: 'b:1', client: 'rdkafka' } }, '/tmp'),
     (e) => e instanceof Error && /log\.client/.test(e.message) && /kafkajs, librdkafka/.test(e.message),
@@ -124,7 +124,7 @@ test("log.client_debug takes librdkafka's debug contexts, raises the client's lo
   configError({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'broker,conf' }, /^log\.clientDebug names "conf": use librdkafka debug contexts from generic, broker/);
   configError({ brokers: ['b:1'], client: 'librdkafka', clientDebug: 'all' }, /names "all"/);
   // The run config's keys: named as the YAML file spells them.
-  const { compileRunConfig } = await import('../../core/config.ts');
+  const { compileRunConfig } = await import('../../cli/config/run-config.ts');
   const run = compileRunConfig({ log: { kind: 'kafka', brokers: 'b:1', client_debug: 'eos,cgrp', client_log_level: 'info' } }, '/tmp');
   assert.ok(run.log.kind === 'kafka' && run.log.clientDebug === 'eos,cgrp' && run.log.clientLogLevel === 'info');
   for (const [log, message] of [

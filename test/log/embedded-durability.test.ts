@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { repairLog } from '../../core/log/embedded/repair.ts';
 import { isRlstreamError } from '../../core/errors.ts';
-import { copiedRecord, readRecordAt, valueStartAt } from '../../core/log/embedded/record-format.ts';
+import { copiedRecord } from '../../core/log/embedded/record-format.ts';
+import { FrameChunk } from '../../core/log/embedded/chunk.ts';
 import type { LogRecord, RecordChunk } from '../../core/log/types.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
 import { pollUntil } from './conformance.ts';
@@ -299,15 +300,17 @@ test('pollChunks hands over, as frames in place, exactly the records poll gives,
       const chunks = await chunked.pollChunks!({ maxRecords: 37, timeoutMs: 20 });
       if (chunks.length === 0) empty++;
       for (const c of chunks) {
-        const view = new DataView(c.buf.buffer, c.buf.byteOffset, c.buf.length);
-        c.starts.forEach((pos, i) => {
-          const r = readRecordAt(view, c.buf, pos, c.topic, c.partition);
+        for (let i = 0; i < c.count; i++) {
+          const r = c.record(i);
           assert.equal(r.offset, c.firstOffset + i);
-          // The value lies where valueStartAt says, its length just before it.
-          const at = valueStartAt(view, pos);
-          assert.deepEqual(c.buf.subarray(at, at + view.getUint32(at - 4)), r.value);
+          // The value lies where the chunk says.
+          assert.deepEqual(c.buf.subarray(c.valueStart(i), c.valueStart(i) + c.valueLength(i)), r.value);
           seen.push(r);
-        });
+        }
+        // head(n) keeps the first n records only.
+        const head = c.head(1);
+        assert.equal(head.count, Math.min(1, c.count));
+        assert.equal(head.firstOffset, c.firstOffset);
       }
     }
     const key = (r: { partition: number; offset: number }) => r.partition * 1e6 + r.offset;
@@ -330,11 +333,8 @@ test('released chunks are read into again: copied records stay intact; unrelease
     const valueOf = (i: number) => Buffer.from(`value ${i} `.repeat(3 + (i % 5)));
     await p.send('t', Array.from({ length: 200 }, (_, i) => ({ value: valueOf(i), headers: { h: Buffer.from(`h${i}`) } })));
     const c = await log.consumer({ groupId: 'g', topics: ['t'] });
-    const records = (chunks: RecordChunk[]) =>
-      chunks.flatMap((ch) => {
-        const view = new DataView(ch.buf.buffer, ch.buf.byteOffset, ch.buf.length);
-        return [...ch.starts].map((pos) => readRecordAt(view, ch.buf, pos, ch.topic, ch.partition));
-      });
+    // Records as views into the chunks' bytes (as the consumer's own poll builds them), to see what a reuse overwrites.
+    const records = (chunks: RecordChunk[]) => chunks.flatMap((ch) => Array.from({ length: ch.count }, (_, i) => (ch as FrameChunk).recordInPlace(i)));
     const first = await c.pollChunks!({ maxRecords: 50, timeoutMs: 100 });
     const inPlace = records(first)[0]!;
     const copied = copiedRecord(inPlace);
@@ -353,7 +353,7 @@ test('released chunks are read into again: copied records stay intact; unrelease
     // they are not read into again.
     const other = await log.consumer({ groupId: 'h', topics: ['t'] });
     const kept = await other.poll({ maxRecords: 10, timeoutMs: 100 });
-    other.releaseChunks!([{ topic: 't', partition: 0, firstOffset: 0, buf: kept[0]!.value, starts: new Int32Array(0) }]);
+    other.releaseChunks!([new FrameChunk('t', 0, 0, kept[0]!.value, new Int32Array(0))]);
     await other.pollChunks!({ maxRecords: 100, timeoutMs: 100 });
     assert.deepEqual(kept.map((r) => r.value), Array.from({ length: 10 }, (_, i) => valueOf(i)));
     await log.close();

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { checkConfig } from '../../cli/commands/config.ts';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { openWeights, readGenerationDefaults } from '../../core/weights/hf-dir.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';

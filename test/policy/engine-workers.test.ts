@@ -113,7 +113,7 @@ test('a bad worker count fails at creation naming the field', async () => {
 });
 
 test("the run config's backend section: the calculator example serves from 2 workers; bad counts and interrupt modes fail at compile naming the field", async () => {
-  const { loadRunConfig } = await import('../../core/config.ts');
+  const { loadRunConfig } = await import('../../cli/config/run-config.ts');
   const { createBackend } = await import('../../cli/run/roles.ts');
   const { silentLogger } = await import('../../core/telemetry.ts');
   const configPath = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.yaml');

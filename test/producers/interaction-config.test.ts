@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { defaultInteractionName, interactionsFromYaml, loadInteractionConfig } from '../../producers/agent/interaction-config.ts';
 import { resolvePlugins } from '../../cli/run/plugins.ts';
 

@@ -20,7 +20,7 @@ import { RolloutWorker } from '../../producers/worker.ts';
 import type { Trajectory } from '../../schemas/generated/types.ts';
 import { embeddedLog, readTopic, REPO, type TestLog } from './helpers.ts';
 import { llamaServerMissing, smolTokenizer, smolTokenizerDir, startLlamaServer, type LlamaServer } from './llama-server.ts';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import type { RunContext } from '../../cli/run/context.ts';
 import { resolvePlugins } from '../../cli/run/plugins.ts';
 import { createBackend, createWorker } from '../../cli/run/roles.ts';

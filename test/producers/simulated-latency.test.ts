@@ -159,7 +159,7 @@ describe('simulated latency: in the ToolSet', () => {
 
 describe('simulated latency: chosen by the run config', () => {
   test('tools.config names the heavy-tail tool config of the calculator example; bad fields are named', async () => {
-    const { loadRunConfig } = await import('../../core/config.ts');
+    const { loadRunConfig } = await import('../../cli/config/run-config.ts');
     const { createTools } = await import('../../cli/run/roles.ts');
     const { resolvePlugins } = await import('../../cli/run/plugins.ts');
     const { REPO } = await import('./helpers.ts');

@@ -15,7 +15,7 @@ import { after, before, test } from 'node:test';
 import { parse, stringify } from 'yaml';
 import { resolvePlugins, runAdvantageStage, runRewardStage } from '../../cli/run/plugins.ts';
 import { createAdvantage, createReward } from '../../cli/run/roles.ts';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { ReplayJob } from '../../consumers/replay/job.ts';
 import { TopicTarget } from '../../consumers/replay/targets.ts';
 import type { ServeJob } from '../../cli/run/serve-job.ts';

@@ -78,7 +78,7 @@ before(async () => {
   await producer.send(
     TOPICS.rewarded,
     completed.map((t) => {
-      const r: RewardedTrajectory = { event_id: `r-${t.trajectory_id}`, time_ms: Date.now(), trajectory: t, reward: { score: 1, components: [], reward_fn: 'test', correct: true, token_rewards: null } };
+      const r: RewardedTrajectory = { event_id: `r-${t.trajectory_id}`, time_ms: Date.now(), trajectory: t, reward: { score: 1, components: [], reward_fn: 'test', correct: true, token_rewards: null, exclude_from_loss: false } };
       return { key: t.group_id, value: serde.encode('RewardedTrajectory', r) };
     }),
   );

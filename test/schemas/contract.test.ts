@@ -84,3 +84,12 @@ test('generated TypeScript types are fresh', () => {
   const res = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'schemas', 'codegen.ts'), '--check'], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(res.status, 0, `schemas/generated/types.ts is stale: run npm run schemas:types\n${res.stdout}${res.stderr}`);
 });
+
+test('records written before external_reward and exclude_from_loss read as scored and trained on (their defaults)', () => {
+  for (const name of ['TrajectoryCompleted', 'RewardedTrajectory', 'AdvantagedTrajectory'] as const) {
+    const current = eventType(name);
+    const decoded = current.fromBuffer(fixtureBytes(name), current.createResolver(historyType(name, 1))) as { trajectory: { external_reward: unknown }; reward?: { exclude_from_loss: unknown } };
+    assert.equal(decoded.trajectory.external_reward, null, `${name}: external_reward`);
+    if (name !== 'TrajectoryCompleted') assert.equal(decoded.reward!.exclude_from_loss, false, `${name}: exclude_from_loss`);
+  }
+});

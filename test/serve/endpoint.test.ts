@@ -134,7 +134,7 @@ describe('rlstream serve (scripted backend)', () => {
     assert.equal((await call(job, 'POST', `/v1/trajectories/${a.trajectory_id}/complete`, { reward: 0.75 })).status, 200);
     assert.equal((await call(job, 'POST', `/v1/trajectories/${b.trajectory_id}/complete`, { reward: -1, termination: 'max_turns' })).status, 200);
     const completed = (await topicEvents(job, TOPICS.rolloutEvents)).filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).filter((t) => t.group_id === a.group_id);
-    assert.deepEqual(completed.map((t) => [t.sample_index, t.group_size, JSON.parse(t.extra_info_json).external_reward, t.termination]).sort(), [[0, 2, 0.75, 'stop'], [1, 2, -1, 'max_turns']]);
+    assert.deepEqual(completed.map((t) => [t.sample_index, t.group_size, t.external_reward, t.termination]).sort(), [[0, 2, 0.75, 'stop'], [1, 2, -1, 'max_turns']]);
   });
 
   it('refuses a tool call of a tool the trajectory did not declare, and records it as unknown_tool', async () => {

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadRunConfig } from '../../core/config.ts';
+import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { newId } from '../../core/ids.ts';
 import { partitionForKey } from '../../core/log/partitioner.ts';
 import { silentLogger } from '../../core/telemetry.ts';

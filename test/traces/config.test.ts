@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { compileRunConfig } from '../../core/config.ts';
+import { compileRunConfig } from '../../cli/config/run-config.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

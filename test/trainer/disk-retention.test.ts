@@ -10,7 +10,7 @@ import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTopics, openRunTraces } from '../../cli/run/context.ts';
-import { compileRunConfig, ConfigError } from '../../core/config.ts';
+import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
 import { TRACE_TABLES } from '../../core/traces/ttl.ts';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';

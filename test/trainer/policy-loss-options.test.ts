@@ -3,7 +3,7 @@
 // another loss or an empty mask window fails naming the field.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compileRunConfig, ConfigError } from '../../core/config.ts';
+import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { policyLosses } from '../../consumers/trainer/policy-losses.ts';
 

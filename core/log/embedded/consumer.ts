@@ -3,7 +3,7 @@
 // arrives, the assignment changes, the consumer closes, or timeoutMs passes.
 import { RlstreamError } from '../../errors.ts';
 import type { Consumer, ConsumerOptions, LogRecord, PollOptions, RecordChunk, TopicPartitionOffset } from '../types.ts';
-import { readRecordAt } from './record-format.ts';
+import type { FrameChunk } from './chunk.ts';
 import { type GroupMember, type TopicPartition, tpKey } from './groups.ts';
 import type { OffsetTriple } from './journal.ts';
 import type { Partition, ReadCursor } from './partition.ts';
@@ -82,8 +82,8 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
     this.host.checkOpen();
   }
 
-  private fetch(maxRecords: number, alloc?: (bytes: number) => Buffer): RecordChunk[] {
-    const out: RecordChunk[] = [];
+  private fetch(maxRecords: number, alloc?: (bytes: number) => Buffer): FrameChunk[] {
+    const out: FrameChunk[] = [];
     const list = [...this.positions.values()];
     let records = 0;
     let bytes = 0;
@@ -102,8 +102,7 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
     const out: LogRecord[] = [];
     // Buffers of their own: the records refer to them for as long as the caller keeps them.
     for (const c of await this.read(options)) {
-      const view = new DataView(c.buf.buffer, c.buf.byteOffset, c.buf.length);
-      for (const pos of c.starts) out.push(readRecordAt(view, c.buf, pos, c.topic, c.partition));
+      for (let i = 0; i < c.count; i++) out.push(c.recordInPlace(i));
     }
     return out;
   }
@@ -112,7 +111,7 @@ export class EmbeddedConsumer implements Consumer, GroupMember {
     return this.read(options, this.alloc);
   }
 
-  private async read(options: PollOptions, alloc?: (bytes: number) => Buffer): Promise<RecordChunk[]> {
+  private async read(options: PollOptions, alloc?: (bytes: number) => Buffer): Promise<FrameChunk[]> {
     this.check();
     const maxRecords = Math.max(1, options.maxRecords ?? DEFAULT_MAX_RECORDS);
     const deadline = Date.now() + (options.timeoutMs ?? DEFAULT_TIMEOUT_MS);

@@ -12,7 +12,8 @@ import { existsSync, mkdirSync, readdirSync, renameSync, statSync } from 'node:f
 import { basename, join } from 'node:path';
 import { isRlstreamError, RlstreamError } from '../../errors.ts';
 import type { Logger } from '../../telemetry.ts';
-import type { RecordChunk, RetentionOptions } from '../types.ts';
+import type { RetentionOptions } from '../types.ts';
+import { FrameChunk } from './chunk.ts';
 import { asideName, DamageLedger, type DamageRecord, unlinkIfThere } from './damage.ts';
 import { highOf, lowOf, type PartitionRecord } from './manifest.ts';
 import { type EncodedBatch, FRAME, offsetAt } from './record-format.ts';
@@ -496,7 +497,7 @@ export class Partition {
    * RecordChunk per read, its frames CRC-checked); advances the cursor. A cursor below the retained range moves
    * to the first retained record. `alloc` gives the buffers to read into (Segment.read).
    */
-  readChunks(cursor: ReadCursor, out: RecordChunk[], maxRecords: number, maxBytes: number, alloc?: (bytes: number) => Buffer): { records: number; bytes: number } {
+  readChunks(cursor: ReadCursor, out: FrameChunk[], maxRecords: number, maxBytes: number, alloc?: (bytes: number) => Buffer): { records: number; bytes: number } {
     if (cursor.offset < this.low) Object.assign(cursor, { offset: this.low, segmentBase: -1, pos: 0 });
     let bytes = 0;
     let records = 0;
@@ -542,7 +543,7 @@ export class Partition {
         if (offset !== cursor.offset) {
           // A gap (records lost to damage) inside the segment: a chunk's offsets are dense, so a new one starts.
           if (offset < cursor.offset) throw new RlstreamError('LOG_CORRUPT', `${this.topic}/${this.index}: expected offset ${cursor.offset}, found ${offset}`);
-          if (starts.length > 0) out.push({ topic: this.topic, partition: this.index, firstOffset, buf: chunk, starts: Int32Array.from(starts) });
+          if (starts.length > 0) out.push(new FrameChunk(this.topic, this.index, firstOffset, chunk, Int32Array.from(starts)));
           this.skipGap(cursor.offset, offset);
           firstOffset = cursor.offset = offset;
           starts = [];
@@ -555,7 +556,7 @@ export class Partition {
         cursor.pos += size;
         cursor.offset++;
       }
-      if (starts.length > 0) out.push({ topic: this.topic, partition: this.index, firstOffset, buf: chunk, starts: Int32Array.from(starts) });
+      if (starts.length > 0) out.push(new FrameChunk(this.topic, this.index, firstOffset, chunk, Int32Array.from(starts)));
     }
     return { records, bytes };
   }

@@ -1,6 +1,6 @@
 // What a reward function is: verl's compute_score(data_source, solution_str, ground_truth, extra_info) shape,
 // returning a number or a structured result. Rule-based functions are plain functions; batched model-based
-// rewards have their own interface (model.ts) because they score token ids, many at a time.
+// rewards have their own interface (consumers/reward/model.ts) because they score token ids, many at a time.
 import type { NamedValue } from '../../schemas/generated/types.ts';
 
 export interface RewardResult {

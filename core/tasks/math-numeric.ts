@@ -1,8 +1,8 @@
 // A math reward that compares numbers, not strings: "18.00" = "18" = "$18" = "36/2" = "\frac{36}{2}", and
 // "1,800" = "1800" (commas as thousands separators only). The answer is the last `#### x` or `\boxed{x}` in
 // the solution, else its last number. Exact rationals (BigInt), so no float rounding decides equality.
-import { parseDecimal, rational, type Rational } from '../../core/rational.ts';
-import type { RewardFn } from './types.ts';
+import { parseDecimal, rational, type Rational } from '../rational.ts';
+import type { RewardFn } from './reward-fn.ts';
 
 /** Parse "18", "-18.50", "1,234", "$5", "3/4", "\frac{3}{4}", "50%" (as 50) into an exact rational. */
 function parseNumber(text: string): Rational | null {

@@ -1,10 +1,11 @@
 // The schema of every section of a run config, snake_case as written in YAML, each key with its type, range,
 // default and meaning (docs/configuration.md is generated from these). Sections whose keys depend on a
 // plug-in (log, registry, traces, backend, task) have a fixed part here and the plug-in's own options,
-// looked up by its name when the config is compiled (core/config.ts).
+// looked up by its name when the config is compiled (cli/config/run-config.ts).
 import { Type, type TObject, type TProperties } from '@sinclair/typebox';
-import { intOrNull, oneOf, stringOrNull } from './validate.ts';
-import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENT_LOG_LEVELS, KAFKA_CLIENTS, RDKAFKA_DEBUG_CONTEXTS } from '../log/kafka/options.ts';
+import { intOrNull, oneOf, stringOrNull } from '../../core/config/validate.ts';
+import { DEFAULT_KAFKA_CLIENT, KAFKA_CLIENT_LOG_LEVELS, KAFKA_CLIENTS, RDKAFKA_DEBUG_CONTEXTS } from '../../core/log/kafka/options.ts';
+import { estimators } from '../../consumers/advantage/estimators.ts';
 
 const obj = <P extends TProperties>(properties: P, description: string) => Type.Object(properties, { additionalProperties: false, default: {}, description });
 
@@ -183,7 +184,7 @@ export const RewardSection = obj(
         max_turns_penalty: nonNegative(0, 'Subtracted when the trajectory ended at the turn limit.'),
         overlong_buffer_len: Type.Integer({ minimum: 0, default: 0, description: "DAPO soft overlong punishment: the last N response tokens before rollout.response_length cost up to overlong_penalty_factor, linearly (component shaping.overlong; 0: off). Must be below response_length." }),
         overlong_penalty_factor: nonNegative(1, 'The overlong penalty at the length limit.'),
-        mask_truncated: Type.Boolean({ default: false, description: 'DAPO overlong filtering: a trajectory cut at the token limit is kept out of the loss (marked by the component shaping.truncated_masked, value 0).' }),
+        mask_truncated: Type.Boolean({ default: false, description: 'DAPO overlong filtering: a trajectory cut at the token limit is kept out of the loss (RewardInfo.exclude_from_loss).' }),
       },
       'Shaping terms, each recorded as a named reward component.',
     ),
@@ -193,11 +194,9 @@ export const RewardSection = obj(
 
 export const AdvantageSection = obj(
   {
-    estimator: Type.String({ minLength: 1, default: 'grpo', description: 'Advantage estimator by registered name (grpo, grpo_no_std, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae).' }),
-    gamma: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'Discount (GAE, REINFORCE++).' }),
-    lam: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'GAE lambda.' }),
-    epsilon: Type.Number({ exclusiveMinimum: 0, default: 1e-6, description: 'Added to the group std before dividing (GRPO).' }),
-    norm_by_std: Type.Boolean({ default: true, description: 'GRPO divides by the group std (false: Dr.GRPO).' }),
+    estimator: Type.String({ minLength: 1, default: 'grpo', description: `Advantage estimator by registered name (${estimators.names().join(', ')}); its options are the section of the same name below.` }),
+    // Each registered estimator's own section (advantage.<name>), as trainer.<loss> for the policy losses.
+    ...Object.fromEntries(estimators.names().map((n) => [n, estimators.get(n).options])),
     group_timeout_ms: positiveInt(60_000, 'A group still incomplete this long after its first member arrived is closed.'),
     partial_groups: oneOf(['emit', 'drop'] as const, { default: 'emit', description: 'What a closed incomplete group does: emit the members present, or drop them.' }),
     dynamic_sampling: Type.Boolean({ default: false, description: "Drop groups whose rewards are all equal (DAPO's dynamic sampling)." }),

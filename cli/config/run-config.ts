@@ -1,5 +1,5 @@
 // The run configuration: one YAML file for both shapes (embedded and distributed), compiled once at start-up
-// into a frozen, fully specified RunConfig before any role starts. Every section has a schema (core/config/
+// into a frozen, fully specified RunConfig before any role starts. Every section has a schema (cli/config/
 // sections.ts and the roles' option files); plug-in sections (log, registry, traces, backend, task) take the
 // chosen plug-in's own options. Every problem is collected, each naming its path and the fix, and reported
 // together (ConfigError), so `rlstream config check` lists them all. Keys are snake_case in YAML; the
@@ -8,21 +8,21 @@ import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { Type, type Static, type TObject, type TSchema } from '@sinclair/typebox';
 import { parse } from 'yaml';
-import { RlstreamError } from './errors.ts';
-import { isModelDir } from './weights/hf-dir.ts';
-import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
-import { didYouMean } from './config/suggest.ts';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './config/sections.ts';
-import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from './log/kafka/options.ts';
-import { RolloutSection } from '../producers/options.ts';
-import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
-import { backends } from '../producers/backends/registry.ts';
-import { tasks, type DatasetFiles } from '../producers/tasks.ts';
-import { estimators } from '../consumers/advantage/estimators.ts';
-import type { ShapingOptions } from '../consumers/reward/shaping.ts';
-import type { SftOptions } from '../consumers/trainer/sft.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import { isModelDir } from '../../core/weights/hf-dir.ts';
+import { check, ConfigError, type ConfigIssue } from '../../core/config/validate.ts';
+import { didYouMean } from '../../core/config/suggest.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './sections.ts';
+import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from '../../core/log/kafka/options.ts';
+import { RolloutSection } from '../../producers/options.ts';
+import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../../consumers/trainer/options.ts';
+import { backends } from '../../producers/backends/registry.ts';
+import { tasks, type DatasetFiles } from '../../producers/tasks.ts';
+import { estimators, type EstimatorOptions } from '../../consumers/advantage/estimators.ts';
+import type { ShapingOptions } from '../../consumers/reward/shaping.ts';
+import type { SftOptions } from '../../consumers/trainer/sft.ts';
 // The tasks shipped with rlstream register themselves here, so a config can name them.
-import '../examples/index.ts';
+import '../../examples/index.ts';
 
 export { ConfigError, type ConfigIssue };
 
@@ -103,10 +103,8 @@ export interface RewardConfig {
 
 export interface AdvantageConfig {
   estimator: string;
-  gamma: number;
-  lam: number;
-  epsilon: number;
-  normByStd: boolean;
+  /** Every registered estimator's options (its advantage.<name> section, compiled), by name. */
+  options: Readonly<Record<string, EstimatorOptions>>;
   groupTimeoutMs: number;
   partialGroups: 'drop' | 'emit';
   dynamicSampling: boolean;
@@ -393,7 +391,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
         maskTruncated: r.shaping.mask_truncated,
       },
     },
-    advantage: { estimator: a.estimator, gamma: a.gamma, lam: a.lam, epsilon: a.epsilon, normByStd: a.norm_by_std, groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
+    advantage: { estimator: a.estimator, options: Object.fromEntries(estimators.names().map((n) => [n, estimators.get(n).compile((a as Record<string, unknown>)[n], `advantage.${n}`)])), groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
     trainer: compileTrainerOptions(trainerS),
     eval: { everySteps: e.every_steps, problems: e.problems, everyVersions: e.every_versions, successThreshold: e.success_threshold },
     effective,

@@ -1,6 +1,6 @@
 // GSM8K rule-based reward with verl's reference semantics (verl/utils/reward_score/gsm8k.py): answers are
 // extracted from the last 300 characters only, compared to the ground truth as strings, never as numbers.
-import type { RewardFn } from './types.ts';
+import type { RewardFn } from './reward-fn.ts';
 
 export type Gsm8kMethod = 'strict' | 'flexible';
 

@@ -3,7 +3,7 @@
 // comparison nor the loop leaks how much of a token matched or which entry it was.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
-import { RlstreamError } from '../core/errors.ts';
+import { RlstreamError } from '../errors.ts';
 import { takeFromEnvironment } from './environ.ts';
 
 export type Role = 'read' | 'control';
@@ -116,7 +116,7 @@ export function readTokenFile(path: string, what = '--token-file'): TokenSpec[] 
 
 /**
  * The tokens of RLSTREAM_ADMIN_TOKENS and of the file RLSTREAM_ADMIN_TOKENS_FILE names, in `env`. From
- * process.env (the default) both are removed as they are read (admin/environ.ts; the CLI removes them before
+ * process.env (the default) both are removed as they are read (core/auth/environ.ts; the CLI removes them before
  * anything else runs: cli/secrets-first.ts), so no token stays readable in this process's environment.
  */
 export function envTokens(env?: Record<string, string | undefined>): TokenSpec[] {

@@ -67,7 +67,7 @@ export function renderConfigDocs(): string {
   return [
     '# Configuration reference',
     '',
-    '<!-- Generated from the config schemas by `npm run docs:config` (core/config/docs.ts); a test fails when it is stale. Do not edit by hand. -->',
+    '<!-- Generated from the config schemas by `npm run docs:config` (cli/config/docs.ts); a test fails when it is stale. Do not edit by hand. -->',
     '',
     'One YAML file configures a run, for the main job (`rlstream run`) and the distributed shape (`rlstream worker <role>`) alike. It is compiled once at start-up: an unknown key, a wrong type, an out-of-range value or an unknown plug-in name fails before any role starts, each problem naming its path and the fix. `rlstream config check <file> [--set key=value ...]` lists every problem; `rlstream config print <file>` prints the effective config with every default (secrets masked). Relative paths resolve from the config file\'s directory; `${VAR}` in a string is replaced by the environment variable.',
     '',
