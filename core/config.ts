@@ -12,7 +12,7 @@ import { RlstreamError } from './errors.ts';
 import { isModelDir } from './weights/hf-dir.ts';
 import { check, ConfigError, type ConfigIssue } from './config/validate.ts';
 import { didYouMean } from './config/suggest.ts';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './config/sections.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, ExportSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './config/sections.ts';
 import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from './log/kafka/options.ts';
 import { RolloutSection } from '../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../consumers/trainer/options.ts';
@@ -112,6 +112,14 @@ export interface AdvantageConfig {
   dynamicSampling: boolean;
 }
 
+/** export section: every N-th version as a model directory; dir null: <run dir>/export. */
+export interface ExportConfig {
+  everyVersions: number | null;
+  dir: string | null;
+  dtype: 'F32' | 'BF16';
+  maxShardBytes: number;
+}
+
 export interface EvalConfig {
   everySteps: number;
   problems: number | null;
@@ -156,11 +164,12 @@ export interface RunConfig {
   advantage: AdvantageConfig;
   trainer: TrainerOptions;
   eval: EvalConfig;
+  export: ExportConfig;
   /** The effective configuration in YAML's shape: every key with its value or default (secrets included). */
   effective: Readonly<Record<string, unknown>>;
 }
 
-const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'serve', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'interaction', 'reward', 'advantage', 'trainer', 'eval'] as const;
+const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'serve', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'interaction', 'reward', 'advantage', 'trainer', 'eval', 'export'] as const;
 
 /** The top level: the known sections, each a mapping (its keys are checked by its own schema). */
 const TopLevel = Type.Object(Object.fromEntries(SECTIONS.map((s) => [s, Type.Optional(Type.Unsafe({ type: ['object', 'null'] }))])), { additionalProperties: false });
@@ -356,6 +365,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   if (typeof estimator === 'string' && !estimators.has(estimator)) issues.push({ path: 'advantage.estimator', message: estimators.unknownMessage(estimator, '').replace(/^: /, '') });
   const trainerS = section('trainer', TrainerSection);
   const evalS = section('eval', EvalSection);
+  const exportS = section('export', ExportSection);
 
   if (issues.length > 0) throw new ConfigError(issues);
   // Every section checked: what follows only renames keys.
@@ -363,6 +373,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const a = advS!;
   const e = evalS!;
   const sv = serveS!;
+  const x = exportS!;
   return deepFreeze({
     baseDir,
     run,
@@ -396,6 +407,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     advantage: { estimator: a.estimator, gamma: a.gamma, lam: a.lam, epsilon: a.epsilon, normByStd: a.norm_by_std, groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
     trainer: compileTrainerOptions(trainerS),
     eval: { everySteps: e.every_steps, problems: e.problems, everyVersions: e.every_versions, successThreshold: e.success_threshold },
+    export: { everyVersions: x.every_versions, dir: nullablePath(x.dir, abs), dtype: x.dtype === 'bf16' ? 'BF16' : 'F32', maxShardBytes: x.max_shard_size },
     effective,
   });
 }
