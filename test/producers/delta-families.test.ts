@@ -213,3 +213,51 @@ describe('each family: tool calls and delta tokenization through its real tokeni
     }
   });
 });
+
+test('in a rollout, the first mismatch of a tokenizer is a warning naming what happened, the rest debug lines; each is counted and flagged on its turn', async () => {
+  const { RolloutWorker } = await import('../../producers/worker.ts');
+  const { ScriptedBackend } = await import('../../producers/backends/scripted.ts');
+  const { interactions } = await import('../../producers/agent/interaction.ts');
+  const { gsm8kRow } = await import('../../producers/dataset/gsm8k.ts');
+  const { verlGsm8kSolution } = await import('../../producers/dataset/verl-gsm8k.ts');
+  const { CalculatorTool } = await import('../../producers/tools/calculator.ts');
+  const { ToolSet } = await import('../../producers/tools/tool-set.ts');
+  const { embeddedLog, gsm8kRecords, qwen3, readTopic } = await import('./helpers.ts');
+  const { TOPICS } = await import('../../core/topics.ts');
+  const lines: { level: string; msg: string }[] = [];
+  const logger = {
+    debug: (msg: string) => lines.push({ level: 'debug', msg }),
+    info: (msg: string) => lines.push({ level: 'info', msg }),
+    warn: (msg: string) => lines.push({ level: 'warn', msg }),
+    error: (msg: string) => lines.push({ level: 'error', msg }),
+    child() {
+      return logger;
+    },
+  };
+  const t = await embeddedLog();
+  try {
+    const tok = qwen3();
+    const recs = gsm8kRecords('test', 2);
+    // a thinking first answer, wrong; the user simulator's "try again" is a new user query, before which Qwen3's
+    // template drops the think block the model generated
+    const backend = new ScriptedBackend({ tokenizer: tok, script: ({ turn, promptText }) => (turn === 0 ? '<think>\nQuick guess.\n</think>\n\nI think it is 7.\n#### 7' : `#### ${verlGsm8kSolution(recs.find((r) => promptText().includes(r.question.slice(0, 30)))!.answer)}`) });
+    const worker = new RolloutWorker(
+      { runId: 'run-mismatch', log: t.log, serde: t.serde, backend, tokenizer: tok, tools: new ToolSet().add(new CalculatorTool()), interactions: interactions.copy(), followPolicy: false, logger },
+      { staleness_bound: null, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 },
+    );
+    const trajs = await worker.evaluate(recs.map((r, i) => gsm8kRow(r, i, 'test')), { split: 'test' });
+    const snap = worker.snapshot();
+    await worker.stop();
+    assert.equal(trajs.length, 2);
+    assert.equal(snap.counters['tokenization_mismatches'], 2);
+    const mismatchLines = lines.filter((l) => /delta tokenization differs/.test(l.msg));
+    assert.deepEqual(mismatchLines.map((l) => l.level), ['warn', 'debug']);
+    assert.match(mismatchLines[0]!.msg, /nothing is re-tokenized.*tokenization_mismatch/);
+    // the user turns (after which the template drops the think block) are flagged, no other turn
+    const turns = (await readTopic(t, TOPICS.rolloutEvents, snap.eventsPublished)).filter((e) => e.event.name === 'TurnCompleted').map((e) => e.event.value as { role: string; tokenization_mismatch: boolean });
+    assert.deepEqual(turns.filter((x) => x.tokenization_mismatch).map((x) => x.role), ['user', 'user']);
+    assert.ok(turns.length > 2);
+  } finally {
+    await t.cleanup();
+  }
+});
