@@ -4,16 +4,14 @@
 // through its PolicyVersion event in the run's log and verified against the event's sha256 before anything is
 // written; the directory is written aside and renamed into place, and an existing --out is refused unless --force.
 import type { Command } from 'commander';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';
 import { newId } from '../../core/ids.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { sha256File } from '../../core/weights/checksum.ts';
-import { isModelDir, readWeights, writeHfDir } from '../../core/weights/hf-dir.ts';
-import { parseModelConfig } from '../../core/weights/model-config.ts';
+import { exportVersion } from '../../core/weights/export-version.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
 import { openSource } from '../log-source.ts';
 import { numberOption } from '../options.ts';
@@ -80,20 +78,15 @@ export function register(program: Command): void {
       const n = opts.version ?? Math.max(...versions.keys());
       const v = versions.get(n);
       if (!v) throw new RlstreamError('INPUT_INVALID', `--version ${n}: the run published versions ${[...versions.keys()].sort((a, b) => a - b).join(', ')}`);
-      const file = weightsFile(v, runDir);
-      const sum = await sha256File(file);
-      if (sum !== v.checksum) throw new RlstreamError('WEIGHTS_FORMAT', `${file}: sha256 ${sum} is not version ${n}'s ${v.checksum}: the file was changed or damaged; nothing written`);
-      parseModelConfig(v.config_json); // the version's config is one rlstream runs (and export writes it back)
       const tokenizerDir = opts.tokenizer ? resolve(opts.tokenizer) : (runFile?.model?.tokenizer ?? null);
-      if (tokenizerDir !== null && !existsSync(join(tokenizerDir, 'tokenizer.json'))) throw new RlstreamError('INPUT_INVALID', `tokenizer directory ${tokenizerDir} has no tokenizer.json (--tokenizer names another)`);
-      // generation_config.json: the base model directory's, else the token ids the config names
-      const base = runFile?.model?.base ?? null;
-      const cfg = JSON.parse(v.config_json) as Record<string, unknown>;
-      const generation = base !== null && isModelDir(base) && existsSync(join(base, 'generation_config.json'))
-        ? (JSON.parse(readFileSync(join(base, 'generation_config.json'), 'utf8')) as Record<string, unknown>)
-        : Object.fromEntries(['bos_token_id', 'eos_token_id', 'pad_token_id'].filter((k) => cfg[k] !== undefined && cfg[k] !== null).map((k) => [k, cfg[k]]));
       const started = Date.now();
-      await writeHfDir(out, { tensors: readWeights(file) }, { configJson: v.config_json, dtype, ...(opts.maxShardSize !== undefined ? { maxShardBytes: opts.maxShardSize } : {}), tokenizerDir, generationConfig: generation, force: opts.force ?? false });
+      await exportVersion({ version: n, checksum: v.checksum, configJson: v.config_json, weightsFile: weightsFile(v, runDir) }, out, {
+        dtype,
+        ...(opts.maxShardSize !== undefined ? { maxShardBytes: opts.maxShardSize } : {}),
+        tokenizerDir,
+        base: runFile?.model?.base ?? null,
+        force: opts.force ?? false,
+      });
       process.stdout.write(JSON.stringify({ out, run_id: v.run_id, version: n, step: v.step, checksum: v.checksum, dtype: opts.dtype.toLowerCase(), tokenizer: tokenizerDir, seconds: (Date.now() - started) / 1000 }) + '\n');
     });
 }

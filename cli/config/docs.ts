@@ -4,7 +4,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TObject, TSchema } from '@sinclair/typebox';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './sections.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, ExportSection, LOG_KINDS, ModelSection, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './sections.ts';
 import { RolloutSection } from '../../producers/options.ts';
 import { TrainerSection } from '../../consumers/trainer/options.ts';
 import { backends } from '../../producers/backends/registry.ts';
@@ -90,6 +90,7 @@ export function renderConfigDocs(): string {
     section('advantage', AdvantageSection),
     section('trainer', TrainerSection),
     section('eval', EvalSection),
+    section('export', ExportSection),
   ].join('\n');
 }
 

@@ -12,7 +12,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import { isModelDir } from '../../core/weights/hf-dir.ts';
 import { check, ConfigError, type ConfigIssue } from '../../core/config/validate.ts';
 import { didYouMean } from '../../core/config/suggest.ts';
-import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS } from './sections.ts';
+import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS, ExportSection } from './sections.ts';
 import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from '../../core/log/kafka/options.ts';
 import { RolloutSection } from '../../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../../consumers/trainer/options.ts';
@@ -110,6 +110,14 @@ export interface AdvantageConfig {
   dynamicSampling: boolean;
 }
 
+/** export section: every N-th version as a model directory; dir null: <run dir>/export. */
+export interface ExportConfig {
+  everyVersions: number | null;
+  dir: string | null;
+  dtype: 'F32' | 'BF16';
+  maxShardBytes: number;
+}
+
 export interface EvalConfig {
   everySteps: number;
   problems: number | null;
@@ -154,11 +162,12 @@ export interface RunConfig {
   advantage: AdvantageConfig;
   trainer: TrainerOptions;
   eval: EvalConfig;
+  export: ExportConfig;
   /** The effective configuration in YAML's shape: every key with its value or default (secrets included). */
   effective: Readonly<Record<string, unknown>>;
 }
 
-const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'serve', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'interaction', 'reward', 'advantage', 'trainer', 'eval'] as const;
+const SECTIONS = ['run', 'log', 'registry', 'traces', 'admin', 'serve', 'model', 'task', 'dataset', 'sft', 'rollout', 'backend', 'tools', 'interaction', 'reward', 'advantage', 'trainer', 'eval', 'export'] as const;
 
 /** The top level: the known sections, each a mapping (its keys are checked by its own schema). */
 const TopLevel = Type.Object(Object.fromEntries(SECTIONS.map((s) => [s, Type.Optional(Type.Unsafe({ type: ['object', 'null'] }))])), { additionalProperties: false });
@@ -354,6 +363,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   if (typeof estimator === 'string' && !estimators.has(estimator)) issues.push({ path: 'advantage.estimator', message: estimators.unknownMessage(estimator, '').replace(/^: /, '') });
   const trainerS = section('trainer', TrainerSection);
   const evalS = section('eval', EvalSection);
+  const exportS = section('export', ExportSection);
 
   if (issues.length > 0) throw new ConfigError(issues);
   // Every section checked: what follows only renames keys.
@@ -361,6 +371,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const a = advS!;
   const e = evalS!;
   const sv = serveS!;
+  const x = exportS!;
   return deepFreeze({
     baseDir,
     run,
@@ -394,6 +405,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     advantage: { estimator: a.estimator, options: Object.fromEntries(estimators.names().map((n) => [n, estimators.get(n).compile((a as Record<string, unknown>)[n], `advantage.${n}`)])), groupTimeoutMs: a.group_timeout_ms, partialGroups: a.partial_groups, dynamicSampling: a.dynamic_sampling },
     trainer: compileTrainerOptions(trainerS),
     eval: { everySteps: e.every_steps, problems: e.problems, everyVersions: e.every_versions, successThreshold: e.success_threshold },
+    export: { everyVersions: x.every_versions, dir: nullablePath(x.dir, abs), dtype: x.dtype === 'bf16' ? 'BF16' : 'F32', maxShardBytes: x.max_shard_size },
     effective,
   });
 }

@@ -204,6 +204,16 @@ export const AdvantageSection = obj(
   'The advantage role.',
 );
 
+export const ExportSection = obj(
+  {
+    every_versions: intOrNull({ minimum: 1, default: null, description: 'Write every N-th policy version the trainer publishes (N, 2N, …) as a Hugging Face model directory, as `rlstream export` writes one: config.json, safetensors shards with their index, tokenizer files, generation_config.json (null: never). The trainer writes it after the version is committed, before its next step; a directory that exists is never overwritten (logged and left).' }),
+    dir: stringOrNull({ default: null, description: 'Where the versions go, one directory v<N> each (default <run dir>/export).' }),
+    dtype: oneOf(['f32', 'bf16'] as const, { default: 'f32', description: "f32 (the trainer's weights exactly) or bf16 (half the size, rounded to nearest even)." }),
+    max_shard_size: Type.Number({ minimum: 1, default: 5e9, description: "Largest shard in bytes (transformers' max_shard_size)." }),
+  },
+  'Policy versions written as Hugging Face model directories during a run (docs/models.md).',
+);
+
 export const EvalSection = obj(
   {
     every_steps: positiveInt(10, 'Main job: evaluate the held-out rows every this many training steps.'),

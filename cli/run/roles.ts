@@ -23,6 +23,7 @@ import type { ResumePoint } from '../../producers/resume.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
 import type { RunContext } from './context.ts';
+import { versionExporter } from './version-export.ts';
 import { runAdvantageStage, runRewardStage } from './plugins.ts';
 
 export interface ModelFiles {
@@ -108,6 +109,8 @@ export function createTraceSink(ctx: RunContext, store: TraceStore): TraceSink {
 
 export function createTrainer(ctx: RunContext, runId: string, dataDir: string, onStep?: TrainerDeps['onStep'], extraMetrics?: TrainerDeps['extraMetrics'], onWeights?: TrainerDeps['onWeights']): Trainer {
   const files = modelFiles(ctx);
+  // export.every_versions: every N-th version as a model directory, under the run's directory unless export.dir
+  const onVersion = versionExporter(ctx.config.export, dataDir, { tokenizerDir: files.tokenizerDir, base: ctx.config.model.base }, ctx.logger.child({ component: 'export' }));
   return new Trainer({
     log: ctx.log,
     serde: ctx.serde,
@@ -122,6 +125,7 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
     ...(onStep ? { onStep } : {}),
     ...(extraMetrics ? { extraMetrics } : {}),
     ...(onWeights ? { onWeights } : {}),
+    ...(onVersion ? { onVersion } : {}),
   });
 }
 

@@ -57,6 +57,11 @@ export interface TrainerDeps {
    * copies them device to device instead of reading the stored file.
    */
   onWeights?: (version: number, model: Model) => void;
+  /**
+   * Called with each new version's PolicyVersion once its step is committed, before the weights retention runs and
+   * the next step starts, and awaited: export.every_versions writes the version's directory here.
+   */
+  onVersion?: (pv: PolicyVersion) => Promise<void> | void;
 }
 
 export interface TrainerCounters {
@@ -540,10 +545,11 @@ export class Trainer {
     // 2. One transaction: the step, the new version and the offsets of every sample it consumed.
     this.logger.debug('committing step', { step, offsets: offsets.map((o) => `${o.partition}@${o.offset}`).join(',') });
     const tx = await this.producer.transaction();
+    let pv: PolicyVersion | null = null;
     try {
       await tx.send(TOPICS.trainSteps, [{ key: runId, value: serde.encode('TrainStep', stepEvent) }]);
       if (stored && produced !== null) {
-        const pv = this.policyVersionEvent(produced, this.version, step, stored, [{ name: 'reward_mean', value: stepEvent.reward_mean }]);
+        pv = this.policyVersionEvent(produced, this.version, step, stored, [{ name: 'reward_mean', value: stepEvent.reward_mean }]);
         await tx.send(TOPICS.policyVersions, [{ key: runId, value: serde.encode('PolicyVersion', pv) }]);
       }
       // An empty step (see collectBatch) consumed nothing: no offsets to commit.
@@ -561,6 +567,7 @@ export class Trainer {
     this.taking = new Map();
     this.alreadyConsumedSinceStep = 0;
     if (stored && produced !== null) this.storedVersions.set(produced, stored.checksum);
+    if (pv !== null) await this.deps.onVersion?.(pv);
     await this.pruneCheckpoints();
     await this.pruneWeights();
     this.logger.debug('step', { step, version: this.version, loss: m.loss, reward: stepEvent.reward_mean });

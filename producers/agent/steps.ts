@@ -67,6 +67,11 @@ function stopOfLastTurn(ctx: AgentContext): string | null {
   return ctx.tokenizer.decode([last]);
 }
 
+/** Delta tokenizers whose check has reported a mismatch once (a warning), by identity. */
+const warned = new WeakSet<object>();
+const TEMPLATE_MISMATCH =
+  "delta tokenization differs from the chat template's whole rendering of the conversation: the trajectory keeps the tokens as generated and appended (nothing is re-tokenized); this turn is flagged tokenization_mismatch and counted in tokenization_mismatches (further ones are logged at debug)";
+
 /**
  * Append messages (tool responses or a user turn) as one masked turn. Returns false, appending nothing,
  * when they do not fit in the response budget (verl drops them and stops the loop).
@@ -82,7 +87,11 @@ export function appendObservation(ctx: AgentContext, role: 'tool' | 'user', mess
     if (check.mismatch) {
       mismatch = true;
       ctx.count('tokenization_mismatches');
-      ctx.logger.debug('delta tokenization differs from full re-tokenization', { trajectory_id: ctx.trajectoryId, detail: check.detail });
+      // the first one of a tokenizer is a warning (a template that breaks the property breaks it in every
+      // trajectory of its shape); the rest are counted and flagged on their turns
+      const first = !warned.has(ctx.delta);
+      warned.add(ctx.delta);
+      (first ? ctx.logger.warn : ctx.logger.debug).call(ctx.logger, first ? TEMPLATE_MISMATCH : 'delta tokenization differs from full re-tokenization', { trajectory_id: ctx.trajectoryId, detail: check.detail });
     }
   }
   rec.addObservation(role, ids, latencyMs, mismatch);

@@ -1,11 +1,11 @@
-// rlstream's side of test/gpu/hf_parity.py: the directories transformers wrote (DIR/<family>, DIR/<family>-bf16)
-// loaded through `model.base`'s loader, on the CPU (fp32) and on CUDA (bf16 products): per-token log-probs of the
+// rlstream's side of test/gpu/hf_parity.py: the directories of each variant (DIR/<name>, DIR/<name>-bf16: written by
+// transformers, or by `rlstream import gguf` for the real model) loaded through `model.base`'s loader, on the CPU (fp32) and on CUDA (bf16 products): per-token log-probs of the
 // packed sequences, the next-token distribution after each sequence's last token (a prefill through the KV cache),
 // the policy-loss gradient (PPO at ratio 1, token-mean; written as ours-grads-<family>-<run>.safetensors), 48 greedy
 // tokens after each prompt through the KV cache; and, on the CPU, one AdamW step exported by the export writer to
-// DIR/exported/<family> with the trained model's log-probs, for transformers to load back. Writes DIR/rlstream.json.
-//   node --import tsx test/gpu/hf-parity.ts DIR [cpu,cuda]
-import { readFileSync, writeFileSync } from 'node:fs';
+// DIR/exported/<name> with the trained model's log-probs, for transformers to load back. Adds to DIR/rlstream.json.
+//   node --import tsx test/gpu/hf-parity.ts DIR [cpu,cuda] [NAMES]   # NAMES: default every one in reference.json
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeHfDir } from '../../core/weights/hf-dir.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
@@ -14,8 +14,9 @@ import { cudaAvailable, Model, type DeviceKind } from '../../native/index.ts';
 
 const root = process.argv[2]!;
 const devices = (process.argv[3] ?? 'cpu,cuda').split(',') as DeviceKind[];
-const ref = JSON.parse(readFileSync(join(root, 'reference.json'), 'utf8')) as { seqs: number[][]; advantages: number[][]; prompts: number[][] };
+const ref = JSON.parse(readFileSync(join(root, 'reference.json'), 'utf8')) as { seqs: number[][]; advantages: number[][]; prompts: number[][]; families: Record<string, unknown> };
 const { seqs, advantages, prompts } = ref;
+const names = process.argv[4] ? process.argv[4].split(',') : Object.keys(ref.families);
 
 function packed() {
   const tokens = Int32Array.from(seqs.flat());
@@ -77,8 +78,9 @@ async function run(dir: string, device: DeviceKind, withGrad: boolean, gradFile:
   return { model, result: { logprobs, last, greedy } };
 }
 
-const results: Record<string, Record<string, unknown>> = {};
-for (const fam of ['llama', 'qwen2', 'qwen3', 'mistral']) {
+const outFile = join(root, 'rlstream.json');
+const results = existsSync(outFile) ? (JSON.parse(readFileSync(outFile, 'utf8')) as { families: Record<string, Record<string, unknown>> }).families : {};
+for (const fam of names) {
   const r: Record<string, unknown> = {};
   for (const device of devices) {
     if (device === 'cuda' && !cudaAvailable()) continue;
@@ -88,7 +90,10 @@ for (const fam of ['llama', 'qwen2', 'qwen3', 'mistral']) {
     if (device === 'cpu') {
       // one AdamW step on that gradient, exported as `rlstream export` writes a version, and scored here
       await model.adamwStep({ lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0 });
-      await writeHfDir(join(root, 'exported', fam), { tensors: model.parameters() }, { configJson: readFileSync(join(root, fam, 'config.json'), 'utf8'), dtype: 'F32', maxShardBytes: 2e6, generationConfig: { eos_token_id: 2 }, force: true });
+      // shards of 2 MB for the random models, about six for the real one
+      const params = model.parameters();
+      const bytes = [...params.values()].reduce((n, t) => n + t.data.length * 4, 0);
+      await writeHfDir(join(root, 'exported', fam), { tensors: params }, { configJson: readFileSync(join(root, fam, 'config.json'), 'utf8'), dtype: 'F32', maxShardBytes: Math.max(2e6, Math.ceil(bytes / 6)), generationConfig: { eos_token_id: 2 }, force: true });
       r['export_logprobs'] = await score(model);
     }
     model.dispose();
@@ -107,6 +112,6 @@ for (const fam of ['llama', 'qwen2', 'qwen3', 'mistral']) {
     plain.model.dispose();
   }
   results[fam] = r;
+  writeFileSync(outFile, JSON.stringify({ node: process.version, families: results }));
 }
-writeFileSync(join(root, 'rlstream.json'), JSON.stringify({ node: process.version, families: results }));
-console.log('hf-parity: wrote', join(root, 'rlstream.json'));
+console.log('hf-parity: wrote', outFile);

@@ -1,10 +1,14 @@
 """rlstream against Hugging Face transformers on model directories of each family, with no download: transformers
-builds a small random model of each family from its config and save_pretrained(max_shard_size=...) writes it as a
-sharded directory (fp32, and bf16 beside it); this script computes transformers' side, test/gpu/hf-parity.ts
-rlstream's (CPU fp32 and CUDA) on the same directories, and `compare` puts them side by side.
-  python3 test/gpu/hf_parity.py make DIR        # directories + reference.json + grads-<family>.safetensors
-  node --import tsx test/gpu/hf-parity.ts DIR   # rlstream.json (+ exported/<family>: a trained step, exported)
-  python3 test/gpu/hf_parity.py compare DIR     # parity.json and the table of docs/models.md
+builds a small random model of each family from its config, with a tied and an untied head, and
+save_pretrained(max_shard_size=...) writes it as a sharded directory (fp32, and bf16 beside it); a real model
+(SmolLM2-135M-Instruct) comes in as the directories `rlstream import gguf` wrote (DIR/smollm2 in f32,
+DIR/smollm2-bf16 with --dtype bf16). This script computes transformers' side, test/gpu/hf-parity.ts rlstream's
+(CPU fp32 and CUDA) on the same directories, and `compare` puts them side by side.
+  python3 test/gpu/hf_parity.py make DIR [NAMES]  # directories + reference.json + grads-<name>.safetensors
+  node --import tsx test/gpu/hf-parity.ts DIR     # rlstream.json (+ exported/<name>: a trained step, exported)
+  python3 test/gpu/hf_parity.py compare DIR       # parity.json and the table of docs/models.md
+NAMES (comma-separated; default every random variant): the variants below and `smollm2`; `make` adds them to an
+existing reference.json, so the real model can be measured in a later call on the same machine.
 The reference: per-token log-probs of 3 packed sequences (39, 64 and 300 tokens), the whole next-token distribution
 after each sequence's last token, the policy-loss gradient of every tensor (PPO surrogate at ratio 1, token-mean,
 advantages +-1 on the second half of each sequence: d loss = -mean(A * d log p)), and 48 greedy tokens after two
@@ -19,33 +23,39 @@ import torch
 from safetensors.torch import save_file, load_file
 
 FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
+# variant -> (family, tied head); the first four are the earlier table's models (same seeds), the next four the
+# same families with the other head
+VARIANTS = {"llama": ("llama", False), "qwen2": ("qwen2", True), "qwen3": ("qwen3", True), "mistral": ("mistral", False),
+            "llama-tied": ("llama", True), "qwen2-untied": ("qwen2", False), "qwen3-untied": ("qwen3", False), "mistral-tied": ("mistral", True)}
+REAL = {"smollm2": "SmolLM2-135M-Instruct (rlstream import gguf of the Q4_1 GGUF)"}
 LENGTHS = [39, 64, 300]
 VOCAB = 1024
 
 
-def build(family):
+def build(variant):
     import transformers as tf
+    family, tied = VARIANTS[variant]
     common = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
                   num_key_value_heads=4, max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
     if family == "llama":
         # Llama 3.1's rope scaling; wavelengths of head_dim 32 at theta 5e5 fall in all three bands of 256 / 4..256
         rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
-        cfg = tf.LlamaConfig(**common, tie_word_embeddings=False, rope_parameters=rope)
+        cfg = tf.LlamaConfig(**common, tie_word_embeddings=tied, rope_parameters=rope)
         model = tf.LlamaForCausalLM(cfg)
     elif family == "qwen2":
-        cfg = tf.Qwen2Config(**common, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        cfg = tf.Qwen2Config(**common, tie_word_embeddings=tied, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         model = tf.Qwen2ForCausalLM(cfg)
     elif family == "qwen3":
         # head_dim 64 while hidden / heads is 32, as Qwen3 does
-        cfg = tf.Qwen3Config(**common, head_dim=64, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        cfg = tf.Qwen3Config(**common, head_dim=64, tie_word_embeddings=tied, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         model = tf.Qwen3ForCausalLM(cfg)
     else:
-        cfg = tf.MistralConfig(**common, sliding_window=512, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        cfg = tf.MistralConfig(**common, sliding_window=512, tie_word_embeddings=tied, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         model = tf.MistralForCausalLM(cfg)
     # transformers' init (std 0.02) gives near-uniform outputs, where a wrong term hides: larger weights, norms
     # away from 1, biases away from 0
-    g = torch.Generator().manual_seed(FAMILIES.index(family) + 1)
+    g = torch.Generator().manual_seed(list(VARIANTS).index(variant) + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -100,38 +110,60 @@ def reference(model, seqs, adv, prompts, grads):
     return out
 
 
-def make(root):
+def names_of(arg):
+    names = arg.split(",") if arg else list(VARIANTS)
+    for n in names:
+        if n not in VARIANTS and n not in REAL:
+            sys.exit(f"unknown variant {n!r}: {', '.join([*VARIANTS, *REAL])}")
+    return names
+
+
+def make(root, arg=None):
+    import shutil
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     import transformers
     seqs, adv, prompts = inputs()
-    ref = {"transformers": transformers.__version__, "torch": torch.__version__, "seqs": seqs, "advantages": adv, "prompts": prompts, "families": {}}
-    for fam in FAMILIES:
-        model = build(fam)
-        d32, d16 = os.path.join(root, fam), os.path.join(root, fam + "-bf16")
-        model.save_pretrained(d32, max_shard_size="2MB")
-        m16 = build(fam).to(torch.bfloat16)
-        m16.save_pretrained(d16, max_shard_size="1MB")
+    path = os.path.join(root, "reference.json")
+    ref = json.load(open(path)) if os.path.exists(path) else {"families": {}}
+    ref.update({"transformers": transformers.__version__, "torch": torch.__version__, "seqs": seqs, "advantages": adv, "prompts": prompts})
+    for name in names_of(arg):
+        d32, d16 = os.path.join(root, name), os.path.join(root, name + "-bf16")
+        if name in VARIANTS:
+            model = build(name)
+            for d in (d32, d16):
+                shutil.rmtree(d, ignore_errors=True)
+            model.save_pretrained(d32, max_shard_size="2MB")
+            m16 = build(name).to(torch.bfloat16)
+            m16.save_pretrained(d16, max_shard_size="1MB")
+            what = f"random {VARIANTS[name][0]}, {'tied' if VARIANTS[name][1] else 'untied'} head"
+        else:
+            # the directories rlstream's importer wrote, as transformers reads them
+            model = transformers.AutoModelForCausalLM.from_pretrained(d32, dtype=torch.float32).eval()
+            what = REAL[name]
         model = model.to("cuda")
         r32 = reference(model, seqs, adv, prompts, True)
-        save_file({n: p.grad.detach().float().cpu().contiguous() for n, p in model.named_parameters() if p.grad is not None}, os.path.join(root, f"grads-{fam}.safetensors"))
+        save_file({n: p.grad.detach().float().cpu().contiguous() for n, p in model.named_parameters() if p.grad is not None}, os.path.join(root, f"grads-{name}.safetensors"))
+        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        del model
         m16 = transformers.AutoModelForCausalLM.from_pretrained(d16, dtype=torch.bfloat16).to("cuda").eval()
         with torch.no_grad():
             r16 = reference(m16, seqs, adv, prompts, False)
-        ref["families"][fam] = {"fp32": r32, "bf16": r16, "files": sorted(os.listdir(d32))}
-        print(f"make: {fam}: {sum(p.numel() for p in model.parameters())} parameters, files {sorted(os.listdir(d32))}", flush=True)
-    with open(os.path.join(root, "reference.json"), "w") as f:
+        del m16
+        ref["families"][name] = {"fp32": r32, "bf16": r16, "files": sorted(os.listdir(d32)), "what": what, "tied": tied}
+        print(f"make: {name} ({what}, tied {tied}): files {sorted(os.listdir(d32))}", flush=True)
+    with open(path, "w") as f:
         json.dump(ref, f)
 
 
-def roundtrip(root):
+def roundtrip(root, names):
     """transformers loads each directory rlstream exported (a trained step) and scores the sequences."""
     import transformers
     torch.backends.cuda.matmul.allow_tf32 = False
     seqs, _, _ = inputs()
     out = {}
-    for fam in FAMILIES:
-        d = os.path.join(root, "exported", fam)
+    for name in names:
+        d = os.path.join(root, "exported", name)
         if not os.path.isdir(d):
             continue
         m = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).to("cuda").eval()
@@ -140,7 +172,8 @@ def roundtrip(root):
             for s in seqs:
                 lp = torch.log_softmax(m(torch.tensor([s], device="cuda")).logits[0].double(), -1)
                 lps.append(lp[:-1].gather(1, torch.tensor(s[1:], device="cuda")[:, None])[:, 0].tolist())
-        out[fam] = {"logprobs": lps, "class": type(m).__name__}
+        out[name] = {"logprobs": lps, "class": type(m).__name__, "shards": len([f for f in os.listdir(d) if f.endswith(".safetensors")])}
+        del m
     return out
 
 
@@ -152,26 +185,27 @@ def maxdiff(a, b):
     return max(abs(x - y) for x, y in zip(flat(a), flat(b)))
 
 
-def compare(root):
+def compare(root, _names=None):
     ref = json.load(open(os.path.join(root, "reference.json")))
     ours = json.load(open(os.path.join(root, "rlstream.json")))
-    rt = roundtrip(root)
+    names = [n for n in [*VARIANTS, *REAL] if n in ref["families"] and n in ours["families"]]
+    rt = roundtrip(root, names)
     rows = []
     ok = True
-    for fam in FAMILIES:
+    for fam in names:
         r, o = ref["families"][fam], ours["families"][fam]
         grads = load_file(os.path.join(root, f"grads-{fam}.safetensors"))
         # transformers against itself: its bf16 model (the bf16 directory) against its fp32 one, the scale of what
         # bf16 arithmetic moves; rlstream's CUDA layer (bf16 products) is held to twice that
         noise = {"logprob_max_abs": maxdiff(r["bf16"]["logprobs"], r["fp32"]["logprobs"]), "last_dist_max_abs": maxdiff(r["bf16"]["last"], r["fp32"]["last"])}
-        rows.append({"family": fam, "rlstream": "(transformers bf16)", "transformers": "fp32", **noise,
+        rows.append({"family": fam, "tied": r["tied"], "rlstream": "(transformers bf16)", "transformers": "fp32", **noise,
                      "greedy_match": sum(1 for a, b in zip(flat(r["bf16"]["greedy"]), flat(r["fp32"]["greedy"])) if a == b), "greedy_total": len(flat(r["fp32"]["greedy"]))})
         for run in ["cpu", "cuda", "cuda-plain", "cuda-bf16"]:
             if run not in o:
                 continue
             x = o[run]
             base = r["bf16"] if run == "cuda-bf16" else r["fp32"]
-            row = {"family": fam, "rlstream": run, "transformers": "bf16" if run == "cuda-bf16" else "fp32",
+            row = {"family": fam, "tied": r["tied"], "rlstream": run, "transformers": "bf16" if run == "cuda-bf16" else "fp32",
                    "logprob_max_abs": maxdiff(x["logprobs"], base["logprobs"]),
                    "last_dist_max_abs": maxdiff(x["last"], base["last"]),
                    "greedy_match": sum(1 for a, b in zip(flat(x["greedy"]), flat(base["greedy"])) if a == b),
@@ -203,19 +237,28 @@ def compare(root):
             rows.append(row)
         if fam in rt:
             e = maxdiff(o["export_logprobs"], rt[fam]["logprobs"])
-            rows.append({"family": fam, "rlstream": "export (cpu, after a step)", "transformers": f"fp32 {rt[fam]['class']}.from_pretrained",
+            rows.append({"family": fam, "tied": r["tied"], "rlstream": f"export (cpu, after a step; {rt[fam]['shards']} shards)", "transformers": f"fp32 {rt[fam]['class']}.from_pretrained",
                          "logprob_max_abs": e, "pass": e < 1e-4})
             ok = ok and e < 1e-4
     res = {"transformers": ref["transformers"], "torch": ref["torch"], "node": ours.get("node"), "pass": ok, "rows": rows}
     with open(os.path.join(root, "parity.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(json.dumps(res, indent=1))
+    # the table of docs/models.md, as it is pasted there
+    lines = []
     for x in rows:
-        print(f"| {x['family']} | {x['rlstream']} | {x['transformers']} | {x['logprob_max_abs']:.1e} | {x.get('last_dist_max_abs', float('nan')):.1e} | "
-              f"{x.get('grad_rel_max', float('nan')):.1e} | {x.get('greedy_match', '')}/{x.get('greedy_total', '')} | {x.get('pass', '')} |", file=sys.stderr)
+        num = lambda k: f"{x[k]:.1e}" if k in x else ""
+        greedy = f"{x['greedy_match']}/{x['greedy_total']}" if "greedy_match" in x else ""
+        if x.get("margin_at_divergence"):
+            greedy += f" (parted where transformers' top two were {', '.join(f'{m:.3f}' for m in x['margin_at_divergence'])} apart)"
+        verdict = "" if "pass" not in x else ("yes" if x["pass"] else "**no**") + (f" (tol. {x['tolerance']:.2f})" if "tolerance" in x else "")
+        lines.append(f"| {x['family']} | {'tied' if x['tied'] else 'untied'} | {x['rlstream']} | {x['transformers']} | {num('logprob_max_abs')} | {num('last_dist_max_abs')} | {num('grad_rel_max')} | {greedy} | {verdict} |")
+    with open(os.path.join(root, "parity.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines), file=sys.stderr)
     if not ok:
         sys.exit(1)
 
 
 if __name__ == "__main__":
-    {"make": make, "compare": compare}[sys.argv[1]](sys.argv[2])
+    {"make": make, "compare": compare}[sys.argv[1]](*sys.argv[2:])

@@ -8,6 +8,9 @@
 #   (call 3) bash test/gpu/smollm2.sh receive && bash test/gpu/smollm2.sh import
 #                                               # with carry .rlstream/gguf-parts/part-ab and SHA256SUMS
 #   bash test/gpu/smollm2.sh run SEED [ARGS…]    # there: the main job, its JSON line and GPU utilization under $OUT
+# `receive DIR` takes the parts from DIR instead (any number, part-aa, part-ab, part-ac, … in name order, made by
+# `split N`); `assemble` only joins and checks them into $RLSTREAM_NODE_HOME/model.gguf (what
+# test/gpu/hf-parity.sh smollm2 imports).
 # Consecutive calls find the same machine only while it is held (it goes back after a short idle time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,23 +24,23 @@ config=examples/calculator/config.smollm2.yaml
 case "$step" in
   split)
     gguf=${2:-.infra/llama.cpp/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+    n=${3:-2}
     [ -f "$gguf" ] || { echo "split: no $gguf (bash infra/setup.sh downloads it)" >&2; exit 1; }
     rm -rf "$parts" && mkdir -p "$parts"
-    split -n 2 -d -a 2 --additional-suffix= "$gguf" "$parts/part-"
-    mv "$parts/part-00" "$parts/part-aa" && mv "$parts/part-01" "$parts/part-ab"
+    split -n "$n" -a 2 "$gguf" "$parts/part-"
     (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") | awk '{print $1}' >"$parts/SHA256SUMS"
     ls -l "$parts"
     ;;
   receive)
     mkdir -p "$kept"
-    for f in "$parts"/*; do [ -f "$f" ] && cp "$f" "$kept/"; done
+    for f in "${2:-$parts}"/part-* "${2:-$parts}"/SHA256SUMS; do [ -f "$f" ] && cp "$f" "$kept/"; done
     ls -l "$kept"
     ;;
-  import)
-    [ -f "$kept/part-aa" ] && [ -f "$kept/part-ab" ] && [ -f "$kept/SHA256SUMS" ] || { echo "import: parts missing in $kept (receive both first)" >&2; exit 1; }
-    cat "$kept/part-aa" "$kept/part-ab" >"$home/model.gguf"
-    [ "$(sha256sum "$home/model.gguf" | awk '{print $1}')" = "$(cat "$kept/SHA256SUMS")" ] || { echo "import: checksum differs" >&2; exit 1; }
-    bash test/gpu/pack-node.sh cli .node-pack import gguf "$home/model.gguf" --out "$model_dir"
+  assemble | import)
+    [ -f "$kept/part-aa" ] && [ -f "$kept/SHA256SUMS" ] || { echo "$step: parts missing in $kept (receive them first)" >&2; exit 1; }
+    cat "$kept"/part-* >"$home/model.gguf"
+    [ "$(sha256sum "$home/model.gguf" | awk '{print $1}')" = "$(cat "$kept/SHA256SUMS")" ] || { echo "$step: checksum differs (a part missing?)" >&2; exit 1; }
+    if [ "$step" = import ]; then bash test/gpu/pack-node.sh cli .node-pack import gguf "$home/model.gguf" --out "$model_dir"; fi
     ;;
   run)
     seed=${2:?run SEED}
@@ -54,5 +57,5 @@ case "$step" in
     awk -F', ' '{n++; u+=$1; if ($1>0) b++; if ($2>m) m=$2} END {if (n) printf "gpu: %d samples, utilization %.1f%% mean, non-zero %.0f%%, max %d MiB\n", n, u/n, 100*b/n, m}' "$out/gpu-seed$seed.csv"
     exit "$rc"
     ;;
-  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac
