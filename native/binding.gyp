@@ -22,6 +22,7 @@
         "src/transcode.cpp",
         "src/native_block.cpp",
         "src/frames.cpp",
+        "src/nccl_core.cpp",
         "src/nccl.cpp",
         "src/addon.cpp"
       ],

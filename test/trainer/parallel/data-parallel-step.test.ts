@@ -86,7 +86,10 @@ async function singleProcess(model: Model, minis: PackedMicroBatch[][], o: Train
       // the model trains on from the TypeScript update, as each rank does
       const views = [...model.parameters().values()];
       let at = 0;
-      for (const t of views) (t.data.set(p.subarray(at, at + t.data.length)), (at += t.data.length));
+      for (const t of views) {
+        t.data.set(p.subarray(at, at + t.data.length));
+        at += t.data.length;
+      }
     }
   }
   return { params: p, firstGrads: firstGrads!, nativeParams: nativeParams! };
