@@ -19,10 +19,11 @@ g++ -O2 -std=c++17 -DRLSTREAM_CUDA -I"$CUDA_HOME/include" native/src/nccl_core.c
   -Wl,-rpath,"$CUDA_HOME/lib64" -o "$B/nccl_driver" || exit 1
 lib=${RLSTREAM_NCCL_LIBRARY:-}
 if [ -z "$lib" ] && ! ldconfig -p | grep -q 'libnccl.so.2 '; then
-  lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
-  [ -n "$lib" ] && [ -f "$lib" ] || lib=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
+  # pip's nvidia-nccl-cu12/-cu13 (PyTorch's NCCL) under python3's site-packages
+  sp=$(python3 -c 'import site; print(chr(10).join(site.getsitepackages()))' 2>/dev/null || true)
+  lib=$(echo "$sp" | while read -r d; do [ -d "$d" ] && find "$d" -name libnccl.so.2 2>/dev/null; done | head -1)
 fi
-echo "libnccl.so.2: ${lib:-from the loader's path}"
+echo "libnccl.so.2: ${lib:-found by the dynamic loader}"
 RLSTREAM_NCCL_LIBRARY=$lib NCCL_NVLS_ENABLE=0 "$B/nccl_driver" | tee "$OUT/nccl.json"
 status=${PIPESTATUS[0]}
 # a library that is not NCCL: refused, naming the missing symbol
