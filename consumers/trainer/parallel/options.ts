@@ -29,7 +29,7 @@ export const DevicesSchema = Type.Unsafe<number | number[]>({
   uniqueItems: true,
   default: d.ranks,
   description:
-    "The trainer's GPUs, one data-parallel rank each: a count (the first N GPUs) or a list of GPU indices as CUDA numbers them. 1 trains on one device (trainer.device). More than one needs trainer.device: cuda and as many GPUs on the machine, checked at `config check` and at start (`--nproc N` sets it too).",
+    "The trainer's GPUs, one data-parallel rank each: a count (the first N GPUs) or a list of GPU indices as CUDA numbers them. 1 trains on one device (trainer.device). More than one needs trainer.device: cuda and as many GPUs on the machine, checked at `config check` and at start (`--nproc N` sets it too); for now more than one is refused, since `rlstream run` does not start data-parallel ranks yet (docs/scaling.md).",
 });
 
 export const DataParallelSection = Type.Object(

@@ -52,7 +52,7 @@ export class DataParallelRank {
     readonly model: Model,
     readonly collective: Collective,
     readonly options: TrainerOptions,
-    dp: DataParallelOptions,
+    dp: DataParallelOptions = options.dataParallel,
   ) {
     if (options.klCoef > 0) throw new RlstreamError('INPUT_INVALID', `data-parallel rank ${collective.rank}: trainer.kl_coef > 0 needs a reference model on every rank, which the data-parallel step does not hold yet; set trainer.kl_coef: 0`);
     if (model.device !== 'cpu') throw new RlstreamError('INPUT_INVALID', `data-parallel rank ${collective.rank}: a '${model.device}' model's parameters have no public upload from their host views, so the host-view step is built for 'cpu' models only (docs/scaling.md)`);
