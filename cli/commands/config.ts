@@ -13,7 +13,7 @@ import { initFiles } from '../run/roles.ts';
 import { resolvePlugins } from '../run/plugins.ts';
 import { pathProblems, startupProblems } from '../run/preflight.ts';
 import { collectSet, nprocOption } from '../set-option.ts';
-import { devicesProblems, gpusFound } from '../../consumers/trainer/parallel/devices.ts';
+import { devicesProblems } from '../../consumers/trainer/parallel/devices.ts';
 
 /** Compile the config and resolve its plug-ins (user modules included); the problems, or none. */
 export async function checkConfig(path: string, overrides: Record<string, unknown>): Promise<{ config: RunConfig | null; problems: string[] }> {
@@ -33,7 +33,7 @@ export async function checkConfig(path: string, overrides: Record<string, unknow
   }
   if (plugins) problems.push(...(await startupProblems(config, plugins)));
   problems.push(...checkModel(config));
-  problems.push(...devicesProblems(config.trainer.dataParallel, gpusFound()));
+  problems.push(...devicesProblems(config.trainer.dataParallel));
   return { config, problems };
 }
 

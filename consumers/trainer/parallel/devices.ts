@@ -34,8 +34,10 @@ export function gpusFound(): GpusFound {
  * More than one rank is refused on any machine for now: the ranks' code and its tests exist
  * (consumers/trainer/parallel), but `rlstream run` does not start them (docs/scaling.md).
  */
-export function devicesProblems(dp: DataParallelConfig, found: GpusFound, field = 'trainer.devices'): string[] {
+export function devicesProblems(dp: DataParallelConfig, gpus: GpusFound | (() => GpusFound) = gpusFound, field = 'trainer.devices'): string[] {
+  // the default asks nothing of the machine (no nvidia-smi spawned)
   if (dp.ranks === 1 && dp.deviceIds === null) return [];
+  const found = typeof gpus === 'function' ? gpus() : gpus;
   const problems: string[] = [];
   const asked = dp.deviceIds === null ? `${dp.ranks} GPU(s)` : `GPU(s) ${dp.deviceIds.join(', ')}`;
   if (dp.ranks > found.count) problems.push(`${field}: asks for ${dp.ranks} GPU(s); this machine has ${found.count} (counted by ${found.source}). Set ${field} to at most ${Math.max(1, found.count)}${found.count === 0 ? ' and trainer.device: cpu' : ''}`);
@@ -48,7 +50,7 @@ export function devicesProblems(dp: DataParallelConfig, found: GpusFound, field 
 }
 
 /** At start: throws CONFIG_INVALID listing every problem of trainer.devices on this machine. */
-export function checkTrainerDevices(dp: DataParallelConfig, found: GpusFound = gpusFound(), field = 'trainer.devices'): void {
-  const problems = devicesProblems(dp, found, field);
+export function checkTrainerDevices(dp: DataParallelConfig, gpus: GpusFound | (() => GpusFound) = gpusFound, field = 'trainer.devices'): void {
+  const problems = devicesProblems(dp, gpus, field);
   if (problems.length > 0) throw new ConfigError(problems.map((p) => ({ path: field, message: p.slice(field.length + 2) })));
 }
