@@ -95,10 +95,10 @@ async function singleProcess(model: Model, minis: PackedMicroBatch[][], o: Train
   return { params: p, firstGrads: firstGrads!, nativeParams: nativeParams! };
 }
 
-async function compare(n: number, bucketBytes: number, extra: Record<string, unknown>, seed: number, dtype: 'fp32' | 'bf16' = 'fp32'): Promise<{ grad: number; param: number; native: number; scale: number; moved: number }> {
+async function compare(n: number, bucketBytes: number, extra: Record<string, unknown>, seed: number, dtype: 'fp32' | 'bf16' = 'fp32', groupCount = 11): Promise<{ grad: number; param: number; native: number; scale: number; moved: number }> {
   const options = compileTrainerOptions({ max_tokens_per_micro_batch: 48, grad_clip: 1, learning_rate: 1e-3, weight_decay: 0.01, ...extra });
-  const groups = randomGroups(seed, 11);
-  const { shards } = shardStep(groups, n);
+  const groups = randomGroups(seed, groupCount);
+  const { shards } = shardStep(groups, n, 'idle');
   const rankSamples = shards.map((s) => s.flatMap((g) => g.samples));
   const group = referenceGroup(n);
   const models = Array.from({ length: n }, () => Model.init(TINY_CONFIG, { seed: 3, threads: 1 }));
@@ -171,5 +171,13 @@ test('N = 2, 3, 4 ranks: gradients and weights equal the single-process step on 
     const d = await compare(n, 4 * 7, { mini_batches: 2, ppo_epochs: 2 }, 20 + n);
     console.log(`# N=${n} two mini-batches, two epochs: max |w - ref| ${d.param.toExponential(2)}`);
     assert.ok(d.param <= WEIGHT_TOL, `N=${n}, 4 updates: weights differ by ${d.param}`);
+  }
+});
+
+test('fewer groups than ranks, the extra ranks idle: they add zero gradients and the step is the single-process one', { skip }, async () => {
+  for (const [n, groupCount] of [[3, 2], [4, 1], [4, 3]] as const) {
+    const d = await compare(n, 4 * 7, { mini_batches: 2 }, 40 + n + groupCount, 'fp32', groupCount);
+    console.log(`# N=${n}, ${groupCount} group(s): max |w - ref| ${d.param.toExponential(2)}`);
+    assert.ok(d.param <= WEIGHT_TOL, `N=${n} with ${groupCount} group(s): weights differ by ${d.param}`);
   }
 });
