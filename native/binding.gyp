@@ -22,6 +22,8 @@
         "src/transcode.cpp",
         "src/native_block.cpp",
         "src/frames.cpp",
+        "src/nccl_core.cpp",
+        "src/nccl.cpp",
         "src/addon.cpp"
       ],
       "include_dirs": [
@@ -33,7 +35,7 @@
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti"],
       "cflags_cc": ["-std=c++17", "-O3", "-march=native", "-fopenmp", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-math-errno"],
       "ldflags": ["-fopenmp"],
-      "libraries": ["-lopenblas", "-fopenmp", "-lz"],
+      "libraries": ["-lopenblas", "-fopenmp", "-lz", "-ldl"],
       "conditions": [
         ["rlstream_cuda==1", {
           "sources": ["cuda/cuda_kernels.cu", "cuda/attention.cu"],

@@ -12,7 +12,8 @@ import { expectedTensors, policyConfig } from '../../producers/policy/config.ts'
 import { initFiles } from '../run/roles.ts';
 import { resolvePlugins } from '../run/plugins.ts';
 import { pathProblems, startupProblems } from '../run/preflight.ts';
-import { collectSet } from '../set-option.ts';
+import { collectSet, nprocOption } from '../set-option.ts';
+import { devicesProblems } from '../../consumers/trainer/parallel/devices.ts';
 
 /** Compile the config and resolve its plug-ins (user modules included); the problems, or none. */
 export async function checkConfig(path: string, overrides: Record<string, unknown>): Promise<{ config: RunConfig | null; problems: string[] }> {
@@ -32,6 +33,7 @@ export async function checkConfig(path: string, overrides: Record<string, unknow
   }
   if (plugins) problems.push(...(await startupProblems(config, plugins)));
   problems.push(...checkModel(config));
+  problems.push(...devicesProblems(config.trainer.dataParallel));
   return { config, problems };
 }
 
@@ -97,8 +99,9 @@ export function register(program: Command): void {
     .description('compile a run configuration as a run would; list every problem (exit 1) or print "ok"')
     .argument('<file>', 'run configuration (YAML)')
     .option('--set <key=value>', 'override a config field (repeatable)', collectSet, {})
-    .action(async (file: string, opts: { set: Record<string, unknown> }) => {
-      const { problems } = await checkConfig(file, opts.set);
+    .option('--nproc <n>', 'trainer GPUs (data-parallel ranks), as --set trainer.devices=<n>')
+    .action(async (file: string, opts: { set: Record<string, unknown>; nproc?: string }) => {
+      const { problems } = await checkConfig(file, nprocOption(opts.nproc, opts.set));
       if (problems.length > 0) {
         process.stderr.write(`${file}: ${problems.length} problem(s)\n${problems.map((p) => `  ${p}`).join('\n')}\n`);
         process.exitCode = 1;

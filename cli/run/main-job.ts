@@ -8,6 +8,7 @@ import { loadRunConfig, maskSecrets } from '../config/run-config.ts';
 import { describeError } from '../../core/errors.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
+import { checkTrainerDevices } from '../../consumers/trainer/parallel/devices.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
@@ -112,6 +113,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
   const t0 = performance.now();
   const config = loadRunConfig(options.configPath, options.overrides ?? {});
   // Before a run directory exists: a run that cannot start must not be left as an unfinished run to resume.
+  checkTrainerDevices(config.trainer.dataParallel);
   checkTrainerDevice(config.trainer.device);
   const chosen = chooseRun(config, options.run ?? { kind: 'new' });
   const { runId, runDir } = chosen;

@@ -5,6 +5,7 @@ import { compileValue, ConfigError, oneOf } from '../../core/config/validate.ts'
 import { DEFAULT_STALENESS_BOUND } from '../../core/staleness.ts';
 import { compilePolicyLossOptions, POLICY_LOSS_DEFAULTS, type CompiledPolicyLossOptions, type DeviceKind, type RolloutCorrection } from '../../native/index.ts';
 import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
+import { compileDataParallel, DATA_PARALLEL_DEFAULTS, DataParallelSection, DevicesSchema, type DataParallelConfig } from './parallel/options.ts';
 
 export interface TrainerOptions {
   /** Max policy-version lag of a sample's oldest token at intake; older samples are dropped and counted. */
@@ -43,6 +44,8 @@ export interface TrainerOptions {
   threads: number;
   /** Where the trainer's model runs (and the main job's SFT warm start); 'cuda' is checked at start-up (device.ts). */
   device: DeviceKind;
+  /** trainer.devices and trainer.data_parallel (parallel/options.ts). */
+  dataParallel: DataParallelConfig;
 }
 
 // The schema's defaults. The policy loss's own options have theirs in its registry entry (policy-losses.ts), the
@@ -70,6 +73,7 @@ const TRAINER_DEFAULTS = Object.freeze({
   keepVersions: 2,
   threads: 1,
   device: 'cpu' as DeviceKind,
+  dataParallel: DATA_PARALLEL_DEFAULTS,
 });
 
 /** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
@@ -114,6 +118,7 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     keepVersions: t.keep_versions,
     threads: t.threads,
     device: t.device,
+    dataParallel: compileDataParallel(t.devices, t.data_parallel, { device: t.device, groupsPerStep: t.groups_per_step }, path),
   });
 }
 
@@ -160,6 +165,8 @@ export const TrainerSection = Type.Object(
     keep_versions: Type.Integer({ minimum: 1, default: d.keepVersions, description: "Policy versions whose weights stay in <data_dir>/weights: the newest N, plus version 0, every version within the staleness bound and every version a record read but not yet trained names; older versions' files are deleted (their PolicyVersion events stay)." }),
     threads: Type.Integer({ minimum: 1, default: d.threads, description: 'Native core threads.' }),
     device: oneOf(['cpu', 'cuda'] as const, { default: d.device, description: "Where the trainer's model runs, with the main job's SFT warm start: 'cpu' (fp32, OpenBLAS), or 'cuda' (one NVIDIA GPU: bf16 matrix products, fp32 master weights; needs the addon built with RLSTREAM_CUDA=1, native/README.md). Checkpoints and published weights are the same files on both; rollouts stay where the backend runs." }),
+    devices: DevicesSchema,
+    data_parallel: DataParallelSection,
   },
   { additionalProperties: false, default: {}, description: 'The trainer (asynchronous PPO on the native core).' },
 );

@@ -19,6 +19,7 @@ import { Model, withLossScale, type DeviceKind, type ModelConfig, type PolicyLos
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
 import { ConsumedTrajectories } from './consumed.ts';
 import { checkTrainerDevice } from './device.ts';
+import { checkTrainerDevices } from './parallel/devices.ts';
 import type { TrainerOptions } from './options.ts';
 import { policyLosses } from './policy-losses.ts';
 import { mustKeepVersion, pruneWeights, storeWeights } from './weights-store.ts';
@@ -170,6 +171,7 @@ export class Trainer {
   /** Restore state from the log and disk; publish version 0 when the run is new. */
   async start(): Promise<void> {
     const { log, options } = this.deps;
+    checkTrainerDevices(options.dataParallel);
     checkTrainerDevice(options.device);
     const on = { threads: options.threads, device: options.device };
     this.producer = await log.producer({ transactionalId: `${this.deps.runId}.trainer` });

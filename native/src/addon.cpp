@@ -4,6 +4,7 @@
 #include "glue_misc.h"
 #include "glue_model.h"
 #include "glue_traces.h"
+#include "nccl_glue.h"
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("NativeModel", rls::ModelWrap::Init(env));
@@ -16,6 +17,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("writeNativeBlock", Napi::Function::New(env, rls::WriteNativeBlock));
   exports.Set("cudaAvailable", Napi::Function::New(env, rls::CudaAvailable));
   exports.Set("cudaMemory", Napi::Function::New(env, rls::CudaMemory));
+  rls::InitNccl(env, exports);
 #ifdef RLSTREAM_CUDA
   exports.Set("backend", Napi::String::New(env, "cpu+cuda"));
 #else
