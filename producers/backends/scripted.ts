@@ -1,7 +1,8 @@
 // ScriptedBackend: a TEST DOUBLE of an LLM backend. A script (a function of the prompt) says what the
 // "model" answers; the text is tokenized with the real tokenizer, an end-of-turn token appended, the
-// answer cut at max_new_tokens (finish 'length') and given fixed log-probs. For tests and benchmarks of
-// everything around generation; it samples nothing.
+// answer cut at max_new_tokens (finish 'length') and given fixed log-probs (and, when asked, fixed alternatives:
+// the token itself, then the next ids at log-probs 2, 3, … below it). For tests and benchmarks of everything
+// around generation; it samples nothing.
 import { sleep } from '../../core/retry.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import type { FinishReason, GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from './types.ts';
@@ -28,6 +29,7 @@ export interface ScriptedBackendOptions {
 
 export class ScriptedBackend implements LlmBackend {
   readonly name: string;
+  readonly maxTopLogprobs = 20;
   private version = 0;
   private readonly turns = new Map<string, number>();
   readonly requests: GenerateRequest[] = [];
@@ -72,9 +74,12 @@ export class ScriptedBackend implements LlmBackend {
       finish = 'length';
     }
     const version = this.version;
+    const lp = this.o.logprob ?? -0.25;
+    const k = request.topLogprobs ?? 0;
     return {
       tokenIds: ids,
-      logprobs: ids.map(() => this.o.logprob ?? -0.25),
+      logprobs: ids.map(() => lp),
+      ...(k > 0 ? { topLogprobs: ids.map((t) => Array.from({ length: k }, (_, j) => ({ token: t + j, logprob: j === 0 ? lp : lp - 1 - j }))) } : {}),
       finishReason: finish,
       policyVersions: ids.map(() => version),
       server: this.name,

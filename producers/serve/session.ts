@@ -14,7 +14,8 @@ import type { TrajectoryMeta, TrajectoryRecorder } from '../agent/recorder.ts';
 import { appendObservation, generateTurn, type GeneratedTurn } from '../agent/steps.ts';
 import type { AgentContext } from '../agent/types.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
-import type { GenerateRequest, GenerateResult, LlmBackend } from '../backends/types.ts';
+import type { LlmBackend } from '../backends/types.ts';
+import { checkForcedCall, forcedCallIds, forcePrefix, withTopLogprobs, wrapGenerate } from './constrain.ts';
 import { ServeError } from './errors.ts';
 import type { TurnOptions } from './service.ts';
 
@@ -224,10 +225,15 @@ export class ServeSession {
    */
   async generate(sampling: SamplingParams, signal: AbortSignal, options: TurnOptions = {}): Promise<ServedTurn | null> {
     const stops = options.stop ?? [];
-    const backend = stops.length === 0 ? this.ctx.backend : stopAt(this.ctx.backend, stops, this.ctx.tokenizer);
+    const choice = options.toolChoice ?? 'auto';
+    let backend = this.ctx.backend;
+    if ((options.topLogprobs ?? 0) > 0) backend = withTopLogprobs(backend, options.topLogprobs!);
+    const forced = forcedCallIds(choice, [...this.declaredTools], this.ctx.toolParser, this.ctx.tokenizer);
+    if (forced) backend = forcePrefix(backend, forced);
+    if (stops.length > 0) backend = stopAt(backend, stops, this.ctx.tokenizer);
     const limits = options.maxCalls === undefined ? this.ctx.limits : { ...this.ctx.limits, maxParallelToolCalls: Math.min(options.maxCalls, this.ctx.limits.maxParallelToolCalls) };
     const ctx: AgentContext = { ...this.ctx, sampling, signal, backend, limits };
-    const turn = await generateTurn(ctx, this.parseTools && options.parseTools !== false);
+    const turn = await generateTurn(ctx, choice !== 'none' && this.parseTools);
     if (!turn) return null;
     if (stops.length > 0) turn.parsed.content = cutAtStop(turn.parsed.content, stops);
     const calls: ToolCall[] = [];
@@ -250,6 +256,9 @@ export class ServeSession {
     };
     this.append([message]);
     if (refused.length > 0) this.logger.debug('tool call refused: tool not declared', { trajectory_id: this.id, tools: refused.map((c) => c.name) });
+    // Recorded as generated; a forced call the policy did not complete validly fails the call (the service then
+    // ends the trajectory: its client never got the turn).
+    checkForcedCall(choice, turn, calls, refused);
     return { turn, calls, refused, message };
   }
 }
@@ -271,26 +280,30 @@ export function cutAtStop(text: string, stops: readonly string[]): string {
  * depend on what came after it). The finish reason is then `stop`.
  */
 export function stopAt(backend: LlmBackend, stops: readonly string[], tokenizer: ChatTokenizer): LlmBackend {
-  // The backend itself for everything but generate (its methods, on its prototype, see it as `this`).
-  const wrapped = Object.create(backend) as LlmBackend;
-  return Object.assign(wrapped, {
-    async generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
-      const out = await backend.generate(request, signal);
-      const ids = out.tokenIds;
-      const has = (k: number) => {
-        const text = tokenizer.decode(ids.slice(0, k));
-        return cutAtStop(text, stops).length < text.length;
-      };
-      if (ids.length === 0 || !has(ids.length)) return out;
-      // The shortest prefix whose text holds a stop string (a longer prefix's text extends a shorter one's).
-      let lo = 1;
-      let hi = ids.length;
-      while (lo < hi) {
-        const mid = (lo + hi) >> 1;
-        if (has(mid)) hi = mid;
-        else lo = mid + 1;
-      }
-      return { ...out, tokenIds: ids.slice(0, lo), logprobs: out.logprobs.slice(0, lo), policyVersions: out.policyVersions.length === ids.length ? out.policyVersions.slice(0, lo) : out.policyVersions, finishReason: 'stop' };
-    },
+  return wrapGenerate(backend, async (request, signal) => {
+    const out = await backend.generate(request, signal);
+    const ids = out.tokenIds;
+    const has = (k: number) => {
+      const text = tokenizer.decode(ids.slice(0, k));
+      return cutAtStop(text, stops).length < text.length;
+    };
+    if (ids.length === 0 || !has(ids.length)) return out;
+    // The shortest prefix whose text holds a stop string (a longer prefix's text extends a shorter one's).
+    let lo = 1;
+    let hi = ids.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (has(mid)) hi = mid;
+      else lo = mid + 1;
+    }
+    return {
+      ...out,
+      tokenIds: ids.slice(0, lo),
+      logprobs: out.logprobs.slice(0, lo),
+      policyVersions: out.policyVersions.length === ids.length ? out.policyVersions.slice(0, lo) : out.policyVersions,
+      ...(out.topLogprobs ? { topLogprobs: out.topLogprobs.slice(0, lo) } : {}),
+      ...(out.forced !== undefined ? { forced: Math.min(out.forced, lo) } : {}),
+      finishReason: 'stop',
+    };
   });
 }
