@@ -126,15 +126,15 @@ export class TrajectoryRecorder {
     return turn;
   }
 
-  /** Append tool or user tokens (response_mask 0). */
-  addObservation(role: 'tool' | 'user', ids: readonly number[], latencyMs: number, tokenizationMismatch: boolean): number {
+  /** Append tool or user tokens (response_mask 0); `text`: their decoding without special tokens, when known. */
+  addObservation(role: 'tool' | 'user', ids: readonly number[], latencyMs: number, tokenizationMismatch: boolean, text?: string): number {
     const turn = this.push(role, ids, 0, null, null);
     if (tokenizationMismatch) this.tokenizationMismatches++;
     this.sink.turn({
       ...this.turnHead(turn, role),
       token_ids: [...ids],
       logprobs: [],
-      text: this.tokenizer.decode(ids, { skipSpecialTokens: true }),
+      text: text ?? this.tokenizer.decode(ids, { skipSpecialTokens: true }),
       tool_calls: [],
       tool_call_parse_error: null,
       finish_reason: null,

@@ -423,7 +423,8 @@ export class ServeService {
     session.lastUsedMs = Date.now();
     const before = session.key();
     try {
-      if (continued && !session.observe(call.messages)) {
+      const offload = this.deps.offload ? { worker: this.deps.offload, templateKwargs: { ...this.deps.rollout.templateKwargs } } : undefined;
+      if (continued && !(await session.observe(call.messages, offload))) {
         return { session, served: null, completed: await this.finish(session, 'max_tokens'), promptTokens: session.recorder.contextIds().length };
       }
       const promptTokens = session.recorder.promptIds.length + session.recorder.responseLength;

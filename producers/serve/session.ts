@@ -11,12 +11,13 @@ import type { Logger } from '../../core/telemetry.ts';
 import type { SamplingParams, Termination, ToolCall, TrajectoryStarted } from '../../schemas/generated/types.ts';
 import { toEventMessages } from '../agent/loops.ts';
 import type { TrajectoryMeta, TrajectoryRecorder } from '../agent/recorder.ts';
-import { appendObservation, generateTurn, type GeneratedTurn } from '../agent/steps.ts';
+import { appendObservation, generateTurn, stopOfLastTurn, type GeneratedTurn, type PreparedObservation } from '../agent/steps.ts';
 import type { AgentContext } from '../agent/types.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import type { LlmBackend } from '../backends/types.ts';
 import { checkForcedCall, forcedCallIds, forcePrefix, withTopLogprobs, wrapGenerate } from './constrain.ts';
 import { ServeError } from './errors.ts';
+import { OFFLOAD_MIN_CHARS, promptChars, type TokenizeOffload } from './offload.ts';
 import type { TurnOptions } from './service.ts';
 
 /** A message as the client sees it (and sends back): what identity checks compare. */
@@ -175,8 +176,10 @@ export class ServeSession {
   /**
    * Check the client's conversation against the session's history and append what is new as one masked turn.
    * Returns false when the new messages do not fit in the response budget (the session is then out of tokens).
+   * With `offload`, new messages of OFFLOAD_MIN_CHARS or more (a big tool result) are tokenized, and checked, in
+   * its worker thread; nothing is recorded before that answers.
    */
-  observe(messages: readonly ClientMessage[]): boolean {
+  async observe(messages: readonly ClientMessage[], offload?: { worker: TokenizeOffload; templateKwargs: Record<string, unknown> }): Promise<boolean> {
     const n = this.history.length;
     if (messages.length < n) throw new ServeError('SRV_ERR_HISTORY', { detail: `the conversation has ${messages.length} messages, the trajectory already ${n}` });
     for (let i = 0; i < n; i++) {
@@ -203,6 +206,16 @@ export class ServeSession {
     }
     const allTools = fresh.every((m) => m.role === 'tool');
     const latencyMs = answered.reduce((a, x) => Math.max(a, x.latencyMs), 0);
+    let prepared: PreparedObservation | undefined;
+    if (offload && promptChars(fresh, []) >= OFFLOAD_MIN_CHARS) {
+      const ctx = this.ctx;
+      prepared = await offload.worker.observe(observation, stopOfLastTurn(ctx), offload.templateKwargs, {
+        mode: ctx.limits.tokenizationCheck,
+        context: this.recorder.contextIds(),
+        conversation: [...ctx.messages, ...observation],
+        tools: ctx.tools.length > 0 ? ctx.tools : null,
+      });
+    }
     // As in the tool agent loop, the calls are recorded (ToolCallCompleted) before their results' turn.
     for (const a of answered) {
       this.pending.delete(a.call.id);
@@ -212,7 +225,7 @@ export class ServeSession {
       this.recorder.toolMs += a.latencyMs;
     }
     this.append(fresh);
-    const appended = appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs);
+    const appended = appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs, prepared);
     // appendObservation ran the check on what it appended; counted so a run shows the check ran (and found nothing).
     if (appended && this.ctx.limits.tokenizationCheck !== 'off') this.ctx.count('tokenization_checks');
     return appended;
