@@ -73,7 +73,7 @@ export interface TurnCompleted {
   token_ids: number[];
   /** Per token for assistant turns; empty otherwise. */
   logprobs: number[];
-  /** This turn's slice of the trajectory's response_mask (TrajectoryCompleted), sent with the turn so a trace or a live view has it before the trajectory ends: 1 for tokens the policy generated, 0 for tool / user tokens and for tokens of an assistant turn the policy did not sample (a prefix serve forced for tool_choice; their logprobs are 0). It keeps its own name because renaming a field would break BACKWARD compatibility with recorded logs; the trainer reads response_mask only. */
+  /** This turn's slice of the trajectory's response_mask (TrajectoryCompleted), sent with the turn so a trace or a live view has it before the trajectory ends: 1 for tokens the policy generated, 0 for tool / user tokens. It keeps its own name because renaming a field would break BACKWARD compatibility with recorded logs; the trainer reads response_mask only. */
   loss_mask: number[];
   text: string;
   tool_calls: ToolCall[];
