@@ -422,6 +422,10 @@ describe('rlstream serve: OpenAI conformance and refusals before a trajectory op
     const done = events.filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).find((t) => t.trajectory_id === c.rlstream.trajectory_id)!;
     assert.deepEqual(done.response_mask.slice(0, c.rlstream.token_ids.length), turn.loss_mask);
     assert.deepEqual(done.response_policy_versions.slice(0, forced), new Array<number>(forced).fill(-1));
+    // The forced tokens are the ones the template writes for that text: re-rendering the conversation (the
+    // tokenization check, on every observation here) finds no mismatch.
+    const toolTurn = events.filter((e) => e.name === 'TurnCompleted').map((e) => e.value as TurnCompleted).find((t) => t.trajectory_id === c.rlstream.trajectory_id && t.role === 'tool')!;
+    assert.equal(toolTurn.tokenization_mismatch, false);
 
     // Arguments that are not JSON: the model failed, said as OpenAI says it, and nothing pretends otherwise.
     const bad = [PROMPT[0], { role: 'user', content: 'BAD ARGS please' }];
