@@ -24,12 +24,14 @@ export interface ScriptedBackendOptions {
   latencyMs?: number | (() => number);
   /** Log-prob reported for every token (default -0.25). */
   logprob?: number;
+  /** Alternatives it returns at most (default 20; 0: none, as a backend that computes none). */
+  maxTopLogprobs?: number;
   name?: string;
 }
 
 export class ScriptedBackend implements LlmBackend {
   readonly name: string;
-  readonly maxTopLogprobs = 20;
+  readonly maxTopLogprobs?: number;
   private version = 0;
   private readonly turns = new Map<string, number>();
   readonly requests: GenerateRequest[] = [];
@@ -38,6 +40,7 @@ export class ScriptedBackend implements LlmBackend {
 
   constructor(private readonly o: ScriptedBackendOptions) {
     this.name = o.name ?? 'scripted';
+    if ((o.maxTopLogprobs ?? 20) > 0) this.maxTopLogprobs = o.maxTopLogprobs ?? 20;
   }
 
   currentPolicyVersion(): number {
