@@ -438,9 +438,10 @@ describe('rlstream serve: OpenAI conformance and refusals before a trajectory op
     assert.equal(job.service.openSessions, sessions);
     // Recorded as generated, ended as error: the reward consumer scores it like any other trajectory.
     events = await topicEvents(job, TOPICS.rolloutEvents);
-    const errored = events.filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).at(-1)!;
-    assert.equal(errored.termination, 'error');
-    assert.match(errored.response_text, /expression=2\+3/);
+    // (The log is partitioned by group: found by its termination, not by its place in the topic.)
+    const errored = events.filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).filter((t) => t.termination === 'error');
+    assert.equal(errored.length, 1);
+    assert.match(errored[0]!.response_text, /expression=2\+3/);
 
     // A continued conversation whose forced turn fails ends its trajectory too (its client never got the turn).
     const first = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: bad });
