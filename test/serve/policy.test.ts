@@ -187,6 +187,7 @@ describe('rlstream serve on the built-in policy', () => {
     }
     // The checkpoint writes calculator calls: most forced calls complete validly.
     assert.ok(valid >= results.length / 2, `${valid} of ${results.length} forced calls were valid`);
+    console.log(`# forced calls through the openai client: ${valid} of ${results.length} valid calls, ${results.length - valid} model_error`);
     // Every trajectory that failed was recorded and ended as error, none left open.
     await job.service.close();
     const completed = (await topicEvents(job, TOPICS.rolloutEvents)).filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory);
