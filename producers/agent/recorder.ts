@@ -1,7 +1,9 @@
 // TrajectoryRecorder: the single place a trajectory's tokens are appended. Each turn added here is
 // emitted at once as a TurnCompleted event (and each tool call as ToolCallCompleted), and finish()
 // assembles the Trajectory from the same arrays, so events and the trajectory cannot disagree.
-// Assistant tokens get response_mask 1 and their log-probs / policy versions; tool and user tokens mask 0.
+// Assistant tokens get response_mask 1 and their log-probs / policy versions; tool and user tokens mask 0, and so do
+// the leading tokens of an assistant turn the policy did not sample (GenerateResult.forced), with log-prob 0 and
+// version -1: nothing trains on a token the policy did not choose.
 import { deriveId } from '../../core/ids.ts';
 import type { DatasetRef, Termination, ToolCall, ToolCallCompleted, Trajectory, TurnCompleted, TurnRole } from '../../schemas/generated/types.ts';
 import type { GenerateResult } from '../backends/types.ts';
@@ -67,15 +69,17 @@ export class TrajectoryRecorder {
     return this.promptIds.length === 0 ? [...this.responseIds] : this.promptIds.concat(this.responseIds);
   }
 
-  private push(role: TurnRole, ids: readonly number[], mask: 0 | 1, logprobs: readonly number[] | null, versions: readonly number[] | null): number {
+  /** Append a turn's tokens; those before `sampledFrom` were not sampled by the policy (mask 0, no log-prob). */
+  private push(role: TurnRole, ids: readonly number[], mask: 0 | 1, logprobs: readonly number[] | null, versions: readonly number[] | null, sampledFrom = 0): number {
     const turn = this.turnRoles.length;
     this.turnOffsets.push(this.responseIds.length);
     this.turnRoles.push(role);
     for (let i = 0; i < ids.length; i++) {
+      const sampled = i >= sampledFrom;
       this.responseIds.push(ids[i]!);
-      this.responseMask.push(mask);
-      this.logprobs.push(logprobs ? (logprobs[i] ?? 0) : 0);
-      this.versions.push(versions ? (versions[i] ?? -1) : -1);
+      this.responseMask.push(sampled ? mask : 0);
+      this.logprobs.push(logprobs && sampled ? (logprobs[i] ?? 0) : 0);
+      this.versions.push(versions && sampled ? (versions[i] ?? -1) : -1);
     }
     return turn;
   }
@@ -99,19 +103,24 @@ export class TrajectoryRecorder {
     };
   }
 
-  /** Append a generated turn; `text` is what the turn decodes to (special tokens skipped). */
+  /**
+   * Append a generated turn; `text` is what the turn decodes to (special tokens skipped). Its first gen.forced
+   * tokens (a prefix the caller forced) are recorded as not sampled: mask 0, log-prob 0, version -1.
+   */
   addAssistant(gen: GenerateResult, text: string, toolCalls: ToolCall[], parseError: string | null): number {
-    const turn = this.push('assistant', gen.tokenIds, 1, gen.logprobs, gen.policyVersions);
+    const forced = Math.min(gen.forced ?? 0, gen.tokenIds.length);
+    const turn = this.push('assistant', gen.tokenIds, 1, gen.logprobs, gen.policyVersions, forced);
+    const start = this.turnOffsets[turn]!;
     this.generationMs += gen.latencyMs;
     this.sink.turn({
       ...this.turnHead(turn, 'assistant'),
       token_ids: gen.tokenIds,
-      logprobs: gen.logprobs,
+      logprobs: forced === 0 ? gen.logprobs : this.logprobs.slice(start, start + gen.tokenIds.length),
       text,
       tool_calls: toolCalls,
       tool_call_parse_error: parseError,
       finish_reason: gen.finishReason,
-      policy_version: gen.policyVersions[0] ?? -1,
+      policy_version: gen.policyVersions.slice(forced).find((v) => v >= 0) ?? -1,
       latency_ms: gen.latencyMs,
       server: gen.server,
       tokenization_mismatch: false,
@@ -119,15 +128,15 @@ export class TrajectoryRecorder {
     return turn;
   }
 
-  /** Append tool or user tokens (response_mask 0). */
-  addObservation(role: 'tool' | 'user', ids: readonly number[], latencyMs: number, tokenizationMismatch: boolean): number {
+  /** Append tool or user tokens (response_mask 0); `text`: their decoding without special tokens, when known. */
+  addObservation(role: 'tool' | 'user', ids: readonly number[], latencyMs: number, tokenizationMismatch: boolean, text?: string): number {
     const turn = this.push(role, ids, 0, null, null);
     if (tokenizationMismatch) this.tokenizationMismatches++;
     this.sink.turn({
       ...this.turnHead(turn, role),
       token_ids: [...ids],
       logprobs: [],
-      text: this.tokenizer.decode(ids, { skipSpecialTokens: true }),
+      text: text ?? this.tokenizer.decode(ids, { skipSpecialTokens: true }),
       tool_calls: [],
       tool_call_parse_error: null,
       finish_reason: null,

@@ -4,6 +4,7 @@ import { deriveId } from '../../core/ids.ts';
 import type { ToolCall } from '../../schemas/generated/types.ts';
 import type { GenerateResult } from '../backends/types.ts';
 import type { ChatMessage } from '../tokenizer/chat-tokenizer.ts';
+import type { TokenizationCheck } from '../tokenizer/delta.ts';
 import type { ToolParseResult } from './tool-parser.ts';
 import type { AgentContext } from './types.ts';
 
@@ -60,7 +61,7 @@ export async function generateTurn(ctx: AgentContext, parseTools: boolean): Prom
 }
 
 /** The end-of-turn token's text when the last turn is an assistant turn that stopped at one, else null. */
-function stopOfLastTurn(ctx: AgentContext): string | null {
+export function stopOfLastTurn(ctx: AgentContext): string | null {
   const rec = ctx.recorder;
   const last = rec.responseIds[rec.responseIds.length - 1];
   if (rec.turnRoles[rec.turnRoles.length - 1] !== 'assistant' || last === undefined || !ctx.tokenizer.isSpecial(last)) return null;
@@ -73,17 +74,28 @@ const TEMPLATE_MISMATCH =
   "delta tokenization differs from the chat template's whole rendering of the conversation: the trajectory keeps the tokens as generated and appended (nothing is re-tokenized); this turn is flagged tokenization_mismatch and counted in tokenization_mismatches (further ones are logged at debug)";
 
 /**
+ * What appendObservation computes from the messages, computed elsewhere (serve tokenizes big observations in a
+ * worker thread, with the same tokenizer, template and delta tokenization): the delta ids, their text, and the
+ * tokenization check of the conversation with them (null when the check is off).
+ */
+export interface PreparedObservation {
+  ids: number[];
+  text: string;
+  check: TokenizationCheck | null;
+}
+
+/**
  * Append messages (tool responses or a user turn) as one masked turn. Returns false, appending nothing,
  * when they do not fit in the response budget (verl drops them and stops the loop).
  */
-export function appendObservation(ctx: AgentContext, role: 'tool' | 'user', messages: ChatMessage[], latencyMs: number): boolean {
+export function appendObservation(ctx: AgentContext, role: 'tool' | 'user', messages: ChatMessage[], latencyMs: number, prepared?: PreparedObservation): boolean {
   const rec = ctx.recorder;
-  const { ids } = ctx.delta.deltaIds(messages, true, stopOfLastTurn(ctx));
+  const { ids } = prepared ?? ctx.delta.deltaIds(messages, true, stopOfLastTurn(ctx));
   if (rec.responseLength + ids.length > ctx.limits.responseLength) return false;
   ctx.messages.push(...messages);
   let mismatch = false;
   if (ctx.limits.tokenizationCheck !== 'off') {
-    const check = ctx.delta.check(ctx.limits.tokenizationCheck, rec.contextIds().concat(ids), ctx.messages, ctx.tools.length > 0 ? ctx.tools : null);
+    const check = prepared?.check ?? ctx.delta.check(ctx.limits.tokenizationCheck, rec.contextIds().concat(ids), ctx.messages, ctx.tools.length > 0 ? ctx.tools : null);
     if (check.mismatch) {
       mismatch = true;
       ctx.count('tokenization_mismatches');
@@ -94,7 +106,7 @@ export function appendObservation(ctx: AgentContext, role: 'tool' | 'user', mess
       (first ? ctx.logger.warn : ctx.logger.debug).call(ctx.logger, first ? TEMPLATE_MISMATCH : 'delta tokenization differs from full re-tokenization', { trajectory_id: ctx.trajectoryId, detail: check.detail });
     }
   }
-  rec.addObservation(role, ids, latencyMs, mismatch);
+  rec.addObservation(role, ids, latencyMs, mismatch, prepared?.text);
   ctx.count(role === 'tool' ? 'tool_turns' : 'user_turns');
   return true;
 }

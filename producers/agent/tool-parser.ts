@@ -24,12 +24,24 @@ export interface ToolParseResult {
 export interface ToolParser {
   readonly name: string;
   parse(text: string): ToolParseResult;
+  /**
+   * The text that opens a call in this format, for a caller that constrains a turn to be a call (OpenAI's
+   * tool_choice): with a name, everything up to the arguments' value (what follows is the policy's to write);
+   * with null, everything up to the name's first character. Absent: the format cannot be forced.
+   */
+  callPrefix?(name: string | null): string;
+}
+
+/** `{"name": "<name>", "<argsKey>":` as the JSON formats open a call (the name written as JSON writes it). */
+function jsonCallPrefix(name: string | null, argsKey: string): string {
+  return name === null ? '{"name": "' : `{"name": ${JSON.stringify(name)}, "${argsKey}":`;
 }
 
 const BLOCK = /<tool_call>([\s\S]*?)<\/tool_call>/g;
 
 export const hermesToolParser: ToolParser = {
   name: 'hermes',
+  callPrefix: (name) => `<tool_call>\n${jsonCallPrefix(name, 'arguments')}`,
   parse(text: string): ToolParseResult {
     const calls: ParsedToolCall[] = [];
     const errors: string[] = [];
@@ -125,6 +137,7 @@ const PYTHON_TAG = '<|python_tag|>';
 
 export const llama3JsonToolParser: ToolParser = {
   name: 'llama3_json',
+  callPrefix: (name) => jsonCallPrefix(name, 'parameters'),
   parse(text: string): ToolParseResult {
     let body = text.trim();
     const tagged = body.startsWith(PYTHON_TAG);
@@ -150,6 +163,7 @@ const ARGS = '[ARGS]';
 
 export const mistralToolParser: ToolParser = {
   name: 'mistral',
+  callPrefix: (name) => `${TOOL_CALLS}[${jsonCallPrefix(name, 'arguments')}`,
   parse(text: string): ToolParseResult {
     const at = text.indexOf(TOOL_CALLS);
     if (at < 0) return { content: text.trim(), calls: [], errors: [] };

@@ -2,7 +2,7 @@
 // 5xx are BACKEND_UNAVAILABLE (retriable: another try or another server may work), 4xx and unparseable
 // bodies are BACKEND_BAD_REQUEST (retrying the same request cannot help).
 import { RlstreamError } from '../../core/errors.ts';
-import type { FinishReason, GenerateRequest, PolicyUpdate } from './types.ts';
+import type { FinishReason, GenerateRequest, PolicyUpdate, TokenAlternative } from './types.ts';
 
 /** One inference server: what the server manager routes between. */
 export interface InferenceServer {
@@ -13,6 +13,8 @@ export interface InferenceServer {
   health(signal?: AbortSignal): Promise<boolean>;
   /** Load new weights, where the server supports it. */
   updateWeights?(update: PolicyUpdate): Promise<void>;
+  /** The most alternatives per token it returns (GenerateRequest.topLogprobs); absent: none. */
+  readonly maxTopLogprobs?: number;
 }
 
 export interface ServerOutput {
@@ -21,6 +23,8 @@ export interface ServerOutput {
   finishReason: FinishReason;
   /** Present when the server returned no token ids and they were re-derived from its text. */
   retokenized?: { mismatch: boolean };
+  /** With request.topLogprobs: per token, its alternatives as the server returned them. */
+  topLogprobs?: TokenAlternative[][];
 }
 
 /** POST a JSON body and parse the JSON answer; `emptyOk`: an empty 2xx body (control endpoints answer so) is `null`. */

@@ -7,11 +7,13 @@
 // A server that returns none of them gives only text: the ids are then re-derived by tokenizing the text
 // with the run's tokenizer, and a re-derivation whose token count differs from the server's log-prob count
 // is counted as a mismatch (the log-probs are then summed per re-derived token over character spans, which
-// keeps each turn's total log-prob).
+// keeps each turn's total log-prob). Alternatives (GenerateRequest.topLogprobs) are asked as `logprobs: k` and read
+// from llama.cpp's `content[].top_logprobs[].id` or vLLM's `top_logprobs` maps keyed `token_id:N`; a server that
+// returns neither fails the call rather than answering without them.
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import { badResponse, Completions, finishReasonOf, getOk, type InferenceServer, type ServerOutput } from './http.ts';
-import type { GenerateRequest } from './types.ts';
+import type { GenerateRequest, TokenAlternative } from './types.ts';
 
 export interface OpenAiServerOptions {
   /** The served model name; default: the first id GET /v1/models lists, asked once. */
@@ -28,14 +30,14 @@ export interface OpenAiServerOptions {
   tokenizer?: () => ChatTokenizer;
 }
 
-export function openAiCompletionBody(model: string, promptIds: number[], s: SamplingParams, extra: Record<string, unknown> = {}): Record<string, unknown> {
+export function openAiCompletionBody(model: string, promptIds: number[], s: SamplingParams, extra: Record<string, unknown> = {}, topLogprobs = 0): Record<string, unknown> {
   const body: Record<string, unknown> = {
     model,
     prompt: promptIds,
     max_tokens: s.max_new_tokens,
     temperature: s.temperature,
     top_p: s.top_p,
-    logprobs: 1,
+    logprobs: Math.max(1, topLogprobs),
     stream: false,
     // Extensions the servers that know them honour and the others ignore: token ids in the answer (vLLM) and
     // stop tokens by id (vLLM, SGLang; llama.cpp stops at the model's end-of-generation tokens itself).
@@ -51,7 +53,38 @@ interface Choice {
   text?: unknown;
   token_ids?: unknown;
   finish_reason?: unknown;
-  logprobs?: { tokens?: unknown[]; token_logprobs?: (number | null)[]; content?: { id?: unknown; token?: unknown; logprob?: unknown }[] } | null;
+  logprobs?: { tokens?: unknown[]; token_logprobs?: (number | null)[]; top_logprobs?: unknown[]; content?: { id?: unknown; token?: unknown; logprob?: unknown; top_logprobs?: unknown }[] } | null;
+}
+
+/** The most alternatives per token asked of an OpenAI-compatible server (OpenAI's own chat limit). */
+const MAX_TOP_LOGPROBS = 20;
+
+/**
+ * Per token, the alternatives the server returned, most probable first: llama.cpp's content[].top_logprobs
+ * ({id, logprob}) or vLLM's top_logprobs ({"token_id:N": logprob}); null when neither is there with ids.
+ */
+export function alternativesFromChoice(choice: Choice): TokenAlternative[][] | null {
+  const lp = choice.logprobs ?? null;
+  const sorted = (alts: TokenAlternative[]) => alts.sort((a, b) => b.logprob - a.logprob || a.token - b.token);
+  if (Array.isArray(lp?.content) && lp.content.every((c) => Array.isArray(c.top_logprobs))) {
+    const out = lp.content.map((c) => (c.top_logprobs as { id?: unknown; logprob?: unknown }[]).map((a) => ({ token: a.id, logprob: a.logprob })));
+    if (out.every((alts) => alts.every((a) => Number.isInteger(a.token) && typeof a.logprob === 'number'))) return out.map((alts) => sorted(alts as TokenAlternative[]));
+    return null;
+  }
+  if (Array.isArray(lp?.top_logprobs) && lp.top_logprobs.every((m) => m !== null && typeof m === 'object')) {
+    const out: TokenAlternative[][] = [];
+    for (const m of lp.top_logprobs as Record<string, unknown>[]) {
+      const alts: TokenAlternative[] = [];
+      for (const [key, v] of Object.entries(m)) {
+        const id = /^token_id:(\d+)$/.exec(key);
+        if (!id || typeof v !== 'number') return null;
+        alts.push({ token: Number(id[1]), logprob: v });
+      }
+      out.push(sorted(alts));
+    }
+    return out;
+  }
+  return null;
 }
 
 const finite = (x: unknown): number => (typeof x === 'number' && Number.isFinite(x) ? x : 0);
@@ -100,6 +133,7 @@ export function rederive(text: string, serverTokens: string[] | null, serverLogp
 
 export class OpenAiServer implements InferenceServer {
   private readonly api: Completions;
+  readonly maxTopLogprobs = MAX_TOP_LOGPROBS;
 
   constructor(
     readonly address: string,
@@ -114,12 +148,19 @@ export class OpenAiServer implements InferenceServer {
 
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput> {
     const { endpoint, choice } = await this.api.firstChoice<Choice>(
-      (model) => openAiCompletionBody(model, request.promptIds, request.sampling, this.options.extraBody),
+      (model) => openAiCompletionBody(model, request.promptIds, request.sampling, this.options.extraBody, request.topLogprobs ?? 0),
       { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000 },
     );
     const finishReason = finishReasonOf(choice.finish_reason);
     const direct = idsFromChoice(endpoint, choice);
+    if (direct && (request.topLogprobs ?? 0) > 0) {
+      const k = request.topLogprobs!;
+      const alts = alternativesFromChoice(choice);
+      if (!alts || alts.length !== direct.tokenIds.length) throw badResponse(endpoint, `no alternatives with token ids per token (choices[0].logprobs) although logprobs: ${k} was asked`);
+      return { ...direct, finishReason, topLogprobs: alts.map((a) => a.slice(0, k)) };
+    }
     if (direct) return { ...direct, finishReason };
+    if ((request.topLogprobs ?? 0) > 0) throw badResponse(endpoint, 'alternatives were asked, but the server returned no token ids to place them');
     if (typeof choice.text !== 'string') throw badResponse(endpoint, 'neither token ids nor text in choices[0]');
     if (!this.options.tokenizer) throw badResponse(endpoint, 'no token ids returned, and no tokenizer to re-derive them (set model.tokenizer)');
     const lp = choice.logprobs ?? null;

@@ -1,7 +1,8 @@
 // ScriptedBackend: a TEST DOUBLE of an LLM backend. A script (a function of the prompt) says what the
 // "model" answers; the text is tokenized with the real tokenizer, an end-of-turn token appended, the
-// answer cut at max_new_tokens (finish 'length') and given fixed log-probs. For tests and benchmarks of
-// everything around generation; it samples nothing.
+// answer cut at max_new_tokens (finish 'length') and given fixed log-probs (and, when asked, fixed alternatives:
+// the token itself, then the next ids at log-probs 2, 3, … below it). For tests and benchmarks of everything
+// around generation; it samples nothing.
 import { sleep } from '../../core/retry.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import type { FinishReason, GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from './types.ts';
@@ -23,11 +24,14 @@ export interface ScriptedBackendOptions {
   latencyMs?: number | (() => number);
   /** Log-prob reported for every token (default -0.25). */
   logprob?: number;
+  /** Alternatives it returns at most (default 20; 0: none, as a backend that computes none). */
+  maxTopLogprobs?: number;
   name?: string;
 }
 
 export class ScriptedBackend implements LlmBackend {
   readonly name: string;
+  readonly maxTopLogprobs?: number;
   private version = 0;
   private readonly turns = new Map<string, number>();
   readonly requests: GenerateRequest[] = [];
@@ -36,6 +40,7 @@ export class ScriptedBackend implements LlmBackend {
 
   constructor(private readonly o: ScriptedBackendOptions) {
     this.name = o.name ?? 'scripted';
+    if ((o.maxTopLogprobs ?? 20) > 0) this.maxTopLogprobs = o.maxTopLogprobs ?? 20;
   }
 
   currentPolicyVersion(): number {
@@ -72,9 +77,12 @@ export class ScriptedBackend implements LlmBackend {
       finish = 'length';
     }
     const version = this.version;
+    const lp = this.o.logprob ?? -0.25;
+    const k = request.topLogprobs ?? 0;
     return {
       tokenIds: ids,
-      logprobs: ids.map(() => this.o.logprob ?? -0.25),
+      logprobs: ids.map(() => lp),
+      ...(k > 0 ? { topLogprobs: ids.map((t) => Array.from({ length: k }, (_, j) => ({ token: t + j, logprob: j === 0 ? lp : lp - 1 - j }))) } : {}),
       finishReason: finish,
       policyVersions: ids.map(() => version),
       server: this.name,

@@ -51,6 +51,8 @@ export interface ServerStats {
 
 export class ServerManager implements LlmBackend {
   readonly name: string;
+  /** What every server returns (a request may go to any of them). */
+  readonly maxTopLogprobs?: number;
   private readonly states: ServerState[];
   /** session → server index; a Map iterates in insertion order, which makes it an LRU when re-inserted on use. */
   private readonly sticky = new Map<string, number>();
@@ -63,6 +65,8 @@ export class ServerManager implements LlmBackend {
   constructor(servers: InferenceServer[], options: ServerManagerOptions = {}) {
     if (servers.length === 0) throw new RlstreamError('CONFIG_INVALID', 'backend.servers must list at least one server');
     this.name = options.name ?? 'server-manager';
+    const top = Math.min(...servers.map((s) => s.maxTopLogprobs ?? 0));
+    if (top > 0) this.maxTopLogprobs = top;
     this.logger = options.logger ?? silentLogger;
     this.o = {
       maxConcurrencyPerServer: options.maxConcurrencyPerServer ?? 256,
@@ -208,6 +212,7 @@ export class ServerManager implements LlmBackend {
         server: st.server.address,
         latencyMs: performance.now() - t0,
         ...(out.retokenized ? { retokenized: out.retokenized } : {}),
+        ...(out.topLogprobs ? { topLogprobs: out.topLogprobs } : {}),
       };
     } catch (err) {
       if (!signal?.aborted && isRetriable(err)) {

@@ -12,6 +12,17 @@ export interface GenerateRequest {
   /** The whole token context of the trajectory so far (prompt and all earlier turns). */
   promptIds: number[];
   sampling: SamplingParams;
+  /**
+   * Alternatives per generated token (1..LlmBackend.maxTopLogprobs): the most probable tokens of the distribution
+   * the token was sampled from, with their log-probs under the same convention as `logprobs`. Absent or 0: none.
+   */
+  topLogprobs?: number;
+}
+
+/** One alternative of a generated token (GenerateResult.topLogprobs). */
+export interface TokenAlternative {
+  token: number;
+  logprob: number;
 }
 
 export interface GenerateResult {
@@ -25,6 +36,13 @@ export interface GenerateResult {
   latencyMs: number;
   /** Present when the server returned text only and the ids were re-derived (mismatch: the token counts differed). */
   retokenized?: { mismatch: boolean };
+  /** With request.topLogprobs: per token, its alternatives, most probable first (ties by token id). */
+  topLogprobs?: TokenAlternative[][];
+  /**
+   * Leading tokens of tokenIds the policy did not sample (a prefix the caller forced, e.g. the opening of a tool
+   * call for tool_choice): recorded with response_mask 0, log-prob 0 and policy version -1. Absent: 0.
+   */
+  forced?: number;
 }
 
 import type { Model } from '../../native/model.ts';
@@ -43,6 +61,8 @@ export interface LlmBackend {
   releaseSession?(sessionId: string): void;
   /** A new policy version is available (hot-swap). Backends that cannot load weights ignore it. */
   updatePolicy?(update: PolicyUpdate): Promise<void>;
+  /** The most alternatives per token it computes (GenerateRequest.topLogprobs); absent: none. */
+  readonly maxTopLogprobs?: number;
   /** Version new requests are generated with. */
   currentPolicyVersion(): number;
   /**

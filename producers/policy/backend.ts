@@ -10,6 +10,7 @@ import type { EngineStats, RolloutInterrupt } from './engine.ts';
 import { InProcessEngine, type EngineSetup, type PolicyEngine } from './engine-host.ts';
 import { WorkerEngines } from './engine-workers.ts';
 import { PolicyUpdates } from './updates.ts';
+import { MAX_TOP_LOGPROBS } from './sampler.ts';
 
 export interface BuiltinPolicyOptions {
   /** Most sequences decoded together (default 64). */
@@ -42,6 +43,8 @@ async function loadWeights(source: BuiltinPolicySource): Promise<TensorMap> {
 
 export class BuiltinPolicyBackend implements LlmBackend {
   readonly name = 'builtin';
+  /** The engine returns the top alternatives of the very distribution each token was sampled from. */
+  readonly maxTopLogprobs = MAX_TOP_LOGPROBS;
   private readonly updates: PolicyUpdates;
 
   private constructor(

@@ -14,7 +14,7 @@ import { gatherRows, kvBytes, SessionCache, type SessionKv } from './kv.ts';
 import { onAbortUntilSettled } from './on-abort.ts';
 import { emptyKv, type KvTensors, type PolicyRunner } from './runner.ts';
 import { compactRow, SlotCache, type Segment } from './slots.ts';
-import { inverseTemperature, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
+import { inverseTemperature, newScratch, Rng, sampleToken, topAlternatives, validateSampling, MAX_TOP_LOGPROBS } from './sampler.ts';
 
 /**
  * How a policy update reaches sessions (trajectories) that are under way:
@@ -69,6 +69,7 @@ interface Seq {
   tokens: number[];
   logprobs: number[];
   versions: number[]; // the version that sampled each token
+  top: { token: number; logprob: number }[][] | null; // alternatives per token, when asked for
   maxNew: number;
   stop: Set<number>;
   rng: Rng;
@@ -157,6 +158,7 @@ export class GenerationEngine {
         tokens: [],
         logprobs: [],
         versions: [],
+        top: (req.topLogprobs ?? 0) > 0 ? [] : null,
         maxNew: Math.min(p.max_new_tokens, this.config.maxPositions - req.promptIds.length),
         stop: new Set(p.stop_token_ids),
         rng: new Rng(p.seed ?? randomInt(0, 2 ** 48 - 1)),
@@ -255,6 +257,8 @@ export class GenerationEngine {
       if (!Number.isInteger(t) || t < 0 || t >= V) throw bad(`token id ${t} at position ${i} is outside the vocabulary [0, ${V})`);
     }
     validateSampling(req.sampling, V);
+    const k = req.topLogprobs ?? 0;
+    if (!Number.isInteger(k) || k < 0 || k > MAX_TOP_LOGPROBS) throw bad(`topLogprobs must be an integer in [0, ${MAX_TOP_LOGPROBS}], got ${k}`);
   }
 
   private versionFor(sessionId: string | undefined): number {
@@ -564,6 +568,7 @@ export class GenerationEngine {
     s.tokens.push(token);
     s.logprobs.push(logprob);
     s.versions.push(s.version);
+    if (s.top) s.top.push(topAlternatives(probs, s.req.topLogprobs!));
     s.context.push(token);
     s.feed = [token];
   }
@@ -596,6 +601,7 @@ export class GenerationEngine {
       logprobs: s.logprobs,
       finishReason: reason,
       policyVersions: s.versions,
+      ...(s.top ? { topLogprobs: s.top } : {}),
       server: this.opts.server,
       latencyMs: performance.now() - s.t0,
     });

@@ -153,6 +153,29 @@ function pick(probs: Float32Array, token: number): { token: number; logprob: num
   return { token, logprob: Math.log(probs[token]!) };
 }
 
+/** The most alternatives per token the engine computes (OpenAI's own limit on top_logprobs). */
+export const MAX_TOP_LOGPROBS = 20;
+
+/**
+ * The k most probable tokens of `probs` (the same row sampleToken draws from), most probable first, ties by token
+ * id, each with log(probs[token]): the alternatives OpenAI's top_logprobs returns, under the convention above.
+ */
+export function topAlternatives(probs: Float32Array, k: number): { token: number; logprob: number }[] {
+  const V = probs.length;
+  const n = Math.min(k, V);
+  const tokens: number[] = [];
+  // A sorted list of at most k: one pass over the row, an insertion only for a token that beats the k-th.
+  for (let i = 0; i < V; i++) {
+    const p = probs[i]!;
+    if (tokens.length === n && !(p > probs[tokens[n - 1]!]!)) continue;
+    let at = tokens.length === n ? n - 1 : tokens.length;
+    while (at > 0 && probs[tokens[at - 1]!]! < p) at--;
+    if (tokens.length === n) tokens.pop();
+    tokens.splice(at, 0, i);
+  }
+  return tokens.map((t) => ({ token: t, logprob: Math.log(probs[t]!) }));
+}
+
 export function newScratch(vocabSize: number): { order: Int32Array } {
   return { order: new Int32Array(vocabSize) };
 }

@@ -4,13 +4,13 @@ import { emptyKv, type PolicyRunner } from './runner.ts';
 import { MASKED } from './export.ts';
 
 /**
- * For each sequence, out[t] = log p(tokens[t + 1] | tokens[0..t]) for t in [0, n - 1) (length n - 1).
+ * The whole distribution after every prefix: log_softmax(logits) at each position of each sequence, as
+ * [batch, seq, vocab] rows (seq: the longest sequence; the rows past a shorter one's end are padding).
  * `runner` must have been created with mode 'all'. Sequences are batched right-padded.
  */
-export async function scoreSequences(runner: PolicyRunner, sequences: number[][]): Promise<Float32Array[]> {
+export async function logprobRows(runner: PolicyRunner, sequences: number[][]): Promise<{ rows: Float32Array; seq: number }> {
   const B = sequences.length;
   const S = sequences.reduce((m, s) => Math.max(m, s.length), 0);
-  const V = runner.config.vocabSize;
   const ids = new BigInt64Array(B * S);
   const pos = new BigInt64Array(B * S);
   const bias = new Float32Array(B * S * S).fill(MASKED);
@@ -25,9 +25,19 @@ export async function scoreSequences(runner: PolicyRunner, sequences: number[][]
     }
   });
   const out = await runner.step({ batch: B, seq: S, inputIds: ids, positionIds: pos, bias, past: emptyKv(runner.config) });
+  return { rows: out.logprobs, seq: S };
+}
+
+/**
+ * For each sequence, out[t] = log p(tokens[t + 1] | tokens[0..t]) for t in [0, n - 1) (length n - 1).
+ * `runner` must have been created with mode 'all'. Sequences are batched right-padded.
+ */
+export async function scoreSequences(runner: PolicyRunner, sequences: number[][]): Promise<Float32Array[]> {
+  const V = runner.config.vocabSize;
+  const { rows, seq: S } = await logprobRows(runner, sequences);
   return sequences.map((seq, b) => {
     const lp = new Float32Array(Math.max(0, seq.length - 1));
-    for (let t = 0; t + 1 < seq.length; t++) lp[t] = out.logprobs[(b * S + t) * V + seq[t + 1]!]!;
+    for (let t = 0; t + 1 < seq.length; t++) lp[t] = rows[(b * S + t) * V + seq[t + 1]!]!;
     return lp;
   });
 }

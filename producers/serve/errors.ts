@@ -23,6 +23,7 @@ const SERVE_ERRORS = {
   SRV_ERR_GROUP: { status: 400, type: 'invalid_request_error', message: 'bad group: {detail}' },
   SRV_ERR_ROUTE_NOT_FOUND: { status: 404, type: 'invalid_request_error', message: 'no route {method} {url}' },
   SRV_ERR_BACKEND: { status: 503, type: 'server_error', message: 'the backend did not answer: {detail}' },
+  SRV_ERR_MODEL_OUTPUT: { status: 500, type: 'model_error', message: 'The model produced invalid content: {detail}. Consider modifying your prompt if you are seeing this error persistently.' },
   SRV_ERR_INTERNAL: { status: 500, type: 'server_error', message: 'internal error (see the server log, request {requestId})' },
 } as const satisfies Record<string, { status: number; type: string; message: string }>;
 

@@ -15,6 +15,8 @@ export const INT32_MAX = 2 ** 31 - 1;
 export const SEED_MAX = 2 ** 53 - 2;
 /** Most alternatives per token (OpenAI's own limit). */
 export const MAX_TOP_LOGPROBS = 20;
+/** Most alternatives per token on completions (OpenAI's own limit there). */
+export const MAX_COMPLETION_LOGPROBS = 5;
 /** Most stop strings (OpenAI's own limit). */
 export const MAX_STOP = 4;
 
@@ -121,10 +123,13 @@ export const ChatCompletionRequest = Type.Object(
     messages: Type.Array(MessageWire, { minItems: 1, maxItems: 4096 }),
     max_completion_tokens: nullable(Type.Integer({ minimum: 1, maximum: INT32_MAX })),
     tools: nullable(Type.Array(ToolWire, { maxItems: 128 })),
-    tool_choice: nullable(Type.Union([Type.Literal('auto'), Type.Literal('none'), Type.Literal('required'), NamedToolChoice]), 'auto: the policy decides; none: no tool call is parsed out of the turn (its text is the content). required and a named function are refused: a forced call would not be the policy\'s own output.'),
+    tool_choice: nullable(
+      Type.Union([Type.Literal('auto'), Type.Literal('none'), Type.Literal('required'), NamedToolChoice]),
+      "auto: the policy decides; none: no tool call is parsed out of the turn (its text is the content); required / a named function: the turn opens with the tool-call format's fixed prefix (the function's name included when it is named or the only tool), as tokens the policy did not sample (response_mask 0), and the policy writes the arguments; a turn that is then not a valid call answers 500 model_error.",
+    ),
     parallel_tool_calls: nullable(Type.Boolean(), 'false: at most one call per turn is returned.'),
     logprobs: nullable(Type.Boolean()),
-    top_logprobs: nullable(Type.Integer({ minimum: 0, maximum: MAX_TOP_LOGPROBS }), 'Alternatives per token (needs logprobs: true).'),
+    top_logprobs: nullable(Type.Integer({ minimum: 0, maximum: MAX_TOP_LOGPROBS }), 'Alternatives per token (needs logprobs: true): the most probable tokens of the distribution each token was sampled from.'),
     response_format: nullable(Type.Object({ type: Type.Literal('text') }, closed), "Only {type: 'text'}: the output is never constrained to a schema."),
     modalities: nullable(Type.Array(Type.Literal('text'), { minItems: 1, maxItems: 1 }), "Only ['text']."),
     reasoning_effort: Type.Optional(Type.Null({ description: 'Not supported (only null): the policy has no reasoning budget.' })),
@@ -143,7 +148,7 @@ export const CompletionRequest = Type.Object(
     prompt: Type.Union([Type.String(), Type.Array(Type.String(), { minItems: 1, maxItems: 64 }), TokenPrompt, Type.Array(TokenPrompt, { minItems: 1, maxItems: 64 })], {
       description: 'A text (tokenized without a chat template) or a list of texts: each prompt opens its own group of n samples; choice index = prompt index × n + sample. Token-id prompts are refused (send text).',
     }),
-    logprobs: nullable(Type.Integer({ minimum: 0, maximum: MAX_TOP_LOGPROBS }), 'Log-probs of the sampled tokens, and this many alternatives each.'),
+    logprobs: nullable(Type.Integer({ minimum: 0, maximum: MAX_COMPLETION_LOGPROBS }), 'Log-probs of the sampled tokens, and this many alternatives each (the most probable tokens of the distribution each was sampled from).'),
     echo: nullable(Type.Literal(false), 'Only false: the prompt is not returned.'),
     best_of: nullable(Type.Literal(1), 'Only 1: ask for n samples (one group) and rank them yourself.'),
     suffix: Type.Optional(Type.Null({ description: 'Not supported (only null): no insertion.' })),
@@ -181,6 +186,7 @@ const ChoiceExtension = Type.Object(
     group_id: Type.String(),
     turn_index: Type.Integer({ description: 'Index of this turn in the trajectory (-1 when nothing was generated).' }),
     token_ids: Type.Array(Type.Integer(), { description: 'The generated token ids, as recorded.' }),
+    forced_tokens: Type.Integer({ description: 'How many leading token_ids the endpoint forced (tool_choice required or a named function): not sampled, response_mask 0, no log-prob.' }),
     policy_version: Type.Integer(),
     completed: Type.Union([Type.String(), Type.Null()], { description: 'The termination when this call ended the trajectory (its response budget is spent).' }),
   },

@@ -11,6 +11,7 @@ import { describeError } from '../../core/errors.ts';
 import { newId } from '../../core/ids.ts';
 import type { Logger } from '../../core/telemetry.ts';
 import { AuthFailureLimiter, bearerToken, type TokenStore } from '../../core/auth/tokens.ts';
+import type { GenerateResult } from '../backends/types.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import { ServeError } from './errors.ts';
 import {
@@ -30,12 +31,16 @@ import {
 import { ANONYMOUS, type ChoiceResult, type ServeService, type SessionNaming, type TurnOptions } from './service.ts';
 import { serveValidatorCompiler, validationError } from './validation.ts';
 
-/** One sampled token's log-prob in OpenAI's chat shape (no alternatives: top_logprobs stays empty). */
-interface TokenLogprob {
+/** One alternative of a token in OpenAI's chat shape. */
+interface TokenAlternativeWire {
   token: string;
   logprob: number;
   bytes: number[];
-  top_logprobs: never[];
+}
+
+/** One sampled token's log-prob in OpenAI's chat shape, with its alternatives when top_logprobs asks for them. */
+interface TokenLogprob extends TokenAlternativeWire {
+  top_logprobs: TokenAlternativeWire[];
 }
 
 /** Defaults of the limits (serve.* in the run config; docs/serve.md#limits). */
@@ -124,7 +129,8 @@ function extension(r: ChoiceResult): Record<string, unknown> {
     group_id: r.session.meta.groupId,
     turn_index: r.served?.turn.turnIndex ?? -1,
     token_ids: r.served?.turn.gen.tokenIds ?? [],
-    policy_version: r.served?.turn.gen.policyVersions[0] ?? -1,
+    forced_tokens: r.served?.turn.gen.forced ?? 0,
+    policy_version: r.served?.turn.gen.policyVersions.find((v) => v >= 0) ?? -1,
     completed: r.completed,
   };
 }
@@ -176,12 +182,20 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
   const holders = new WeakMap<FastifyRequest, string>();
   const holderOf = (request: FastifyRequest) => holders.get(request) ?? ANONYMOUS;
 
-  const logprobsOf = (ids: readonly number[], lps: readonly number[]): { content: TokenLogprob[] } => ({
-    content: ids.map((id, i) => {
-      const token = tokenizer.decode([id]);
-      return { token, logprob: lps[i] ?? 0, bytes: [...Buffer.from(token, 'utf8')], top_logprobs: [] };
-    }),
-  });
+  const wireToken = (id: number, logprob: number): TokenAlternativeWire => {
+    const token = tokenizer.decode([id]);
+    return { token, logprob, bytes: [...Buffer.from(token, 'utf8')] };
+  };
+  /** The sampled tokens' log-probs (tokens the endpoint forced were not sampled and have none: left out). */
+  const logprobsOf = (gen: GenerateResult): { content: TokenLogprob[] } => {
+    const from = gen.forced ?? 0;
+    return {
+      content: gen.tokenIds.slice(from).map((id, j) => ({
+        ...wireToken(id, gen.logprobs[from + j] ?? 0),
+        top_logprobs: (gen.topLogprobs?.[from + j] ?? []).map((a) => wireToken(a.token, a.logprob)),
+      })),
+    };
+  };
   const checkModel = (model: string) => {
     if (model !== o.model) throw new ServeError('SRV_ERR_MODEL', { model: JSON.stringify(model), served: o.model }, { param: 'model' });
   };
@@ -246,15 +260,15 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
     const body = request.body as ChatCompletionRequest;
     checkModel(body.model);
     common(body);
-    const tc = body.tool_choice;
-    if (tc === 'required' || (typeof tc === 'object' && tc !== null)) {
-      throw new ServeError('SRV_ERR_VALIDATION', { detail: "tool_choice: only 'auto' and 'none' are honoured; a call forced by the endpoint would not be the policy's own output (offer only the tools it may call instead)" }, { param: 'tool_choice' });
-    }
-    if ((body.top_logprobs ?? 0) > 0) {
-      if (body.logprobs !== true) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'top_logprobs: needs logprobs: true' }, { param: 'top_logprobs' });
-      throw new ServeError('SRV_ERR_VALIDATION', { detail: 'top_logprobs: alternatives are not computed by this backend; only 0 is honoured' }, { param: 'top_logprobs' });
-    }
-    const turn: TurnOptions = { stop: stopList(body.stop), ...(tc === 'none' ? { parseTools: false } : {}), ...(body.parallel_tool_calls === false ? { maxCalls: 1 } : {}) };
+    const tc = body.tool_choice ?? 'auto';
+    const top = body.top_logprobs ?? 0;
+    if (top > 0 && body.logprobs !== true) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'top_logprobs: needs logprobs: true' }, { param: 'top_logprobs' });
+    const turn: TurnOptions = {
+      stop: stopList(body.stop),
+      toolChoice: typeof tc === 'object' ? { name: tc.function.name } : tc,
+      ...(body.parallel_tool_calls === false ? { maxCalls: 1 } : {}),
+      ...(top > 0 ? { topLogprobs: top } : {}),
+    };
     const messages = body.messages.map(clientMessage);
     const results = await service.chat({ messages, tools: chatTools(body.tools), sampling: service.sampling(body), n: body.n ?? 1, naming: naming(request, body.metadata), holder: holderOf(request), turn });
     const id = `chatcmpl-${newId()}`;
@@ -265,7 +279,7 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
       return {
         index,
         message: r.served ? assistantWire(r.served.message) : { role: 'assistant', content: '' },
-        logprobs: body.logprobs && gen ? logprobsOf(gen.tokenIds, gen.logprobs) : null,
+        logprobs: body.logprobs && gen ? logprobsOf(gen) : null,
         finish_reason: finishReason(r),
         rlstream: extension(r),
       };
@@ -300,15 +314,15 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
     common(body);
     const prompts = typeof body.prompt === 'string' ? [body.prompt] : body.prompt;
     if (prompts.some((p) => typeof p !== 'string')) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'prompt: token-id prompts are not accepted; send text' }, { param: 'prompt' });
-    if ((body.logprobs ?? 0) > 0) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'logprobs: alternatives are not computed by this backend; only 0 (the sampled tokens\' log-probs) is honoured' }, { param: 'logprobs' });
-    const results = await service.text({ prompts: prompts as string[], sampling: service.sampling(body), n: body.n ?? 1, naming: naming(request, body.metadata), holder: holderOf(request), turn: { stop: stopList(body.stop) } });
+    const top = body.logprobs ?? 0;
+    const results = await service.text({ prompts: prompts as string[], sampling: service.sampling(body), n: body.n ?? 1, naming: naming(request, body.metadata), holder: holderOf(request), turn: { stop: stopList(body.stop), ...(top > 0 ? { topLogprobs: top } : {}) } });
     const id = `cmpl-${newId()}`;
     const created = Math.floor(Date.now() / 1000);
     const choices = results.map((r, index) => {
       const gen = r.served?.turn.gen;
       const text = r.served?.message.content ?? '';
       let logprobs: Record<string, unknown> | null = null;
-      if (body.logprobs === 0 && gen) {
+      if (body.logprobs !== undefined && body.logprobs !== null && gen) {
         const tokensText = gen.tokenIds.map((t) => tokenizer.decode([t]));
         const offsets: number[] = [];
         let at = 0;
@@ -318,7 +332,9 @@ export async function buildServeServer(o: ServeServerOptions): Promise<FastifyIn
         }
         // Tokens past the returned text (a stop string's) are in the record, not in the answer.
         const keep = offsets.filter((x) => x < text.length || x === 0).length;
-        logprobs = { tokens: tokensText.slice(0, keep), token_logprobs: gen.logprobs.slice(0, keep), top_logprobs: null, text_offset: offsets.slice(0, keep) };
+        // Alternatives as the legacy API writes them: per token, their texts to their log-probs.
+        const alternatives = top > 0 ? (gen.topLogprobs ?? []).slice(0, keep).map((alts) => Object.fromEntries(alts.map((a) => [tokenizer.decode([a.token]), a.logprob]))) : null;
+        logprobs = { tokens: tokensText.slice(0, keep), token_logprobs: gen.logprobs.slice(0, keep), top_logprobs: alternatives, text_offset: offsets.slice(0, keep) };
       }
       return { index, text, logprobs, finish_reason: gen?.finishReason === 'length' || !r.served ? 'length' : 'stop', rlstream: extension(r) };
     });

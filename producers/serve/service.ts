@@ -16,6 +16,7 @@ import type { CompiledRolloutOptions } from '../options.ts';
 import type { EventPublisher } from '../publisher.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../tokenizer/delta.ts';
+import type { ToolChoice } from './constrain.ts';
 import { ServeError } from './errors.ts';
 import { OFFLOAD_MIN_CHARS, promptChars, type TokenizeOffload } from './offload.ts';
 import { templateMessage } from './openai.ts';
@@ -78,14 +79,19 @@ export interface ChatCall {
   turn?: TurnOptions;
 }
 
-/** Per-call options of a generated turn (OpenAI's stop, tool_choice none, parallel_tool_calls false). */
+/** Per-call options of a generated turn (OpenAI's stop, tool_choice, parallel_tool_calls false, top_logprobs). */
 export interface TurnOptions {
   /** The returned text ends before the first of these the policy generated; generation ends at the token completing it. */
   stop?: readonly string[];
-  /** false: no tool call is read out of the turn (tool_choice none); its text is the content. */
-  parseTools?: boolean;
+  /**
+   * none: no tool call is read out of the turn (its text is the content); required / a named function: the turn
+   * is forced to open a call (constrain.ts). Default auto.
+   */
+  toolChoice?: ToolChoice;
   /** At most this many calls are returned (parallel_tool_calls false: 1). */
   maxCalls?: number;
+  /** Alternatives per token from the backend (top_logprobs), at most backend.maxTopLogprobs. */
+  topLogprobs?: number;
 }
 
 export interface ChoiceResult {
@@ -149,6 +155,7 @@ export class ServeService {
 
   /** One chat call: continue the trajectory it names (or whose conversation it continues), or open new ones. */
   async chat(call: ChatCall): Promise<ChoiceResult[]> {
+    this.checkTurn(call.turn ?? {}, call.tools);
     const existing = this.find(call);
     if (existing) {
       if (call.n !== 1) throw new ServeError('SRV_ERR_GROUP', { detail: 'n > 1 opens a group of new trajectories; a continued trajectory takes n = 1' }, { param: 'n' });
@@ -188,6 +195,7 @@ export class ServeService {
    * trajectories; each stays open for its reward until completed or timed out. All open, or none does.
    */
   async text(call: { prompts: readonly string[]; sampling: SamplingParams; n: number; naming: SessionNaming; holder?: string; turn?: TurnOptions }): Promise<ChoiceResult[]> {
+    this.checkTurn(call.turn ?? {}, [], 'logprobs');
     const id = call.naming.trajectoryId;
     if (id !== undefined && (this.sessions.has(id) || this.done.has(id))) {
       throw new ServeError('SRV_ERR_HISTORY', { detail: `a text completion opens a new trajectory and ${id} exists; continue a conversation on /v1/chat/completions` });
@@ -198,7 +206,7 @@ export class ServeService {
     return this.held_(call.holder, async () => {
       const opens = [];
       for (const [i, prompt] of call.prompts.entries()) {
-        const chat: ChatCall = { messages: [{ role: 'user', content: prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming, ...(call.holder !== undefined ? { holder: call.holder } : {}), turn: { ...call.turn, parseTools: false } };
+        const chat: ChatCall = { messages: [{ role: 'user', content: prompt, tool_calls: [], tool_call_id: null }], tools: [], sampling: call.sampling, n: call.n, naming: call.naming, ...(call.holder !== undefined ? { holder: call.holder } : {}), turn: { ...call.turn, toolChoice: 'none' } };
         const offload = this.deps.offload;
         const ids = offload && prompt.length >= OFFLOAD_MIN_CHARS ? await offload.text(prompt) : this.deps.tokenizer.encode(prompt);
         this.checkPromptLength(ids.length, 'prompt', call.prompts.length > 1 ? ` (prompt ${i})` : '');
@@ -206,6 +214,24 @@ export class ServeService {
       }
       return this.openAndServe(opens, true);
     });
+  }
+
+  /** What a call's turn options ask of the backend and the tool format, checked before anything opens. */
+  private checkTurn(turn: TurnOptions, tools: readonly ChatTool[], topParam = 'top_logprobs'): void {
+    const k = turn.topLogprobs ?? 0;
+    const most = this.deps.backend.maxTopLogprobs ?? 0;
+    if (k > most) {
+      const detail = most === 0 ? `the ${this.deps.backend.name} backend returns no alternatives (only the sampled tokens' log-probs)` : `the ${this.deps.backend.name} backend returns at most ${most}`;
+      throw new ServeError('SRV_ERR_VALIDATION', { detail: `${topParam}: ${k} alternatives asked; ${detail}` }, { param: topParam });
+    }
+    const choice = turn.toolChoice ?? 'auto';
+    if (choice === 'auto' || choice === 'none') return;
+    const parser = toolParser(this.deps.rollout.toolParser)!;
+    if (!parser.callPrefix) throw new ServeError('SRV_ERR_VALIDATION', { detail: `tool_choice: the tool-call format ${parser.name} (rollout.tool_parser) cannot be forced; only auto and none` }, { param: 'tool_choice' });
+    if (tools.length === 0) throw new ServeError('SRV_ERR_VALIDATION', { detail: 'tool_choice: a call is required but the request declares no tools' }, { param: 'tool_choice' });
+    if (typeof choice === 'object' && !tools.some((t) => t.function.name === choice.name)) {
+      throw new ServeError('SRV_ERR_VALIDATION', { detail: `tool_choice.function.name: ${JSON.stringify(choice.name)} is not one of the request's tools` }, { param: 'tool_choice.function.name' });
+    }
   }
 
   /** Count a call in flight against its holder's share while it runs. */
@@ -397,7 +423,8 @@ export class ServeService {
     session.lastUsedMs = Date.now();
     const before = session.key();
     try {
-      if (continued && !session.observe(call.messages)) {
+      const offload = this.deps.offload ? { worker: this.deps.offload, templateKwargs: { ...this.deps.rollout.templateKwargs } } : undefined;
+      if (continued && !(await session.observe(call.messages, offload))) {
         return { session, served: null, completed: await this.finish(session, 'max_tokens'), promptTokens: session.recorder.contextIds().length };
       }
       const promptTokens = session.recorder.promptIds.length + session.recorder.responseLength;
@@ -405,6 +432,13 @@ export class ServeService {
       try {
         served = await session.generate({ ...call.sampling, stop_token_ids: [...call.sampling.stop_token_ids] }, this.abort.signal, call.turn ?? {});
       } catch (err) {
+        if (err instanceof ServeError && err.code === 'SRV_ERR_MODEL_OUTPUT') {
+          // The turn is recorded, but its client gets an error instead of it, so the conversation cannot go on:
+          // the trajectory ends here (a new one's failure ends it, and its group, in openAndServe).
+          this.counters.add('forced_calls_failed');
+          if (continued) await this.finish(session, 'error');
+          throw err;
+        }
         if (this.abort.signal.aborted) throw new ServeError('SRV_ERR_BACKEND', { detail: 'the endpoint is shutting down' }, { cause: err });
         throw new ServeError('SRV_ERR_BACKEND', { detail: describeError(err) }, { cause: err });
       }

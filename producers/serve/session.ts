@@ -11,11 +11,13 @@ import type { Logger } from '../../core/telemetry.ts';
 import type { SamplingParams, Termination, ToolCall, TrajectoryStarted } from '../../schemas/generated/types.ts';
 import { toEventMessages } from '../agent/loops.ts';
 import type { TrajectoryMeta, TrajectoryRecorder } from '../agent/recorder.ts';
-import { appendObservation, generateTurn, type GeneratedTurn } from '../agent/steps.ts';
+import { appendObservation, generateTurn, stopOfLastTurn, type GeneratedTurn, type PreparedObservation } from '../agent/steps.ts';
 import type { AgentContext } from '../agent/types.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
-import type { GenerateRequest, GenerateResult, LlmBackend } from '../backends/types.ts';
+import type { LlmBackend } from '../backends/types.ts';
+import { checkForcedCall, forcedCallIds, forcePrefix, withTopLogprobs, wrapGenerate } from './constrain.ts';
 import { ServeError } from './errors.ts';
+import { OFFLOAD_MIN_CHARS, promptChars, type TokenizeOffload } from './offload.ts';
 import type { TurnOptions } from './service.ts';
 
 /** A message as the client sees it (and sends back): what identity checks compare. */
@@ -174,8 +176,10 @@ export class ServeSession {
   /**
    * Check the client's conversation against the session's history and append what is new as one masked turn.
    * Returns false when the new messages do not fit in the response budget (the session is then out of tokens).
+   * With `offload`, new messages of OFFLOAD_MIN_CHARS or more (a big tool result) are tokenized, and checked, in
+   * its worker thread; nothing is recorded before that answers.
    */
-  observe(messages: readonly ClientMessage[]): boolean {
+  async observe(messages: readonly ClientMessage[], offload?: { worker: TokenizeOffload; templateKwargs: Record<string, unknown> }): Promise<boolean> {
     const n = this.history.length;
     if (messages.length < n) throw new ServeError('SRV_ERR_HISTORY', { detail: `the conversation has ${messages.length} messages, the trajectory already ${n}` });
     for (let i = 0; i < n; i++) {
@@ -202,6 +206,16 @@ export class ServeSession {
     }
     const allTools = fresh.every((m) => m.role === 'tool');
     const latencyMs = answered.reduce((a, x) => Math.max(a, x.latencyMs), 0);
+    let prepared: PreparedObservation | undefined;
+    if (offload && promptChars(fresh, []) >= OFFLOAD_MIN_CHARS) {
+      const ctx = this.ctx;
+      prepared = await offload.worker.observe(observation, stopOfLastTurn(ctx), offload.templateKwargs, {
+        mode: ctx.limits.tokenizationCheck,
+        context: this.recorder.contextIds(),
+        conversation: [...ctx.messages, ...observation],
+        tools: ctx.tools.length > 0 ? ctx.tools : null,
+      });
+    }
     // As in the tool agent loop, the calls are recorded (ToolCallCompleted) before their results' turn.
     for (const a of answered) {
       this.pending.delete(a.call.id);
@@ -211,7 +225,7 @@ export class ServeSession {
       this.recorder.toolMs += a.latencyMs;
     }
     this.append(fresh);
-    const appended = appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs);
+    const appended = appendObservation(this.ctx, allTools ? 'tool' : 'user', observation, latencyMs, prepared);
     // appendObservation ran the check on what it appended; counted so a run shows the check ran (and found nothing).
     if (appended && this.ctx.limits.tokenizationCheck !== 'off') this.ctx.count('tokenization_checks');
     return appended;
@@ -224,10 +238,15 @@ export class ServeSession {
    */
   async generate(sampling: SamplingParams, signal: AbortSignal, options: TurnOptions = {}): Promise<ServedTurn | null> {
     const stops = options.stop ?? [];
-    const backend = stops.length === 0 ? this.ctx.backend : stopAt(this.ctx.backend, stops, this.ctx.tokenizer);
+    const choice = options.toolChoice ?? 'auto';
+    let backend = this.ctx.backend;
+    if ((options.topLogprobs ?? 0) > 0) backend = withTopLogprobs(backend, options.topLogprobs!);
+    const forced = forcedCallIds(choice, [...this.declaredTools], this.ctx.toolParser, this.ctx.tokenizer);
+    if (forced) backend = forcePrefix(backend, forced);
+    if (stops.length > 0) backend = stopAt(backend, stops, this.ctx.tokenizer);
     const limits = options.maxCalls === undefined ? this.ctx.limits : { ...this.ctx.limits, maxParallelToolCalls: Math.min(options.maxCalls, this.ctx.limits.maxParallelToolCalls) };
     const ctx: AgentContext = { ...this.ctx, sampling, signal, backend, limits };
-    const turn = await generateTurn(ctx, this.parseTools && options.parseTools !== false);
+    const turn = await generateTurn(ctx, choice !== 'none' && this.parseTools);
     if (!turn) return null;
     if (stops.length > 0) turn.parsed.content = cutAtStop(turn.parsed.content, stops);
     const calls: ToolCall[] = [];
@@ -250,6 +269,9 @@ export class ServeSession {
     };
     this.append([message]);
     if (refused.length > 0) this.logger.debug('tool call refused: tool not declared', { trajectory_id: this.id, tools: refused.map((c) => c.name) });
+    // Recorded as generated; a forced call the policy did not complete validly fails the call (the service then
+    // ends the trajectory: its client never got the turn).
+    checkForcedCall(choice, turn, calls, refused);
     return { turn, calls, refused, message };
   }
 }
@@ -271,26 +293,30 @@ export function cutAtStop(text: string, stops: readonly string[]): string {
  * depend on what came after it). The finish reason is then `stop`.
  */
 export function stopAt(backend: LlmBackend, stops: readonly string[], tokenizer: ChatTokenizer): LlmBackend {
-  // The backend itself for everything but generate (its methods, on its prototype, see it as `this`).
-  const wrapped = Object.create(backend) as LlmBackend;
-  return Object.assign(wrapped, {
-    async generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
-      const out = await backend.generate(request, signal);
-      const ids = out.tokenIds;
-      const has = (k: number) => {
-        const text = tokenizer.decode(ids.slice(0, k));
-        return cutAtStop(text, stops).length < text.length;
-      };
-      if (ids.length === 0 || !has(ids.length)) return out;
-      // The shortest prefix whose text holds a stop string (a longer prefix's text extends a shorter one's).
-      let lo = 1;
-      let hi = ids.length;
-      while (lo < hi) {
-        const mid = (lo + hi) >> 1;
-        if (has(mid)) hi = mid;
-        else lo = mid + 1;
-      }
-      return { ...out, tokenIds: ids.slice(0, lo), logprobs: out.logprobs.slice(0, lo), policyVersions: out.policyVersions.length === ids.length ? out.policyVersions.slice(0, lo) : out.policyVersions, finishReason: 'stop' };
-    },
+  return wrapGenerate(backend, async (request, signal) => {
+    const out = await backend.generate(request, signal);
+    const ids = out.tokenIds;
+    const has = (k: number) => {
+      const text = tokenizer.decode(ids.slice(0, k));
+      return cutAtStop(text, stops).length < text.length;
+    };
+    if (ids.length === 0 || !has(ids.length)) return out;
+    // The shortest prefix whose text holds a stop string (a longer prefix's text extends a shorter one's).
+    let lo = 1;
+    let hi = ids.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (has(mid)) hi = mid;
+      else lo = mid + 1;
+    }
+    return {
+      ...out,
+      tokenIds: ids.slice(0, lo),
+      logprobs: out.logprobs.slice(0, lo),
+      policyVersions: out.policyVersions.length === ids.length ? out.policyVersions.slice(0, lo) : out.policyVersions,
+      ...(out.topLogprobs ? { topLogprobs: out.topLogprobs.slice(0, lo) } : {}),
+      ...(out.forced !== undefined ? { forced: Math.min(out.forced, lo) } : {}),
+      finishReason: 'stop',
+    };
   });
 }

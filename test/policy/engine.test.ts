@@ -15,6 +15,7 @@ import { GenerationEngine } from '../../producers/policy/engine.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../../producers/policy/runner.ts';
+import { topAlternatives } from '../../producers/policy/sampler.ts';
 import { scoreSequences } from '../../producers/policy/score.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
@@ -91,6 +92,41 @@ test('reported log-probs are the trainer’s recomputed ones at T=1 and log_soft
     assert.ok(Math.abs(r2.logprobs[i]! - (scaled[tok]! - lse)) < 1e-4, `token ${i}`);
   });
   await full.release();
+});
+
+test('top alternatives are the k best of the distribution each token was sampled from (log_softmax(logits/T)), ties by token id', async () => {
+  const b = await backend();
+  const prompt = [2, 7, 1, 8];
+  const T = 0.7;
+  const r = await b.generate({ ...req(prompt, { temperature: T, max_new_tokens: 6, top_k: 5 }), topLogprobs: 7 });
+  assert.equal(r.topLogprobs!.length, r.tokenIds.length);
+  const full = await PolicyRunner.create(config, w1, 1, { mode: 'all' });
+  const seq = [...prompt, ...r.tokenIds];
+  const rows = (await full.step({ batch: 1, seq: seq.length, inputIds: BigInt64Array.from(seq.map(BigInt)), positionIds: BigInt64Array.from(seq.map((_, i) => BigInt(i))), bias: causal(seq.length), past: { len: 0, keys: [new Float32Array(), new Float32Array()], values: [new Float32Array(), new Float32Array()] } })).logprobs;
+  r.tokenIds.forEach((tok, i) => {
+    const row = rows.subarray((prompt.length - 1 + i) * 100, (prompt.length + i) * 100);
+    const scaled = Array.from(row, (x) => x / T);
+    const max = Math.max(...scaled);
+    const lse = max + Math.log(scaled.reduce((s, x) => s + Math.exp(x - max), 0));
+    const best = scaled.map((x, t) => ({ t, lp: x - lse })).sort((a, c) => c.lp - a.lp || a.t - c.t).slice(0, 7);
+    const alts = r.topLogprobs![i]!;
+    alts.forEach((a, j) => assert.ok(Math.abs(a.logprob - best[j]!.lp) < 1e-4, `token ${i} alternative ${j}`));
+    // top_k 5 truncates what is sampled, not the distribution reported: the 6th and 7th are there too, and the
+    // sampled token (one of the 5 best) is among them with its own log-prob.
+    assert.ok(alts.slice(0, 5).some((a) => a.token === tok && a.logprob === r.logprobs[i]));
+  });
+  await full.release();
+  // Without asking, none; beyond 20 (or not an integer), a bad request.
+  assert.equal((await b.generate(req(prompt))).topLogprobs, undefined);
+  for (const k of [21, 1.5, -1]) await assert.rejects(b.generate({ ...req(prompt), topLogprobs: k }), (e) => isRlstreamError(e, 'BACKEND_BAD_REQUEST') && e.message.includes('topLogprobs'));
+});
+
+test('topAlternatives: most probable first, ties by token id, at most the vocabulary', () => {
+  const probs = Float32Array.from([0.1, 0.3, 0.1, 0.3, 0.2]);
+  assert.deepEqual(topAlternatives(probs, 3).map((a) => a.token), [1, 3, 4]);
+  assert.deepEqual(topAlternatives(probs, 4).map((a) => a.token), [1, 3, 4, 0]);
+  assert.deepEqual(topAlternatives(probs, 20).map((a) => a.token), [1, 3, 4, 0, 2]);
+  assert.equal(topAlternatives(probs, 1)[0]!.logprob, Math.log(probs[1]!));
 });
 
 function causal(n: number): Float32Array {

@@ -133,6 +133,32 @@ describe('openai backend → llama.cpp server (SmolLM2-135M-Instruct)', { skip: 
     assert.equal(snap.counters['retokenized_turns'] ?? 0, 0, 'llama.cpp returns token ids: nothing re-derived');
   });
 
+  test('alternatives (topLogprobs) are the server\'s own: the greedy token is the best alternative at its log-prob, k of them, most probable first', async () => {
+    const backend = await openaiBackend([server.url]);
+    assert.equal(backend.maxTopLogprobs, 20);
+    const tok = smolTokenizer();
+    const promptIds = tok.encode('The capital of France is');
+    const greedy = await backend.generate({ requestId: 'alt-0', promptIds, sampling: { temperature: 0, top_p: 1, top_k: 0, max_new_tokens: 8, seed: 1, stop_token_ids: [] }, topLogprobs: 4 });
+    assert.equal(greedy.topLogprobs!.length, greedy.tokenIds.length);
+    for (const [i, alts] of greedy.topLogprobs!.entries()) {
+      assert.equal(alts.length, 4);
+      for (let j = 1; j < alts.length; j++) assert.ok(alts[j]!.logprob <= alts[j - 1]!.logprob);
+      assert.ok(alts.reduce((m, a) => m + Math.exp(a.logprob), 0) <= 1 + 1e-5);
+      // Greedy: the token taken is the most probable one, with the log-prob the server reported for it.
+      assert.equal(alts[0]!.token, greedy.tokenIds[i], `token ${i}`);
+      assert.ok(Math.abs(alts[0]!.logprob - greedy.logprobs[i]!) < 1e-6);
+    }
+    // Sampled: the sampled token is among its alternatives whenever it is at least as likely as the last of them.
+    const sampled = await backend.generate({ requestId: 'alt-1', promptIds, sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 16, seed: 7, stop_token_ids: [] }, topLogprobs: 20 });
+    for (const [i, alts] of sampled.topLogprobs!.entries()) {
+      assert.equal(alts.length, 20);
+      if (sampled.logprobs[i]! > alts[19]!.logprob + 1e-6) assert.ok(alts.some((a) => a.token === sampled.tokenIds[i] && Math.abs(a.logprob - sampled.logprobs[i]!) < 1e-6), `token ${i}`);
+    }
+    // Without asking, none.
+    assert.equal((await backend.generate({ requestId: 'alt-2', promptIds, sampling: { temperature: 0, top_p: 1, top_k: 0, max_new_tokens: 2, seed: 1, stop_token_ids: [] } })).topLogprobs, undefined);
+    await backend.close();
+  });
+
   test('a malformed call from the model is recorded as invalid and the trajectory goes on', async () => {
     const rows = await gsm8kRows(1);
     const backend = await openaiBackend([server.url], { extra_body: { grammar: MALFORMED_CALL } });

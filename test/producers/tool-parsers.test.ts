@@ -33,6 +33,28 @@ test("Qwen3's own chat template: the calls it renders for an assistant turn pars
   assert.equal(tok.decode(tok.encode(turn)), turn);
 });
 
+test('callPrefix: a forced opening the policy continues parses as a call of that function; one it continues badly is an error, never another call', () => {
+  const tok = qwen3();
+  // The opening is what the family's template writes for a call (Qwen3's, hermes).
+  const rendered = tok.render([{ role: 'user', content: 'x' }, { role: 'assistant', content: '', tool_calls: [{ type: 'function' as const, function: CALLS[0]! }] }]);
+  assert.ok(rendered.includes(hermesToolParser.callPrefix!('calculator')), rendered);
+  const args = JSON.stringify(CALLS[1]!.arguments);
+  const closers: [ToolParser, string][] = [[hermesToolParser, '}\n</tool_call>'], [llama3JsonToolParser, '}'], [mistralToolParser, '}]']];
+  for (const [parser, close] of closers) {
+    const named = parser.parse(`${parser.callPrefix!('search')} ${args}${close}`);
+    assert.deepEqual([named.errors, named.calls.map((c) => [c.name, JSON.parse(c.argumentsJson) as unknown])], [[], [['search', CALLS[1]!.arguments]]], parser.name);
+    // The opening up to the name (tool_choice required with several tools): the policy writes the name.
+    const open = parser.parse(`${parser.callPrefix!(null)}calculator", "${parser === llama3JsonToolParser ? 'parameters' : 'arguments'}": ${args}${close}`);
+    assert.deepEqual(open.calls.map((c) => c.name), ['calculator'], parser.name);
+    // Continuations that do not finish a call: decode errors, no call of any name.
+    for (const bad of [' expression=1+2', ' {"a": ', '', ` ${args}`.slice(0, 20)]) {
+      const r = parser.parse(`${parser.callPrefix!('search')}${bad}`);
+      assert.equal(r.calls.length, 0, `${parser.name}: ${JSON.stringify(bad)}`);
+      assert.ok(r.errors.length > 0, `${parser.name}: ${JSON.stringify(bad)} gave no error`);
+    }
+  }
+});
+
 test('llama3_json: JSON calls as the whole turn, after <|python_tag|>, several separated by ";"', () => {
   const p = llama3JsonToolParser;
   const one = p.parse('{"name": "calculator", "parameters": {"expression": "1+2"}}');

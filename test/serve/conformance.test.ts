@@ -37,6 +37,59 @@ const sse = (r: Res) =>
     .filter((l) => l.startsWith('data: '))
     .map((l) => l.slice(6));
 
+const ANSWER_PROMPT = [PROMPT[0], { role: 'user', content: 'Just answer: how many apples?' }];
+const CLOCK = { type: 'function', function: { name: 'clock', description: 'The time.' } };
+
+interface Alternatives {
+  token: string;
+  logprob: number;
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+/** The first choice of a streamed chat answer, its deltas' fields put together. */
+function streamedChoice(r: Res): Choice {
+  const chunks = sse(r).slice(0, -1).map((d) => JSON.parse(d) as { choices: (Choice & { delta: Record<string, unknown> })[] });
+  const first = chunks[0]!.choices[0]!;
+  const last = chunks[1]!.choices[0]!;
+  return { ...last, message: first.delta as Choice['message'], logprobs: first.logprobs };
+}
+
+/** k alternatives per sampled token, most probable first, within a distribution (their mass at most 1). */
+function checkAlternatives(c: Choice, k: number): void {
+  const content = c.logprobs!.content as unknown as Alternatives[];
+  assert.ok(content.length > 0);
+  for (const t of content) {
+    assert.equal(t.top_logprobs.length, k);
+    for (let i = 1; i < k; i++) assert.ok(t.top_logprobs[i - 1]!.logprob >= t.top_logprobs[i]!.logprob);
+    assert.ok(t.top_logprobs[0]!.logprob >= t.logprob);
+    assert.ok(t.top_logprobs.reduce((a, x) => a + Math.exp(x.logprob), 0) <= 1 + 1e-6);
+    assert.deepEqual(t.top_logprobs[0]!.bytes, [...Buffer.from(t.top_logprobs[0]!.token, 'utf8')]);
+  }
+}
+
+/** The legacy completions shape: per returned token a map of k alternative texts to log-probs. */
+function checkLegacyAlternatives(c: Choice, k: number): void {
+  const lp = c.logprobs as unknown as { tokens: string[]; token_logprobs: number[]; top_logprobs: Record<string, number>[] };
+  assert.equal(lp.top_logprobs.length, lp.tokens.length);
+  for (const [i, alts] of lp.top_logprobs.entries()) {
+    const values = Object.values(alts);
+    assert.ok(values.length >= 1 && values.length <= k);
+    assert.ok(Math.max(...values) >= lp.token_logprobs[i]!);
+  }
+}
+
+/** A forced call: its opening is the forced tokens (recorded, not sampled), the rest a valid call of a declared tool. */
+function checkForced(c: Choice, opening: string): void {
+  assert.equal(c.finish_reason, 'tool_calls');
+  const ext = c.rlstream as Choice['rlstream'] & { forced_tokens: number };
+  assert.ok(ext.forced_tokens > 0);
+  assert.equal(TOKENIZER.decode(ext.token_ids.slice(0, ext.forced_tokens)), opening);
+  const calls = c.message.tool_calls!;
+  assert.equal(calls.length, 1);
+  assert.ok(['calculator', 'clock'].includes(calls[0]!.function.name));
+  assert.equal(typeof JSON.parse(calls[0]!.function.arguments), 'object');
+}
+
 /** OpenAI's chat/completions request fields (API reference), each with values honoured and values refused. */
 interface FieldCase {
   /** Values merged into a valid request that must answer 200, and what to check on the answer. */
@@ -61,7 +114,15 @@ const CHAT: Record<string, FieldCase> = {
     ],
     refused: ['yes', 1],
   },
-  top_logprobs: { ok: [{ value: 0, extra: { logprobs: true } }], refused: [21, -1, 1.5] },
+  top_logprobs: {
+    ok: [
+      { value: 0, extra: { logprobs: true }, check: (r) => assert.ok(choices(r)[0]!.logprobs!.content.every((t) => (t as unknown as Alternatives).top_logprobs.length === 0)) },
+      { value: 3, extra: { logprobs: true }, check: (r) => checkAlternatives(choices(r)[0]!, 3) },
+      { value: 20, extra: { logprobs: true, stream: true }, check: (r) => checkAlternatives(streamedChoice(r), 20) },
+    ],
+    // 2 without logprobs: true is refused too (the walk sends no logprobs).
+    refused: [21, -1, 1.5, 2],
+  },
   max_tokens: { ok: [{ value: 3, check: (r) => assert.equal(choices(r)[0]!.rlstream.token_ids.length, 3) }], refused: [0, -1, 2 ** 31, 2 ** 70, 1.5, '8'] },
   max_completion_tokens: { ok: [{ value: 2, check: (r) => assert.equal(choices(r)[0]!.finish_reason, 'length') }], refused: [0, 2 ** 31] },
   metadata: { ok: [{ value: { data_source: 'rlstream/calculator' } }], refused: [{ n: 5 }, 'x'] },
@@ -128,8 +189,13 @@ const CHAT: Record<string, FieldCase> = {
     ok: [
       { value: 'auto', check: (r) => assert.equal(choices(r)[0]!.finish_reason, 'tool_calls') },
       { value: 'none', check: (r) => assert.ok(choices(r)[0]!.message.tool_calls === undefined && choices(r)[0]!.message.content!.includes('<tool_call>')) },
+      // A prompt the script answers with text: the forced opening makes it a call all the same.
+      { value: 'required', extra: { messages: ANSWER_PROMPT }, check: (r) => checkForced(choices(r)[0]!, '<tool_call>\n{"name": "calculator", "arguments":') },
+      { value: { type: 'function', function: { name: 'calculator' } }, extra: { messages: ANSWER_PROMPT }, check: (r) => checkForced(choices(r)[0]!, '<tool_call>\n{"name": "calculator", "arguments":') },
+      // Two tools: required forces the opening up to the name, and the policy names one.
+      { value: 'required', extra: { messages: ANSWER_PROMPT, tools: [CALCULATOR, CLOCK] }, check: (r) => checkForced(choices(r)[0]!, '<tool_call>\n{"name": "') },
     ],
-    refused: ['required', { type: 'function', function: { name: 'calculator' } }, 'sometimes'],
+    refused: ['sometimes', { type: 'function', function: { name: 'clock' } }, { type: 'function', function: { name: 'calculator', strict: true } }, { type: 'function' }],
   },
   tools: {
     ok: [
@@ -169,7 +235,14 @@ const COMPLETIONS: Record<string, FieldCase> = {
   echo: { ok: [{ value: false }], refused: [true] },
   frequency_penalty: { ok: [{ value: 0 }], refused: [1] },
   logit_bias: { ok: [{ value: {} }], refused: [{ '1': 5 }] },
-  logprobs: { ok: [{ value: 0, check: (r) => assert.ok((choices(r)[0]!.logprobs as unknown as { text_offset: number[] }).text_offset.length > 0) }], refused: [21, 'x'] },
+  logprobs: {
+    ok: [
+      { value: 0, check: (r) => assert.ok((choices(r)[0]!.logprobs as unknown as { text_offset: number[] }).text_offset.length > 0) },
+      { value: 5, check: (r) => checkLegacyAlternatives(choices(r)[0]!, 5) },
+      { value: 2, extra: { stream: true }, check: (r) => checkLegacyAlternatives(JSON.parse(sse(r)[0]!).choices[0] as Choice, 2) },
+    ],
+    refused: [6, 21, -1, 'x'],
+  },
   max_tokens: { ok: [{ value: 4, check: (r) => assert.equal(choices(r)[0]!.rlstream.token_ids.length, 4) }], refused: [0, 2 ** 40] },
   n: { ok: [{ value: 2, check: (r) => assert.equal(choices(r).length, 2) }], refused: [0] },
   presence_penalty: { ok: [{ value: 0 }], refused: [0.1] },
@@ -199,6 +272,9 @@ describe('rlstream serve: OpenAI conformance and refusals before a trajectory op
       const text = promptText();
       if (text.includes('FAIL')) throw new Error('the backend is down');
       if (text.includes('TWO CALLS')) return TWO_CALLS;
+      // Continuations of a forced call's opening (tool_choice required / named); BAD ARGS writes no JSON.
+      if (text.endsWith('"arguments":')) return text.includes('BAD ARGS') ? ' expression=2+3}\n</tool_call>' : ' {"expression": "2+3"}}\n</tool_call>';
+      if (text.endsWith('{"name": "')) return 'calculator", "arguments": {"expression": "2+3"}}\n</tool_call>';
       return turn === 0 && text.includes('# Tools') ? '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>' : ANSWER;
     },
   });
@@ -317,6 +393,66 @@ describe('rlstream serve: OpenAI conformance and refusals before a trajectory op
     const other = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: [...PROMPT, { role: 'assistant', content: null, tool_calls: [{ ...callMsg, function: { name: 'calculator', arguments: '{"expression": "2+4"}' } }] }, { role: 'tool', tool_call_id: callMsg.id, content: '6' }] });
     assert.equal(other.status, 200, other.text);
     assert.notEqual(choices(other)[0]!.rlstream.trajectory_id, choices(first)[0]!.rlstream.trajectory_id);
+  });
+
+  it('a forced call is recorded with its forced tokens masked; a policy that then writes no valid call fails the call (500 model_error) and ends its trajectory', async () => {
+    const named = { type: 'function', function: { name: 'calculator' } };
+    const ok = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: ANSWER_PROMPT, tool_choice: named, logprobs: true });
+    assert.equal(ok.status, 200, ok.text);
+    const c = choices(ok)[0]!;
+    const forced = (c.rlstream as unknown as { forced_tokens: number }).forced_tokens;
+    // Log-probs are the sampled tokens' only.
+    assert.equal(c.logprobs!.content.length, c.rlstream.token_ids.length - forced);
+    let events = await topicEvents(job, TOPICS.rolloutEvents);
+    const turn = events.filter((e) => e.name === 'TurnCompleted').map((e) => e.value as TurnCompleted).find((t) => t.trajectory_id === c.rlstream.trajectory_id)!;
+    assert.deepEqual(turn.token_ids, c.rlstream.token_ids);
+    assert.deepEqual(turn.loss_mask, turn.token_ids.map((_, i) => (i < forced ? 0 : 1)));
+    assert.deepEqual(turn.logprobs.slice(0, forced), new Array<number>(forced).fill(0));
+    assert.ok(turn.logprobs.slice(forced).every((x) => x === -0.25));
+    // The generate request's context ended with the forced tokens: the policy continued them.
+    const req = scripted.requests.filter((r) => r.sessionId === c.rlstream.trajectory_id).at(-1)!;
+    assert.deepEqual(req.promptIds.slice(-forced), c.rlstream.token_ids.slice(0, forced));
+    // The call continues as any tool call does, and the trajectory's response_mask keeps the forced zeros.
+    const callMsg = c.message.tool_calls![0]!;
+    const next = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: [...ANSWER_PROMPT, { role: 'assistant', content: null, tool_calls: [callMsg] }, { role: 'tool', tool_call_id: callMsg.id, content: '5' }] });
+    assert.equal(next.status, 200, next.text);
+    assert.equal(choices(next)[0]!.rlstream.trajectory_id, c.rlstream.trajectory_id);
+    assert.equal((await call(job, 'POST', `/v1/trajectories/${c.rlstream.trajectory_id}/complete`, {})).status, 200);
+    events = await topicEvents(job, TOPICS.rolloutEvents);
+    const done = events.filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).find((t) => t.trajectory_id === c.rlstream.trajectory_id)!;
+    assert.deepEqual(done.response_mask.slice(0, c.rlstream.token_ids.length), turn.loss_mask);
+    assert.deepEqual(done.response_policy_versions.slice(0, forced), new Array<number>(forced).fill(-1));
+    // The forced tokens are the ones the template writes for that text: re-rendering the conversation (the
+    // tokenization check, on every observation here) finds no mismatch.
+    const toolTurn = events.filter((e) => e.name === 'TurnCompleted').map((e) => e.value as TurnCompleted).find((t) => t.trajectory_id === c.rlstream.trajectory_id && t.role === 'tool')!;
+    assert.equal(toolTurn.tokenization_mismatch, false);
+
+    // Arguments that are not JSON: the model failed, said as OpenAI says it, and nothing pretends otherwise.
+    const bad = [PROMPT[0], { role: 'user', content: 'BAD ARGS please' }];
+    const sessions = job.service.openSessions;
+    const failed = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: bad, tool_choice: 'required' });
+    assert.equal(failed.status, 500, failed.text);
+    const err = failed.json['error'] as { type: string; code: string; param: string; message: string };
+    assert.deepEqual([err.type, err.code, err.param], ['model_error', 'SRV_ERR_MODEL_OUTPUT', 'tool_choice']);
+    assert.match(err.message, /The model produced invalid content: .*failed to decode tool call/);
+    assert.equal(job.service.openSessions, sessions);
+    // Recorded as generated, ended as error: the reward consumer scores it like any other trajectory.
+    events = await topicEvents(job, TOPICS.rolloutEvents);
+    // (The log is partitioned by group: found by its termination, not by its place in the topic.)
+    const errored = events.filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).filter((t) => t.termination === 'error');
+    assert.equal(errored.length, 1);
+    assert.match(errored[0]!.response_text, /expression=2\+3/);
+
+    // A continued conversation whose forced turn fails ends its trajectory too (its client never got the turn).
+    const first = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: bad });
+    const fc = choices(first)[0]!;
+    assert.equal(fc.finish_reason, 'tool_calls');
+    const m = fc.message.tool_calls![0]!;
+    const again = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: [...bad, { role: 'assistant', content: null, tool_calls: [m] }, { role: 'tool', tool_call_id: m.id, content: '5' }], tool_choice: named });
+    assert.equal(again.status, 500, again.text);
+    const after = await call(job, 'POST', '/v1/chat/completions', { ...BASE, messages: [...bad, { role: 'assistant', content: null, tool_calls: [m] }, { role: 'tool', tool_call_id: m.id, content: '5' }] }, { 'x-rlstream-trajectory': fc.rlstream.trajectory_id });
+    assert.equal(after.status, 409, after.text);
+    assert.match((after.json['error'] as { message: string }).message, /already completed \(error\)/);
   });
 
   it('a prompt beyond the limit is 400 naming the limit, before anything is generated', async () => {

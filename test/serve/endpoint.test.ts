@@ -30,7 +30,8 @@ const PROMPT = [
 describe('rlstream serve (scripted backend)', () => {
   let job: ServeJob;
   let stop: () => Promise<void>;
-  const scripted = new ScriptedBackend({ tokenizer: TOKENIZER, script: ({ turn }) => (turn === 0 ? CALL : 'The answer is 5.') });
+  // A backend that returns no alternatives (as the CUDA policy, SGLang and vLLM backends).
+  const scripted = new ScriptedBackend({ tokenizer: TOKENIZER, script: ({ turn }) => (turn === 0 ? CALL : 'The answer is 5.'), maxTopLogprobs: 0 });
 
   before(async () => {
     ({ job, stop } = await startServe({ wrapBackend: () => scripted, limits: { maxSessions: 6, idleTimeoutMs: 5_000 }, bodyLimitBytes: 64 * 1024 }));
@@ -51,6 +52,25 @@ describe('rlstream serve (scripted backend)', () => {
     for (const p of ['/v1/chat/completions', '/v1/completions', '/v1/models', '/v1/trajectories/{id}/complete']) assert.ok(spec.paths[p], p);
     const models = await call(job, 'GET', '/v1/models');
     assert.deepEqual((models.json['data'] as { id: string }[]).map((m) => m.id), ['calculator']);
+  });
+
+  it('alternatives from a backend that computes none, or a call forced with no tool to call: 400 naming the field, nothing opened', async () => {
+    const sessions = job.service.openSessions;
+    const cases: [string, Record<string, unknown>, string, RegExp][] = [
+      ['/v1/chat/completions', { model: 'calculator', messages: PROMPT, logprobs: true, top_logprobs: 1 }, 'top_logprobs', /the scripted backend returns no alternatives/],
+      ['/v1/completions', { model: 'calculator', prompt: 'Say hi', logprobs: 1 }, 'logprobs', /the scripted backend returns no alternatives/],
+      ['/v1/chat/completions', { model: 'calculator', messages: PROMPT, tool_choice: 'required' }, 'tool_choice', /declares no tools/],
+    ];
+    for (const [path, body, param, message] of cases) {
+      const res = await call(job, 'POST', path, body);
+      assert.equal(res.status, 400, res.text);
+      const err = res.json['error'] as { param: string; message: string };
+      assert.equal(err.param, param);
+      assert.match(err.message, message);
+    }
+    assert.equal(job.service.openSessions, sessions);
+    // logprobs 0 asks for no alternatives: honoured on any backend.
+    assert.equal((await call(job, 'POST', '/v1/completions', { model: 'calculator', prompt: 'Say hi', logprobs: 0, max_tokens: 2 })).status, 200);
   });
 
   it('records a multi-turn tool-calling conversation as one trajectory of the usual events', async () => {

@@ -47,7 +47,9 @@ describe('rlstream serve: limits under abuse', () => {
   const scripted = new ScriptedBackend({
     tokenizer: TOKENIZER,
     script: async ({ promptText }) => {
-      if (promptText().includes('SLOW')) await sleep(800);
+      const text = promptText();
+      if (text.includes('SLOW')) await sleep(800);
+      if (text.includes('USE THE TOOL') && !text.includes('<tool_response>')) return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>';
       return 'The answer is 5.';
     },
   });
@@ -149,5 +151,43 @@ describe('rlstream serve: limits under abuse', () => {
     assert.ok(polls >= 3, `only ${polls} polls`);
     assert.ok(worst < 2_500, `GET /v1/models took up to ${worst.toFixed(0)} ms while big prompts were tokenized`);
     console.log(`# /v1/models during four 1 MiB prompts: ${polls} polls, worst ${worst.toFixed(0)} ms`);
+  });
+
+  it('big tool results are tokenized off the event loop too: /v1/models keeps answering while four 256 KiB results are read', async () => {
+    const tools = [{ type: 'function', function: { name: 'calculator', description: 'Exact arithmetic.', parameters: { type: 'object', properties: { expression: { type: 'string' } }, required: ['expression'] } } }];
+    const opened = [];
+    for (const [k, token] of [[0, A], [1, A], [2, B], [3, B]] as const) {
+      const messages = [{ role: 'user', content: `USE THE TOOL ${k}` }];
+      const r = await call(job, 'POST', '/v1/chat/completions', { model: 'calculator', messages, tools }, as(token));
+      assert.equal(r.status, 200, r.text);
+      const c = (r.json['choices'] as { message: Record<string, unknown> & { tool_calls: { id: string }[] }; rlstream: { trajectory_id: string } }[])[0]!;
+      opened.push({ token, body: { model: 'calculator', tools, messages: [...messages, c.message, { role: 'tool', tool_call_id: c.message.tool_calls[0]!.id, content: `${k} ` + 'lorem ipsum dolor sit amet, consectetur adipiscing elit. '.repeat(4_600) }] }, id: c.rlstream.trajectory_id });
+    }
+    let worst = 0;
+    let polls = 0;
+    let done = false;
+    const poller = (async () => {
+      while (!done) {
+        const t0 = performance.now();
+        const r = await call(job, 'GET', '/v1/models', undefined, as(B));
+        assert.equal(r.status, 200);
+        worst = Math.max(worst, performance.now() - t0);
+        polls++;
+        await sleep(50);
+      }
+    })();
+    const answers = await Promise.all(opened.map((o) => call(job, 'POST', '/v1/chat/completions', o.body, as(o.token))));
+    done = true;
+    await poller;
+    // Each result was tokenized (in the worker) and found beyond the response budget: the trajectory continued
+    // (no new one opened) and ended max_tokens, as a rollout's would.
+    for (const [i, r] of answers.entries()) {
+      assert.equal(r.status, 200, r.text.slice(0, 200));
+      const ext = (r.json['choices'] as { rlstream: { trajectory_id: string; completed: string | null } }[])[0]!.rlstream;
+      assert.deepEqual([ext.trajectory_id, ext.completed], [opened[i]!.id, 'max_tokens']);
+    }
+    assert.ok(polls >= 3, `only ${polls} polls`);
+    assert.ok(worst < 2_500, `GET /v1/models took up to ${worst.toFixed(0)} ms while big tool results were tokenized`);
+    console.log(`# /v1/models during four 256 KiB tool results: ${polls} polls, worst ${worst.toFixed(0)} ms`);
   });
 });
