@@ -70,6 +70,29 @@ describe('rlstream serve: limits under abuse', () => {
   });
   after(async () => stop());
 
+  /** Runs `work` while GET /v1/models is polled every 50 ms: the worst answer time and the number of polls. */
+  async function whilePollingModels<T>(work: () => Promise<T>): Promise<{ result: T; worst: number; polls: number }> {
+    let worst = 0;
+    let polls = 0;
+    let done = false;
+    const poller = (async () => {
+      while (!done) {
+        const t0 = performance.now();
+        const r = await call(job, 'GET', '/v1/models', undefined, as(B));
+        assert.equal(r.status, 200);
+        worst = Math.max(worst, performance.now() - t0);
+        polls++;
+        await sleep(50);
+      }
+    })();
+    try {
+      return { result: await work(), worst, polls };
+    } finally {
+      done = true;
+      await poller;
+    }
+  }
+
   it('closes trickled bodies and unfinished headers with 408 after the read time-out; other calls go on', async () => {
     const body = JSON.stringify(chat('hello'));
     const slowBodies = Array.from({ length: 40 }, () =>
@@ -127,22 +150,7 @@ describe('rlstream serve: limits under abuse', () => {
 
   it('big prompts are tokenized off the event loop: /v1/models keeps answering while four 1 MiB prompts are read', async () => {
     const big = (k: number) => chat(`${k} ` + 'lorem ipsum dolor sit amet, consectetur adipiscing elit. '.repeat(18_500));
-    let worst = 0;
-    let polls = 0;
-    let done = false;
-    const poller = (async () => {
-      while (!done) {
-        const t0 = performance.now();
-        const r = await call(job, 'GET', '/v1/models', undefined, as(B));
-        assert.equal(r.status, 200);
-        worst = Math.max(worst, performance.now() - t0);
-        polls++;
-        await sleep(50);
-      }
-    })();
-    const answers = await Promise.all([0, 1].map((k) => call(job, 'POST', '/v1/chat/completions', big(k), as(A))).concat([2, 3].map((k) => call(job, 'POST', '/v1/chat/completions', big(k), as(B)))));
-    done = true;
-    await poller;
+    const { result: answers, worst, polls } = await whilePollingModels(() => Promise.all([0, 1].map((k) => call(job, 'POST', '/v1/chat/completions', big(k), as(A))).concat([2, 3].map((k) => call(job, 'POST', '/v1/chat/completions', big(k), as(B))))));
     // Each is tokenized (in the worker) and refused for its length, before anything is generated.
     for (const r of answers) {
       assert.equal(r.status, 400, r.text.slice(0, 200));
@@ -163,22 +171,7 @@ describe('rlstream serve: limits under abuse', () => {
       const c = (r.json['choices'] as { message: Record<string, unknown> & { tool_calls: { id: string }[] }; rlstream: { trajectory_id: string } }[])[0]!;
       opened.push({ token, body: { model: 'calculator', tools, messages: [...messages, c.message, { role: 'tool', tool_call_id: c.message.tool_calls[0]!.id, content: `${k} ` + 'lorem ipsum dolor sit amet, consectetur adipiscing elit. '.repeat(4_600) }] }, id: c.rlstream.trajectory_id });
     }
-    let worst = 0;
-    let polls = 0;
-    let done = false;
-    const poller = (async () => {
-      while (!done) {
-        const t0 = performance.now();
-        const r = await call(job, 'GET', '/v1/models', undefined, as(B));
-        assert.equal(r.status, 200);
-        worst = Math.max(worst, performance.now() - t0);
-        polls++;
-        await sleep(50);
-      }
-    })();
-    const answers = await Promise.all(opened.map((o) => call(job, 'POST', '/v1/chat/completions', o.body, as(o.token))));
-    done = true;
-    await poller;
+    const { result: answers, worst, polls } = await whilePollingModels(() => Promise.all(opened.map((o) => call(job, 'POST', '/v1/chat/completions', o.body, as(o.token)))));
     // Each result was tokenized (in the worker) and found beyond the response budget: the trajectory continued
     // (no new one opened) and ended max_tokens, as a rollout's would.
     for (const [i, r] of answers.entries()) {
