@@ -1264,9 +1264,11 @@ class CudaKernels final : public Kernels {
       // dinp[N,C] += dout[N,OC] w[OC,C]
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, W, C, dO, OC, 1.f, dinp, C);
     }
-    const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
-    // dw[OC,C] += dout^T[OC,N] inp[N,C]
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, A, C, dO, OC, 1.f, dw, C);
+    if (dw) {  // (null: a frozen weight)
+      const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
+      // dw[OC,C] += dout^T[OC,N] inp[N,C]
+      gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, A, C, dO, OC, 1.f, dw, C);
+    }
     if (dbias) colsum(dbias, dout, nullptr, nullptr, N, OC);
     settle();
   }

@@ -254,7 +254,7 @@ class CpuKernels final : public Kernels {
   void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                        int N, int C, int OC) override {
     if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, 1.f, dinp, C);
-    gemm(true, false, OC, C, N, dout, OC, inp, C, 1.f, dw, C);
+    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, 1.f, dw, C);
     if (dbias) {
       const int nb = std::max(1, std::min(nt_, OC / 16));
 #pragma omp parallel for num_threads(nt_) schedule(static) if (nb > 1)

@@ -47,7 +47,7 @@ struct Kernels {
   // out[N,OC] (= or +=) inp[N,C] * w[OC,C]^T + bias[OC]   (bias may be null)
   virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC,
                               bool accumulate) = 0;
-  // dinp[N,C] += dout * w (skipped when dinp is null); dw[OC,C] += dout^T * inp; dbias[OC] += colsum(dout) (if non-null)
+  // dinp[N,C] += dout * w (skipped when dinp is null); dw[OC,C] += dout^T * inp (skipped when dw is null); dbias[OC] += colsum(dout) (if non-null)
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                                int N, int C, int OC) = 0;
 
