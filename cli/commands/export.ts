@@ -3,8 +3,11 @@
 // model.safetensors.index.json, generation_config.json and the tokenizer files. The version's weights are found
 // through its PolicyVersion event in the run's log and verified against the event's sha256 before anything is
 // written; the directory is written aside and renamed into place, and an existing --out is refused unless --force.
+// A version of a run trained with trainer.lora is its adapters: export writes them as a PEFT adapter directory
+// (adapter_config.json, adapter_model.safetensors) over the run's base model.
 import type { Command } from 'commander';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { mkdir, rename, rm } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';
@@ -14,6 +17,8 @@ import { TOPICS } from '../../core/topics.ts';
 import { sha256File } from '../../core/weights/checksum.ts';
 import { isModelDir, readWeights, writeHfDir } from '../../core/weights/hf-dir.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
+import { parseSafetensors, writeSafetensors, type Tensor } from '../../core/weights/safetensors.ts';
+import { LORA_FILE_FORMAT, loraFromMetadata, parseAdapterName, peftAdapterConfig, peftTensorName } from '../../native/lora.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
 import { openSource } from '../log-source.ts';
 import { numberOption } from '../options.ts';
@@ -55,6 +60,29 @@ function weightsFile(v: PolicyVersion, runDir: string | null): string {
   throw new RlstreamError('WEIGHTS_FORMAT', `version ${v.version}: its weights ${v.weights_uri} are gone${moved ? ` (nor at ${moved})` : ''}; the trainer keeps trainer.keep_versions versions, and older ones are pruned`);
 }
 
+/**
+ * A PEFT LoRA adapter directory from an adapter file of a policy version: adapter_config.json and
+ * adapter_model.safetensors (tensors `base_model.model.<name>`, float32), written aside and renamed into `out`.
+ */
+export async function writePeftAdapterDir(out: string, adapterFile: string, baseModel: string | null, force: boolean): Promise<Record<string, unknown> & { r: number; lora_alpha: number; target_modules: string[]; base_model_name_or_path: string | null }> {
+  const { tensors, metadata } = parseSafetensors(readFileSync(adapterFile), adapterFile);
+  const lora = loraFromMetadata(metadata, adapterFile);
+  const renamed: [string, Tensor][] = [];
+  for (const [name, t] of tensors) {
+    if (!parseAdapterName(name)) throw new RlstreamError('WEIGHTS_FORMAT', `${adapterFile}: unexpected tensor ${name} in an adapter file`);
+    renamed.push([peftTensorName(name), t]);
+  }
+  const cfg = peftAdapterConfig(lora, baseModel) as Record<string, unknown> & { r: number; lora_alpha: number; target_modules: string[]; base_model_name_or_path: string | null };
+  const tmp = `${out}.tmp-${process.pid}`;
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp, { recursive: true });
+  await writeSafetensors(join(tmp, 'adapter_model.safetensors'), renamed, { format: 'pt' });
+  writeFileSync(join(tmp, 'adapter_config.json'), JSON.stringify(cfg, null, 2) + '\n');
+  if (force) await rm(out, { recursive: true, force: true });
+  await rename(tmp, out);
+  return cfg;
+}
+
 export function register(program: Command): void {
   program
     .command('export')
@@ -84,6 +112,13 @@ export function register(program: Command): void {
       const sum = await sha256File(file);
       if (sum !== v.checksum) throw new RlstreamError('WEIGHTS_FORMAT', `${file}: sha256 ${sum} is not version ${n}'s ${v.checksum}: the file was changed or damaged; nothing written`);
       parseModelConfig(v.config_json); // the version's config is one rlstream runs (and export writes it back)
+      if (v.format === LORA_FILE_FORMAT) {
+        // A version of a LoRA run is its adapters: a PEFT adapter directory over the run's base model.
+        const started = Date.now();
+        const cfg = await writePeftAdapterDir(out, file, runFile?.model?.base ?? null, opts.force ?? false);
+        process.stdout.write(JSON.stringify({ out, run_id: v.run_id, version: n, step: v.step, checksum: v.checksum, format: 'peft-lora', rank: cfg.r, alpha: cfg.lora_alpha, target_modules: cfg.target_modules, base_model: cfg.base_model_name_or_path, seconds: (Date.now() - started) / 1000 }) + '\n');
+        return;
+      }
       const tokenizerDir = opts.tokenizer ? resolve(opts.tokenizer) : (runFile?.model?.tokenizer ?? null);
       if (tokenizerDir !== null && !existsSync(join(tokenizerDir, 'tokenizer.json'))) throw new RlstreamError('INPUT_INVALID', `tokenizer directory ${tokenizerDir} has no tokenizer.json (--tokenizer names another)`);
       // generation_config.json: the base model directory's, else the token ids the config names

@@ -2,7 +2,7 @@
 // and its compilation into a frozen, fully specified TrainerOptions; every validation message names the field.
 import { Type } from '@sinclair/typebox';
 import { compileValue, ConfigError, oneOf } from '../../core/config/validate.ts';
-import type { DeviceKind, RolloutCorrection } from '../../native/index.ts';
+import { LORA_TARGETS, type DeviceKind, type LoraTarget, type RolloutCorrection } from '../../native/index.ts';
 import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
 
 export interface TrainerOptions {
@@ -40,6 +40,8 @@ export interface TrainerOptions {
   threads: number;
   /** Where the trainer's model runs (and the main job's SFT warm start); 'cuda' is checked at start-up (device.ts). */
   device: DeviceKind;
+  /** Low-rank adapters (trainer.lora): only they train, the model's weights stay frozen; null: every weight trains. */
+  lora: { rank: number; alpha: number; targets: readonly LoraTarget[] } | null;
 }
 
 const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
@@ -66,6 +68,7 @@ const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   keepVersions: 2,
   threads: 1,
   device: 'cpu',
+  lora: null,
 });
 
 /** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
@@ -101,7 +104,17 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     keepVersions: t.keep_versions,
     threads: t.threads,
     device: t.device,
+    lora: compileLora(t.lora, `${path}.lora`),
   });
+}
+
+function compileLora(l: { rank: number; alpha?: number; dropout: number; targets: LoraTarget[] } | undefined, path: string): TrainerOptions['lora'] {
+  if (!l) return null;
+  // Dropout on the adapters' input is not in the native core yet: refused rather than silently ignored.
+  if (l.dropout !== 0) throw new ConfigError([{ path: `${path}.dropout`, message: `must be 0: adapter dropout is not implemented yet (got ${l.dropout}); remove the key or set 0` }]);
+  const targets = LORA_TARGETS.filter((x) => l.targets.includes(x));
+  if (targets.length !== l.targets.length) throw new ConfigError([{ path: `${path}.targets`, message: 'names a projection twice' }]);
+  return Object.freeze({ rank: l.rank, alpha: l.alpha ?? 2 * l.rank, targets: Object.freeze(targets) });
 }
 
 const d = TRAINER_DEFAULTS;
@@ -146,6 +159,17 @@ export const TrainerSection = Type.Object(
     keep_checkpoints: Type.Integer({ minimum: 1, default: d.keepCheckpoints, description: 'Checkpoints kept on disk (the newest; a restart resumes from the newest committed one). Each holds the weights and the AdamW moments.' }),
     keep_versions: Type.Integer({ minimum: 1, default: d.keepVersions, description: "Policy versions whose weights stay in <data_dir>/weights: the newest N, plus version 0, every version within the staleness bound and every version a record read but not yet trained names; older versions' files are deleted (their PolicyVersion events stay)." }),
     threads: Type.Integer({ minimum: 1, default: d.threads, description: 'Native core threads.' }),
+    lora: Type.Optional(
+      Type.Object(
+        {
+          rank: Type.Integer({ minimum: 1, maximum: 4096, description: 'Rank r of each adapter (A [r, in], B [out, r]).' }),
+          alpha: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: "Scale numerator: the adapter's output is multiplied by alpha / rank (default 2 × rank)." })),
+          dropout: Type.Number({ minimum: 0, default: 0, description: 'Dropout on the adapters\' input: only 0 (not implemented yet).' }),
+          targets: Type.Array(oneOf(LORA_TARGETS, { description: 'A projection.' }), { minItems: 1, default: [...LORA_TARGETS], description: 'The projections that carry an adapter (Hugging Face module names, PEFT target_modules).' }),
+        },
+        { additionalProperties: false, description: "LoRA: adapters on the attention and MLP projections train while the model's weights stay frozen (gradients and AdamW state for the adapters only); each policy version publishes the adapters, which the built-in engine folds into its weights. Absent: full-parameter training." },
+      ),
+    ),
     device: oneOf(['cpu', 'cuda'] as const, { default: d.device, description: "Where the trainer's model runs, with the main job's SFT warm start: 'cpu' (fp32, OpenBLAS), or 'cuda' (one NVIDIA GPU: bf16 matrix products, fp32 master weights; needs the addon built with RLSTREAM_CUDA=1, native/README.md). Checkpoints and published weights are the same files on both; rollouts stay where the backend runs." }),
   },
   { additionalProperties: false, default: {}, description: 'The trainer (asynchronous PPO on the native core).' },

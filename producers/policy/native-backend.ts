@@ -134,6 +134,12 @@ export class NativePolicyBackend implements LlmBackend {
       this.model.copyParamsFrom(this.staging);
       return 'trainer';
     }
+    if (update.adapter) {
+      // Adapters fold into the weights they were trained on, read afresh each time: exact, whatever came before.
+      await this.model.loadWeights(update.adapter.baseWeightsPath);
+      await this.model.mergeAdapter(update.adapter.path);
+      return 'file';
+    }
     await this.model.loadWeights(update.weightsPath);
     return 'file';
   }
