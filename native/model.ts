@@ -135,6 +135,8 @@ export interface InitOptions {
   trainable?: boolean; // default true; false: parameters only (a quarter of the memory), training calls throw
   /** Adapters: only they train (gradients and AdamW state cover them alone); the base weights stay frozen. */
   lora?: LoraOptions;
+  /** 'layer': activation recomputation per layer (one layer's activations kept; one more forward's work). Default 'none'. */
+  recompute?: Recompute;
 }
 
 export interface LoadOptions {
@@ -144,6 +146,17 @@ export interface LoadOptions {
   trainable?: boolean; // default true; false: parameters only (a quarter of the memory), training calls throw
   /** Adapters over the loaded (frozen) weights, initialised from lora.seed; see InitOptions.lora. */
   lora?: LoraOptions;
+  /** See InitOptions.recompute. */
+  recompute?: Recompute;
+}
+
+/** Activation recomputation: 'none' keeps every layer's activations for the backward, 'layer' recomputes them. */
+export type Recompute = 'none' | 'layer';
+
+function recomputeOf(r: unknown, where: string): Recompute | undefined {
+  if (r === undefined) return undefined;
+  if (r !== 'none' && r !== 'layer') invalid(`${where}: options.recompute must be 'none' or 'layer', got ${JSON.stringify(r)}`);
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -249,7 +262,7 @@ export class Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.init');
     const lora = options.lora === undefined ? null : checkLoraOptions(options.lora, 'Model.init');
-    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined };
+    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined, recompute: recomputeOf(options.recompute, 'Model.init') };
     if (!Number.isInteger(opts.seed)) invalid(`Model.init: options.seed must be an integer, got ${String(opts.seed)}`);
     return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device, lora);
   }
@@ -259,7 +272,7 @@ export class Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.load');
     const lora = options.lora === undefined ? null : checkLoraOptions(options.lora, 'Model.load');
-    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined }));
+    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined, recompute: recomputeOf(options.recompute, 'Model.load') }));
     const model = new Model(cfg, handle, device, lora);
     try {
       readInto(weightsPath, model.baseParameters(), 'weights', cfg.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());

@@ -2,7 +2,7 @@
 // and its compilation into a frozen, fully specified TrainerOptions; every validation message names the field.
 import { Type } from '@sinclair/typebox';
 import { compileValue, ConfigError, oneOf } from '../../core/config/validate.ts';
-import { LORA_TARGETS, type DeviceKind, type LoraTarget, type RolloutCorrection } from '../../native/index.ts';
+import { LORA_TARGETS, type DeviceKind, type LoraTarget, type Recompute, type RolloutCorrection } from '../../native/index.ts';
 import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
 
 export interface TrainerOptions {
@@ -42,6 +42,8 @@ export interface TrainerOptions {
   device: DeviceKind;
   /** Low-rank adapters (trainer.lora): only they train, the model's weights stay frozen; null: every weight trains. */
   lora: { rank: number; alpha: number; targets: readonly LoraTarget[] } | null;
+  /** Activation recomputation (trainer.recompute): 'layer' keeps one layer's activations and recomputes the rest. */
+  recompute: Recompute;
 }
 
 const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
@@ -69,6 +71,7 @@ const TRAINER_DEFAULTS: TrainerOptions = Object.freeze({
   threads: 1,
   device: 'cpu',
   lora: null,
+  recompute: 'none',
 });
 
 /** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
@@ -105,6 +108,7 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     threads: t.threads,
     device: t.device,
     lora: compileLora(t.lora, `${path}.lora`),
+    recompute: t.recompute,
   });
 }
 
@@ -170,6 +174,7 @@ export const TrainerSection = Type.Object(
         { additionalProperties: false, description: "LoRA: adapters on the attention and MLP projections train while the model's weights stay frozen (gradients and AdamW state for the adapters only); each policy version publishes the adapters, which the built-in engine folds into its weights. Absent: full-parameter training." },
       ),
     ),
+    recompute: oneOf(['none', 'layer'] as const, { default: d.recompute, description: "Activation recomputation: 'none' keeps every layer's activations for the backward; 'layer' keeps each layer's input and one layer's activations, and runs each layer's forward again in the backward (one more forward's work, for long contexts). On cuda, 'layer' takes the plain (unfused) training ops." }),
     device: oneOf(['cpu', 'cuda'] as const, { default: d.device, description: "Where the trainer's model runs, with the main job's SFT warm start: 'cpu' (fp32, OpenBLAS), or 'cuda' (one NVIDIA GPU: bf16 matrix products, fp32 master weights; needs the addon built with RLSTREAM_CUDA=1, native/README.md). Checkpoints and published weights are the same files on both; rollouts stay where the backend runs." }),
   },
   { additionalProperties: false, default: {}, description: 'The trainer (asynchronous PPO on the native core).' },

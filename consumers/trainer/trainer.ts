@@ -166,7 +166,7 @@ export class Trainer {
   async start(): Promise<void> {
     const { log, options } = this.deps;
     checkTrainerDevice(options.device);
-    const on = { threads: options.threads, device: options.device };
+    const on = { threads: options.threads, device: options.device, recompute: options.recompute };
     // With trainer.lora the model's weights stay frozen and adapters train over them; a checkpoint then holds the
     // adapters alone, resumed over the same initial weights.
     const lora = options.lora ? { ...options.lora, seed: 0 } : undefined;

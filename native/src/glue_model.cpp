@@ -161,6 +161,12 @@ ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWra
       }
     }
     model_ = std::make_unique<Model>(c, threads, chunk, device, trainable, lora);
+    const Napi::Value rv = o.Get("recompute");
+    if (!rv.IsUndefined() && !rv.IsNull()) {
+      const std::string r = rv.IsString() ? rv.As<Napi::String>().Utf8Value() : "";
+      if (r != "none" && r != "layer") invalid("options.recompute must be 'none' or 'layer'");
+      model_->set_recompute(r == "layer");
+    }
     if (o.Get("random").ToBoolean().Value()) {
       const double seed = num_arg(o.Get("seed"), "options.seed");
       const double std_ = num_arg(o.Get("initStd"), "options.initStd");

@@ -38,22 +38,23 @@ static void check_fits(double bytes, const char* what) {
     prof_[(int)Phase::cat] += std::chrono::duration<double>(std::chrono::steady_clock::now() - prof_t0_).count(); \
   } while (0)
 
+struct Model::ActLayer {
+  float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
+  // q/k norms (qk_norm): the heads' inputs [T, QD] and [T, KD], and their rstd [T * NH], [T * NKV]
+  float *qpre = nullptr, *kpre = nullptr, *qrstd = nullptr, *krstd = nullptr;
+  // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I] in
+  // bf16 (uint16_t bit patterns), and the products' operands are kept in bf16 too: ln1h, ln2h [T, H], acth [T, I],
+  // atth [T, QD] (att stays fp32 for the attention backward).
+  float *ln1h = nullptr, *ln2h = nullptr, *acth = nullptr, *atth = nullptr;
+  float* lu[LoraTargets] = {};  // adapters: s * x A^T [T, rank] per target (the B product's input)
+};
+
 struct Model::Acts {
   int cap = 0;  // tokens this allocation holds
   float* mem = nullptr;
   Kernels* k = nullptr;
-  struct Layer {
-    float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
-    // q/k norms (qk_norm): the heads' inputs [T, QD] and [T, KD], and their rstd [T * NH], [T * NKV]
-    float *qpre = nullptr, *kpre = nullptr, *qrstd = nullptr, *krstd = nullptr;
-    // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I] in
-    // bf16 (uint16_t bit patterns), and the products' operands are kept in bf16 too: ln1h, ln2h [T, H], acth [T, I],
-    // atth [T, QD] (att stays fp32 for the attention backward).
-    float *ln1h = nullptr, *ln2h = nullptr, *acth = nullptr, *atth = nullptr;
-    float* lu[LoraTargets] = {};  // adapters: s * x A^T [T, rank] per target (the B product's input)
-  };
   std::vector<float*> resid;  // L+1 residual streams [T,H]; resid[l] enters layer l
-  std::vector<Layer> layers;
+  std::vector<ActLayer> layers;
   float *lnf, *rstdf, *cosb, *sinb;
   float *dres, *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dact;  // backward scratch
   // fused training's bf16 backward scratch (instead of dgate, dup): d resid [T, H], d gate|up [T, 2I], d q|k|v
@@ -322,7 +323,7 @@ void Model::lora_forward(int l, int t, float* y, const float* x, int T, int C, i
   if (!lora_.has(t)) return;
   Kernels& k = *k_;
   const int r = lora_.rank;
-  float* u = a_->layers[l].lu[t];
+  float* u = layer_acts(l).lu[t];
   PROF(matmul, k.matmul_forward(u, x, LP_[l].A[t], nullptr, T, C, r, false));
   PROF(elementwise, k.scale(u, (size_t)T * r, lora_.scale()));
   PROF(matmul, k.matmul_forward(y, u, LP_[l].B[t], nullptr, T, r, OC, true));
@@ -335,7 +336,7 @@ void Model::lora_backward(int l, int t, float* dx, const float* dy, const float*
   float* du = a_->ldu;
   // u = s x A^T, y += u B^T:  du = dy B, dB += dy^T u;  then d(x A^T) = s du:  dx += s du A, dA += s du^T x
   PROF(elementwise, k.zero(du, (size_t)T * r));
-  PROF(matmul, k.matmul_backward(du, LG_[l].B[t], nullptr, dy, a_->layers[l].lu[t], LP_[l].B[t], T, r, OC));
+  PROF(matmul, k.matmul_backward(du, LG_[l].B[t], nullptr, dy, layer_acts(l).lu[t], LP_[l].B[t], T, r, OC));
   PROF(elementwise, k.scale(du, (size_t)T * r, lora_.scale()));
   PROF(matmul, k.matmul_backward(dx, LG_[l].A[t], nullptr, du, x, LP_[l].A[t], T, C, r));
 }
@@ -430,7 +431,7 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
                KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, L = cfg_.num_hidden_layers, hd = cfg_.head_dim();
   const size_t t = T, ch = std::min<size_t>(chunk_, t);
   a.resid.resize(L + 1);  // L+1 residual streams; resid[l] enters layer l
-  a.layers.resize(L);
+  a.layers.resize(recompute_ ? 1 : L);  // recomputation: one layer's activations at a time
   {
     auto each = [&](size_t n, std::initializer_list<float**> slots) {
       for (float** slot : slots) give(*slot, n);
@@ -629,43 +630,63 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
   PROF(elementwise, k.rope_table(a.cosb, a.sinb, cached ? cached->pos : a.pos.data(), T, hd, inv_freq_.data()));
 
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
-  for (int l = 0; l < cfg_.num_hidden_layers; l++) {
-    const LayerPtrs& w = P_.layers[l];
-    auto& x = a.layers[l];
-    PROF(elementwise, k.rmsnorm_forward(x.ln1, x.rstd1, a.resid[l], w.ln1_w, T, H, eps));
-    PROF(matmul, k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false));
-    PROF(matmul, k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false));
-    PROF(matmul, k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false));
-    lora_forward(l, LoraQ, x.q, x.ln1, T, H, QD);
-    lora_forward(l, LoraK, x.k, x.ln1, T, H, KD);
-    lora_forward(l, LoraV, x.v, x.ln1, T, H, KD);
-    if (cfg_.qk_norm) {
-      PROF(elementwise, k.head_rmsnorm(x.q, QD, x.qpre, x.qrstd, w.q_norm, T, NH, hd, eps));
-      PROF(elementwise, k.head_rmsnorm(x.k, KD, x.kpre, x.krstd, w.k_norm, T, NKV, hd, eps));
-    }
-    PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
-    PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
-    if (cached) {
-      void *kc = kv_layer(l, 0), *vc = kv_layer(l, 1);
-      PROF(attention, k.kv_store(kc, vc, x.k, x.v, cached->slot, cached->pos, T, KD, kv_max_len_));
-      PROF(attention, k.attention_cached(x.att, x.q, kc, vc, cached->slot, cached->pos, T, NH, NKV, hd, kv_max_len_));
-    } else {
-      PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
-    }
-    PROF(elementwise, k.copy(x.mid, a.resid[l], (size_t)T * H));
-    PROF(matmul, k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true));
-    lora_forward(l, LoraO, x.mid, x.att, T, QD, H);
-    PROF(elementwise, k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps));
-    PROF(matmul, k.matmul_forward(x.gate, x.ln2, w.gate_w, nullptr, T, H, I, false));
-    PROF(matmul, k.matmul_forward(x.up, x.ln2, w.up_w, nullptr, T, H, I, false));
-    lora_forward(l, LoraGate, x.gate, x.ln2, T, H, I);
-    lora_forward(l, LoraUp, x.up, x.ln2, T, H, I);
-    PROF(elementwise, k.swiglu_forward(x.act, x.gate, x.up, (size_t)T * I));
-    PROF(elementwise, k.copy(a.resid[l + 1], x.mid, (size_t)T * H));
-    PROF(matmul, k.matmul_forward(a.resid[l + 1], x.act, w.down_w, nullptr, T, I, H, true));
-    lora_forward(l, LoraDown, a.resid[l + 1], x.act, T, I, H);
-  }
+  for (int l = 0; l < cfg_.num_hidden_layers; l++) layer_forward(l, b, cached);
   PROF(elementwise, k.rmsnorm_forward(a.lnf, a.rstdf, a.resid[cfg_.num_hidden_layers], P_.norm_w, T, H, eps));
+}
+
+Model::ActLayer& Model::layer_acts(int l) { return a_->layers[recompute_ ? 0 : l]; }
+
+void Model::set_recompute(bool on) {
+  if (on == recompute_) return;
+  // the layout changes: drop the activations (the next step allocates them anew)
+  a_ = std::make_unique<Acts>();
+  a_->k = k_.get();
+  recompute_ = on;
+  fused_train_ = k_->fused_train() && lora_.rank == 0 && !recompute_;
+}
+
+// Layer l of the plain trunk: resid[l] -> resid[l+1], its activations into layer_acts(l) (one shared set with
+// recomputation, where the backward runs this again from resid[l] before the layer's own backward).
+void Model::layer_forward(int l, const Batch& b, const Cached* cached) {
+  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
+            NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
+  const float eps = (float)cfg_.rms_norm_eps;
+  Acts& a = *a_;
+  Kernels& k = *k_;
+  const LayerPtrs& w = P_.layers[l];
+  auto& x = layer_acts(l);
+  PROF(elementwise, k.rmsnorm_forward(x.ln1, x.rstd1, a.resid[l], w.ln1_w, T, H, eps));
+  PROF(matmul, k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false));
+  PROF(matmul, k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false));
+  PROF(matmul, k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false));
+  lora_forward(l, LoraQ, x.q, x.ln1, T, H, QD);
+  lora_forward(l, LoraK, x.k, x.ln1, T, H, KD);
+  lora_forward(l, LoraV, x.v, x.ln1, T, H, KD);
+  if (cfg_.qk_norm) {
+    PROF(elementwise, k.head_rmsnorm(x.q, QD, x.qpre, x.qrstd, w.q_norm, T, NH, hd, eps));
+    PROF(elementwise, k.head_rmsnorm(x.k, KD, x.kpre, x.krstd, w.k_norm, T, NKV, hd, eps));
+  }
+  PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
+  PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
+  if (cached) {
+    void *kc = kv_layer(l, 0), *vc = kv_layer(l, 1);
+    PROF(attention, k.kv_store(kc, vc, x.k, x.v, cached->slot, cached->pos, T, KD, kv_max_len_));
+    PROF(attention, k.attention_cached(x.att, x.q, kc, vc, cached->slot, cached->pos, T, NH, NKV, hd, kv_max_len_));
+  } else {
+    PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
+  }
+  PROF(elementwise, k.copy(x.mid, a.resid[l], (size_t)T * H));
+  PROF(matmul, k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true));
+  lora_forward(l, LoraO, x.mid, x.att, T, QD, H);
+  PROF(elementwise, k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps));
+  PROF(matmul, k.matmul_forward(x.gate, x.ln2, w.gate_w, nullptr, T, H, I, false));
+  PROF(matmul, k.matmul_forward(x.up, x.ln2, w.up_w, nullptr, T, H, I, false));
+  lora_forward(l, LoraGate, x.gate, x.ln2, T, H, I);
+  lora_forward(l, LoraUp, x.up, x.ln2, T, H, I);
+  PROF(elementwise, k.swiglu_forward(x.act, x.gate, x.up, (size_t)T * I));
+  PROF(elementwise, k.copy(a.resid[l + 1], x.mid, (size_t)T * H));
+  PROF(matmul, k.matmul_forward(a.resid[l + 1], x.act, w.down_w, nullptr, T, I, H, true));
+  lora_forward(l, LoraDown, a.resid[l + 1], x.act, T, I, H);
 }
 
 // Logits [n, V] of tokens [t0, t0+n) into the chunk buffer: the final norm's output times lm_head.
@@ -814,7 +835,8 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
   for (int l = L - 1; l >= 0; l--) {
     const LayerPtrs& w = P_.layers[l];
     const LayerPtrs& g = G_.layers[l];
-    auto& x = a.layers[l];
+    if (recompute_ && l < L - 1) layer_forward(l, b, nullptr);  // (the last layer's are still there)
+    auto& x = layer_acts(l);
     // MLP: resid[l+1] = mid + down(silu(gate(ln2)) * up(ln2))
     PROF(elementwise, k.zero(a.dact, (size_t)T * I));
     PROF(matmul, k.matmul_backward(a.dact, g.down_w, nullptr, a.dres, x.act, w.down_w, T, I, H));

@@ -100,6 +100,11 @@ class Model {
   // folds an adapter into the weights (a negative scale takes it out again). On CUDA the product runs in bf16 with
   // fp32 accumulation, as every other product there.
   void merge_lora(int l, int target, const float* A, const float* B, int rank, float scale);
+  // Activation recomputation per layer: the forward keeps each layer's input (the residual stream) and one layer's
+  // activations, and the backward runs each layer's forward again before its backward (one more forward's work;
+  // activations of one layer instead of all). Takes the plain ops on CUDA (not the fused training ops).
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
   void need_training(const char* op) const;  // throws NativeError naming op on a model that is not trainable
   ~Model();
   Model(const Model&) = delete;
@@ -174,6 +179,7 @@ class Model {
 
  private:
   struct Acts;
+  struct ActLayer;  // one layer's activations
   void ensure_acts(int T, int max_len);
   template <typename Give>
   void walk_acts(int T, Acts& a, Give&& give) const;
@@ -183,6 +189,8 @@ class Model {
     const int32_t* pos;
   };
   void forward_trunk(const Batch& b, const Cached* cached = nullptr);
+  void layer_forward(int l, const Batch& b, const Cached* cached);
+  ActLayer& layer_acts(int l);
   void forward_fused(const Batch& b, const Cached& c);  // extend's trunk where the kernels have fused decode ops
   void forward_train_fused(const Batch& b);             // the trunk without a cache where they have fused training ops
   // extend's head: logits of rows [B, H], softmax(logits * inv_temp), then the rows to probs (host) or one draw
@@ -220,6 +228,7 @@ class Model {
   Device device_ = Device::Cpu;
   bool trainable_ = true;
   LoraConfig lora_;
+  bool recompute_ = false;
   size_t train_off_ = 0, ntrain_ = 0;
   std::vector<LoraPtrs> LP_, LG_;  // adapter parameters and gradients
   float* junk_ = nullptr;          // with adapters: where the frozen norms' weight gradients go (never read)
