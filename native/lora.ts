@@ -1,6 +1,10 @@
 // LoRA adapters (PEFT's LoRA on the attention and MLP projections): option checking, the adapter tensors' names in
 // the native model and in a PEFT adapter directory, and the adapter file a policy version publishes.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdir, rename, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { RlstreamError } from '../core/errors.ts';
+import { parseSafetensors, writeSafetensors, type Tensor } from '../core/weights/safetensors.ts';
 
 /** The projections an adapter can sit on, by their Hugging Face module names (PEFT's target_modules). */
 export const LORA_TARGETS = Object.freeze(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const);
@@ -92,4 +96,27 @@ export function peftAdapterConfig(o: Required<LoraOptions>, baseModel: string | 
     inference_mode: true,
     modules_to_save: null,
   };
+}
+
+/**
+ * A PEFT LoRA adapter directory from an adapter file of a policy version: adapter_config.json and
+ * adapter_model.safetensors (tensors `base_model.model.<name>`, float32), written aside and renamed into `out`.
+ */
+export async function writePeftAdapterDir(out: string, adapterFile: string, baseModel: string | null, force: boolean): Promise<Record<string, unknown> & { r: number; lora_alpha: number; target_modules: string[]; base_model_name_or_path: string | null }> {
+  const { tensors, metadata } = parseSafetensors(readFileSync(adapterFile), adapterFile);
+  const lora = loraFromMetadata(metadata, adapterFile);
+  const renamed: [string, Tensor][] = [];
+  for (const [name, t] of tensors) {
+    if (!parseAdapterName(name)) throw new RlstreamError('WEIGHTS_FORMAT', `${adapterFile}: unexpected tensor ${name} in an adapter file`);
+    renamed.push([peftTensorName(name), t]);
+  }
+  const cfg = peftAdapterConfig(lora, baseModel) as Record<string, unknown> & { r: number; lora_alpha: number; target_modules: string[]; base_model_name_or_path: string | null };
+  const tmp = `${out}.tmp-${process.pid}`;
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp, { recursive: true });
+  await writeSafetensors(join(tmp, 'adapter_model.safetensors'), renamed, { format: 'pt' });
+  writeFileSync(join(tmp, 'adapter_config.json'), JSON.stringify(cfg, null, 2) + '\n');
+  if (force) await rm(out, { recursive: true, force: true });
+  await rename(tmp, out);
+  return cfg;
 }

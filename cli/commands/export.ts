@@ -6,8 +6,7 @@
 // A version of a run trained with trainer.lora is its adapters: export writes them as a PEFT adapter directory
 // (adapter_config.json, adapter_model.safetensors) over the run's base model.
 import type { Command } from 'commander';
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { mkdir, rename, rm } from 'node:fs/promises';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';
@@ -17,8 +16,7 @@ import { TOPICS } from '../../core/topics.ts';
 import { sha256File } from '../../core/weights/checksum.ts';
 import { isModelDir, readWeights, writeHfDir } from '../../core/weights/hf-dir.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
-import { parseSafetensors, writeSafetensors, type Tensor } from '../../core/weights/safetensors.ts';
-import { LORA_FILE_FORMAT, loraFromMetadata, parseAdapterName, peftAdapterConfig, peftTensorName } from '../../native/lora.ts';
+import { LORA_FILE_FORMAT, writePeftAdapterDir } from '../../native/lora.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
 import { openSource } from '../log-source.ts';
 import { numberOption } from '../options.ts';
@@ -58,29 +56,6 @@ function weightsFile(v: PolicyVersion, runDir: string | null): string {
   const moved = runDir ? join(runDir, 'weights', `${v.checksum}.safetensors`) : null;
   if (moved && existsSync(moved)) return moved;
   throw new RlstreamError('WEIGHTS_FORMAT', `version ${v.version}: its weights ${v.weights_uri} are gone${moved ? ` (nor at ${moved})` : ''}; the trainer keeps trainer.keep_versions versions, and older ones are pruned`);
-}
-
-/**
- * A PEFT LoRA adapter directory from an adapter file of a policy version: adapter_config.json and
- * adapter_model.safetensors (tensors `base_model.model.<name>`, float32), written aside and renamed into `out`.
- */
-export async function writePeftAdapterDir(out: string, adapterFile: string, baseModel: string | null, force: boolean): Promise<Record<string, unknown> & { r: number; lora_alpha: number; target_modules: string[]; base_model_name_or_path: string | null }> {
-  const { tensors, metadata } = parseSafetensors(readFileSync(adapterFile), adapterFile);
-  const lora = loraFromMetadata(metadata, adapterFile);
-  const renamed: [string, Tensor][] = [];
-  for (const [name, t] of tensors) {
-    if (!parseAdapterName(name)) throw new RlstreamError('WEIGHTS_FORMAT', `${adapterFile}: unexpected tensor ${name} in an adapter file`);
-    renamed.push([peftTensorName(name), t]);
-  }
-  const cfg = peftAdapterConfig(lora, baseModel) as Record<string, unknown> & { r: number; lora_alpha: number; target_modules: string[]; base_model_name_or_path: string | null };
-  const tmp = `${out}.tmp-${process.pid}`;
-  await rm(tmp, { recursive: true, force: true });
-  await mkdir(tmp, { recursive: true });
-  await writeSafetensors(join(tmp, 'adapter_model.safetensors'), renamed, { format: 'pt' });
-  writeFileSync(join(tmp, 'adapter_config.json'), JSON.stringify(cfg, null, 2) + '\n');
-  if (force) await rm(out, { recursive: true, force: true });
-  await rename(tmp, out);
-  return cfg;
 }
 
 export function register(program: Command): void {

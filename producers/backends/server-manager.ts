@@ -7,7 +7,6 @@
 import { RlstreamError } from '../../core/errors.ts';
 import { isRetriable, retry } from '../../core/retry.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
-import { PolicyUpdates } from '../policy/updates.ts';
 import type { InferenceServer } from './http.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from './types.ts';
 
@@ -231,7 +230,6 @@ export class ServerManager implements LlmBackend {
    * manager's version moves only when every server took the new one, else the failures are thrown.
    */
   async updatePolicy(update: PolicyUpdate): Promise<void> {
-    PolicyUpdates.refuseAdapter(update, 'inference-server');
     const results = await Promise.allSettled(
       this.states.map(async (s) => {
         await s.server.updateWeights?.(update);

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { writePeftAdapterDir } from '../../cli/commands/export.ts';
+import { writePeftAdapterDir } from '../../native/lora.ts';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
