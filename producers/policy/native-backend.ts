@@ -115,7 +115,8 @@ export class NativePolicyBackend implements LlmBackend {
    * is on this model's device: the version's update then copies it into the generating model, with no file read.
    */
   stageWeights(version: number, source: Model): void {
-    if (source.device !== this.model.device) return;
+    // (a trainer with adapters publishes them as a small file, folded in from there: nothing to stage)
+    if (source.device !== this.model.device || source.lora) return;
     // Called from the trainer's step: a model that cannot be staged (other shapes, no memory) must not fail the
     // step; its versions are then read from their files.
     try {

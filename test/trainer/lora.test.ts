@@ -15,6 +15,7 @@ import { TOPICS } from '../../core/topics.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { parseSafetensors } from '../../core/weights/safetensors.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
+import { loadRunConfig } from '../../core/config.ts';
 import { LORA_FILE_FORMAT, Model, nativeAvailable } from '../../native/index.ts';
 import { verifyPolicyVersion } from '../../producers/policy-sync.ts';
 import { PolicyUpdates } from '../../producers/policy/updates.ts';
@@ -125,4 +126,14 @@ test('trainer.lora config: defaults, and errors naming the field', () => {
   ];
   for (const [lora, re] of bad)
     assert.throws(() => compileTrainerOptions({ lora }), (e: unknown) => e instanceof ConfigError && re.test(e.message), `${JSON.stringify(lora)} should fail with ${re}`);
+});
+
+test('trainer.lora with the onnx engine fails at config check, naming the fix; with the native engine it compiles', () => {
+  const cfg = join(import.meta.dirname, '..', '..', 'examples', 'calculator', 'config.yaml');
+  assert.throws(
+    () => loadRunConfig(cfg, { 'trainer.lora': { rank: 4 } }),
+    (e: unknown) => e instanceof ConfigError && /trainer\.lora: the builtin backend on the cpu \(onnx\) cannot apply adapters: set backend\.device: cuda/.test(e.message),
+  );
+  const ok = loadRunConfig(cfg, { 'trainer.lora': { rank: 4 }, 'backend.device': 'cuda', 'rollout.interrupt': 'next_turn' });
+  assert.deepEqual(ok.trainer.lora, { rank: 4, alpha: 8, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] });
 });
