@@ -51,7 +51,7 @@ export interface NativeModelHandle {
 export interface NativeAddon {
   NativeModel: new (
     config: ModelConfig,
-    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind; trainable: boolean; lora?: { rank: number; alpha: number; targets: readonly string[]; seed: number }; recompute?: 'none' | 'layer' },
+    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind; trainable: boolean; lora?: { rank: number; alpha: number; targets: readonly string[]; dropout: number; seed: number }; recompute?: 'none' | 'layer' },
   ) => NativeModelHandle;
   sgemmGflops(n: number, iters: number, threads: number): number;
   crc32(buf: Uint8Array, crc: number): number;

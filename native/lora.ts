@@ -18,6 +18,8 @@ export interface LoraOptions {
   rank: number;
   alpha: number;
   targets: readonly LoraTarget[];
+  /** Dropout on each adapter's input in training calls (backward*), PEFT's lora_dropout; default 0. */
+  dropout?: number;
   /** Seed of A's initialisation; default 0. */
   seed?: number;
 }
@@ -37,13 +39,15 @@ export function checkLoraOptions(o: unknown, where: string): Required<LoraOption
   if (typeof rank !== 'number' || !Number.isInteger(rank) || rank < 1 || rank > 4096) invalid(`${where}: lora.rank must be an integer in [1, 4096], got ${String(rank)}`);
   const alpha = r.alpha;
   if (typeof alpha !== 'number' || !Number.isFinite(alpha) || alpha <= 0) invalid(`${where}: lora.alpha must be a positive number, got ${String(alpha)}`);
+  const dropout = r.dropout ?? 0;
+  if (typeof dropout !== 'number' || !(dropout >= 0 && dropout < 1)) invalid(`${where}: lora.dropout must be a number in [0, 1), got ${String(dropout)}`);
   const seed = r.seed ?? 0;
   if (typeof seed !== 'number' || !Number.isInteger(seed)) invalid(`${where}: lora.seed must be an integer, got ${String(seed)}`);
   if (!Array.isArray(r.targets) || r.targets.length === 0) invalid(`${where}: lora.targets must be a non-empty array of ${LORA_TARGETS.join(', ')}`);
   for (const [i, t] of r.targets.entries())
     if (!LORA_TARGETS.includes(t as LoraTarget)) invalid(`${where}: lora.targets[${i}] must be one of ${LORA_TARGETS.join(', ')}, got ${JSON.stringify(t)}`);
   const targets = LORA_TARGETS.filter((t) => (r.targets as unknown[]).includes(t));
-  return { rank, alpha, targets, seed };
+  return { rank, alpha, targets, dropout, seed };
 }
 
 /** Whether a tensor name (the model's own) is an adapter's. */
@@ -65,14 +69,14 @@ export function peftTensorName(name: string): string {
 
 /** The adapter file's metadata (strings, as safetensors metadata is). */
 export function loraMetadata(o: Required<LoraOptions>): Record<string, string> {
-  return { format: LORA_FILE_FORMAT, rank: String(o.rank), alpha: String(o.alpha), targets: o.targets.join(',') };
+  return { format: LORA_FILE_FORMAT, rank: String(o.rank), alpha: String(o.alpha), targets: o.targets.join(','), dropout: String(o.dropout) };
 }
 
 /** Reads the options back from an adapter file's metadata; throws WEIGHTS_FORMAT naming the file and field. */
 export function loraFromMetadata(meta: Record<string, string>, path: string): Required<LoraOptions> {
   if (meta.format !== LORA_FILE_FORMAT) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: not an adapter file (metadata format ${JSON.stringify(meta.format)}, want ${LORA_FILE_FORMAT})`);
   try {
-    return checkLoraOptions({ rank: Number(meta.rank), alpha: Number(meta.alpha), targets: (meta.targets ?? '').split(',') }, path);
+    return checkLoraOptions({ rank: Number(meta.rank), alpha: Number(meta.alpha), targets: (meta.targets ?? '').split(','), dropout: Number(meta.dropout ?? '0') }, path);
   } catch (err) {
     throw new RlstreamError('WEIGHTS_FORMAT', (err as Error).message, { cause: err });
   }
@@ -86,7 +90,7 @@ export function peftAdapterConfig(o: Required<LoraOptions>, baseModel: string | 
     base_model_name_or_path: baseModel,
     r: o.rank,
     lora_alpha: o.alpha,
-    lora_dropout: 0,
+    lora_dropout: o.dropout,
     target_modules: [...o.targets],
     bias: 'none',
     fan_in_fan_out: false,

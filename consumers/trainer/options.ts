@@ -41,7 +41,7 @@ export interface TrainerOptions {
   /** Where the trainer's model runs (and the main job's SFT warm start); 'cuda' is checked at start-up (device.ts). */
   device: DeviceKind;
   /** Low-rank adapters (trainer.lora): only they train, the model's weights stay frozen; null: every weight trains. */
-  lora: { rank: number; alpha: number; targets: readonly LoraTarget[] } | null;
+  lora: { rank: number; alpha: number; dropout: number; targets: readonly LoraTarget[] } | null;
   /** Activation recomputation (trainer.recompute): 'layer' keeps one layer's activations and recomputes the rest. */
   recompute: Recompute;
 }
@@ -114,11 +114,9 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
 
 function compileLora(l: { rank: number; alpha?: number; dropout: number; targets: LoraTarget[] } | undefined, path: string): TrainerOptions['lora'] {
   if (!l) return null;
-  // Dropout on the adapters' input is not in the native core yet: refused rather than silently ignored.
-  if (l.dropout !== 0) throw new ConfigError([{ path: `${path}.dropout`, message: `must be 0: adapter dropout is not implemented yet (got ${l.dropout}); remove the key or set 0` }]);
   const targets = LORA_TARGETS.filter((x) => l.targets.includes(x));
   if (targets.length !== l.targets.length) throw new ConfigError([{ path: `${path}.targets`, message: 'names a projection twice' }]);
-  return Object.freeze({ rank: l.rank, alpha: l.alpha ?? 2 * l.rank, targets: Object.freeze(targets) });
+  return Object.freeze({ rank: l.rank, alpha: l.alpha ?? 2 * l.rank, dropout: l.dropout, targets: Object.freeze(targets) });
 }
 
 const d = TRAINER_DEFAULTS;
@@ -168,7 +166,7 @@ export const TrainerSection = Type.Object(
         {
           rank: Type.Integer({ minimum: 1, maximum: 4096, description: 'Rank r of each adapter (A [r, in], B [out, r]).' }),
           alpha: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: "Scale numerator: the adapter's output is multiplied by alpha / rank (default 2 × rank)." })),
-          dropout: Type.Number({ minimum: 0, default: 0, description: 'Dropout on the adapters\' input: only 0 (not implemented yet).' }),
+          dropout: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: 0, description: "Dropout on each adapter's input in the training passes (PEFT's lora_dropout); the log-prob passes run without it." }),
           targets: Type.Array(oneOf(LORA_TARGETS, { description: 'A projection.' }), { minItems: 1, default: [...LORA_TARGETS], description: 'The projections that carry an adapter (Hugging Face module names, PEFT target_modules).' }),
         },
         { additionalProperties: false, description: "LoRA: adapters on the attention and MLP projections train while the model's weights stay frozen (gradients and AdamW state for the adapters only); each policy version publishes the adapters, which the built-in engine folds into its weights. Absent: full-parameter training." },

@@ -146,7 +146,10 @@ ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWra
       if (rank != std::floor(rank) || rank < 1 || rank > 4096) invalid("options.lora.rank must be an integer in [1, 4096]");
       lora.rank = (int)rank;
       lora.alpha = (float)num_arg(lo.Get("alpha"), "options.lora.alpha");
+      const Napi::Value dv = lo.Get("dropout");
+      lora.dropout = dv.IsUndefined() ? 0.f : (float)num_arg(dv, "options.lora.dropout");
       lora_seed = num_arg(lo.Get("seed"), "options.lora.seed");
+      lora.seed = (uint64_t)(int64_t)lora_seed;
       const Napi::Value tg = lo.Get("targets");
       if (!tg.IsArray()) invalid("options.lora.targets must be an array of projection names");
       Napi::Array arr = tg.As<Napi::Array>();

@@ -63,6 +63,7 @@ struct Model::Acts {
   float *logits, *logp, *ent, *dlogp, *dent;                    // loss head: logits [chunk,V], the rest [T]
   float* zlse = nullptr;  // fused training: the log-sum-exp of each row of a chunk of bf16 logits [chunk]
   float* ldu = nullptr;   // adapters' backward scratch [T, rank]
+  float *lx = nullptr, *ldx = nullptr;  // adapter dropout: an adapter's dropped input and its gradient [T, widest in]
   std::vector<int32_t> pos;
   ~Acts() {
     if (mem) k->release(mem);
@@ -79,6 +80,7 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
   if (lora_.rank < 0 || lora_.rank > 4096) invalid("lora.rank must be in [0, 4096], got " + std::to_string(lora_.rank));
   if (lora_.rank > 0) {
     if (!(lora_.alpha > 0) || !std::isfinite(lora_.alpha)) invalid("lora.alpha must be a positive number");
+    if (!(lora_.dropout >= 0 && lora_.dropout < 1)) invalid("lora.dropout must be in [0, 1)");
     if (lora_.targets == 0 || lora_.targets >= (1u << LoraTargets)) invalid("lora.targets must name at least one projection");
     if (!trainable_) invalid("lora: adapters are for training; a model made for inference (trainable false) has none");
   }
@@ -319,10 +321,18 @@ void Model::merge_lora(int l, int target, const float* A, const float* B, int ra
   // the host mirror follows on a device (parameters() reads the device block again when asked)
 }
 
+uint64_t Model::dropout_seed(int l, int t) const {
+  return lora_.seed * 0x100000001B3ull + train_calls_ * 1000003ull + (uint64_t)l * 131ull + (uint64_t)t;
+}
+
 void Model::lora_forward(int l, int t, float* y, const float* x, int T, int C, int OC) {
   if (!lora_.has(t)) return;
   Kernels& k = *k_;
   const int r = lora_.rank;
+  if (training_ && lora_.dropout > 0) {  // PEFT's lora_dropout on the adapter's input (train mode only)
+    PROF(elementwise, k.dropout(a_->lx, x, (size_t)T * C, lora_.dropout, dropout_seed(l, t)));
+    x = a_->lx;
+  }
   float* u = layer_acts(l).lu[t];
   PROF(matmul, k.matmul_forward(u, x, LP_[l].A[t], nullptr, T, C, r, false));
   PROF(elementwise, k.scale(u, (size_t)T * r, lora_.scale()));
@@ -338,6 +348,15 @@ void Model::lora_backward(int l, int t, float* dx, const float* dy, const float*
   PROF(elementwise, k.zero(du, (size_t)T * r));
   PROF(matmul, k.matmul_backward(du, LG_[l].B[t], nullptr, dy, layer_acts(l).lu[t], LP_[l].B[t], T, r, OC));
   PROF(elementwise, k.scale(du, (size_t)T * r, lora_.scale()));
+  if (training_ && lora_.dropout > 0) {
+    // the same mask again: dA from the dropped input, and dx through the mask
+    PROF(elementwise, k.dropout(a_->lx, x, (size_t)T * C, lora_.dropout, dropout_seed(l, t)));
+    PROF(elementwise, k.zero(a_->ldx, (size_t)T * C));
+    PROF(matmul, k.matmul_backward(a_->ldx, LG_[l].A[t], nullptr, du, a_->lx, LP_[l].A[t], T, C, r));
+    PROF(elementwise, k.dropout(a_->ldx, a_->ldx, (size_t)T * C, lora_.dropout, dropout_seed(l, t)));
+    PROF(elementwise, k.add_inplace(dx, a_->ldx, (size_t)T * C));
+    return;
+  }
   PROF(matmul, k.matmul_backward(dx, LG_[l].A[t], nullptr, du, x, LP_[l].A[t], T, C, r));
 }
 
@@ -466,6 +485,7 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
         if (lora_.has(g)) give(l.lu[g], t * lora_.rank);
     }
     if (lora_.rank > 0) each(t * lora_.rank, {&a.ldu});
+    if (lora_.rank > 0 && lora_.dropout > 0) each(t * std::max({H, I, QD}), {&a.lx, &a.ldx});
     each(t * H, {&a.lnf, &a.dres, &a.dln});
     each(t, {&a.rstdf, &a.logp, &a.ent, &a.dlogp, &a.dent});
     each(t * hd / 2, {&a.cosb, &a.sinb});
@@ -612,8 +632,7 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
   // (adapters are applied by the plain ops only: a model with them takes the plain path, cached or not)
   if (cached && fused_train_ && k_->fused_decode()) return forward_fused(b, *cached);
   if (!cached && fused_train_) return forward_train_fused(b);
-  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
-            NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
+  const int T = b.T, H = cfg_.hidden_size, hd = cfg_.head_dim();
   const float eps = (float)cfg_.rms_norm_eps;
   ensure_acts(T, 0);
   Acts& a = *a_;
@@ -743,6 +762,15 @@ void Model::forward_logits(const Batch& b, float* logits) {
 
 void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& loss) {
   need_training("backward");
+  // train mode for this call (adapter dropout); the next call draws new masks, also after an exception
+  struct TrainMode {
+    Model& m;
+    explicit TrainMode(Model& mm) : m(mm) { m.training_ = true; }
+    ~TrainMode() {
+      m.training_ = false;
+      m.train_calls_++;
+    }
+  } train_mode(*this);
   forward_trunk(b);
   Acts& a = *a_;
   Kernels& k = *k_;

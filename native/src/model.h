@@ -74,6 +74,8 @@ enum LoraTarget { LoraQ = 0, LoraK, LoraV, LoraO, LoraGate, LoraUp, LoraDown, Lo
 struct LoraConfig {
   int rank = 0;            // 0: no adapters, every parameter trains
   float alpha = 0;         // scale s = alpha / rank
+  float dropout = 0;       // dropout on each adapter's input while training (forward_backward), in [0, 1)
+  uint64_t seed = 0;       // of the dropout masks: mixed with the training call's count, the layer and the target
   unsigned targets = 0;    // bit LoraTarget per projection that carries an adapter
   float scale() const { return rank > 0 ? alpha / (float)rank : 0.f; }
   bool has(int t) const { return rank > 0 && (targets >> t & 1u); }
@@ -229,6 +231,9 @@ class Model {
   bool trainable_ = true;
   LoraConfig lora_;
   bool recompute_ = false;
+  bool training_ = false;       // inside forward_backward: adapter dropout applies
+  uint64_t train_calls_ = 0;    // forward_backward calls so far: each draws new dropout masks
+  uint64_t dropout_seed(int l, int t) const;
   size_t train_off_ = 0, ntrain_ = 0;
   std::vector<LoraPtrs> LP_, LG_;  // adapter parameters and gradients
   float* junk_ = nullptr;          // with adapters: where the frozen norms' weight gradients go (never read)

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { LORA_TARGETS, Model, nativeAvailable, type LoraOptions, type ModelConfig, type PolicyLossOptions } from '../../native/index.ts';
-import { referenceCrossEntropy, referencePolicyLoss, toReferenceParams, type RefParams } from '../../native/reference.ts';
+import { referenceCrossEntropy, referenceForward, referencePolicyLoss, toReferenceParams, type RefParams } from '../../native/reference.ts';
 import { TINY, checkGradients, maxAbsDiff, pack, randomSeqs, rng } from './helpers.ts';
 
 const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
@@ -155,6 +155,61 @@ test('LoRA: at init (B = 0) the model computes the base model; a step moves the 
   }
 });
 
+/** Kernels::dropout's multipliers rebuilt from its definition: 1/(1-p) (float32) where splitmix64(seed + (i+1)·φ)'s top 24 bits ≥ ⌈p·2^24⌉, else 0. */
+function dropMask(seed: bigint, n: number, p: number): Float64Array {
+  const M = (1n << 64n) - 1n;
+  const pf = Math.fround(p);
+  const cut = Math.ceil(pf * 16777216);
+  const keep = Math.fround(1 / Math.fround(1 - pf));
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    let z = (seed + BigInt(i + 1) * 0x9e3779b97f4a7c15n) & M;
+    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
+    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
+    z ^= z >> 31n;
+    out[i] = Number(z >> 40n) >= cut ? keep : 0;
+  }
+  return out;
+}
+/** The mask of layer l's adapter on `target` in the native core's training call number `call` (0 first). */
+const masks = (seed: number, call: number, p: number) => (l: number, target: string, n: number) =>
+  dropMask((BigInt(seed) * 0x100000001b3n + BigInt(call) * 1000003n + BigInt(l) * 131n + BigInt(LORA_TARGETS.indexOf(target as never))) & ((1n << 64n) - 1n), n, p);
+
+test("LoRA: the reference's adapters agree with the merged weights (the two oracles of these tests)", { skip }, async () => {
+  const { model, batch, targets, responseMask } = setup(TINY, ALL, [5, 4], 51);
+  const { base, adapters } = split(toReferenceParams(model.parameters()));
+  const a = referenceCrossEntropy(TINY, merged(TINY, base, adapters, ALL), batch, targets, responseMask);
+  const b = referenceCrossEntropy(TINY, new Map([...base, ...adapters]), batch, targets, responseMask, 1, { scale: ALL.alpha / ALL.rank });
+  assert.ok(Math.abs(a - b) < 1e-12, `${a} vs ${b}`);
+  model.dispose();
+});
+
+test('LoRA dropout: gradients match the reference with the same masks; each training call draws new ones; log-prob passes have none', { skip }, async () => {
+  const lora: LoraOptions = { ...ALL, dropout: 0.3, seed: 5 };
+  const { model, batch, targets, responseMask } = setup(TINY, lora, [6, 4, 5], 61);
+  const { base, adapters } = split(toReferenceParams(model.parameters()));
+  const all = () => new Map([...base, ...adapters]);
+  const scale = lora.alpha / lora.rank;
+  // the masks are not trivial: about 30% of each adapter input is dropped
+  const m0 = masks(5, 0, 0.3)(0, 'q_proj', 15 * 8);
+  const dropped = m0.filter((x) => x === 0).length / m0.length;
+  assert.ok(dropped > 0.15 && dropped < 0.45, `dropped fraction ${dropped}`);
+  for (const call of [0, 1]) {
+    model.zeroGrad();
+    const { loss } = await model.backwardCrossEntropy(batch, targets, responseMask);
+    const ref = { scale, dropMask: masks(5, call, 0.3) };
+    const want = referenceCrossEntropy(TINY, all(), batch, targets, responseMask, 1, ref);
+    assert.ok(Math.abs(loss - want) < 1e-5 * Math.abs(want), `call ${call}: loss ${loss} vs reference ${want}`);
+    const without = referenceCrossEntropy(TINY, all(), batch, targets, responseMask, 1, { scale });
+    assert.ok(Math.abs(loss - without) > 1e-4, `call ${call}: dropout changed nothing`);
+    checkGradients(model.gradients(), adapters, (a) => referenceCrossEntropy(TINY, new Map([...base, ...a]), batch, targets, responseMask, 1, ref));
+  }
+  const { logprobs } = await model.forward(batch, targets);
+  const plain = referenceForward(TINY, all(), batch, targets, { scale }).logprobs;
+  assert.ok(maxAbsDiff(logprobs, plain) < 1e-5, 'forward() runs the adapters without dropout');
+  model.dispose();
+});
+
 test('LoRA: bad options fail naming the field', { skip }, () => {
   const bad: [unknown, RegExp][] = [
     [{ rank: 0, alpha: 1, targets: ['q_proj'] }, /lora\.rank must be an integer in \[1, 4096\], got 0/],
@@ -163,6 +218,7 @@ test('LoRA: bad options fail naming the field', { skip }, () => {
     [{ rank: 2, alpha: 1, targets: [] }, /lora\.targets must be a non-empty array/],
     [{ rank: 2, alpha: 1, targets: ['q_proj', 'qkv_proj'] }, /lora\.targets\[1\] must be one of q_proj, .*got "qkv_proj"/],
     [{ rank: 2, alpha: 1, targets: ['q_proj'], seed: 0.5 }, /lora\.seed must be an integer/],
+    [{ rank: 2, alpha: 1, targets: ['q_proj'], dropout: 1 }, /lora\.dropout must be a number in \[0, 1\), got 1/],
   ];
   for (const [lora, re] of bad) assert.throws(() => Model.init(TINY, { seed: 1, lora: lora as LoraOptions }), re);
   assert.throws(() => Model.init(TINY, { seed: 1, trainable: false, lora: ALL }), /trainable false/);

@@ -113,12 +113,13 @@ test('trainer.lora: adapters train over frozen weights, versions publish the ada
 
 test('trainer.lora config: defaults, and errors naming the field', () => {
   const o = compileTrainerOptions({ lora: { rank: 8, targets: ['down_proj', 'q_proj'] } });
-  assert.deepEqual(o.lora, { rank: 8, alpha: 16, targets: ['q_proj', 'down_proj'] });
+  assert.deepEqual(o.lora, { rank: 8, alpha: 16, dropout: 0, targets: ['q_proj', 'down_proj'] });
+  assert.equal(compileTrainerOptions({ lora: { rank: 8, dropout: 0.05 } }).lora!.dropout, 0.05);
   assert.equal(compileTrainerOptions({}).lora, null);
   assert.deepEqual(compileTrainerOptions({ lora: { rank: 4 } }).lora!.targets, ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']);
   const bad: [unknown, RegExp][] = [
     [{ rank: 0 }, /trainer\.lora\.rank/],
-    [{ rank: 4, dropout: 0.1 }, /trainer\.lora\.dropout.*not implemented/],
+    [{ rank: 4, dropout: 1 }, /trainer\.lora\.dropout/],
     [{ rank: 4, targets: ['qkv'] }, /trainer\.lora\.targets/],
     [{ rank: 4, targets: ['q_proj', 'q_proj'] }, /trainer\.lora\.targets.*twice/],
     [{ rank: 4, alpha: 0 }, /trainer\.lora\.alpha/],
@@ -135,5 +136,5 @@ test('trainer.lora with the onnx engine fails at config check, naming the fix; w
     (e: unknown) => e instanceof ConfigError && /trainer\.lora: the builtin backend on the cpu \(onnx\) cannot apply adapters: set backend\.device: cuda/.test(e.message),
   );
   const ok = loadRunConfig(cfg, { 'trainer.lora': { rank: 4 }, 'backend.device': 'cuda', 'rollout.interrupt': 'next_turn' });
-  assert.deepEqual(ok.trainer.lora, { rank: 4, alpha: 8, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] });
+  assert.deepEqual(ok.trainer.lora, { rank: 4, alpha: 8, dropout: 0, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] });
 });
