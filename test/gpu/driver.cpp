@@ -120,6 +120,10 @@ void check_kernels() {
     report("scale", compare(dy.host(), y), TOL_FP32);
     const double a = K->sum_squares(dx.p, n), b = cpu->sum_squares(x.data(), n);
     report("sum_squares", Cmp{std::fabs(a - b), std::fabs(a - b) / b, true}, 1e-9);
+    // adapter dropout: the same mask on both devices (the hash of (seed, i)), so the same values exactly
+    K->dropout(dy.p, dx.p, n, 0.3f, 12345);
+    cpu->dropout(y.data(), x.data(), n, 0.3f, 12345);
+    report("dropout (p 0.3)", compare(dy.host(), y), 0.0);
   }
   {  // embedding (repeated ids in the backward)
     const int T = 517, H = 384, V = 97;

@@ -395,7 +395,7 @@ describe('LoRA versions on inference servers: the PEFT adapter directory through
     const path = join(store, `${'ef'.repeat(31)}${String(version).padStart(2, '0')}.safetensors`);
     const A = { shape: [2, 8], data: Float32Array.from({ length: 16 }, (_, i) => i / 16 + version) };
     const B = { shape: [8, 2], data: Float32Array.from({ length: 16 }, (_, i) => -i / 8) };
-    await writeSafetensors(path, [['model.layers.0.self_attn.q_proj.lora_A.weight', A], ['model.layers.0.self_attn.q_proj.lora_B.weight', B]], { ...loraMetadata({ rank: 2, alpha: 4, targets: ['q_proj'], seed: 0 }), base_uri: base, base_checksum: 'cd'.repeat(32) });
+    await writeSafetensors(path, [['model.layers.0.self_attn.q_proj.lora_A.weight', A], ['model.layers.0.self_attn.q_proj.lora_B.weight', B]], { ...loraMetadata({ rank: 2, alpha: 4, targets: ['q_proj'], dropout: 0, seed: 0 }), base_uri: base, base_checksum: 'cd'.repeat(32) });
     return { version, weightsPath: path, configJson: MODEL_CONFIG, adapter: { path, baseWeightsPath: base } };
   }
   const req = (id: string) => ({ requestId: id, sessionId: 's', promptIds: [1, 2], sampling: SAMPLING });
