@@ -39,6 +39,7 @@ export interface NativeModelHandle {
   extendSample(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, uniforms: Float64Array, outTokens: Int32Array, outLogprobs: Float32Array): Promise<void>;
   zeroGrad(): void;
   copyParamsFrom(source: NativeModelHandle): void;
+  mergeLora(layer: number, target: string, A: Float32Array, B: Float32Array, rank: number, scale: number): void;
   gradNorm(): number;
   clipGradNorm(maxNorm: number): number;
   adamwStep(options: AdamWOptions): Promise<void>;
@@ -50,7 +51,7 @@ export interface NativeModelHandle {
 export interface NativeAddon {
   NativeModel: new (
     config: ModelConfig,
-    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind; trainable: boolean },
+    options: { threads: number; seed?: number; initStd?: number; random: boolean; logitChunkTokens?: number; device: DeviceKind; trainable: boolean; lora?: { rank: number; alpha: number; targets: readonly string[]; dropout: number; seed: number }; recompute?: 'none' | 'layer' },
   ) => NativeModelHandle;
   sgemmGflops(n: number, iters: number, threads: number): number;
   crc32(buf: Uint8Array, crc: number): number;

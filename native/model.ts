@@ -2,7 +2,7 @@
 // options, AdamW), option compilation with exact validation messages, and Model (init, load, forward, the two
 // losses' backward passes, gradient clipping, AdamW, weights and checkpoints as safetensors).
 // Shapes: T tokens in a packed batch of S sequences; every per-token array has length T.
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { RlstreamError } from '../core/errors.ts';
@@ -10,6 +10,9 @@ import { hfConfigJson, parseModelConfig, type ModelConfig } from '../core/weight
 import { openWeights } from '../core/weights/hf-dir.ts';
 import { writeSafetensors } from '../core/weights/safetensors.ts';
 import { call, callAsync, native, type NativeModelHandle, type NativeTensor } from './addon.ts';
+import { checkLoraOptions, isAdapterTensor, loraFromMetadata, loraMetadata, parseAdapterName, type LoraOptions } from './lora.ts';
+
+export { LORA_FILE_FORMAT, LORA_TARGETS, type LoraOptions, type LoraTarget } from './lora.ts';
 
 /** The model's shape, as a checkpoint's config.json gives it (parsed in core/weights/model-config.ts). */
 export { parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
@@ -146,6 +149,10 @@ export interface InitOptions {
   initStd?: number; // default 0.02 (norms 1, biases 0)
   logitChunkTokens?: number; // tokens per logits chunk; default ~32 MiB of logits
   trainable?: boolean; // default true; false: parameters only (a quarter of the memory), training calls throw
+  /** Adapters: only they train (gradients and AdamW state cover them alone); the base weights stay frozen. */
+  lora?: LoraOptions;
+  /** 'layer': activation recomputation per layer (one layer's activations kept; one more forward's work). Default 'none'. */
+  recompute?: Recompute;
 }
 
 export interface LoadOptions {
@@ -153,6 +160,19 @@ export interface LoadOptions {
   threads?: number;
   logitChunkTokens?: number;
   trainable?: boolean; // default true; false: parameters only (a quarter of the memory), training calls throw
+  /** Adapters over the loaded (frozen) weights, initialised from lora.seed; see InitOptions.lora. */
+  lora?: LoraOptions;
+  /** See InitOptions.recompute. */
+  recompute?: Recompute;
+}
+
+/** Activation recomputation: 'none' keeps every layer's activations for the backward, 'layer' recomputes them. */
+export type Recompute = 'none' | 'layer';
+
+function recomputeOf(r: unknown, where: string): Recompute | undefined {
+  if (r === undefined) return undefined;
+  if (r !== 'none' && r !== 'layer') invalid(`${where}: options.recompute must be 'none' or 'layer', got ${JSON.stringify(r)}`);
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -261,14 +281,17 @@ export class Model {
   readonly config: ModelConfig;
   readonly numParameters: number;
   readonly device: DeviceKind;
+  /** The adapters this model trains, or null when every parameter trains. */
+  readonly lora: Required<LoraOptions> | null;
   private handle: NativeModelHandle | null;
   private tail: Promise<unknown> = Promise.resolve();
   private pending = 0;
   private pendingOp = '';
 
-  private constructor(config: ModelConfig, handle: NativeModelHandle, device: DeviceKind) {
+  private constructor(config: ModelConfig, handle: NativeModelHandle, device: DeviceKind, lora: Required<LoraOptions> | null) {
     this.config = config;
     this.device = device;
+    this.lora = lora;
     this.handle = handle;
     this.numParameters = call(() => handle.numParameters());
   }
@@ -276,19 +299,21 @@ export class Model {
   static init(config: ModelConfig, options: InitOptions): Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.init');
-    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true };
+    const lora = options.lora === undefined ? null : checkLoraOptions(options.lora, 'Model.init');
+    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined, recompute: recomputeOf(options.recompute, 'Model.init') };
     if (!Number.isInteger(opts.seed)) invalid(`Model.init: options.seed must be an integer, got ${String(opts.seed)}`);
-    return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device);
+    return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device, lora);
   }
 
   /** Loads weights (F32, BF16 or F16) with Hugging Face tensor names: a safetensors file or a model directory (shards and index). */
   static load(weightsPath: string, config: ModelConfig, options: LoadOptions = {}): Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.load');
-    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true }));
-    const model = new Model(cfg, handle, device);
+    const lora = options.lora === undefined ? null : checkLoraOptions(options.lora, 'Model.load');
+    const handle = call(() => new (native().NativeModel)(cfg, { threads: options.threads ?? availableParallelism(), random: false, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined, recompute: recomputeOf(options.recompute, 'Model.load') }));
+    const model = new Model(cfg, handle, device, lora);
     try {
-      readInto(weightsPath, model.parameters(), 'weights', cfg.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());
+      readInto(weightsPath, model.baseParameters(), 'weights', cfg.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());
       call(() => handle.upload('params')); // the views are host mirrors on a device (a no-op on the CPU)
     } catch (err) {
       model.dispose();
@@ -303,8 +328,82 @@ export class Model {
    */
   loadWeights(weightsPath: string): Promise<void> {
     return this.queue('loadWeights', async (h) => {
-      readInto(weightsPath, this.parameters(), 'weights', this.config.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());
+      readInto(weightsPath, this.baseParameters(), 'weights', this.config.tie_word_embeddings ? new Set(['lm_head.weight']) : new Set());
       h.upload('params');
+    });
+  }
+
+  /** Replaces this model's adapters from an adapter file (saveAdapter's) of the same rank, alpha and targets. */
+  loadAdapter(path: string): Promise<void> {
+    return this.queue('loadAdapter', async (h) => {
+      const own = this.lora;
+      if (!own) invalid('model.loadAdapter: this model has no adapters (made without options.lora)');
+      const meta = readInto(path, this.adapter(), 'adapter', new Set());
+      const got = loraFromMetadata(meta, path);
+      if (got.rank !== own.rank || got.alpha !== own.alpha || got.targets.join() !== own.targets.join())
+        throw new RlstreamError('WEIGHTS_FORMAT', `${path}: adapter of rank ${got.rank}, alpha ${got.alpha}, targets ${got.targets.join(',')}; this model has rank ${own.rank}, alpha ${own.alpha}, targets ${own.targets.join(',')}`);
+      h.upload('params');
+    });
+  }
+
+  /** The adapter tensors (views as parameters()'s), empty without adapters. */
+  adapter(): Map<string, TensorView> {
+    const all = this.parameters();
+    for (const name of [...all.keys()]) if (!isAdapterTensor(name)) all.delete(name);
+    return all;
+  }
+
+  /** The base model's tensors (every parameter but the adapters). */
+  baseParameters(): Map<string, TensorView> {
+    const all = this.parameters();
+    for (const name of [...all.keys()]) if (isAdapterTensor(name)) all.delete(name);
+    return all;
+  }
+
+  /** Writes the adapters alone (their names, rank, alpha and targets in the metadata): what a policy version publishes. */
+  saveAdapter(path: string, metadata: Record<string, string> = {}): Promise<void> {
+    return this.queue('saveAdapter', async () => {
+      if (!this.lora) invalid('model.saveAdapter: this model has no adapters (made without options.lora)');
+      await writeSafetensors(path, this.adapter(), { ...metadata, ...loraMetadata(this.lora) });
+    });
+  }
+
+  /** Writes the base weights alone (all of save()'s without adapters; save() writes the adapters' tensors too). */
+  saveBase(weightsPath: string): Promise<void> {
+    return this.queue('saveBase', async () => {
+      await writeSafetensors(weightsPath, this.baseParameters(), { format: 'pt' });
+    });
+  }
+
+  /**
+   * Folds the adapters of an adapter file into this model's weights in place (W += scale * alpha/rank * B A),
+   * scale -1 takes them out again: how a generating engine applies a policy version published as an adapter.
+   * The model must have no adapters of its own.
+   */
+  mergeAdapter(path: string, scale = 1): Promise<void> {
+    return this.queue('mergeAdapter', async (h) => {
+      const w = openWeights(path);
+      try {
+        const o = loraFromMetadata(w.metadata, path);
+        const pairs = new Map<string, { layer: number; target: string; A?: Float32Array; B?: Float32Array }>();
+        for (const [name, t] of w.tensors) {
+          const at = parseAdapterName(name);
+          if (!at) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: unexpected tensor ${name} in an adapter file`);
+          if (at.layer >= this.config.num_hidden_layers) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: ${name}: layer ${at.layer} beyond the model's ${this.config.num_hidden_layers}`);
+          const data = new Float32Array(t.entry.shape.reduce((a, b) => a * b, 1));
+          w.read(name, data);
+          const key = `${at.layer}.${at.target}`;
+          const p = pairs.get(key) ?? { layer: at.layer, target: at.target };
+          p[at.matrix] = data;
+          pairs.set(key, p);
+        }
+        for (const p of pairs.values()) {
+          if (!p.A || !p.B) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: layer ${p.layer} ${p.target} has lora_${p.A ? 'B' : 'A'} missing`);
+          h.mergeLora(p.layer, p.target, p.A, p.B, o.rank, (scale * o.alpha) / o.rank);
+        }
+      } finally {
+        w.close();
+      }
     });
   }
 
@@ -345,7 +444,7 @@ export class Model {
   parameters(): Map<string, TensorView> {
     return views(call(() => this.h.tensors('params')));
   }
-  /** Zero-copy views of the accumulated gradients (same names and shapes as parameters()). */
+  /** Zero-copy views of the accumulated gradients (names and shapes of the trained parameters: all, or the adapters). */
   gradients(): Map<string, TensorView> {
     return views(call(() => this.h.tensors('grads')));
   }
@@ -498,7 +597,9 @@ export class Model {
     // underflows); resumable training checkpoints keep F32 so a resume is bit-identical.
     return this.queue('saveCheckpoint', async (h) => {
       mkdirSync(dir, { recursive: true });
-      await writeSafetensors(join(dir, 'model.safetensors'), this.parameters(), { format: 'pt' });
+      // With adapters: the adapters alone (the base is the run's frozen weights, named in lora.json)
+      if (this.lora) await writeSafetensors(join(dir, 'adapter.safetensors'), this.adapter(), loraMetadata(this.lora));
+      else await writeSafetensors(join(dir, 'model.safetensors'), this.parameters(), { format: 'pt' });
       const { expAvg, expAvgSq } = this.optimizerState();
       const opt: [string, TensorView][] = [];
       for (const [n, t] of expAvg) opt.push([`exp_avg.${n}`, t]);
@@ -510,15 +611,33 @@ export class Model {
     });
   }
 
-  static async loadCheckpoint(dir: string, options: LoadOptions = {}): Promise<Model> {
+  /**
+   * A checkpoint of a model with adapters holds them alone (adapter.safetensors, its optimizer state and
+   * config.json); `base` is the weights they sit on. Without adapters, as loadCheckpoint.
+   */
+  static async loadCheckpoint(dir: string, options: LoadOptions & { base?: string } = {}): Promise<Model> {
     let json: unknown;
     try {
       json = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
     } catch (err) {
       throw new RlstreamError('WEIGHTS_FORMAT', `${join(dir, 'config.json')}: ${(err as Error).message}`, { cause: err });
     }
-    const model = Model.load(join(dir, 'model.safetensors'), parseModelConfig(json), options);
+    const adapterFile = join(dir, 'adapter.safetensors');
+    let lora: Required<LoraOptions> | undefined;
+    if (existsSync(adapterFile)) {
+      const w = openWeights(adapterFile);
+      try {
+        lora = loraFromMetadata(w.metadata, adapterFile);
+      } finally {
+        w.close();
+      }
+      if (!options.base) throw new RlstreamError('WEIGHTS_FORMAT', `${dir}: a checkpoint of adapters; loadCheckpoint needs options.base, the weights they were trained on`);
+    }
+    const model = lora
+      ? Model.load(options.base!, parseModelConfig(json), { ...options, lora: { ...lora, seed: options.lora?.seed ?? 0 } })
+      : Model.load(join(dir, 'model.safetensors'), parseModelConfig(json), options);
     try {
+      if (lora) await model.loadAdapter(adapterFile);
       const { expAvg, expAvgSq } = model.optimizerState();
       const target = new Map<string, TensorView>();
       for (const [n, t] of expAvg) target.set(`exp_avg.${n}`, t);

@@ -84,8 +84,18 @@ function rope(x: Float64Array, T: number, heads: number, d: number, pos: Int32Ar
     }
 }
 
+/**
+ * LoRA adapters in the reference: a projection whose `<module>.lora_A.weight` and `lora_B.weight` are in the
+ * parameters adds scale * (x' A^T) B^T, x' = x times `dropMask(layer, target, T * in)` where one is given (the
+ * multiplier of each input element: 0 or 1/(1 - p)), else x.
+ */
+export interface RefLora {
+  scale: number;
+  dropMask?: (layer: number, target: string, n: number) => Float64Array;
+}
+
 /** Logits [T, V] of the model for a packed batch. */
-export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBatch): Float64Array {
+export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBatch, lora?: RefLora): Float64Array {
   const T = batch.tokens.length;
   const H = cfg.hidden_size;
   const NH = cfg.num_attention_heads;
@@ -109,10 +119,22 @@ export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBat
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
     const pre = `model.layers.${l}.`;
     const bias = (n: string): Float64Array | undefined => (cfg.attention_bias ? get(p, pre + n) : undefined);
+    // the projection `mod` (e.g. self_attn.q_proj) of x [T, C] to [T, O], with its adapter where there is one
+    const proj = (mod: string, xin: Float64Array, C: number, O: number, b?: Float64Array): Float64Array => {
+      const y = linear(xin, T, C, get(p, `${pre}${mod}.weight`), O, b);
+      const A = p.get(`${pre}${mod}.lora_A.weight`);
+      if (!A || !lora) return y;
+      const r = A.length / C;
+      const m = lora.dropMask?.(l, mod.split('.')[1]!, T * C);
+      const u = linear(m ? xin.map((val, i) => val * m[i]!) : xin, T, C, A, r);
+      const z = linear(u, T, r, get(p, `${pre}${mod}.lora_B.weight`), O);
+      for (let i = 0; i < y.length; i++) y[i]! += lora.scale * z[i]!;
+      return y;
+    };
     const h = rmsnorm(x, T, H, get(p, pre + 'input_layernorm.weight'), eps);
-    const q = linear(h, T, H, get(p, pre + 'self_attn.q_proj.weight'), NH * d, bias('self_attn.q_proj.bias'));
-    const k = linear(h, T, H, get(p, pre + 'self_attn.k_proj.weight'), NKV * d, bias('self_attn.k_proj.bias'));
-    const v = linear(h, T, H, get(p, pre + 'self_attn.v_proj.weight'), NKV * d, bias('self_attn.v_proj.bias'));
+    const q = proj('self_attn.q_proj', h, H, NH * d, bias('self_attn.q_proj.bias'));
+    const k = proj('self_attn.k_proj', h, H, NKV * d, bias('self_attn.k_proj.bias'));
+    const v = proj('self_attn.v_proj', h, H, NKV * d, bias('self_attn.v_proj.bias'));
     if (cfg.model_type === 'qwen3') {
       // Qwen3: each head of q and k RMS-normalised (weights [d]) before the rotation
       q.set(rmsnorm(q, T * NH, d, get(p, pre + 'self_attn.q_norm.weight'), eps));
@@ -137,13 +159,13 @@ export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBat
           for (let e = 0; e < d; e++) att[(t * NH + hh) * d + e]! += (ex[n]! / z) * v[(j * NKV + kh) * d + e]!;
       }
     }
-    const o = linear(att, T, NH * d, get(p, pre + 'self_attn.o_proj.weight'), H);
+    const o = proj('self_attn.o_proj', att, NH * d, H);
     const mid = x.map((val, i) => val + o[i]!);
     const h2 = rmsnorm(mid, T, H, get(p, pre + 'post_attention_layernorm.weight'), eps);
-    const g = linear(h2, T, H, get(p, pre + 'mlp.gate_proj.weight'), I);
-    const u = linear(h2, T, H, get(p, pre + 'mlp.up_proj.weight'), I);
+    const g = proj('mlp.gate_proj', h2, H, I);
+    const u = proj('mlp.up_proj', h2, H, I);
     const a = g.map((gv, i) => (gv / (1 + Math.exp(-gv))) * u[i]!);
-    const down = linear(a, T, I, get(p, pre + 'mlp.down_proj.weight'), H);
+    const down = proj('mlp.down_proj', a, I, H);
     x = mid.map((val, i) => val + down[i]!);
   }
   const xf = rmsnorm(x, T, H, get(p, 'model.norm.weight'), eps);
@@ -152,10 +174,10 @@ export function referenceLogits(cfg: ModelConfig, p: RefParams, batch: PackedBat
 }
 
 /** Per-token log-prob of targets (0 where target < 0) and entropy. */
-export function referenceForward(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array): { logprobs: Float64Array; entropy: Float64Array } {
+export function referenceForward(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array, lora?: RefLora): { logprobs: Float64Array; entropy: Float64Array } {
   const T = batch.tokens.length;
   const V = cfg.vocab_size;
-  const logits = referenceLogits(cfg, p, batch);
+  const logits = referenceLogits(cfg, p, batch, lora);
   const logprobs = new Float64Array(T);
   const entropy = new Float64Array(T);
   for (let t = 0; t < T; t++) {
@@ -287,8 +309,8 @@ export function referencePolicyLoss(cfg: ModelConfig, p: RefParams, batch: Packe
   return referencePolicyLossFromLogprobs(logprobs, entropy, inputs, batch.seqStarts, o, detached ?? logprobs).loss;
 }
 
-export function referenceCrossEntropy(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array, responseMask: Float32Array, lossScale = 1): number {
-  const { logprobs } = referenceForward(cfg, p, batch, targets);
+export function referenceCrossEntropy(cfg: ModelConfig, p: RefParams, batch: PackedBatch, targets: Int32Array, responseMask: Float32Array, lossScale = 1, lora?: RefLora): number {
+  const { logprobs } = referenceForward(cfg, p, batch, targets, lora);
   let s = 0;
   let m = 0;
   for (let t = 0; t < logprobs.length; t++) {

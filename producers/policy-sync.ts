@@ -4,6 +4,8 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { RlstreamError } from '../core/errors.ts';
 import { sha256File } from '../core/weights/checksum.ts';
+import { openWeights } from '../core/weights/hf-dir.ts';
+import { LORA_FILE_FORMAT } from '../native/lora.ts';
 import type { PolicyVersion } from '../schemas/generated/types.ts';
 import type { PolicyUpdate } from './backends/types.ts';
 
@@ -15,11 +17,34 @@ export function weightsPath(uri: string): string {
 
 /** The PolicyUpdate for a backend, after checking the file's sha256; throws WEIGHTS_CHECKSUM if it differs. */
 export async function verifyPolicyVersion(pv: PolicyVersion): Promise<PolicyUpdate> {
-  const path = weightsPath(pv.weights_uri);
-  if (!existsSync(path)) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${pv.version}: weights file not found: ${path} (the trainer deletes the weights of old versions: trainer.keep_versions)`);
-  const actual = await sha256File(path);
-  if (actual !== pv.checksum.toLowerCase()) {
-    throw new RlstreamError('WEIGHTS_CHECKSUM', `policy version ${pv.version}: sha256 of ${path} is ${actual}, the event says ${pv.checksum}`);
+  const path = await verified(pv.version, pv.weights_uri, pv.checksum, 'weights');
+  if (pv.format !== LORA_FILE_FORMAT) return { version: pv.version, weightsPath: path, configJson: pv.config_json };
+  // Adapters (trainer.lora): their file names the weights they sit on, checked as the version's own file is.
+  const w = openWeights(path);
+  let meta: Record<string, string>;
+  try {
+    meta = w.metadata;
+  } finally {
+    w.close();
   }
-  return { version: pv.version, weightsPath: path, configJson: pv.config_json };
+  if (!meta.base_uri || !meta.base_checksum) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${pv.version}: adapter file ${path} names no base weights (metadata base_uri, base_checksum)`);
+  const base = await verified(pv.version, meta.base_uri, meta.base_checksum, 'base weights');
+  return { version: pv.version, weightsPath: path, configJson: pv.config_json, adapter: { path, baseWeightsPath: base } };
+}
+
+// sha256 of the base weights verified in this process, by path: the base of every adapter version is the same
+// (large) file, hashed once.
+const verifiedBases = new Map<string, string>();
+
+async function verified(version: number, uri: string, checksum: string, what: string): Promise<string> {
+  const path = weightsPath(uri);
+  if (!existsSync(path)) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${version}: ${what} file not found: ${path} (the trainer deletes the weights of old versions: trainer.keep_versions)`);
+  const want = checksum.toLowerCase();
+  if (what === 'base weights' && verifiedBases.get(path) === want) return path;
+  const actual = await sha256File(path);
+  if (actual !== want) {
+    throw new RlstreamError('WEIGHTS_CHECKSUM', `policy version ${version}: sha256 of ${path} is ${actual}, the ${what === 'weights' ? 'event' : 'adapter file'} says ${checksum}`);
+  }
+  if (what === 'base weights') verifiedBases.set(path, want);
+  return path;
 }

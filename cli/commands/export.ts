@@ -3,6 +3,8 @@
 // model.safetensors.index.json, generation_config.json and the tokenizer files. The version's weights are found
 // through its PolicyVersion event in the run's log and verified against the event's sha256 before anything is
 // written; the directory is written aside and renamed into place, and an existing --out is refused unless --force.
+// A version of a run trained with trainer.lora is its adapters: export writes them as a PEFT adapter directory
+// (adapter_config.json, adapter_model.safetensors) over the run's base model.
 import type { Command } from 'commander';
 import { existsSync, statSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
@@ -11,7 +13,7 @@ import { readToEnd } from '../../core/log/read-to-end.ts';
 import { newId } from '../../core/ids.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { exportVersion } from '../../core/weights/export-version.ts';
+import { writeVersion } from '../run/version-export.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
 import { openSource } from '../log-source.ts';
 import { numberOption } from '../options.ts';
@@ -80,13 +82,18 @@ export function register(program: Command): void {
       if (!v) throw new RlstreamError('INPUT_INVALID', `--version ${n}: the run published versions ${[...versions.keys()].sort((a, b) => a - b).join(', ')}`);
       const tokenizerDir = opts.tokenizer ? resolve(opts.tokenizer) : (runFile?.model?.tokenizer ?? null);
       const started = Date.now();
-      await exportVersion({ version: n, checksum: v.checksum, configJson: v.config_json, weightsFile: weightsFile(v, runDir) }, out, {
+      const written = await writeVersion({ version: n, checksum: v.checksum, configJson: v.config_json, weightsFile: weightsFile(v, runDir), format: v.format }, out, {
         dtype,
         ...(opts.maxShardSize !== undefined ? { maxShardBytes: opts.maxShardSize } : {}),
         tokenizerDir,
         base: runFile?.model?.base ?? null,
         force: opts.force ?? false,
       });
-      process.stdout.write(JSON.stringify({ out, run_id: v.run_id, version: n, step: v.step, checksum: v.checksum, dtype: opts.dtype.toLowerCase(), tokenizer: tokenizerDir, seconds: (Date.now() - started) / 1000 }) + '\n');
+      const seconds = (Date.now() - started) / 1000;
+      const what =
+        written.kind === 'model'
+          ? { dtype: opts.dtype.toLowerCase(), tokenizer: tokenizerDir }
+          : { format: 'peft-lora', rank: written.rank, alpha: written.alpha, target_modules: written.targetModules, base_model: written.baseModel };
+      process.stdout.write(JSON.stringify({ out, run_id: v.run_id, version: n, step: v.step, checksum: v.checksum, ...what, seconds }) + '\n');
     });
 }

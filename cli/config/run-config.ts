@@ -364,6 +364,9 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
   const trainerS = section('trainer', TrainerSection);
   const evalS = section('eval', EvalSection);
   const exportS = section('export', ExportSection);
+  // Versions of a LoRA run are adapters: the onnx engine (builtin on the cpu) loads whole weights only.
+  if (trainerS?.lora && beS?.name === 'builtin' && (beS.value as { device?: string }).device !== 'cuda')
+    issues.push({ path: 'trainer.lora', message: "the builtin backend on the cpu (onnx) cannot apply adapters: set backend.device: cuda (the native engine folds them in), use backend.name sglang or vllm with weight_sync, or remove trainer.lora" });
 
   if (issues.length > 0) throw new ConfigError(issues);
   // Every section checked: what follows only renames keys.

@@ -6,10 +6,32 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ExportConfig } from '../config/run-config.ts';
-import { describeError } from '../../core/errors.ts';
+import { describeError, RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
-import { exportVersion } from '../../core/weights/export-version.ts';
+import { sha256File } from '../../core/weights/checksum.ts';
+import { exportVersion, type ExportVersionOptions, type VersionWeights } from '../../core/weights/export-version.ts';
+import { LORA_FILE_FORMAT, writePeftAdapterDir } from '../../native/lora.ts';
 import type { PolicyVersion } from '../../schemas/generated/types.ts';
+
+/** What was written for one version: a model directory, or (a version of a LoRA run) a PEFT adapter directory. */
+export type WrittenVersion = { kind: 'model' } | { kind: 'peft-lora'; rank: number; alpha: number; targetModules: string[]; baseModel: string | null };
+
+/**
+ * One version written to `out`, as `rlstream export` and export.every_versions write it: a version of a LoRA run
+ * (trainer.lora) is its adapters, written as a PEFT adapter directory over the run's base model; any other version
+ * a Hugging Face model directory (core/weights/export-version.ts). Either way the weights file is checked against
+ * the sha256 its PolicyVersion names before anything is written.
+ */
+export async function writeVersion(v: VersionWeights & { format: string }, out: string, o: ExportVersionOptions): Promise<WrittenVersion> {
+  if (v.format !== LORA_FILE_FORMAT) {
+    await exportVersion(v, out, o);
+    return { kind: 'model' };
+  }
+  const sum = await sha256File(v.weightsFile);
+  if (sum !== v.checksum) throw new RlstreamError('WEIGHTS_FORMAT', `${v.weightsFile}: sha256 ${sum} is not version ${v.version}'s ${v.checksum}: the file was changed or damaged; nothing written`);
+  const cfg = await writePeftAdapterDir(out, v.weightsFile, o.base, o.force ?? false);
+  return { kind: 'peft-lora', rank: cfg.r, alpha: cfg.lora_alpha, targetModules: cfg.target_modules, baseModel: cfg.base_model_name_or_path };
+}
 
 export interface VersionExportResult {
   version: number;
@@ -38,7 +60,7 @@ export function versionExporter(
     }
     const started = Date.now();
     try {
-      await exportVersion({ version: pv.version, checksum: pv.checksum, configJson: pv.config_json, weightsFile: pv.weights_uri }, dir, {
+      await writeVersion({ version: pv.version, checksum: pv.checksum, configJson: pv.config_json, weightsFile: pv.weights_uri, format: pv.format }, dir, {
         dtype: config.dtype,
         maxShardBytes: config.maxShardBytes,
         tokenizerDir: model.tokenizerDir,

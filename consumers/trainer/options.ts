@@ -3,7 +3,7 @@
 import { Type } from '@sinclair/typebox';
 import { compileValue, ConfigError, oneOf } from '../../core/config/validate.ts';
 import { DEFAULT_STALENESS_BOUND } from '../../core/staleness.ts';
-import { compilePolicyLossOptions, POLICY_LOSS_DEFAULTS, type CompiledPolicyLossOptions, type DeviceKind, type RolloutCorrection } from '../../native/index.ts';
+import { compilePolicyLossOptions, LORA_TARGETS, POLICY_LOSS_DEFAULTS, type CompiledPolicyLossOptions, type DeviceKind, type LoraTarget, type Recompute, type RolloutCorrection } from '../../native/index.ts';
 import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
 import { compileDataParallel, DATA_PARALLEL_DEFAULTS, DataParallelSection, DevicesSchema, type DataParallelConfig } from './parallel/options.ts';
 
@@ -46,6 +46,10 @@ export interface TrainerOptions {
   device: DeviceKind;
   /** trainer.devices and trainer.data_parallel (parallel/options.ts). */
   dataParallel: DataParallelConfig;
+  /** Low-rank adapters (trainer.lora): only they train, the model's weights stay frozen; null: every weight trains. */
+  lora: { rank: number; alpha: number; dropout: number; targets: readonly LoraTarget[] } | null;
+  /** Activation recomputation (trainer.recompute): 'layer' keeps one layer's activations and recomputes the rest. */
+  recompute: Recompute;
 }
 
 // The schema's defaults. The policy loss's own options have theirs in its registry entry (policy-losses.ts), the
@@ -74,6 +78,8 @@ const TRAINER_DEFAULTS = Object.freeze({
   threads: 1,
   device: 'cpu' as DeviceKind,
   dataParallel: DATA_PARALLEL_DEFAULTS,
+  lora: null,
+  recompute: 'none' as Recompute,
 });
 
 /** Compile the `trainer` section of a run config (snake_case keys) into TrainerOptions; errors name the field. */
@@ -119,7 +125,16 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     threads: t.threads,
     device: t.device,
     dataParallel: compileDataParallel(t.devices, t.data_parallel, { device: t.device, groupsPerStep: t.groups_per_step }, path),
+    lora: compileLora(t.lora, `${path}.lora`),
+    recompute: t.recompute,
   });
+}
+
+function compileLora(l: { rank: number; alpha?: number; dropout: number; targets: LoraTarget[] } | undefined, path: string): TrainerOptions['lora'] {
+  if (!l) return null;
+  const targets = LORA_TARGETS.filter((x) => l.targets.includes(x));
+  if (targets.length !== l.targets.length) throw new ConfigError([{ path: `${path}.targets`, message: 'names a projection twice' }]);
+  return Object.freeze({ rank: l.rank, alpha: l.alpha ?? 2 * l.rank, dropout: l.dropout, targets: Object.freeze(targets) });
 }
 
 const d = TRAINER_DEFAULTS;
@@ -164,6 +179,18 @@ export const TrainerSection = Type.Object(
     keep_checkpoints: Type.Integer({ minimum: 1, default: d.keepCheckpoints, description: 'Checkpoints kept on disk (the newest; a restart resumes from the newest committed one). Each holds the weights and the AdamW moments.' }),
     keep_versions: Type.Integer({ minimum: 1, default: d.keepVersions, description: "Policy versions whose weights stay in <data_dir>/weights: the newest N, plus version 0, every version within the staleness bound and every version a record read but not yet trained names; older versions' files are deleted (their PolicyVersion events stay)." }),
     threads: Type.Integer({ minimum: 1, default: d.threads, description: 'Native core threads.' }),
+    lora: Type.Optional(
+      Type.Object(
+        {
+          rank: Type.Integer({ minimum: 1, maximum: 4096, description: 'Rank r of each adapter (A [r, in], B [out, r]).' }),
+          alpha: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: "Scale numerator: the adapter's output is multiplied by alpha / rank (default 2 × rank)." })),
+          dropout: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: 0, description: "Dropout on each adapter's input in the training passes (PEFT's lora_dropout); the log-prob passes run without it." }),
+          targets: Type.Array(oneOf(LORA_TARGETS, { description: 'A projection.' }), { minItems: 1, default: [...LORA_TARGETS], description: 'The projections that carry an adapter (Hugging Face module names, PEFT target_modules).' }),
+        },
+        { additionalProperties: false, description: "LoRA: adapters on the attention and MLP projections train while the model's weights stay frozen (gradients and AdamW state for the adapters only); each policy version publishes the adapters, which the built-in engine folds into its weights. Absent: full-parameter training." },
+      ),
+    ),
+    recompute: oneOf(['none', 'layer'] as const, { default: d.recompute, description: "Activation recomputation: 'none' keeps every layer's activations for the backward; 'layer' keeps each layer's input and one layer's activations, and runs each layer's forward again in the backward (one more forward's work, for long contexts). On cuda, 'layer' takes the plain (unfused) training ops." }),
     device: oneOf(['cpu', 'cuda'] as const, { default: d.device, description: "Where the trainer's model runs, with the main job's SFT warm start: 'cpu' (fp32, OpenBLAS), or 'cuda' (one NVIDIA GPU: bf16 matrix products, fp32 master weights; needs the addon built with RLSTREAM_CUDA=1, native/README.md). Checkpoints and published weights are the same files on both; rollouts stay where the backend runs." }),
     devices: DevicesSchema,
     data_parallel: DataParallelSection,

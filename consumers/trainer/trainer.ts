@@ -5,7 +5,7 @@
 // from the checkpoint of the last committed TrainStep with the committed offsets: no sample used twice.
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { describeError } from '../../core/errors.ts';
+import { describeError, RlstreamError } from '../../core/errors.ts';
 import { deriveId } from '../../core/ids.ts';
 import { follow, type Follower } from '../../core/log/follow.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';
@@ -15,7 +15,7 @@ import type { Logger } from '../../core/telemetry.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import type { AdvantagedTrajectory, Control, NamedValue, PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { Model, withLossScale, type DeviceKind, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
+import { LORA_FILE_FORMAT, Model, withLossScale, type DeviceKind, type ModelConfig, type PolicyLossMetrics } from '../../native/index.ts';
 import { packMicroBatches, sampleFromEvent, type TrainSample } from './batch.ts';
 import { ConsumedTrajectories } from './consumed.ts';
 import { checkTrainerDevice } from './device.ts';
@@ -173,14 +173,17 @@ export class Trainer {
     const { log, options } = this.deps;
     checkTrainerDevices(options.dataParallel);
     checkTrainerDevice(options.device);
-    const on = { threads: options.threads, device: options.device };
+    const on = { threads: options.threads, device: options.device, recompute: options.recompute };
+    // With trainer.lora the model's weights stay frozen and adapters train over them; a checkpoint then holds the
+    // adapters alone, resumed over the same initial weights.
+    const lora = options.lora ? { ...options.lora, seed: 0 } : undefined;
     this.producer = await log.producer({ transactionalId: `${this.deps.runId}.trainer` });
     const last = await this.lastCommitted();
     this.step = last.step;
     this.version = last.version;
     if (this.step > 0) {
       const dir = join(this.ckptDir, `step-${this.step}`);
-      this.model = await Model.loadCheckpoint(dir, on);
+      this.model = await Model.loadCheckpoint(dir, { ...on, lora, base: this.deps.initialWeightsPath });
       // What the committed steps took: the checkpoint's set and the log's TrainSteps, merged, so that either one
       // surviving damage is enough to skip a trajectory that comes again.
       const saved = await ConsumedTrajectories.load(dir);
@@ -190,9 +193,11 @@ export class Trainer {
       const { exact, older } = this.consumed.size;
       this.logger.info('resumed from checkpoint', { step: this.step, version: this.version, consumed_exact: exact, consumed_older: older, consumed_horizon: this.consumed.horizon, from_checkpoint: saved.set !== null });
     } else {
-      this.model = this.deps.initialCheckpoint
+      if (lora && this.deps.initialCheckpoint)
+        this.logger.info('trainer.lora: adapters start fresh over the warm start\'s weights (its AdamW moments are for all weights)', { checkpoint: this.deps.initialCheckpoint });
+      this.model = this.deps.initialCheckpoint && !lora
         ? await Model.loadCheckpoint(this.deps.initialCheckpoint, on)
-        : Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, on);
+        : Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { ...on, lora });
     }
     if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, on);
     if (last.versions === 0) await this.publishVersion0();
@@ -268,8 +273,21 @@ export class Trainer {
     return { step, version, versions, taken };
   }
 
+  /**
+   * The model's weights into the store, or with adapters the adapters alone (small), their file naming the
+   * version-0 weights they sit on (metadata base_uri, base_checksum): a reader folds them into those.
+   */
+  private storeVersion(): Promise<{ path: string; checksum: string; format: string }> {
+    if (!this.model.lora) return storeWeights(this.weightsDir, (p) => this.model.save(p)).then((s) => ({ ...s, format: 'safetensors' }));
+    const base = this.storedVersions.get(0);
+    if (base === undefined) throw new RlstreamError('CONFIG_INVALID', 'trainer.lora: version 0 (the frozen weights) is not in the store; adapters cannot name their base');
+    const baseUri = join(this.weightsDir, `${base}.safetensors`);
+    return storeWeights(this.weightsDir, (p) => this.model.saveAdapter(p, { base_uri: baseUri, base_checksum: base })).then((s) => ({ ...s, format: LORA_FILE_FORMAT }));
+  }
+
   private async publishVersion0(): Promise<void> {
-    const stored = await storeWeights(this.weightsDir, (p) => this.model.save(p));
+    // Version 0 is the weights themselves (adapters start at B = 0, so with LoRA too): the base later versions name.
+    const stored = { ...(await storeWeights(this.weightsDir, (p) => this.model.saveBase(p))), format: 'safetensors' };
     const tx = await this.producer.transaction();
     await tx.send(TOPICS.policyVersions, [{ key: this.deps.runId, value: this.deps.serde.encode('PolicyVersion', this.policyVersionEvent(0, null, 0, stored, [])) }]);
     await tx.commit();
@@ -277,7 +295,7 @@ export class Trainer {
     this.logger.info('published initial policy version', { version: 0, checksum: stored.checksum });
   }
 
-  private policyVersionEvent(version: number, parent: number | null, step: number, stored: { path: string; checksum: string }, metrics: NamedValue[]): PolicyVersion {
+  private policyVersionEvent(version: number, parent: number | null, step: number, stored: { path: string; checksum: string; format: string }, metrics: NamedValue[]): PolicyVersion {
     return {
       event_id: deriveId(this.deps.runId, 'policy-version', version),
       time_ms: Date.now(),
@@ -287,7 +305,7 @@ export class Trainer {
       step,
       weights_uri: stored.path,
       checksum: stored.checksum,
-      format: 'safetensors',
+      format: stored.format,
       config_json: this.deps.modelConfigJson ?? JSON.stringify(this.deps.modelConfig),
       metrics,
     };
@@ -541,8 +559,8 @@ export class Trainer {
         ...(this.deps.extraMetrics?.() ?? []),
       ],
     };
-    let stored: { path: string; checksum: string } | null = null;
-    if (publish) stored = await storeWeights(this.weightsDir, (p) => this.model.save(p));
+    let stored: { path: string; checksum: string; format: string } | null = null;
+    if (publish) stored = await this.storeVersion();
     if (stored && produced !== null) this.deps.onWeights?.(produced, this.model);
     // 2. One transaction: the step, the new version and the offsets of every sample it consumed.
     this.logger.debug('committing step', { step, offsets: offsets.map((o) => `${o.partition}@${o.offset}`).join(',') });

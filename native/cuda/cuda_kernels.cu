@@ -47,6 +47,16 @@ __global__ void k_add(float* y, const float* x, size_t n) {
 __global__ void k_scale(float* x, size_t n, float s) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
 }
+// Kernels::dropout: the CPU's mask bit for bit (the same hash of (seed, i))
+__global__ void k_dropout(float* out, const float* x, size_t n, uint32_t cut, float keep_scale, uint64_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    out[i] = (uint32_t)(z >> 40) >= cut ? x[i] * keep_scale : 0.f;
+  }
+}
 __global__ void k_to_bf16(bf16* y, const float* x, size_t n) {
   const size_t n2 = n / 2;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n2; i += (size_t)gridDim.x * blockDim.x) {
@@ -1203,6 +1213,12 @@ class CudaKernels final : public Kernels {
     k_add<<<blocks_for(n, 256), 256, 0, stream_>>>(y, x, n);
     LAUNCH_CHECK("add_inplace");
   }
+  void dropout(float* out, const float* x, size_t n, float p, uint64_t seed) override {
+    evict(out, n);
+    const uint32_t cut = (uint32_t)std::ceil((double)p * 16777216.0);
+    k_dropout<<<blocks_for(n, 256), 256, 0, stream_>>>(out, x, n, cut, 1.f / (1.f - p), seed);
+    LAUNCH_CHECK("dropout");
+  }
   void scale(float* x, size_t n, float s) override {
     evict(x, n);
     k_scale<<<blocks_for(n, 256), 256, 0, stream_>>>(x, n, s);
@@ -1264,9 +1280,11 @@ class CudaKernels final : public Kernels {
       // dinp[N,C] += dout[N,OC] w[OC,C]
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, W, C, dO, OC, 1.f, dinp, C);
     }
-    const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
-    // dw[OC,C] += dout^T[OC,N] inp[N,C]
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, A, C, dO, OC, 1.f, dw, C);
+    if (dw) {  // (null: a frozen weight)
+      const bf16* A = to_bf16(act_a_, inp, (size_t)N * C);
+      // dw[OC,C] += dout^T[OC,N] inp[N,C]
+      gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, A, C, dO, OC, 1.f, dw, C);
+    }
     if (dbias) colsum(dbias, dout, nullptr, nullptr, N, OC);
     settle();
   }

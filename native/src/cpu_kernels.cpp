@@ -90,6 +90,19 @@ class CpuKernels final : public Kernels {
 #pragma omp parallel for simd num_threads(nt_) schedule(static) if (nn > 65536)
     for (long i = 0; i < nn; i++) x[i] *= s;
   }
+  void dropout(float* out, const float* x, size_t n, float p, uint64_t seed) override {
+    const long nn = static_cast<long>(n);
+    const float keep_scale = 1.f / (1.f - p);
+    const uint32_t cut = (uint32_t)std::ceil((double)p * 16777216.0);  // u >= p  <=>  top24 >= ceil(p * 2^24)
+#pragma omp parallel for num_threads(nt_) schedule(static) if (nn > 65536)
+    for (long i = 0; i < nn; i++) {
+      uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      out[i] = (uint32_t)(z >> 40) >= cut ? x[i] * keep_scale : 0.f;
+    }
+  }
   double sum_squares(const float* x, size_t n) override {
     // Fixed 4096-element chunks summed in double, combined in order: the same bits for any thread count.
     const long chunk = 4096, nc = static_cast<long>((n + chunk - 1) / chunk);
@@ -254,7 +267,7 @@ class CpuKernels final : public Kernels {
   void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                        int N, int C, int OC) override {
     if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, 1.f, dinp, C);
-    gemm(true, false, OC, C, N, dout, OC, inp, C, 1.f, dw, C);
+    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, 1.f, dw, C);
     if (dbias) {
       const int nb = std::max(1, std::min(nt_, OC / 16));
 #pragma omp parallel for num_threads(nt_) schedule(static) if (nb > 1)

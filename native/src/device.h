@@ -24,6 +24,10 @@ struct Kernels {
   virtual void add_inplace(float* y, const float* x, size_t n) = 0;  // y += x
   virtual void scale(float* x, size_t n, float s) = 0;
   virtual double sum_squares(const float* x, size_t n) = 0;  // deterministic for a given thread count
+  // Inverted dropout with a mask drawn from (seed, i) alone, so it is drawn again identically for the backward:
+  // out[i] = keep(seed, i) ? x[i] / (1 - p) : 0 (out may be x). keep: u >= p for u = the top 24 bits of
+  // splitmix64(seed + (i + 1) * 0x9E3779B97F4A7C15) / 2^24.
+  virtual void dropout(float* out, const float* x, size_t n, float p, uint64_t seed) = 0;
 
   // Host staging. The CPU's memory is the host's, so these are plain copies. A device whose memory the host cannot
   // read (CUDA) returns false from host_visible() and moves bytes; the model then keeps host mirrors of its
@@ -47,7 +51,7 @@ struct Kernels {
   // out[N,OC] (= or +=) inp[N,C] * w[OC,C]^T + bias[OC]   (bias may be null)
   virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC,
                               bool accumulate) = 0;
-  // dinp[N,C] += dout * w (skipped when dinp is null); dw[OC,C] += dout^T * inp; dbias[OC] += colsum(dout) (if non-null)
+  // dinp[N,C] += dout * w (skipped when dinp is null); dw[OC,C] += dout^T * inp (skipped when dw is null); dbias[OC] += colsum(dout) (if non-null)
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                                int N, int C, int OC) = 0;
 

@@ -107,6 +107,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("extendSample", &ModelWrap::ExtendSample),
                       InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
                       InstanceMethod("copyParamsFrom", &ModelWrap::CopyParamsFrom),
+                      InstanceMethod("mergeLora", &ModelWrap::MergeLora),
                       InstanceMethod("gradNorm", &ModelWrap::GradNorm),
                       InstanceMethod("clipGradNorm", &ModelWrap::ClipGradNorm),
                       InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
@@ -134,13 +135,48 @@ ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWra
     }
     const Napi::Value tv = o.Get("trainable");
     const bool trainable = tv.IsUndefined() || tv.ToBoolean().Value();
-    model_ = std::make_unique<Model>(c, threads, chunk, device, trainable);
+    // lora: { rank, alpha, targets: ['q_proj', ...], seed } (native/model.ts checks it first, naming the option)
+    LoraConfig lora;
+    const Napi::Value lv = o.Get("lora");
+    double lora_seed = 0;
+    if (!lv.IsUndefined() && !lv.IsNull()) {
+      if (!lv.IsObject()) invalid("options.lora must be an object");
+      Napi::Object lo = lv.As<Napi::Object>();
+      const double rank = num_arg(lo.Get("rank"), "options.lora.rank");
+      if (rank != std::floor(rank) || rank < 1 || rank > 4096) invalid("options.lora.rank must be an integer in [1, 4096]");
+      lora.rank = (int)rank;
+      lora.alpha = (float)num_arg(lo.Get("alpha"), "options.lora.alpha");
+      const Napi::Value dv = lo.Get("dropout");
+      lora.dropout = dv.IsUndefined() ? 0.f : (float)num_arg(dv, "options.lora.dropout");
+      lora_seed = num_arg(lo.Get("seed"), "options.lora.seed");
+      lora.seed = (uint64_t)(int64_t)lora_seed;
+      const Napi::Value tg = lo.Get("targets");
+      if (!tg.IsArray()) invalid("options.lora.targets must be an array of projection names");
+      Napi::Array arr = tg.As<Napi::Array>();
+      for (uint32_t i = 0; i < arr.Length(); i++) {
+        const Napi::Value e = arr.Get(i);
+        const std::string name = e.IsString() ? e.As<Napi::String>().Utf8Value() : "";
+        int found = -1;
+        for (int t = 0; t < LoraTargets; t++)
+          if (name == kLoraTargetNames[t]) found = t;
+        if (found < 0) invalid("options.lora.targets[" + std::to_string(i) + "] is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+        lora.targets |= 1u << found;
+      }
+    }
+    model_ = std::make_unique<Model>(c, threads, chunk, device, trainable, lora);
+    const Napi::Value rv = o.Get("recompute");
+    if (!rv.IsUndefined() && !rv.IsNull()) {
+      const std::string r = rv.IsString() ? rv.As<Napi::String>().Utf8Value() : "";
+      if (r != "none" && r != "layer") invalid("options.recompute must be 'none' or 'layer'");
+      model_->set_recompute(r == "layer");
+    }
     if (o.Get("random").ToBoolean().Value()) {
       const double seed = num_arg(o.Get("seed"), "options.seed");
       const double std_ = num_arg(o.Get("initStd"), "options.initStd");
       if (std_ < 0) invalid("options.initStd must be >= 0");
       model_->init_random((uint64_t)(int64_t)seed, (float)std_);
     }
+    if (lora.rank > 0) model_->init_lora((uint64_t)(int64_t)lora_seed);
   });
 }
 
@@ -178,19 +214,25 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
     // A device model refreshes the host mirror first: the views are a snapshot of the device block.
     if (model_->device() != Device::Cpu) live("tensors").download(bk);
     const auto& ts = model_->tensors();
-    Napi::Array out = Napi::Array::New(env, ts.size());
+    // Gradients and moments cover the trained tensors only (the adapters, where there are any).
+    const size_t base = bk == BlockKind::Params ? 0 : model_->train_offset();
+    size_t count = 0;
+    for (const TensorInfo& t : ts) count += bk == BlockKind::Params || model_->trained(t);
+    Napi::Array out = Napi::Array::New(env, count);
+    uint32_t j = 0;
     for (size_t i = 0; i < ts.size(); i++) {
       const TensorInfo& t = ts[i];
+      if (bk != BlockKind::Params && !model_->trained(t)) continue;
       auto* hold = new Block(block);
       Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(
-          env, block.get() + t.offset, t.numel * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
+          env, block.get() + (t.offset - base), t.numel * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
       Napi::Object e = Napi::Object::New(env);
       e.Set("name", t.name);
       Napi::Array shape = Napi::Array::New(env, t.shape.size());
       for (size_t d = 0; d < t.shape.size(); d++) shape.Set((uint32_t)d, Napi::Number::New(env, (double)t.shape[d]));
       e.Set("shape", shape);
       e.Set("data", Napi::Float32Array::New(env, t.numel, ab, 0));
-      out.Set((uint32_t)i, e);
+      out.Set(j++, e);
     }
     return out;
   });
@@ -527,6 +569,33 @@ Napi::Value ModelWrap::CopyParamsFrom(const Napi::CallbackInfo& info) {
     if (!info[0].IsObject()) invalid("copyParamsFrom(model): model must be a NativeModel");
     ModelWrap* other = ModelWrap::Unwrap(info[0].As<Napi::Object>());
     m.copy_params_from(other->live("copyParamsFrom (source)"));
+    return info.Env().Undefined();
+  });
+}
+
+// mergeLora(layer, target, A, B, rank, scale): W += scale * B A on layer's projection `target` (a HF module name).
+Napi::Value ModelWrap::MergeLora(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("mergeLora");
+    const double layer = num_arg(info[0], "layer");
+    const std::string name = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+    int target = -1;
+    for (int t = 0; t < LoraTargets; t++)
+      if (name == kLoraTargetNames[t]) target = t;
+    if (target < 0) invalid("mergeLora: target must be one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+    const View<float> A = f32_arg(info[2], "A"), B = f32_arg(info[3], "B");
+    const double rank = num_arg(info[4], "rank");
+    const double scale = num_arg(info[5], "scale");
+    if (rank != std::floor(rank) || rank < 1 || rank > 4096) invalid("mergeLora: rank must be an integer in [1, 4096]");
+    if (layer != std::floor(layer) || layer < 0 || layer >= m.config().num_hidden_layers) invalid("mergeLora: layer out of range");
+    const ModelConfig& c = m.config();
+    const int in[LoraTargets] = {c.hidden_size, c.hidden_size, c.hidden_size, c.q_dim(), c.hidden_size, c.hidden_size, c.intermediate_size};
+    const int out[LoraTargets] = {c.q_dim(), c.kv_dim(), c.kv_dim(), c.hidden_size, c.intermediate_size, c.intermediate_size, c.hidden_size};
+    check_length(A.length, (size_t)rank * in[target], "A");
+    check_length(B.length, (size_t)out[target] * rank, "B");
+    check_finite(A, "A");
+    check_finite(B, "B");
+    m.merge_lora((int)layer, target, A.data, B.data, (int)rank, (float)scale);
     return info.Env().Undefined();
   });
 }

@@ -37,6 +37,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value ExtendSample(const Napi::CallbackInfo& info);
   Napi::Value ZeroGrad(const Napi::CallbackInfo& info);
   Napi::Value CopyParamsFrom(const Napi::CallbackInfo& info);
+  Napi::Value MergeLora(const Napi::CallbackInfo& info);
   Napi::Value GradNorm(const Napi::CallbackInfo& info);
   Napi::Value ClipGradNorm(const Napi::CallbackInfo& info);
   Napi::Value AdamwStep(const Napi::CallbackInfo& info);

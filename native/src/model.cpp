@@ -41,21 +41,23 @@ static void check_fits(double bytes, const char* what) {
     prof_[(int)Phase::cat] += std::chrono::duration<double>(std::chrono::steady_clock::now() - prof_t0_).count(); \
   } while (0)
 
+struct Model::ActLayer {
+  float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
+  // q/k norms (qk_norm): the heads' inputs [T, QD] and [T, KD], and their rstd [T * NH], [T * NKV]
+  float *qpre = nullptr, *kpre = nullptr, *qrstd = nullptr, *krstd = nullptr;
+  // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I] in
+  // bf16 (uint16_t bit patterns), and the products' operands are kept in bf16 too: ln1h, ln2h [T, H], acth [T, I],
+  // atth [T, QD] (att stays fp32 for the attention backward).
+  float *ln1h = nullptr, *ln2h = nullptr, *acth = nullptr, *atth = nullptr;
+  float* lu[LoraTargets] = {};  // adapters: s * x A^T [T, rank] per target (the B product's input)
+};
+
 struct Model::Acts {
   int cap = 0;  // tokens this allocation holds
   float* mem = nullptr;
   Kernels* k = nullptr;
-  struct Layer {
-    float *ln1, *rstd1, *q, *k, *v, *att, *lse, *mid, *ln2, *rstd2, *gate, *up, *act;
-    // q/k norms (qk_norm): the heads' inputs [T, QD] and [T, KD], and their rstd [T * NH], [T * NKV]
-    float *qpre = nullptr, *kpre = nullptr, *qrstd = nullptr, *krstd = nullptr;
-    // Fused training (Kernels::fused_train): ln1, ln2, act and up are not kept; gate holds gate|up rows [T, 2I] in
-    // bf16 (uint16_t bit patterns), and the products' operands are kept in bf16 too: ln1h, ln2h [T, H], acth [T, I],
-    // atth [T, QD] (att stays fp32 for the attention backward).
-    float *ln1h = nullptr, *ln2h = nullptr, *acth = nullptr, *atth = nullptr;
-  };
   std::vector<float*> resid;  // L+1 residual streams [T,H]; resid[l] enters layer l
-  std::vector<Layer> layers;
+  std::vector<ActLayer> layers;
   float *lnf, *rstdf, *cosb, *sinb;
   float *dres, *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dact;  // backward scratch
   // fused training's bf16 backward scratch (instead of dgate, dup): d resid [T, H], d gate|up [T, 2I], d q|k|v
@@ -63,15 +65,28 @@ struct Model::Acts {
   float *dres16 = nullptr, *dgu16 = nullptr, *dqkv16 = nullptr;
   float *logits, *logp, *ent, *dlogp, *dent;                    // loss head: logits [chunk,V], the rest [T]
   float* zlse = nullptr;  // fused training: the log-sum-exp of each row of a chunk of bf16 logits [chunk]
+  float* ldu = nullptr;   // adapters' backward scratch [T, rank]
+  float *lx = nullptr, *ldx = nullptr;  // adapter dropout: an adapter's dropped input and its gradient [T, widest in]
   std::vector<int32_t> pos;
   ~Acts() {
     if (mem) k->release(mem);
   }
 };
 
-Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device, bool trainable)
-    : cfg_(cfg), device_(device), trainable_(trainable) {
+const char* const kLoraTargetNames[LoraTargets] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                   "gate_proj", "up_proj", "down_proj"};
+
+Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device, bool trainable,
+             const LoraConfig& lora)
+    : cfg_(cfg), device_(device), trainable_(trainable), lora_(lora) {
   validate_config(cfg_);
+  if (lora_.rank < 0 || lora_.rank > 4096) invalid("lora.rank must be in [0, 4096], got " + std::to_string(lora_.rank));
+  if (lora_.rank > 0) {
+    if (!(lora_.alpha > 0) || !std::isfinite(lora_.alpha)) invalid("lora.alpha must be a positive number");
+    if (!(lora_.dropout >= 0 && lora_.dropout < 1)) invalid("lora.dropout must be in [0, 1)");
+    if (lora_.targets == 0 || lora_.targets >= (1u << LoraTargets)) invalid("lora.targets must name at least one projection");
+    if (!trainable_) invalid("lora: adapters are for training; a model made for inference (trainable false) has none");
+  }
   inv_freq_ = cfg_.rope_inv_freq();
   if (threads < 1 || threads > 256) invalid("threads must be in [1, 256], got " + std::to_string(threads));
   threads_ = threads;
@@ -125,45 +140,74 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
   }
   add("model.norm.weight", {H});
   if (!cfg_.tie_word_embeddings) add("lm_head.weight", {V, H});
+  // Adapters after the base tensors, so the trained range is one contiguous tail of the block.
+  train_off_ = lora_.rank > 0 ? nparams_ : 0;
+  if (lora_.rank > 0) {
+    const int64_t r = lora_.rank;
+    const int64_t in[LoraTargets] = {H, H, H, QD, H, H, I}, out[LoraTargets] = {QD, KD, KD, H, I, I, H};
+    for (int l = 0; l < cfg_.num_hidden_layers; l++)
+      for (int t = 0; t < LoraTargets; t++) {
+        if (!lora_.has(t)) continue;
+        const std::string p = "model.layers." + std::to_string(l) + (t < LoraGate ? ".self_attn." : ".mlp.") +
+                              kLoraTargetNames[t] + ".lora_";
+        add(p + "A.weight", {r, in[t]});
+        add(p + "B.weight", {out[t], r});
+      }
+  }
+  ntrain_ = trainable_ ? nparams_ - train_off_ : 0;
 
-  const int blocks = trainable_ ? 4 : 1;
-  check_fits(blocks * sizeof(float) * (double)nparams_, trainable_ ? "parameters, gradients and AdamW state" : "parameters");
+  const double block_floats = (double)nparams_ + 3.0 * (double)ntrain_;
+  check_fits(sizeof(float) * block_floats, trainable_ ? "parameters, gradients and AdamW state" : "parameters");
   // CPU blocks are plain aligned host memory freed with free(), so JS views may outlive the model (a device
   // layer would stage parameters through host copies instead).
   if (k_->host_visible()) {
-    auto host_block = [&]() { return Block(k_->alloc(nparams_), [](float* q) { std::free(q); }); };
-    params_ = host_block();
+    auto host_block = [&](size_t n) { return Block(k_->alloc(std::max<size_t>(n, 16)), [](float* q) { std::free(q); }); };
+    params_ = host_block(nparams_);
     dev_[0] = params_.get();
     if (trainable_) {
-      grads_ = host_block();
-      m_ = host_block();
-      v_ = host_block();
+      grads_ = host_block(ntrain_);
+      m_ = host_block(ntrain_);
+      v_ = host_block(ntrain_);
       dev_[1] = grads_.get();
       dev_[2] = m_.get();
       dev_[3] = v_.get();
     }
   } else {
     // Host mirrors for JS views and files; the device holds the four blocks in one allocation.
-    auto host_block = [&]() {
-      void* p = std::aligned_alloc(64, std::max<size_t>(64, (nparams_ * sizeof(float) + 63) / 64 * 64));
+    auto host_block = [&](size_t n) {
+      void* p = std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64));
       if (!p) throw std::bad_alloc();
-      std::memset(p, 0, nparams_ * sizeof(float));
+      std::memset(p, 0, n * sizeof(float));
       return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
     };
-    params_ = host_block();
+    params_ = host_block(nparams_);
     if (trainable_) {
-      grads_ = host_block();
-      m_ = host_block();
-      v_ = host_block();
+      grads_ = host_block(ntrain_);
+      m_ = host_block(ntrain_);
+      v_ = host_block(ntrain_);
     }
-    dmem_ = k_->alloc((size_t)blocks * nparams_);
-    for (int i = 0; i < blocks; i++) dev_[i] = dmem_ + (size_t)i * nparams_;
+    dmem_ = k_->alloc(nparams_ + 3 * ntrain_);
+    dev_[0] = dmem_;
+    if (trainable_)
+      for (int i = 1; i < 4; i++) dev_[i] = dmem_ + nparams_ + (size_t)(i - 1) * ntrain_;
   }
   P_ = bind(dev_[0]);
-  if (trainable_) G_ = bind(dev_[1]);
+  if (lora_.rank > 0) {
+    // Frozen base: no gradient pointers for its tensors (the backward skips their products); the norms' weight
+    // gradients, which the norm backward kernels write anyway, go to a scratch row never read.
+    G_ = ParamPtrs();
+    G_.layers.resize(cfg_.num_hidden_layers);
+    junk_n_ = (size_t)std::max<int64_t>(H, cfg_.head_dim());
+    junk_ = k_->alloc(junk_n_);
+    for (auto& L : G_.layers) L = LayerPtrs{};
+    LP_ = bind_lora(dev_[0] + train_off_);
+    LG_ = bind_lora(dev_[1]);
+  } else if (trainable_) {
+    G_ = bind(dev_[1]);
+  }
   a_ = std::make_unique<Acts>();
   a_->k = k_.get();
-  fused_train_ = k_->fused_train();
+  fused_train_ = k_->fused_train() && lora_.rank == 0;
   graphs_ = k_->graphs();
   const char* g = std::getenv("RLSTREAM_CUDA_GRAPHS");
   graph_log_ = graphs_ && g && g[0] == '2';
@@ -172,6 +216,7 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
 Model::~Model() {
   a_.reset();  // activations are released through k_, which must still exist
   if (kv_mem_) k_->release(kv_mem_);
+  if (junk_) k_->release(junk_);
   if (dmem_) k_->release(dmem_);
 }
 
@@ -192,7 +237,7 @@ void Model::need_training(const char* op) const {
 void Model::download(BlockKind kind) {
   if (kind != BlockKind::Params) need_training("tensors");
   if (k_->host_visible()) return;
-  k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], nparams_);
+  k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], kind == BlockKind::Params ? nparams_ : ntrain_);
 }
 
 void Model::copy_params_from(const Model& src) {
@@ -207,7 +252,115 @@ void Model::copy_params_from(const Model& src) {
 void Model::upload(BlockKind kind) {
   if (kind != BlockKind::Params) need_training("upload");
   if (k_->host_visible()) return;
-  k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), nparams_);
+  k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), kind == BlockKind::Params ? nparams_ : ntrain_);
+}
+
+std::vector<Model::LoraPtrs> Model::bind_lora(float* base) const {
+  std::vector<LoraPtrs> out(cfg_.num_hidden_layers);
+  if (lora_.rank <= 0) return out;
+  size_t i = 0;
+  while (i < tensors_.size() && tensors_[i].offset < train_off_) i++;
+  for (int l = 0; l < cfg_.num_hidden_layers; l++)
+    for (int t = 0; t < LoraTargets; t++) {
+      if (!lora_.has(t)) continue;
+      out[l].A[t] = base + (tensors_[i++].offset - train_off_);
+      out[l].B[t] = base + (tensors_[i++].offset - train_off_);
+    }
+  return out;
+}
+
+void Model::init_lora(uint64_t seed) {
+  if (lora_.rank <= 0) invalid("initLora: this model has no adapters");
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  auto next_u = [&]() {  // splitmix64, as init_random: the same adapters for a seed everywhere
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  };
+  float* base = params_.get();
+  for (const auto& t : tensors_) {
+    if (!trained(t)) continue;
+    float* p = base + t.offset;
+    const bool is_a = t.name.find(".lora_A.") != std::string::npos;
+    const double bound = 1.0 / std::sqrt((double)t.shape[1]);
+    for (size_t i = 0; i < t.numel; i++) p[i] = is_a ? (float)((2.0 * next_u() - 1.0) * bound) : 0.0f;
+  }
+  upload(BlockKind::Params);
+}
+
+void Model::merge_lora(int l, int target, const float* A, const float* B, int rank, float scale) {
+  if (lora_.rank > 0) invalid("mergeLora: this model trains its own adapters; merge into a model without any");
+  if (l < 0 || l >= cfg_.num_hidden_layers) invalid("mergeLora: layer " + std::to_string(l) + " is out of range");
+  if (target < 0 || target >= LoraTargets) invalid("mergeLora: target out of range");
+  if (rank < 1 || rank > 4096) invalid("mergeLora: rank must be in [1, 4096]");
+  if (!std::isfinite(scale)) invalid("mergeLora: scale must be finite");
+  const int H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim();
+  const int in[LoraTargets] = {H, H, H, QD, H, H, I}, out[LoraTargets] = {QD, KD, KD, H, I, I, H};
+  const int C = in[target], OC = out[target];
+  const LayerPtrs& w = P_.layers[l];
+  float* W[LoraTargets] = {w.q_w, w.k_w, w.v_w, w.o_w, w.gate_w, w.up_w, w.down_w};
+  // D[OC, C] = (scale B^T)^T A through matmul_backward's weight-gradient product (N = rank), then W += D (an op
+  // that also drops any cached bf16 copy of W).
+  std::vector<float> bt((size_t)rank * OC);
+  for (int o = 0; o < OC; o++)
+    for (int j = 0; j < rank; j++) bt[(size_t)j * OC + o] = scale * B[(size_t)o * rank + j];
+  const size_t na = (size_t)rank * C, nb = bt.size(), nd = (size_t)OC * C;
+  float* scratch = k_->alloc(na + nb + nd);
+  try {
+    float *dA = scratch, *dBt = scratch + na, *D = dBt + nb;
+    k_->from_host(dA, A, na);
+    k_->from_host(dBt, bt.data(), nb);
+    k_->zero(D, nd);
+    k_->set_threads(threads_);
+    k_->matmul_backward(nullptr, D, nullptr, dBt, dA, nullptr, rank, C, OC);
+    k_->add_inplace(W[target], D, nd);
+  } catch (...) {
+    k_->release(scratch);
+    throw;
+  }
+  k_->release(scratch);
+  // the host mirror follows on a device (parameters() reads the device block again when asked)
+}
+
+uint64_t Model::dropout_seed(int l, int t) const {
+  return lora_.seed * 0x100000001B3ull + train_calls_ * 1000003ull + (uint64_t)l * 131ull + (uint64_t)t;
+}
+
+void Model::lora_forward(int l, int t, float* y, const float* x, int T, int C, int OC) {
+  if (!lora_.has(t)) return;
+  Kernels& k = *k_;
+  const int r = lora_.rank;
+  if (training_ && lora_.dropout > 0) {  // PEFT's lora_dropout on the adapter's input (train mode only)
+    PROF(elementwise, k.dropout(a_->lx, x, (size_t)T * C, lora_.dropout, dropout_seed(l, t)));
+    x = a_->lx;
+  }
+  float* u = layer_acts(l).lu[t];
+  PROF(matmul, k.matmul_forward(u, x, LP_[l].A[t], nullptr, T, C, r, false));
+  PROF(elementwise, k.scale(u, (size_t)T * r, lora_.scale()));
+  PROF(matmul, k.matmul_forward(y, u, LP_[l].B[t], nullptr, T, r, OC, true));
+}
+
+void Model::lora_backward(int l, int t, float* dx, const float* dy, const float* x, int T, int C, int OC) {
+  if (!lora_.has(t)) return;
+  Kernels& k = *k_;
+  const int r = lora_.rank;
+  float* du = a_->ldu;
+  // u = s x A^T, y += u B^T:  du = dy B, dB += dy^T u;  then d(x A^T) = s du:  dx += s du A, dA += s du^T x
+  PROF(elementwise, k.zero(du, (size_t)T * r));
+  PROF(matmul, k.matmul_backward(du, LG_[l].B[t], nullptr, dy, layer_acts(l).lu[t], LP_[l].B[t], T, r, OC));
+  PROF(elementwise, k.scale(du, (size_t)T * r, lora_.scale()));
+  if (training_ && lora_.dropout > 0) {
+    // the same mask again: dA from the dropped input, and dx through the mask
+    PROF(elementwise, k.dropout(a_->lx, x, (size_t)T * C, lora_.dropout, dropout_seed(l, t)));
+    PROF(elementwise, k.zero(a_->ldx, (size_t)T * C));
+    PROF(matmul, k.matmul_backward(a_->ldx, LG_[l].A[t], nullptr, du, a_->lx, LP_[l].A[t], T, C, r));
+    PROF(elementwise, k.dropout(a_->ldx, a_->ldx, (size_t)T * C, lora_.dropout, dropout_seed(l, t)));
+    PROF(elementwise, k.add_inplace(dx, a_->ldx, (size_t)T * C));
+    return;
+  }
+  PROF(matmul, k.matmul_backward(dx, LG_[l].A[t], nullptr, du, x, LP_[l].A[t], T, C, r));
 }
 
 ParamPtrs Model::bind(float* base) const {
@@ -329,7 +482,7 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
                KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, L = cfg_.num_hidden_layers, hd = cfg_.head_dim();
   const size_t t = T, ch = std::min<size_t>(chunk_, t);
   a.resid.resize(L + 1);  // L+1 residual streams; resid[l] enters layer l
-  a.layers.resize(L);
+  a.layers.resize(recompute_ ? 1 : L);  // recomputation: one layer's activations at a time
   {
     auto each = [&](size_t n, std::initializer_list<float**> slots) {
       for (float** slot : slots) give(*slot, n);
@@ -360,7 +513,11 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
       } else {
         each(t * I, {&l.gate, &l.up, &l.act});
       }
+      for (int g = 0; g < LoraTargets; g++)
+        if (lora_.has(g)) give(l.lu[g], t * lora_.rank);
     }
+    if (lora_.rank > 0) each(t * lora_.rank, {&a.ldu});
+    if (lora_.rank > 0 && lora_.dropout > 0) each(t * std::max({H, I, QD}), {&a.lx, &a.ldx});
     each(t * H, {&a.lnf, &a.dres, &a.dln});
     each(t, {&a.rstdf, &a.logp, &a.ent, &a.dlogp, &a.dent});
     each(t * hd / 2, {&a.cosb, &a.sinb});
@@ -504,10 +661,10 @@ void Model::forward_train_fused(const Batch& b) {
 }
 
 void Model::forward_trunk(const Batch& b, const Cached* cached) {
-  if (cached && k_->fused_decode()) return forward_fused(b, *cached);
+  // (adapters are applied by the plain ops only: a model with them takes the plain path, cached or not)
+  if (cached && fused_train_ && k_->fused_decode()) return forward_fused(b, *cached);
   if (!cached && fused_train_) return forward_train_fused(b);
-  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
-            NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
+  const int T = b.T, H = cfg_.hidden_size, hd = cfg_.head_dim();
   const float eps = (float)cfg_.rms_norm_eps;
   ensure_acts(T, 0);
   Acts& a = *a_;
@@ -524,36 +681,63 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
   PROF(elementwise, k.rope_table(a.cosb, a.sinb, cached ? cached->pos : a.pos.data(), T, hd, inv_freq_.data()));
 
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
-  for (int l = 0; l < cfg_.num_hidden_layers; l++) {
-    const LayerPtrs& w = P_.layers[l];
-    auto& x = a.layers[l];
-    PROF(elementwise, k.rmsnorm_forward(x.ln1, x.rstd1, a.resid[l], w.ln1_w, T, H, eps));
-    PROF(matmul, k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false));
-    PROF(matmul, k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false));
-    PROF(matmul, k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false));
-    if (cfg_.qk_norm) {
-      PROF(elementwise, k.head_rmsnorm(x.q, QD, x.qpre, x.qrstd, w.q_norm, T, NH, hd, eps));
-      PROF(elementwise, k.head_rmsnorm(x.k, KD, x.kpre, x.krstd, w.k_norm, T, NKV, hd, eps));
-    }
-    PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
-    PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
-    if (cached) {
-      void *kc = kv_layer(l, 0), *vc = kv_layer(l, 1);
-      PROF(attention, k.kv_store(kc, vc, x.k, x.v, cached->slot, cached->pos, T, KD, kv_max_len_));
-      PROF(attention, k.attention_cached(x.att, x.q, kc, vc, cached->slot, cached->pos, T, NH, NKV, hd, kv_max_len_));
-    } else {
-      PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
-    }
-    PROF(elementwise, k.copy(x.mid, a.resid[l], (size_t)T * H));
-    PROF(matmul, k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true));
-    PROF(elementwise, k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps));
-    PROF(matmul, k.matmul_forward(x.gate, x.ln2, w.gate_w, nullptr, T, H, I, false));
-    PROF(matmul, k.matmul_forward(x.up, x.ln2, w.up_w, nullptr, T, H, I, false));
-    PROF(elementwise, k.swiglu_forward(x.act, x.gate, x.up, (size_t)T * I));
-    PROF(elementwise, k.copy(a.resid[l + 1], x.mid, (size_t)T * H));
-    PROF(matmul, k.matmul_forward(a.resid[l + 1], x.act, w.down_w, nullptr, T, I, H, true));
-  }
+  for (int l = 0; l < cfg_.num_hidden_layers; l++) layer_forward(l, b, cached);
   PROF(elementwise, k.rmsnorm_forward(a.lnf, a.rstdf, a.resid[cfg_.num_hidden_layers], P_.norm_w, T, H, eps));
+}
+
+Model::ActLayer& Model::layer_acts(int l) { return a_->layers[recompute_ ? 0 : l]; }
+
+void Model::set_recompute(bool on) {
+  if (on == recompute_) return;
+  // the layout changes: drop the activations (the next step allocates them anew)
+  a_ = std::make_unique<Acts>();
+  a_->k = k_.get();
+  recompute_ = on;
+  fused_train_ = k_->fused_train() && lora_.rank == 0 && !recompute_;
+}
+
+// Layer l of the plain trunk: resid[l] -> resid[l+1], its activations into layer_acts(l) (one shared set with
+// recomputation, where the backward runs this again from resid[l] before the layer's own backward).
+void Model::layer_forward(int l, const Batch& b, const Cached* cached) {
+  const int T = b.T, H = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.q_dim(), KD = cfg_.kv_dim(),
+            NH = cfg_.num_attention_heads, NKV = cfg_.num_key_value_heads, hd = cfg_.head_dim();
+  const float eps = (float)cfg_.rms_norm_eps;
+  Acts& a = *a_;
+  Kernels& k = *k_;
+  const LayerPtrs& w = P_.layers[l];
+  auto& x = layer_acts(l);
+  PROF(elementwise, k.rmsnorm_forward(x.ln1, x.rstd1, a.resid[l], w.ln1_w, T, H, eps));
+  PROF(matmul, k.matmul_forward(x.q, x.ln1, w.q_w, w.q_b, T, H, QD, false));
+  PROF(matmul, k.matmul_forward(x.k, x.ln1, w.k_w, w.k_b, T, H, KD, false));
+  PROF(matmul, k.matmul_forward(x.v, x.ln1, w.v_w, w.v_b, T, H, KD, false));
+  lora_forward(l, LoraQ, x.q, x.ln1, T, H, QD);
+  lora_forward(l, LoraK, x.k, x.ln1, T, H, KD);
+  lora_forward(l, LoraV, x.v, x.ln1, T, H, KD);
+  if (cfg_.qk_norm) {
+    PROF(elementwise, k.head_rmsnorm(x.q, QD, x.qpre, x.qrstd, w.q_norm, T, NH, hd, eps));
+    PROF(elementwise, k.head_rmsnorm(x.k, KD, x.kpre, x.krstd, w.k_norm, T, NKV, hd, eps));
+  }
+  PROF(elementwise, k.rope_forward(x.q, a.cosb, a.sinb, T, NH, hd));
+  PROF(elementwise, k.rope_forward(x.k, a.cosb, a.sinb, T, NKV, hd));
+  if (cached) {
+    void *kc = kv_layer(l, 0), *vc = kv_layer(l, 1);
+    PROF(attention, k.kv_store(kc, vc, x.k, x.v, cached->slot, cached->pos, T, KD, kv_max_len_));
+    PROF(attention, k.attention_cached(x.att, x.q, kc, vc, cached->slot, cached->pos, T, NH, NKV, hd, kv_max_len_));
+  } else {
+    PROF(attention, k.attention_forward(x.att, x.lse, x.q, x.k, x.v, b.seq_starts, b.S, T, NH, NKV, hd));
+  }
+  PROF(elementwise, k.copy(x.mid, a.resid[l], (size_t)T * H));
+  PROF(matmul, k.matmul_forward(x.mid, x.att, w.o_w, nullptr, T, QD, H, true));
+  lora_forward(l, LoraO, x.mid, x.att, T, QD, H);
+  PROF(elementwise, k.rmsnorm_forward(x.ln2, x.rstd2, x.mid, w.ln2_w, T, H, eps));
+  PROF(matmul, k.matmul_forward(x.gate, x.ln2, w.gate_w, nullptr, T, H, I, false));
+  PROF(matmul, k.matmul_forward(x.up, x.ln2, w.up_w, nullptr, T, H, I, false));
+  lora_forward(l, LoraGate, x.gate, x.ln2, T, H, I);
+  lora_forward(l, LoraUp, x.up, x.ln2, T, H, I);
+  PROF(elementwise, k.swiglu_forward(x.act, x.gate, x.up, (size_t)T * I));
+  PROF(elementwise, k.copy(a.resid[l + 1], x.mid, (size_t)T * H));
+  PROF(matmul, k.matmul_forward(a.resid[l + 1], x.act, w.down_w, nullptr, T, I, H, true));
+  lora_forward(l, LoraDown, a.resid[l + 1], x.act, T, I, H);
 }
 
 // Logits [n, V] of tokens [t0, t0+n) into the chunk buffer: the final norm's output times lm_head.
@@ -610,6 +794,15 @@ void Model::forward_logits(const Batch& b, float* logits) {
 
 void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& loss) {
   need_training("backward");
+  // train mode for this call (adapter dropout); the next call draws new masks, also after an exception
+  struct TrainMode {
+    Model& m;
+    explicit TrainMode(Model& mm) : m(mm) { m.training_ = true; }
+    ~TrainMode() {
+      m.training_ = false;
+      m.train_calls_++;
+    }
+  } train_mode(*this);
   forward_trunk(b);
   Acts& a = *a_;
   Kernels& k = *k_;
@@ -631,6 +824,7 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
 
   // Loss head, one chunk of tokens at a time: logits -> log-softmax -> loss -> dlogits -> d lnf, d lm_head.
   PROF(elementwise, k.zero(a.dln, (size_t)T * H));
+  if (junk_) PROF(elementwise, k.zero(junk_, junk_n_));  // so the scratch never overflows to inf over many steps
   for (int t0 = 0; t0 < T; t0 += chunk_) {
     const int n = std::min(chunk_, T - t0);
     const float* xf = a.lnf + (size_t)t0 * H;
@@ -694,37 +888,47 @@ void Model::forward_backward(const Batch& b, const int32_t* targets, TokenLoss& 
     PROF(elementwise, k.embedding_backward(G_.embed, a.dres, b.tokens, T, H));
     return;
   }
-  PROF(elementwise, k.rmsnorm_backward(a.dres, G_.norm_w, a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H));
+  float* const junk = junk_;  // adapters: the frozen norms' weight gradients (written, never read)
+  auto dnorm = [junk](float* g) { return g ? g : junk; };
+  PROF(elementwise, k.rmsnorm_backward(a.dres, dnorm(G_.norm_w), a.dln, a.resid[L], P_.norm_w, a.rstdf, T, H));
 
   for (int l = L - 1; l >= 0; l--) {
     const LayerPtrs& w = P_.layers[l];
     const LayerPtrs& g = G_.layers[l];
-    auto& x = a.layers[l];
+    if (recompute_ && l < L - 1) layer_forward(l, b, nullptr);  // (the last layer's are still there)
+    auto& x = layer_acts(l);
     // MLP: resid[l+1] = mid + down(silu(gate(ln2)) * up(ln2))
     PROF(elementwise, k.zero(a.dact, (size_t)T * I));
     PROF(matmul, k.matmul_backward(a.dact, g.down_w, nullptr, a.dres, x.act, w.down_w, T, I, H));
+    lora_backward(l, LoraDown, a.dact, a.dres, x.act, T, I, H);
     PROF(elementwise, k.swiglu_backward(a.dgate, a.dup, a.dact, x.gate, x.up, (size_t)T * I));
     PROF(elementwise, k.zero(a.dln, (size_t)T * H));
     PROF(matmul, k.matmul_backward(a.dln, g.gate_w, nullptr, a.dgate, x.ln2, w.gate_w, T, H, I));
     PROF(matmul, k.matmul_backward(a.dln, g.up_w, nullptr, a.dup, x.ln2, w.up_w, T, H, I));
-    PROF(elementwise, k.rmsnorm_backward(a.dres, g.ln2_w, a.dln, x.mid, w.ln2_w, x.rstd2, T, H));  // dres: d mid
+    lora_backward(l, LoraGate, a.dln, a.dgate, x.ln2, T, H, I);
+    lora_backward(l, LoraUp, a.dln, a.dup, x.ln2, T, H, I);
+    PROF(elementwise, k.rmsnorm_backward(a.dres, dnorm(g.ln2_w), a.dln, x.mid, w.ln2_w, x.rstd2, T, H));  // dres: d mid
     // Attention: mid = resid[l] + o(attn(rope(q), rope(k), v))
     PROF(elementwise, k.zero(a.datt, (size_t)T * QD));
     PROF(matmul, k.matmul_backward(a.datt, g.o_w, nullptr, a.dres, x.att, w.o_w, T, QD, H));
+    lora_backward(l, LoraO, a.datt, a.dres, x.att, T, QD, H);
     PROF(attention, k.attention_backward(a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, b.seq_starts, b.S, T, NH, NKV, hd));
     PROF(elementwise, k.rope_backward(a.dq, a.cosb, a.sinb, T, NH, hd));
     PROF(elementwise, k.rope_backward(a.dk, a.cosb, a.sinb, T, NKV, hd));
     if (cfg_.qk_norm) {
-      PROF(elementwise, k.head_rmsnorm_backward(a.dq, QD, g.q_norm, x.qpre, w.q_norm, x.qrstd, T, NH, hd));
-      PROF(elementwise, k.head_rmsnorm_backward(a.dk, KD, g.k_norm, x.kpre, w.k_norm, x.krstd, T, NKV, hd));
+      PROF(elementwise, k.head_rmsnorm_backward(a.dq, QD, dnorm(g.q_norm), x.qpre, w.q_norm, x.qrstd, T, NH, hd));
+      PROF(elementwise, k.head_rmsnorm_backward(a.dk, KD, dnorm(g.k_norm), x.kpre, w.k_norm, x.krstd, T, NKV, hd));
     }
     PROF(elementwise, k.zero(a.dln, (size_t)T * H));
     PROF(matmul, k.matmul_backward(a.dln, g.q_w, g.q_b, a.dq, x.ln1, w.q_w, T, H, QD));
     PROF(matmul, k.matmul_backward(a.dln, g.k_w, g.k_b, a.dk, x.ln1, w.k_w, T, H, KD));
     PROF(matmul, k.matmul_backward(a.dln, g.v_w, g.v_b, a.dv, x.ln1, w.v_w, T, H, KD));
-    PROF(elementwise, k.rmsnorm_backward(a.dres, g.ln1_w, a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H));  // d resid[l]
+    lora_backward(l, LoraQ, a.dln, a.dq, x.ln1, T, H, QD);
+    lora_backward(l, LoraK, a.dln, a.dk, x.ln1, T, H, KD);
+    lora_backward(l, LoraV, a.dln, a.dv, x.ln1, T, H, KD);
+    PROF(elementwise, k.rmsnorm_backward(a.dres, dnorm(g.ln1_w), a.dln, a.resid[l], w.ln1_w, x.rstd1, T, H));  // d resid[l]
   }
-  PROF(elementwise, k.embedding_backward(G_.embed, a.dres, b.tokens, T, H));
+  if (G_.embed) PROF(elementwise, k.embedding_backward(G_.embed, a.dres, b.tokens, T, H));
 }
 
 void Model::kv_reserve(int slots, int max_len) {
@@ -907,21 +1111,21 @@ void Model::extend(const int32_t* slots, const int32_t* counts, int B, const int
 
 void Model::zero_grad() {
   need_training("zeroGrad");
-  k_->zero(dev_[1], nparams_);
+  k_->zero(dev_[1], ntrain_);
 }
 
 double Model::grad_norm() {
   need_training("gradNorm");
   k_->set_threads(threads_);
   double ss = 0;
-  PROF(optimizer, ss = k_->sum_squares(dev_[1], nparams_));
+  PROF(optimizer, ss = k_->sum_squares(dev_[1], ntrain_));
   return std::sqrt(ss);
 }
 
 void Model::scale_grads(float s) {
   need_training("scaleGrads");
   k_->set_threads(threads_);
-  PROF(optimizer, k_->scale(dev_[1], nparams_, s));
+  PROF(optimizer, k_->scale(dev_[1], ntrain_, s));
 }
 
 void Model::adamw_step(const AdamWParams& p) {
@@ -931,8 +1135,8 @@ void Model::adamw_step(const AdamWParams& p) {
   const float bc1 = (float)(1.0 - std::pow((double)p.beta1, (double)step_));
   const float bc2 = (float)(1.0 - std::pow((double)p.beta2, (double)step_));
   // Padding between tensors stays zero in params, grads and moments, so one pass over the block is exact.
-  PROF(optimizer, k_->adamw(dev_[0], dev_[1], dev_[2], dev_[3], nparams_, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
-            bc1, bc2));
+  PROF(optimizer, k_->adamw(dev_[0] + train_off_, dev_[1], dev_[2], dev_[3], ntrain_, p.lr, p.beta1, p.beta2, p.eps,
+                            p.weight_decay, bc1, bc2));
 }
 
 }  // namespace rls

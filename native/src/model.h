@@ -67,12 +67,46 @@ using Block = std::shared_ptr<float>;
 enum class Device { Cpu, Cuda };
 enum class BlockKind { Params = 0, Grads = 1, ExpAvg = 2, ExpAvgSq = 3 };
 
+// Low-rank adapters (LoRA, as PEFT's): a targeted projection y = x W^T becomes y = x W^T + s (x A^T) B^T with
+// A [rank, in], B [out, rank] and s = alpha / rank. With rank > 0 the base weights are frozen: the gradient and
+// AdamW blocks hold the adapters only, and the backward computes no base weight gradient.
+enum LoraTarget { LoraQ = 0, LoraK, LoraV, LoraO, LoraGate, LoraUp, LoraDown, LoraTargets };
+struct LoraConfig {
+  int rank = 0;            // 0: no adapters, every parameter trains
+  float alpha = 0;         // scale s = alpha / rank
+  float dropout = 0;       // dropout on each adapter's input while training (forward_backward), in [0, 1)
+  uint64_t seed = 0;       // of the dropout masks: mixed with the training call's count, the layer and the target
+  unsigned targets = 0;    // bit LoraTarget per projection that carries an adapter
+  float scale() const { return rank > 0 ? alpha / (float)rank : 0.f; }
+  bool has(int t) const { return rank > 0 && (targets >> t & 1u); }
+};
+extern const char* const kLoraTargetNames[LoraTargets];  // "q_proj", ..., "down_proj" (HF module names)
+
 class Model {
  public:
   // trainable false: parameters only, no gradients or optimizer state (a generation-only model takes a quarter
   // of the memory); every training call then throws NativeError.
-  Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device = Device::Cpu, bool trainable = true);
+  Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device = Device::Cpu, bool trainable = true,
+        const LoraConfig& lora = LoraConfig());
   bool trainable() const { return trainable_; }
+  const LoraConfig& lora() const { return lora_; }
+  // The trained range of the parameter block: [train_offset(), train_offset() + train_numel()). All of it without
+  // adapters; with them, the adapter tensors (laid out after the base ones). Gradients and AdamW moments are
+  // blocks of train_numel() floats, tensor t at t.offset - train_offset().
+  size_t train_offset() const { return train_off_; }
+  size_t train_numel() const { return ntrain_; }
+  bool trained(const TensorInfo& t) const { return t.offset >= train_off_; }
+  // Adapters: A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's kaiming_uniform(a=sqrt(5))), B = 0, from a seed.
+  void init_lora(uint64_t seed);
+  // Layer l's projection `target` W[out, in] += scale * B A in place, A [rank, in] and B [out, rank] host floats:
+  // folds an adapter into the weights (a negative scale takes it out again). On CUDA the product runs in bf16 with
+  // fp32 accumulation, as every other product there.
+  void merge_lora(int l, int target, const float* A, const float* B, int rank, float scale);
+  // Activation recomputation per layer: the forward keeps each layer's input (the residual stream) and one layer's
+  // activations, and the backward runs each layer's forward again before its backward (one more forward's work;
+  // activations of one layer instead of all). Takes the plain ops on CUDA (not the fused training ops).
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
   void need_training(const char* op) const;  // throws NativeError naming op on a model that is not trainable
   ~Model();
   Model(const Model&) = delete;
@@ -147,6 +181,7 @@ class Model {
 
  private:
   struct Acts;
+  struct ActLayer;  // one layer's activations
   void ensure_acts(int T, int max_len);
   template <typename Give>
   void walk_acts(int T, Acts& a, Give&& give) const;
@@ -156,6 +191,8 @@ class Model {
     const int32_t* pos;
   };
   void forward_trunk(const Batch& b, const Cached* cached = nullptr);
+  void layer_forward(int l, const Batch& b, const Cached* cached);
+  ActLayer& layer_acts(int l);
   void forward_fused(const Batch& b, const Cached& c);  // extend's trunk where the kernels have fused decode ops
   void forward_train_fused(const Batch& b);             // the trunk without a cache where they have fused training ops
   // extend's head: logits of rows [B, H], softmax(logits * inv_temp), then the rows to probs (host) or one draw
@@ -170,6 +207,17 @@ class Model {
   void logprobs_pass(int T, const int32_t* targets, float* logp, float* ent);
   void logsoftmax_chunk(int t0, int n, const int32_t* targets, float* logp, float* ent);
   ParamPtrs bind(float* base) const;
+  // Adapter pointers per layer and target (null where a target has none) into a block laid out as params' adapter
+  // range, starting at `base` (the adapter range's first float).
+  struct LoraPtrs {
+    float* A[LoraTargets] = {};
+    float* B[LoraTargets] = {};
+  };
+  std::vector<LoraPtrs> bind_lora(float* base) const;
+  // y[T, OC] += s (x A^T) B^T for layer l's adapter on target t, keeping x A^T s for the backward.
+  void lora_forward(int l, int t, float* y, const float* x, int T, int C, int OC);
+  // Its backward given dy: dx += ..., dA += ..., dB += ...
+  void lora_backward(int l, int t, float* dx, const float* dy, const float* x, int T, int C, int OC);
 
   ModelConfig cfg_;
   std::vector<float> inv_freq_;  // rotary inverse frequencies [head_dim / 2] (cfg_.rope_inv_freq())
@@ -181,6 +229,15 @@ class Model {
   Block params_, grads_, m_, v_;
   Device device_ = Device::Cpu;
   bool trainable_ = true;
+  LoraConfig lora_;
+  bool recompute_ = false;
+  bool training_ = false;       // inside forward_backward: adapter dropout applies
+  uint64_t train_calls_ = 0;    // forward_backward calls so far: each draws new dropout masks
+  uint64_t dropout_seed(int l, int t) const;
+  size_t train_off_ = 0, ntrain_ = 0;
+  std::vector<LoraPtrs> LP_, LG_;  // adapter parameters and gradients
+  float* junk_ = nullptr;          // with adapters: where the frozen norms' weight gradients go (never read)
+  size_t junk_n_ = 0;
   float* dev_[4] = {nullptr, nullptr, nullptr, nullptr};  // where kernels read/write each block
   float* dmem_ = nullptr;                                  // the device allocation holding all four (Cuda)
   ParamPtrs P_, G_;

@@ -27,8 +27,11 @@ export interface ServerOutput {
   topLogprobs?: TokenAlternative[][];
 }
 
-/** POST a JSON body and parse the JSON answer; `emptyOk`: an empty 2xx body (control endpoints answer so) is `null`. */
-export async function postJson(url: string, body: unknown, options: { signal?: AbortSignal; timeoutMs?: number; headers?: Record<string, string>; emptyOk?: boolean } = {}): Promise<unknown> {
+/**
+ * POST a JSON body and parse the JSON answer; `emptyOk`: an empty 2xx body (control endpoints answer so) is `null`;
+ * `textOk`: a 2xx body that is not JSON is returned as its text (vLLM's LoRA endpoints answer in plain text).
+ */
+export async function postJson(url: string, body: unknown, options: { signal?: AbortSignal; timeoutMs?: number; headers?: Record<string, string>; emptyOk?: boolean; textOk?: boolean } = {}): Promise<unknown> {
   const signals = [options.signal, options.timeoutMs ? AbortSignal.timeout(options.timeoutMs) : undefined].filter((s): s is AbortSignal => s !== undefined);
   let res: Response;
   try {
@@ -49,6 +52,7 @@ export async function postJson(url: string, body: unknown, options: { signal?: A
   try {
     return JSON.parse(text) as unknown;
   } catch (cause) {
+    if (options.textOk) return text;
     throw new RlstreamError('BACKEND_BAD_REQUEST', `${url}: response is not JSON: ${text.slice(0, 200)}`, { cause });
   }
 }

@@ -2,9 +2,14 @@
 // `sampling_params` and `return_logprob: true`; the sampled tokens and their log-probs come back in
 // `meta_info.output_token_logprobs` as [logprob, token_id, text|null] triples, and
 // `meta_info.finish_reason` is {type: "stop" | "length" | "abort", matched?}.
+//
+// A version published as LoRA adapters (trainer.lora) is loaded through SGLang's `POST /load_lora_adapter
+// {lora_name, lora_path}` (a server started with --enable-lora) from the version's PEFT adapter directory; requests
+// then carry `lora_path: <name>`, and the previous version's adapter is unloaded (`POST /unload_lora_adapter`).
+import { RlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { badResponse, finishReasonOf, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
-import { pruneVersionModelDirs, versionModelDir } from './model-dir.ts';
+import { adapterName, pruneVersionModelDirs, versionAdapterDir, versionModelDir } from './model-dir.ts';
 import type { FinishReason, GenerateRequest, PolicyUpdate } from './types.ts';
 
 export interface SglangServerOptions {
@@ -36,6 +41,8 @@ function finishReason(fr: unknown): FinishReason {
 
 export class SglangServer implements InferenceServer {
   private readonly url: string;
+  /** The adapter requests name (lora_path), once a version published as adapters is loaded. */
+  private lora: string | null = null;
 
   constructor(
     readonly address: string,
@@ -53,6 +60,7 @@ export class SglangServer implements InferenceServer {
       return_logprob: true,
       logprob_start_len: -1,
       stream: false,
+      ...(this.lora !== null ? { lora_path: this.lora } : {}),
     };
     const res = (await postJson(endpoint, body, { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000 })) as Record<string, unknown>;
     const meta = res['meta_info'] as Record<string, unknown> | undefined;
@@ -79,7 +87,18 @@ export class SglangServer implements InferenceServer {
 
   async updateWeights(update: PolicyUpdate): Promise<void> {
     if ((this.options.weightSync ?? 'none') === 'none') return;
-    await postJson(`${this.url}/update_weights_from_disk`, { model_path: await versionModelDir(update) }, { timeoutMs: 600_000 });
+    if (update.adapter) {
+      const name = adapterName(update.version);
+      const res = (await postJson(`${this.url}/load_lora_adapter`, { lora_name: name, lora_path: await versionAdapterDir(update) }, { timeoutMs: 600_000 })) as { success?: unknown; error_message?: unknown } | null;
+      if (res?.success === false) throw new RlstreamError('BACKEND_BAD_REQUEST', `SGLang load_lora_adapter of policy version ${update.version} on ${this.address}: ${String(res.error_message)} (start SGLang with --enable-lora)`);
+      const previous = this.lora;
+      this.lora = name;
+      // (a failed unload leaves an idle adapter on the server, not a wrong one: the version stands)
+      if (previous !== null && previous !== name) await postJson(`${this.url}/unload_lora_adapter`, { lora_name: previous }, { timeoutMs: 600_000 }).catch(() => undefined);
+    } else {
+      await postJson(`${this.url}/update_weights_from_disk`, { model_path: await versionModelDir(update) }, { timeoutMs: 600_000 });
+      this.lora = null;
+    }
     await pruneVersionModelDirs(update);
   }
 }

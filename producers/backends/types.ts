@@ -49,9 +49,14 @@ import type { Model } from '../../native/model.ts';
 
 export interface PolicyUpdate {
   version: number;
-  /** Local path of the verified safetensors weights. */
+  /** Local path of the verified safetensors weights (with `adapter`, the adapter file: read it through `adapter`). */
   weightsPath: string;
   configJson: string;
+  /**
+   * A version published as LoRA adapters (trainer.lora): the verified adapter file and the verified weights it
+   * sits on (version 0's). A backend that cannot apply adapters refuses the update (PolicyUpdates.refuseAdapter).
+   */
+  adapter?: { path: string; baseWeightsPath: string };
 }
 
 export interface LlmBackend {

@@ -9,10 +9,15 @@
 // version's directory (the worker method vLLM's skip_loading_weights_in_engine_init example calls), `POST
 // /collective_rpc {"method": "reload_weights"}` loads its safetensors into the running model, then `POST
 // /reset_prefix_cache` drops the KV blocks cached under the old weights so no later prompt reuses them.
+//
+// A version published as LoRA adapters (trainer.lora) goes to vLLM's LoRA endpoints instead (a server started with
+// --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): `POST /v1/load_lora_adapter {lora_name, lora_path}`
+// with the version's PEFT adapter directory, then requests name the adapter as their `model`, and the previous
+// version's adapter is unloaded (`POST /v1/unload_lora_adapter`). The base weights are version 0's, loaded as above.
 import { RlstreamError } from '../../core/errors.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { badResponse, Completions, finishReasonOf, getOk, postJson, type InferenceServer, type ServerOutput } from './http.ts';
-import { pruneVersionModelDirs, versionModelDir } from './model-dir.ts';
+import { adapterName, pruneVersionModelDirs, versionAdapterDir, versionModelDir } from './model-dir.ts';
 import { openAiCompletionBody } from './openai.ts';
 import type { GenerateRequest, PolicyUpdate } from './types.ts';
 
@@ -49,6 +54,8 @@ function parseTokenId(endpoint: string, tok: unknown): number {
 
 export class VllmServer implements InferenceServer {
   private readonly api: Completions;
+  /** The adapter requests name as their model, once a version published as adapters is loaded. */
+  private lora: string | null = null;
 
   constructor(
     readonly address: string,
@@ -59,7 +66,7 @@ export class VllmServer implements InferenceServer {
 
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput> {
     const { endpoint, choice } = await this.api.firstChoice<Record<string, unknown>>(
-      (model) => vllmCompletionBody(model, request.promptIds, request.sampling),
+      (model) => vllmCompletionBody(this.lora ?? model, request.promptIds, request.sampling),
       { signal, timeoutMs: this.options.requestTimeoutMs ?? 600_000 },
     );
     const lp = choice['logprobs'] as { tokens?: unknown[]; token_logprobs?: (number | null)[] } | null | undefined;
@@ -78,6 +85,7 @@ export class VllmServer implements InferenceServer {
 
   async updateWeights(update: PolicyUpdate): Promise<void> {
     if ((this.options.weightSync ?? 'none') === 'none') return;
+    if (update.adapter) return this.loadAdapter(update);
     const dir = await versionModelDir(update);
     for (const r of vllmReloadRequests(dir)) {
       try {
@@ -88,6 +96,24 @@ export class VllmServer implements InferenceServer {
         throw new RlstreamError(err instanceof RlstreamError ? err.code : 'BACKEND_UNAVAILABLE', `vLLM reload_weights of policy version ${update.version} on ${this.address} failed at ${r.path}: ${(err as Error).message}${hint}`, { cause: err });
       }
     }
+    this.lora = null; // whole weights: requests go to the served model again
+    await pruneVersionModelDirs(update);
+  }
+
+  private async loadAdapter(update: PolicyUpdate): Promise<void> {
+    const name = adapterName(update.version);
+    const timeoutMs = this.options.weightSyncTimeoutMs ?? 600_000;
+    try {
+      await postJson(`${this.api.url}/v1/load_lora_adapter`, { lora_name: name, lora_path: await versionAdapterDir(update) }, { timeoutMs, emptyOk: true, textOk: true });
+    } catch (err) {
+      const hint = /HTTP 404/.test((err as Error).message) ? ' (start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)' : '';
+      throw new RlstreamError(err instanceof RlstreamError ? err.code : 'BACKEND_UNAVAILABLE', `vLLM load_lora_adapter of policy version ${update.version} on ${this.address} failed: ${(err as Error).message}${hint}`, { cause: err });
+    }
+    const previous = this.lora;
+    this.lora = name;
+    // The new version serves from here on; a failed unload leaves only an idle adapter on the server (vLLM's
+    // max_loras then bounds how many), so it does not fail the version.
+    if (previous !== null && previous !== name) await postJson(`${this.api.url}/v1/unload_lora_adapter`, { lora_name: previous }, { timeoutMs, emptyOk: true, textOk: true }).catch(() => undefined);
     await pruneVersionModelDirs(update);
   }
 }

@@ -84,6 +84,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
     return this.updates.apply(update, async () => {
       const config = policyConfig(update.configJson);
       PolicyUpdates.checkArchitecture(update, config, this.config);
+      PolicyUpdates.refuseAdapter(update, 'onnx');
       const weights = await readSafetensors(update.weightsPath);
       const times = await this.engine.load(config, weights, update.version);
       this.config = config;

@@ -115,7 +115,8 @@ export class NativePolicyBackend implements LlmBackend {
    * is on this model's device: the version's update then copies it into the generating model, with no file read.
    */
   stageWeights(version: number, source: Model): void {
-    if (source.device !== this.model.device) return;
+    // (a trainer with adapters publishes them as a small file, folded in from there: nothing to stage)
+    if (source.device !== this.model.device || source.lora) return;
     // Called from the trainer's step: a model that cannot be staged (other shapes, no memory) must not fail the
     // step; its versions are then read from their files.
     try {
@@ -133,6 +134,12 @@ export class NativePolicyBackend implements LlmBackend {
     if (this.staging && this.stagedVersion === update.version) {
       this.model.copyParamsFrom(this.staging);
       return 'trainer';
+    }
+    if (update.adapter) {
+      // Adapters fold into the weights they were trained on, read afresh each time: exact, whatever came before.
+      await this.model.loadWeights(update.adapter.baseWeightsPath);
+      await this.model.mergeAdapter(update.adapter.path);
+      return 'file';
     }
     await this.model.loadWeights(update.weightsPath);
     return 'file';

@@ -38,6 +38,12 @@ export class PolicyUpdates {
     if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
   }
 
+  /** Refuses a version published as adapters, for a backend that only loads whole weights. */
+  static refuseAdapter(update: PolicyUpdate, backend: string): void {
+    if (update.adapter)
+      throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} is published as LoRA adapters (trainer.lora); the ${backend} backend loads whole weights only: use backend.name builtin with backend.engine native, or train without trainer.lora`);
+  }
+
   /** Resolves when every update applied so far has finished (failed ones included). */
   settled(): Promise<void> {
     return this.tail;

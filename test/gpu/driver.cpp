@@ -5,6 +5,9 @@
 //   driver step <file>        one policy-loss step dumped (weights, batch, logits, loss, gradients, update) for torch_ref.py
 //   driver train <file> <n>   an n-step cross-entropy run dumped (weights, batches, losses) for torch_ref.py
 //   driver bench [names]      training throughput, MFU and peak GPU memory for the 20M / 120M / 500M models
+//   driver lora-dump <file>   one LoRA cross-entropy step (CUDA and CPU) dumped for peft_ref.py (adapter gradients)
+//   driver lora-bench [names] [--recompute] [--seqs=N --len=N --rank=N --iters=N]
+//                             LoRA step throughput and peak GPU memory at Qwen2.5's 1.5B / 3B / 7B shapes
 // Exit status 1 when a check fails. Build and run: test/gpu/run.sh.
 #include <cuda_runtime.h>
 
@@ -117,6 +120,10 @@ void check_kernels() {
     report("scale", compare(dy.host(), y), TOL_FP32);
     const double a = K->sum_squares(dx.p, n), b = cpu->sum_squares(x.data(), n);
     report("sum_squares", Cmp{std::fabs(a - b), std::fabs(a - b) / b, true}, 1e-9);
+    // adapter dropout: the same mask on both devices (the hash of (seed, i)), so the same values exactly
+    K->dropout(dy.p, dx.p, n, 0.3f, 12345);
+    cpu->dropout(y.data(), x.data(), n, 0.3f, 12345);
+    report("dropout (p 0.3)", compare(dy.host(), y), 0.0);
   }
   {  // embedding (repeated ids in the backward)
     const int T = 517, H = 384, V = 97;
@@ -735,6 +742,163 @@ void bench(const std::vector<std::string>& names, int iters) {
   }
 }
 
+// ---- LoRA ----
+const unsigned ALL_TARGETS = (1u << LoraTargets) - 1;
+
+// One cross-entropy step of a model with adapters on every projection (B set to random values too, so that A's
+// gradient is not zero), on CUDA and on the CPU, with everything peft_ref.py needs to redo it with PEFT.
+void dump_lora(const std::string& path) {
+  const ModelConfig cfg = make_config(256, 2, 4, 2, 512, 1000, false, true);
+  LoraConfig lc;
+  lc.rank = 8;
+  lc.alpha = 16;
+  lc.targets = ALL_TARGETS;
+  const int S = 4, len = 64;
+  Rng r(7);
+  std::vector<std::vector<int32_t>> seqs(S, std::vector<int32_t>(len));
+  for (auto& q : seqs)
+    for (auto& t : q) t = (int32_t)(r.next() % (uint64_t)cfg.vocab_size);
+  const Packed p = pack(seqs);
+  const Batch b = batch_of(p);
+  StWriter w;
+  w.meta["config"] = config_json(cfg);
+  w.meta["lora"] = "{\"r\":8,\"lora_alpha\":16}";
+  w.i32("tokens", {b.T}, p.tokens.data(), b.T);
+  w.i32("targets", {b.T}, p.targets.data(), b.T);
+  w.f32("mask", {b.T}, p.mask.data(), b.T);
+  for (Device dev : {Device::Cuda, Device::Cpu}) {
+    const std::string pre = dev == Device::Cuda ? "cuda." : "cpu.";
+    Model m(cfg, 8, 0, dev, true, lc);
+    m.init_random(11, 0.05f);
+    m.init_lora(5);
+    Rng rb(9);
+    float* P = m.params().get();
+    for (const auto& t : m.tensors())
+      if (t.name.find(".lora_B.") != std::string::npos)
+        for (size_t i = 0; i < t.numel; i++) P[t.offset + i] = (float)(rb.uni() - 0.5) * 0.1f;
+    m.upload(BlockKind::Params);
+    if (dev == Device::Cuda) dump_block(w, "param.", m, BlockKind::Params);
+    m.zero_grad();
+    CrossEntropyLoss loss(p.mask.data(), p.starts.data(), b.S, b.T, 1.f);
+    m.forward_backward(b, p.targets.data(), loss);
+    m.download(BlockKind::Grads);
+    for (const auto& t : m.tensors())
+      if (m.trained(t)) w.f32(pre + "grad." + t.name, t.shape, m.grads().get() + (t.offset - m.train_offset()), t.numel);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.10g", loss.loss());
+    w.meta[pre + "loss"] = buf;
+  }
+  w.write(path);
+  std::printf("lora-dump: %s\n", path.c_str());
+}
+
+struct LoraBenchModel {
+  const char* name;
+  ModelConfig cfg;
+  int seqs, len;
+};
+std::vector<LoraBenchModel> lora_bench_models() {
+  auto qwen = [](int H, int L, int NH, int NKV, int I, int V, bool tied) {
+    ModelConfig c = make_config(H, L, NH, NKV, I, V, tied, true, 32768);
+    c.rope_theta = 1e6;
+    return c;
+  };
+  return {
+      {"1.5B", qwen(1536, 28, 12, 2, 8960, 151936, true), 8, 1024},  // Qwen2.5-1.5B's shape
+      {"3B", qwen(2048, 36, 16, 2, 11008, 151936, true), 8, 1024},   // Qwen2.5-3B's
+      {"7B", qwen(3584, 28, 28, 4, 18944, 152064, false), 1, 32768},  // Qwen2.5-7B's, one 32k sequence
+  };
+}
+
+// Weights without the host-side Box-Muller of init_random (minutes at 7B): a hashed uniform in ±0.02, norms 1,
+// biases 0, adapters as init_lora makes them. Throughput does not depend on the values.
+void fast_init(Model& m) {
+  float* P = m.params().get();
+  const auto& ts = m.tensors();
+#pragma omp parallel for schedule(dynamic)
+  for (size_t k = 0; k < ts.size(); k++) {
+    const TensorInfo& t = ts[k];
+    if (m.trained(t)) continue;
+    const bool norm = t.name.find("norm") != std::string::npos, bias = t.name.find(".bias") != std::string::npos;
+    for (size_t i = 0; i < t.numel; i++) {
+      uint64_t z = (t.offset + i) * 0x9E3779B97F4A7C15ull;
+      z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+      P[t.offset + i] = norm ? 1.f : bias ? 0.f : (float)((double)(z >> 11) / 9007199254740992.0 - 0.5) * 0.04f;
+    }
+  }
+  m.init_lora(3);  // (uploads the whole block)
+}
+
+void lora_bench(const std::vector<std::string>& names, int iters, bool recompute, int rank, int seqs_o, int len_o) {
+  std::printf("\n== benchmark: LoRA training step (rank %d, all 7 projections; cross-entropy, clip, AdamW) on CUDA, "
+              "recompute %s ==\n", rank, recompute ? "layer" : "none");
+  cudaFree(nullptr);
+  for (const auto& bm : lora_bench_models()) {
+    if (!names.empty() && std::find(names.begin(), names.end(), bm.name) == names.end()) continue;
+    const int seqs = seqs_o > 0 ? seqs_o : bm.seqs, len = len_o > 0 ? len_o : bm.len;
+    const size_t base = used_bytes();
+    const ModelConfig& cfg = bm.cfg;
+    const int T = seqs * len, V = cfg.vocab_size;
+    std::vector<int32_t> tokens(T), targets(T), starts(seqs + 1);
+    std::vector<float> mask(T, 1.f);
+    for (int t = 0; t < T; t++) {
+      tokens[t] = (int32_t)(((int64_t)t * 7919) % V);
+      targets[t] = (int32_t)(((int64_t)t * 104729 + 3) % V);
+    }
+    for (int s = 0; s <= seqs; s++) starts[s] = s * len;
+    Batch b;
+    b.tokens = tokens.data();
+    b.T = T;
+    b.seq_starts = starts.data();
+    b.S = seqs;
+    LoraConfig lc;
+    lc.rank = rank;
+    lc.alpha = 2.f * rank;
+    lc.targets = ALL_TARGETS;
+    try {
+      Model m(cfg, 16, 0, Device::Cuda, true, lc);
+      m.set_recompute(recompute);
+      const auto i0 = std::chrono::steady_clock::now();
+      fast_init(m);
+      const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - i0).count();
+      AdamWParams ap;
+      ap.lr = 1e-4f;
+      double last_loss = 0;
+      auto step = [&]() {
+        m.zero_grad();
+        CrossEntropyLoss loss(mask.data(), starts.data(), b.S, T, 1.f);
+        m.forward_backward(b, targets.data(), loss);
+        const double n = m.grad_norm();
+        if (n > 1.0) m.scale_grads((float)(1.0 / (n + 1e-6)));
+        m.adamw_step(ap);
+        last_loss = loss.loss();
+      };
+      step();
+      cudaDeviceSynchronize();
+      size_t peak = used_bytes() - base;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; i++) step();
+      cudaDeviceSynchronize();
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+      peak = std::max(peak, used_bytes() - base);
+      size_t base_params = 0;
+      for (const auto& t : m.tensors()) base_params += m.trained(t) ? 0 : t.numel;
+      std::printf("%-5s %zu base + %zu adapter params, %d x %d tokens: %.1f ms/step, %.0f tokens/s, device memory "
+                  "in use %.0f MiB (init %.1f s), loss %.4f\n", bm.name, base_params, m.train_numel(), seqs, len,
+                  sec * 1e3, T / sec, peak / 1048576.0, init_s, last_loss);
+      std::printf("BENCH {\"impl\":\"rlstream-cuda\",\"model\":\"%s\",\"rank\":%d,\"recompute\":\"%s\",\"seqs\":%d,"
+                  "\"len\":%d,\"tokens\":%d,\"step_ms\":%.1f,\"tokens_per_s\":%.0f,\"device_used_mib\":%.0f,"
+                  "\"adapter_params\":%zu}\n", bm.name, rank, recompute ? "layer" : "none", seqs, len, T, sec * 1e3,
+                  T / sec, peak / 1048576.0, m.train_numel());
+    } catch (const std::exception& e) {
+      std::printf("%-5s %d x %d tokens: FAILED: %s\n", bm.name, seqs, len, e.what());
+      std::printf("BENCH {\"impl\":\"rlstream-cuda\",\"model\":\"%s\",\"seqs\":%d,\"len\":%d,\"error\":\"%s\"}\n",
+                  bm.name, seqs, len, StWriter::esc(e.what()).c_str());
+    }
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -756,6 +920,21 @@ int main(int argc, char** argv) {
         else names.push_back(argv[i]);
       }
       bench(names, iters);
+    } else if (mode == "lora-dump") {
+      dump_lora(argc > 2 ? argv[2] : "lora.safetensors");
+    } else if (mode == "lora-bench") {
+      std::vector<std::string> names;
+      int iters = 3, rank = 16, seqs = 0, len = 0;
+      bool recompute = false;
+      for (int i = 2; i < argc; i++) {
+        if (std::strncmp(argv[i], "--iters=", 8) == 0) iters = std::atoi(argv[i] + 8);
+        else if (std::strncmp(argv[i], "--rank=", 7) == 0) rank = std::atoi(argv[i] + 7);
+        else if (std::strncmp(argv[i], "--seqs=", 7) == 0) seqs = std::atoi(argv[i] + 7);
+        else if (std::strncmp(argv[i], "--len=", 6) == 0) len = std::atoi(argv[i] + 6);
+        else if (std::strcmp(argv[i], "--recompute") == 0) recompute = true;
+        else names.push_back(argv[i]);
+      }
+      lora_bench(names, iters, recompute, rank, seqs, len);
     } else {
       std::printf("usage: driver kernels|model|step <file>|train <file> <steps>|bench [20M 120M 500M] [--iters=N]\n");
       return 2;

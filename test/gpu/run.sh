@@ -2,6 +2,7 @@
 # GPU checks and benchmark on a machine with nvcc, a GPU and PyTorch (no Node needed): builds the CUDA layer and
 # the standalone driver (test/gpu/driver.cpp) with nvcc, then runs the steps named on the command line:
 #   build | kernels | model | torch (step + training curve vs PyTorch) | bench (ours vs PyTorch eager / compile) | all
+#   lora (adapter gradients vs PEFT, test/gpu/peft_ref.py) | lora-bench (LoRA step vs PyTorch + PEFT at 1.5B/3B/7B)
 # Outputs (logs, dumps, JSON) go to $OUT (default /tmp/rlstream-gpu). Without nvcc or a GPU it says so and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,13 +31,18 @@ build() {
     blas_inc="-I$(dirname "$hdr")"
     rm -f "$B/blas_shim.o"
   fi
+  # every file compiled at once (a GPU machine has the cores), then each compiler's status checked
+  local pids=()
   for f in native/cuda/cuda_kernels.cu native/cuda/attention.cu; do
-    nvcc -O3 -std=c++17 $ARCH -Xcompiler -fPIC -Xptxas -warn-spills -c "$f" -o "$B/$(basename "$f" .cu).o" || return 1
+    nvcc -O3 -std=c++17 $ARCH -Xcompiler -fPIC -Xptxas -warn-spills -c "$f" -o "$B/$(basename "$f" .cu).o" & pids+=($!)
   done
   for f in native/src/model.cpp native/src/losses.cpp native/src/config.cpp native/src/cpu_kernels.cpp test/gpu/driver.cpp; do
     g++ -O3 -march=native -fopenmp -std=c++17 -fno-math-errno -DRLSTREAM_CUDA -I"$CUDA_HOME/include" $blas_inc \
-      -c "$f" -o "$B/$(basename "$f" .cpp).o" || return 1
+      -c "$f" -o "$B/$(basename "$f" .cpp).o" & pids+=($!)
   done
+  local p failed=0
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  [ "$failed" = 0 ] || return 1
   g++ -fopenmp "$B"/*.o -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -L"$CUDA_HOME/targets/x86_64-linux/lib" \
     -lcublas -lcudart $blas_lib -o "$B/driver" -Wl,-rpath,"$CUDA_HOME/lib64" || return 1
   echo "build: $B/driver"
@@ -52,6 +58,15 @@ run_step() {
         python3 test/gpu/torch_ref.py step "$B/step.safetensors" &&
         python3 test/gpu/torch_ref.py train "$B/train.safetensors"; } 2>&1 | tee "$OUT/torch.log" || status=1 ;;
     bench) python3 bench/gpu_torch.py --driver "$B/driver" --out "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    lora) { "$B/driver" lora-dump "$B/lora.safetensors" && python3 test/gpu/peft_ref.py parity "$B/lora.safetensors"; } 2>&1 | tee "$OUT/lora.log" || status=1 ;;
+    lora-bench)
+      # ours (recomputation per layer) and PyTorch + PEFT (gradient checkpointing), eager then compiled, per shape;
+      # each in its own process, so that each peak is its own
+      for m in ${LORA_SHAPES:-1.5B 3B 7B}; do
+        "$B/driver" lora-bench "$m" --recompute ${LORA_ARGS:-}
+        python3 test/gpu/peft_ref.py bench --model "$m" ${LORA_ARGS:-}
+        timeout "${COMPILE_TIMEOUT:-300}" python3 test/gpu/peft_ref.py bench --model "$m" --compile ${LORA_ARGS:-} || echo "BENCH {\"impl\":\"peft-compile\",\"model\":\"$m\",\"error\":\"exit $? (timeout ${COMPILE_TIMEOUT:-300} s is 124)\"}"
+      done 2>&1 | tee "$OUT/lora-bench.log" || status=1 ;;
     all) for s in build kernels model torch bench; do run_step $s; done ;;
     *) echo "unknown step $1"; status=2 ;;
   esac

@@ -9,41 +9,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Model, nativeAvailable, type ModelConfig, type PolicyLossInputs, type PolicyLossOptions } from '../../native/index.ts';
-import { referenceCrossEntropy, referenceForward, referencePolicyLoss, toReferenceParams, type RefParams } from '../../native/reference.ts';
-import { TINY, pack, randomSeqs, rng } from './helpers.ts';
+import { referenceCrossEntropy, referenceForward, referencePolicyLoss, toReferenceParams } from '../../native/reference.ts';
+import { TINY, checkGradients as check, pack, randomSeqs, rng } from './helpers.ts';
 
 const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
-
-function check(native: Map<string, { data: Float32Array }>, params: RefParams, loss: (p: RefParams) => number, only?: RegExp): void {
-  const h = 1e-5;
-  for (const [name, ref] of params) {
-    if (only && !only.test(name)) continue;
-    const g = native.get(name)!.data;
-    const fd = new Float64Array(ref.length);
-    for (let i = 0; i < ref.length; i++) {
-      const x = ref[i]!;
-      ref[i] = x + h;
-      const up = loss(params);
-      ref[i] = x - h;
-      const down = loss(params);
-      ref[i] = x;
-      fd[i] = (up - down) / (2 * h);
-    }
-    let num = 0;
-    let den = 0;
-    let maxFd = 0;
-    for (let i = 0; i < fd.length; i++) {
-      num += (g[i]! - fd[i]!) ** 2;
-      den += fd[i]! ** 2;
-      maxFd = Math.max(maxFd, Math.abs(fd[i]!));
-    }
-    assert.ok(den > 0, `${name}: finite-difference gradient is zero everywhere, the check would be vacuous`);
-    const rel = Math.sqrt(num / den);
-    assert.ok(rel < 1e-3, `${name}: relative error ${rel.toExponential(2)} (|fd| = ${Math.sqrt(den).toExponential(2)})`);
-    for (let i = 0; i < fd.length; i++)
-      assert.ok(Math.abs(g[i]! - fd[i]!) <= 1e-3 * maxFd + 1e-3 * Math.abs(fd[i]!), `${name}[${i}]: native ${g[i]} vs finite difference ${fd[i]}`);
-  }
-}
 
 function setup(cfg: ModelConfig, lengths: number[], seed: number) {
   const model = Model.init(cfg, { seed, threads: 2, initStd: 0.4, logitChunkTokens: 4 });

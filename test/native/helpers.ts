@@ -1,5 +1,7 @@
 // Shared fixtures of the native tests: tiny configs, packed batches, and comparisons against the reference.
+import assert from 'node:assert/strict';
 import type { Model, ModelConfig, PackedBatch } from '../../native/index.ts';
+import type { RefParams } from '../../native/reference.ts';
 
 export const TINY: ModelConfig = {
   hidden_size: 8,
@@ -71,4 +73,40 @@ export async function decodeGreedy(m: Model, slot: number, probs: Float32Array, 
     probs = await m.extend(one(slot), one(1), one(tok));
   }
   return probs;
+}
+
+/**
+ * Native gradients against central finite differences (h = 1e-5) of `loss` over the float64 parameters `params`
+ * (every tensor, or those `only` matches): relative L2 error < 1e-3 per tensor and every element within
+ * 1e-3 * max|g_fd| + 1e-3 * |g_fd|. Asserts the finite-difference gradient is not zero everywhere.
+ */
+export function checkGradients(native: Map<string, { data: Float32Array }>, params: RefParams, loss: (p: RefParams) => number, only?: RegExp): void {
+  const h = 1e-5;
+  for (const [name, ref] of params) {
+    if (only && !only.test(name)) continue;
+    const g = native.get(name)!.data;
+    const fd = new Float64Array(ref.length);
+    for (let i = 0; i < ref.length; i++) {
+      const x = ref[i]!;
+      ref[i] = x + h;
+      const up = loss(params);
+      ref[i] = x - h;
+      const down = loss(params);
+      ref[i] = x;
+      fd[i] = (up - down) / (2 * h);
+    }
+    let num = 0;
+    let den = 0;
+    let maxFd = 0;
+    for (let i = 0; i < fd.length; i++) {
+      num += (g[i]! - fd[i]!) ** 2;
+      den += fd[i]! ** 2;
+      maxFd = Math.max(maxFd, Math.abs(fd[i]!));
+    }
+    assert.ok(den > 0, `${name}: finite-difference gradient is zero everywhere, the check would be vacuous`);
+    const rel = Math.sqrt(num / den);
+    assert.ok(rel < 1e-3, `${name}: relative error ${rel.toExponential(2)} (|fd| = ${Math.sqrt(den).toExponential(2)})`);
+    for (let i = 0; i < fd.length; i++)
+      assert.ok(Math.abs(g[i]! - fd[i]!) <= 1e-3 * maxFd + 1e-3 * Math.abs(fd[i]!), `${name}[${i}]: native ${g[i]} vs finite difference ${fd[i]}`);
+  }
 }

@@ -11,6 +11,8 @@ import { dirname, join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { Value } from '@sinclair/typebox/value';
 import { isRlstreamError } from '../../core/errors.ts';
+import { parseSafetensors, writeSafetensors } from '../../core/weights/safetensors.ts';
+import { loraMetadata } from '../../native/lora.ts';
 import { silentLogger } from '../../core/telemetry.ts';
 import { backends } from '../../producers/backends/registry.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
@@ -58,6 +60,12 @@ async function fakeServer(kind: 'sglang' | 'vllm'): Promise<Fake> {
       return res.end();
     }
     if (kind === 'sglang' && req.url === '/update_weights_from_disk') return json(200, { success: true, message: 'Succeeded to update model weights.' });
+    // LoRA endpoints: vLLM answers in plain text (VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), SGLang in JSON
+    if (kind === 'vllm' && (req.url === '/v1/load_lora_adapter' || req.url === '/v1/unload_lora_adapter')) {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      return res.end(`Success: LoRA adapter '${(JSON.parse(raw) as { lora_name: string }).lora_name}' ${req.url.includes('unload') ? 'removed' : 'added'} successfully.`);
+    }
+    if (kind === 'sglang' && (req.url === '/load_lora_adapter' || req.url === '/unload_lora_adapter')) return json(200, { success: true, error_message: null, loaded_adapters: {} });
     const body = JSON.parse(raw || '{}') as Record<string, unknown>;
     fake.bodies.push(body);
     if (fake.delayMs > 0) await new Promise((r) => setTimeout(r, fake.delayMs));
@@ -369,6 +377,89 @@ describe('ServerManager', () => {
     await m.updatePolicy({ version: 3, weightsPath: '/nonexistent', configJson: '{}' });
     assert.equal(m.currentPolicyVersion(), 3);
     assert.deepEqual((await m.generate(req('3', 's'))).policyVersions, [3, 3]);
+    await m.close();
+  });
+});
+
+describe('LoRA versions on inference servers: the PEFT adapter directory through their LoRA endpoints (fake servers)', () => {
+  const stores: string[] = [];
+  after(() => {
+    for (const d of stores) rmSync(d, { recursive: true, force: true });
+  });
+  /** A version published as adapters (trainer.lora): the adapter file in the store beside version 0's weights. */
+  async function publishAdapter(version: number): Promise<PolicyUpdate> {
+    const store = mkdtempSync(join(tmpdir(), 'rlstream-lora-sync-'));
+    stores.push(store);
+    const base = join(store, `${'cd'.repeat(32)}.safetensors`);
+    writeFileSync(base, 'version 0 weights');
+    const path = join(store, `${'ef'.repeat(31)}${String(version).padStart(2, '0')}.safetensors`);
+    const A = { shape: [2, 8], data: Float32Array.from({ length: 16 }, (_, i) => i / 16 + version) };
+    const B = { shape: [8, 2], data: Float32Array.from({ length: 16 }, (_, i) => -i / 8) };
+    await writeSafetensors(path, [['model.layers.0.self_attn.q_proj.lora_A.weight', A], ['model.layers.0.self_attn.q_proj.lora_B.weight', B]], { ...loraMetadata({ rank: 2, alpha: 4, targets: ['q_proj'], dropout: 0, seed: 0 }), base_uri: base, base_checksum: 'cd'.repeat(32) });
+    return { version, weightsPath: path, configJson: MODEL_CONFIG, adapter: { path, baseWeightsPath: base } };
+  }
+  const req = (id: string) => ({ requestId: id, sessionId: 's', promptIds: [1, 2], sampling: SAMPLING });
+
+  test('vLLM: load_lora_adapter with the PEFT directory, requests name the adapter, the previous one is unloaded', async () => {
+    const f = await fake('vllm');
+    const m = new ServerManager([new VllmServer(f.url, { model: 'fake-model', weightSync: 'reload_weights' })], { healthIntervalMs: 0 });
+    const u3 = await publishAdapter(3);
+    f.posts.length = 0;
+    await m.updatePolicy(u3);
+    const dir = join(dirname(u3.adapter!.path), 'served', 'lora-v3');
+    assert.deepEqual(f.posts.map((p) => [p.path, JSON.parse(p.body)]), [['/v1/load_lora_adapter', { lora_name: 'policy-v3', lora_path: dir }]]);
+    // what vLLM reads: PEFT's two files, the tensors under PEFT's names, the same values
+    assert.deepEqual(readdirSync(dir).sort(), ['adapter_config.json', 'adapter_model.safetensors']);
+    const cfg = JSON.parse(readFileSync(join(dir, 'adapter_config.json'), 'utf8')) as Record<string, unknown>;
+    assert.deepEqual([cfg.peft_type, cfg.r, cfg.lora_alpha, cfg.target_modules], ['LORA', 2, 4, ['q_proj']]);
+    const t = parseSafetensors(readFileSync(join(dir, 'adapter_model.safetensors'))).tensors;
+    assert.deepEqual([...t.keys()].sort(), ['base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight', 'base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight']);
+    assert.equal(t.get('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')!.data[1], 1 / 16 + 3);
+    f.bodies.length = 0;
+    const out = await m.generate(req('1'));
+    assert.deepEqual(out.policyVersions, [3, 3]);
+    assert.equal(f.bodies[0]!['model'], 'policy-v3', 'the request names the adapter');
+    // the next version: loaded, then the previous unloaded; its directory replaces the old one
+    f.posts.length = 0;
+    const u4 = { ...(await publishAdapter(4)) };
+    await m.updatePolicy(u4);
+    assert.deepEqual(f.posts.map((p) => [p.path, (JSON.parse(p.body) as { lora_name: string }).lora_name]), [['/v1/load_lora_adapter', 'policy-v4'], ['/v1/unload_lora_adapter', 'policy-v3']]);
+    f.bodies.length = 0;
+    await m.generate(req('2'));
+    assert.equal(f.bodies[0]!['model'], 'policy-v4');
+    await m.close();
+  });
+
+  test('vLLM without runtime LoRA updating (404) names the switches; the version stays where it was', async () => {
+    const f = await fake('sglang'); // 404 on vLLM's paths
+    const m = new ServerManager([new VllmServer(f.url, { model: 'fake-model', weightSync: 'reload_weights' })], { healthIntervalMs: 0 });
+    await assert.rejects(m.updatePolicy(await publishAdapter(2)), (e) => isRlstreamError(e, 'BACKEND_UNAVAILABLE') && /--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True/.test(e.message));
+    assert.equal(m.currentPolicyVersion(), 0);
+    await m.close();
+  });
+
+  test('SGLang: load_lora_adapter, requests carry lora_path, the previous adapter unloaded; whole weights clear it', async () => {
+    const f = await fake('sglang');
+    const m = new ServerManager([new SglangServer(f.url, { weightSync: 'update_weights_from_disk' })], { healthIntervalMs: 0 });
+    const u = await publishAdapter(7);
+    f.posts.length = 0;
+    await m.updatePolicy(u);
+    assert.deepEqual(f.posts.map((p) => [p.path, JSON.parse(p.body)]), [['/load_lora_adapter', { lora_name: 'policy-v7', lora_path: join(dirname(u.adapter!.path), 'served', 'lora-v7') }]]);
+    f.bodies.length = 0;
+    assert.deepEqual((await m.generate(req('1'))).policyVersions, [7, 7, 7]);
+    assert.equal(f.bodies[0]!['lora_path'], 'policy-v7');
+    f.posts.length = 0;
+    await m.updatePolicy(await publishAdapter(8));
+    assert.deepEqual(f.posts.map((p) => p.path), ['/load_lora_adapter', '/unload_lora_adapter']);
+    // a version of whole weights goes through update_weights_from_disk, and requests name no adapter after it
+    const store = mkdtempSync(join(tmpdir(), 'rlstream-lora-sync-'));
+    stores.push(store);
+    const weightsPath = join(store, `${'ab'.repeat(32)}.safetensors`);
+    writeFileSync(weightsPath, 'weights of version 9');
+    await m.updatePolicy({ version: 9, weightsPath, configJson: MODEL_CONFIG });
+    f.bodies.length = 0;
+    await m.generate(req('2'));
+    assert.equal(f.bodies[0]!['lora_path'], undefined);
     await m.close();
   });
 });

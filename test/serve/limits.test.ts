@@ -163,7 +163,7 @@ describe('rlstream serve: limits under abuse', () => {
 
   it('big tool results are tokenized off the event loop too: /v1/models keeps answering while four 256 KiB results are read', async () => {
     const tools = [{ type: 'function', function: { name: 'calculator', description: 'Exact arithmetic.', parameters: { type: 'object', properties: { expression: { type: 'string' } }, required: ['expression'] } } }];
-    const opened = [];
+    const opened: { token: string; body: Record<string, unknown>; id: string }[] = [];
     for (const [k, token] of [[0, A], [1, A], [2, B], [3, B]] as const) {
       const messages = [{ role: 'user', content: `USE THE TOOL ${k}` }];
       const r = await call(job, 'POST', '/v1/chat/completions', { model: 'calculator', messages, tools }, as(token));
