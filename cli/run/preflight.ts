@@ -20,7 +20,7 @@ import { resolvePlugins, type RunPlugins } from './plugins.ts';
 import { initFiles } from './roles.ts';
 
 /** Training rows read (and validated) by the check: enough that a file in the wrong format fails, quick on any task. */
-const TRAIN_ROWS_CHECKED = 100;
+export const TRAIN_ROWS_CHECKED = 100;
 
 function message(err: unknown): string {
   if (err instanceof ConfigError) return err.issues.map((i) => `${i.path}: ${i.message}`).join('; ');
