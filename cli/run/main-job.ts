@@ -4,11 +4,10 @@
 // after asynchronous GRPO, draws the learning curves and returns the figures; nothing is written by hand.
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadRunConfig, maskSecrets } from '../config/run-config.ts';
-import { describeError } from '../../core/errors.ts';
+import { maskSecrets } from '../config/run-config.ts';
+import { describeError, RlstreamError } from '../../core/errors.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
-import { checkTrainerDevices } from '../../consumers/trainer/parallel/devices.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
@@ -21,6 +20,7 @@ import { accuracyOf, describeEvaluation, evaluateVersion, heldoutSet, type Evalu
 import { Progress } from './progress.ts';
 import { createAdvantage, createBackend, createReward, createTraceSink, createTrainer, createWorker, loadTokenizer, modelFiles, trainRows, initFiles } from './roles.ts';
 import { warmStart } from './sft.ts';
+import { checkConfig, problemsReport } from './preflight.ts';
 import { chooseRun, finishRun, resumedState, type RunChoice } from './resume.ts';
 import { openServeEndpoint, TOKENS_VARIABLE, writeServeUrl, type ServeEndpoint } from './serve-endpoint.ts';
 
@@ -111,9 +111,11 @@ export interface MainJobSummary {
 
 export async function runMainJob(options: MainJobOptions): Promise<MainJobSummary> {
   const t0 = performance.now();
-  const config = loadRunConfig(options.configPath, options.overrides ?? {});
-  // Before a run directory exists: a run that cannot start must not be left as an unfinished run to resume.
-  checkTrainerDevices(config.trainer.dataParallel);
+  // Before a run directory exists: a run that cannot start must not be left as an unfinished run to resume. The
+  // preflight is `config check`'s own (the trainer's GPUs included), so a config it passes starts and one it refuses
+  // writes nothing.
+  const { config, problems } = await checkConfig(options.configPath, options.overrides ?? {});
+  if (config === null || problems.length > 0) throw new RlstreamError('CONFIG_INVALID', problemsReport(options.configPath, problems));
   checkTrainerDevice(config.trainer.device);
   const chosen = chooseRun(config, options.run ?? { kind: 'new' });
   const { runId, runDir } = chosen;

@@ -2,23 +2,26 @@
 // the right kind), the model files (model.config parsed, the tokenizer and chat template loaded, the warm start's
 // safetensors header read, or the warm start trainable by the task's SFT), the tools (tools.config's classes
 // resolved, or the task's), and the datasets (the first training rows and every held-out row the run evaluates
-// on, each validated as the run reads it). `rlstream config check` reports these, so a config it passes starts.
+// on, each validated as the run reads it). `rlstream config check` reports these, and `rlstream run` refuses to
+// start on any of them before it writes anything, so check ok ⇔ the run starts.
 // Not here: trainer.device, which depends on the machine that trains, not on the config
 // (consumers/trainer/device.ts).
 import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
-import type { RunConfig } from '../config/run-config.ts';
+import { loadRunConfig, type RunConfig } from '../config/run-config.ts';
+import { devicesProblems } from '../../consumers/trainer/parallel/devices.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
-import { isModelDir } from '../../core/weights/hf-dir.ts';
+import { isModelDir, openWeights, readGenerationDefaults } from '../../core/weights/hf-dir.ts';
+import { expectedTensors, policyConfig } from '../../producers/policy/config.ts';
 import { openForRead, readHeader } from '../../core/weights/safetensors.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
-import type { RunPlugins } from './plugins.ts';
+import { resolvePlugins, type RunPlugins } from './plugins.ts';
 import { initFiles } from './roles.ts';
 
 /** Training rows read (and validated) by the check: enough that a file in the wrong format fails, quick on any task. */
-const TRAIN_ROWS_CHECKED = 100;
+export const TRAIN_ROWS_CHECKED = 100;
 
 function message(err: unknown): string {
   if (err instanceof ConfigError) return err.issues.map((i) => `${i.path}: ${i.message}`).join('; ');
@@ -128,4 +131,86 @@ async function datasetProblems(config: RunConfig, plugins: RunPlugins): Promise<
     problems.push(message(err));
   }
   return problems;
+}
+
+/** Compile the config and resolve its plug-ins (user modules included); the problems, or none. */
+export async function checkConfig(path: string, overrides: Record<string, unknown>): Promise<{ config: RunConfig | null; problems: string[] }> {
+  let config: RunConfig;
+  try {
+    config = loadRunConfig(path, overrides);
+  } catch (err) {
+    if (err instanceof ConfigError) return { config: null, problems: err.issues.map((i) => `${i.path}: ${i.message}`) };
+    return { config: null, problems: [isRlstreamError(err) ? err.message : describeError(err)] };
+  }
+  const problems = pathProblems(config);
+  let plugins;
+  try {
+    plugins = await resolvePlugins(config);
+  } catch (err) {
+    problems.push(isRlstreamError(err) ? err.message : describeError(err));
+  }
+  if (plugins) problems.push(...(await startupProblems(config, plugins)));
+  problems.push(...checkModel(config));
+  problems.push(...devicesProblems(config.trainer.dataParallel));
+  return { config, problems };
+}
+
+/**
+ * The model as the roles will load it: config.json through the one parser (a key it does not support is named), the
+ * weights' headers (model.init where it exists, model.base) against the tensors that config needs (names, shapes, a
+ * sharded directory's index against its shards), and generation_config.json. Only headers are read.
+ */
+function checkModel(config: RunConfig): string[] {
+  const m = config.model;
+  if (m.config === null || !existsSync(m.config)) return [];
+  let json: string;
+  let expected: Map<string, number[]>;
+  let tied: boolean;
+  try {
+    json = readFileSync(m.config, 'utf8');
+    const pc = policyConfig(json);
+    expected = expectedTensors(pc);
+    tied = pc.tieWordEmbeddings;
+  } catch {
+    // startupProblems (cli/run/preflight.ts) already names a model.config that does not parse.
+    return [];
+  }
+  const problems: string[] = [];
+  const seen = new Set<string>();
+  for (const [field, p] of [['model.init', m.init], ['model.base', m.base]] as const) {
+    if (p === null) continue;
+    const weights = initFiles(p).initWeights;
+    if (!existsSync(weights) || seen.has(weights)) continue;
+    seen.add(weights);
+    try {
+      const w = openWeights(weights);
+      try {
+        for (const [name, shape] of expected) {
+          const e = w.tensors.get(name)?.entry;
+          if (!e) problems.push(`${field}: ${weights} lacks tensor ${name}, which model.config needs`);
+          else if (e.shape.join(',') !== shape.join(',')) problems.push(`${field}: ${weights}: tensor ${name} has shape [${e.shape.join(', ')}], model.config gives [${shape.join(', ')}]`);
+        }
+        for (const name of w.tensors.keys())
+          if (!expected.has(name) && !(tied && name === 'lm_head.weight') && !/(^|\.)rotary_emb\.inv_freq$/.test(name)) problems.push(`${field}: ${weights} holds tensor ${name}, which no model of model.config has`);
+      } finally {
+        w.close();
+      }
+    } catch (err) {
+      // A single file whose header does not read is already named by startupProblems (cli/run/preflight.ts).
+      if (!statSync(weights).isFile()) problems.push(`${field}: ${isRlstreamError(err) ? err.message : describeError(err)}`);
+    }
+  }
+  if (m.base !== null && isModelDir(m.base)) {
+    try {
+      readGenerationDefaults(m.base);
+    } catch (err) {
+      problems.push(`model.base: ${isRlstreamError(err) ? err.message : describeError(err)}`);
+    }
+  }
+  return problems;
+}
+
+/** The report of a config's problems, the same from `config check` and from a `run` that refuses to start. */
+export function problemsReport(file: string, problems: string[]): string {
+  return `${file}: ${problems.length} problem(s)\n${problems.map((p) => `  ${p}`).join('\n')}`;
 }

@@ -249,9 +249,34 @@ export function rowsOf(ev: DecodedEvent): TraceRow[] {
         },
       ];
     }
-    case 'Evaluation':
-      // No trace table yet: evaluations are read from the log (train.steps), as the dashboard and the main job do.
-      return [];
+    case 'Evaluation': {
+      const e = ev.value;
+      const slices = e.per_difficulty;
+      return [
+        {
+          table: 'evaluations',
+          row: {
+            run_id: e.run_id,
+            policy_version: e.policy_version,
+            step: e.step,
+            phase: e.phase,
+            problem_set: e.problem_set,
+            n: e.n,
+            solved: e.solved,
+            solved_rule: e.solved_rule,
+            mean_reward: e.mean_reward,
+            difficulty_names: slices.map((d) => d.difficulty),
+            difficulty_n: slices.map((d) => d.n),
+            difficulty_solved: slices.map((d) => d.solved),
+            difficulty_mean_reward: slices.map((d) => d.mean_reward),
+            trajectory_ids: e.trajectory_ids,
+            event_id: e.event_id,
+            time: e.time_ms,
+            _version: e.time_ms,
+          },
+        },
+      ];
+    }
     case 'DeadLetter': {
       const e = ev.value;
       return [{ table: 'dead_letters', row: deadLetterRow(e.consumer, e.source_topic, e.source_partition, e.source_offset, e.error_code, e.error, e.key, e.value, e.event_id, e.time_ms) }];

@@ -6,6 +6,7 @@ import { DEFAULT_STALENESS_BOUND } from '../../core/staleness.ts';
 import { compilePolicyLossOptions, LORA_TARGETS, POLICY_LOSS_DEFAULTS, type CompiledPolicyLossOptions, type DeviceKind, type LoraTarget, type Recompute, type RolloutCorrection } from '../../native/index.ts';
 import { policyLosses, type PolicyLossClip } from './policy-losses.ts';
 import { compileDataParallel, DATA_PARALLEL_DEFAULTS, DataParallelSection, DevicesSchema, type DataParallelConfig } from './parallel/options.ts';
+import { LR_SCHEDULES, type LrSchedule } from './lr-schedule.ts';
 
 export interface TrainerOptions {
   /** Max policy-version lag of a sample's oldest token at intake; older samples are dropped and counted. */
@@ -18,6 +19,8 @@ export interface TrainerOptions {
   miniBatches: number;
   ppoEpochs: number;
   learningRate: number;
+  /** The learning rate over the run's steps (learningRate is its peak); decays span maxSteps. */
+  lrSchedule: LrSchedule;
   beta1: number;
   beta2: number;
   adamEps: number;
@@ -61,6 +64,7 @@ const TRAINER_DEFAULTS = Object.freeze({
   miniBatches: 1,
   ppoEpochs: 1,
   learningRate: 1e-4,
+  lrSchedule: Object.freeze({ name: 'constant' as const, learningRate: 1e-4, warmupSteps: 0, totalSteps: 0, minLrRatio: 0 }),
   beta1: 0.9,
   beta2: 0.999,
   adamEps: 1e-8,
@@ -89,6 +93,13 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
   const c = t.rollout_correction;
   const lossSections: Record<string, unknown> = { ...t };
   if (c.mode === 'mask' && !(c.low < c.high)) throw new ConfigError([{ path: `${path}.rollout_correction`, message: `low (${c.low}) must be below high (${c.high})` }]);
+  // A decay needs the step it ends at; an unbounded run has none.
+  if (t.lr_schedule !== 'constant' && t.max_steps === 0) {
+    throw new ConfigError([{ path: `${path}.lr_schedule`, message: `'${t.lr_schedule}' decays over trainer.max_steps, which is 0 (unbounded): set trainer.max_steps, or lr_schedule: constant` }]);
+  }
+  if (t.max_steps > 0 && t.warmup_steps >= t.max_steps) {
+    throw new ConfigError([{ path: `${path}.warmup_steps`, message: `${t.warmup_steps} warm-up steps leave none of trainer.max_steps (${t.max_steps}): set warmup_steps below max_steps` }]);
+  }
   const policyLoss = Object.freeze({ name: t.policy_loss, ...loss.compile(lossSections[t.policy_loss], `${path}.${t.policy_loss}`) });
   const rolloutCorrection: RolloutCorrection = Object.freeze(
     c.mode === 'off' ? { mode: 'off' as const } : c.mode === 'truncate' ? { mode: 'truncate' as const, level: c.level, cap: c.cap } : { mode: 'mask' as const, level: c.level, low: c.low, high: c.high },
@@ -106,6 +117,7 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     miniBatches: t.mini_batches,
     ppoEpochs: t.ppo_epochs,
     learningRate: t.learning_rate,
+    lrSchedule: Object.freeze({ name: t.lr_schedule, learningRate: t.learning_rate, warmupSteps: t.warmup_steps, totalSteps: t.max_steps, minLrRatio: t.min_lr_ratio }),
     beta1: t.beta1,
     beta2: t.beta2,
     adamEps: t.adam_eps,
@@ -161,7 +173,10 @@ export const TrainerSection = Type.Object(
     max_tokens_per_micro_batch: Type.Integer({ minimum: 16, default: d.maxTokensPerMicroBatch, description: 'Token budget of one packed micro-batch (gradient accumulation beyond it).' }),
     mini_batches: Type.Integer({ minimum: 1, default: d.miniBatches, description: 'Mini-batches per step (one optimizer update each).' }),
     ppo_epochs: Type.Integer({ minimum: 1, default: d.ppoEpochs, description: "Passes over the step's samples." }),
-    learning_rate: Type.Number({ exclusiveMinimum: 0, default: d.learningRate, description: 'AdamW learning rate.' }),
+    learning_rate: Type.Number({ exclusiveMinimum: 0, default: d.learningRate, description: "AdamW learning rate (the peak of lr_schedule's warm-up and decay)." }),
+    lr_schedule: oneOf(LR_SCHEDULES, { default: d.lrSchedule.name, description: "The learning rate over the steps: 'constant' (learning_rate throughout), 'linear' or 'cosine' (after warmup_steps, from learning_rate down to min_lr_ratio × learning_rate at trainer.max_steps, which must then be set). Each step records the rate it used (TrainStep.learning_rate)." }),
+    warmup_steps: Type.Integer({ minimum: 0, default: d.lrSchedule.warmupSteps, description: 'Steps of linear warm-up to learning_rate (0: none), with any lr_schedule; fewer than max_steps.' }),
+    min_lr_ratio: Type.Number({ minimum: 0, maximum: 1, default: d.lrSchedule.minLrRatio, description: "The decay's floor as a fraction of learning_rate ('linear' and 'cosine')." }),
     beta1: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: d.beta1, description: 'AdamW beta1.' }),
     beta2: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: d.beta2, description: 'AdamW beta2.' }),
     adam_eps: Type.Number({ exclusiveMinimum: 0, default: d.adamEps, description: 'AdamW epsilon.' }),

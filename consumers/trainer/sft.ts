@@ -4,6 +4,7 @@ import type { Model } from '../../native/model.ts';
 import { rng, shuffle } from '../../core/random.ts';
 import type { SftExample } from '../../core/tasks/demonstration.ts';
 import { packMicroBatches, type TrainSample } from './batch.ts';
+import { learningRateAt } from './lr-schedule.ts';
 
 export interface SftOptions {
   steps: number;
@@ -42,12 +43,6 @@ function toSample(e: SftExample, i: number): TrainSample {
   };
 }
 
-function learningRateAt(step: number, o: SftOptions): number {
-  if (step < o.warmupSteps) return (o.learningRate * (step + 1)) / o.warmupSteps;
-  const progress = (step - o.warmupSteps) / Math.max(1, o.steps - o.warmupSteps);
-  return o.learningRate * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * Math.min(1, progress))));
-}
-
 /** Train `model` in place; examples are drawn in a seeded shuffled order, epoch after epoch. */
 export async function runSft(model: Model, examples: SftExample[], o: SftOptions, onStep?: (info: SftStepInfo) => void): Promise<SftStepInfo[]> {
   if (examples.length === 0) throw new Error('sft: no examples');
@@ -72,7 +67,7 @@ export async function runSft(model: Model, examples: SftExample[], o: SftOptions
       loss += res.loss * (mb.maskedTokens / masked);
     }
     model.clipGradNorm(o.gradClip);
-    const lr = learningRateAt(step, o);
+    const lr = learningRateAt(step, { name: 'cosine', learningRate: o.learningRate, warmupSteps: o.warmupSteps, totalSteps: o.steps, minLrRatio: 0.1 });
     await model.adamwStep({ lr, beta1: 0.9, beta2: 0.98, eps: 1e-8, weightDecay: o.weightDecay });
     const info = { step: step + 1, loss, tokens, lr };
     history.push(info);

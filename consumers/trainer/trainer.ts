@@ -21,6 +21,7 @@ import { ConsumedTrajectories } from './consumed.ts';
 import { checkTrainerDevice } from './device.ts';
 import { checkTrainerDevices } from './parallel/devices.ts';
 import type { TrainerOptions } from './options.ts';
+import { learningRateAt } from './lr-schedule.ts';
 import { policyLosses } from './policy-losses.ts';
 import { mustKeepVersion, pruneWeights, storeWeights } from './weights-store.ts';
 
@@ -484,7 +485,7 @@ export class Trainer {
         }
         sums.gradNorm += this.model.clipGradNorm(options.gradClip);
         sums.updates++;
-        await this.model.adamwStep({ lr: options.learningRate, beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
+        await this.model.adamwStep({ lr: learningRateAt(this.step, options.lrSchedule), beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
       }
     }
     const computeMs = performance.now() - t0;
@@ -535,7 +536,7 @@ export class Trainer {
       clip_fraction: m.clip,
       approx_kl: m.approxKl,
       grad_norm: m.gradNorm,
-      learning_rate: options.learningRate,
+      learning_rate: learningRateAt(step - 1, options.lrSchedule),
       reward_mean: samples.reduce((a, s) => a + s.reward, 0) / Math.max(1, samples.length),
       staleness_mean: staleness.reduce((a, b) => a + b, 0) / Math.max(1, staleness.length),
       staleness_max: Math.max(0, ...staleness),

@@ -94,6 +94,15 @@ GROUP BY step
 ORDER BY step`,
   },
   {
+    name: 'evaluations',
+    description: 'Evaluations (Evaluation events): each of one policy version on a named problem set, with n, solved, accuracy = solved / n and the mean reward.',
+    defaults: { run: '' },
+    sql: `SELECT run_id, policy_version, step, phase, problem_set, n, solved, if(n = 0, NULL, round(solved / n, 4)) AS accuracy,
+  round(mean_reward, 4) AS mean_reward, solved_rule
+FROM evaluations FINAL WHERE ${RUN}
+ORDER BY run_id, policy_version, event_id`,
+  },
+  {
     name: 'tool_stats',
     description: 'Tool-call success rate, failures by status and latency (exact quantiles, ms) by tool.',
     defaults: { run: '' },

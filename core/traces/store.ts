@@ -14,6 +14,7 @@ export const TRACE_TABLES = [
   'train_steps',
   'policy_versions',
   'control',
+  'evaluations',
   'dead_letters',
 ] as const;
 export type TraceTable = (typeof TRACE_TABLES)[number];

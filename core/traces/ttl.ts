@@ -2,10 +2,7 @@
 // has a `time` column (the event time), which the TTL reads. Table TTL came to ClickHouse in 19.6: chDB has it,
 // the 18.16 server this project supports does not, so the config refuses ttl_days for a clickhouse store.
 import { quoteIdent } from './sql.ts';
-import type { TraceStore } from './store.ts';
-
-/** The trace tables (infra/clickhouse/migrations), each with its event `time` column. */
-export const TRACE_TABLES = ['trajectory_starts', 'trajectories', 'turns', 'tool_calls', 'rewards', 'advantages', 'train_steps', 'policy_versions', 'control', 'dead_letters'] as const;
+import { TRACE_TABLES, type TraceStore } from './store.ts';
 
 /** Set (days) or remove (null) the TTL of every trace table; idempotent, run at every start. */
 export async function applyTraceTtl(store: TraceStore, database: string, days: number | null): Promise<void> {

@@ -4,11 +4,12 @@
 // to nothing, a module tool whose export is misspelt, a files task whose model.init is missing, a dataset that is
 // /etc/passwd, a directory or rows of the wrong shape, a model config and a tokenizer that cannot be loaded.
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { checkConfig } from '../../cli/commands/config.ts';
+import { checkConfig } from '../../cli/run/preflight.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 let dir: string;
@@ -89,4 +90,21 @@ test('model files: a model config that is not one, a tokenizer directory without
   const weights = await problems({ 'model.init': 'junk.safetensors' });
   assert.equal(weights.length, 1, weights.join('\n'));
   assert.match(weights[0]!, /^model\.init: \S+junk\.safetensors is not a safetensors file: /);
+});
+
+test('rlstream run refuses what config check refuses, with the same problems, before it writes anything', { timeout: 120_000 }, () => {
+  const cli = (args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'cli', 'main.ts'), ...args], { encoding: 'utf8', cwd: ROOT });
+  writeFileSync(join(dir, 'verl-run.yaml'), 'tools:\n  - class_name: verl.tools.foo.Bar\n    config: {}\n');
+  // Two problems of two kinds: a tool class that resolves to nothing, a dataset that is not one.
+  const sets = ['--set', 'tools.config=verl-run.yaml', '--set', 'dataset.train=/etc/passwd'];
+  const check = cli(['config', 'check', config, ...sets]);
+  assert.equal(check.status, 1, check.stderr);
+  const problemLines = check.stderr.trimEnd().split('\n');
+  assert.equal(problemLines[0], `${config}: 2 problem(s)`);
+  const dataDir = join(dir, 'refused-run');
+  const run = cli(['run', config, ...sets, '--set', `run.data_dir=${dataDir}`, '--new', '--no-admin', '--no-progress']);
+  assert.equal(run.status, 1, run.stderr);
+  assert.equal(run.stdout, '', 'no summary line');
+  assert.equal(run.stderr.trimEnd(), `rlstream: CONFIG_INVALID: ${problemLines.join('\n')}`);
+  assert.equal(existsSync(dataDir), false, 'the refused run wrote nothing');
 });

@@ -11,7 +11,7 @@ import { composeReward } from '../../consumers/reward/shaping.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { compileRolloutOptions } from '../../producers/options.ts';
 import { trajectory } from '../../testkit/events.ts';
-import { checkConfig } from '../../cli/commands/config.ts';
+import { checkConfig } from '../../cli/run/preflight.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { checkConfig } from '../../cli/commands/config.ts';
+import { checkConfig } from '../../cli/run/preflight.ts';
 import { runMainJob } from '../../cli/run/main-job.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');

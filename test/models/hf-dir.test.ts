@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync, statSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { checkConfig } from '../../cli/commands/config.ts';
+import { checkConfig } from '../../cli/run/preflight.ts';
 import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { openWeights, readGenerationDefaults } from '../../core/weights/hf-dir.ts';

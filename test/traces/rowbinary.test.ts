@@ -26,6 +26,11 @@ function rowsByTable(): Map<TraceTable, Row[]> {
   // Strings at the encoder's length boundaries (hand copy up to 16 UTF-16 units, 1-byte length below 43), multibyte.
   const sizes = ['a'.repeat(16), 'a'.repeat(15) + 'é', 'é'.repeat(17), 'é'.repeat(42), '🙂'.repeat(21), 'x'.repeat(42) + '✓', 'ü'.repeat(64), 'y'.repeat(127) + 'ß'];
   add('turns', { ...turn, turn_index: 902, tool_call_ids: sizes, tool_call_names: sizes.map((x) => x.slice(0, 20)), tool_call_arguments: [], text: sizes.join('|') });
+  // Evaluations: a step the evaluator did not know (null) beside a known one, and per-difficulty slices or none.
+  const evaluation = { event_id: 'ev-1', time_ms: 1_790_000_000_123, run_id: 'synthetic', policy_version: 3, step: null, phase: 'checkpoint', problem_set: 'calculator/heldout[0:200]', n: 200, solved: 71, solved_rule: "the task's own check", mean_reward: 0.355, per_difficulty: [], trajectory_ids: ['a', 'b'] };
+  for (const value of [evaluation, { ...evaluation, event_id: 'ev-2', step: 4, phase: 'periodic', per_difficulty: [{ difficulty: 'é medium', n: 2, solved: 1, mean_reward: 1e-40 }], trajectory_ids: [] }]) {
+    for (const { table, row } of rowsOf({ name: 'Evaluation', value, schemaId: 0 } as DecodedEvent)) add(table, row);
+  }
   add('dead_letters', deadLetterRow('c', 'topic', 1, 2 ** 40, 'SERDE_DECODE', 'bad', null, Buffer.from([0, 1, 2]), 'dl-1', Math.floor(Date.now() / 1000) * 1000 - 789));
   return by;
 }
@@ -40,6 +45,7 @@ const ORDER: Record<TraceTable, string> = {
   train_steps: 'run_id, step',
   policy_versions: 'run_id, version',
   control: 'run_id, time, event_id',
+  evaluations: 'run_id, policy_version, event_id',
   dead_letters: 'source_topic, source_partition, source_offset, event_id',
 };
 

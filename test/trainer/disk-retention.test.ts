@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTopics, openRunTraces } from '../../cli/run/context.ts';
 import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
-import { TRACE_TABLES } from '../../core/traces/ttl.ts';
+import { TRACE_TABLES } from '../../core/traces/store.ts';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';

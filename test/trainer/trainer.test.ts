@@ -199,6 +199,32 @@ test('the policy loss the options name is the one trained, and the step records 
   }
 });
 
+test("each step's AdamW update uses the scheduled learning rate, and the step records that rate", { timeout: 60_000 }, async () => {
+  const { dir, logDir, weights } = await setUp([{ g: 0 }, { g: 1 }, { g: 2 }, { g: 3 }], 2);
+  try {
+    const offered = new Map<number, Map<string, Float32Array>>();
+    const onWeights = (version: number, model: Model) => offered.set(version, new Map([...model.parameters()].map(([k, v]) => [k, Float32Array.from(v.data)])));
+    const options = { groups_per_step: 1, max_steps: 4, learning_rate: 0.01, lr_schedule: 'linear', warmup_steps: 2, min_lr_ratio: 0.2, weight_decay: 0 };
+    const { log, seen } = await trainInProcess(dir, logDir, weights, options, { onWeights });
+    await log.close();
+    // Warm-up 0.005, 0.01; then linear over the 2 remaining steps: 0.01 at its start, 0.01 × (0.2 + 0.8 × 0.5) halfway.
+    const expected = [0.005, 0.01, 0.01, 0.006];
+    assert.deepEqual(seen.map((s) => s.step), [1, 2, 3, 4]);
+    seen.forEach((s, i) => assert.ok(Math.abs(s.learning_rate - expected[i]!) < 1e-12, `step ${s.step} recorded ${s.learning_rate}`));
+    // AdamW's first update moves each parameter with a non-zero gradient by lr × g/(|g| + eps): the largest move is
+    // the rate the update used (the warm-up's half rate), not the configured peak.
+    const initial = await readSafetensors(weights);
+    let largest = 0;
+    for (const [name, t] of initial) {
+      const after = offered.get(1)!.get(name)!;
+      for (let i = 0; i < after.length; i++) largest = Math.max(largest, Math.abs(after[i]! - t.data[i]!));
+    }
+    assert.ok(Math.abs(largest - 0.005) < 0.005 * 0.01, `first update moved a parameter by at most ${largest}`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('after set_staleness lowers the bound with nothing left to train, the trainer takes empty steps up to the version that reopens the rollout gate', { timeout: 60_000 }, async () => {
   // Every group the rollouts started under the old bound was trained before the command: no record comes, and the
   // rollout gate (counting versions) stays shut until new versions; without them both ends would wait forever.

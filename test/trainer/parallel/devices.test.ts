@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { ConfigError } from '../../../core/config/validate.ts';
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
 import { checkTrainerDevices, devicesProblems, gpusFound } from '../../../consumers/trainer/parallel/devices.ts';
-import { checkConfig } from '../../../cli/commands/config.ts';
+import { checkConfig } from '../../../cli/run/preflight.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..', '..');
 
