@@ -278,11 +278,12 @@ test('sink: while the engine is busy a due batch fills on, up to growWhileBusy b
         await new Promise((r) => setImmediate(r));
       }
       const first = sink.stats.records; // the batch being written, and the poll that made it due
-      // Step until a step waits for the write in flight (the queue is full) or the log runs out.
+      // Step until a step waits for the write in flight (the queue is full) or the log runs out. A waiting step never
+      // ends while the gate is closed; 3 s tells it from a step that is only slow on a loaded machine (300 ms did not).
       let waiting: Promise<number> | null = null;
       while (sink.stats.records < sent) {
         const step = sink.step();
-        const done = await Promise.race([step.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 300))]);
+        const done = await Promise.race([step.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 3_000))]);
         if (!done) {
           waiting = step;
           break;
