@@ -8,7 +8,6 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { writePeftAdapterDir } from '../../native/lora.ts';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
-import type { EventLog } from '../../core/log/types.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -20,25 +19,11 @@ import { LORA_FILE_FORMAT, Model, nativeAvailable } from '../../native/index.ts'
 import { verifyPolicyVersion } from '../../producers/policy-sync.ts';
 import { PolicyUpdates } from '../../producers/policy/updates.ts';
 import type { PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { TINY_CONFIG, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
+import { readAll, TINY_CONFIG, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
 
 const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
 const LORA = { rank: 2, alpha: 4, targets: ['q_proj', 'v_proj', 'down_proj'] };
 
-async function readAll<T>(log: EventLog, serde: EventSerde, topic: string, name: string): Promise<T[]> {
-  const c = await log.consumer({ groupId: `audit-${Date.now()}-${Math.random()}`, topics: [topic], fromBeginning: true });
-  const out: T[] = [];
-  for (;;) {
-    const recs = await c.poll({ maxRecords: 1000, timeoutMs: 300 });
-    if (recs.length === 0) break;
-    for (const r of recs) {
-      const d = await serde.decode(r.value);
-      if (d.name === name) out.push(d.value as T);
-    }
-  }
-  await c.close();
-  return out;
-}
 
 test('trainer.lora: adapters train over frozen weights, versions publish the adapters, a reader folds them in, a restart resumes', { skip, timeout: 120_000 }, async () => {
   const { dir, logDir, weights } = await trainerInputs('trainer-lora', 'lora-test', [0, 1, 2, 3].map((g) => ({ g })), 2);

@@ -3,19 +3,10 @@
 // long as the run fails at config time naming the field.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { learningRateAt, type LrSchedule } from '../../consumers/trainer/lr-schedule.ts';
+import { trainerIssues } from './fixtures/synthetic.ts';
 
-function issues(trainer: Record<string, unknown>): string[] {
-  try {
-    compileRunConfig({ trainer }, '/tmp');
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.issues.map((i) => `${i.path}: ${i.message}`);
-  }
-  return [];
-}
 
 const close = (a: number, b: number) => assert.ok(Math.abs(a - b) <= 1e-12 * Math.max(1, Math.abs(b)), `${a} vs ${b}`);
 
@@ -54,12 +45,12 @@ test('linear and cosine decay from the peak to min_lr_ratio × peak over max_ste
 });
 
 test('a decay without max_steps, a warm-up as long as the run, an unknown schedule and a ratio above 1 fail naming the field', () => {
-  assert.deepEqual(issues({ lr_schedule: 'cosine' }), ["trainer.lr_schedule: 'cosine' decays over trainer.max_steps, which is 0 (unbounded): set trainer.max_steps, or lr_schedule: constant"]);
-  assert.deepEqual(issues({ lr_schedule: 'linear', max_steps: 10, warmup_steps: 10 }), ['trainer.warmup_steps: 10 warm-up steps leave none of trainer.max_steps (10): set warmup_steps below max_steps']);
-  assert.match(issues({ lr_schedule: 'cosin', max_steps: 10 }).join('\n'), /^trainer\.lr_schedule: must be one of constant, linear, cosine .*did you mean cosine/);
-  assert.match(issues({ min_lr_ratio: 1.5 }).join('\n'), /^trainer\.min_lr_ratio: /);
-  assert.match(issues({ warmup_steps: -1 }).join('\n'), /^trainer\.warmup_steps: /);
+  assert.deepEqual(trainerIssues({ lr_schedule: 'cosine' }), ["trainer.lr_schedule: 'cosine' decays over trainer.max_steps, which is 0 (unbounded): set trainer.max_steps, or lr_schedule: constant"]);
+  assert.deepEqual(trainerIssues({ lr_schedule: 'linear', max_steps: 10, warmup_steps: 10 }), ['trainer.warmup_steps: 10 warm-up steps leave none of trainer.max_steps (10): set warmup_steps below max_steps']);
+  assert.match(trainerIssues({ lr_schedule: 'cosin', max_steps: 10 }).join('\n'), /^trainer\.lr_schedule: must be one of constant, linear, cosine .*did you mean cosine/);
+  assert.match(trainerIssues({ min_lr_ratio: 1.5 }).join('\n'), /^trainer\.min_lr_ratio: /);
+  assert.match(trainerIssues({ warmup_steps: -1 }).join('\n'), /^trainer\.warmup_steps: /);
   // A constant rate needs no end; a warm-up on an unbounded run is allowed.
-  assert.deepEqual(issues({ warmup_steps: 5 }), []);
-  assert.deepEqual(issues({ lr_schedule: 'cosine', max_steps: 40, warmup_steps: 4, min_lr_ratio: 0 }), []);
+  assert.deepEqual(trainerIssues({ warmup_steps: 5 }), []);
+  assert.deepEqual(trainerIssues({ lr_schedule: 'cosine', max_steps: 40, warmup_steps: 4, min_lr_ratio: 0 }), []);
 });

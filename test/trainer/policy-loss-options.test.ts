@@ -3,19 +3,11 @@
 // another loss or an empty mask window fails naming the field.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { policyLosses } from '../../consumers/trainer/policy-losses.ts';
+import { compileRunConfig } from '../../cli/config/run-config.ts';
+import { trainerIssues } from './fixtures/synthetic.ts';
 
-function issues(trainer: Record<string, unknown>): string[] {
-  try {
-    compileRunConfig({ trainer }, '/tmp');
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.issues.map((i) => `${i.path}: ${i.message}`);
-  }
-  return [];
-}
 
 test('the default policy loss is ppo with the clip, dual clip and truncated weight the trainer has always used', () => {
   const t = compileTrainerOptions({});
@@ -34,10 +26,10 @@ test('each registered loss compiles from its own section', () => {
 });
 
 test('a misspelt loss, an option of another loss and an empty mask window fail naming the field', () => {
-  assert.deepEqual(issues({ policy_loss: 'gspoo' }), ['trainer.policy_loss: must be one of cispo, gspo, ppo (got "gspoo") (did you mean gspo?)']);
-  const other = issues({ policy_loss: 'gspo', gspo: { dual_clip_c: 3 } });
+  assert.deepEqual(trainerIssues({ policy_loss: 'gspoo' }), ['trainer.policy_loss: must be one of cispo, gspo, ppo (got "gspoo") (did you mean gspo?)']);
+  const other = trainerIssues({ policy_loss: 'gspo', gspo: { dual_clip_c: 3 } });
   assert.equal(other.length, 1);
   assert.match(other[0]!, /^trainer\.gspo\.dual_clip_c: /);
-  assert.match(issues({ clip_low: 0.1 }).join('\n'), /trainer\.clip_low: .*trainer\.ppo\.clip_low/);
+  assert.match(trainerIssues({ clip_low: 0.1 }).join('\n'), /trainer\.clip_low: .*trainer\.ppo\.clip_low/);
   assert.throws(() => compileRunConfig({ trainer: { rollout_correction: { mode: 'mask', low: 2, high: 1 } } }, '/tmp'), /trainer\.rollout_correction: low \(2\) must be below high \(1\)/);
 });

@@ -15,7 +15,7 @@ import { Trainer } from '../../consumers/trainer/trainer.ts';
 import type { PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
 import { readSafetensors } from '../../core/weights/safetensors.ts';
 import type { Model } from '../../native/index.ts';
-import { TINY_CONFIG, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
+import { readAll, TINY_CONFIG, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
 
 const PROCESS = join(import.meta.dirname, 'fixtures', 'trainer-process.ts');
 
@@ -23,20 +23,6 @@ function setUp(groups: { g: number; version?: number; split?: string }[], groupS
   return trainerInputs('trainer', 'restart-test', groups, groupSize, 2);
 }
 
-async function readAll<T>(log: EventLog, serde: EventSerde, topic: string, name: string): Promise<T[]> {
-  const c = await log.consumer({ groupId: `audit-${Date.now()}-${Math.random()}`, topics: [topic] });
-  const out: T[] = [];
-  for (;;) {
-    const recs = await c.poll({ maxRecords: 1000, timeoutMs: 300 });
-    if (recs.length === 0) break;
-    for (const r of recs) {
-      const d = await serde.decode(r.value);
-      if (d.name === name) out.push(d.value as T);
-    }
-  }
-  await c.close();
-  return out;
-}
 
 test('trainer killed with SIGKILL at random moments resumes with no sample reused or lost', { timeout: 240_000 }, async () => {
   const GROUPS = 48;
