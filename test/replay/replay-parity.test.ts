@@ -47,7 +47,7 @@ function writeConfig(dataDir: string): string {
   raw['traces'] = { kind: 'none' };
   raw['rollout'] = { ...raw['rollout'], n: 4, response_length: 96 };
   raw['reward'] = { shaping: { tool_success_bonus: 0.125, invalid_call_penalty: 0.25, max_turns_penalty: 0.375, overlong_buffer_len: 40, overlong_penalty_factor: 0.5 } };
-  raw['advantage'] = { estimator: 'grpo', dynamic_sampling: true, epsilon: 1e-6 };
+  raw['advantage'] = { estimator: 'grpo', dynamic_sampling: true, grpo: { epsilon: 1e-6 } };
   const path = join(dataDir, 'config.yaml');
   writeFileSync(path, stringify(raw));
   return path;
