@@ -40,6 +40,7 @@
         ["rlstream_cuda==1", {
           "sources": ["cuda/cuda_kernels.cu", "cuda/attention.cu"],
           "defines": ["RLSTREAM_CUDA"],
+          "include_dirs": ["<(cuda_home)/include"],
           "rules": [
             {
               "rule_name": "nvcc",
