@@ -514,7 +514,10 @@ export async function readCheckpoints(
   stateTopic: string,
   keys: Set<string>,
   logger: Logger = silentLogger,
-  /** How long a read that does not move is given before it is taken as ended (readToEnd's idleEndMs). */
+  /**
+   * How long a read that does not move is given before it is taken as ended (readToEnd's idleEndMs); unset, the
+   * read reaches the end or fails retriably. Only for callers to whom an older checkpoint is acceptable.
+   */
   options: { idleEndMs?: number } = {},
 ): Promise<Map<string, Checkpoint>> {
   const found = new Map<string, Checkpoint>();

@@ -259,16 +259,16 @@ export class Trainer {
       const c = await this.deps.log.consumer({ groupId: `${this.deps.runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
       const ends = await this.deps.log.offsets(topic);
       const target = new Map(ends.filter((p) => p.high > p.low).map((p) => [p.partition, p.high]));
-      // To the end listed before the read, by position (see readToEnd): stopping at the first empty polls
-      // after a broker restart resumed from an older step and trained on the same samples twice.
-      const read = await readToEnd(c, topic, target, async (records) => {
+      // To the end listed before the read, by position, and never short of it (see readToEnd): a restore that
+      // stopped early, at the first empty polls or after a stall, resumed from an older step and trained on the
+      // same samples twice. A read that cannot finish fails the start retriably; the restarted role reads again.
+      await readToEnd(c, topic, target, async (records) => {
         for (const r of records) {
           const d = await this.deps.serde.decode(r.value);
           if (d.name === 'TrainStep' && d.value.run_id === this.deps.runId) (onEvent as (e: TrainStep) => void)(d.value);
           if (d.name === 'PolicyVersion' && d.value.run_id === this.deps.runId) (onEvent as (e: PolicyVersion) => void)(d.value);
         }
       }, { what: 'trainer restore', timeoutMs: RESTORE_TIMEOUT_MS }).finally(() => c.close());
-      if (read.ended === 'idle') this.logger.warn('restore: no progress short of the listed end; taking what was read', { topic, positions: read.positions });
       this.logger.info('restored from the log', { topic, end: [...target], step, version });
     }
     return { step, version, versions, taken };

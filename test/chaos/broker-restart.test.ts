@@ -79,13 +79,16 @@ for (const client of registry && service('CLICKHOUSE_URL', 'Kafka broker restart
       const lost = new Set(Object.values(where).flat());
       const deadOfLost = records.deadLetters.filter((d) => d.trajectoryId !== null && lost.has(d.trajectoryId)).map((d) => `${d.consumer} ${d.errorCode}`);
       const story = (['trainer', 'reward', 'advantage'] as const).map((role) => `${role}:\n${sup.storyOf(role).map(brief).join('\n')}`).join('\n');
+      // The trainer's lives in a few lines (starts, restores, exits), first in a failure: CI keeps the start of a
+      // long message and cuts its middle.
+      const lives = sup.storyOf('trainer').map(brief).filter((l) => /started|restored|resumed|published initial|exited|rlstream:/.test(l)).join('\n');
       const diag = `crashes: ${sup.crashes.join(' | ').slice(0, 1500)}; stuck ${JSON.stringify(where)}; ${detail}; dead letters of those ${JSON.stringify(deadOfLost)}; progress at the end ${JSON.stringify(end)}; trainer: ${trainerTail}; rollout: ${rolloutTail}; ${processorNotes}`;
       assert.ok(before >= 4 && before < started, `the broker did not stop mid-run (${before} consumed of ${started})`);
       assert.ok(done, `the rollout worker did not finish after the restart; ${diag}`);
       assert.equal(started, 48, 'every row started its group');
       assert.ok(consumed >= started, `${consumed} of ${started} consumed; what the roles did:\n${story}\n${diag}`);
       // The problems first: CI shows the end of its log, and the roles' output in diag is long.
-      assert.deepEqual(audit.problems, [], `${audit.problems.slice(0, 10).join('; ')}; what the roles did:\n${story}\n${diag}`);
+      assert.deepEqual(audit.problems, [], `${audit.problems.slice(0, 10).join('; ')}; the trainer's lives:\n${lives}\nwhat the roles did:\n${story}\n${diag}`);
       assert.equal(audit.consumedOnce, audit.started, `nothing lost, nothing aborted; ${JSON.stringify(audit)}`);
     });
   });

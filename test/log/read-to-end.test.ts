@@ -1,6 +1,7 @@
 // readToEnd (restores and audits): reads every record up to the listed end and stops there; a position that
-// cannot reach its end ends the read after the idle time, reported as such, instead of hanging the caller;
-// a partition never assigned fails retriably at the deadline. On the embedded log (the Kafka side of positions
+// cannot reach its end fails the read retriably at the deadline (a restore never resumes from a partial read),
+// unless the caller opted into an idle end, which is then reported as such; a partition never assigned fails
+// retriably at the deadline. On the embedded log (the Kafka side of positions
 // passing transaction markers is in the conformance suite).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,7 +13,7 @@ import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { readToEnd } from '../../core/log/read-to-end.ts';
 import type { LogRecord } from '../../core/log/types.ts';
 
-test('readToEnd stops exactly at the listed end, ends an endless wait as idle, and fails at the deadline when unassigned', async () => {
+test('readToEnd stops exactly at the listed end, fails a stalled read at the deadline unless an idle end was asked for, and fails when unassigned', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-read-to-end-'));
   const log = openEmbeddedLog({ dir });
   try {
@@ -37,6 +38,16 @@ test('readToEnd stops exactly at the listed end, ends an endless wait as idle, a
     assert.equal(r2.ended, 'idle');
     assert.deepEqual(r2.positions, [[0, 16, 1000]]);
     assert.ok(Date.now() - t0 >= 500);
+
+    // Without idleEndMs a stall is never the end: the read fails retriably at its deadline, having read what
+    // there was, and says how long it had not moved.
+    const c4 = await log.consumer({ groupId: 'd', topics: ['t'] });
+    let seen = 0;
+    const t1 = Date.now();
+    await assert.rejects(readToEnd(c4, 't', new Map([[0, 1000]]), (rs) => void (seen += rs.length), { what: 'test', timeoutMs: 1500 }), (e: unknown) => isRlstreamError(e) && e.code === 'LOG_UNAVAILABLE' && e.retriable === true && /without movement/.test(e.message) && /\[\[0,16,1000\]\]/.test(e.message));
+    assert.ok(Date.now() - t1 >= 1500);
+    assert.equal(seen, 31); // everything there was, on both partitions
+    await c4.close();
 
     const c3 = await log.consumer({ groupId: 'c', topics: ['t'] });
     await assert.rejects(readToEnd(c3, 't', new Map([[7, 10]]), () => {}, { what: 'test', timeoutMs: 300 }), (e: unknown) => isRlstreamError(e) && e.code === 'LOG_UNAVAILABLE' && e.retriable === true);
