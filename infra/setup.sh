@@ -60,7 +60,22 @@ fi
 # --- npm packages: reinstall only when the lockfile changed since the last install. When node_modules already
 # satisfies package.json (`npm ls` is clean), the stamp is just refreshed: `npm ci` deletes node_modules, which
 # would break other processes using this tree for no gain.
+# A clean clone takes the packages from the per-user cache when one was installed from this same lockfile on
+# this Node and platform: hard links (`cp -al`, about 10 s for 1.4 GB) instead of `npm ci` (71 s of a clean-clone CI
+# run). Links, so the tree stays a real directory of its own: npm replaces files rather than writing into them,
+# so an `npm install` here leaves the cache as it was. The cache is filled by copying a fresh `npm ci`, never by
+# linking it, and holds no stamp (the stamp below is this tree's own).
 stamp=node_modules/.rlstream-lock-stamp
+nm_key=$({ sha256sum package-lock.json; node -p 'process.version + process.platform + process.arch'; } | sha256sum | cut -c1-32)
+nm_cache="$HOME/.cache/rlstream/node_modules/$nm_key"
+if [ ! -e node_modules ] && [ -f "$nm_cache/complete" ]; then
+  step "linking the npm packages installed from this same lockfile from $nm_cache"
+  rm -rf node_modules.partial
+  cp -al "$nm_cache/node_modules" node_modules.partial
+  mv node_modules.partial node_modules
+  cp package-lock.json "$stamp"
+  step_done
+fi
 if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
   if [ -d node_modules ] && npm ls --depth=0 >/dev/null 2>&1; then
     cp package-lock.json "$stamp"
@@ -84,6 +99,15 @@ if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
       exit 1
     fi
     step_done
+    if [ ! -f "$nm_cache/complete" ] && [ ! -L node_modules ]; then
+      step "keeping a copy of the npm packages in $nm_cache for the next clean clone"
+      nm_tmp="$nm_cache.partial.$$"
+      rm -rf "$nm_tmp" && mkdir -p "$nm_tmp"
+      cp -a node_modules "$nm_tmp/node_modules" && rm -f "$nm_tmp/node_modules/.rlstream-lock-stamp" && touch "$nm_tmp/complete"
+      # Another setup may have filled the same key meanwhile: the first rename wins, the copy of the other goes.
+      mv -T "$nm_tmp" "$nm_cache" 2>/dev/null || rm -rf "$nm_tmp"
+      step_done
+    fi
     cp package-lock.json "$stamp"
   fi
 fi
