@@ -20,6 +20,7 @@ import { DeltaTokenizer } from '../producers/tokenizer/delta.ts';
 import { ToolSet } from '../producers/tools/tool-set.ts';
 import type { Tool } from '../producers/tools/types.ts';
 import { RolloutWorker } from '../producers/worker.ts';
+import { compileRolloutSection, completeRolloutOptions } from '../producers/options.ts';
 import { parseFlags, replaced, ROUND_FLAGS } from './flags.ts';
 import { fmtStats, interleaved, probeSummary, summarize } from './harness.ts';
 
@@ -96,7 +97,13 @@ async function runCase(tok: ChatTokenizer, tokName: string, name: string, concur
     const tools = new ToolSet().add(echoTool(toolLatency));
     const worker = new RolloutWorker(
       { runId: `bench-${name}`, log, serde, backend, tokenizer: tok, tools, followPolicy: false },
-      { n, concurrency, max_inflight_trajectories: Math.max(2 * concurrency, 4), staleness_bound: null, response_length: 4096, ...(check === 'off' ? { tokenization_check: 'off' as const } : {}) },
+      // The staleness gate off (no trainer here), so groups per step counts nothing; no model defaults.
+      completeRolloutOptions(compileRolloutSection({ n, concurrency, max_inflight_trajectories: Math.max(2 * concurrency, 4), response_length: 4096, ...(check === 'off' ? { tokenization_check: 'off' } : {}) }), {
+        groupsPerStep: 1,
+        stalenessBound: null,
+        datasetName: 'bench',
+        model: { toolParser: 'hermes', temperature: null, topP: null, topK: null, stopTokenIds: [] },
+      }),
     );
     const c0 = process.cpuUsage();
     const t0 = performance.now();

@@ -19,12 +19,12 @@ import type { Interaction } from './agent/interaction.ts';
 import { toEventMessages } from './agent/loops.ts';
 import { TrajectoryRecorder, type TrajectoryMeta } from './agent/recorder.ts';
 import { agentLoops } from './agent/registry.ts';
-import { toolParser, toolParserNames } from './agent/tool-parser.ts';
+import { toolParser } from './agent/tool-parser.ts';
 import type { AgentContext, AgentLimits, AgentLoop } from './agent/types.ts';
 import type { LlmBackend } from './backends/types.ts';
 import type { DatasetRow, RowSource } from './dataset/types.ts';
 import { Counters, LatencyReservoir } from './metrics.ts';
-import { compileRolloutOptions, type CompiledRolloutOptions, type RolloutOptions } from './options.ts';
+import type { RolloutOptions } from './options.ts';
 import { verifyPolicyVersion } from './policy-sync.ts';
 import { EventPublisher } from './publisher.ts';
 import { sampleKey, sampleTrajectoryId, type ResumePoint } from './resume.ts';
@@ -106,7 +106,7 @@ interface PromptCache {
 }
 
 export class RolloutWorker {
-  readonly options: CompiledRolloutOptions;
+  readonly options: RolloutOptions;
   readonly workerId: string;
   private readonly logger: Logger;
   private readonly agents: Registry<AgentLoop>;
@@ -137,11 +137,11 @@ export class RolloutWorker {
 
   constructor(
     private readonly deps: RolloutWorkerDeps,
-    options: RolloutOptions = {},
+    /** Compiled (producers/options.ts: compileRolloutSection, then completeRolloutOptions): validated once, at start-up. */
+    options: RolloutOptions,
   ) {
-    this.options = compileRolloutOptions(options);
+    this.options = options;
     if (!deps.runId) throw new RlstreamError('CONFIG_INVALID', 'rollout worker needs a run id');
-    if (!toolParser(this.options.toolParser)) throw new RlstreamError('CONFIG_INVALID', `rollout.tool_parser: unknown parser "${this.options.toolParser}" (known: ${toolParserNames().join(', ')})`);
     this.workerId = deps.workerId ?? newId();
     this.logger = (deps.logger ?? silentLogger).child({ role: 'rollout', run_id: deps.runId, worker_id: this.workerId });
     this.agents = deps.agents ?? agentLoops.copy();

@@ -14,7 +14,7 @@ import { check, ConfigError, type ConfigIssue } from '../../core/config/validate
 import { didYouMean } from '../../core/config/suggest.ts';
 import { AdminSection, AdvantageSection, DatasetSection, EvalSection, LOG_KINDS, ModelSection, TOPIC_RETENTION_DEFAULTS, REGISTRY_KINDS, RewardSection, RunSection, ServeSection, SftStageCommon, TaskCommon, ToolsSection, InteractionSection, TRACE_KINDS, ExportSection } from './sections.ts';
 import { DEFAULT_KAFKA_CLIENT, parseClientDebug, type KafkaClient, type KafkaClientLogLevel } from '../../core/log/kafka/options.ts';
-import { RolloutSection } from '../../producers/options.ts';
+import { compileRolloutSection, RolloutSection, type RolloutConfig } from '../../producers/options.ts';
 import { TrainerSection, compileTrainerOptions, type TrainerOptions } from '../../consumers/trainer/options.ts';
 import { backends } from '../../producers/backends/registry.ts';
 import { tasks, type DatasetFiles } from '../../producers/tasks.ts';
@@ -154,7 +154,7 @@ export interface RunConfig {
   task: TaskConfig;
   dataset: DatasetFiles;
   sft: { stages: readonly SftStage[] };
-  rollout: Static<typeof RolloutSection>;
+  rollout: RolloutConfig;
   backend: { name: string; options: Readonly<Record<string, unknown>> };
   tools: { config: string | null };
   interaction: { config: string | null };
@@ -387,7 +387,7 @@ export function compileRunConfig(parsed: unknown, baseDir: string): RunConfig {
     task,
     dataset,
     sft: { stages },
-    rollout: rollout!,
+    rollout: compileRolloutSection(rollout),
     backend,
     tools: { config: nullablePath(toolsS!.config, abs) },
     interaction: { config: nullablePath(interactionS!.config, abs) },

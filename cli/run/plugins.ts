@@ -50,8 +50,8 @@ export async function resolvePlugins(config: RunConfig): Promise<RunPlugins> {
   }
 
   const agents = agentLoops.copy();
-  for (const [name, ref] of Object.entries(config.rollout.agent_loops)) agents.register(name, await agentLoops.load(ref, config.baseDir, `rollout.agent_loops.${name}`));
-  if (!agents.has(config.rollout.default_agent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${config.rollout.default_agent}" (known: ${agents.names().join(', ')})`);
+  for (const [name, ref] of Object.entries(config.rollout.agentLoops)) agents.register(name, await agentLoops.load(ref, config.baseDir, `rollout.agent_loops.${name}`));
+  if (!agents.has(config.rollout.defaultAgent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${config.rollout.defaultAgent}" (known: ${agents.names().join(', ')})`);
   // verl's interaction YAML is the whole set, as in verl: it replaces the built-ins.
   const interactions = config.interaction.config === null ? registeredInteractions.copy() : interactionRegistry();
   if (config.interaction.config !== null) for (const [name, i] of await loadInteractionConfig(config.interaction.config)) interactions.register(name, i);

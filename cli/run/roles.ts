@@ -18,7 +18,7 @@ import type { RowSource } from '../../producers/dataset/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
 import { toolParserForFamily } from '../../producers/agent/tool-parser.ts';
-import type { RolloutOptions } from '../../producers/options.ts';
+import { completeRolloutOptions, type RolloutOptions } from '../../producers/options.ts';
 import type { ResumePoint } from '../../producers/resume.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
@@ -149,27 +149,28 @@ export async function createBackend(ctx: RunContext, colocatedTrainer?: DeviceKi
 }
 
 /**
- * Rollout options: the `rollout` section, with the staleness gate's numbers from the trainer's section (one
- * bound for both ends) and the dataset name from the task.
+ * The rollout worker's options: the compiled `rollout` section completed with the staleness gate's numbers from the
+ * trainer's section (one bound for both ends), the dataset name from the task, and the model's defaults.
  */
 export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): RolloutOptions {
-  // interrupt is the backend's (createBackend): the worker takes each turn on whatever version serves it.
-  const { agent_loops: _loops, interactions: _interactions, interrupt: _interrupt, sampling, ...r } = ctx.config.rollout;
   // Defaults from the model directory (model.base's generation_config.json, else the tokenizer directory's): its
   // eos ids stop generation beside the tokenizer's end-of-sequence token, and its sampling values fill what the
   // config leaves null.
   const gen = readGenerationDefaults(ctx.config.model.base !== null && isModelDir(ctx.config.model.base) ? ctx.config.model.base : tokenizer.dir);
-  const stop = sampling.stop_token_ids ?? [...new Set([...(tokenizer.eosTokenId !== null ? [tokenizer.eosTokenId] : []), ...gen.eosTokenIds])];
   // the tool-call format of the model's family (its chat template's), unless rollout.tool_parser names one
   const family = ctx.config.model.config !== null && existsSync(ctx.config.model.config) ? parseModelConfig(readFileSync(ctx.config.model.config, 'utf8')).model_type : null;
-  return {
-    ...r,
-    tool_parser: r.tool_parser ?? toolParserForFamily(family),
-    sampling: { ...sampling, temperature: sampling.temperature ?? gen.temperature ?? 1, top_p: sampling.top_p ?? gen.topP ?? 1, top_k: sampling.top_k ?? gen.topK ?? 0, stop_token_ids: stop },
-    groups_per_step: ctx.config.trainer.groupsPerStep,
-    staleness_bound: ctx.config.trainer.stalenessBound,
-    dataset_name: ctx.plugins.task.datasetName,
-  };
+  return completeRolloutOptions(ctx.config.rollout, {
+    groupsPerStep: ctx.config.trainer.groupsPerStep,
+    stalenessBound: ctx.config.trainer.stalenessBound,
+    datasetName: ctx.plugins.task.datasetName,
+    model: {
+      toolParser: toolParserForFamily(family),
+      temperature: gen.temperature,
+      topP: gen.topP,
+      topK: gen.topK,
+      stopTokenIds: [...new Set([...(tokenizer.eosTokenId !== null ? [tokenizer.eosTokenId] : []), ...gen.eosTokenIds])],
+    },
+  });
 }
 
 /** The run's tools: `tools.config` names a tool-config YAML; by default the task's own (or none). */

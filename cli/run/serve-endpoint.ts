@@ -13,7 +13,6 @@ import { TOPICS } from '../../core/topics.ts';
 import { parseTokenList, readTokenFile, TokenStore, type TokenSpec } from '../../core/auth/tokens.ts';
 import { takeFromEnvironment } from '../../core/auth/environ.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
-import { compileRolloutOptions } from '../../producers/options.ts';
 import { EventPublisher } from '../../producers/publisher.ts';
 import { buildServeServer } from '../../producers/serve/server.ts';
 import { TokenizeOffload } from '../../producers/serve/offload.ts';
@@ -72,7 +71,7 @@ export async function openServeEndpoint(ctx: RunContext, o: { backend: LlmBacken
     closers.push(() => producer.close());
     const publisher = new EventPublisher(producer, ctx.serde, TOPICS.rolloutEvents, logger.child({ component: 'serve' }));
     const { store, generated } = serveTokens(o.tokens ?? []);
-    const rollout = compileRolloutOptions(rolloutOptions(ctx, o.tokenizer));
+    const rollout = rolloutOptions(ctx, o.tokenizer);
     const service = new ServeService({
       runId: ctx.config.run.id,
       backend: o.backend,

@@ -1,6 +1,7 @@
 // Event serde in Confluent's wire format: magic byte 0, 4-byte big-endian schema id, Avro binary.
 // Encoding is synchronous once init() has registered the current schemas (the hot path never awaits);
-// decoding resolves older writer schemas to the current reader schema (BACKWARD evolution).
+// decoding resolves older writer schemas to the current reader schema (BACKWARD evolution), then applies what
+// resolution alone does not carry over (core/serde/upgrades.ts).
 // Speed: records are encoded straight into a slab (a shared 256 KiB buffer, like Node's own Buffer pool) and
 // returned as views of it, so an 8 KB trajectory costs neither a copy nor an ArrayBuffer of its own; the big
 // numeric arrays go through core/serde/fast-arrays.ts. The bytes are avsc's, unchanged.
@@ -10,6 +11,7 @@ import type { EventTypes } from '../../schemas/generated/types.ts';
 import { RlstreamError } from '../errors.ts';
 import { fastType, type FloatTypedArray } from './fast-arrays.ts';
 import type { SchemaRegistry } from './registry.ts';
+import { upgradesFor, type ReadUpgrade } from './upgrades.ts';
 
 export type DecodedEvent = { [N in EventName]: { name: N; value: EventTypes[N]; schemaId: number } }[EventName];
 
@@ -49,6 +51,8 @@ interface Reader {
   name: EventName;
   /** Resolver from the writer schema to the current reader type, or null when they are identical. */
   resolver: avro.Resolver | null;
+  /** What an older writer schema's records need beyond resolution (upgrades.ts); none for the current schema. */
+  upgrades: readonly ReadUpgrade[];
 }
 
 export function subjectOf(name: EventName): string {
@@ -70,7 +74,7 @@ export class EventSerde {
     for (const name of EVENT_NAMES) {
       const id = await this.registry.register(subjectOf(name), schemaText(name));
       this.idOf.set(name, id);
-      this.readers.set(id, { name, resolver: null });
+      this.readers.set(id, { name, resolver: null, upgrades: [] });
     }
     return this;
   }
@@ -153,6 +157,7 @@ export class EventSerde {
       if (res.offset < 0) throw new RlstreamError('SERDE_TRUNCATED', `${reader.name} record (schema ${id}) is truncated`);
       if (res.offset !== buf.length) throw new RlstreamError('SERDE_DECODE', `${reader.name} record (schema ${id}) has ${buf.length - res.offset} trailing bytes`);
       value = res.value;
+      for (const u of reader.upgrades) u.apply(value as Record<string, unknown>);
     } catch (err) {
       if (err instanceof RlstreamError) throw err;
       throw new RlstreamError('SERDE_DECODE', `${reader.name} record (schema ${id}) is corrupt: ${(err as Error).message}`, { cause: err });
@@ -171,7 +176,7 @@ export class EventSerde {
           throw new RlstreamError('SERDE_UNKNOWN_SCHEMA', `schema id ${id} is ${short || 'not a record'}, not an rlstream event`);
         }
         const name = short as EventName;
-        const reader: Reader = { name, resolver: eventType(name).createResolver(writer) };
+        const reader: Reader = { name, resolver: eventType(name).createResolver(writer), upgrades: upgradesFor(writer) };
         this.readers.set(id, reader);
         return reader;
       })();

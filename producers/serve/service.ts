@@ -12,7 +12,7 @@ import { toolParser } from '../agent/tool-parser.ts';
 import type { AgentContext, AgentLimits } from '../agent/types.ts';
 import type { LlmBackend } from '../backends/types.ts';
 import { Counters } from '../metrics.ts';
-import type { CompiledRolloutOptions } from '../options.ts';
+import type { RolloutOptions } from '../options.ts';
 import type { EventPublisher } from '../publisher.ts';
 import type { ChatMessage, ChatTokenizer, ChatTool } from '../tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../tokenizer/delta.ts';
@@ -44,7 +44,7 @@ export interface ServeServiceDeps {
   tokenizer: ChatTokenizer;
   publisher: EventPublisher;
   /** The run's rollout options: sampling defaults, response budget, tool parser, tokenization check, template kwargs. */
-  rollout: CompiledRolloutOptions;
+  rollout: RolloutOptions;
   limits: ServeLimits;
   /** Recorded as data_source when the client names none (the reward consumer scores by it). */
   dataSource: string;

@@ -9,7 +9,7 @@ import { join, relative } from 'node:path';
 import { compileRunConfig, ConfigError } from '../../cli/config/run-config.ts';
 import { composeReward } from '../../consumers/reward/shaping.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
-import { compileRolloutOptions } from '../../producers/options.ts';
+import { compileRolloutSection } from '../../producers/options.ts';
 import { trajectory } from '../../testkit/events.ts';
 import { checkConfig } from '../../cli/run/preflight.ts';
 
@@ -77,14 +77,11 @@ test('every problem is reported at once; enum values and plug-in names get a sug
 
 test('the compiled config is frozen and fully specified; schema defaults are the roles\' defaults', () => {
   const c = compileRunConfig({}, '/tmp');
-  assert.ok(Object.isFrozen(c) && Object.isFrozen(c.trainer) && Object.isFrozen(c.rollout));
+  assert.ok(Object.isFrozen(c) && Object.isFrozen(c.trainer) && Object.isFrozen(c.rollout) && Object.isFrozen(c.rollout.sampling));
   assert.deepEqual(c.trainer, compileTrainerOptions({}));
-  const { agent_loops: _loops, interactions: _interactions, interrupt: _interrupt, ...rollout } = c.rollout;
-  const compiledFromSchema = compileRolloutOptions({ ...rollout });
-  const compiledBare = compileRolloutOptions({});
-  assert.deepEqual(compiledFromSchema, compiledBare);
+  assert.deepEqual(c.rollout, compileRolloutSection({}));
   assert.equal(c.advantage.partialGroups, 'emit');
-  assert.deepEqual(c.reward.shaping, { toolSuccessBonus: 0, invalidCallPenalty: 0, maxTurnsPenalty: 0, overlongBufferLen: 0, overlongPenaltyFactor: 1, maxResponseLength: c.rollout.response_length, maskTruncated: false });
+  assert.deepEqual(c.reward.shaping, { toolSuccessBonus: 0, invalidCallPenalty: 0, maxTurnsPenalty: 0, overlongBufferLen: 0, overlongPenaltyFactor: 1, maxResponseLength: c.rollout.responseLength, maskTruncated: false });
 });
 
 test('reward.shaping in YAML changes rewards by the configured amounts', () => {

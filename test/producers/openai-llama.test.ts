@@ -18,7 +18,7 @@ import { tasks } from '../../producers/tasks.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
 import type { Trajectory } from '../../schemas/generated/types.ts';
-import { embeddedLog, readTopic, REPO, type TestLog } from './helpers.ts';
+import { embeddedLog, readTopic, REPO, rolloutOptionsFor, type TestLog } from './helpers.ts';
 import { llamaServerMissing, smolTokenizer, smolTokenizerDir, startLlamaServer, type LlamaServer } from './llama-server.ts';
 import { loadRunConfig } from '../../cli/config/run-config.ts';
 import type { RunContext } from '../../cli/run/context.ts';
@@ -54,7 +54,7 @@ async function gsm8kRows(n: number): Promise<DatasetRow[]> {
 async function rollout(t: TestLog, backend: LlmBackend, rows: DatasetRow[], runId: string, options: { turns?: number } = {}): Promise<{ trajs: Trajectory[]; worker: RolloutWorker }> {
   const worker = new RolloutWorker(
     { runId, log: t.log, serde: t.serde, backend, tokenizer: smolTokenizer(), tools: await loadToolConfig(GSM8K_TOOL_YAML), followPolicy: false, logger: process.env['RLSTREAM_TEST_DEBUG'] ? jsonLogger({ level: 'debug' }) : silentLogger },
-    { staleness_bound: null, max_assistant_turns: options.turns ?? 3, max_user_turns: 3, response_length: 400, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 },
+    rolloutOptionsFor({ staleness_bound: null, max_assistant_turns: options.turns ?? 3, max_user_turns: 3, response_length: 400, tokenization_check: 'ignore_strippable', tokenization_check_every: 1 }),
   );
   const trajs = await worker.evaluate(rows, { split: 'test', sampling: { max_new_tokens: 64, seed: 7 } });
   return { trajs, worker };

@@ -13,9 +13,9 @@ import { CALCULATOR_SCHEMA, calculate, CalculatorTool } from '../../producers/to
 import { ToolSet } from '../../producers/tools/tool-set.ts';
 import { ChatTokenizer, type ChatMessage } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { DeltaTokenizer } from '../../producers/tokenizer/delta.ts';
-import { compileRolloutOptions } from '../../producers/options.ts';
+import { compileRolloutSection } from '../../producers/options.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
-import { annotations, embeddedLog, gsm8kRecords, qwen3, REPO } from './helpers.ts';
+import { annotations, embeddedLog, gsm8kRecords, qwen3, REPO, rolloutOptionsFor } from './helpers.ts';
 
 const CALC_DIR = join(REPO, 'examples', 'calculator', 'tokenizer');
 const tokenizers = (): [string, ChatTokenizer][] => [
@@ -129,8 +129,8 @@ describe('one decode per generated turn', () => {
 
 describe('sampled tokenization check', () => {
   test('tokenization_check_every: every N-th trajectory is checked, all of its observations', async () => {
-    assert.equal(compileRolloutOptions({}).tokenizationCheckEvery, 8);
-    assert.throws(() => compileRolloutOptions({ tokenization_check_every: 0 }), /rollout\.tokenization_check_every must be a positive integer/);
+    assert.equal(compileRolloutSection({}).tokenizationCheckEvery, 8);
+    assert.throws(() => compileRolloutSection({ tokenization_check_every: 0 }), /rollout\.tokenization_check_every: must be >= 1 \(got 0\)/);
     const t = await embeddedLog();
     try {
       const tok = qwen3();
@@ -140,7 +140,7 @@ describe('sampled tokenization check', () => {
       const backend = new ScriptedBackend({ tokenizer: tok, script: ({ turn }) => (turn < 2 ? call : 'done') });
       const w = new RolloutWorker(
         { runId: 'run-sampled', log: t.log, serde: t.serde, backend, tokenizer: tok, tools: new ToolSet().add(new CalculatorTool()), followPolicy: false },
-        { staleness_bound: null, tokenization_check: 'strict', tokenization_check_every: 4, concurrency: 1 },
+        rolloutOptionsFor({ staleness_bound: null, tokenization_check: 'strict', tokenization_check_every: 4, concurrency: 1 }),
       );
       const rows = Array.from({ length: 10 }, (_, i) => ({ data_source: 'x', agent_name: 'tool_agent', prompt: [{ role: 'user', content: `q${i}` }], reward_model: { ground_truth: '2' } }));
       await w.run(rows);

@@ -10,11 +10,10 @@ import { Gsm8kInteraction, interactions as registeredInteractions } from '../../
 import { ScriptedBackend, type ScriptTurn } from '../../producers/backends/scripted.ts';
 import { gsm8kRow } from '../../producers/dataset/gsm8k.ts';
 import { verlGsm8kSolution } from '../../producers/dataset/verl-gsm8k.ts';
-import type { RolloutOptions } from '../../producers/options.ts';
 import { CalculatorTool } from '../../producers/tools/calculator.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
-import { annotations, embeddedLog, gsm8kRecords, openTestLog, qwen3, readTopic, type ReadEvent, type TestLog } from './helpers.ts';
+import { annotations, embeddedLog, gsm8kRecords, openTestLog, qwen3, readTopic, rolloutOptionsFor, type ReadEvent, type RolloutSectionForTest, type TestLog } from './helpers.ts';
 
 const records = gsm8kRecords('train', 5);
 const MALFORMED_ROW = 2;
@@ -36,11 +35,11 @@ function gsm8kScript({ promptText, turn }: ScriptTurn): string {
   return `The total is ${gt}.\n#### ${gt}`;
 }
 
-async function runGsm8k(t: TestLog, options: RolloutOptions, runId: string) {
+async function runGsm8k(t: TestLog, options: RolloutSectionForTest, runId: string) {
   const tok = qwen3();
   const backend = new ScriptedBackend({ tokenizer: tok, script: gsm8kScript });
   const tools = new ToolSet().add(new CalculatorTool());
-  const worker = new RolloutWorker({ runId, log: t.log, serde: t.serde, backend, tokenizer: tok, tools, followPolicy: false }, { n: 2, staleness_bound: null, ...options });
+  const worker = new RolloutWorker({ runId, log: t.log, serde: t.serde, backend, tokenizer: tok, tools, followPolicy: false }, rolloutOptionsFor({ n: 2, staleness_bound: null, ...options }));
   await worker.run(records.map((r, i) => gsm8kRow(r, i, 'train')));
   const snap = worker.snapshot();
   await worker.stop();
@@ -216,7 +215,7 @@ describe('tool agent on GSM8K with Qwen3', () => {
       const interactions = registeredInteractions.copy();
       const worker = new RolloutWorker(
         { runId: 'run-interaction', log: t.log, serde: t.serde, backend, tokenizer: tok, tools: new ToolSet().add(new CalculatorTool()), interactions, followPolicy: false },
-        { staleness_bound: null },
+        rolloutOptionsFor({ staleness_bound: null }),
       );
       const [traj] = await worker.evaluate([gsm8kRow(rec, 0, 'test')], { split: 'test' });
       await worker.stop();

@@ -8,8 +8,8 @@ import { test } from 'node:test';
 import { rng } from '../../core/random.ts';
 import { MODEL_FAMILIES, type ModelFamily } from '../../core/weights/model-config.ts';
 import { hermesToolParser, llama3JsonToolParser, mistralToolParser, toolParser, toolParserForFamily, toolParserNames, TOOL_PARSER_BY_FAMILY, type ToolParser } from '../../producers/agent/tool-parser.ts';
-import { compileRolloutOptions } from '../../producers/options.ts';
-import { qwen3 } from './helpers.ts';
+import { compileRolloutSection } from '../../producers/options.ts';
+import { qwen3, rolloutOptionsFor } from './helpers.ts';
 
 const CALLS = [
   { name: 'calculator', arguments: { expression: '48/2 + 7*(3-1)' } },
@@ -114,6 +114,9 @@ test('the registry: every family has a parser, a run takes its model family\'s u
   assert.equal(toolParserForFamily('mistral'), 'mistral');
   assert.equal(toolParserForFamily(null), 'hermes');
   assert.deepEqual(toolParserNames().sort(), ['hermes', 'llama3_json', 'mistral']);
-  assert.equal(compileRolloutOptions({ tool_parser: null }).toolParser, 'hermes');
-  assert.equal(compileRolloutOptions({ tool_parser: 'mistral' }).toolParser, 'mistral');
+  // null in the section: the model family's (here hermes); a name: that parser; the registry's names are the schema's.
+  assert.equal(compileRolloutSection({ tool_parser: null }).toolParser, null);
+  assert.equal(rolloutOptionsFor({ tool_parser: null }).toolParser, 'hermes');
+  assert.equal(rolloutOptionsFor({ tool_parser: 'mistral' }).toolParser, 'mistral');
+  assert.throws(() => compileRolloutSection({ tool_parser: 'qwen_xml' }), /rollout\.tool_parser: must be one of hermes, llama3_json, mistral, null \(got "qwen_xml"\)/);
 });

@@ -11,13 +11,11 @@ import { TOPICS } from '../../core/topics.ts';
 import type { PolicyVersion, Trajectory } from '../../schemas/generated/types.ts';
 import { ScriptedBackend, type ScriptAnswer, type ScriptTurn } from '../../producers/backends/scripted.ts';
 import type { DatasetRow } from '../../producers/dataset/types.ts';
-import type { RolloutOptions } from '../../producers/options.ts';
-import { compileRolloutOptions } from '../../producers/options.ts';
 import { verifyPolicyVersion } from '../../producers/policy-sync.ts';
 import { CalculatorTool } from '../../producers/tools/calculator.ts';
 import { ToolSet } from '../../producers/tools/tool-set.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
-import { embeddedLog, qwen3, readTopic, type TestLog } from './helpers.ts';
+import { embeddedLog, qwen3, readTopic, rolloutOptionsFor, type RolloutSectionForTest, type TestLog } from './helpers.ts';
 import { tempDir } from '../../testkit/events.ts';
 
 function row(i: number, agent = 'tool_agent'): DatasetRow {
@@ -30,12 +28,12 @@ function row(i: number, agent = 'tool_agent'): DatasetRow {
   };
 }
 
-function worker(t: TestLog, script: (s: ScriptTurn) => ScriptAnswer, options: RolloutOptions, extra: { latencyMs?: number; followPolicy?: boolean; runId?: string } = {}) {
+function worker(t: TestLog, script: (s: ScriptTurn) => ScriptAnswer, options: RolloutSectionForTest, extra: { latencyMs?: number; followPolicy?: boolean; runId?: string } = {}) {
   const tok = qwen3();
   const backend = new ScriptedBackend({ tokenizer: tok, script, latencyMs: extra.latencyMs });
   const w = new RolloutWorker(
     { runId: extra.runId ?? 'run-w', log: t.log, serde: t.serde, backend, tokenizer: tok, tools: new ToolSet({ defaultTimeoutMs: 2000 }).add(new CalculatorTool()), followPolicy: extra.followPolicy ?? false },
-    { tokenization_check: 'off', ...options },
+    rolloutOptionsFor({ tokenization_check: 'off', ...options }),
   );
   return { w, backend };
 }
@@ -223,21 +221,6 @@ describe('staleness gate, policy versions, control', () => {
 });
 
 describe('options and policy sync', () => {
-  test('option errors name the field', () => {
-    assert.throws(() => compileRolloutOptions({ max_assistant_turns: 0 }), /rollout\.max_assistant_turns must be a positive integer/);
-    assert.throws(() => compileRolloutOptions({ n: 1.5 }), /rollout\.n must be a positive integer/);
-    assert.throws(() => compileRolloutOptions({ staleness_bound: -1 }), /rollout\.staleness_bound must be a non-negative integer or null/);
-    assert.throws(() => compileRolloutOptions({ tokenization_check: 'loose' as never }), /rollout\.tokenization_check must be strict, ignore_strippable or off/);
-    assert.throws(() => compileRolloutOptions({ sampling: { top_p: 2 } }), /rollout\.sampling\.top_p must be in \(0, 1\]/);
-    assert.throws(() => compileRolloutOptions({ max_turns: 3 } as never), /rollout\.max_turns is not a rollout option/);
-    const deps = { runId: 'r', log: {} as never, serde: {} as never, backend: {} as never, tokenizer: {} as never, tools: new ToolSet() };
-    assert.throws(() => new RolloutWorker(deps, { tool_parser: 'qwen_xml' }), /rollout\.tool_parser: unknown parser "qwen_xml" \(known: hermes, llama3_json, mistral\)/);
-    const o = compileRolloutOptions({ response_length: 256 });
-    assert.equal(o.sampling.max_new_tokens, 256);
-    assert.equal(o.maxInflightTrajectories, 128);
-    assert.ok(Object.isFrozen(o));
-  });
-
   test('holdingPolicy: no version is applied while an evaluation holds the backend; a pause sent meanwhile is still read', async () => {
     const t = await embeddedLog();
     const dir = tempDir('weights');

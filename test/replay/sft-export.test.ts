@@ -27,7 +27,7 @@ import { ScriptedBackend, type ScriptTurn } from '../../producers/backends/scrip
 import { ChatTokenizer, type ChatMessage, type ChatTool } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
 import type { RewardedTrajectory, Trajectory } from '../../schemas/generated/types.ts';
-import { REPO } from '../producers/helpers.ts';
+import { REPO, rolloutOptionsFor } from '../producers/helpers.ts';
 
 const tok = ChatTokenizer.load(join(REPO, 'examples', 'calculator', 'tokenizer'));
 const PROBLEMS: Problem[] = take(problems(3, 'train', MEDIUM), 6);
@@ -57,7 +57,7 @@ before(async () => {
   serde = await new EventSerde(registry).init();
   for (const t of [TOPICS.rolloutEvents, TOPICS.rewarded, TOPICS.policyVersions, TOPICS.control]) await log.createTopic({ name: t, partitions: 2 });
   const backend = new ScriptedBackend({ tokenizer: tok, script });
-  const worker = new RolloutWorker({ runId: RUN, log, serde, backend, tokenizer: tok, tools: await calculatorTools(), followPolicy: false }, { n: 2, staleness_bound: null, tokenization_check: 'strict', tokenization_check_every: 1 });
+  const worker = new RolloutWorker({ runId: RUN, log, serde, backend, tokenizer: tok, tools: await calculatorTools(), followPolicy: false }, rolloutOptionsFor({ n: 2, staleness_bound: null, tokenization_check: 'strict', tokenization_check_every: 1 }));
   const completed: Trajectory[] = [];
   const consumer = await log.consumer({ groupId: 'collect', topics: [TOPICS.rolloutEvents], fromBeginning: true });
   await worker.run(PROBLEMS.map((p, i) => problemRow(p, i)));
