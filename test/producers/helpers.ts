@@ -76,7 +76,16 @@ export async function readTopic(t: TestLog, topic: string, expected: number, tim
   try {
     while (out.length < expected && Date.now() < deadline) {
       for (const record of await consumer.poll({ timeoutMs: 200, maxRecords: 10_000 })) {
-        const e = { record, event: await t.serde.decode(record.value) };
+        // On a shared broker the topic also holds other tests' records, written under other registries' schema
+        // ids, which this serde may decode as garbage or not at all: skipped. This test's own records always
+        // decode, and one that did not would leave the count short of `expected`, which callers assert.
+        let event;
+        try {
+          event = await t.serde.decode(record.value);
+        } catch {
+          continue;
+        }
+        const e = { record, event };
         if (keep(e)) out.push(e);
       }
     }
