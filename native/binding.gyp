@@ -38,7 +38,9 @@
       "libraries": ["-lopenblas", "-fopenmp", "-lz", "-ldl"],
       "conditions": [
         ["rlstream_cuda==1", {
-          "sources": ["cuda/cuda_kernels.cu", "cuda/attention.cu"],
+          "sources": ["cuda/cuda_kernels.cu", "cuda/weight_cache.cu", "cuda/graphs.cu", "cuda/elementwise.cu",
+                      "cuda/optimizer.cu", "cuda/norms.cu", "cuda/rope.cu", "cuda/swiglu.cu", "cuda/softmax.cu",
+                      "cuda/sampling.cu", "cuda/decode_attention.cu", "cuda/attention.cu"],
           "defines": ["RLSTREAM_CUDA"],
           "include_dirs": ["<(cuda_home)/include"],
           "rules": [

@@ -33,7 +33,7 @@ build() {
   fi
   # every file compiled at once (a GPU machine has the cores), then each compiler's status checked
   local pids=()
-  for f in native/cuda/cuda_kernels.cu native/cuda/attention.cu; do
+  for f in native/cuda/*.cu; do
     nvcc -O3 -std=c++17 $ARCH -Xcompiler -fPIC -Xptxas -warn-spills -c "$f" -o "$B/$(basename "$f" .cu).o" & pids+=($!)
   done
   for f in native/src/model.cpp native/src/losses.cpp native/src/config.cpp native/src/cpu_kernels.cpp test/gpu/driver.cpp; do
