@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { CONTROL_SLACK_MS, followControl } from '../../core/control.ts';
 import { openLog } from '../../core/log/open.ts';
+import { rng } from '../../core/random.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { MemoryRegistry } from '../../core/serde/registry.ts';
 import { TOPICS } from '../../core/topics.ts';
@@ -18,18 +19,6 @@ const RUN = 'run-ctl';
 
 function command(i: number, runId: string, timeMs: number, command: Control['command'] = 'set_staleness'): Control {
   return { event_id: `c${i}`, time_ms: timeMs, run_id: runId, command, staleness_bound: i, reason: `case ${i}`, issued_by: null };
-}
-
-/** A small deterministic generator (mulberry32), so a failure names a reproducible case. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 test('only this run\'s commands from this session reach the callback, in order; an undecodable record is skipped and reported', async () => {
