@@ -124,6 +124,19 @@ function toRanges(offsets: number[]): [number, number][] {
   return out;
 }
 
+/**
+ * The offset a transaction commits for a partition: past the last record read (`next`), or the consumer's position
+ * where that is further (a Kafka partition may hold transaction markers after its last record, which the consumer
+ * has passed: committing past them is what lets the group's lag reach 0), but never past the earliest record still
+ * held (read, not finished: a restart must read it again). The stream processors' handlers hold open groups; the
+ * trainer holds the records it carries into its next step.
+ */
+export function commitOffset(next: number, position: number | undefined, held: Iterable<number>): number {
+  let c = position !== undefined && position > next ? position : next;
+  for (const o of held) if (o < c) c = o;
+  return c;
+}
+
 function inRanges(ranges: [number, number][], o: number): boolean {
   for (const [a, b] of ranges) if (o >= a && o < b) return true;
   return false;
@@ -375,7 +388,8 @@ export class StreamProcessor {
         continue;
       }
       const held = [...this.opts.handler.pending!(topic, partition)];
-      const c = held.length > 0 ? Math.min(next, ...held) : next;
+      // `next` is already past the markers (step() moved it): it is what movedSinceBatch compares.
+      const c = commitOffset(next, undefined, held);
       offsets.push({ topic, partition, offset: c });
       let cp: Checkpoint = { c, n: next, p: toRanges(held) };
       const old = this.restored.get(key);

@@ -9,6 +9,7 @@ import { setMaxListeners } from 'node:events';
 import type { Registry } from '../core/config/registry.ts';
 import { describeError, RlstreamError } from '../core/errors.ts';
 import { deriveId, newId } from '../core/ids.ts';
+import { followControl } from '../core/control.ts';
 import { follow, type Follower } from '../core/log/follow.ts';
 import type { EventLog, LogRecord, Producer } from '../core/log/types.ts';
 import type { EventSerde } from '../core/serde/events.ts';
@@ -105,6 +106,23 @@ interface PromptCache {
   error?: unknown;
 }
 
+/** One sample of a group to run, as startGroup builds it: what trajectory() needs. */
+interface TrajectorySample {
+  row: DatasetRow;
+  agentName: string;
+  /** The row's position in the source (the dataset index when the row names none). */
+  position: number;
+  groupId: string;
+  /** 0..groupSize-1 within the group. */
+  sampleIndex: number;
+  /** The group's expected size (rollout n). */
+  groupSize: number;
+  split: string;
+  sampling: SamplingParams;
+  /** Shared by the group's samples: their prompt is rendered and tokenized once. */
+  prompt: PromptCache;
+}
+
 export class RolloutWorker {
   readonly options: RolloutOptions;
   readonly workerId: string;
@@ -120,7 +138,8 @@ export class RolloutWorker {
   private producer: Producer | undefined;
   private ownsProducer = false;
   private publisher: EventPublisher | undefined;
-  private follower: Follower | undefined;
+  /** Policy versions and control, while the worker is open (followPolicy). */
+  private followers: Follower[] = [];
   private readonly startedMs = Date.now();
   private stalenessBound: number | null;
   private latestVersion: number;
@@ -162,16 +181,34 @@ export class RolloutWorker {
       this.ownsProducer = this.deps.producer === undefined;
       this.publisher = new EventPublisher(this.producer, this.deps.serde, TOPICS.rolloutEvents, this.logger);
     }
-    if ((this.deps.followPolicy ?? true) && !this.follower && !this.closed) {
-      this.follower = follow(this.deps.log, (records) => this.onFollowed(records), {
-        consumer: () => ({ groupId: `rollout-${this.deps.runId}-${this.workerId}`, topics: [TOPICS.policyVersions, TOPICS.control], fromBeginning: true }),
-        poll: { timeoutMs: this.options.pollIntervalMs, maxRecords: 500 },
-        retryDelayMs: this.options.pollIntervalMs,
-        onError: (err) => {
-          this.counters.add('follow_errors');
-          this.logger.warn('following policy versions / control failed; retrying', { error: describeError(err) });
-        },
-      });
+    if ((this.deps.followPolicy ?? true) && this.followers.length === 0 && !this.closed) {
+      const onError = (err: unknown, where: string, record?: LogRecord) => {
+        if (where === 'decode') {
+          this.counters.add('undecodable_records');
+          this.logger.warn('undecodable record on a followed topic', { topic: record?.topic, offset: record?.offset, error: describeError(err) });
+          return;
+        }
+        this.counters.add('follow_errors');
+        this.logger.warn('following policy versions / control failed; retrying', { error: describeError(err) });
+      };
+      this.followers.push(
+        follow(this.deps.log, (records) => this.onPolicyRecords(records, onError), {
+          consumer: () => ({ groupId: `rollout-${this.deps.runId}-${this.workerId}`, topics: [TOPICS.policyVersions], fromBeginning: true }),
+          poll: { timeoutMs: this.options.pollIntervalMs, maxRecords: 500 },
+          retryDelayMs: this.options.pollIntervalMs,
+          onError,
+        }),
+        // Its own consumer: a stop or a pause never waits behind a policy version being applied.
+        followControl(this.deps.log, this.deps.serde, {
+          runId: this.deps.runId,
+          startedMs: this.startedMs,
+          role: `rollout-${this.workerId}`,
+          onControl: (c) => this.onControl(c),
+          poll: { timeoutMs: this.options.pollIntervalMs, maxRecords: 500 },
+          retryDelayMs: this.options.pollIntervalMs,
+          onError,
+        }),
+      );
     }
     return this.publisher;
   }
@@ -255,10 +292,10 @@ export class RolloutWorker {
   }
 
   private async close(): Promise<void> {
-    const follower = this.follower;
-    this.follower = undefined;
+    const followers = this.followers;
+    this.followers = [];
     this.closed = true;
-    await follower?.close();
+    await Promise.all(followers.map((f) => f.close()));
     await this.publisher?.flush();
     if (this.ownsProducer) await this.producer?.close();
     this.producer = undefined;
@@ -340,7 +377,7 @@ export class RolloutWorker {
         continue;
       }
       this.inflight++;
-      const task = this.runTrajectory(row, agentName, position, groupId, k, n, split, sampling, prompt).finally(() => {
+      const task = this.runTrajectory({ row, agentName, position, groupId, sampleIndex: k, groupSize: n, split, sampling, prompt }).finally(() => {
         this.inflight--;
         this.inflightTasks.delete(task);
         this.notify();
@@ -365,16 +402,17 @@ export class RolloutWorker {
     else this.slotsFree++;
   }
 
-  private async runTrajectory(row: DatasetRow, agentName: string, position: number, groupId: string, sampleIndex: number, groupSize: number, split: string, sampling: SamplingParams, prompt: PromptCache): Promise<Trajectory> {
+  private async runTrajectory(sample: TrajectorySample): Promise<Trajectory> {
     await this.acquireSlot();
     try {
-      return await this.trajectory(row, agentName, position, groupId, sampleIndex, groupSize, split, sampling, prompt);
+      return await this.trajectory(sample);
     } finally {
       this.releaseSlot();
     }
   }
 
-  private async trajectory(row: DatasetRow, agentName: string, position: number, groupId: string, sampleIndex: number, groupSize: number, split: string, sampling: SamplingParams, prompt: PromptCache): Promise<Trajectory> {
+  private async trajectory(sample: TrajectorySample): Promise<Trajectory> {
+    const { row, agentName, position, groupId, sampleIndex, groupSize, split, sampling, prompt } = sample;
     const publisher = this.publisher!;
     const { runId, backend, tokenizer } = this.deps;
     const loop = this.agents.get(agentName);
@@ -527,8 +565,8 @@ export class RolloutWorker {
     await this.applying;
   }
 
+  /** Apply a command of this run and session (core/control.ts chooses which commands reach here). */
   onControl(c: Control): void {
-    if (c.run_id !== this.deps.runId) return;
     this.counters.add(`control_${c.command}`);
     this.logger.info('control', { command: c.command, reason: c.reason });
     switch (c.command) {
@@ -548,28 +586,22 @@ export class RolloutWorker {
     }
   }
 
-  /** The policy versions and control commands of the run; a version not newer than the applied one is ignored. */
-  private async onFollowed(records: LogRecord[]): Promise<void> {
+  /** The policy versions of the run: the newest of a batch is applied; one not newer than the applied one is ignored. */
+  private async onPolicyRecords(records: LogRecord[], onError: (err: unknown, where: 'decode', record: LogRecord) => void): Promise<void> {
     let newest: PolicyVersion | undefined;
     for (const rec of records) {
       let ev;
       try {
         ev = await this.deps.serde.decode(rec.value);
       } catch (err) {
-        this.counters.add('undecodable_records');
-        this.logger.warn('undecodable record on a followed topic', { topic: rec.topic, offset: rec.offset, error: describeError(err) });
+        onError(err, 'decode', rec);
         continue;
       }
-      if (ev.name === 'PolicyVersion') {
-        if (!newest || ev.value.version > newest.version) newest = ev.value;
-      } else if (ev.name === 'Control' && ev.value.time_ms >= this.startedMs - 1000) {
-        // Older control events belong to earlier sessions of the run: replaying a past "stop" would end this one.
-        this.onControl(ev.value);
-      }
+      if (ev.name === 'PolicyVersion' && (!newest || ev.value.version > newest.version)) newest = ev.value;
     }
     if (!newest) return;
     const applied = this.onPolicyVersion(newest);
-    // While a hold is on, the follower goes on reading: a stop or a pause must not wait for an evaluation.
+    // While a hold is on, the follower goes on reading: later versions queue behind the evaluation's, not the poll.
     if (this.holds === 0) await applied;
   }
 

@@ -185,6 +185,37 @@ describe('staleness gate, policy versions, control', () => {
     }
   });
 
+  test('control on the log: commands of another run or of an earlier session are ignored, this session\'s apply', async () => {
+    const t = await embeddedLog();
+    try {
+      const producer = await t.log.producer();
+      const control = (id: string, runId: string, timeMs: number, command: 'stop' | 'pause') => ({ key: runId, value: t.serde.encode('Control', { event_id: id, time_ms: timeMs, run_id: runId, command, staleness_bound: null, reason: id, issued_by: null }) });
+      // Before the worker exists: an earlier session's stop and pause, another run's stop, and bytes that are no event.
+      await producer.send(TOPICS.control, [control('old-stop', 'run-w', Date.now() - 5000, 'stop'), control('old-pause', 'run-w', Date.now() - 5000, 'pause'), control('other', 'run-x', Date.now() + 60_000, 'stop'), { key: 'run-w', value: Buffer.from('junk') }]);
+      const { w } = worker(t, () => 'ok', { staleness_bound: null, concurrency: 2, poll_interval_ms: 20 }, { latencyMs: 30, followPolicy: true });
+      const running = w.run(Array.from({ length: 200 }, (_, i) => row(i, 'single_turn')));
+      try {
+        // A pause of this session, sent after the ones above: once it applies, the follower has read past them.
+        await producer.send(TOPICS.control, [control('pause', 'run-w', Date.now(), 'pause')]);
+        await until(() => (w.snapshot().counters['control_pause'] ?? 0) > 0);
+        const counters = w.snapshot().counters;
+        assert.equal(counters['control_stop'], undefined, 'no stop applied');
+        assert.equal(counters['control_pause'], 1, 'only this session\'s pause applied');
+        assert.equal(counters['undecodable_records'], 1);
+        assert.equal(w.snapshot().blockedBy, 'paused');
+        assert.ok(w.snapshot().trajectoriesStarted > 0 && w.snapshot().groupsStarted < 200);
+        await producer.send(TOPICS.control, [control('stop', 'run-w', Date.now(), 'stop')]);
+        await running;
+        assert.equal(w.snapshot().counters['control_stop'], 1);
+      } finally {
+        await producer.close();
+        await w.stop({ abort: true });
+      }
+    } finally {
+      await t.cleanup();
+    }
+  });
+
   test('stop({abort}) ends in-flight trajectories with termination aborted, still published', async () => {
     const t = await embeddedLog();
     try {
