@@ -19,7 +19,7 @@ import type { StepMetrics } from './step.ts';
 import { storeWeights } from './weights-store.ts';
 
 /** How long a restart may take to read the run's steps and versions back before it gives up (retriable). */
-const RESTORE_TIMEOUT_MS = 120_000;
+export const RESTORE_TIMEOUT_MS = 120_000;
 
 /** What the log says the run's committed steps did. */
 export interface Restored {
@@ -57,6 +57,8 @@ export interface CommitDeps {
   /** The model's config.json as published with every version. */
   modelConfigJson: string;
   logger: Logger;
+  /** The restore's deadline (default RESTORE_TIMEOUT_MS); tests of a stalled restore shorten it. */
+  restoreTimeoutMs?: number;
 }
 
 export function checkpointPath(checkpointDir: string, step: number): string {
@@ -105,7 +107,7 @@ export class StepCommitter {
           if (d.name === 'TrainStep' && d.value.run_id === runId) (onEvent as (e: TrainStep) => void)(d.value);
           if (d.name === 'PolicyVersion' && d.value.run_id === runId) (onEvent as (e: PolicyVersion) => void)(d.value);
         }
-      }, { what: 'trainer restore', timeoutMs: RESTORE_TIMEOUT_MS }).finally(() => c.close());
+      }, { what: 'trainer restore', timeoutMs: this.deps.restoreTimeoutMs ?? RESTORE_TIMEOUT_MS }).finally(() => c.close());
       logger.info('restored from the log', { topic, end: [...target], step, version });
     }
     return { step, version, versions, taken, stored };

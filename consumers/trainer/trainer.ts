@@ -67,6 +67,8 @@ export interface TrainerDeps {
    * the next step starts, and awaited: export.every_versions writes the version's directory here.
    */
   onVersion?: (pv: PolicyVersion) => Promise<void> | void;
+  /** The restore's deadline (commit.ts RESTORE_TIMEOUT_MS by default). */
+  restoreTimeoutMs?: number;
 }
 
 const GROUP_ID = 'trainer';
@@ -120,6 +122,7 @@ export class Trainer {
       weightsDir: this.weightsDir,
       modelConfigJson: deps.modelConfigJson ?? JSON.stringify(deps.modelConfig),
       logger: this.logger,
+      ...(deps.restoreTimeoutMs === undefined ? {} : { restoreTimeoutMs: deps.restoreTimeoutMs }),
     });
   }
 
