@@ -1,17 +1,19 @@
-// Generation on the native core's own model (native/model.ts): continuous batching over its slot KV cache. Every
-// step is one Model.extend call that prefills the requests joining (only the tokens their slot does not hold yet)
+// The continuous-batching scheduler over a model runner with a slot KV cache (slot-runner.ts): the native core's
+// own model (native/model.ts, CPU and CUDA) or the ONNX runner (onnx-slot-runner.ts). Every
+// step is one extend call that prefills the requests joining (only the tokens their slot does not hold yet)
 // and decodes one token for every running request; requests leave as they finish, handed back once the next step
 // is on its way (their owners' code then overlaps the device's work). Sampling follows the built-in
 // policy's rule and log-prob convention (sampler.ts): rows without top-k / top-p are drawn by the native core
-// where the probabilities are (extendSample, one uniform from the request's Rng), others by sampleToken on the
+// where the probabilities are (extendSample, one uniform from the request's Rng; a runner without it has them
+// sampled on the host), others by sampleToken on the
 // rows extend returns, softmax(logits / T). A session keeps its slot between turns, so a later turn whose context
 // extends the cached tokens prefills only the new ones. The weights are the model's parameters in place: a
 // trainer step on the same Model is seen by the next step (setVersion names the version the tokens then carry);
 // cached K/V of earlier tokens stay as they were computed.
 import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
-import type { Model } from '../../native/model.ts';
 import type { FinishReason, GenerateRequest, GenerateResult } from '../backends/types.ts';
+import type { SlotRunner } from './slot-runner.ts';
 import { inverseTemperature, isGreedy, isUntruncated, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
 
 /** Prompt tokens prefilled in one step unless maxPrefillTokens says otherwise. */
@@ -86,7 +88,7 @@ export class NativeEngine {
   readonly server: string;
 
   constructor(
-    private readonly model: Model,
+    private readonly model: SlotRunner,
     private readonly opts: NativeEngineOptions,
   ) {
     this.slots = Array.from({ length: opts.slots }, () => ({ session: null, tokens: [], version: -1, busy: false, lastUse: 0 }));
@@ -278,9 +280,9 @@ export class NativeEngine {
     // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
     // any truncated row brings every row to the host for sampleToken.
     const t0 = performance.now();
-    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = active.every((r) => isUntruncated(r.req.sampling, V))
-      ? this.model
-          .extendSample(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
+    const sampleWhereRowsAre = this.model.extendSample?.bind(this.model);
+    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = sampleWhereRowsAre && active.every((r) => isUntruncated(r.req.sampling, V))
+      ? sampleWhereRowsAre(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
           .then((out) => (b: number) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! }))
       : this.model
           .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V))
