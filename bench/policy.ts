@@ -12,17 +12,20 @@
 // within each round (same moment, same load): `speedupBatch64VsSequentialRounds_t1` in the report (median, min,
 // max; `_t2` at 2 threads), the figure the README quotes.
 // Each scenario's table row is its median round; the best round of each is in the report too.
-// The engines compared (`--engines-only` runs this part alone): the ONNX runner (onnxruntime-node) against the
-// native core's runner on the CPU (NativeEngine, the runner device cuda uses), same model, weights, prompts and
-// threads, in interleaved rounds whose order flips each round; tokens/s (wall and per CPU-second, the median and
-// the same-round ratio native / ONNX) and time to first token (a round of one-token requests: each request's
-// latency, prompt prefill included, the median of the round).
+// The engines compared (`--engines-only` runs this part alone): the ONNX engine (onnxruntime-node under its own
+// scheduler, engine.ts), the native core's runner on the CPU (NativeEngine, the one device cuda uses) and the ONNX
+// runner behind that same scheduler (OnnxSlotRunner); same model, weights, prompts and threads, in interleaved
+// rounds whose order rotates each round; tokens/s (wall and per CPU-second, the median and the same-round ratio
+// to the ONNX engine) and time to first token (a round of one-token requests: each request's latency, prompt
+// prefill included, the median of the round).
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
 import { configToJson, expectedTensors, policyConfig } from '../producers/policy/config.ts';
 import { exportOnnx } from '../producers/policy/export.ts';
 import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
 import { NativePolicyBackend } from '../producers/policy/native-backend.ts';
+import { NativeEngine } from '../producers/policy/native-engine.ts';
+import { OnnxSlotRunner } from '../producers/policy/onnx-slot-runner.ts';
 import { writeSafetensors } from '../core/weights/safetensors.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -218,7 +221,7 @@ interface EngineRound {
 }
 
 interface EngineRow {
-  engine: 'onnx' | 'native-cpu';
+  engine: EngineName;
   batch: number;
   threads: number;
   tokensPerS: Stats;
@@ -226,13 +229,23 @@ interface EngineRow {
   ttftMs: Stats;
 }
 
+/** The ONNX stack's own engine, the native CPU runner and the ONNX runner behind the one scheduler (NativeEngine). */
+type EngineName = 'onnx' | 'native-cpu' | 'onnx-runner-scheduler';
+const ENGINE_LABEL: Record<EngineName, string> = { onnx: 'the ONNX engine', 'native-cpu': 'the native CPU runner', 'onnx-runner-scheduler': 'the ONNX runner behind the one scheduler' };
+
+interface Generator {
+  generate(r: GenerateRequest): Promise<Awaited<ReturnType<BuiltinPolicyBackend['generate']>>>;
+  close(): Promise<void>;
+}
+
 /**
- * The ONNX runner against the native CPU runner at each batch: both built from the same weights (the ONNX side
- * from the tensors, the native side from the same tensors written to a safetensors file), `threads` each,
- * every request the same 16-token prompt and `maxNew` tokens (no stop tokens). Rounds interleave the two and
- * flip their order every round; the ratio native / ONNX is taken within each round.
+ * The ONNX engine (its own scheduler, engine.ts), the native CPU runner and the ONNX runner behind the one
+ * scheduler (NativeEngine over OnnxSlotRunner) at each batch: all built from the same weights (the native side from
+ * the same tensors written to a safetensors file), `threads` each, every request the same 16-token prompt and
+ * `maxNew` tokens (no stop tokens). Rounds interleave the engines, their order rotating every round; each other
+ * engine's ratio to the ONNX engine is taken within each round.
  */
-async function enginesCompared(threads: number, batches: number[], maxNew: number, repeats: number, passes: number): Promise<{ rows: EngineRow[]; ratios: { batch: number; tokensPerS: Stats; tokensPerCpuS: Stats; ttft: Stats }[]; rounds: { engine: string; batch: number; rounds: EngineRound[] }[] }> {
+async function enginesCompared(threads: number, batches: number[], maxNew: number, repeats: number, passes: number): Promise<{ rows: EngineRow[]; ratios: { engine: EngineName; batch: number; tokensPerS: Stats; tokensPerCpuS: Stats; ttft: Stats }[]; rounds: { engine: string; batch: number; rounds: EngineRound[] }[] }> {
   const dir = mkdtempSync(join(tmpdir(), 'rls-bench-policy-'));
   const rows: EngineRow[] = [];
   const ratios = [];
@@ -241,15 +254,19 @@ async function enginesCompared(threads: number, batches: number[], maxNew: numbe
     const weightsPath = join(dir, 'model.safetensors');
     await writeSafetensors(weightsPath, weights);
     for (const batch of batches) {
-      const engines: { engine: EngineRow['engine']; backend: BuiltinPolicyBackend | NativePolicyBackend }[] = [
+      const slotRunner = await OnnxSlotRunner.create(config, weights, { threads });
+      const scheduler = new NativeEngine(slotRunner, { slots: batch, maxLen: 16 + maxNew });
+      const engines: { engine: EngineName; backend: Generator }[] = [
         { engine: 'onnx', backend: await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads }) },
         { engine: 'native-cpu', backend: NativePolicyBackend.create({ configJson, weightsPath, version: 1 }, { device: 'cpu', threads, maxBatch: batch, maxLen: 16 + maxNew, gpuMemoryUtilization: 1, interrupt: 'next_turn' }) },
+        { engine: 'onnx-runner-scheduler', backend: { generate: (r) => scheduler.generate(r), close: async () => (scheduler.close(), await slotRunner.release()) } },
       ];
       const rounds: EngineRound[][] = engines.map(() => []);
       try {
         for (const e of engines) await Promise.all(Array.from({ length: Math.min(batch, 4) }, (_, i) => e.backend.generate(request(990 + i, 16, 4))));
         for (let rep = 0; rep < repeats; rep++) {
-          for (const i of rep % 2 === 0 ? [0, 1] : [1, 0]) {
+          for (let k = 0; k < engines.length; k++) {
+            const i = (rep + k) % engines.length;
             const b = engines[i]!.backend;
             const p = probe();
             const first = await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, 1))));
@@ -271,13 +288,18 @@ async function enginesCompared(threads: number, batches: number[], maxNew: numbe
         rows.push({ engine: e.engine, batch, threads, tokensPerS: stats(rounds[i]!.map(perS)), tokensPerCpuS: stats(rounds[i]!.map(perCpuS)), ttftMs: stats(rounds[i]!.map((r) => r.ttftMs)) });
         raw.push({ engine: e.engine, batch, rounds: rounds[i]! });
       }
-      const [onnx, native] = rounds as [EngineRound[], EngineRound[]];
-      ratios.push({
-        batch,
-        tokensPerS: stats(native.map((r, k) => perS(r) / perS(onnx[k]!))),
-        tokensPerCpuS: stats(native.map((r, k) => perCpuS(r) / perCpuS(onnx[k]!))),
-        ttft: stats(native.map((r, k) => r.ttftMs / onnx[k]!.ttftMs)),
-      });
+      const onnx = rounds[0]!;
+      for (const [i, e] of engines.entries()) {
+        if (i === 0) continue;
+        const other = rounds[i]!;
+        ratios.push({
+          engine: e.engine,
+          batch,
+          tokensPerS: stats(other.map((r, k) => perS(r) / perS(onnx[k]!))),
+          tokensPerCpuS: stats(other.map((r, k) => perCpuS(r) / perCpuS(onnx[k]!))),
+          ttft: stats(other.map((r, k) => r.ttftMs / onnx[k]!.ttftMs)),
+        });
+      }
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -290,7 +312,7 @@ function printEngines(c: Awaited<ReturnType<typeof enginesCompared>>, repeats: n
   console.log('|---|---|---|---|---|---|');
   for (const x of c.rows) console.log(`| ${x.engine} | ${x.batch} | ${x.threads} | ${fmtStats(x.tokensPerS, 0)} | ${fmtStats(x.tokensPerCpuS, 0)} | ${fmtStats(x.ttftMs, 2)} |`);
   for (const r of c.ratios)
-    console.log(`batch ${r.batch}: the native CPU runner gives ${fmtStats(r.tokensPerS, 2, 'x')} the ONNX runner's tokens/s, ${fmtStats(r.tokensPerCpuS, 2, 'x')} its tokens per CPU-second, ${fmtStats(r.ttft, 2, 'x')} its time to first token (same-round ratios over ${repeats} rounds)`);
+    console.log(`batch ${r.batch}: ${ENGINE_LABEL[r.engine]} gives ${fmtStats(r.tokensPerS, 2, 'x')} the ONNX engine's tokens/s, ${fmtStats(r.tokensPerCpuS, 2, 'x')} its tokens per CPU-second, ${fmtStats(r.ttft, 2, 'x')} its time to first token (same-round ratios over ${repeats} rounds)`);
 }
 
 export async function main(args: string[]): Promise<unknown> {
@@ -304,7 +326,12 @@ export async function main(args: string[]): Promise<unknown> {
   console.log(`load average at start: ${loadBefore.map((x) => x.toFixed(2)).join(', ')} (${cpus().length} cores)`);
   const engines = await enginesCompared(1, [1, 8, 64], maxNew, repeats, passes);
   printEngines(engines, repeats);
-  const engineFigures = Object.fromEntries(engines.ratios.flatMap((r) => [[`nativeVsOnnxTokensPerS_b${r.batch}`, r.tokensPerS], [`nativeVsOnnxTokensPerCpuS_b${r.batch}`, r.tokensPerCpuS], [`nativeVsOnnxTtft_b${r.batch}`, r.ttft]]));
+  const engineFigures = Object.fromEntries(
+    engines.ratios.flatMap((r) => {
+      const key = r.engine === 'native-cpu' ? 'nativeVsOnnx' : 'onnxRunnerSchedulerVsOnnx';
+      return [[`${key}TokensPerS_b${r.batch}`, r.tokensPerS], [`${key}TokensPerCpuS_b${r.batch}`, r.tokensPerCpuS], [`${key}Ttft_b${r.batch}`, r.ttft]];
+    }),
+  );
   if (f['engines-only'] === true) {
     const loadAfter = loadavg();
     console.log(`load average at end: ${loadAfter.map((x) => x.toFixed(2)).join(', ')}`);

@@ -102,7 +102,7 @@ test("over the ONNX runner: a session's next turn prefills only its new tokens a
   assertSame(second, fresh, 'the second turn');
 });
 
-test('the ONNX slot runner refuses slots outside its cache, lengths beyond maxLen and a token count that does not add up', async () => {
+test('the ONNX slot runner refuses slots outside its cache or twice in a step, lengths beyond maxLen and a token count that does not add up', async () => {
   const r = await OnnxSlotRunner.create(config, weights);
   closers.push(() => r.release());
   r.kvReserve(2, 4);
@@ -120,6 +120,9 @@ test('the ONNX slot runner refuses slots outside its cache, lengths beyond maxLe
   await fails(() => r.extend(Int32Array.of(0), Int32Array.of(5), Int32Array.of(1, 2, 3, 4, 5)), /would hold 5 tokens, more than maxLen 4/);
   await fails(() => r.extend(Int32Array.of(0), Int32Array.of(2), Int32Array.of(1)), /counts add up to 2 tokens, got 1/);
   await fails(() => r.kvTruncate(0, 1), /holds 0 tokens, cannot keep 1/);
+  // Both slots once each is the in-place decode path, a slot twice would write one row over the other.
+  await fails(() => r.extend(Int32Array.of(1, 1), Int32Array.of(1, 1), Int32Array.of(1, 2)), /slot 1 appears twice in one step/);
+  await fails(() => r.extend(Int32Array.of(1, 1), Int32Array.of(2, 1), Int32Array.of(1, 2, 3)), /slot 1 appears twice in one step/);
   // A refused call changed nothing: the slot still takes its full length.
   const probs = await r.extend(Int32Array.of(0), Int32Array.of(4), Int32Array.of(1, 2, 3, 4));
   assert.equal(probs.length, config.vocabSize);
