@@ -107,15 +107,20 @@ export class OnnxSlotRunner implements SlotRunner {
       pastBias.fill(0, r * cap, r * cap + this.lengths[r]!);
     }
     const out = await this.runner.decode({ batch: N, inputIds: ids, positionIds: pos, pastBias, past: this.store, invTemperature: inv });
+    // Plain loops: a column is only headDim floats, too short for subarray() + set() to pay off (as in slots.ts).
+    const column = out.column;
     for (let l = 0; l < numLayers; l++) {
       const k = this.store.keys[l]!;
       const v = this.store.values[l]!;
       for (let r = 0; r < N; r++) {
         const srcK = (r * numLayers + l) * 2 * KVH * D;
+        const srcV = srcK + KVH * D;
         for (let h = 0; h < KVH; h++) {
           const dst = ((r * KVH + h) * cap + this.lengths[r]!) * D;
-          k.set(out.column.subarray(srcK + h * D, srcK + (h + 1) * D), dst);
-          v.set(out.column.subarray(srcK + (KVH + h) * D, srcK + (KVH + h + 1) * D), dst);
+          for (let d = 0; d < D; d++) {
+            k[dst + d] = column[srcK + h * D + d]!;
+            v[dst + d] = column[srcV + h * D + d]!;
+          }
         }
       }
     }
