@@ -21,14 +21,27 @@ export class OnnxSlotRunner implements SlotRunner {
 
   private constructor(
     private readonly c: PolicyModelConfig,
-    private readonly runner: PolicyRunner,
+    private runner: PolicyRunner,
+    private readonly threads: number,
   ) {
     this.config = Object.freeze({ vocab_size: c.vocabSize });
   }
 
   /** The graph exported from `weights` in one onnxruntime session of `threads` intra-op threads (default 1). */
   static async create(config: PolicyModelConfig, weights: TensorMap, options: { threads?: number } = {}): Promise<OnnxSlotRunner> {
-    return new OnnxSlotRunner(config, await PolicyRunner.create(config, weights, 0, { threads: options.threads ?? 1 }));
+    const threads = options.threads ?? 1;
+    return new OnnxSlotRunner(config, await PolicyRunner.create(config, weights, 0, { threads }), threads);
+  }
+
+  /**
+   * Another version's weights (same architecture) in a new onnxruntime session, which later steps run; call it
+   * between steps (NativeEngine.swap does). The slots keep their K/V: the scheduler decides which it drops.
+   */
+  async loadWeights(weights: TensorMap): Promise<void> {
+    const next = await PolicyRunner.create(this.c, weights, 0, { threads: this.threads });
+    const old = this.runner;
+    this.runner = next;
+    await old.release();
   }
 
   kvReserve(slots: number, maxLen: number): void {

@@ -2,7 +2,8 @@
 // as a SlotRunner (onnx-slot-runner.ts) and the native core's Model on the CPU, built from the same weights.
 // Both give the same tokens and log-probs as the ONNX stack's own engine (BuiltinPolicyBackend) on the same
 // requests; behind the scheduler the ONNX runner batches continuously (more requests than slots, each equal to
-// its run alone), reuses a session's slot for its next turn, and refuses slots and lengths outside its cache.
+// its run alone), reuses a session's slot for its next turn, takes a new version's weights mid-turn (next_token)
+// or after the turns under way (next_turn), and refuses slots and lengths outside its cache.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,8 @@ import { configToJson, policyConfig } from '../../producers/policy/config.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
+import { PolicyRunner } from '../../producers/policy/runner.ts';
+import { scoreSequences } from '../../producers/policy/score.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
 const config = policyConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128 });
@@ -41,13 +44,35 @@ const requests: GenerateRequest[] = [
 ];
 
 async function onnxEngine(slots: number, maxLen = 64): Promise<NativeEngine> {
+  return (await onnxEngineAndRunner(slots, maxLen)).engine;
+}
+
+async function onnxEngineAndRunner(slots: number, maxLen = 64): Promise<{ engine: NativeEngine; runner: OnnxSlotRunner }> {
   const runner = await OnnxSlotRunner.create(config, weights);
   const engine = new NativeEngine(runner, { slots, maxLen });
   closers.push(async () => {
     engine.close();
     await runner.release();
   });
-  return engine;
+  return { engine, runner };
+}
+
+/** Teacher-forced log-probs of `out` after `prompt` under `w` (the ONNX graph in mode 'all'). */
+async function score(w: typeof weights, prompt: number[], out: number[]): Promise<number[]> {
+  const r = await PolicyRunner.create(config, w, 0, { mode: 'all' });
+  try {
+    const [lp] = await scoreSequences(r, [[...prompt, ...out]]);
+    return Array.from(lp!.slice(prompt.length - 1));
+  } finally {
+    await r.release();
+  }
+}
+
+const maxDiff = (a: number[], b: number[]) => Math.max(0, ...a.map((x, i) => Math.abs(x - b[i]!)));
+
+/** Resolves once the engine has run `n` steps. */
+async function afterSteps(engine: NativeEngine, n: number): Promise<void> {
+  while (engine.stats().steps < n) await new Promise((r) => setImmediate(r));
 }
 
 function assertSame(got: GenerateResult, want: GenerateResult, what: string): void {
@@ -100,6 +125,44 @@ test("over the ONNX runner: a session's next turn prefills only its new tokens a
   assert.equal(after.prefillTokens - before.prefillTokens, next.length - 10);
   const fresh = await (await onnxEngine(1)).generate({ requestId: 't2', promptIds: next, sampling: sampling({ temperature: 0, max_new_tokens: 6 }) });
   assertSame(second, fresh, 'the second turn');
+});
+
+test("over the ONNX runner, next_token: a turn under way goes on with the new weights, each token carrying its version's log-prob", async () => {
+  const w2 = randomWeights(config, 2);
+  const { engine, runner } = await onnxEngineAndRunner(2);
+  const p = prompt(4, 6);
+  const turn = engine.generate({ requestId: 'a', sessionId: 's', promptIds: p, sampling: sampling({ max_new_tokens: 30 }) });
+  await afterSteps(engine, 8);
+  await engine.swap(1, () => runner.loadWeights(w2), 'next_token');
+  const r = await turn;
+  const k = r.policyVersions.indexOf(1);
+  assert.ok(k >= 8 && k < 30, `the swap landed mid-turn (first v1 token at ${k})`);
+  assert.ok(r.policyVersions.slice(k).every((v) => v === 1) && r.policyVersions.slice(0, k).every((v) => v === 0));
+  const old = await score(weights, p, r.tokenIds);
+  const neu = await score(w2, p, r.tokenIds);
+  assert.ok(maxDiff(r.logprobs.slice(0, k), old.slice(0, k)) < 1e-4, 'tokens before the swap: the old weights');
+  assert.ok(maxDiff(r.logprobs.slice(k), neu.slice(k)) < 1e-4, 'tokens after it: the new weights on the whole context');
+  // The session's next turn does not reuse K/V the old weights computed: it equals a fresh run on the new ones.
+  const next = [...p, ...r.tokenIds, 3];
+  const second = await engine.generate({ requestId: 'b', sessionId: 's', promptIds: next, sampling: sampling({ temperature: 0, max_new_tokens: 4 }) });
+  assert.deepEqual(second.policyVersions, [1, 1, 1, 1]);
+  assert.ok(maxDiff(second.logprobs, await score(w2, next, second.tokenIds)) < 1e-4);
+});
+
+test('over the ONNX runner, next_turn: the turn under way finishes on the old weights, the next one runs on the new', async () => {
+  const w2 = randomWeights(config, 2);
+  const { engine, runner } = await onnxEngineAndRunner(2);
+  const p = prompt(6, 5);
+  const turn = engine.generate({ requestId: 'a', promptIds: p, sampling: sampling({ max_new_tokens: 20 }) });
+  await afterSteps(engine, 4);
+  const swapped = engine.swap(1, () => runner.loadWeights(w2), 'next_turn');
+  const r = await turn;
+  await swapped;
+  assert.ok(r.policyVersions.every((v) => v === 0));
+  assert.ok(maxDiff(r.logprobs, await score(weights, p, r.tokenIds)) < 1e-4);
+  const after = await engine.generate({ requestId: 'b', promptIds: p, sampling: sampling({ max_new_tokens: 6 }) });
+  assert.ok(after.policyVersions.every((v) => v === 1));
+  assert.ok(maxDiff(after.logprobs, await score(w2, p, after.tokenIds)) < 1e-4);
 });
 
 test('the ONNX slot runner refuses slots outside its cache or twice in a step, lengths beyond maxLen and a token count that does not add up', async () => {
