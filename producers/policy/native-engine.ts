@@ -150,9 +150,22 @@ export class NativeEngine {
 
   generate(req: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the native engine is closed'));
-    validateSampling(req.sampling, this.model.config.vocab_size);
+    // Refused here, before it joins a step: a bad token id found by the runner would fail the whole step.
+    const bad = (m: string) => Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `request ${req?.requestId ?? '?'}: ${m}`));
+    if (!req || !Array.isArray(req.promptIds)) return bad('promptIds must be an array of token ids');
+    const V = this.model.config.vocab_size;
     const n = req.promptIds.length;
-    if (n < 1) return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', 'promptIds is empty'));
+    if (n < 1) return bad('promptIds is empty');
+    for (let i = 0; i < n; i++) {
+      const t = req.promptIds[i]!;
+      if (!Number.isInteger(t) || t < 0 || t >= V) return bad(`token id ${t} at position ${i} is outside the vocabulary [0, ${V})`);
+    }
+    if ((req.topLogprobs ?? 0) !== 0) return bad('topLogprobs: this engine returns no alternatives (maxTopLogprobs is unset); leave it out');
+    try {
+      validateSampling(req.sampling, V);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     if (n + req.sampling.max_new_tokens > this.opts.maxLen)
       return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `prompt (${n} tokens) + max_new_tokens (${req.sampling.max_new_tokens}) exceed the engine's maxLen ${this.opts.maxLen}`));
     return new Promise<GenerateResult>((resolve, reject) => {
@@ -217,6 +230,8 @@ export class NativeEngine {
     } catch (err) {
       this.handBack();
       const e = new RlstreamError('INTERNAL', `native generation step failed: ${describeError(err)}`, { cause: err });
+      // Their slots are free again (empty, no session): a failed step must not leave them taken for good.
+      for (const r of this.running) this.freeSlot(r.slot);
       for (const r of [...this.waiting, ...this.running]) r.reject(e);
       this.waiting.length = 0;
       this.running.length = 0;
@@ -337,6 +352,18 @@ export class NativeEngine {
     run.feed = prompt.slice(keep);
     this.running.push(run);
     return run.feed.length;
+  }
+
+  private freeSlot(slot: number): void {
+    const s = this.slots[slot]!;
+    s.busy = false;
+    s.session = null;
+    s.tokens = [];
+    try {
+      this.model.kvTruncate(slot, 0);
+    } catch {
+      // The runner that failed the step may refuse this too; the slot's tokens are forgotten above either way.
+    }
   }
 
   private retire(run: Run, reason: FinishReason): void {
