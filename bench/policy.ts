@@ -12,14 +12,27 @@
 // within each round (same moment, same load): `speedupBatch64VsSequentialRounds_t1` in the report (median, min,
 // max; `_t2` at 2 threads), the figure the README quotes.
 // Each scenario's table row is its median round; the best round of each is in the report too.
+// The engines compared (`--engines-only` runs this part alone): the ONNX engine (onnxruntime-node under its own
+// scheduler, engine.ts), the native core's runner on the CPU (NativeEngine, the one device cuda uses) and the ONNX
+// runner behind that same scheduler (OnnxSlotRunner); same model, weights, prompts and threads, in interleaved
+// rounds whose order rotates each round; tokens/s (wall and per CPU-second, the median and the same-round ratio
+// to the ONNX engine) and time to first token (a round of one-token requests: each request's latency, prompt
+// prefill included, the median of the round).
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
 import { configToJson, expectedTensors, policyConfig } from '../producers/policy/config.ts';
 import { exportOnnx } from '../producers/policy/export.ts';
 import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
+import { NativePolicyBackend } from '../producers/policy/native-backend.ts';
+import { NativeEngine } from '../producers/policy/native-engine.ts';
+import { OnnxSlotRunner } from '../producers/policy/onnx-slot-runner.ts';
+import { writeSafetensors } from '../core/weights/safetensors.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { SlotCache } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
-import { int, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { bool, int, parseFlags, ROUND_FLAGS } from './flags.ts';
 import { fmtStats, probe, probeSummary, stats, type Probe, type Stats } from './harness.ts';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
@@ -198,8 +211,112 @@ async function engineVsBare(batch: number, maxNew: number, repeats: number): Pro
   return { batch, engineMs, bareMs };
 }
 
+interface EngineRound {
+  probe: Probe;
+  tokens: number;
+  wallMs: number;
+  cpuMs: number;
+  /** Median over the round's one-token requests of their latency (prompt prefill and the first token). */
+  ttftMs: number;
+}
+
+interface EngineRow {
+  engine: EngineName;
+  batch: number;
+  threads: number;
+  tokensPerS: Stats;
+  tokensPerCpuS: Stats;
+  ttftMs: Stats;
+}
+
+/** The ONNX stack's own engine, the native CPU runner and the ONNX runner behind the one scheduler (NativeEngine). */
+type EngineName = 'onnx' | 'native-cpu' | 'onnx-runner-scheduler';
+const ENGINE_LABEL: Record<EngineName, string> = { onnx: 'the ONNX engine', 'native-cpu': 'the native CPU runner', 'onnx-runner-scheduler': 'the ONNX runner behind the one scheduler' };
+
+interface Generator {
+  generate(r: GenerateRequest): Promise<Awaited<ReturnType<BuiltinPolicyBackend['generate']>>>;
+  close(): Promise<void>;
+}
+
+/**
+ * The ONNX engine (its own scheduler, engine.ts), the native CPU runner and the ONNX runner behind the one
+ * scheduler (NativeEngine over OnnxSlotRunner) at each batch: all built from the same weights (the native side from
+ * the same tensors written to a safetensors file), `threads` each, every request the same 16-token prompt and
+ * `maxNew` tokens (no stop tokens). Rounds interleave the engines, their order rotating every round; each other
+ * engine's ratio to the ONNX engine is taken within each round.
+ */
+async function enginesCompared(threads: number, batches: number[], maxNew: number, repeats: number, passes: number): Promise<{ rows: EngineRow[]; ratios: { engine: EngineName; batch: number; tokensPerS: Stats; tokensPerCpuS: Stats; ttft: Stats }[]; rounds: { engine: string; batch: number; rounds: EngineRound[] }[] }> {
+  const dir = mkdtempSync(join(tmpdir(), 'rls-bench-policy-'));
+  const rows: EngineRow[] = [];
+  const ratios = [];
+  const raw = [];
+  try {
+    const weightsPath = join(dir, 'model.safetensors');
+    await writeSafetensors(weightsPath, weights);
+    for (const batch of batches) {
+      const slotRunner = await OnnxSlotRunner.create(config, weights, { threads });
+      const scheduler = new NativeEngine(slotRunner, { slots: batch, maxLen: 16 + maxNew });
+      const engines: { engine: EngineName; backend: Generator }[] = [
+        { engine: 'onnx', backend: await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads }) },
+        { engine: 'native-cpu', backend: NativePolicyBackend.create({ configJson, weightsPath, version: 1 }, { device: 'cpu', threads, maxBatch: batch, maxLen: 16 + maxNew, gpuMemoryUtilization: 1, interrupt: 'next_turn' }) },
+        { engine: 'onnx-runner-scheduler', backend: { generate: (r) => scheduler.generate(r), close: async () => (scheduler.close(), await slotRunner.release()) } },
+      ];
+      const rounds: EngineRound[][] = engines.map(() => []);
+      try {
+        for (const e of engines) await Promise.all(Array.from({ length: Math.min(batch, 4) }, (_, i) => e.backend.generate(request(990 + i, 16, 4))));
+        for (let rep = 0; rep < repeats; rep++) {
+          for (let k = 0; k < engines.length; k++) {
+            const i = (rep + k) % engines.length;
+            const b = engines[i]!.backend;
+            const p = probe();
+            const first = await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, 1))));
+            const ttftMs = stats(first.map((r) => r.latencyMs)).median;
+            const t0 = performance.now();
+            const c0 = process.cpuUsage();
+            let tokens = 0;
+            for (let pass = 0; pass < passes; pass++) for (const r of await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, maxNew))))) tokens += r.tokenIds.length;
+            const cu = process.cpuUsage(c0);
+            rounds[i]!.push({ probe: p, tokens, wallMs: performance.now() - t0, cpuMs: (cu.user + cu.system) / 1000, ttftMs });
+          }
+        }
+      } finally {
+        for (const e of engines) await e.backend.close();
+      }
+      const perS = (r: EngineRound) => (r.tokens / r.wallMs) * 1000;
+      const perCpuS = (r: EngineRound) => (r.tokens / r.cpuMs) * 1000;
+      for (const [i, e] of engines.entries()) {
+        rows.push({ engine: e.engine, batch, threads, tokensPerS: stats(rounds[i]!.map(perS)), tokensPerCpuS: stats(rounds[i]!.map(perCpuS)), ttftMs: stats(rounds[i]!.map((r) => r.ttftMs)) });
+        raw.push({ engine: e.engine, batch, rounds: rounds[i]! });
+      }
+      const onnx = rounds[0]!;
+      for (const [i, e] of engines.entries()) {
+        if (i === 0) continue;
+        const other = rounds[i]!;
+        ratios.push({
+          engine: e.engine,
+          batch,
+          tokensPerS: stats(other.map((r, k) => perS(r) / perS(onnx[k]!))),
+          tokensPerCpuS: stats(other.map((r, k) => perCpuS(r) / perCpuS(onnx[k]!))),
+          ttft: stats(other.map((r, k) => r.ttftMs / onnx[k]!.ttftMs)),
+        });
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { rows, ratios, rounds: raw };
+}
+
+function printEngines(c: Awaited<ReturnType<typeof enginesCompared>>, repeats: number): void {
+  console.log('\n| engine | batch | threads | tokens/s | tokens per CPU-s | time to first token, ms |');
+  console.log('|---|---|---|---|---|---|');
+  for (const x of c.rows) console.log(`| ${x.engine} | ${x.batch} | ${x.threads} | ${fmtStats(x.tokensPerS, 0)} | ${fmtStats(x.tokensPerCpuS, 0)} | ${fmtStats(x.ttftMs, 2)} |`);
+  for (const r of c.ratios)
+    console.log(`batch ${r.batch}: ${ENGINE_LABEL[r.engine]} gives ${fmtStats(r.tokensPerS, 2, 'x')} the ONNX engine's tokens/s, ${fmtStats(r.tokensPerCpuS, 2, 'x')} its tokens per CPU-second, ${fmtStats(r.ttft, 2, 'x')} its time to first token (same-round ratios over ${repeats} rounds)`);
+}
+
 export async function main(args: string[]): Promise<unknown> {
-  const { values: f } = parseFlags(args, { ...ROUND_FLAGS, 'max-new': int(2), passes: int(1) });
+  const { values: f } = parseFlags(args, { ...ROUND_FLAGS, 'max-new': int(2), passes: int(1), 'engines-only': bool });
   const quick = f.quick === true;
   const maxNew = f['max-new'] ?? (quick ? 16 : 128);
   const repeats = f.rounds ?? (quick ? 3 : 9);
@@ -207,6 +324,19 @@ export async function main(args: string[]): Promise<unknown> {
   const loadBefore = loadavg();
   console.log(`model: hidden ${config.hiddenSize}, ${config.numLayers} layers, ${config.numHeads} heads / ${config.numKvHeads} kv, intermediate ${config.intermediateSize}, vocab ${config.vocabSize}: ${(params / 1e6).toFixed(2)}M parameters`);
   console.log(`load average at start: ${loadBefore.map((x) => x.toFixed(2)).join(', ')} (${cpus().length} cores)`);
+  const engines = await enginesCompared(1, [1, 8, 64], maxNew, repeats, passes);
+  printEngines(engines, repeats);
+  const engineFigures = Object.fromEntries(
+    engines.ratios.flatMap((r) => {
+      const key = r.engine === 'native-cpu' ? 'nativeVsOnnx' : 'onnxRunnerSchedulerVsOnnx';
+      return [[`${key}TokensPerS_b${r.batch}`, r.tokensPerS], [`${key}TokensPerCpuS_b${r.batch}`, r.tokensPerCpuS], [`${key}Ttft_b${r.batch}`, r.ttft]];
+    }),
+  );
+  if (f['engines-only'] === true) {
+    const loadAfter = loadavg();
+    console.log(`load average at end: ${loadAfter.map((x) => x.toFixed(2)).join(', ')}`);
+    return { options: { quick, rounds: repeats, passes, maxNew, enginesOnly: true }, headline: 'nativeVsOnnxTokensPerS_b64 (median [min–max] of same-round ratios)', figures: { ...engineFigures, parameters: params, loadAvg1mStart: loadBefore[0]!, loadAvg1mEnd: loadAfter[0]! }, engines };
+  }
 
   exportOnnx(config, weights);
   const exportTimes: number[] = [];
@@ -264,7 +394,7 @@ export async function main(args: string[]): Promise<unknown> {
   for (const x of [...rows, ...turnRows]) console.log(`| ${x.scenario} | ${x.threads} | ${x.workers} | ${x.sequences} | ${x.tokens} | ${x.wallMs.toFixed(0)} | ${x.tokensPerS.toFixed(0)} | ${x.tokensPerCpuS.toFixed(0)} | ${x.msPerToken.toFixed(2)} |`);
   for (const x of turnRows) console.log(`${x.scenario}: ${x.prefillTokens} prompt tokens encoded, ${x.reusedTokens} reused from kept caches`);
 
-  const figures: Record<string, number | Stats> = { exportMs, sessionLoadMs: r.loadMs, parameters: params, loadAvg1mStart: loadBefore[0]!, loadAvg1mEnd: loadAfter[0]! };
+  const figures: Record<string, number | Stats> = { ...engineFigures, exportMs, sessionLoadMs: r.loadMs, parameters: params, loadAvg1mStart: loadBefore[0]!, loadAvg1mEnd: loadAfter[0]! };
   const seqRow = (t: number) => rows.find((x) => x.threads === t && x.scenario.startsWith('one sequence'))!;
   const b64Row = (t: number) => rows.find((x) => x.threads === t && x.scenario.endsWith('batch 64'))!;
   const parallelRow = rows.find((x) => x.workers === 2)!;
@@ -304,5 +434,5 @@ export async function main(args: string[]): Promise<unknown> {
   const probes = raw.flat().flatMap((x) => x.rounds);
   const speed = probeSummary(probes);
   console.log(`machine speed before each scenario of each round: sgemm ${fmtStats(speed.sgemmGflops, 0)} GFLOP/s, JS loop ${fmtStats(speed.jsLoopMs, 0)} ms, load ${fmtStats(speed.load1m, 1)}`);
-  return { options: { quick, rounds: repeats, passes, maxNew, queued: seqCount }, headline: 'speedupBatch64VsSequentialRounds_t1 (median [min–max] of same-round ratios)', figures, rows, turnRows, overhead, machineSpeed: speed, rounds: raw.flat() };
+  return { options: { quick, rounds: repeats, passes, maxNew, queued: seqCount }, headline: 'speedupBatch64VsSequentialRounds_t1 (median [min–max] of same-round ratios)', figures, rows, turnRows, overhead, engines, machineSpeed: speed, rounds: raw.flat() };
 }

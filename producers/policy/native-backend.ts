@@ -14,6 +14,8 @@ import { PolicyUpdates } from './updates.ts';
 
 export interface NativePolicyOptions {
   device: DeviceKind;
+  /** device cpu: the native core's threads (default: the machine's available parallelism). */
+  threads?: number;
   /** Sequences decoded together, and KV-cache slots (running turns plus sessions kept for their next turn). */
   maxBatch: number;
   /** Tokens a slot holds (prompt and everything generated in a trajectory); default min(4096, max_position_embeddings). */
@@ -59,7 +61,7 @@ export class NativePolicyBackend implements LlmBackend {
     const maxLen = o.maxLen ?? Math.min(4096, config.max_position_embeddings);
     const logger = o.logger ?? silentLogger;
     const before = o.device === 'cuda' ? cudaMemory() : null;
-    const model = Model.load(source.weightsPath, config, { device: o.device, trainable: false });
+    const model = Model.load(source.weightsPath, config, { device: o.device, trainable: false, ...(o.threads !== undefined && { threads: o.threads }) });
     try {
       let slots = o.maxBatch;
       let kvGiB: number | undefined;

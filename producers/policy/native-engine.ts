@@ -1,17 +1,19 @@
-// Generation on the native core's own model (native/model.ts): continuous batching over its slot KV cache. Every
-// step is one Model.extend call that prefills the requests joining (only the tokens their slot does not hold yet)
+// The continuous-batching scheduler over a model runner with a slot KV cache (slot-runner.ts): the native core's
+// own model (native/model.ts, CPU and CUDA) or the ONNX runner (onnx-slot-runner.ts). Every
+// step is one extend call that prefills the requests joining (only the tokens their slot does not hold yet)
 // and decodes one token for every running request; requests leave as they finish, handed back once the next step
 // is on its way (their owners' code then overlaps the device's work). Sampling follows the built-in
 // policy's rule and log-prob convention (sampler.ts): rows without top-k / top-p are drawn by the native core
-// where the probabilities are (extendSample, one uniform from the request's Rng), others by sampleToken on the
+// where the probabilities are (extendSample, one uniform from the request's Rng; a runner without it has them
+// sampled on the host), others by sampleToken on the
 // rows extend returns, softmax(logits / T). A session keeps its slot between turns, so a later turn whose context
 // extends the cached tokens prefills only the new ones. The weights are the model's parameters in place: a
 // trainer step on the same Model is seen by the next step (setVersion names the version the tokens then carry);
 // cached K/V of earlier tokens stay as they were computed.
 import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
-import type { Model } from '../../native/model.ts';
 import type { FinishReason, GenerateRequest, GenerateResult } from '../backends/types.ts';
+import type { SlotRunner } from './slot-runner.ts';
 import { inverseTemperature, isGreedy, isUntruncated, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
 
 /** Prompt tokens prefilled in one step unless maxPrefillTokens says otherwise. */
@@ -86,7 +88,7 @@ export class NativeEngine {
   readonly server: string;
 
   constructor(
-    private readonly model: Model,
+    private readonly model: SlotRunner,
     private readonly opts: NativeEngineOptions,
   ) {
     this.slots = Array.from({ length: opts.slots }, () => ({ session: null, tokens: [], version: -1, busy: false, lastUse: 0 }));
@@ -148,9 +150,22 @@ export class NativeEngine {
 
   generate(req: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the native engine is closed'));
-    validateSampling(req.sampling, this.model.config.vocab_size);
+    // Refused here, before it joins a step: a bad token id found by the runner would fail the whole step.
+    const bad = (m: string) => Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `request ${req?.requestId ?? '?'}: ${m}`));
+    if (!req || !Array.isArray(req.promptIds)) return bad('promptIds must be an array of token ids');
+    const V = this.model.config.vocab_size;
     const n = req.promptIds.length;
-    if (n < 1) return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', 'promptIds is empty'));
+    if (n < 1) return bad('promptIds is empty');
+    for (let i = 0; i < n; i++) {
+      const t = req.promptIds[i]!;
+      if (!Number.isInteger(t) || t < 0 || t >= V) return bad(`token id ${t} at position ${i} is outside the vocabulary [0, ${V})`);
+    }
+    if ((req.topLogprobs ?? 0) !== 0) return bad('topLogprobs: this engine returns no alternatives (maxTopLogprobs is unset); leave it out');
+    try {
+      validateSampling(req.sampling, V);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     if (n + req.sampling.max_new_tokens > this.opts.maxLen)
       return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `prompt (${n} tokens) + max_new_tokens (${req.sampling.max_new_tokens}) exceed the engine's maxLen ${this.opts.maxLen}`));
     return new Promise<GenerateResult>((resolve, reject) => {
@@ -215,6 +230,8 @@ export class NativeEngine {
     } catch (err) {
       this.handBack();
       const e = new RlstreamError('INTERNAL', `native generation step failed: ${describeError(err)}`, { cause: err });
+      // Their slots are free again (empty, no session): a failed step must not leave them taken for good.
+      for (const r of this.running) this.freeSlot(r.slot);
       for (const r of [...this.waiting, ...this.running]) r.reject(e);
       this.waiting.length = 0;
       this.running.length = 0;
@@ -278,9 +295,9 @@ export class NativeEngine {
     // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
     // any truncated row brings every row to the host for sampleToken.
     const t0 = performance.now();
-    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = active.every((r) => isUntruncated(r.req.sampling, V))
-      ? this.model
-          .extendSample(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
+    const sampleWhereRowsAre = this.model.extendSample?.bind(this.model);
+    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = sampleWhereRowsAre && active.every((r) => isUntruncated(r.req.sampling, V))
+      ? sampleWhereRowsAre(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
           .then((out) => (b: number) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! }))
       : this.model
           .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V))
@@ -335,6 +352,18 @@ export class NativeEngine {
     run.feed = prompt.slice(keep);
     this.running.push(run);
     return run.feed.length;
+  }
+
+  private freeSlot(slot: number): void {
+    const s = this.slots[slot]!;
+    s.busy = false;
+    s.session = null;
+    s.tokens = [];
+    try {
+      this.model.kvTruncate(slot, 0);
+    } catch {
+      // The runner that failed the step may refuse this too; the slot's tokens are forgotten above either way.
+    }
   }
 
   private retire(run: Run, reason: FinishReason): void {
