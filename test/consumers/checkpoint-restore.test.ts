@@ -1,6 +1,7 @@
 // A processor's checkpoint restore on the embedded log when the state topic's listed end cannot be reached (a log
 // that lists an end past its last record, as a Kafka partition did whose position could not pass something): the
-// restore ends as idle instead of hanging, says so in a warning, and returns the newest checkpoint it did read.
+// restore that opted into an idle end (idleEndMs) ends as idle instead of failing at its deadline, says so in a
+// warning, and returns the newest checkpoint it did read.
 // (Reading past an open transaction on Kafka is test/kafka/checkpoint-restore.test.ts.)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,19 +9,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
-import type { EventLog } from '../../core/log/types.ts';
 import { readCheckpoints } from '../../core/processor.ts';
 import { jsonLogger } from '../../core/telemetry.ts';
-
-/** The log, listing every partition of `topic` as ending `extra` records past its real end. */
-function listingPastTheEnd(log: EventLog, topic: string, extra: number): EventLog {
-  return new Proxy(log, {
-    get: (t, p) =>
-      p === 'offsets'
-        ? async (name: string) => (await t.offsets(name)).map((o) => (name === topic ? { ...o, high: o.high + extra } : o))
-        : (Reflect.get(t, p) as unknown),
-  });
-}
+import { listingPastTheEnd } from '../../testkit/log-views.ts';
 
 test('a restore that cannot reach the listed end warns that it stopped short and returns the newest checkpoint it read', { timeout: 30_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-restore-'));

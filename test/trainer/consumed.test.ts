@@ -14,7 +14,7 @@ import { TOPICS } from '../../core/topics.ts';
 import { ConsumedTrajectories } from '../../consumers/trainer/consumed.ts';
 import type { TrainStep } from '../../schemas/generated/types.ts';
 import { tempDir } from '../../testkit/events.ts';
-import { advantagedRecords, syntheticGroup, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
+import { advantagedRecords, syntheticGroup, tinyTrainer, trainerInputs, trainerLife } from './fixtures/synthetic.ts';
 
 const RUN = 'consumed-test';
 const SIZE = 2;
@@ -29,18 +29,8 @@ async function publish(log: EventLog, serde: EventSerde, groups: number[], versi
 }
 
 /** One life of a trainer on the log: it trains `steps` more steps (one group each), then closes. */
-async function life(log: EventLog, serde: EventSerde, dir: string, weights: string, steps: number, bound = 4): Promise<{ seen: TrainStep[]; alreadyConsumed: number }> {
-  const seen: TrainStep[] = [];
-  const trainer = tinyTrainer({ log, serde, runId: RUN, dataDir: join(dir, 'data'), weights }, { max_steps: 0, threads: 1, groups_per_step: 1, staleness_bound: bound }, { followControl: false, onStep: (s) => seen.push(s) });
-  await trainer.start();
-  const running = trainer.run();
-  const t0 = Date.now();
-  while (seen.length < steps && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 50));
-  trainer.stop();
-  await running;
-  await trainer.close();
-  assert.equal(seen.length, steps, `the life trained ${steps} steps`);
-  return { seen, alreadyConsumed: trainer.counters.alreadyConsumed };
+function life(log: EventLog, serde: EventSerde, dir: string, weights: string, steps: number, bound = 4): Promise<{ seen: TrainStep[]; alreadyConsumed: number }> {
+  return trainerLife({ log, serde, runId: RUN, dataDir: join(dir, 'data'), weights }, steps, bound);
 }
 
 test('records of trajectories already trained, published again, are skipped and counted: in the same life, after a restart, and with the checkpoint set deleted', { timeout: 120_000 }, async () => {

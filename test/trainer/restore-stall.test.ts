@@ -16,32 +16,14 @@ import { EventSerde } from '../../core/serde/events.ts';
 import { TOPICS } from '../../core/topics.ts';
 import { rng } from '../../core/random.ts';
 import type { PolicyVersion, TrainStep } from '../../schemas/generated/types.ts';
-import { advantagedRecords, readAll, syntheticGroup, tinyTrainer, trainerInputs } from './fixtures/synthetic.ts';
+import { advantagedRecords, readAll, syntheticGroup, tinyTrainer, trainerInputs, trainerLife } from './fixtures/synthetic.ts';
+import { listingPastTheEnd } from '../../testkit/log-views.ts';
 
 const RUN = 'restore-stall';
 const SIZE = 2;
 
-/** The log with `topic`'s end listed `extra` records past what it holds: a read to that end cannot finish. */
-function listingPastTheEnd(log: EventLog, topic: string, extra: number): EventLog {
-  return new Proxy(log, {
-    get: (t, p) =>
-      p === 'offsets'
-        ? async (name: string) => (await t.offsets(name)).map((o) => (name === topic ? { ...o, high: o.high + extra } : o))
-        : (Reflect.get(t, p) as unknown),
-  });
-}
-
-async function trainSteps(log: EventLog, serde: EventSerde, dataDir: string, weights: string, steps: number, extra: { restoreTimeoutMs?: number } = {}): Promise<TrainStep[]> {
-  const seen: TrainStep[] = [];
-  const trainer = tinyTrainer({ log, serde, runId: RUN, dataDir, weights }, { max_steps: 0, threads: 1, groups_per_step: 1, staleness_bound: 8 }, { followControl: false, onStep: (s) => seen.push(s), ...extra });
-  await trainer.start();
-  const running = trainer.run();
-  const t0 = Date.now();
-  while (seen.length < steps && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 50));
-  trainer.stop();
-  await running;
-  await trainer.close();
-  return seen;
+function trainSteps(log: EventLog, serde: EventSerde, dataDir: string, weights: string, steps: number): Promise<TrainStep[]> {
+  return trainerLife({ log, serde, runId: RUN, dataDir, weights }, steps, 8).then((l) => l.seen);
 }
 
 test('a trainer whose restore cannot read to the end fails retriably and publishes nothing; on the whole log it resumes after the last step', { timeout: 180_000 }, async () => {
