@@ -1,6 +1,6 @@
 // Verifying a PolicyVersion's weights before a backend loads them: weights_uri is a local path or a
 // file:// URI, and the file's sha256 must equal the event's checksum.
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { RlstreamError } from '../core/errors.ts';
 import { sha256File } from '../core/weights/checksum.ts';
@@ -32,19 +32,27 @@ export async function verifyPolicyVersion(pv: PolicyVersion): Promise<PolicyUpda
   return { version: pv.version, weightsPath: path, configJson: pv.config_json, adapter: { path, baseWeightsPath: base } };
 }
 
-// sha256 of the base weights verified in this process, by path: the base of every adapter version is the same
-// (large) file, hashed once.
+// The base weights verified in this process: the base of every adapter version is the same (large) file, hashed
+// once, as long as it is the same file unchanged. Keyed by path and checksum with the file's identity (device,
+// inode, size, mtime and ctime in ns): a base rewritten, replaced or damaged after its first check is hashed again
+// (ctime moves on any write or utimes, so a reset mtime does not hide a change).
 const verifiedBases = new Map<string, string>();
+function fileIdentity(path: string): string {
+  const s = statSync(path, { bigint: true });
+  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
+}
 
 async function verified(version: number, uri: string, checksum: string, what: string): Promise<string> {
   const path = weightsPath(uri);
   if (!existsSync(path)) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${version}: ${what} file not found: ${path} (the trainer deletes the weights of old versions: trainer.keep_versions)`);
   const want = checksum.toLowerCase();
-  if (what === 'base weights' && verifiedBases.get(path) === want) return path;
+  const identity = what === 'base weights' ? `${want} ${fileIdentity(path)}` : null;
+  if (identity !== null && verifiedBases.get(path) === identity) return path;
   const actual = await sha256File(path);
   if (actual !== want) {
     throw new RlstreamError('WEIGHTS_CHECKSUM', `policy version ${version}: sha256 of ${path} is ${actual}, the ${what === 'weights' ? 'event' : 'adapter file'} says ${checksum}`);
   }
-  if (what === 'base weights') verifiedBases.set(path, want);
+  // The identity as it was before hashing: a write during the hash changes ctime, so the next check hashes again.
+  if (identity !== null) verifiedBases.set(path, identity);
   return path;
 }
