@@ -6,17 +6,10 @@
 # CUDA runtime or a GPU it says so and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/rlstream-gpu}
-B=${RLSTREAM_GPU_BUILD:-/tmp/rlstream-nccl-build}
-mkdir -p "$OUT" "$B"
-if ! command -v nvcc >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "test/gpu/nccl.sh: skipped (needs the CUDA toolkit and an NVIDIA GPU)"
-  exit 0
-fi
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+gpu_script=test/gpu/nccl.sh gpu_build=/tmp/rlstream-nccl-build
+source test/gpu/env.sh
 g++ -O2 -std=c++17 -DRLSTREAM_CUDA -I"$CUDA_HOME/include" native/src/nccl_core.cpp test/gpu/nccl_driver.cpp \
-  -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -L"$CUDA_HOME/targets/x86_64-linux/lib" -lcudart -ldl \
-  -Wl,-rpath,"$CUDA_HOME/lib64" -o "$B/nccl_driver" || exit 1
+  "${cuda_link[@]}" -lcudart -ldl -o "$B/nccl_driver" || exit 1
 lib=${RLSTREAM_NCCL_LIBRARY:-}
 if [ -z "$lib" ] && ! ldconfig -p | grep -q 'libnccl.so.2 '; then
   # pip's nvidia-nccl-cu12/-cu13 (PyTorch's NCCL) under python3's site-packages

@@ -6,14 +6,8 @@
 # Outputs (logs, dumps, JSON) go to $OUT (default /tmp/rlstream-gpu). Without nvcc or a GPU it says so and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/rlstream-gpu}
-B=${RLSTREAM_GPU_BUILD:-/tmp/rlstream-gpu-build}
-mkdir -p "$OUT" "$B"
-if ! command -v nvcc >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "test/gpu/run.sh: skipped (needs nvcc and an NVIDIA GPU)"
-  exit 0
-fi
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+gpu_script=test/gpu/run.sh gpu_build=/tmp/rlstream-gpu-build
+source test/gpu/env.sh
 ARCH=${RLSTREAM_CUDA_ARCH:--gencode=arch=compute_90,code=sm_90}
 status=0
 
@@ -43,8 +37,7 @@ build() {
   local p failed=0
   for p in "${pids[@]}"; do wait "$p" || failed=1; done
   [ "$failed" = 0 ] || return 1
-  g++ -fopenmp "$B"/*.o -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -L"$CUDA_HOME/targets/x86_64-linux/lib" \
-    -lcublas -lcudart $blas_lib -o "$B/driver" -Wl,-rpath,"$CUDA_HOME/lib64" || return 1
+  g++ -fopenmp "$B"/*.o "${cuda_link[@]}" -lcublas -lcudart $blas_lib -o "$B/driver" || return 1
   echo "build: $B/driver"
 }
 
