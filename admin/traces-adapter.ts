@@ -115,7 +115,7 @@ export function adminTraceStore(store: TraceStore, named: NamedQuerySource = COR
             text: str(t['text']),
             tokenIds: arr(t['token_ids'], num),
             tokenTexts: tokenTexts ? tokenTexts(arr(t['token_ids'], num)) : null,
-            lossMask: arr(t['loss_mask'], num),
+            responseMask: arr(t['loss_mask'], num),
             logprobs: arr(t['logprobs'], num),
             policyVersion: num(t['policy_version']),
             toolCalls: arr(t['tool_call_ids'], str).map((cid, i) => ({

@@ -9,7 +9,7 @@
 // Usage: npm run bench -- serde [--tokens 1000] [--repeats 5] [--rounds 5] [--quick]
 // --quick: 2 rounds, 1 repeat of ~5 ms stretches: proves the benchmark runs, its figures mean nothing.
 import { EVENT_NAMES, eventType, type EventName } from '../schemas/index.ts';
-import { fixtureValue } from '../schemas/snapshot.ts';
+import { currentFixtureValue } from '../schemas/snapshot.ts';
 import { EventSerde } from '../core/serde/events.ts';
 import { MemoryRegistry } from '../core/serde/registry.ts';
 import { completed, rewarded, trajectory } from '../testkit/events.ts';
@@ -18,7 +18,7 @@ import { fmtStats, interleaved, probeSummary, roundRatios, summarize, type Stats
 
 /** One value per event type; the trajectory-carrying ones and TurnCompleted with `tokens`-long arrays. */
 function values(tokens: number): Map<EventName, unknown> {
-  const out = new Map<EventName, unknown>(EVENT_NAMES.map((n) => [n, fixtureValue(n)]));
+  const out = new Map<EventName, unknown>(EVENT_NAMES.map((n) => [n, currentFixtureValue(n)]));
   const t = trajectory({ groupId: 'g', index: 0, tokens });
   t.response_logprobs = t.response_logprobs.map((_, i) => -((i * 7919) % 1000) / 997);
   out.set('TrajectoryCompleted', completed(t));
@@ -26,12 +26,12 @@ function values(tokens: number): Map<EventName, unknown> {
   out.set('RewardedTrajectory', rw);
   const adv = Array.from({ length: tokens }, (_, i) => ((i % 13) - 6) / 7);
   out.set('AdvantagedTrajectory', { ...rw, estimator: 'grpo', advantages: adv, returns: adv, group: { group_size: 8, expected_size: 8, reward_mean: 0.5, reward_std: 0.5, partial: false } });
-  const turn = fixtureValue('TurnCompleted') as Record<string, unknown>;
+  const turn = currentFixtureValue('TurnCompleted') as Record<string, unknown>;
   out.set('TurnCompleted', {
     ...turn,
     token_ids: Array.from({ length: tokens }, (_, i) => (i * 7919) % 151_000),
     logprobs: Array.from({ length: tokens }, (_, i) => -((i * 31) % 1000) / 997),
-    loss_mask: new Array<number>(tokens).fill(1),
+    response_mask: new Array<number>(tokens).fill(1),
   });
   return out;
 }

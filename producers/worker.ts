@@ -2,7 +2,7 @@
 // bounded concurrency, and publishes every trajectory to TOPICS.rolloutEvents (keyed by group_id) as it
 // happens: TrajectoryStarted, TurnCompleted and ToolCallCompleted, then TrajectoryCompleted.
 // A staleness gate (AReaL) holds back new groups while
-//   groupsStarted >= (latestPolicyVersion + stalenessBound + 1) * groupsPerStep
+//   groupsStarted >= (currentPolicyVersion + stalenessBound + 1) * groupsPerStep
 // or while the in-flight budget is used up; new PolicyVersion events (checksum verified, then handed to
 // the backend) and Control events (pause, resume, set_staleness, stop) open or close it.
 import { setMaxListeners } from 'node:events';
@@ -142,7 +142,8 @@ export class RolloutWorker {
   private followers: Follower[] = [];
   private readonly startedMs = Date.now();
   private stalenessBound: number | null;
-  private latestVersion: number;
+  /** The newest policy version the backend has applied (the staleness gate counts from it). */
+  private currentPolicyVersion: number;
   private paused = false;
   private stopping = false;
   private running = false;
@@ -167,7 +168,7 @@ export class RolloutWorker {
     if (!this.agents.has(this.options.defaultAgent)) throw new RlstreamError('CONFIG_INVALID', `rollout.default_agent: unknown agent loop "${this.options.defaultAgent}"`);
     this.delta = new DeltaTokenizer(deps.tokenizer, { ...this.options.templateKwargs });
     this.stalenessBound = this.options.stalenessBound;
-    this.latestVersion = deps.backend.currentPolicyVersion();
+    this.currentPolicyVersion = deps.backend.currentPolicyVersion();
     this.slotsFree = this.options.concurrency;
     // Every in-flight call listens on the one stop signal; thousands of listeners are expected.
     setMaxListeners(0, this.abort.signal);
@@ -330,7 +331,7 @@ export class RolloutWorker {
   private blockedBy(): WorkerSnapshot['blockedBy'] {
     if (this.paused) return 'paused';
     if (this.inflight >= this.options.maxInflightTrajectories) return 'inflight';
-    if (this.stalenessBound !== null && this.groupsStarted >= (this.latestVersion + this.stalenessBound + 1) * this.options.groupsPerStep) return 'staleness';
+    if (this.stalenessBound !== null && this.groupsStarted >= (this.currentPolicyVersion + this.stalenessBound + 1) * this.options.groupsPerStep) return 'staleness';
     return null;
   }
 
@@ -546,13 +547,13 @@ export class RolloutWorker {
 
   /** Apply a PolicyVersion: verify the weights' checksum, hand them to the backend, open the gate. */
   async onPolicyVersion(pv: PolicyVersion): Promise<void> {
-    if (pv.run_id !== this.deps.runId || pv.version <= this.latestVersion) return;
+    if (pv.run_id !== this.deps.runId || pv.version <= this.currentPolicyVersion) return;
     const run = async () => {
-      if (pv.version <= this.latestVersion) return;
+      if (pv.version <= this.currentPolicyVersion) return;
       try {
         const update = await verifyPolicyVersion(pv);
         await this.deps.backend.updatePolicy?.(update);
-        this.latestVersion = pv.version;
+        this.currentPolicyVersion = pv.version;
         this.counters.add('policy_updates');
         this.logger.info('policy version applied', { version: pv.version });
       } catch (err) {
@@ -618,7 +619,7 @@ export class RolloutWorker {
       paused: this.paused,
       stopping: this.stopping,
       blockedBy: this.blockedBy(),
-      policyVersion: this.latestVersion,
+      policyVersion: this.currentPolicyVersion,
       stalenessBound: this.stalenessBound,
       groupsStarted: this.groupsStarted,
       trajectoriesStarted: c.get('trajectories_started'),

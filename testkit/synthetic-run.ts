@@ -157,7 +157,7 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
             role: assistant ? 'assistant' : 'tool',
             token_ids: ids,
             logprobs: lp,
-            loss_mask: m,
+            response_mask: m,
             text: turnText,
             tool_calls: calls,
             tool_call_parse_error: parseError ? 'expected , or } after arguments' : null,

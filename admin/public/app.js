@@ -222,7 +222,7 @@ function renderTrajectory(t) {
   root.appendChild(prompt);
   for (const turn of t.turns) {
     const box = div(`turn ${turn.role}`);
-    const inLoss = turn.lossMask.reduce((a, m) => a + m, 0);
+    const inLoss = turn.responseMask.reduce((a, m) => a + m, 0);
     // Mask 1 marks the tokens a step would train on; whether one did is the trajectory's line above.
     box.appendChild(div('turn-head', `turn ${turn.index} · ${turn.role} · ${turn.tokenIds.length} tokens (${inLoss} in the loss mask)` + (turn.policyVersion >= 0 ? ` · policy v${turn.policyVersion}` : '')));
     box.appendChild(div('turn-text', turn.text));
@@ -230,7 +230,7 @@ function renderTrajectory(t) {
     const n = Math.min(turn.tokenIds.length, MAX_TOKENS_SHOWN);
     for (let i = 0; i < n; i++) {
       const span = document.createElement('span');
-      const m = turn.lossMask[i] ? 1 : 0;
+      const m = turn.responseMask[i] ? 1 : 0;
       span.className = `tok m${m}`;
       // The token's text where the server could decode it (whitespace made visible), its id otherwise.
       span.textContent = turn.tokenTexts ? visible(turn.tokenTexts[i]) : String(turn.tokenIds[i]);

@@ -11,7 +11,7 @@ const Turn = Type.Object({
   text: Type.String(),
   tokenIds: Type.Array(Type.Integer()),
   tokenTexts: Nullable(Type.Array(Type.String())),
-  lossMask: Type.Array(Type.Integer()),
+  responseMask: Type.Array(Type.Integer()),
   logprobs: Type.Array(Nullable(Type.Number())),
   policyVersion: Type.Integer(),
   toolCalls: Type.Array(Type.Object({ id: Type.String(), name: Type.String(), argumentsJson: Type.String() })),

@@ -221,7 +221,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
         const s = trainer.currentStep;
         if (s - lastEval >= everySteps && s < topt.maxSteps) {
           lastEval = s;
-          const version = trainer.currentVersion;
+          const version = trainer.currentPolicyVersion();
           evalChain = evalChain.then(async () => {
             // The version the trainer has just published, once the training worker has applied it.
             await waitFor(() => backend.currentPolicyVersion() >= version, 60_000);
@@ -244,7 +244,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     await serve?.close();
     const rollout = worker.snapshot();
     // The training worker applies the last version to the shared backend before it stops.
-    await waitFor(() => backend.currentPolicyVersion() >= trainer.currentVersion, 30_000);
+    await waitFor(() => backend.currentPolicyVersion() >= trainer.currentPolicyVersion(), 30_000);
     await worker.stop({ abort: true });
     await rollouts.catch((err) => logger.warn('rollouts ended with an error', { error: describeError(err) }));
     await evalChain;
@@ -276,7 +276,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
       evaluations: evaluations.map(figures),
       steps: trainer.currentStep,
       trajectories: steps.reduce((n, s) => n + s.trajectories, 0),
-      policy_versions: trainer.currentVersion + 1,
+      policy_versions: trainer.currentPolicyVersion() + 1,
       dropped_stale: trainer.counters.droppedStale,
       staleness_bound: { rollout: rollout.stalenessBound, trainer: trainer.currentStalenessBound },
       tool_success_rate_first: toolRate(steps[0]),

@@ -74,7 +74,8 @@ export function rowsOf(ev: DecodedEvent): TraceRow[] {
             role: e.role,
             token_ids: e.token_ids,
             logprobs: e.logprobs,
-            loss_mask: e.loss_mask,
+            // The column keeps its first name: ClickHouse 18.16 (the compat-18 dialect) cannot rename a column.
+            loss_mask: e.response_mask,
             num_tokens: e.token_ids.length,
             text: e.text,
             tool_call_ids: e.tool_calls.map((c) => c.id),

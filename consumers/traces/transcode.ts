@@ -67,7 +67,7 @@ export const PLANS: Partial<Record<EventName, Plan>> = {
       role: f('role'),
       token_ids: f('token_ids'),
       logprobs: f('logprobs'),
-      loss_mask: f('loss_mask'),
+      loss_mask: f('response_mask'),
       num_tokens: len('token_ids'),
       text: f('text'),
       tool_call_ids: each('id', 'tool_calls'),

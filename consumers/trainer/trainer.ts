@@ -131,7 +131,8 @@ export class Trainer {
     return this.stalenessBound;
   }
 
-  get currentVersion(): number {
+  /** The newest policy version this trainer has published (LlmBackend's name for the same concept). */
+  currentPolicyVersion(): number {
     return this.version;
   }
 

@@ -178,7 +178,7 @@ ORDER BY lag`,
     name: 'trajectory',
     description: 'One trajectory turn by turn: tokens, log-probs, loss mask, text, tool calls and their results.',
     defaults: { run: '' },
-    sql: `SELECT turn_index, role, text, token_ids, logprobs, loss_mask, arraySum(loss_mask) AS trained_tokens,
+    sql: `SELECT turn_index, role, text, token_ids, logprobs, loss_mask AS response_mask, arraySum(loss_mask) AS trained_tokens,
   tool_call_names, tool_call_arguments, tool_call_parse_error, finish_reason, policy_version, latency_ms, tokenization_mismatch,
   tool_status, tool_results, tool_latency_ms
 FROM ${anyJoin(

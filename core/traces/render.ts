@@ -78,7 +78,7 @@ export async function renderTrajectory(store: TraceStore | NamedQueries, traject
   }
   for (const t of turns.rows) {
     const ids = arr<number>(t['token_ids']);
-    const mask = arr<number>(t['loss_mask']);
+    const mask = arr<number>(t['response_mask']);
     lines.push(
       `--- turn ${String(t['turn_index'])} ${String(t['role'])}: ${ids.length} tokens, ${String(t['trained_tokens'])} in the loss mask${version(t['policy_version'])}${ms(t['latency_ms'])}${t['finish_reason'] ? `, finish ${String(t['finish_reason'])}` : ''}${t['tokenization_mismatch'] ? ', TOKEN/TEXT MISMATCH' : ''}`,
     );

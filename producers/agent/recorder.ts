@@ -84,7 +84,7 @@ export class TrajectoryRecorder {
     return turn;
   }
 
-  /** A turn's slice of responseMask: the copy each TurnCompleted carries as loss_mask. */
+  /** A turn's slice of responseMask: the copy each TurnCompleted carries. */
   private turnMask(turn: number): number[] {
     return this.responseMask.slice(this.turnOffsets[turn]!, this.turnOffsets[turn + 1] ?? this.responseMask.length);
   }
@@ -99,7 +99,7 @@ export class TrajectoryRecorder {
       group_id: this.meta.groupId,
       turn_index: turn,
       role,
-      loss_mask: this.turnMask(turn),
+      response_mask: this.turnMask(turn),
     };
   }
 

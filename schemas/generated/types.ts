@@ -73,8 +73,8 @@ export interface TurnCompleted {
   token_ids: number[];
   /** Per token for assistant turns; empty otherwise. */
   logprobs: number[];
-  /** This turn's slice of the trajectory's response_mask (TrajectoryCompleted), sent with the turn so a trace or a live view has it before the trajectory ends: 1 for tokens the policy generated, 0 for tool / user tokens. It keeps its own name because renaming a field would break BACKWARD compatibility with recorded logs; the trainer reads response_mask only. */
-  loss_mask: number[];
+  /** This turn's slice of the trajectory's response_mask (TrajectoryCompleted), sent with the turn so a trace or a live view has it before the trajectory ends: 1 for tokens the policy generated (trained on), 0 for tool / user tokens and forced tokens. Named loss_mask before schema v3; the alias lets a reader of today read records written under that name. */
+  response_mask: number[];
   text: string;
   tool_calls: ToolCall[];
   tool_call_parse_error: null | string;

@@ -283,11 +283,11 @@ describe('trajectories', () => {
     const id = run.trajectoryIds[1]!;
     const res = await app.inject({ url: `/api/trajectories/${id}`, headers: R });
     assert.equal(res.statusCode, 200, res.body);
-    const t = json(res) as { turns: { role: string; tokenIds: number[]; lossMask: number[]; logprobs: number[] }[]; toolCalls: { toolName: string; resultText: string }[]; reward: number; termination: string };
+    const t = json(res) as { turns: { role: string; tokenIds: number[]; responseMask: number[]; logprobs: number[] }[]; toolCalls: { toolName: string; resultText: string }[]; reward: number; termination: string };
     assert.deepEqual(t.turns.map((u) => u.role), ['assistant', 'tool', 'assistant']);
     for (const u of t.turns) {
-      assert.equal(u.lossMask.length, u.tokenIds.length);
-      assert.ok(u.lossMask.every((m) => m === (u.role === 'assistant' ? 1 : 0)));
+      assert.equal(u.responseMask.length, u.tokenIds.length);
+      assert.ok(u.responseMask.every((m) => m === (u.role === 'assistant' ? 1 : 0)));
     }
     assert.equal(t.toolCalls[0]!.toolName, 'calculator');
     assert.equal(t.toolCalls[0]!.resultText, '15'); // sample 1 of step 0: 3 * 5

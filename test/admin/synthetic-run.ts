@@ -76,7 +76,7 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
       const gen = roles[i] === 'assistant';
       return {
         event_id: deriveId(id, 'turn', i), time_ms: now + i, run_id: runId, trajectory_id: id, group_id: groupId, turn_index: i, role: roles[i]!,
-        token_ids: ids, logprobs: gen ? ids.map((_, k) => -0.1 - (k % 5) / 10) : [], loss_mask: ids.map(() => (gen ? 1 : 0)), text,
+        token_ids: ids, logprobs: gen ? ids.map((_, k) => -0.1 - (k % 5) / 10) : [], response_mask: ids.map(() => (gen ? 1 : 0)), text,
         tool_calls: i === 0 ? [{ id: callId, name: 'calculator', arguments_json: args }] : [], tool_call_parse_error: null,
         finish_reason: gen ? 'stop' : null, policy_version: gen ? version : -1, latency_ms: 12.5, server: gen ? 'builtin' : null, tokenization_mismatch: false,
       };
@@ -102,7 +102,7 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
       }]);
       await o.traces.insert('turns', turns.map((u) => ({
         run_id: runId, trajectory_id: id, group_id: groupId, turn_index: u.turn_index, role: u.role, token_ids: u.token_ids, logprobs: u.logprobs,
-        loss_mask: u.loss_mask, num_tokens: u.token_ids.length, text: u.text, tool_call_ids: u.tool_calls.map((c) => c.id),
+        loss_mask: u.response_mask, num_tokens: u.token_ids.length, text: u.text, tool_call_ids: u.tool_calls.map((c) => c.id),
         tool_call_names: u.tool_calls.map((c) => c.name), tool_call_arguments: u.tool_calls.map((c) => c.arguments_json), tool_call_parse_error: null,
         finish_reason: u.finish_reason ?? '', policy_version: u.policy_version, latency_ms: u.latency_ms, server: u.server ?? '', tokenization_mismatch: 0,
         event_id: u.event_id, time: u.time_ms, _version: u.time_ms,

@@ -164,7 +164,7 @@ if (brokers) {
       const topics = await setup(log, serde, 4);
       // Turns the reward consumer skips: each batch of one commits only its offset, right after the previous one.
       const turn = (i: number): TurnCompleted => ({
-        event_id: `turn-${i}`, time_ms: 1, run_id: 'r', trajectory_id: 't', group_id: 'g', turn_index: i, role: 'assistant', token_ids: [1], logprobs: [-1], loss_mask: [1],
+        event_id: `turn-${i}`, time_ms: 1, run_id: 'r', trajectory_id: 't', group_id: 'g', turn_index: i, role: 'assistant', token_ids: [1], logprobs: [-1], response_mask: [1],
         text: 'x', tool_calls: [], tool_call_parse_error: null, finish_reason: 'stop', policy_version: 0, latency_ms: 1, server: null, tokenization_mismatch: false,
       });
       const producer = await log.producer();

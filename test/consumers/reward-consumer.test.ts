@@ -45,7 +45,7 @@ async function readTopic<T>(log: EventLog, serde: EventSerde, topic: string): Pr
 }
 
 const turn = (id: string): TurnCompleted => ({
-  event_id: id, time_ms: 1, run_id: 'r', trajectory_id: 't', group_id: 'g', turn_index: 0, role: 'assistant', token_ids: [1], logprobs: [-1], loss_mask: [1],
+  event_id: id, time_ms: 1, run_id: 'r', trajectory_id: 't', group_id: 'g', turn_index: 0, role: 'assistant', token_ids: [1], logprobs: [-1], response_mask: [1],
   text: 'x', tool_calls: [], tool_call_parse_error: null, finish_reason: 'stop', policy_version: 0, latency_ms: 1, server: null, tokenization_mismatch: false,
 });
 

@@ -7,10 +7,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isRlstreamError } from '../../core/errors.ts';
-import { EventSerde } from '../../core/serde/events.ts';
+import { EventSerde, subjectOf } from '../../core/serde/events.ts';
 import { HttpSchemaRegistry } from '../../core/serde/http-registry.ts';
-import { EVENT_NAMES } from '../../schemas/index.ts';
-import { fixtureValue } from '../../schemas/snapshot.ts';
+import { EVENT_NAMES, historyVersions, resolvedSchema } from '../../schemas/index.ts';
+import { currentFixtureValue, historyType } from '../../schemas/snapshot.ts';
 import { uniqueName } from '../log/conformance.ts';
 import { PrivateRegistry } from './private-registry.ts';
 import { service } from './services.ts';
@@ -112,7 +112,7 @@ if (url) {
     const writer = await new EventSerde(new HttpSchemaRegistry({ url })).init();
     const reader = new EventSerde(new HttpSchemaRegistry({ url })); // no init: it must fetch writer schemas by id
     for (const name of EVENT_NAMES) {
-      const value = fixtureValue(name);
+      const value = currentFixtureValue(name);
       const bytes = writer.encode(name, value as never);
       const decoded = await reader.decode(bytes);
       assert.equal(decoded.name, name);
@@ -141,13 +141,45 @@ async function setLevel(url: string, subject: string, compatibility: string): Pr
 }
 
 if (PrivateRegistry.installed()) {
+  test("Apicurio's BACKWARD check accepts TurnCompleted.loss_mask renamed response_mask with the old name as alias, and refuses it without", { timeout: 240_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rlstream-registry-'));
+    const registry = await PrivateRegistry.start(dir);
+    try {
+      const reg = new HttpSchemaRegistry({ url: registry.url });
+      const subject = subjectOf('TurnCompleted');
+      const ids = new Map<number, number>();
+      for (const v of historyVersions('TurnCompleted')) {
+        if (!(v.schema as unknown as { fields: { name: string }[] }).fields.some((f) => f.name === 'loss_mask')) continue;
+        ids.set(v.version, await reg.register(subject, JSON.stringify(v.schema)));
+      }
+      assert.ok(ids.size >= 1, 'no history version with loss_mask');
+      const current = resolvedSchema('TurnCompleted') as unknown as { fields: { name: string; aliases?: string[] }[] };
+      const stripped = { ...current, fields: current.fields.map((f) => (f.name === 'response_mask' ? { name: f.name, type: (f as { type?: unknown }).type } : f)) };
+      await assert.rejects(reg.register(subject, JSON.stringify(stripped)), (e) => isRlstreamError(e, 'REGISTRY_INCOMPATIBLE'));
+      // Today's contract registers over the old versions, and reads what they wrote.
+      const serde = await new EventSerde(reg).init();
+      for (const [version, id] of ids) {
+        const old = historyType('TurnCompleted', version);
+        const value = old.random() as unknown as Record<string, unknown>;
+        const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), old.toBuffer(value)]);
+        framed.writeUInt32BE(id, 1);
+        const d = await serde.decode(framed);
+        assert.deepEqual((d.value as unknown as Record<string, unknown>)['response_mask'], value['loss_mask'], `v${version}`);
+      }
+      await reg.close();
+    } finally {
+      await registry.halt('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('schema ids outlive a registry restart, a SIGKILL included: the log keeps records framed with them', { timeout: 240_000 }, async () => {
     const dir = mkdtempSync(join(tmpdir(), 'rlstream-registry-'));
     const registry = await PrivateRegistry.start(dir);
     try {
       const writer = await new EventSerde(new HttpSchemaRegistry({ url: registry.url })).init();
       const ids = new Map(EVENT_NAMES.map((n) => [n, writer.schemaId(n)]));
-      const bytes = EVENT_NAMES.map((n) => writer.encode(n, fixtureValue(n) as never));
+      const bytes = EVENT_NAMES.map((n) => writer.encode(n, currentFixtureValue(n) as never));
       await writer.registry.close();
       for (const signal of ['SIGKILL', 'SIGTERM'] as const) {
         await registry.halt(signal);

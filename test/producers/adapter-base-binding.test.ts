@@ -66,7 +66,7 @@ test('an adapter version loads only over the exact base it names (generated corp
         if (kind === 'upper-case digit changed') wrong = wrong.toUpperCase();
         await refused(await adapterVersion({ base_uri: base, base_checksum: wrong }), what);
       } else if (kind === 'no base named') {
-        const meta = rand() < 0.5 ? { base_uri: base } : { base_checksum: baseSum };
+        const meta: Record<string, string> = rand() < 0.5 ? { base_uri: base } : { base_checksum: baseSum };
         await refused(await adapterVersion(meta), what);
       } else if (kind === 'base missing') {
         await refused(await adapterVersion({ base_uri: join(dir, `gone-${c}.safetensors`), base_checksum: baseSum }), what);

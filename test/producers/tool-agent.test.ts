@@ -112,9 +112,9 @@ async function checkGsm8kRun(t: TestLog, runId: string): Promise<void> {
     for (const turn of turns) {
       assert.equal(traj.turn_offsets[turn.turn_index], offset);
       const want = turn.role === 'assistant' ? 1 : 0;
-      assert.ok(turn.loss_mask.every((m) => m === want), `${turn.role} turn mask is ${want}`);
+      assert.ok(turn.response_mask.every((m) => m === want), `${turn.role} turn mask is ${want}`);
       assert.deepEqual(traj.response_ids.slice(offset, offset + turn.token_ids.length), turn.token_ids);
-      assert.deepEqual(traj.response_mask.slice(offset, offset + turn.token_ids.length), turn.loss_mask);
+      assert.deepEqual(traj.response_mask.slice(offset, offset + turn.token_ids.length), turn.response_mask);
       if (turn.role === 'assistant') {
         assert.equal(turn.logprobs.length, turn.token_ids.length);
         assert.equal(turn.token_ids[turn.token_ids.length - 1], tok.eosTokenId, 'assistant turns end with the end-of-turn token');

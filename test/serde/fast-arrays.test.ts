@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import avro from 'avsc';
 import { EVENT_NAMES, SCHEMA_DIR, eventType, historyVersions, resolvedSchema, type EventName } from '../../schemas/index.ts';
-import { fixtureValue } from '../../schemas/snapshot.ts';
+import { currentFixtureValue } from '../../schemas/snapshot.ts';
 import { fastType } from '../../core/serde/fast-arrays.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { MemoryRegistry } from '../../core/serde/registry.ts';
@@ -19,7 +19,7 @@ const fast = new Map(EVENT_NAMES.map((n) => [n, fastType(resolvedSchema(n) as av
 
 function fixture(name: EventName): { value: unknown; bytes: Buffer } {
   return {
-    value: fixtureValue(name) as unknown,
+    value: currentFixtureValue(name),
     bytes: Buffer.from(readFileSync(join(SCHEMA_DIR, 'fixtures', `${name}.avro.hex`), 'utf8').trim(), 'hex'),
   };
 }
@@ -80,7 +80,7 @@ test('invalid array items are refused with the path, as before', async () => {
     ['token_ids', [1, 2.5]],
     ['token_ids', [1, 2 ** 31]],
     ['logprobs', [0.1, '0.2']],
-    ['loss_mask', [1, null]],
+    ['response_mask', [1, null]],
   ] as const) {
     assert.throws(
       () => serde.encode('TurnCompleted', { ...v, [field]: bad } as never),
@@ -103,7 +103,7 @@ test('EventSerde: buffer growth, independent results, truncation and multi-block
   const copy = Buffer.from(small);
   // 300k tokens: ~2.4 MB, several times the initial scratch buffer.
   const n = 300_000;
-  const big = { ...v, token_ids: Array.from({ length: n }, (_, i) => i * 7), logprobs: Array.from({ length: n }, (_, i) => -i / n), loss_mask: new Array<number>(n).fill(1) };
+  const big = { ...v, token_ids: Array.from({ length: n }, (_, i) => i * 7), logprobs: Array.from({ length: n }, (_, i) => -i / n), response_mask: new Array<number>(n).fill(1) };
   const bigBytes = serde.encode('TurnCompleted', big as never);
   assert.ok(small.equals(copy), 'a later encode must not change an earlier result');
   assert.ok(bigBytes.subarray(5).equals(eventType('TurnCompleted').toBuffer(big)));

@@ -406,7 +406,7 @@ describe('rlstream serve: OpenAI conformance and refusals before a trajectory op
     let events = await topicEvents(job, TOPICS.rolloutEvents);
     const turn = events.filter((e) => e.name === 'TurnCompleted').map((e) => e.value as TurnCompleted).find((t) => t.trajectory_id === c.rlstream.trajectory_id)!;
     assert.deepEqual(turn.token_ids, c.rlstream.token_ids);
-    assert.deepEqual(turn.loss_mask, turn.token_ids.map((_, i) => (i < forced ? 0 : 1)));
+    assert.deepEqual(turn.response_mask, turn.token_ids.map((_, i) => (i < forced ? 0 : 1)));
     assert.deepEqual(turn.logprobs.slice(0, forced), new Array<number>(forced).fill(0));
     assert.ok(turn.logprobs.slice(forced).every((x) => x === -0.25));
     // The generate request's context ended with the forced tokens: the policy continued them.
@@ -420,7 +420,7 @@ describe('rlstream serve: OpenAI conformance and refusals before a trajectory op
     assert.equal((await call(job, 'POST', `/v1/trajectories/${c.rlstream.trajectory_id}/complete`, {})).status, 200);
     events = await topicEvents(job, TOPICS.rolloutEvents);
     const done = events.filter((e) => e.name === 'TrajectoryCompleted').map((e) => (e.value as TrajectoryCompleted).trajectory).find((t) => t.trajectory_id === c.rlstream.trajectory_id)!;
-    assert.deepEqual(done.response_mask.slice(0, c.rlstream.token_ids.length), turn.loss_mask);
+    assert.deepEqual(done.response_mask.slice(0, c.rlstream.token_ids.length), turn.response_mask);
     assert.deepEqual(done.response_policy_versions.slice(0, forced), new Array<number>(forced).fill(-1));
     // The forced tokens are the ones the template writes for that text: re-rendering the conversation (the
     // tokenization check, on every observation here) finds no mismatch.

@@ -113,7 +113,7 @@ describe('rlstream serve (scripted backend)', () => {
     assert.deepEqual(turns.map((t) => t.role), ['assistant', 'tool', 'assistant']);
     assert.deepEqual(turns[0]!.token_ids, choice['rlstream'].token_ids);
     assert.deepEqual(turns[2]!.token_ids, c2['rlstream'].token_ids);
-    assert.ok(turns[1]!.loss_mask.every((m) => m === 0) && turns[0]!.loss_mask.every((m) => m === 1));
+    assert.ok(turns[1]!.response_mask.every((m) => m === 0) && turns[0]!.response_mask.every((m) => m === 1));
     assert.ok(turns.every((t) => !t.tokenization_mismatch));
     const tool = events[2]!.value as ToolCallCompleted;
     assert.deepEqual([tool.turn_index, tool.call_id, tool.status, tool.result_text], [0, msg.tool_calls[0]!.id, 'ok', '5']);

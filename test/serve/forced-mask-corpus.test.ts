@@ -77,7 +77,7 @@ test('forced tool-call prefixes: mask 0 on exactly the forced tokens kept, mask 
     assert.equal(kept, Math.min(n, forced.length), `${what}: every prefix token the turn holds counts as forced`);
     const mask = gen.tokenIds.map((_, i) => (i < kept ? 0 : 1));
     assert.deepEqual(rec.responseMask, mask, `${what}: response_mask`);
-    assert.deepEqual(turns[0]!.loss_mask, mask, `${what}: the TurnCompleted's loss_mask`);
+    assert.deepEqual(turns[0]!.response_mask, mask, `${what}: the TurnCompleted's response_mask`);
     assert.deepEqual(rec.logprobs, gen.tokenIds.map((_, i) => (i < kept ? 0 : LOGPROB)), `${what}: log-probs`);
     assert.deepEqual(rec.versions, gen.tokenIds.map((_, i) => (i < kept ? -1 : VERSION)), `${what}: versions`);
     assert.equal(turns[0]!.policy_version, n > kept ? VERSION : -1, `${what}: the turn's version is the sampled tokens'`);

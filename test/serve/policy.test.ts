@@ -181,7 +181,7 @@ describe('rlstream serve on the built-in policy', () => {
       assert.equal(r.sampled_logprobs, ext.token_ids.length - ext.forced_tokens);
       const turn = turns.find((t) => t.trajectory_id === ext.trajectory_id)!;
       assert.deepEqual(turn.token_ids, ext.token_ids);
-      assert.deepEqual(turn.loss_mask, turn.token_ids.map((_, i) => (i < ext.forced_tokens ? 0 : 1)));
+      assert.deepEqual(turn.response_mask, turn.token_ids.map((_, i) => (i < ext.forced_tokens ? 0 : 1)));
       assert.ok(turn.logprobs.slice(0, ext.forced_tokens).every((x) => x === 0));
       assert.ok(turn.logprobs.slice(ext.forced_tokens).every((x) => x < 0 || x === 0));
     }

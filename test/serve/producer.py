@@ -92,7 +92,7 @@ def main():
                 send("TurnCompleted", group_id, {
                     "event_id": event_id(trajectory_id, "turn", t), "time_ms": int(time.time() * 1000), "run_id": RUN_ID,
                     "trajectory_id": trajectory_id, "group_id": group_id, "turn_index": t, "role": turn["role"],
-                    "token_ids": ids, "logprobs": turn_logprobs, "loss_mask": [1 if generated else 0] * len(ids), "text": turn["text"],
+                    "token_ids": ids, "logprobs": turn_logprobs, "response_mask": [1 if generated else 0] * len(ids), "text": turn["text"],
                     "tool_calls": calls, "tool_call_parse_error": None, "finish_reason": "stop" if generated else None,
                     "policy_version": POLICY_VERSION if generated else -1, "latency_ms": 1.0, "server": "python" if generated else None,
                     "tokenization_mismatch": False,

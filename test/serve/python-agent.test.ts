@@ -98,7 +98,7 @@ it('a Python openai agent against rlstream serve: recorded, rewarded, advantaged
     // Multi-turn: the policy called the calculator and the agent's results came back as masked tool turns.
     const toolTurns = turns.filter((t) => t.role === 'tool');
     assert.ok(toolTurns.length > 0, 'no tool turn was recorded');
-    assert.ok(toolTurns.every((t) => t.loss_mask.every((m) => m === 0)));
+    assert.ok(toolTurns.every((t) => t.response_mask.every((m) => m === 0)));
     // The re-tokenization check ran on every observation (tokenization_check_every 1) and found nothing.
     assert.ok(turns.every((t) => !t.tokenization_mismatch));
     assert.equal(job.service.counters.get('tokenization_checks'), toolTurns.length);

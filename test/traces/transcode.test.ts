@@ -34,10 +34,10 @@ function events(): { name: EventName; value: unknown }[] {
   const turn = first.get('TurnCompleted') as EventTypes['TurnCompleted'];
   const long = 'é ✓ 𝄞 \t\n\\ "quoted" ' + 'x'.repeat(300);
   out.push(
-    { name: 'TurnCompleted', value: { ...turn, text: long, token_ids: [0, 127, 128, 16383, 16384, 2 ** 21, 2 ** 28 - 1, 2 ** 28, 2 ** 31 - 1], logprobs: [-0, 1e-40, -3.5, 0, 1, 2, 3, 4, 5], loss_mask: [0, 1, 1, 0, 1, 1, 1, 1, 1], finish_reason: null, server: null, tool_call_parse_error: null, tokenization_mismatch: true, policy_version: -1 } },
-    { name: 'TurnCompleted', value: { ...turn, token_ids: [], logprobs: [], loss_mask: [], tool_calls: [], text: '', finish_reason: 'stop', server: 'http://s:1', tool_call_parse_error: '' } },
+    { name: 'TurnCompleted', value: { ...turn, text: long, token_ids: [0, 127, 128, 16383, 16384, 2 ** 21, 2 ** 28 - 1, 2 ** 28, 2 ** 31 - 1], logprobs: [-0, 1e-40, -3.5, 0, 1, 2, 3, 4, 5], response_mask: [0, 1, 1, 0, 1, 1, 1, 1, 1], finish_reason: null, server: null, tool_call_parse_error: null, tokenization_mismatch: true, policy_version: -1 } },
+    { name: 'TurnCompleted', value: { ...turn, token_ids: [], logprobs: [], response_mask: [], tool_calls: [], text: '', finish_reason: 'stop', server: 'http://s:1', tool_call_parse_error: '' } },
     { name: 'TurnCompleted', value: { ...turn, tool_calls: [{ id: 'c1', name: 'ünïcode', arguments_json: '{"x": "🙂"}' }, { id: 'c2', name: 'calc', arguments_json: long }] } },
-    { name: 'TurnCompleted', value: { ...turn, token_ids: Array.from({ length: 5000 }, (_, i) => (i * 7919) % 200_000), logprobs: Array.from({ length: 5000 }, (_, i) => -i / 1000), loss_mask: Array.from({ length: 5000 }, (_, i) => i % 2), text: 'y'.repeat(70_000) } },
+    { name: 'TurnCompleted', value: { ...turn, token_ids: Array.from({ length: 5000 }, (_, i) => (i * 7919) % 200_000), logprobs: Array.from({ length: 5000 }, (_, i) => -i / 1000), response_mask: Array.from({ length: 5000 }, (_, i) => i % 2), text: 'y'.repeat(70_000) } },
   );
   const tool = first.get('ToolCallCompleted') as EventTypes['ToolCallCompleted'];
   out.push({ name: 'ToolCallCompleted', value: { ...tool, metrics: [], result_text: long } }, { name: 'ToolCallCompleted', value: { ...tool, metrics: [{ name: 'a', value: -0 }, { name: 'b', value: 1e300 }] } });
