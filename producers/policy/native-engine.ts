@@ -12,9 +12,9 @@
 // cached K/V of earlier tokens stay as they were computed.
 import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
-import type { FinishReason, GenerateRequest, GenerateResult } from '../backends/types.ts';
+import type { FinishReason, GenerateRequest, GenerateResult, TokenAlternative } from '../backends/types.ts';
 import type { SlotRunner } from './slot-runner.ts';
-import { inverseTemperature, isGreedy, isUntruncated, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
+import { inverseTemperature, isGreedy, isUntruncated, MAX_TOP_LOGPROBS, newScratch, Rng, sampleToken, topAlternatives, validateSampling } from './sampler.ts';
 
 /** Prompt tokens prefilled in one step unless maxPrefillTokens says otherwise. */
 export const DEFAULT_PREFILL_TOKENS = 4096;
@@ -22,6 +22,11 @@ export const DEFAULT_PREFILL_TOKENS = 4096;
 export interface NativeEngineOptions {
   /** Sequences held in the KV cache at once (running requests plus idle sessions kept for their next turn). */
   slots: number;
+  /**
+   * Most requests running at once (default: slots); the slots beyond it hold only idle sessions kept for their
+   * next turn (the built-in policy's kv_cache_bytes on the CPU, ./kv-sizing.ts's keptSessionSlots).
+   */
+  maxBatch?: number;
   /** Tokens a slot holds: context plus generated tokens of a session. */
   maxLen: number;
   /**
@@ -53,6 +58,8 @@ interface Run {
   tokens: number[];
   logprobs: number[];
   versions: number[];
+  /** With topLogprobs: each token's alternatives, from the row it was sampled from. */
+  top: TokenAlternative[][] | null;
   stop: Set<number>;
   rng: Rng;
   t0: number;
@@ -83,6 +90,9 @@ export class NativeEngine {
   private paused = false; // a version swap is under way: no admissions, and the loop stops after its step
   private drained: (() => void) | null = null;
   private closed = false;
+  /** Set when a step failed and the runner no longer runs at all (its healthy() says so): requests fail at once until a swap loads weights that run. */
+  private broken: RlstreamError | null = null;
+  private readonly maxBatch: number;
   private clock = 0;
   private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, computeMs: 0, loadMs: 0 };
   readonly server: string;
@@ -97,6 +107,8 @@ export class NativeEngine {
     this.prefillCap = opts.maxPrefillTokens ?? DEFAULT_PREFILL_TOKENS;
     if (!Number.isInteger(this.prefillCap) || this.prefillCap < 1) throw new RlstreamError('CONFIG_INVALID', `maxPrefillTokens must be a positive integer, got ${String(opts.maxPrefillTokens)}`);
     this.server = opts.server ?? 'builtin-native';
+    this.maxBatch = opts.maxBatch ?? opts.slots;
+    if (!Number.isInteger(this.maxBatch) || this.maxBatch < 1 || this.maxBatch > opts.slots) throw new RlstreamError('CONFIG_INVALID', `maxBatch must be an integer in [1, slots ${opts.slots}], got ${String(opts.maxBatch)}`);
     model.kvReserve(opts.slots, opts.maxLen);
     this.rows = new Float32Array(opts.slots * model.config.vocab_size);
   }
@@ -130,6 +142,7 @@ export class NativeEngine {
       await load();
       this.counters.loadMs += performance.now() - t0;
       this.version = version;
+      this.broken = null; // the new weights get their own chance
       for (const r of this.running) {
         this.model.kvTruncate(r.slot, 0);
         const s = this.slots[r.slot]!;
@@ -144,12 +157,22 @@ export class NativeEngine {
     }
   }
 
+  /**
+   * False once the engine is closed, or a failed step found its runner no longer runs (its requests then fail at
+   * once with BACKEND_UNAVAILABLE); a swap that loads new weights makes it healthy again. A step that failed on a
+   * bad batch alone leaves it healthy.
+   */
+  healthy(): boolean {
+    return !this.closed && this.broken === null;
+  }
+
   currentPolicyVersion(): number {
     return this.version;
   }
 
   generate(req: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the native engine is closed'));
+    if (this.broken) return Promise.reject(this.broken);
     // Refused here, before it joins a step: a bad token id found by the runner would fail the whole step.
     const bad = (m: string) => Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `request ${req?.requestId ?? '?'}: ${m}`));
     if (!req || !Array.isArray(req.promptIds)) return bad('promptIds must be an array of token ids');
@@ -160,7 +183,8 @@ export class NativeEngine {
       const t = req.promptIds[i]!;
       if (!Number.isInteger(t) || t < 0 || t >= V) return bad(`token id ${t} at position ${i} is outside the vocabulary [0, ${V})`);
     }
-    if ((req.topLogprobs ?? 0) !== 0) return bad('topLogprobs: this engine returns no alternatives (maxTopLogprobs is unset); leave it out');
+    const k = req.topLogprobs ?? 0;
+    if (!Number.isInteger(k) || k < 0 || k > MAX_TOP_LOGPROBS) return bad(`topLogprobs must be an integer in [0, ${MAX_TOP_LOGPROBS}], got ${String(k)}`);
     try {
       validateSampling(req.sampling, V);
     } catch (err) {
@@ -176,6 +200,7 @@ export class NativeEngine {
         tokens: [],
         logprobs: [],
         versions: [],
+        top: k > 0 ? [] : null,
         stop: new Set(req.sampling.stop_token_ids),
         rng: new Rng(req.sampling.seed ?? randomInt(0, 2 ** 48 - 1)),
         t0: performance.now(),
@@ -228,9 +253,10 @@ export class NativeEngine {
         this.handBack();
       } while (inflight);
     } catch (err) {
+      // Not a step (launch settles its own failures): the scheduler itself threw. Every request is settled
+      // rather than left waiting.
       this.handBack();
-      const e = new RlstreamError('INTERNAL', `native generation step failed: ${describeError(err)}`, { cause: err });
-      // Their slots are free again (empty, no session): a failed step must not leave them taken for good.
+      const e = new RlstreamError('INTERNAL', `the scheduler failed: ${describeError(err)}`, { cause: err });
       for (const r of this.running) this.freeSlot(r.slot);
       for (const r of [...this.waiting, ...this.running]) r.reject(e);
       this.waiting.length = 0;
@@ -255,7 +281,7 @@ export class NativeEngine {
    */
   private launch(): Promise<void> | null {
     let prefill = 0;
-    while (!this.paused && this.waiting.length > 0) {
+    while (!this.paused && this.waiting.length > 0 && this.running.length < this.maxBatch) {
       const run = this.waiting[0]!;
       if (prefill > 0 && prefill + run.req.promptIds.length > this.prefillCap) break;
       const slot = this.claim(run.req.sessionId);
@@ -296,25 +322,63 @@ export class NativeEngine {
     // any truncated row brings every row to the host for sampleToken.
     const t0 = performance.now();
     const sampleWhereRowsAre = this.model.extendSample?.bind(this.model);
-    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = sampleWhereRowsAre && active.every((r) => isUntruncated(r.req.sampling, V))
+    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = sampleWhereRowsAre && active.every((r) => r.top === null && isUntruncated(r.req.sampling, V))
       ? sampleWhereRowsAre(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
           .then((out) => (b: number) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! }))
       : this.model
           .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V))
-          .then((probs) => (b: number) => sampleToken(probs.subarray(b * V, (b + 1) * V), active[b]!.req.sampling, active[b]!.rng, this.scratch));
-    return sampledRows.then((sampled) => {
-      this.counters.computeMs += performance.now() - t0;
-      this.counters.steps++;
-      active.forEach((r, b) => {
-        const { token, logprob } = sampled(b);
-        r.tokens.push(token);
-        r.logprobs.push(logprob);
-        r.versions.push(version);
-        r.feed = [token];
-        const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
-        if (reason) this.retire(r, reason);
-      });
+          .then((probs) => (b: number) => {
+            const row = probs.subarray(b * V, (b + 1) * V);
+            const r = active[b]!;
+            // the alternatives come from the very row the token is drawn from
+            if (r.top) r.top.push(topAlternatives(row, r.req.topLogprobs!));
+            return sampleToken(row, r.req.sampling, r.rng, this.scratch);
+          });
+    return sampledRows.then(
+      (sampled) => this.sampled(active, version, sampled, t0),
+      (err: unknown) => this.failStep(active, version, prefillOf(active), err),
+    );
+  }
+
+  /** The tokens of a step that ran: each active turn's next token, and the finished retired. */
+  private sampled(active: Run[], version: number, sampled: (b: number) => { token: number; logprob: number }, t0: number): void {
+    this.counters.computeMs += performance.now() - t0;
+    this.counters.steps++;
+    active.forEach((r, b) => {
+      const { token, logprob } = sampled(b);
+      r.tokens.push(token);
+      r.logprobs.push(logprob);
+      r.versions.push(version);
+      r.feed = [token];
+      const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
+      if (reason) this.retire(r, reason);
     });
+  }
+
+  /**
+   * A step the runner failed fails the turns in it, not the engine: they are rejected with what went wrong, their
+   * slots freed (the runner may have written part of their K/V), and the waiting requests go on. If the runner
+   * no longer runs at all (its healthy() probe fails too), the waiting and every later request fail at once with
+   * BACKEND_UNAVAILABLE until a swap loads weights that run.
+   */
+  private async failStep(active: Run[], version: number, prefill: number, err: unknown): Promise<void> {
+    const e = new RlstreamError('INTERNAL', `policy v${version} step (${active.length} rows, ${prefill} prompt tokens) failed: ${describeError(err)}`, { cause: err });
+    for (const r of active) {
+      const i = this.running.indexOf(r);
+      if (i >= 0) this.running.splice(i, 1);
+      this.freeSlot(r.slot);
+      r.reject(e);
+    }
+    if (this.running.length === 0) this.drained?.();
+    if (this.closed || (await (this.model.healthy?.() ?? Promise.resolve(true)))) return;
+    this.broken = new RlstreamError('BACKEND_UNAVAILABLE', `policy v${version} can no longer run (its runner fails even on one token) after: ${e.message}`, { cause: err, retriable: false });
+    for (const r of [...this.waiting, ...this.running]) {
+      if (r.slot >= 0) this.freeSlot(r.slot);
+      r.reject(this.broken);
+    }
+    this.waiting.length = 0;
+    this.running.length = 0;
+    this.drained?.();
   }
 
   /** A slot for a request: its session's own, else a free one, else the least recently used idle session's. */
@@ -381,9 +445,15 @@ export class NativeEngine {
         logprobs: run.logprobs,
         finishReason: reason,
         policyVersions: run.versions,
+        ...(run.top && { topLogprobs: run.top }),
         server: this.server,
         latencyMs: performance.now() - run.t0,
       },
     });
   }
+}
+
+/** Prompt tokens a step's rows prefill (a decode row feeds one token). */
+function prefillOf(active: Run[]): number {
+  return active.reduce((n, r) => n + (r.feed.length > 1 || r.tokens.length === 0 ? r.feed.length : 0), 0);
 }

@@ -44,6 +44,11 @@ export class OnnxSlotRunner implements SlotRunner {
     await old.release();
   }
 
+  /** Bytes of K/V `slots` slots take once each holds `maxLen` tokens (float32, every layer), as Model.kvBytes. */
+  kvBytes(slots: number, maxLen: number): number {
+    return slots * maxLen * this.c.numLayers * 2 * this.c.numKvHeads * this.c.headDim * Float32Array.BYTES_PER_ELEMENT;
+  }
+
   kvReserve(slots: number, maxLen: number): void {
     if (!Number.isInteger(slots) || slots < 1 || !Number.isInteger(maxLen) || maxLen < 1) throw new RlstreamError('CONFIG_INVALID', `kvReserve: slots and maxLen must be positive integers, got ${slots} and ${maxLen}`);
     this.maxLen = maxLen;
@@ -195,6 +200,11 @@ export class OnnxSlotRunner implements SlotRunner {
       this.lengths[slot] = at + n;
     }
     return run.probs!;
+  }
+
+  /** Whether the onnxruntime session still runs (PolicyRunner.healthy: one token through each graph). */
+  healthy(): Promise<boolean> {
+    return this.runner.healthy();
   }
 
   release(): Promise<void> {

@@ -20,4 +20,10 @@ export interface SlotRunner {
    * the host.
    */
   extendSample?(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array, uniforms: Float64Array): Promise<{ tokens: Int32Array; logprobs: Float32Array }>;
+  /**
+   * Optional: whether the runner still runs at all (one token on an empty cache). The scheduler asks after a
+   * failed step, to tell a bad batch (later requests can still be served) from a dead runner (fail them at once).
+   * A runner without it is taken to run.
+   */
+  healthy?(): Promise<boolean>;
 }

@@ -1,14 +1,18 @@
 // The one continuous-batching scheduler (producers/policy/native-engine.ts) against bad input and failing steps,
 // over the ONNX runner: a request with a token id outside the vocabulary (or an unsupported option) is refused on
 // its own with the position named while the good requests beside it finish; a step the runner fails rejects the
-// turns in it and frees their slots, so the engine goes on serving instead of waiting for slots forever.
+// turns in it and frees their slots, so the engine goes on serving instead of waiting for slots forever; a runner
+// that no longer runs at all fails the waiting and later requests at once until new weights load. Also: the top
+// alternatives against a teacher-forced pass, and the slots kv_cache_bytes buys for idle sessions.
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
 import { policyConfig } from '../../producers/policy/config.ts';
+import { cpuKvSlots } from '../../producers/policy/kv-sizing.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
+import { PolicyRunner } from '../../producers/policy/runner.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
 const config = policyConfig({ hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 61, max_position_embeddings: 128 });
@@ -37,15 +41,15 @@ test('bad requests are refused on their own, naming what is wrong; the good ones
   ];
   const good = [0, 1, 2].map((i) => engine.generate({ requestId: `g${i}`, promptIds: [i + 1, i + 2], sampling: sampling({ seed: i }) }));
   const refused = bad.map(([ids]) => engine.generate({ requestId: 'bad', promptIds: ids as number[], sampling: sampling() }).then(() => null, (e: unknown) => e));
-  refused.push(engine.generate({ requestId: 'bad', promptIds: [1], sampling: sampling(), topLogprobs: 2 }).then(() => null, (e: unknown) => e));
+  for (const k of [21, 1.5, -1]) refused.push(engine.generate({ requestId: 'bad', promptIds: [1], sampling: sampling(), topLogprobs: k }).then(() => null, (e: unknown) => e));
   refused.push(engine.generate({ requestId: 'bad', promptIds: null as unknown as number[], sampling: sampling() }).then(() => null, (e: unknown) => e));
   const errors = await Promise.all(refused);
   for (const [i, e] of errors.entries()) {
     assert.ok(isRlstreamError(e) && e.code === 'BACKEND_BAD_REQUEST', `case ${i}: ${String(e)}`);
     if (i < bad.length) assert.match((e as Error).message, bad[i]![1]);
   }
-  assert.match((errors[bad.length] as Error).message, /topLogprobs/);
-  assert.match((errors[bad.length + 1] as Error).message, /promptIds must be an array/);
+  for (let i = 0; i < 3; i++) assert.match((errors[bad.length + i] as Error).message, /topLogprobs must be an integer in \[0, 20\]/);
+  assert.match((errors[bad.length + 3] as Error).message, /promptIds must be an array/);
   for (const r of await Promise.all(good)) assert.equal(r.tokenIds.length, 5);
   engine.close();
 });
@@ -80,5 +84,139 @@ test('a step the runner fails rejects its turns and frees their slots: later req
   const before = engine.stats().reusedTokens;
   await engine.generate({ requestId: 'again', sessionId: 's1', promptIds: [1, 2, 3], sampling: sampling() });
   assert.equal(engine.stats().reusedTokens, before);
+  engine.close();
+});
+
+test('top alternatives are the k best of the distribution each token was sampled from (log_softmax(logits/T)), ties by token id', async () => {
+  const engine = new NativeEngine(await runner(), { slots: 2, maxLen: 64 });
+  const prompt = [2, 7, 1, 8];
+  const T = 0.7;
+  // beside it, a turn without alternatives (whose rows the runner could otherwise sample where they are)
+  const [r, plain] = await Promise.all([
+    engine.generate({ requestId: 'top', promptIds: prompt, sampling: sampling({ temperature: T, max_new_tokens: 6, top_k: 5 }), topLogprobs: 7 }),
+    engine.generate({ requestId: 'plain', promptIds: [3, 4], sampling: sampling() }),
+  ]);
+  assert.equal(plain.topLogprobs, undefined);
+  assert.equal(r.topLogprobs!.length, r.tokenIds.length);
+  // The teacher-forced pass: the whole sequence in one run of the general graph, no cache.
+  const full = await PolicyRunner.create(config, weights, 0, { mode: 'all' });
+  const seq = [...prompt, ...r.tokenIds];
+  const bias = new Float32Array(seq.length * seq.length).fill(-1e9);
+  for (let i = 0; i < seq.length; i++) bias.fill(0, i * seq.length, i * seq.length + i + 1);
+  const empty = { len: 0, keys: [new Float32Array()], values: [new Float32Array()] };
+  const rows = (await full.step({ batch: 1, seq: seq.length, inputIds: BigInt64Array.from(seq.map(BigInt)), positionIds: BigInt64Array.from(seq.map((_, i) => BigInt(i))), bias, past: empty })).logprobs;
+  await full.release();
+  const V = config.vocabSize;
+  r.tokenIds.forEach((tok, i) => {
+    const row = rows.subarray((prompt.length - 1 + i) * V, (prompt.length + i) * V);
+    const scaled = Array.from(row, (x) => x / T);
+    const max = Math.max(...scaled);
+    const lse = max + Math.log(scaled.reduce((acc, x) => acc + Math.exp(x - max), 0));
+    const best = scaled.map((x, t) => ({ t, lp: x - lse })).sort((a, c) => c.lp - a.lp || a.t - c.t).slice(0, 7);
+    const alts = r.topLogprobs![i]!;
+    assert.equal(alts.length, 7);
+    alts.forEach((a, j) => {
+      assert.equal(a.token, best[j]!.t, `token ${i} alternative ${j}`);
+      assert.ok(Math.abs(a.logprob - best[j]!.lp) < 1e-4, `token ${i} alternative ${j}: ${a.logprob} vs ${best[j]!.lp}`);
+    });
+    // top_k 5 truncates what is sampled, not the distribution reported: the sampled token is among the 5 best,
+    // with the very log-prob reported for it.
+    assert.ok(alts.slice(0, 5).some((a) => a.token === tok && a.logprob === r.logprobs[i]), `token ${i}`);
+  });
+  engine.close();
+});
+
+/** The real runner, whose extend fails at the chosen calls (what a runner error mid-run looks like to the scheduler). */
+function failing(r: OnnxSlotRunner, calls: number[]): { rows: number[] } {
+  const real = r.extend.bind(r);
+  let n = 0;
+  const seen = { rows: [] as number[] };
+  r.extend = (...args: Parameters<OnnxSlotRunner['extend']>) => {
+    seen.rows.push(args[0].length);
+    return calls.includes(++n) ? Promise.reject(new Error(`injected failure of step ${n}`)) : real(...args);
+  };
+  return seen;
+}
+
+async function alone(promptIds: number[], seed: number): Promise<number[]> {
+  const e = new NativeEngine(await runner(), { slots: 1, maxLen: 64 });
+  const out = (await e.generate({ requestId: 'alone', promptIds, sampling: sampling({ seed }) })).tokenIds;
+  e.close();
+  return out;
+}
+
+for (const [which, call, prefill] of [['prefill', 1, 6], ['decode', 2, 0]] as const) {
+  test(`a failed ${which} step rejects its turns, naming version and step; a request waiting for room runs after it as it would alone`, async () => {
+    const r = await runner();
+    failing(r, [call]);
+    const engine = new NativeEngine(r, { slots: 2, maxLen: 64, version: 3 });
+    assert.equal(engine.healthy(), true);
+    const inStep = [engine.generate({ requestId: 'a', promptIds: [1, 2, 3], sampling: sampling({ seed: 1 }) }), engine.generate({ requestId: 'b', promptIds: [4, 5, 6], sampling: sampling({ seed: 2 }) })];
+    const queued = engine.generate({ requestId: 'c', promptIds: [7, 8], sampling: sampling({ seed: 3 }) }); // no slot free: it waits
+    for (const o of await Promise.allSettled(inStep)) {
+      const err = o.status === 'rejected' ? (o.reason as Error) : assert.fail('a turn of the failed step succeeded');
+      assert.ok(isRlstreamError(err, 'INTERNAL'));
+      assert.match(err.message, new RegExp(`^policy v3 step \\(2 rows, ${prefill} prompt tokens\\) failed: (Error: )?injected failure of step ${call}$`));
+    }
+    assert.deepEqual((await queued).tokenIds, await alone([7, 8], 3));
+    assert.deepEqual((await engine.generate({ requestId: 'd', promptIds: [9, 10, 11, 12], sampling: sampling({ seed: 4 }) })).tokenIds, await alone([9, 10, 11, 12], 4));
+    assert.equal(engine.healthy(), true, 'a bad step does not make the engine unhealthy');
+    engine.close();
+  });
+}
+
+test('a runner that no longer runs fails the waiting and later requests at once; weights swapped in serve again', async () => {
+  const r = await runner();
+  const real = r.extend.bind(r);
+  let n = 0;
+  // The onnxruntime session is disposed between two steps, while turns are running and one is waiting.
+  r.extend = async (...args: Parameters<OnnxSlotRunner['extend']>) => {
+    if (++n === 3) await r.release();
+    return real(...args);
+  };
+  const engine = new NativeEngine(r, { slots: 2, maxLen: 64, version: 1 });
+  const all = [1, 2, 3].map((i) => engine.generate({ requestId: `d${i}`, promptIds: [i, i + 1], sampling: sampling({ seed: i, max_new_tokens: 20 }) }));
+  const reasons = (await Promise.allSettled(all)).map((o) => (o.status === 'rejected' ? (o.reason as Error) : assert.fail('a request on a dead runner succeeded')));
+  assert.ok(isRlstreamError(reasons[0], 'INTERNAL'));
+  assert.match(reasons[0]!.message, /^policy v1 step \(2 rows, 0 prompt tokens\) failed: .*(disposed|released)/i);
+  // The waiting one never ran: it fails with the runner's error instead of waiting forever.
+  assert.ok(isRlstreamError(reasons[2], 'BACKEND_UNAVAILABLE') && !reasons[2].retriable, String(reasons[2]));
+  assert.match(reasons[2].message, /^policy v1 can no longer run/);
+  assert.equal(engine.healthy(), false);
+  const t0 = performance.now();
+  await assert.rejects(engine.generate({ requestId: 'later', promptIds: [7], sampling: sampling() }), (e: unknown) => isRlstreamError(e, 'BACKEND_UNAVAILABLE') && /can no longer run/.test(e.message));
+  assert.ok(performance.now() - t0 < 50, 'a later request fails at once');
+  await engine.swap(2, () => r.loadWeights(weights), 'next_turn');
+  assert.equal(engine.healthy(), true);
+  const again = await engine.generate({ requestId: 'again', promptIds: [7, 8, 9], sampling: sampling({ seed: 5 }) });
+  assert.deepEqual(again.policyVersions, [2, 2, 2, 2, 2]);
+  assert.deepEqual(again.tokenIds, await alone([7, 8, 9], 5));
+  engine.close();
+});
+
+test('kv_cache_bytes buys slots for idle sessions beyond max_batch, least recently used evicted; at most max_batch run at once', async () => {
+  const r = await runner();
+  // One slot of this model at 64 tokens: 1 layer × K,V × 2 heads × 8 dims × 4 bytes × 64 = 8 KiB.
+  const slotBytes = r.kvBytes(1, 64);
+  assert.equal(slotBytes, 1 * 2 * 2 * 8 * 4 * 64);
+  assert.deepEqual(cpuKvSlots({ kvCacheBytes: 0, slotBytes, maxBatch: 2 }), { slots: 2, keptSessions: 0 });
+  assert.deepEqual(cpuKvSlots({ kvCacheBytes: 2 * slotBytes - 1, slotBytes, maxBatch: 2 }), { slots: 3, keptSessions: 1 });
+  assert.throws(() => cpuKvSlots({ kvCacheBytes: -1, slotBytes, maxBatch: 2 }), /backend\.kv_cache_bytes must be a non-negative integer, got -1/);
+  const { slots } = cpuKvSlots({ kvCacheBytes: slotBytes, slotBytes, maxBatch: 2 });
+  const seen = failing(r, []);
+  const engine = new NativeEngine(r, { slots, maxLen: 64, maxBatch: 2 });
+  const turn = (s: string, promptIds: number[]) => engine.generate({ requestId: s, sessionId: s, promptIds, sampling: sampling({ max_new_tokens: 3 }) });
+  // Three at once: two run, the third waits for a running slot although an idle one is free.
+  await Promise.all([turn('s1', [1, 2, 3]), turn('s2', [4, 5, 6]), turn('s3', [7, 8, 9])]);
+  assert.ok(Math.max(...seen.rows) <= 2, `rows per step: ${seen.rows.join(',')}`);
+  // All three kept (2 + 1 slots); a fourth session takes the least recently used one's.
+  await turn('s4', [10, 11, 12]);
+  const reused = async (s: string, promptIds: number[]) => {
+    const before = engine.stats().reusedTokens;
+    await turn(s, promptIds);
+    return engine.stats().reusedTokens - before;
+  };
+  assert.equal(await reused('s3', [7, 8, 9, 1]), 3, 's3 was kept');
+  assert.equal(await reused('s1', [1, 2, 3, 1]), 0, 's1 was evicted');
   engine.close();
 });
