@@ -18,6 +18,22 @@ import { inverseTemperature, isGreedy, isUntruncated, MAX_TOP_LOGPROBS, newScrat
 
 /** Prompt tokens prefilled in one step unless maxPrefillTokens says otherwise. */
 export const DEFAULT_PREFILL_TOKENS = 4096;
+/** Versions' weights held at once for rollout.interrupt 'finish' unless maxLiveVersions says otherwise. */
+export const DEFAULT_MAX_LIVE_VERSIONS = 3;
+
+/**
+ * How a policy update reaches turns under way (rollout.interrupt):
+ * - 'finish': a session keeps the version its first turn ran on until it is released (every turn of a
+ *   trajectory comes from one policy; a turn without a session finishes on its version); new sessions and turns
+ *   take the new one. Needs a runner that holds several versions' weights at once (SlotRunner.dropWeights).
+ * - 'next_turn': turns in flight finish on their weights; admissions wait until they have, then the new version
+ *   loads and every later turn (a session's next one too, without its old cache) runs it.
+ * - 'next_token': turns in flight are interrupted after the token being decoded: their context is prefilled again
+ *   on the new weights and generation goes on there, each token keeping the version that sampled it and its
+ *   log-prob under that version (AReaL/verl partial rollouts).
+ */
+export type RolloutInterrupt = 'finish' | 'next_turn' | 'next_token';
+export const ROLLOUT_INTERRUPTS: readonly RolloutInterrupt[] = Object.freeze(['finish', 'next_turn', 'next_token']);
 
 export interface NativeEngineOptions {
   /** Sequences held in the KV cache at once (running requests plus idle sessions kept for their next turn). */
@@ -36,6 +52,11 @@ export interface NativeEngineOptions {
   maxPrefillTokens?: number;
   /** Policy version the first tokens carry (default 0). */
   version?: number;
+  /**
+   * swap 'finish': how many versions' weights may stay loaded for the sessions pinned to them (default
+   * DEFAULT_MAX_LIVE_VERSIONS); a session pinned to an older one moves to the newest at its next turn.
+   */
+  maxLiveVersions?: number;
   server?: string;
 }
 
@@ -54,6 +75,7 @@ export interface NativeEngineStats {
 interface Run {
   req: GenerateRequest;
   slot: number;
+  version: number; // the weights it runs on (set when admitted)
   feed: number[]; // tokens to append at the next step
   tokens: number[];
   logprobs: number[];
@@ -93,7 +115,15 @@ export class NativeEngine {
   /** Set when a step failed and the runner no longer runs at all (its healthy() says so): requests fail at once until a swap loads weights that run. */
   private broken: RlstreamError | null = null;
   private readonly maxBatch: number;
+  private readonly maxLive: number;
+  /** Versions whose weights the runner holds (one, except after 'finish' swaps on a runner with dropWeights). */
+  private readonly live = new Set<number>();
+  /** Session → the version its turns run on, until released or that version is unloaded. */
+  private readonly pins = new Map<string, number>();
+  /** The step number each version last ran at: the step goes to the version waiting longest. */
+  private readonly lastStep = new Map<number, number>();
   private clock = 0;
+  private launches = 0;
   private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, computeMs: 0, loadMs: 0 };
   readonly server: string;
 
@@ -107,6 +137,9 @@ export class NativeEngine {
     this.prefillCap = opts.maxPrefillTokens ?? DEFAULT_PREFILL_TOKENS;
     if (!Number.isInteger(this.prefillCap) || this.prefillCap < 1) throw new RlstreamError('CONFIG_INVALID', `maxPrefillTokens must be a positive integer, got ${String(opts.maxPrefillTokens)}`);
     this.server = opts.server ?? 'builtin-native';
+    this.live.add(this.version);
+    this.maxLive = opts.maxLiveVersions ?? DEFAULT_MAX_LIVE_VERSIONS;
+    if (!Number.isInteger(this.maxLive) || this.maxLive < 1) throw new RlstreamError('CONFIG_INVALID', `maxLiveVersions must be a positive integer, got ${String(opts.maxLiveVersions)}`);
     this.maxBatch = opts.maxBatch ?? opts.slots;
     if (!Number.isInteger(this.maxBatch) || this.maxBatch < 1 || this.maxBatch > opts.slots) throw new RlstreamError('CONFIG_INVALID', `maxBatch must be an integer in [1, slots ${opts.slots}], got ${String(opts.maxBatch)}`);
     model.kvReserve(opts.slots, opts.maxLen);
@@ -124,16 +157,23 @@ export class NativeEngine {
    */
   setVersion(version: number): void {
     this.version = version;
+    this.live.clear();
+    this.live.add(version);
+    this.pins.clear();
+    for (const r of this.running) r.version = version;
   }
 
   /**
-   * Takes a new policy version whose weights `load` writes into the model, between steps. 'next_turn': admissions
-   * pause until the turns under way finish on the old weights, then it loads. 'next_token': it loads after the
-   * step in flight and the turns under way go on with the new weights, their context (prompt and tokens so far)
-   * prefilled again on them; each token keeps the version that sampled it. Sessions' cached tokens from older
-   * versions are dropped at their next turn.
+   * Takes a new policy version whose weights `load` puts in the runner (written in place, or added beside the
+   * others on a runner with dropWeights), as RolloutInterrupt `mode` says. 'next_turn': admissions pause until the
+   * turns under way finish on the old weights, then it loads. 'next_token': it loads after the step in flight and
+   * the turns under way go on with the new weights, their context (prompt and tokens so far) prefilled again on
+   * them; each token keeps the version that sampled it. Both unload every other version. 'finish': it loads while
+   * steps go on, and only turns admitted after it (of sessions not pinned to a loaded version) run it. Sessions'
+   * cached tokens from other versions than the one their next turn runs are dropped then.
    */
-  async swap(version: number, load: () => Promise<void>, mode: 'next_turn' | 'next_token'): Promise<void> {
+  async swap(version: number, load: () => Promise<void>, mode: RolloutInterrupt): Promise<void> {
+    if (mode === 'finish') return this.add(version, load);
     this.paused = true;
     try {
       if (mode === 'next_turn' && this.running.length > 0) await new Promise<void>((resolve) => (this.drained = resolve));
@@ -143,7 +183,13 @@ export class NativeEngine {
       this.counters.loadMs += performance.now() - t0;
       this.version = version;
       this.broken = null; // the new weights get their own chance
+      const old = [...this.live];
+      this.live.clear();
+      this.live.add(version);
+      this.pins.clear();
+      for (const v of old) await this.model.dropWeights?.(v);
       for (const r of this.running) {
+        r.version = version;
         this.model.kvTruncate(r.slot, 0);
         const s = this.slots[r.slot]!;
         s.tokens = [];
@@ -155,6 +201,46 @@ export class NativeEngine {
       this.drained = null;
       void this.loop();
     }
+  }
+
+  /** swap 'finish': the version's weights beside the others; new turns take it, turns and sessions under way keep theirs. */
+  private async add(version: number, load: () => Promise<void>): Promise<void> {
+    if (!this.model.dropWeights) throw new RlstreamError('CONFIG_INVALID', "rollout.interrupt 'finish' needs two versions' weights at once; this runner holds one (use next_turn or next_token)");
+    if (this.live.has(version)) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is already loaded`);
+    const t0 = performance.now();
+    await load();
+    this.counters.loadMs += performance.now() - t0;
+    this.live.add(version);
+    this.version = version;
+    this.broken = null;
+    // Past maxLiveVersions, the oldest versions' sessions move to the newest at their next turn.
+    const keep = new Set([...this.live].sort((a, b) => b - a).slice(0, this.maxLive));
+    for (const [session, v] of this.pins) if (!keep.has(v)) this.pins.delete(session);
+    this.unloadIdle();
+    void this.loop();
+  }
+
+  /** Unloads versions (other than the newest) that no running turn or pinned session needs any more. */
+  private unloadIdle(): void {
+    const drop = this.model.dropWeights?.bind(this.model);
+    if (!drop) return;
+    const needed = new Set([this.version, ...this.pins.values(), ...this.running.map((r) => r.version)]);
+    for (const v of [...this.live])
+      if (!needed.has(v)) {
+        this.live.delete(v);
+        this.lastStep.delete(v);
+        // Releasing an onnxruntime session only frees memory; one that fails to is left to the process's end.
+        void drop(v).catch(() => undefined);
+      }
+  }
+
+  /** The version a turn of `session` runs on: the one it is pinned to while loaded, else (and then pinned to) the newest. */
+  private versionFor(session: string | undefined): number {
+    if (session === undefined) return this.version;
+    const pinned = this.pins.get(session);
+    if (pinned !== undefined && this.live.has(pinned)) return pinned;
+    this.pins.set(session, this.version);
+    return this.version;
   }
 
   /**
@@ -196,6 +282,7 @@ export class NativeEngine {
       this.waiting.push({
         req,
         slot: -1,
+        version: -1,
         feed: [],
         tokens: [],
         logprobs: [],
@@ -219,6 +306,8 @@ export class NativeEngine {
         s.session = null;
         s.tokens = [];
       }
+    this.pins.delete(sessionId);
+    this.unloadIdle();
   }
 
   close(): void {
@@ -290,10 +379,17 @@ export class NativeEngine {
       prefill += this.admit(run, slot);
     }
     for (const r of this.running.filter((x) => x.signal?.aborted)) this.retire(r, 'abort');
+    if (this.running.length === 0) return null;
+    // A step runs one version's weights: that of the running turns whose version waited longest ('finish' keeps
+    // several; otherwise every turn runs the one).
+    let version = this.running[0]!.version;
+    for (const r of this.running) if ((this.lastStep.get(r.version) ?? -1) < (this.lastStep.get(version) ?? -1)) version = r.version;
+    this.lastStep.set(version, ++this.launches);
     // Every decoding row, and prefills (new turns, contexts again after a swap) up to maxPrefillTokens a step.
     const active: Run[] = [];
     let budget = 0;
     for (const r of this.running) {
+      if (r.version !== version) continue;
       if (r.feed.length > 1) {
         if (budget > 0 && budget + r.feed.length > this.prefillCap) continue;
         budget += r.feed.length;
@@ -315,18 +411,18 @@ export class NativeEngine {
       if (r.feed.length > 1 || r.tokens.length === 0) this.counters.prefillTokens += r.feed.length;
       else this.counters.decodeTokens += 1;
     });
-    // the weights this step reads: an owner's setVersion while it runs names the weights of later steps
-    const version = this.version;
     const V = this.model.config.vocab_size;
     // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
     // any truncated row brings every row to the host for sampleToken.
     const t0 = performance.now();
-    const sampleWhereRowsAre = this.model.extendSample?.bind(this.model);
+    // (a runner holding several versions is named the step's; it samples on the host)
+    const versioned = this.model.dropWeights !== undefined;
+    const sampleWhereRowsAre = versioned ? undefined : this.model.extendSample?.bind(this.model);
     const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = sampleWhereRowsAre && active.every((r) => r.top === null && isUntruncated(r.req.sampling, V))
       ? sampleWhereRowsAre(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
           .then((out) => (b: number) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! }))
       : this.model
-          .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V))
+          .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V), versioned ? version : undefined)
           .then((probs) => (b: number) => {
             const row = probs.subarray(b * V, (b + 1) * V);
             const r = active[b]!;
@@ -353,6 +449,7 @@ export class NativeEngine {
       const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
       if (reason) this.retire(r, reason);
     });
+    this.unloadIdle();
   }
 
   /**
@@ -401,8 +498,9 @@ export class NativeEngine {
   private admit(run: Run, slot: number): number {
     const s = this.slots[slot]!;
     const prompt = run.req.promptIds;
-    if (s.session !== (run.req.sessionId ?? null) || s.version !== this.version) s.tokens = [];
-    s.version = this.version;
+    run.version = this.versionFor(run.req.sessionId);
+    if (s.session !== (run.req.sessionId ?? null) || s.version !== run.version) s.tokens = [];
+    s.version = run.version;
     let keep = 0;
     const limit = Math.min(s.tokens.length, prompt.length - 1);
     while (keep < limit && s.tokens[keep] === prompt[keep]) keep++;

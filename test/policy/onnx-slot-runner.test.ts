@@ -133,7 +133,7 @@ test("over the ONNX runner, next_token: a turn under way goes on with the new we
   const p = prompt(4, 6);
   const turn = engine.generate({ requestId: 'a', sessionId: 's', promptIds: p, sampling: sampling({ max_new_tokens: 30 }) });
   await afterSteps(engine, 8);
-  await engine.swap(1, () => runner.loadWeights(w2), 'next_token');
+  await engine.swap(1, () => runner.addWeights(w2, 1), 'next_token');
   const r = await turn;
   const k = r.policyVersions.indexOf(1);
   assert.ok(k >= 8 && k < 30, `the swap landed mid-turn (first v1 token at ${k})`);
@@ -155,7 +155,7 @@ test('over the ONNX runner, next_turn: the turn under way finishes on the old we
   const p = prompt(6, 5);
   const turn = engine.generate({ requestId: 'a', promptIds: p, sampling: sampling({ max_new_tokens: 20 }) });
   await afterSteps(engine, 4);
-  const swapped = engine.swap(1, () => runner.loadWeights(w2), 'next_turn');
+  const swapped = engine.swap(1, () => runner.addWeights(w2, 1), 'next_turn');
   const r = await turn;
   await swapped;
   assert.ok(r.policyVersions.every((v) => v === 0));

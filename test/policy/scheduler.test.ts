@@ -3,7 +3,8 @@
 // its own with the position named while the good requests beside it finish; a step the runner fails rejects the
 // turns in it and frees their slots, so the engine goes on serving instead of waiting for slots forever; a runner
 // that no longer runs at all fails the waiting and later requests at once until new weights load. Also: the top
-// alternatives against a teacher-forced pass, and the slots kv_cache_bytes buys for idle sessions.
+// alternatives against a teacher-forced pass, the slots kv_cache_bytes buys for idle sessions, and 'finish'
+// swaps (two versions' weights at once, each turn and pinned session on its own).
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
@@ -13,6 +14,7 @@ import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../../producers/policy/runner.ts';
+import type { SlotRunner } from '../../producers/policy/slot-runner.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
 const config = policyConfig({ hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 61, max_position_embeddings: 128 });
@@ -23,8 +25,8 @@ after(async () => {
 });
 const sampling = (o: Partial<SamplingParams> = {}): SamplingParams => ({ temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 5, seed: 1, stop_token_ids: [], ...o }) as SamplingParams;
 
-async function runner(): Promise<OnnxSlotRunner> {
-  const r = await OnnxSlotRunner.create(config, weights);
+async function runner(version = 0, w = weights): Promise<OnnxSlotRunner> {
+  const r = await OnnxSlotRunner.create(config, w, { version });
   runners.push(r);
   return r;
 }
@@ -138,16 +140,16 @@ function failing(r: OnnxSlotRunner, calls: number[]): { rows: number[] } {
   return seen;
 }
 
-async function alone(promptIds: number[], seed: number): Promise<number[]> {
-  const e = new NativeEngine(await runner(), { slots: 1, maxLen: 64 });
-  const out = (await e.generate({ requestId: 'alone', promptIds, sampling: sampling({ seed }) })).tokenIds;
+async function alone(promptIds: number[], seed: number, w = weights, maxNew = 5): Promise<number[]> {
+  const e = new NativeEngine(await runner(0, w), { slots: 1, maxLen: 64 });
+  const out = (await e.generate({ requestId: 'alone', promptIds, sampling: sampling({ seed, max_new_tokens: maxNew }) })).tokenIds;
   e.close();
   return out;
 }
 
 for (const [which, call, prefill] of [['prefill', 1, 6], ['decode', 2, 0]] as const) {
   test(`a failed ${which} step rejects its turns, naming version and step; a request waiting for room runs after it as it would alone`, async () => {
-    const r = await runner();
+    const r = await runner(3);
     failing(r, [call]);
     const engine = new NativeEngine(r, { slots: 2, maxLen: 64, version: 3 });
     assert.equal(engine.healthy(), true);
@@ -166,7 +168,7 @@ for (const [which, call, prefill] of [['prefill', 1, 6], ['decode', 2, 0]] as co
 }
 
 test('a runner that no longer runs fails the waiting and later requests at once; weights swapped in serve again', async () => {
-  const r = await runner();
+  const r = await runner(1);
   const real = r.extend.bind(r);
   let n = 0;
   // The onnxruntime session is disposed between two steps, while turns are running and one is waiting.
@@ -186,7 +188,7 @@ test('a runner that no longer runs fails the waiting and later requests at once;
   const t0 = performance.now();
   await assert.rejects(engine.generate({ requestId: 'later', promptIds: [7], sampling: sampling() }), (e: unknown) => isRlstreamError(e, 'BACKEND_UNAVAILABLE') && /can no longer run/.test(e.message));
   assert.ok(performance.now() - t0 < 50, 'a later request fails at once');
-  await engine.swap(2, () => r.loadWeights(weights), 'next_turn');
+  await engine.swap(2, () => r.addWeights(weights, 2), 'next_turn');
   assert.equal(engine.healthy(), true);
   const again = await engine.generate({ requestId: 'again', promptIds: [7, 8, 9], sampling: sampling({ seed: 5 }) });
   assert.deepEqual(again.policyVersions, [2, 2, 2, 2, 2]);
@@ -219,4 +221,75 @@ test('kv_cache_bytes buys slots for idle sessions beyond max_batch, least recent
   assert.equal(await reused('s3', [7, 8, 9, 1]), 3, 's3 was kept');
   assert.equal(await reused('s1', [1, 2, 3, 1]), 0, 's1 was evicted');
   engine.close();
+});
+
+test("swap 'finish': a turn started on v1 finishes on v1 while new turns take v2; a session keeps v1 (and its cache) until released", async () => {
+  const w2 = randomWeights(config, 4);
+  const r = await runner(1);
+  const real = r.extend.bind(r);
+  let calls = 0;
+  let open!: () => void;
+  const gate = new Promise<void>((res) => (open = res));
+  // The third step waits until the swap is done and a new turn queued, so the two overlap for sure.
+  r.extend = async (...args: Parameters<OnnxSlotRunner['extend']>) => {
+    if (++calls === 3) await gate;
+    return real(...args);
+  };
+  const engine = new NativeEngine(r, { slots: 4, maxLen: 64, version: 1 });
+  const prompt = [2, 4, 6];
+  const long = engine.generate({ requestId: 'long', sessionId: 'old', promptIds: prompt, sampling: sampling({ seed: 9, max_new_tokens: 20 }) });
+  const plain = engine.generate({ requestId: 'plain', promptIds: [5, 6], sampling: sampling({ seed: 8, max_new_tokens: 20 }) });
+  while (calls < 3) await new Promise((res) => setImmediate(res));
+  await engine.swap(2, () => r.addWeights(w2, 2), 'finish');
+  assert.equal(engine.currentPolicyVersion(), 2);
+  assert.deepEqual(r.weightVersions(), [1, 2]);
+  const fresh = engine.generate({ requestId: 'fresh', sessionId: 'new', promptIds: prompt, sampling: sampling({ seed: 9, max_new_tokens: 20 }) });
+  open();
+  const [t1, tp, tf] = await Promise.all([long, plain, fresh]);
+  assert.deepEqual(t1.policyVersions, new Array(20).fill(1));
+  assert.deepEqual(tp.policyVersions, new Array(20).fill(1), 'a turn without a session finishes on its version too');
+  assert.deepEqual(tf.policyVersions, new Array(20).fill(2));
+  // Each as it would be alone on its own weights: no row ran on the other version's.
+  assert.deepEqual(t1.tokenIds, await alone(prompt, 9, weights, 20));
+  assert.deepEqual(tp.tokenIds, await alone([5, 6], 8, weights, 20));
+  assert.deepEqual(tf.tokenIds, await alone(prompt, 9, w2, 20));
+  assert.notDeepEqual(t1.tokenIds, tf.tokenIds);
+  // The session's next turn stays on v1 and starts from its cache.
+  const ctx2 = [...prompt, ...t1.tokenIds, 3];
+  const before = engine.stats().reusedTokens;
+  const t2 = await engine.generate({ requestId: 't2', sessionId: 'old', promptIds: ctx2, sampling: sampling({ max_new_tokens: 4 }) });
+  assert.deepEqual(t2.policyVersions, [1, 1, 1, 1]);
+  assert.equal(engine.stats().reusedTokens - before, prompt.length + 19);
+  assert.deepEqual(r.weightVersions(), [1, 2], 'v1 stays loaded while a session is pinned to it');
+  engine.releaseSession('old');
+  assert.deepEqual(r.weightVersions(), [2], 'v1 unloaded once nothing needs it');
+  const t3 = await engine.generate({ requestId: 't3', sessionId: 'old', promptIds: [...ctx2, ...t2.tokenIds], sampling: sampling({ max_new_tokens: 4 }) });
+  assert.deepEqual(t3.policyVersions, [2, 2, 2, 2]);
+  engine.close();
+});
+
+test("swap 'finish': past maxLiveVersions the oldest version's sessions move to the newest; a runner of one version refuses 'finish'", async () => {
+  const r = await runner(1);
+  const engine = new NativeEngine(r, { slots: 4, maxLen: 64, version: 1, maxLiveVersions: 2 });
+  const turn = async (s: string) => (await engine.generate({ requestId: s, sessionId: s, promptIds: [1, 2], sampling: sampling({ max_new_tokens: 2 }) })).policyVersions;
+  assert.deepEqual(await turn('a'), [1, 1]);
+  await engine.swap(2, () => r.addWeights(randomWeights(config, 5), 2), 'finish');
+  assert.deepEqual(await turn('b'), [2, 2]);
+  assert.deepEqual(await turn('a'), [1, 1]);
+  await engine.swap(3, () => r.addWeights(randomWeights(config, 6), 3), 'finish');
+  assert.deepEqual(r.weightVersions(), [2, 3]);
+  assert.deepEqual(await turn('a'), [3, 3]);
+  assert.deepEqual(await turn('b'), [2, 2]);
+  await assert.rejects(engine.swap(3, () => r.addWeights(weights, 3), 'finish'), /policy version 3 is already loaded/);
+  engine.close();
+
+  // The runner without dropWeights (as the native Model): one version's weights at a time.
+  const one = await runner();
+  const single: SlotRunner = { config: one.config, kvReserve: (s, m) => one.kvReserve(s, m), kvTruncate: (s, l) => one.kvTruncate(s, l), extend: (...a) => one.extend(...a) };
+  const e1 = new NativeEngine(single, { slots: 1, maxLen: 64 });
+  let loaded = false;
+  await assert.rejects(e1.swap(1, async () => void (loaded = true), 'finish'), (e: unknown) => isRlstreamError(e, 'CONFIG_INVALID') && /'finish' needs two versions' weights at once/.test(e.message));
+  assert.equal(loaded, false);
+  assert.equal((await e1.generate({ requestId: 'x', promptIds: [1], sampling: sampling() })).policyVersions.length, 5);
+  e1.close();
 });
