@@ -293,3 +293,27 @@ test("swap 'finish': past maxLiveVersions the oldest version's sessions move to 
   assert.equal((await e1.generate({ requestId: 'x', promptIds: [1], sampling: sampling() })).policyVersions.length, 5);
   e1.close();
 });
+
+test('an aborted turn returns its tokens so far with finishReason abort (a prefix of its run alone); the others go on', async () => {
+  const r = await runner();
+  const real = r.extend.bind(r);
+  const ac = new AbortController();
+  let calls = 0;
+  r.extend = (...args: Parameters<OnnxSlotRunner['extend']>) => {
+    if (++calls === 4) ac.abort(); // while the fourth step runs: its token is kept, and no fifth step takes the turn
+    return real(...args);
+  };
+  const engine = new NativeEngine(r, { slots: 2, maxLen: 64 });
+  const long = engine.generate({ requestId: 'long', promptIds: [1, 2, 3], sampling: sampling({ seed: 1, max_new_tokens: 40 }) }, ac.signal);
+  const other = engine.generate({ requestId: 'other', promptIds: [4, 5, 6], sampling: sampling({ seed: 2, max_new_tokens: 30 }) });
+  const [a, o] = await Promise.all([long, other]);
+  assert.equal(a.finishReason, 'abort');
+  assert.equal(a.tokenIds.length, 4);
+  assert.deepEqual(a.tokenIds, (await alone([1, 2, 3], 1, weights, 40)).slice(0, 4));
+  assert.deepEqual(o.tokenIds, await alone([4, 5, 6], 2, weights, 30));
+  const pre = new AbortController();
+  pre.abort();
+  const none = await engine.generate({ requestId: 'pre', promptIds: [1], sampling: sampling() }, pre.signal);
+  assert.deepEqual([none.tokenIds, none.finishReason], [[], 'abort']);
+  engine.close();
+});
