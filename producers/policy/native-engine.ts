@@ -33,7 +33,6 @@ export const DEFAULT_MAX_LIVE_VERSIONS = 3;
  *   log-prob under that version (AReaL/verl partial rollouts).
  */
 export type RolloutInterrupt = 'finish' | 'next_turn' | 'next_token';
-export const ROLLOUT_INTERRUPTS: readonly RolloutInterrupt[] = Object.freeze(['finish', 'next_turn', 'next_token']);
 
 export interface NativeEngineOptions {
   /** Sequences held in the KV cache at once (running requests plus idle sessions kept for their next turn). */
@@ -62,10 +61,18 @@ export interface NativeEngineOptions {
 
 export interface NativeEngineStats {
   steps: number;
+  /** Steps that prefilled some row (a turn joining, or a context again after a swap). */
+  prefillSteps: number;
   decodeTokens: number;
   prefillTokens: number;
   /** Prompt tokens a request found already in its session's slot. */
   reusedTokens: number;
+  /** Turns that found some of their prompt in their session's slot. */
+  cacheHits: number;
+  /** Gauge: idle slots holding a session's tokens for its next turn. */
+  cachedSessions: number;
+  /** Turns moved to a new version mid-generation (swap 'next_token'). */
+  interrupted: number;
   /** Milliseconds spent in the model's forward steps (on cuda: until their results reached the host). */
   computeMs: number;
   /** Milliseconds spent writing new versions' weights into the model. */
@@ -124,7 +131,7 @@ export class NativeEngine {
   private readonly lastStep = new Map<number, number>();
   private clock = 0;
   private launches = 0;
-  private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, computeMs: 0, loadMs: 0 };
+  private readonly counters: NativeEngineStats = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cachedSessions: 0, interrupted: 0, computeMs: 0, loadMs: 0 };
   readonly server: string;
 
   constructor(
@@ -147,7 +154,7 @@ export class NativeEngine {
   }
 
   stats(): NativeEngineStats {
-    return { ...this.counters };
+    return { ...this.counters, cachedSessions: this.slots.filter((s) => !s.busy && s.session !== null && s.tokens.length > 0).length };
   }
 
   /**
@@ -188,6 +195,7 @@ export class NativeEngine {
       this.live.add(version);
       this.pins.clear();
       for (const v of old) await this.model.dropWeights?.(v);
+      if (mode === 'next_token') this.counters.interrupted += this.running.length;
       for (const r of this.running) {
         r.version = version;
         this.model.kvTruncate(r.slot, 0);
@@ -414,6 +422,7 @@ export class NativeEngine {
     const V = this.model.config.vocab_size;
     // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
     // any truncated row brings every row to the host for sampleToken.
+    const prefilled = prefillOf(active);
     const t0 = performance.now();
     // (a runner holding several versions is named the step's; it samples on the host)
     const versioned = this.model.dropWeights !== undefined;
@@ -431,15 +440,16 @@ export class NativeEngine {
             return sampleToken(row, r.req.sampling, r.rng, this.scratch);
           });
     return sampledRows.then(
-      (sampled) => this.sampled(active, version, sampled, t0),
-      (err: unknown) => this.failStep(active, version, prefillOf(active), err),
+      (sampled) => this.sampled(active, version, sampled, t0, prefilled),
+      (err: unknown) => this.failStep(active, version, prefilled, err),
     );
   }
 
   /** The tokens of a step that ran: each active turn's next token, and the finished retired. */
-  private sampled(active: Run[], version: number, sampled: (b: number) => { token: number; logprob: number }, t0: number): void {
+  private sampled(active: Run[], version: number, sampled: (b: number) => { token: number; logprob: number }, t0: number, prefill: number): void {
     this.counters.computeMs += performance.now() - t0;
     this.counters.steps++;
+    if (prefill > 0) this.counters.prefillSteps++;
     active.forEach((r, b) => {
       const { token, logprob } = sampled(b);
       r.tokens.push(token);
@@ -510,6 +520,7 @@ export class NativeEngine {
     s.busy = true;
     s.lastUse = ++this.clock;
     this.counters.reusedTokens += keep;
+    if (keep > 0) this.counters.cacheHits++;
     run.slot = slot;
     run.feed = prompt.slice(keep);
     this.running.push(run);

@@ -27,6 +27,7 @@ export class OnnxSlotRunner implements SlotRunner {
     private readonly c: PolicyModelConfig,
     first: PolicyRunner,
     private readonly threads: number,
+    private readonly decodeGraph: boolean,
   ) {
     this.config = Object.freeze({ vocab_size: c.vocabSize });
     this.sets.set(first.version, first);
@@ -35,11 +36,12 @@ export class OnnxSlotRunner implements SlotRunner {
 
   /**
    * The graph exported from `weights` in one onnxruntime session of `threads` intra-op threads (default 1), held
-   * as policy `version` (default 0).
+   * as policy `version` (default 0). decodeGraph false: one-token steps run on the general graph too (default true).
    */
-  static async create(config: PolicyModelConfig, weights: TensorMap, options: { threads?: number; version?: number } = {}): Promise<OnnxSlotRunner> {
+  static async create(config: PolicyModelConfig, weights: TensorMap, options: { threads?: number; version?: number; decodeGraph?: boolean } = {}): Promise<OnnxSlotRunner> {
     const threads = options.threads ?? 1;
-    return new OnnxSlotRunner(config, await PolicyRunner.create(config, weights, options.version ?? 0, { threads }), threads);
+    const decodeGraph = options.decodeGraph ?? true;
+    return new OnnxSlotRunner(config, await PolicyRunner.create(config, weights, options.version ?? 0, { threads, decodeGraph }), threads, decodeGraph);
   }
 
   /**
@@ -48,7 +50,7 @@ export class OnnxSlotRunner implements SlotRunner {
    */
   async addWeights(weights: TensorMap, version: number): Promise<void> {
     if (this.sets.has(version)) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is already loaded`);
-    this.sets.set(version, await PolicyRunner.create(this.c, weights, version, { threads: this.threads }));
+    this.sets.set(version, await PolicyRunner.create(this.c, weights, version, { threads: this.threads, decodeGraph: this.decodeGraph }));
     this.newest = version;
   }
 
@@ -60,6 +62,12 @@ export class OnnxSlotRunner implements SlotRunner {
     this.sets.delete(version);
     if (this.newest === version) this.newest = Math.max(...this.sets.keys());
     await r.release();
+  }
+
+  /** How long a held version's export and onnxruntime session load took (ms). */
+  loadTimes(version: number): { exportMs: number; loadMs: number } {
+    const r = this.runnerFor(version);
+    return { exportMs: r.exportMs, loadMs: r.loadMs };
   }
 
   /** The versions whose weights are held, ascending. */
