@@ -70,6 +70,11 @@ export class OnnxSlotRunner implements SlotRunner {
     return { exportMs: r.exportMs, loadMs: r.loadMs };
   }
 
+  /** Tokens a slot's buffers have room for now (grown with the longest slot, up to maxLen). */
+  capacity(): number {
+    return this.store.len;
+  }
+
   /** The versions whose weights are held, ascending. */
   weightVersions(): number[] {
     return [...this.sets.keys()].sort((a, b) => a - b);
