@@ -60,7 +60,7 @@ const BuiltinOptions = Type.Object(
       description:
         "Where the policy runs: 'cpu' (onnxruntime-node) or 'cuda' (the native core's model on the GPU, a KV cache of up to max_batch slots of max_len tokens sized by gpu_memory_utilization, new versions written into it in place; rollout.interrupt next_turn or next_token; needs the addon built with RLSTREAM_CUDA=1).",
     }),
-    max_len: Type.Optional(Type.Integer({ minimum: 1, description: "Tokens a KV-cache slot holds (a trajectory's whole context: prompt and max_new_tokens must fit); default min(4096, max_position_embeddings)." })),
+    max_len: Type.Optional(Type.Integer({ minimum: 1, description: "Tokens a KV-cache slot holds (a trajectory's whole context: a turn ends with finish length where it is full); default min(4096, max_position_embeddings)." })),
     gpu_memory_utilization: Type.Number({
       exclusiveMinimum: 0,
       maximum: 1,

@@ -87,6 +87,8 @@ interface Run {
   tokens: number[];
   logprobs: number[];
   versions: number[];
+  /** max_new_tokens, cut to what the slot has room for. */
+  maxNew: number;
   /** With topLogprobs: each token's alternatives, from the row it was sampled from. */
   top: TokenAlternative[][] | null;
   stop: Set<number>;
@@ -284,8 +286,9 @@ export class NativeEngine {
     } catch (err) {
       return Promise.reject(err);
     }
-    if (n + req.sampling.max_new_tokens > this.opts.maxLen)
-      return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `prompt (${n} tokens) + max_new_tokens (${req.sampling.max_new_tokens}) exceed the engine's maxLen ${this.opts.maxLen}`));
+    // A turn ends with 'length' where the context does (a growing agent context may reach it mid-trajectory); a
+    // prompt that fills it leaves nothing to generate.
+    if (n >= this.opts.maxLen) return bad(`the prompt has ${n} tokens; the engine's maxLen ${this.opts.maxLen} leaves no room to generate`);
     return new Promise<GenerateResult>((resolve, reject) => {
       this.waiting.push({
         req,
@@ -295,6 +298,7 @@ export class NativeEngine {
         tokens: [],
         logprobs: [],
         versions: [],
+        maxNew: Math.min(req.sampling.max_new_tokens, this.opts.maxLen - n),
         top: k > 0 ? [] : null,
         stop: new Set(req.sampling.stop_token_ids),
         rng: new Rng(req.sampling.seed ?? randomInt(0, 2 ** 48 - 1)),
@@ -456,7 +460,7 @@ export class NativeEngine {
       r.logprobs.push(logprob);
       r.versions.push(version);
       r.feed = [token];
-      const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
+      const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.maxNew ? 'length' : null;
       if (reason) this.retire(r, reason);
     });
     this.unloadIdle();
