@@ -1,15 +1,17 @@
-// The continuous-batching scheduler over a model runner with a slot KV cache (slot-runner.ts): the native core's
-// own model (native/model.ts, CPU and CUDA) or the ONNX runner (onnx-slot-runner.ts). Every
-// step is one extend call that prefills the requests joining (only the tokens their slot does not hold yet)
-// and decodes one token for every running request; requests leave as they finish, handed back once the next step
-// is on its way (their owners' code then overlaps the device's work). Sampling follows the built-in
-// policy's rule and log-prob convention (sampler.ts): rows without top-k / top-p are drawn by the native core
-// where the probabilities are (extendSample, one uniform from the request's Rng; a runner without it has them
-// sampled on the host), others by sampleToken on the
-// rows extend returns, softmax(logits / T). A session keeps its slot between turns, so a later turn whose context
-// extends the cached tokens prefills only the new ones. The weights are the model's parameters in place: a
-// trainer step on the same Model is seen by the next step (setVersion names the version the tokens then carry);
-// cached K/V of earlier tokens stay as they were computed.
+// The continuous-batching scheduler of the built-in policy over a model runner with a slot KV cache
+// (slot-runner.ts): the native core's own model (native/model.ts, device cuda) or the ONNX runner
+// (onnx-slot-runner.ts, device cpu). Every step is one extend call that prefills the requests joining (only the
+// tokens their slot does not hold yet) and decodes one token for every running request of one policy version;
+// requests leave as they finish, handed back once the next step is on its way (their owners' code then overlaps
+// the device's work). Sampling follows the built-in policy's rule and log-prob convention (sampler.ts): rows
+// without top-k / top-p and without topLogprobs are drawn by the native core where the probabilities are
+// (extendSample, one uniform from the request's Rng; a runner without it has them sampled on the host), others by
+// sampleToken on the rows extend returns, softmax(logits / T), the alternatives taken from that same row. A
+// session keeps its slot between turns, so a later turn whose context extends the cached tokens prefills only the
+// new ones. A step the runner fails fails its turns only, unless the runner no longer runs at all (healthy()).
+// New versions come by swap (RolloutInterrupt); the native model's weights are its parameters in place: a trainer
+// step on the same Model is seen by the next step (setVersion names the version the tokens then carry); cached
+// K/V of earlier tokens stay as they were computed.
 import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
 import type { FinishReason, GenerateRequest, GenerateResult, TokenAlternative } from '../backends/types.ts';
