@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
+import type { GenerateRequest } from '../../producers/backends/types.ts';
 import { policyConfig } from '../../producers/policy/config.ts';
 import { cpuKvSlots } from '../../producers/policy/kv-sizing.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
@@ -317,3 +318,45 @@ test('an aborted turn returns its tokens so far with finishReason abort (a prefi
   assert.deepEqual([none.tokenIds, none.finishReason], [[], 'abort']);
   engine.close();
 });
+
+test('generated: turns of random prompts, sampling, sessions and alternatives in three waves around two finish swaps, each equal to its run alone on its version', async () => {
+  let state = 0x9e3779b9;
+  const rand = (n: number) => ((state = (Math.imul(state, 1664525) + 1013904223) >>> 0) % n);
+  const versions = [weights, randomWeights(config, 7), randomWeights(config, 8)];
+  const r = await runner(0);
+  const engine = new NativeEngine(r, { slots: 4, maxBatch: 3, maxLen: 48, version: 0 });
+  const refs = await Promise.all(versions.map(async (w) => new NativeEngine(await runner(0, w), { slots: 1, maxLen: 48 })));
+  const pinned = new Map<string, number>();
+  let cases = 0;
+  for (let wave = 0; wave < 3; wave++) {
+    if (wave > 0) await engine.swap(wave, () => r.addWeights(versions[wave]!, wave), 'finish');
+    const reqs: GenerateRequest[] = Array.from({ length: 10 }, (_, i) => {
+      const session = ['a', 'b', 'c', 'd', undefined][rand(5)];
+      const s = sampling({ seed: rand(1000), max_new_tokens: 1 + rand(8), temperature: [0, 0.7, 1, 1.3][rand(4)]!, top_k: [0, 0, 3, 20][rand(4)]!, top_p: [1, 1, 0.9, 0.5][rand(4)]!, stop_token_ids: rand(3) === 0 ? [rand(61)] : [] });
+      return { requestId: `w${wave}-${i}`, promptIds: Array.from({ length: 1 + rand(20) }, () => rand(61)), sampling: s, ...(session && { sessionId: session }), ...(rand(3) === 0 && { topLogprobs: 1 + rand(5) }) };
+    });
+    // A session keeps the version of its first turn (waves run one after another, so that is its first wave's).
+    const expected = reqs.map((q) => (q.sessionId === undefined ? wave : (pinned.get(q.sessionId) ?? (pinned.set(q.sessionId, wave), wave))));
+    const got = await Promise.all(reqs.map((q) => engine.generate(q)));
+    for (const [i, q] of reqs.entries()) {
+      const v = expected[i]!;
+      const want = await refs[v]!.generate({ ...q, sessionId: undefined } as GenerateRequest);
+      const g = got[i]!;
+      assert.deepEqual(g.policyVersions, new Array(g.tokenIds.length).fill(v), `${q.requestId}: versions`);
+      assert.deepEqual(g.tokenIds, want.tokenIds, `${q.requestId}: tokens`);
+      assert.ok(maxAbs(g.logprobs, want.logprobs) < 1e-4, `${q.requestId}: log-probs`);
+      assert.equal(g.finishReason, want.finishReason);
+      assert.equal(g.topLogprobs?.length, q.topLogprobs ? g.tokenIds.length : undefined);
+      g.topLogprobs?.forEach((alts, t) => assert.deepEqual(alts.map((a) => a.token), want.topLogprobs![t]!.map((a) => a.token), `${q.requestId}: alternatives of token ${t}`));
+      cases++;
+    }
+  }
+  assert.equal(cases, 30);
+  assert.deepEqual(r.weightVersions().sort(), [...new Set(pinned.values()), 2].filter((v, i, a) => a.indexOf(v) === i).sort(), 'loaded: the versions sessions are pinned to, and the newest');
+  engine.close();
+  for (const e of refs) e.close();
+});
+
+function maxAbs(a: number[], b: number[]): number {
+  return Math.max(0, ...a.map((x, i) => Math.abs(x - b[i]!)));
+}
