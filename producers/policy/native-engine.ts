@@ -483,7 +483,7 @@ export class NativeEngine {
       r.reject(e);
     }
     if (this.running.length === 0) this.drained?.();
-    if (this.closed || (await (this.model.healthy?.() ?? Promise.resolve(true)))) return;
+    if (this.closed || (await (this.model.healthy?.(version) ?? Promise.resolve(true)))) return;
     this.broken = new RlstreamError('BACKEND_UNAVAILABLE', `policy v${version} can no longer run (its runner fails even on one token) after: ${e.message}`, { cause: err, retriable: false });
     for (const r of [...this.waiting, ...this.running]) {
       if (r.slot >= 0) this.freeSlot(r.slot);
