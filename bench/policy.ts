@@ -12,12 +12,11 @@
 // within each round (same moment, same load): `speedupBatch64VsSequentialRounds_t1` in the report (median, min,
 // max; `_t2` at 2 threads), the figure the README quotes.
 // Each scenario's table row is its median round; the best round of each is in the report too.
-// The engines compared (`--engines-only` runs this part alone): the ONNX engine (onnxruntime-node under its own
-// scheduler, engine.ts), the native core's runner on the CPU (NativeEngine, the one device cuda uses) and the ONNX
-// runner behind that same scheduler (OnnxSlotRunner); same model, weights, prompts and threads, in interleaved
-// rounds whose order rotates each round; tokens/s (wall and per CPU-second, the median and the same-round ratio
-// to the ONNX engine) and time to first token (a round of one-token requests: each request's latency, prompt
-// prefill included, the median of the round).
+// The runners compared (`--engines-only` runs this part alone), both behind the one scheduler (NativeEngine): the
+// ONNX runner (onnxruntime-node, OnnxSlotRunner: what device cpu runs) and the native core's runner on the CPU;
+// same model, weights, prompts and threads, in interleaved rounds whose order rotates each round; tokens/s (wall
+// and per CPU-second, the median and the same-round ratio to the ONNX runner) and time to first token (a round of
+// one-token requests: each request's latency, prompt prefill included, the median of the round).
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
 import { configToJson, expectedTensors, policyConfig } from '../producers/policy/config.ts';
 import { exportOnnx } from '../producers/policy/export.ts';
@@ -30,7 +29,6 @@ import { writeSafetensors } from '../core/weights/safetensors.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SlotCache } from '../producers/policy/slots.ts';
 import { cpus, loadavg } from 'node:os';
 import { bool, int, parseFlags, ROUND_FLAGS } from './flags.ts';
 import { fmtStats, probe, probeSummary, stats, type Probe, type Stats } from './harness.ts';
@@ -158,32 +156,20 @@ async function multiTurn(threads: number, keep: boolean, sessions: number, turns
 }
 
 /**
- * The engine's decode step against the runner's decode call alone (the same onnxruntime session options and
- * graph, with nothing of the engine around it), at the same batch, in interleaved rounds of the same process
- * (the machine's speed drifts too much to compare across runs). The engine's step is (a round of `batch`
- * requests × `maxNew` tokens − a round of 1 token, which is only the prefill) / (maxNew − 1): the decode call
- * plus everything the engine does between steps. The bare call feeds a cache as wide as the engine's mean
- * width over the round (its buffers grow in steps: a SlotCache taken through the same joins and steps gives it).
+ * The scheduler's decode step (over the ONNX runner, as device cpu runs it) against the runner's decode call alone
+ * (the same onnxruntime session options and graph, with nothing of the scheduler around it), at the same batch,
+ * in interleaved rounds of the same process (the machine's speed drifts too much to compare across runs). The
+ * scheduler's step is (a round of `batch` requests × `maxNew` tokens − a round of 1 token, which is only the
+ * prefill) / (maxNew − 1): the decode call plus everything done between steps. The bare call feeds a cache as wide
+ * as the runner's in the measured rounds (its buffers grow with the longest slot and never shrink, so after a
+ * first round of the same requests every decode step feeds them at that width).
  */
 async function engineVsBare(batch: number, maxNew: number, repeats: number): Promise<{ batch: number; engineMs: number; bareMs: number }> {
-  const b = await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads: 1 });
-  await b.generate(request(999, 16, 4));
+  const slotRunner = await OnnxSlotRunner.create(config, weights, { threads: 1 });
+  const engine = new NativeEngine(slotRunner, { slots: batch, maxLen: 16 + maxNew });
+  await Promise.all(Array.from({ length: batch }, (_, j) => engine.generate(request(j, 16, maxNew))));
+  const cap = slotRunner.capacity();
   const runner = await PolicyRunner.create(config, weights, 1, { threads: 1 });
-  // The width at each decode step, from a slot cache taken through the engine's steps: `batch` rows of a
-  // 16-token prompt join, then every step reserves a column and appends one.
-  const slots = new SlotCache(config);
-  const kvLayer = (n: number) => new Float32Array(n * config.numKvHeads * config.headDim);
-  const prompt = { len: 16, keys: Array.from({ length: config.numLayers }, () => kvLayer(16)), values: Array.from({ length: config.numLayers }, () => kvLayer(16)) };
-  slots.reserve(batch, 16);
-  for (let r = 0; r < batch; r++) slots.append([{ kv: prompt, row: 0, from: 0, count: 16 }]);
-  const column = kvLayer(batch * config.numLayers * 2);
-  let widths = 0;
-  for (let step = 0; step < maxNew - 1; step++) {
-    slots.reserveColumn();
-    widths += slots.capacity;
-    slots.appendColumn(column);
-  }
-  const cap = Math.round(widths / (maxNew - 1));
   const layer = () => Float32Array.from({ length: batch * config.numKvHeads * cap * config.headDim }, (_, i) => Math.sin(i));
   const input = {
     batch,
@@ -198,15 +184,16 @@ async function engineVsBare(batch: number, maxNew: number, repeats: number): Pro
   let bareMs = Infinity;
   for (let rep = 0; rep < repeats; rep++) {
     const t0 = performance.now();
-    await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, 1))));
+    await Promise.all(Array.from({ length: batch }, (_, j) => engine.generate(request(j, 16, 1))));
     const t1 = performance.now();
-    await Promise.all(Array.from({ length: batch }, (_, j) => b.generate(request(j, 16, maxNew))));
+    await Promise.all(Array.from({ length: batch }, (_, j) => engine.generate(request(j, 16, maxNew))));
     engineMs = Math.min(engineMs, (performance.now() - t1 - (t1 - t0)) / (maxNew - 1));
     const t2 = performance.now();
     for (let i = 0; i < maxNew; i++) await runner.decode(input);
     bareMs = Math.min(bareMs, (performance.now() - t2) / maxNew);
   }
-  await b.close();
+  engine.close();
+  await slotRunner.release();
   await runner.release();
   return { batch, engineMs, bareMs };
 }
@@ -229,9 +216,9 @@ interface EngineRow {
   ttftMs: Stats;
 }
 
-/** The ONNX stack's own engine, the native CPU runner and the ONNX runner behind the one scheduler (NativeEngine). */
-type EngineName = 'onnx' | 'native-cpu' | 'onnx-runner-scheduler';
-const ENGINE_LABEL: Record<EngineName, string> = { onnx: 'the ONNX engine', 'native-cpu': 'the native CPU runner', 'onnx-runner-scheduler': 'the ONNX runner behind the one scheduler' };
+/** The runners behind the one scheduler: the ONNX runner (the built-in backend on device cpu) and the native CPU runner. */
+type EngineName = 'onnx' | 'native-cpu';
+const ENGINE_LABEL: Record<EngineName, string> = { onnx: 'the ONNX runner', 'native-cpu': 'the native CPU runner' };
 
 interface Generator {
   generate(r: GenerateRequest): Promise<Awaited<ReturnType<BuiltinPolicyBackend['generate']>>>;
@@ -239,11 +226,10 @@ interface Generator {
 }
 
 /**
- * The ONNX engine (its own scheduler, engine.ts), the native CPU runner and the ONNX runner behind the one
- * scheduler (NativeEngine over OnnxSlotRunner) at each batch: all built from the same weights (the native side from
- * the same tensors written to a safetensors file), `threads` each, every request the same 16-token prompt and
- * `maxNew` tokens (no stop tokens). Rounds interleave the engines, their order rotating every round; each other
- * engine's ratio to the ONNX engine is taken within each round.
+ * The built-in backend on device cpu (the scheduler over the ONNX runner) and on the native CPU runner at each
+ * batch: both built from the same weights (the native side from the same tensors written to a safetensors file),
+ * `threads` each, every request the same 16-token prompt and `maxNew` tokens (no stop tokens). Rounds interleave
+ * them, their order rotating every round; the native runner's ratio to the ONNX runner is taken within each round.
  */
 async function enginesCompared(threads: number, batches: number[], maxNew: number, repeats: number, passes: number): Promise<{ rows: EngineRow[]; ratios: { engine: EngineName; batch: number; tokensPerS: Stats; tokensPerCpuS: Stats; ttft: Stats }[]; rounds: { engine: string; batch: number; rounds: EngineRound[] }[] }> {
   const dir = mkdtempSync(join(tmpdir(), 'rls-bench-policy-'));
@@ -254,12 +240,9 @@ async function enginesCompared(threads: number, batches: number[], maxNew: numbe
     const weightsPath = join(dir, 'model.safetensors');
     await writeSafetensors(weightsPath, weights);
     for (const batch of batches) {
-      const slotRunner = await OnnxSlotRunner.create(config, weights, { threads });
-      const scheduler = new NativeEngine(slotRunner, { slots: batch, maxLen: 16 + maxNew });
       const engines: { engine: EngineName; backend: Generator }[] = [
-        { engine: 'onnx', backend: await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads }) },
+        { engine: 'onnx', backend: await BuiltinPolicyBackend.create({ configJson, weights, version: 1 }, { maxBatch: batch, threads, maxLen: 16 + maxNew }) },
         { engine: 'native-cpu', backend: NativePolicyBackend.create({ configJson, weightsPath, version: 1 }, { device: 'cpu', threads, maxBatch: batch, maxLen: 16 + maxNew, gpuMemoryUtilization: 1, interrupt: 'next_turn' }) },
-        { engine: 'onnx-runner-scheduler', backend: { generate: (r) => scheduler.generate(r), close: async () => (scheduler.close(), await slotRunner.release()) } },
       ];
       const rounds: EngineRound[][] = engines.map(() => []);
       try {
@@ -312,7 +295,7 @@ function printEngines(c: Awaited<ReturnType<typeof enginesCompared>>, repeats: n
   console.log('|---|---|---|---|---|---|');
   for (const x of c.rows) console.log(`| ${x.engine} | ${x.batch} | ${x.threads} | ${fmtStats(x.tokensPerS, 0)} | ${fmtStats(x.tokensPerCpuS, 0)} | ${fmtStats(x.ttftMs, 2)} |`);
   for (const r of c.ratios)
-    console.log(`batch ${r.batch}: ${ENGINE_LABEL[r.engine]} gives ${fmtStats(r.tokensPerS, 2, 'x')} the ONNX engine's tokens/s, ${fmtStats(r.tokensPerCpuS, 2, 'x')} its tokens per CPU-second, ${fmtStats(r.ttft, 2, 'x')} its time to first token (same-round ratios over ${repeats} rounds)`);
+    console.log(`batch ${r.batch}: ${ENGINE_LABEL[r.engine]} gives ${fmtStats(r.tokensPerS, 2, 'x')} the ONNX runner's tokens/s, ${fmtStats(r.tokensPerCpuS, 2, 'x')} its tokens per CPU-second, ${fmtStats(r.ttft, 2, 'x')} its time to first token (same-round ratios over ${repeats} rounds)`);
 }
 
 export async function main(args: string[]): Promise<unknown> {
@@ -327,10 +310,7 @@ export async function main(args: string[]): Promise<unknown> {
   const engines = await enginesCompared(1, [1, 8, 64], maxNew, repeats, passes);
   printEngines(engines, repeats);
   const engineFigures = Object.fromEntries(
-    engines.ratios.flatMap((r) => {
-      const key = r.engine === 'native-cpu' ? 'nativeVsOnnx' : 'onnxRunnerSchedulerVsOnnx';
-      return [[`${key}TokensPerS_b${r.batch}`, r.tokensPerS], [`${key}TokensPerCpuS_b${r.batch}`, r.tokensPerCpuS], [`${key}Ttft_b${r.batch}`, r.ttft]];
-    }),
+    engines.ratios.flatMap((r) => [[`nativeVsOnnxTokensPerS_b${r.batch}`, r.tokensPerS], [`nativeVsOnnxTokensPerCpuS_b${r.batch}`, r.tokensPerCpuS], [`nativeVsOnnxTtft_b${r.batch}`, r.ttft]]),
   );
   if (f['engines-only'] === true) {
     const loadAfter = loadavg();

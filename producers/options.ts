@@ -8,7 +8,7 @@ import type { UserCodeRef } from '../core/config/registry.ts';
 import type { SamplingParams } from '../schemas/generated/types.ts';
 import { RlstreamError } from '../core/errors.ts';
 import { toolParser, toolParserNames } from './agent/tool-parser.ts';
-import type { RolloutInterrupt } from './policy/engine.ts';
+import type { RolloutInterrupt } from './policy/native-engine.ts';
 import type { TokenizationCheckMode } from './tokenizer/delta.ts';
 
 /** The sampling a value left null in the section and absent from the model directory gets: no temperature scaling, no nucleus or top-k cut. */

@@ -7,7 +7,7 @@ import { Type, type Static, type TObject } from '@sinclair/typebox';
 import { objectShape, Registry } from '../../core/config/registry.ts';
 import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
-import type { RolloutInterrupt } from '../policy/engine.ts';
+import type { RolloutInterrupt } from '../policy/native-engine.ts';
 import type { ChatTokenizer } from '../tokenizer/chat-tokenizer.ts';
 import type { DeviceKind } from '../../native/index.ts';
 import type { LlmBackend } from './types.ts';
@@ -54,13 +54,13 @@ const BuiltinOptions = Type.Object(
     max_batch: Type.Integer({ minimum: 1, default: 64, description: 'Most sequences decoded together.' }),
     threads: Type.Integer({ minimum: 1, default: 1, description: 'onnxruntime intra-op threads per engine.' }),
     workers: Type.Integer({ minimum: 1, default: 1, description: 'Engines in worker threads sharing the running batch (workers × threads up to the core count).' }),
-    kv_cache_bytes: Type.Integer({ minimum: 0, default: 256 * 1024 * 1024, description: 'Bytes of KV cache kept between the turns of sessions.' }),
+    kv_cache_bytes: Type.Integer({ minimum: 0, default: 256 * 1024 * 1024, description: 'device cpu: bytes of KV cache for idle sessions kept between their turns, beyond the max_batch running ones, in whole slots of max_len tokens.' }),
     device: Type.Union([Type.Literal('cpu'), Type.Literal('cuda')], {
       default: 'cpu',
       description:
         "Where the policy runs: 'cpu' (onnxruntime-node) or 'cuda' (the native core's model on the GPU, a KV cache of up to max_batch slots of max_len tokens sized by gpu_memory_utilization, new versions written into it in place; rollout.interrupt next_turn or next_token; needs the addon built with RLSTREAM_CUDA=1).",
     }),
-    max_len: Type.Optional(Type.Integer({ minimum: 1, description: "device cuda: tokens a KV-cache slot holds (a trajectory's whole context); default min(4096, max_position_embeddings)." })),
+    max_len: Type.Optional(Type.Integer({ minimum: 1, description: "Tokens a KV-cache slot holds (a trajectory's whole context: a turn ends with finish length where it is full); default min(4096, max_position_embeddings)." })),
     gpu_memory_utilization: Type.Number({
       exclusiveMinimum: 0,
       maximum: 1,
@@ -88,7 +88,7 @@ registerBackend('builtin', {
     const { BuiltinPolicyBackend } = await import('../policy/backend.ts');
     return BuiltinPolicyBackend.create(
       { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
-      { maxBatch: o.max_batch, threads: o.threads, workers: o.workers, interrupt: env.interrupt, kvCacheBytes: o.kv_cache_bytes, logger: env.logger.child({ role: 'policy' }) },
+      { maxBatch: o.max_batch, threads: o.threads, workers: o.workers, interrupt: env.interrupt, kvCacheBytes: o.kv_cache_bytes, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), logger: env.logger.child({ role: 'policy' }) },
     );
   },
 });

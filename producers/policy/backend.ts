@@ -1,12 +1,13 @@
-// The built-in policy as an LlmBackend ('builtin'): the model exported to ONNX and served by onnxruntime-node on
-// this machine, with continuous batching, kept per-session KV caches and hot-swapped policy versions.
+// The built-in policy as an LlmBackend ('builtin' with device: cpu): the model exported to ONNX and served by
+// onnxruntime-node on this machine through the one continuous-batching scheduler (native-engine.ts over
+// onnx-slot-runner.ts), with session KV caches kept between turns and hot-swapped policy versions.
 import { RlstreamError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { readWeights } from '../../core/weights/hf-dir.ts';
 import { readSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
 import { policyConfig, type PolicyModelConfig } from './config.ts';
-import type { EngineStats, RolloutInterrupt } from './engine.ts';
+import type { NativeEngineStats, RolloutInterrupt } from './native-engine.ts';
 import { InProcessEngine, type EngineSetup, type PolicyEngine } from './engine-host.ts';
 import { WorkerEngines } from './engine-workers.ts';
 import { PolicyUpdates } from './updates.ts';
@@ -15,9 +16,11 @@ import { MAX_TOP_LOGPROBS } from './sampler.ts';
 export interface BuiltinPolicyOptions {
   /** Most sequences decoded together (default 64). */
   maxBatch?: number;
-  /** Bytes of KV cache kept between the turns of sessions (default 256 MiB). */
+  /** Bytes of KV cache for idle sessions kept between their turns, in whole slots of maxLen tokens (default 256 MiB). */
   kvCacheBytes?: number;
-  /** How a policy update reaches trajectories under way (default 'next_turn'; see engine.ts). */
+  /** Tokens a KV-cache slot holds: a trajectory's whole context (default min(4096, max_position_embeddings)). */
+  maxLen?: number;
+  /** How a policy update reaches trajectories under way (default 'next_turn'; see native-engine.ts). */
   interrupt?: RolloutInterrupt;
   /** onnxruntime intra-op threads per engine (default 1). */
   threads?: number;
@@ -63,8 +66,10 @@ export class BuiltinPolicyBackend implements LlmBackend {
     if (!Number.isInteger(threads) || threads < 1) throw new RlstreamError('CONFIG_INVALID', `threads must be a positive integer, got ${threads}`);
     const workers = options.workers ?? 1;
     if (!Number.isInteger(workers) || workers < 1) throw new RlstreamError('CONFIG_INVALID', `workers must be a positive integer, got ${workers}`);
-    const { logger = silentLogger, server = 'builtin', workers: _workers, threads: _threads, ...engineOptions } = options;
-    const setup: EngineSetup = { ...engineOptions, threads, server };
+    const maxLen = options.maxLen ?? Math.min(4096, config.maxPositions);
+    if (!Number.isInteger(maxLen) || maxLen < 2) throw new RlstreamError('CONFIG_INVALID', `maxLen must be an integer of at least 2, got ${maxLen}`);
+    const logger = options.logger ?? silentLogger;
+    const setup: EngineSetup = { maxBatch: options.maxBatch ?? 64, kvCacheBytes: options.kvCacheBytes ?? 256 * 1024 * 1024, maxLen, interrupt: options.interrupt ?? 'next_turn', threads, server: options.server ?? 'builtin' };
     const weights = await loadWeights(source);
     const engine = workers === 1 ? await InProcessEngine.create(config, weights, source.version, setup, logger) : await WorkerEngines.create(config, weights, source.version, setup, workers, logger);
     logger.info('built-in policy loaded', { version: source.version, workers, ...engine.first });
@@ -96,7 +101,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
     return this.engine.currentVersion();
   }
 
-  stats(): EngineStats {
+  stats(): NativeEngineStats {
     return this.engine.stats();
   }
 

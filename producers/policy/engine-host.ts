@@ -1,19 +1,28 @@
 // What the built-in backend needs from the thing that serves generations: one engine in this thread
 // (InProcessEngine) or several in worker threads (engine-workers.ts). Both load versions from weights, so
-// the backend does not care where the onnxruntime sessions live.
+// the backend does not care where the onnxruntime sessions live. An engine is the one continuous-batching
+// scheduler (native-engine.ts) over the ONNX runner (onnx-slot-runner.ts).
 import type { Logger } from '../../core/telemetry.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
 import type { PolicyModelConfig } from './config.ts';
-import { GenerationEngine, type EngineOptions, type EngineStats } from './engine.ts';
-import { PolicyRunner } from './runner.ts';
+import { cpuKvSlots } from './kv-sizing.ts';
+import { NativeEngine, type NativeEngineStats, type RolloutInterrupt } from './native-engine.ts';
+import { OnnxSlotRunner } from './onnx-slot-runner.ts';
 
-/** The engine's options that cross into a worker thread, and the onnxruntime threads of its sessions. */
-export type EngineSetup = Pick<EngineOptions, 'maxBatch' | 'kvCacheBytes' | 'interrupt'> & {
+/** The engine's options that cross into a worker thread. */
+export interface EngineSetup {
+  /** Most sequences decoded together. */
+  maxBatch: number;
+  /** Bytes of KV cache for idle sessions kept between turns (whole slots of maxLen tokens: cpuKvSlots). */
+  kvCacheBytes: number;
+  /** Tokens a slot holds (a trajectory's whole context). */
+  maxLen: number;
+  interrupt: RolloutInterrupt;
   /** onnxruntime intra-op threads per engine. */
   threads: number;
   server: string;
-};
+}
 
 export interface LoadTimes {
   exportMs: number;
@@ -28,23 +37,31 @@ export interface PolicyEngine {
   /** Export and load `version` and make it the one new requests use (see RolloutInterrupt for those under way). */
   load(config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes>;
   currentVersion(): number;
-  stats(): EngineStats;
+  stats(): NativeEngineStats;
   close(): Promise<void>;
 }
 
-/** One GenerationEngine in this thread. */
+/** One scheduler over the ONNX runner in this thread. */
 export class InProcessEngine implements PolicyEngine {
   private constructor(
-    private readonly engine: GenerationEngine,
-    private readonly threads: number,
+    private readonly engine: NativeEngine,
+    private readonly runner: OnnxSlotRunner,
+    private readonly interrupt: RolloutInterrupt,
+    private readonly logger: Logger,
     readonly first: LoadTimes,
   ) {}
 
   static async create(config: PolicyModelConfig, weights: TensorMap, version: number, setup: EngineSetup, logger: Logger): Promise<InProcessEngine> {
-    const { threads, ...engineOptions } = setup;
-    const runner = await PolicyRunner.create(config, weights, version, { threads });
-    const engine = new GenerationEngine(config, runner, { ...engineOptions, logger });
-    return new InProcessEngine(engine, threads, { exportMs: runner.exportMs, loadMs: runner.loadMs });
+    const runner = await OnnxSlotRunner.create(config, weights, { threads: setup.threads, version });
+    try {
+      const { slots, keptSessions } = cpuKvSlots({ kvCacheBytes: setup.kvCacheBytes, slotBytes: runner.kvBytes(1, setup.maxLen), maxBatch: setup.maxBatch });
+      const engine = new NativeEngine(runner, { slots, maxBatch: setup.maxBatch, maxLen: setup.maxLen, version, server: setup.server });
+      logger.debug('policy engine ready', { version, slots, keptSessions, maxLen: setup.maxLen });
+      return new InProcessEngine(engine, runner, setup.interrupt, logger, runner.loadTimes(version));
+    } catch (err) {
+      await runner.release();
+      throw err;
+    }
   }
 
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
@@ -55,26 +72,31 @@ export class InProcessEngine implements PolicyEngine {
     this.engine.releaseSession(sessionId);
   }
 
-  async load(config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
-    const runner = await PolicyRunner.create(config, weights, version, { threads: this.threads });
-    try {
-      this.engine.install(runner);
-    } catch (err) {
-      await runner.release();
-      throw err;
-    }
-    return { exportMs: runner.exportMs, loadMs: runner.loadMs };
+  async load(_config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
+    let times: LoadTimes | null = null;
+    const previous = this.engine.currentPolicyVersion();
+    await this.engine.swap(
+      version,
+      async () => {
+        await this.runner.addWeights(weights, version);
+        times = this.runner.loadTimes(version);
+      },
+      this.interrupt,
+    );
+    this.logger.info('policy installed', { version, previous, interrupt: this.interrupt });
+    return times!;
   }
 
   currentVersion(): number {
-    return this.engine.currentVersion();
+    return this.engine.currentPolicyVersion();
   }
 
-  stats(): EngineStats {
+  stats(): NativeEngineStats {
     return this.engine.stats();
   }
 
-  close(): Promise<void> {
-    return this.engine.close();
+  async close(): Promise<void> {
+    this.engine.close();
+    await this.runner.release();
   }
 }

@@ -4,7 +4,7 @@ import { RlstreamError, type ErrorCode } from '../../core/errors.ts';
 import type { LogFields, LogLevel } from '../../core/telemetry.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
-import type { EngineStats } from './engine.ts';
+import type { NativeEngineStats } from './native-engine.ts';
 import type { EngineSetup, LoadTimes } from './engine-host.ts';
 
 export type WireTensors = [name: string, shape: number[], data: Float32Array][];
@@ -23,9 +23,9 @@ export type ToWorker =
   | { t: 'close'; id: number };
 
 export type FromWorker =
-  | { t: 'loaded'; id: number; times: LoadTimes; stats: EngineStats }
-  | { t: 'result'; id: number; result: GenerateResult; stats: EngineStats }
-  | { t: 'failed'; id: number; error: WireError; stats?: EngineStats }
+  | { t: 'loaded'; id: number; times: LoadTimes; stats: NativeEngineStats }
+  | { t: 'result'; id: number; result: GenerateResult; stats: NativeEngineStats }
+  | { t: 'failed'; id: number; error: WireError; stats?: NativeEngineStats }
   | { t: 'closed'; id: number }
   | { t: 'log'; level: LogLevel; msg: string; fields: LogFields };
 

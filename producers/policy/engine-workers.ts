@@ -13,7 +13,7 @@ import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
 import type { PolicyModelConfig } from './config.ts';
 import { configToJson } from './config.ts';
-import type { EngineStats } from './engine.ts';
+import type { NativeEngineStats } from './native-engine.ts';
 import type { EngineSetup, LoadTimes, PolicyEngine } from './engine-host.ts';
 import { onAbortUntilSettled } from './on-abort.ts';
 import { errorFromWire, toWire, type FromWorker, type ToWorker, type WireTensors } from './engine-worker-protocol.ts';
@@ -28,7 +28,7 @@ class EngineWorker {
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
   inFlight = 0;
-  stats: EngineStats | null = null;
+  stats: NativeEngineStats | null = null;
   dead: Error | null = null;
   /** The version this worker's engine serves; null until its first load. */
   version: number | null = null;
@@ -119,7 +119,7 @@ interface Loadable {
 
 // A replacement (or a worker whose load failed) is tried again after these delays, the last one repeating.
 const RETRY_DELAYS_MS = [0, 1_000, 5_000, 30_000];
-const GAUGES = new Set<keyof EngineStats>(['cachedSessions', 'cacheBytes']);
+const GAUGES = new Set<keyof NativeEngineStats>(['cachedSessions']);
 // How long a request waits for a worker when none serves the current version (all being replaced).
 const WAIT_FOR_WORKER_MS = 30_000;
 
@@ -130,7 +130,7 @@ export class WorkerEngines implements PolicyEngine {
   /** Failed attempts in a row per worker, for the retry delay. */
   private readonly failures: number[] = [];
   /** Stats of workers that died, so the sums never go backwards. */
-  private readonly retired = {} as Record<keyof EngineStats, number>;
+  private readonly retired = {} as Record<keyof NativeEngineStats, number>;
   private readonly workers: EngineWorker[];
   private readonly logger: Logger;
   private current: Loadable;
@@ -153,7 +153,7 @@ export class WorkerEngines implements PolicyEngine {
 
   /** Start `count` workers, each with `setup.maxBatch / count` rows (rounded up) and `setup.threads` threads. */
   static async create(config: PolicyModelConfig, weights: TensorMap, version: number, setup: EngineSetup, count: number, logger: Logger): Promise<WorkerEngines> {
-    const perWorker: EngineSetup = { ...setup, maxBatch: Math.ceil((setup.maxBatch ?? 64) / count), ...(setup.kvCacheBytes !== undefined && { kvCacheBytes: Math.floor(setup.kvCacheBytes / count) }) };
+    const perWorker: EngineSetup = { ...setup, maxBatch: Math.ceil(setup.maxBatch / count), kvCacheBytes: Math.floor(setup.kvCacheBytes / count) };
     const engines = new WorkerEngines(count, { configJson: configToJson(config), weights: toWire(weights), version }, perWorker, logger, { exportMs: 0, loadMs: 0 });
     // Settled, not all: a worker is only terminated (after a failure) once it no longer runs onnxruntime, as
     // ending a thread inside a native call aborts the process.
@@ -176,7 +176,7 @@ export class WorkerEngines implements PolicyEngine {
     // Counters carry over to the retired sum (and leave the worker, which stays in its slot until the replacement
     // starts, up to a retry delay later: counted in both they were reported twice); the gauges (what its cache
     // held) died with it.
-    for (const [k, v] of Object.entries(w.stats ?? {}) as [keyof EngineStats, number][]) this.retired[k] = (this.retired[k] ?? 0) + (GAUGES.has(k) ? 0 : v);
+    for (const [k, v] of Object.entries(w.stats ?? {}) as [keyof NativeEngineStats, number][]) this.retired[k] = (this.retired[k] ?? 0) + (GAUGES.has(k) ? 0 : v);
     w.stats = null;
     this.logger.error('a policy engine worker died; starting a replacement', { worker: w.index, error: w.dead?.message });
     this.recover(w.index);
@@ -316,9 +316,9 @@ export class WorkerEngines implements PolicyEngine {
   }
 
   /** The sum over workers, as of each worker's last finished request (dead workers' last stats included). */
-  stats(): EngineStats {
+  stats(): NativeEngineStats {
     const sum = { ...this.retired };
-    for (const w of this.workers) for (const [k, v] of Object.entries(w.stats ?? {}) as [keyof EngineStats, number][]) sum[k] = (sum[k] ?? 0) + v;
+    for (const w of this.workers) for (const [k, v] of Object.entries(w.stats ?? {}) as [keyof NativeEngineStats, number][]) sum[k] = (sum[k] ?? 0) + v;
     return sum;
   }
 

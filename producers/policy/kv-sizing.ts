@@ -1,4 +1,4 @@
-// How many KV-cache slots the built-in policy gets on a GPU. The policy may hold `utilization` of the card (vLLM's
+// How many KV-cache slots the built-in policy gets: on a GPU (kvCacheSlots) and on the CPU (cpuKvSlots, at the end). On a GPU the policy may hold `utilization` of the card (vLLM's
 // gpu_memory_utilization, the knob verl users set for colocated rollouts): its weights, a step's activations, the
 // device copy of a trainer's newest weights where a trainer in the same process hands them over that way, and the
 // KV cache, which gets the rest of that share. The share is never taken past what is free once the weights
@@ -52,4 +52,15 @@ export function kvCacheSlots(i: KvSizingInput): KvSizing {
         'Raise backend.gpu_memory_utilization, lower backend.max_len, or free memory on the GPU.',
     );
   return { slots, budgetBytes, weightsBytes, stagingBytes };
+}
+
+/**
+ * The KV cache of the built-in policy on the CPU, in slots: max_batch for the running turns plus the idle sessions
+ * kept for their next turn that backend.kv_cache_bytes buys, each slot counted at max_len tokens (what it may come
+ * to hold), so the kept sessions' K/V never exceed kv_cache_bytes. 0 keeps no session beyond the running slots.
+ */
+export function cpuKvSlots(i: { kvCacheBytes: number; slotBytes: number; maxBatch: number }): { slots: number; keptSessions: number } {
+  if (!Number.isInteger(i.kvCacheBytes) || i.kvCacheBytes < 0) throw new RlstreamError('CONFIG_INVALID', `backend.kv_cache_bytes must be a non-negative integer, got ${i.kvCacheBytes}`);
+  const keptSessions = Math.floor(i.kvCacheBytes / i.slotBytes);
+  return { slots: i.maxBatch + keptSessions, keptSessions };
 }

@@ -1,6 +1,5 @@
-// KV-cache bookkeeping for the engine: gathering rows of batched caches into a new, right-aligned batch (how
-// requests join and leave the running batch), and the per-session cache kept between turns, bounded in bytes
-// and evicted least-recently-used.
+// Gathering rows of batched KV caches into a new, right-aligned batch: how the ONNX runner (onnx-slot-runner.ts)
+// lays out a step's slots for the general graph.
 import type { PolicyModelConfig } from './config.ts';
 import type { KvTensors } from './runner.ts';
 
@@ -56,70 +55,4 @@ export function gatherRows(c: PolicyModelConfig, rows: RowSource[]): { kv: KvTen
     }
   });
   return { kv: { len: T, keys, values }, starts };
-}
-
-export function kvBytes(c: PolicyModelConfig, kv: KvTensors, batch: number): number {
-  return c.numLayers * 2 * batch * c.numKvHeads * kv.len * c.headDim * 4;
-}
-
-/** The cache of one session after a turn: the KV of `tokens` (batch 1, compact) under policy `version`. */
-export interface SessionKv {
-  version: number;
-  tokens: number[];
-  kv: KvTensors;
-  bytes: number;
-}
-
-export class SessionCache {
-  // Map iteration order is insertion order: re-inserting on use makes the first key the least recently used.
-  private readonly entries = new Map<string, SessionKv>();
-  private used = 0;
-  evictions = 0;
-
-  constructor(private readonly budgetBytes: number) {}
-
-  /** Remove and return a session's cache (the caller owns it while the turn runs). */
-  take(sessionId: string): SessionKv | undefined {
-    const e = this.entries.get(sessionId);
-    if (e) {
-      this.entries.delete(sessionId);
-      this.used -= e.bytes;
-    }
-    return e;
-  }
-
-  put(sessionId: string, entry: SessionKv): void {
-    this.take(sessionId);
-    if (entry.bytes > this.budgetBytes) return;
-    this.entries.set(sessionId, entry);
-    this.used += entry.bytes;
-    for (const [id, e] of this.entries) {
-      if (this.used <= this.budgetBytes) break;
-      this.entries.delete(id);
-      this.used -= e.bytes;
-      this.evictions++;
-    }
-  }
-
-  /** Drop every cache not computed by `version` (after a policy switch). */
-  dropOtherVersions(version: number): void {
-    for (const [id, e] of this.entries) {
-      if (e.version !== version) {
-        this.entries.delete(id);
-        this.used -= e.bytes;
-      }
-    }
-  }
-
-  has(sessionId: string): boolean {
-    return this.entries.has(sessionId);
-  }
-
-  get bytes(): number {
-    return this.used;
-  }
-
-  get size(): number {
-    return this.entries.size;
-  }
 }

@@ -6,7 +6,7 @@ import { RlstreamError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { Model, parseModelConfig, type DeviceKind } from '../../native/model.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
-import type { RolloutInterrupt } from './engine.ts';
+import type { RolloutInterrupt } from './native-engine.ts';
 import { cudaMemory } from '../../native/addon.ts';
 import { kvCacheSlots } from './kv-sizing.ts';
 import { DEFAULT_PREFILL_TOKENS, NativeEngine, type NativeEngineStats } from './native-engine.ts';

@@ -1,27 +1,49 @@
-// The continuous-batching scheduler over a model runner with a slot KV cache (slot-runner.ts): the native core's
-// own model (native/model.ts, CPU and CUDA) or the ONNX runner (onnx-slot-runner.ts). Every
-// step is one extend call that prefills the requests joining (only the tokens their slot does not hold yet)
-// and decodes one token for every running request; requests leave as they finish, handed back once the next step
-// is on its way (their owners' code then overlaps the device's work). Sampling follows the built-in
-// policy's rule and log-prob convention (sampler.ts): rows without top-k / top-p are drawn by the native core
-// where the probabilities are (extendSample, one uniform from the request's Rng; a runner without it has them
-// sampled on the host), others by sampleToken on the
-// rows extend returns, softmax(logits / T). A session keeps its slot between turns, so a later turn whose context
-// extends the cached tokens prefills only the new ones. The weights are the model's parameters in place: a
-// trainer step on the same Model is seen by the next step (setVersion names the version the tokens then carry);
-// cached K/V of earlier tokens stay as they were computed.
+// The continuous-batching scheduler of the built-in policy over a model runner with a slot KV cache
+// (slot-runner.ts): the native core's own model (native/model.ts, device cuda) or the ONNX runner
+// (onnx-slot-runner.ts, device cpu). Every step is one extend call that prefills the requests joining (only the
+// tokens their slot does not hold yet) and decodes one token for every running request of one policy version;
+// requests leave as they finish, handed back once the next step is on its way (their owners' code then overlaps
+// the device's work). Sampling follows the built-in policy's rule and log-prob convention (sampler.ts): rows
+// without top-k / top-p and without topLogprobs are drawn by the native core where the probabilities are
+// (extendSample, one uniform from the request's Rng; a runner without it has them sampled on the host), others by
+// sampleToken on the rows extend returns, softmax(logits / T), the alternatives taken from that same row. A
+// session keeps its slot between turns, so a later turn whose context extends the cached tokens prefills only the
+// new ones. A step the runner fails fails its turns only, unless the runner no longer runs at all (healthy()).
+// New versions come by swap (RolloutInterrupt); the native model's weights are its parameters in place: a trainer
+// step on the same Model is seen by the next step (setVersion names the version the tokens then carry); cached
+// K/V of earlier tokens stay as they were computed.
 import { randomInt } from 'node:crypto';
 import { RlstreamError, describeError } from '../../core/errors.ts';
-import type { FinishReason, GenerateRequest, GenerateResult } from '../backends/types.ts';
+import type { FinishReason, GenerateRequest, GenerateResult, TokenAlternative } from '../backends/types.ts';
 import type { SlotRunner } from './slot-runner.ts';
-import { inverseTemperature, isGreedy, isUntruncated, newScratch, Rng, sampleToken, validateSampling } from './sampler.ts';
+import { inverseTemperature, isGreedy, isUntruncated, MAX_TOP_LOGPROBS, newScratch, Rng, sampleToken, topAlternatives, validateSampling } from './sampler.ts';
 
 /** Prompt tokens prefilled in one step unless maxPrefillTokens says otherwise. */
 export const DEFAULT_PREFILL_TOKENS = 4096;
+/** Versions' weights held at once for rollout.interrupt 'finish' unless maxLiveVersions says otherwise. */
+export const DEFAULT_MAX_LIVE_VERSIONS = 3;
+
+/**
+ * How a policy update reaches turns under way (rollout.interrupt):
+ * - 'finish': a session keeps the version its first turn ran on until it is released (every turn of a
+ *   trajectory comes from one policy; a turn without a session finishes on its version); new sessions and turns
+ *   take the new one. Needs a runner that holds several versions' weights at once (SlotRunner.dropWeights).
+ * - 'next_turn': turns in flight finish on their weights; admissions wait until they have, then the new version
+ *   loads and every later turn (a session's next one too, without its old cache) runs it.
+ * - 'next_token': turns in flight are interrupted after the token being decoded: their context is prefilled again
+ *   on the new weights and generation goes on there, each token keeping the version that sampled it and its
+ *   log-prob under that version (AReaL/verl partial rollouts).
+ */
+export type RolloutInterrupt = 'finish' | 'next_turn' | 'next_token';
 
 export interface NativeEngineOptions {
   /** Sequences held in the KV cache at once (running requests plus idle sessions kept for their next turn). */
   slots: number;
+  /**
+   * Most requests running at once (default: slots); the slots beyond it hold only idle sessions kept for their
+   * next turn (the built-in policy's kv_cache_bytes on the CPU, ./kv-sizing.ts's keptSessionSlots).
+   */
+  maxBatch?: number;
   /** Tokens a slot holds: context plus generated tokens of a session. */
   maxLen: number;
   /**
@@ -31,15 +53,28 @@ export interface NativeEngineOptions {
   maxPrefillTokens?: number;
   /** Policy version the first tokens carry (default 0). */
   version?: number;
+  /**
+   * swap 'finish': how many versions' weights may stay loaded for the sessions pinned to them (default
+   * DEFAULT_MAX_LIVE_VERSIONS); a session pinned to an older one moves to the newest at its next turn.
+   */
+  maxLiveVersions?: number;
   server?: string;
 }
 
 export interface NativeEngineStats {
   steps: number;
+  /** Steps that prefilled some row (a turn joining, or a context again after a swap). */
+  prefillSteps: number;
   decodeTokens: number;
   prefillTokens: number;
   /** Prompt tokens a request found already in its session's slot. */
   reusedTokens: number;
+  /** Turns that found some of their prompt in their session's slot. */
+  cacheHits: number;
+  /** Gauge: idle slots holding a session's tokens for its next turn. */
+  cachedSessions: number;
+  /** Turns moved to a new version mid-generation (swap 'next_token'). */
+  interrupted: number;
   /** Milliseconds spent in the model's forward steps (on cuda: until their results reached the host). */
   computeMs: number;
   /** Milliseconds spent writing new versions' weights into the model. */
@@ -49,10 +84,15 @@ export interface NativeEngineStats {
 interface Run {
   req: GenerateRequest;
   slot: number;
+  version: number; // the weights it runs on (set when admitted)
   feed: number[]; // tokens to append at the next step
   tokens: number[];
   logprobs: number[];
   versions: number[];
+  /** max_new_tokens, cut to what the slot has room for. */
+  maxNew: number;
+  /** With topLogprobs: each token's alternatives, from the row it was sampled from. */
+  top: TokenAlternative[][] | null;
   stop: Set<number>;
   rng: Rng;
   t0: number;
@@ -83,8 +123,19 @@ export class NativeEngine {
   private paused = false; // a version swap is under way: no admissions, and the loop stops after its step
   private drained: (() => void) | null = null;
   private closed = false;
+  /** Set when a step failed and the runner no longer runs at all (its healthy() says so): requests fail at once until a swap loads weights that run. */
+  private broken: RlstreamError | null = null;
+  private readonly maxBatch: number;
+  private readonly maxLive: number;
+  /** Versions whose weights the runner holds (one, except after 'finish' swaps on a runner with dropWeights). */
+  private readonly live = new Set<number>();
+  /** Session → the version its turns run on, until released or that version is unloaded. */
+  private readonly pins = new Map<string, number>();
+  /** The step number each version last ran at: the step goes to the version waiting longest. */
+  private readonly lastStep = new Map<number, number>();
   private clock = 0;
-  private readonly counters: NativeEngineStats = { steps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, computeMs: 0, loadMs: 0 };
+  private launches = 0;
+  private readonly counters: NativeEngineStats = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cachedSessions: 0, interrupted: 0, computeMs: 0, loadMs: 0 };
   readonly server: string;
 
   constructor(
@@ -97,12 +148,17 @@ export class NativeEngine {
     this.prefillCap = opts.maxPrefillTokens ?? DEFAULT_PREFILL_TOKENS;
     if (!Number.isInteger(this.prefillCap) || this.prefillCap < 1) throw new RlstreamError('CONFIG_INVALID', `maxPrefillTokens must be a positive integer, got ${String(opts.maxPrefillTokens)}`);
     this.server = opts.server ?? 'builtin-native';
+    this.live.add(this.version);
+    this.maxLive = opts.maxLiveVersions ?? DEFAULT_MAX_LIVE_VERSIONS;
+    if (!Number.isInteger(this.maxLive) || this.maxLive < 1) throw new RlstreamError('CONFIG_INVALID', `maxLiveVersions must be a positive integer, got ${String(opts.maxLiveVersions)}`);
+    this.maxBatch = opts.maxBatch ?? opts.slots;
+    if (!Number.isInteger(this.maxBatch) || this.maxBatch < 1 || this.maxBatch > opts.slots) throw new RlstreamError('CONFIG_INVALID', `maxBatch must be an integer in [1, slots ${opts.slots}], got ${String(opts.maxBatch)}`);
     model.kvReserve(opts.slots, opts.maxLen);
     this.rows = new Float32Array(opts.slots * model.config.vocab_size);
   }
 
   stats(): NativeEngineStats {
-    return { ...this.counters };
+    return { ...this.counters, cachedSessions: this.slots.filter((s) => !s.busy && s.session !== null && s.tokens.length > 0).length };
   }
 
   /**
@@ -112,16 +168,23 @@ export class NativeEngine {
    */
   setVersion(version: number): void {
     this.version = version;
+    this.live.clear();
+    this.live.add(version);
+    this.pins.clear();
+    for (const r of this.running) r.version = version;
   }
 
   /**
-   * Takes a new policy version whose weights `load` writes into the model, between steps. 'next_turn': admissions
-   * pause until the turns under way finish on the old weights, then it loads. 'next_token': it loads after the
-   * step in flight and the turns under way go on with the new weights, their context (prompt and tokens so far)
-   * prefilled again on them; each token keeps the version that sampled it. Sessions' cached tokens from older
-   * versions are dropped at their next turn.
+   * Takes a new policy version whose weights `load` puts in the runner (written in place, or added beside the
+   * others on a runner with dropWeights), as RolloutInterrupt `mode` says. 'next_turn': admissions pause until the
+   * turns under way finish on the old weights, then it loads. 'next_token': it loads after the step in flight and
+   * the turns under way go on with the new weights, their context (prompt and tokens so far) prefilled again on
+   * them; each token keeps the version that sampled it. Both unload every other version. 'finish': it loads while
+   * steps go on, and only turns admitted after it (of sessions not pinned to a loaded version) run it. Sessions'
+   * cached tokens from other versions than the one their next turn runs are dropped then.
    */
-  async swap(version: number, load: () => Promise<void>, mode: 'next_turn' | 'next_token'): Promise<void> {
+  async swap(version: number, load: () => Promise<void>, mode: RolloutInterrupt): Promise<void> {
+    if (mode === 'finish') return this.add(version, load);
     this.paused = true;
     try {
       if (mode === 'next_turn' && this.running.length > 0) await new Promise<void>((resolve) => (this.drained = resolve));
@@ -130,7 +193,15 @@ export class NativeEngine {
       await load();
       this.counters.loadMs += performance.now() - t0;
       this.version = version;
+      this.broken = null; // the new weights get their own chance
+      const old = [...this.live];
+      this.live.clear();
+      this.live.add(version);
+      this.pins.clear();
+      for (const v of old) await this.model.dropWeights?.(v);
+      if (mode === 'next_token') this.counters.interrupted += this.running.length;
       for (const r of this.running) {
+        r.version = version;
         this.model.kvTruncate(r.slot, 0);
         const s = this.slots[r.slot]!;
         s.tokens = [];
@@ -144,12 +215,62 @@ export class NativeEngine {
     }
   }
 
+  /** swap 'finish': the version's weights beside the others; new turns take it, turns and sessions under way keep theirs. */
+  private async add(version: number, load: () => Promise<void>): Promise<void> {
+    if (!this.model.dropWeights) throw new RlstreamError('CONFIG_INVALID', "rollout.interrupt 'finish' needs two versions' weights at once; this runner holds one (use next_turn or next_token)");
+    if (this.live.has(version)) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is already loaded`);
+    const t0 = performance.now();
+    await load();
+    this.counters.loadMs += performance.now() - t0;
+    this.live.add(version);
+    this.version = version;
+    this.broken = null;
+    // Past maxLiveVersions, the oldest versions' sessions move to the newest at their next turn.
+    const keep = new Set([...this.live].sort((a, b) => b - a).slice(0, this.maxLive));
+    for (const [session, v] of this.pins) if (!keep.has(v)) this.pins.delete(session);
+    this.unloadIdle();
+    void this.loop();
+  }
+
+  /** Unloads versions (other than the newest) that no running turn or pinned session needs any more. */
+  private unloadIdle(): void {
+    const drop = this.model.dropWeights?.bind(this.model);
+    if (!drop) return;
+    const needed = new Set([this.version, ...this.pins.values(), ...this.running.map((r) => r.version)]);
+    for (const v of [...this.live])
+      if (!needed.has(v)) {
+        this.live.delete(v);
+        this.lastStep.delete(v);
+        // Releasing an onnxruntime session only frees memory; one that fails to is left to the process's end.
+        void drop(v).catch(() => undefined);
+      }
+  }
+
+  /** The version a turn of `session` runs on: the one it is pinned to while loaded, else (and then pinned to) the newest. */
+  private versionFor(session: string | undefined): number {
+    if (session === undefined) return this.version;
+    const pinned = this.pins.get(session);
+    if (pinned !== undefined && this.live.has(pinned)) return pinned;
+    this.pins.set(session, this.version);
+    return this.version;
+  }
+
+  /**
+   * False once the engine is closed, or a failed step found its runner no longer runs (its requests then fail at
+   * once with BACKEND_UNAVAILABLE); a swap that loads new weights makes it healthy again. A step that failed on a
+   * bad batch alone leaves it healthy.
+   */
+  healthy(): boolean {
+    return !this.closed && this.broken === null;
+  }
+
   currentPolicyVersion(): number {
     return this.version;
   }
 
   generate(req: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new RlstreamError('BACKEND_UNAVAILABLE', 'the native engine is closed'));
+    if (this.broken) return Promise.reject(this.broken);
     // Refused here, before it joins a step: a bad token id found by the runner would fail the whole step.
     const bad = (m: string) => Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `request ${req?.requestId ?? '?'}: ${m}`));
     if (!req || !Array.isArray(req.promptIds)) return bad('promptIds must be an array of token ids');
@@ -160,22 +281,27 @@ export class NativeEngine {
       const t = req.promptIds[i]!;
       if (!Number.isInteger(t) || t < 0 || t >= V) return bad(`token id ${t} at position ${i} is outside the vocabulary [0, ${V})`);
     }
-    if ((req.topLogprobs ?? 0) !== 0) return bad('topLogprobs: this engine returns no alternatives (maxTopLogprobs is unset); leave it out');
+    const k = req.topLogprobs ?? 0;
+    if (!Number.isInteger(k) || k < 0 || k > MAX_TOP_LOGPROBS) return bad(`topLogprobs must be an integer in [0, ${MAX_TOP_LOGPROBS}], got ${String(k)}`);
     try {
       validateSampling(req.sampling, V);
     } catch (err) {
       return Promise.reject(err);
     }
-    if (n + req.sampling.max_new_tokens > this.opts.maxLen)
-      return Promise.reject(new RlstreamError('BACKEND_BAD_REQUEST', `prompt (${n} tokens) + max_new_tokens (${req.sampling.max_new_tokens}) exceed the engine's maxLen ${this.opts.maxLen}`));
+    // A turn ends with 'length' where the context does (a growing agent context may reach it mid-trajectory); a
+    // prompt that fills it leaves nothing to generate.
+    if (n >= this.opts.maxLen) return bad(`the prompt has ${n} tokens; the engine's maxLen ${this.opts.maxLen} leaves no room to generate`);
     return new Promise<GenerateResult>((resolve, reject) => {
       this.waiting.push({
         req,
         slot: -1,
+        version: -1,
         feed: [],
         tokens: [],
         logprobs: [],
         versions: [],
+        maxNew: Math.min(req.sampling.max_new_tokens, this.opts.maxLen - n),
+        top: k > 0 ? [] : null,
         stop: new Set(req.sampling.stop_token_ids),
         rng: new Rng(req.sampling.seed ?? randomInt(0, 2 ** 48 - 1)),
         t0: performance.now(),
@@ -194,6 +320,8 @@ export class NativeEngine {
         s.session = null;
         s.tokens = [];
       }
+    this.pins.delete(sessionId);
+    this.unloadIdle();
   }
 
   close(): void {
@@ -228,9 +356,10 @@ export class NativeEngine {
         this.handBack();
       } while (inflight);
     } catch (err) {
+      // Not a step (launch settles its own failures): the scheduler itself threw. Every request is settled
+      // rather than left waiting.
       this.handBack();
-      const e = new RlstreamError('INTERNAL', `native generation step failed: ${describeError(err)}`, { cause: err });
-      // Their slots are free again (empty, no session): a failed step must not leave them taken for good.
+      const e = new RlstreamError('INTERNAL', `the scheduler failed: ${describeError(err)}`, { cause: err });
       for (const r of this.running) this.freeSlot(r.slot);
       for (const r of [...this.waiting, ...this.running]) r.reject(e);
       this.waiting.length = 0;
@@ -255,7 +384,7 @@ export class NativeEngine {
    */
   private launch(): Promise<void> | null {
     let prefill = 0;
-    while (!this.paused && this.waiting.length > 0) {
+    while (!this.paused && this.waiting.length > 0 && this.running.length < this.maxBatch) {
       const run = this.waiting[0]!;
       if (prefill > 0 && prefill + run.req.promptIds.length > this.prefillCap) break;
       const slot = this.claim(run.req.sessionId);
@@ -264,10 +393,17 @@ export class NativeEngine {
       prefill += this.admit(run, slot);
     }
     for (const r of this.running.filter((x) => x.signal?.aborted)) this.retire(r, 'abort');
+    if (this.running.length === 0) return null;
+    // A step runs one version's weights: that of the running turns whose version waited longest ('finish' keeps
+    // several; otherwise every turn runs the one).
+    let version = this.running[0]!.version;
+    for (const r of this.running) if ((this.lastStep.get(r.version) ?? -1) < (this.lastStep.get(version) ?? -1)) version = r.version;
+    this.lastStep.set(version, ++this.launches);
     // Every decoding row, and prefills (new turns, contexts again after a swap) up to maxPrefillTokens a step.
     const active: Run[] = [];
     let budget = 0;
     for (const r of this.running) {
+      if (r.version !== version) continue;
       if (r.feed.length > 1) {
         if (budget > 0 && budget + r.feed.length > this.prefillCap) continue;
         budget += r.feed.length;
@@ -289,32 +425,73 @@ export class NativeEngine {
       if (r.feed.length > 1 || r.tokens.length === 0) this.counters.prefillTokens += r.feed.length;
       else this.counters.decodeTokens += 1;
     });
-    // the weights this step reads: an owner's setVersion while it runs names the weights of later steps
-    const version = this.version;
     const V = this.model.config.vocab_size;
     // Rows without top-k / top-p are drawn where the probabilities are (the rows stay on the device); a step with
     // any truncated row brings every row to the host for sampleToken.
+    const prefilled = prefillOf(active);
     const t0 = performance.now();
-    const sampleWhereRowsAre = this.model.extendSample?.bind(this.model);
-    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = sampleWhereRowsAre && active.every((r) => isUntruncated(r.req.sampling, V))
+    // (a runner holding several versions is named the step's; it samples on the host)
+    const versioned = this.model.dropWeights !== undefined;
+    const sampleWhereRowsAre = versioned ? undefined : this.model.extendSample?.bind(this.model);
+    const sampledRows: Promise<(b: number) => { token: number; logprob: number }> = sampleWhereRowsAre && active.every((r) => r.top === null && isUntruncated(r.req.sampling, V))
       ? sampleWhereRowsAre(slots, counts, Int32Array.from(toks), inv, Float64Array.from(active, (r) => (isGreedy(r.req.sampling) ? -1 : r.rng.next())))
           .then((out) => (b: number) => ({ token: out.tokens[b]!, logprob: out.logprobs[b]! }))
       : this.model
-          .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V))
-          .then((probs) => (b: number) => sampleToken(probs.subarray(b * V, (b + 1) * V), active[b]!.req.sampling, active[b]!.rng, this.scratch));
-    return sampledRows.then((sampled) => {
-      this.counters.computeMs += performance.now() - t0;
-      this.counters.steps++;
-      active.forEach((r, b) => {
-        const { token, logprob } = sampled(b);
-        r.tokens.push(token);
-        r.logprobs.push(logprob);
-        r.versions.push(version);
-        r.feed = [token];
-        const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.req.sampling.max_new_tokens ? 'length' : null;
-        if (reason) this.retire(r, reason);
-      });
+          .extend(slots, counts, Int32Array.from(toks), inv, this.rows.subarray(0, B * V), versioned ? version : undefined)
+          .then((probs) => (b: number) => {
+            const row = probs.subarray(b * V, (b + 1) * V);
+            const r = active[b]!;
+            // the alternatives come from the very row the token is drawn from
+            if (r.top) r.top.push(topAlternatives(row, r.req.topLogprobs!));
+            return sampleToken(row, r.req.sampling, r.rng, this.scratch);
+          });
+    return sampledRows.then(
+      (sampled) => this.sampled(active, version, sampled, t0, prefilled),
+      (err: unknown) => this.failStep(active, version, prefilled, err),
+    );
+  }
+
+  /** The tokens of a step that ran: each active turn's next token, and the finished retired. */
+  private sampled(active: Run[], version: number, sampled: (b: number) => { token: number; logprob: number }, t0: number, prefill: number): void {
+    this.counters.computeMs += performance.now() - t0;
+    this.counters.steps++;
+    if (prefill > 0) this.counters.prefillSteps++;
+    active.forEach((r, b) => {
+      const { token, logprob } = sampled(b);
+      r.tokens.push(token);
+      r.logprobs.push(logprob);
+      r.versions.push(version);
+      r.feed = [token];
+      const reason: FinishReason | null = r.stop.has(token) ? 'stop' : r.tokens.length >= r.maxNew ? 'length' : null;
+      if (reason) this.retire(r, reason);
     });
+    this.unloadIdle();
+  }
+
+  /**
+   * A step the runner failed fails the turns in it, not the engine: they are rejected with what went wrong, their
+   * slots freed (the runner may have written part of their K/V), and the waiting requests go on. If the runner
+   * no longer runs at all (its healthy() probe fails too), the waiting and every later request fail at once with
+   * BACKEND_UNAVAILABLE until a swap loads weights that run.
+   */
+  private async failStep(active: Run[], version: number, prefill: number, err: unknown): Promise<void> {
+    const e = new RlstreamError('INTERNAL', `policy v${version} step (${active.length} rows, ${prefill} prompt tokens) failed: ${describeError(err)}`, { cause: err });
+    for (const r of active) {
+      const i = this.running.indexOf(r);
+      if (i >= 0) this.running.splice(i, 1);
+      this.freeSlot(r.slot);
+      r.reject(e);
+    }
+    if (this.running.length === 0) this.drained?.();
+    if (this.closed || (await (this.model.healthy?.(version) ?? Promise.resolve(true)))) return;
+    this.broken = new RlstreamError('BACKEND_UNAVAILABLE', `policy v${version} can no longer run (its runner fails even on one token) after: ${e.message}`, { cause: err, retriable: false });
+    for (const r of [...this.waiting, ...this.running]) {
+      if (r.slot >= 0) this.freeSlot(r.slot);
+      r.reject(this.broken);
+    }
+    this.waiting.length = 0;
+    this.running.length = 0;
+    this.drained?.();
   }
 
   /** A slot for a request: its session's own, else a free one, else the least recently used idle session's. */
@@ -337,8 +514,9 @@ export class NativeEngine {
   private admit(run: Run, slot: number): number {
     const s = this.slots[slot]!;
     const prompt = run.req.promptIds;
-    if (s.session !== (run.req.sessionId ?? null) || s.version !== this.version) s.tokens = [];
-    s.version = this.version;
+    run.version = this.versionFor(run.req.sessionId);
+    if (s.session !== (run.req.sessionId ?? null) || s.version !== run.version) s.tokens = [];
+    s.version = run.version;
     let keep = 0;
     const limit = Math.min(s.tokens.length, prompt.length - 1);
     while (keep < limit && s.tokens[keep] === prompt[keep]) keep++;
@@ -348,6 +526,7 @@ export class NativeEngine {
     s.busy = true;
     s.lastUse = ++this.clock;
     this.counters.reusedTokens += keep;
+    if (keep > 0) this.counters.cacheHits++;
     run.slot = slot;
     run.feed = prompt.slice(keep);
     this.running.push(run);
@@ -381,9 +560,15 @@ export class NativeEngine {
         logprobs: run.logprobs,
         finishReason: reason,
         policyVersions: run.versions,
+        ...(run.top && { topLogprobs: run.top }),
         server: this.server,
         latencyMs: performance.now() - run.t0,
       },
     });
   }
+}
+
+/** Prompt tokens a step's rows prefill (a decode row feeds one token). */
+function prefillOf(active: Run[]): number {
+  return active.reduce((n, r) => n + (r.feed.length > 1 || r.tokens.length === 0 ? r.feed.length : 0), 0);
 }

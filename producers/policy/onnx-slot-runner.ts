@@ -4,7 +4,8 @@
 // (up to maxLen). A decode step of every slot feeds those buffers to the one-token graph as they are (no copy; its
 // rows permuted into slot order) and writes the new column in place; any other step gathers its slots' cached
 // tokens into a right-aligned batch (kv.ts), runs the new tokens left-padded to the longest (the engine's prefill
-// layout) and writes each slot's new K/V after its cached ones.
+// layout) and writes each slot's new K/V after its cached ones. It holds weights by policy version, one
+// onnxruntime session each (several at once for rollout.interrupt 'finish'); a step names the version it runs.
 import { RlstreamError } from '../../core/errors.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { PolicyModelConfig } from './config.ts';
@@ -18,30 +19,76 @@ export class OnnxSlotRunner implements SlotRunner {
   private store: KvTensors = { len: 0, keys: [], values: [] };
   private lengths = new Int32Array(0);
   private maxLen = 0;
+  /** The weights held, by policy version; `newest` is the one a step that names none runs. */
+  private readonly sets = new Map<number, PolicyRunner>();
+  private newest: number;
 
   private constructor(
     private readonly c: PolicyModelConfig,
-    private runner: PolicyRunner,
+    first: PolicyRunner,
     private readonly threads: number,
+    private readonly decodeGraph: boolean,
   ) {
     this.config = Object.freeze({ vocab_size: c.vocabSize });
-  }
-
-  /** The graph exported from `weights` in one onnxruntime session of `threads` intra-op threads (default 1). */
-  static async create(config: PolicyModelConfig, weights: TensorMap, options: { threads?: number } = {}): Promise<OnnxSlotRunner> {
-    const threads = options.threads ?? 1;
-    return new OnnxSlotRunner(config, await PolicyRunner.create(config, weights, 0, { threads }), threads);
+    this.sets.set(first.version, first);
+    this.newest = first.version;
   }
 
   /**
-   * Another version's weights (same architecture) in a new onnxruntime session, which later steps run; call it
-   * between steps (NativeEngine.swap does). The slots keep their K/V: the scheduler decides which it drops.
+   * The graph exported from `weights` in one onnxruntime session of `threads` intra-op threads (default 1), held
+   * as policy `version` (default 0). decodeGraph false: one-token steps run on the general graph too (default true).
    */
-  async loadWeights(weights: TensorMap): Promise<void> {
-    const next = await PolicyRunner.create(this.c, weights, 0, { threads: this.threads });
-    const old = this.runner;
-    this.runner = next;
-    await old.release();
+  static async create(config: PolicyModelConfig, weights: TensorMap, options: { threads?: number; version?: number; decodeGraph?: boolean } = {}): Promise<OnnxSlotRunner> {
+    const threads = options.threads ?? 1;
+    const decodeGraph = options.decodeGraph ?? true;
+    return new OnnxSlotRunner(config, await PolicyRunner.create(config, weights, options.version ?? 0, { threads, decodeGraph }), threads, decodeGraph);
+  }
+
+  /**
+   * Another version's weights (same architecture) in a new onnxruntime session beside those held; steps that
+   * name no version run it from now on. The slots keep their K/V: the scheduler decides which it drops.
+   */
+  async addWeights(weights: TensorMap, version: number): Promise<void> {
+    if (this.sets.has(version)) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is already loaded`);
+    this.sets.set(version, await PolicyRunner.create(this.c, weights, version, { threads: this.threads, decodeGraph: this.decodeGraph }));
+    this.newest = version;
+  }
+
+  /** Releases a version's weights (the scheduler does, once no turn or session needs them); the last one stays. */
+  async dropWeights(version: number): Promise<void> {
+    const r = this.sets.get(version);
+    if (!r) return;
+    if (this.sets.size === 1) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is the only one loaded; add another before dropping it`);
+    this.sets.delete(version);
+    if (this.newest === version) this.newest = Math.max(...this.sets.keys());
+    await r.release();
+  }
+
+  /** How long a held version's export and onnxruntime session load took (ms). */
+  loadTimes(version: number): { exportMs: number; loadMs: number } {
+    const r = this.runnerFor(version);
+    return { exportMs: r.exportMs, loadMs: r.loadMs };
+  }
+
+  /** Tokens a slot's buffers have room for now (grown with the longest slot, up to maxLen). */
+  capacity(): number {
+    return this.store.len;
+  }
+
+  /** The versions whose weights are held, ascending. */
+  weightVersions(): number[] {
+    return [...this.sets.keys()].sort((a, b) => a - b);
+  }
+
+  private runnerFor(version: number | undefined): PolicyRunner {
+    const r = this.sets.get(version ?? this.newest);
+    if (!r) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is not loaded (held: ${this.weightVersions().join(', ')})`);
+    return r;
+  }
+
+  /** Bytes of K/V `slots` slots take once each holds `maxLen` tokens (float32, every layer), as Model.kvBytes. */
+  kvBytes(slots: number, maxLen: number): number {
+    return slots * maxLen * this.c.numLayers * 2 * this.c.numKvHeads * this.c.headDim * Float32Array.BYTES_PER_ELEMENT;
   }
 
   kvReserve(slots: number, maxLen: number): void {
@@ -73,8 +120,9 @@ export class OnnxSlotRunner implements SlotRunner {
     this.lengths[slot] = length;
   }
 
-  async extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature?: Float32Array, out?: Float32Array): Promise<Float32Array> {
+  async extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature?: Float32Array, out?: Float32Array, weights?: number): Promise<Float32Array> {
     const c = this.c;
+    const runner = this.runnerFor(weights);
     const B = slots.length;
     const maxLen = this.maxLen;
     let total = 0;
@@ -92,7 +140,7 @@ export class OnnxSlotRunner implements SlotRunner {
     }
     if (tokens.length !== total) throw new RlstreamError('INPUT_INVALID', `extend: counts add up to ${total} tokens, got ${tokens.length}`);
     if (longest > this.store.len) this.grow(Math.min(maxLen, Math.max(longest, Math.ceil(this.store.len * 1.5))));
-    const probs = total === B && B === this.lengths.length ? await this.decodeAll(slots, tokens, invTemperature) : await this.gathered(slots, counts, tokens, invTemperature);
+    const probs = total === B && B === this.lengths.length ? await this.decodeAll(runner, slots, tokens, invTemperature) : await this.gathered(runner, slots, counts, tokens, invTemperature);
     if (!out) return probs;
     out.set(probs.subarray(0, B * c.vocabSize));
     return out;
@@ -102,7 +150,7 @@ export class OnnxSlotRunner implements SlotRunner {
    * One token for every slot, on the buffers as they are: store row r runs the token of the b with slots[b] = r,
    * and the rows come back in the caller's order.
    */
-  private async decodeAll(slots: Int32Array, tokens: Int32Array, invTemperature: Float32Array | undefined): Promise<Float32Array> {
+  private async decodeAll(runner: PolicyRunner, slots: Int32Array, tokens: Int32Array, invTemperature: Float32Array | undefined): Promise<Float32Array> {
     const { numKvHeads: KVH, headDim: D, numLayers, vocabSize: V } = this.c;
     const N = slots.length;
     const cap = this.store.len;
@@ -119,7 +167,7 @@ export class OnnxSlotRunner implements SlotRunner {
       inv[r] = invTemperature ? invTemperature[b]! : 1;
       pastBias.fill(0, r * cap, r * cap + this.lengths[r]!);
     }
-    const out = await this.runner.decode({ batch: N, inputIds: ids, positionIds: pos, pastBias, past: this.store, invTemperature: inv });
+    const out = await runner.decode({ batch: N, inputIds: ids, positionIds: pos, pastBias, past: this.store, invTemperature: inv });
     // Plain loops: a column is only headDim floats, too short for subarray() + set() to pay off (as in slots.ts).
     const column = out.column;
     for (let l = 0; l < numLayers; l++) {
@@ -144,7 +192,7 @@ export class OnnxSlotRunner implements SlotRunner {
   }
 
   /** Any step: its slots' cached tokens gathered into one batch, the new tokens left-padded to the longest. */
-  private async gathered(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array | undefined): Promise<Float32Array> {
+  private async gathered(runner: PolicyRunner, slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array | undefined): Promise<Float32Array> {
     const c = this.c;
     const B = slots.length;
     const { kv: past, starts } = gatherRows(
@@ -173,7 +221,7 @@ export class OnnxSlotRunner implements SlotRunner {
         newBias.fill(0, r * S + pad, r * S + i + 1);
       }
     }
-    const run = await this.runner.run({ batch: B, seq: S, inputIds: ids, positionIds: pos, pastBias, newBias, past, invTemperature: invTemperature ?? new Float32Array(B).fill(1) });
+    const run = await runner.run({ batch: B, seq: S, inputIds: ids, positionIds: pos, pastBias, newBias, past, invTemperature: invTemperature ?? new Float32Array(B).fill(1) });
     // Each row's new K/V (the last counts[b] columns of its padded row) after what its slot holds.
     const KVH = c.numKvHeads;
     const D = c.headDim;
@@ -197,8 +245,14 @@ export class OnnxSlotRunner implements SlotRunner {
     return run.probs!;
   }
 
-  release(): Promise<void> {
-    return this.runner.release();
+  /** Whether a version's onnxruntime session (default the newest) still runs (PolicyRunner.healthy: one token through each graph). */
+  async healthy(weights?: number): Promise<boolean> {
+    const r = this.sets.get(weights ?? this.newest);
+    return r !== undefined && (await r.healthy());
+  }
+
+  async release(): Promise<void> {
+    for (const r of this.sets.values()) await r.release();
   }
 
   private checkSlot(slot: number): void {

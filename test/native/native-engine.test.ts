@@ -66,7 +66,10 @@ test('a stop token ends the turn (kept as its last token); max_new_tokens ends i
   const stopped = await engine.generate({ requestId: 's', promptIds: prompt, sampling: sampling({ temperature: 0, max_new_tokens: 6, stop_token_ids: [stopAt] }) });
   assert.equal(stopped.finishReason, 'stop');
   assert.deepEqual(stopped.tokenIds, greedy.tokenIds.slice(0, first + 1));
-  await assert.rejects(engine.generate({ requestId: 'x', promptIds: prompt, sampling: sampling({ max_new_tokens: 62 }) }), /exceed the engine's maxLen 64/);
+  // The context (maxLen) ends a turn too: 64 - 3 tokens of the 62 asked, finish length; a prompt filling it is refused.
+  const cut = await engine.generate({ requestId: 'x', promptIds: prompt, sampling: sampling({ max_new_tokens: 62 }) });
+  assert.deepEqual([cut.tokenIds.length, cut.finishReason], [61, 'length']);
+  await assert.rejects(engine.generate({ requestId: 'y', promptIds: new Array(64).fill(1), sampling: sampling() }), /the prompt has 64 tokens; the engine's maxLen 64 leaves no room to generate/);
   engine.close();
   m.dispose();
 });

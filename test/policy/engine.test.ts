@@ -1,4 +1,4 @@
-// The built-in policy backend end to end on onnxruntime: seeded sampling, the reported log-probs against a
+// The built-in policy backend on the CPU end to end (the scheduler over the ONNX runner, onnxruntime): seeded sampling, the reported log-probs against a
 // teacher-forced recomputation, top-k/top-p/stop/length, continuous batching, kept KV caches across turns,
 // bad requests next to good ones, aborts, and hot-swaps in each interrupt mode.
 import assert from 'node:assert/strict';
@@ -11,8 +11,9 @@ import { writeSafetensors } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest } from '../../producers/backends/types.ts';
 import { BuiltinPolicyBackend, type BuiltinPolicyOptions } from '../../producers/policy/backend.ts';
 import { configToJson, policyConfig } from '../../producers/policy/config.ts';
-import { GenerationEngine } from '../../producers/policy/engine.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
+import { NativeEngine } from '../../producers/policy/native-engine.ts';
+import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../../producers/policy/runner.ts';
 import { topAlternatives } from '../../producers/policy/sampler.ts';
@@ -162,6 +163,7 @@ test('greedy, top-k, top-p, stop tokens and the context limit', async () => {
   assert.equal(stopped.finishReason, 'stop');
   assert.deepEqual(stopped.tokenIds, greedy.tokenIds.slice(0, firstStop + 1));
 
+  // The context (max_len, here max_position_embeddings 128) ends the turn where it is full.
   const nearEnd = Array.from({ length: 125 }, (_, i) => i % 100);
   const capped = await b.generate(req(nearEnd, { max_new_tokens: 50 }));
   assert.equal(capped.tokenIds.length, 3);
@@ -215,11 +217,11 @@ test('a session keeps its KV cache between turns: only new tokens are encoded, r
   const lp = await score(1, [...ctx2, ...t2.tokenIds]);
   assert.ok(logprobMismatch(t2.logprobs, lp.subarray(ctx2.length - 1)).maxAbs < 1e-4);
 
-  // A context that does not extend the cached one (edited history) is re-encoded from scratch.
+  // A context that does not extend the cached one (edited history) keeps only the common prefix.
   const edited = [...ctx2, ...t2.tokenIds];
   edited[2] = 99;
   const t3 = await b.generate(req(edited, { seed: 3 }, 'traj-A'));
-  assert.equal(b.stats().cacheMisses - after2.cacheMisses, 1);
+  assert.equal(b.stats().reusedTokens - after2.reusedTokens, 2);
   assert.deepEqual(t3.tokenIds, (await fresh.generate(req(edited, { seed: 3 }))).tokenIds);
 
   // Exactly the cached context again (no new token): one token is re-run, the rest reused.
@@ -231,26 +233,29 @@ test('a session keeps its KV cache between turns: only new tokens are encoded, r
   assert.equal(b.stats().cachedSessions, 0);
 });
 
-test('kept caches are bounded by kvCacheBytes and evicted least recently used', async () => {
-  // One token of this model's cache: 2 layers × K,V × 2 heads × 16 dims × 4 bytes = 512 bytes.
-  const b = await backend({ kvCacheBytes: 512 * 40 });
-  for (const s of ['s1', 's2', 's3']) await b.generate(req([1, 2, 3, 4, 5], { max_new_tokens: 10 }, s)); // 14 tokens each
-  const st = b.stats();
-  assert.equal(st.cachedSessions, 2);
-  assert.equal(st.cacheEvictions, 1);
-  assert.ok(st.cacheBytes <= 512 * 40);
-  const before = b.stats().cacheHits;
-  await b.generate(req([1, 2, 3, 4, 5, 6], { max_new_tokens: 2 }, 's1')); // evicted: a miss
-  assert.equal(b.stats().cacheHits, before);
+test('kept caches are bounded by kvCacheBytes (whole slots of maxLen tokens beyond maxBatch) and evicted least recently used', async () => {
+  // One token of this model's cache: 2 layers × K,V × 2 heads × 16 dims × 4 bytes = 512 bytes; a slot of maxLen
+  // 128 tokens is 64 KiB. One slot's worth (less a byte is none) beside the one running.
+  const none = await backend({ maxBatch: 1, kvCacheBytes: 512 * 128 - 1 });
+  const one = await backend({ maxBatch: 1, kvCacheBytes: 512 * 128 });
+  for (const b of [none, one]) for (const s of ['s1', 's2', 's3']) await b.generate(req([1, 2, 3, 4, 5], { max_new_tokens: 10 }, s));
+  assert.equal(none.stats().cachedSessions, 1, 'the running slot keeps the last session while idle');
+  assert.equal(one.stats().cachedSessions, 2);
+  const hits = one.stats().cacheHits;
+  await one.generate(req([1, 2, 3, 4, 5, 6], { max_new_tokens: 2 }, 's1')); // evicted: a miss
+  assert.equal(one.stats().cacheHits, hits);
+  await one.generate(req([1, 2, 3, 4, 5, 6], { max_new_tokens: 2 }, 's3')); // kept
+  assert.equal(one.stats().cacheHits, hits + 1);
+  await assert.rejects(backend({ kvCacheBytes: -1 }), /backend\.kv_cache_bytes must be a non-negative integer, got -1/);
 });
 
 test('bad requests are rejected with BACKEND_BAD_REQUEST while good ones in the same batch complete', async () => {
   const b = await backend();
   const bad: [GenerateRequest, RegExp][] = [
-    [req(Array.from({ length: 128 }, () => 1)), /context holds 128/],
+    [req(Array.from({ length: 128 }, () => 1)), /the prompt has 128 tokens; the engine's maxLen 128 leaves no room/],
     [req([1, 2, 100]), /token id 100 at position 2 is outside the vocabulary/],
     [req([1, -1]), /token id -1/],
-    [req([]), /prompt is empty/],
+    [req([]), /promptIds is empty/],
     [req([1], { temperature: -1 }), /temperature/],
     [req([1], { top_p: 0 }), /top_p/],
     [req([1], { top_k: 1.5 }), /top_k/],
@@ -294,16 +299,18 @@ test("hot-swap 'next_turn': in-flight turns finish on v1, the next turn runs v2 
   let inflightDone = false;
   const inflight = b.generate(req([8, 8], { max_new_tokens: 1500 })).finally(() => (inflightDone = true));
   await new Promise((r) => setTimeout(r, 5));
-  await b.updatePolicy({ version: 2, weightsPath: v2Path, configJson: longJson });
-  assert.equal(b.currentPolicyVersion(), 2);
-  assert.equal(inflightDone, false, 'the swap happened while the turn was generating');
+  // The update waits for the turns under way (admissions pause meanwhile), then loads.
+  const swapped = b.updatePolicy({ version: 2, weightsPath: v2Path, configJson: longJson });
+  assert.equal(inflightDone, false, 'the swap was asked for while the turn was generating');
   const r = await inflight;
+  await swapped;
+  assert.equal(b.currentPolicyVersion(), 2);
   assert.deepEqual(r.policyVersions, new Array(1500).fill(1));
   assert.ok(logprobMismatch(r.logprobs, (await score(1, [8, 8, ...r.tokenIds])).subarray(1)).maxAbs < 1e-4);
-  const misses = b.stats().cacheMisses;
+  const reused = b.stats().reusedTokens;
   const ctx2 = [...prompt, ...t1.tokenIds, 1];
   const t2 = await b.generate(req(ctx2, { max_new_tokens: 8 }, 'sess'));
-  assert.equal(b.stats().cacheMisses, misses + 1, 'the v1 cache was dropped');
+  assert.equal(b.stats().reusedTokens, reused, 'the v1 cache was dropped');
   assert.deepEqual(t2.policyVersions, new Array(8).fill(2));
   // The tokens really come from the v2 weights.
   assert.ok(logprobMismatch(t2.logprobs, (await score(2, [...ctx2, ...t2.tokenIds])).subarray(ctx2.length - 1)).maxAbs < 1e-4);
@@ -367,11 +374,13 @@ test('a malformed weights file fails updatePolicy with WEIGHTS_FORMAT and keeps 
 
 test('without the one-token decode graph, decode steps run on the general graph and give the same tokens', async () => {
   const tokens = async (decodeGraph: boolean) => {
-    const engine = new GenerationEngine(config, await PolicyRunner.create(config, w1, 1, { decodeGraph }));
+    const runner = await OnnxSlotRunner.create(config, w1, { decodeGraph });
+    const engine = new NativeEngine(runner, { slots: 2, maxLen: 128 });
     try {
       return await Promise.all([req([1, 2, 3], { seed: 3 }), req([4, 5], { seed: 4, max_new_tokens: 7 })].map((r) => engine.generate(r)));
     } finally {
-      await engine.close();
+      engine.close();
+      await runner.release();
     }
   };
   const [general, dedicated] = [await tokens(false), await tokens(true)];
