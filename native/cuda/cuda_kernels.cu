@@ -78,6 +78,8 @@ class CudaKernels final : public Kernels {
   const char* name() const override { return "cuda"; }
   void set_threads(int) override {}
   bool host_visible() const override { return false; }
+  void* queue() const override { return stream_; }
+  void written(float* p, size_t n) override { weights_.evict(p, n); }
 
   float* alloc(size_t n) override {
     void* p = nullptr;

@@ -34,6 +34,13 @@ struct Kernels {
   // parameter blocks and stages the per-token loss through them. Integer inputs (tokens, targets, positions,
   // seq_starts) are always host pointers: a device copies them itself.
   virtual bool host_visible() const { return true; }
+  // For collectives that read and write the blocks outside these kernels (NCCL, data-parallel training): the queue
+  // the kernels run on (CUDA: the cudaStream_t, null for the legacy default stream; the CPU runs in call order), so a
+  // collective queued there runs after the kernels before it and before those after it; and written(p, n), told
+  // after such a write into [p, p+n), so that what the kernels derived from that memory (the bf16 weight copies)
+  // is made again.
+  virtual void* queue() const { return nullptr; }
+  virtual void written(float* /*p*/, size_t /*n*/) {}
   virtual void to_host(float* host_dst, const float* src, size_t n) { copy(host_dst, src, n); }
   virtual void from_host(float* dst, const float* host_src, size_t n) { copy(dst, host_src, n); }
 

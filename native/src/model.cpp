@@ -166,11 +166,7 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
     dev_[0] = params_.get();
     if (trainable_) {
       grads_ = host_block(ntrain_);
-      m_ = host_block(ntrain_);
-      v_ = host_block(ntrain_);
       dev_[1] = grads_.get();
-      dev_[2] = m_.get();
-      dev_[3] = v_.get();
     }
   } else {
     // Host mirrors for JS views and files; the device holds the four blocks in one allocation.
@@ -181,16 +177,12 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
       return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
     };
     params_ = host_block(nparams_);
-    if (trainable_) {
-      grads_ = host_block(ntrain_);
-      m_ = host_block(ntrain_);
-      v_ = host_block(ntrain_);
-    }
-    dmem_ = k_->alloc(nparams_ + 3 * ntrain_);
+    if (trainable_) grads_ = host_block(ntrain_);
+    dmem_ = k_->alloc(nparams_ + ntrain_);
     dev_[0] = dmem_;
-    if (trainable_)
-      for (int i = 1; i < 4; i++) dev_[i] = dmem_ + nparams_ + (size_t)(i - 1) * ntrain_;
+    if (trainable_) dev_[1] = dmem_ + nparams_;
   }
+  if (trainable_) alloc_moments(ntrain_);
   P_ = bind(dev_[0]);
   if (lora_.rank > 0) {
     // Frozen base: no gradient pointers for its tensors (the backward skips their products); the norms' weight
@@ -217,7 +209,66 @@ Model::~Model() {
   a_.reset();  // activations are released through k_, which must still exist
   if (kv_mem_) k_->release(kv_mem_);
   if (junk_) k_->release(junk_);
+  if (dmom_) k_->release(dmom_);
   if (dmem_) k_->release(dmem_);
+}
+
+// Both moments, zero, for n trained floats: on the CPU two host blocks (the JS views' memory), on CUDA one device
+// allocation and two host mirrors.
+void Model::alloc_moments(size_t n) {
+  opt_n_ = n;
+  if (k_->host_visible()) {
+    auto host_block = [&](size_t c) { return Block(k_->alloc(std::max<size_t>(c, 16)), [](float* q) { std::free(q); }); };
+    m_ = host_block(n);
+    v_ = host_block(n);
+    dev_[2] = m_.get();
+    dev_[3] = v_.get();
+    return;
+  }
+  auto host_block = [&](size_t c) {
+    void* p = std::aligned_alloc(64, std::max<size_t>(64, (c * sizeof(float) + 63) / 64 * 64));
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, c * sizeof(float));
+    return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
+  };
+  m_ = host_block(n);
+  v_ = host_block(n);
+  if (dmom_) k_->release(dmom_);
+  dmom_ = nullptr;
+  dmom_ = k_->alloc(std::max<size_t>(2 * n, 1));
+  dev_[2] = dmom_;
+  dev_[3] = dmom_ + n;
+}
+
+void Model::set_optimizer_shard(size_t begin, size_t count) {
+  need_training("setOptimizerShard");
+  if (step_ != 0) invalid("setOptimizerShard: the model has taken " + std::to_string(step_) + " optimizer step(s); a shard is set before the first");
+  if (begin > ntrain_ || count > ntrain_ - begin)
+    invalid("setOptimizerShard: [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") is not inside the " +
+            std::to_string(ntrain_) + " trained floats");
+  alloc_moments(count);
+  opt_begin_ = begin;
+}
+
+void Model::params_written(size_t begin, size_t n) {
+  if (begin > nparams_ || n > nparams_ - begin) invalid("paramsWritten: range outside the parameter block");
+  k_->written(dev_[0] + begin, n);
+}
+
+double Model::grad_sum_squares(size_t begin, size_t n) {
+  need_training("gradSumSquares");
+  if (begin > ntrain_ || n > ntrain_ - begin) invalid("gradSumSquares: range outside the gradient block");
+  k_->set_threads(threads_);
+  double ss = 0;
+  PROF(optimizer, ss = k_->sum_squares(dev_[1] + begin, n));
+  return ss;
+}
+
+void Model::scale_grads(float s, size_t begin, size_t n) {
+  need_training("scaleGrads");
+  if (begin > ntrain_ || n > ntrain_ - begin) invalid("scaleGrads: range outside the gradient block");
+  k_->set_threads(threads_);
+  PROF(optimizer, k_->scale(dev_[1] + begin, n, s));
 }
 
 static Block& block_of(BlockKind kind, Block& p, Block& g, Block& m, Block& v) {
@@ -234,10 +285,17 @@ void Model::need_training(const char* op) const {
     invalid(std::string(op) + ": this model was made for inference (parameters only): it has no gradients or optimizer state");
 }
 
+// Floats of a block: the moments hold the optimizer shard's.
+static size_t block_floats_of(BlockKind kind, size_t nparams, size_t ntrain, size_t nopt) {
+  return kind == BlockKind::Params ? nparams : kind == BlockKind::Grads ? ntrain : nopt;
+}
+
 void Model::download(BlockKind kind) {
   if (kind != BlockKind::Params) need_training("tensors");
+  if ((kind == BlockKind::ExpAvg || kind == BlockKind::ExpAvgSq) && optimizer_sharded())
+    invalid("tensors: this model's AdamW moments are one ZeRO-1 shard, not laid out as its tensors");
   if (k_->host_visible()) return;
-  k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], kind == BlockKind::Params ? nparams_ : ntrain_);
+  k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], block_floats_of(kind, nparams_, ntrain_, opt_n_));
 }
 
 void Model::copy_params_from(const Model& src) {
@@ -251,8 +309,10 @@ void Model::copy_params_from(const Model& src) {
 
 void Model::upload(BlockKind kind) {
   if (kind != BlockKind::Params) need_training("upload");
+  if ((kind == BlockKind::ExpAvg || kind == BlockKind::ExpAvgSq) && optimizer_sharded())
+    invalid("upload: this model's AdamW moments are one ZeRO-1 shard, not laid out as its tensors");
   if (k_->host_visible()) return;
-  k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), kind == BlockKind::Params ? nparams_ : ntrain_);
+  k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), block_floats_of(kind, nparams_, ntrain_, opt_n_));
 }
 
 std::vector<Model::LoraPtrs> Model::bind_lora(float* base) const {
@@ -1135,8 +1195,8 @@ void Model::adamw_step(const AdamWParams& p) {
   const float bc1 = (float)(1.0 - std::pow((double)p.beta1, (double)step_));
   const float bc2 = (float)(1.0 - std::pow((double)p.beta2, (double)step_));
   // Padding between tensors stays zero in params, grads and moments, so one pass over the block is exact.
-  PROF(optimizer, k_->adamw(dev_[0] + train_off_, dev_[1], dev_[2], dev_[3], ntrain_, p.lr, p.beta1, p.beta2, p.eps,
-                            p.weight_decay, bc1, bc2));
+  PROF(optimizer, k_->adamw(dev_[0] + train_off_ + opt_begin_, dev_[1] + opt_begin_, dev_[2], dev_[3], opt_n_, p.lr,
+                            p.beta1, p.beta2, p.eps, p.weight_decay, bc1, bc2));
 }
 
 }  // namespace rls

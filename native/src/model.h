@@ -167,7 +167,27 @@ class Model {
   void zero_grad();
   double grad_norm();
   void scale_grads(float s);
+  // AdamW over the trained range, or over its optimizer shard where one is set.
   void adamw_step(const AdamWParams& p);
+
+  // Data-parallel training (consumers/trainer/parallel, test/gpu/driver.cpp dp): collectives read and write the
+  // blocks in place, queued behind the kernels on queue().
+  // Where a block's floats are (device memory on CUDA; null for moments of a model that is not trainable).
+  float* block_data(BlockKind kind) const { return dev_[(int)kind]; }
+  void* queue() const { return k_->queue(); }
+  // Parameters [begin, begin+n) of the block were written by a collective: derived copies are made again.
+  void params_written(size_t begin, size_t n);
+  // ZeRO-1: this model's AdamW moments cover only trained floats [begin, begin+count) (offsets in the gradient
+  // block), so they take 2 x count floats instead of 2 x train_numel(); adamw_step then updates that slice alone, and
+  // the other ranks' slices reach this model by an all-gather of the parameters. Drops the moments held so far;
+  // only before the first step. The moments' views and transfers are refused while a shard is set.
+  void set_optimizer_shard(size_t begin, size_t count);
+  bool optimizer_sharded() const { return opt_n_ != ntrain_; }
+  size_t optimizer_begin() const { return opt_begin_; }
+  size_t optimizer_count() const { return opt_n_; }
+  // Over gradient floats [begin, begin+n) only: a rank's slice after a reduce-scatter.
+  double grad_sum_squares(size_t begin, size_t n);
+  void scale_grads(float s, size_t begin, size_t n);
 
   // Wall seconds spent per kind of kernel since construction (or reset): where a step's time goes. `graph`: decode
   // steps replayed as one CUDA graph each (the whole step, kernels of every kind, not split).
@@ -239,7 +259,10 @@ class Model {
   float* junk_ = nullptr;          // with adapters: where the frozen norms' weight gradients go (never read)
   size_t junk_n_ = 0;
   float* dev_[4] = {nullptr, nullptr, nullptr, nullptr};  // where kernels read/write each block
-  float* dmem_ = nullptr;                                  // the device allocation holding all four (Cuda)
+  float* dmem_ = nullptr;                                  // the device allocation of parameters and gradients (Cuda)
+  float* dmom_ = nullptr;                                  // the device allocation of both moments (Cuda)
+  size_t opt_begin_ = 0, opt_n_ = 0;                       // the optimizer shard: all of the trained range unless set
+  void alloc_moments(size_t n);
   ParamPtrs P_, G_;
   int64_t step_ = 0;
   std::unique_ptr<Acts> a_;

@@ -3,8 +3,9 @@
 // missing instead of a load failure. The NCCL types below are the library's stable C ABI (nccl.h since 2.10: the
 // 128-byte unique id, ncclSum = 0, ncclFloat32 = 7, ncclBfloat16 = 9); nothing here reduces by hand.
 //
-// The collectives take host buffers and stage them through a device buffer of the communicator's GPU: the model's
-// device gradient block is not exposed here, so the zero-copy path over it is not built (docs/scaling.md). Without
+// Two paths: nccl_run takes host buffers and stages them through a device buffer of the communicator's GPU (the
+// Node interface, whose model views are host memory); nccl_run_device takes device pointers (a CUDA model's blocks)
+// and queues the collective on the model's stream, with no copy and no wait. Without
 // the CUDA layer (a build without RLSTREAM_CUDA=1) the status still loads the library and reads its version, and
 // every communicator call refuses, naming the build.
 #include "nccl_core.h"
@@ -245,6 +246,26 @@ void nccl_run(int id, NcclOp op, NcclType type, const void* send, size_t send_co
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (NCCL collective)");
 #else
   (void)a, (void)c, (void)op, (void)type, (void)send, (void)send_count, (void)recv, (void)recv_count, (void)root;
+#endif
+}
+
+void nccl_run_device(int id, NcclOp op, NcclType type, const void* send, size_t send_count, void* recv, size_t recv_count,
+                     int root, void* queue) {
+  NcclApi& a = usable();
+  auto c = find(id);
+  nccl_check(id, op, send_count, recv_count, root);
+#ifdef RLSTREAM_CUDA
+  std::lock_guard<std::mutex> g(c->busy);
+  const int dtype = type == NcclType::F32 ? kNcclFloat32 : kNcclBfloat16;
+  cuda_check(cudaSetDevice(c->device), "cudaSetDevice");
+  switch (op) {
+    case NcclOp::AllReduce: check(a, a.allReduce(send, recv, send_count, dtype, kNcclSum, c->comm, queue), "ncclAllReduce"); break;
+    case NcclOp::Broadcast: check(a, a.broadcast(send, recv, send_count, dtype, root, c->comm, queue), "ncclBroadcast"); break;
+    case NcclOp::AllGather: check(a, a.allGather(send, recv, send_count, dtype, c->comm, queue), "ncclAllGather"); break;
+    case NcclOp::ReduceScatter: check(a, a.reduceScatter(send, recv, recv_count, dtype, kNcclSum, c->comm, queue), "ncclReduceScatter"); break;
+  }
+#else
+  (void)a, (void)c, (void)op, (void)type, (void)send, (void)send_count, (void)recv, (void)recv_count, (void)root, (void)queue;
 #endif
 }
 

@@ -28,5 +28,12 @@ int nccl_comm_size(int comm);
 // Checks the counts against the operation and the group's size before anything runs.
 void nccl_check(int comm, NcclOp op, size_t send_count, size_t recv_count, int root);
 void nccl_run(int comm, NcclOp op, NcclType type, const void* send, size_t send_count, void* recv, size_t recv_count, int root);
+// Device buffers of the communicator's GPU (a model's block_data), queued on `queue` (Model::queue(): the stream
+// its kernels run on) without waiting: the collective runs after the kernels queued before it and before those
+// queued after it, with no copy through the host. In place where send and recv overlap as NCCL allows (AllReduce
+// and Broadcast: the same buffer; AllGather: send at recv + rank x send_count; ReduceScatter: recv at send + rank x
+// recv_count).
+void nccl_run_device(int comm, NcclOp op, NcclType type, const void* send, size_t send_count, void* recv, size_t recv_count,
+                     int root, void* queue);
 
 }  // namespace rls

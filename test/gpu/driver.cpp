@@ -8,6 +8,9 @@
 //   driver lora-dump <file>   one LoRA cross-entropy step (CUDA and CPU) dumped for peft_ref.py (adapter gradients)
 //   driver lora-bench [names] [--recompute] [--seqs=N --len=N --rank=N --iters=N]
 //                             LoRA step throughput and peak GPU memory at Qwen2.5's 1.5B / 3B / 7B shapes
+//   driver dp <shape> --rank=R --ranks=N --id=<file> [--zero1] [--iters=N] [--seqs=N --len=N] [--bucket-mib=N]
+//             [--check=<steps> --dump=<file>] [--broadcast] [--recompute]
+//                             one rank of a data-parallel step over NCCL (one process per GPU; test/gpu/dp.sh)
 // Exit status 1 when a check fails. Build and run: test/gpu/run.sh.
 #include <cuda_runtime.h>
 
@@ -22,12 +25,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../native/src/device.h"
 #include "../../native/src/errors.h"
 #include "../../native/src/losses.h"
 #include "../../native/src/model.h"
+#include "../../native/src/nccl_core.h"
 
 using namespace rls;
 
@@ -818,7 +823,7 @@ void fast_init(Model& m) {
 #pragma omp parallel for schedule(dynamic)
   for (size_t k = 0; k < ts.size(); k++) {
     const TensorInfo& t = ts[k];
-    if (m.trained(t)) continue;
+    if (m.lora().rank > 0 && m.trained(t)) continue;  // adapters: init_lora below
     const bool norm = t.name.find("norm") != std::string::npos, bias = t.name.find(".bias") != std::string::npos;
     for (size_t i = 0; i < t.numel; i++) {
       uint64_t z = (t.offset + i) * 0x9E3779B97F4A7C15ull;
@@ -826,7 +831,8 @@ void fast_init(Model& m) {
       P[t.offset + i] = norm ? 1.f : bias ? 0.f : (float)((double)(z >> 11) / 9007199254740992.0 - 0.5) * 0.04f;
     }
   }
-  m.init_lora(3);  // (uploads the whole block)
+  if (m.lora().rank > 0) m.init_lora(3);  // (uploads the whole block)
+  else m.upload(BlockKind::Params);
 }
 
 void lora_bench(const std::vector<std::string>& names, int iters, bool recompute, int rank, int seqs_o, int len_o) {
@@ -899,6 +905,220 @@ void lora_bench(const std::vector<std::string>& names, int iters, bool recompute
   }
 }
 
+
+// ---- data-parallel (issue #53) ----
+// One rank of a data-parallel training step over NCCL, one process per GPU (test/gpu/dp.sh starts them with
+// CUDA_VISIBLE_DEVICES=R, so each sees its GPU as device 0). Every rank holds the whole model, trains its own
+// seqs x len tokens (rank R's share of one global batch: token g = R*T + t), and then, on the device and queued on
+// the model's stream (no host copies):
+//   DDP:    the gradients all-reduced in buckets of --bucket-mib, last layers first; the norm over the whole sum;
+//           AdamW over the whole block on every rank.
+//   ZeRO-1: the gradients reduce-scattered so rank R holds the sum of its slice; the norm from the slices' sums of
+//           squares (one scalar all-reduce); AdamW on the slice alone, with moments for it alone
+//           (Model::set_optimizer_shard); the parameters all-gathered.
+// The loss of each rank is its token mean; with equal token counts per rank the mean of the ranks' gradients
+// (1/N of the sum) is the gradient of the global token mean, which is what one GPU training the whole batch takes.
+struct DpArgs {
+  std::string shape = "1.5B", id_file, dump;
+  int rank = 0, ranks = 1, iters = 10, seqs = 8, len = 1024, check = 0;
+  bool zero1 = false, broadcast = false, recompute = false;
+  double bucket_mib = 25;
+};
+
+std::vector<uint8_t> dp_unique_id(const DpArgs& a) {
+  std::vector<uint8_t> id(128);
+  if (a.rank == 0) {
+    nccl_unique_id(id.data());
+    const std::string tmp = a.id_file + ".tmp";
+    std::ofstream(tmp, std::ios::binary).write((const char*)id.data(), 128);
+    std::rename(tmp.c_str(), a.id_file.c_str());
+    return id;
+  }
+  for (int i = 0; i < 1200; i++) {  // two minutes for rank 0 to start
+    std::ifstream f(a.id_file, std::ios::binary);
+    if (f && f.read((char*)id.data(), 128) && f.gcount() == 128) return id;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  invalid("rank " + std::to_string(a.rank) + ": no NCCL id in " + a.id_file + " after 120 s");
+}
+
+uint64_t fnv(const float* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+void data_parallel(const DpArgs& a) {
+  cudaSetDevice(0);
+  cudaFree(nullptr);
+  const auto models = lora_bench_models();
+  auto it = std::find_if(models.begin(), models.end(), [&](const LoraBenchModel& m) { return a.shape == m.name; });
+  if (it == models.end()) invalid("dp: no shape " + a.shape + " (1.5B, 3B, 7B)");
+  const ModelConfig& cfg = it->cfg;
+  const int N = a.ranks, R = a.rank, T = a.seqs * a.len, V = cfg.vocab_size;
+  const size_t base = used_bytes();
+  const auto id = dp_unique_id(a);
+  const int comm = nccl_comm_init(id.data(), N, R, 0);
+
+  std::vector<int32_t> tokens(T), targets(T), starts(a.seqs + 1);
+  std::vector<float> mask(T, 1.f), adv(T), behav(T);
+  for (int t = 0; t < T; t++) {
+    const int64_t g = (int64_t)R * T + t;
+    tokens[t] = (int32_t)((g * 7919) % V);
+    targets[t] = (int32_t)((g * 104729 + 3) % V);
+    adv[t] = (float)((g % 13) - 6) / 6.f;
+    behav[t] = (float)(-std::log((double)V) + ((g % 5) - 2) * 0.05);
+  }
+  for (int q = 0; q <= a.seqs; q++) starts[q] = q * a.len;
+  Batch b;
+  b.tokens = tokens.data();
+  b.T = T;
+  b.seq_starts = starts.data();
+  b.S = a.seqs;
+  PolicyLossInputs pin;
+  pin.response_mask = mask.data();
+  pin.advantages = adv.data();
+  pin.behaviour = behav.data();
+  const PolicyLossOptions opt = loss_options(0.2, 0.28, 0, 1e-3);
+
+  Model m(cfg, 8, 0, Device::Cuda);
+  m.set_recompute(a.recompute);
+  fast_init(m);
+  const size_t n = m.train_numel(), chunk = n / (size_t)N, tail = n - chunk * (size_t)N;
+  const size_t mine = (size_t)R * chunk, mine_n = chunk + (R == N - 1 ? tail : 0);
+  if (a.zero1) m.set_optimizer_shard(mine, mine_n);
+  float* G = m.block_data(BlockKind::Grads);
+  float* P = m.block_data(BlockKind::Params);
+  void* q = m.queue();
+  AdamWParams ap;
+  ap.lr = 1e-4f;
+  ap.weight_decay = 0.01f;
+  const size_t bucket = std::max<size_t>(1, (size_t)(a.bucket_mib * 1048576.0 / sizeof(float)));
+  cudaEvent_t c0, c1;
+  cudaEventCreate(&c0);
+  cudaEventCreate(&c1);
+  double comm_ms = 0, last_loss = 0, last_norm = 0;
+
+  auto step = [&]() {
+    m.zero_grad();
+    PolicyLoss loss(pin, opt, starts.data(), b.S, T);
+    m.forward_backward(b, targets.data(), loss);
+    last_loss = loss.metrics().loss;
+    cudaEventRecord(c0, (cudaStream_t)q);
+    double ss = 0;
+    if (!a.zero1) {
+      for (size_t end = n; end > 0;) {
+        const size_t beg = end > bucket ? end - bucket : 0;
+        if (N > 1) nccl_run_device(comm, NcclOp::AllReduce, NcclType::F32, G + beg, end - beg, G + beg, end - beg, 0, q);
+        end = beg;
+      }
+      cudaEventRecord(c1, (cudaStream_t)q);
+      ss = m.grad_sum_squares(0, n);
+    } else {
+      if (N > 1) {
+        nccl_run_device(comm, NcclOp::ReduceScatter, NcclType::F32, G, chunk * N, G + mine, chunk, 0, q);
+        if (tail) nccl_run_device(comm, NcclOp::AllReduce, NcclType::F32, G + chunk * N, tail, G + chunk * N, tail, 0, q);
+      }
+      cudaEventRecord(c1, (cudaStream_t)q);
+      float part = (float)m.grad_sum_squares(mine, mine_n);
+      if (N > 1) nccl_run(comm, NcclOp::AllReduce, NcclType::F32, &part, 1, &part, 1, 0);
+      ss = part;
+    }
+    float ms = 0;
+    cudaEventElapsedTime(&ms, c0, c1);
+    comm_ms += ms;
+    // the mean gradient is the sum / N; clip its norm to 1
+    const double norm = std::sqrt(ss) / N;
+    last_norm = norm;
+    const float scale = (float)((1.0 / N) * (norm > 1.0 ? 1.0 / (norm + 1e-6) : 1.0));
+    if (a.zero1) m.scale_grads(scale, mine, mine_n);
+    else m.scale_grads(scale);
+    m.adamw_step(ap);
+    if (a.zero1 && N > 1) {
+      cudaEventRecord(c0, (cudaStream_t)q);
+      const size_t off = m.train_offset();
+      nccl_run_device(comm, NcclOp::AllGather, NcclType::F32, P + off + mine, chunk, P + off, chunk * N, 0, q);
+      if (tail) nccl_run_device(comm, NcclOp::Broadcast, NcclType::F32, P + off + chunk * N, tail, P + off + chunk * N, tail, N - 1, q);
+      m.params_written(off, n);
+      cudaEventRecord(c1, (cudaStream_t)q);
+      cudaEventSynchronize(c1);
+      cudaEventElapsedTime(&ms, c0, c1);
+      comm_ms += ms;
+    }
+  };
+
+  if (a.check > 0) {
+    for (int i = 0; i < a.check; i++) step();
+    cudaDeviceSynchronize();
+    m.download(BlockKind::Params);
+    const float* hp = m.params().get();
+    std::printf("DPCHECK {\"rank\":%d,\"ranks\":%d,\"zero1\":%s,\"steps\":%d,\"params_fnv\":\"%016llx\",\"loss\":%.6f,\"grad_norm\":%.6f}\n",
+                R, N, a.zero1 ? "true" : "false", a.check, (unsigned long long)fnv(hp, m.num_parameters()), last_loss, last_norm);
+    if (!a.dump.empty() && R == 0) {
+      std::vector<float> sample;
+      for (size_t i = 0; i < m.num_parameters(); i += 1009) sample.push_back(hp[i]);
+      std::ofstream(a.dump, std::ios::binary).write((const char*)sample.data(), sample.size() * sizeof(float));
+    }
+    nccl_comm_destroy(comm, false);
+    return;
+  }
+  step();
+  step();
+  cudaDeviceSynchronize();
+  comm_ms = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.iters; i++) step();
+  cudaDeviceSynchronize();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.iters;
+  const double peak = (double)(used_bytes() - base);
+  const double mfu = step_flops(cfg, a.seqs, a.len) / s / 989e12 * 100;
+  std::printf("BENCH {\"impl\":\"rlstream-%s\",\"model\":\"%s\",\"ranks\":%d,\"rank\":%d,\"params\":%zu,\"tokens_per_rank\":%d,"
+              "\"step_ms\":%.2f,\"comm_ms\":%.2f,\"tokens_per_s\":%.0f,\"mfu_per_gpu\":%.2f,\"peak_mib\":%.0f,\"loss\":%.4f}\n",
+              a.zero1 ? "zero1" : "ddp", a.shape.c_str(), N, R, m.num_parameters(), T, s * 1e3, comm_ms / a.iters,
+              (double)N * T / s, mfu, peak / 1048576.0, last_loss);
+  std::fflush(stdout);
+
+  if (a.broadcast && N > 1) {
+    // A new version's weights from rank 0 to the others: NCCL broadcast into the block in place, against the file a
+    // rank writes and the others read (what PolicyVersion names today): download, write, read, upload.
+    double bc = 1e9;
+    for (int i = 0; i < 3; i++) {
+      cudaDeviceSynchronize();
+      float meet = 0;  // every rank here before the clock starts
+      nccl_run(comm, NcclOp::AllReduce, NcclType::F32, &meet, 1, &meet, 1, 0);
+      const auto b0 = std::chrono::steady_clock::now();
+      nccl_run_device(comm, NcclOp::Broadcast, NcclType::F32, P, m.num_parameters(), P, m.num_parameters(), 0, q);
+      m.params_written(0, m.num_parameters());
+      cudaStreamSynchronize((cudaStream_t)q);
+      bc = std::min(bc, std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count());
+    }
+    double wr = 0, rd = 0;
+    const std::string path = "/tmp/rlstream-dp-weights.bin";
+    if (R == 0) {
+      const auto w0 = std::chrono::steady_clock::now();
+      m.download(BlockKind::Params);
+      std::ofstream f(path, std::ios::binary);
+      f.write((const char*)m.params().get(), m.num_parameters() * sizeof(float));
+      f.close();
+      wr = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    }
+    float done = 0;
+    nccl_run(comm, NcclOp::AllReduce, NcclType::F32, &done, 1, &done, 1, 0);  // rank 0's file is written
+    if (R == 1) {
+      const auto r0 = std::chrono::steady_clock::now();
+      std::ifstream f(path, std::ios::binary);
+      f.read((char*)m.params().get(), m.num_parameters() * sizeof(float));
+      m.upload(BlockKind::Params);
+      cudaDeviceSynchronize();
+      rd = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    }
+    std::printf("BCAST {\"model\":\"%s\",\"rank\":%d,\"bytes\":%zu,\"nccl_broadcast_ms\":%.1f,\"file_write_ms\":%.1f,\"file_read_upload_ms\":%.1f}\n",
+                a.shape.c_str(), R, m.num_parameters() * sizeof(float), bc * 1e3, wr * 1e3, rd * 1e3);
+    if (R == 0) std::remove(path.c_str());
+  }
+  nccl_comm_destroy(comm, false);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -922,6 +1142,28 @@ int main(int argc, char** argv) {
       bench(names, iters);
     } else if (mode == "lora-dump") {
       dump_lora(argc > 2 ? argv[2] : "lora.safetensors");
+    } else if (mode == "dp") {
+      DpArgs a;
+      if (argc > 2) a.shape = argv[2];
+      for (int i = 3; i < argc; i++) {
+        const std::string o = argv[i];
+        auto val = [&](const char* k) { return o.rfind(k, 0) == 0 ? o.substr(std::strlen(k)) : std::string(); };
+        if (!val("--rank=").empty()) a.rank = std::stoi(val("--rank="));
+        else if (!val("--ranks=").empty()) a.ranks = std::stoi(val("--ranks="));
+        else if (!val("--id=").empty()) a.id_file = val("--id=");
+        else if (!val("--iters=").empty()) a.iters = std::stoi(val("--iters="));
+        else if (!val("--seqs=").empty()) a.seqs = std::stoi(val("--seqs="));
+        else if (!val("--len=").empty()) a.len = std::stoi(val("--len="));
+        else if (!val("--bucket-mib=").empty()) a.bucket_mib = std::stod(val("--bucket-mib="));
+        else if (!val("--check=").empty()) a.check = std::stoi(val("--check="));
+        else if (!val("--dump=").empty()) a.dump = val("--dump=");
+        else if (o == "--zero1") a.zero1 = true;
+        else if (o == "--broadcast") a.broadcast = true;
+        else if (o == "--recompute") a.recompute = true;
+        else invalid("dp: unknown option " + o);
+      }
+      if (a.id_file.empty()) invalid("dp: --id=<file> is needed (rank 0 writes the NCCL id there)");
+      data_parallel(a);
     } else if (mode == "lora-bench") {
       std::vector<std::string> names;
       int iters = 3, rank = 16, seqs = 0, len = 0;

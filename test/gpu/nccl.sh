@@ -10,14 +10,9 @@ gpu_script=test/gpu/nccl.sh gpu_build=/tmp/rlstream-nccl-build
 source test/gpu/env.sh
 g++ -O2 -std=c++17 -DRLSTREAM_CUDA -I"$CUDA_HOME/include" native/src/nccl_core.cpp test/gpu/nccl_driver.cpp \
   "${cuda_link[@]}" -lcudart -ldl -o "$B/nccl_driver" || exit 1
-lib=${RLSTREAM_NCCL_LIBRARY:-}
-if [ -z "$lib" ] && ! ldconfig -p | grep -q 'libnccl.so.2 '; then
-  # pip's nvidia-nccl-cu12/-cu13 (PyTorch's NCCL) under python3's site-packages
-  sp=$(python3 -c 'import site; print(chr(10).join(site.getsitepackages()))' 2>/dev/null || true)
-  lib=$(echo "$sp" | while read -r d; do [ -d "$d" ] && find "$d" -name libnccl.so.2 2>/dev/null; done | head -1)
-fi
+lib=$(find_nccl)
 echo "libnccl.so.2: ${lib:-found by the dynamic loader}"
-RLSTREAM_NCCL_LIBRARY=$lib NCCL_NVLS_ENABLE=0 "$B/nccl_driver" | tee "$OUT/nccl.json"
+RLSTREAM_NCCL_LIBRARY=$lib "$B/nccl_driver" | tee "$OUT/nccl.json"
 status=${PIPESTATUS[0]}
 # a library that is not NCCL: refused, naming the missing symbol
 RLSTREAM_NCCL_LIBRARY=$(ldconfig -p | awk '/libz.so.1 /{print $NF; exit}') "$B/nccl_driver" | tee "$OUT/nccl-not-nccl.json"

@@ -30,14 +30,14 @@ build() {
   for f in native/cuda/*.cu; do
     nvcc -O3 -std=c++17 $ARCH -Xcompiler -fPIC -Xptxas -warn-spills -c "$f" -o "$B/$(basename "$f" .cu).o" & pids+=($!)
   done
-  for f in native/src/model.cpp native/src/losses.cpp native/src/config.cpp native/src/cpu_kernels.cpp test/gpu/driver.cpp; do
+  for f in native/src/model.cpp native/src/losses.cpp native/src/config.cpp native/src/cpu_kernels.cpp native/src/nccl_core.cpp test/gpu/driver.cpp; do
     g++ -O3 -march=native -fopenmp -std=c++17 -fno-math-errno -DRLSTREAM_CUDA -I"$CUDA_HOME/include" $blas_inc \
       -c "$f" -o "$B/$(basename "$f" .cpp).o" & pids+=($!)
   done
   local p failed=0
   for p in "${pids[@]}"; do wait "$p" || failed=1; done
   [ "$failed" = 0 ] || return 1
-  g++ -fopenmp "$B"/*.o "${cuda_link[@]}" -lcublas -lcudart $blas_lib -o "$B/driver" || return 1
+  g++ -fopenmp "$B"/*.o "${cuda_link[@]}" -lcublas -lcudart $blas_lib -ldl -o "$B/driver" || return 1
   echo "build: $B/driver"
 }
 
