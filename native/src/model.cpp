@@ -76,6 +76,15 @@ struct Model::Acts {
 const char* const kLoraTargetNames[LoraTargets] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
 
+// A device block's host mirror, zero. calloc, not a memset: the pages of a large one come from the OS untouched and
+// take no host memory until a download or a view writes them, so a 7B model's four mirrors (120 GB) cost nothing
+// on a host that never reads them (the data-parallel ranks of one machine share its memory).
+static Block host_mirror(size_t n) {
+  void* p = std::calloc(std::max<size_t>(n, 16), sizeof(float));
+  if (!p) throw std::bad_alloc();
+  return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
+}
+
 Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device device, bool trainable,
              const LoraConfig& lora)
     : cfg_(cfg), device_(device), trainable_(trainable), lora_(lora) {
@@ -169,15 +178,9 @@ Model::Model(const ModelConfig& cfg, int threads, int logit_chunk_tokens, Device
       dev_[1] = grads_.get();
     }
   } else {
-    // Host mirrors for JS views and files; the device holds the four blocks in one allocation.
-    auto host_block = [&](size_t n) {
-      void* p = std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64));
-      if (!p) throw std::bad_alloc();
-      std::memset(p, 0, n * sizeof(float));
-      return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
-    };
-    params_ = host_block(nparams_);
-    if (trainable_) grads_ = host_block(ntrain_);
+    // Host mirrors for JS views and files; the device holds parameters and gradients in one allocation.
+    params_ = host_mirror(nparams_);
+    if (trainable_) grads_ = host_mirror(ntrain_);
     dmem_ = k_->alloc(nparams_ + ntrain_);
     dev_[0] = dmem_;
     if (trainable_) dev_[1] = dmem_ + nparams_;
@@ -225,14 +228,8 @@ void Model::alloc_moments(size_t n) {
     dev_[3] = v_.get();
     return;
   }
-  auto host_block = [&](size_t c) {
-    void* p = std::aligned_alloc(64, std::max<size_t>(64, (c * sizeof(float) + 63) / 64 * 64));
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, c * sizeof(float));
-    return Block(static_cast<float*>(p), [](float* q) { std::free(q); });
-  };
-  m_ = host_block(n);
-  v_ = host_block(n);
+  m_ = host_mirror(n);
+  v_ = host_mirror(n);
   if (dmom_) k_->release(dmom_);
   dmom_ = nullptr;
   dmom_ = k_->alloc(std::max<size_t>(2 * n, 1));

@@ -1073,9 +1073,9 @@ void data_parallel(const DpArgs& a) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.iters;
   const double peak = (double)(used_bytes() - base);
   const double mfu = step_flops(cfg, a.seqs, a.len) / s / 989e12 * 100;
-  std::printf("BENCH {\"impl\":\"rlstream-%s\",\"model\":\"%s\",\"ranks\":%d,\"rank\":%d,\"params\":%zu,\"tokens_per_rank\":%d,"
+  std::printf("BENCH {\"impl\":\"rlstream-%s%s\",\"model\":\"%s\",\"ranks\":%d,\"rank\":%d,\"params\":%zu,\"tokens_per_rank\":%d,"
               "\"step_ms\":%.2f,\"comm_ms\":%.2f,\"tokens_per_s\":%.0f,\"mfu_per_gpu\":%.2f,\"peak_mib\":%.0f,\"loss\":%.4f}\n",
-              a.zero1 ? "zero1" : "ddp", a.shape.c_str(), N, R, m.num_parameters(), T, s * 1e3, comm_ms / a.iters,
+              a.zero1 ? "zero1" : "ddp", a.recompute ? "-recompute" : "", a.shape.c_str(), N, R, m.num_parameters(), T, s * 1e3, comm_ms / a.iters,
               (double)N * T / s, mfu, peak / 1048576.0, last_loss);
   std::fflush(stdout);
 

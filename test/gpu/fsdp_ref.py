@@ -3,7 +3,7 @@
 # tokens g = R*T + t) and the same policy loss, AdamW and clipping as `driver dp`, trained with FSDP2: every layer
 # and the root wrapped by fully_shard, parameters gathered in bf16 and gradients reduce-scattered in fp32
 # (MixedPrecisionPolicy, as verl's FSDP workers configure it). Started by torchrun, one process per GPU:
-#   torchrun --standalone --nproc_per_node=N test/gpu/fsdp_ref.py --model 1.5B [--iters 10]
+#   torchrun --standalone --nproc_per_node=N test/gpu/fsdp_ref.py --model 1.5B [--iters 10] [--recompute]
 # Prints one BENCH line per rank: the step time, tokens/s of all ranks together and the rank's peak memory.
 import argparse
 import json
@@ -31,6 +31,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--seqs", type=int, default=8)
     ap.add_argument("--len", type=int, default=1024)
+    ap.add_argument("--recompute", action="store_true", help="activation checkpointing per layer (as the driver's --recompute)")
     a = ap.parse_args()
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -55,6 +56,12 @@ def main():
                 p.zero_()
             else:
                 p.uniform_(-0.02, 0.02)
+    if a.recompute:
+        from torch.utils.checkpoint import checkpoint
+
+        for layer in model.model.layers:
+            inner = layer.forward
+            layer.forward = lambda *x, f=inner: checkpoint(f, *x, use_reentrant=False)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=mp)
@@ -92,11 +99,11 @@ def main():
     s = (time.time() - t0) / a.iters
     free1, _ = torch.cuda.mem_get_info()
     nparams = sum(p.numel() for p in model.parameters())  # DTensor shards report the whole tensor's numel
-    row = dict(impl="pytorch-fsdp2", model=a.model, ranks=n, rank=rank, params=nparams, tokens_per_rank=T,
+    row = dict(impl="pytorch-fsdp2" + ("-recompute" if a.recompute else ""), model=a.model, ranks=n, rank=rank, params=nparams, tokens_per_rank=T,
                step_ms=round(s * 1e3, 2), tokens_per_s=round(n * T / s),
                mfu_per_gpu=round(step_flops(cfg, seqs, length) / s / 989e12 * 100, 2),
                peak_mib=round((free0 - free1) / 2**20), torch_max_allocated_mib=round(torch.cuda.max_memory_allocated() / 2**20),
-               loss=round(float(last[0]), 4))
+               loss=round(float(last[0].detach()), 4))
     print("BENCH " + json.dumps(row), flush=True)
     dist.destroy_process_group()
 
