@@ -57,7 +57,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
     /** Engine worker threads serving generations (1: the engine runs in the caller's thread). */
     readonly workers: number,
   ) {
-    this.updates = new PolicyUpdates(() => engine.currentVersion(), logger);
+    this.updates = new PolicyUpdates(() => engine.currentPolicyVersion(), logger);
   }
 
   static async create(source: BuiltinPolicySource, options: BuiltinPolicyOptions = {}): Promise<BuiltinPolicyBackend> {
@@ -98,7 +98,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   }
 
   currentPolicyVersion(): number {
-    return this.engine.currentVersion();
+    return this.engine.currentPolicyVersion();
   }
 
   stats(): NativeEngineStats {

@@ -36,7 +36,7 @@ export interface PolicyEngine {
   releaseSession(sessionId: string): void;
   /** Export and load `version` and make it the one new requests use (see RolloutInterrupt for those under way). */
   load(config: ParsedModelConfig, weights: TensorMap, version: number): Promise<LoadTimes>;
-  currentVersion(): number;
+  currentPolicyVersion(): number;
   stats(): NativeEngineStats;
   close(): Promise<void>;
 }
@@ -87,7 +87,7 @@ export class InProcessEngine implements PolicyEngine {
     return times!;
   }
 
-  currentVersion(): number {
+  currentPolicyVersion(): number {
     return this.engine.currentPolicyVersion();
   }
 

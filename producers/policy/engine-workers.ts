@@ -310,7 +310,7 @@ export class WorkerEngines implements PolicyEngine {
     return maxTimes(ok.map((r) => r.value));
   }
 
-  currentVersion(): number {
+  currentPolicyVersion(): number {
     return this.current.version;
   }
 
