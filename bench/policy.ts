@@ -18,7 +18,8 @@
 // and per CPU-second, the median and the same-round ratio to the ONNX runner) and time to first token (a round of
 // one-token requests: each request's latency, prompt prefill included, the median of the round).
 import { BuiltinPolicyBackend } from '../producers/policy/backend.ts';
-import { configToJson, expectedTensors, policyConfig } from '../producers/policy/config.ts';
+import { hfConfigJson, parseModelConfig } from '../core/weights/model-config.ts';
+import { expectedTensors } from '../producers/policy/tensors.ts';
 import { exportOnnx } from '../producers/policy/export.ts';
 import { randomWeights } from '../producers/policy/random-weights.ts';
 import { PolicyRunner } from '../producers/policy/runner.ts';
@@ -34,15 +35,15 @@ import { bool, int, parseFlags, ROUND_FLAGS } from './flags.ts';
 import { fmtStats, probe, probeSummary, stats, type Probe, type Stats } from './harness.ts';
 import type { GenerateRequest } from '../producers/backends/types.ts';
 
-const config = policyConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
-const configJson = configToJson(config);
+const config = parseModelConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
+const configJson = JSON.stringify(hfConfigJson(config));
 const weights = randomWeights(config, 1);
 const params = [...expectedTensors(config).values()].reduce((s, shape) => s + shape.reduce((a, b) => a * b, 1), 0);
 
 function request(i: number, promptLen: number, maxNew: number, sessionId?: string, prompt?: number[]): GenerateRequest {
   return {
     requestId: `b${i}`,
-    promptIds: prompt ?? Array.from({ length: promptLen }, (_, j) => (i * 31 + j * 7) % config.vocabSize),
+    promptIds: prompt ?? Array.from({ length: promptLen }, (_, j) => (i * 31 + j * 7) % config.vocab_size),
     // No stop tokens: every request generates exactly maxNew tokens, so runs are comparable.
     sampling: { temperature: 1, top_p: 1, top_k: 0, max_new_tokens: maxNew, seed: i, stop_token_ids: [] },
     ...(sessionId !== undefined && { sessionId }),
@@ -143,7 +144,7 @@ async function multiTurn(threads: number, keep: boolean, sessions: number, turns
       for (let t = 0; t < turns; t++) {
         const r = await b.generate(request(i * 100 + t, 0, 60, `s${i}`, ctx));
         tokens += r.tokenIds.length;
-        ctx.push(...r.tokenIds, ...Array.from({ length: 16 }, (_, j) => (t * 13 + j) % config.vocabSize)); // a tool result
+        ctx.push(...r.tokenIds, ...Array.from({ length: 16 }, (_, j) => (t * 13 + j) % config.vocab_size)); // a tool result
       }
       b.releaseSession(`s${i}`);
     }),
@@ -170,13 +171,13 @@ async function engineVsBare(batch: number, maxNew: number, repeats: number): Pro
   await Promise.all(Array.from({ length: batch }, (_, j) => engine.generate(request(j, 16, maxNew))));
   const cap = slotRunner.capacity();
   const runner = await PolicyRunner.create(config, weights, 1, { threads: 1 });
-  const layer = () => Float32Array.from({ length: batch * config.numKvHeads * cap * config.headDim }, (_, i) => Math.sin(i));
+  const layer = () => Float32Array.from({ length: batch * config.num_key_value_heads * cap * config.head_dim }, (_, i) => Math.sin(i));
   const input = {
     batch,
     inputIds: new BigInt64Array(batch).fill(5n),
     positionIds: new BigInt64Array(batch).fill(BigInt(cap)),
     pastBias: new Float32Array(batch * cap),
-    past: { len: cap, keys: Array.from({ length: config.numLayers }, layer), values: Array.from({ length: config.numLayers }, layer) },
+    past: { len: cap, keys: Array.from({ length: config.num_hidden_layers }, layer), values: Array.from({ length: config.num_hidden_layers }, layer) },
     invTemperature: new Float32Array(batch).fill(1),
   };
   for (let i = 0; i < 10; i++) await runner.decode(input);
@@ -305,7 +306,7 @@ export async function main(args: string[]): Promise<unknown> {
   const repeats = f.rounds ?? (quick ? 3 : 9);
   const passes = f.passes ?? (quick ? 1 : 3);
   const loadBefore = loadavg();
-  console.log(`model: hidden ${config.hiddenSize}, ${config.numLayers} layers, ${config.numHeads} heads / ${config.numKvHeads} kv, intermediate ${config.intermediateSize}, vocab ${config.vocabSize}: ${(params / 1e6).toFixed(2)}M parameters`);
+  console.log(`model: hidden ${config.hidden_size}, ${config.num_hidden_layers} layers, ${config.num_attention_heads} heads / ${config.num_key_value_heads} kv, intermediate ${config.intermediate_size}, vocab ${config.vocab_size}: ${(params / 1e6).toFixed(2)}M parameters`);
   console.log(`load average at start: ${loadBefore.map((x) => x.toFixed(2)).join(', ')} (${cpus().length} cores)`);
   const engines = await enginesCompared(1, [1, 8, 64], maxNew, repeats, passes);
   printEngines(engines, repeats);

@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from '
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { RlstreamError } from '../core/errors.ts';
-import { hfConfigJson, parseModelConfig, type ModelConfig } from '../core/weights/model-config.ts';
+import { hfConfigJson, parseModelConfig, type ModelConfig, type ParsedModelConfig } from '../core/weights/model-config.ts';
 import { openWeights } from '../core/weights/hf-dir.ts';
 import { writeSafetensors } from '../core/weights/safetensors.ts';
 import { call, callAsync, native, type NativeModelHandle, type NativeTensor } from './addon.ts';
@@ -278,7 +278,8 @@ const IGNORED_TENSOR = /(^|\.)rotary_emb\.inv_freq$/;
  * weights and checkpoints are the same files as on the CPU.
  */
 export class Model {
-  readonly config: ModelConfig;
+  /** The config as the one parser returned it (core/weights/model-config.ts): every key set, frozen. */
+  readonly config: ParsedModelConfig;
   readonly numParameters: number;
   readonly device: DeviceKind;
   /** The adapters this model trains, or null when every parameter trains. */
@@ -288,7 +289,7 @@ export class Model {
   private pending = 0;
   private pendingOp = '';
 
-  private constructor(config: ModelConfig, handle: NativeModelHandle, device: DeviceKind, lora: Required<LoraOptions> | null) {
+  private constructor(config: ParsedModelConfig, handle: NativeModelHandle, device: DeviceKind, lora: Required<LoraOptions> | null) {
     this.config = config;
     this.device = device;
     this.lora = lora;
@@ -606,7 +607,7 @@ export class Model {
       for (const [n, t] of expAvgSq) opt.push([`exp_avg_sq.${n}`, t]);
       await writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) }, options.optimizerDtype ?? 'F32');
       const tmp = join(dir, `config.json.tmp-${process.pid}`);
-      writeFileSync(tmp, JSON.stringify(hfConfigJson(parseModelConfig(this.config)), null, 2));
+      writeFileSync(tmp, JSON.stringify(hfConfigJson(this.config), null, 2));
       renameSync(tmp, join(dir, 'config.json'));
     });
   }

@@ -13,7 +13,7 @@ import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
 import { isModelDir, openWeights, readGenerationDefaults } from '../../core/weights/hf-dir.ts';
-import { expectedTensors, policyConfig } from '../../producers/policy/config.ts';
+import { expectedTensors } from '../../producers/policy/tensors.ts';
 import { openForRead, readHeader } from '../../core/weights/safetensors.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
@@ -168,9 +168,9 @@ function checkModel(config: RunConfig): string[] {
   let tied: boolean;
   try {
     json = readFileSync(m.config, 'utf8');
-    const pc = policyConfig(json);
+    const pc = parseModelConfig(json);
     expected = expectedTensors(pc);
-    tied = pc.tieWordEmbeddings;
+    tied = pc.tie_word_embeddings;
   } catch {
     // startupProblems (cli/run/preflight.ts) already names a model.config that does not parse.
     return [];

@@ -100,7 +100,9 @@ export class TrainerIntake {
     const taken = new Map<string, number>();
     const droppedIds: string[] = [];
     let alreadyConsumed = 0;
-    const seen = new Map<string, { expected: number; got: number; kept: number; again: number }>();
+    // per group: `emitted` is GroupStats.group_size, the members the advantage stage sent (a partial group sends
+    // fewer than its trajectories' group_size), so a group is whole here when all of those arrived
+    const seen = new Map<string, { emitted: number; got: number; kept: number; again: number }>();
     const next = new Map<number, number>();
     const t0 = performance.now();
     let lastArrival = t0;
@@ -108,7 +110,7 @@ export class TrainerIntake {
     const complete = () => {
       let kept = 0;
       for (const g of seen.values()) {
-        if (g.got < g.expected) return false;
+        if (g.got < g.emitted) return false;
         if (g.kept > 0) kept++;
       }
       return kept >= this.deps.groupsPerStep;
@@ -119,7 +121,7 @@ export class TrainerIntake {
       else if (performance.now() - lastNote > 5000) {
         lastNote = performance.now();
         const groups = [...seen.values()];
-        logger.debug('waiting for samples', { step, samples: samples.length, groups: groups.length, complete: groups.filter((g) => g.got >= g.expected).length, assignment: consumer.assignment().map((a) => `${a.topic}/${a.partition}@${a.offset}`).join(',') });
+        logger.debug('waiting for samples', { step, samples: samples.length, groups: groups.length, complete: groups.filter((g) => g.got >= g.emitted).length, assignment: consumer.assignment().map((a) => `${a.topic}/${a.partition}@${a.offset}`).join(',') });
       }
       for (let i = 0; i < records.length; i++) {
         if (complete()) {
@@ -146,7 +148,7 @@ export class TrainerIntake {
           counters.skippedNonTrain++;
           continue;
         }
-        const g = seen.get(e.trajectory.group_id) ?? { expected: Math.max(1, e.group.group_size), got: 0, kept: 0, again: 0 };
+        const g = seen.get(e.trajectory.group_id) ?? { emitted: Math.max(1, e.group.group_size), got: 0, kept: 0, again: 0 };
         seen.set(e.trajectory.group_id, g);
         g.got++;
         const id = e.trajectory.trajectory_id;
@@ -173,7 +175,7 @@ export class TrainerIntake {
       // groupsPerStep kept groups would wait forever, so the step takes what it kept. When every such group
       // arrived before this step began, nothing comes at all: the step is then empty, and its new version is
       // what reopens the gate.
-      const quiet = performance.now() - lastArrival > STALE_TAIL_FLUSH_MS && [...seen.values()].every((g) => g.got >= g.expected);
+      const quiet = performance.now() - lastArrival > STALE_TAIL_FLUSH_MS && [...seen.values()].every((g) => g.got >= g.emitted);
       // Groups that only came again (every member consumed before) make no step of their own: their offsets are
       // committed with the next one.
       const staleTail = quiet && (view.catchingUp() || (samples.length === 0 && [...seen.values()].some((g) => g.got > g.again)));

@@ -4,9 +4,9 @@
 import { RlstreamError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/telemetry.ts';
 import { readWeights } from '../../core/weights/hf-dir.ts';
+import { maxSequence, parseModelConfig, type ParsedModelConfig } from '../../core/weights/model-config.ts';
 import { readSafetensors, type TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult, LlmBackend, PolicyUpdate } from '../backends/types.ts';
-import { policyConfig, type PolicyModelConfig } from './config.ts';
 import type { NativeEngineStats, RolloutInterrupt } from './native-engine.ts';
 import { InProcessEngine, type EngineSetup, type PolicyEngine } from './engine-host.ts';
 import { WorkerEngines } from './engine-workers.ts';
@@ -18,7 +18,7 @@ export interface BuiltinPolicyOptions {
   maxBatch?: number;
   /** Bytes of KV cache for idle sessions kept between their turns, in whole slots of maxLen tokens (default 256 MiB). */
   kvCacheBytes?: number;
-  /** Tokens a KV-cache slot holds: a trajectory's whole context (default min(4096, max_position_embeddings)). */
+  /** Tokens a KV-cache slot holds: a trajectory's whole context (default min(4096, maxSequence of the model config)). */
   maxLen?: number;
   /** How a policy update reaches trajectories under way (default 'next_turn'; see native-engine.ts). */
   interrupt?: RolloutInterrupt;
@@ -51,22 +51,22 @@ export class BuiltinPolicyBackend implements LlmBackend {
   private readonly updates: PolicyUpdates;
 
   private constructor(
-    private config: PolicyModelConfig,
+    private config: ParsedModelConfig,
     private readonly engine: PolicyEngine,
     private readonly logger: Logger,
     /** Engine worker threads serving generations (1: the engine runs in the caller's thread). */
     readonly workers: number,
   ) {
-    this.updates = new PolicyUpdates(() => engine.currentVersion(), logger);
+    this.updates = new PolicyUpdates(() => engine.currentPolicyVersion(), logger);
   }
 
   static async create(source: BuiltinPolicySource, options: BuiltinPolicyOptions = {}): Promise<BuiltinPolicyBackend> {
-    const config = policyConfig(source.configJson);
+    const config = parseModelConfig(source.configJson);
     const threads = options.threads ?? 1;
     if (!Number.isInteger(threads) || threads < 1) throw new RlstreamError('CONFIG_INVALID', `threads must be a positive integer, got ${threads}`);
     const workers = options.workers ?? 1;
     if (!Number.isInteger(workers) || workers < 1) throw new RlstreamError('CONFIG_INVALID', `workers must be a positive integer, got ${workers}`);
-    const maxLen = options.maxLen ?? Math.min(4096, config.maxPositions);
+    const maxLen = options.maxLen ?? Math.min(4096, maxSequence(config));
     if (!Number.isInteger(maxLen) || maxLen < 2) throw new RlstreamError('CONFIG_INVALID', `maxLen must be an integer of at least 2, got ${maxLen}`);
     const logger = options.logger ?? silentLogger;
     const setup: EngineSetup = { maxBatch: options.maxBatch ?? 64, kvCacheBytes: options.kvCacheBytes ?? 256 * 1024 * 1024, maxLen, interrupt: options.interrupt ?? 'next_turn', threads, server: options.server ?? 'builtin' };
@@ -87,7 +87,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   /** Load a new version (export + new onnxruntime session) and switch to it; updates apply in order. */
   updatePolicy(update: PolicyUpdate): Promise<void> {
     return this.updates.apply(update, async () => {
-      const config = policyConfig(update.configJson);
+      const config = parseModelConfig(update.configJson);
       PolicyUpdates.checkArchitecture(update, config, this.config);
       PolicyUpdates.refuseAdapter(update, 'onnx');
       const weights = await readSafetensors(update.weightsPath);
@@ -98,7 +98,7 @@ export class BuiltinPolicyBackend implements LlmBackend {
   }
 
   currentPolicyVersion(): number {
-    return this.engine.currentVersion();
+    return this.engine.currentPolicyVersion();
   }
 
   stats(): NativeEngineStats {

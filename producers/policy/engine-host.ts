@@ -3,9 +3,9 @@
 // the backend does not care where the onnxruntime sessions live. An engine is the one continuous-batching
 // scheduler (native-engine.ts) over the ONNX runner (onnx-slot-runner.ts).
 import type { Logger } from '../../core/telemetry.ts';
+import type { ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
-import type { PolicyModelConfig } from './config.ts';
 import { cpuKvSlots } from './kv-sizing.ts';
 import { NativeEngine, type NativeEngineStats, type RolloutInterrupt } from './native-engine.ts';
 import { OnnxSlotRunner } from './onnx-slot-runner.ts';
@@ -35,8 +35,8 @@ export interface PolicyEngine {
   generate(request: GenerateRequest, signal?: AbortSignal): Promise<GenerateResult>;
   releaseSession(sessionId: string): void;
   /** Export and load `version` and make it the one new requests use (see RolloutInterrupt for those under way). */
-  load(config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes>;
-  currentVersion(): number;
+  load(config: ParsedModelConfig, weights: TensorMap, version: number): Promise<LoadTimes>;
+  currentPolicyVersion(): number;
   stats(): NativeEngineStats;
   close(): Promise<void>;
 }
@@ -51,7 +51,7 @@ export class InProcessEngine implements PolicyEngine {
     readonly first: LoadTimes,
   ) {}
 
-  static async create(config: PolicyModelConfig, weights: TensorMap, version: number, setup: EngineSetup, logger: Logger): Promise<InProcessEngine> {
+  static async create(config: ParsedModelConfig, weights: TensorMap, version: number, setup: EngineSetup, logger: Logger): Promise<InProcessEngine> {
     const runner = await OnnxSlotRunner.create(config, weights, { threads: setup.threads, version });
     try {
       const { slots, keptSessions } = cpuKvSlots({ kvCacheBytes: setup.kvCacheBytes, slotBytes: runner.kvBytes(1, setup.maxLen), maxBatch: setup.maxBatch });
@@ -72,7 +72,7 @@ export class InProcessEngine implements PolicyEngine {
     this.engine.releaseSession(sessionId);
   }
 
-  async load(_config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
+  async load(_config: ParsedModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
     let times: LoadTimes | null = null;
     const previous = this.engine.currentPolicyVersion();
     await this.engine.swap(
@@ -87,7 +87,7 @@ export class InProcessEngine implements PolicyEngine {
     return times!;
   }
 
-  currentVersion(): number {
+  currentPolicyVersion(): number {
     return this.engine.currentPolicyVersion();
   }
 

@@ -2,7 +2,7 @@
 // engine-worker.mjs, which registers the TypeScript loader first.
 import { parentPort } from 'node:worker_threads';
 import type { LogFields, Logger, LogLevel } from '../../core/telemetry.ts';
-import { policyConfig } from './config.ts';
+import { parseModelConfig } from '../../core/weights/model-config.ts';
 import { InProcessEngine } from './engine-host.ts';
 import { errorToWire, fromWire, type FromWorker, type ToWorker } from './engine-worker-protocol.ts';
 
@@ -26,7 +26,7 @@ async function handle(m: ToWorker): Promise<void> {
   switch (m.t) {
     case 'load': {
       try {
-        const config = policyConfig(m.configJson);
+        const config = parseModelConfig(m.configJson);
         const weights = fromWire(m.weights);
         if (!engine) {
           if (!m.setup) throw new Error('the first load carries the engine set-up');

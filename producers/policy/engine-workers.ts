@@ -9,10 +9,9 @@
 import { Worker } from 'node:worker_threads';
 import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
+import { hfConfigJson, type ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest, GenerateResult } from '../backends/types.ts';
-import type { PolicyModelConfig } from './config.ts';
-import { configToJson } from './config.ts';
 import type { NativeEngineStats } from './native-engine.ts';
 import type { EngineSetup, LoadTimes, PolicyEngine } from './engine-host.ts';
 import { onAbortUntilSettled } from './on-abort.ts';
@@ -152,9 +151,9 @@ export class WorkerEngines implements PolicyEngine {
   }
 
   /** Start `count` workers, each with `setup.maxBatch / count` rows (rounded up) and `setup.threads` threads. */
-  static async create(config: PolicyModelConfig, weights: TensorMap, version: number, setup: EngineSetup, count: number, logger: Logger): Promise<WorkerEngines> {
+  static async create(config: ParsedModelConfig, weights: TensorMap, version: number, setup: EngineSetup, count: number, logger: Logger): Promise<WorkerEngines> {
     const perWorker: EngineSetup = { ...setup, maxBatch: Math.ceil(setup.maxBatch / count), kvCacheBytes: Math.floor(setup.kvCacheBytes / count) };
-    const engines = new WorkerEngines(count, { configJson: configToJson(config), weights: toWire(weights), version }, perWorker, logger, { exportMs: 0, loadMs: 0 });
+    const engines = new WorkerEngines(count, { configJson: JSON.stringify(hfConfigJson(config)), weights: toWire(weights), version }, perWorker, logger, { exportMs: 0, loadMs: 0 });
     // Settled, not all: a worker is only terminated (after a failure) once it no longer runs onnxruntime, as
     // ending a thread inside a native call aborts the process.
     const settled = await Promise.allSettled(engines.workers.map((w) => w.load(engines.current, perWorker)));
@@ -295,8 +294,8 @@ export class WorkerEngines implements PolicyEngine {
    * Load a version on every worker. It fails (and nothing changes) only when no worker could load it; workers
    * where it failed take no new requests and are retried in the background.
    */
-  async load(config: PolicyModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
-    const next: Loadable = { configJson: configToJson(config), weights: toWire(weights), version };
+  async load(config: ParsedModelConfig, weights: TensorMap, version: number): Promise<LoadTimes> {
+    const next: Loadable = { configJson: JSON.stringify(hfConfigJson(config)), weights: toWire(weights), version };
     const live = this.workers.filter((w) => !w.dead && w.version !== null);
     const settled = await Promise.allSettled(live.map((w) => w.load(next)));
     const ok = settled.filter((r): r is PromiseFulfilledResult<LoadTimes> => r.status === 'fulfilled');
@@ -311,7 +310,7 @@ export class WorkerEngines implements PolicyEngine {
     return maxTimes(ok.map((r) => r.value));
   }
 
-  currentVersion(): number {
+  currentPolicyVersion(): number {
     return this.current.version;
   }
 

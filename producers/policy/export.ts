@@ -28,8 +28,9 @@
 // node more or less costs the same as the Split it replaces in a one-sequence step.
 // The additive biases instead of HF's 0/1 mask let the engine describe any layout (left padding, unused
 // capacity, holes left by merged batches, causal prefill) with no mask logic in the graph.
+import { maxSequence, ropeInvFreq, type ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
-import { checkWeights, lmHead, type PolicyModelConfig } from './config.ts';
+import { checkWeights, hasQkNorm, lmHead } from './tensors.ts';
 import { GraphBuilder, type Dim } from './onnx-graph.ts';
 
 export type OutputMode = 'last' | 'all' | 'decode';
@@ -58,14 +59,16 @@ export const NEW_KV_COLUMN = 'new_key_values';
  * Rotary tables in HF-Llama layout (cos/sin of [freqs, freqs]), computed in float64 for accuracy; the sin table
  * has its first half negated so rotate_half(x) * sin becomes swap_halves(x) * sinSigned (no Neg node).
  */
-export function ropeTables(c: PolicyModelConfig): { cos: Float32Array; sinSigned: Float32Array } {
-  const D = c.headDim;
+export function ropeTables(c: ParsedModelConfig): { cos: Float32Array; sinSigned: Float32Array } {
+  const D = c.head_dim;
   const half = D / 2;
-  const cos = new Float32Array(c.maxPositions * D);
-  const sinSigned = new Float32Array(c.maxPositions * D);
-  for (let p = 0; p < c.maxPositions; p++) {
+  const positions = maxSequence(c);
+  const invFreq = ropeInvFreq(c);
+  const cos = new Float32Array(positions * D);
+  const sinSigned = new Float32Array(positions * D);
+  for (let p = 0; p < positions; p++) {
     for (let i = 0; i < half; i++) {
-      const angle = p * c.ropeInvFreq[i]!;
+      const angle = p * invFreq[i]!;
       const cs = Math.cos(angle);
       const sn = Math.sin(angle);
       cos[p * D + i] = cs;
@@ -86,18 +89,19 @@ function putTransposed(dst: Float32Array, stride: number, col: number, w: Float3
 }
 
 /** Build and encode the ONNX model. Throws WEIGHTS_FORMAT when a tensor is missing or mis-shaped. */
-export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: OutputMode = 'last'): Uint8Array {
+export function exportOnnx(c: ParsedModelConfig, weights: TensorMap, mode: OutputMode = 'last'): Uint8Array {
   checkWeights(c, weights);
   const g = new GraphBuilder();
-  const E = c.hiddenSize;
-  const H = c.numHeads;
-  const KVH = c.numKvHeads;
-  const D = c.headDim;
+  const E = c.hidden_size;
+  const H = c.num_attention_heads;
+  const KVH = c.num_key_value_heads;
+  const D = c.head_dim;
   const G = H / KVH;
-  const I = c.intermediateSize;
-  const V = c.vocabSize;
+  const I = c.intermediate_size;
+  const V = c.vocab_size;
+  const qkNorm = hasQkNorm(c);
   const w = (name: string) => weights.get(name)!.data;
-  const eps = g.scalar(c.rmsNormEps);
+  const eps = g.scalar(c.rms_norm_eps);
   const rmsNorm = (x: string, weightName: string): string => {
     // Pow(x, 2) rather than x * x: onnxruntime fuses this exact pattern into one SimplifiedLayerNormalization.
     const ms = g.op('ReduceMean', [g.op('Pow', [x, g.scalar(2)])], { axes: [-1], keepdims: 1 });
@@ -115,7 +119,7 @@ export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: Outpu
     const cols = blocks.reduce((n, [, outDim]) => n + outDim, 0);
     const wt = new Float32Array(E * cols);
     const biases = blocks.map(([name]) => weights.get(p + name + '.bias')?.data);
-    const bias = c.attentionBias && biases.every((b) => b) ? new Float32Array(cols) : null;
+    const bias = c.attention_bias && biases.every((b) => b) ? new Float32Array(cols) : null;
     let col = 0;
     blocks.forEach(([name, outDim, s], i) => {
       putTransposed(wt, cols, col, w(p + name + '.weight'), outDim, E);
@@ -148,7 +152,7 @@ export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: Outpu
   // [batch, 1, seq, D] (heads-first layout).
   const { cos, sinSigned } = ropeTables(c);
   const gatherRope = (name: string, table: Float32Array) => {
-    const rows = g.op('Gather', [g.weight(name, [c.maxPositions, D], table), pos], { axis: 0 }); // [batch, S, D]
+    const rows = g.op('Gather', [g.weight(name, [cos.length / D, D], table), pos], { axis: 0 }); // [batch, S, D]
     return decode ? rows : g.op('Unsqueeze', [rows, g.ints([1])]);
   };
   const cosB = gatherRope('rope.cos', cos);
@@ -168,7 +172,7 @@ export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: Outpu
   const freshColumn: string[] = [];
 
   let x = g.op('Gather', [g.weight('model.embed_tokens.weight', [V, E], w('model.embed_tokens.weight')), ids], { axis: 0 });
-  for (let l = 0; l < c.numLayers; l++) {
+  for (let l = 0; l < c.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
     g.input(pastKeyName(l), 'float', ['batch', KVH, 'past', D]);
     g.input(pastValueName(l), 'float', ['batch', KVH, 'past', D]);
@@ -180,12 +184,12 @@ export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: Outpu
     const h = rmsNorm(x, p + 'input_layernorm.weight');
     // Qwen3's per-head q/k norms come between the projection and the rotation, so there the attention scale is
     // folded into q_norm's weights instead of q_proj's columns.
-    const projQk = projection(h, p + 'qk', ropeHeads * D, stacked(p, [['self_attn.q_proj', H * D, c.qkNorm ? 1 : scale], ['self_attn.k_proj', KVH * D, 1]]));
+    const projQk = projection(h, p + 'qk', ropeHeads * D, stacked(p, [['self_attn.q_proj', H * D, qkNorm ? 1 : scale], ['self_attn.k_proj', KVH * D, 1]]));
     const projV = projection(h, p + 'v', KVH * D, stacked(p, [['self_attn.v_proj', KVH * D, 1]]));
     // Heads-first: [B, heads, D] in decode (S = 1), [B, heads, S, D] otherwise.
     const byHead = (x: string, n: number, out?: string) => (decode ? g.op('Reshape', [x, g.ints([0, n, D])], {}, out) : g.op('Transpose', [g.op('Reshape', [x, g.ints([0, 0, n, D])])], { perm: [0, 2, 1, 3] }, out));
     let qk = byHead(projQk, ropeHeads);
-    if (c.qkNorm) {
+    if (qkNorm) {
       // one weight row per head: q_norm * scale for the q heads, k_norm for the k heads; [heads, D] broadcast over
       // the batch (decode) or [heads, 1, D] over the sequence too
       const wqk = new Float32Array(ropeHeads * D);
@@ -225,7 +229,7 @@ export function exportOnnx(c: PolicyModelConfig, weights: TensorMap, mode: Outpu
   }
   if (decode) {
     g.op('Concat', freshColumn, { axis: 1 }, NEW_KV_COLUMN);
-    g.output(NEW_KV_COLUMN, ['batch', c.numLayers * 2 * KVH, 1, D]);
+    g.output(NEW_KV_COLUMN, ['batch', c.num_hidden_layers * 2 * KVH, 1, D]);
   }
   if (mode === 'last') x = g.op('Slice', [x, g.ints([-1]), g.ints([INT64_MAX]), g.ints([1])]);
   const normed = rmsNorm(x, 'model.norm.weight');

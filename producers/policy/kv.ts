@@ -1,6 +1,6 @@
 // Gathering rows of batched KV caches into a new, right-aligned batch: how the ONNX runner (onnx-slot-runner.ts)
 // lays out a step's slots for the general graph.
-import type { PolicyModelConfig } from './config.ts';
+import type { ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { KvTensors } from './runner.ts';
 
 /** One row to gather: `cols` are the columns of `kv` (a batch of `batch` rows) holding this row's tokens, in order. */
@@ -16,14 +16,14 @@ export interface RowSource {
  * [T - n_r, T). Returns the cache and each row's first valid column. Contiguous runs of columns are copied as
  * blocks, so the cost is one memcpy per (row, layer, K/V, head, run).
  */
-export function gatherRows(c: PolicyModelConfig, rows: RowSource[]): { kv: KvTensors; starts: number[] } {
-  const KVH = c.numKvHeads;
-  const D = c.headDim;
+export function gatherRows(c: ParsedModelConfig, rows: RowSource[]): { kv: KvTensors; starts: number[] } {
+  const KVH = c.num_key_value_heads;
+  const D = c.head_dim;
   const B = rows.length;
   const T = rows.reduce((m, r) => Math.max(m, r.cols.length), 0);
   const keys: Float32Array[] = [];
   const values: Float32Array[] = [];
-  for (let l = 0; l < c.numLayers; l++) {
+  for (let l = 0; l < c.num_hidden_layers; l++) {
     keys.push(new Float32Array(B * KVH * T * D));
     values.push(new Float32Array(B * KVH * T * D));
   }
@@ -41,7 +41,7 @@ export function gatherRows(c: PolicyModelConfig, rows: RowSource[]): { kv: KvTen
       j = k;
     }
     const L = src.kv.len;
-    for (let l = 0; l < c.numLayers; l++) {
+    for (let l = 0; l < c.num_hidden_layers; l++) {
       for (const [from, to] of [
         [src.kv.keys[l]!, keys[l]!],
         [src.kv.values[l]!, values[l]!],

@@ -7,15 +7,14 @@
 // layout) and writes each slot's new K/V after its cached ones. It holds weights by policy version, one
 // onnxruntime session each (several at once for rollout.interrupt 'finish'); a step names the version it runs.
 import { RlstreamError } from '../../core/errors.ts';
+import type { ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
-import type { PolicyModelConfig } from './config.ts';
 import { MASKED } from './export.ts';
 import { gatherRows } from './kv.ts';
 import { PolicyRunner, type KvTensors } from './runner.ts';
 import type { SlotRunner } from './slot-runner.ts';
 
 export class OnnxSlotRunner implements SlotRunner {
-  readonly config: { readonly vocab_size: number };
   private store: KvTensors = { len: 0, keys: [], values: [] };
   private lengths = new Int32Array(0);
   private maxLen = 0;
@@ -24,12 +23,11 @@ export class OnnxSlotRunner implements SlotRunner {
   private newest: number;
 
   private constructor(
-    private readonly c: PolicyModelConfig,
+    readonly config: ParsedModelConfig,
     first: PolicyRunner,
     private readonly threads: number,
     private readonly decodeGraph: boolean,
   ) {
-    this.config = Object.freeze({ vocab_size: c.vocabSize });
     this.sets.set(first.version, first);
     this.newest = first.version;
   }
@@ -38,7 +36,7 @@ export class OnnxSlotRunner implements SlotRunner {
    * The graph exported from `weights` in one onnxruntime session of `threads` intra-op threads (default 1), held
    * as policy `version` (default 0). decodeGraph false: one-token steps run on the general graph too (default true).
    */
-  static async create(config: PolicyModelConfig, weights: TensorMap, options: { threads?: number; version?: number; decodeGraph?: boolean } = {}): Promise<OnnxSlotRunner> {
+  static async create(config: ParsedModelConfig, weights: TensorMap, options: { threads?: number; version?: number; decodeGraph?: boolean } = {}): Promise<OnnxSlotRunner> {
     const threads = options.threads ?? 1;
     const decodeGraph = options.decodeGraph ?? true;
     return new OnnxSlotRunner(config, await PolicyRunner.create(config, weights, options.version ?? 0, { threads, decodeGraph }), threads, decodeGraph);
@@ -50,7 +48,7 @@ export class OnnxSlotRunner implements SlotRunner {
    */
   async addWeights(weights: TensorMap, version: number): Promise<void> {
     if (this.sets.has(version)) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is already loaded`);
-    this.sets.set(version, await PolicyRunner.create(this.c, weights, version, { threads: this.threads, decodeGraph: this.decodeGraph }));
+    this.sets.set(version, await PolicyRunner.create(this.config, weights, version, { threads: this.threads, decodeGraph: this.decodeGraph }));
     this.newest = version;
   }
 
@@ -88,7 +86,7 @@ export class OnnxSlotRunner implements SlotRunner {
 
   /** Bytes of K/V `slots` slots take once each holds `maxLen` tokens (float32, every layer), as Model.kvBytes. */
   kvBytes(slots: number, maxLen: number): number {
-    return slots * maxLen * this.c.numLayers * 2 * this.c.numKvHeads * this.c.headDim * Float32Array.BYTES_PER_ELEMENT;
+    return slots * maxLen * this.config.num_hidden_layers * 2 * this.config.num_key_value_heads * this.config.head_dim * Float32Array.BYTES_PER_ELEMENT;
   }
 
   kvReserve(slots: number, maxLen: number): void {
@@ -101,7 +99,7 @@ export class OnnxSlotRunner implements SlotRunner {
 
   /** Re-lays the buffers out with room for `cap` tokens a slot (the tokens held are kept). */
   private grow(cap: number): void {
-    const { numKvHeads: KVH, headDim: D, numLayers } = this.c;
+    const { num_key_value_heads: KVH, head_dim: D, num_hidden_layers: numLayers } = this.config;
     const rows = this.lengths.length * KVH;
     const old = this.store;
     const layer = (from: Float32Array[]) =>
@@ -121,7 +119,7 @@ export class OnnxSlotRunner implements SlotRunner {
   }
 
   async extend(slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature?: Float32Array, out?: Float32Array, weights?: number): Promise<Float32Array> {
-    const c = this.c;
+    const c = this.config;
     const runner = this.runnerFor(weights);
     const B = slots.length;
     const maxLen = this.maxLen;
@@ -142,7 +140,7 @@ export class OnnxSlotRunner implements SlotRunner {
     if (longest > this.store.len) this.grow(Math.min(maxLen, Math.max(longest, Math.ceil(this.store.len * 1.5))));
     const probs = total === B && B === this.lengths.length ? await this.decodeAll(runner, slots, tokens, invTemperature) : await this.gathered(runner, slots, counts, tokens, invTemperature);
     if (!out) return probs;
-    out.set(probs.subarray(0, B * c.vocabSize));
+    out.set(probs.subarray(0, B * c.vocab_size));
     return out;
   }
 
@@ -151,7 +149,7 @@ export class OnnxSlotRunner implements SlotRunner {
    * and the rows come back in the caller's order.
    */
   private async decodeAll(runner: PolicyRunner, slots: Int32Array, tokens: Int32Array, invTemperature: Float32Array | undefined): Promise<Float32Array> {
-    const { numKvHeads: KVH, headDim: D, numLayers, vocabSize: V } = this.c;
+    const { num_key_value_heads: KVH, head_dim: D, num_hidden_layers: numLayers, vocab_size: V } = this.config;
     const N = slots.length;
     const cap = this.store.len;
     const rowOf = new Int32Array(N).fill(-1);
@@ -193,7 +191,7 @@ export class OnnxSlotRunner implements SlotRunner {
 
   /** Any step: its slots' cached tokens gathered into one batch, the new tokens left-padded to the longest. */
   private async gathered(runner: PolicyRunner, slots: Int32Array, counts: Int32Array, tokens: Int32Array, invTemperature: Float32Array | undefined): Promise<Float32Array> {
-    const c = this.c;
+    const c = this.config;
     const B = slots.length;
     const { kv: past, starts } = gatherRows(
       c,
@@ -223,13 +221,13 @@ export class OnnxSlotRunner implements SlotRunner {
     }
     const run = await runner.run({ batch: B, seq: S, inputIds: ids, positionIds: pos, pastBias, newBias, past, invTemperature: invTemperature ?? new Float32Array(B).fill(1) });
     // Each row's new K/V (the last counts[b] columns of its padded row) after what its slot holds.
-    const KVH = c.numKvHeads;
-    const D = c.headDim;
+    const KVH = c.num_key_value_heads;
+    const D = c.head_dim;
     for (let b = 0; b < B; b++) {
       const slot = slots[b]!;
       const n = counts[b]!;
       const at = this.lengths[slot]!;
-      for (let l = 0; l < c.numLayers; l++) {
+      for (let l = 0; l < c.num_hidden_layers; l++) {
         for (const [fresh, dst] of [
           [run.fresh.keys[l]!, this.store.keys[l]!],
           [run.fresh.values[l]!, this.store.values[l]!],

@@ -1,10 +1,11 @@
-// Seeded random weights for a PolicyModelConfig, in HF tensor names: for tests and benchmarks when no trained
+// Seeded random weights for a model config, in HF tensor names: for tests and benchmarks when no trained
 // checkpoint (or native Model) is at hand. Scales follow the usual N(0, 0.02) init so logits stay O(1).
+import type { ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
-import { expectedTensors, type PolicyModelConfig } from './config.ts';
+import { expectedTensors } from './tensors.ts';
 import { Rng } from './sampler.ts';
 
-export function randomWeights(c: PolicyModelConfig, seed = 0, std = 0.02): TensorMap {
+export function randomWeights(c: ParsedModelConfig, seed = 0, std = 0.02): TensorMap {
   const rng = new Rng(seed);
   const out: TensorMap = new Map();
   for (const [name, shape] of expectedTensors(c)) {

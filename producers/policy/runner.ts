@@ -5,8 +5,8 @@
 // for scoring, prefill from scratch and tests.
 import * as ort from 'onnxruntime-node';
 import { RlstreamError } from '../../core/errors.ts';
+import type { ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { TensorMap } from '../../core/weights/safetensors.ts';
-import type { PolicyModelConfig } from './config.ts';
 import { exportOnnx, NEW_KV_COLUMN, newKeyName, newValueName, pastKeyName, pastValueName, type OutputMode } from './export.ts';
 
 export interface RunnerOptions {
@@ -84,7 +84,7 @@ export class PolicyRunner {
   private released = false;
 
   private constructor(
-    readonly config: PolicyModelConfig,
+    readonly config: ParsedModelConfig,
     readonly version: number,
     private readonly session: ort.InferenceSession,
     private readonly decodeSession: ort.InferenceSession | null,
@@ -92,7 +92,7 @@ export class PolicyRunner {
     readonly loadMs: number,
   ) {}
 
-  static async create(config: PolicyModelConfig, weights: TensorMap, version: number, options: RunnerOptions = {}): Promise<PolicyRunner> {
+  static async create(config: ParsedModelConfig, weights: TensorMap, version: number, options: RunnerOptions = {}): Promise<PolicyRunner> {
     const mode = options.mode ?? 'last';
     const t0 = performance.now();
     const bytes = exportOnnx(config, weights, mode);
@@ -137,7 +137,7 @@ export class PolicyRunner {
   async run(input: RunInput): Promise<RunOutput> {
     const c = this.config;
     const { rows, out, kind } = await this.exec(this.session, input);
-    const layers = Array.from({ length: c.numLayers }, (_, l) => l);
+    const layers = Array.from({ length: c.num_hidden_layers }, (_, l) => l);
     const fresh = { len: input.seq, keys: layers.map((l) => out[newKeyName(l)]!.data as Float32Array), values: layers.map((l) => out[newValueName(l)]!.data as Float32Array) };
     return { probs: kind === 'probs' ? rows : null, logprobs: kind === 'logprobs' ? rows : null, fresh };
   }
@@ -147,19 +147,19 @@ export class PolicyRunner {
     const c = this.config;
     const { batch, seq } = input;
     const P = input.past.len;
-    const kvSize = batch * c.numKvHeads * P * c.headDim;
+    const kvSize = batch * c.num_key_value_heads * P * c.head_dim;
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', input.inputIds, [batch, seq]),
       position_ids: new ort.Tensor('int64', input.positionIds, [batch, seq]),
       past_bias: new ort.Tensor('float32', prefix(input.pastBias, batch * seq * P), [batch, 1, seq, P]),
     };
     if (input.newBias) feeds['new_bias'] = new ort.Tensor('float32', input.newBias, [batch, 1, seq, seq]);
-    const kvDims = [batch, c.numKvHeads, P, c.headDim];
+    const kvDims = [batch, c.num_key_value_heads, P, c.head_dim];
     // The decode graph returns every layer's new K/V as one output: each fetched output costs onnxruntime-node
     // a tensor wrap (two per layer took ~13% of a one-sequence decode step).
     const packed = session.outputNames.includes(NEW_KV_COLUMN);
     const fetches: string[] = packed ? [NEW_KV_COLUMN] : [];
-    for (let l = 0; l < c.numLayers; l++) {
+    for (let l = 0; l < c.num_hidden_layers; l++) {
       feeds[pastKeyName(l)] = new ort.Tensor('float32', prefix(input.past.keys[l]!, kvSize), kvDims);
       feeds[pastValueName(l)] = new ort.Tensor('float32', prefix(input.past.values[l]!, kvSize), kvDims);
       if (!packed) fetches.push(newKeyName(l), newValueName(l));
@@ -186,8 +186,8 @@ export class PolicyRunner {
       newBias.set(input.bias.subarray(r * T + P, (r + 1) * T), r * seq);
     }
     const out = await this.run({ batch, seq, inputIds: input.inputIds, positionIds: input.positionIds, pastBias, newBias, past: input.past, logprobs: true });
-    const rows = batch * c.numKvHeads;
-    const D = c.headDim;
+    const rows = batch * c.num_key_value_heads;
+    const D = c.head_dim;
     const cat = (past: Float32Array, fresh: Float32Array): Float32Array => {
       const all = new Float32Array(rows * T * D);
       for (let r = 0; r < rows; r++) {
@@ -227,17 +227,17 @@ export class PolicyRunner {
 }
 
 /** An empty cache for `batch` rows. */
-export function emptyKv(c: PolicyModelConfig): KvTensors {
-  return { len: 0, keys: Array.from({ length: c.numLayers }, () => new Float32Array(0)), values: Array.from({ length: c.numLayers }, () => new Float32Array(0)) };
+export function emptyKv(c: ParsedModelConfig): KvTensors {
+  return { len: 0, keys: Array.from({ length: c.num_hidden_layers }, () => new Float32Array(0)), values: Array.from({ length: c.num_hidden_layers }, () => new Float32Array(0)) };
 }
 
 /** One new token's K/V per row ([batch, kvHeads, 1, headDim] per layer) in the decode graph's packed layout. */
-function packColumn(c: PolicyModelConfig, batch: number, fresh: KvTensors): Float32Array {
-  const row = c.numKvHeads * c.headDim;
-  const column = new Float32Array(batch * c.numLayers * 2 * row);
+function packColumn(c: ParsedModelConfig, batch: number, fresh: KvTensors): Float32Array {
+  const row = c.num_key_value_heads * c.head_dim;
+  const column = new Float32Array(batch * c.num_hidden_layers * 2 * row);
   for (let b = 0; b < batch; b++) {
-    for (let l = 0; l < c.numLayers; l++) {
-      const dst = (b * c.numLayers + l) * 2 * row;
+    for (let l = 0; l < c.num_hidden_layers; l++) {
+      const dst = (b * c.num_hidden_layers + l) * 2 * row;
       column.set(fresh.keys[l]!.subarray(b * row, (b + 1) * row), dst);
       column.set(fresh.values[l]!.subarray(b * row, (b + 1) * row), dst + row);
     }

@@ -33,7 +33,7 @@ export async function logprobRows(runner: PolicyRunner, sequences: number[][]): 
  * `runner` must have been created with mode 'all'. Sequences are batched right-padded.
  */
 export async function scoreSequences(runner: PolicyRunner, sequences: number[][]): Promise<Float32Array[]> {
-  const V = runner.config.vocabSize;
+  const V = runner.config.vocab_size;
   const { rows, seq: S } = await logprobRows(runner, sequences);
   return sequences.map((seq, b) => {
     const lp = new Float32Array(Math.max(0, seq.length - 1));

@@ -5,6 +5,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { RlstreamError } from '../../core/errors.ts';
 import type { Logger } from '../../core/telemetry.ts';
+import type { ParsedModelConfig } from '../../core/weights/model-config.ts';
 import type { PolicyUpdate } from '../backends/types.ts';
 
 export class PolicyUpdates {
@@ -32,9 +33,9 @@ export class PolicyUpdates {
    * Refuses a version whose model config (`next`, parsed from the update) differs in any field from the one served:
    * built-in backends only swap weights.
    */
-  static checkArchitecture<C extends object>(update: PolicyUpdate, next: C, served: C): void {
-    // by value: a config holds arrays and objects (rotary tables, rope_scaling) parsed anew for every update
-    const same = (Object.keys(next) as (keyof C)[]).every((k) => isDeepStrictEqual(next[k], served[k]));
+  static checkArchitecture(update: PolicyUpdate, next: ParsedModelConfig, served: ParsedModelConfig): void {
+    // by value: rope_scaling is an object parsed anew for every update
+    const same = (Object.keys(next) as (keyof ParsedModelConfig)[]).every((k) => isDeepStrictEqual(next[k], served[k]));
     if (!same) throw new RlstreamError('WEIGHTS_FORMAT', `policy v${update.version} changes the model architecture; the built-in policy only swaps weights`);
   }
 

@@ -12,7 +12,7 @@ import { checkConfig } from '../../cli/run/preflight.ts';
 import { loadRunConfig } from '../../cli/config/run-config.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { openWeights, readGenerationDefaults } from '../../core/weights/hf-dir.ts';
-import { parseModelConfig } from '../../core/weights/model-config.ts';
+import { hfConfigJson, parseModelConfig } from '../../core/weights/model-config.ts';
 import { rng } from '../../core/random.ts';
 import { Model, nativeAvailable } from '../../native/index.ts';
 import { referenceForward, toReferenceParams } from '../../native/reference.ts';
@@ -209,8 +209,30 @@ test('generated configs: every mutation of a valid config parses or is refused a
     // what is accepted is a model the native core can build: positive sizes, even head_dim dividing the heads
     assert.ok(parsed.head_dim % 2 === 0 && parsed.num_attention_heads % parsed.num_key_value_heads === 0);
     assert.ok(['llama', 'qwen2', 'qwen3', 'mistral'].includes(parsed.model_type));
+    // and written back (hfConfigJson: how the built-in policy hands a config to its engine workers) it parses to
+    // the same model, rotary scaling and sliding window included
+    assert.deepEqual(parseModelConfig(JSON.stringify(hfConfigJson(parsed))), parsed, JSON.stringify(cfg));
   }
   assert.ok(accepted > 100 && accepted < 3000, `accepted ${accepted}`);
+});
+
+test('hfConfigJson round-trips every family through the one parser (hand-written cases)', () => {
+  const llama3 = { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 64 };
+  const cases: Record<string, unknown>[] = [
+    { ...BASE },
+    { ...BASE, rope_theta: undefined, rope_parameters: { ...llama3, rope_theta: 5e5 }, tie_word_embeddings: true },
+    { ...BASE, use_sliding_window: true, sliding_window: 32 },
+    { ...BASE, model_type: 'qwen2', architectures: ['Qwen2ForCausalLM'], head_dim: undefined, use_sliding_window: true, sliding_window: 48 },
+    { ...BASE, model_type: 'mistral', architectures: ['MistralForCausalLM'], sliding_window: 40 },
+    { ...BASE, model_type: 'llama', architectures: ['LlamaForCausalLM'], rope_scaling: llama3 },
+    // rlstream's legacy Qwen2-shaped llama (q/k/v biases) is written back as the Qwen2 it is
+    { ...BASE, model_type: 'llama', architectures: undefined, head_dim: undefined, attention_bias: true },
+  ];
+  for (const cfg of cases) {
+    const parsed = parseModelConfig(JSON.parse(JSON.stringify(cfg)));
+    assert.deepEqual(parseModelConfig(JSON.stringify(hfConfigJson(parsed))), parsed, JSON.stringify(cfg));
+  }
+  assert.equal(parseModelConfig(JSON.stringify(hfConfigJson(parseModelConfig(JSON.parse(JSON.stringify(cases[6])))))).model_type, 'qwen2');
 });
 
 test('generation_config.json gives stop ids and sampling defaults, and a bad one is refused by name', () => {

@@ -7,10 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
+import { hfConfigJson, parseModelConfig } from '../../core/weights/model-config.ts';
 import { writeSafetensors } from '../../core/weights/safetensors.ts';
 import type { GenerateRequest } from '../../producers/backends/types.ts';
 import { BuiltinPolicyBackend, type BuiltinPolicyOptions } from '../../producers/policy/backend.ts';
-import { configToJson, policyConfig } from '../../producers/policy/config.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
@@ -20,8 +20,8 @@ import { topAlternatives } from '../../producers/policy/sampler.ts';
 import { scoreSequences } from '../../producers/policy/score.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
-const config = policyConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true });
-const configJson = configToJson(config);
+const config = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true });
+const configJson = JSON.stringify(hfConfigJson(config));
 const w1 = randomWeights(config, 1);
 const w2 = randomWeights(config, 2);
 const dir = await mkdtemp(join(tmpdir(), 'rlstream-policy-'));
@@ -52,7 +52,7 @@ function req(promptIds: number[], over: Partial<SamplingParams> = {}, sessionId?
 const scorers = new Map<number, PolicyRunner>();
 async function score(version: 1 | 2, seq: number[]): Promise<Float32Array> {
   let r = scorers.get(version);
-  if (!r) scorers.set(version, (r = await PolicyRunner.create({ ...config, maxPositions: 2048 }, version === 1 ? w1 : w2, version, { mode: 'all' })));
+  if (!r) scorers.set(version, (r = await PolicyRunner.create({ ...config, max_position_embeddings: 2048 }, version === 1 ? w1 : w2, version, { mode: 'all' })));
   return (await scoreSequences(r, [seq]))[0]!;
 }
 
@@ -292,7 +292,7 @@ test('an aborted request returns its tokens so far with finishReason abort, othe
 
 test("hot-swap 'next_turn': in-flight turns finish on v1, the next turn runs v2 without the old cache", async () => {
   // A longer context than the other tests (same weights), so the in-flight turn outlasts the swap.
-  const longJson = configToJson({ ...config, maxPositions: 2048 });
+  const longJson = JSON.stringify(hfConfigJson({ ...config, max_position_embeddings: 2048 }));
   const b = await backend({ interrupt: 'next_turn' }, longJson);
   const prompt = [7, 7, 7];
   const t1 = await b.generate(req(prompt, { max_new_tokens: 5 }, 'sess'));
@@ -320,7 +320,7 @@ test("hot-swap 'next_turn': in-flight turns finish on v1, the next turn runs v2 
 });
 
 test("hot-swap 'next_token': a long generation goes on with v2 from the next token, each token keeping its version and log-prob", async () => {
-  const longJson = configToJson({ ...config, maxPositions: 2048 });
+  const longJson = JSON.stringify(hfConfigJson({ ...config, max_position_embeddings: 2048 }));
   const b = await backend({ interrupt: 'next_token' }, longJson);
   const prompt = [8, 8];
   let inflightDone = false;

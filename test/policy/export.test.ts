@@ -3,18 +3,19 @@
 // full forward; padded batches against single sequences; and the export's speed at the benchmark size.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { parseModelConfig, type ParsedModelConfig } from '../../core/weights/model-config.ts';
 import { Model, nativeAvailable } from '../../native/index.ts';
-import { configToJson, policyConfig, type PolicyModelConfig } from '../../producers/policy/config.ts';
 import { exportOnnx, MASKED } from '../../producers/policy/export.ts';
 import { logprobMismatch } from '../../producers/policy/mismatch.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
 import { emptyKv, PolicyRunner } from '../../producers/policy/runner.ts';
 import { scoreSequences } from '../../producers/policy/score.ts';
+import { hasQkNorm } from '../../producers/policy/tensors.ts';
 import { isRlstreamError } from '../../core/errors.ts';
 import { referenceLogprobs } from './reference.ts';
 
-const qwen = policyConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true, rope_theta: 1000000, rms_norm_eps: 1e-6 });
-const llama = policyConfig({ hidden_size: 48, num_hidden_layers: 3, num_attention_heads: 6, num_key_value_heads: 6, intermediate_size: 80, vocab_size: 70, max_position_embeddings: 64, tie_word_embeddings: true, rope_theta: 10000, rms_norm_eps: 1e-5 });
+const qwen = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128, attention_bias: true, rope_theta: 1000000, rms_norm_eps: 1e-6 });
+const llama = parseModelConfig({ hidden_size: 48, num_hidden_layers: 3, num_attention_heads: 6, num_key_value_heads: 6, intermediate_size: 80, vocab_size: 70, max_position_embeddings: 64, tie_word_embeddings: true, rope_theta: 10000, rms_norm_eps: 1e-5 });
 
 const TOL = 1e-4;
 const tokens = [3, 17, 42, 5, 0, 61, 9, 9, 33, 58, 1, 27];
@@ -25,7 +26,7 @@ function causalBias(n: number): Float32Array {
   return b;
 }
 
-async function onnxAllPositions(c: PolicyModelConfig, runner: PolicyRunner, toks: number[]): Promise<Float32Array> {
+async function onnxAllPositions(c: ParsedModelConfig, runner: PolicyRunner, toks: number[]): Promise<Float32Array> {
   const n = toks.length;
   const out = await runner.step({ batch: 1, seq: n, inputIds: BigInt64Array.from(toks.map(BigInt)), positionIds: BigInt64Array.from(toks.map((_, i) => BigInt(i))), bias: causalBias(n), past: emptyKv(c) });
   return out.logprobs;
@@ -41,7 +42,7 @@ for (const [label, c] of [
     const got = await onnxAllPositions(c, runner, tokens);
     const ref = referenceLogprobs(c, w, tokens);
     let maxDiff = 0;
-    for (let t = 0; t < tokens.length; t++) for (let v = 0; v < c.vocabSize; v++) maxDiff = Math.max(maxDiff, Math.abs(got[t * c.vocabSize + v]! - ref[t]![v]!));
+    for (let t = 0; t < tokens.length; t++) for (let v = 0; v < c.vocab_size; v++) maxDiff = Math.max(maxDiff, Math.abs(got[t * c.vocab_size + v]! - ref[t]![v]!));
     console.log(`${label}: max |onnx - reference| over all positions and vocab = ${maxDiff.toExponential(2)}`);
     assert.ok(maxDiff < TOL, `max diff ${maxDiff}`);
     await runner.release();
@@ -54,7 +55,7 @@ test('ONNX log-probs match the native core forward on the same weights (1e-4)', 
     return;
   }
   const c = qwen;
-  const model = Model.init(JSON.parse(configToJson(c)), { seed: 3, threads: 1 });
+  const model = Model.init(c, { seed: 3, threads: 1 });
   // Overwrite the native init (norms 1, biases 0) with perturbed weights, so norm and bias handling is exercised.
   const w = randomWeights(c, 5);
   for (const [name, view] of model.parameters()) view.data.set(w.get(name)!.data);
@@ -83,8 +84,8 @@ test('ONNX log-probs match the native core: Qwen3 q/k norms, head_dim != hidden/
     t.skip('native addon not built (npm run build:native)');
     return;
   }
-  const c = policyConfig(QWEN3_JSON);
-  assert.equal(c.qkNorm, true);
+  const c = parseModelConfig(QWEN3_JSON);
+  assert.equal(hasQkNorm(c), true);
   const model = Model.init(QWEN3_JSON as never, { seed: 3, threads: 1 });
   const w = randomWeights(c, 5);
   for (const [name, view] of model.parameters()) view.data.set(w.get(name)!.data);
@@ -101,7 +102,7 @@ test('ONNX log-probs match the native core: Qwen3 q/k norms, head_dim != hidden/
   console.log(`qwen3 + llama3 rope, native vs onnxruntime: ${m.count} tokens, max |Δlogprob| ${m.maxAbs.toExponential(2)}`);
   assert.ok(m.maxAbs < TOL, `max |Δ| ${m.maxAbs}`);
   // the same check with the q/k norms left out of the graph fails: the comparison sees them
-  const broken = await PolicyRunner.create({ ...c, qkNorm: false }, model.parameters(), 1, { mode: 'all' });
+  const broken = await PolicyRunner.create({ ...c, model_type: 'llama' }, model.parameters(), 1, { mode: 'all' });
   const off = await scoreSequences(broken, seqs);
   assert.ok(logprobMismatch(nativePerSeq.flatMap((a) => Array.from(a)), off.flatMap((a) => Array.from(a))).maxAbs > 100 * TOL);
   await broken.release();
@@ -115,7 +116,7 @@ test('prefill + KV-cache decode steps give the same log-probs as the full forwar
   const all = await PolicyRunner.create(c, w, 1, { mode: 'all' });
   const last = await PolicyRunner.create(c, w, 1, { mode: 'last' });
   const full = await onnxAllPositions(c, all, tokens);
-  const V = c.vocabSize;
+  const V = c.vocab_size;
   const k = 5;
   let out = await last.step({ batch: 1, seq: k, inputIds: BigInt64Array.from(tokens.slice(0, k).map(BigInt)), positionIds: BigInt64Array.from([0, 1, 2, 3, 4].map(BigInt)), bias: causalBias(k), past: emptyKv(c) });
   let maxDiff = 0;
@@ -155,7 +156,7 @@ test('export rejects weights that do not fit the config, and is fast at the 2M b
   w2.set('model.norm.weight', { shape: [65], data: new Float32Array(65) });
   assert.throws(() => exportOnnx(qwen, w2), (e: unknown) => isRlstreamError(e, 'WEIGHTS_FORMAT') && /model\.norm\.weight has shape \[65\]/.test(e.message));
 
-  const bench = policyConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
+  const bench = parseModelConfig({ hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 384, vocab_size: 512, max_position_embeddings: 1024 });
   const bw = randomWeights(bench, 1);
   exportOnnx(bench, bw); // warm-up (JIT)
   const t0 = performance.now();

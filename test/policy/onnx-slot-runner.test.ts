@@ -10,10 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
+import { hfConfigJson } from '../../core/weights/model-config.ts';
 import { writeSafetensors } from '../../core/weights/safetensors.ts';
 import { Model, nativeAvailable, parseModelConfig } from '../../native/index.ts';
 import type { GenerateRequest, GenerateResult } from '../../producers/backends/types.ts';
-import { configToJson, policyConfig } from '../../producers/policy/config.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
@@ -21,8 +21,8 @@ import { PolicyRunner } from '../../producers/policy/runner.ts';
 import { scoreSequences } from '../../producers/policy/score.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
-const config = policyConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128 });
-const configJson = configToJson(config);
+const config = parseModelConfig({ hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, vocab_size: 100, max_position_embeddings: 128 });
+const configJson = JSON.stringify(hfConfigJson(config));
 const weights = randomWeights(config, 1);
 const dir = await mkdtemp(join(tmpdir(), 'rlstream-slot-runner-'));
 const weightsPath = join(dir, 'w.safetensors');
@@ -34,7 +34,7 @@ after(async () => {
 });
 
 const sampling = (o: Partial<SamplingParams> = {}): SamplingParams => ({ temperature: 1, top_p: 1, top_k: 0, max_new_tokens: 10, seed: 1, stop_token_ids: [], ...o }) as SamplingParams;
-const prompt = (i: number, n: number) => Array.from({ length: n }, (_, j) => (i * 17 + j * 5 + 1) % config.vocabSize);
+const prompt = (i: number, n: number) => Array.from({ length: n }, (_, j) => (i * 17 + j * 5 + 1) % config.vocab_size);
 const requests: GenerateRequest[] = [
   { requestId: 'greedy', promptIds: prompt(0, 7), sampling: sampling({ temperature: 0 }) },
   { requestId: 'seeded', promptIds: prompt(1, 3), sampling: sampling({ seed: 4 }) },
@@ -192,6 +192,6 @@ test('the ONNX slot runner refuses slots outside its cache or twice in a step, l
   await fails(() => r.extend(Int32Array.of(1, 1), Int32Array.of(2, 1), Int32Array.of(1, 2, 3)), /slot 1 appears twice in one step/);
   // A refused call changed nothing: the slot still takes its full length.
   const probs = await r.extend(Int32Array.of(0), Int32Array.of(4), Int32Array.of(1, 2, 3, 4));
-  assert.equal(probs.length, config.vocabSize);
+  assert.equal(probs.length, config.vocab_size);
   assert.ok(Math.abs(probs.reduce((a, b) => a + b, 0) - 1) < 1e-4);
 });

@@ -8,8 +8,8 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { isRlstreamError } from '../../core/errors.ts';
+import { parseModelConfig } from '../../core/weights/model-config.ts';
 import type { GenerateRequest } from '../../producers/backends/types.ts';
-import { policyConfig } from '../../producers/policy/config.ts';
 import { cpuKvSlots } from '../../producers/policy/kv-sizing.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
@@ -18,7 +18,7 @@ import { PolicyRunner } from '../../producers/policy/runner.ts';
 import type { SlotRunner } from '../../producers/policy/slot-runner.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
-const config = policyConfig({ hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 61, max_position_embeddings: 128 });
+const config = parseModelConfig({ hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 61, max_position_embeddings: 128 });
 const weights = randomWeights(config, 3);
 const runners: OnnxSlotRunner[] = [];
 after(async () => {
@@ -109,7 +109,7 @@ test('top alternatives are the k best of the distribution each token was sampled
   const empty = { len: 0, keys: [new Float32Array()], values: [new Float32Array()] };
   const rows = (await full.step({ batch: 1, seq: seq.length, inputIds: BigInt64Array.from(seq.map(BigInt)), positionIds: BigInt64Array.from(seq.map((_, i) => BigInt(i))), bias, past: empty })).logprobs;
   await full.release();
-  const V = config.vocabSize;
+  const V = config.vocab_size;
   r.tokenIds.forEach((tok, i) => {
     const row = rows.subarray((prompt.length - 1 + i) * V, (prompt.length + i) * V);
     const scaled = Array.from(row, (x) => x / T);

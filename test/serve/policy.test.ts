@@ -12,8 +12,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TOPICS } from '../../core/topics.ts';
 import { readWeights } from '../../core/weights/hf-dir.ts';
+import { parseModelConfig } from '../../core/weights/model-config.ts';
 import { MEDIUM, problems, take } from '../../examples/calculator/task.ts';
-import { policyConfig } from '../../producers/policy/config.ts';
 import { PolicyRunner } from '../../producers/policy/runner.ts';
 import { logprobRows } from '../../producers/policy/score.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
@@ -46,12 +46,12 @@ describe('rlstream serve on the built-in policy', () => {
   let job: ServeJob;
   let stop: () => Promise<void>;
   let runner: PolicyRunner;
-  const V = policyConfig(JSON.parse(readFileSync(join(CHECKPOINT, 'config.json'), 'utf8'))).vocabSize;
+  const V = parseModelConfig(readFileSync(join(CHECKPOINT, 'config.json'), 'utf8')).vocab_size;
 
   before(async () => {
     ({ job, stop } = await startServe({ overrides: { 'rollout.sampling.temperature': 1 } }));
-    const config = policyConfig(JSON.parse(readFileSync(join(CHECKPOINT, 'config.json'), 'utf8')));
-    runner = await PolicyRunner.create({ ...config, maxPositions: 1024 }, readWeights(CHECKPOINT), 0, { mode: 'all' });
+    const config = parseModelConfig(readFileSync(join(CHECKPOINT, 'config.json'), 'utf8'));
+    runner = await PolicyRunner.create({ ...config, max_position_embeddings: 1024 }, readWeights(CHECKPOINT), 0, { mode: 'all' });
   });
   after(async () => {
     await runner?.release();
