@@ -8,6 +8,7 @@
 #   (call 3) bash test/gpu/smollm2.sh receive && bash test/gpu/smollm2.sh import
 #                                               # with carry .rlstream/gguf-parts/part-ab and SHA256SUMS
 #   bash test/gpu/smollm2.sh run SEED [ARGS…]    # there: the main job, its JSON line and GPU utilization under $OUT
+#                                               # (SMOLLM2_CONFIG=examples/calculator/config.lora.yaml: with LoRA)
 # `receive DIR` takes the parts from DIR instead (any number, part-aa, part-ab, part-ac, … in name order, made by
 # `split N`); `assemble` only joins and checks them into $RLSTREAM_NODE_HOME/model.gguf (what
 # test/gpu/hf-parity.sh smollm2 imports).
@@ -19,7 +20,7 @@ home=${RLSTREAM_NODE_HOME:-/tmp/rlstream-node}
 parts=.rlstream/gguf-parts
 kept="$home/gguf-parts"
 model_dir=.rlstream/models/smollm2
-config=examples/calculator/config.smollm2.yaml
+config=${SMOLLM2_CONFIG:-examples/calculator/config.smollm2.yaml}  # config.lora.yaml: the same with LoRA
 
 case "$step" in
   split)
