@@ -17,7 +17,7 @@ import type { DeviceKind } from '../../native/index.ts';
 import type { RowSource } from '../../producers/dataset/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
-import { toolParserForFamily } from '../../producers/agent/tool-parser.ts';
+import { toolParserFor } from '../../producers/agent/tool-parser.ts';
 import { completeRolloutOptions, type RolloutOptions } from '../../producers/options.ts';
 import type { ResumePoint } from '../../producers/resume.ts';
 import { loadToolConfig } from '../../producers/tools/config.ts';
@@ -157,14 +157,14 @@ export function rolloutOptions(ctx: RunContext, tokenizer: ChatTokenizer): Rollo
   // eos ids stop generation beside the tokenizer's end-of-sequence token, and its sampling values fill what the
   // config leaves null.
   const gen = readGenerationDefaults(ctx.config.model.base !== null && isModelDir(ctx.config.model.base) ? ctx.config.model.base : tokenizer.dir);
-  // the tool-call format of the model's family (its chat template's), unless rollout.tool_parser names one
+  // the tool-call format of the chat template in use (else the model family's), unless rollout.tool_parser names one
   const family = ctx.config.model.config !== null && existsSync(ctx.config.model.config) ? parseModelConfig(readFileSync(ctx.config.model.config, 'utf8')).model_type : null;
   return completeRolloutOptions(ctx.config.rollout, {
     groupsPerStep: ctx.config.trainer.groupsPerStep,
     stalenessBound: ctx.config.trainer.stalenessBound,
     datasetName: ctx.plugins.task.datasetName,
     model: {
-      toolParser: toolParserForFamily(family),
+      toolParser: toolParserFor(family, tokenizer.templateText),
       temperature: gen.temperature,
       topP: gen.topP,
       topK: gen.topK,

@@ -4,7 +4,8 @@
 // optionally after <|python_tag|>, several separated by ';'), `mistral` ([TOOL_CALLS] then a JSON list of
 // {"name", "arguments"}, or Mistral's newer [TOOL_CALLS]name[ARGS]{...}). A call that cannot be decoded is reported
 // as an error (the agent answers it with an error message) instead of dropped. The registry maps each model family
-// to its format (toolParserForFamily), which rollout.tool_parser overrides.
+// to its format (toolParserForFamily), unless the chat template in use spells another's marker (toolParserFor);
+// rollout.tool_parser overrides both.
 import type { ModelFamily } from '../../core/weights/model-config.ts';
 
 export interface ParsedToolCall {
@@ -30,6 +31,11 @@ export interface ToolParser {
    * with null, everything up to the name's first character. Absent: the format cannot be forced.
    */
   callPrefix?(name: string | null): string;
+  /**
+   * A token only this format's calls carry, as a chat template that writes them spells it: how the format in use
+   * is found from the template (toolParserFor). Absent: the format has no marker of its own (Llama 3.1's bare JSON).
+   */
+  readonly marker?: string;
 }
 
 /** `{"name": "<name>", "<argsKey>":` as the JSON formats open a call (the name written as JSON writes it). */
@@ -41,6 +47,7 @@ const BLOCK = /<tool_call>([\s\S]*?)<\/tool_call>/g;
 
 export const hermesToolParser: ToolParser = {
   name: 'hermes',
+  marker: '<tool_call>',
   callPrefix: (name) => `<tool_call>\n${jsonCallPrefix(name, 'arguments')}`,
   parse(text: string): ToolParseResult {
     const calls: ParsedToolCall[] = [];
@@ -163,6 +170,7 @@ const ARGS = '[ARGS]';
 
 export const mistralToolParser: ToolParser = {
   name: 'mistral',
+  marker: TOOL_CALLS,
   callPrefix: (name) => `${TOOL_CALLS}[${jsonCallPrefix(name, 'arguments')}`,
   parse(text: string): ToolParseResult {
     const at = text.indexOf(TOOL_CALLS);
@@ -221,4 +229,15 @@ export const TOOL_PARSER_BY_FAMILY: Readonly<Record<ModelFamily, string>> = Obje
 
 export function toolParserForFamily(family: ModelFamily | null): string {
   return family === null ? 'hermes' : TOOL_PARSER_BY_FAMILY[family];
+}
+
+/**
+ * The tool-call format of the chat template in use: the one registered parser whose marker the template spells,
+ * else the family's. The template decides, not the family, because a config may give its own (model.chat_template):
+ * SmolLM2 is a llama, and the calculator's ChatML template for it writes Hermes' <tool_call> blocks, which the
+ * family's llama3_json parser never finds (every call lost, every reward 0).
+ */
+export function toolParserFor(family: ModelFamily | null, templateText: string): string {
+  const found = [...PARSERS.values()].filter((p) => p.marker !== undefined && templateText.includes(p.marker));
+  return found.length === 1 ? found[0]!.name : toolParserForFamily(family);
 }

