@@ -6,7 +6,8 @@
 // hand (the first layer off), the write does reach the cache and the check catches it: the entry is discarded, npm
 // ci runs and fills it again. Then damage, by hand and generated: a byte changed with the file's time put back, a
 // file cut, deleted, added, replaced by a directory or a FIFO, a link retargeted, a mode changed, the checksum list
-// edited or missing, the entry incomplete; each is refused, said so, and replaced by a fresh install.
+// edited or missing, the entry incomplete; each is refused, said so, and replaced by a fresh install. Last, the
+// script sourced as setup.sh sources it: setup's check after npm ci (chDB's library unpacked) gates the cache.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -209,6 +210,31 @@ test('a damaged cache entry is refused, said so, discarded and replaced by a fre
     assert.match(ok.stderr, /linking the npm packages/);
     assert.doesNotMatch(ok.stderr, /npm ci/);
     works(ok.dir);
+  } finally {
+    rmSync(f.root, { recursive: true, force: true });
+  }
+});
+
+test('sourced as infra/setup.sh does: its after-install check runs after npm ci, and a failing one keeps nothing in the cache', { timeout: 300_000 }, () => {
+  const f = fixture();
+  try {
+    const run = (check: string) => {
+      const dir = join(f.root, `sourced${++clones}`);
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'package.json'), f.project.pkg);
+      writeFileSync(join(dir, 'package-lock.json'), f.project.lock);
+      return { dir, ...sh('bash', ['-c', `npm_after_install() { ${check}; }; source ${JSON.stringify(SCRIPT)}; npm_packages`], dir, f.env) };
+    };
+    const failed = run('test -f node_modules/tiny-dep/index.js && echo "setup: checked after npm ci" >&2; exit 1');
+    assert.equal(failed.code, 1);
+    assert.match(failed.stderr, /installing npm packages \(npm ci[^]*checked after npm ci/);
+    assert.doesNotMatch(failed.stderr, /keeping a copy/);
+    assert.ok(!existsSync(join(f.env['HOME']!, '.cache', 'rlstream', 'node_modules')) || readdirSync(join(f.env['HOME']!, '.cache', 'rlstream', 'node_modules')).length === 0, 'nothing kept in the cache');
+    const passed = run('echo "setup: checked after npm ci" >&2');
+    assert.equal(passed.code, 0, passed.stderr);
+    assert.match(passed.stderr, /checked after npm ci[^]*keeping a copy/);
+    works(passed.dir);
+    assert.ok(existsSync(join(f.entry(), 'manifest')));
   } finally {
     rmSync(f.root, { recursive: true, force: true });
   }
