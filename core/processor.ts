@@ -502,7 +502,7 @@ export class StreamProcessor {
   /** Load the latest checkpoints of newly assigned partitions, in one read of the state topic. */
   private async restore(parts: { topic: string; partition: number }[]): Promise<void> {
     const keys = new Set(parts.map((p) => tpKey(p.topic, p.partition)));
-    const found = await readCheckpoints(this.opts.log, this.stateTopic, keys, this.logger);
+    const found = await readCheckpoints(this.opts.log, this.stateTopic, keys);
     const committed = new Map<string, number>();
     for (const topic of new Set(parts.map((p) => p.topic))) for (const o of await this.opts.log.committed(this.opts.id, topic)) committed.set(tpKey(topic, o.partition), o.offset);
     for (const { topic, partition } of parts) {
@@ -527,12 +527,8 @@ export async function readCheckpoints(
   log: EventLog,
   stateTopic: string,
   keys: Set<string>,
-  logger: Logger = silentLogger,
-  /**
-   * How long a read that does not move is given before it is taken as ended (readToEnd's idleEndMs); unset, the
-   * read reaches the end or fails retriably. Only for callers to whom an older checkpoint is acceptable.
-   */
-  options: { idleEndMs?: number } = {},
+  /** The read's deadline (default 60 s): it reaches the end by then or fails retriably (readToEnd). */
+  options: { timeoutMs?: number } = {},
 ): Promise<Map<string, Checkpoint>> {
   const found = new Map<string, Checkpoint>();
   const parts = await log.offsets(stateTopic).catch(() => []);
@@ -555,18 +551,14 @@ export async function readCheckpoints(
       // To the end listed before the restore, by position (see readToEnd): stopping at the first empty polls
       // after a broker restart took an older checkpoint, whose ranges marked records finished that the newer
       // one still held (a GRPO group was then never completed).
-      const read = await readToEnd(consumer, stateTopic, new Map([[0, p0.high]]), (records) => {
+      await readToEnd(consumer, stateTopic, new Map([[0, p0.high]]), (records) => {
         for (const r of records) {
           const k = r.key?.toString('utf8');
           if (k === undefined || !keys.has(k)) continue;
           const prev = latest.get(k);
           if (!prev || prev.offset < r.offset) latest.set(k, { offset: r.offset, cp: JSON.parse(r.value.toString('utf8')) as Checkpoint });
         }
-      }, { what: 'checkpoint restore', timeoutMs: 60_000, ...(options.idleEndMs === undefined ? {} : { idleEndMs: options.idleEndMs }) });
-      // A read that stalled short of the end may have missed the newest checkpoints. An older one of the same
-      // committed offset knows fewer finished records, so more are processed again (outputs with the same
-      // derived ids, which readers drop), never fewer; one of another offset is discarded by restore().
-      if (read.ended === 'idle') logger.warn('checkpoint restore stopped short of the state topic end; older checkpoints may be used', { stateTopic, positions: read.positions });
+      }, { what: 'checkpoint restore', timeoutMs: options.timeoutMs ?? 60_000 });
       for (const [k, v] of latest) found.set(k, v.cp);
       if (found.size === keys.size || from === p0.low) return found;
       window *= 8;

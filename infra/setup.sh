@@ -57,60 +57,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   step_done
 fi
 
-# --- npm packages: reinstall only when the lockfile changed since the last install. When node_modules already
-# satisfies package.json (`npm ls` is clean), the stamp is just refreshed: `npm ci` deletes node_modules, which
-# would break other processes using this tree for no gain.
-# A clean clone takes the packages from the per-user cache when one was installed from this same lockfile on
-# this Node and platform: hard links (`cp -al`, about 10 s for 1.4 GB) instead of `npm ci` (71 s of a clean-clone CI
-# run). Links, so the tree stays a real directory of its own: npm replaces files rather than writing into them,
-# so an `npm install` here leaves the cache as it was. The cache is filled by copying a fresh `npm ci`, never by
-# linking it, and holds no stamp (the stamp below is this tree's own).
-stamp=node_modules/.rlstream-lock-stamp
-nm_key=$({ sha256sum package-lock.json; node -p 'process.version + process.platform + process.arch'; } | sha256sum | cut -c1-32)
-nm_cache="$HOME/.cache/rlstream/node_modules/$nm_key"
-if [ ! -e node_modules ] && [ -f "$nm_cache/complete" ]; then
-  step "linking the npm packages installed from this same lockfile from $nm_cache"
-  rm -rf node_modules.partial
-  cp -al "$nm_cache/node_modules" node_modules.partial
-  mv node_modules.partial node_modules
-  cp package-lock.json "$stamp"
-  step_done
-fi
-if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
-  if [ -d node_modules ] && npm ls --depth=0 >/dev/null 2>&1; then
-    cp package-lock.json "$stamp"
-  else
-    step "installing npm packages (npm ci; about 2 minutes on 2 cores, log in $D/npm-ci.log)"
-    # A lockfile out of step with package.json makes `npm ci` refuse; a fresh clone must still install, so fall
-    # back to `npm install` (which rewrites the lockfile: commit it) with a visible warning. npm ci's refusal
-    # (its whole usage text) goes to a log; its first error line is shown.
-    # The lockfile lists chdb's optional macOS and linux-arm64 libraries by hand: this machine's registry does not
-    # serve them (404), so `npm install` here leaves them out, and `npm ci` then refuses the lockfile. On this
-    # platform npm skips them (os/cpu), so no download is needed. An `npm install` that drops them again shows up
-    # here as this warning: put the three entries back (version, os, cpu, optional).
-    if ! npm ci --no-audit --no-fund --loglevel=error >"$D/npm-ci.log" 2>&1; then
-      say "WARNING: npm ci refused ($(grep -m1 -E 'npm (error|ERR!) (Missing|Invalid|code)' "$D/npm-ci.log" || echo "see $D/npm-ci.log")); running npm install"
-      npm install --no-audit --no-fund --loglevel=error
-    fi
-    # npm skips an optional dependency it fails to unpack and still exits 0; chDB's native library is one, and
-    # without it the embedded trace store cannot open. Seen when the disk was full (ENOSPC while unpacking).
-    if ! node -e "import('chdb').then(() => process.exit(0), () => process.exit(1))" 2>/dev/null; then
-      say "chDB's native library did not install (npm skips an optional package it cannot unpack: disk full? $(df -h . | awk 'NR==2 {print $4}') free here; npm's debug log in ~/.npm/_logs has the reason)"
-      exit 1
-    fi
-    step_done
-    if [ ! -f "$nm_cache/complete" ] && [ ! -L node_modules ]; then
-      step "keeping a copy of the npm packages in $nm_cache for the next clean clone"
-      nm_tmp="$nm_cache.partial.$$"
-      rm -rf "$nm_tmp" && mkdir -p "$nm_tmp"
-      cp -a node_modules "$nm_tmp/node_modules" && rm -f "$nm_tmp/node_modules/.rlstream-lock-stamp" && touch "$nm_tmp/complete"
-      # Another setup may have filled the same key meanwhile: the first rename wins, the copy of the other goes.
-      mv -T "$nm_tmp" "$nm_cache" 2>/dev/null || rm -rf "$nm_tmp"
-      step_done
-    fi
-    cp package-lock.json "$stamp"
+# --- npm packages: `npm ci` when the lockfile changed since the last install, or linked from the per-user cache
+# after a check of every file (infra/npm-packages.sh says how and why).
+# npm skips an optional dependency it fails to unpack and still exits 0; chDB's native library is one, and
+# without it the embedded trace store cannot open. Seen when the disk was full (ENOSPC while unpacking). Checked
+# before the packages are kept in the cache.
+npm_after_install() {
+  if ! node -e "import('chdb').then(() => process.exit(0), () => process.exit(1))" 2>/dev/null; then
+    say "chDB's native library did not install (npm skips an optional package it cannot unpack: disk full? $(df -h . | awk 'NR==2 {print $4}') free here; npm's debug log in ~/.npm/_logs has the reason)"
+    exit 1
   fi
-fi
+}
+source infra/npm-packages.sh
+npm_packages
 
 # --- native core: rebuild when a source is newer than the built addon; the same sources built before on this
 # machine (infra/native-key.sh) are copied from the per-user cache instead.

@@ -4,8 +4,7 @@
 // restart fetches stall for seconds, and restores that stopped there resumed from stale state (a step trained
 // twice, a GRPO group never completed). A stall is not the end either: a trainer restore that took 15 s without
 // movement as its end resumed a step behind the log and trained step 4 twice (CI, both Kafka clients, under
-// load). So by default a read reaches its end or fails retriably at its deadline, and the role restarts; only a
-// caller that can use a partial read, and says so, sets idleEndMs.
+// load). So a read reaches its end or fails retriably at its deadline, and the role restarts.
 import { RlstreamError } from '../errors.ts';
 import type { Consumer, LogRecord } from './types.ts';
 
@@ -14,23 +13,10 @@ export interface ReadToEndOptions {
   what: string;
   /** Give up with a retriable LOG_UNAVAILABLE after this long (default 120 s). */
   timeoutMs?: number;
-  /**
-   * Take the read as ended after this long with everything assigned and nothing moving; the result says 'idle'.
-   * Unset (the default): never, since a partial read is stale state to anything that resumes from it.
-   */
-  idleEndMs?: number;
 }
 
-export interface ReadToEndResult {
-  /** 'end': every position reached its end; 'idle': stopped after idleEndMs without movement. */
-  ended: 'end' | 'idle';
-  /** [partition, position, end] at the finish. */
-  positions: [number, number, number][];
-}
-
-export async function readToEnd(consumer: Consumer, topic: string, ends: ReadonlyMap<number, number>, each: (records: LogRecord[]) => Promise<void> | void, options: ReadToEndOptions): Promise<ReadToEndResult> {
+export async function readToEnd(consumer: Consumer, topic: string, ends: ReadonlyMap<number, number>, each: (records: LogRecord[]) => Promise<void> | void, options: ReadToEndOptions): Promise<void> {
   const timeoutMs = options.timeoutMs ?? 120_000;
-  const idleEndMs = options.idleEndMs ?? Number.POSITIVE_INFINITY;
   const position = (p: number): number | undefined => consumer.assignment().find((a) => a.topic === topic && a.partition === p)?.offset;
   const snapshot = (): [number, number, number][] => [...ends].map(([p, end]) => [p, position(p) ?? -1, end]);
   const deadline = Date.now() + timeoutMs;
@@ -38,13 +24,11 @@ export async function readToEnd(consumer: Consumer, topic: string, ends: Readonl
   let last = '';
   for (;;) {
     const now = snapshot();
-    if (now.every(([, at, end]) => at >= end)) return { ended: 'end', positions: now };
+    if (now.every(([, at, end]) => at >= end)) return;
     const key = JSON.stringify(now);
     if (key !== last) {
       last = key;
       lastMove = Date.now();
-    } else if (now.every(([, at]) => at >= 0) && Date.now() - lastMove > idleEndMs) {
-      return { ended: 'idle', positions: now };
     }
     if (Date.now() > deadline) throw new RlstreamError('LOG_UNAVAILABLE', `${options.what}: ${topic} was not read to its end within ${timeoutMs / 1000} s, the last ${((Date.now() - lastMove) / 1000).toFixed(0)} s without movement ([partition, position, end]: ${key})`, { retriable: true });
     const records = await consumer.poll({ maxRecords: 1000, timeoutMs: 200 });

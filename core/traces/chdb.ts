@@ -14,6 +14,7 @@ import { RlstreamError } from '../errors.ts';
 import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
+import { checkRowKeys, ColumnCache, type TableColumns } from './columns.ts';
 import { NativeBlocks, withoutLowCardinality } from './native-block.ts';
 import { SqlSandbox } from './sandbox/sandbox.ts';
 import { parseJsonResult, singleStatement, toJsonEachRow, traceError, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
@@ -56,7 +57,9 @@ export class ChdbTraceStore implements TraceStore {
   private databaseReady = false;
   /** Native blocks in sorting-key order, LowCardinality(String) declared as plain String (see insertEncoded). */
   private readonly nativeBlocks = new NativeBlocks();
-  private readonly codecs = new RowBinaryCodecs(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
+  /** Each table's columns as the engine describes them: what a row's keys are checked against. */
+  private readonly columns = new ColumnCache(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
+  private readonly codecs = new RowBinaryCodecs(this.columns);
   /** Private directory for RowBinary insert payloads (tmpfs when there is one), made on first insert. */
   private spoolDir: string | null = null;
   private spoolSeq = 0;
@@ -129,6 +132,7 @@ export class ChdbTraceStore implements TraceStore {
   async migrate(): Promise<MigrationReport> {
     const report = await applyMigrations({ dialect: this.dialect, database: this.database, exec: (s) => this.exec(s), query: (s) => this.query(s) });
     await this.nativeBlocks.loadSortingKeys((sql) => this.query(sql), this.database);
+    this.columns.reset();
     this.codecs.reset();
     return report;
   }
@@ -136,9 +140,18 @@ export class ChdbTraceStore implements TraceStore {
   async insert(table: TraceTable, rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
     this.live();
+    // Every row's keys are checked against the table's columns before anything is written: by the codec as it
+    // encodes them, else here.
     const codec = await this.rowCodec(table).catch(() => null);
-    if (!codec) return this.insertRaw(table, toJsonEachRow(rows), rows.length);
-    return this.insertEncoded(codec, codec.encode(rows), rows.length);
+    if (codec) return this.insertEncoded(codec, codec.encode(rows), rows.length);
+    checkRowKeys(await this.columnsOf(table), rows);
+    return this.insertRaw(table, toJsonEachRow(rows), rows.length);
+  }
+
+  private columnsOf(table: TraceTable): Promise<TableColumns> {
+    return this.columns.get(table).catch((err: unknown) => {
+      throw traceError(`insert into ${table}: its columns could not be read`, err);
+    });
   }
 
   rowCodec(table: TraceTable): Promise<TableCodec | null> {
@@ -200,7 +213,8 @@ export class ChdbTraceStore implements TraceStore {
     const name = `${this.database}.${table}`;
     await this.serial(async () => {
       try {
-        await session.insert({ table: name, values: jsonEachRow, format: 'JSONEachRow' });
+        // The engine refuses a field that is not a column (its default here skips it: a misspelt key stored nothing).
+        await session.insert({ table: name, values: jsonEachRow, format: 'JSONEachRow', settings: { input_format_skip_unknown_fields: 0 } });
         this.writes++;
         this.bytesSent += jsonEachRow.length;
       } catch (err) {

@@ -12,12 +12,10 @@
 // and a row function generated per table so every column is read with a constant property name (a keyed
 // read with a varying name is megamorphic and costs more than encoding the value).
 import { RlstreamError } from '../errors.ts';
+import { keyChecker, type ColumnCache, type ColumnSpec } from './columns.ts';
 import type { Row } from './store.ts';
 
-export interface ColumnSpec {
-  name: string;
-  type: string;
-}
+export type { ColumnSpec } from './columns.ts';
 
 /**
  * Buffer's own UTF-8 writer, without Buffer.prototype.write's argument handling (which cost as much as the
@@ -466,14 +464,20 @@ export interface TableCodec {
   table: string;
   /** The columns a payload carries, in order (INSERT names them). */
   columns: ColumnSpec[];
-  /** Appends one row; a bad value throws a TRACE_STORE error naming the column and leaves `out` unchanged. */
+  /**
+   * Appends one row; a key that is not one of `columns` throws INPUT_INVALID naming it (columns.ts), a bad value a
+   * TRACE_STORE error naming the column; either leaves `out` unchanged.
+   */
   append(out: RowBinaryBuffer, row: Row): void;
-  /** Encodes rows into a new Buffer. */
+  /** Encodes rows into a new Buffer; throws as append does (naming the row) before returning anything. */
   encode(rows: readonly Row[]): Buffer;
 }
 
-/** A codec for these columns (in table order), or null if some column type is not supported. */
-export function compileRowBinary(table: string, columns: readonly ColumnSpec[]): TableCodec | null {
+/**
+ * A codec for these columns (in table order), or null if some column type is not supported. `computed`: the
+ * table's columns an INSERT does not write (name → kind), named when a row carries one.
+ */
+export function compileRowBinary(table: string, columns: readonly ColumnSpec[], computed: ReadonlyMap<string, string> = new Map()): TableCodec | null {
   const encoders: Encode[] = [];
   for (const c of columns) {
     const e = compileType(withoutTimeZone(c.type));
@@ -487,7 +491,9 @@ export function compileRowBinary(table: string, columns: readonly ColumnSpec[]):
     return scalar ? scalar.put : null;
   });
   const encodeRow = rowFunction(columns, encoders, elements);
-  const append = (out: RowBinaryBuffer, row: Row): void => {
+  const checkKeys = keyChecker({ table, insertable: [...columns], computed });
+  const append = (out: RowBinaryBuffer, row: Row, index?: number): void => {
+    checkKeys(row, index);
     const start = out.pos;
     try {
       encodeRow(out, row);
@@ -518,34 +524,24 @@ export function compileRowBinary(table: string, columns: readonly ColumnSpec[]):
     append,
     encode: (rows) => {
       scratch.reset();
-      for (const row of rows) append(scratch, row);
+      for (let i = 0; i < rows.length; i++) append(scratch, rows[i]!, i);
       // A copy: the scratch buffer is reused by the next call while an insert may still hold this one.
       return Buffer.from(scratch.payload());
     },
   };
 }
 
-/** Columns an INSERT writes (DESCRIBE TABLE rows): MATERIALIZED, ALIAS and EPHEMERAL ones are not sent. */
-function insertableColumns(describe: readonly Row[]): ColumnSpec[] {
-  return describe
-    .filter((r) => !['MATERIALIZED', 'ALIAS', 'EPHEMERAL'].includes(String(r['default_type'] ?? '')))
-    .map((r) => ({ name: String(r['name']), type: String(r['type']) }));
-}
-
-/** Per-table encoders, compiled on first use from DESCRIBE TABLE; reset after migrations change tables. */
+/** Per-table encoders, compiled on first use from the table's columns as the engine reports them (ColumnCache). */
 export class RowBinaryCodecs {
   private readonly cache = new Map<string, Promise<TableCodec | null>>();
 
-  constructor(private readonly describe: (table: string) => Promise<readonly Row[]>) {}
+  constructor(private readonly columns: ColumnCache) {}
 
   /** The table's codec, or null when it has a column type without a RowBinary encoder here. */
   get(table: string): Promise<TableCodec | null> {
     let p = this.cache.get(table);
     if (!p) {
-      p = this.describe(table).then((rows) => {
-        const columns = insertableColumns(rows);
-        return columns.length > 0 ? compileRowBinary(table, columns) : null;
-      });
+      p = this.columns.get(table).then((c) => (c.insertable.length > 0 ? compileRowBinary(table, c.insertable, c.computed) : null));
       this.cache.set(table, p);
       // A failed DESCRIBE (a table not created yet) is asked again next time.
       p.catch(() => this.cache.delete(table));
@@ -553,6 +549,7 @@ export class RowBinaryCodecs {
     return p;
   }
 
+  /** After migrations changed tables (reset the ColumnCache too). */
   reset(): void {
     this.cache.clear();
   }

@@ -9,6 +9,7 @@ import { applyMigrations } from './migrate.ts';
 import { quoteIdent, quoteString } from './sql.ts';
 import { SqlSandbox } from './sandbox/sandbox.ts';
 import { RowBinaryCodecs, type TableCodec } from './rowbinary.ts';
+import { checkRowKeys, ColumnCache } from './columns.ts';
 import { NativeBlocks } from './native-block.ts';
 import { parseJsonResult, singleStatement, toJsonEachRow, traceError, type Dialect, type MigrationReport, type QueryLimits, type QueryOptions, type QueryResult, type Row, type TraceStore, type TraceTable } from './store.ts';
 
@@ -53,7 +54,9 @@ export class ServerTraceStore implements TraceStore {
   private client: ClickHouseClient | null;
   /** Native blocks in sorting-key order (a current server takes plain String for LowCardinality(String)). */
   private readonly nativeBlocks = new NativeBlocks();
-  private readonly codecs = new RowBinaryCodecs(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
+  /** Each table's columns as the engine describes them: what a row's keys are checked against. */
+  private readonly columns = new ColumnCache(async (table) => (await this.query(`DESCRIBE TABLE ${quoteIdent(table)}`)).rows);
+  private readonly codecs = new RowBinaryCodecs(this.columns);
   /** Payload bytes sent by insert()/insertRaw() (benchmarks report MB/s from it). */
   bytesSent = 0;
   private sandbox: SqlSandbox | null = null;
@@ -131,14 +134,23 @@ export class ServerTraceStore implements TraceStore {
     const report = await applyMigrations({ dialect: this.dialect, database: this.database, exec: (s) => this.exec(s), query: (s) => this.query(s) });
     await this.loadColumnTypes();
     await this.nativeBlocks.loadSortingKeys((sql) => this.query(sql), this.database);
+    this.columns.reset();
     this.codecs.reset();
     return report;
   }
 
   async insert(table: TraceTable, rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
+    // Every row's keys are checked against the table's columns before anything is written: by the codec as it
+    // encodes them, else here.
     const codec = await this.rowCodec(table).catch(() => null);
     if (codec) return this.insertEncoded(codec, codec.encode(rows), rows.length);
+    checkRowKeys(
+      await this.columns.get(table).catch((err: unknown) => {
+        throw traceError(`insert into ${table}: its columns could not be read`, err);
+      }),
+      rows,
+    );
     const seconds = this.secondsColumns.get(table);
     let out = rows;
     if (seconds && seconds.length > 0) {
@@ -177,10 +189,12 @@ export class ServerTraceStore implements TraceStore {
 
   private async send(table: TraceTable, tail: string, body: Buffer, rows: number, attempt = 1): Promise<void> {
     try {
-      // exec with a raw body: the bytes go to the server as they are (insert() would re-encode objects).
+      // exec with a raw body: the bytes go to the server as they are (insert() would re-encode objects). A
+      // JSONEachRow field that is not a column is refused by the server (servers of today skip it by default).
       const res = await this.live().exec({
         query: `INSERT INTO ${quoteIdent(table)} ${tail}`,
         values: Readable.from([body], { objectMode: false }),
+        clickhouse_settings: { input_format_skip_unknown_fields: 0 },
       });
       res.stream.resume();
       await new Promise<void>((ok, fail) => res.stream.once('end', ok).once('error', fail));

@@ -130,7 +130,11 @@ export interface TraceStore {
   readonly target: string;
   /** Apply pending migrations of infra/clickhouse/migrations (idempotent). */
   migrate(): Promise<MigrationReport>;
-  /** Insert rows into one table (RowBinary, or JSONEachRow for a table without a codec); times are epoch ms. */
+  /**
+   * Insert rows into one table (RowBinary, or JSONEachRow for a table without a codec); times are epoch ms. A row
+   * with a key that is not a column an INSERT writes (as the engine describes the table) refuses the whole insert
+   * with INPUT_INVALID naming the table, the row and the key, before anything is written (columns.ts).
+   */
   insert(table: TraceTable, rows: readonly Row[]): Promise<void>;
   /**
    * The table's RowBinary codec (compiled from DESCRIBE TABLE; it turns epoch ms into the dialect's times), or
@@ -139,7 +143,7 @@ export interface TraceStore {
   rowCodec(table: TraceTable): Promise<TableCodec | null>;
   /** Insert `rows` rows that `codec` encoded into `payload` (unchanged until the promise settles). */
   insertEncoded(codec: TableCodec, payload: Buffer, rows: number): Promise<void>;
-  /** Insert pre-serialized JSONEachRow lines (the bulk path of the benchmark and of replay). */
+  /** Insert pre-serialized JSONEachRow lines, unchecked here: the engine itself refuses a field that is not a column. */
   insertRaw(table: TraceTable, jsonEachRow: Buffer, rows: number): Promise<void>;
   /** Trusted SQL (ours: migrations, the dashboard's reads, tests). One statement. With limits (named queries) it takes queryReadonly's path. */
   query(sql: string, options?: QueryOptions): Promise<QueryResult>;

@@ -60,7 +60,7 @@ async function snapshot(logDir: string): Promise<Map<string, string>> {
       try {
         await readToEnd(c, name, target, (records) => {
           for (const r of records) out.set(`${name}/${r.partition}/${r.offset}`, createHash('sha1').update(r.value).digest('hex'));
-        }, { what: 'snapshot', timeoutMs: 60_000, idleEndMs: 3_000 });
+        }, { what: 'snapshot', timeoutMs: 60_000 });
       } finally {
         await c.close();
       }
