@@ -672,6 +672,36 @@ size_t used_bytes() {
   return t - f;
 }
 
+// The benchmarks' synthetic policy-loss batch: seqs sequences of len tokens, token g = first + t of a global
+// numbering (a data-parallel rank takes first = rank x T), so every implementation and rank builds the same data.
+struct BenchBatch {
+  std::vector<int32_t> tokens, targets, starts;
+  std::vector<float> mask, adv, behav;
+  Batch b;
+  PolicyLossInputs pin;
+  BenchBatch(int V, int seqs, int len, int64_t first = 0)
+      : tokens(seqs * len), targets(seqs * len), starts(seqs + 1), mask(seqs * len, 1.f), adv(seqs * len), behav(seqs * len) {
+    const int T = seqs * len;
+    for (int t = 0; t < T; t++) {
+      const int64_t g = first + t;
+      tokens[t] = (int32_t)((g * 7919) % V);
+      targets[t] = (int32_t)((g * 104729 + 3) % V);
+      adv[t] = (float)((g % 13) - 6) / 6.f;
+      behav[t] = (float)(-std::log((double)V) + ((g % 5) - 2) * 0.05);
+    }
+    for (int q = 0; q <= seqs; q++) starts[q] = q * len;
+    b.tokens = tokens.data();
+    b.T = T;
+    b.seq_starts = starts.data();
+    b.S = seqs;
+    pin.response_mask = mask.data();
+    pin.advantages = adv.data();
+    pin.behaviour = behav.data();
+  }
+  BenchBatch(const BenchBatch&) = delete;
+  BenchBatch& operator=(const BenchBatch&) = delete;
+};
+
 void bench(const std::vector<std::string>& names, int iters) {
   std::printf("\n== benchmark: policy-loss training step (forward, backward, clip, AdamW) on CUDA ==\n");
   cudaFree(nullptr);
@@ -682,25 +712,9 @@ void bench(const std::vector<std::string>& names, int iters) {
     const size_t base = used_bytes();
     size_t peak = 0;
     const ModelConfig& cfg = bm.cfg;
-    const int T = bm.seqs * bm.len, V = cfg.vocab_size;
-    std::vector<int32_t> tokens(T), targets(T), starts(bm.seqs + 1);
-    std::vector<float> mask(T, 1.f), adv(T), behav(T);
-    for (int t = 0; t < T; t++) {
-      tokens[t] = (int32_t)(((int64_t)t * 7919) % V);
-      targets[t] = (int32_t)(((int64_t)t * 104729 + 3) % V);
-      adv[t] = (float)((t % 13) - 6) / 6.f;
-      behav[t] = (float)(-std::log((double)V) + ((t % 5) - 2) * 0.05);
-    }
-    for (int s = 0; s <= bm.seqs; s++) starts[s] = s * bm.len;
-    Batch b;
-    b.tokens = tokens.data();
-    b.T = T;
-    b.seq_starts = starts.data();
-    b.S = bm.seqs;
-    PolicyLossInputs pin;
-    pin.response_mask = mask.data();
-    pin.advantages = adv.data();
-    pin.behaviour = behav.data();
+    const int T = bm.seqs * bm.len;
+    BenchBatch data(cfg.vocab_size, bm.seqs, bm.len);
+    const Batch& b = data.b;
     const PolicyLossOptions opt = loss_options(0.2, 0.28, 0, 1e-3);
     Model m(cfg, 8, 0, Device::Cuda);
     m.init_random(1, 0.02f);
@@ -710,8 +724,8 @@ void bench(const std::vector<std::string>& names, int iters) {
     double last_loss = 0;
     auto step = [&]() {
       m.zero_grad();
-      PolicyLoss loss(pin, opt, starts.data(), b.S, T);
-      m.forward_backward(b, targets.data(), loss);
+      PolicyLoss loss(data.pin, opt, data.starts.data(), b.S, T);
+      m.forward_backward(b, data.targets.data(), loss);
       const double n = m.grad_norm();
       if (n > 1.0) m.scale_grads((float)(1.0 / (n + 1e-6)));
       m.adamw_step(ap);
@@ -961,25 +975,8 @@ void data_parallel(const DpArgs& a) {
   const auto id = dp_unique_id(a);
   const int comm = nccl_comm_init(id.data(), N, R, 0);
 
-  std::vector<int32_t> tokens(T), targets(T), starts(a.seqs + 1);
-  std::vector<float> mask(T, 1.f), adv(T), behav(T);
-  for (int t = 0; t < T; t++) {
-    const int64_t g = (int64_t)R * T + t;
-    tokens[t] = (int32_t)((g * 7919) % V);
-    targets[t] = (int32_t)((g * 104729 + 3) % V);
-    adv[t] = (float)((g % 13) - 6) / 6.f;
-    behav[t] = (float)(-std::log((double)V) + ((g % 5) - 2) * 0.05);
-  }
-  for (int q = 0; q <= a.seqs; q++) starts[q] = q * a.len;
-  Batch b;
-  b.tokens = tokens.data();
-  b.T = T;
-  b.seq_starts = starts.data();
-  b.S = a.seqs;
-  PolicyLossInputs pin;
-  pin.response_mask = mask.data();
-  pin.advantages = adv.data();
-  pin.behaviour = behav.data();
+  BenchBatch data(V, a.seqs, a.len, (int64_t)R * T);
+  const Batch& b = data.b;
   const PolicyLossOptions opt = loss_options(0.2, 0.28, 0, 1e-3);
 
   Model m(cfg, 8, 0, Device::Cuda);
@@ -1002,8 +999,8 @@ void data_parallel(const DpArgs& a) {
 
   auto step = [&]() {
     m.zero_grad();
-    PolicyLoss loss(pin, opt, starts.data(), b.S, T);
-    m.forward_backward(b, targets.data(), loss);
+    PolicyLoss loss(data.pin, opt, data.starts.data(), b.S, T);
+    m.forward_backward(b, data.targets.data(), loss);
     last_loss = loss.metrics().loss;
     cudaEventRecord(c0, (cudaStream_t)q);
     double ss = 0;
