@@ -8,6 +8,7 @@
 // (consumers/trainer/device.ts).
 import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
 import { loadRunConfig, type RunConfig } from '../config/run-config.ts';
+import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
 import { devicesProblems } from '../../consumers/trainer/parallel/devices.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
@@ -152,7 +153,29 @@ export async function checkConfig(path: string, overrides: Record<string, unknow
   if (plugins) problems.push(...(await startupProblems(config, plugins)));
   problems.push(...checkModel(config));
   problems.push(...devicesProblems(config.trainer.dataParallel));
+  problems.push(...deviceProblems(config));
   return { config, problems };
+}
+
+/**
+ * trainer.device and the built-in backend's device against this machine, as trainer.devices is checked against its
+ * GPU count: a 'cuda' that the roles would refuse at start is named here, so that a config check ok on this machine
+ * means the run starts on it. (A config checked for another machine gets these two lines and nothing else.)
+ */
+function deviceProblems(config: RunConfig): string[] {
+  const problems: string[] = [];
+  const fields: [string, unknown][] = [['trainer.device', config.trainer.device]];
+  if (config.backend.name === 'builtin') fields.push(['backend.device', config.backend.options['device']]);
+  for (const [field, device] of fields) {
+    if (device !== 'cuda') continue;
+    try {
+      checkTrainerDevice('cuda', field);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...err.issues.map((i) => `${i.path}: ${i.message}`));
+    }
+  }
+  return problems;
 }
 
 /**

@@ -1,10 +1,11 @@
-// trainer.device at start-up: 'cuda' on a machine whose addon cannot run it fails before any work, naming the
-// field and the fix. The config itself compiles anywhere (a config is often checked on a machine other than the
-// one that trains), so this check belongs to the process that makes the model, not to config compilation.
+// A device field ('cuda') against this process: on a machine whose addon cannot run it, fails before any work,
+// naming the field and the fix. The config itself compiles anywhere (it may be meant for another machine), so this
+// is not part of config compilation: the process that makes the model runs it at start, and `rlstream config check`
+// runs it too (cli/run/preflight.ts), so that a check ok on this machine means the run starts here.
 import { ConfigError } from '../../core/config/validate.ts';
 import { cudaAvailable, nativeAvailable, type DeviceKind } from '../../native/index.ts';
 
-/** Throws ConfigError (CONFIG_INVALID) at `field` when `device` cannot run in this process. */
+/** Throws ConfigError (CONFIG_INVALID) at `field` (trainer.device, backend.device) when `device` cannot run in this process. */
 export function checkTrainerDevice(device: DeviceKind, field = 'trainer.device'): void {
   if (device !== 'cuda' || cudaAvailable()) return;
   const why =

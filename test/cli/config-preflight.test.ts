@@ -108,3 +108,19 @@ test('rlstream run refuses what config check refuses, with the same problems, be
   assert.equal(run.stderr.trimEnd(), `rlstream: CONFIG_INVALID: ${problemLines.join('\n')}`);
   assert.equal(existsSync(dataDir), false, 'the refused run wrote nothing');
 });
+
+test("device 'cuda' on a machine that cannot run it: config check names trainer.device and backend.device with the fix, as the run would refuse at start", async () => {
+  const { cudaAvailable } = await import('../../native/index.ts');
+  const gpu = join(ROOT, 'examples', 'calculator', 'config.gpu.yaml');
+  const both = await checkConfig(gpu, { 'backend.device': 'cuda' });
+  if (cudaAvailable()) {
+    assert.ok(!both.problems.some((p) => /\.device: 'cuda' cannot run/.test(p)), both.problems.join('\n'));
+    return;
+  }
+  const named = both.problems.filter((p) => /'cuda' cannot run in this process/.test(p));
+  assert.deepEqual(named.map((p) => p.split(':')[0]).sort(), ['backend.device', 'trainer.device'], both.problems.join('\n'));
+  for (const p of named) assert.match(p, /RLSTREAM_CUDA=1|set (trainer|backend)\.device: cpu/);
+  // the same config on the cpu checks clean of them
+  const cpu = await checkConfig(gpu, { 'trainer.device': 'cpu' });
+  assert.ok(!cpu.problems.some((p) => /cannot run in this process/.test(p)), cpu.problems.join('\n'));
+});

@@ -88,7 +88,7 @@ test('this machine\'s GPUs: counted by the CUDA runtime through the addon or by 
 test('config check and rlstream run refuse more GPUs than this machine has, naming the count found', async () => {
   const config = join(ROOT, 'examples', 'calculator', 'config.yaml');
   const found = gpusFound();
-  // at least 2: one rank asks nothing of the machine here (trainer.device is checked by the process that trains)
+  // at least 2: one rank asks nothing of the machine's GPU count (trainer.device 'cuda' is checked on its own)
   const asked = Math.max(2, found.count + 1);
   const { problems } = await checkConfig(config, { 'trainer.device': 'cuda', 'trainer.devices': asked, 'trainer.groups_per_step': Math.max(8, asked) });
   assert.ok(problems.some((p) => p.startsWith(`trainer.devices: asks for ${asked} GPU(s); this machine has ${found.count} (counted by ${found.source})`)), problems.join('\n'));
