@@ -164,7 +164,7 @@ async function serdeCost(): Promise<Record<string, number>> {
   const t = trajectory({ groupId: 'g', index: 0, tokens: TOKENS });
   const tc = serde.encode('TrajectoryCompleted', completed(t));
   const rw = rewarded(t, 1);
-  const adv = { ...rw, estimator: 'grpo', advantages: new Array<number>(TOKENS).fill(0.5), returns: new Array<number>(TOKENS).fill(0.5), group: { group_size: 8, expected_size: 8, reward_mean: 0, reward_std: 1, partial: false } };
+  const adv = { ...rw, estimator: 'grpo', advantages: new Array<number>(TOKENS).fill(0.5), returns: new Array<number>(TOKENS).fill(0.5), group: { group_members: 8, expected_size: 8, reward_mean: 0, reward_std: 1, partial: false } };
   return {
     decodeTrajectoryCompletedUs: bestOf(() => serde.tryDecodeSync(tc)),
     encodeRewardedUs: bestOf(() => serde.encode('RewardedTrajectory', rw)),

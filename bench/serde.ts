@@ -25,7 +25,7 @@ function values(tokens: number): Map<EventName, unknown> {
   const rw = rewarded(t, 1);
   out.set('RewardedTrajectory', rw);
   const adv = Array.from({ length: tokens }, (_, i) => ((i % 13) - 6) / 7);
-  out.set('AdvantagedTrajectory', { ...rw, estimator: 'grpo', advantages: adv, returns: adv, group: { group_size: 8, expected_size: 8, reward_mean: 0.5, reward_std: 0.5, partial: false } });
+  out.set('AdvantagedTrajectory', { ...rw, estimator: 'grpo', advantages: adv, returns: adv, group: { group_members: 8, expected_size: 8, reward_mean: 0.5, reward_std: 0.5, partial: false } });
   const turn = currentFixtureValue('TurnCompleted') as Record<string, unknown>;
   out.set('TurnCompleted', {
     ...turn,

@@ -17,8 +17,8 @@ export function weightsPath(uri: string): string {
 
 /** The PolicyUpdate for a backend, after checking the file's sha256; throws WEIGHTS_CHECKSUM if it differs. */
 export async function verifyPolicyVersion(pv: PolicyVersion): Promise<PolicyUpdate> {
-  const path = await verified(pv.version, pv.weights_uri, pv.checksum, 'weights');
-  if (pv.format !== LORA_FILE_FORMAT) return { version: pv.version, weightsPath: path, configJson: pv.config_json };
+  const path = await verified(pv.policy_version, pv.weights_uri, pv.checksum, 'weights');
+  if (pv.format !== LORA_FILE_FORMAT) return { version: pv.policy_version, weightsPath: path, configJson: pv.config_json };
   // Adapters (trainer.lora): their file names the weights they sit on, checked as the version's own file is.
   const w = openWeights(path);
   let meta: Record<string, string>;
@@ -27,9 +27,9 @@ export async function verifyPolicyVersion(pv: PolicyVersion): Promise<PolicyUpda
   } finally {
     w.close();
   }
-  if (!meta.base_uri || !meta.base_checksum) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${pv.version}: adapter file ${path} names no base weights (metadata base_uri, base_checksum)`);
-  const base = await verified(pv.version, meta.base_uri, meta.base_checksum, 'base weights');
-  return { version: pv.version, weightsPath: path, configJson: pv.config_json, adapter: { path, baseWeightsPath: base } };
+  if (!meta.base_uri || !meta.base_checksum) throw new RlstreamError('WEIGHTS_FORMAT', `policy version ${pv.policy_version}: adapter file ${path} names no base weights (metadata base_uri, base_checksum)`);
+  const base = await verified(pv.policy_version, meta.base_uri, meta.base_checksum, 'base weights');
+  return { version: pv.policy_version, weightsPath: path, configJson: pv.config_json, adapter: { path, baseWeightsPath: base } };
 }
 
 // The base weights verified in this process: the base of every adapter version is the same (large) file, hashed

@@ -547,18 +547,18 @@ export class RolloutWorker {
 
   /** Apply a PolicyVersion: verify the weights' checksum, hand them to the backend, open the gate. */
   async onPolicyVersion(pv: PolicyVersion): Promise<void> {
-    if (pv.run_id !== this.deps.runId || pv.version <= this.currentPolicyVersion) return;
+    if (pv.run_id !== this.deps.runId || pv.policy_version <= this.currentPolicyVersion) return;
     const run = async () => {
-      if (pv.version <= this.currentPolicyVersion) return;
+      if (pv.policy_version <= this.currentPolicyVersion) return;
       try {
         const update = await verifyPolicyVersion(pv);
         await this.deps.backend.updatePolicy?.(update);
-        this.currentPolicyVersion = pv.version;
+        this.currentPolicyVersion = pv.policy_version;
         this.counters.add('policy_updates');
-        this.logger.info('policy version applied', { version: pv.version });
+        this.logger.info('policy version applied', { version: pv.policy_version });
       } catch (err) {
         this.counters.add('policy_update_failures');
-        this.logger.error('policy version rejected', { version: pv.version, error: describeError(err) });
+        this.logger.error('policy version rejected', { version: pv.policy_version, error: describeError(err) });
       }
       this.notify();
     };
@@ -598,7 +598,7 @@ export class RolloutWorker {
         onError(err, 'decode', rec);
         continue;
       }
-      if (ev.name === 'PolicyVersion' && (!newest || ev.value.version > newest.version)) newest = ev.value;
+      if (ev.name === 'PolicyVersion' && (!newest || ev.value.policy_version > newest.policy_version)) newest = ev.value;
     }
     if (!newest) return;
     const applied = this.onPolicyVersion(newest);

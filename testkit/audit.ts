@@ -104,7 +104,7 @@ export async function collectRun(log: EventLog, serde: EventSerde, runId: string
   });
   await readTopic(log, TOPICS.policyVersions, async (v) => {
     const ev = await tryDecode(serde, v);
-    if (ev?.name === 'PolicyVersion' && ev.value.run_id === runId) out.versions.push(ev.value.version);
+    if (ev?.name === 'PolicyVersion' && ev.value.run_id === runId) out.versions.push(ev.value.policy_version);
   });
   await readTopic(log, TOPICS.deadLetter, async (v) => {
     const ev = await tryDecode(serde, v);

@@ -242,7 +242,7 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
             estimator: 'grpo',
             advantages: mask.map((x) => x * adv),
             returns: mask.map((x) => x * adv),
-            group: { group_size: groupSize, expected_size: groupSize, reward_mean: 0.6, reward_std: 0.49, partial: false },
+            group: { group_members: groupSize, expected_size: groupSize, reward_mean: 0.6, reward_std: 0.49, partial: false },
           },
         };
         batch.push(tid);
@@ -295,7 +295,7 @@ export function* syntheticRun(o: SyntheticRunOptions): Generator<SyntheticEvent>
             event_id: deriveId(run, 'version', version),
             time_ms: tick(),
             run_id: run,
-            version,
+            policy_version: version,
             parent: version - 1,
             step,
             weights_uri: `file:///weights/${version}.safetensors`,

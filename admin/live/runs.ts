@@ -24,7 +24,7 @@ export function runView(state: AdminState, runId: string): RunView | undefined {
     startedMs: base.startedMs ?? h?.firstSeenMs ?? null,
     stalenessBound: h?.stalenessBound ?? base.stalenessBound,
     lastStep: h?.steps.at(-1)?.step ?? null,
-    lastPolicyVersion: h?.versions.at(-1)?.version ?? null,
+    lastPolicyVersion: h?.versions.at(-1)?.policy_version ?? null,
     lastEventMs: h?.lastEventMs ?? null,
   };
 }

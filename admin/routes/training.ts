@@ -36,7 +36,7 @@ const Step = Type.Object(
 );
 const Version = Type.Object(
   {
-    version: Type.Integer(),
+    policy_version: Type.Integer(),
     parent: Nullable(Type.Integer()),
     step: Type.Integer(),
     time_ms: Type.Number(),
@@ -90,11 +90,11 @@ function stepView(s: TrainStep, prev: TrainStep | undefined) {
 }
 
 function versionView(v: PolicyVersion) {
-  return { version: v.version, parent: v.parent, step: v.step, time_ms: v.time_ms, weights_uri: v.weights_uri, checksum: v.checksum, format: v.format, metrics: metricRecord(v.metrics) };
+  return { policy_version: v.policy_version, parent: v.parent, step: v.step, time_ms: v.time_ms, weights_uri: v.weights_uri, checksum: v.checksum, format: v.format, metrics: metricRecord(v.metrics) };
 }
 
 function evaluationView(e: Evaluation, h: RunHistory | undefined) {
-  const step = e.step ?? h?.versions.find((v) => v.version === e.policy_version)?.step ?? null;
+  const step = e.step ?? h?.versions.find((v) => v.policy_version === e.policy_version)?.step ?? null;
   const share = (solved: number, n: number) => (n === 0 ? null : solved / n);
   return {
     time_ms: e.time_ms,
@@ -168,7 +168,7 @@ const training: FastifyPluginAsync = async (app) => {
     '/runs/:runId/policy-versions',
     { schema: { tags: ['training'], summary: 'Policy versions published by the trainer', params: RunIdParams, querystring: Paging, response: responses(Type.Object({ versions: Type.Array(Type.Ref('PolicyVersion')) })) } },
     async (req) => {
-      const versions = (history(req.params.runId)?.versions ?? []).filter((v) => req.query.after === undefined || v.version > req.query.after);
+      const versions = (history(req.params.runId)?.versions ?? []).filter((v) => req.query.after === undefined || v.policy_version > req.query.after);
       return { versions: versions.slice(-req.query.limit).map(versionView) };
     },
   );

@@ -35,7 +35,7 @@ async function policyVersions(spec: string, runId: string | null): Promise<Map<n
       await readToEnd(consumer, TOPICS.policyVersions, target, async (records) => {
         for (const r of records) {
           const ev = await serde.decode(r.value);
-          if (ev.name === 'PolicyVersion' && (runId === null || ev.value.run_id === runId)) out.set(ev.value.version, ev.value);
+          if (ev.name === 'PolicyVersion' && (runId === null || ev.value.run_id === runId)) out.set(ev.value.policy_version, ev.value);
         }
       }, { what: 'export: policy versions', timeoutMs: 60_000 });
     } finally {
@@ -52,7 +52,7 @@ function weightsFile(v: PolicyVersion, runDir: string | null): string {
   if (existsSync(v.weights_uri)) return v.weights_uri;
   const moved = runDir ? join(runDir, 'weights', `${v.checksum}.safetensors`) : null;
   if (moved && existsSync(moved)) return moved;
-  throw new RlstreamError('WEIGHTS_FORMAT', `version ${v.version}: its weights ${v.weights_uri} are gone${moved ? ` (nor at ${moved})` : ''}; the trainer keeps trainer.keep_versions versions, and older ones are pruned`);
+  throw new RlstreamError('WEIGHTS_FORMAT', `version ${v.policy_version}: its weights ${v.weights_uri} are gone${moved ? ` (nor at ${moved})` : ''}; the trainer keeps trainer.keep_versions versions, and older ones are pruned`);
 }
 
 export function register(program: Command): void {

@@ -66,11 +66,11 @@ function followPolicy(ctx: RunContext, backend: LlmBackend, logger: Logger): () 
       let newest: PolicyVersion | null = null;
       for (const rec of records) {
         const ev = await ctx.serde.decode(rec.value);
-        if (ev.name === 'PolicyVersion' && ev.value.run_id === ctx.config.run.id && (!newest || ev.value.version > newest.version)) newest = ev.value;
+        if (ev.name === 'PolicyVersion' && ev.value.run_id === ctx.config.run.id && (!newest || ev.value.policy_version > newest.policy_version)) newest = ev.value;
       }
-      if (newest && newest.version > backend.currentPolicyVersion()) {
+      if (newest && newest.policy_version > backend.currentPolicyVersion()) {
         await backend.updatePolicy?.(await verifyPolicyVersion(newest));
-        logger.info('policy version applied', { version: newest.version });
+        logger.info('policy version applied', { version: newest.policy_version });
       }
     },
     {

@@ -51,16 +51,16 @@ export function versionExporter(
   if (every === null) return null;
   const root = config.dir ?? join(runDir, 'export');
   return async (pv) => {
-    if (pv.version === 0 || pv.version % every !== 0) return;
-    const dir = join(root, `v${pv.version}`);
-    const done = (outcome: VersionExportResult['outcome']) => onResult?.({ version: pv.version, dir, outcome });
+    if (pv.policy_version === 0 || pv.policy_version % every !== 0) return;
+    const dir = join(root, `v${pv.policy_version}`);
+    const done = (outcome: VersionExportResult['outcome']) => onResult?.({ version: pv.policy_version, dir, outcome });
     if (existsSync(dir)) {
-      logger.warn('export: directory exists, not overwritten', { version: pv.version, dir });
+      logger.warn('export: directory exists, not overwritten', { version: pv.policy_version, dir });
       return done('exists');
     }
     const started = Date.now();
     try {
-      await writeVersion({ version: pv.version, checksum: pv.checksum, configJson: pv.config_json, weightsFile: pv.weights_uri, format: pv.format }, dir, {
+      await writeVersion({ version: pv.policy_version, checksum: pv.checksum, configJson: pv.config_json, weightsFile: pv.weights_uri, format: pv.format }, dir, {
         dtype: config.dtype,
         maxShardBytes: config.maxShardBytes,
         tokenizerDir: model.tokenizerDir,
@@ -68,10 +68,10 @@ export function versionExporter(
         force: false,
       });
     } catch (err) {
-      logger.error('export: version not written', { version: pv.version, dir, error: describeError(err) });
+      logger.error('export: version not written', { version: pv.policy_version, dir, error: describeError(err) });
       return done('failed');
     }
-    logger.info('export: version written', { version: pv.version, dir, seconds: (Date.now() - started) / 1000 });
+    logger.info('export: version written', { version: pv.policy_version, dir, seconds: (Date.now() - started) / 1000 });
     done('written');
   };
 }

@@ -68,7 +68,7 @@ export function advantageGroup<M>(stage: AdvantageStage, members: readonly M[], 
   const scores = sorted.map((m) => m.sample.score);
   if (stage.dynamicSampling && scores.every((s) => s === scores[0])) return { filtered: true };
   const results = getEstimator(stage.estimator)(sorted.map((m) => m.sample), stage.options);
-  const stats: GroupStats = { group_size: sorted.length, expected_size: expected, reward_mean: mean(scores), reward_std: stdUnbiased(scores), partial: sorted.length < expected };
+  const stats: GroupStats = { group_members: sorted.length, expected_size: expected, reward_mean: mean(scores), reward_std: stdUnbiased(scores), partial: sorted.length < expected };
   return { filtered: false, stats, members: sorted.map((m, i) => ({ member: m.member, result: results[i]! })) };
 }
 

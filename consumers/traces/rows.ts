@@ -209,7 +209,7 @@ export function rowsOf(ev: DecodedEvent): TraceRow[] {
             score: e.reward.score,
             advantages: e.advantages,
             returns: e.returns,
-            group_members: e.group.group_size,
+            group_members: e.group.group_members,
             expected_size: e.group.expected_size,
             reward_mean: e.group.reward_mean,
             reward_std: e.group.reward_std,
@@ -229,8 +229,9 @@ export function rowsOf(ev: DecodedEvent): TraceRow[] {
       return [{ table: 'train_steps', row: { ...rest, metric_names: names(metrics), metric_values: values(metrics), ...meta(ev.value) } }];
     }
     case 'PolicyVersion': {
-      const { metrics, event_id: _id, time_ms: _t, ...rest } = ev.value;
-      return [{ table: 'policy_versions', row: { ...rest, metric_names: names(metrics), metric_values: values(metrics), ...meta(ev.value) } }];
+      const { metrics, event_id: _id, time_ms: _t, policy_version, ...rest } = ev.value;
+      // The column keeps the field's first name (version): ClickHouse 18.16 (the compat-18 dialect) cannot rename a column.
+      return [{ table: 'policy_versions', row: { ...rest, version: policy_version, metric_names: names(metrics), metric_values: values(metrics), ...meta(ev.value) } }];
     }
     case 'Control': {
       const e = ev.value;

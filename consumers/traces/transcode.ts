@@ -153,7 +153,7 @@ export const PLANS: Partial<Record<EventName, Plan>> = {
       score: f('reward', 'score'),
       advantages: f('advantages'),
       returns: f('returns'),
-      group_members: f('group', 'group_size'),
+      group_members: f('group', 'group_members'),
       expected_size: f('group', 'expected_size'),
       reward_mean: f('group', 'reward_mean'),
       reward_std: f('group', 'reward_std'),

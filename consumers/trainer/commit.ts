@@ -93,7 +93,7 @@ export class StepCommitter {
     };
     for (const [topic, onEvent] of [
       [TOPICS.trainSteps, (e: TrainStep) => ((step = Math.max(step, e.step)), took(e))],
-      [TOPICS.policyVersions, (e: PolicyVersion) => ((version = Math.max(version, e.version)), versions++, stored.set(e.version, e.checksum))],
+      [TOPICS.policyVersions, (e: PolicyVersion) => ((version = Math.max(version, e.policy_version)), versions++, stored.set(e.policy_version, e.checksum))],
     ] as const) {
       const c = await log.consumer({ groupId: `${runId}.trainer-restore.${deriveId(Date.now(), Math.random())}`, topics: [topic], readCommitted: true });
       const ends = await log.offsets(topic);
@@ -153,7 +153,7 @@ export class StepCommitter {
       event_id: deriveId(runId, 'policy-version', version),
       time_ms: Date.now(),
       run_id: runId,
-      version,
+      policy_version: version,
       parent,
       step,
       weights_uri: stored.path,

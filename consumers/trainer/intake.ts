@@ -100,7 +100,7 @@ export class TrainerIntake {
     const taken = new Map<string, number>();
     const droppedIds: string[] = [];
     let alreadyConsumed = 0;
-    // per group: `emitted` is GroupStats.group_size, the members the advantage stage sent (a partial group sends
+    // per group: `emitted` is GroupStats.group_members, the members the advantage stage sent (a partial group sends
     // fewer than its trajectories' group_size), so a group is whole here when all of those arrived
     const seen = new Map<string, { emitted: number; got: number; kept: number; again: number }>();
     const next = new Map<number, number>();
@@ -148,7 +148,7 @@ export class TrainerIntake {
           counters.skippedNonTrain++;
           continue;
         }
-        const g = seen.get(e.trajectory.group_id) ?? { emitted: Math.max(1, e.group.group_size), got: 0, kept: 0, again: 0 };
+        const g = seen.get(e.trajectory.group_id) ?? { emitted: Math.max(1, e.group.group_members), got: 0, kept: 0, again: 0 };
         seen.set(e.trajectory.group_id, g);
         g.got++;
         const id = e.trajectory.trajectory_id;

@@ -198,8 +198,8 @@ export interface AdvantagedTrajectory {
 }
 
 export interface GroupStats {
-  /** Members present when the group was emitted. */
-  group_size: number;
+  /** Members present when the group was emitted (fewer than expected_size when partial); not the Trajectory's group_size, which is the size the producer intended. Named group_size before AdvantagedTrajectory v3; the alias lets a reader of today read records written under that name. */
+  group_members: number;
   expected_size: number;
   reward_mean: number;
   reward_std: number;
@@ -210,7 +210,8 @@ export interface PolicyVersion {
   event_id: string;
   time_ms: number;
   run_id: string;
-  version: number;
+  /** The version this event publishes; every other event names it policy_version. Named version before schema v2; the alias lets a reader of today read records written under that name. */
+  policy_version: number;
   parent: null | number;
   step: number;
   /** Content-addressed location of the weights (safetensors). */

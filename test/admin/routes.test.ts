@@ -144,8 +144,8 @@ describe('training', () => {
     assert.deepEqual(live['evaluations'], evals, 'live carries every evaluation whatever steps it pages');
   });
   test('policy versions', async () => {
-    const versions = json(await app.inject({ url: `/api/runs/${run.runId}/policy-versions`, headers: R }))['versions'] as { version: number; parent: number }[];
-    assert.deepEqual(versions.map((v) => v.version), [1, 2]);
+    const versions = json(await app.inject({ url: `/api/runs/${run.runId}/policy-versions`, headers: R }))['versions'] as { policy_version: number; parent: number }[];
+    assert.deepEqual(versions.map((v) => v.policy_version), [1, 2]);
     assert.equal(versions[1]!.parent, 1);
   });
   test('live: run, steps after N, rollout lag per partition of the declared group', async () => {

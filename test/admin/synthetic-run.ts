@@ -164,7 +164,7 @@ export async function syntheticRun(o: SyntheticRunOptions): Promise<RunningRun> 
       await producer.send(TOPICS.policyVersions, [{
         key: runId,
         value: o.serde.encode('PolicyVersion', {
-          event_id: newId(), time_ms: now, run_id: runId, version, parent: version - 1, step: x, weights_uri: `file:///weights/${version}.safetensors`,
+          event_id: newId(), time_ms: now, run_id: runId, policy_version: version, parent: version - 1, step: x, weights_uri: `file:///weights/${version}.safetensors`,
           checksum: deriveId('w', version).padEnd(64, '0'), format: 'safetensors', config_json: '{}', metrics: [],
         }),
       }]);

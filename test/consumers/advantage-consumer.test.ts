@@ -45,7 +45,7 @@ test('complete groups: GRPO advantages per token (0 where masked), group stats, 
   for (const o of a) {
     const expected = o.reward.score === 1 ? adv : -adv;
     o.trajectory.response_mask.forEach((m, t) => assert.ok(Math.abs(o.advantages[t]! - (m ? expected : 0)) < 1e-5));
-    assert.deepEqual({ ...o.group, reward_std: Math.round(o.group.reward_std * 1e6) / 1e6 }, { group_size: 4, expected_size: 4, reward_mean: 0.5, reward_std: 0.57735, partial: false });
+    assert.deepEqual({ ...o.group, reward_std: Math.round(o.group.reward_std * 1e6) / 1e6 }, { group_members: 4, expected_size: 4, reward_mean: 0.5, reward_std: 0.57735, partial: false });
     assert.equal(o.estimator, 'grpo');
   }
   assert.equal(out.filter((o) => o.trajectory.group_id === 'b').length, 0);
@@ -65,7 +65,7 @@ test('a group that never completes is emitted partial on its timeout, or dropped
   const partial = group('p', [1, 0, 1], { size: 8 });
   const emitted = await run({ estimator: 'rloo', groupTimeoutMs: 200, partialGroups: 'emit' }, partial, 300);
   assert.equal(emitted.out.length, 3);
-  assert.ok(emitted.out.every((o) => o.group.partial && o.group.group_size === 3 && o.group.expected_size === 8));
+  assert.ok(emitted.out.every((o) => o.group.partial && o.group.group_members === 3 && o.group.expected_size === 8));
   assert.equal(emitted.metrics.counters['partial_timeout'], 1);
   const dropped = await run({ estimator: 'rloo', groupTimeoutMs: 200, partialGroups: 'drop' }, partial, 300);
   assert.equal(dropped.out.length, 0);

@@ -67,7 +67,7 @@ test('the exclusion crosses to the trainer as the Avro field, and a component na
   const shaping = shapingOf({ mask_truncated: true }, 64);
   const type = eventType('AdvantagedTrajectory');
   const through = (t: Trajectory, reward: ReturnType<typeof composeReward>): AdvantagedTrajectory =>
-    type.fromBuffer(type.toBuffer({ event_id: 'e', time_ms: 1, trajectory: t, reward, estimator: 'grpo', advantages: t.response_mask.map((m) => m * 0.5), returns: t.response_mask.map(() => 0), group: { group_size: 1, expected_size: 1, reward_mean: 1, reward_std: 0, partial: false } })) as AdvantagedTrajectory;
+    type.fromBuffer(type.toBuffer({ event_id: 'e', time_ms: 1, trajectory: t, reward, estimator: 'grpo', advantages: t.response_mask.map((m) => m * 0.5), returns: t.response_mask.map(() => 0), group: { group_members: 1, expected_size: 1, reward_mean: 1, reward_std: 0, partial: false } })) as AdvantagedTrajectory;
   const cut = through(traj(24, 'max_tokens'), composeReward(traj(24, 'max_tokens'), outcome, 'f', shaping));
   assert.equal(cut.reward.exclude_from_loss, true);
   assert.equal(sampleFromEvent(cut, 3).responseMask.reduce((a, b) => a + b, 0), 0);

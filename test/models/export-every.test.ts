@@ -41,7 +41,7 @@ async function versionsOf(logDir: string): Promise<Map<number, PolicyVersion>> {
       await readToEnd(consumer, TOPICS.policyVersions, target, async (records) => {
         for (const r of records) {
           const ev = await serde.decode(r.value);
-          if (ev.name === 'PolicyVersion') out.set(ev.value.version, ev.value);
+          if (ev.name === 'PolicyVersion') out.set(ev.value.policy_version, ev.value);
         }
       }, { what: 'policy versions', timeoutMs: 30_000 });
     } finally {

@@ -121,7 +121,7 @@ async function policyVersion(dir: string, version: number, tamper = false): Prom
   const path = join(dir, `weights-${version}.safetensors`);
   writeFileSync(path, `weights of version ${version}`);
   const checksum = createHash('sha256').update(tamper ? 'something else' : `weights of version ${version}`).digest('hex');
-  return { event_id: `pv-${version}`, time_ms: Date.now(), run_id: 'run-w', version, parent: version - 1, step: version, weights_uri: pathToFileURL(path).href, checksum, format: 'safetensors', config_json: '{}', metrics: [] };
+  return { event_id: `pv-${version}`, time_ms: Date.now(), run_id: 'run-w', policy_version: version, parent: version - 1, step: version, weights_uri: pathToFileURL(path).href, checksum, format: 'safetensors', config_json: '{}', metrics: [] };
 }
 
 describe('staleness gate, policy versions, control', () => {

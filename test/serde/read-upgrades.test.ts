@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EVENT_NAMES, historyVersions, type EventName } from '../../schemas/index.ts';
-import { FIXTURE_DIR, fixtureValue, historyType, reviveBytes } from '../../schemas/snapshot.ts';
+import { FIXTURE_DIR, currentFixtureValue, historyType, reviveBytes } from '../../schemas/snapshot.ts';
 import type { AdvantagedTrajectory, RewardInfo } from '../../schemas/generated/types.ts';
 import { EventSerde, subjectOf } from '../../core/serde/events.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
@@ -73,7 +73,7 @@ test('a v1 record without the marker, and a current record naming a component so
       const plain = await serde.decode(framed(v1(name), hex(join(FIXTURE_DIR, `${name}.avro.hex`))));
       assert.equal((plain.value as { reward: RewardInfo }).reward.exclude_from_loss, false, `${name}: v1 without the marker`);
       // Today the field alone excludes: a reward function's component of that name is only a name.
-      const current = fixtureValue(name) as { reward: RewardInfo };
+      const current = currentFixtureValue(name) as { reward: RewardInfo };
       const named = { ...current, reward: { ...current.reward, components: [...current.reward.components, { name: LEGACY_TRUNCATED_MASKED, value: 0 }], exclude_from_loss: false } };
       const d = await serde.decode(serde.encode(name, named as never));
       assert.equal(d.schemaId, serde.schemaId(name));

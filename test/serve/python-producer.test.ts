@@ -114,7 +114,7 @@ test('a Python producer (confluent-kafka, AvroSerializer) feeds the reward and a
     assert.deepEqual(rewarded.map((r) => r.reward.correct).sort(), [false, false, true, true]);
     const advantaged = (await read(ctx, TOPICS.advantaged)).map((r) => r.value as AdvantagedTrajectory);
     assert.equal(advantaged.length, 4);
-    assert.ok(advantaged.every((a) => a.group.group_size === 2 && !a.group.partial && a.advantages.some((x) => x !== 0)));
+    assert.ok(advantaged.every((a) => a.group.group_members === 2 && !a.group.partial && a.advantages.some((x) => x !== 0)));
     const steps = (await read(ctx, TOPICS.trainSteps)).map((r) => r.value as TrainStep).filter((s) => s.run_id === runId);
     assert.equal(steps.length, 1);
     assert.deepEqual([...steps[0]!.trajectory_ids].sort(), advantaged.map((a) => a.trajectory.trajectory_id).sort());

@@ -138,7 +138,7 @@ test('a version a record not yet trained names keeps its weights until that reco
     }
     await c.close();
     await log.close();
-    assert.deepEqual(versions.map((v) => v.version), [0, 1, 2, 3]);
+    assert.deepEqual(versions.map((v) => v.policy_version), [0, 1, 2, 3]);
     const file = (v: number) => `${versions[v]!.checksum}.safetensors`;
     assert.ok(after[1]!.has(file(1)), 'after step 2, version 1 stays: group 2, not yet consumed, names it');
     assert.ok(!after[2]!.has(file(1)), 'after step 3, group 2 consumed, version 1 is deleted');

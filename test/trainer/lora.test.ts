@@ -51,7 +51,7 @@ test('trainer.lora: adapters train over frozen weights, versions publish the ada
     const steps = await readAll<TrainStep>(log, serde, TOPICS.trainSteps, 'TrainStep');
     await log.close();
     assert.deepEqual(steps.map((s) => s.step), [1, 2, 3]);
-    assert.deepEqual(versions.map((v) => [v.version, v.format]), [[0, 'safetensors'], [1, LORA_FILE_FORMAT], [2, LORA_FILE_FORMAT], [3, LORA_FILE_FORMAT]]);
+    assert.deepEqual(versions.map((v) => [v.policy_version, v.format]), [[0, 'safetensors'], [1, LORA_FILE_FORMAT], [2, LORA_FILE_FORMAT], [3, LORA_FILE_FORMAT]]);
     assert.ok(steps.every((s) => s.grad_norm > 0 && Number.isFinite(s.loss)));
 
     // version 0 is the initial weights unchanged; later versions hold the adapters alone, far smaller

@@ -57,7 +57,7 @@ test('a trainer whose restore cannot read to the end fails retriably and publish
     assert.deepEqual(second.map((s) => s.step), [3, 4]);
     const steps = (await readAll<TrainStep>(log, serde, TOPICS.trainSteps, 'TrainStep')).map((s) => s.step);
     assert.deepEqual(steps, [1, 2, 3, 4]);
-    const versions = (await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion')).map((v) => v.version);
+    const versions = (await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion')).map((v) => v.policy_version);
     assert.deepEqual(versions, [...new Set(versions)].sort((a, b) => a - b), 'versions once each, in order');
   } finally {
     await log.close();

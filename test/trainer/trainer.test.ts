@@ -68,11 +68,11 @@ test('trainer killed with SIGKILL at random moments resumes with no sample reuse
     await log.close();
     assert.ok(kills >= 3, `only ${kills} kills landed`);
     assert.deepEqual(steps.map((s) => s.step), Array.from({ length: STEPS }, (_, i) => i + 1), 'steps are contiguous, each committed once');
-    assert.deepEqual(versions.map((v) => v.version), Array.from({ length: STEPS + 1 }, (_, i) => i), 'policy versions are contiguous from 0');
+    assert.deepEqual(versions.map((v) => v.policy_version), Array.from({ length: STEPS + 1 }, (_, i) => i), 'policy versions are contiguous from 0');
     const used = steps.flatMap((s) => s.trajectory_ids);
     assert.equal(new Set(used).size, used.length, 'no trajectory used twice');
     assert.equal(used.length, GROUPS * SIZE, 'every trajectory used');
-    for (const v of versions.slice(1)) assert.equal(v.parent, v.version - 1);
+    for (const v of versions.slice(1)) assert.equal(v.parent, v.policy_version - 1);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -125,7 +125,7 @@ test('a run that ends with groups too stale to train on still consumes them: a s
     assert.equal(step.dropped_trajectory_ids.length, 4);
     // Published on schedule (the rollouts' staleness gate counts versions as steps), with unchanged weights.
     assert.equal(step.produced_version, 1);
-    assert.deepEqual(versions.map((v) => v.version), [0, 1]);
+    assert.deepEqual(versions.map((v) => v.policy_version), [0, 1]);
     assert.equal(versions[1]!.checksum, versions[0]!.checksum, 'same weights');
     assert.equal(committed.reduce((n, c) => n + c.offset, 0), 4, 'every sample offset committed');
   } finally {
@@ -140,7 +140,7 @@ test("every policy version carries the model's config.json as read (servers load
     const { log, serde } = await trainInProcess(dir, logDir, weights, { groups_per_step: 1 }, { modelConfigJson: raw });
     const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
     await log.close();
-    assert.deepEqual(versions.map((v) => v.version), [0, 1]);
+    assert.deepEqual(versions.map((v) => v.policy_version), [0, 1]);
     for (const v of versions) assert.equal(v.config_json, raw);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -157,7 +157,7 @@ test("onWeights offers each new version in the trainer's model, equal to the ver
     await log.close();
     assert.deepEqual(offered.map((o) => o.version), [1, 2], 'every produced version, not the initial one');
     for (const o of offered) {
-      const stored = await readSafetensors(versions.find((v) => v.version === o.version)!.weights_uri);
+      const stored = await readSafetensors(versions.find((v) => v.policy_version === o.version)!.weights_uri);
       for (const [name, t] of stored) assert.deepEqual(o.params[name], t.data, `version ${o.version} ${name}`);
     }
     assert.notDeepEqual(offered[0]!.params, offered[1]!.params);
@@ -234,7 +234,7 @@ test('after set_staleness lowers the bound with nothing left to train, the train
     await trainer.close();
     assert.deepEqual(seen.map((s) => [s.step, s.trajectories, s.produced_version]), [[1, 0, 1], [2, 0, 2], [3, 0, 3]]);
     const versions = await readAll<PolicyVersion>(log, serde, TOPICS.policyVersions, 'PolicyVersion');
-    assert.deepEqual(versions.map((v) => v.version), [0, 1, 2, 3]);
+    assert.deepEqual(versions.map((v) => v.policy_version), [0, 1, 2, 3]);
   } finally {
     await log.close();
     rmSync(dir, { recursive: true, force: true });

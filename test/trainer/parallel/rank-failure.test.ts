@@ -81,7 +81,7 @@ async function attempt(log: EventLog, serde: EventSerde, weights: string, fault:
     const tx = await producer.transaction();
     try {
       await tx.send(TOPICS.trainSteps, [{ key: RUN, value: serde.encode('TrainStep', step) }]);
-      await tx.send(TOPICS.policyVersions, [{ key: RUN, value: serde.encode('PolicyVersion', { event_id: deriveId(RUN, 'policy-version', 1), time_ms: Date.now(), run_id: RUN, version: 1, parent: 0, step: 1, weights_uri: 'w', checksum: 'c', format: 'safetensors', config_json: '{}', metrics: [] }) }]);
+      await tx.send(TOPICS.policyVersions, [{ key: RUN, value: serde.encode('PolicyVersion', { event_id: deriveId(RUN, 'policy-version', 1), time_ms: Date.now(), run_id: RUN, policy_version: 1, parent: 0, step: 1, weights_uri: 'w', checksum: 'c', format: 'safetensors', config_json: '{}', metrics: [] }) }]);
       if (fault === 'commit-fails') throw new Error('the broker went away half-way through the transaction');
       await tx.sendOffsets(GROUP, [...next].map(([partition, offset]) => ({ topic: TOPICS.advantaged, partition, offset })));
       await tx.commit();
