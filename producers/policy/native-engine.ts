@@ -133,6 +133,11 @@ export class NativeEngine {
   private readonly pins = new Map<string, number>();
   /** The step number each version last ran at: the step goes to the version waiting longest. */
   private readonly lastStep = new Map<number, number>();
+  /**
+   * Slots whose session was released, emptied in the runner before the next step (a runner may size its buffers
+   * by what the slots hold; the native model takes no call while a step runs, and a release may come then).
+   */
+  private readonly released: number[] = [];
   private clock = 0;
   private launches = 0;
   private readonly counters: NativeEngineStats = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cachedSessions: 0, interrupted: 0, computeMs: 0, loadMs: 0 };
@@ -315,11 +320,12 @@ export class NativeEngine {
 
   /** The session's trajectory is over: its slot is free for others. */
   releaseSession(sessionId: string): void {
-    for (const s of this.slots)
-      if (s.session === sessionId && !s.busy) {
-        s.session = null;
-        s.tokens = [];
-      }
+    this.slots.forEach((s, i) => {
+      if (s.session !== sessionId || s.busy) return;
+      s.session = null;
+      s.tokens = [];
+      this.released.push(i);
+    });
     this.pins.delete(sessionId);
     this.unloadIdle();
   }
@@ -383,6 +389,7 @@ export class NativeEngine {
    * finished. null when no row can run.
    */
   private launch(): Promise<void> | null {
+    for (const slot of this.released.splice(0)) if (this.slots[slot]!.session === null && !this.slots[slot]!.busy) this.model.kvTruncate(slot, 0);
     let prefill = 0;
     while (!this.paused && this.waiting.length > 0 && this.running.length < this.maxBatch) {
       const run = this.waiting[0]!;
@@ -551,7 +558,10 @@ export class NativeEngine {
     const s = this.slots[run.slot]!;
     s.busy = false;
     s.lastUse = ++this.clock;
-    if (s.session === null) s.tokens = []; // nothing to keep it for
+    if (s.session === null) {
+      s.tokens = []; // nothing to keep it for
+      this.model.kvTruncate(run.slot, 0);
+    }
     if (this.running.length === 0) this.drained?.();
     this.finished.push({
       run,
