@@ -3,7 +3,7 @@
 // Both give the same tokens and log-probs on the same requests, the log-probs those of a teacher-forced pass;
 // behind the scheduler the ONNX runner batches continuously (more requests than slots, each equal to
 // its run alone), reuses a session's slot for its next turn, takes a new version's weights mid-turn (next_token)
-// or after the turns under way (next_turn), refuses slots and
+// or for the turns started after it while those under way finish on the old (next_turn), refuses slots and
 // lengths outside its cache, and over random steps (decodes and prefills mixed, two versions, truncations, its
 // buffers growing and shrinking) gives every slot the distribution of its whole sequence run afresh.
 import assert from 'node:assert/strict';
@@ -156,20 +156,29 @@ test("over the ONNX runner, next_token: a turn under way goes on with the new we
   assert.ok(maxDiff(second.logprobs, await score(w2, next, second.tokenIds)) < 1e-4);
 });
 
-test('over the ONNX runner, next_turn: the turn under way finishes on the old weights, the next one runs on the new', async () => {
+test('over the ONNX runner, next_turn: the new weights load while the turn under way goes on; it finishes on the old ones, a turn started meanwhile runs on the new', async () => {
   const w2 = randomWeights(config, 2);
   const { engine, runner } = await onnxEngineAndRunner(2);
   const p = prompt(6, 5);
-  const turn = engine.generate({ requestId: 'a', promptIds: p, sampling: sampling({ max_new_tokens: 20 }) });
+  let done = false;
+  const turn = engine.generate({ requestId: 'a', sessionId: 's', promptIds: p, sampling: sampling({ max_new_tokens: 40 }) }).finally(() => (done = true));
   await afterSteps(engine, 4);
-  const swapped = engine.swap(1, () => runner.addWeights(w2, 1), 'next_turn');
-  const r = await turn;
-  await swapped;
+  await engine.swap(1, () => runner.addWeights(w2, 1), 'next_turn');
+  // The swap did not wait for the turn under way, and a turn admitted now does not either.
+  assert.equal(done, false, 'the swap returned while the turn was still generating');
+  const p2 = prompt(7, 4);
+  const during = engine.generate({ requestId: 'b', promptIds: p2, sampling: sampling({ max_new_tokens: 6 }) });
+  const [r, b] = await Promise.all([turn, during]);
   assert.ok(r.policyVersions.every((v) => v === 0));
   assert.ok(maxDiff(r.logprobs, await score(weights, p, r.tokenIds)) < 1e-4);
-  const after = await engine.generate({ requestId: 'b', promptIds: p, sampling: sampling({ max_new_tokens: 6 }) });
-  assert.ok(after.policyVersions.every((v) => v === 1));
-  assert.ok(maxDiff(after.logprobs, await score(w2, p, after.tokenIds)) < 1e-4);
+  assert.ok(b.policyVersions.every((v) => v === 1));
+  assert.ok(maxDiff(b.logprobs, await score(w2, p2, b.tokenIds)) < 1e-4);
+  // The session's next turn runs the new weights too, its old K/V dropped; the old weights are unloaded.
+  const next = [...p, ...r.tokenIds, 3];
+  const again = await engine.generate({ requestId: 'c', sessionId: 's', promptIds: next, sampling: sampling({ max_new_tokens: 4 }) });
+  assert.ok(again.policyVersions.every((v) => v === 1));
+  assert.ok(maxDiff(again.logprobs, await score(w2, next, again.tokenIds)) < 1e-4);
+  assert.deepEqual(runner.weightVersions(), [1]);
 });
 
 test('generated: the ONNX runner over random steps (decodes and prefills mixed, two versions, truncations) gives each slot the distribution of its whole sequence run afresh', async () => {
