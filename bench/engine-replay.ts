@@ -15,7 +15,7 @@ import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchChildSpec, runBenchChild, writeBenchChildResult } from './child.ts';
 import { int, parseFlags, ROUND_FLAGS, type Flag } from './flags.ts';
-import { fmtStats, interleaved, probeSummary, roundRatios, summarize, type Mode } from './harness.ts';
+import { fmtStats, interleaved, probeSummary, roundRatios, summarize, type Mode, type RoundRecord } from './harness.ts';
 
 const MARKER = 'ENGINE-REPLAY ';
 const HERE = resolve(fileURLToPath(new URL('..', import.meta.url)));
@@ -116,9 +116,9 @@ export async function main(args: string[]): Promise<unknown> {
   const all = [HERE, ...others];
   const dataDir = mkdtempSync(join(tmpdir(), 'rlstream-engine-replay-'));
   try {
-    const modes: Mode<Result>[] = all.map((tree) => ({ name: label(tree), run: () => runBenchChild<Result>(import.meta.url, label(tree), { dataDir, tree, swapEvery }, MARKER, 600) }));
+    const modes: Mode<Result>[] = all.map((tree) => ({ name: label(tree), run: () => runBenchChild<Result>(import.meta.url, label(tree), { dataDir, tree, swapEvery } as Spec, MARKER, 600) }));
     // The order rotates each round, so neither side always runs first.
-    const records = [];
+    const records: RoundRecord<Result>[] = [];
     for (let r = 0; r < rounds; r++) {
       const order = modes.map((_, i) => modes[(i + r) % modes.length]!);
       const log = (line: string) => console.log(line.replace(/^round 1\/1/, `round ${r + 1}/${rounds}`));
