@@ -162,8 +162,8 @@ async function multiTurn(threads: number, keep: boolean, sessions: number, turns
  * in interleaved rounds of the same process (the machine's speed drifts too much to compare across runs). The
  * scheduler's step is (a round of `batch` requests × `maxNew` tokens − a round of 1 token, which is only the
  * prefill) / (maxNew − 1): the decode call plus everything done between steps. The bare call feeds a cache as wide
- * as the runner's in the measured rounds (its buffers grow with the longest slot and never shrink, so after a
- * first round of the same requests every decode step feeds them at that width).
+ * as the runner's at the end of a round (its buffers grow with the longest slot, so that is the widest any decode
+ * step of a round feeds: the bare call's figure is an upper bound of the call's share).
  */
 async function engineVsBare(batch: number, maxNew: number, repeats: number): Promise<{ batch: number; engineMs: number; bareMs: number }> {
   const slotRunner = await OnnxSlotRunner.create(config, weights, { threads: 1 });

@@ -28,8 +28,10 @@ export const DEFAULT_MAX_LIVE_VERSIONS = 3;
  * - 'finish': a session keeps the version its first turn ran on until it is released (every turn of a
  *   trajectory comes from one policy; a turn without a session finishes on its version); new sessions and turns
  *   take the new one. Needs a runner that holds several versions' weights at once (SlotRunner.dropWeights).
- * - 'next_turn': turns in flight finish on their weights; admissions wait until they have, then the new version
- *   loads and every later turn (a session's next one too, without its old cache) runs it.
+ * - 'next_turn': turns in flight finish on their weights; every turn admitted after the swap (a session's next one
+ *   too, without its old cache) runs the new version. On a runner that holds several versions (dropWeights) the
+ *   new one loads beside the old while steps go on, and new turns start on it at once; on one that holds one
+ *   (weights written in place) admissions wait until the turns in flight have finished, then it loads.
  * - 'next_token': turns in flight are interrupted after the token being decoded: their context is prefilled again
  *   on the new weights and generation goes on there, each token keeping the version that sampled it and its
  *   log-prob under that version (AReaL/verl partial rollouts).
@@ -133,6 +135,11 @@ export class NativeEngine {
   private readonly pins = new Map<string, number>();
   /** The step number each version last ran at: the step goes to the version waiting longest. */
   private readonly lastStep = new Map<number, number>();
+  /**
+   * Slots whose session was released, emptied in the runner before the next step (a runner may size its buffers
+   * by what the slots hold; the native model takes no call while a step runs, and a release may come then).
+   */
+  private readonly released: number[] = [];
   private clock = 0;
   private launches = 0;
   private readonly counters: NativeEngineStats = { steps: 0, prefillSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, cacheHits: 0, cachedSessions: 0, interrupted: 0, computeMs: 0, loadMs: 0 };
@@ -176,15 +183,19 @@ export class NativeEngine {
 
   /**
    * Takes a new policy version whose weights `load` puts in the runner (written in place, or added beside the
-   * others on a runner with dropWeights), as RolloutInterrupt `mode` says. 'next_turn': admissions pause until the
-   * turns under way finish on the old weights, then it loads. 'next_token': it loads after the step in flight and
+   * others on a runner with dropWeights), as RolloutInterrupt `mode` says. 'next_turn': on a runner with
+   * dropWeights it loads while steps go on and every turn admitted after it runs it, the turns under way finishing
+   * on their weights (unloaded once they have); on one without, admissions pause until the turns under way finish
+   * on the old weights, then it loads. 'next_token': it loads after the step in flight and
    * the turns under way go on with the new weights, their context (prompt and tokens so far) prefilled again on
    * them; each token keeps the version that sampled it. Both unload every other version. 'finish': it loads while
    * steps go on, and only turns admitted after it (of sessions not pinned to a loaded version) run it. Sessions'
    * cached tokens from other versions than the one their next turn runs are dropped then.
    */
   async swap(version: number, load: () => Promise<void>, mode: RolloutInterrupt): Promise<void> {
-    if (mode === 'finish') return this.add(version, load);
+    if (mode === 'finish') return this.add(version, load, false);
+    // (pausing admissions would leave the runner idle until the longest turn under way ends, and while it loads)
+    if (mode === 'next_turn' && this.model.dropWeights) return this.add(version, load, true);
     this.paused = true;
     try {
       if (mode === 'next_turn' && this.running.length > 0) await new Promise<void>((resolve) => (this.drained = resolve));
@@ -215,8 +226,11 @@ export class NativeEngine {
     }
   }
 
-  /** swap 'finish': the version's weights beside the others; new turns take it, turns and sessions under way keep theirs. */
-  private async add(version: number, load: () => Promise<void>): Promise<void> {
+  /**
+   * The version's weights beside the others; new turns take it, turns under way keep theirs. `unpin` ('next_turn'):
+   * so do the sessions' next turns; else ('finish') sessions stay on the version of their first turn.
+   */
+  private async add(version: number, load: () => Promise<void>, unpin: boolean): Promise<void> {
     if (!this.model.dropWeights) throw new RlstreamError('CONFIG_INVALID', "rollout.interrupt 'finish' needs two versions' weights at once; this runner holds one (use next_turn or next_token)");
     if (this.live.has(version)) throw new RlstreamError('INPUT_INVALID', `policy version ${version} is already loaded`);
     const t0 = performance.now();
@@ -225,8 +239,8 @@ export class NativeEngine {
     this.live.add(version);
     this.version = version;
     this.broken = null;
-    // Past maxLiveVersions, the oldest versions' sessions move to the newest at their next turn.
-    const keep = new Set([...this.live].sort((a, b) => b - a).slice(0, this.maxLive));
+    // Past maxLiveVersions ('next_turn': past the newest), older versions' sessions move to the newest at their next turn.
+    const keep = new Set([...this.live].sort((a, b) => b - a).slice(0, unpin ? 1 : this.maxLive));
     for (const [session, v] of this.pins) if (!keep.has(v)) this.pins.delete(session);
     this.unloadIdle();
     void this.loop();
@@ -315,11 +329,12 @@ export class NativeEngine {
 
   /** The session's trajectory is over: its slot is free for others. */
   releaseSession(sessionId: string): void {
-    for (const s of this.slots)
-      if (s.session === sessionId && !s.busy) {
-        s.session = null;
-        s.tokens = [];
-      }
+    this.slots.forEach((s, i) => {
+      if (s.session !== sessionId || s.busy) return;
+      s.session = null;
+      s.tokens = [];
+      this.released.push(i);
+    });
     this.pins.delete(sessionId);
     this.unloadIdle();
   }
@@ -383,6 +398,7 @@ export class NativeEngine {
    * finished. null when no row can run.
    */
   private launch(): Promise<void> | null {
+    for (const slot of this.released.splice(0)) if (this.slots[slot]!.session === null && !this.slots[slot]!.busy) this.model.kvTruncate(slot, 0);
     let prefill = 0;
     while (!this.paused && this.waiting.length > 0 && this.running.length < this.maxBatch) {
       const run = this.waiting[0]!;
@@ -551,7 +567,10 @@ export class NativeEngine {
     const s = this.slots[run.slot]!;
     s.busy = false;
     s.lastUse = ++this.clock;
-    if (s.session === null) s.tokens = []; // nothing to keep it for
+    if (s.session === null) {
+      s.tokens = []; // nothing to keep it for
+      this.model.kvTruncate(run.slot, 0);
+    }
     if (this.running.length === 0) this.drained?.();
     this.finished.push({
       run,

@@ -299,7 +299,7 @@ test("hot-swap 'next_turn': in-flight turns finish on v1, the next turn runs v2 
   let inflightDone = false;
   const inflight = b.generate(req([8, 8], { max_new_tokens: 1500 })).finally(() => (inflightDone = true));
   await new Promise((r) => setTimeout(r, 5));
-  // The update waits for the turns under way (admissions pause meanwhile), then loads.
+  // The update loads beside the turn under way, which finishes on v1.
   const swapped = b.updatePolicy({ version: 2, weightsPath: v2Path, configJson: longJson });
   assert.equal(inflightDone, false, 'the swap was asked for while the turn was generating');
   const r = await inflight;

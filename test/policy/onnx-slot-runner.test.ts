@@ -3,7 +3,9 @@
 // Both give the same tokens and log-probs on the same requests, the log-probs those of a teacher-forced pass;
 // behind the scheduler the ONNX runner batches continuously (more requests than slots, each equal to
 // its run alone), reuses a session's slot for its next turn, takes a new version's weights mid-turn (next_token)
-// or after the turns under way (next_turn), and refuses slots and lengths outside its cache.
+// or for the turns started after it while those under way finish on the old (next_turn), refuses slots and
+// lengths outside its cache, and over random steps (decodes and prefills mixed, two versions, truncations, its
+// buffers growing and shrinking) gives every slot the distribution of its whole sequence run afresh.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -17,7 +19,8 @@ import type { GenerateRequest, GenerateResult } from '../../producers/backends/t
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import { OnnxSlotRunner } from '../../producers/policy/onnx-slot-runner.ts';
 import { randomWeights } from '../../producers/policy/random-weights.ts';
-import { PolicyRunner } from '../../producers/policy/runner.ts';
+import { MASKED } from '../../producers/policy/export.ts';
+import { emptyKv, PolicyRunner } from '../../producers/policy/runner.ts';
 import { scoreSequences } from '../../producers/policy/score.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 
@@ -153,20 +156,97 @@ test("over the ONNX runner, next_token: a turn under way goes on with the new we
   assert.ok(maxDiff(second.logprobs, await score(w2, next, second.tokenIds)) < 1e-4);
 });
 
-test('over the ONNX runner, next_turn: the turn under way finishes on the old weights, the next one runs on the new', async () => {
+test('over the ONNX runner, next_turn: the new weights load while the turn under way goes on; it finishes on the old ones, a turn started meanwhile runs on the new', async () => {
   const w2 = randomWeights(config, 2);
   const { engine, runner } = await onnxEngineAndRunner(2);
   const p = prompt(6, 5);
-  const turn = engine.generate({ requestId: 'a', promptIds: p, sampling: sampling({ max_new_tokens: 20 }) });
+  let done = false;
+  const turn = engine.generate({ requestId: 'a', sessionId: 's', promptIds: p, sampling: sampling({ max_new_tokens: 40 }) }).finally(() => (done = true));
   await afterSteps(engine, 4);
-  const swapped = engine.swap(1, () => runner.addWeights(w2, 1), 'next_turn');
-  const r = await turn;
-  await swapped;
+  await engine.swap(1, () => runner.addWeights(w2, 1), 'next_turn');
+  // The swap did not wait for the turn under way, and a turn admitted now does not either.
+  assert.equal(done, false, 'the swap returned while the turn was still generating');
+  const p2 = prompt(7, 4);
+  const during = engine.generate({ requestId: 'b', promptIds: p2, sampling: sampling({ max_new_tokens: 6 }) });
+  const [r, b] = await Promise.all([turn, during]);
   assert.ok(r.policyVersions.every((v) => v === 0));
   assert.ok(maxDiff(r.logprobs, await score(weights, p, r.tokenIds)) < 1e-4);
-  const after = await engine.generate({ requestId: 'b', promptIds: p, sampling: sampling({ max_new_tokens: 6 }) });
-  assert.ok(after.policyVersions.every((v) => v === 1));
-  assert.ok(maxDiff(after.logprobs, await score(w2, p, after.tokenIds)) < 1e-4);
+  assert.ok(b.policyVersions.every((v) => v === 1));
+  assert.ok(maxDiff(b.logprobs, await score(w2, p2, b.tokenIds)) < 1e-4);
+  // The session's next turn runs the new weights too, its old K/V dropped; the old weights are unloaded.
+  const next = [...p, ...r.tokenIds, 3];
+  const again = await engine.generate({ requestId: 'c', sessionId: 's', promptIds: next, sampling: sampling({ max_new_tokens: 4 }) });
+  assert.ok(again.policyVersions.every((v) => v === 1));
+  assert.ok(maxDiff(again.logprobs, await score(w2, next, again.tokenIds)) < 1e-4);
+  assert.deepEqual(runner.weightVersions(), [1]);
+});
+
+test('generated: the ONNX runner over random steps (decodes and prefills mixed, two versions, truncations) gives each slot the distribution of its whole sequence run afresh', async () => {
+  const w2 = randomWeights(config, 3);
+  const r = await OnnxSlotRunner.create(config, weights, { version: 0 });
+  await r.addWeights(w2, 1);
+  const refs = [await PolicyRunner.create(config, weights, 0), await PolicyRunner.create(config, w2, 1)];
+  closers.push(async () => {
+    await r.release();
+    for (const x of refs) await x.release();
+  });
+  const SLOTS = 7;
+  const MAX = 120;
+  r.kvReserve(SLOTS, MAX);
+  // What each slot holds and the version that computed it (a slot keeps one until emptied).
+  const held: number[][] = Array.from({ length: SLOTS }, () => []);
+  const ver = new Array<number>(SLOTS).fill(-1);
+  let seed = 99;
+  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+  /** softmax(logits) after the last token of `ids`, from an empty cache on version v's weights. */
+  const fresh = async (v: number, ids: number[]): Promise<Float32Array> => {
+    const n = ids.length;
+    const bias = new Float32Array(n * n).fill(MASKED);
+    for (let i = 0; i < n; i++) bias.fill(0, i * n, i * n + i + 1);
+    const out = await refs[v]!.step({ batch: 1, seq: n, inputIds: BigInt64Array.from(ids, BigInt), positionIds: BigInt64Array.from(ids, (_, i) => BigInt(i)), bias, past: emptyKv(config) });
+    return out.logprobs.map(Math.exp);
+  };
+  let mixed = 0;
+  let shrunk = 0;
+  let widest = 0;
+  const truncate = (s: number, keep: number) => {
+    r.kvTruncate(s, keep);
+    held[s]!.length = keep;
+    if (keep === 0) ver[s] = -1;
+  };
+  for (let it = 0; it < 120; it++) {
+    // Now and then every slot is cut short (sessions released), so the buffers' room outgrows what they hold.
+    if (it % 40 === 39) for (let s = 0; s < SLOTS; s++) truncate(s, Math.min(held[s]!.length, rand(6)));
+    if (rand(5) === 0) {
+      const s = rand(SLOTS);
+      truncate(s, rand(held[s]!.length + 1));
+      continue;
+    }
+    const v = rand(2);
+    const rows: number[] = [];
+    for (let s = 0; s < SLOTS; s++) if ((ver[s] === v || ver[s] === -1) && rand(3) > 0) rows.push(s);
+    const counts = rows.map((s) => Math.min(MAX - held[s]!.length, held[s]!.length === 0 || rand(4) === 0 ? 1 + rand(12) : 1));
+    const step = rows.filter((_, i) => counts[i]! > 0);
+    const cnt = counts.filter((n) => n > 0);
+    if (step.length === 0) continue;
+    if (cnt.some((n) => n === 1) && cnt.some((n) => n > 1)) mixed++;
+    const toks = cnt.map((n) => Array.from({ length: n }, () => rand(config.vocab_size)));
+    const before = r.capacity();
+    const probs = await r.extend(Int32Array.from(step), Int32Array.from(cnt), Int32Array.from(toks.flat()), undefined, undefined, v);
+    if (r.capacity() < before) shrunk++;
+    for (const [b, s] of step.entries()) {
+      held[s]!.push(...toks[b]!);
+      ver[s] = v;
+      widest = Math.max(widest, held[s]!.length);
+      const want = await fresh(v, held[s]!);
+      const got = probs.subarray(b * config.vocab_size, (b + 1) * config.vocab_size);
+      const d = Math.max(...want.map((x, i) => Math.abs(x - got[i]!)));
+      assert.ok(d < 1e-4, `step ${it}, slot ${s} (v${v}, ${held[s]!.length} tokens): max |p - p afresh| ${d}`);
+    }
+  }
+  // The corpus reached what it is for: steps mixing decodes with prefills, and buffers that grew and shrank.
+  assert.ok(mixed >= 5, `${mixed} mixed steps`);
+  assert.ok(shrunk >= 1 && widest > 64, `buffers shrank ${shrunk} times, widest slot ${widest}`);
 });
 
 test('the ONNX slot runner refuses slots outside its cache or twice in a step, lengths beyond maxLen and a token count that does not add up', async () => {
