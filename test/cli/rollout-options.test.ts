@@ -24,7 +24,7 @@ async function optionsFor(overrides: Record<string, unknown>, generationConfig: 
     const config = loadRunConfig(join(EXAMPLE, 'config.yaml'), { 'log.dir': join(dir, 'log'), 'model.tokenizer': tokenizerDir, ...overrides });
     const ctx = await openRunContext(config, silentLogger);
     try {
-      const tokenizer = loadTokenizer({ tokenizerDir, chatTemplate: null });
+      const tokenizer = loadTokenizer({ tokenizerDir, chatTemplate: config.model.chatTemplate });
       return { options: rolloutOptions(ctx, tokenizer), eos: tokenizer.eosTokenId, config };
     } finally {
       await ctx.close();
@@ -48,15 +48,20 @@ test("the staleness gate is the trainer's, the dataset the task's, the sampling 
   assert.ok(Object.isFrozen(o) && Object.isFrozen(o.sampling));
 });
 
-test('without generation_config.json the fallback fills what the section leaves null; the model family picks the parser', async () => {
+test('without generation_config.json the fallback fills what the section leaves null; the chat template, else the model family, picks the parser', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-rollout-family-'));
   try {
     const model = JSON.parse(readFileSync(join(EXAMPLE, 'model.json'), 'utf8')) as Record<string, unknown>;
     writeFileSync(join(dir, 'model.json'), JSON.stringify({ ...model, model_type: 'mistral', architectures: ['MistralForCausalLM'], attention_bias: false }));
     const { options: o } = await optionsFor({ 'rollout.sampling.temperature': null, 'model.config': join(dir, 'model.json') }, null);
     assert.deepEqual([o.sampling.temperature, o.sampling.top_p, o.sampling.top_k], [SAMPLING_FALLBACK.temperature, SAMPLING_FALLBACK.top_p, SAMPLING_FALLBACK.top_k]);
-    assert.equal(o.toolParser, 'mistral');
-    const named = await optionsFor({ 'rollout.tool_parser': 'hermes', 'model.config': join(dir, 'model.json') }, null);
+    // the example's template writes Hermes <tool_call> blocks, so a mistral under it still parses those
+    assert.equal(o.toolParser, 'hermes');
+    // a template that spells no format's marker: the family's format
+    writeFileSync(join(dir, 'plain.jinja'), '{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}');
+    const family = await optionsFor({ 'model.config': join(dir, 'model.json'), 'model.chat_template': join(dir, 'plain.jinja') }, null);
+    assert.equal(family.options.toolParser, 'mistral');
+    const named = await optionsFor({ 'rollout.tool_parser': 'hermes', 'model.config': join(dir, 'model.json'), 'model.chat_template': join(dir, 'plain.jinja') }, null);
     assert.equal(named.options.toolParser, 'hermes');
   } finally {
     rmSync(dir, { recursive: true, force: true });
