@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Data-parallel training on the GPUs of one host (issue #53 item 3), rlstream against PyTorch FSDP2 in one call:
 #   bash test/gpu/dp.sh [SHAPES]        (default "1.5B 3B"; needs test/gpu/run.sh build first, which builds the driver)
-# 1. check: two steps at N=2 (DDP and ZeRO-1) against one GPU training both ranks' tokens: every rank's parameters
-#    hash alike, and the sampled parameters' distance to the one-GPU run is printed (DPDIFF lines).
+# 1. check: two steps at N=2 (DDP and ZeRO-1) against one GPU training both ranks' tokens: every rank of both modes
+#    must end with the same parameter hash (the script fails otherwise), and the sampled parameters' distance to the
+#    one-GPU run is printed (DPDIFF lines).
 # 2. bench, per shape: the driver's `dp` at 1 GPU and at every N up to the GPUs present (DDP and ZeRO-1), then
 #    test/gpu/fsdp_ref.py under torchrun at the same N; one process per GPU, each measured on its own. The N=2 DDP
 #    run also times a version's weights from rank 0 to rank 1 by NCCL broadcast against a file (BCAST line).
@@ -55,10 +56,20 @@ exec > >(tee "$log") 2>&1
   nvidia-smi topo -m 2>/dev/null | head -5
   if [ "$max" -ge 2 ] && [ "${DP_CHECK:-1}" = 1 ]; then
     ours 1 1.5B --check=2 --seqs=16 --dump="$OUT/dp-1.bin"
-    ours 2 1.5B --check=2 --dump="$OUT/dp-2.bin"
+    ours 2 1.5B --check=2 --dump="$OUT/dp-2.bin" >"$OUT/dpcheck.txt"
+    ours 2 1.5B --check=2 --zero1 --dump="$OUT/dp-2z.bin" >>"$OUT/dpcheck.txt"
+    cat "$OUT/dpcheck.txt"
     dpdiff "ddp n=2 vs n=1" "$OUT/dp-2.bin"
-    ours 2 1.5B --check=2 --zero1 --dump="$OUT/dp-2z.bin"
     dpdiff "zero1 n=2 vs n=1" "$OUT/dp-2z.bin"
+    # the check itself: every rank of both modes ends with the same parameters, bit for bit (FNV-1a of the block)
+    hashes=$(grep '^DPCHECK ' "$OUT/dpcheck.txt" | grep -o '"params_fnv":"[0-9a-f]*"' | sort -u)
+    lines=$(grep -c '^DPCHECK ' "$OUT/dpcheck.txt")
+    if [ "$lines" != 4 ] || [ "$(echo "$hashes" | wc -l)" != 1 ]; then
+      echo "dp: FAILED: expected 4 ranks' parameters with one hash, got $lines line(s) and hashes: $hashes"
+      status=1
+    else
+      echo "dp: check ok: DDP and ZeRO-1, both ranks, one parameter hash ($hashes)"
+    fi
   fi
   for shape in ${1:-1.5B 3B}; do
     ours 1 "$shape" --iters="$iters"
