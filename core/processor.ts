@@ -41,6 +41,12 @@ export interface ProcessContext {
   /** Count something in the processor's metrics (e.g. groups emitted, partial groups dropped). */
   count(name: string, n?: number): void;
   readonly now: number;
+  /**
+   * Whether this consumer has read every record of the partition there is now (its position has reached the
+   * partition's end): what a handler asks before the wall clock may close state the log could still complete.
+   * Asks the log for the end offsets, once per topic per batch.
+   */
+  caughtUp(topic: string, partition: number): Promise<boolean>;
   readonly logger: Logger;
 }
 
@@ -254,9 +260,17 @@ export class StreamProcessor {
     const failures: { record: LogRecord; error: unknown }[] = [];
     const dirty = new Map<string, { topic: string; partition: number }>();
     const now = Date.now();
+    const ends = new Map<string, Promise<Map<number, number>>>();
     const ctx: ProcessContext = {
       now,
       logger: this.logger,
+      caughtUp: async (topic, partition) => {
+        let end = ends.get(topic);
+        if (!end) ends.set(topic, (end = this.opts.log.offsets(topic).then((os) => new Map(os.map((o) => [o.partition, o.high])))));
+        const key = tpKey(topic, partition);
+        const read = Math.max(this.next.get(key)?.offset ?? 0, this.positions().get(key) ?? 0);
+        return read >= ((await end).get(partition) ?? Infinity);
+      },
       emit: (out, source) => {
         let value: Buffer;
         try {

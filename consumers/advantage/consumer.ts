@@ -22,7 +22,11 @@ export interface AdvantageOptions {
   /** Estimator name, as registered (estimators.ts). Default grpo. */
   estimator?: string;
   estimatorOptions?: Partial<EstimatorOptions>;
-  /** A group still incomplete this long after its first member arrived is closed. Default 60 000 ms. */
+  /**
+   * A group still incomplete this long after its first member was written (its record timestamp) is closed: once a
+   * record that much newer is read from its partition, or, with the partition read to its end, once the wall
+   * clock has passed it. Default 60 000 ms.
+   */
   groupTimeoutMs?: number;
   /** What a closed incomplete group does: drop its members, or emit those present. Default emit. */
   partialGroups?: 'drop' | 'emit';
@@ -67,6 +71,11 @@ export class AdvantageHandler implements ProcessorHandler {
   handle(input: InputRecord, ctx: ProcessContext): void {
     const ev = input.event.value as RewardedTrajectory;
     const traj = ev.trajectory;
+    // Every record read moves its partition's clock, and groups that clock has aged past the timeout close before
+    // this record joins anything: a member that much newer than its group's first is late, live or replayed.
+    const { topic, partition } = input.record;
+    const clock = this.groups.observe(input.record);
+    for (const g of this.groups.expired(topic, partition, clock, this.timeoutMs)) this.close(g, 'timeout', ctx);
     if (!getsAdvantage(traj)) {
       ctx.count('skipped_not_train');
       // Held-out rollouts are the run's own evaluations, skipped here by design: only another split is a mistake.
@@ -84,7 +93,7 @@ export class AdvantageHandler implements ProcessorHandler {
     if (open && open.expected !== size) {
       throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: group_size ${traj.group_size} differs from ${open.expected}, the group_size of the first member of group ${traj.group_id}`);
     }
-    const { group, duplicate } = this.groups.add({ record: input.record, event: ev }, ctx.now);
+    const { group, duplicate } = this.groups.add({ record: input.record, event: ev });
     if (duplicate) return ctx.count('duplicates');
     if (group.members.length >= group.expected) this.close(group, 'complete', ctx);
     const max = this.options.maxOpenGroups ?? 10_000;
@@ -97,8 +106,20 @@ export class AdvantageHandler implements ProcessorHandler {
     this.options.logger?.warn(message, { ...fields, note: 'logged once per kind; see the processor counters for totals' });
   }
 
-  tick(ctx: ProcessContext): void {
-    for (const g of this.groups.expired(ctx.now, this.options.groupTimeoutMs ?? 60_000)) this.close(g, 'timeout', ctx);
+  private get timeoutMs(): number {
+    return this.options.groupTimeoutMs ?? 60_000;
+  }
+
+  /**
+   * The wall clock closes a group only in a partition read to its end: then no member of it can still be waiting
+   * in the log, and its producers have gone quiet for the timeout. A partition with records still unread waits
+   * for its own clock (handle), so a consumer behind its input never closes a group its unread records complete.
+   */
+  async tick(ctx: ProcessContext): Promise<void> {
+    for (const { topic, partition } of this.groups.partitionsOlderThan(ctx.now, this.timeoutMs)) {
+      if (!(await ctx.caughtUp(topic, partition))) continue;
+      for (const g of this.groups.expired(topic, partition, ctx.now, this.timeoutMs)) this.close(g, 'timeout', ctx);
+    }
   }
 
   pending(topic: string, partition: number): number[] {

@@ -97,13 +97,15 @@ async function killLoop(cfg: object, seed: number): Promise<number> {
 export function killTests(kind: 'embedded' | 'kafka'): void {
   const skip = kind === 'kafka' && !kafkaConfig() ? (process.env['RLSTREAM_REQUIRE_SERVICES'] === '1' ? false : 'KAFKA_BROKERS is not set') : false;
 
-  test(`reward consumer: SIGKILL at random moments (${kind}), no output lost or duplicated`, { skip, timeout: 300_000 }, async () => {
+  test(`reward consumer: SIGKILL at random moments (${kind}), no output lost or duplicated`, { skip, timeout: 300_000 }, async (tc) => {
     if (kind === 'kafka' && !kafkaConfig()) assert.fail('KAFKA_BROKERS is not set and RLSTREAM_REQUIRE_SERVICES=1');
     const serde = await newSerde();
     const config: LogConfig = kind === 'embedded' ? { kind: 'embedded', dir: tempDir('reward-kill') } : kafkaConfig()!;
     const suffix = newId().slice(0, 8);
     const topics = { input: `t-in-${suffix}`, output: `t-out-${suffix}`, deadLetter: `t-dlq-${suffix}` };
     const log = await openLog(config);
+    // A failed assertion must not leave the Kafka client open: it would hold the test file until its timeout.
+    if (kind === 'kafka') tc.after(() => log.close().catch(() => {}));
     for (const t of Object.values(topics)) await log.createTopic({ name: t, partitions: 3 });
     const expected = new Set<string>();
     const records: ProduceRecord[] = [];
@@ -125,6 +127,7 @@ export function killTests(kind: 'embedded' | 'kafka'): void {
     await runWorker({ ...cfg, untilIdle: true });
 
     const check = kind === 'embedded' ? await openLog(config) : log;
+    if (kind === 'embedded') tc.after(() => check.close().catch(() => {}));
     const out = await readAll(check, serde, topics.output);
     assertExactlyOnce(out.keys, expected, 'rewarded outputs');
     assert.equal(new Set(out.ids).size, out.ids.length);
@@ -134,22 +137,27 @@ export function killTests(kind: 'embedded' | 'kafka'): void {
     await check.close();
   });
 
-  test(`advantage consumer: SIGKILL at random moments with interleaved and partial groups (${kind}), exactly once`, { skip, timeout: 300_000 }, async () => {
+  test(`advantage consumer: SIGKILL at random moments with interleaved and partial groups (${kind}), exactly once`, { skip, timeout: 300_000 }, async (tc) => {
     if (kind === 'kafka' && !kafkaConfig()) assert.fail('KAFKA_BROKERS is not set and RLSTREAM_REQUIRE_SERVICES=1');
     const serde = await newSerde();
     const config: LogConfig = kind === 'embedded' ? { kind: 'embedded', dir: tempDir('adv-kill') } : kafkaConfig()!;
     const suffix = newId().slice(0, 8);
     const topics = { input: `t-in-${suffix}`, output: `t-out-${suffix}`, deadLetter: `t-dlq-${suffix}` };
     const log = await openLog(config);
+    // A failed assertion must not leave the Kafka client open: it would hold the test file until its timeout.
+    if (kind === 'kafka') tc.after(() => log.close().catch(() => {}));
     for (const t of Object.values(topics)) await log.createTopic({ name: t, partitions: 3 });
     const expected = new Set<string>();
-    const events: { key: string; value: Buffer }[] = [];
+    const events: ProduceRecord[] = [];
+    // One write time for all: a group's age is its first member's timestamp on the partition's clock, so complete
+    // groups can only close complete, however slowly a restarted worker reads; the short ones close at the end.
+    const writtenAt = Date.now();
     for (let g = 0; g < 250; g++) {
       // Every 25th group is missing members: it can only close on its timeout, as a partial group.
       const present = g % 25 === 5 ? 5 : 8;
       for (let i = 0; i < present; i++) {
         const t = trajectory({ groupId: `g${g}`, index: i, tokens: 200 });
-        events.push({ key: t.group_id, value: serde.encode('RewardedTrajectory', rewarded(t, i % 3 === 0 ? 1 : 0)) });
+        events.push({ key: t.group_id, value: serde.encode('RewardedTrajectory', rewarded(t, i % 3 === 0 ? 1 : 0)), timestamp: writtenAt });
         expected.add(t.trajectory_id);
       }
     }
@@ -165,6 +173,7 @@ export function killTests(kind: 'embedded' | 'kafka'): void {
     await runWorker({ ...cfg, untilIdle: true });
 
     const check = kind === 'embedded' ? await openLog(config) : log;
+    if (kind === 'embedded') tc.after(() => check.close().catch(() => {}));
     const out = await readAll(check, serde, topics.output);
     assertExactlyOnce(out.keys, expected, 'advantaged outputs');
     assert.equal(new Set(out.ids).size, out.ids.length);
