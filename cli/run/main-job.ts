@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { maskSecrets } from '../config/run-config.ts';
 import { describeError, RlstreamError } from '../../core/errors.ts';
 import { TOPICS } from '../../core/topics.ts';
-import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
+import { checkDeviceRunsHere } from '../../consumers/trainer/device.ts';
 import type { TraceStore } from '../../core/traces/store.ts';
 import { serveAdmin, type ServedAdmin } from '../../admin/serve.ts';
 import { jsonLogger, type Logger } from '../../core/telemetry.ts';
@@ -116,7 +116,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
   // writes nothing.
   const { config, problems } = await checkConfig(options.configPath, options.overrides ?? {});
   if (config === null || problems.length > 0) throw new RlstreamError('CONFIG_INVALID', problemsReport(options.configPath, problems));
-  checkTrainerDevice(config.trainer.device);
+  checkDeviceRunsHere(config.trainer.device);
   const chosen = chooseRun(config, options.run ?? { kind: 'new' });
   const { runId, runDir } = chosen;
   process.stderr.write(`run: ${chosen.message}\n`);

@@ -8,7 +8,7 @@
 // (consumers/trainer/device.ts).
 import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
 import { loadRunConfig, type RunConfig } from '../config/run-config.ts';
-import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
+import { checkDeviceRunsHere } from '../../consumers/trainer/device.ts';
 import { devicesProblems } from '../../consumers/trainer/parallel/devices.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
@@ -169,7 +169,7 @@ function deviceProblems(config: RunConfig): string[] {
   for (const [field, device] of fields) {
     if (device !== 'cuda') continue;
     try {
-      checkTrainerDevice('cuda', field);
+      checkDeviceRunsHere('cuda', field);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       problems.push(...err.issues.map((i) => `${i.path}: ${i.message}`));

@@ -4,7 +4,7 @@
 import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { RlstreamError } from '../../core/errors.ts';
-import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
+import { checkDeviceRunsHere } from '../../consumers/trainer/device.ts';
 import { runSft, type SftStepInfo } from '../../consumers/trainer/sft.ts';
 import { Model } from '../../native/model.ts';
 import type { RunContext } from './context.ts';
@@ -24,7 +24,7 @@ export async function warmStart(ctx: RunContext, out: string, onStep?: (info: Sf
   const tok = loadTokenizer(files);
   // The warm start trains where the RL steps will (trainer.device): on a GPU machine SFT is most of a run's compute.
   const device = ctx.config.trainer.device;
-  checkTrainerDevice(device);
+  checkDeviceRunsHere(device);
   const base = from ?? (ctx.config.model.base === null ? undefined : initFiles(ctx.config.model.base).initWeights);
   const model = base ? Model.load(base, files.config, { device }) : Model.init(files.config, { seed: stages[0]!.seed, device });
   try {

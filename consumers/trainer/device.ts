@@ -6,7 +6,7 @@ import { ConfigError } from '../../core/config/validate.ts';
 import { cudaAvailable, nativeAvailable, type DeviceKind } from '../../native/index.ts';
 
 /** Throws ConfigError (CONFIG_INVALID) at `field` (trainer.device, backend.device) when `device` cannot run in this process. */
-export function checkTrainerDevice(device: DeviceKind, field = 'trainer.device'): void {
+export function checkDeviceRunsHere(device: DeviceKind, field = 'trainer.device'): void {
   if (device !== 'cuda' || cudaAvailable()) return;
   const why =
     process.env['RLSTREAM_NATIVE'] === 'off'

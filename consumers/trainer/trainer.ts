@@ -20,7 +20,7 @@ import type { Control, NamedValue, PolicyVersion, TrainStep } from '../../schema
 import { Model, type DeviceKind, type ModelConfig } from '../../native/index.ts';
 import { checkpointExists, checkpointPath, StepCommitter, trainStepEvent, type StoredWeights } from './commit.ts';
 import { ConsumedTrajectories } from './consumed.ts';
-import { checkTrainerDevice } from './device.ts';
+import { checkDeviceRunsHere } from './device.ts';
 import { emptyTrainerCounters, TrainerIntake, type IntakeBatch, type IntakeView, type TrainerCounters } from './intake.ts';
 import { learningRateAt } from './lr-schedule.ts';
 import type { TrainerOptions } from './options.ts';
@@ -157,7 +157,7 @@ export class Trainer {
   async start(): Promise<void> {
     const { log, options } = this.deps;
     checkTrainerDevices(options.dataParallel);
-    checkTrainerDevice(options.device);
+    checkDeviceRunsHere(options.device);
     const on = { threads: options.threads, device: options.device, recompute: options.recompute };
     // With trainer.lora the model's weights stay frozen and adapters train over them; a checkpoint then holds the
     // adapters alone, resumed over the same initial weights.

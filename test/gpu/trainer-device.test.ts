@@ -13,7 +13,7 @@ import { openEmbeddedLog } from '../../core/log/embedded/index.ts';
 import { EmbeddedRegistry } from '../../core/serde/embedded-registry.ts';
 import { EventSerde } from '../../core/serde/events.ts';
 import { RlstreamError } from '../../core/errors.ts';
-import { checkTrainerDevice } from '../../consumers/trainer/device.ts';
+import { checkDeviceRunsHere } from '../../consumers/trainer/device.ts';
 import { compileTrainerOptions } from '../../consumers/trainer/options.ts';
 import { runMainJob } from '../../cli/run/main-job.ts';
 import { cudaAvailable, nativeAvailable } from '../../native/index.ts';
@@ -52,11 +52,11 @@ test('trainer.device compiles: cpu by default, cuda accepted, anything else refu
 });
 
 test("trainer.device 'cpu' passes the start-up check everywhere", () => {
-  assert.doesNotThrow(() => checkTrainerDevice('cpu'));
+  assert.doesNotThrow(() => checkDeviceRunsHere('cpu'));
 });
 
 test("trainer.device 'cuda' without CUDA: the main job fails at start-up, naming the field and the fix, and leaves no run behind", { skip: noCuda, timeout: 60_000 }, async () => {
-  assert.throws(() => checkTrainerDevice('cuda'), isDeviceError);
+  assert.throws(() => checkDeviceRunsHere('cuda'), isDeviceError);
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-gpu-config-'));
   try {
     // refused by the run's config check (the problems config check lists), before the roles start
