@@ -456,6 +456,13 @@ test('an older journal that vanishes while the open removes it (a closing log of
     const cp = JSON.parse(readFileSync(join(dir, 'checkpoint.json'), 'utf8')) as { generation: number };
     assert.ok(cp.generation > 0, 'checkpoints were written');
     const older = join(dir, `journal-${String(cp.generation - 1).padStart(10, '0')}.log`);
+    // The closed log's own deletion of that journal runs off the event loop and may not have happened yet: were it
+    // to land after the file is written again below, the open would find nothing to remove (seen once on a loaded
+    // CI machine). Wait for it first.
+    for (const until = Date.now() + 10_000; existsSync(older); ) {
+      assert.ok(Date.now() < until, `${older} was still there 10 s after its log closed`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
     writeFileSync(older, '');
     fs.unlinkSync = (path: import('node:fs').PathLike) => {
       if (String(path) === older && existsSync(older)) {
