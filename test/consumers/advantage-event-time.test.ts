@@ -9,6 +9,7 @@ import type { EventLog, ProduceRecord } from '../../core/log/types.ts';
 import { StreamProcessor, type ProcessContext } from '../../core/processor.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
+import { readTopic } from '../../testkit/audit.ts';
 import { newSerde, rewarded, tempDir, trajectory } from '../../testkit/events.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -42,14 +43,8 @@ async function consume(log: EventLog, serde: EventSerde, id: string, handler: Ad
   }
   await proc.stop();
   await running;
-  const c = await log.consumer({ groupId: `read-${id}`, topics: [out] });
   const events: AdvantagedTrajectory[] = [];
-  for (let empty = 0; empty < 2; ) {
-    const b = await c.poll({ maxRecords: 1000, timeoutMs: 100 });
-    if (b.length === 0) empty++;
-    for (const r of b) events.push((await serde.decode(r.value)).value as AdvantagedTrajectory);
-  }
-  await c.close();
+  await readTopic(log, out, async (v) => void events.push((await serde.decode(v)).value as AdvantagedTrajectory));
   return { events, counters: proc.metrics().counters };
 }
 
