@@ -135,8 +135,10 @@ export class KafkaEventLog implements EventLog, ProducerHost, ConsumerHost {
       if (existing !== spec.partitions) throw new RlstreamError('LOG_TOPIC_EXISTS', `topic ${spec.name} exists with ${existing} partitions, not ${spec.partitions}`);
     } else {
       this.partitionCounts.set(spec.name, spec.partitions);
-      await this.untilLeadersServe(admin, spec.name);
     }
+    // The winner and the losers alike: the topic being listed does not mean its leaders serve yet (a loser's
+    // first offsets() was answered NOT_LEADER_FOR_PARTITION in CI).
+    await this.untilLeadersServe(admin, spec.name);
   }
 
   /** The count of a topic another client just created, once this client's metadata lists it. */
