@@ -197,7 +197,7 @@ export const AdvantageSection = obj(
     estimator: Type.String({ minLength: 1, default: 'grpo', description: `Advantage estimator by registered name (${estimators.names().join(', ')}); its options are the section of the same name below.` }),
     // Each registered estimator's own section (advantage.<name>), as trainer.<loss> for the policy losses.
     ...Object.fromEntries(estimators.names().map((n) => [n, estimators.get(n).options])),
-    group_timeout_ms: positiveInt(60_000, 'A group still incomplete this long after its first member was written is closed: measured on record timestamps, by a newer record of its partition, or by the wall clock once the partition is read to its end (docs/events.md, Groups).'),
+    group_timeout_ms: positiveInt(60_000, 'A group still incomplete this long after its first member was written is closed: measured on record timestamps, by a newer record of its partition, or, once the partition is read to its end, by the consumer\'s wall clock counted from when it read the first member (docs/events.md, Groups).'),
     partial_groups: oneOf(['emit', 'drop'] as const, { default: 'emit', description: 'What a closed incomplete group does: emit the members present, or drop them.' }),
     dynamic_sampling: Type.Boolean({ default: false, description: "Drop groups whose rewards are all equal (DAPO's dynamic sampling)." }),
   },

@@ -75,7 +75,7 @@ export class AdvantageHandler implements ProcessorHandler {
     // this record joins anything: a member that much newer than its group's first is late, live or replayed.
     const { topic, partition } = input.record;
     const clock = this.groups.observe(input.record);
-    for (const g of this.groups.expired(topic, partition, clock, this.timeoutMs)) this.close(g, 'timeout', ctx);
+    for (const g of this.groups.expired(topic, partition, clock, this.timeoutMs, 'log')) this.close(g, 'timeout', ctx);
     if (!getsAdvantage(traj)) {
       ctx.count('skipped_not_train');
       // Held-out rollouts are the run's own evaluations, skipped here by design: only another split is a mistake.
@@ -93,7 +93,7 @@ export class AdvantageHandler implements ProcessorHandler {
     if (open && open.expected !== size) {
       throw new RlstreamError('INPUT_INVALID', `trajectory ${traj.trajectory_id}: group_size ${traj.group_size} differs from ${open.expected}, the group_size of the first member of group ${traj.group_id}`);
     }
-    const { group, duplicate } = this.groups.add({ record: input.record, event: ev });
+    const { group, duplicate } = this.groups.add({ record: input.record, event: ev }, ctx.now);
     if (duplicate) return ctx.count('duplicates');
     if (group.members.length >= group.expected) this.close(group, 'complete', ctx);
     const max = this.options.maxOpenGroups ?? 10_000;
@@ -114,11 +114,13 @@ export class AdvantageHandler implements ProcessorHandler {
    * The wall clock closes a group only in a partition read to its end: then no member of it can still be waiting
    * in the log, and its producers have gone quiet for the timeout. A partition with records still unread waits
    * for its own clock (handle), so a consumer behind its input never closes a group its unread records complete.
+   * The wall clock is this machine's, so the group's age on it counts from when this consumer read its first
+   * member: a writer's clock skewed from ours moves no group's close earlier.
    */
   async tick(ctx: ProcessContext): Promise<void> {
     for (const { topic, partition } of this.groups.partitionsOlderThan(ctx.now, this.timeoutMs)) {
       if (!(await ctx.caughtUp(topic, partition))) continue;
-      for (const g of this.groups.expired(topic, partition, ctx.now, this.timeoutMs)) this.close(g, 'timeout', ctx);
+      for (const g of this.groups.expired(topic, partition, ctx.now, this.timeoutMs, 'wall')) this.close(g, 'timeout', ctx);
     }
   }
 

@@ -6,7 +6,9 @@
 // timestamp, and a partition's clock is the newest record timestamp read from it. A consumer that is behind its
 // input (restarted, slow, replaying) therefore closes the same groups a live one did, never a group whose members
 // are still unread in the partition. Wall-clock time only closes a group once its partition has nothing left to
-// read (AdvantageHandler.tick asks the processor).
+// read (AdvantageHandler.tick asks the processor), and then counts from when this consumer read the group's first
+// member, never from the record timestamp: that was stamped by the writer's clock, and a writer whose clock runs
+// behind this machine's by more than the timeout would otherwise have its groups closed on their first member.
 import type { LogRecord } from '../../core/log/types.ts';
 import type { RewardedTrajectory } from '../../schemas/generated/types.ts';
 
@@ -23,7 +25,13 @@ export interface OpenGroup {
   members: Member[];
   /** Record timestamp of its first member (ms since the epoch, the log's time). */
   openedMs: number;
+  /** This consumer's wall clock when it read the first member (ms since the epoch, this machine's time). */
+  seenMs: number;
 }
+
+/** Which clock ages a group: the partition's (record timestamps) or this consumer's wall clock. */
+export type GroupClock = 'log' | 'wall';
+const ageFrom = (g: OpenGroup, clock: GroupClock) => (clock === 'log' ? g.openedMs : g.seenMs);
 
 export type CloseReason = 'complete' | 'timeout' | 'evicted';
 
@@ -61,13 +69,16 @@ export class GroupTable {
     return t;
   }
 
-  /** Add a member; returns the group, and whether this trajectory was already in it (a duplicate). */
-  add(member: Member): { group: OpenGroup; duplicate: boolean } {
+  /**
+   * Add a member read at `seenMs` (this consumer's wall clock); returns the group, and whether this trajectory was
+   * already in it (a duplicate).
+   */
+  add(member: Member, seenMs: number): { group: OpenGroup; duplicate: boolean } {
     const traj = member.event.trajectory;
     let g = this.open.get(traj.group_id);
     if (!g) {
       const { topic, partition, timestamp } = member.record;
-      g = { groupId: traj.group_id, topic, partition, expected: Math.max(1, traj.group_size), members: [], openedMs: timestamp };
+      g = { groupId: traj.group_id, topic, partition, expected: Math.max(1, traj.group_size), members: [], openedMs: timestamp, seenMs };
       this.open.set(traj.group_id, g);
       const key = tpKey(topic, partition);
       let part = this.byPartition.get(key);
@@ -90,26 +101,27 @@ export class GroupTable {
   }
 
   /**
-   * A partition's groups opened at least timeoutMs before `at` (the partition's clock, or the wall clock once it
-   * is read to its end), in the partition's order. Timestamps within a partition are nearly monotonic (one
-   * producer clock per writer): the scan stops at the first younger group, so a group behind an out-of-order
-   * younger one closes a little later, never earlier.
+   * A partition's groups at least timeoutMs old at `at` on `clock` (the partition's clock against record
+   * timestamps, or the wall clock against when this consumer read them), in the partition's order. Timestamps
+   * within a partition are nearly monotonic (one producer clock per writer), and read times are monotonic: the
+   * scan stops at the first younger group, so a group behind an out-of-order younger one closes a little later,
+   * never earlier.
    */
-  expired(topic: string, partition: number, at: number, timeoutMs: number): OpenGroup[] {
+  expired(topic: string, partition: number, at: number, timeoutMs: number, clock: GroupClock): OpenGroup[] {
     const out: OpenGroup[] = [];
     for (const g of this.byPartition.get(tpKey(topic, partition))?.values() ?? []) {
-      if (at - g.openedMs < timeoutMs) break;
+      if (at - ageFrom(g, clock) < timeoutMs) break;
       out.push(g);
     }
     return out;
   }
 
-  /** Partitions holding a group opened at least timeoutMs before `now`. */
+  /** Partitions holding a group this consumer read at least timeoutMs before `now` (its wall clock). */
   partitionsOlderThan(now: number, timeoutMs: number): { topic: string; partition: number }[] {
     const out: { topic: string; partition: number }[] = [];
     for (const part of this.byPartition.values()) {
       const first = part.values().next().value;
-      if (first && now - first.openedMs >= timeoutMs) out.push({ topic: first.topic, partition: first.partition });
+      if (first && now - first.seenMs >= timeoutMs) out.push({ topic: first.topic, partition: first.partition });
     }
     return out;
   }

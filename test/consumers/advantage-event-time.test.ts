@@ -10,6 +10,7 @@ import { StreamProcessor, type ProcessContext } from '../../core/processor.ts';
 import type { EventSerde } from '../../core/serde/events.ts';
 import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
 import { readTopic } from '../../testkit/audit.ts';
+import { rng } from '../../core/random.ts';
 import { newSerde, rewarded, tempDir, trajectory } from '../../testkit/events.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -119,5 +120,94 @@ test("the log's clock closes a group its partition has moved past, and a replay 
     assert.equal(counters['late_members'], 1);
     assert.equal(counters['partial_timeout'], 1);
   }
+  await log.close();
+});
+
+test('generated logs: any batch size closes the same groups, and every trajectory is emitted once or counted late', { timeout: 120_000 }, async () => {
+  // Each seed writes 40 groups of 2-6 over 3 partitions: a fifth of the members never written, a tenth written
+  // 15-30 minutes after their group's first (past the 10-minute timeout: late), the rest within 2 minutes, in
+  // timestamp order shuffled within a window. A consumer reading 1, 7 or 200 records a batch must close the same
+  // groups with the same members (replay = live), and lose and duplicate nothing.
+  const serde = await newSerde();
+  for (const seed of [1, 2, 3, 4, 5]) {
+    const r = rng(seed);
+    const log = await openLog({ kind: 'embedded', dir: tempDir('adv-gen') });
+    await log.createTopic({ name: 'in', partitions: 3 });
+    const t0 = Date.now() - 24 * 3_600_000;
+    const written: { rec: ProduceRecord; ts: number }[] = [];
+    for (let g = 0; g < 40; g++) {
+      const size = 2 + Math.floor(r() * 5);
+      const start = t0 + Math.floor(r() * 3_600_000);
+      for (let i = 0; i < size; i++) {
+        if (i > 0 && r() < 0.2) continue;
+        const ts = start + (i > 0 && r() < 0.1 ? 900_000 + Math.floor(r() * 900_000) : Math.floor(r() * 120_000));
+        written.push({ rec: member(serde, `s${seed}g${g}`, i, size, ts), ts });
+      }
+    }
+    written.sort((a, b) => a.ts - b.ts);
+    for (let i = 0; i < written.length; i++) {
+      const j = Math.min(written.length - 1, i + Math.floor(r() * 4));
+      [written[i], written[j]] = [written[j]!, written[i]!];
+    }
+    // Each partition ends with a one-member group a day later: its timestamp moves every partition's clock past
+    // every group above, so the log alone closes them all (the wall clock would wait the 10 minutes).
+    const tail = [0, 1, 2].map((partition) => ({ ...member(serde, `s${seed}end${partition}`, 0, 1, t0 + 24 * 3_600_000), partition }));
+    const p = await log.producer();
+    await p.send('in', [...written.map((w) => w.rec), ...tail]);
+    await p.close();
+
+    const seen: string[] = [];
+    for (const batch of [1, 7, 200]) {
+      const id = `gen${seed}-b${batch}`;
+      const handler = new AdvantageHandler(id, { outputTopic: `out-${id}`, groupTimeoutMs: 600_000, partialGroups: 'emit' });
+      const { events, counters } = await consume(log, serde, id, handler, batch);
+      const ids = events.map((e) => e.trajectory.trajectory_id);
+      assert.equal(new Set(ids).size, ids.length, `seed ${seed}, batch ${batch}: a trajectory emitted twice`);
+      assert.equal(ids.length + (counters['late_members'] ?? 0), written.length + tail.length, `seed ${seed}, batch ${batch}: emitted + late != written`);
+      assert.ok((counters['late_members'] ?? 0) > 0 && (counters['partial_timeout'] ?? 0) > 0, `seed ${seed}: the log has late members and partial groups`);
+      seen.push(JSON.stringify([...groupsOf(events)].sort(([a], [b]) => a.localeCompare(b))));
+    }
+    assert.equal(seen[1], seen[0], `seed ${seed}: batches of 7 closed other groups than batches of 1`);
+    assert.equal(seen[2], seen[0], `seed ${seed}: batches of 200 closed other groups than batches of 1`);
+    await log.close();
+  }
+});
+
+test("a writer's clock an hour behind this machine's closes no group early: the wall clock counts from when the consumer read it", { timeout: 120_000 }, async () => {
+  const log = await openLog({ kind: 'embedded', dir: tempDir('adv-skew') });
+  await log.createTopic({ name: 'in', partitions: 1 });
+  await log.createTopic({ name: 'out-skew', partitions: 1 });
+  const serde = await newSerde();
+  // The rollout machine's clock runs an hour behind: every record it writes is stamped an hour ago. Group "slow"
+  // gets its second member 1.5 s after its first, within the 3 s timeout: it must close complete. Group "quiet"
+  // never gets its second member: the wall clock must still close it, partial, ~3 s after the consumer read it.
+  const behind = () => Date.now() - 3_600_000;
+  const handler = new AdvantageHandler('skew', { outputTopic: 'out-skew', groupTimeoutMs: 3000, partialGroups: 'emit' });
+  const proc = new StreamProcessor({ id: 'skew', log, serde, inputTopics: ['in'], accepts: ['RewardedTrajectory'], handler, maxBatchWaitMs: 50, deadLetterTopic: 'dlq-skew' });
+  const running = proc.run();
+  const p = await log.producer();
+  try {
+    await p.send('in', [member(serde, 'slow', 0, 2, behind()), member(serde, 'quiet', 0, 2, behind())]);
+    const read = Date.now();
+    // Read to the end within this (the processor polls every 100 ms), with the groups an hour old by the writer's
+    // stamps. (proc.lag() cannot tell: the held groups keep the commit below them.)
+    await sleep(1500);
+    assert.equal(handler.openGroups, 2, 'both groups are held 1.5 s after they were written');
+    await p.send('in', [member(serde, 'slow', 1, 2, behind())]);
+    const deadline = Date.now() + 30_000;
+    while (handler.openGroups > 0) {
+      assert.ok(Date.now() < deadline, 'group "quiet" did not close within 30 s');
+      await sleep(50);
+    }
+    assert.ok(Date.now() - read >= 3000, `group "quiet" closed ${Date.now() - read} ms after it was written, before the 3 s timeout`);
+  } finally {
+    await p.close();
+    await proc.stop();
+    await running;
+  }
+  const events: AdvantagedTrajectory[] = [];
+  await readTopic(log, 'out-skew', async (v) => void events.push((await serde.decode(v)).value as AdvantagedTrajectory));
+  assert.deepEqual(Object.fromEntries(groupsOf(events)), { slow: { members: ['slow/0', 'slow/1'], partial: false }, quiet: { members: ['quiet/0'], partial: true } });
+  assert.equal(proc.metrics().counters['late_members'] ?? 0, 0);
   await log.close();
 });
