@@ -46,6 +46,11 @@ export interface NativeModelHandle {
   getStep(): number;
   setStep(step: number): void;
   profile(reset: boolean): KernelProfile;
+  trainRange(): { offset: number; numel: number };
+  setOptimizerShard(begin: number, count: number): void;
+  optimizerShard(): { begin: number; count: number; sharded: boolean };
+  paramsWritten(begin: number, n: number): void;
+  blockView(kind: 'params' | 'grads'): Float32Array;
   dispose(): void;
 }
 export interface NativeAddon {

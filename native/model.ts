@@ -574,6 +574,46 @@ export class Model {
     return this.sync('profile', (h) => h.profile(reset));
   }
 
+  /**
+   * Where the trained floats sit in the parameter block: gradient float i is parameter float offset + i (all of the
+   * parameters, offset 0, without LoRA; the adapters' block with it).
+   */
+  trainRange(): { offset: number; numel: number } {
+    return this.sync('trainRange', (h) => h.trainRange());
+  }
+
+  /**
+   * ZeRO-1: AdamW's moments for trained floats [begin, begin + count) alone (2 x count floats instead of 2 x the
+   * trained count), and adamwStep updates that slice only; the other slices come from the other ranks. Before the
+   * first optimizer step only; the moments' views and checkpoints are refused while a shard is set.
+   */
+  setOptimizerShard(begin: number, count: number): void {
+    this.sync('setOptimizerShard', (h) => h.setOptimizerShard(begin, count));
+  }
+
+  /** The trained floats the optimizer's moments cover (all of them unless setOptimizerShard cut them). */
+  optimizerShard(): { begin: number; count: number; sharded: boolean } {
+    return this.sync('optimizerShard', (h) => h.optimizerShard());
+  }
+
+  /** Parameters [begin, begin + n) were written from outside the kernels (a collective): derived copies are made again. */
+  paramsWritten(begin: number, n: number): void {
+    this.sync('paramsWritten', (h) => h.paramsWritten(begin, n));
+  }
+
+  /** The whole parameter or gradient block as one zero-copy view: the model's memory, so on 'cpu' only. */
+  blockView(kind: 'params' | 'grads'): Float32Array {
+    return this.sync('blockView', (h) => h.blockView(kind));
+  }
+
+  /**
+   * The addon's handle for another part of the addon that works on this model's memory in place (the NCCL
+   * collectives over its blocks); only while no call is running on it.
+   */
+  nativeHandle(op: string): NativeModelHandle {
+    return this.sync(op, (h) => h);
+  }
+
   /** Scales gradients to a global norm of at most maxNorm; returns the norm before clipping. */
   clipGradNorm(maxNorm: number): number {
     return this.sync('clipGradNorm', (h) => h.clipGradNorm(maxNorm));

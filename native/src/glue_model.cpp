@@ -113,6 +113,11 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
                       InstanceMethod("getStep", &ModelWrap::GetStep),
                       InstanceMethod("setStep", &ModelWrap::SetStep),
+                      InstanceMethod("trainRange", &ModelWrap::TrainRange),
+                      InstanceMethod("setOptimizerShard", &ModelWrap::SetOptimizerShard),
+                      InstanceMethod("optimizerShard", &ModelWrap::OptimizerShard),
+                      InstanceMethod("paramsWritten", &ModelWrap::ParamsWritten),
+                      InstanceMethod("blockView", &ModelWrap::BlockView),
                       InstanceMethod("profile", &ModelWrap::Profile),
                       InstanceMethod("dispose", &ModelWrap::Dispose)});
 }
@@ -211,6 +216,9 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
     else if (kind == "exp_avg_sq") block = model_->adam_v(), bk = BlockKind::ExpAvgSq;
     else invalid("tensors(kind): kind must be 'params', 'grads', 'exp_avg' or 'exp_avg_sq'");
     if (bk != BlockKind::Params) model_->need_training("tensors");
+    // On the CPU too, not only in download(): the views below would reach past a shard's shorter block.
+    if ((bk == BlockKind::ExpAvg || bk == BlockKind::ExpAvgSq) && model_->optimizer_sharded())
+      invalid("tensors: this model's AdamW moments are one ZeRO-1 shard, not laid out as its tensors");
     // A device model refreshes the host mirror first: the views are a snapshot of the device block.
     if (model_->device() != Device::Cpu) live("tensors").download(bk);
     const auto& ts = model_->tensors();
@@ -657,6 +665,78 @@ Napi::Value ModelWrap::SetStep(const Napi::CallbackInfo& info) {
     live("setStep").set_step((int64_t)s);
     return info.Env().Undefined();
   });
+}
+
+// trainRange() -> { offset, numel }: the trained floats' place in the parameter block (the gradient block's floats
+// 0..numel-1 are parameters offset..offset+numel-1).
+Napi::Value ModelWrap::TrainRange(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("trainRange");
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("offset", (double)m.train_offset());
+    o.Set("numel", (double)m.train_numel());
+    return o;
+  });
+}
+
+static size_t count_arg(const Napi::Value& v, const char* what) {
+  const double d = num_arg(v, what);
+  if (d < 0 || d != std::floor(d) || d > 9007199254740991.0) invalid(std::string(what) + " must be a non-negative integer");
+  return (size_t)d;
+}
+
+// setOptimizerShard(begin, count): ZeRO-1, this model's AdamW moments for trained floats [begin, begin+count) alone.
+Napi::Value ModelWrap::SetOptimizerShard(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    live("setOptimizerShard").set_optimizer_shard(count_arg(info[0], "begin"), count_arg(info[1], "count"));
+    return info.Env().Undefined();
+  });
+}
+
+// optimizerShard() -> { begin, count, sharded }: the trained floats the moments cover.
+Napi::Value ModelWrap::OptimizerShard(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("optimizerShard");
+    m.need_training("optimizerShard");
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("begin", (double)m.optimizer_begin());
+    o.Set("count", (double)m.optimizer_count());
+    o.Set("sharded", m.optimizer_sharded());
+    return o;
+  });
+}
+
+// paramsWritten(begin, n): parameters [begin, begin+n) were written by a collective; derived copies are made again.
+Napi::Value ModelWrap::ParamsWritten(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    live("paramsWritten").params_written(count_arg(info[0], "begin"), count_arg(info[1], "n"));
+    return info.Env().Undefined();
+  });
+}
+
+// blockView(kind) -> one Float32Array over the whole parameter ('params') or gradient ('grads') block: the
+// model's own memory, so only on the CPU (a device model's blocks are reached by collectives on the device).
+Napi::Value ModelWrap::BlockView(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("blockView");
+    const std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+    if (kind != "params" && kind != "grads") invalid("blockView(kind): kind must be 'params' or 'grads'");
+    if (m.device() != Device::Cpu) invalid("blockView: the model is on the GPU; its blocks are device memory, with no host view of their own");
+    if (kind == "grads") m.need_training("blockView");
+    Block block = kind == "params" ? m.params() : m.grads();
+    const size_t n = kind == "params" ? m.num_parameters() : m.train_numel();
+    auto* hold = new Block(block);
+    Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, block.get(), n * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
+    return Napi::Float32Array::New(env, n, ab, 0);
+  });
+}
+
+Model& ModelWrap::idle_model(const Napi::Value& v, const char* op) {
+  if (!v.IsObject()) invalid(std::string(op) + ": model must be a NativeModel");
+  ModelWrap* w = ModelWrap::Unwrap(v.As<Napi::Object>());
+  if (w == nullptr) invalid(std::string(op) + ": model must be a NativeModel");
+  return w->live(op);
 }
 
 // profile(reset) -> { matmul, attention, elementwise, logits, optimizer, graph } seconds of kernel time

@@ -14,6 +14,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
  public:
   static Napi::Function Init(Napi::Env env);
   explicit ModelWrap(const Napi::CallbackInfo& info);
+  // The live Model behind a NativeModel object passed to another part of the addon (the NCCL glue's collectives
+  // over a model's blocks); throws naming `op` where v is not a NativeModel, the model was disposed, or it is busy.
+  static Model& idle_model(const Napi::Value& v, const char* op);
 
  private:
   Model& live(const char* op);
@@ -43,6 +46,11 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value AdamwStep(const Napi::CallbackInfo& info);
   Napi::Value GetStep(const Napi::CallbackInfo& info);
   Napi::Value SetStep(const Napi::CallbackInfo& info);
+  Napi::Value TrainRange(const Napi::CallbackInfo& info);
+  Napi::Value SetOptimizerShard(const Napi::CallbackInfo& info);
+  Napi::Value OptimizerShard(const Napi::CallbackInfo& info);
+  Napi::Value ParamsWritten(const Napi::CallbackInfo& info);
+  Napi::Value BlockView(const Napi::CallbackInfo& info);
   Napi::Value Profile(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
 

@@ -2,9 +2,11 @@
 // argument checks, typed arrays in and out, collectives run off the main thread.
 #include "nccl_glue.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "glue.h"
+#include "glue_model.h"
 #include "nccl_core.h"
 
 #ifdef RLSTREAM_CUDA
@@ -49,6 +51,42 @@ Napi::Value collective(const Napi::CallbackInfo& info, NcclOp op) {
     auto* w = new JobWorker(info.Env(), job, [](Napi::Env e) { return e.Undefined(); }, [] {}, {send.holder, recv.holder});
     w->Queue();
     return w->promise();
+  });
+}
+
+// blockCollective(comm, op, model, kind, sendBegin, sendCount, recvBegin, recvCount, root): a collective over a
+// CUDA model's own fp32 block ('params' or 'grads'), in place, queued on the model's stream behind its kernels with
+// no host copy (nccl_run_device). Offsets count floats from the block's start. Returns once it is queued: the
+// model's next call runs after it, and a value read back to the host waits for it.
+Napi::Value BlockCollective(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    const int comm = (int)num_arg(info[0], "comm");
+    const std::string name = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+    NcclOp op;
+    if (name == "allReduce") op = NcclOp::AllReduce;
+    else if (name == "broadcast") op = NcclOp::Broadcast;
+    else if (name == "allGather") op = NcclOp::AllGather;
+    else if (name == "reduceScatter") op = NcclOp::ReduceScatter;
+    else invalid("blockCollective: op must be allReduce, broadcast, allGather or reduceScatter");
+    Model& m = ModelWrap::idle_model(info[2], "blockCollective");
+    if (m.device() != Device::Cuda) invalid("blockCollective: the model is on the CPU; NCCL reduces GPU memory (the CPU path reads the model's host views)");
+    const std::string kind = info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
+    if (kind != "params" && kind != "grads") invalid("blockCollective: kind must be 'params' or 'grads'");
+    if (kind == "grads") m.need_training("blockCollective");
+    const size_t size = kind == "params" ? m.num_parameters() : m.train_numel();
+    auto count = [](const Napi::Value& v, const char* what) {
+      const double d = num_arg(v, what);
+      if (d < 0 || d != std::floor(d) || d > 9007199254740991.0) invalid(std::string("blockCollective: ") + what + " must be a non-negative integer");
+      return (size_t)d;
+    };
+    const size_t sb = count(info[4], "sendBegin"), sc = count(info[5], "sendCount"), rb = count(info[6], "recvBegin"), rc = count(info[7], "recvCount");
+    const int root = (int)num_arg(info[8], "root");
+    if (sb > size || sc > size - sb || rb > size || rc > size - rb)
+      invalid("blockCollective: [" + std::to_string(sb) + ", " + std::to_string(sb + sc) + ") and [" + std::to_string(rb) + ", " +
+              std::to_string(rb + rc) + ") must lie inside the " + kind + " block's " + std::to_string(size) + " floats");
+    float* base = m.block_data(kind == "params" ? BlockKind::Params : BlockKind::Grads);
+    nccl_run_device(comm, op, NcclType::F32, base + sb, sc, base + rb, rc, root, m.queue());
+    return info.Env().Undefined();
   });
 }
 
@@ -121,6 +159,7 @@ void InitNccl(Napi::Env env, Napi::Object exports) {
   n.Set("broadcast", Napi::Function::New(env, Broadcast));
   n.Set("allGather", Napi::Function::New(env, AllGather));
   n.Set("reduceScatter", Napi::Function::New(env, ReduceScatter));
+  n.Set("blockCollective", Napi::Function::New(env, BlockCollective));
   exports.Set("nccl", n);
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
 }

@@ -3,6 +3,7 @@
 // core (nccl-collective.ts). A rank's code is written once against this interface; which one runs is chosen by
 // name from `collectives`.
 import { RlstreamError } from '../../../core/errors.ts';
+import type { Model } from '../../../native/index.ts';
 
 /** Element types of a collective buffer: fp32 as Float32Array, bf16 as its bit patterns in a Uint16Array. */
 export type CollectiveDtype = 'fp32' | 'bf16';
@@ -11,6 +12,9 @@ export type CollectiveBuffer = Float32Array | Uint16Array;
 export function dtypeOf(b: CollectiveBuffer): CollectiveDtype {
   return b instanceof Float32Array ? 'fp32' : 'bf16';
 }
+
+/** A model's own fp32 block that a collective reads and writes in place: its parameters or its gradients. */
+export type ModelBlock = 'params' | 'grads';
 
 export interface Collective {
   /** Which implementation ('reference', 'nccl'). */
@@ -25,6 +29,16 @@ export interface Collective {
   allGather(send: CollectiveBuffer, recv: CollectiveBuffer): Promise<void>;
   /** buf = root's buf on every rank. */
   broadcast(buf: CollectiveBuffer, root: number): Promise<void>;
+  /**
+   * Over a model's own block, in place, fp32 (floats counted from the block's start): on a GPU model queued on its
+   * stream behind its kernels with no host copy, on a CPU model through its host view. Floats [begin, begin +
+   * count) summed over the ranks.
+   */
+  allReduceBlock(model: Model, block: ModelBlock, begin: number, count: number): Promise<void>;
+  /** Every rank's floats [begin + r × chunk, begin + (r + 1) × chunk) of the block, to every rank. */
+  allGatherBlock(model: Model, block: ModelBlock, begin: number, chunk: number): Promise<void>;
+  /** Root's floats [begin, begin + count) of the block, to every rank. */
+  broadcastBlock(model: Model, block: ModelBlock, begin: number, count: number, root: number): Promise<void>;
   /**
    * This rank failed: every collective pending or issued later, on every rank, rejects with RankFailed naming it,
    * so no rank waits forever on a peer that will not come.
@@ -47,3 +61,26 @@ export class RankFailed extends RlstreamError {
 export function checkSameDtype(op: string, a: CollectiveBuffer, b: CollectiveBuffer): void {
   if (dtypeOf(a) !== dtypeOf(b)) throw new RlstreamError('INPUT_INVALID', `${op}: send is ${dtypeOf(a)} and recv is ${dtypeOf(b)}; both must be the same type`);
 }
+
+/** Floats [begin, begin + count) of a CPU model's block, as a zero-copy view; refused outside the block. */
+function hostRange(model: Model, block: ModelBlock, begin: number, count: number): Float32Array {
+  const view = model.blockView(block);
+  if (!Number.isInteger(begin) || !Number.isInteger(count) || begin < 0 || count < 0 || begin + count > view.length) {
+    throw new RlstreamError('INPUT_INVALID', `[${begin}, ${begin + count}) is not inside the model's ${block} block of ${view.length} floats`);
+  }
+  return view.subarray(begin, begin + count);
+}
+
+/**
+ * The block operations of a CPU model, through a collective's buffer operations on its host view (the model's own
+ * memory there, so still in place): what the reference collective does, and NCCL for a CPU model.
+ */
+export const hostBlocks = {
+  // async: a refused range rejects the promise, as the device path's refusals do, instead of throwing at the call
+  allReduce: async (c: Collective, model: Model, block: ModelBlock, begin: number, count: number): Promise<void> => c.allReduce([hostRange(model, block, begin, count)]),
+  allGather: async (c: Collective, model: Model, block: ModelBlock, begin: number, chunk: number): Promise<void> => {
+    const all = hostRange(model, block, begin, chunk * c.size);
+    return c.allGather(all.subarray(c.rank * chunk, (c.rank + 1) * chunk), all);
+  },
+  broadcast: async (c: Collective, model: Model, block: ModelBlock, begin: number, count: number, root: number): Promise<void> => c.broadcast(hostRange(model, block, begin, count), root),
+};

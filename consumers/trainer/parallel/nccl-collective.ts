@@ -3,8 +3,11 @@
 // it to the other ranks' processes out of band (the launcher passes it, as torchrun's store does); every rank then
 // joins with NcclCollective.join. Where NCCL, the CUDA layer or a GPU is missing, join refuses, naming which.
 import { RlstreamError } from '../../../core/errors.ts';
-import { loadedAddon } from '../../../native/addon.ts';
-import { RankFailed, type Collective, type CollectiveBuffer } from './collective.ts';
+import { loadedAddon, type NativeModelHandle } from '../../../native/addon.ts';
+import type { Model } from '../../../native/index.ts';
+import { hostBlocks, RankFailed, type Collective, type CollectiveBuffer, type ModelBlock } from './collective.ts';
+
+type BlockOp = 'allReduce' | 'broadcast' | 'allGather' | 'reduceScatter';
 
 interface NcclNative {
   probe(): { library: string; version: number | null; error: string | null };
@@ -15,6 +18,8 @@ interface NcclNative {
   broadcast(comm: number, buf: CollectiveBuffer, root: number): Promise<void>;
   allGather(comm: number, send: CollectiveBuffer, recv: CollectiveBuffer): Promise<void>;
   reduceScatter(comm: number, send: CollectiveBuffer, recv: CollectiveBuffer): Promise<void>;
+  /** Queues a collective over a GPU model's own block on its stream (native/src/nccl.cpp); returns once queued. */
+  blockCollective(comm: number, op: BlockOp, model: NativeModelHandle, block: ModelBlock, sendBegin: number, sendCount: number, recvBegin: number, recvCount: number, root: number): void;
 }
 
 export interface NcclStatus {
@@ -99,6 +104,23 @@ export class NcclCollective implements Collective {
   }
   broadcast(buf: CollectiveBuffer, root: number): Promise<void> {
     return this.guard((c) => this.n.broadcast(c, buf, root));
+  }
+  // A GPU model's blocks are reduced where they are, queued behind its kernels: the model's next call (and any
+  // value it reads back) comes after the collective. A CPU model's go through the host-staged calls above.
+  private onDevice(model: Model, op: BlockOp, block: ModelBlock, send: [number, number], recv: [number, number], root: number): Promise<void> {
+    return this.guard(async (c) => this.n.blockCollective(c, op, model.nativeHandle(`${op}Block`), block, send[0], send[1], recv[0], recv[1], root));
+  }
+  allReduceBlock(model: Model, block: ModelBlock, begin: number, count: number): Promise<void> {
+    if (model.device !== 'cuda') return hostBlocks.allReduce(this, model, block, begin, count);
+    return this.onDevice(model, 'allReduce', block, [begin, count], [begin, count], 0);
+  }
+  allGatherBlock(model: Model, block: ModelBlock, begin: number, chunk: number): Promise<void> {
+    if (model.device !== 'cuda') return hostBlocks.allGather(this, model, block, begin, chunk);
+    return this.onDevice(model, 'allGather', block, [begin + this.rank * chunk, chunk], [begin, chunk * this.size], 0);
+  }
+  broadcastBlock(model: Model, block: ModelBlock, begin: number, count: number, root: number): Promise<void> {
+    if (model.device !== 'cuda') return hostBlocks.broadcast(this, model, block, begin, count, root);
+    return this.onDevice(model, 'broadcast', block, [begin, count], [begin, count], root);
   }
   abort(reason: unknown): void {
     if (this.failed) return;

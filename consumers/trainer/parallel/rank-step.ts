@@ -6,8 +6,10 @@
 // aggregation; the seq-mean aggregations weigh each micro-batch by its tokens, in one process as here, so their
 // result depends on how the samples were packed, which differs when they are spread over ranks.
 //
-// The parameters are read and written through the model's host views: zero-copy on 'cpu'. On 'cuda' the views are
-// host mirrors with no public upload, so this path refuses a 'cuda' model rather than train on stale weights.
+// The collectives work on the model's own blocks in place (Collective.allReduceBlock and the rest): on a GPU model
+// NCCL reduces device memory queued behind the kernels, on a CPU model the host view is the model's memory. ZeRO-1
+// is the model's own AdamW given a shard at construction (Model.setOptimizerShard), so a rank's moments are 2/N of
+// the trained floats, on whichever device it trains.
 import { RlstreamError } from '../../../core/errors.ts';
 import type { Model } from '../../../native/index.ts';
 import { packMicroBatches, type TrainSample } from '../batch.ts';
@@ -15,7 +17,6 @@ import type { TrainerOptions } from '../options.ts';
 import { allReduceGradients, planBuckets, type BucketPlan } from './buckets.ts';
 import type { Collective, CollectiveDtype } from './collective.ts';
 import { FlatLayout } from './flat.ts';
-import { Zero1AdamW } from './zero1.ts';
 
 export interface DataParallelOptions {
   /** Bytes of one gradient bucket in its reduction type (PyTorch DDP's bucket_cap_mb is 25 MiB). */
@@ -42,29 +43,62 @@ export interface RankStepMetrics {
   updates: number;
 }
 
+/**
+ * The ZeRO-1 cut of `numel` trained floats over `size` ranks: `chunk` floats each (what the all-gather moves), and
+ * the `tail` left over (numel mod size) to the last rank, which broadcasts it.
+ */
+export function zero1Slices(numel: number, size: number): { chunk: number; tail: number; slice: (rank: number) => { begin: number; count: number } } {
+  const chunk = Math.floor(numel / size);
+  const tail = numel - chunk * size;
+  return { chunk, tail, slice: (rank) => ({ begin: rank * chunk, count: chunk + (rank === size - 1 ? tail : 0) }) };
+}
+
 export class DataParallelRank {
-  readonly layout: FlatLayout;
   readonly plan: BucketPlan;
-  readonly optimizer: Zero1AdamW;
-  private readonly names: string[];
+  /** Where the trained floats are in the parameter block (gradient float i is parameter offset + i). */
+  readonly trained: { offset: number; numel: number };
+  /** The trained floats whose AdamW moments this rank holds and updates. */
+  readonly shard: { begin: number; count: number };
+  private readonly slices: ReturnType<typeof zero1Slices>;
 
   constructor(
     readonly model: Model,
     readonly collective: Collective,
     readonly options: TrainerOptions,
-    dp: DataParallelOptions = options.dataParallel,
+    readonly dp: DataParallelOptions = options.dataParallel,
   ) {
-    if (options.klCoef > 0) throw new RlstreamError('INPUT_INVALID', `data-parallel rank ${collective.rank}: trainer.kl_coef > 0 needs a reference model on every rank, which the data-parallel step does not hold yet; set trainer.kl_coef: 0`);
-    if (model.device !== 'cpu') throw new RlstreamError('INPUT_INVALID', `data-parallel rank ${collective.rank}: a '${model.device}' model's parameters have no public upload from their host views, so the host-view step is built for 'cpu' models only (docs/scaling.md)`);
-    const params = model.parameters();
-    this.names = [...params.keys()];
-    this.layout = new FlatLayout(this.names.map((n) => params.get(n)!.data.length));
-    this.plan = planBuckets(this.layout.numel, dp.bucketBytes, dp.dtype);
-    this.optimizer = new Zero1AdamW(this.layout, collective);
+    const who = `data-parallel rank ${collective.rank}`;
+    if (options.klCoef > 0) throw new RlstreamError('INPUT_INVALID', `${who}: trainer.kl_coef > 0 needs a reference model on every rank, which the data-parallel step does not hold yet; set trainer.kl_coef: 0`);
+    if (model.device === 'cuda' && dp.dtype !== 'fp32') throw new RlstreamError('INPUT_INVALID', `${who}: trainer.data_parallel.reduce_dtype ${dp.dtype} on a GPU model is not built (its gradient block is fp32 and is reduced where it is, with no bf16 copy); set reduce_dtype: fp32`);
+    if (model.device === 'cuda' && collective.kind !== 'nccl') throw new RlstreamError('INPUT_INVALID', `${who}: a GPU model's blocks are device memory, which the '${collective.kind}' collective cannot reach; use NCCL`);
+    this.trained = model.trainRange();
+    this.plan = planBuckets(this.trained.numel, dp.bucketBytes, dp.dtype);
+    this.slices = zero1Slices(this.trained.numel, collective.size);
+    this.shard = this.slices.slice(collective.rank);
+    // Before any step: the moments are allocated for the shard alone (the full ones are dropped).
+    model.setOptimizerShard(this.shard.begin, this.shard.count);
   }
 
-  private tensors(views: Map<string, { data: Float32Array }>): Float32Array[] {
-    return this.names.map((n) => views.get(n)!.data);
+  /** Sums the gradients over the ranks, bucket by bucket, last layers first (every rank calls it together). */
+  async reduceGradients(): Promise<void> {
+    const { model, collective, plan } = this;
+    if (plan.dtype === 'bf16') {
+      // CPU only (the constructor refuses it on a GPU): staged through bf16 copies of the host view.
+      await allReduceGradients(collective, new FlatLayout([this.trained.numel]), [model.blockView('grads')], plan);
+      return;
+    }
+    for (const [s, e] of plan.ranges) await collective.allReduceBlock(model, 'grads', s, e - s);
+  }
+
+  /** After each rank's AdamW on its shard: every rank's updated slice of the parameters, to every rank. */
+  async gatherParameters(): Promise<void> {
+    const { model, collective } = this;
+    const { chunk, tail } = this.slices;
+    const { offset, numel } = this.trained;
+    if (collective.size === 1) return;
+    if (chunk > 0) await collective.allGatherBlock(model, 'params', offset, chunk);
+    if (tail > 0) await collective.broadcastBlock(model, 'params', offset + chunk * collective.size, tail, collective.size - 1);
+    model.paramsWritten(offset, numel);
   }
 
   /** The step over this rank's samples (possibly none: the rank then adds zero gradients). Every rank calls it together. */
@@ -86,8 +120,6 @@ export class DataParallelRank {
     let gradNorm = 0;
     let updates = 0;
     const loss = options.policyLoss;
-    const params = this.tensors(model.parameters());
-    const grads = this.tensors(model.gradients());
     for (let epoch = 0; epoch < options.ppoEpochs; epoch++) {
       for (let m = 0; m < chunks.length; m++) {
         const chunkMasked = counts[1 + m]! || 1;
@@ -117,10 +149,11 @@ export class DataParallelRank {
           sums[4]! += r.clipFraction * w;
           iwMax = Math.max(iwMax, r.iwMax);
         }
-        await allReduceGradients(collective, this.layout, grads, this.plan);
+        await this.reduceGradients();
         gradNorm += model.clipGradNorm(options.gradClip);
         updates++;
-        await this.optimizer.update(params, grads, { lr: options.learningRate, beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
+        await model.adamwStep({ lr: options.learningRate, beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
+        await this.gatherParameters();
       }
     }
     const maxes = new Float32Array(collective.size);

@@ -1,8 +1,8 @@
-// The reference collective (N ranks in one process), gradient buckets and ZeRO-1 AdamW against single-process
-// arithmetic: bucketed fp32 all-reduce equals the rank-order fp32 sum bit for bit, whatever the bucket size (odd
-// ones included); bf16 equals the bf16-rounded sum of bf16-rounded inputs bit for bit and the exact sum within
-// bf16's precision; ZeRO-1 over N ranks equals one AdamW over the whole vector bit for bit for N in 1..4 over
-// several steps, with each rank's optimizer state 1/N of it; and a rank that fails releases every other rank.
+// The reference collective (N ranks in one process) and gradient buckets against single-process arithmetic:
+// bucketed fp32 all-reduce equals the rank-order fp32 sum bit for bit, whatever the bucket size (odd ones
+// included); bf16 equals the bf16-rounded sum of bf16-rounded inputs bit for bit and the exact sum within bf16's
+// precision; and a rank that fails releases every other rank. ZeRO-1 (the native model's sharded AdamW) is
+// zero1.test.ts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rng } from '../../../core/random.ts';
@@ -11,7 +11,6 @@ import { allReduceGradients, planBuckets } from '../../../consumers/trainer/para
 import { RankFailed } from '../../../consumers/trainer/parallel/collective.ts';
 import { FlatLayout } from '../../../consumers/trainer/parallel/flat.ts';
 import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
-import { adamwFlat, Zero1AdamW } from '../../../consumers/trainer/parallel/zero1.ts';
 
 const RANKS = [1, 2, 3, 4];
 
@@ -104,39 +103,6 @@ test('reduceScatter, allGather and broadcast give every rank what one process co
     const bufs = Array.from({ length: n }, (_, k) => Uint16Array.of(k, k + 1, k + 2));
     await Promise.all(group.map((c, k) => c.broadcast(bufs[k]!, n - 1)));
     for (const b of bufs) assert.deepEqual(b, Uint16Array.of(n - 1, n, n + 1));
-  }
-});
-
-test('ZeRO-1 AdamW over N ranks equals one AdamW over the whole vector bit for bit; each rank holds 1/N of the state', async () => {
-  const opts = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 };
-  for (const n of RANKS) {
-    const r = rng(100 + n);
-    const init = randomTensors(r, LENGTHS);
-    const refP = Float32Array.from(init.flatMap((t) => [...t]));
-    const refM = new Float32Array(NUMEL);
-    const refV = new Float32Array(NUMEL);
-    const params = Array.from({ length: n }, () => init.map((t) => t.slice()));
-    const group = referenceGroup(n);
-    const layout = new FlatLayout(LENGTHS);
-    const zero = group.map((c) => new Zero1AdamW(layout, c));
-    for (let step = 1; step <= 5; step++) {
-      const grads = randomTensors(r, LENGTHS, 0.1);
-      adamwFlat(refP, Float32Array.from(grads.flatMap((t) => [...t])), refM, refV, step, opts);
-      await Promise.all(zero.map((z, k) => z.update(params[k]!, grads, opts)));
-      for (let k = 0; k < n; k++) assert.deepEqual(Float32Array.from(params[k]!.flatMap((t) => [...t])), refP, `rank ${k} of ${n}, step ${step}`);
-    }
-    // the moments: rank k's slice of the single-process ones, and together all of them, once
-    let covered = 0;
-    for (const z of zero) {
-      const m = z.moments();
-      assert.deepEqual(m.expAvg, refM.subarray(m.start, m.start + m.expAvg.length));
-      assert.deepEqual(m.expAvgSq, refV.subarray(m.start, m.start + m.expAvgSq.length));
-      covered += m.expAvg.length;
-      // per-rank optimizer memory falls as 1/N: two fp32 moments of ceil(numel / N) elements
-      assert.equal(z.stateBytes, 2 * 4 * Math.ceil(NUMEL / n));
-      assert.ok(z.stateBytes <= (2 * 4 * NUMEL) / n + 8);
-    }
-    assert.equal(covered, NUMEL);
   }
 });
 

@@ -1,14 +1,20 @@
 // NCCL through the native core (loaded at run time): where it cannot run, every way in refuses naming what is
 // missing (the library, a library that is not NCCL, the CUDA layer); where it can (NCCL, the CUDA build and a GPU),
-// one rank runs each collective on fp32 and bf16 buffers through the Collective interface. The GPU machine, which
-// has no Node, runs the same layer through test/gpu/nccl.sh.
+// one rank runs each collective on fp32 and bf16 buffers through the Collective interface, and over a GPU model's
+// own blocks, in a data-parallel step. The GPU machine runs this file through test/gpu/pack-node.sh test, and the
+// native layer alone through test/gpu/nccl.sh.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { isRlstreamError } from '../../../core/errors.ts';
-import { nativeAvailable } from '../../../native/index.ts';
+import { cudaAvailable, Model, nativeAvailable } from '../../../native/index.ts';
+import { packMicroBatches } from '../../../consumers/trainer/batch.ts';
+import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
 import { NcclCollective, ncclStatus, ncclUniqueId } from '../../../consumers/trainer/parallel/nccl-collective.ts';
+import { DataParallelRank } from '../../../consumers/trainer/parallel/rank-step.ts';
+import { TINY_CONFIG } from '../fixtures/synthetic.ts';
+import { flat, randomGroups, singleProcess } from './dp-fixtures.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..', '..');
 const status = ncclStatus();
@@ -61,6 +67,39 @@ test('one NCCL rank: each collective through the Collective interface returns it
     assert.deepEqual(g, f);
     await assert.rejects(c.allGather(f, new Float32Array(5)), /allGather: recv has 5 elements, expected send \(1003\) x ranks \(1\)/);
   } finally {
+    await c.close();
+  }
+});
+
+const gpu = status.usable && cudaAvailable() ? false : `NCCL or a GPU is missing here: ${status.reason ?? 'no CUDA GPU'}`;
+
+test("one NCCL rank over a GPU model: the block collectives leave its blocks as they were, and a data-parallel step on the device is the single-process step bit for bit", { skip: gpu }, async () => {
+  const c = NcclCollective.join(ncclUniqueId(), 1, 0, 0);
+  const init = { seed: 3, threads: 1, device: 'cuda' as const };
+  const m = Model.init(TINY_CONFIG, init);
+  const ref = Model.init(TINY_CONFIG, init);
+  try {
+    const before = flat(m.parameters());
+    const n = m.numParameters;
+    await c.allReduceBlock(m, 'params', 0, n);
+    await c.broadcastBlock(m, 'params', 5, 100, 0);
+    await c.allGatherBlock(m, 'params', 7, 50);
+    m.paramsWritten(0, n);
+    assert.deepEqual(flat(m.parameters()), before);
+    // the step: one rank, fp32 buckets of an odd size, the model's own AdamW (sharded over one rank: all of it)
+    const options = compileTrainerOptions({ max_tokens_per_micro_batch: 48, grad_clip: 1, learning_rate: 1e-3, weight_decay: 0.01 });
+    const samples = randomGroups(5, 11).flatMap((g) => g.samples);
+    const rank = new DataParallelRank(m, c, options, { bucketBytes: 4 * 13, dtype: 'fp32' });
+    await rank.step(samples);
+    const want = await singleProcess(ref, [packMicroBatches(samples, options.maxTokensPerMicroBatch)], options);
+    assert.deepEqual(flat(m.gradients()), want.firstGrads);
+    assert.deepEqual(flat(m.parameters()), want.params);
+    assert.notDeepEqual(want.params, before, 'the step moved the weights');
+    // a range outside the block is refused before NCCL runs (and, like any failure, ends this communicator)
+    await assert.rejects(c.allReduceBlock(m, 'grads', 0, m.trainRange().numel + 1), /must lie inside the grads block/);
+  } finally {
+    m.dispose();
+    ref.dispose();
     await c.close();
   }
 });
