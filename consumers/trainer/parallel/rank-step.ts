@@ -1,10 +1,11 @@
-// One rank's share of a data-parallel training step, written against the Collective interface: its groups'
-// micro-batches forward and backward on its own model, the gradients all-reduced in buckets, the norm clipped (the
-// same on every rank: each holds the same summed gradient), a ZeRO-1 AdamW update of its slice and the all-gather.
-// Each rank scales its micro-batches' losses by the step's global masked-token count (one all-reduce), so that
-// the summed gradient is the single-process gradient of the concatenated batch: exactly so for the token-mean
-// aggregation; the seq-mean aggregations weigh each micro-batch by its tokens, in one process as here, so their
-// result depends on how the samples were packed, which differs when they are spread over ranks.
+// One rank's share of a data-parallel training step, written against the Collective interface: the trainer's own
+// step (step.ts) over its groups' micro-batches on its own model, with the exchange that makes it one rank of many:
+// the gradients all-reduced in buckets, the norm clipped (the same on every rank: each holds the same summed
+// gradient), a ZeRO-1 AdamW update of its slice and the all-gather. Each rank scales its micro-batches' losses by
+// the step's global masked-token count (one all-reduce), so that the summed gradient is the single-process gradient
+// of the concatenated batch: exactly so for the token-mean aggregation; the seq-mean aggregations weigh each
+// micro-batch by its tokens, in one process as here, so their result depends on how the samples were packed, which
+// differs when they are spread over ranks.
 //
 // The collectives work on the model's own blocks in place (Collective.allReduceBlock and the rest): on a GPU model
 // NCCL reduces device memory queued behind the kernels, on a CPU model the host view is the model's memory. ZeRO-1
@@ -12,8 +13,9 @@
 // the trained floats, on whichever device it trains.
 import { RlstreamError } from '../../../core/errors.ts';
 import type { Model } from '../../../native/index.ts';
-import { packMicroBatches, type TrainSample } from '../batch.ts';
+import type { TrainSample } from '../batch.ts';
 import type { TrainerOptions } from '../options.ts';
+import { trainOnBatch, type StepExchange, type StepMetrics } from '../step.ts';
 import { allReduceGradients, planBuckets, type BucketPlan } from './buckets.ts';
 import type { Collective, CollectiveDtype } from './collective.ts';
 import { FlatLayout } from './flat.ts';
@@ -23,24 +25,6 @@ export interface DataParallelOptions {
   bucketBytes: number;
   /** The gradients' element type on the wire. */
   dtype: CollectiveDtype;
-}
-
-export interface RankStepMetrics {
-  /** The step's metrics over every rank's samples (sums over ranks of the masked-token-weighted values). */
-  loss: number;
-  pgLoss: number;
-  entropy: number;
-  approxKl: number;
-  clipFraction: number;
-  /** The largest importance weight on any rank. */
-  iwMax: number;
-  /** Mean over the step's updates of the summed gradient's norm before clipping. */
-  gradNorm: number;
-  /** Masked tokens of the step, every rank's. */
-  maskedTokens: number;
-  /** This rank's own masked tokens. */
-  rankMaskedTokens: number;
-  updates: number;
 }
 
 /**
@@ -101,76 +85,24 @@ export class DataParallelRank {
     model.paramsWritten(offset, numel);
   }
 
-  /** The step over this rank's samples (possibly none: the rank then adds zero gradients). Every rank calls it together. */
-  async step(samples: TrainSample[]): Promise<RankStepMetrics> {
-    const { model, collective, options } = this;
-    const micro = packMicroBatches(samples, options.maxTokensPerMicroBatch);
-    const prox = [];
-    for (const mb of micro) prox.push((await model.forward(mb, mb.targets)).logprobs);
-    const rankMasked = micro.reduce((n, mb) => n + mb.maskedTokens, 0);
-    // Every rank makes the same number of updates: mini-batch m is each rank's m-th share of its micro-batches.
-    const perMini = Math.max(1, Math.ceil(micro.length / options.miniBatches));
-    const chunks = Array.from({ length: options.miniBatches }, (_, m) => micro.slice(m * perMini, (m + 1) * perMini).map((mb, j) => ({ mb, k: m * perMini + j })));
-    // One all-reduce for every count the loss scales need: the step's and each mini-batch's masked tokens.
-    const counts = Float32Array.from([rankMasked, ...chunks.map((c) => c.reduce((n, { mb }) => n + mb.maskedTokens, 0))]);
-    await collective.allReduce([counts]);
-    const totalMasked = counts[0]!;
-    const sums = new Float32Array(5); // loss, pgLoss, entropy, approxKl, clipFraction
-    let iwMax = 0;
-    let gradNorm = 0;
-    let updates = 0;
-    const loss = options.policyLoss;
-    for (let epoch = 0; epoch < options.ppoEpochs; epoch++) {
-      for (let m = 0; m < chunks.length; m++) {
-        const chunkMasked = counts[1 + m]! || 1;
-        model.zeroGrad();
-        for (const { mb, k } of chunks[m]!) {
-          const r = await model.backwardPolicyLoss(
-            mb,
-            { targets: mb.targets, responseMask: mb.responseMask, advantages: mb.advantages, behaviourLogprobs: mb.behaviourLogprobs, proximalLogprobs: prox[k]! },
-            {
-              loss: loss.loss,
-              clipLow: loss.clipLow,
-              clipHigh: loss.clipHigh,
-              dualClipC: loss.dualClipC,
-              correction: options.rolloutCorrection,
-              klCoef: 0,
-              klType: options.klType,
-              entropyCoef: options.entropyCoef,
-              aggregation: options.aggregation,
-              lossScale: mb.maskedTokens / chunkMasked,
-            },
-          );
-          const w = mb.maskedTokens / ((totalMasked || 1) * options.ppoEpochs);
-          sums[0]! += r.loss * w;
-          sums[1]! += r.pgLoss * w;
-          sums[2]! += r.entropy * w;
-          sums[3]! += r.approxKl * w;
-          sums[4]! += r.clipFraction * w;
-          iwMax = Math.max(iwMax, r.iwMax);
-        }
-        await this.reduceGradients();
-        gradNorm += model.clipGradNorm(options.gradClip);
-        updates++;
-        await model.adamwStep({ lr: options.learningRate, beta1: options.beta1, beta2: options.beta2, eps: options.adamEps, weightDecay: options.weightDecay });
-        await this.gatherParameters();
-      }
-    }
-    const maxes = new Float32Array(collective.size);
-    await collective.allReduce([sums]);
-    await collective.allGather(Float32Array.of(iwMax), maxes);
-    return {
-      loss: sums[0]!,
-      pgLoss: sums[1]!,
-      entropy: sums[2]!,
-      approxKl: sums[3]!,
-      clipFraction: sums[4]!,
-      iwMax: Math.max(...maxes),
-      gradNorm: gradNorm / Math.max(1, updates),
-      maskedTokens: totalMasked,
-      rankMaskedTokens: rankMasked,
-      updates,
+  /**
+   * This rank's part of the step over every rank's samples: the trainer's own step (step.ts) with this rank's
+   * exchange. `step` is the number of steps committed before it (the learning rate schedule's position); `samples`
+   * may be none (the rank then adds zero gradients). Every rank calls it together.
+   */
+  step(samples: TrainSample[], step: number): Promise<StepMetrics> {
+    const { collective } = this;
+    const exchange: StepExchange = {
+      sum: (values) => collective.allReduce([values]),
+      max: async (values) => {
+        const all = new Float32Array(values.length * collective.size);
+        await collective.allGather(values, all);
+        for (let i = 0; i < values.length; i++) for (let r = 0; r < collective.size; r++) values[i] = Math.max(values[i]!, all[r * values.length + i]!);
+      },
+      reduceGradients: () => this.reduceGradients(),
+      gatherParameters: () => this.gatherParameters(),
     };
+    return trainOnBatch(this.model, null, samples, this.options, step, exchange);
   }
 }
 

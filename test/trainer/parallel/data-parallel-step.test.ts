@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { Model, nativeAvailable, type InitOptions } from '../../../native/index.ts';
 import { packMicroBatches } from '../../../consumers/trainer/batch.ts';
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
+import { trainOnBatch } from '../../../consumers/trainer/step.ts';
 import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
 import { DataParallelRank } from '../../../consumers/trainer/parallel/rank-step.ts';
 import { shardStep } from '../../../consumers/trainer/parallel/shard.ts';
@@ -22,7 +23,7 @@ function maxDiff(a: Float32Array, b: Float32Array): number {
   return d;
 }
 
-async function compare(n: number, bucketBytes: number, extra: Record<string, unknown>, seed: number, dtype: 'fp32' | 'bf16' = 'fp32', groupCount = 11, init: InitOptions = { seed: 3, threads: 1 }): Promise<{ grad: number; param: number; moved: number; baseMoved: number }> {
+async function compare(n: number, bucketBytes: number, extra: Record<string, unknown>, seed: number, dtype: 'fp32' | 'bf16' = 'fp32', groupCount = 11, init: InitOptions = { seed: 3, threads: 1 }, step = 0): Promise<{ grad: number; param: number; moved: number; baseMoved: number }> {
   const options = compileTrainerOptions({ max_tokens_per_micro_batch: 48, grad_clip: 1, learning_rate: 1e-3, weight_decay: 0.01, ...extra });
   const groups = randomGroups(seed, groupCount);
   const { shards } = shardStep(groups, n, 'idle');
@@ -41,13 +42,31 @@ async function compare(n: number, bucketBytes: number, extra: Record<string, unk
         return micro.slice(mi * per, (mi + 1) * per);
       }),
     );
-    const want = await singleProcess(ref, minis, options);
+    const want = await singleProcess(ref, minis, options, step);
     // the ranks' first update alone, for the gradient comparison, then the whole step on fresh ranks
-    const metrics = await Promise.all(ranks.map((rk, k) => rk.step(rankSamples[k]!)));
+    const metrics = await Promise.all(ranks.map((rk, k) => rk.step(rankSamples[k]!, step)));
     // every rank knows the step's masked tokens: all of the samples', each counted on one rank
     const totalMasked = groups.flatMap((g) => g.samples).reduce((a, s) => a + s.responseMask.filter((x) => x === 1).length, 0);
     for (const mt of metrics) assert.equal(mt.maskedTokens, totalMasked);
     assert.equal(metrics.reduce((a, x) => a + x.rankMaskedTokens, 0), totalMasked);
+    // the step's metrics, on every rank, are the one-process trainer's over all the samples (token-weighted means
+    // before the update: the packing differs, the values only by summation order)
+    if (options.miniBatches === 1 && options.ppoEpochs === 1 && dtype === 'fp32') {
+      const one = Model.init(TINY_CONFIG, init);
+      try {
+        const m1 = await trainOnBatch(one, null, rankSamples.flat(), options, step);
+        for (const mt of metrics) {
+          for (const key of ['loss', 'pgLoss', 'entropy', 'clip', 'approxKl', 'iwMean', 'iwMax', 'iwTrunc', 'gradNorm'] as const) {
+            assert.ok(Math.abs(mt[key] - m1[key]) <= 1e-5 * Math.max(1, Math.abs(m1[key])), `N=${n}: ${key} ${mt[key]} vs one process ${m1[key]}`);
+          }
+          assert.ok(Math.abs(mt.mismatch.mean - m1.mismatch.mean) <= 1e-6 && mt.mismatch.max === m1.mismatch.max, `N=${n}: mismatch ${JSON.stringify(mt.mismatch)} vs ${JSON.stringify(m1.mismatch)}`);
+          assert.deepEqual(mt.lossMetrics.map((x) => x.name), m1.lossMetrics.map((x) => x.name));
+          mt.lossMetrics.forEach((x, i) => assert.ok(Math.abs(x.value - m1.lossMetrics[i]!.value) <= 1e-5, `N=${n}: ${x.name}`));
+        }
+      } finally {
+        one.dispose();
+      }
+    }
     const params = models.map((m) => m.blockView('params').slice());
     for (let k = 1; k < n; k++) assert.deepEqual(params[k], params[0], `rank ${k}'s weights are rank 0's, bit for bit`);
     let grad = 0;
@@ -79,6 +98,9 @@ test('one rank: the data-parallel step is the single-process step bit for bit (f
   }
   const d = await compare(1, 4 * 7, { mini_batches: 2, ppo_epochs: 2 }, 6);
   assert.equal(d.param, 0, 'two mini-batches, two epochs');
+  // the step's learning rate is the schedule's: the third step of a five-step warm-up takes 3/5 of the peak
+  const w = await compare(1, 4 * 7, { warmup_steps: 5, max_steps: 20 }, 7, 'fp32', 11, { seed: 3, threads: 1 }, 2);
+  assert.equal(w.param, 0, 'a warm-up step');
 });
 
 test('N = 2, 3, 4 ranks: gradients and weights equal the single-process step on the concatenated batch within float tolerance', { skip }, async () => {
@@ -100,6 +122,8 @@ test('N = 2, 3, 4 ranks: gradients and weights equal the single-process step on 
     const d = await compare(n, 4 * 7, { mini_batches: 2, ppo_epochs: 2 }, 20 + n);
     console.log(`# N=${n} two mini-batches, two epochs: max |w - ref| ${d.param.toExponential(2)}`);
     assert.ok(d.param <= WEIGHT_TOL, `N=${n}, 4 updates: weights differ by ${d.param}`);
+    const c = await compare(n, 4 * 7, { lr_schedule: 'cosine', warmup_steps: 2, max_steps: 10 }, 50 + n, 'fp32', 11, { seed: 3, threads: 1 }, 6);
+    assert.ok(c.param <= WEIGHT_TOL, `N=${n}, step 7 of a cosine schedule: weights differ by ${c.param}`);
   }
 });
 

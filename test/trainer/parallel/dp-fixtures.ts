@@ -4,6 +4,7 @@ import { rng } from '../../../core/random.ts';
 import type { Model } from '../../../native/index.ts';
 import type { PackedMicroBatch, TrainSample } from '../../../consumers/trainer/batch.ts';
 import type { TrainerOptions } from '../../../consumers/trainer/options.ts';
+import { learningRateAt } from '../../../consumers/trainer/lr-schedule.ts';
 import type { StepGroup } from '../../../consumers/trainer/parallel/shard.ts';
 import { TINY_CONFIG } from '../fixtures/synthetic.ts';
 
@@ -35,12 +36,13 @@ export function randomGroups(seed: number, count: number): StepGroup<TrainSample
 /**
  * One process over the same mini-batches: mini-batch m is every rank's m-th share of its micro-batches (the data-
  * parallel step's definition), each micro-batch's loss scaled by its share of the mini-batch's masked tokens;
- * proximal log-probs before any update; the gradient clipped; the native AdamW over the whole vector.
+ * proximal log-probs before any update; the gradient clipped; the native AdamW over the whole vector at the
+ * schedule's rate for `step` (steps committed before this one).
  */
-export async function singleProcess(model: Model, minis: PackedMicroBatch[][], o: TrainerOptions): Promise<{ params: Float32Array; firstGrads: Float32Array }> {
+export async function singleProcess(model: Model, minis: PackedMicroBatch[][], o: TrainerOptions, step: number): Promise<{ params: Float32Array; firstGrads: Float32Array }> {
   const prox = new Map<PackedMicroBatch, Float32Array>();
   for (const mb of minis.flat()) prox.set(mb, (await model.forward(mb, mb.targets)).logprobs);
-  const adam = { lr: o.learningRate, beta1: o.beta1, beta2: o.beta2, eps: o.adamEps, weightDecay: o.weightDecay };
+  const adam = { lr: learningRateAt(step, o.lrSchedule), beta1: o.beta1, beta2: o.beta2, eps: o.adamEps, weightDecay: o.weightDecay };
   let firstGrads: Float32Array | null = null;
   for (let epoch = 0; epoch < o.ppoEpochs; epoch++) {
     for (const mini of minis) {

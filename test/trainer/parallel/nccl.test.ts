@@ -90,8 +90,8 @@ test("one NCCL rank over a GPU model: the block collectives leave its blocks as 
     const options = compileTrainerOptions({ max_tokens_per_micro_batch: 48, grad_clip: 1, learning_rate: 1e-3, weight_decay: 0.01 });
     const samples = randomGroups(5, 11).flatMap((g) => g.samples);
     const rank = new DataParallelRank(m, c, options, { bucketBytes: 4 * 13, dtype: 'fp32' });
-    await rank.step(samples);
-    const want = await singleProcess(ref, [packMicroBatches(samples, options.maxTokensPerMicroBatch)], options);
+    await rank.step(samples, 0);
+    const want = await singleProcess(ref, [packMicroBatches(samples, options.maxTokensPerMicroBatch)], options, 0);
     assert.deepEqual(flat(m.gradients()), want.firstGrads);
     assert.deepEqual(flat(m.parameters()), want.params);
     assert.notDeepEqual(want.params, before, 'the step moved the weights');

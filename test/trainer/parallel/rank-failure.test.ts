@@ -17,7 +17,8 @@ import { sampleFromEvent, type TrainSample } from '../../../consumers/trainer/ba
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
 import { RankFailed } from '../../../consumers/trainer/parallel/collective.ts';
 import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
-import { DataParallelRank, rankStepThenCommit, type RankStepMetrics } from '../../../consumers/trainer/parallel/rank-step.ts';
+import { DataParallelRank, rankStepThenCommit } from '../../../consumers/trainer/parallel/rank-step.ts';
+import type { StepMetrics } from '../../../consumers/trainer/step.ts';
 import { groupsOf, shardStep } from '../../../consumers/trainer/parallel/shard.ts';
 import type { TrainStep } from '../../../schemas/generated/types.ts';
 import { TINY_CONFIG, trainerInputs } from '../fixtures/synthetic.ts';
@@ -47,7 +48,7 @@ async function committed(log: EventLog, serde: EventSerde): Promise<{ steps: num
 }
 
 /** One attempt at the step: read the groups from the committed offsets, shard them, train on three ranks, commit on rank 0. */
-async function attempt(log: EventLog, serde: EventSerde, weights: string, fault: Fault): Promise<PromiseSettledResult<RankStepMetrics>[]> {
+async function attempt(log: EventLog, serde: EventSerde, weights: string, fault: Fault): Promise<PromiseSettledResult<StepMetrics>[]> {
   const consumer = await log.consumer({ groupId: GROUP, topics: [TOPICS.advantaged], readCommitted: true });
   const items: { groupId: string; sample: TrainSample }[] = [];
   const next = new Map<number, number>();
@@ -71,11 +72,11 @@ async function attempt(log: EventLog, serde: EventSerde, weights: string, fault:
   const ranks = models.map((m, k) => new DataParallelRank(m, group[k]!, options, { bucketBytes: 4 * 101, dtype: 'fp32' }));
   if (fault === 'model-gone') models[1]!.dispose();
   const producer = await log.producer({ transactionalId: `${RUN}.trainer` });
-  const commit = async (m: RankStepMetrics) => {
+  const commit = async (m: StepMetrics) => {
     const step: TrainStep = {
       event_id: deriveId(RUN, 'train-step', 1), time_ms: Date.now(), run_id: RUN, step: 1, policy_version: 0, produced_version: 1,
       trajectories: items.length, tokens: items.reduce((n, i) => n + i.sample.tokens.length, 0), trajectory_ids: items.map((i) => i.sample.trajectoryId),
-      loss: m.loss, pg_loss: m.pgLoss, kl: 0, entropy: m.entropy, clip_fraction: m.clipFraction, approx_kl: m.approxKl, grad_norm: m.gradNorm, learning_rate: options.learningRate,
+      loss: m.loss, pg_loss: m.pgLoss, kl: 0, entropy: m.entropy, clip_fraction: m.clip, approx_kl: m.approxKl, grad_norm: m.gradNorm, learning_rate: options.learningRate,
       reward_mean: 0, staleness_mean: 0, staleness_max: 0, iw_mean: 1, iw_max: m.iwMax, iw_truncated_fraction: 0, dropped_stale: 0, wait_ms: 0, compute_ms: 0, metrics: [], dropped_trajectory_ids: [],
     };
     const tx = await producer.transaction();
@@ -92,7 +93,7 @@ async function attempt(log: EventLog, serde: EventSerde, weights: string, fault:
   };
   const work = (k: number) => async () => {
     if (fault === 'rank0-fails' && k === 0) throw new Error('rank 0 lost its GPU');
-    return ranks[k]!.step(samples[k]!);
+    return ranks[k]!.step(samples[k]!, 0);
   };
   const results = await Promise.allSettled(ranks.map((_, k) => rankStepThenCommit(group[k]!, work(k), commit)));
   await producer.close();
