@@ -63,8 +63,10 @@ export async function runSft(model: Model, examples: SftExample[], o: SftOptions
     model.zeroGrad();
     let loss = 0;
     for (const mb of micro) {
+      // The kernel's loss is already the micro-batch's mean times its share of the step's tokens: the shares add up
+      // to the step's token mean, whatever the packing (weighting it again made it shrink with more micro-batches).
       const res = await model.backwardCrossEntropy(mb, mb.targets, mb.responseMask, { lossScale: mb.maskedTokens / masked });
-      loss += res.loss * (mb.maskedTokens / masked);
+      loss += res.loss;
     }
     model.clipGradNorm(o.gradClip);
     const lr = learningRateAt(step, { name: 'cosine', learningRate: o.learningRate, warmupSteps: o.warmupSteps, totalSteps: o.steps, minLrRatio: 0.1 });
