@@ -12,6 +12,8 @@ export interface NativeTensor {
   name: string;
   shape: number[];
   data: Float32Array;
+  /** Its first float in its block: blocks may pad between tensors. */
+  offset: number;
 }
 export interface NativeModelHandle {
   numParameters(): number;
@@ -51,6 +53,8 @@ export interface NativeModelHandle {
   optimizerShard(): { begin: number; count: number; sharded: boolean };
   paramsWritten(begin: number, n: number): void;
   blockView(kind: 'params' | 'grads'): Float32Array;
+  momentShard(kind: 'exp_avg' | 'exp_avg_sq'): Float32Array;
+  uploadMomentShard(kind: 'exp_avg' | 'exp_avg_sq'): void;
   dispose(): void;
 }
 export interface NativeAddon {

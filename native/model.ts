@@ -11,6 +11,7 @@ import { openWeights } from '../core/weights/hf-dir.ts';
 import { writeSafetensors } from '../core/weights/safetensors.ts';
 import { call, callAsync, native, type NativeModelHandle, type NativeTensor } from './addon.ts';
 import { checkLoraOptions, isAdapterTensor, loraFromMetadata, loraMetadata, parseAdapterName, type LoraOptions } from './lora.ts';
+import { loadOptimizerState, OPTIMIZER_FILE } from './optimizer-state.ts';
 
 export { LORA_FILE_FORMAT, LORA_TARGETS, type LoraOptions, type LoraTarget } from './lora.ts';
 
@@ -607,6 +608,36 @@ export class Model {
   }
 
   /**
+   * The trained tensors (every parameter, or the adapters) in the gradient block's order, with where each starts in
+   * it: the gradient block, the moments and the optimizer shards index trained floats this way, and the block may
+   * pad between tensors.
+   */
+  trainedLayout(): { name: string; offset: number; length: number }[] {
+    return this.sync('trainedLayout', (h) => h.tensors('grads').map((t) => ({ name: t.name, offset: t.offset, length: t.data.length })));
+  }
+
+  /**
+   * The AdamW moments as the optimizer holds them, flat: `count` floats from trained float `begin` (optimizerShard();
+   * every trained float, in the gradient block's order, when unsharded), and the step their bias corrections are at.
+   * The model's memory on 'cpu'; on 'cuda' host copies made now, which setOptimizerMoments writes back.
+   */
+  optimizerMoments(): { begin: number; count: number; step: number; expAvg: Float32Array; expAvgSq: Float32Array } {
+    return this.sync('optimizerMoments', (h) => {
+      const { begin, count } = h.optimizerShard();
+      return { begin, count, step: h.getStep(), expAvg: h.momentShard('exp_avg'), expAvgSq: h.momentShard('exp_avg_sq') };
+    });
+  }
+
+  /** After the caller filled optimizerMoments()'s arrays: they become the optimizer's state, at step `step`. */
+  setOptimizerMoments(step: number): void {
+    this.sync('setOptimizerMoments', (h) => {
+      h.uploadMomentShard('exp_avg');
+      h.uploadMomentShard('exp_avg_sq');
+      h.setStep(step);
+    });
+  }
+
+  /**
    * The addon's handle for another part of the addon that works on this model's memory in place (the NCCL
    * collectives over its blocks); only while no call is running on it.
    */
@@ -631,9 +662,9 @@ export class Model {
 
   /**
    * dir/model.safetensors (HF names), dir/config.json, dir/optimizer.safetensors: tensors `exp_avg.<name>` and
-   * `exp_avg_sq.<name>`, metadata { format: 'rlstream-adamw', step }.
+   * `exp_avg_sq.<name>`, metadata { format: 'rlstream-adamw', step } (unless options.optimizer is false).
    */
-  saveCheckpoint(dir: string, options: { optimizerDtype?: 'F32' | 'BF16' } = {}): Promise<void> {
+  saveCheckpoint(dir: string, options: { optimizerDtype?: 'F32' | 'BF16'; optimizer?: boolean } = {}): Promise<void> {
     // BF16 optimizer moments halve a shippable checkpoint (bf16 keeps float32's range, so exp_avg_sq never
     // underflows); resumable training checkpoints keep F32 so a resume is bit-identical.
     return this.queue('saveCheckpoint', async (h) => {
@@ -641,11 +672,15 @@ export class Model {
       // With adapters: the adapters alone (the base is the run's frozen weights, named in lora.json)
       if (this.lora) await writeSafetensors(join(dir, 'adapter.safetensors'), this.adapter(), loraMetadata(this.lora));
       else await writeSafetensors(join(dir, 'model.safetensors'), this.parameters(), { format: 'pt' });
-      const { expAvg, expAvgSq } = this.optimizerState();
-      const opt: [string, TensorView][] = [];
-      for (const [n, t] of expAvg) opt.push([`exp_avg.${n}`, t]);
-      for (const [n, t] of expAvgSq) opt.push([`exp_avg_sq.${n}`, t]);
-      await writeSafetensors(join(dir, 'optimizer.safetensors'), opt, { format: 'rlstream-adamw', step: String(h.getStep()) }, options.optimizerDtype ?? 'F32');
+      // optimizer: false leaves the optimizer state to the caller: a data-parallel run's ranks each write their shard
+      // (native/optimizer-state.ts).
+      if (options.optimizer ?? true) {
+        const { expAvg, expAvgSq } = this.optimizerState();
+        const opt: [string, TensorView][] = [];
+        for (const [n, t] of expAvg) opt.push([`exp_avg.${n}`, t]);
+        for (const [n, t] of expAvgSq) opt.push([`exp_avg_sq.${n}`, t]);
+        await writeSafetensors(join(dir, OPTIMIZER_FILE), opt, { format: 'rlstream-adamw', step: String(h.getStep()) }, options.optimizerDtype ?? 'F32');
+      }
       const tmp = join(dir, `config.json.tmp-${process.pid}`);
       writeFileSync(tmp, JSON.stringify(hfConfigJson(this.config), null, 2));
       renameSync(tmp, join(dir, 'config.json'));
@@ -654,7 +689,8 @@ export class Model {
 
   /**
    * A checkpoint of a model with adapters holds them alone (adapter.safetensors, its optimizer state and
-   * config.json); `base` is the weights they sit on. Without adapters, as loadCheckpoint.
+   * config.json); `base` is the weights they sit on. Without adapters, as loadCheckpoint. The optimizer state is
+   * optimizer.safetensors, or the shards of a data-parallel run's ranks (native/optimizer-state.ts).
    */
   static async loadCheckpoint(dir: string, options: LoadOptions & { base?: string } = {}): Promise<Model> {
     let json: unknown;
@@ -679,18 +715,7 @@ export class Model {
       : Model.load(join(dir, 'model.safetensors'), parseModelConfig(json), options);
     try {
       if (lora) await model.loadAdapter(adapterFile);
-      const { expAvg, expAvgSq } = model.optimizerState();
-      const target = new Map<string, TensorView>();
-      for (const [n, t] of expAvg) target.set(`exp_avg.${n}`, t);
-      for (const [n, t] of expAvgSq) target.set(`exp_avg_sq.${n}`, t);
-      const meta = readInto(join(dir, 'optimizer.safetensors'), target, 'optimizer state', new Set());
-      call(() => {
-        model.h.upload('exp_avg');
-        model.h.upload('exp_avg_sq');
-      });
-      const step = Number(meta.step ?? '0');
-      if (!Number.isInteger(step) || step < 0) throw new RlstreamError('WEIGHTS_FORMAT', `${dir}/optimizer.safetensors: bad step ${String(meta.step)}`);
-      call(() => model.h.setStep(step));
+      loadOptimizerState(model, dir);
     } catch (err) {
       model.dispose();
       throw err;

@@ -118,6 +118,8 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                       InstanceMethod("optimizerShard", &ModelWrap::OptimizerShard),
                       InstanceMethod("paramsWritten", &ModelWrap::ParamsWritten),
                       InstanceMethod("blockView", &ModelWrap::BlockView),
+                      InstanceMethod("momentShard", &ModelWrap::MomentShard),
+                      InstanceMethod("uploadMomentShard", &ModelWrap::UploadMomentShard),
                       InstanceMethod("profile", &ModelWrap::Profile),
                       InstanceMethod("dispose", &ModelWrap::Dispose)});
 }
@@ -236,6 +238,8 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
           env, block.get() + (t.offset - base), t.numel * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
       Napi::Object e = Napi::Object::New(env);
       e.Set("name", t.name);
+      // Where it starts in its block (tensors may be padded apart, so this is not the sum of the lengths before it).
+      e.Set("offset", (double)(t.offset - base));
       Napi::Array shape = Napi::Array::New(env, t.shape.size());
       for (size_t d = 0; d < t.shape.size(); d++) shape.Set((uint32_t)d, Napi::Number::New(env, (double)t.shape[d]));
       e.Set("shape", shape);
@@ -729,6 +733,41 @@ Napi::Value ModelWrap::BlockView(const Napi::CallbackInfo& info) {
     auto* hold = new Block(block);
     Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, block.get(), n * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
     return Napi::Float32Array::New(env, n, ab, 0);
+  });
+}
+
+static BlockKind moment_kind(const Napi::Value& v, const char* op) {
+  const std::string kind = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+  if (kind == "exp_avg") return BlockKind::ExpAvg;
+  if (kind == "exp_avg_sq") return BlockKind::ExpAvgSq;
+  invalid(std::string(op) + "(kind): kind must be 'exp_avg' or 'exp_avg_sq'");
+}
+
+// momentShard(kind) -> Float32Array of the AdamW moment as the optimizer holds it, flat: optimizerShard().count
+// floats from trained float optimizerShard().begin (all of them, in the gradient block's order, when unsharded).
+// The model's memory on the CPU; on a GPU a host copy made now (write it back with uploadMomentShard).
+Napi::Value ModelWrap::MomentShard(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Model& m = live("momentShard");
+    m.need_training("momentShard");
+    const BlockKind bk = moment_kind(info[0], "momentShard");
+    m.download(bk, true);
+    Block block = bk == BlockKind::ExpAvg ? m.adam_m() : m.adam_v();
+    const size_t n = m.optimizer_count();
+    auto* hold = new Block(block);
+    Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, block.get(), n * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
+    return Napi::Float32Array::New(env, n, ab, 0);
+  });
+}
+
+// uploadMomentShard(kind): momentShard's host copy back to the device after JS wrote it (a no-op on the CPU).
+Napi::Value ModelWrap::UploadMomentShard(const Napi::CallbackInfo& info) {
+  return guard(info.Env(), [&]() -> Napi::Value {
+    Model& m = live("uploadMomentShard");
+    m.need_training("uploadMomentShard");
+    m.upload(moment_kind(info[0], "uploadMomentShard"), true);
+    return info.Env().Undefined();
   });
 }
 

@@ -51,6 +51,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value OptimizerShard(const Napi::CallbackInfo& info);
   Napi::Value ParamsWritten(const Napi::CallbackInfo& info);
   Napi::Value BlockView(const Napi::CallbackInfo& info);
+  Napi::Value MomentShard(const Napi::CallbackInfo& info);
+  Napi::Value UploadMomentShard(const Napi::CallbackInfo& info);
   Napi::Value Profile(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
 

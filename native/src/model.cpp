@@ -287,9 +287,9 @@ static size_t block_floats_of(BlockKind kind, size_t nparams, size_t ntrain, siz
   return kind == BlockKind::Params ? nparams : kind == BlockKind::Grads ? ntrain : nopt;
 }
 
-void Model::download(BlockKind kind) {
+void Model::download(BlockKind kind, bool flat) {
   if (kind != BlockKind::Params) need_training("tensors");
-  if ((kind == BlockKind::ExpAvg || kind == BlockKind::ExpAvgSq) && optimizer_sharded())
+  if ((kind == BlockKind::ExpAvg || kind == BlockKind::ExpAvgSq) && optimizer_sharded() && !flat)
     invalid("tensors: this model's AdamW moments are one ZeRO-1 shard, not laid out as its tensors");
   if (k_->host_visible()) return;
   k_->to_host(block_of(kind, params_, grads_, m_, v_).get(), dev_[(int)kind], block_floats_of(kind, nparams_, ntrain_, opt_n_));
@@ -304,9 +304,9 @@ void Model::copy_params_from(const Model& src) {
   k_->copy(dev_[0], src.dev_[0], nparams_);
 }
 
-void Model::upload(BlockKind kind) {
+void Model::upload(BlockKind kind, bool flat) {
   if (kind != BlockKind::Params) need_training("upload");
-  if ((kind == BlockKind::ExpAvg || kind == BlockKind::ExpAvgSq) && optimizer_sharded())
+  if ((kind == BlockKind::ExpAvg || kind == BlockKind::ExpAvgSq) && optimizer_sharded() && !flat)
     invalid("upload: this model's AdamW moments are one ZeRO-1 shard, not laid out as its tensors");
   if (k_->host_visible()) return;
   k_->from_host(dev_[(int)kind], block_of(kind, params_, grads_, m_, v_).get(), block_floats_of(kind, nparams_, ntrain_, opt_n_));

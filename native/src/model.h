@@ -124,8 +124,10 @@ class Model {
   void set_step(int64_t s) { step_ = s; }
   Device device() const { return device_; }
   // Host mirror <-> device block (no-ops on the CPU, where they are the same memory).
-  void download(BlockKind kind);
-  void upload(BlockKind kind);
+  // flat: the moments as the optimizer holds them (a ZeRO-1 shard's floats where one is set), for a rank's
+  // checkpoint; otherwise a sharded model's moments are refused, not being laid out as its tensors.
+  void download(BlockKind kind, bool flat = false);
+  void upload(BlockKind kind, bool flat = false);
 
   void init_random(uint64_t seed, float std);
   // The weights of another model of the same shapes on the same device, copied device to device (queued on the

@@ -12,7 +12,7 @@ import { trainOnBatch } from '../../../consumers/trainer/step.ts';
 import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
 import { DataParallelRank } from '../../../consumers/trainer/parallel/rank-step.ts';
 import { shardStep } from '../../../consumers/trainer/parallel/shard.ts';
-import { randomGroups, singleProcess } from './dp-fixtures.ts';
+import { flat, randomGroups, singleProcess } from './dp-fixtures.ts';
 import { TINY_CONFIG } from '../fixtures/synthetic.ts';
 
 const skip = nativeAvailable() ? false : 'the native addon is not built (npm run build:native)';
@@ -31,7 +31,7 @@ async function compare(n: number, bucketBytes: number, extra: Record<string, unk
   const group = referenceGroup(n);
   const models = Array.from({ length: n }, () => Model.init(TINY_CONFIG, init));
   const ref = Model.init(TINY_CONFIG, init);
-  const start = ref.blockView('params').slice();
+  const startViews = new Map([...ref.parameters()].map(([n, v]) => [n, v.data.slice()]));
   try {
     const ranks = models.map((m, k) => new DataParallelRank(m, group[k]!, options, { bucketBytes, dtype }));
     // the single process's mini-batches, as the ranks cut theirs
@@ -67,15 +67,15 @@ async function compare(n: number, bucketBytes: number, extra: Record<string, unk
         one.dispose();
       }
     }
-    const params = models.map((m) => m.blockView('params').slice());
+    const params = models.map((m) => flat(m.parameters()));
     for (let k = 1; k < n; k++) assert.deepEqual(params[k], params[0], `rank ${k}'s weights are rank 0's, bit for bit`);
     let grad = 0;
-    if (options.miniBatches === 1 && options.ppoEpochs === 1) grad = maxDiff(models[0]!.blockView('grads'), want.firstGrads);
+    if (options.miniBatches === 1 && options.ppoEpochs === 1) grad = maxDiff(flat(models[0]!.gradients()), want.firstGrads);
     const moved = params[0]!.filter((x, i) => Math.abs(x - want.params[i]!) > WEIGHT_TOL).length / params[0]!.length;
-    // outside the trained range (LoRA's frozen base), nothing may move on any rank
-    const { offset, numel } = ref.trainRange();
+    // outside the trained tensors (LoRA's frozen base), nothing may move on any rank
+    const trained = new Set(ref.trainedLayout().map((t) => t.name));
     let baseMoved = 0;
-    for (const p of params) for (let i = 0; i < p.length; i++) if ((i < offset || i >= offset + numel) && p[i] !== start[i]) baseMoved++;
+    for (const m of models) for (const [name, v] of m.parameters()) if (!trained.has(name)) baseMoved += v.data.filter((x, i) => x !== startViews.get(name)![i]).length;
     return { moved, grad, param: maxDiff(params[0]!, want.params), baseMoved };
   } finally {
     for (const m of [...models, ref]) m.dispose();
