@@ -81,6 +81,12 @@ inline double num_arg(const Napi::Value& v, const std::string& what) {
   if (!std::isfinite(d)) non_finite(what + " must be finite, got " + std::to_string(d));
   return d;
 }
+// A count or an offset into a block: a non-negative integer JS can hold exactly.
+inline size_t count_arg(const Napi::Value& v, const std::string& what) {
+  const double d = num_arg(v, what);
+  if (d < 0 || d != std::floor(d) || d > 9007199254740991.0) invalid(what + " must be a non-negative integer");
+  return (size_t)d;
+}
 
 // Runs `job` on the libuv thread pool and settles a promise on the main thread. `done` builds the resolved
 // value on the main thread; `keep` are JS values (typed arrays, the model object) pinned until then.

@@ -205,6 +205,13 @@ Napi::Value ModelWrap::NumParameters(const Napi::CallbackInfo& info) {
 
 // tensors(kind): [{ name, shape, data }] with data a zero-copy Float32Array over the block; the block stays alive
 // as long as any view does, even after dispose().
+// A Float32Array over floats [at, at + n) of `block`, which stays alive as long as the array does.
+static Napi::Float32Array block_view(Napi::Env env, const Block& block, size_t at, size_t n) {
+  auto* hold = new Block(block);
+  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, block.get() + at, n * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
+  return Napi::Float32Array::New(env, n, ab, 0);
+}
+
 Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -233,9 +240,6 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
     for (size_t i = 0; i < ts.size(); i++) {
       const TensorInfo& t = ts[i];
       if (bk != BlockKind::Params && !model_->trained(t)) continue;
-      auto* hold = new Block(block);
-      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(
-          env, block.get() + (t.offset - base), t.numel * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
       Napi::Object e = Napi::Object::New(env);
       e.Set("name", t.name);
       // Where it starts in its block (tensors may be padded apart, so this is not the sum of the lengths before it).
@@ -243,7 +247,7 @@ Napi::Value ModelWrap::Tensors(const Napi::CallbackInfo& info) {
       Napi::Array shape = Napi::Array::New(env, t.shape.size());
       for (size_t d = 0; d < t.shape.size(); d++) shape.Set((uint32_t)d, Napi::Number::New(env, (double)t.shape[d]));
       e.Set("shape", shape);
-      e.Set("data", Napi::Float32Array::New(env, t.numel, ab, 0));
+      e.Set("data", block_view(env, block, t.offset - base, t.numel));
       out.Set(j++, e);
     }
     return out;
@@ -683,12 +687,6 @@ Napi::Value ModelWrap::TrainRange(const Napi::CallbackInfo& info) {
   });
 }
 
-static size_t count_arg(const Napi::Value& v, const char* what) {
-  const double d = num_arg(v, what);
-  if (d < 0 || d != std::floor(d) || d > 9007199254740991.0) invalid(std::string(what) + " must be a non-negative integer");
-  return (size_t)d;
-}
-
 // setOptimizerShard(begin, count): ZeRO-1, this model's AdamW moments for trained floats [begin, begin+count) alone.
 Napi::Value ModelWrap::SetOptimizerShard(const Napi::CallbackInfo& info) {
   return guard(info.Env(), [&]() -> Napi::Value {
@@ -730,9 +728,7 @@ Napi::Value ModelWrap::BlockView(const Napi::CallbackInfo& info) {
     if (kind == "grads") m.need_training("blockView");
     Block block = kind == "params" ? m.params() : m.grads();
     const size_t n = kind == "params" ? m.num_parameters() : m.train_numel();
-    auto* hold = new Block(block);
-    Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, block.get(), n * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
-    return Napi::Float32Array::New(env, n, ab, 0);
+    return block_view(env, block, 0, n);
   });
 }
 
@@ -755,9 +751,7 @@ Napi::Value ModelWrap::MomentShard(const Napi::CallbackInfo& info) {
     m.download(bk, true);
     Block block = bk == BlockKind::ExpAvg ? m.adam_m() : m.adam_v();
     const size_t n = m.optimizer_count();
-    auto* hold = new Block(block);
-    Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, block.get(), n * sizeof(float), [](Napi::Env, void*, Block* h) { delete h; }, hold);
-    return Napi::Float32Array::New(env, n, ab, 0);
+    return block_view(env, block, 0, n);
   });
 }
 

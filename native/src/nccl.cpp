@@ -2,7 +2,6 @@
 // argument checks, typed arrays in and out, collectives run off the main thread.
 #include "nccl_glue.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "glue.h"
@@ -74,12 +73,8 @@ Napi::Value BlockCollective(const Napi::CallbackInfo& info) {
     if (kind != "params" && kind != "grads") invalid("blockCollective: kind must be 'params' or 'grads'");
     if (kind == "grads") m.need_training("blockCollective");
     const size_t size = kind == "params" ? m.num_parameters() : m.train_numel();
-    auto count = [](const Napi::Value& v, const char* what) {
-      const double d = num_arg(v, what);
-      if (d < 0 || d != std::floor(d) || d > 9007199254740991.0) invalid(std::string("blockCollective: ") + what + " must be a non-negative integer");
-      return (size_t)d;
-    };
-    const size_t sb = count(info[4], "sendBegin"), sc = count(info[5], "sendCount"), rb = count(info[6], "recvBegin"), rc = count(info[7], "recvCount");
+    const size_t sb = count_arg(info[4], "blockCollective: sendBegin"), sc = count_arg(info[5], "blockCollective: sendCount"),
+                 rb = count_arg(info[6], "blockCollective: recvBegin"), rc = count_arg(info[7], "blockCollective: recvCount");
     const int root = (int)num_arg(info[8], "root");
     if (sb > size || sc > size - sb || rb > size || rc > size - rb)
       invalid("blockCollective: [" + std::to_string(sb) + ", " + std::to_string(sb + sc) + ") and [" + std::to_string(rb) + ", " +
