@@ -50,8 +50,11 @@ interface Target {
   expAvgSq: Float32Array;
 }
 
+/** Values checked and waiting to be written into the model: all of them or none. */
+type Staged = { into: Float32Array; from: number; values: Float32Array }[];
+
 /** Copies src (trained floats [at, at + src.length)) where it overlaps the target, checking every value is finite. */
-function copyOverlap(path: string, name: string, src: Float32Array, at: number, t: Target, into: Float32Array, staged: { into: Float32Array; from: number; values: Float32Array }[]): void {
+function copyOverlap(path: string, name: string, src: Float32Array, at: number, t: Target, into: Float32Array, staged: Staged): void {
   const lo = Math.max(at, t.begin);
   const hi = Math.min(at + src.length, t.begin + t.count);
   if (lo >= hi) return;
@@ -61,7 +64,7 @@ function copyOverlap(path: string, name: string, src: Float32Array, at: number, 
 }
 
 /** Reads the shards of one data-parallel checkpoint; returns the step. */
-function fromShards(dir: string, files: string[], numel: number, t: Target, staged: Parameters<typeof copyOverlap>[6]): number {
+function fromShards(dir: string, files: string[], numel: number, t: Target, staged: Staged): number {
   const ranks = Number(SHARD_FILE.exec(files[0]!)![2]);
   for (const f of files) if (Number(SHARD_FILE.exec(f)![2]) !== ranks) throw bad(dir, `optimizer shards of different runs: ${files[0]} and ${f}`);
   for (let r = 0; r < ranks; r++) if (!files.includes(optimizerShardFile(r, ranks))) throw bad(dir, `${optimizerShardFile(r, ranks)} is missing: the optimizer state is cut over ${ranks} ranks`);
@@ -109,7 +112,7 @@ function fromShards(dir: string, files: string[], numel: number, t: Target, stag
 }
 
 /** Reads a one-process optimizer.safetensors; `trained` is where each trained tensor sits among the trained floats. */
-function fromNamed(path: string, trained: { name: string; offset: number; length: number }[], t: Target, staged: Parameters<typeof copyOverlap>[6]): number {
+function fromNamed(path: string, trained: { name: string; offset: number; length: number }[], t: Target, staged: Staged): number {
   const w: WeightSource = openWeights(path);
   try {
     const want = new Set(trained.flatMap(({ name }) => MOMENTS.map((m) => `${m}.${name}`)));
@@ -142,7 +145,7 @@ function fromNamed(path: string, trained: { name: string; offset: number; length
 export function loadOptimizerState(model: Model, dir: string): void {
   const m = model.optimizerMoments();
   const { numel } = model.trainRange();
-  const staged: Parameters<typeof copyOverlap>[6] = [];
+  const staged: Staged = [];
   let step: number;
   const shardFiles = existsSync(dir) ? readdirSync(dir).filter((f) => SHARD_FILE.test(f)).sort() : [];
   if (existsSync(join(dir, OPTIMIZER_FILE))) {
