@@ -690,9 +690,11 @@ export class Model {
   /**
    * A checkpoint of a model with adapters holds them alone (adapter.safetensors, its optimizer state and
    * config.json); `base` is the weights they sit on. Without adapters, as loadCheckpoint. The optimizer state is
-   * optimizer.safetensors, or the shards of a data-parallel run's ranks (native/optimizer-state.ts).
+   * optimizer.safetensors, or the shards of a data-parallel run's ranks (native/optimizer-state.ts). `optimizer:
+   * false` loads the weights alone: a data-parallel rank cuts its optimizer shard first, then loads its moments
+   * (loadOptimizerState), so no process ever holds every moment.
    */
-  static async loadCheckpoint(dir: string, options: LoadOptions & { base?: string } = {}): Promise<Model> {
+  static async loadCheckpoint(dir: string, options: LoadOptions & { base?: string; optimizer?: boolean } = {}): Promise<Model> {
     let json: unknown;
     try {
       json = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
@@ -715,7 +717,7 @@ export class Model {
       : Model.load(join(dir, 'model.safetensors'), parseModelConfig(json), options);
     try {
       if (lora) await model.loadAdapter(adapterFile);
-      loadOptimizerState(model, dir);
+      if (options.optimizer ?? true) loadOptimizerState(model, dir);
     } catch (err) {
       model.dispose();
       throw err;

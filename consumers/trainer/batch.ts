@@ -6,6 +6,8 @@ import type { AdvantagedTrajectory } from '../../schemas/generated/types.ts';
 
 export interface TrainSample {
   trajectoryId: string;
+  /** The trajectory's group: a data-parallel step gives a group's members to one rank (parallel/shard.ts). */
+  groupId: string;
   tokens: number[];
   /** Index of the first response token in `tokens`. */
   promptLength: number;
@@ -36,6 +38,7 @@ export function sampleFromEvent(e: AdvantagedTrajectory, trainerVersion: number)
   const t = e.trajectory;
   return {
     trajectoryId: t.trajectory_id,
+    groupId: t.group_id,
     tokens: [...t.prompt_ids, ...t.response_ids],
     promptLength: t.prompt_ids.length,
     // A trajectory the reward role kept out of the loss (e.g. DAPO overlong filtering) trains on no token.

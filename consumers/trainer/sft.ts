@@ -31,6 +31,7 @@ function toSample(e: SftExample, i: number): TrainSample {
   // token 0 is the prompt and the rest is the response with the example's responseMask.
   return {
     trajectoryId: String(i),
+    groupId: String(i),
     tokens: e.tokens,
     promptLength: 1,
     responseMask: e.responseMask.slice(1),

@@ -18,6 +18,7 @@ export function randomGroups(seed: number, count: number): StepGroup<TrainSample
       const adv = r() < 0.5 ? 1 : -1;
       return {
         trajectoryId: `t${g}.${k}`,
+        groupId: `g${g}`,
         tokens: Array.from({ length }, () => Math.floor(r() * TINY_CONFIG.vocab_size)),
         promptLength,
         responseMask: Array.from({ length: responseLength }, () => (r() < 0.85 ? 1 : 0)),
