@@ -117,12 +117,21 @@ export class StepCommitter {
    * Step `step`'s checkpoint: the model (weights and AdamW moments) and the consumed set as of the step, durable
    * before the log says the step happened.
    */
-  async writeCheckpoint(step: number, model: Model, consumedAfter: ConsumedTrajectories): Promise<void> {
+  async writeCheckpoint(step: number, model: Model, consumedAfter: ConsumedTrajectories, options: { sharded?: boolean } = {}): Promise<void> {
+    const dir = checkpointPath(this.deps.checkpointDir, step);
+    // A data-parallel step's directory was made empty before the step (prepareCheckpoint), and every rank wrote its
+    // optimizer shard into it; rank 0 adds the weights and the consumed set.
+    if (!options.sharded) await this.prepareCheckpoint(step);
+    await model.saveCheckpoint(dir, { optimizer: !options.sharded });
+    await consumedAfter.save(dir);
+  }
+
+  /** Step `step`'s checkpoint directory, empty (what an abandoned attempt at the step left there is removed). */
+  async prepareCheckpoint(step: number): Promise<string> {
     const dir = checkpointPath(this.deps.checkpointDir, step);
     await rm(dir, { recursive: true, force: true });
-    await mkdir(this.deps.checkpointDir, { recursive: true });
-    await model.saveCheckpoint(dir);
-    await consumedAfter.save(dir);
+    await mkdir(dir, { recursive: true });
+    return dir;
   }
 
   /**

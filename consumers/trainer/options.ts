@@ -106,7 +106,7 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
   );
   let lossOptions: CompiledPolicyLossOptions;
   try {
-    lossOptions = compilePolicyLossOptions({ loss: policyLoss.loss, clipLow: policyLoss.clipLow, clipHigh: policyLoss.clipHigh, dualClipC: policyLoss.dualClipC, correction: rolloutCorrection, klCoef: t.kl_coef, klType: t.kl_type, entropyCoef: t.entropy_coef, aggregation: t.aggregation });
+    lossOptions = lossOptionsOf({ policyLoss, rolloutCorrection, klCoef: t.kl_coef, klType: t.kl_type, entropyCoef: t.entropy_coef, aggregation: t.aggregation });
   } catch (err) {
     throw new ConfigError([{ path, message: (err as Error).message }]);
   }
@@ -136,10 +136,19 @@ export function compileTrainerOptions(raw: unknown, path = 'trainer'): TrainerOp
     keepVersions: t.keep_versions,
     threads: t.threads,
     device: t.device,
-    dataParallel: compileDataParallel(t.devices, t.data_parallel, { device: t.device, groupsPerStep: t.groups_per_step }, path),
+    dataParallel: compileDataParallel(t.devices, t.data_parallel, { device: t.device, groupsPerStep: t.groups_per_step, klCoef: t.kl_coef }, path),
     lora: compileLora(t.lora, `${path}.lora`),
     recompute: t.recompute,
   });
+}
+
+/**
+ * The native loss options of the trainer's loss keys, compiled: at start-up, and again in a data-parallel rank's
+ * process, whose copy of the options came over a channel (the native core takes only options it compiled itself).
+ */
+export function lossOptionsOf(o: Pick<TrainerOptions, 'policyLoss' | 'rolloutCorrection' | 'klCoef' | 'klType' | 'entropyCoef' | 'aggregation'>): CompiledPolicyLossOptions {
+  const { policyLoss: l } = o;
+  return compilePolicyLossOptions({ loss: l.loss, clipLow: l.clipLow, clipHigh: l.clipHigh, dualClipC: l.dualClipC, correction: o.rolloutCorrection, klCoef: o.klCoef, klType: o.klType, entropyCoef: o.entropyCoef, aggregation: o.aggregation });
 }
 
 function compileLora(l: { rank: number; alpha?: number; dropout: number; targets: LoraTarget[] } | undefined, path: string): TrainerOptions['lora'] {

@@ -21,10 +21,16 @@ import { Model, type DeviceKind, type ModelConfig } from '../../native/index.ts'
 import { checkpointExists, checkpointPath, StepCommitter, trainStepEvent, type StoredWeights } from './commit.ts';
 import { ConsumedTrajectories } from './consumed.ts';
 import { checkDeviceRunsHere } from './device.ts';
+import type { TrainSample } from './batch.ts';
 import { emptyTrainerCounters, TrainerIntake, type IntakeBatch, type IntakeView, type TrainerCounters } from './intake.ts';
 import { learningRateAt } from './lr-schedule.ts';
 import type { TrainerOptions } from './options.ts';
 import { checkTrainerDevices } from './parallel/devices.ts';
+import { RankProcesses } from './parallel/launcher.ts';
+import { loadTrainerModel, type TrainerModelSpec } from './parallel/rank-model.ts';
+import { DataParallelRank, rankStepThenCommit } from './parallel/rank-step.ts';
+import { groupsOf, shardStep } from './parallel/shard.ts';
+import { saveOptimizerShard } from '../../native/optimizer-state.ts';
 import { pruneCheckpoints, retainWeights } from './retention.ts';
 import { emptyStepMetrics, trainOnBatch, type StepMetrics } from './step.ts';
 
@@ -76,6 +82,9 @@ const GROUP_ID = 'trainer';
 export class Trainer {
   private model!: Model;
   private ref: Model | null = null;
+  /** With trainer.devices > 1: the other ranks' processes, and this process's rank (rank 0). */
+  private ranks: RankProcesses | null = null;
+  private rank: DataParallelRank | null = null;
   private consumer!: Consumer;
   private intake!: TrainerIntake;
   private readonly committer: StepCommitter;
@@ -159,17 +168,40 @@ export class Trainer {
     checkTrainerDevices(options.dataParallel);
     checkDeviceRunsHere(options.device);
     const on = { threads: options.threads, device: options.device, recompute: options.recompute };
-    // With trainer.lora the model's weights stay frozen and adapters train over them; a checkpoint then holds the
-    // adapters alone, resumed over the same initial weights.
-    const lora = options.lora ? { ...options.lora, seed: 0 } : undefined;
     await this.committer.open();
     const last = await this.committer.restore();
     this.step = last.step;
     this.version = last.version;
     for (const [v, checksum] of last.stored) this.storedVersions.set(v, checksum);
+    // With trainer.lora the model's weights stay frozen and adapters train over them; a checkpoint then holds the
+    // adapters alone, resumed over the same initial weights (rank-model.ts).
+    const spec: TrainerModelSpec = {
+      checkpoint: this.step > 0 ? checkpointPath(this.ckptDir, this.step) : null,
+      initialWeightsPath: this.deps.initialWeightsPath,
+      initialCheckpoint: this.deps.initialCheckpoint ?? null,
+      modelConfig: this.deps.modelConfig,
+    };
+    if (this.step === 0 && options.lora && this.deps.initialCheckpoint)
+      this.logger.info('trainer.lora: adapters start fresh over the warm start\'s weights (its AdamW moments are for all weights)', { checkpoint: this.deps.initialCheckpoint });
+    const dp = options.dataParallel;
+    if (dp.ranks > 1) {
+      // The other ranks load the same model in their processes meanwhile; each cuts its optimizer shard before its
+      // moments load, so a resume may change the rank count (native/optimizer-state.ts).
+      const ranks = (this.ranks = await RankProcesses.start({ size: dp.ranks, deviceIds: dp.deviceIds, collective: dp.collective, spec, options, logger: this.logger }));
+      try {
+        this.model = await loadTrainerModel(spec, options, (m) => (this.rank = new DataParallelRank(m, ranks.collective, options)));
+        await ranks.ready();
+      } catch (err) {
+        ranks.collective.abort(err);
+        await ranks.close();
+        this.ranks = null;
+        throw err;
+      }
+    } else {
+      this.model = await loadTrainerModel(spec, options);
+    }
     if (this.step > 0) {
       const dir = checkpointPath(this.ckptDir, this.step);
-      this.model = await Model.loadCheckpoint(dir, { ...on, lora, base: this.deps.initialWeightsPath });
       // What the committed steps took: the checkpoint's set and the log's TrainSteps, merged, so that either one
       // surviving damage is enough to skip a trajectory that comes again.
       const saved = await ConsumedTrajectories.load(dir);
@@ -177,13 +209,7 @@ export class Trainer {
       this.consumed = saved.set ?? ConsumedTrajectories.empty();
       this.consumed.add(last.taken, this.version, this.stalenessBound);
       const { exact, older } = this.consumed.size;
-      this.logger.info('resumed from checkpoint', { step: this.step, version: this.version, consumed_exact: exact, consumed_older: older, consumed_horizon: this.consumed.horizon, from_checkpoint: saved.set !== null });
-    } else {
-      if (lora && this.deps.initialCheckpoint)
-        this.logger.info('trainer.lora: adapters start fresh over the warm start\'s weights (its AdamW moments are for all weights)', { checkpoint: this.deps.initialCheckpoint });
-      this.model = this.deps.initialCheckpoint && !lora
-        ? await Model.loadCheckpoint(this.deps.initialCheckpoint, on)
-        : Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, { ...on, lora });
+      this.logger.info('resumed from checkpoint', { step: this.step, version: this.version, consumed_exact: exact, consumed_older: older, consumed_horizon: this.consumed.horizon, from_checkpoint: saved.set !== null, ranks: dp.ranks });
     }
     if (options.klCoef > 0) this.ref = Model.load(this.deps.initialWeightsPath, this.deps.modelConfig, on);
     if (last.versions === 0) {
@@ -232,10 +258,49 @@ export class Trainer {
     while (!this.stopped && (max === 0 || this.step < max)) {
       const batch = await this.intake.collect(this.view, this.step + 1);
       if (!batch) break;
+      if (this.ranks !== null) {
+        await this.dataParallelStep(batch);
+        continue;
+      }
       // Only stale samples: a step that records them as consumed (dropped_trajectory_ids) and changes no weight.
       const metrics = batch.samples.length === 0 ? emptyStepMetrics() : await trainOnBatch(this.model, this.ref, batch.samples, this.deps.options, this.step);
       await this.commitStep(batch, metrics);
     }
+  }
+
+  /**
+   * One step over every rank: the batch's groups sharded whole (shard.ts), each rank its share, every rank's
+   * optimizer shard written into the step's checkpoint, then this process (rank 0) commits once every rank has
+   * finished (rankStepThenCommit). A rank that fails or dies abandons the step: nothing is committed, the run stops,
+   * and a restart resumes from the last committed step.
+   */
+  private async dataParallelStep(batch: IntakeBatch): Promise<void> {
+    const ranks = this.ranks!;
+    const rank = this.rank!;
+    const { size } = rank.collective;
+    const train = batch.samples.length > 0;
+    const shares: TrainSample[][] = Array.from({ length: size }, () => []);
+    if (train) {
+      const { shards } = shardStep(groupsOf(batch.samples.map((s) => ({ groupId: s.groupId, sample: s })), (s) => s.tokens.length), size, this.deps.options.dataParallel.fewerGroups);
+      shards.forEach((groups, r) => (shares[r] = groups.flatMap((g) => g.samples)));
+    }
+    const dir = await this.committer.prepareCheckpoint(this.step + 1);
+    const others = ranks.dispatch(this.step, train, shares, dir);
+    try {
+      await rankStepThenCommit(
+        rank.collective,
+        async () => {
+          const metrics = train ? await rank.step(shares[0]!, this.step) : emptyStepMetrics();
+          await saveOptimizerShard(this.model, dir, 0, size);
+          return metrics;
+        },
+        (metrics) => this.commitStep(batch, metrics),
+      );
+    } finally {
+      // every rank's outcome is in before the next step (or the error) goes on
+      await others.catch(() => {});
+    }
+    await others;
   }
 
   private async commitStep(batch: IntakeBatch, metrics: StepMetrics): Promise<void> {
@@ -246,7 +311,7 @@ export class Trainer {
     // back the groups that could still train.
     const produced = step % options.publishEvery === 0 ? this.version + 1 : null;
     // 1. The checkpoint, with the consumed set as of this step, is durable before the log says the step happened.
-    await this.committer.writeCheckpoint(step, this.model, this.consumed.exactAfter(batch.taken, produced ?? this.version, this.stalenessBound));
+    await this.committer.writeCheckpoint(step, this.model, this.consumed.exactAfter(batch.taken, produced ?? this.version, this.stalenessBound), { sharded: this.ranks !== null });
     const stepEvent = trainStepEvent({ runId: this.deps.runId, step, version: this.version, produced, batch, metrics, learningRate: learningRateAt(step - 1, options.lrSchedule), extra: this.deps.extraMetrics?.() ?? [] });
     let stored: StoredWeights | null = null;
     let pv: PolicyVersion | null = null;
@@ -284,6 +349,7 @@ export class Trainer {
     await this.control?.close();
     await this.consumer?.close();
     await this.committer.close();
+    await this.ranks?.close();
     this.model?.dispose();
     this.ref?.dispose();
   }

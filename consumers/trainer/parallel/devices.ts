@@ -31,21 +31,19 @@ export function gpusFound(): GpusFound {
 
 /**
  * Problems of trainer.devices on a machine with `found` GPUs, each naming the field, the count found and the fix.
- * More than one rank is refused on any machine for now: the ranks' code and its tests exist
- * (consumers/trainer/parallel), but `rlstream run` does not start them (docs/scaling.md).
+ * CPU ranks (trainer.device: cpu, the reference collective) ask nothing of the GPUs.
  */
 export function devicesProblems(dp: DataParallelConfig, gpus: GpusFound | (() => GpusFound) = gpusFound, field = 'trainer.devices'): string[] {
   // the default asks nothing of the machine (no nvidia-smi spawned)
   if (dp.ranks === 1 && dp.deviceIds === null) return [];
+  if (dp.ranks > 1 && !dp.onGpus) return [];
   const found = typeof gpus === 'function' ? gpus() : gpus;
   const problems: string[] = [];
-  const asked = dp.deviceIds === null ? `${dp.ranks} GPU(s)` : `GPU(s) ${dp.deviceIds.join(', ')}`;
   if (dp.ranks > found.count) problems.push(`${field}: asks for ${dp.ranks} GPU(s); this machine has ${found.count} (counted by ${found.source}). Set ${field} to at most ${Math.max(1, found.count)}${found.count === 0 ? ' and trainer.device: cpu' : ''}`);
   for (const id of dp.deviceIds ?? []) if (id >= found.count) problems.push(`${field}: GPU ${id} is not one of the ${found.count} GPU(s) found (indices 0 to ${found.count - 1}; counted by ${found.source})`);
   if (dp.ranks === 1 && dp.deviceIds !== null && dp.deviceIds[0] !== 0 && dp.deviceIds[0]! < found.count) {
     problems.push(`${field}: [${dp.deviceIds[0]}] selects GPU ${dp.deviceIds[0]}, but the trainer trains on the first GPU it sees; start the run with CUDA_VISIBLE_DEVICES=${dp.deviceIds[0]} and set ${field}: 1`);
   }
-  if (dp.ranks > 1) problems.push(`${field}: ${asked} ask for data-parallel training, which \`rlstream run\` does not start yet (the ranks' code and its CPU tests are in consumers/trainer/parallel; docs/scaling.md says what runs); set ${field}: 1`);
   return problems;
 }
 

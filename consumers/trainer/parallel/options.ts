@@ -15,10 +15,12 @@ export interface DataParallelConfig {
   dtype: CollectiveDtype;
   collective: 'nccl' | 'reference';
   fewerGroups: FewerGroups;
+  /** Whether the ranks are GPUs (trainer.device: cuda), which devices.ts checks against the machine. */
+  onGpus: boolean;
 }
 
 /** One rank; buckets of PyTorch DDP's default bucket_cap_mb (25 MiB). */
-export const DATA_PARALLEL_DEFAULTS: DataParallelConfig = Object.freeze({ ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse' });
+export const DATA_PARALLEL_DEFAULTS: DataParallelConfig = Object.freeze({ ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse', onGpus: false });
 const d = DATA_PARALLEL_DEFAULTS;
 
 export const DevicesSchema = Type.Unsafe<number | number[]>({
@@ -29,30 +31,42 @@ export const DevicesSchema = Type.Unsafe<number | number[]>({
   uniqueItems: true,
   default: d.ranks,
   description:
-    "The trainer's GPUs, one data-parallel rank each: a count (the first N GPUs) or a list of GPU indices as CUDA numbers them. 1 trains on one device (trainer.device). More than one needs trainer.device: cuda and as many GPUs on the machine, checked at `config check` and at start (`--nproc N` sets it too); for now more than one is refused, since `rlstream run` does not start data-parallel ranks yet (docs/scaling.md).",
+    "The trainer's data-parallel ranks, one process each: a count (the first N GPUs) or a list of GPU indices as CUDA numbers them (the trainer's own process is rank 0, on the first listed, which must be GPU 0 of what it sees). 1 trains on one device (trainer.device). On trainer.device: cuda, one GPU per rank with NCCL, as many GPUs as the machine has, checked at `config check` and at start; on trainer.device: cpu, N processes with the reference collective (data_parallel.collective: reference). `--nproc N` sets it too (docs/scaling.md).",
 });
 
 export const DataParallelSection = Type.Object(
   {
     bucket_bytes: Type.Integer({ minimum: 4, default: d.bucketBytes, description: 'Bytes of one gradient bucket in its reduction type (each bucket is one all-reduce).' }),
     reduce_dtype: oneOf(['fp32', 'bf16'] as const, { default: d.dtype, description: "The gradients' type in the all-reduce: 'bf16' sends half the bytes and keeps 8 bits of mantissa." }),
-    collective: oneOf(['nccl', 'reference'] as const, { default: d.collective, description: "'nccl': NCCL loaded by the native core (libnccl.so.2); 'reference': the in-process reference the CPU tests use." }),
+    collective: oneOf(['nccl', 'reference'] as const, { default: d.collective, description: "'nccl': NCCL loaded by the native core (libnccl.so.2), for GPU ranks; 'reference': the ranks' processes meet in rank 0's, which sums in rank order in fp32 (CPU ranks: trainer.device: cpu)." }),
     fewer_groups: oneOf(['refuse', 'idle'] as const, { default: d.fewerGroups, description: "A step with fewer groups than ranks (a group is never split): 'refuse' fails the step, 'idle' lets the extra ranks add zero gradients." }),
   },
   { additionalProperties: false, default: {}, description: 'Data-parallel training over trainer.devices (consumers/trainer/parallel, docs/scaling.md).' },
 );
 
 /** trainer.devices and trainer.data_parallel, with the cross-key rules of the section (paths named). */
-export function compileDataParallel(devices: number | number[], section: unknown, trainer: { device: string; groupsPerStep: number }, path = 'trainer'): DataParallelConfig {
+export function compileDataParallel(devices: number | number[], section: unknown, trainer: { device: string; groupsPerStep: number; klCoef: number }, path = 'trainer'): DataParallelConfig {
   const dp = compileValue(DataParallelSection, section ?? {}, `${path}.data_parallel`);
   const ranks = Array.isArray(devices) ? devices.length : devices;
   const issues = [];
-  if (ranks > 1 && trainer.device !== 'cuda') issues.push({ path: `${path}.devices`, message: `${ranks} ranks need trainer.device: cuda (one GPU each); set trainer.device: cuda, or trainer.devices: 1` });
+  const onGpus = trainer.device === 'cuda';
+  if (ranks > 1 && !onGpus && dp.collective !== 'reference') {
+    issues.push({ path: `${path}.devices`, message: `${ranks} ranks on trainer.device: ${trainer.device} need the reference collective (NCCL reduces GPU memory); set trainer.device: cuda (one GPU each), or trainer.data_parallel.collective: reference, or trainer.devices: 1` });
+  }
+  if (ranks > 1 && onGpus && dp.collective !== 'nccl') {
+    issues.push({ path: `${path}.data_parallel.collective`, message: `'${dp.collective}' cannot reach GPU memory; GPU ranks reduce with NCCL: set it to nccl (or trainer.device: cpu)` });
+  }
+  if (ranks > 1 && trainer.klCoef > 0) {
+    issues.push({ path: `${path}.kl_coef`, message: `${trainer.klCoef} needs a reference model on every rank, which the data-parallel step does not hold yet; set it to 0, or trainer.devices: 1` });
+  }
+  if (Array.isArray(devices) && devices.length > 1 && onGpus && devices[0] !== 0) {
+    issues.push({ path: `${path}.devices`, message: `[${devices.join(', ')}] puts rank 0 on GPU ${devices[0]}, but rank 0 is the trainer's own process and trains on the first GPU it sees; list 0 first, or start the run with CUDA_VISIBLE_DEVICES naming the GPUs and list them from 0` });
+  }
   if (ranks > 1 && dp.fewer_groups === 'refuse' && trainer.groupsPerStep < ranks) {
     issues.push({ path: `${path}.groups_per_step`, message: `${trainer.groupsPerStep} group(s) per step cannot cover ${ranks} ranks (a group is never split); raise it to at least ${ranks}, or set ${path}.data_parallel.fewer_groups: idle` });
   }
   const bytes = dp.reduce_dtype === 'bf16' ? 2 : 4;
   if (dp.bucket_bytes % bytes !== 0) issues.push({ path: `${path}.data_parallel.bucket_bytes`, message: `${dp.bucket_bytes} is not a whole number of ${dp.reduce_dtype} elements (${bytes} bytes each); use a multiple of ${bytes}` });
   if (issues.length > 0) throw new ConfigError(issues);
-  return Object.freeze({ ranks, deviceIds: Array.isArray(devices) ? Object.freeze([...devices]) as number[] : null, bucketBytes: dp.bucket_bytes, dtype: dp.reduce_dtype, collective: dp.collective, fewerGroups: dp.fewer_groups });
+  return Object.freeze({ ranks, deviceIds: Array.isArray(devices) ? Object.freeze([...devices]) as number[] : null, bucketBytes: dp.bucket_bytes, dtype: dp.reduce_dtype, collective: dp.collective, fewerGroups: dp.fewer_groups, onGpus });
 }
