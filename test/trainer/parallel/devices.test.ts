@@ -25,9 +25,12 @@ function issues(raw: Record<string, unknown>): string[] {
 
 test('the defaults: one rank, 25 MiB fp32 buckets over NCCL, a step with fewer groups than ranks refused', () => {
   const o = compileTrainerOptions({});
-  assert.deepEqual({ ...o.dataParallel }, { ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse' });
-  const list = compileTrainerOptions({ device: 'cuda', devices: [2, 0, 5], groups_per_step: 3, data_parallel: { reduce_dtype: 'bf16', bucket_bytes: 2 * 1001 } });
-  assert.deepEqual({ ...list.dataParallel, deviceIds: [...list.dataParallel.deviceIds!] }, { ranks: 3, deviceIds: [2, 0, 5], bucketBytes: 2002, dtype: 'bf16', collective: 'nccl', fewerGroups: 'refuse' });
+  assert.deepEqual({ ...o.dataParallel }, { ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse', onGpus: false });
+  const list = compileTrainerOptions({ device: 'cuda', devices: [0, 2, 5], groups_per_step: 3, data_parallel: { reduce_dtype: 'bf16', bucket_bytes: 2 * 1001 } });
+  assert.deepEqual({ ...list.dataParallel, deviceIds: [...list.dataParallel.deviceIds!] }, { ranks: 3, deviceIds: [0, 2, 5], bucketBytes: 2002, dtype: 'bf16', collective: 'nccl', fewerGroups: 'refuse', onGpus: true });
+  // CPU ranks: processes meeting through the reference collective
+  const cpu = compileTrainerOptions({ devices: 3, groups_per_step: 3, data_parallel: { collective: 'reference' } });
+  assert.deepEqual([cpu.dataParallel.ranks, cpu.dataParallel.onGpus, cpu.dataParallel.collective], [3, false, 'reference']);
 });
 
 test('bad trainer.devices and trainer.data_parallel values are refused at their path, with the fix', () => {
@@ -39,7 +42,10 @@ test('bad trainer.devices and trainer.data_parallel values are refused at their 
     [{ devices: [] }, /^trainer\.devices: must list at least 1 item/],
     [{ devices: [0, 0], device: 'cuda' }, /^trainer\.devices: /],
     [{ devices: [-1] }, /^trainer\.devices\[0\]: must be >= 0/],
-    [{ devices: 2 }, /^trainer\.devices: 2 ranks need trainer\.device: cuda \(one GPU each\); set trainer\.device: cuda, or trainer\.devices: 1$/],
+    [{ devices: 2 }, /^trainer\.devices: 2 ranks on trainer\.device: cpu need the reference collective \(NCCL reduces GPU memory\); set trainer\.device: cuda \(one GPU each\), or trainer\.data_parallel\.collective: reference, or trainer\.devices: 1$/],
+    [{ devices: 2, device: 'cuda', data_parallel: { collective: 'reference' } }, /^trainer\.data_parallel\.collective: 'reference' cannot reach GPU memory; GPU ranks reduce with NCCL: set it to nccl \(or trainer\.device: cpu\)$/],
+    [{ devices: 2, device: 'cuda', kl_coef: 0.1 }, /^trainer\.kl_coef: 0\.1 needs a reference model on every rank, which the data-parallel step does not hold yet; set it to 0, or trainer\.devices: 1$/],
+    [{ devices: [1, 0], device: 'cuda' }, /^trainer\.devices: \[1, 0\] puts rank 0 on GPU 1, but rank 0 is the trainer's own process and trains on the first GPU it sees; list 0 first/],
     [{ devices: 4, device: 'cuda', groups_per_step: 2 }, /^trainer\.groups_per_step: 2 group\(s\) per step cannot cover 4 ranks \(a group is never split\); raise it to at least 4, or set trainer\.data_parallel\.fewer_groups: idle$/],
     [{ data_parallel: { bucket_bytes: 6 } }, /^trainer\.data_parallel\.bucket_bytes: 6 is not a whole number of fp32 elements \(4 bytes each\); use a multiple of 4$/],
     [{ data_parallel: { bucket_bytes: 2 } }, /^trainer\.data_parallel\.bucket_bytes: must be >= 4/],
@@ -56,21 +62,25 @@ test('bad trainer.devices and trainer.data_parallel values are refused at their 
   assert.deepEqual(issues({ devices: 4, device: 'cuda', groups_per_step: 2, data_parallel: { fewer_groups: 'idle' } }), []);
 });
 
-test('the GPUs asked for against the GPUs found: too many, an index past the last, one GPU other than the first, and data parallelism not started by run', () => {
+test('the GPUs asked for against the GPUs found: too many, an index past the last, one GPU other than the first; CPU ranks ask for none', () => {
   const dp = (raw: Record<string, unknown>) => compileTrainerOptions({ device: 'cuda', groups_per_step: 8, ...raw }).dataParallel;
   const smi = (count: number) => ({ count, source: 'nvidia-smi -L' });
   assert.deepEqual(devicesProblems(dp({}), smi(0)), [], 'one rank asks nothing of the machine here (trainer.device checks the GPU)');
   assert.deepEqual(devicesProblems(dp({ devices: [0] }), smi(1)), []);
   const tooMany = devicesProblems(dp({ devices: 4 }), smi(1));
   assert.match(tooMany[0]!, /^trainer\.devices: asks for 4 GPU\(s\); this machine has 1 \(counted by nvidia-smi -L\)\. Set trainer\.devices to at most 1$/);
-  assert.match(tooMany[1]!, /^trainer\.devices: 4 GPU\(s\) ask for data-parallel training, which `rlstream run` does not start yet/);
+  assert.equal(tooMany.length, 1, tooMany.join('\n'));
   assert.match(devicesProblems(dp({ devices: 2 }), smi(0))[0]!, /this machine has 0 \(counted by nvidia-smi -L\)\. Set trainer\.devices to at most 1 and trainer\.device: cpu$/);
   const past = devicesProblems(dp({ devices: [0, 7] }), smi(4));
   assert.ok(past.includes('trainer.devices: GPU 7 is not one of the 4 GPU(s) found (indices 0 to 3; counted by nvidia-smi -L)'), past.join('\n'));
   assert.match(devicesProblems(dp({ devices: [3] }), smi(4))[0]!, /^trainer\.devices: \[3\] selects GPU 3, but the trainer trains on the first GPU it sees; start the run with CUDA_VISIBLE_DEVICES=3 and set trainer\.devices: 1$/);
-  // enough GPUs: still refused, plainly, since run does not start the ranks
-  assert.deepEqual(devicesProblems(dp({ devices: 8 }), smi(8)).length, 1);
-  assert.throws(() => checkTrainerDevices(dp({ devices: 8 }), smi(2)), (e: unknown) => e instanceof ConfigError && e.issues.length === 2 && e.issues.every((i) => i.path === 'trainer.devices'));
+  // enough GPUs: accepted
+  assert.deepEqual(devicesProblems(dp({ devices: 8 }), smi(8)), []);
+  assert.deepEqual(devicesProblems(dp({ devices: [0, 3] }), smi(4)), []);
+  assert.throws(() => checkTrainerDevices(dp({ devices: [0, 2, 9] }), smi(2)), (e: unknown) => e instanceof ConfigError && e.issues.length === 3 && e.issues.every((i) => i.path === 'trainer.devices'));
+  // CPU ranks never count GPUs
+  const cpu = compileTrainerOptions({ devices: 4, groups_per_step: 8, data_parallel: { collective: 'reference' } }).dataParallel;
+  assert.deepEqual(devicesProblems(cpu, () => assert.fail('CPU ranks must not count GPUs')), []);
 });
 
 test('this machine\'s GPUs: counted by the CUDA runtime through the addon or by nvidia-smi -L, whichever is here', () => {
