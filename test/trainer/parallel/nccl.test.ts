@@ -73,7 +73,7 @@ test('one NCCL rank: each collective through the Collective interface returns it
 
 const gpu = status.usable && cudaAvailable() ? false : `NCCL or a GPU is missing here: ${status.reason ?? 'no CUDA GPU'}`;
 
-test("one NCCL rank over a GPU model: the block collectives leave its blocks as they were, and a data-parallel step on the device is the single-process step bit for bit", { skip: gpu }, async () => {
+test("one NCCL rank over a GPU model: the block collectives leave its blocks as they were, and a data-parallel step on the device is the single-process step to the last bits of the embedding's atomics", { skip: gpu }, async () => {
   const c = NcclCollective.join(ncclUniqueId(), 1, 0, 0);
   const init = { seed: 3, threads: 1, device: 'cuda' as const };
   const m = Model.init(TINY_CONFIG, init);
@@ -92,8 +92,14 @@ test("one NCCL rank over a GPU model: the block collectives leave its blocks as 
     const rank = new DataParallelRank(m, c, options, { bucketBytes: 4 * 13, dtype: 'fp32' });
     await rank.step(samples, 0);
     const want = await singleProcess(ref, [packMicroBatches(samples, options.maxTokensPerMicroBatch)], options, 0);
-    assert.deepEqual(flat(m.gradients()), want.firstGrads);
-    assert.deepEqual(flat(m.parameters()), want.params);
+    // Not bit for bit on the device: the CUDA embedding backward adds repeated token ids with atomics (native/cuda/
+    // elementwise.cu, the GPU path's one non-deterministic sum), so two runs of the same step differ in the last bits
+    // of those rows, and through the clip's norm in a few others. Measured on an H200 (2026-11-30): 238 of 10,336
+    // gradients off by at most 7.5e-9. On the CPU the step is bit for bit (data-parallel-step.test.ts).
+    const grads = flat(m.gradients());
+    const gradScale = Math.max(...want.firstGrads.map(Math.abs));
+    assert.ok(maxAbsDiff(grads, want.firstGrads) <= 1e-6 * gradScale, `gradients within 1e-6 of their largest (${gradScale}): ${maxAbsDiff(grads, want.firstGrads)}`);
+    assert.ok(maxAbsDiff(flat(m.parameters()), want.params) <= 1e-6, `weights within 1e-6: ${maxAbsDiff(flat(m.parameters()), want.params)}`);
     assert.notDeepEqual(want.params, before, 'the step moved the weights');
     // a range outside the block is refused before NCCL runs (and, like any failure, ends this communicator)
     await assert.rejects(c.allReduceBlock(m, 'grads', 0, m.trainRange().numel + 1), /must lie inside the grads block/);
@@ -103,3 +109,10 @@ test("one NCCL rank over a GPU model: the block collectives leave its blocks as 
     await c.close();
   }
 });
+
+function maxAbsDiff(a: Float32Array, b: Float32Array): number {
+  assert.equal(a.length, b.length);
+  let worst = 0;
+  for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
+  return worst;
+}
