@@ -141,12 +141,12 @@ test('GPU ranks over NCCL train what one GPU trains', { skip: gpus, timeout: 300
  * rank process `plan[i].kill` (1..N-1) killed `plan[i].afterMs` after the life starts its steps (null: no kill).
  * Returns the committed TrainSteps and every life's error.
  */
-async function lives(s: TinyTrainerSetup, steps: number, plan: { ranks: number; kill: number | null; afterMs: number }[]): Promise<{ committed: TrainStep[]; errors: string[] }> {
+async function lives(s: TinyTrainerSetup, steps: number, plan: { ranks: number; kill: number | null; afterMs: number }[], device: 'cpu' | 'cuda' = 'cpu'): Promise<{ committed: TrainStep[]; errors: string[] }> {
   const errors: string[] = [];
   for (const life of [...plan, { ranks: 2, kill: null, afterMs: 0 }]) {
     const done = (await readAll<TrainStep>(s.log, s.serde, TOPICS.trainSteps, 'TrainStep')).length;
     if (done >= steps) break;
-    const t = trainerOn(s, life.ranks, steps, 3);
+    const t = trainerOn(s, life.ranks, steps, 3, undefined, device);
     let timer: NodeJS.Timeout | undefined;
     try {
       await t.start();
@@ -173,27 +173,31 @@ function assertExactlyOnce(committed: TrainStep[], steps: number, groupsPerStep:
   assert.equal(ids.length, steps * groupsPerStep * GROUP_SIZE, `${what}: every trajectory of the ${steps * groupsPerStep} groups, once`);
 }
 
-test('a rank process killed during a step: the step is abandoned with nothing committed, the error names the rank, and the restarted trainer (other rank counts) trains every trajectory once', { skip, timeout: 240_000 }, async () => {
-  const s = await setup('dp-launch-kill', 18);
-  const seen: TrainStep[] = [];
-  // life 1: 3 ranks, rank 2 killed right after step 2 is committed (so during step 3)
-  const t = trainerOn(s, 3, 6, 3, (e) => {
-    seen.push(e);
-    if (e.step === 2) process.kill(rankPids(t)[1]!, 'SIGKILL');
-  });
+/** Life 1 on `ranks` ranks, its last rank killed right after step 2 is committed (so during step 3); then the rest. */
+async function killedDuringAStep(device: 'cpu' | 'cuda', ranks: number, rest: number[]): Promise<void> {
+  const s = await setup(`dp-launch-kill-${device}`, 18);
+  const t = trainerOn(s, ranks, 6, 3, (e) => {
+    if (e.step === 2) process.kill(rankPids(t)[ranks - 2]!, 'SIGKILL');
+  }, device);
   await t.start();
-  await assert.rejects(t.run(), /data-parallel rank 2 failed: its process \(pid \d+\) exited \(signal SIGKILL\)/);
+  await assert.rejects(t.run(), new RegExp(`data-parallel rank ${ranks - 1} failed: its process \\(pid \\d+\\) exited \\(signal SIGKILL\\)`));
   await t.close();
   const after = await readAll<TrainStep>(s.log, s.serde, TOPICS.trainSteps, 'TrainStep');
   assert.deepEqual(after.map((e) => e.step), [1, 2], 'step 3 was abandoned: nothing of it in the log');
   const offsets = await s.log.committed(`${RUN}.trainer`, TOPICS.advantaged);
   assert.equal(offsets.reduce((n, o) => n + o.offset, 0), 2 * 3 * GROUP_SIZE, 'the committed offsets are step 2\'s');
-  // the rest on 2 ranks, then on 1 (the checkpoint's shards of 3 ranks resumed on each)
-  const { committed, errors } = await lives(s, 6, [{ ranks: 2, kill: null, afterMs: 0 }]);
+  // the rest on other rank counts (the checkpoint's shards of `ranks` ranks resumed on each)
+  const { committed, errors } = await lives(s, 6, rest.map((r) => ({ ranks: r, kill: null, afterMs: 0 })), device);
   assert.deepEqual(errors, []);
   assertExactlyOnce(committed, 6, 3, 'after the kill');
   await s.close();
-});
+}
+
+test('a rank process killed during a step: the step is abandoned with nothing committed, the error names the rank, and the restarted trainer (other rank counts) trains every trajectory once', { skip, timeout: 240_000 }, () => killedDuringAStep('cpu', 3, [2]));
+
+// Over NCCL the killed rank's peer is inside a collective on the device: the launcher sees the process exit and
+// aborts rank 0's communicator (ncclCommAbort), which ends the collective with an error instead of a hang.
+test('a GPU rank process killed during a step: NCCL aborted, nothing committed, the run resumed on two GPUs trains every trajectory once', { skip: gpus, timeout: 300_000 }, () => killedDuringAStep('cuda', 2, []));
 
 test('generated kills: rank processes SIGKILLed at random moments over lives of 1-3 ranks; every trajectory trained exactly once', { skip, timeout: 420_000 }, async () => {
   for (const seed of [1, 2, 3]) {
@@ -222,13 +226,25 @@ test('rank 0\'s process killed: the other ranks\' processes leave on their own',
     assert.equal(exited, null, 'the trainer process exited before it was ready');
     return out.includes('ready');
   }, 60_000);
-  const ranks = childrenOf(child.pid!);
-  assert.equal(ranks.length, 2, `two rank processes under the trainer: ${ranks.join(', ')}`);
-  child.kill('SIGKILL');
-  for (const pid of ranks) await until(`rank process ${pid} gone after rank 0 was killed`, () => !alive(pid), 20_000);
+  try {
+    const ranks = childrenOf(child.pid!).filter((pid) => cmdline(pid).includes('rank-main.ts'));
+    assert.equal(ranks.length, 2, `two rank processes under the trainer: ${ranks.join(', ')}`);
+    child.kill('SIGKILL');
+    for (const pid of ranks) await until(`rank process ${pid} gone after rank 0 was killed`, () => !alive(pid), 20_000);
+  } finally {
+    child.kill('SIGKILL');
+  }
 });
 
-/** The processes whose parent is `pid` (from /proc). */
+function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+  } catch {
+    return '';
+  }
+}
+
+/** The processes whose parent is `pid` (from /proc; tsx's esbuild service is one of them too). */
 function childrenOf(pid: number): number[] {
   const out: number[] = [];
   for (const d of readdirSync('/proc')) {
