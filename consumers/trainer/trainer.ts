@@ -28,6 +28,7 @@ import type { TrainerOptions } from './options.ts';
 import { checkTrainerDevices } from './parallel/devices.ts';
 import { RankProcesses } from './parallel/launcher.ts';
 import { loadTrainerModel, type TrainerModelSpec } from './parallel/rank-model.ts';
+import { RankFailed } from './parallel/collective.ts';
 import { DataParallelRank, rankStepThenCommit } from './parallel/rank-step.ts';
 import { groupsOf, shardStep } from './parallel/shard.ts';
 import { saveOptimizerShard } from '../../native/optimizer-state.ts';
@@ -286,6 +287,9 @@ export class Trainer {
     }
     const dir = await this.committer.prepareCheckpoint(this.step + 1);
     const others = ranks.dispatch(this.step, train, shares, dir);
+    // awaited below, after rank 0's own part: a failure of the group rejects both, this one first
+    others.catch(() => {});
+    let committed = false;
     try {
       await rankStepThenCommit(
         rank.collective,
@@ -294,13 +298,19 @@ export class Trainer {
           await saveOptimizerShard(this.model, dir, 0, size);
           return metrics;
         },
-        (metrics) => this.commitStep(batch, metrics),
+        async (metrics) => {
+          await this.commitStep(batch, metrics);
+          committed = true;
+        },
       );
     } finally {
       // every rank's outcome is in before the next step (or the error) goes on
       await others.catch(() => {});
     }
-    await others;
+    // a rank that failed after the commit (before it said it was done): the step stands, the group does not
+    await others.catch((err: unknown) => {
+      throw committed && err instanceof RankFailed ? err.afterCommit() : err;
+    });
   }
 
   private async commitStep(batch: IntakeBatch, metrics: StepMetrics): Promise<void> {

@@ -47,13 +47,29 @@ export interface Collective {
   close(): Promise<void>;
 }
 
-/** A collective could not complete because a rank failed (or left): the step it belonged to did not happen. */
+/**
+ * A collective could not complete because a rank failed (or left): the step it belonged to did not happen, unless
+ * `committed` (rank 0 had committed it before the failure reached it: the step is in the log, the group is not).
+ */
 export class RankFailed extends RlstreamError {
   constructor(
     readonly failedRank: number,
     readonly reason: unknown,
+    readonly committed = false,
   ) {
-    super('INTERNAL', `data-parallel rank ${failedRank} failed: ${reason instanceof Error ? reason.message : String(reason)}; the step is abandoned (nothing committed) and resumes from the last committed one`, { cause: reason });
+    const why = reason instanceof RankFailed ? (reason.reason instanceof Error ? reason.reason.message : String(reason.reason)) : reason instanceof Error ? reason.message : String(reason);
+    super(
+      'INTERNAL',
+      committed
+        ? `data-parallel rank ${failedRank} failed after the step was committed: ${why}; the step is in the log and the run resumes after it`
+        : `data-parallel rank ${failedRank} failed: ${why}; the step is abandoned (nothing committed) and resumes from the last committed one`,
+      { cause: reason },
+    );
+  }
+
+  /** The same failure, known to have come after rank 0 committed the step. */
+  afterCommit(): RankFailed {
+    return this.committed ? this : new RankFailed(this.failedRank, this.reason, true);
   }
 }
 

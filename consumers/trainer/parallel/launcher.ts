@@ -17,8 +17,7 @@ import type { FromRank, ToRank } from './protocol.ts';
 import type { TrainerModelSpec } from './rank-model.ts';
 import { referenceGroup } from './reference-collective.ts';
 
-/** How long rank 0 waits for a rank process to load its model and join, and for one to leave on close. */
-const START_TIMEOUT_MS = 600_000;
+/** How long rank 0 waits for a rank process to leave on close before it kills it. */
 const CLOSE_TIMEOUT_MS = 10_000;
 
 interface Waiter {
@@ -96,6 +95,9 @@ export class RankProcesses {
 
   private async fork(): Promise<void> {
     const { size, collective, spec, options, deviceIds, logger } = this.launch;
+    // a rank that never answers at start (stopped, stuck loading) fails the start after the step timeout: the same
+    // bound on how long any rank may keep the others waiting
+    const startMs = options.dataParallel.stepTimeoutMs;
     const ncclId = collective === 'nccl' ? ncclUniqueId() : null;
     if (collective === 'reference') this.members = referenceGroup(size);
     const entry = fileURLToPath(new URL('./rank-main.ts', import.meta.url));
@@ -121,18 +123,18 @@ export class RankProcesses {
     const started = this.procs.map((p) => settleLater<void>((w) => (p.ready = w)));
     const joined = this.procs.map((p) => settleLater<void>((w) => (p.joining = w)));
     // a process loads its modules before it listens; what it is sent before that would be lost
-    await withTimeout(Promise.all(hellos), START_TIMEOUT_MS, 'rank processes starting');
+    await withTimeout(Promise.all(hellos), startMs, 'rank processes starting (trainer.data_parallel.step_timeout_s)');
     for (const p of this.procs) await p.send({ t: 'init', rank: p.rank, size, collective, ncclId, spec, options });
     if (collective === 'nccl') {
       // commInit blocks this thread until every rank joined: first every rank process must be about to
-      await withTimeout(Promise.all(joined), START_TIMEOUT_MS, 'rank processes joining NCCL');
+      await withTimeout(Promise.all(joined), startMs, 'rank processes joining NCCL (trainer.data_parallel.step_timeout_s)');
       this.collective = NcclCollective.join(ncclId!, size, 0, 0);
     } else {
       this.collective = this.members[0]!;
     }
     this.logger().info('data-parallel ranks started', { ranks: size, collective, pids: this.pids });
     // the caller loads rank 0's model meanwhile; ready() waits for the others
-    this.readyAll = withTimeout(Promise.all(started), START_TIMEOUT_MS, 'rank processes loading their models').then(() => {});
+    this.readyAll = withTimeout(Promise.all(started), startMs, 'rank processes loading their models (trainer.data_parallel.step_timeout_s)').then(() => {});
     this.readyAll.catch(() => {});
   }
 
@@ -209,8 +211,24 @@ export class RankProcesses {
   async dispatch(committed: number, train: boolean, shares: readonly TrainSample[][], checkpointDir: string): Promise<void> {
     if (this.failure) throw this.failure;
     const done = this.procs.map((p) => settleLater<void>((w) => (p.stepDone = w)));
-    await Promise.all(this.procs.map((p) => p.send({ t: 'step', committed, train, samples: shares[p.rank] ?? [], checkpointDir })));
-    await Promise.all(done);
+    // A rank that neither finishes nor exits (stopped, or stuck in a collective on a peer that is) would hold every
+    // other rank in its collective forever: after the step timeout the ranks that have not finished are killed and
+    // the step fails. Which of them is stuck and which waits on it cannot be told apart from here; all are named.
+    const ms = this.launch.options.dataParallel.stepTimeoutMs;
+    const timer = setTimeout(() => {
+      const late = this.procs.filter((p) => p.stepDone !== null);
+      if (late.length === 0) return;
+      const err = new RankFailed(late[0]!.rank, new Error(`rank(s) ${late.map((p) => p.rank).join(', ')} did not finish the step within ${ms / 1000} s (trainer.data_parallel.step_timeout_s); their processes were killed`));
+      this.launch.logger.error('data-parallel step timed out', { ranks: late.map((p) => p.rank), pids: late.map((p) => p.child.pid), timeout_s: ms / 1000 });
+      this.fail(err);
+      for (const p of late) p.child.kill('SIGKILL');
+    }, ms);
+    try {
+      await Promise.all(this.procs.map((p) => p.send({ t: 'step', committed, train, samples: shares[p.rank] ?? [], checkpointDir })));
+      await Promise.all(done);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Ends every rank process (and the group); a process that does not leave in time is killed. */

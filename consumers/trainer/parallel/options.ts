@@ -17,10 +17,12 @@ export interface DataParallelConfig {
   fewerGroups: FewerGroups;
   /** Whether the ranks are GPUs (trainer.device: cuda), which devices.ts checks against the machine. */
   onGpus: boolean;
+  /** How long a step may wait on a rank that neither finishes nor exits before the step fails (ms). */
+  stepTimeoutMs: number;
 }
 
 /** One rank; buckets of PyTorch DDP's default bucket_cap_mb (25 MiB). */
-export const DATA_PARALLEL_DEFAULTS: DataParallelConfig = Object.freeze({ ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse', onGpus: false });
+export const DATA_PARALLEL_DEFAULTS: DataParallelConfig = Object.freeze({ ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse', onGpus: false, stepTimeoutMs: 1_800_000 });
 const d = DATA_PARALLEL_DEFAULTS;
 
 export const DevicesSchema = Type.Unsafe<number | number[]>({
@@ -40,6 +42,7 @@ export const DataParallelSection = Type.Object(
     reduce_dtype: oneOf(['fp32', 'bf16'] as const, { default: d.dtype, description: "The gradients' type in the all-reduce: 'bf16' sends half the bytes and keeps 8 bits of mantissa." }),
     collective: oneOf(['nccl', 'reference'] as const, { default: d.collective, description: "'nccl': NCCL loaded by the native core (libnccl.so.2), for GPU ranks; 'reference': the ranks' processes meet in rank 0's, which sums in rank order in fp32 (CPU ranks: trainer.device: cpu)." }),
     fewer_groups: oneOf(['refuse', 'idle'] as const, { default: d.fewerGroups, description: "A step with fewer groups than ranks (a group is never split): 'refuse' fails the step, 'idle' lets the extra ranks add zero gradients." }),
+    step_timeout_s: Type.Number({ exclusiveMinimum: 0, default: d.stepTimeoutMs / 1000, description: "How long a step waits on a rank process that neither finishes it nor exits (stopped, or stuck in a collective) before the step fails with nothing committed and the ranks that did not finish are killed; a step's compute and its checkpoint must fit in it (30 minutes, as NCCL watchdogs are commonly set)." }),
   },
   { additionalProperties: false, default: {}, description: 'Data-parallel training over trainer.devices (consumers/trainer/parallel, docs/scaling.md).' },
 );
@@ -68,5 +71,5 @@ export function compileDataParallel(devices: number | number[], section: unknown
   const bytes = dp.reduce_dtype === 'bf16' ? 2 : 4;
   if (dp.bucket_bytes % bytes !== 0) issues.push({ path: `${path}.data_parallel.bucket_bytes`, message: `${dp.bucket_bytes} is not a whole number of ${dp.reduce_dtype} elements (${bytes} bytes each); use a multiple of ${bytes}` });
   if (issues.length > 0) throw new ConfigError(issues);
-  return Object.freeze({ ranks, deviceIds: Array.isArray(devices) ? Object.freeze([...devices]) as number[] : null, bucketBytes: dp.bucket_bytes, dtype: dp.reduce_dtype, collective: dp.collective, fewerGroups: dp.fewer_groups, onGpus });
+  return Object.freeze({ ranks, deviceIds: Array.isArray(devices) ? Object.freeze([...devices]) as number[] : null, bucketBytes: dp.bucket_bytes, dtype: dp.reduce_dtype, collective: dp.collective, fewerGroups: dp.fewer_groups, onGpus, stepTimeoutMs: Math.round(dp.step_timeout_s * 1000) });
 }

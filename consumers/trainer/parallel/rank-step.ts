@@ -17,7 +17,7 @@ import type { TrainSample } from '../batch.ts';
 import type { TrainerOptions } from '../options.ts';
 import { trainOnBatch, type StepExchange, type StepMetrics } from '../step.ts';
 import { allReduceGradients, planBuckets, type BucketPlan } from './buckets.ts';
-import type { Collective, CollectiveDtype } from './collective.ts';
+import { RankFailed, type Collective, type CollectiveDtype } from './collective.ts';
 import { FlatLayout } from './flat.ts';
 
 export interface DataParallelOptions {
@@ -115,6 +115,7 @@ export class DataParallelRank {
  * the tests) `ranks` are run together; across processes each process runs its own rank's part.
  */
 export async function rankStepThenCommit<T>(collective: Collective, work: () => Promise<T>, commit: (result: T) => Promise<void>): Promise<T> {
+  let inLog = false;
   try {
     const result = await work();
     const done = Float32Array.of(1);
@@ -124,6 +125,7 @@ export async function rankStepThenCommit<T>(collective: Collective, work: () => 
     const committed = new Float32Array(1);
     if (collective.rank === 0) {
       await commit(result);
+      inLog = true;
       committed[0] = 1;
     }
     await collective.broadcast(committed, 0);
@@ -131,6 +133,7 @@ export async function rankStepThenCommit<T>(collective: Collective, work: () => 
     return result;
   } catch (err) {
     collective.abort(err);
-    throw err;
+    // rank 0 committed before the failure reached it: the error must not say the step was abandoned
+    throw inLog && err instanceof RankFailed ? err.afterCommit() : err;
   }
 }

@@ -25,9 +25,9 @@ function issues(raw: Record<string, unknown>): string[] {
 
 test('the defaults: one rank, 25 MiB fp32 buckets over NCCL, a step with fewer groups than ranks refused', () => {
   const o = compileTrainerOptions({});
-  assert.deepEqual({ ...o.dataParallel }, { ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse', onGpus: false });
-  const list = compileTrainerOptions({ device: 'cuda', devices: [0, 2, 5], groups_per_step: 3, data_parallel: { reduce_dtype: 'bf16', bucket_bytes: 2 * 1001 } });
-  assert.deepEqual({ ...list.dataParallel, deviceIds: [...list.dataParallel.deviceIds!] }, { ranks: 3, deviceIds: [0, 2, 5], bucketBytes: 2002, dtype: 'bf16', collective: 'nccl', fewerGroups: 'refuse', onGpus: true });
+  assert.deepEqual({ ...o.dataParallel }, { ranks: 1, deviceIds: null, bucketBytes: 25 * 1024 * 1024, dtype: 'fp32', collective: 'nccl', fewerGroups: 'refuse', onGpus: false, stepTimeoutMs: 1_800_000 });
+  const list = compileTrainerOptions({ device: 'cuda', devices: [0, 2, 5], groups_per_step: 3, data_parallel: { reduce_dtype: 'bf16', bucket_bytes: 2 * 1001, step_timeout_s: 90.5 } });
+  assert.deepEqual({ ...list.dataParallel, deviceIds: [...list.dataParallel.deviceIds!] }, { ranks: 3, deviceIds: [0, 2, 5], bucketBytes: 2002, dtype: 'bf16', collective: 'nccl', fewerGroups: 'refuse', onGpus: true, stepTimeoutMs: 90_500 });
   // CPU ranks: processes meeting through the reference collective
   const cpu = compileTrainerOptions({ devices: 3, groups_per_step: 3, data_parallel: { collective: 'reference' } });
   assert.deepEqual([cpu.dataParallel.ranks, cpu.dataParallel.onGpus, cpu.dataParallel.collective], [3, false, 'reference']);
@@ -52,6 +52,7 @@ test('bad trainer.devices and trainer.data_parallel values are refused at their 
     [{ data_parallel: { reduce_dtype: 'fp16' } }, /^trainer\.data_parallel\.reduce_dtype: must be one of fp32, bf16/],
     [{ data_parallel: { collective: 'gloo' } }, /^trainer\.data_parallel\.collective: must be one of nccl, reference/],
     [{ data_parallel: { bucket_mb: 25 } }, /^trainer\.data_parallel\.bucket_mb: /],
+    [{ data_parallel: { step_timeout_s: 0 } }, /^trainer\.data_parallel\.step_timeout_s: must be > 0/],
   ];
   for (const [raw, want] of cases) {
     const got = issues(raw);

@@ -33,10 +33,10 @@ async function setup(prefix: string, groups: number): Promise<TinyTrainerSetup &
   return { log, serde, runId: RUN, dataDir: join(inputs.dir, 'data'), weights: inputs.weights, close: () => log.close() };
 }
 
-function trainerOn(s: TinyTrainerSetup, ranks: number, steps: number, groupsPerStep: number, onStep?: (e: TrainStep) => void, device: 'cpu' | 'cuda' = 'cpu'): Trainer {
+function trainerOn(s: TinyTrainerSetup, ranks: number, steps: number, groupsPerStep: number, onStep?: (e: TrainStep) => void, device: 'cpu' | 'cuda' = 'cpu', stepTimeoutS = 1800): Trainer {
   return tinyTrainer(
     s,
-    { groups_per_step: groupsPerStep, max_steps: steps, threads: 1, learning_rate: 0.01, staleness_bound: 1000, devices: ranks, device, data_parallel: { collective: device === 'cuda' ? 'nccl' : 'reference' } },
+    { groups_per_step: groupsPerStep, max_steps: steps, threads: 1, learning_rate: 0.01, staleness_bound: 1000, devices: ranks, device, data_parallel: { collective: device === 'cuda' ? 'nccl' : 'reference', step_timeout_s: stepTimeoutS } },
     { followControl: false, ...(onStep ? { onStep } : {}) },
   );
 }
@@ -173,31 +173,68 @@ function assertExactlyOnce(committed: TrainStep[], steps: number, groupsPerStep:
   assert.equal(ids.length, steps * groupsPerStep * GROUP_SIZE, `${what}: every trajectory of the ${steps * groupsPerStep} groups, once`);
 }
 
-/** Life 1 on `ranks` ranks, its last rank killed right after step 2 is committed (so during step 3); then the rest. */
-async function killedDuringAStep(device: 'cpu' | 'cuda', ranks: number, rest: number[]): Promise<void> {
+/**
+ * Two lives on `ranks` ranks that lose their last rank process: the first right after start (so before step 1: the
+ * run fails, nothing is committed), the second inside step 2's commit (after rank 0's transaction, before it tells
+ * the ranks: the run fails saying step 2 was committed, and it is in the log); then the rest on other rank counts.
+ */
+async function killedRanks(device: 'cpu' | 'cuda', ranks: number, rest: number[]): Promise<void> {
   const s = await setup(`dp-launch-kill-${device}`, 18);
+  const last = ranks - 1;
+  const before = trainerOn(s, ranks, 6, 3, undefined, device);
+  await before.start();
+  const victim = rankPids(before)[last - 1]!;
+  process.kill(victim, 'SIGKILL');
+  // reaped, so the launcher has seen it exit
+  await until(`rank ${last}'s process reaped`, () => !alive(victim));
+  await assert.rejects(before.run(), new RegExp(`data-parallel rank ${last} failed: its process \\(pid \\d+\\) exited \\(signal SIGKILL\\); the step is abandoned \\(nothing committed\\)`));
+  await before.close();
+  assert.deepEqual((await readAll<TrainStep>(s.log, s.serde, TOPICS.trainSteps, 'TrainStep')).length, 0, 'nothing committed');
+  assert.deepEqual(await s.log.committed(`${RUN}.trainer`, TOPICS.advantaged), [], 'no offsets committed');
   const t = trainerOn(s, ranks, 6, 3, (e) => {
-    if (e.step === 2) process.kill(rankPids(t)[ranks - 2]!, 'SIGKILL');
+    if (e.step === 2) process.kill(rankPids(t)[last - 1]!, 'SIGKILL');
   }, device);
   await t.start();
-  await assert.rejects(t.run(), new RegExp(`data-parallel rank ${ranks - 1} failed: its process \\(pid \\d+\\) exited \\(signal SIGKILL\\)`));
+  await assert.rejects(t.run(), new RegExp(`data-parallel rank ${last} failed after the step was committed: its process \\(pid \\d+\\) exited \\(signal SIGKILL\\); the step is in the log`));
   await t.close();
   const after = await readAll<TrainStep>(s.log, s.serde, TOPICS.trainSteps, 'TrainStep');
-  assert.deepEqual(after.map((e) => e.step), [1, 2], 'step 3 was abandoned: nothing of it in the log');
+  assert.deepEqual(after.map((e) => e.step), [1, 2], 'step 2 is in the log, as the error says, and nothing after it');
   const offsets = await s.log.committed(`${RUN}.trainer`, TOPICS.advantaged);
   assert.equal(offsets.reduce((n, o) => n + o.offset, 0), 2 * 3 * GROUP_SIZE, 'the committed offsets are step 2\'s');
   // the rest on other rank counts (the checkpoint's shards of `ranks` ranks resumed on each)
   const { committed, errors } = await lives(s, 6, rest.map((r) => ({ ranks: r, kill: null, afterMs: 0 })), device);
   assert.deepEqual(errors, []);
-  assertExactlyOnce(committed, 6, 3, 'after the kill');
+  assertExactlyOnce(committed, 6, 3, 'after the kills');
   await s.close();
 }
 
-test('a rank process killed during a step: the step is abandoned with nothing committed, the error names the rank, and the restarted trainer (other rank counts) trains every trajectory once', { skip, timeout: 240_000 }, () => killedDuringAStep('cpu', 3, [2]));
+test('a rank process killed before a step abandons it with nothing committed, killed after the commit fails the run saying so; the error names the rank, and the restarted trainer (other rank counts) trains every trajectory once', { skip, timeout: 240_000 }, () => killedRanks('cpu', 3, [2]));
 
 // Over NCCL the killed rank's peer is inside a collective on the device: the launcher sees the process exit and
 // aborts rank 0's communicator (ncclCommAbort), which ends the collective with an error instead of a hang.
-test('a GPU rank process killed during a step: NCCL aborted, nothing committed, the run resumed on two GPUs trains every trajectory once', { skip: gpus, timeout: 300_000 }, () => killedDuringAStep('cuda', 2, []));
+test('a GPU rank process killed before a step and after a commit: NCCL aborted, the errors true, the run resumed on two GPUs trains every trajectory once', { skip: gpus, timeout: 300_000 }, () => killedRanks('cuda', 2, []));
+
+test('a rank process that stops answering (SIGSTOP) fails the run after trainer.data_parallel.step_timeout_s, naming it; it is killed, the error says truly whether the step was committed, and the resumed run trains every trajectory once', { skip, timeout: 120_000 }, async () => {
+  const s = await setup('dp-launch-stop', 18);
+  let stopped = 0;
+  const t = trainerOn(s, 3, 6, 3, (e) => {
+    if (e.step === 2) process.kill((stopped = rankPids(t)[0]!), 'SIGSTOP');
+  }, 'cpu', 6);
+  await t.start();
+  const t0 = Date.now();
+  // stopped inside step 2's commit, after rank 0's transaction and before it tells the ranks: step 2 is in the log,
+  // and rank 1 never says it finished
+  await assert.rejects(t.run(), /data-parallel rank 1 failed after the step was committed: rank\(s\) 1 did not finish the step within 6 s \(trainer\.data_parallel\.step_timeout_s\); their processes were killed; the step is in the log and the run resumes after it/);
+  assert.ok(Date.now() - t0 < 30_000, `failed within the timeout, not a hang (${Date.now() - t0} ms)`);
+  await t.close();
+  await until(`the stopped rank process ${stopped} killed`, () => !alive(stopped) || /^[^)]*\) Z/.test(readFileSync(`/proc/${stopped}/stat`, 'utf8')));
+  const after = await readAll<TrainStep>(s.log, s.serde, TOPICS.trainSteps, 'TrainStep');
+  assert.deepEqual(after.map((e) => e.step), [1, 2], 'step 2 is in the log, as the error says, and nothing after it');
+  const { committed, errors } = await lives(s, 6, [{ ranks: 3, kill: null, afterMs: 0 }]);
+  assert.deepEqual(errors, []);
+  assertExactlyOnce(committed, 6, 3, 'after the stop');
+  await s.close();
+});
 
 test('generated kills: rank processes SIGKILLed at random moments over lives of 1-3 ranks; every trajectory trained exactly once', { skip, timeout: 420_000 }, async () => {
   for (const seed of [1, 2, 3]) {
