@@ -100,3 +100,28 @@ export const hostBlocks = {
   },
   broadcast: async (c: Collective, model: Model, block: ModelBlock, begin: number, count: number, root: number): Promise<void> => c.broadcast(hostRange(model, block, begin, count), root),
 };
+
+/**
+ * A collective whose ranks reach models through host memory only (the reference group, and its ranks in other
+ * processes): the block operations go through the model's host view; a GPU model's blockView refuses, naming it.
+ */
+export abstract class HostCollective implements Collective {
+  abstract readonly kind: string;
+  abstract readonly rank: number;
+  abstract readonly size: number;
+  abstract allReduce(buckets: readonly CollectiveBuffer[]): Promise<void>;
+  abstract reduceScatter(send: CollectiveBuffer, recv: CollectiveBuffer): Promise<void>;
+  abstract allGather(send: CollectiveBuffer, recv: CollectiveBuffer): Promise<void>;
+  abstract broadcast(buf: CollectiveBuffer, root: number): Promise<void>;
+  abstract abort(reason: unknown): void;
+  abstract close(): Promise<void>;
+  allReduceBlock(model: Model, block: ModelBlock, begin: number, count: number): Promise<void> {
+    return hostBlocks.allReduce(this, model, block, begin, count);
+  }
+  allGatherBlock(model: Model, block: ModelBlock, begin: number, chunk: number): Promise<void> {
+    return hostBlocks.allGather(this, model, block, begin, chunk);
+  }
+  broadcastBlock(model: Model, block: ModelBlock, begin: number, count: number, root: number): Promise<void> {
+    return hostBlocks.broadcast(this, model, block, begin, count, root);
+  }
+}

@@ -6,8 +6,7 @@
 // against one process. NCCL is the collective for GPU models; this one is for CPU models (and the tests of the
 // launcher that CI can run without GPUs).
 import { RlstreamError } from '../../../core/errors.ts';
-import type { Model } from '../../../native/index.ts';
-import { hostBlocks, RankFailed, type Collective, type CollectiveBuffer, type ModelBlock } from './collective.ts';
+import { HostCollective, RankFailed, type Collective, type CollectiveBuffer } from './collective.ts';
 
 /** One collective call of a rank in another process: the buffers travel by value (copies). */
 export type CollectiveCall =
@@ -55,7 +54,7 @@ function copy<T extends CollectiveBuffer>(b: T): T {
  * A rank in a child process: every call goes to rank 0's process in the order it is made, and resolves when the
  * results are back in the caller's buffers. `send` is the process channel (process.send).
  */
-export class IpcCollective implements Collective {
+export class IpcCollective extends HostCollective {
   readonly kind = 'reference';
   private seq = 0;
   private readonly waiting = new Map<number, { resolve: (r: CollectiveResult) => void; reject: (e: unknown) => void }>();
@@ -65,7 +64,9 @@ export class IpcCollective implements Collective {
     readonly rank: number,
     readonly size: number,
     private readonly send: (m: CollectiveMessage) => void,
-  ) {}
+  ) {
+    super();
+  }
 
   /** A reply from rank 0's process (the launcher's channel hands every coll-* message here). */
   onReply(m: CollectiveReply): void {
@@ -98,15 +99,6 @@ export class IpcCollective implements Collective {
   }
   broadcast(buf: CollectiveBuffer, root: number): Promise<void> {
     return this.call({ op: 'broadcast', buf: copy(buf), root }, [buf]);
-  }
-  allReduceBlock(model: Model, block: ModelBlock, begin: number, count: number): Promise<void> {
-    return hostBlocks.allReduce(this, model, block, begin, count);
-  }
-  allGatherBlock(model: Model, block: ModelBlock, begin: number, chunk: number): Promise<void> {
-    return hostBlocks.allGather(this, model, block, begin, chunk);
-  }
-  broadcastBlock(model: Model, block: ModelBlock, begin: number, count: number, root: number): Promise<void> {
-    return hostBlocks.broadcast(this, model, block, begin, count, root);
   }
   abort(reason: unknown): void {
     if (this.failed) return;

@@ -7,8 +7,7 @@
 // within floating-point tolerance, not bit for bit; with one rank both return the input unchanged.
 import { RlstreamError } from '../../../core/errors.ts';
 import { fromBf16Bits, toBf16Bits } from './bf16.ts';
-import type { Model } from '../../../native/index.ts';
-import { checkSameDtype, dtypeOf, hostBlocks, RankFailed, type Collective, type CollectiveBuffer, type ModelBlock } from './collective.ts';
+import { checkSameDtype, dtypeOf, HostCollective, RankFailed, type Collective, type CollectiveBuffer } from './collective.ts';
 
 type Call =
   | { op: 'allReduce'; buckets: readonly CollectiveBuffer[] }
@@ -127,12 +126,14 @@ function run(calls: Call[], k: number): void {
   }
 }
 
-class ReferenceRank implements Collective {
+class ReferenceRank extends HostCollective {
   readonly kind = 'reference';
   constructor(
     private readonly group: Group,
     readonly rank: number,
-  ) {}
+  ) {
+    super();
+  }
   get size(): number {
     return this.group.size;
   }
@@ -147,16 +148,6 @@ class ReferenceRank implements Collective {
   }
   broadcast(buf: CollectiveBuffer, root: number): Promise<void> {
     return this.group.arrive(this.rank, { op: 'broadcast', buf, root });
-  }
-  // Host memory only: a GPU model's blockView refuses, naming it.
-  allReduceBlock(model: Model, block: ModelBlock, begin: number, count: number): Promise<void> {
-    return hostBlocks.allReduce(this, model, block, begin, count);
-  }
-  allGatherBlock(model: Model, block: ModelBlock, begin: number, chunk: number): Promise<void> {
-    return hostBlocks.allGather(this, model, block, begin, chunk);
-  }
-  broadcastBlock(model: Model, block: ModelBlock, begin: number, count: number, root: number): Promise<void> {
-    return hostBlocks.broadcast(this, model, block, begin, count, root);
   }
   abort(reason: unknown): void {
     this.group.abort(this.rank, reason);
