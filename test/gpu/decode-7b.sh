@@ -2,6 +2,7 @@
 # Issue #52 items 3 and 4 on one GPU, in one call (after `bash test/gpu/pack-node.sh build DIR`): decode at
 # Qwen2.5-7B's shape against transformers and the bandwidth bound, and the main job's GPU busy share.
 #   bash test/gpu/decode-7b.sh ours OUTDIR       # generate-bench.ts --shape 7b, 2k contexts, batches 1/64/256
+#                                                # (ENGINE_ARGS='--engine off': the decode loop only)
 #   bash test/gpu/decode-7b.sh profile OUTDIR    # the same model's step by kernel kind (synchronised, no graphs)
 #   bash test/gpu/decode-7b.sh hf OUTDIR [S]     # generate_hf.py --shape 7b, cases begun within S s (default 110)
 #   bash test/gpu/decode-7b.sh busy OUTDIR NAME [DIR] [ARGS…]  # gpu_busy.py around `rlstream run config.gpu.yaml
@@ -18,7 +19,7 @@ node=$home/bin/node
 export LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # the addon's OpenBLAS, as pack-node.sh's use
 common=(--shape 7b --context 2048 --steps 32)
 case "$what" in
-  ours) "$node" --import tsx test/gpu/generate-bench.ts "${common[@]}" --batches 1,64,256 --engine-batches 1,64 | tee -a "$out/ours7b.jsonl" ;;
+  ours) "$node" --import tsx test/gpu/generate-bench.ts "${common[@]}" --batches 1,64,256 ${ENGINE_ARGS:---engine-batches 1,64} | tee -a "$out/ours7b.jsonl" ;;
   profile)
     RLSTREAM_CUDA_SYNC=1 RLSTREAM_CUDA_GRAPHS=0 "$node" --import tsx test/gpu/generate-bench.ts --shape 7b --context 2048 --steps 3 \
       --batches 1,64 --engine off | tee -a "$out/profile7b.jsonl" ;;

@@ -3,10 +3,11 @@
 #                                 `driver lora-dump` (ours on CUDA and on the CPU) against PEFT in float64 on the same
 #                                 weights, adapters and batch; PEFT under bf16 autocast against the same reference is
 #                                 printed as the yardstick of bf16 error. Exit 1 when a check fails.
-#   peft_ref.py bench --model 7B [--compile] [--seqs N --len N --rank R --iters N]
+#   peft_ref.py bench --model 7B [--compile [layers|model]] [--seqs N --len N --rank R --iters N]
 #                                 PyTorch + PEFT LoRA step (bf16 weights, adapters fp32, gradient checkpointing,
 #                                 cross-entropy through the model's own loss, clip, AdamW) at driver.cpp's
-#                                 lora_bench_models() shapes, random init; prints a BENCH line.
+#                                 lora_bench_models() shapes, random init; prints a BENCH line. --compile: each
+#                                 decoder layer under torch.compile (regional); --compile model: the whole model.
 # Memory: device memory in use (total - free, as the driver measures it) after the timed steps minus before the
 # model; torch's allocator peaks (max allocated, max reserved) beside it.
 import json
@@ -122,6 +123,11 @@ def parity(path):
     return failures
 
 
+def base_layers(m):
+    """The decoder layers under PEFT's wrappers (PeftModel -> LoraModel -> Qwen2ForCausalLM -> Qwen2Model)."""
+    return m.get_base_model().model.layers
+
+
 def used():
     f, t = torch.cuda.mem_get_info()
     return t - f
@@ -132,7 +138,7 @@ def bench(argv):
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile", nargs="?", const="layers", choices=["layers", "model"], default=None)
     ap.add_argument("--seqs", type=int, default=0)
     ap.add_argument("--len", type=int, default=0)
     ap.add_argument("--rank", type=int, default=16)
@@ -140,7 +146,7 @@ def bench(argv):
     a = ap.parse_args(argv)
     cfg, seqs, length = SHAPES[a.model]
     seqs, length = a.seqs or seqs, a.len or length
-    impl = "peft-compile" if a.compile else "peft-eager"
+    impl = f"peft-compile-{a.compile}" if a.compile else "peft-eager"
     torch.cuda.init()
     torch.empty(1, device="cuda")
     base = used()
@@ -158,7 +164,15 @@ def bench(argv):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         opt = torch.optim.AdamW(trainable, lr=1e-4, fused=True)
-        fwd = torch.compile(m) if a.compile else m
+        fwd = m
+        if a.compile == "model":
+            fwd = torch.compile(m)
+        elif a.compile == "layers":
+            # Regional compilation (PyTorch's recipe for repeated blocks): each decoder layer compiled, the 28 alike
+            # layers sharing one compiled graph, so compiling takes one layer's time; the whole model under
+            # torch.compile with checkpointing did not finish its first step within 110 s at any shape (RESULTS.md).
+            for layer in base_layers(m):
+                layer.compile()
         T = seqs * length
         V = cfg["vocab_size"]
         ids = (torch.arange(T, device="cuda") * 7919 % V).view(seqs, length)

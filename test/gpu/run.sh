@@ -53,12 +53,15 @@ run_step() {
     bench) python3 bench/gpu_torch.py --driver "$B/driver" --out "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || status=1 ;;
     lora) { "$B/driver" lora-dump "$B/lora.safetensors" && python3 test/gpu/peft_ref.py parity "$B/lora.safetensors"; } 2>&1 | tee "$OUT/lora.log" || status=1 ;;
     lora-bench)
-      # ours (recomputation per layer) and PyTorch + PEFT (gradient checkpointing), eager then compiled, per shape;
+      # ours (recomputation per layer) and PyTorch + PEFT (gradient checkpointing), eager then compiled (LORA_COMPILE:
+      # layers, the regional compilation, and/or model, the whole model), per shape;
       # each in its own process, so that each peak is its own
       for m in ${LORA_SHAPES:-1.5B 3B 7B}; do
         "$B/driver" lora-bench "$m" --recompute ${LORA_ARGS:-}
         python3 test/gpu/peft_ref.py bench --model "$m" ${LORA_ARGS:-}
-        timeout "${COMPILE_TIMEOUT:-300}" python3 test/gpu/peft_ref.py bench --model "$m" --compile ${LORA_ARGS:-} || echo "BENCH {\"impl\":\"peft-compile\",\"model\":\"$m\",\"error\":\"exit $? (timeout ${COMPILE_TIMEOUT:-300} s is 124)\"}"
+        for c in ${LORA_COMPILE:-layers}; do
+          timeout "${COMPILE_TIMEOUT:-300}" python3 test/gpu/peft_ref.py bench --model "$m" --compile "$c" ${LORA_ARGS:-} || echo "BENCH {\"impl\":\"peft-compile-$c\",\"model\":\"$m\",\"error\":\"exit $? (timeout ${COMPILE_TIMEOUT:-300} s is 124)\"}"
+        done
       done 2>&1 | tee "$OUT/lora-bench.log" || status=1 ;;
     all) for s in build kernels model torch bench; do run_step $s; done ;;
     *) echo "unknown step $1"; status=2 ;;
