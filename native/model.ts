@@ -399,10 +399,10 @@ export class Model {
           p[at.matrix] = data;
           pairs.set(key, p);
         }
-        for (const p of pairs.values()) {
+        // every pair checked before the first is folded in: a damaged file leaves the weights as they were
+        for (const p of pairs.values())
           if (!p.A || !p.B) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: layer ${p.layer} ${p.target} has lora_${p.A ? 'B' : 'A'} missing`);
-          h.mergeLora(p.layer, p.target, p.A, p.B, o.rank, (scale * o.alpha) / o.rank);
-        }
+        for (const p of pairs.values()) h.mergeLora(p.layer, p.target, p.A!, p.B!, o.rank, (scale * o.alpha) / o.rank);
       } finally {
         w.close();
       }

@@ -8,6 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { LORA_TARGETS, Model, nativeAvailable, type LoraOptions, type ModelConfig, type PolicyLossOptions } from '../../native/index.ts';
+import { loraMetadata } from '../../native/lora.ts';
+import { writeSafetensors } from '../../core/weights/safetensors.ts';
 import { referenceCrossEntropy, referenceForward, referencePolicyLoss, toReferenceParams, type RefParams } from '../../native/reference.ts';
 import { TINY, checkGradients, maxAbsDiff, pack, randomSeqs, rng } from './helpers.ts';
 
@@ -149,6 +151,13 @@ test('LoRA: at init (B = 0) the model computes the base model; a step moves the 
     await assert.rejects(other.loadAdapter(join(dir, 'adapter.safetensors')), /tensor model\.layers\.0\.self_attn\.q_proj\.lora_A\.weight has shape \[2, 8\]/);
     await assert.rejects(m.mergeAdapter(join(dir, 'adapter.safetensors')), /trains its own adapters/);
     await assert.rejects(plain.mergeAdapter(join(dir, 'base.safetensors')), /not an adapter file/);
+    // a file with one pair's lora_B missing is refused before any pair is folded in: the weights stay as they were
+    const partial = [...m.adapter()].filter(([n]) => n !== 'model.layers.1.mlp.down_proj.lora_B.weight');
+    assert.equal(partial.length, m.adapter().size - 1);
+    await writeSafetensors(join(dir, 'partial.safetensors'), partial, loraMetadata(m.lora!));
+    await assert.rejects(plain.mergeAdapter(join(dir, 'partial.safetensors')), /layer 1 down_proj has lora_B missing/);
+    const untouched = await plain.forward(batch, targets);
+    assert.deepEqual(untouched.logprobs, back.logprobs, 'the refused file changed the weights');
     for (const x of [base, m, plain, resumed, other]) x.dispose();
   } finally {
     rmSync(dir, { recursive: true, force: true });
