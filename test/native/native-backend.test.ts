@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { jsonLogger, silentLogger } from '../../core/telemetry.ts';
 import { Model, cudaAvailable, nativeAvailable, type ModelConfig } from '../../native/index.ts';
-import { NativePolicyBackend } from '../../producers/policy/native-backend.ts';
+import { ADAPTER_SWAPS_PER_BASE_READ, NativePolicyBackend } from '../../producers/policy/native-backend.ts';
 import { NativeEngine } from '../../producers/policy/native-engine.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
 import { TINY, maxAbsDiff, pack } from './helpers.ts';
@@ -156,6 +156,60 @@ test("stageWeights: a trainer's model in this process hands a version over devic
     wide.dispose();
     await backend.close();
     for (const m of [v0, trainer, v2, v3]) m.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('adapter versions: swapped on the device (the folded adapter out, the new one in), the base read again every ADAPTER_SWAPS_PER_BASE_READ swaps and when the folded adapter is gone; each version generates what its base plus its adapter computes', { skip }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rls-native-adapter-'));
+  try {
+    const base = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3 });
+    const basePath = join(dir, 'base.safetensors');
+    await base.save(basePath);
+    // adapters with random B (a fresh one has B = 0, which folds in as nothing)
+    const lora = { rank: 4, alpha: 8, targets: ['q_proj', 'v_proj', 'gate_proj', 'down_proj'] as const };
+    const adapterFile = async (v: number): Promise<string> => {
+      const m = Model.init(CFG, { seed: 1, threads: 2, initStd: 0.3, lora: { ...lora, targets: [...lora.targets], seed: v } });
+      let x = v * 7919;
+      for (const [n, t] of m.adapter()) if (n.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = (((x = (x * 48271) % 2147483647) / 2147483647) - 0.5) * 0.8;
+      const path = join(dir, `v${v}.adapter.safetensors`);
+      await m.saveAdapter(path);
+      m.dispose();
+      return path;
+    };
+    const lines: string[] = [];
+    const backend = NativePolicyBackend.create({ configJson: JSON.stringify(CFG), weightsPath: basePath, version: 0 }, { device: 'cpu', maxBatch: 2, maxLen: 96, gpuMemoryUtilization: 0.5, interrupt: 'next_turn', logger: jsonLogger({ write: (l) => lines.push(l) }) });
+    const sources = () => lines.map((l) => JSON.parse(l) as { msg: string; version: number; from?: string }).filter((l) => l.msg === 'policy hot-swapped in place').map((l) => `${l.version}:${l.from}`);
+    const prompt = [7, 8, 9, 10];
+    const config = JSON.stringify(CFG);
+    const reference = Model.load(basePath, CFG, { threads: 2, trainable: false });
+    const versions = ADAPTER_SWAPS_PER_BASE_READ + 3;
+    let worst = 0;
+    for (let v = 1; v <= versions; v++) {
+      const path = await adapterFile(v);
+      if (v === versions) rmSync(join(dir, `v${v - 1}.adapter.safetensors`)); // the folded adapter's file is gone
+      await backend.updatePolicy({ version: v, weightsPath: path, configJson: config, adapter: { path, baseWeightsPath: basePath } });
+      const r = await backend.generate({ requestId: `r${v}`, promptIds: prompt, sampling: sampling({ max_new_tokens: 6 }) });
+      assert.deepEqual(r.policyVersions, Array(6).fill(v));
+      await reference.loadWeights(basePath);
+      await reference.mergeAdapter(path);
+      const d = maxAbsDiff(r.logprobs, await forwardLogprobs(reference, prompt, r.tokenIds));
+      worst = Math.max(worst, d);
+      assert.ok(d < 1e-4, `version ${v}: log-probs differ from base + its adapter by ${d}`);
+    }
+    // the engine starts on the base with nothing folded in, so v1 is a swap too; swaps up to the bound, then the
+    // base read again, a swap, and a read where the folded adapter's file was deleted
+
+    const want = Array.from({ length: versions }, (_, i) => {
+      const v = i + 1;
+      const from = v === versions || v === ADAPTER_SWAPS_PER_BASE_READ + 1 ? 'file' : 'adapter';
+      return `${v}:${from}`;
+    });
+    assert.deepEqual(sources(), want);
+    assert.ok(lines.some((l) => l.includes('the folded adapter cannot be taken out')), 'the missing adapter is logged');
+    await backend.close();
+    for (const m of [base, reference]) m.dispose();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
