@@ -79,8 +79,9 @@ export class RankProcesses {
   }
 
   /**
-   * Forks ranks 1..N-1 and joins the group as rank 0. `loadRank0` loads rank 0's model with the collective (the
-   * trainer's own load); the call returns once every rank has loaded its model and joined.
+   * Forks ranks 1..N-1, sends each its init and joins the group as rank 0 (for NCCL, once every rank is about to
+   * join). It returns before the other ranks have loaded their models, so that the caller loads rank 0's
+   * meanwhile; ready() resolves once they all have. Every wait is bounded by trainer.data_parallel.step_timeout_s.
    */
   static async start(launch: RankLaunch): Promise<RankProcesses> {
     const g = new RankProcesses(launch);
