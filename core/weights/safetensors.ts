@@ -64,8 +64,18 @@ function decodeInto(dtype: string, bytes: Uint8Array, out: Float32Array): void {
     new Uint8Array(out.buffer, out.byteOffset, out.byteLength).set(bytes);
   } else if (dtype === 'F32') {
     for (let i = 0; i < n; i++) out[i] = view.getFloat32(i * 4, true);
+  } else if (LITTLE_ENDIAN && bytes.byteOffset % 2 === 0) {
+    // 2-byte aligned: a Uint16Array view reads each half twice as fast as DataView's getUint16 (a 7B bf16 model's
+    // 15 GB are converted on every load)
+    const u16 = new Uint16Array(bytes.buffer, bytes.byteOffset, n);
+    if (dtype === 'BF16') {
+      // bf16 is the top half of an f32: shift into place and reinterpret.
+      const u32 = new Uint32Array(out.buffer, out.byteOffset, n);
+      for (let i = 0; i < n; i++) u32[i] = u16[i]! << 16;
+    } else {
+      for (let i = 0; i < n; i++) out[i] = f16ToF32(u16[i]!);
+    }
   } else if (dtype === 'BF16') {
-    // bf16 is the top half of an f32: shift into place and reinterpret.
     const u32 = new Uint32Array(out.buffer, out.byteOffset, n);
     for (let i = 0; i < n; i++) u32[i] = view.getUint16(i * 2, true) << 16;
   } else {

@@ -58,21 +58,29 @@ test('the header is padded to 8 bytes, names are sorted, offsets are contiguous,
   assert.deepEqual(parseSafetensors(bytes).metadata, { format: 'pt' });
 });
 
-test('BF16 and F16 tensors are converted to F32', () => {
+test('BF16 and F16 tensors are converted to F32, at an even and an odd byte offset in the buffer', () => {
   const data = new Uint8Array(14);
   const v = new DataView(data.buffer);
   [0x3f80, 0xc020].forEach((h, i) => v.setUint16(i * 2, h, true)); // bf16: 1, -2.5
   [0x3c00, 0x3800, 0xc000, 0x7bff, 0x0001].forEach((h, i) => v.setUint16(4 + i * 2, h, true)); // f16: 1, 0.5, -2, 65504, 2^-24
-  const file = handmade(
-    {
-      x: { dtype: 'BF16', shape: [2], data_offsets: [0, 4] },
-      y: { dtype: 'F16', shape: [5], data_offsets: [4, 14] },
-    },
-    data,
-  );
-  const { tensors } = parseSafetensors(file);
-  assert.deepEqual(Array.from(tensors.get('x')!.data), [1, -2.5]);
-  assert.deepEqual(Array.from(tensors.get('y')!.data), [1, 0.5, -2, 65504, 2 ** -24]);
+  // a header one byte longer moves the data to the other parity: the aligned (Uint16Array) and unaligned (DataView)
+  // decoders both run
+  const offsets = new Set<number>();
+  for (const pad of ['', ' ']) {
+    const file = handmade(
+      {
+        x: { dtype: 'BF16', shape: [2], data_offsets: [0, 4] },
+        y: { dtype: 'F16', shape: [5], data_offsets: [4, 14] },
+        ...(pad ? { __metadata__: { p: pad } } : {}),
+      },
+      data,
+    );
+    offsets.add((file.length - data.length) % 2);
+    const { tensors } = parseSafetensors(file);
+    assert.deepEqual(Array.from(tensors.get('x')!.data), [1, -2.5]);
+    assert.deepEqual(Array.from(tensors.get('y')!.data), [1, 0.5, -2, 65504, 2 ** -24]);
+  }
+  assert.deepEqual([...offsets].sort(), [0, 1], 'both parities of the data offset were read');
 });
 
 test('sha256File matches the digest of the bytes', async () => {
