@@ -539,7 +539,8 @@ void Model::walk_acts(int T, Acts& a, Give&& give) const {
                KD = cfg_.kv_dim(), NH = cfg_.num_attention_heads, L = cfg_.num_hidden_layers, hd = cfg_.head_dim();
   const size_t t = T, ch = std::min<size_t>(chunk_, t);
   a.resid.resize(L + 1);  // L+1 residual streams; resid[l] enters layer l
-  a.layers.resize(recompute_ ? 1 : L);  // recomputation: one layer's activations at a time
+  // one layer's activations at a time with recomputation, and in a model made for inference (no backward reads them)
+  a.layers.resize(shared_layer_acts() ? 1 : L);
   {
     auto each = [&](size_t n, std::initializer_list<float**> slots) {
       for (float** slot : slots) give(*slot, n);
@@ -644,7 +645,7 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
   for (int l = 0; l < L; l++) {
     const LayerPtrs& w = P_.layers[l];
-    auto& x = a.layers[l];
+    auto& x = layer_acts(l);
     void *kc = kv_layer(l, 0), *vc = kv_layer(l, 1);
     // resid[l] = mid + down product of the layer before (tmp); resid[0] is the embedding
     uint16_t *ln1h = (uint16_t*)x.ln1h, *ln2h = (uint16_t*)x.ln2h, *acth = (uint16_t*)x.acth;
@@ -652,7 +653,7 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
     if (l == 0)
       PROF(elementwise, k.add_rmsnorm16(a.resid[0], ln1h, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
     else
-      PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
+      PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, layer_acts(l - 1).mid, tmp, w.ln1_w, T, H, eps));
     PROF(matmul, k.matmul16(qkv, ln1h, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, false));
     if (cfg_.qk_norm) {  // in place in the q|k|v rows, before the rotation (nothing kept: no backward)
       PROF(elementwise, k.head_rmsnorm(qkv, QD + 2 * KD, nullptr, x.qrstd, w.q_norm, T, NH, hd, eps));
@@ -667,7 +668,7 @@ void Model::forward_fused(const Batch& b, const Cached& c) {
     PROF(elementwise, k.swiglu16(acth, gu, T, I));
     PROF(matmul, k.matmul16(tmp, acth, w.down_w, H, nullptr, 0, nullptr, 0, T, I, false));
   }
-  PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, a.layers[L - 1].mid, tmp, P_.norm_w, T, H, eps));
+  PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, layer_acts(L - 1).mid, tmp, P_.norm_w, T, H, eps));
 }
 
 // The training forward on a device with fused training ops: per layer the first norm with the residual add before
@@ -694,13 +695,13 @@ void Model::forward_train_fused(const Batch& b) {
   PROF(elementwise, k.embedding_forward(a.resid[0], b.tokens, P_.embed, T, H));
   for (int l = 0; l < L; l++) {
     const LayerPtrs& w = P_.layers[l];
-    auto& x = a.layers[l];
+    auto& x = layer_acts(l);
     uint16_t *ln1h = (uint16_t*)x.ln1h, *ln2h = (uint16_t*)x.ln2h, *acth = (uint16_t*)x.acth,
              *atth = (uint16_t*)x.atth, *gu = (uint16_t*)x.gate;
     if (l == 0)
       PROF(elementwise, k.add_rmsnorm16(a.resid[0], ln1h, x.rstd1, a.resid[0], nullptr, w.ln1_w, T, H, eps));
     else
-      PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, a.layers[l - 1].mid, tmp, w.ln1_w, T, H, eps));
+      PROF(elementwise, k.add_rmsnorm16(a.resid[l], ln1h, x.rstd1, layer_acts(l - 1).mid, tmp, w.ln1_w, T, H, eps));
     PROF(matmul, k.matmul16(qkv, ln1h, w.q_w, QD, w.k_w, KD, w.v_w, KD, T, H, false));
     if (cfg_.qk_norm) {  // in place in the q|k|v rows, their inputs kept for the backward
       PROF(elementwise, k.head_rmsnorm(qkv, QD + 2 * KD, x.qpre, x.qrstd, w.q_norm, T, NH, hd, eps));
@@ -714,7 +715,7 @@ void Model::forward_train_fused(const Batch& b) {
     PROF(elementwise, k.swiglu16(acth, gu, T, I));
     PROF(matmul, k.matmul16(tmp, acth, w.down_w, H, nullptr, 0, nullptr, 0, T, I, false));
   }
-  PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, a.layers[L - 1].mid, tmp, P_.norm_w, T, H, eps));
+  PROF(elementwise, k.add_rmsnorm(a.resid[L], a.lnf, a.rstdf, layer_acts(L - 1).mid, tmp, P_.norm_w, T, H, eps));
 }
 
 void Model::forward_trunk(const Batch& b, const Cached* cached) {
@@ -742,7 +743,7 @@ void Model::forward_trunk(const Batch& b, const Cached* cached) {
   PROF(elementwise, k.rmsnorm_forward(a.lnf, a.rstdf, a.resid[cfg_.num_hidden_layers], P_.norm_w, T, H, eps));
 }
 
-Model::ActLayer& Model::layer_acts(int l) { return a_->layers[recompute_ ? 0 : l]; }
+Model::ActLayer& Model::layer_acts(int l) { return a_->layers[shared_layer_acts() ? 0 : l]; }
 
 void Model::set_recompute(bool on) {
   if (on == recompute_) return;

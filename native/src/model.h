@@ -215,6 +215,10 @@ class Model {
   void forward_trunk(const Batch& b, const Cached* cached = nullptr);
   void layer_forward(int l, const Batch& b, const Cached* cached);
   ActLayer& layer_acts(int l);
+  // One set of layer activations shared by every layer: with recomputation (the backward runs each layer's forward
+  // again) and in a model made for inference, which has no backward: at Qwen2.5-7B's shape a 4,224-token step kept
+  // 23 GiB of every layer's activations in the generating engine (test/gpu/RESULTS.md, 2026-11-30).
+  bool shared_layer_acts() const { return recompute_ || !trainable_; }
   void forward_fused(const Batch& b, const Cached& c);  // extend's trunk where the kernels have fused decode ops
   void forward_train_fused(const Batch& b);             // the trunk without a cache where they have fused training ops
   // extend's head: logits of rows [B, H], softmax(logits * inv_temp), then the rows to probs (host) or one draw

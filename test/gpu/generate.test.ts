@@ -293,8 +293,9 @@ test('cuda: the built-in policy sizes its KV cache from the GPU memory backend.g
   const dir = mkdtempSync(join(tmpdir(), 'rlstream-kv-'));
   try {
     const weights = join(dir, 'w.safetensors');
-    // on cuda: the step's activations are laid out for the device's fused ops there (activationBytes differs)
-    const probe = Model.init(cfg, { seed: 5, initStd: 0.1, device: 'cuda' });
+    // on cuda: the step's activations are laid out for the device's fused ops there (activationBytes differs); made
+    // for generation as the backend loads it (its layers share one set of activations: a smaller step)
+    const probe = Model.init(cfg, { seed: 5, initStd: 0.1, device: 'cuda', trainable: false });
     await probe.save(weights);
     const slotBytes = probe.kvBytes(1, 1024);
     const stepBytes = probe.activationBytes(DEFAULT_PREFILL_TOKENS + 64);

@@ -173,8 +173,25 @@ test('a model made for inference only generates and reads its weights; every tra
     for (const [name, t] of full.parameters()) assert.deepEqual(lean.parameters().get(name)!.data, t.data, name);
     const { batch, targets, responseMask } = pack([[1, 2, 3, 4, 5]]);
     assert.deepEqual((await lean.forward(batch, targets)).logprobs, (await full.forward(batch, targets)).logprobs);
-    lean.kvReserve(1, 16);
-    assert.equal((await lean.extend(Int32Array.of(0), Int32Array.of(3), Int32Array.of(1, 2, 3))).length, TINY.vocab_size);
+    // It generates what the trainable model generates (its layers share one set of activations: no backward reads
+    // them), a prefill of two slots and decode steps alike
+    for (const m of [lean, full]) m.kvReserve(2, 16);
+    const steps: [number[], number[], number[]][] = [[[0, 1], [3, 4], [1, 2, 3, 9, 8, 7, 6]], [[0, 1], [1, 1], [5, 4]], [[1, 0], [1, 1], [2, 3]]];
+    for (const [slots, counts, tokens] of steps) {
+      const [a, b] = await Promise.all([lean, full].map((m) => m.extend(Int32Array.from(slots), Int32Array.from(counts), Int32Array.from(tokens))));
+      assert.equal(a!.length, 2 * TINY.vocab_size);
+      assert.deepEqual(a, b);
+    }
+    // and holds one layer's activations: only the residual streams grow with the layers
+    const T = 64;
+    const layers = (n: number, trainable: boolean) => {
+      const m = Model.init({ ...TINY, num_hidden_layers: n }, { seed: 1, threads: 1, trainable });
+      const bytes = m.activationBytes(T);
+      m.dispose();
+      return bytes;
+    };
+    assert.equal(layers(3, false) - layers(1, false), 2 * T * TINY.hidden_size * 4);
+    assert.ok(layers(3, true) - layers(1, true) > 8 * T * TINY.hidden_size * 4, 'a trainable model keeps every layer\'s activations');
     const refused = rejects('NATIVE_INVALID_ARGUMENT', /made for inference \(parameters only\): it has no gradients or optimizer state/);
     await assert.rejects(lean.backwardCrossEntropy(batch, targets, responseMask), refused);
     assert.throws(() => lean.zeroGrad(), refused);
