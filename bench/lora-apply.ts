@@ -14,24 +14,11 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { nativeAvailable } from '../native/addon.ts';
 import { LORA_TARGETS } from '../native/lora.ts';
-import { Model, type ModelConfig } from '../native/model.ts';
+import { Model } from '../native/model.ts';
 import { int, parseFlags, ROUND_FLAGS } from './flags.ts';
+import { SMOLLM2_135M } from './shapes.ts';
 import { fmtStats, interleaved, probeSummary, summarize } from './harness.ts';
 
-/** SmolLM2-135M-Instruct's config.json sizes (llama family, tied head). */
-const SMOLLM2: ModelConfig = {
-  hidden_size: 576,
-  num_hidden_layers: 30,
-  num_attention_heads: 9,
-  num_key_value_heads: 3,
-  intermediate_size: 1536,
-  vocab_size: 49152,
-  rope_theta: 100000,
-  rms_norm_eps: 1e-5,
-  tie_word_embeddings: true,
-  max_position_embeddings: 8192,
-  attention_bias: false,
-};
 const LORA = { rank: 16, alpha: 32, targets: [...LORA_TARGETS] };
 
 interface Result {
@@ -51,7 +38,7 @@ export async function main(args: string[]): Promise<unknown> {
   const dir = mkdtempSync(join(tmpdir(), 'rls-lora-apply-'));
   try {
     // Two adapter versions with non-zero B (a fresh adapter's B is zero and folds in as nothing).
-    const lora = Model.init(SMOLLM2, { seed: 1, threads, initStd: 0.02, lora: LORA });
+    const lora = Model.init(SMOLLM2_135M, { seed: 1, threads, initStd: 0.02, lora: LORA });
     const basePath = join(dir, 'base.safetensors');
     await lora.saveBase(basePath);
     const adapters: string[] = [];
@@ -61,11 +48,11 @@ export async function main(args: string[]): Promise<unknown> {
       adapters.push(join(dir, `v${v}.safetensors`));
       await lora.saveAdapter(adapters[v - 1]!);
     }
-    const merged = Model.load(basePath, SMOLLM2, { threads, trainable: false });
+    const merged = Model.load(basePath, SMOLLM2_135M, { threads, trainable: false });
     await merged.mergeAdapter(adapters[0]!);
     let folded = 0;
     let seed = 7;
-    const tokens = (n: number) => Int32Array.from({ length: n }, () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) % SMOLLM2.vocab_size);
+    const tokens = (n: number) => Int32Array.from({ length: n }, () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) % SMOLLM2_135M.vocab_size);
     const prompts = tokens(B * context);
     const decode = async (m: Model): Promise<number> => {
       m.kvReserve(B, context + steps + 1);
