@@ -4,7 +4,8 @@
 #   here:  bash test/gpu/main-7b.sh tokenizer           # .decodecarry/qwen3-tok.tar.xz: the Qwen3 tokenizer files to carry
 #                                                      # (there: tar -xJf it; TOKDIR is its qwen3-tok)
 #   there: bash test/gpu/pack-node.sh build DIR         # the node pack (pack-node.sh pack-run here first)
-#          bash test/gpu/main-7b.sh model TOKDIR [MODELDIR]   # random bf16 weights by transformers (default /tmp/qwen7b)
+#          bash test/gpu/main-7b.sh model TOKDIR [MODELDIR]   # random bf16 weights by transformers (default
+#                                                             # .rlstream/models/qwen7b-random, config.7b-lora.yaml's)
 #          bash test/gpu/main-7b.sh run OUTDIR [MODELDIR] [ARGS…]   # rlstream run … --set model.base=MODELDIR ARGS…
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,15 +19,16 @@ case "$what" in
     ls -l .decodecarry/qwen3-tok .decodecarry/qwen3-tok.tar.xz ;;
   model)
     tok=${2:?TOKDIR}
-    dir=${3:-/tmp/qwen7b}
+    dir=${3:-.rlstream/models/qwen7b-random}
     rm -rf "$dir"
     PYTHONUNBUFFERED=1 python3 test/gpu/make_model_7b.py --out "$dir" --tokenizer "$tok" ;;
   run)
     out=${2:?OUTDIR}
-    dir=${3:-/tmp/qwen7b}
+    dir=$(realpath -m "${3:-.rlstream/models/qwen7b-random}")
     shift 3 || shift $#
     mkdir -p "$out"
     python3 test/gpu/gpu_busy.py --out "$out/busy7b" -- bash test/gpu/pack-node.sh run - test/gpu/config.7b-lora.yaml \
-      --set model.base="$dir" --new --no-admin "$@" | tee -a "$out/busy7b.jsonl" ;;
+      --set model.base="$dir" --set model.config="$dir/config.json" --set model.tokenizer="$dir" --set model.init="$dir" \
+      --new --no-admin "$@" | tee -a "$out/busy7b.jsonl" ;;
   *) echo "usage: $0 tokenizer|model|run" >&2; exit 2 ;;
 esac
