@@ -13,6 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { crc32 } from 'node:zlib';
 import { join } from 'node:path';
 import { isRlstreamError } from '../../core/errors.ts';
 import { describeDamage } from '../../core/log/embedded/damage-report.ts';
@@ -584,5 +585,39 @@ test('a killed writer whose every segment file is deleted: the loss runs to the 
     assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a writer killed between noting an append and writing it: with its files there the append is cut by the kill, not damage; with every segment file deleted the append is listed as lost too, and offsets go on after it', async () => {
+  for (const deleted of [false, true]) {
+    const dir = mkdtempSync(join(tmpdir(), 'rlstream-manifest-inflight-'));
+    try {
+      await buildKilled(dir);
+      // The note an append makes before its segment write (written.ts): 4 more records under way at the kill.
+      const marks = JSON.parse(readFileSync(join(dir, 'written.json'), 'utf8')) as { bootId: string; highs: unknown[] };
+      assert.deepEqual(marks.highs, [['t', 0, 700]], 'after its last append a writer notes no append under way');
+      const highs = [['t', 0, 700, 704]];
+      writeFileSync(join(dir, 'written.json'), JSON.stringify({ bootId: marks.bootId, crc: crc32(JSON.stringify(highs)), highs }));
+      if (!deleted) {
+        assert.deepEqual((await checkLog(dir)).foundNow, [], 'the files end where the note says the append began');
+        const log = open(dir);
+        assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 0, high: 700 }]);
+        await log.close();
+        continue;
+      }
+      for (const seg of segments(dir, 't', 0)) unlinkSync(seg);
+      const checked = await checkLog(dir);
+      assert.deepEqual(ranges(checked.foundNow), [['t', 0, 0, 704]]);
+      assert.match(describeDamage(checked, 'check').lines.join('\n'), /offsets 700\.\.703 were being appended when it stopped/);
+      assert.deepEqual(ranges((await repairLog(dir)).foundNow), [['t', 0, 0, 704]]);
+      const log = open(dir);
+      assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 704, high: 704 }]);
+      const p = await log.producer();
+      assert.equal((await p.send('t', [{ value: Buffer.from('after'), partition: 0 }]))[0]!.offset, 704);
+      await log.close();
+      assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }
 });

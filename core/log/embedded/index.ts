@@ -33,7 +33,7 @@ import { Journal, type JournalEntry, type OffsetTriple, type TxnPart } from './j
 import { DirectoryLock, inspectLock, type LockState } from './lock.ts';
 import { type CompiledEmbeddedLogOptions, type EmbeddedLogOptions, compileEmbeddedLogOptions } from './options.ts';
 import { describeRange, type ExtraFile, Partition } from './partition.ts';
-import { readWritten, WrittenNotes } from './written.ts';
+import { readWritten, type WrittenMark, WrittenNotes } from './written.ts';
 import { highOf, lowOf, type LogManifest, type ManifestState, type PartitionRecord, readManifest, type TopicRecord, writeManifest } from './manifest.ts';
 import { EmbeddedProducer, type PendingPart } from './producer.ts';
 import { type PlainRecord, batchFromBlob, batchSize, encodeBatch, encodedSize, readRecordAt } from './record-format.ts';
@@ -100,7 +100,7 @@ export class EmbeddedLog implements EventLog {
   private recovering = true;
   /** A write of the manifest due after a segment roll (layoutChanged). */
   private manifestTimer: NodeJS.Timeout | null = null;
-  private writtenMark: (topic: string, partition: number) => number | undefined = () => undefined;
+  private writtenMark: (topic: string, partition: number) => WrittenMark | undefined = () => undefined;
   private readonly writtenNotes: WrittenNotes;
 
   private constructor(
@@ -230,7 +230,7 @@ export class EmbeddedLog implements EventLog {
   private openPartition(topic: string, index: number, retention: TopicSpec['retention'], record: PartitionRecord | null, goneReason: string | undefined): Partition {
     const dir = join(this.options.dir, 'topics', topic, String(index));
     const written = record ? this.writtenMark(topic, index) : undefined;
-    const expect = { record, clean: this.closedCleanly === true, ...(goneReason ? { goneReason } : {}), ...(written !== undefined ? { written } : {}) };
+    const expect = { record, clean: this.closedCleanly === true, ...(goneReason ? { goneReason } : {}), ...(written !== undefined ? { written: written.high, writing: written.writing } : {}) };
     return new Partition(topic, index, dir, this.segmentConfig, this.logger, retention, expect, (now) => this.layoutChanged(now));
   }
 
@@ -282,10 +282,15 @@ export class EmbeddedLog implements EventLog {
    * segment bytes are already in the page cache (a plain write) when the mark is written, so a SIGKILL leaves a
    * mark at most one append behind what the files hold, never ahead of it.
    */
-  private noteWritten(): void {
+  private noteWritten(writing?: Map<Partition, number>): void {
     if (this.recovering || this.options.readOnly || this.closed) return;
     this.writtenNotes.note(
-      [...this.topics].flatMap(([name, t]) => t.partitions.map((p): [string, number, number] => [name, p.index, p.high])),
+      [...this.topics].flatMap(([name, t]) =>
+        t.partitions.map((p): [string, number, number, number?] => {
+          const w = writing?.get(p);
+          return w !== undefined ? [name, p.index, p.high, w] : [name, p.index, p.high];
+        }),
+      ),
     );
   }
 
@@ -544,6 +549,8 @@ export class EmbeddedLog implements EventLog {
     const byPartition = new Map<number, number[]>();
     prepared.forEach((p, i) => byPartition.set(p.partition, [...(byPartition.get(p.partition) ?? []), i]));
     const out: RecordPosition[] = new Array(prepared.length);
+    // before the segment writes: the marks they are about to reach (written.ts)
+    this.noteWritten(new Map([...byPartition].map(([index, which]) => [this.partition(topic, index), this.partition(topic, index).high + which.length])));
     for (const [index, which] of byPartition) {
       const partition = this.partition(topic, index);
       const base = partition.high;
@@ -590,6 +597,7 @@ export class EmbeddedLog implements EventLog {
     const batches = parts.map((p, i) => ({ part: p, partition: this.partition(p.topic, p.partition), batch: encodeBatch(p.records, this.partition(p.topic, p.partition).high, regions[i]) }));
     const journalParts: TxnPart[] = batches.map(({ part, batch }) => ({ topic: part.topic, partition: part.partition, base: batch.baseOffset, blob: batch.buf, blobCrc: batch.crc }));
     this.journal.append({ kind: 'txn', transactionalId, offsets, parts: journalParts }, this.options.fsync !== 'none');
+    if (batches.length > 0) this.noteWritten(new Map(batches.map(({ partition, part }) => [partition, partition.high + part.records.length])));
     for (const { partition, batch } of batches) partition.append(batch);
     if (batches.length > 0) this.noteWritten();
     for (const [g, triples] of offsets) this.groups.setOffsets(g, triples);

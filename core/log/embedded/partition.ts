@@ -43,6 +43,8 @@ export interface PartitionExpectation {
    * below it reached the page cache, which a process crash does not lose, so a cut below it is damage too.
    */
   written?: number;
+  /** The mark an append under way was to reach when the writer last noted (≥ written; written.ts). */
+  writing?: number;
 }
 
 /** A file that holds no lost offsets but is not the log's: an extra segment, something of the wrong type. */
@@ -99,6 +101,8 @@ export class Partition {
   /** Bumped when a segment file is rewritten under readers (quarantine at read time): their positions are stale. */
   private epoch = 0;
   private readonly rescannedClean = new WeakSet<Segment>();
+  /** PartitionExpectation.writing: where no segment file is left, the loss runs to it. */
+  private readonly expectWriting: number | undefined;
   /** The partition's manifest entry as of the last time its data was on disk (markDurable). */
   durable: PartitionRecord | null = null;
 
@@ -118,6 +122,7 @@ export class Partition {
   ) {
     const rec = expect.record;
     const expectedHigh = rec ? Math.max(highOf(rec), expect.written ?? 0) : 0;
+    this.expectWriting = rec ? expect.writing : undefined;
     const dirThere = existsSync(dir);
     // A plain open of a partition whose records are gone with its directory refuses, and creates nothing.
     const lostDir = !dirThere && rec !== null && expectedHigh > lowOf(rec);
@@ -163,7 +168,10 @@ export class Partition {
     const writable = !config.readOnly && this.refused.length === 0;
     // Offsets lost at the end stay used: the next record gets the offset after the last one ever written, so a
     // group's committed offset, or a reader's position, never lands on a different record.
-    const resumeAt = rec && this.ledger.covers(this.segments[this.segments.length - 1]?.next ?? lowOf(rec), expectedHigh) ? expectedHigh : 0;
+    const from = this.segments[this.segments.length - 1]?.next ?? (rec ? lowOf(rec) : 0);
+    const writingHigh = Math.max(expectedHigh, this.expectWriting ?? 0);
+    // (an append in flight listed as lost: the next record goes after it, not into the listed range)
+    const resumeAt = !rec ? 0 : this.ledger.covers(from, writingHigh) ? writingHigh : this.ledger.covers(from, expectedHigh) ? expectedHigh : 0;
     if (this.segments.length === 0) this.segments.push(Segment.create(dir, resumeAt, writable ? config : { ...config, readOnly: true }));
     else if (writable && resumeAt > this.high) {
       this.active.seal();
@@ -266,11 +274,17 @@ export class Partition {
     if (!last) {
       // No segment file left: the loss of the last listed segment runs to the last record written, not to the
       // manifest's entry for it (a killed writer appended after it).
+      // An append under way when the writer stopped (written.ts) may have reached the file: with no file left to
+      // tell, its offsets are listed too.
       const listedHigh = highOf(rec);
-      if (expectedHigh <= listedHigh) return;
+      const lostHigh = Math.max(expectedHigh, this.expectWriting ?? 0);
+      if (lostHigh <= listedHigh) return;
+      const inFlight = lostHigh > expectedHigh ? ` (offsets ${expectedHigh}..${lostHigh - 1} were being appended when it stopped: written or not, no file is left to tell)` : '';
       const tail = missing.find((m) => m.to === listedHigh && !m.foreign);
-      if (tail) tail.to = expectedHigh;
-      else missing.push({ from: listedHigh, to: expectedHigh, file: join(this.dir, segmentFileName(listedHigh, '.log')), reason: `records written before the writer stopped are missing: no segment file is left, ${expectedHigh} were written` });
+      if (tail) {
+        tail.to = lostHigh;
+        tail.reason += inFlight;
+      } else missing.push({ from: listedHigh, to: lostHigh, file: join(this.dir, segmentFileName(listedHigh, '.log')), reason: `records written before the writer stopped are missing: no segment file is left, ${expectedHigh} were written${inFlight}` });
       return;
     }
     if (last.next >= expectedHigh) return;

@@ -7,7 +7,11 @@
 // The note follows the segment's write() (never ahead of what the files hold) and is one write() in place into a
 // file the writer keeps open, padded to its longest content (no fsync: a machine crash makes it void anyway; no
 // rename: a note per append must cost little). A write cut short by a kill fails the CRC and says nothing.
-// What is left: a SIGKILL between an append's segment write and its note leaves that one append unlisted.
+// Each append is noted twice: before its segment write, with the high-water mark it is about to reach (`writing`),
+// and after it. A SIGKILL between the two leaves the files holding at most `writing` and at least the mark: files
+// ending between them are an append cut by the kill, not damage; but where the partition's segment files are gone
+// altogether, the loss runs to `writing` (that last append may or may not have reached the file, and is listed as
+// such), so no record a writer appended goes unlisted when its segment is deleted.
 import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
@@ -35,15 +39,26 @@ function key(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
 }
 
+/** A partition's marks: `high` reached the files; `writing` (≥ high) was being appended when the note was made. */
+export interface WrittenMark {
+  high: number;
+  writing: number;
+}
+
 /** The marks noted on this boot, by topic and partition; empty when there are none to trust. */
-export function readWritten(logDir: string): (topic: string, partition: number) => number | undefined {
+export function readWritten(logDir: string): (topic: string, partition: number) => WrittenMark | undefined {
   const thisBoot = bootId();
-  const marks = new Map<string, number>();
+  const marks = new Map<string, WrittenMark>();
   try {
     const parsed = JSON.parse(readFileSync(join(logDir, FILE), 'utf8')) as { bootId?: unknown; crc?: unknown; highs?: unknown };
     if (thisBoot !== null && parsed.bootId === thisBoot && Array.isArray(parsed.highs) && parsed.crc === crc32(JSON.stringify(parsed.highs))) {
       for (const h of parsed.highs as unknown[]) {
-        if (Array.isArray(h) && typeof h[0] === 'string' && Number.isSafeInteger(h[1]) && Number.isSafeInteger(h[2])) marks.set(key(h[0], h[1] as number), h[2] as number);
+        if (Array.isArray(h) && typeof h[0] === 'string' && Number.isSafeInteger(h[1]) && Number.isSafeInteger(h[2])) {
+          const high = h[2] as number;
+          // (a note without the fourth field: no append under way)
+          const writing = Number.isSafeInteger(h[3]) && (h[3] as number) > high ? (h[3] as number) : high;
+          marks.set(key(h[0], h[1] as number), { high, writing });
+        }
       }
     }
   } catch {
@@ -59,7 +74,8 @@ export class WrittenNotes {
 
   constructor(private readonly logDir: string) {}
 
-  note(highs: [topic: string, partition: number, high: number][]): void {
+  /** Each partition's mark, and where an append is under way the mark it is about to reach. */
+  note(highs: [topic: string, partition: number, high: number, writing?: number][]): void {
     const thisBoot = bootId();
     if (thisBoot === null) return;
     // The previous writer's marks were read by this open (readWritten) before its first append: 'w' drops them.
