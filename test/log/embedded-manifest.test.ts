@@ -588,8 +588,8 @@ test('a killed writer whose every segment file is deleted: the loss runs to the 
   }
 });
 
-test('a writer killed between noting an append and writing it: with its files there the append is cut by the kill, not damage; with every segment file deleted the append is listed as lost too, and offsets go on after it', async () => {
-  for (const deleted of [false, true]) {
+test('a writer killed between noting an append and writing it: with its files there the append is cut by the kill, not damage; with every segment file deleted, or the files cut below the mark, the append is listed as lost too, and offsets go on after it', async () => {
+  for (const damage of ['none', 'deleted', 'cut'] as const) {
     const dir = mkdtempSync(join(tmpdir(), 'rlstream-manifest-inflight-'));
     try {
       await buildKilled(dir);
@@ -598,22 +598,32 @@ test('a writer killed between noting an append and writing it: with its files th
       assert.deepEqual(marks.highs, [['t', 0, 700]], 'after its last append a writer notes no append under way');
       const highs = [['t', 0, 700, 704]];
       writeFileSync(join(dir, 'written.json'), JSON.stringify({ bootId: marks.bootId, crc: crc32(JSON.stringify(highs)), highs }));
-      if (!deleted) {
+      if (damage === 'none') {
         assert.deepEqual((await checkLog(dir)).foundNow, [], 'the files end where the note says the append began');
         const log = open(dir);
         assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 0, high: 700 }]);
         await log.close();
         continue;
       }
-      for (const seg of segments(dir, 't', 0)) unlinkSync(seg);
+      let from = 0;
+      if (damage === 'deleted') for (const seg of segments(dir, 't', 0)) unlinkSync(seg);
+      else {
+        const segs = segments(dir, 't', 0);
+        const active = segs[segs.length - 1]!;
+        const cut = frames(active)[Math.floor(frames(active).length / 2)]!;
+        truncateSync(active, cut.start + 3);
+        from = cut.offset;
+      }
       const checked = await checkLog(dir);
-      assert.deepEqual(ranges(checked.foundNow), [['t', 0, 0, 704]]);
-      assert.match(describeDamage(checked, 'check').lines.join('\n'), /offsets 700\.\.703 were being appended when it stopped/);
-      assert.deepEqual(ranges((await repairLog(dir)).foundNow), [['t', 0, 0, 704]]);
+      assert.deepEqual(ranges(checked.foundNow), [['t', 0, from, 704]]);
+      // (a cut inside a frame is reported as the truncated frame, its range running to the append under way)
+      if (damage === 'deleted') assert.match(describeDamage(checked, 'check').lines.join('\n'), /offsets 700\.\.703 were being appended when it stopped/);
+      assert.deepEqual(ranges((await repairLog(dir)).foundNow), [['t', 0, from, 704]]);
       const log = open(dir);
-      assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: 704, high: 704 }]);
+      assert.deepEqual(await log.offsets('t'), [{ partition: 0, low: damage === 'deleted' ? 704 : 0, high: 704 }]);
       const p = await log.producer();
       assert.equal((await p.send('t', [{ value: Buffer.from('after'), partition: 0 }]))[0]!.offset, 704);
+      assert.equal((await readTopic(log, 't')).length, from + 1, 'the records before the loss and the new one');
       await log.close();
       assert.equal(describeDamage(await checkLog(dir), 'check').problems, 0);
     } finally {

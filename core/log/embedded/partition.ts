@@ -288,14 +288,17 @@ export class Partition {
       return;
     }
     if (last.next >= expectedHigh) return;
+    // The files end below what was written: the tail was destroyed, with it any append under way.
+    const lostHigh = Math.max(expectedHigh, this.expectWriting ?? 0);
+    const inFlight = lostHigh > expectedHigh ? ` (offsets ${expectedHigh}..${lostHigh - 1} were being appended when it stopped: written or not, the files end before them)` : '';
     const toEnd = last.damage.find((d) => d.toOffset === null);
     if (toEnd) {
-      listedEnd.set(last, Math.max(listedEnd.get(last) ?? 0, expectedHigh));
+      listedEnd.set(last, Math.max(listedEnd.get(last) ?? 0, lostHigh));
       return;
     }
     const tail = missing.find((m) => m.from === last.next && !m.foreign);
-    if (tail) tail.to = Math.max(tail.to ?? 0, expectedHigh);
-    else missing.push({ from: last.next, to: expectedHigh, file: last.path('.log'), reason: `records written before the writer stopped are missing: the partition ends at ${last.next}, ${expectedHigh} were written` });
+    if (tail) tail.to = Math.max(tail.to ?? 0, lostHigh);
+    else missing.push({ from: last.next, to: lostHigh, file: last.path('.log'), reason: `records written before the writer stopped are missing: the partition ends at ${last.next}, ${expectedHigh} were written${inFlight}` });
   }
 
   /**
