@@ -28,7 +28,7 @@ import type { TrainerOptions } from './options.ts';
 import { checkTrainerDevices } from './parallel/devices.ts';
 import { RankProcesses } from './parallel/launcher.ts';
 import { loadTrainerModel, type TrainerModelSpec } from './parallel/rank-model.ts';
-import { RankFailed } from './parallel/collective.ts';
+import { RankFailed } from '../../native/collectives/collective.ts';
 import { DataParallelRank, rankStepThenCommit } from './parallel/rank-step.ts';
 import { groupsOf, shardStep } from './parallel/shard.ts';
 import { saveOptimizerShard } from '../../native/optimizer-state.ts';

@@ -4,8 +4,8 @@
 // hand them to the collective while the pass goes on. That overlap needs a hook in the native backward pass, which
 // is not built: allReduceGradients reduces every bucket after the pass (docs/scaling.md).
 import { RlstreamError } from '../../../core/errors.ts';
-import { fromBf16, toBf16 } from './bf16.ts';
-import type { Collective, CollectiveBuffer, CollectiveDtype } from './collective.ts';
+import { fromBf16, toBf16 } from '../../../native/collectives/bf16.ts';
+import type { Collective, CollectiveBuffer, CollectiveDtype } from '../../../native/collectives/collective.ts';
 import { FlatLayout } from './flat.ts';
 
 export interface BucketPlan {

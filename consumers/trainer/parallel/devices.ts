@@ -1,33 +1,9 @@
-// trainer.devices against the machine: the GPUs found (the CUDA runtime's count through the addon where it is built
-// with CUDA, else nvidia-smi -L), and what a run asking for more, or for data parallelism, meets. The same problems
-// are listed by `config check` and thrown at start, so a config the check passes starts.
-import { spawnSync } from 'node:child_process';
+// trainer.devices against the machine's GPUs (native/gpus.ts), and what a run asking for more, or for data
+// parallelism, meets. The same problems are listed by `config check` and thrown at start, so a config the check
+// passes starts.
 import { ConfigError } from '../../../core/config/validate.ts';
-import { loadedAddon } from '../../../native/addon.ts';
+import { gpusFound, type GpusFound } from '../../../native/gpus.ts';
 import type { DataParallelConfig } from './options.ts';
-
-export interface GpusFound {
-  count: number;
-  /** How they were counted, for the message. */
-  source: string;
-}
-
-/** The GPUs this process can use. */
-export function gpusFound(): GpusFound {
-  const addon = loadedAddon() as (ReturnType<typeof loadedAddon> & { cudaDeviceCount?: () => number | null }) | null;
-  const viaAddon = addon?.cudaDeviceCount?.() ?? null;
-  if (viaAddon !== null) return { count: viaAddon, source: "the CUDA runtime's device count (through the native addon)" };
-  const smi = spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8', timeout: 10_000 });
-  if (smi.error || smi.status !== 0) return { count: 0, source: `nvidia-smi -L (${smi.error ? 'not runnable here' : `exit ${smi.status}`}) and an addon built without CUDA` };
-  const listed = smi.stdout.split('\n').filter((l) => /^GPU \d+:/.test(l)).length;
-  // nvidia-smi lists every GPU; a process sees only those CUDA_VISIBLE_DEVICES names
-  const visible = process.env['CUDA_VISIBLE_DEVICES'];
-  if (visible !== undefined) {
-    const n = visible.trim() === '' ? 0 : visible.split(',').length;
-    return { count: Math.min(n, listed), source: `nvidia-smi -L (${listed} listed), of which CUDA_VISIBLE_DEVICES=${visible} leaves ${Math.min(n, listed)}` };
-  }
-  return { count: listed, source: 'nvidia-smi -L' };
-}
 
 /**
  * Problems of trainer.devices on a machine with `found` GPUs, each naming the field, the count found and the fix.

@@ -10,12 +10,13 @@ import { RlstreamError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/telemetry.ts';
 import type { TrainSample } from '../batch.ts';
 import type { TrainerOptions } from '../options.ts';
-import { RankFailed, type Collective } from './collective.ts';
-import { serveCall } from './ipc-collective.ts';
-import { NcclCollective, ncclUniqueId } from './nccl-collective.ts';
+import { RankFailed, type Collective } from '../../../native/collectives/collective.ts';
+import { serveCall } from '../../../native/collectives/ipc-collective.ts';
+import { visibleDeviceName } from '../../../native/gpus.ts';
+import { NcclCollective, ncclUniqueId } from '../../../native/collectives/nccl-collective.ts';
 import type { FromRank, ToRank } from './protocol.ts';
 import type { TrainerModelSpec } from './rank-model.ts';
-import { referenceGroup } from './reference-collective.ts';
+import { referenceGroup } from '../../../native/collectives/reference-collective.ts';
 
 /** How long rank 0 waits for a rank process to leave on close before it kills it. */
 const CLOSE_TIMEOUT_MS = 10_000;
@@ -27,11 +28,7 @@ interface Waiter {
 
 /** The GPU the r-th rank trains on, as this process names it (through its own CUDA_VISIBLE_DEVICES, if set). */
 export function rankDevice(rank: number, deviceIds: readonly number[] | null, visible = process.env['CUDA_VISIBLE_DEVICES']): string {
-  const index = deviceIds?.[rank] ?? rank;
-  const names = visible === undefined ? null : visible.split(',').map((s) => s.trim()).filter((s) => s !== '');
-  if (names === null) return String(index);
-  if (index >= names.length) throw new RlstreamError('CONFIG_INVALID', `trainer.devices: GPU ${index} is not visible to this process (CUDA_VISIBLE_DEVICES=${visible})`);
-  return names[index]!;
+  return visibleDeviceName(deviceIds?.[rank] ?? rank, 'trainer.devices', visible);
 }
 
 class RankProcess {

@@ -3,7 +3,7 @@
 // here; the machine's GPUs are checked against them in devices.ts, at `config check` and at start.
 import { Type } from '@sinclair/typebox';
 import { compileValue, ConfigError, oneOf } from '../../../core/config/validate.ts';
-import type { CollectiveDtype } from './collective.ts';
+import type { CollectiveDtype } from '../../../native/collectives/collective.ts';
 import type { FewerGroups } from './shard.ts';
 
 export interface DataParallelConfig {

@@ -3,7 +3,7 @@
 // serialization (typed arrays travel as they are). Plain data only.
 import type { TrainSample } from '../batch.ts';
 import type { TrainerOptions } from '../options.ts';
-import type { CollectiveMessage, CollectiveReply } from './ipc-collective.ts';
+import type { CollectiveMessage, CollectiveReply } from '../../../native/collectives/ipc-collective.ts';
 import type { TrainerModelSpec } from './rank-model.ts';
 
 /** Rank 0 → rank r. */

@@ -5,9 +5,9 @@
 import { describeError } from '../../../core/errors.ts';
 import type { Model } from '../../../native/index.ts';
 import { saveOptimizerShard } from '../../../native/optimizer-state.ts';
-import type { Collective } from './collective.ts';
-import { IpcCollective, type CollectiveMessage } from './ipc-collective.ts';
-import { NcclCollective } from './nccl-collective.ts';
+import type { Collective } from '../../../native/collectives/collective.ts';
+import { IpcCollective, type CollectiveMessage } from '../../../native/collectives/ipc-collective.ts';
+import { NcclCollective } from '../../../native/collectives/nccl-collective.ts';
 import { lossOptionsOf } from '../options.ts';
 import type { FromRank, ToRank } from './protocol.ts';
 import { loadTrainerModel } from './rank-model.ts';

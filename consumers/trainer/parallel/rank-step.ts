@@ -17,7 +17,7 @@ import type { TrainSample } from '../batch.ts';
 import type { TrainerOptions } from '../options.ts';
 import { trainOnBatch, type StepExchange, type StepMetrics } from '../step.ts';
 import { allReduceGradients, planBuckets, type BucketPlan } from './buckets.ts';
-import { RankFailed, type Collective, type CollectiveDtype } from './collective.ts';
+import { RankFailed, type Collective, type CollectiveDtype } from '../../../native/collectives/collective.ts';
 import { FlatLayout } from './flat.ts';
 
 export interface DataParallelOptions {

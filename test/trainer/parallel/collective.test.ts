@@ -6,11 +6,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rng } from '../../../core/random.ts';
-import { fromBf16, fromBf16Bits, toBf16, toBf16Bits } from '../../../consumers/trainer/parallel/bf16.ts';
+import { fromBf16, fromBf16Bits, toBf16, toBf16Bits } from '../../../native/collectives/bf16.ts';
 import { allReduceGradients, planBuckets } from '../../../consumers/trainer/parallel/buckets.ts';
-import { RankFailed } from '../../../consumers/trainer/parallel/collective.ts';
+import { RankFailed } from '../../../native/collectives/collective.ts';
 import { FlatLayout } from '../../../consumers/trainer/parallel/flat.ts';
-import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
+import { referenceGroup } from '../../../native/collectives/reference-collective.ts';
 
 const RANKS = [1, 2, 3, 4];
 

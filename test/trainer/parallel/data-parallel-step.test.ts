@@ -9,7 +9,7 @@ import { Model, nativeAvailable, type InitOptions } from '../../../native/index.
 import { packMicroBatches } from '../../../consumers/trainer/batch.ts';
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
 import { trainOnBatch } from '../../../consumers/trainer/step.ts';
-import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
+import { referenceGroup } from '../../../native/collectives/reference-collective.ts';
 import { DataParallelRank } from '../../../consumers/trainer/parallel/rank-step.ts';
 import { shardStep } from '../../../consumers/trainer/parallel/shard.ts';
 import { flat, randomGroups, singleProcess } from './dp-fixtures.ts';

@@ -8,7 +8,8 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { ConfigError } from '../../../core/config/validate.ts';
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
-import { checkTrainerDevices, devicesProblems, gpusFound } from '../../../consumers/trainer/parallel/devices.ts';
+import { checkTrainerDevices, devicesProblems } from '../../../consumers/trainer/parallel/devices.ts';
+import { gpusFound } from '../../../native/gpus.ts';
 import { checkConfig } from '../../../cli/run/preflight.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..', '..');

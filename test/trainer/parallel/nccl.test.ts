@@ -11,7 +11,7 @@ import { isRlstreamError } from '../../../core/errors.ts';
 import { cudaAvailable, Model, nativeAvailable } from '../../../native/index.ts';
 import { packMicroBatches } from '../../../consumers/trainer/batch.ts';
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
-import { NcclCollective, ncclStatus, ncclUniqueId } from '../../../consumers/trainer/parallel/nccl-collective.ts';
+import { NcclCollective, ncclStatus, ncclUniqueId } from '../../../native/collectives/nccl-collective.ts';
 import { DataParallelRank } from '../../../consumers/trainer/parallel/rank-step.ts';
 import { TINY_CONFIG } from '../fixtures/synthetic.ts';
 import { flat, randomGroups, singleProcess } from './dp-fixtures.ts';
@@ -21,7 +21,7 @@ const status = ncclStatus();
 
 /** ncclStatus() in a fresh process with this environment (the library is loaded once per process). */
 function statusWith(env: Record<string, string>): { usable: boolean; library: string | null; reason: string | null } {
-  const code = `import { ncclStatus } from ${JSON.stringify(join(ROOT, 'consumers/trainer/parallel/nccl-collective.ts'))}; console.log(JSON.stringify(ncclStatus()));`;
+  const code = `import { ncclStatus } from ${JSON.stringify(join(ROOT, 'native/collectives/nccl-collective.ts'))}; console.log(JSON.stringify(ncclStatus()));`;
   const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { encoding: 'utf8', cwd: ROOT, env: { ...process.env, ...env } });
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { usable: boolean; library: string | null; reason: string | null };

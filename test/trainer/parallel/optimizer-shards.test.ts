@@ -16,7 +16,7 @@ import { readSafetensors, writeSafetensors } from '../../../core/weights/safeten
 import { openWeights } from '../../../core/weights/hf-dir.ts';
 import type { TrainSample } from '../../../consumers/trainer/batch.ts';
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
-import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
+import { referenceGroup } from '../../../native/collectives/reference-collective.ts';
 import { DataParallelRank } from '../../../consumers/trainer/parallel/rank-step.ts';
 import { shardStep } from '../../../consumers/trainer/parallel/shard.ts';
 import { trainOnBatch } from '../../../consumers/trainer/step.ts';

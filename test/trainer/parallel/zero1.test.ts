@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { rng } from '../../../core/random.ts';
 import { Model, nativeAvailable, type InitOptions } from '../../../native/index.ts';
 import { compileTrainerOptions } from '../../../consumers/trainer/options.ts';
-import { referenceGroup } from '../../../consumers/trainer/parallel/reference-collective.ts';
+import { referenceGroup } from '../../../native/collectives/reference-collective.ts';
 import { DataParallelRank, zero1Slices } from '../../../consumers/trainer/parallel/rank-step.ts';
 import { TINY_CONFIG } from '../fixtures/synthetic.ts';
 

@@ -5,7 +5,7 @@
 // Arithmetic: a sum is taken in rank order (rank 0 first) in fp32; a bf16 sum is taken the same way in fp32 and
 // rounded to bf16 once. NCCL's ring sums in another order (and rounds bf16 at every hop), so results agree with it
 // within floating-point tolerance, not bit for bit; with one rank both return the input unchanged.
-import { RlstreamError } from '../../../core/errors.ts';
+import { RlstreamError } from '../../core/errors.ts';
 import { fromBf16Bits, toBf16Bits } from './bf16.ts';
 import { checkSameDtype, dtypeOf, HostCollective, RankFailed, type Collective, type CollectiveBuffer } from './collective.ts';
 

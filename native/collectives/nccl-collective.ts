@@ -2,9 +2,9 @@
 // RLSTREAM_NCCL_LIBRARY). One process per rank, one GPU each: rank 0 makes the unique id (ncclUniqueId()) and hands
 // it to the other ranks' processes out of band (the launcher passes it, as torchrun's store does); every rank then
 // joins with NcclCollective.join. Where NCCL, the CUDA layer or a GPU is missing, join refuses, naming which.
-import { RlstreamError } from '../../../core/errors.ts';
-import { loadedAddon, type NativeModelHandle } from '../../../native/addon.ts';
-import type { Model } from '../../../native/index.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import { loadedAddon, type NativeModelHandle } from '../addon.ts';
+import type { Model } from '../index.ts';
 import { hostBlocks, RankFailed, type Collective, type CollectiveBuffer, type ModelBlock } from './collective.ts';
 
 type BlockOp = 'allReduce' | 'broadcast' | 'allGather' | 'reduceScatter';

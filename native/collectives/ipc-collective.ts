@@ -5,7 +5,7 @@
 // compute exactly what the in-process reference computes (sums in rank order, in fp32), which the CPU tests check
 // against one process. NCCL is the collective for GPU models; this one is for CPU models (and the tests of the
 // launcher that CI can run without GPUs).
-import { RlstreamError } from '../../../core/errors.ts';
+import { RlstreamError } from '../../core/errors.ts';
 import { HostCollective, RankFailed, type Collective, type CollectiveBuffer } from './collective.ts';
 
 /** One collective call of a rank in another process: the buffers travel by value (copies). */

@@ -2,8 +2,8 @@
 // in-process reference (reference-collective.ts: N simulated ranks, for the CPU tests) and NCCL through the native
 // core (nccl-collective.ts). A rank's code is written once against this interface; which one runs is chosen by
 // name from `collectives`.
-import { RlstreamError } from '../../../core/errors.ts';
-import type { Model } from '../../../native/index.ts';
+import { RlstreamError } from '../../core/errors.ts';
+import type { Model } from '../index.ts';
 
 /** Element types of a collective buffer: fp32 as Float32Array, bf16 as its bit patterns in a Uint16Array. */
 export type CollectiveDtype = 'fp32' | 'bf16';
