@@ -387,26 +387,42 @@ export class Model {
       const w = openWeights(path);
       try {
         const o = loraFromMetadata(w.metadata, path);
-        const pairs = new Map<string, { layer: number; target: string; A?: Float32Array; B?: Float32Array }>();
+        const tensors: [string, Float32Array][] = [];
         for (const [name, t] of w.tensors) {
-          const at = parseAdapterName(name);
-          if (!at) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: unexpected tensor ${name} in an adapter file`);
-          if (at.layer >= this.config.num_hidden_layers) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: ${name}: layer ${at.layer} beyond the model's ${this.config.num_hidden_layers}`);
           const data = new Float32Array(t.entry.shape.reduce((a, b) => a * b, 1));
           w.read(name, data);
-          const key = `${at.layer}.${at.target}`;
-          const p = pairs.get(key) ?? { layer: at.layer, target: at.target };
-          p[at.matrix] = data;
-          pairs.set(key, p);
+          tensors.push([name, data]);
         }
-        // every pair checked before the first is folded in: a damaged file leaves the weights as they were
-        for (const p of pairs.values())
-          if (!p.A || !p.B) throw new RlstreamError('WEIGHTS_FORMAT', `${path}: layer ${p.layer} ${p.target} has lora_${p.A ? 'B' : 'A'} missing`);
-        for (const p of pairs.values()) h.mergeLora(p.layer, p.target, p.A!, p.B!, o.rank, (scale * o.alpha) / o.rank);
+        this.foldAdapters(h, tensors, o, scale, path);
       } finally {
         w.close();
       }
     });
+  }
+
+  /**
+   * mergeAdapter's fold from tensors in memory (named as in an adapter file): how an engine applies adapters a
+   * trainer in another process broadcast to it. `source` names them in errors.
+   */
+  mergeAdapterTensors(tensors: Iterable<[string, Float32Array]>, lora: { rank: number; alpha: number }, scale: number, source: string): void {
+    this.sync('mergeAdapterTensors', (h) => this.foldAdapters(h, tensors, lora, scale, source));
+  }
+
+  private foldAdapters(h: NativeModelHandle, tensors: Iterable<[string, Float32Array]>, o: { rank: number; alpha: number }, scale: number, source: string): void {
+    const pairs = new Map<string, { layer: number; target: string; A?: Float32Array; B?: Float32Array }>();
+    for (const [name, data] of tensors) {
+      const at = parseAdapterName(name);
+      if (!at) throw new RlstreamError('WEIGHTS_FORMAT', `${source}: unexpected tensor ${name} in an adapter file`);
+      if (at.layer >= this.config.num_hidden_layers) throw new RlstreamError('WEIGHTS_FORMAT', `${source}: ${name}: layer ${at.layer} beyond the model's ${this.config.num_hidden_layers}`);
+      const key = `${at.layer}.${at.target}`;
+      const p = pairs.get(key) ?? { layer: at.layer, target: at.target };
+      p[at.matrix] = data;
+      pairs.set(key, p);
+    }
+    // every pair checked before the first is folded in: a damaged file leaves the weights as they were
+    for (const p of pairs.values())
+      if (!p.A || !p.B) throw new RlstreamError('WEIGHTS_FORMAT', `${source}: layer ${p.layer} ${p.target} has lora_${p.A ? 'B' : 'A'} missing`);
+    for (const p of pairs.values()) h.mergeLora(p.layer, p.target, p.A!, p.B!, o.rank, (scale * o.alpha) / o.rank);
   }
 
   private get h(): NativeModelHandle {

@@ -151,9 +151,7 @@ export async function runMainJob(options: MainJobOptions): Promise<MainJobSummar
     const reward = await createReward(ctx);
     const advantage = createAdvantage(ctx);
     const sink = traces ? createTraceSink(ctx, traces) : null;
-    // A trainer with adapters publishes them as a small file and stages nothing: the engine keeps no room for a
-    // copy of its weights (at 7B that copy is 28 GiB of the card).
-    const backend = await createBackend(ctx, ctx.config.trainer.lora ? undefined : ctx.config.trainer.device);
+    const backend = await createBackend(ctx, { device: ctx.config.trainer.device, adapters: ctx.config.trainer.lora !== null });
     closers.push(() => backend.close());
     // A resumed run carries on from its log: its steps so far, and the trajectories not to run again.
     const prior = chosen.resumed ? await resumedState(ctx.log, ctx.serde, runId) : null;

@@ -10,6 +10,7 @@ import { closeSync, existsSync, readFileSync, statSync } from 'node:fs';
 import { loadRunConfig, type RunConfig } from '../config/run-config.ts';
 import { checkDeviceRunsHere } from '../../consumers/trainer/device.ts';
 import { devicesProblems } from '../../consumers/trainer/parallel/devices.ts';
+import { engineDevicesProblems } from '../../native/gpus.ts';
 import { ConfigError } from '../../core/config/validate.ts';
 import { describeError, isRlstreamError } from '../../core/errors.ts';
 import { parseModelConfig } from '../../core/weights/model-config.ts';
@@ -153,6 +154,8 @@ export async function checkConfig(path: string, overrides: Record<string, unknow
   if (plugins) problems.push(...(await startupProblems(config, plugins)));
   problems.push(...checkModel(config));
   problems.push(...devicesProblems(config.trainer.dataParallel));
+  const engines = config.backend.name === 'builtin' ? (config.backend.options['devices'] as number[] | undefined) : undefined;
+  if (engines !== undefined) problems.push(...engineDevicesProblems(engines, config.backend.options['device'], { ranks: config.trainer.dataParallel.ranks, deviceIds: config.trainer.dataParallel.deviceIds, device: config.trainer.device }));
   problems.push(...deviceProblems(config));
   return { config, problems };
 }

@@ -11,9 +11,8 @@ import { TraceSink } from '../../consumers/traces/sink.ts';
 import { Trainer, type TrainerDeps } from '../../consumers/trainer/trainer.ts';
 import { isModelDir, readGenerationDefaults } from '../../core/weights/hf-dir.ts';
 import { parseModelConfig, type ModelConfig } from '../../core/weights/model-config.ts';
-import { backends } from '../../producers/backends/registry.ts';
+import { backends, type BackendEnv } from '../../producers/backends/registry.ts';
 import type { LlmBackend } from '../../producers/backends/types.ts';
-import type { DeviceKind } from '../../native/index.ts';
 import type { RowSource } from '../../producers/dataset/types.ts';
 import { ChatTokenizer } from '../../producers/tokenizer/chat-tokenizer.ts';
 import { RolloutWorker } from '../../producers/worker.ts';
@@ -130,10 +129,10 @@ export function createTrainer(ctx: RunContext, runId: string, dataDir: string, o
 }
 
 /**
- * The LLM backend `backend.name` names, with its options from the same section. `colocatedTrainer`: the device of a
- * trainer in this process that will hand the backend its weights (the main job).
+ * The LLM backend `backend.name` names, with its options from the same section. `colocatedTrainer`: where a trainer
+ * in this process runs that will hand the backend each version (the main job), and whether it trains adapters.
  */
-export async function createBackend(ctx: RunContext, colocatedTrainer?: DeviceKind): Promise<LlmBackend> {
+export async function createBackend(ctx: RunContext, colocatedTrainer?: BackendEnv['colocatedTrainer']): Promise<LlmBackend> {
   const b = ctx.config.backend;
   const files = b.name === 'builtin' ? modelFiles(ctx) : null;
   return backends.get(b.name, 'backend.name').create(b.options, {

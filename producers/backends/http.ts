@@ -25,6 +25,11 @@ export interface ServerOutput {
   retokenized?: { mismatch: boolean };
   /** With request.topLogprobs: per token, its alternatives as the server returned them. */
   topLogprobs?: TokenAlternative[][];
+  /**
+   * Per token, the policy version that sampled it, where the server knows (an engine that swaps weights mid-turn);
+   * absent: the version the manager last loaded on the server, for every token.
+   */
+  policyVersions?: number[];
 }
 
 /**

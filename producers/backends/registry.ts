@@ -25,10 +25,11 @@ export interface BackendEnv {
   /** rollout.interrupt: how a policy update reaches generations under way (one of the plug-in's `interrupts`). */
   interrupt: RolloutInterrupt;
   /**
-   * Where a trainer in this same process runs (the main job's), which may hand its weights to the backend
-   * (LlmBackend.stageWeights); absent where the backend has a process of its own (a rollout worker, serve, eval).
+   * Where a trainer in this same process runs (the main job's), which hands each version's weights to the backend
+   * (LlmBackend.stageWeights), and whether it trains LoRA adapters (then only they travel); absent where the backend
+   * has a process of its own (a rollout worker, serve, eval).
    */
-  colocatedTrainer?: DeviceKind;
+  colocatedTrainer?: { device: DeviceKind; adapters: boolean };
   logger: Logger;
 }
 
@@ -61,6 +62,14 @@ const BuiltinOptions = Type.Object(
         "Where the policy runs: 'cpu' (onnxruntime-node) or 'cuda' (the native core's model on the GPU, a KV cache of up to max_batch slots of max_len tokens sized by gpu_memory_utilization, new versions written into it in place; rollout.interrupt next_turn or next_token; needs the addon built with RLSTREAM_CUDA=1).",
     }),
     max_len: Type.Optional(Type.Integer({ minimum: 1, description: "Tokens a KV-cache slot holds (a trajectory's whole context: a turn ends with finish length where it is full); default min(4096, max_position_embeddings)." })),
+    devices: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 0 }), {
+        minItems: 1,
+        uniqueItems: true,
+        description:
+          "device cuda: rollout engines on GPUs of their own, one process per listed GPU index (CUDA's numbering), routed by least load with sticky sessions; in the main job with trainer.device cuda each new version is broadcast from the trainer's GPU to them over NCCL (with trainer.lora the adapters only), else read from its file. None of them may be a trainer GPU. Unset: one engine in the run's process on its GPU (docs/scaling.md).",
+      }),
+    ),
     gpu_memory_utilization: Type.Number({
       exclusiveMinimum: 0,
       maximum: 1,
@@ -76,13 +85,31 @@ registerBackend('builtin', {
   options: BuiltinOptions,
   interrupts: ['next_turn', 'finish', 'next_token'],
   async create(o, env) {
+    if (o.devices !== undefined) {
+      const [{ checkEngineDevices }, { EngineProcesses }] = await Promise.all([import('../../native/gpus.ts'), import('../policy/engine-processes.ts')]);
+      checkEngineDevices(o.devices, o.device);
+      return EngineProcesses.start({
+        devices: o.devices,
+        device: 'cuda',
+        source: { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
+        maxBatch: o.max_batch,
+        ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}),
+        gpuMemoryUtilization: o.gpu_memory_utilization,
+        interrupt: env.interrupt,
+        weightsGroup: env.colocatedTrainer?.device === 'cuda' ? 'cuda' : null,
+        logger: env.logger.child({ role: 'policy' }),
+      });
+    }
     if (o.device === 'cuda') {
       const [{ cudaAvailable }, { NativePolicyBackend }] = await Promise.all([import('../../native/addon.ts'), import('../policy/native-backend.ts')]);
       if (!cudaAvailable())
         throw new RlstreamError('CONFIG_INVALID', 'backend.device: cuda needs the native addon built with RLSTREAM_CUDA=1 (RLSTREAM_CUDA=1 npm run build:native where nvcc is) and a GPU; or set backend.device: cpu');
+      // A trainer with adapters publishes them as a small file and stages nothing: the engine keeps no room for a
+      // copy of its weights (at 7B that copy is 28 GiB of the card).
+      const stages = env.colocatedTrainer?.device === 'cuda' && !env.colocatedTrainer.adapters;
       return NativePolicyBackend.create(
         { configJson: env.configJson, weightsPath: env.initWeights, version: 0 },
-        { device: 'cuda', maxBatch: o.max_batch, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), gpuMemoryUtilization: o.gpu_memory_utilization, interrupt: env.interrupt, stagesTrainerWeights: env.colocatedTrainer === 'cuda', logger: env.logger.child({ role: 'policy' }) },
+        { device: 'cuda', maxBatch: o.max_batch, ...(o.max_len !== undefined ? { maxLen: o.max_len } : {}), gpuMemoryUtilization: o.gpu_memory_utilization, interrupt: env.interrupt, stagesTrainerWeights: stages, logger: env.logger.child({ role: 'policy' }) },
       );
     }
     const { BuiltinPolicyBackend } = await import('../policy/backend.ts');

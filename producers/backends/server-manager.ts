@@ -208,7 +208,7 @@ export class ServerManager implements LlmBackend {
         tokenIds: out.tokenIds,
         logprobs: out.logprobs,
         finishReason: out.finishReason,
-        policyVersions: out.tokenIds.map(() => version),
+        policyVersions: out.policyVersions ?? out.tokenIds.map(() => version),
         server: st.server.address,
         latencyMs: performance.now() - t0,
         ...(out.retokenized ? { retokenized: out.retokenized } : {}),

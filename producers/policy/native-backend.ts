@@ -46,7 +46,20 @@ export interface NativePolicyOptions {
 export const ADAPTER_SWAPS_PER_BASE_READ = 16;
 
 /** Where a version's weights came from, as the hot-swap log line says. */
-type LoadedFrom = 'trainer' | 'adapter' | 'file';
+type LoadedFrom = 'trainer' | 'broadcast' | 'adapter' | 'file';
+
+/** An adapter folded into the weights: its version, and its file (read where it was not broadcast). */
+interface FoldedAdapter {
+  path: string;
+  version: number;
+}
+
+/** A version's adapters as a trainer in another process broadcast them (receiveAdapters). */
+export interface StagedAdapters {
+  tensors: [string, Float32Array][];
+  rank: number;
+  alpha: number;
+}
 
 export const NATIVE_INTERRUPTS: readonly RolloutInterrupt[] = Object.freeze(['next_turn', 'next_token']);
 
@@ -56,12 +69,16 @@ export class NativePolicyBackend implements LlmBackend {
   /** The newest version a trainer here offered (stageWeights), as a device copy, and its number. */
   private staging: Model | null = null;
   private stagedVersion = -1;
+  /** Whether the staged copy came from another process (receiveWeights) rather than a trainer here. */
+  private stagedRemote = false;
   /**
-   * What the model's weights are, when known: a base file as read, plus the adapter file folded into it and the
-   * device-side swaps since the base was read. null after a staged copy or a failed load (the next adapter version
+   * What the model's weights are, when known: a base file as read, plus the adapter folded into it (from its file
+   * or a broadcast) and the device-side swaps since the base was read. null after a staged copy or a failed load (the next adapter version
    * then reads its base).
    */
-  private folded: { base: string; adapter: string | null; swaps: number } | null;
+  private folded: { base: string; adapter: FoldedAdapter | null; swaps: number } | null;
+  /** Adapters a trainer in another process broadcast, by version (receiveAdapters), until folded in and out. */
+  private readonly stagedAdapters = new Map<number, StagedAdapters>();
 
   private constructor(
     private readonly model: Model,
@@ -145,10 +162,35 @@ export class NativePolicyBackend implements LlmBackend {
       this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false });
       this.staging.copyParamsFrom(source);
       this.stagedVersion = version;
+      this.stagedRemote = false;
     } catch (err) {
       this.stagedVersion = -1;
       this.logger.warn('the trainer\'s weights cannot be staged on the device; versions are read from their files', { version, error: (err as Error).message });
     }
+  }
+
+  /**
+   * Version `version`'s weights arriving from a trainer in another process (engine-process-main.ts: rank 0's
+   * broadcast): `receive` writes them into the staging copy, as stageWeights copies a trainer's here. The staging
+   * copy is made at the first call; a failed receive leaves no version staged (its update reads the file).
+   */
+  async receiveWeights(version: number, receive: (staging: Model) => Promise<void>): Promise<void> {
+    this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false });
+    this.stagedVersion = -1;
+    await receive(this.staging);
+    this.stagedVersion = version;
+    this.stagedRemote = true;
+  }
+
+  /**
+   * Version `version`'s LoRA adapters arriving from a trainer in another process, as tensors named as in an adapter
+   * file: the version's update folds them in from memory (taking the folded ones out the same way) instead of
+   * reading its adapter file.
+   */
+  receiveAdapters(version: number, adapters: StagedAdapters): void {
+    this.stagedAdapters.set(version, adapters);
+    // the newest two are all an update can need: the one folded in now, and the next
+    for (const v of [...this.stagedAdapters.keys()].sort((a, b) => a - b).slice(0, -2)) if (v !== this.folded?.adapter?.version) this.stagedAdapters.delete(v);
   }
 
   /**
@@ -159,21 +201,22 @@ export class NativePolicyBackend implements LlmBackend {
     if (this.staging && this.stagedVersion === update.version) {
       this.folded = null;
       this.model.copyParamsFrom(this.staging);
-      return 'trainer';
+      return this.stagedRemote ? 'broadcast' : 'trainer';
     }
     const f = this.folded;
     this.folded = null; // unknown until this load has finished
     if (update.adapter) {
       const base = resolve(update.adapter.baseWeightsPath);
+      const next: FoldedAdapter = { path: update.adapter.path, version: update.version };
       if (f && f.base === base && f.swaps < ADAPTER_SWAPS_PER_BASE_READ && (await this.unfold(f.adapter))) {
-        await this.model.mergeAdapter(update.adapter.path);
-        this.folded = { base, adapter: update.adapter.path, swaps: f.swaps + 1 };
-        return 'adapter';
+        const from = await this.fold(next);
+        this.folded = { base, adapter: next, swaps: f.swaps + 1 };
+        return from === 'memory' ? 'broadcast' : 'adapter';
       }
       await this.model.loadWeights(base);
       this.folded = { base, adapter: null, swaps: 0 };
-      await this.model.mergeAdapter(update.adapter.path);
-      this.folded = { base, adapter: update.adapter.path, swaps: 0 };
+      await this.fold(next);
+      this.folded = { base, adapter: next, swaps: 0 };
       return 'file';
     }
     await this.model.loadWeights(update.weightsPath);
@@ -186,15 +229,27 @@ export class NativePolicyBackend implements LlmBackend {
    * (retention deleted it, say): mergeAdapter reads the whole file before it changes a weight, so the weights are
    * then untouched and the caller reads the base instead.
    */
-  private async unfold(adapter: string | null): Promise<boolean> {
+  private async unfold(adapter: FoldedAdapter | null): Promise<boolean> {
     if (adapter === null) return true;
     try {
-      await this.model.mergeAdapter(adapter, -1);
+      await this.fold(adapter, -1);
+      this.stagedAdapters.delete(adapter.version);
       return true;
     } catch (err) {
-      this.logger.warn('the folded adapter cannot be taken out; the base weights are read again', { adapter, error: (err as Error).message });
+      this.logger.warn('the folded adapter cannot be taken out; the base weights are read again', { adapter: adapter.path, error: (err as Error).message });
       return false;
     }
+  }
+
+  /** Folds a version's adapters in (scale 1) or out (-1): from memory where they were broadcast, else their file. */
+  private async fold(adapter: FoldedAdapter, scale = 1): Promise<'memory' | 'file'> {
+    const staged = this.stagedAdapters.get(adapter.version);
+    if (staged) {
+      this.model.mergeAdapterTensors(staged.tensors, staged, scale, `policy v${adapter.version}'s broadcast adapters`);
+      return 'memory';
+    }
+    await this.model.mergeAdapter(adapter.path, scale);
+    return 'file';
   }
 
   currentPolicyVersion(): number {
