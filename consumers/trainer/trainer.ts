@@ -66,9 +66,10 @@ export interface TrainerDeps {
   /**
    * Called with each new version's weights in the trainer's model, after they are stored and before their
    * PolicyVersion is sent, while the model is idle: a generating model in this process (LlmBackend.stageWeights)
-   * copies them device to device instead of reading the stored file.
+   * copies them device to device instead of reading the stored file, or engines on other GPUs get them by
+   * broadcast. Awaited: the next step may change the weights only once their transfer is queued before it.
    */
-  onWeights?: (version: number, model: Model) => void;
+  onWeights?: (version: number, model: Model) => void | Promise<void>;
   /**
    * Called with each new version's PolicyVersion once its step is committed, before the weights retention runs and
    * the next step starts, and awaited: export.every_versions writes the version's directory here.
@@ -327,7 +328,7 @@ export class Trainer {
     let pv: PolicyVersion | null = null;
     if (produced !== null) {
       stored = await this.committer.storeVersion(this.model, this.storedVersions.get(0));
-      this.deps.onWeights?.(produced, this.model);
+      await this.deps.onWeights?.(produced, this.model);
       pv = this.committer.policyVersionEvent(produced, this.version, step, stored, [{ name: 'reward_mean', value: stepEvent.reward_mean }]);
     }
     // 2. One transaction: the step, the new version and the offsets of every sample it consumed.

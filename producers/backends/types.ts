@@ -76,10 +76,11 @@ export interface LlmBackend {
    */
   deviceSeconds?(): { generate: number; loadWeights: number };
   /**
-   * Backends whose model runs in this process: version `version`'s weights in a trainer's model here, offered
-   * before the version's update arrives (TrainerDeps.onWeights). A backend on the same device keeps a copy and
-   * takes the version from it; others ignore it and read the version's file.
+   * Backends whose model runs in this process, or engines on other GPUs of the host: version `version`'s weights
+   * in a trainer's model here, offered before the version's update arrives (TrainerDeps.onWeights). A backend on
+   * the same device keeps a copy and takes the version from it; engines elsewhere get them by broadcast; others
+   * ignore it and read the version's file. It resolves once the transfer is queued behind the model's kernels.
    */
-  stageWeights?(version: number, source: Model): void;
+  stageWeights?(version: number, source: Model): void | Promise<void>;
   close(): Promise<void>;
 }

@@ -65,9 +65,9 @@ function generate(m: Extract<ToEngine, { t: 'generate' }>): void {
 }
 
 /**
- * Takes part in rank 0's broadcast of a version. Every member must join every broadcast (a member that skipped
- * one would leave the others waiting), so a receive that cannot be used still runs: only the version stays
- * unstaged, and its update reads the file.
+ * Takes part in rank 0's broadcast of a version: says 'receiving' once its part is queued (rank 0 queues its own
+ * only then), and 'staged' when the weights are in. A failure before 'receiving' (no memory for the staging copy)
+ * keeps rank 0 from broadcasting at all; the version's update then reads the file.
  */
 async function stage(version: number, payload: StagePayload): Promise<void> {
   const b = backend!;
@@ -75,12 +75,16 @@ async function stage(version: number, payload: StagePayload): Promise<void> {
   try {
     if (payload.kind === 'params') {
       await b.receiveWeights(version, async (staging) => {
-        await g.broadcastBlock(staging, 'params', 0, payload.count, 0);
+        const done = g.broadcastBlock(staging, 'params', 0, payload.count, 0);
+        send({ t: 'receiving', version });
+        await done;
         staging.paramsWritten(0, payload.count);
       });
     } else {
       const floats = new Float32Array(payload.count);
-      await g.broadcast(floats, 0);
+      const done = g.broadcast(floats, 0);
+      send({ t: 'receiving', version });
+      await done;
       b.receiveAdapters(version, { tensors: payload.layout.map((t) => [t.name, floats.subarray(t.offset, t.offset + t.length)]), rank: payload.rank, alpha: payload.alpha });
     }
     send({ t: 'staged', version, error: null });

@@ -70,6 +70,11 @@ export type FromEngine =
   | { t: 'failed'; id: number; error: EngineFailure }
   | { t: 'updated'; id: number; stats: NativeEngineStats }
   | { t: 'update-failed'; id: number; error: EngineFailure }
-  /** The version's broadcast was received (queued on the device behind the engine's kernels), or failed. */
+  /**
+   * The engine's part of the version's broadcast is queued: rank 0 queues its own only once every engine has said
+   * so, so that no broadcast of the trainer's waits on an engine that never takes part (stopped, failed).
+   */
+  | { t: 'receiving'; version: number }
+  /** The version's broadcast was received (on a GPU: queued behind the engine's kernels), or failed. */
   | { t: 'staged'; version: number; error: string | null }
   | CollectiveMessage;

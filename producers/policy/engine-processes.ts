@@ -26,6 +26,8 @@ import { MAX_TOP_LOGPROBS } from './sampler.ts';
 
 /** How long an engine may take to load its model (a 7B model reads 15 GB). */
 const START_TIMEOUT_MS = 600_000;
+/** How long every engine has to queue its part of a version's broadcast before those that did not are killed. */
+const STAGE_TIMEOUT_MS = 60_000;
 /** How long an engine has to leave on close before it is killed. */
 const CLOSE_TIMEOUT_MS = 10_000;
 
@@ -43,6 +45,8 @@ export interface EngineProcessesOptions {
    * ('cuda', device 0 of this process), through this process for CPU models ('cpu'); null: versions by file.
    */
   weightsGroup: 'cuda' | 'cpu' | null;
+  /** How long every engine may take to queue its part of a version's broadcast (default 60 s); see stageWeights. */
+  stageTimeoutMs?: number;
   manager?: Omit<ServerManagerOptions, 'logger' | 'name'>;
   logger?: Logger;
 }
@@ -65,7 +69,9 @@ class EngineProcess implements InferenceServer {
   exited: string | null = null;
   /** The engine's counters as its last answer carried them. */
   stats: NativeEngineStats | null = null;
-  onStaged: ((version: number, error: string | null) => void) | null = null;
+  /** By version: its part of the broadcast queued ('receiving'), and the weights in ('staged'). */
+  private readonly receiving = new Map<number, Pending<void>>();
+  private readonly staged = new Map<number, Pending<void>>();
 
   constructor(
     readonly address: string,
@@ -74,7 +80,9 @@ class EngineProcess implements InferenceServer {
 
   send(m: ToEngine): boolean {
     if (this.exited !== null || !this.child.connected) return false;
-    this.child.send(m);
+    // A process that has just died can still look connected: the write then fails (EPIPE), and every call waiting
+    // on it fails as at its exit (the exit event follows).
+    this.child.send(m, (err) => err && this.failPending(`its channel failed (${err.message})`));
     return true;
   }
 
@@ -102,19 +110,51 @@ class EngineProcess implements InferenceServer {
         this.updates.get(m.id)?.reject(fromFailure(m.error));
         this.updates.delete(m.id);
         break;
+      case 'receiving':
+        this.settle(this.receiving, m.version, null);
+        break;
       case 'staged':
-        this.onStaged?.(m.version, m.error);
+        // a failure before 'receiving' means the engine takes no part in the broadcast
+        this.settle(this.receiving, m.version, m.error);
+        this.settle(this.staged, m.version, m.error);
         break;
     }
+  }
+
+  private settle(waiting: Map<number, Pending<void>>, version: number, error: string | null): void {
+    const w = waiting.get(version);
+    if (!w) return;
+    waiting.delete(version);
+    if (error === null) w.resolve();
+    else w.reject(new RlstreamError('BACKEND_UNAVAILABLE', `rollout engine ${this.address}: version ${version}: ${error}`));
+  }
+
+  /** Sends the version's stage message; resolves when its receive is queued, and when the weights are in. */
+  stage(version: number, payload: StagePayload): { receiving: Promise<void>; staged: Promise<void> } {
+    const receiving = new Promise<void>((resolve, reject) => this.receiving.set(version, { resolve, reject }));
+    const staged = new Promise<void>((resolve, reject) => this.staged.set(version, { resolve, reject }));
+    receiving.catch(() => {});
+    staged.catch(() => {});
+    if (!this.send({ t: 'stage', version, payload })) {
+      this.settle(this.receiving, version, 'its process is gone');
+      this.settle(this.staged, version, 'its process is gone');
+    }
+    return { receiving, staged };
   }
 
   /** The process exited: every call waiting on it fails (retriable: the manager tries another engine). */
   onExit(why: string): void {
     this.exited = why;
-    const err = this.gone();
-    for (const p of [...this.calls.values(), ...this.updates.values()]) p.reject(err);
+    this.failPending(why);
+  }
+
+  private failPending(why: string): void {
+    const err = new RlstreamError('BACKEND_UNAVAILABLE', `rollout engine ${this.address}: its process ${why}`);
+    for (const p of [...this.calls.values(), ...this.updates.values(), ...this.receiving.values(), ...this.staged.values()]) p.reject(err);
     this.calls.clear();
     this.updates.clear();
+    this.receiving.clear();
+    this.staged.clear();
   }
 
   async generate(request: GenerateRequest, signal?: AbortSignal): Promise<ServerOutput> {
@@ -224,6 +264,8 @@ export class EngineProcesses implements LlmBackend {
         }),
       );
       child.on('message', (m: FromEngine) => this.onMessage(i + 1, p, m));
+      // (a failed write is handled where it was sent; the exit event follows a process that is gone)
+      child.on('error', (err) => this.logger.warn('rollout engine process error', { engine: p.address, error: err.message }));
       child.on('exit', (code, signal) => this.onExit(p, code, signal));
     });
     const anyFailed = Promise.race(failed);
@@ -330,11 +372,13 @@ export class EngineProcesses implements LlmBackend {
 
   /**
    * A trainer in this process offers version `version` (after its step, before the version's PolicyVersion): its
-   * parameters, or with adapters those alone, are broadcast to every engine. Queued behind the trainer's kernels
-   * and returning once queued; it never fails the step: a broadcast that cannot run ends the group, and the
-   * version then reaches the engines through its file.
+   * parameters, or with adapters those alone, are broadcast to every engine. Each engine queues its receive first
+   * and says so; only then is the trainer's send queued behind its kernels, so the trainer's GPU never waits on an
+   * engine that does not take part. An engine that has not answered within stageTimeoutMs (stopped, stuck) is
+   * killed. It resolves once the send is queued and never fails the step: a broadcast that cannot run ends the
+   * group, and the version then reaches the engines through its file.
    */
-  stageWeights(version: number, source: Model): void {
+  async stageWeights(version: number, source: Model): Promise<void> {
     const g = this.group;
     if (!g) return;
     let payload: StagePayload;
@@ -349,22 +393,27 @@ export class EngineProcesses implements LlmBackend {
       return;
     }
     const t0 = performance.now();
-    const receipts = this.engines.map(
-      (p) =>
-        new Promise<void>((resolve, reject) => {
-          p.onStaged = (v, error) => v === version && (error === null ? resolve() : reject(new Error(`${p.address}: ${error}`)));
-        }),
-    );
-    for (const p of this.engines) p.send({ t: 'stage', version, payload });
-    g.broadcastBlock(source, 'params', begin, payload.count, 0).then(
-      () =>
-        Promise.all(receipts).then(
-          () => {
-            this.broadcasts = { count: this.broadcasts.count + 1, lastMs: performance.now() - t0 };
-          },
-          (err: unknown) => this.logger.warn('an engine could not keep a broadcast version; it reads the file', { version, error: (err as Error).message }),
-        ),
-      (err: unknown) => this.dropGroup(`version ${version}'s broadcast failed: ${(err as Error).message}`),
+    const parts = this.engines.map((p) => p.stage(version, payload));
+    const answered = this.engines.map(() => false);
+    parts.forEach((x, i) => void x.receiving.then(() => (answered[i] = true), () => {}));
+    try {
+      await within(Promise.all(parts.map((x) => x.receiving)), this.o.stageTimeoutMs ?? STAGE_TIMEOUT_MS, `version ${version}'s broadcast: engines queueing their receive`);
+    } catch (err) {
+      const late = this.engines.filter((_, i) => !answered[i] && this.engines[i]!.exited === null);
+      for (const p of late) p.child.kill('SIGKILL');
+      this.dropGroup(`${(err as Error).message}${late.length > 0 ? `; killed ${late.map((p) => p.address).join(', ')}` : ''}`);
+      return;
+    }
+    if (this.group !== g) return;
+    try {
+      await g.broadcastBlock(source, 'params', begin, payload.count, 0);
+    } catch (err) {
+      this.dropGroup(`version ${version}'s broadcast failed: ${(err as Error).message}`);
+      return;
+    }
+    Promise.all(parts.map((x) => x.staged)).then(
+      () => void (this.broadcasts = { count: this.broadcasts.count + 1, lastMs: performance.now() - t0 }),
+      (err: unknown) => this.logger.warn('an engine could not keep a broadcast version; it reads the file', { version, error: (err as Error).message }),
     );
   }
 

@@ -159,7 +159,7 @@ export class NativePolicyBackend implements LlmBackend {
     // Called from the trainer's step: a model that cannot be staged (other shapes, no memory) must not fail the
     // step; its versions are then read from their files.
     try {
-      this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false });
+      this.staging ??= this.stagingModel();
       this.staging.copyParamsFrom(source);
       this.stagedVersion = version;
       this.stagedRemote = false;
@@ -169,13 +169,18 @@ export class NativePolicyBackend implements LlmBackend {
     }
   }
 
+  /** The staging copy's memory: written by every version before it is read, so not drawn at random. */
+  private stagingModel(): Model {
+    return Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false, random: false });
+  }
+
   /**
    * Version `version`'s weights arriving from a trainer in another process (engine-process-main.ts: rank 0's
    * broadcast): `receive` writes them into the staging copy, as stageWeights copies a trainer's here. The staging
    * copy is made at the first call; a failed receive leaves no version staged (its update reads the file).
    */
   async receiveWeights(version: number, receive: (staging: Model) => Promise<void>): Promise<void> {
-    this.staging ??= Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false });
+    this.staging ??= this.stagingModel();
     this.stagedVersion = -1;
     await receive(this.staging);
     this.stagedVersion = version;

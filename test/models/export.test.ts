@@ -39,7 +39,7 @@ test('export writes a trained version as a Hugging Face directory the native cor
   const log = openEmbeddedLog({ dir: logDir });
   const serde = await new EventSerde(await EmbeddedRegistry.open(log)).init();
   const offered = new Map<number, Map<string, Float32Array>>();
-  const onWeights = (version: number, model: Model) => offered.set(version, new Map([...model.parameters()].map(([k, v]) => [k, Float32Array.from(v.data)])));
+  const onWeights = (version: number, model: Model): void => void offered.set(version, new Map([...model.parameters()].map(([k, v]) => [k, Float32Array.from(v.data)])));
   const trainer = new Trainer({ log, serde, runId: 'export-test', dataDir: join(dir, 'data'), initialWeightsPath: base, modelConfig, modelConfigJson: configJson, options: compileTrainerOptions({ max_steps: 2, groups_per_step: 2, threads: 1, learning_rate: 1e-2 }), onWeights });
   await trainer.start();
   await trainer.run();

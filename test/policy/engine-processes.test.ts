@@ -3,7 +3,8 @@
 // the server manager's least-load routing and sticky sessions; each version broadcast from a trainer's model in
 // this process into their weights (every parameter, or the LoRA adapters only) with no file read, checked against
 // the trainer's own forward pass; an engine process SIGKILLed mid-run (its sessions move to the other engine, no
-// broadcast waits on it, later versions arrive by file); backend.devices refused where the GPUs are not.
+// broadcast waits on it, later versions arrive by file); an engine stopped (SIGSTOP) when a version is offered
+// (killed after the stage timeout, the offer never hangs); backend.devices refused where the GPUs are not.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,7 +14,7 @@ import { engineDevicesProblems } from '../../native/gpus.ts';
 import { Model, nativeAvailable, type ModelConfig } from '../../native/index.ts';
 import { EngineProcesses } from '../../producers/policy/engine-processes.ts';
 import type { SamplingParams } from '../../schemas/generated/types.ts';
-import { TINY, maxAbsDiff, pack } from '../native/helpers.ts';
+import { TINY, maxAbsDiff, pack, rng } from '../native/helpers.ts';
 
 const skip = nativeAvailable() ? false : 'native addon not built (npm run build:native)';
 const CFG: ModelConfig = { ...TINY, hidden_size: 32, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 48, vocab_size: 61, max_position_embeddings: 128 };
@@ -26,8 +27,9 @@ async function forwardLogprobs(m: Model, prompt: number[], out: number[]): Promi
   return Array.from(logprobs.slice(prompt.length - 1, prompt.length - 1 + out.length));
 }
 
-function start(dir: string, devices: number[]): Promise<EngineProcesses> {
+function start(dir: string, devices: number[], stageTimeoutMs?: number): Promise<EngineProcesses> {
   return EngineProcesses.start({
+    ...(stageTimeoutMs !== undefined ? { stageTimeoutMs } : {}),
     devices,
     device: 'cpu',
     source: { configJson, weightsPath: join(dir, 'v0.safetensors'), version: 0 },
@@ -66,7 +68,7 @@ test('two engine processes: least-load routing, sticky sessions, and a version b
     const servers0 = await turnsMatch(fleet, v0, ['a', 'b', 'c', 'd'], 0);
     assert.deepEqual([...servers0].sort(), ['cpu:0', 'cpu:1'], 'four sessions at once spread over both engines');
     // version 1's file does not exist: an engine that read it would fail the update
-    fleet.stageWeights(1, trainer);
+    await fleet.stageWeights(1, trainer);
     await fleet.updatePolicy({ version: 1, weightsPath: join(dir, 'v1-not-written.safetensors'), configJson });
     assert.equal(fleet.currentPolicyVersion(), 1);
     await turnsMatch(fleet, trainer, ['e', 'f', 'g', 'h'], 1);
@@ -106,7 +108,7 @@ test('LoRA: only the adapters are broadcast; each engine folds them into its wei
       const reference = Model.load(base, CFG, { threads: 1 });
       made.push(reference);
       reference.mergeAdapterTensors([...trainer.adapter()].map(([n, t]) => [n, Float32Array.from(t.data)]), { rank: 4, alpha: 8 }, 1, 'test');
-      fleet.stageWeights(version, trainer);
+      await fleet.stageWeights(version, trainer);
       await fleet.updatePolicy({ version, weightsPath: join(dir, `adapter-${version}-not-written.safetensors`), configJson, adapter: { path: join(dir, `adapter-${version}-not-written.safetensors`), baseWeightsPath: base } });
       await turnsMatch(fleet, reference, [`a${version}`, `b${version}`, `c${version}`], version);
     }
@@ -146,7 +148,7 @@ test('an engine process SIGKILLed: its sessions move to the other engine, no bro
     const moved = await fleet.generate({ requestId: 'p2', sessionId: 'p', promptIds: [4, 5, 6, ...pinned.tokenIds, 8], sampling: sampling() });
     assert.equal(moved.server, survivor);
     // the group is gone: staging returns at once, and the version is read from its file
-    fleet.stageWeights(1, trainer);
+    await fleet.stageWeights(1, trainer);
     await trainer.save(join(dir, 'v1.safetensors'));
     await assert.rejects(fleet.updatePolicy({ version: 1, weightsPath: join(dir, 'v1.safetensors'), configJson }), /reached 1 of 2 servers/);
     const servers = await turnsMatch(fleet, trainer, ['x', 'y'], 1);
@@ -156,6 +158,110 @@ test('an engine process SIGKILLed: its sessions move to the other engine, no bro
     await fleet?.close();
     v0.dispose();
     trainer.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('an engine stopped (SIGSTOP) when a version is offered: the offer ends within the stage timeout, the engine is killed, the other serves the version from its file', { skip, timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rls-engines-'));
+  const v0 = Model.init(CFG, { seed: 1, threads: 1, initStd: 0.3 });
+  const trainer = Model.init(CFG, { seed: 2, threads: 1, initStd: 0.3 });
+  let fleet: EngineProcesses | null = null;
+  try {
+    await v0.save(join(dir, 'v0.safetensors'));
+    fleet = await start(dir, [0, 1], 1500);
+    const [stopped, other] = [fleet.pids[0]!, fleet.addresses[1]!];
+    process.kill(stopped, 'SIGSTOP');
+    const t0 = Date.now();
+    await fleet.stageWeights(1, trainer);
+    const took = Date.now() - t0;
+    assert.ok(took >= 1400 && took < 10_000, `the offer waited for the stage timeout, not forever (${took} ms)`);
+    const gone = await new Promise<boolean>((resolve) => {
+      const until = Date.now() + 10_000;
+      const poll = setInterval(() => {
+        let alive = true;
+        try {
+          process.kill(stopped, 0);
+        } catch {
+          alive = false;
+        }
+        if (!alive || Date.now() > until) {
+          clearInterval(poll);
+          resolve(!alive);
+        }
+      }, 20);
+    });
+    assert.ok(gone, 'the stopped engine was killed');
+    await trainer.save(join(dir, 'v1.safetensors'));
+    await assert.rejects(fleet.updatePolicy({ version: 1, weightsPath: join(dir, 'v1.safetensors'), configJson }), /reached 1 of 2 servers/);
+    assert.deepEqual([...(await turnsMatch(fleet, trainer, ['x', 'y'], 1))], [other]);
+    // the group is gone: the next offer returns at once
+    const t1 = Date.now();
+    await fleet.stageWeights(2, trainer);
+    assert.ok(Date.now() - t1 < 100);
+  } finally {
+    await fleet?.close();
+    v0.dispose();
+    trainer.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('generated: an engine SIGKILLed at a random moment of a run of versions and turns; every turn is answered with the log-probs of the version its tokens carry, no offer hangs', { skip, timeout: 300_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rls-engines-'));
+  const v0 = Model.init(CFG, { seed: 1, threads: 1, initStd: 0.3 });
+  try {
+    await v0.save(join(dir, 'v0.safetensors'));
+    let killedInLife = 0;
+    const seeds = [1, 2, 3, 4, 5, 6];
+    for (const seed of seeds) {
+      const r = rng(seed);
+      const weights = new Map<number, Model>([[0, v0]]);
+      const fleet = await start(dir, [0, 1]);
+      const victim = fleet.pids[Math.floor(r() * 2)]!;
+      // where the kill lands: a version, a point in it (before its offer, between offer and update, with its turns
+      // under way, after them) and a few milliseconds more, not awaited
+      const killVersion = 1 + Math.floor(r() * 4);
+      const killPoint = Math.floor(r() * 4);
+      const killDelay = Math.floor(r() * 20);
+      let killer: NodeJS.Timeout | undefined;
+      const maybeKill = (version: number, point: number) => {
+        if (version !== killVersion || point !== killPoint) return;
+        killedInLife++;
+        // after the last turns of the life: now, before the fleet closes
+        if (version === 4 && point === 3) process.kill(victim, 'SIGKILL');
+        else killer = setTimeout(() => process.kill(victim, 'SIGKILL'), killDelay);
+      };
+      try {
+        for (let version = 1; version <= 4; version++) {
+          const trainer = Model.init(CFG, { seed: 100 * seed + version, threads: 1, initStd: 0.3 });
+          weights.set(version, trainer);
+          await trainer.save(join(dir, `s${seed}-v${version}.safetensors`));
+          maybeKill(version, 0);
+          await fleet.stageWeights(version, trainer);
+          maybeKill(version, 1);
+          // after the kill the survivor takes the version and the update names the engine it did not reach
+          await fleet.updatePolicy({ version, weightsPath: join(dir, `s${seed}-v${version}.safetensors`), configJson }).catch((err: Error) => assert.match(err.message, /reached 1 of 2 servers/));
+          const pending = Promise.all([0, 1, 2, 3].map((i) => fleet.generate({ requestId: `s${seed}v${version}t${i}`, sessionId: `s${seed}-${i}`, promptIds: [3 + i, 7, 9], sampling: sampling({ seed: i, max_new_tokens: 6 }) })));
+          maybeKill(version, 2);
+          const turns = await pending;
+          maybeKill(version, 3);
+          for (const [i, t] of turns.entries()) {
+            const versions = new Set(t.policyVersions);
+            assert.equal(versions.size, 1, `seed ${seed}: a turn on one version (${[...versions].join(', ')})`);
+            const want = await forwardLogprobs(weights.get(t.policyVersions[0]!)!, [3 + i, 7, 9], t.tokenIds);
+            assert.ok(maxAbsDiff(t.logprobs, want) < 1e-4, `seed ${seed}, version ${version}, turn ${i} on ${t.server}: the log-probs of v${t.policyVersions[0]}`);
+          }
+        }
+      } finally {
+        clearTimeout(killer);
+        await fleet.close();
+        for (const [v, m] of weights) if (v !== 0) m.dispose();
+      }
+    }
+    assert.equal(killedInLife, seeds.length, 'every life had its engine killed');
+  } finally {
+    v0.dispose();
     rmSync(dir, { recursive: true, force: true });
   }
 });
