@@ -154,12 +154,6 @@ export interface InitOptions {
   lora?: LoraOptions;
   /** 'layer': activation recomputation per layer (one layer's activations kept; one more forward's work). Default 'none'. */
   recompute?: Recompute;
-  /**
-   * Default true: weights drawn from seed and initStd. false: no draw, the weights are whatever the allocation holds
-   * (zeros on the CPU, unset on a GPU), for a buffer written before it is read (a staging copy): drawing 1.5B
-   * weights takes 10 s.
-   */
-  random?: boolean;
 }
 
 export interface LoadOptions {
@@ -308,7 +302,7 @@ export class Model {
     const cfg = parseModelConfig(config);
     const device = deviceOf(options.device, 'Model.init');
     const lora = options.lora === undefined ? null : checkLoraOptions(options.lora, 'Model.init');
-    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: options.random ?? true, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined, recompute: recomputeOf(options.recompute, 'Model.init') };
+    const opts = { threads: options.threads ?? availableParallelism(), seed: options.seed, initStd: options.initStd ?? 0.02, random: true, logitChunkTokens: options.logitChunkTokens, device, trainable: options.trainable ?? true, lora: lora ?? undefined, recompute: recomputeOf(options.recompute, 'Model.init') };
     if (!Number.isInteger(opts.seed)) invalid(`Model.init: options.seed must be an integer, got ${String(opts.seed)}`);
     return new Model(cfg, call(() => new (native().NativeModel)(cfg, opts)), device, lora);
   }

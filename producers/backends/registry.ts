@@ -97,6 +97,7 @@ registerBackend('builtin', {
         gpuMemoryUtilization: o.gpu_memory_utilization,
         interrupt: env.interrupt,
         weightsGroup: env.colocatedTrainer?.device === 'cuda' ? 'cuda' : null,
+        adapters: env.colocatedTrainer?.adapters === true,
         logger: env.logger.child({ role: 'policy' }),
       });
     }

@@ -17,6 +17,15 @@ function send(m: FromEngine): void {
   if (process.connected) process.send!(m);
 }
 
+/**
+ * Sends and resolves once the message is handed to the channel: 'receiving' must be out before the receive is
+ * queued, since queuing it may block this thread until rank 0 queues its send (NCCL connects a pair of ranks at
+ * their first collective), and rank 0 queues it only on 'receiving'.
+ */
+function sent(m: FromEngine): Promise<void> {
+  return new Promise((resolve) => (process.connected ? process.send!(m, () => resolve()) : resolve()));
+}
+
 function failure(err: unknown): EngineFailure {
   const e = err instanceof RlstreamError ? err : null;
   return { code: e?.code ?? 'INTERNAL', message: describeError(err), retriable: e?.retriable ?? false };
@@ -46,8 +55,9 @@ async function init(m: Extract<ToEngine, { t: 'init' }>): Promise<void> {
     const logger = jsonLogger({ level: 'warn' }).child({ role: 'policy', engine: m.server });
     backend = NativePolicyBackend.create(
       { configJson: m.configJson, weightsPath: m.weightsPath, version: m.version },
-      { device: m.device, maxBatch: m.maxBatch, ...(m.maxLen !== null ? { maxLen: m.maxLen } : {}), gpuMemoryUtilization: m.gpuMemoryUtilization, interrupt: m.interrupt, stagesTrainerWeights: m.group !== null, server: m.server, logger },
+      { device: m.device, maxBatch: m.maxBatch, ...(m.maxLen !== null ? { maxLen: m.maxLen } : {}), gpuMemoryUtilization: m.gpuMemoryUtilization, interrupt: m.interrupt, stagesTrainerWeights: m.group?.carries === 'params', server: m.server, logger },
     );
+    if (m.group?.carries === 'params') backend.prepareStaging();
     send({ t: 'ready' });
   } catch (err) {
     send({ t: 'start-failed', error: describeError(err) });
@@ -65,8 +75,8 @@ function generate(m: Extract<ToEngine, { t: 'generate' }>): void {
 }
 
 /**
- * Takes part in rank 0's broadcast of a version: says 'receiving' once its part is queued (rank 0 queues its own
- * only then), and 'staged' when the weights are in. A failure before 'receiving' (no memory for the staging copy)
+ * Takes part in rank 0's broadcast of a version: says 'receiving' as it queues its part (rank 0 queues its own only
+ * then, so a stopped engine never holds rank 0's GPU), and 'staged' when the weights are in. A failure before 'receiving' (no memory for the staging copy)
  * keeps rank 0 from broadcasting at all; the version's update then reads the file.
  */
 async function stage(version: number, payload: StagePayload): Promise<void> {
@@ -75,16 +85,14 @@ async function stage(version: number, payload: StagePayload): Promise<void> {
   try {
     if (payload.kind === 'params') {
       await b.receiveWeights(version, async (staging) => {
-        const done = g.broadcastBlock(staging, 'params', 0, payload.count, 0);
-        send({ t: 'receiving', version });
-        await done;
+        await sent({ t: 'receiving', version });
+        await g.broadcastBlock(staging, 'params', 0, payload.count, 0);
         staging.paramsWritten(0, payload.count);
       });
     } else {
       const floats = new Float32Array(payload.count);
-      const done = g.broadcast(floats, 0);
-      send({ t: 'receiving', version });
-      await done;
+      await sent({ t: 'receiving', version });
+      await g.broadcast(floats, 0);
       b.receiveAdapters(version, { tensors: payload.layout.map((t) => [t.name, floats.subarray(t.offset, t.offset + t.length)]), rank: payload.rank, alpha: payload.alpha });
     }
     send({ t: 'staged', version, error: null });

@@ -15,6 +15,8 @@ export interface WeightsGroupInit {
   ncclId: Uint8Array | null;
   rank: number;
   size: number;
+  /** What the broadcasts carry: every parameter (the engine keeps a staging copy for them) or LoRA adapters. */
+  carries: 'params' | 'adapters';
 }
 
 /** What a version's broadcast carries: every parameter, or the trainer's LoRA adapters only. */
@@ -71,8 +73,8 @@ export type FromEngine =
   | { t: 'updated'; id: number; stats: NativeEngineStats }
   | { t: 'update-failed'; id: number; error: EngineFailure }
   /**
-   * The engine's part of the version's broadcast is queued: rank 0 queues its own only once every engine has said
-   * so, so that no broadcast of the trainer's waits on an engine that never takes part (stopped, failed).
+   * The engine is queuing its part of the version's broadcast now: rank 0 queues its own only once every engine has
+   * said so, so that no broadcast of the trainer's waits on an engine that never takes part (stopped, failed).
    */
   | { t: 'receiving'; version: number }
   /** The version's broadcast was received (on a GPU: queued behind the engine's kernels), or failed. */

@@ -45,6 +45,8 @@ export interface EngineProcessesOptions {
    * ('cuda', device 0 of this process), through this process for CPU models ('cpu'); null: versions by file.
    */
   weightsGroup: 'cuda' | 'cpu' | null;
+  /** With a weights group: the trainer trains LoRA adapters, so only they are broadcast (no staging copy). */
+  adapters?: boolean;
   /** How long every engine may take to queue its part of a version's broadcast (default 60 s); see stageWeights. */
   stageTimeoutMs?: number;
   manager?: Omit<ServerManagerOptions, 'logger' | 'name'>;
@@ -284,7 +286,7 @@ export class EngineProcesses implements LlmBackend {
         gpuMemoryUtilization: o.gpuMemoryUtilization,
         interrupt: o.interrupt,
         server: p.address,
-        group: collective === null ? null : { collective, ncclId, rank: i + 1, size },
+        group: collective === null ? null : { collective, ncclId, rank: i + 1, size, carries: o.adapters === true ? 'adapters' : 'params' },
       }),
     );
     if (collective === 'nccl') {

@@ -169,9 +169,17 @@ export class NativePolicyBackend implements LlmBackend {
     }
   }
 
-  /** The staging copy's memory: written by every version before it is read, so not drawn at random. */
+  /**
+   * The staging copy (allocated once; every version overwrites it). Drawing its initial weights costs (10 s at 1.5B
+   * on an H200): an engine that receives broadcasts makes it at start (prepareStaging), not at its first version.
+   */
   private stagingModel(): Model {
-    return Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false, random: false });
+    return Model.init(this.model.config, { seed: 0, device: this.model.device, trainable: false });
+  }
+
+  /** Makes the staging copy now (an engine in a weights group, before its first broadcast). */
+  prepareStaging(): void {
+    this.staging ??= this.stagingModel();
   }
 
   /**

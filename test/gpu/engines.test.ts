@@ -38,8 +38,8 @@ const prompts = [
   [8, 9, 10, 11, 12, 13],
 ];
 
-function engines(dir: string): Promise<EngineProcesses> {
-  return EngineProcesses.start({ stageTimeoutMs: 3000, devices: [1], device: 'cuda', source: { configJson, weightsPath: join(dir, 'v0.safetensors'), version: 0 }, maxBatch: 4, maxLen: 128, gpuMemoryUtilization: 0.3, interrupt: 'next_token', weightsGroup: 'cuda', manager: { healthIntervalMs: 0 } });
+function engines(dir: string, adapters = false): Promise<EngineProcesses> {
+  return EngineProcesses.start({ adapters, stageTimeoutMs: 3000, devices: [1], device: 'cuda', source: { configJson, weightsPath: join(dir, 'v0.safetensors'), version: 0 }, maxBatch: 4, maxLen: 128, gpuMemoryUtilization: 0.3, interrupt: 'next_token', weightsGroup: 'cuda', manager: { healthIntervalMs: 0 } });
 }
 
 /** What an engine in this process generates on the weights of `file` (with `adapter` folded in). */
@@ -109,7 +109,7 @@ test('LoRA: the adapters alone broadcast and folded in from memory give what the
     made.push(trainer);
     await trainer.loadAdapter(join(dir, 'adapter-1.safetensors'));
     const want = await reference(join(dir, 'v0.safetensors'), join(dir, 'adapter-1.safetensors'));
-    fleet = await engines(dir);
+    fleet = await engines(dir, true);
     await fleet.stageWeights(1, trainer);
     const missing = join(dir, 'not-written.safetensors');
     await fleet.updatePolicy({ version: 1, weightsPath: missing, configJson, adapter: { path: missing, baseWeightsPath: join(dir, 'v0.safetensors') } });

@@ -27,8 +27,9 @@ async function forwardLogprobs(m: Model, prompt: number[], out: number[]): Promi
   return Array.from(logprobs.slice(prompt.length - 1, prompt.length - 1 + out.length));
 }
 
-function start(dir: string, devices: number[], stageTimeoutMs?: number): Promise<EngineProcesses> {
+function start(dir: string, devices: number[], stageTimeoutMs?: number, adapters = false): Promise<EngineProcesses> {
   return EngineProcesses.start({
+    adapters,
     ...(stageTimeoutMs !== undefined ? { stageTimeoutMs } : {}),
     devices,
     device: 'cpu',
@@ -98,7 +99,7 @@ test('LoRA: only the adapters are broadcast; each engine folds them into its wei
     await v0.save(base);
     const trainer = Model.load(base, CFG, { threads: 1, lora: { rank: 4, alpha: 8, seed: 5, targets: ['q_proj', 'v_proj', 'down_proj'] } });
     made.push(trainer);
-    fleet = await start(dir, [0, 1]);
+    fleet = await start(dir, [0, 1], undefined, true);
     const { offset, numel } = trainer.trainRange();
     for (const version of [1, 2, 3]) {
       // the trainer's adapters of this version: random, so that B A is not zero
