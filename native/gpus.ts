@@ -50,7 +50,7 @@ export function engineDevicesProblems(devices: readonly number[], device: unknow
   if (device !== 'cuda') return [`${field}: lists GPUs for rollout engines, which are native CUDA engines; set backend.device: cuda, or remove ${field} (the CPU engines run in this process: backend.workers)`];
   const found = typeof gpus === 'function' ? gpus() : gpus;
   const problems: string[] = [];
-  for (const id of devices) if (id >= found.count) problems.push(`${field}: GPU ${id} is not one of the ${found.count} GPU(s) found${found.count > 0 ? ` (indices 0 to ${found.count - 1})` : ''}; counted by ${found.source}`);
+  for (const id of devices) if (id >= found.count) problems.push(`${field}: GPU ${id} is not one of the ${found.count} GPU(s) found${found.count > 0 ? ` (indices 0 to ${found.count - 1})` : ''}; counted by ${found.source}. List GPUs this machine has, or remove ${field} to generate in the run's process`);
   if (trainer && trainer.device === 'cuda') {
     const trainerGpus = trainer.deviceIds ?? Array.from({ length: trainer.ranks }, (_, i) => i);
     const shared = devices.filter((d) => trainerGpus.includes(d));
