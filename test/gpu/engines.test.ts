@@ -66,7 +66,8 @@ async function same(fleet: EngineProcesses, want: GenerateResult[], version: num
   return worst;
 }
 
-test('every parameter broadcast from GPU 0 into the engine on GPU 1: the tokens and log-probs of the same weights read from their file', { skip, timeout: 300_000 }, async (t) => {
+/** A directory with version 0's weights, a trainer model on GPU 0 of other weights, and the fleet `run` opens. */
+async function withTrainer(run: (dir: string, trainer: Model, open: (fleet: EngineProcesses) => EngineProcesses) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'rls-gpu-engines-'));
   const trainer = Model.init(CFG, { seed: 2, initStd: 0.1, device: 'cuda' });
   let fleet: EngineProcesses | null = null;
@@ -74,20 +75,26 @@ test('every parameter broadcast from GPU 0 into the engine on GPU 1: the tokens 
     const v0 = Model.init(CFG, { seed: 1, initStd: 0.1, device: 'cuda', trainable: false });
     await v0.save(join(dir, 'v0.safetensors'));
     v0.dispose();
+    await run(dir, trainer, (f) => (fleet = f));
+  } finally {
+    await (fleet as EngineProcesses | null)?.close();
+    trainer.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('every parameter broadcast from GPU 0 into the engine on GPU 1: the tokens and log-probs of the same weights read from their file', { skip, timeout: 300_000 }, async (t) => {
+  await withTrainer(async (dir, trainer, open) => {
     await trainer.save(join(dir, 'v1.safetensors'));
     const want = await reference(join(dir, 'v1.safetensors'));
-    fleet = await engines(dir);
+    const fleet = open(await engines(dir));
     const before = await fleet.generate({ requestId: 'v0', promptIds: prompts[0]!, sampling: greedy });
     assert.notDeepEqual(before.tokenIds, want[0]!.tokenIds, 'version 0 generates other tokens (else the check below shows nothing)');
     await fleet.stageWeights(1, trainer);
     await fleet.updatePolicy({ version: 1, weightsPath: join(dir, 'not-written.safetensors'), configJson });
     t.diagnostic(`max |log-prob diff| ${(await same(fleet, want, 1, 1e-5)).toExponential(2)}`);
     assert.equal(fleet.broadcastStats().count, 1);
-  } finally {
-    await fleet?.close();
-    trainer.dispose();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('LoRA: the adapters alone broadcast and folded in from memory give what their file folded in gives', { skip, timeout: 300_000 }, async () => {
@@ -122,14 +129,8 @@ test('LoRA: the adapters alone broadcast and folded in from memory give what the
 });
 
 test('the engine stopped (SIGSTOP) when a version is offered: killed after the stage timeout, the trainer GPU never waits on it, and the next engine start works', { skip, timeout: 300_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rls-gpu-engines-'));
-  const trainer = Model.init(CFG, { seed: 2, initStd: 0.1, device: 'cuda' });
-  let fleet: EngineProcesses | null = null;
-  try {
-    const v0 = Model.init(CFG, { seed: 1, initStd: 0.1, device: 'cuda', trainable: false });
-    await v0.save(join(dir, 'v0.safetensors'));
-    v0.dispose();
-    fleet = await engines(dir);
+  await withTrainer(async (dir, trainer, open) => {
+    let fleet = open(await engines(dir));
     process.kill(fleet.pids[0]!, 'SIGSTOP');
     const t0 = Date.now();
     await fleet.stageWeights(1, trainer);
@@ -138,14 +139,10 @@ test('the engine stopped (SIGSTOP) when a version is offered: killed after the s
     await trainer.save(join(dir, 'after.safetensors'));
     await assert.rejects(fleet.generate({ requestId: 'x', promptIds: prompts[0]!, sampling: greedy }), /engine|servers/);
     await fleet.close();
-    fleet = await engines(dir);
+    fleet = open(await engines(dir));
     await fleet.stageWeights(1, trainer);
     await fleet.updatePolicy({ version: 1, weightsPath: join(dir, 'not-written.safetensors'), configJson });
     const r = await fleet.generate({ requestId: 'y', promptIds: prompts[0]!, sampling: greedy });
     assert.ok(r.tokenIds.length > 0 && r.policyVersions.every((v) => v === 1));
-  } finally {
-    await fleet?.close();
-    trainer.dispose();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });

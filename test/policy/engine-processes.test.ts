@@ -57,14 +57,48 @@ async function turnsMatch(fleet: EngineProcesses, reference: Model, sessions: st
   return servers;
 }
 
-test('two engine processes: least-load routing, sticky sessions, and a version broadcast from the trainer model here into both, no file read', { skip, timeout: 120_000 }, async () => {
+/**
+ * A directory with version 0's weights (v0), a trainer model of other weights, and the fleet `run` starts (closed,
+ * and everything disposed, after it).
+ */
+async function withFleet(run: (f: { dir: string; v0: Model; trainer: Model; open: (fleet: EngineProcesses) => EngineProcesses }) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'rls-engines-'));
   const v0 = Model.init(CFG, { seed: 1, threads: 1, initStd: 0.3 });
   const trainer = Model.init(CFG, { seed: 2, threads: 1, initStd: 0.3 });
   let fleet: EngineProcesses | null = null;
   try {
     await v0.save(join(dir, 'v0.safetensors'));
-    fleet = await start(dir, [0, 1]);
+    await run({ dir, v0, trainer, open: (f) => (fleet = f) });
+  } finally {
+    await (fleet as EngineProcesses | null)?.close();
+    v0.dispose();
+    trainer.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Whether process `pid` is gone within `ms`. */
+function goneWithin(pid: number, ms: number): Promise<boolean> {
+  const until = Date.now() + ms;
+  return new Promise((resolve) => {
+    const poll = setInterval(() => {
+      let alive = true;
+      try {
+        process.kill(pid, 0);
+      } catch {
+        alive = false;
+      }
+      if (!alive || Date.now() > until) {
+        clearInterval(poll);
+        resolve(!alive);
+      }
+    }, 20);
+  });
+}
+
+test('two engine processes: least-load routing, sticky sessions, and a version broadcast from the trainer model here into both, no file read', { skip, timeout: 120_000 }, async () => {
+  await withFleet(async ({ dir, v0, trainer, open }) => {
+    const fleet = open(await start(dir, [0, 1]));
     assert.deepEqual(fleet.addresses, ['cpu:0', 'cpu:1']);
     const servers0 = await turnsMatch(fleet, v0, ['a', 'b', 'c', 'd'], 0);
     assert.deepEqual([...servers0].sort(), ['cpu:0', 'cpu:1'], 'four sessions at once spread over both engines');
@@ -81,12 +115,7 @@ test('two engine processes: least-load routing, sticky sessions, and a version b
     }
     assert.equal(fleet.broadcastStats().count, 1);
     assert.ok(fleet.deviceSeconds().generate > 0, "the engines' compute time is reported");
-  } finally {
-    await fleet?.close();
-    v0.dispose();
-    trainer.dispose();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('LoRA: only the adapters are broadcast; each engine folds them into its weights from memory, and takes them out again for the next version', { skip, timeout: 120_000 }, async () => {
@@ -122,27 +151,12 @@ test('LoRA: only the adapters are broadcast; each engine folds them into its wei
 });
 
 test('an engine process SIGKILLed: its sessions move to the other engine, no broadcast waits on it, later versions arrive by file', { skip, timeout: 120_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rls-engines-'));
-  const v0 = Model.init(CFG, { seed: 1, threads: 1, initStd: 0.3 });
-  const trainer = Model.init(CFG, { seed: 2, threads: 1, initStd: 0.3 });
-  let fleet: EngineProcesses | null = null;
-  try {
-    await v0.save(join(dir, 'v0.safetensors'));
-    fleet = await start(dir, [0, 1]);
+  await withFleet(async ({ dir, trainer, open }) => {
+    const fleet = open(await start(dir, [0, 1]));
     const pinned = await fleet.generate({ requestId: 'p1', sessionId: 'p', promptIds: [4, 5, 6], sampling: sampling() });
     const victim = fleet.pids[fleet.addresses.indexOf(pinned.server)]!;
-    const exited = new Promise<void>((resolve) => {
-      const poll = setInterval(() => {
-        try {
-          process.kill(victim, 0);
-        } catch {
-          clearInterval(poll);
-          resolve();
-        }
-      }, 20);
-    });
     process.kill(victim, 'SIGKILL');
-    await exited;
+    assert.ok(await goneWithin(victim, 10_000));
     await new Promise((r) => setTimeout(r, 200)); // the exit event reaches the fleet
     const survivor = fleet.addresses.find((a) => a !== pinned.server)!;
     // the pinned session's next turn, on the engine that is left
@@ -155,44 +169,19 @@ test('an engine process SIGKILLed: its sessions move to the other engine, no bro
     const servers = await turnsMatch(fleet, trainer, ['x', 'y'], 1);
     assert.deepEqual([...servers], [survivor]);
     assert.equal(fleet.broadcastStats().count, 0);
-  } finally {
-    await fleet?.close();
-    v0.dispose();
-    trainer.dispose();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('an engine stopped (SIGSTOP) when a version is offered: the offer ends within the stage timeout, the engine is killed, the other serves the version from its file', { skip, timeout: 120_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rls-engines-'));
-  const v0 = Model.init(CFG, { seed: 1, threads: 1, initStd: 0.3 });
-  const trainer = Model.init(CFG, { seed: 2, threads: 1, initStd: 0.3 });
-  let fleet: EngineProcesses | null = null;
-  try {
-    await v0.save(join(dir, 'v0.safetensors'));
-    fleet = await start(dir, [0, 1], 1500);
+  await withFleet(async ({ dir, trainer, open }) => {
+    const fleet = open(await start(dir, [0, 1], 1500));
     const [stopped, other] = [fleet.pids[0]!, fleet.addresses[1]!];
     process.kill(stopped, 'SIGSTOP');
     const t0 = Date.now();
     await fleet.stageWeights(1, trainer);
     const took = Date.now() - t0;
     assert.ok(took >= 1400 && took < 10_000, `the offer waited for the stage timeout, not forever (${took} ms)`);
-    const gone = await new Promise<boolean>((resolve) => {
-      const until = Date.now() + 10_000;
-      const poll = setInterval(() => {
-        let alive = true;
-        try {
-          process.kill(stopped, 0);
-        } catch {
-          alive = false;
-        }
-        if (!alive || Date.now() > until) {
-          clearInterval(poll);
-          resolve(!alive);
-        }
-      }, 20);
-    });
-    assert.ok(gone, 'the stopped engine was killed');
+    assert.ok(await goneWithin(stopped, 10_000), 'the stopped engine was killed');
     await trainer.save(join(dir, 'v1.safetensors'));
     await assert.rejects(fleet.updatePolicy({ version: 1, weightsPath: join(dir, 'v1.safetensors'), configJson }), /reached 1 of 2 servers/);
     assert.deepEqual([...(await turnsMatch(fleet, trainer, ['x', 'y'], 1))], [other]);
@@ -200,12 +189,7 @@ test('an engine stopped (SIGSTOP) when a version is offered: the offer ends with
     const t1 = Date.now();
     await fleet.stageWeights(2, trainer);
     assert.ok(Date.now() - t1 < 100);
-  } finally {
-    await fleet?.close();
-    v0.dispose();
-    trainer.dispose();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('generated: an engine SIGKILLed at a random moment of a run of versions and turns; every turn is answered with the log-probs of the version its tokens carry, no offer hangs', { skip, timeout: 300_000 }, async () => {
