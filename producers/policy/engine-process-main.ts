@@ -52,7 +52,8 @@ async function init(m: Extract<ToEngine, { t: 'init' }>): Promise<void> {
     } else if (m.group) {
       group = new IpcCollective(m.group.rank, m.group.size, (c: CollectiveMessage) => send(c));
     }
-    const logger = jsonLogger({ level: 'warn' }).child({ role: 'policy', engine: m.server });
+    // warnings and errors, as the run's own default; RLSTREAM_LOG_LEVEL=info shows each version's swap and its source
+    const logger = jsonLogger(process.env['RLSTREAM_LOG_LEVEL'] ? {} : { level: 'warn' }).child({ role: 'policy', engine: m.server });
     backend = NativePolicyBackend.create(
       { configJson: m.configJson, weightsPath: m.weightsPath, version: m.version },
       { device: m.device, maxBatch: m.maxBatch, ...(m.maxLen !== null ? { maxLen: m.maxLen } : {}), gpuMemoryUtilization: m.gpuMemoryUtilization, interrupt: m.interrupt, stagesTrainerWeights: m.group?.carries === 'params', server: m.server, logger },
